@@ -1,0 +1,77 @@
+"""The ``rlexp`` command line.
+
+Each verb lives in ``rlexp.commands.<verb>`` as a plain function with typed ``Annotated``
+options. Those modules import only the standard library and typer at module level; anything
+heavy (torch, mlflow, pandas, scipy, vllm) is imported inside the function that needs it, so
+``rlexp --help`` and ``rlexp plan`` start fast (see benchmarks/bench_cli_startup.py).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from rlexp.commands import compare as compare_cmd
+from rlexp.commands import decide as decide_cmd
+from rlexp.commands import demo as demo_cmd
+from rlexp.commands import evaluate as eval_cmd
+from rlexp.commands import guard as guard_cmd
+from rlexp.commands import launch as launch_cmd
+from rlexp.commands import plan as plan_cmd
+from rlexp.commands import report as report_cmd
+from rlexp.commands import sop as sop_cmd
+from rlexp.commands import status as status_cmd
+from rlexp.errors import CheckFailed, InputError
+
+app = typer.Typer(
+    name="rlexp",
+    help="GRPO fine-tuning experiments as a protocol: plan, launch, eval, decide, report.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+app.command("plan")(plan_cmd.plan)
+app.command("launch")(launch_cmd.launch)
+app.command("eval")(eval_cmd.evaluate)
+app.command("compare")(compare_cmd.compare)
+app.command("decide")(decide_cmd.decide)
+app.command("report")(report_cmd.report)
+app.command("status")(status_cmd.status)
+app.command("demo")(demo_cmd.demo)
+app.add_typer(guard_cmd.app, name="guard", help="SOP guardrails G0-G6 and the parser audit.")
+app.add_typer(sop_cmd.app, name="sop", help="The SOP in force: show it, calibrate its gates.")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console entry point (the generated script calls ``sys.exit(main())``).
+
+    Commands signal their verdict by raising ``typer.Exit(code)`` (or :class:`CheckFailed`
+    for exit 1); bad input is :class:`InputError`, printed as one line, exit 2.
+    """
+    import click
+
+    try:
+        result = app(args=argv, standalone_mode=False)
+    except InputError as exc:
+        print(f"rlexp: {exc.one_line()}", file=sys.stderr)
+        return 2
+    except CheckFailed as exc:
+        if str(exc):
+            print(f"rlexp: {exc}", file=sys.stderr)
+        return 1
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.exceptions.ClickException as exc:  # usage errors: bad option, missing argument
+        exc.show()
+        return 2
+    except click.exceptions.Abort:
+        print("rlexp: aborted", file=sys.stderr)
+        return 130
+    return result if isinstance(result, int) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
