@@ -1,10 +1,34 @@
-"""`rlexp demo` (placeholder until its issue lands)."""
+"""`rlexp demo`: plan → launch → eval → decide → report on a tiny model, on the CPU, in minutes."""
 
 from __future__ import annotations
 
-from rlexp.errors import CheckFailed
+from pathlib import Path
+from typing import Annotated
+
+import typer
 
 
-def demo() -> None:
-    """Not built yet."""
-    raise CheckFailed("'demo' is not implemented yet")
+def demo(
+    directory: Annotated[
+        Path,
+        typer.Option("--dir", help="Where the experiment, the reports and mlflow.db land (default: here)."),
+    ] = Path("."),
+    fast: Annotated[bool, typer.Option("--fast", help="A few global steps and small eval sets (tests).")] = False,
+    tracking_uri: Annotated[
+        str | None, typer.Option("--tracking-uri", help="MLflow store (default sqlite:///<dir>/mlflow.db).")
+    ] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the task, the base model and the runs.")] = 0,
+    json_output: Annotated[bool, typer.Option("--json", help="Print the summary as JSON at the end.")] = False,
+) -> None:
+    """Run the whole protocol on a tiny model and a synthetic arithmetic task."""
+    import dataclasses
+    import json
+
+    from rlexp.demo import DemoConfig, run_demo
+
+    config = DemoConfig.fast() if fast else DemoConfig()
+    config = dataclasses.replace(config, seed=seed)
+    directory.mkdir(parents=True, exist_ok=True)
+    summary = run_demo(directory, config=config, tracking_uri=tracking_uri)
+    if json_output:
+        print(json.dumps(summary, indent=2))

@@ -1,13 +1,120 @@
-"""`rlexp guard ...` (placeholder until its issue lands)."""
+"""`rlexp guard g0|g1|g2|g4|audit ATTEMPT`: the §11.30 guardrails and the parser audit.
+
+Each writes ``ATTEMPT/guards/<name>.json`` and exits 1 when its verdict is a failure.
+"""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
 
 import typer
 
 app = typer.Typer(no_args_is_help=True)
 
+AttemptArg = Annotated[Path, typer.Argument(help="Attempt directory or its attempt.yaml.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the verdict as JSON.")]
 
-@app.command("show")
-def _placeholder() -> None:
-    """Not built yet."""
-    raise typer.Exit(1)
+
+def _report(verdict, as_json: bool) -> None:
+    if as_json:
+        typer.echo(json.dumps(verdict.to_dict(), indent=2))
+    else:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=f"{verdict.name}: {'PASS' if verdict.passed else 'FAIL'}", show_header=False)
+        table.add_column("key", no_wrap=True)
+        table.add_column("value")
+        table.add_row("rule", verdict.rule)
+        for key, value in verdict.numbers.items():
+            table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
+        for note in verdict.notes:
+            table.add_row("note", note)
+        Console().print(table)
+    if not verdict.passed:
+        raise typer.Exit(1)
+
+
+@app.command("g0")
+def g0(attempt: AttemptArg, samples: Annotated[int, typer.Option(min=1)] = 5, as_json: JsonOpt = False) -> None:
+    """G0 prompt parity: training-path vs eval-path input_ids on pool samples."""
+    from rlexp.guardrails import run_g0
+
+    _report(run_g0(attempt, samples), as_json)
+
+
+@app.command("g1")
+def g1(
+    attempt: AttemptArg,
+    checkpoint: Annotated[str | None, typer.Option(help="global_stepN (default: the earliest saved).")] = None,
+    set_role: Annotated[str | None, typer.Option("--set", help="Eval set role (default: ood_monitor).")] = None,
+    limit: Annotated[int, typer.Option(min=1, help="Problems to compare.")] = 200,
+    records: Annotated[
+        list[Path] | None, typer.Option("--records", help="Compare two existing record files instead (give twice).")
+    ] = None,
+    nondeterminism: Annotated[
+        str | None, typer.Option(help="Name the nondeterminism source that may change outputs (not correctness).")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """G1 pipeline integrity: adapter vs merged weights (or two record files) must agree."""
+    from rlexp.guardrails import run_g1
+
+    _report(run_g1(attempt, checkpoint=checkpoint, set_role=set_role, limit=limit, records=records,
+                   nondeterminism=nondeterminism), as_json)
+
+
+@app.command("g2")
+def g2(attempt: AttemptArg, problems: Annotated[int, typer.Option(min=1)] = 200, as_json: JsonOpt = False) -> None:
+    """G2 parser ceiling on Baseline-S0: boxed >= 98%, failures 0%, truncation <= 5%."""
+    from rlexp.guardrails import run_g2
+
+    _report(run_g2(attempt, problems), as_json)
+
+
+@app.command("g4")
+def g4(
+    attempt: AttemptArg,
+    k: Annotated[int, typer.Option(min=1)] = 8,
+    limit: Annotated[int | None, typer.Option(min=1, help="At most N baseline-wrong problems.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """G4 pass@k headroom: k samples at T=0.6 on the baseline's wrong problems, pass@k >= 15%."""
+    from rlexp.guardrails import run_g4
+
+    _report(run_g4(attempt, k=k, limit=limit), as_json)
+
+
+@app.command("audit")
+def audit(
+    attempt: AttemptArg,
+    draw: Annotated[bool, typer.Option("--draw", help="Draw incorrect cases into guards/parser_audit_review.jsonl.")] = False,
+    verdicts: Annotated[
+        Path | None, typer.Option("--verdicts", help="The review file with each 'verdict' filled: ok|misparse|ambiguous.")
+    ] = None,
+    checkpoint: Annotated[str | None, typer.Option(help="Default: best-by-monitor, else final.")] = None,
+    n: Annotated[int, typer.Option(min=1, help="Cases to draw.")] = 50,
+    seed: Annotated[int, typer.Option()] = 0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Parser audit (SOP §7): draw 50 incorrect cases for review, or score the reviewed file."""
+    from rlexp.errors import InputError
+    from rlexp.guardrails import run_audit_draw, run_audit_verdicts
+
+    if draw == (verdicts is not None):
+        raise InputError(None, "audit", "give exactly one of --draw or --verdicts FILE")
+    if draw:
+        path = run_audit_draw(attempt, checkpoint=checkpoint, n=n, seed=seed)
+        from rlexp.files import read_jsonl
+
+        items = read_jsonl(path)
+        flagged = sum(1 for it in items if it["flags"])
+        if as_json:
+            typer.echo(json.dumps({"review_file": str(path), "drawn": len(items), "flagged": flagged}))
+        else:
+            typer.echo(f"{len(items)} incorrect cases drawn ({flagged} flagged suspicious) into {path}; "
+                       "set each 'verdict' to ok|misparse|ambiguous, then run with --verdicts")
+        return
+    _report(run_audit_verdicts(attempt, verdicts), as_json)

@@ -1,10 +1,602 @@
-"""`rlexp launch` (placeholder until its issue lands)."""
+"""`rlexp launch ATTEMPT`: write the exact command and provenance, start the trainer, follow it.
+
+Order of work, so that a kill at any point leaves consistent files:
+
+1. load the spec and its plan; refuse when the plan has error checks (unless ``--force
+   --reason``, which is recorded);
+2. build the argv (local trainer, OpenRLHF process, or ``ray job submit``) — ``--dry-run`` stops
+   here and prints it;
+3. write ``launch/argv.json``, ``launch/launch.sh`` (for humans, never executed),
+   ``launch/provenance.json``, the reward file, then ``launch/state.json`` = running;
+4. start the child in its own process group, stdout to ``launch/stdout.log``;
+5. follow its metrics into ``metrics.jsonl`` and MLflow, run the in-run monitor (spikes, G3, G5)
+   and the SOP early-stop rule, which stops the run and records its reason;
+6. record the end state: finished, failed (exit code / signal), or stopped (why).
+
+Every whole file is written atomically; ``metrics.jsonl`` is appended line by line. A SIGTERM or
+Ctrl-C to ``rlexp launch`` stops the child gracefully (the local trainer saves its step) and
+records ``stopped``; ``--resume`` continues from the latest checkpoint.
+"""
 
 from __future__ import annotations
 
-from rlexp.errors import CheckFailed
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from rlexp.errors import CheckFailed, InputError
+
+BACKENDS = ("local", "process", "ray")
+LOCAL_TRAINER_MODULE = "rlexp.backends.local_trainer"
+TENSORBOARD_DIR = "tensorboard"
 
 
-def launch() -> None:
-    """Not built yet."""
-    raise CheckFailed("'launch' is not implemented yet")
+def launch(
+    attempt: Annotated[Path, typer.Argument(help="Attempt directory or its attempt.yaml.")],
+    backend: Annotated[str | None, typer.Option(help="local | process | ray (default: local for the local "
+                                                     "trainer, ray with --ray-address, else process).")] = None,
+    ray_address: Annotated[str | None, typer.Option("--ray-address", help="Ray dashboard, e.g. "
+                                                    "http://127.0.0.1:8265 (implies --backend ray).")] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue from the latest checkpoint.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the command; write and start nothing.")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Launch despite plan errors (needs --reason).")] = False,
+    reason: Annotated[str | None, typer.Option(help="Why --force is justified (recorded).")] = None,
+    tracking_uri: Annotated[str | None, typer.Option("--tracking-uri", help="MLflow store (default "
+                                                     "sqlite:///mlflow.db here); 'off' disables MLflow.")] = None,
+    no_follow: Annotated[bool, typer.Option("--no-follow", help="Start the run and return at once.")] = False,
+    poll_s: Annotated[float, typer.Option(help="Seconds between metric polls while following.")] = 2.0,
+) -> None:
+    """Start an attempt's training run (local CPU trainer, OpenRLHF process, or Ray job)."""
+    if force and not (reason and reason.strip()):
+        raise InputError(None, "--reason", "--force needs --reason \"why\" (it is recorded)")
+    prepared = prepare(attempt, backend=backend, ray_address=ray_address, resume=resume, force=force,
+                       reason=reason, dry_run=dry_run)
+    if dry_run:
+        doc = {"argv": prepared.argv, "backend": prepared.backend}
+        if json_out:
+            print(json.dumps(doc))
+        else:
+            import shlex
+
+            print(f"# backend: {prepared.backend}")
+            print(shlex.join(prepared.argv))
+        return
+    write_launch_files(prepared)
+    result = run(prepared, tracking_uri=tracking_uri, follow=not no_follow, poll_s=poll_s)
+    if json_out:
+        print(json.dumps(result))
+    else:
+        _print_result(result)
+    if result["state"] == "failed":
+        raise CheckFailed(f"run failed: {result.get('reason')}")
+
+
+# ---------------------------------------------------------------------------- preparation
+
+@dataclass
+class Prepared:
+    """Everything decided before anything is written or started."""
+
+    attempt: Any  # rlexp.spec.Attempt
+    attempt_dir: Path
+    backend: str
+    argv: list[str]
+    resume: bool
+    force_reason: str | None
+    plan: dict | None
+    reward_file: Path | None
+    suffixed: dict[str, tuple[Path, Path, str]]  # role -> (source, derived copy, suffix)
+    dropped: tuple[str, ...]
+    ray_address: str | None
+    submission_id: str | None = None
+
+
+def load_plan(att, *, write: bool = True) -> dict[str, Any]:
+    """``plan.json``; computed with ``rlexp plan``'s :func:`build_plan` when it is missing or was
+    made from another version of the spec (its ``spec_sha256`` differs), and then written unless
+    ``write`` is false (``--dry-run`` writes nothing)."""
+    from rlexp.files import atomic_write_json, read_json, sha256_file
+
+    path = att.attempt_dir / "plan.json"
+    if path.exists():
+        plan = read_json(path)
+        if not isinstance(plan, dict):
+            raise InputError(path, None, "expected a JSON object")
+        recorded = plan.get("spec_sha256")
+        if recorded is None or recorded == sha256_file(att.spec_path):
+            return plan
+    from rlexp.commands.plan import build_plan
+
+    plan = build_plan(att)
+    if write:
+        atomic_write_json(path, plan)
+    return plan
+
+
+def plan_errors(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """Failed checks of severity error (plan.json ``checks``: a list of {id, severity, ...})."""
+    out = []
+    for check in plan.get("checks") or []:
+        if not isinstance(check, dict):
+            continue
+        severity = str(check.get("severity", "")).lower()
+        failed = check.get("passed") is False or check.get("ok") is False or check.get("status") in ("fail", "FAIL")
+        if severity == "error" and (failed or ("passed" not in check and "ok" not in check and "status" not in check)):
+            out.append(check)
+    return out
+
+
+def latest_checkpoint(attempt_dir: Path, trainer: str = "local") -> tuple[int, Path] | None:
+    """The highest *resumable* saved step, or None.
+
+    HF adapters (``global_step{N}_hf``) are for evaluation; a trainer resumes from its own state:
+    the local trainer from ``checkpoints/state/global_step{N}``, OpenRLHF (``--load_checkpoint``)
+    from its DeepSpeed checkpoint ``checkpoints/_actor/global_step{N}`` — which
+    ``disable_ds_ckpt`` suppresses, and then OpenRLHF would silently restart from step 0.
+    """
+    import re
+
+    folder = attempt_dir / "checkpoints" / ("state" if trainer == "local" else "_actor")
+    best = None
+    if folder.is_dir():
+        for child in folder.iterdir():
+            match = re.fullmatch(r"global_step(\d+)", child.name)
+            if match and child.is_dir() and (best is None or int(match.group(1)) > best[0]):
+                best = (int(match.group(1)), child)
+    return best
+
+
+def _default_backend(att, ray_address: str | None) -> str:
+    if att.trainer.name == "local":
+        return "local"
+    return "ray" if ray_address else "process"
+
+
+def prepare(attempt: Path, *, backend: str | None = None, ray_address: str | None = None, resume: bool = False,
+            force: bool = False, reason: str | None = None, dry_run: bool = False) -> Prepared:
+    """Decide everything (argv, paths, plan verdict) and check what can be checked; write nothing
+    except a missing plan.json (not in a dry run)."""
+    from rlexp.backends import openrlhf
+    from rlexp.spec import load_attempt
+
+    att = load_attempt(attempt)
+    attempt_dir = Path(att.attempt_dir)
+    backend = backend or _default_backend(att, ray_address)
+    if backend not in BACKENDS:
+        raise InputError(None, "--backend", f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
+    if backend == "local" and att.trainer.name != "local":
+        raise InputError(att.spec_path, "trainer.name", "the local backend runs only trainer name: local")
+    if backend != "local" and att.trainer.name == "local":
+        raise InputError(att.spec_path, "trainer.name", f"trainer 'local' cannot run on the {backend} backend")
+    if backend == "ray" and not ray_address:
+        raise InputError(None, "--ray-address", "the ray backend needs --ray-address http://HOST:8265")
+
+    plan = load_plan(att, write=not dry_run)
+    errors = plan_errors(plan)
+    if errors and not force:
+        first = errors[0]
+        raise CheckFailed(f"plan has {len(errors)} error check(s), first {first.get('id', '?')}: "
+                          f"{first.get('message', '')} (fix the spec, or --force --reason \"...\")")
+
+    state = _read_state(attempt_dir)
+    from rlexp.backends.process import pid_alive
+
+    if state and state.get("state") == "running" and (pid_alive(state.get("pid")) or pid_alive(state.get("launcher_pid"))):
+        raise InputError(attempt_dir / "launch" / "state.json", "state",
+                         f"already running (pid {state.get('pid')}); stop it first")
+    if resume and latest_checkpoint(attempt_dir, att.trainer.name) is None:
+        where = "state" if att.trainer.name == "local" else "_actor"
+        hint = " (recipe.disable_ds_ckpt is set: OpenRLHF keeps no resumable state)" if (
+            att.trainer.name != "local" and att.recipe.get("disable_ds_ckpt")) else ""
+        raise InputError(attempt_dir / "checkpoints" / where, None, f"no checkpoint to resume from{hint}")
+    if not resume and (attempt_dir / "metrics.jsonl").exists() and (attempt_dir / "metrics.jsonl").stat().st_size > 0:
+        raise InputError(attempt_dir / "metrics.jsonl", None, "attempt already has training metrics; "
+                         "use --resume to continue it, or a new attempt to start over")
+
+    reward_file = None
+    submission_id = None
+    suffixed: dict[str, tuple[Path, Path, str]] = {}
+    dropped: tuple[str, ...] = ()
+    if backend == "local":
+        argv = [sys.executable, "-m", LOCAL_TRAINER_MODULE, str(attempt_dir)] + (["--resume"] if resume else [])
+    else:
+        launch_dir = attempt_dir / "launch"
+        reward_file = launch_dir / "reward_func.py"
+        prompt_data, suffixed = _training_data(att, launch_dir, must_exist=not dry_run)
+        monitor = att.datasets.get("ood_monitor")
+        eval_dataset = None
+        if monitor is not None and monitor.path is not None:
+            eval_dataset = str(suffixed["ood_monitor"][1]) if "ood_monitor" in suffixed else str(monitor.path)
+        paths = openrlhf.AttemptPaths(
+            pretrain=_model_path(att),
+            prompt_data=prompt_data,
+            eval_dataset=eval_dataset,
+            save_path=attempt_dir / "final",
+            ckpt_path=attempt_dir / "checkpoints",
+            reward_file=reward_file,
+            tensorboard_dir=attempt_dir / TENSORBOARD_DIR,
+        )
+        recipe = _stated_recipe(att, openrlhf)
+        built = openrlhf.build_train_argv(openrlhf.attempt_recipe(recipe, paths, resume=resume),
+                                          att.trainer.version, spec_file=att.display_path or att.spec_path)
+        argv, dropped = built.argv, built.dropped
+        if backend == "ray":
+            if not dry_run:
+                openrlhf.check_ray_dashboard(ray_address)
+            import time
+
+            submission_id = f"rlexp-{att.id}-{int(time.time())}"
+            argv = openrlhf.ray_job_argv(argv, ray_address, runtime_env={"env_vars": {"PYTHONUNBUFFERED": "1"}},
+                                         submission_id=submission_id)
+    return Prepared(attempt=att, attempt_dir=attempt_dir, backend=backend, argv=argv, resume=resume,
+                    force_reason=reason if force else None, plan=plan, reward_file=reward_file,
+                    suffixed=suffixed, dropped=dropped, ray_address=ray_address, submission_id=submission_id)
+
+
+def _stated_recipe(att, openrlhf) -> dict[str, Any]:
+    """The keys some spec in the chain states (the trainer's own defaults cover the rest).
+
+    ``min_lr_ratio`` is fixed at 0.1 in v0.9.x (no flag): stating 0.1 there is fine, anything
+    else cannot be honoured and is an error.
+    """
+    recipe = dict(getattr(att, "recipe_stated", None) or att.recipe)
+    table = openrlhf.load_flag_table(att.trainer.version)
+    if "min_lr_ratio" in recipe and openrlhf.flag_name("min_lr_ratio", table) is None:
+        if abs(float(recipe["min_lr_ratio"]) - 0.1) > 1e-12:
+            raise InputError(att.spec_path, "recipe.min_lr_ratio",
+                             f"OpenRLHF {table.version} fixes min_lr at 0.1 x peak; it has no flag to change it")
+        recipe.pop("min_lr_ratio")
+    return recipe
+
+
+def _model_path(att) -> str:
+    pretrain = att.recipe.get("pretrain")
+    if not pretrain:
+        raise InputError(att.spec_path, "recipe.pretrain", "required for OpenRLHF (a hub id or a path)")
+    local = Path(pretrain)
+    if not local.is_absolute() and (att.experiment_dir / local).exists():
+        return str((att.experiment_dir / local).resolve())
+    return str(pretrain)
+
+
+def _training_data(att, launch_dir: Path, must_exist: bool = True) -> tuple[str, dict[str, tuple[Path, Path, str]]]:
+    """The pool path for ``--prompt_data``. Prompts are stored without their suffix (the spec
+    holds it), and OpenRLHF ignores ``--input_template`` under ``--apply_chat_template``, so a
+    suffixed copy is written under ``launch/data/`` when a suffix is set — the seed's
+    ``*_boxed.jsonl`` files, made reproducible."""
+    pool = att.datasets.get("pool")
+    if pool is None or pool.path is None:
+        raise InputError(att.spec_path, "datasets.pool.path", "required to launch training")
+    if must_exist and not pool.path.exists():
+        raise InputError(pool.path, None, "training pool file not found")
+    suffixed = {}
+    for role in ("pool", "ood_monitor"):
+        ref = att.datasets.get(role)
+        if ref is not None and ref.path is not None and ref.prompt_suffix:
+            suffixed[role] = (ref.path, launch_dir / "data" / f"{ref.path.stem}.suffixed.jsonl", ref.prompt_suffix)
+    prompt_data = str(suffixed["pool"][1]) if "pool" in suffixed else str(pool.path)
+    return prompt_data, suffixed
+
+
+def _read_state(attempt_dir: Path) -> dict[str, Any] | None:
+    from rlexp.files import read_json
+
+    path = attempt_dir / "launch" / "state.json"
+    return read_json(path) if path.exists() else None
+
+
+# ---------------------------------------------------------------------------- files
+
+def write_launch_files(p: Prepared) -> None:
+    import datetime as dt
+    import os
+    import shlex
+
+    from rlexp import provenance
+    from rlexp.files import append_jsonl, atomic_write_json, atomic_write_text, read_jsonl
+
+    launch_dir = p.attempt_dir / "launch"
+    launch_dir.mkdir(parents=True, exist_ok=True)
+    for _role, (source, target, suffix) in p.suffixed.items():
+        lines = []
+        for record in read_jsonl(source):
+            record = dict(record)
+            record["prompt"] = str(record.get("prompt", "")) + suffix
+            lines.append(json.dumps(record, ensure_ascii=False))
+        atomic_write_text(target, "\n".join(lines) + "\n")
+    if p.reward_file is not None:
+        from rlexp.backends.reward_template import write_reward_file
+
+        write_reward_file(p.reward_file)
+    argv = [provenance.scrub(a) for a in p.argv]
+    now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    doc = {"argv": argv, "backend": p.backend, "cwd": str(p.attempt_dir), "resume": p.resume,
+           "created_at": now, "force_reason": p.force_reason, "dropped_recipe_keys": list(p.dropped)}
+    atomic_write_json(launch_dir / "argv.json", doc)
+    header = ["#!/usr/bin/env bash", "# Written by `rlexp launch` for humans to read; rlexp never runs it.",
+              f"# attempt: {p.attempt.id}   backend: {p.backend}   written: {now}"]
+    if p.force_reason:
+        header.append("# launched with --force: " + " ".join(p.force_reason.split()))
+    body = " \\\n    ".join(shlex.quote(a) for a in argv)
+    atomic_write_text(launch_dir / "launch.sh", "\n".join(header) + f"\ncd {shlex.quote(str(p.attempt_dir))}\n"
+                      + body + "\n")
+    att = p.attempt
+    datasets = {role: ref.path for role, ref in att.datasets.items()}
+    model = None
+    if att.trainer.name != "local":
+        model = _model_path(att)
+    else:
+        model_dir = att.recipe.get("pretrain")
+        if model_dir and (att.experiment_dir / model_dir).exists():
+            model = att.experiment_dir / model_dir
+    extra = {"force_reason": p.force_reason, "resume": p.resume, "plan_sha256": _plan_sha(p.attempt_dir)}
+    if p.reward_file is not None:
+        from rlexp.backends.reward_template import answers_source
+        from rlexp.files import sha256_text
+
+        extra["reward_parser_sha256"] = sha256_text(answers_source())
+    if p.ray_address:
+        extra["ray_address"] = p.ray_address
+    prov = provenance.collect(
+        attempt_id=att.id, datasets=datasets, model=model, seed=att.recipe.get("seed"),
+        trainer={"name": att.trainer.name, "version": att.trainer.version, "gpus": att.trainer.gpus,
+                 "backend": p.backend},
+        argv=p.argv, repo_dir=Path(__file__).resolve().parents[2], extra=extra)
+    atomic_write_json(launch_dir / "provenance.json", prov.to_dict())
+    append_jsonl(launch_dir / "launches.jsonl", {"at": now, "backend": p.backend, "resume": p.resume,
+                                                 "force_reason": p.force_reason, "pid": os.getpid()})
+
+
+def _plan_sha(attempt_dir: Path) -> str | None:
+    from rlexp.files import sha256_file
+
+    path = attempt_dir / "plan.json"
+    return sha256_file(path) if path.exists() else None
+
+
+def write_state(attempt_dir: Path, state: str, **fields: Any) -> dict[str, Any]:
+    import datetime as dt
+
+    from rlexp.files import atomic_write_json
+
+    doc = {"state": state, **fields, "updated_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
+    atomic_write_json(attempt_dir / "launch" / "state.json", doc)
+    return doc
+
+
+# ---------------------------------------------------------------------------- running
+
+class _StepProgress:
+    """A progress bar over the planned global steps while a run is followed (reward, monitor)."""
+
+    def __init__(self, plan: dict[str, Any] | None, done: int = 0):
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        total = ((plan or {}).get("steps") or {}).get("global_steps_total")
+        self._progress = Progress(
+            TextColumn("training"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
+            TimeElapsedColumn(), transient=False, console=Console(stderr=True),  # stdout may carry --json
+        )
+        self._task = self._progress.add_task("train", total=total, completed=done, info="")
+        self._progress.start()
+
+    def advance(self, rows: list[dict[str, Any]]) -> None:
+        last = rows[-1]
+        info = f"reward {last['reward']:.2f}" if isinstance(last.get("reward"), int | float) else ""
+        monitor = next((r["monitor_acc"] for r in reversed(rows) if "monitor_acc" in r), None)
+        if isinstance(monitor, int | float):
+            info += f"  monitor {monitor:.1%}"
+        self._progress.update(self._task, advance=len(rows), info=info)
+
+    def close(self) -> None:
+        self._progress.stop()
+
+
+def run(p: Prepared, *, tracking_uri: str | None = None, follow: bool = True, poll_s: float = 2.0) -> dict[str, Any]:
+    """Start the child and (unless ``follow`` is false) follow it to the end."""
+    import os
+    import signal
+
+    from rlexp import ingest, monitor, provenance
+    from rlexp.backends import process
+
+    attempt_dir = p.attempt_dir
+    launch_dir = attempt_dir / "launch"
+    live = _live_logger(attempt_dir, tracking_uri)
+    # following: the child dies with us (SIGTERM -> it saves its step), so a killed launcher never
+    # leaves an unwatched trainer behind; --no-follow: the child outlives us by design
+    proc = process.start(p.argv, log_path=launch_dir / "stdout.log", cwd=attempt_dir, die_with_parent=follow)
+    base = {"pid": proc.pid, "launcher_pid": os.getpid() if follow else None, "backend": p.backend,
+            "resume": p.resume, "force_reason": p.force_reason}
+    if p.submission_id:
+        base["ray_submission_id"] = p.submission_id
+
+    def stop_child() -> int:
+        # a Ray job outlives its `ray job submit` client: stop the job itself, then the client
+        if p.backend == "ray" and p.submission_id:
+            import contextlib
+            import subprocess
+
+            from rlexp.backends.openrlhf import ray_stop_argv
+
+            with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+                subprocess.run(ray_stop_argv(p.ray_address, p.submission_id), timeout=120,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+        return process.stop(proc)
+    write_state(attempt_dir, "running", **base, reason=None)
+    if not follow:
+        return {"state": "running", "pid": proc.pid, "backend": p.backend, "attempt": p.attempt.id}
+
+    interrupted: dict[str, int] = {}
+
+    def on_signal(signum, _frame):
+        interrupted["signal"] = signum
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    run_monitor = monitor.RunMonitor(attempt_dir, plan=p.plan)
+    metrics_path = attempt_dir / "metrics.jsonl"
+    if p.backend == "local":
+        follower = _TrainerMetricsReader(metrics_path)  # the local trainer writes metrics.jsonl itself
+    else:
+        follower = ingest.MetricsFollower("stdout", launch_dir / "stdout.log", metrics_path)
+    # rows already in the file (a resumed run) inform the monitor but are not re-logged
+    if metrics_path.exists():
+        run_monitor.rows = [dict(r) for r in ingest.read_metrics(metrics_path)]
+    stop_verdict = None
+    bar = _StepProgress(p.plan, done=len(run_monitor.rows))
+    try:
+        while True:
+            rows = follower.poll()
+            if rows:
+                bar.advance(rows)
+                if live is not None:
+                    live.log_rows(rows)
+                verdict = run_monitor.update(rows)
+                if verdict is not None:
+                    stop_verdict = verdict
+                    stop_child()
+                    break
+            if interrupted:
+                stop_child()
+                break
+            if proc.poll() is not None:
+                break
+            process.wait_for(lambda: proc.poll() is not None or bool(interrupted), poll_s)
+        rows = follower.close() if hasattr(follower, "close") else follower.poll()
+        if rows:
+            if live is not None:
+                live.log_rows(rows)
+            run_monitor.update(rows)
+    except BaseException as exc:
+        # a bad metrics line or a bug here must not leave an unwatched trainer and a state file
+        # that says "running": stop the child, record why, then report the error as usual
+        code = stop_child()
+        write_state(attempt_dir, "failed", **base, exit_code=code,
+                    reason=f"rlexp launch stopped the run: {exc}".splitlines()[0][:300])
+        raise
+    finally:
+        bar.close()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    code = proc.wait()
+    if stop_verdict is not None:
+        state = write_state(attempt_dir, "stopped", **base, exit_code=code,
+                            reason=f"early stop (SOP §11.24 §4): {stop_verdict.reason}",
+                            early_stop={"best_step": stop_verdict.best_step,
+                                        "best_smoothed": stop_verdict.best_smoothed,
+                                        "stop_step": stop_verdict.stop_step, "rule": stop_verdict.rule})
+    elif interrupted:
+        state = write_state(attempt_dir, "stopped", **base, exit_code=code,
+                            reason=f"rlexp launch received {signal.Signals(interrupted['signal']).name}; "
+                                   f"trainer {process.describe_exit(code)}; continue with --resume")
+    elif code == 0:
+        state = write_state(attempt_dir, "finished", **base, exit_code=0, reason=None)
+    else:
+        run_monitor.record_crash(code)
+        state = write_state(attempt_dir, "failed", **base, exit_code=code,
+                            reason=f"trainer {process.describe_exit(code)}; see launch/stdout.log")
+    provenance.scrub_file(launch_dir / "stdout.log")  # secrets a trainer printed never stay on disk
+    if live is not None:
+        live.finish()
+    steps = max((r["global_step"] for r in run_monitor.rows), default=0)
+    dropped = getattr(getattr(follower, "stats", None), "dropped_keys", {})
+    return {"state": state["state"], "reason": state.get("reason"), "exit_code": code, "steps": steps,
+            "attempt": p.attempt.id, "backend": p.backend, "spikes": len(run_monitor.logged_spikes),
+            "dropped_values": dict(dropped)}
+
+
+class _TrainerMetricsReader:
+    """New complete rows of a ``metrics.jsonl`` another process appends (strictly validated)."""
+
+    def __init__(self, path: Path):
+        from rlexp.ingest import LineFollower
+
+        self.lines = LineFollower(path)
+
+    def poll(self) -> list[dict[str, Any]]:
+        from rlexp.files import finite_number
+
+        rows = []
+        for number, line in self.lines.new_lines():
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line, parse_constant=_reject_constant)
+            except ValueError:
+                raise InputError(self.lines.path, f"line {number}", "malformed or non-finite metrics line") from None
+            if not isinstance(row, dict) or not isinstance(row.get("global_step"), int):
+                raise InputError(self.lines.path, f"line {number}", "expected an object with integer global_step")
+            bad = [k for k, v in row.items() if k != "global_step" and finite_number(v) is None]
+            if bad:
+                raise InputError(self.lines.path, f"line {number}: {bad[0]}", "expected a finite number")
+            rows.append(row)
+        return rows
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"non-finite number {name}")
+
+
+class _Live:
+    """MLflow logging that never takes a run down: the first error is reported, then skipped."""
+
+    def __init__(self, attempt_dir: Path, uri: str | None):
+        self.attempt_dir, self.uri = attempt_dir, uri
+        self.logger = None
+        self.failed = False
+        try:
+            from rlexp.tracking import LiveLogger
+
+            self.logger = LiveLogger(attempt_dir, uri)
+        except Exception as exc:  # noqa: BLE001 - tracking is a mirror; training goes on without it
+            self._warn(exc)
+
+    def _warn(self, exc: Exception) -> None:
+        if not self.failed:
+            print(f"rlexp: warning: MLflow logging disabled for this run: {exc}".splitlines()[0], file=sys.stderr)
+        self.failed = True
+        self.logger = None
+
+    def log_rows(self, rows) -> None:
+        if self.logger is not None:
+            try:
+                self.logger.log_rows(rows)
+            except Exception as exc:  # noqa: BLE001
+                self._warn(exc)
+
+    def finish(self) -> None:
+        if self.failed:
+            return
+        try:
+            from rlexp.tracking import log_attempt
+
+            log_attempt(self.attempt_dir, self.uri)
+        except Exception as exc:  # noqa: BLE001
+            self._warn(exc)
+
+
+def _live_logger(attempt_dir: Path, tracking_uri: str | None):
+    if tracking_uri is not None and tracking_uri.lower() in ("off", "none", ""):
+        return None
+    return _Live(attempt_dir, tracking_uri)
+
+
+def _print_result(result: dict[str, Any]) -> None:
+    from rich.console import Console
+
+    console = Console()
+    line = f"{result['attempt']}: {result['state']}"
+    if result.get("steps") is not None:
+        line += f" after {result['steps']} global steps"
+    if result.get("reason"):
+        line += f" - {result['reason']}"
+    dropped = result.get("dropped_values") or {}
+    if dropped:
+        line += f" ({sum(dropped.values())} non-numeric metric values dropped: {', '.join(sorted(dropped))})"
+    console.print(line, markup=False, highlight=False)

@@ -1,10 +1,268 @@
-"""`rlexp plan` (placeholder until its issue lands)."""
+"""`rlexp plan ATTEMPT`: what the trainer will really do, checked before a GPU is touched.
+
+Prints the step counts, the LR at milestones, the eval/save schedule, the preflight checks and
+the power of the planned comparison; writes ``plan.json`` next to the spec (atomically).
+Exit 0 when no check is an error, 1 when one is, 2 on unusable input.
+
+Module level imports only typer: ``rlexp --help`` imports every command module.
+"""
 
 from __future__ import annotations
 
-from rlexp.errors import CheckFailed
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+if TYPE_CHECKING:
+    from rlexp.spec import Attempt
+
+PLAN_FORMAT = 1
 
 
-def plan() -> None:
-    """Not built yet."""
-    raise CheckFailed("'plan' is not implemented yet")
+def build_plan(att: Attempt) -> dict[str, Any]:
+    """The plan of an attempt as a JSON-ready dict (what ``plan.json`` holds)."""
+    from rlexp.checks import gpu_layout, preflight, primary_power, steps_for
+    from rlexp.files import sha256_file
+    from rlexp.power import power_report
+    from rlexp.schedule import checkpoint_plan, lr_for_global_step, lr_rows_for_plan
+    from rlexp.spec import diff_against_parent
+
+    steps = steps_for(att)
+    ckpt = checkpoint_plan(steps, att.recipe, att.checkpoints_mid)
+    power = primary_power(att)
+    checks = preflight(att, steps, power)
+    milestones = milestone_steps(att, steps.global_steps_total, steps.warmup_global_steps)
+    rows, coverage = lr_rows_for_plan(steps, extra=milestones)
+    monitor = att.datasets.get("ood_monitor")
+    monitor_power = (
+        power_report(monitor.size, att.baseline.discordance).as_dict() if monitor and monitor.size else None
+    )
+    layout = gpu_layout(att.recipe) if att.trainer.name == "openrlhf" else None
+    power_json: dict[str, Any] = (
+        power.as_dict() if power else {"mde_pp": None, "power_at_win_threshold": None, "n": None}
+    )
+    power_json["monitor"] = monitor_power
+    return {
+        "format": PLAN_FORMAT,
+        "attempt": att.id,
+        "parent": att.parent_id,
+        "spec": str(att.spec_path),
+        "spec_sha256": sha256_file(att.spec_path),
+        "trainer": {"name": att.trainer.name, "version": att.trainer.version, "gpus": att.trainer.gpus},
+        "intent": _jsonable(att.intent),
+        "change": _jsonable(att.change),
+        "diff": [
+            {"key": d.key, "parent": _jsonable(d.parent), "value": _jsonable(d.value), "kind": d.kind}
+            for d in diff_against_parent(att)
+        ],
+        "datasets": {
+            role: {
+                "path": str(ref.path) if ref.path else None,
+                "size": ref.size,
+                "stated_size": ref.stated_size,
+                "exists": ref.exists,
+                "prompt_suffix": ref.prompt_suffix,
+            }
+            for role, ref in att.datasets.items()
+        },
+        "steps": {
+            "pool_size": steps.pool_size,
+            "prompts": steps.prompts,
+            "optimizer_steps_total": steps.optimizer_steps_total,
+            "optimizer_steps_per_episode": steps.optimizer_steps_per_episode,
+            "optimizer_steps_per_global_step": steps.optimizer_steps_per_global_step,
+            "optimizer_steps_run": steps.optimizer_steps_run,
+            "global_steps_per_episode": steps.global_steps_per_episode,
+            "global_steps_total": steps.global_steps_total,
+            "partial_batch_prompts": steps.partial_batch_prompts,
+            "drops_partial_batch": steps.drops_partial_batch,
+            "micro_batches_per_optimizer_step": steps.micro_batches_per_optimizer_step,
+            "data_parallel_size": steps.data_parallel_size,
+            "warmup_steps": steps.warmup_steps,
+            "warmup_global_steps": steps.warmup_global_steps,
+            "peak_lr": steps.peak_lr,
+            "min_lr": steps.min_lr,
+            "min_lr_ratio": steps.min_lr_ratio,
+            "actor_lr_logging": steps.actor_lr_logging,
+        },
+        "lr_rows": coverage,
+        "lr": [lr_for_global_step(g, steps).as_dict() for g in rows],
+        "lr_milestones": [lr_for_global_step(g, steps).as_dict() for g in milestones],
+        "eval_global_steps": list(ckpt.evaluated),
+        "save_global_steps": list(ckpt.saved),
+        "checkpoints": {
+            "final": ckpt.final,
+            "mid": ckpt.mid,
+            "extra": list(att.checkpoints_extra),
+            "best_by_monitor_candidates": list(ckpt.best_by_monitor_candidates),
+        },
+        "gpu_layout": (
+            {
+                "vllm": layout.vllm,
+                "actor": layout.actor,
+                "reference": layout.reference,
+                "reward": layout.reward,
+                "critic": layout.critic,
+                "total": layout.total,
+                "notes": list(layout.notes),
+            }
+            if layout
+            else None
+        ),  # fmt: skip
+        "checks": [c.as_dict() for c in checks],
+        "power": power_json,
+    }
+
+
+def milestone_steps(att: Attempt, total: int, warmup_global: float) -> list[int]:
+    """Global steps worth a row in the LR table: start, end of warm-up, step 20 (the LR check),
+    quarters of the run, the mid checkpoint, the intended length, the final step."""
+    import math
+
+    points = {1, min(total, 20), max(1, math.ceil(warmup_global)), total}
+    points |= {max(1, round(total * q)) for q in (0.25, 0.5, 0.75)}
+    if att.checkpoints_mid:
+        points.add(att.checkpoints_mid)
+    intent = att.intent.get("global_steps")
+    if intent:
+        points.add(intent)
+    return sorted(p for p in points if 1 <= p <= total)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, tuple | list):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return str(value)  # YAML dates and the like
+
+
+def render(data: dict[str, Any]) -> None:
+    """Human output: rich tables, one per section."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    s = data["steps"]
+    tr = data["trainer"]
+    console.print(
+        f"[bold]plan[/bold] {data['attempt']}"
+        + (f" (parent {data['parent']})" if data["parent"] else "")
+        + f" — {tr['name']} {tr['version']}, pool {s['pool_size']:,} prompts"
+    )
+
+    steps = Table(title="Steps (as the trainer counts them)", show_header=False)
+    steps.add_column("what")
+    steps.add_column("value", justify="right")
+    steps.add_row(
+        "optimizer steps (max_steps, the LR scheduler's horizon)", f"{s['optimizer_steps_total']:,}"
+    )
+    steps.add_row("optimizer steps per global step", f"{s['optimizer_steps_per_global_step']:g}")
+    steps.add_row("global steps per episode", f"{s['global_steps_per_episode']:,}")
+    steps.add_row("global steps total", f"[bold]{s['global_steps_total']:,}[/bold]")
+    if data["intent"].get("global_steps"):
+        steps.add_row("intended global steps", f"{data['intent']['global_steps']:,}")
+    steps.add_row("optimizer steps the trainer runs", f"{s['optimizer_steps_run']:,}")
+    steps.add_row(
+        "warm-up (optimizer steps / global steps)", f"{s['warmup_steps']:,} / {s['warmup_global_steps']:,.1f}"
+    )
+    steps.add_row("partial last rollout batch (prompts)",
+                  f"{s['partial_batch_prompts']}" + (" dropped" if s["drops_partial_batch"] else " trained")
+                  if s["partial_batch_prompts"] else "0")  # fmt: skip
+    steps.add_row("peak LR → min LR", f"{s['peak_lr']:.3g} → {s['min_lr']:.3g}")
+    console.print(steps)
+
+    lr = Table(title="LR at milestones (fraction of peak)")
+    for col in ("global step", "optimizer steps", "LR first", "LR mean", "of peak", "actor_lr logged"):
+        lr.add_column(col, justify="right")
+    for row in data["lr_milestones"]:
+        lr.add_row(
+            f"{row['global_step']:,}",
+            f"{row['first_optimizer_step']:,}–{row['last_optimizer_step']:,}",
+            f"{row['lr_first']:.3g}",
+            f"{row['lr_mean']:.3g}",
+            f"{row['fraction_of_peak']:.1%}",
+            f"{row['actor_lr_logged']:.3g}",
+        )
+    console.print(lr)
+
+    sched = Table(title="Eval / save schedule (global_step % N == 0)", show_header=False)
+    sched.add_column("what")
+    sched.add_column("steps")
+    sched.add_row("in-run eval", _compact(data["eval_global_steps"]))
+    sched.add_row("checkpoint saves", _compact(data["save_global_steps"]))
+    ck = data["checkpoints"]
+    sched.add_row("K=3: final", _mark(ck["final"], data))
+    sched.add_row(
+        "K=3: mid (pre-registered)", _mark(ck["mid"], data) if ck["mid"] else "[yellow]none[/yellow]"
+    )
+    sched.add_row("K=3: best-by-monitor candidates", f"{len(ck['best_by_monitor_candidates'])} steps")
+    console.print(sched)
+
+    checks = Table(title="Preflight checks")
+    for col in ("severity", "id", "message", "SOP"):
+        checks.add_column(col, overflow="fold")
+    for c in data["checks"]:
+        colour = "red" if c["severity"] == "error" else "yellow"
+        checks.add_row(f"[{colour}]{c['severity']}[/{colour}]", c["id"], c["message"], c["sop_ref"])
+    if not data["checks"]:
+        checks.add_row("[green]ok[/green]", "-", "no findings", "")
+    console.print(checks)
+
+    p = data["power"]
+    power = Table(title=f"Power of the planned comparison (paired, α={p.get('alpha', 0.05)}, 80% power)")
+    for col in ("set", "n", "discordance", "MDE (pp)", f"power at +{p.get('win_threshold_pp', 3.0):.1f} pp",
+                "n for it"):  # fmt: skip
+        power.add_column(col, justify="right")
+    for name, row in (("ood_primary", p if p.get("n") else None), ("ood_monitor", p.get("monitor"))):
+        if row:
+            power.add_row(name, f"{row['n']:,}", f"{row['discordance']:.1%}", f"{row['mde_pp']:.1f}",
+                          f"{row['power_at_win_threshold']:.0%}", f"{row['n_for_win_threshold']:,}")  # fmt: skip
+    console.print(power)
+    errors = sum(c["severity"] == "error" for c in data["checks"])
+    warnings = len(data["checks"]) - errors
+    verdict = "[red]blocked[/red]" if errors else "[green]ready[/green]"
+    console.print(f"{verdict}: {errors} error(s), {warnings} warning(s); plan.json written")
+
+
+def _compact(points: list[int]) -> str:
+    if not points:
+        return "[yellow]never[/yellow]"
+    if len(points) <= 8:
+        return ", ".join(f"{p:,}" for p in points)
+    return f"{points[0]:,}, {points[1]:,}, {points[2]:,}, … {points[-1]:,} ({len(points):,} in all)"
+
+
+def _mark(step: int, data: dict[str, Any]) -> str:
+    saved = step in set(data["save_global_steps"])
+    evaluated = step in set(data["eval_global_steps"])
+    return (
+        f"{step:,}  saved: {'[green]yes[/green]' if saved else '[red]no[/red]'}"
+        f"  evaluated: {'[green]yes[/green]' if evaluated else '[red]no[/red]'}"
+    )
+
+
+def plan(
+    spec: Annotated[Path, typer.Argument(help="The attempt directory or its attempt.yaml.")],
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Print the plan as JSON instead of tables.")
+    ] = False,
+) -> None:
+    """Step counts, LR schedule, eval/save schedule, preflight checks and power of an attempt."""
+    from rlexp.files import atomic_write_json, to_json
+    from rlexp.spec import load_attempt
+
+    att = load_attempt(spec)
+    data = build_plan(att)
+    atomic_write_json(att.attempt_dir / "plan.json", data)
+    if json_output:
+        typer.echo(to_json(data), nl=False)
+    else:
+        render(data)
+    if any(c["severity"] == "error" for c in data["checks"]):
+        raise typer.Exit(1)

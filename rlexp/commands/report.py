@@ -1,10 +1,35 @@
-"""`rlexp report` (placeholder until its issue lands)."""
+"""`rlexp report ATTEMPT`: regenerate the one-page report and log it to MLflow."""
 
 from __future__ import annotations
 
-from rlexp.errors import CheckFailed
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
 
 
-def report() -> None:
-    """Not built yet."""
-    raise CheckFailed("'report' is not implemented yet")
+def report(
+    attempt: Annotated[Path, typer.Argument(help="Attempt directory or its attempt.yaml.")],
+    reports_dir: Annotated[
+        Path | None,
+        typer.Option("--reports-dir", help="Where <experiment>/ reports go (default: reports/ beside experiments/)."),
+    ] = None,
+    tracking_uri: Annotated[str | None, typer.Option("--tracking-uri", help="MLflow store (default "
+                                                     "sqlite:///mlflow.db here); 'off' skips MLflow.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """Write reports/<experiment>/<attempt>.md (SOP §9's eight deliverables, with plots)."""
+    from rlexp.report import write_report
+
+    path = write_report(attempt, reports_dir)
+    run_id = None
+    if not (tracking_uri and tracking_uri.lower() in ("off", "none")):
+        from rlexp.tracking import log_attempt
+
+        run_id = log_attempt(attempt, tracking_uri, report_path=path)
+    plots = sorted(str(p) for p in path.parent.glob(f"{path.stem}_*.png"))
+    if json_out:
+        print(json.dumps({"report": str(path), "plots": plots, "mlflow_run_id": run_id}))
+    else:
+        print(f"wrote {path} ({len(plots)} plots)" + (f"; MLflow run {run_id}" if run_id else ""))

@@ -1,10 +1,87 @@
-"""`rlexp status` (placeholder until its issue lands)."""
+"""`rlexp status EXPERIMENT_DIR`: every attempt of an experiment in one table."""
 
 from __future__ import annotations
 
-from rlexp.errors import CheckFailed
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from rlexp.errors import InputError
 
 
-def status() -> None:
-    """Not built yet."""
-    raise CheckFailed("'status' is not implemented yet")
+def attempt_status(attempt_dir: Path) -> dict[str, Any]:
+    """State, steps done and decision of one attempt, read from its files (never from MLflow).
+
+    A state file that says ``running`` while neither the launcher nor the trainer process exists
+    is reported as ``lost`` (the machine rebooted, or both were killed): ``--resume`` continues it.
+    """
+    from rlexp.backends.process import pid_alive
+    from rlexp.files import read_json
+
+    row: dict[str, Any] = {"attempt": attempt_dir.name, "parent": None, "state": "not launched", "steps": 0,
+                           "decision": None, "reason": None}
+    try:
+        import yaml
+
+        spec = yaml.safe_load((attempt_dir / "attempt.yaml").read_text(encoding="utf-8")) or {}
+        if isinstance(spec, dict):
+            row["parent"] = spec.get("parent")
+    except (OSError, ValueError, ImportError):
+        pass
+    except Exception:  # noqa: BLE001 - a broken spec shows as such, the table still renders
+        row["reason"] = "attempt.yaml unreadable"
+    if (attempt_dir / "plan.json").exists() and row["state"] == "not launched":
+        row["state"] = "planned"
+    state_path = attempt_dir / "launch" / "state.json"
+    if state_path.exists():
+        state = read_json(state_path)
+        row["state"] = state.get("state", "?")
+        row["reason"] = state.get("reason")
+        if row["state"] == "running" and not (pid_alive(state.get("pid")) or pid_alive(state.get("launcher_pid"))):
+            if state.get("launcher_pid") is None:  # started with --no-follow: nobody saw the exit
+                row["state"] = "exited"
+                row["reason"] = "started with --no-follow; the trainer has exited (see launch/stdout.log)"
+            else:
+                row["state"] = "lost"
+                row["reason"] = "no live process; continue with rlexp launch --resume"
+    metrics = attempt_dir / "metrics.jsonl"
+    if metrics.exists():
+        steps = 0
+        with open(metrics, "rb") as fh:
+            for line in fh:
+                if line.endswith(b"\n") and b"global_step" in line:
+                    try:
+                        steps = max(steps, int(json.loads(line)["global_step"]))
+                    except (ValueError, KeyError, TypeError):
+                        continue
+        row["steps"] = steps
+    if (attempt_dir / "decision.json").exists():
+        decision = read_json(attempt_dir / "decision.json")
+        row["decision"] = decision.get("decision") if isinstance(decision, dict) else None
+    return row
+
+
+def status(
+    experiment: Annotated[Path, typer.Argument(help="Experiment directory (holds one folder per attempt).")],
+    json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """Show every attempt of an experiment: state, global steps done, decision."""
+    if not experiment.is_dir():
+        raise InputError(experiment, None, "experiment directory not found")
+    attempts = sorted(p for p in experiment.iterdir() if (p / "attempt.yaml").is_file())
+    rows = [attempt_status(p) for p in attempts]
+    if json_out:
+        print(json.dumps({"experiment": experiment.name, "attempts": rows}))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{experiment.name}: {len(rows)} attempt(s)")
+    for column in ("attempt", "parent", "state", "steps", "decision", "note"):
+        table.add_column(column, overflow="fold")
+    for r in rows:
+        table.add_row(r["attempt"], r["parent"] or "—", r["state"], str(r["steps"]), r["decision"] or "—",
+                      (r["reason"] or "")[:80])
+    Console().print(table)

@@ -1,0 +1,777 @@
+"""A GRPO trainer for the CPU, readable top to bottom (cleanrl style), with OpenRLHF's semantics.
+
+    python -m rlexp.backends.local_trainer ATTEMPT_DIR [--resume]
+
+It reads ``ATTEMPT_DIR/attempt.yaml`` (rlexp.spec.load_attempt) and produces what an OpenRLHF run
+produces, so every downstream command treats a laptop run and a cluster run alike:
+
+- ``metrics.jsonl`` — one line per global step, OpenRLHF's names (``policy_loss``, ``actor_lr``,
+  ``reward``, ``response_length``, ``kl``, ``ppo_clip_ratio``, ``group_reward_std``) plus the
+  seed's diagnostics (``grad_norm`` *before* clipping, ``ratio_max``, ``log_ratio_abs_p99``,
+  ``entropy``, ``has_boxed``, ``truncated``) and ``monitor_acc`` on eval steps;
+- ``checkpoints/global_step{N}_hf`` — the LoRA adapter (peft format) every ``save_steps``;
+- ``checkpoints/state/global_step{N}`` — what ``--resume`` needs to continue exactly.
+
+Semantics followed (OpenRLHF v0.11, DESIGN.md "Facts"):
+
+- one *global step* = roll out ``rollout_batch_size`` prompts × ``n_samples_per_prompt`` samples,
+  then train on them for ``max_epochs`` passes in micro-batches of ``micro_train_batch_size``
+  with one optimizer step per ``train_batch_size`` samples (gradient accumulation in between);
+- the LR follows ``transformers.get_scheduler("cosine_with_min_lr")`` with warm-up
+  ``ceil(max_steps * lr_warmup_ratio)`` and ``min_lr = min_lr_ratio × lr`` (default 0.1), stepped
+  once per optimizer step, ``max_steps`` counting optimizer steps — the numbers ``rlexp plan``
+  predicts through :mod:`rlexp.schedule`;
+- ``global_step % eval_steps == 0`` evaluates, ``global_step % save_steps == 0`` saves; neither
+  fires at the final step unless it is a multiple (a resumable state is still written there).
+
+The loss is factored into pure functions (:func:`group_advantages`, :func:`policy_loss`,
+:func:`k3_kl`, :func:`grpo_loss`) that the correctness gates in tests/test_grpo.py hit directly.
+
+Randomness: every global step's rollout is sampled with the seed ``(seed, global_step)`` and each
+episode's prompt order with ``(seed, episode)``, so a resumed run draws exactly what an
+uninterrupted one would; RNG states are saved anyway.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import sys
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rlexp.errors import InputError
+from rlexp.files import append_jsonl, iter_jsonl, repair_torn_tail
+
+if TYPE_CHECKING:
+    import torch
+
+METRICS_FILE = "metrics.jsonl"
+STATE_DIR = "state"  # under checkpoints/: resumable training states, one directory per saved step
+
+
+# =============================================================================== configuration
+
+
+@dataclass(frozen=True)
+class TrainerConfig:
+    """The recipe as the trainer reads it. Names are OpenRLHF's (v0.9.x spelling, no dashes)."""
+
+    pretrain: Path
+    pool_path: Path
+    monitor_path: Path | None = None
+    prompt_suffix: str = ""
+    monitor_suffix: str = ""
+    advantage_estimator: str = "group_norm"  # group_norm (GRPO) | dr_grpo (no std division)
+    n_samples_per_prompt: int = 8
+    rollout_batch_size: int = 16
+    train_batch_size: int = 128  # samples per optimizer step
+    micro_train_batch_size: int = 16
+    max_epochs: int = 1
+    num_episodes: int = 1
+    actor_learning_rate: float = 1e-4
+    lr_warmup_ratio: float = 0.03
+    min_lr_ratio: float = 0.1
+    adam_betas: tuple[float, float] = (0.9, 0.95)
+    l2: float = 0.0
+    max_norm: float = 1.0
+    eps_clip: float = 0.2
+    init_kl_coef: float = 0.0
+    temperature: float = 1.0
+    generate_max_len: int = 16
+    eval_max_len: int = 16
+    lora_rank: int = 8  # 0 = full fine-tune (OpenRLHF's default), the reference a frozen copy
+    lora_alpha: int = 16
+    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+    eval_steps: int = 10  # -1 = never (OpenRLHF's default)
+    save_steps: int = 10  # -1 = never
+    max_samples: int = 100_000_000
+    seed: int = 42
+    max_global_steps: int | None = None  # stop early (intent.global_steps); None = the whole schedule
+    trainer_version: str = "0.11.0"
+
+    @property
+    def optimizer_steps_per_global_step(self) -> int:
+        return self.rollout_batch_size * self.n_samples_per_prompt // self.train_batch_size * self.max_epochs
+
+    @property
+    def accumulation(self) -> int:
+        return self.train_batch_size // self.micro_train_batch_size
+
+    def validate(self, where: str | Path | None = None) -> None:
+        samples = self.rollout_batch_size * self.n_samples_per_prompt
+        if self.advantage_estimator not in ("group_norm", "dr_grpo"):
+            raise InputError(
+                where, "recipe.advantage_estimator", "the local trainer supports group_norm, dr_grpo"
+            )
+        if samples % self.train_batch_size:
+            raise InputError(
+                where,
+                "recipe.train_batch_size",
+                f"must divide rollout_batch_size × n_samples_per_prompt = {samples}",
+            )
+        if self.train_batch_size % self.micro_train_batch_size:
+            raise InputError(where, "recipe.micro_train_batch_size", "must divide train_batch_size")
+        for name in (
+            "generate_max_len",
+            "n_samples_per_prompt",
+            "rollout_batch_size",
+            "max_epochs",
+            "num_episodes",
+        ):
+            if getattr(self, name) < 1:
+                raise InputError(where, f"recipe.{name}", "must be >= 1")
+        if self.lora_rank < 0:
+            raise InputError(where, "recipe.lora_rank", "must be >= 0")
+
+
+RECIPE_FIELDS = {
+    "advantage_estimator": str,
+    "n_samples_per_prompt": int,
+    "rollout_batch_size": int,
+    "train_batch_size": int,
+    "micro_train_batch_size": int,
+    "max_epochs": int,
+    "num_episodes": int,
+    "actor_learning_rate": float,
+    "lr_warmup_ratio": float,
+    "min_lr_ratio": float,
+    "l2": float,
+    "max_norm": float,
+    "eps_clip": float,
+    "init_kl_coef": float,
+    "temperature": float,
+    "generate_max_len": int,
+    "lora_rank": int,
+    "lora_alpha": int,
+    "eval_steps": int,
+    "save_steps": int,
+    "seed": int,
+    "max_samples": int,
+}
+
+
+def fires(global_step: int, every: int) -> bool:
+    """OpenRLHF's cadence test: ``global_step % every == 0``; ``every <= 0`` never fires."""
+    return every > 0 and global_step % every == 0
+
+
+def config_from_attempt(att: Any) -> TrainerConfig:
+    """Map a loaded attempt (rlexp.spec) onto the trainer's configuration."""
+    recipe = dict(att.recipe)
+    where = att.spec_path
+    values: dict[str, Any] = {}
+    for name, kind in RECIPE_FIELDS.items():
+        if recipe.get(name) is None:
+            continue
+        value = recipe[name]
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            raise InputError(where, f"recipe.{name}", f"expected {kind.__name__}, got {type(value).__name__}")
+        try:
+            values[name] = kind(value)
+        except (TypeError, ValueError):
+            raise InputError(where, f"recipe.{name}", f"expected {kind.__name__}, got {value!r}") from None
+    if recipe.get("target_modules"):
+        modules = recipe["target_modules"]
+        values["target_modules"] = tuple(
+            modules.split(",") if isinstance(modules, str) else (str(m) for m in modules)
+        )
+    if recipe.get("adam_betas"):
+        values["adam_betas"] = tuple(float(b) for b in recipe["adam_betas"])
+    pretrain = recipe.get("pretrain")
+    if not pretrain:
+        raise InputError(where, "recipe.pretrain", "missing")
+    pretrain_path = Path(pretrain)
+    if not pretrain_path.is_absolute():
+        pretrain_path = Path(att.experiment_dir) / pretrain_path
+    pool = att.datasets.get("pool")
+    if pool is None or pool.path is None:
+        raise InputError(where, "datasets.pool", "missing")
+    monitor = att.datasets.get("ood_monitor")
+    global_steps = (att.intent or {}).get("global_steps")
+    return TrainerConfig(
+        pretrain=pretrain_path,
+        pool_path=Path(pool.path),
+        monitor_path=Path(monitor.path) if monitor is not None and monitor.path is not None else None,
+        prompt_suffix=pool.prompt_suffix or "",
+        monitor_suffix=(monitor.prompt_suffix if monitor is not None else None) or pool.prompt_suffix or "",
+        eval_max_len=int(recipe.get("generate_max_len") or 16),
+        max_global_steps=int(global_steps) if global_steps else None,
+        trainer_version=str(att.trainer.version),
+        **values,
+    )
+
+
+# =============================================================================== the loss (pure)
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean over the positions where ``mask`` is 1 (OpenRLHF's token-level loss, ``dim=None``)."""
+    return (values * mask).sum() / mask.sum().clamp(min=1)
+
+
+def group_advantages(rewards: torch.Tensor, estimator: str) -> torch.Tensor:
+    """Advantages from rewards of shape ``[B, G]`` (B prompts × G samples each).
+
+    ``group_norm`` (GRPO): ``(r − mean_g) / (std_g + 1e-9)`` with the unbiased std (torch's, as
+    OpenRLHF); ``dr_grpo``: ``r − mean_g`` (Dr. GRPO drops the std). A group of one sample has no
+    baseline to compare to: its advantage is 0 (not NaN).
+    """
+    import torch
+
+    centred = rewards - rewards.mean(dim=-1, keepdim=True)
+    if estimator == "dr_grpo":
+        return centred
+    if estimator != "group_norm":
+        raise ValueError(f"unknown advantage estimator {estimator!r}")
+    if rewards.shape[-1] < 2:
+        return torch.zeros_like(rewards)
+    return centred / (rewards.std(dim=-1, keepdim=True) + 1e-9)
+
+
+def policy_loss(
+    logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, eps_clip: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO's clipped surrogate, token level: ``−min(r·A, clip(r, 1−ε, 1+ε)·A)``; returns
+    ``(loss, clip_fraction)``. ``advantages`` are per token (a sequence's advantage broadcast)."""
+    import torch
+
+    ratio = torch.exp(logp - old_logp)
+    surrogate = ratio * advantages
+    clipped = ratio.clamp(1.0 - eps_clip, 1.0 + eps_clip) * advantages
+    loss = masked_mean(-torch.min(surrogate, clipped), mask)
+    clip_fraction = masked_mean((clipped < surrogate).float(), mask)
+    return loss, clip_fraction.detach()
+
+
+def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """Schulman's k3 estimator of KL(policy ‖ reference) per token: ``e^x − 1 − x`` with
+    ``x = log π_ref − log π``; non-negative, zero exactly when the two agree."""
+    import torch
+
+    log_ratio = ref_logp - logp
+    return torch.exp(log_ratio) - 1.0 - log_ratio
+
+
+@dataclass(frozen=True)
+class LossParts:
+    loss: torch.Tensor  # what backward() is called on
+    policy_loss: torch.Tensor
+    kl: torch.Tensor
+    clip_fraction: torch.Tensor
+
+
+def grpo_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    ref_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    eps_clip: float,
+    kl_coef: float,
+) -> LossParts:
+    """The actor loss: clipped policy loss + ``kl_coef`` × token-mean k3 KL to the reference
+    (OpenRLHF's ``use_kl_loss`` form). ``kl_coef == 0`` removes the KL term from the graph."""
+    pg, clip_fraction = policy_loss(logp, old_logp, advantages, mask, eps_clip)
+    kl = masked_mean(k3_kl(logp, ref_logp), mask)
+    loss = pg + kl_coef * kl if kl_coef != 0 else pg
+    return LossParts(loss=loss, policy_loss=pg.detach(), kl=kl.detach(), clip_fraction=clip_fraction)
+
+
+def token_logprobs(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor):
+    """Log-probability of each token given the ones before it, and the policy entropy there.
+
+    Returns ``(logp, entropy)`` of shape ``[N, T-1]``: position ``t`` scores ``input_ids[:, t+1]``.
+    Position ids count real tokens only (as ``generate`` does for left-padded rows), so the
+    scored distribution is the one the samples were drawn from.
+    """
+    import torch
+
+    position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids)
+    logits = out.logits[:, :-1, :].float()
+    log_softmax = torch.log_softmax(logits, dim=-1)
+    logp = log_softmax.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    with torch.no_grad():
+        entropy = -(log_softmax.exp() * log_softmax).sum(-1)
+    return logp, entropy
+
+
+# =============================================================================== rollouts
+
+
+@dataclass
+class Rollout:
+    """B × G samples of one global step, flattened row-major (prompt-major)."""
+
+    input_ids: Any  # [N, T] prompt (left-padded) + response (right-padded)
+    attention_mask: Any  # [N, T]
+    action_mask: Any  # [N, T-1]: 1 where position t predicts a response token
+    rewards: Any  # [B, G]
+    advantages: Any  # [N, T-1] per token
+    old_logp: Any  # [N, T-1]
+    ref_logp: Any  # [N, T-1]
+    stats: dict[str, float] = field(default_factory=dict)
+
+
+def reward_of(text: str, gold: str) -> float:
+    """Exact-match reward through the shared extractor (the same one eval uses)."""
+    from rlexp.answers import extract_answer, is_correct
+
+    answer, _ = extract_answer(text)
+    return 1.0 if answer is not None and is_correct(answer, gold) else 0.0
+
+
+def collect_rollout(
+    model, tokenizer, problems: list[dict], cfg: TrainerConfig, *, seed: int, reference=None
+) -> Rollout:
+    """Decode all B × G samples together (KV cache, temperature), score them, and precompute the
+    old-policy and reference log-probabilities the update needs."""
+    import torch
+
+    from rlexp.generation import encode_prompt, generate, render_prompt
+
+    G = cfg.n_samples_per_prompt
+    rendered = [render_prompt(tokenizer, p["prompt"], cfg.prompt_suffix) for p in problems]
+    completions = generate(
+        model,
+        tokenizer,
+        rendered,
+        max_new_tokens=cfg.generate_max_len,
+        temperature=cfg.temperature,
+        num_samples=G,
+        seed=seed,
+        batch_size=len(problems) * G,  # every sample of the step in one batch
+    )
+    rows, rewards, has_boxed, truncated, lengths = [], [], [], [], []
+    for problem, text, samples in zip(problems, rendered, completions, strict=True):
+        prompt_ids = encode_prompt(tokenizer, text)
+        group = []
+        for c in samples:
+            rows.append((prompt_ids, list(c.token_ids)))
+            group.append(reward_of(c.text, str(problem["answer"])))
+            has_boxed.append(1.0 if "\\boxed{" in c.text else 0.0)
+            truncated.append(1.0 if c.finish_reason == "length" else 0.0)
+            lengths.append(float(c.completion_tokens))
+        rewards.append(group)
+
+    input_ids, attention_mask, action_mask = pack_rows(rows, tokenizer.pad_token_id)
+    reward_tensor = torch.tensor(rewards, dtype=torch.float32)
+    seq_adv = group_advantages(reward_tensor, cfg.advantage_estimator).reshape(-1, 1)
+    advantages = seq_adv.expand_as(action_mask) * action_mask
+
+    with torch.no_grad():
+        old_logp, entropy = _logprobs_in_chunks(model, input_ids, attention_mask, cfg.micro_train_batch_size)
+        ref_logp = reference_logprobs(model, input_ids, attention_mask, cfg.micro_train_batch_size, reference)
+    stats = {
+        "reward": reward_tensor.mean().item(),
+        "group_reward_std": reward_tensor.std(dim=-1).nan_to_num(0.0).mean().item() if G > 1 else 0.0,
+        "response_length": sum(lengths) / len(lengths),
+        "has_boxed": sum(has_boxed) / len(has_boxed),
+        "truncated": sum(truncated) / len(truncated),
+        "entropy": masked_mean(entropy, action_mask).item(),
+    }
+    return Rollout(
+        input_ids, attention_mask, action_mask, reward_tensor, advantages, old_logp, ref_logp, stats
+    )
+
+
+def pack_rows(rows: list[tuple[list[int], list[int]]], pad: int):
+    """``(prompt_ids, response_ids)`` pairs → ``(input_ids, attention_mask, action_mask)``.
+
+    Prompts are left-padded to a common width and responses right-padded after them, so every
+    response starts at the same column; ``action_mask[i, t]`` is 1 where position ``t`` predicts
+    a response token (``t + 1`` in ``input_ids``).
+    """
+    import torch
+
+    prompt_width = max(len(p) for p, _ in rows)
+    response_width = max(1, max(len(r) for _, r in rows))
+    ids, attn, action = [], [], []
+    for prompt_ids, response_ids in rows:
+        left = prompt_width - len(prompt_ids)
+        right = response_width - len(response_ids)
+        ids.append([pad] * left + list(prompt_ids) + list(response_ids) + [pad] * right)
+        attn.append([0] * left + [1] * (len(prompt_ids) + len(response_ids)) + [0] * right)
+        action.append([0] * (prompt_width - 1) + [1] * len(response_ids) + [0] * right)
+    return torch.tensor(ids), torch.tensor(attn), torch.tensor(action, dtype=torch.float32)
+
+
+def _logprobs_in_chunks(model, input_ids, attention_mask, chunk: int):
+    import torch
+
+    parts = [
+        token_logprobs(model, input_ids[i : i + chunk], attention_mask[i : i + chunk])
+        for i in range(0, input_ids.shape[0], chunk)
+    ]
+    return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+
+
+def reference_logprobs(model, input_ids, attention_mask, chunk: int, reference=None):
+    """Log-probs under the reference: the base model, i.e. the policy with its LoRA adapter off
+    (or the frozen copy ``reference`` of a full fine-tune)."""
+    if reference is not None:
+        return _logprobs_in_chunks(reference, input_ids, attention_mask, chunk)[0]
+    with model.disable_adapter():
+        return _logprobs_in_chunks(model, input_ids, attention_mask, chunk)[0]
+
+
+# =============================================================================== checkpoints
+
+
+def adapter_dir(attempt_dir: Path, global_step: int) -> Path:
+    return attempt_dir / "checkpoints" / f"global_step{global_step}_hf"
+
+
+def state_dir(attempt_dir: Path, global_step: int) -> Path:
+    return attempt_dir / "checkpoints" / STATE_DIR / f"global_step{global_step}"
+
+
+def _replace_dir(tmp: Path, final: Path) -> None:
+    """Make ``tmp`` appear as ``final`` (rename is atomic; an old copy is moved aside first)."""
+    import shutil
+
+    if final.exists():
+        old = final.with_name(final.name + ".old")
+        shutil.rmtree(old, ignore_errors=True)
+        final.rename(old)
+        tmp.rename(final)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        tmp.rename(final)
+
+
+def save_adapter(model, tokenizer, attempt_dir: Path, global_step: int) -> Path:
+    """``checkpoints/global_step{N}_hf``: the LoRA adapter (or the full model when lora_rank is 0)
+    and the tokenizer, written to a temporary directory and renamed into place."""
+    import tempfile
+
+    final = adapter_dir(attempt_dir, global_step)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp, save_jinja_files=False)
+    _replace_dir(tmp, final)
+    return final
+
+
+def save_state(
+    model, optimizer, scheduler, attempt_dir: Path, global_step: int, extra: dict[str, Any]
+) -> Path:
+    """Everything ``--resume`` needs: trainable weights, optimizer, scheduler, RNG states, position."""
+    import random
+    import tempfile
+
+    import torch
+
+    final = state_dir(attempt_dir, global_step)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+    trainable = {k: v.detach().clone() for k, v in model.named_parameters() if v.requires_grad}
+    torch.save(
+        {
+            "global_step": global_step,
+            "trainable": trainable,
+            "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+            "python_rng": random.getstate(),
+            **extra,
+        },
+        tmp / "trainer_state.pt",
+    )
+    _replace_dir(tmp, final)
+    return final
+
+
+def latest_state(attempt_dir: Path) -> Path | None:
+    root = attempt_dir / "checkpoints" / STATE_DIR
+    if not root.exists():
+        return None
+    steps = []
+    for d in root.iterdir():
+        if d.name.startswith("global_step") and (d / "trainer_state.pt").exists():
+            suffix = d.name.removeprefix("global_step")
+            if suffix.isdigit():
+                steps.append((int(suffix), d))
+    return max(steps)[1] if steps else None
+
+
+def truncate_metrics(path: Path, last_step: int) -> None:
+    """Keep metric rows up to ``last_step``: a resumed run re-does later steps, never duplicates."""
+    from rlexp.files import atomic_write_text
+
+    if not path.exists():
+        return
+    repair_torn_tail(path)
+    import json
+
+    kept = [r for _, r in iter_jsonl(path) if int(r.get("global_step", 0)) <= last_step]
+    atomic_write_text(path, "".join(json.dumps(r, allow_nan=False) + "\n" for r in kept))
+
+
+# =============================================================================== evaluation
+
+
+def monitor_accuracy(model, tokenizer, problems: list[dict], cfg: TrainerConfig) -> float:
+    """Greedy exact-match accuracy on the in-run OOD monitor set (one batched decode)."""
+    from rlexp.generation import generate, render_prompt
+
+    rendered = [render_prompt(tokenizer, p["prompt"], cfg.monitor_suffix) for p in problems]
+    outputs = generate(
+        model, tokenizer, rendered, max_new_tokens=cfg.eval_max_len, temperature=0.0, batch_size=256
+    )
+    hits = sum(
+        reward_of(samples[0].text, str(p["answer"])) for p, samples in zip(problems, outputs, strict=True)
+    )
+    return hits / len(problems) if problems else 0.0
+
+
+# =============================================================================== the training loop
+
+
+class _StopFlag:
+    """SIGTERM asks for a graceful stop: finish the global step, save, exit 0."""
+
+    def __init__(self) -> None:
+        self.requested = False
+
+    def __call__(self, signum, frame) -> None:  # signal handler signature
+        self.requested = True
+
+
+def schedule_totals(cfg: TrainerConfig, pool_size: int) -> tuple[int, int, int]:
+    """``(max_steps, warmup_steps, global_steps_total)`` — OpenRLHF's counts (optimizer steps for
+    the scheduler; v0.11 keeps a partial last rollout batch, so global steps use ceil)."""
+    max_steps = (
+        pool_size * cfg.n_samples_per_prompt // cfg.train_batch_size * cfg.num_episodes * cfg.max_epochs
+    )
+    warmup = math.ceil(max_steps * cfg.lr_warmup_ratio)
+    global_steps = math.ceil(pool_size / cfg.rollout_batch_size) * cfg.num_episodes
+    return max_steps, warmup, global_steps
+
+
+def train(cfg: TrainerConfig, attempt_dir: Path, *, resume: bool = False, log=print) -> int:
+    """Run (or resume) the GRPO training described by ``cfg``; returns the last global step done."""
+    import random
+
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer, get_scheduler
+
+    from rlexp.task import read_dataset
+
+    attempt_dir = Path(attempt_dir)
+    cfg.validate(attempt_dir / "attempt.yaml")
+    metrics_path = attempt_dir / METRICS_FILE
+    if not resume and metrics_path.exists() and metrics_path.stat().st_size > 0:
+        raise InputError(metrics_path, None, "exists: pass --resume to continue this attempt")
+    if not (cfg.pretrain / "config.json").exists():
+        raise InputError(
+            attempt_dir / "attempt.yaml", "recipe.pretrain", f"{cfg.pretrain} is not a local model directory"
+        )
+    stop = _StopFlag()
+    previous_handler = signal.signal(signal.SIGTERM, stop)
+
+    # ---- seed everything; data and models
+    random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    pool = read_dataset(cfg.pool_path)
+    monitor = read_dataset(cfg.monitor_path) if cfg.monitor_path is not None else []
+    tokenizer = AutoTokenizer.from_pretrained(cfg.pretrain)
+    base = AutoModelForCausalLM.from_pretrained(cfg.pretrain, dtype=torch.float32)
+    modules = cfg.target_modules
+    lora = LoraConfig(
+        r=max(1, cfg.lora_rank),
+        lora_alpha=cfg.lora_alpha,
+        target_modules=modules[0] if modules == ("all-linear",) else list(modules),
+        lora_dropout=0.0,
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+    if cfg.lora_rank >= 1:
+        with warnings.catch_warnings():  # peft calls a transformers API deprecated in v5
+            warnings.simplefilter("ignore", FutureWarning)
+            model, reference = get_peft_model(base, lora), None  # reference = this model, adapter disabled
+    else:  # full fine-tune: the reference is a frozen copy of the base
+        import copy
+
+        model, reference = base, copy.deepcopy(base).eval().requires_grad_(False)
+
+    # ---- optimizer and the LR schedule (OpenRLHF: cosine_with_min_lr, stepped per optimizer step)
+    max_steps, warmup, global_steps_total = schedule_totals(cfg, min(len(pool), cfg.max_samples))
+    if cfg.max_global_steps is not None:
+        global_steps_total = min(global_steps_total, cfg.max_global_steps)
+    optimizer = torch.optim.AdamW(
+        [p for p in model.parameters() if p.requires_grad],
+        lr=cfg.actor_learning_rate,
+        betas=cfg.adam_betas,
+        weight_decay=cfg.l2,
+    )
+    scheduler = get_scheduler(
+        "cosine_with_min_lr",
+        optimizer,
+        num_warmup_steps=warmup,
+        num_training_steps=max_steps,
+        scheduler_specific_kwargs={"min_lr_rate": cfg.min_lr_ratio},  # v0.11 passes the rate itself
+    )
+
+    # ---- resume: weights, optimizer, scheduler, RNG; drop metric rows after the checkpoint
+    start_step = 0
+    if resume and (latest := latest_state(attempt_dir)) is not None:
+        state = torch.load(latest / "trainer_state.pt", weights_only=False)
+        params = dict(model.named_parameters())
+        with torch.no_grad():
+            for name, value in state["trainable"].items():
+                params[name].copy_(value)
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        torch.set_rng_state(state["torch_rng"])
+        random.setstate(state["python_rng"])
+        start_step = int(state["global_step"])
+        log(f"resumed from {latest.name}")
+    if resume:
+        truncate_metrics(metrics_path, start_step)
+
+    # ---- the loop: one global step = rollout B×G, then train in micro-batches
+    steps_per_episode = math.ceil(len(pool) / cfg.rollout_batch_size)
+    global_step = start_step
+    try:
+        while global_step < global_steps_total:
+            global_step += 1
+            started = time.perf_counter()
+            episode, batch_index = divmod(global_step - 1, steps_per_episode)
+            order = list(range(len(pool)))
+            random.Random(f"{cfg.seed}:episode:{episode}").shuffle(order)
+            chosen = order[batch_index * cfg.rollout_batch_size : (batch_index + 1) * cfg.rollout_batch_size]
+            problems = [pool[i] for i in chosen]
+
+            model.eval()
+            rollout = collect_rollout(
+                model, tokenizer, problems, cfg, seed=cfg.seed * 1_000_003 + global_step, reference=reference
+            )
+            row = train_on_rollout(model, optimizer, scheduler, rollout, cfg)
+            row.update(rollout.stats)
+
+            if fires(global_step, cfg.eval_steps) and monitor:
+                row["monitor_acc"] = monitor_accuracy(model, tokenizer, monitor, cfg)
+            row["step_time_s"] = round(time.perf_counter() - started, 4)
+            append_jsonl(metrics_path, {"global_step": global_step, **row})
+            log(_progress_line(global_step, global_steps_total, row))
+
+            last = global_step == global_steps_total
+            if fires(global_step, cfg.save_steps) or stop.requested:
+                save_adapter(model, tokenizer, attempt_dir, global_step)
+            if fires(global_step, cfg.save_steps) or stop.requested or last:
+                save_state(model, optimizer, scheduler, attempt_dir, global_step, {"episode": episode})
+            if stop.requested:
+                log(f"SIGTERM: stopped after global step {global_step}")
+                break
+    finally:
+        signal.signal(signal.SIGTERM, previous_handler)
+    return global_step
+
+
+def train_on_rollout(model, optimizer, scheduler, rollout: Rollout, cfg: TrainerConfig) -> dict[str, float]:
+    """``max_epochs`` passes over the rollout in micro-batches; an optimizer step every
+    ``train_batch_size`` samples. Returns the step's metrics (means over micro-batches / steps)."""
+    import torch
+
+    model.train()
+    n = rollout.input_ids.shape[0]
+    micro = cfg.micro_train_batch_size
+    accumulation = cfg.accumulation
+    sums: dict[str, float] = {"policy_loss": 0.0, "kl": 0.0, "ppo_clip_ratio": 0.0}
+    ratio_max, abs_log_ratios = 0.0, []
+    grad_norms, micro_batches = [], 0
+    optimizer.zero_grad(set_to_none=True)  # a partial accumulation of the previous step never leaks in
+    for _epoch in range(cfg.max_epochs):
+        for k, start in enumerate(range(0, n, micro)):
+            sl = slice(start, start + micro)
+            logp, _ = token_logprobs(model, rollout.input_ids[sl], rollout.attention_mask[sl])
+            mask = rollout.action_mask[sl]
+            parts = grpo_loss(
+                logp,
+                rollout.old_logp[sl],
+                rollout.ref_logp[sl],
+                rollout.advantages[sl],
+                mask,
+                eps_clip=cfg.eps_clip,
+                kl_coef=cfg.init_kl_coef,
+            )
+            (parts.loss / accumulation).backward()  # DeepSpeed scales by 1/accumulation the same way
+            micro_batches += 1
+            sums["policy_loss"] += parts.policy_loss.item()
+            sums["kl"] += parts.kl.item()
+            sums["ppo_clip_ratio"] += parts.clip_fraction.item()
+            with torch.no_grad():
+                log_ratio = (logp - rollout.old_logp[sl])[mask.bool()]
+                if log_ratio.numel():
+                    ratio_max = max(ratio_max, log_ratio.exp().max().item())
+                    abs_log_ratios.append(log_ratio.abs())
+            if (k + 1) % accumulation == 0:
+                # clip_grad_norm_ returns the total norm *before* clipping: the number to watch
+                norm = torch.nn.utils.clip_grad_norm_(
+                    [p for p in model.parameters() if p.requires_grad], cfg.max_norm
+                )
+                grad_norms.append(float(norm))
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad(set_to_none=True)
+    all_abs = torch.cat(abs_log_ratios) if abs_log_ratios else torch.zeros(1)
+    return {
+        "policy_loss": sums["policy_loss"] / micro_batches,
+        # OpenRLHF >= 0.9.8 logs get_last_lr() after the step's last micro-batch: the LR the
+        # *next* optimizer step will apply (rlexp.schedule.logged_actor_lr predicts the same number)
+        "actor_lr": scheduler.get_last_lr()[0],
+        "kl": sums["kl"] / micro_batches,
+        "ppo_clip_ratio": sums["ppo_clip_ratio"] / micro_batches,
+        "grad_norm": sum(grad_norms) / len(grad_norms) if grad_norms else 0.0,
+        "ratio_max": ratio_max,
+        "log_ratio_abs_p99": torch.quantile(all_abs.float(), 0.99).item(),
+    }
+
+
+def _progress_line(step: int, total: int, row: dict[str, Any]) -> str:
+    monitor = f" monitor_acc={row['monitor_acc']:.3f}" if "monitor_acc" in row else ""
+    return (
+        f"Global step {step}/{total}: reward={row['reward']:.3f} kl={row['kl']:.4f} "
+        f"actor_lr={row['actor_lr']:.3e} grad_norm={row['grad_norm']:.3f} "
+        f"time={row['step_time_s']:.2f}s{monitor}"
+    )
+
+
+# =============================================================================== entry point
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import os
+
+    parser = argparse.ArgumentParser(
+        prog="python -m rlexp.backends.local_trainer", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("attempt_dir", type=Path)
+    parser.add_argument("--resume", action="store_true", help="continue from the latest saved state")
+    args = parser.parse_args(argv)
+    try:
+        import torch
+
+        torch.set_num_threads(max(1, int(os.environ.get("RLEXP_TORCH_THREADS", "1"))))
+        from rlexp.spec import load_attempt
+
+        att = load_attempt(args.attempt_dir)
+        cfg = config_from_attempt(att)
+        train(cfg, Path(att.attempt_dir), resume=args.resume, log=lambda s: print(s, flush=True))
+    except InputError as exc:
+        print(f"rlexp: {exc.one_line()}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

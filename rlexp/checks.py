@@ -1,0 +1,656 @@
+"""The preflight catalogue: every mistake of the seed's research log that arithmetic can catch.
+
+Each check has a stable id, a severity (``error`` blocks the launch, ``warning`` is printed), a
+one-line message with the numbers, and the SOP section or lesson it enforces. Each one has a
+test reproducing its incident (tests/test_checks.py). :func:`preflight` runs them all.
+
+| id | incident / rule |
+|---|---|
+| lr.low_early | A26/A27: LR < 6 % of peak for the whole observed run (preflight_lr.sh, §11.15, #13) |
+| lr.warmup_share | A26/A27: warm-up of 25,000 / 6,250 optimizer steps against a ~40-step run (#13) |
+| lr.min_lr_ratio_fixed | OpenRLHF < 0.10.2 has no min_lr_ratio flag: min LR is 0.1 × peak |
+| steps.intent | A28: max_steps counts optimizer steps; 25 global steps instead of 200 (#14) |
+| steps.empty | pool smaller than one rollout batch: no global step runs |
+| steps.partial_batch | a partial last rollout batch: dropped by ≤ 0.10.x, trained by ≥ 0.11 |
+| steps.beyond_schedule | more optimizer steps run than max_steps: past its end the cosine rises again |
+| batch.train_divisible | train batch not a multiple of micro batch × data-parallel actor GPUs |
+| batch.rollout_divisible | rollout × n samples not a multiple of the train batch |
+| schedule.final_eval / final_save | A28: no eval at its final step (eval/save fire on multiples only) |
+| schedule.mid_* | SOP §3: the pre-registered mid checkpoint must be saved (and evaluated) |
+| diff.* | SOP §10.1: one training variable per attempt, declared in ``change`` (A27 changed two) |
+| gpu.layout | A26: init_kl_coef > 0 creates a reference model; 8 ref GPUs + 4 + 4 on 8 GPUs hung |
+| length.max_len | max_len shorter than prompt_max_len + generate_max_len truncates generations |
+| suffix.mismatch | lesson #24: BOXED_SUFFIX added ~10 pp; train and baseline prompts must match |
+| data.overlap | SOP §10.4: training pool disjoint by hash from every eval set |
+| data.size | the file's line count wins over the stated size |
+| eval.lora_rank | vLLM's max_lora_rank defaults to 16; rank-32 adapters are refused |
+| disk.budget / disk.hf_ckpt | §3 summary: 422 GB disk full; HF checkpoints are never rotated |
+| power.underpowered | lesson #16: OOD-202 could not see 5 pp; MDE above the +3.0 pp win threshold |
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlexp.errors import InputError
+from rlexp.files import iter_jsonl
+from rlexp.power import PowerReport, power_report
+from rlexp.schedule import (
+    CheckpointPlan,
+    Steps,
+    checkpoint_plan,
+    compute_steps,
+    lr_for_global_step,
+    max_fraction_through,
+    min_lr_is_configurable,
+)
+from rlexp.spec import EVAL_ROLES, TRAINING, Attempt, change_value, diff_against_parent, values_equal
+
+ERROR = "error"
+WARNING = "warning"
+
+LR_CHECK_GLOBAL_STEP = 20  # preflight_lr.sh: abort if LR at step 20 < 30 % of target
+LR_CHECK_MIN_FRACTION = 0.30
+DEFAULT_MAX_WARMUP_SHARE = 0.10
+
+
+@dataclass(frozen=True)
+class Check:
+    id: str
+    severity: str  # error | warning
+    message: str
+    sop_ref: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"id": self.id, "severity": self.severity, "message": self.message, "sop_ref": self.sop_ref}
+
+
+def has_errors(checks: Iterable[Check]) -> bool:
+    return any(c.severity == ERROR for c in checks)
+
+
+# ----------------------------------------------------------------------------- entry point
+
+
+def steps_for(att: Attempt) -> Steps:
+    """The step counts of an attempt (pool size from the file when it exists, else the spec)."""
+    pool = att.datasets.get("pool")
+    if pool is None or pool.size is None:
+        raise InputError(
+            att.display_path, "datasets.pool", "the training pool (path or size) is needed to plan"
+        )
+    return compute_steps(att.recipe, pool.size, att.trainer.version, trainer=att.trainer.name)
+
+
+def preflight(att: Attempt, steps: Steps | None = None, power: PowerReport | None = None) -> list[Check]:
+    """Run the whole catalogue; errors first, then warnings, each group in catalogue order."""
+    steps = steps or steps_for(att)
+    ckpt = checkpoint_plan(steps, att.recipe, att.checkpoints_mid)
+    if power is None:
+        power = primary_power(att)
+    found: list[Check] = []
+    for check in (
+        check_lr(att, steps),
+        check_step_counts(att, steps),
+        check_batches(att, steps),
+        check_schedule(att, steps, ckpt),
+        check_single_variable(att),
+        check_gpu_layout(att),
+        check_lengths(att),
+        check_suffix(att),
+        check_datasets(att),
+        check_lora_rank(att),
+        check_disk(att, ckpt),
+        check_power(att, power),
+    ):
+        found.extend(check)
+    return sorted(found, key=lambda c: c.severity != ERROR)
+
+
+def primary_power(att: Attempt) -> PowerReport | None:
+    ref = att.datasets.get("ood_primary")
+    if ref is None or not ref.size:
+        return None
+    return power_report(ref.size, att.baseline.discordance, att.baseline.accuracy)
+
+
+# ----------------------------------------------------------------------------- LR
+
+
+def check_lr(att: Attempt, steps: Steps) -> list[Check]:
+    out: list[Check] = []
+    total = steps.global_steps_total
+    if total >= 1 and steps.optimizer_steps_total >= 1:
+        at = min(LR_CHECK_GLOBAL_STEP, total)
+        best = max_fraction_through(at, steps)
+        now = lr_for_global_step(at, steps).fraction_of_peak
+        if best < LR_CHECK_MIN_FRACTION:
+            out.append(Check(
+                "lr.low_early", ERROR,
+                f"LR reaches only {best:.1%} of peak by global step {at} ({now:.1%} at step {at}): warm-up is "
+                f"{steps.warmup_steps:,} optimizer steps = {steps.warmup_global_steps:,.0f} global steps of "
+                f"{total:,} (max_steps {steps.optimizer_steps_total:,}); >= {LR_CHECK_MIN_FRACTION:.0%} required",
+                "§11.15 preflight_lr.sh; lesson #13 (A26/A27)",
+            ))  # fmt: skip
+        share = att.intent.get("max_warmup_share") or DEFAULT_MAX_WARMUP_SHARE
+        horizon = att.intent.get("global_steps") or total
+        # at most one global step of warm-up is never the A26/A27 incident (tiny runs round up to it)
+        if steps.warmup_global_steps > max(share * horizon, 1.0):
+            out.append(Check(
+                "lr.warmup_share", ERROR,
+                f"warm-up lasts {steps.warmup_global_steps:,.1f} global steps "
+                f"({steps.warmup_steps:,} optimizer steps = ceil({steps.optimizer_steps_total:,} × "
+                f"{att.recipe['lr_warmup_ratio']})), more than {share:.0%} of the "
+                f"{'intended' if att.intent.get('global_steps') else 'planned'} {horizon:,} global steps",
+                "lesson #13 (A26/A27)",
+            ))  # fmt: skip
+    stated = att.recipe_stated.get("min_lr_ratio")
+    if (
+        stated is not None
+        and not min_lr_is_configurable(steps.trainer_version)
+        and not values_equal(stated, 0.1)
+    ):
+        out.append(Check(
+            "lr.min_lr_ratio_fixed", ERROR,
+            f"min_lr_ratio {stated} has no flag in OpenRLHF {steps.trainer_version}: min LR is fixed at 0.1 × peak "
+            f"(configurable from 0.10.2 as --actor.min_lr_ratio)",
+            "SOP §8 D (increase min_lr)",
+        ))  # fmt: skip
+    return out
+
+
+# ----------------------------------------------------------------------------- step counts and batches
+
+
+def check_step_counts(att: Attempt, steps: Steps) -> list[Check]:
+    out: list[Check] = []
+    total = steps.global_steps_total
+    if total == 0:
+        out.append(Check(
+            "steps.empty", ERROR,
+            f"no global step runs: {steps.prompts:,} prompts < rollout_batch_size {steps.rollout_batch_size}",
+            "lesson #14",
+        ))  # fmt: skip
+    if steps.optimizer_steps_run > steps.optimizer_steps_total:
+        out.append(Check(
+            "steps.beyond_schedule", WARNING,
+            f"the trainer runs {steps.optimizer_steps_run:,} optimizer steps but max_steps (the LR scheduler's "
+            f"horizon) is {steps.optimizer_steps_total:,}: max_steps floors before multiplying by "
+            f"num_episodes × max_epochs, and past its end the cosine rises again",
+            "lesson #13",
+        ))  # fmt: skip
+    intent = att.intent.get("global_steps")
+    if intent and intent != total:
+        out.append(Check("steps.intent", ERROR, _intent_message(intent, steps), "lesson #14 (A28)"))
+    if steps.partial_batch_prompts and total:
+        kept = steps.prompts - steps.partial_batch_prompts
+        if steps.drops_partial_batch:
+            what = (f"OpenRLHF {steps.trainer_version} drops it every episode (trains {kept:,} of "
+                    f"{steps.prompts:,} prompts; ≥ 0.11 would train it as a short global step)")  # fmt: skip
+        else:
+            what = (f"OpenRLHF {steps.trainer_version} trains it as a short last global step of each episode "
+                    f"(≤ 0.10.x would drop it)")  # fmt: skip
+        out.append(Check(
+            "steps.partial_batch", WARNING,
+            f"{steps.prompts:,} prompts leave a partial last rollout batch of {steps.partial_batch_prompts} "
+            f"(rollout_batch_size {steps.rollout_batch_size}): {what}",
+            "lesson #14",
+        ))  # fmt: skip
+    return out
+
+
+def _intent_message(intent: int, steps: Steps) -> str:
+    rollout = steps.rollout_batch_size
+    head = (
+        f"trainer will run {steps.global_steps_total:,} global steps ({steps.optimizer_steps_total:,} optimizer "
+        f"steps = {steps.prompts:,} prompts × {steps.n_samples_per_prompt} // {steps.train_batch_size} × "
+        f"{steps.num_episodes} episodes × {steps.max_epochs} epochs, "
+        f"{steps.optimizer_steps_per_global_step} per global step), intent is {intent:,}"
+    )
+    fixes = [f"a pool of {intent * rollout:,} prompts with num_episodes 1"]
+    per_episode = steps.global_steps_per_episode
+    if per_episode and intent % per_episode == 0:
+        fixes.append(
+            f"num_episodes {intent // per_episode} with this pool ({per_episode:,} global steps each)"
+        )
+    elif per_episode:
+        fixes.append(
+            f"no whole num_episodes gives it with this pool ({per_episode:,} global steps per episode)"
+        )
+    return f"{head}: for {intent:,} global steps use " + ", or ".join(fixes)
+
+
+def _actor_gpus(recipe: dict[str, Any]) -> int:
+    return int(recipe["actor_num_nodes"]) * int(recipe["actor_num_gpus_per_node"])
+
+
+def check_batches(att: Attempt, steps: Steps) -> list[Check]:
+    out: list[Check] = []
+    train, micro, dp = steps.train_batch_size, steps.micro_train_batch_size, steps.data_parallel_size
+    if train % (micro * dp):
+        out.append(Check(
+            "batch.train_divisible", ERROR,
+            f"train_batch_size {train} is not a multiple of micro_train_batch_size {micro} × "
+            f"{dp} data-parallel actor GPUs = {micro * dp} (gradient accumulation would be {train / (micro * dp):g})",
+            "OpenRLHF DeepSpeed config",
+        ))  # fmt: skip
+    samples = steps.rollout_batch_size * steps.n_samples_per_prompt
+    if samples % train:
+        out.append(Check(
+            "batch.rollout_divisible", ERROR,
+            f"rollout_batch_size {steps.rollout_batch_size} × n_samples_per_prompt {steps.n_samples_per_prompt} = "
+            f"{samples} samples is not a multiple of train_batch_size {train}: "
+            f"{samples / train:g} optimizer steps per global step",
+            "lesson #14",
+        ))  # fmt: skip
+    return out
+
+
+# ----------------------------------------------------------------------------- eval / save schedule
+
+
+def check_schedule(att: Attempt, steps: Steps, ckpt: CheckpointPlan) -> list[Check]:
+    out: list[Check] = []
+    final = ckpt.final
+    if final < 1:
+        return out
+    eval_steps, save_steps = att.recipe.get("eval_steps"), att.recipe.get("save_steps")
+    if not ckpt.final_evaluated:
+        out.append(Check(
+            "schedule.final_eval", ERROR,
+            f"no in-run eval at the final global step {final:,}: eval_steps {eval_steps} fires at "
+            f"{_fires(ckpt.evaluated)} (global_step % eval_steps == 0 only)",
+            "SOP §3; A28 (no eval at its final step)",
+        ))  # fmt: skip
+    if not ckpt.final_saved:
+        out.append(Check(
+            "schedule.final_save", ERROR,
+            f"no checkpoint saved at the final global step {final:,}: save_steps {save_steps} fires at "
+            f"{_fires(ckpt.saved)}; the K=3 'final' checkpoint would not exist",
+            "SOP §3",
+        ))  # fmt: skip
+    mid = ckpt.mid
+    if mid is None:
+        out.append(Check(
+            "schedule.mid_missing", WARNING,
+            "no pre-registered mid checkpoint (checkpoints.mid): SOP §3 fixes K=3 before looking at results",
+            "SOP §3",
+        ))  # fmt: skip
+    elif mid > final:
+        out.append(Check(
+            "schedule.mid_beyond_run", ERROR,
+            f"the pre-registered mid checkpoint {mid:,} is beyond the run's final global step {final:,}",
+            "SOP §3",
+        ))  # fmt: skip
+    else:
+        if mid not in ckpt.saved:
+            out.append(Check(
+                "schedule.mid_save", ERROR,
+                f"no checkpoint saved at the pre-registered mid step {mid:,} (save_steps {save_steps})",
+                "SOP §3",
+            ))  # fmt: skip
+        if mid not in ckpt.evaluated:
+            out.append(Check(
+                "schedule.mid_eval", WARNING,
+                f"no in-run eval at the pre-registered mid step {mid:,} (eval_steps {eval_steps})",
+                "SOP §3",
+            ))  # fmt: skip
+    for extra in att.checkpoints_extra:
+        if extra > final or extra not in ckpt.saved:
+            out.append(Check(
+                "schedule.extra_save", ERROR,
+                f"pre-registered checkpoint {extra:,} will not be saved (final {final:,}, save_steps {save_steps})",
+                "SOP §3",
+            ))  # fmt: skip
+    if not ckpt.best_by_monitor_candidates:
+        out.append(Check(
+            "schedule.no_monitor_candidates", WARNING,
+            "no global step is both evaluated in-run and saved: best-by-monitor has no candidate",
+            "SOP §3-4",
+        ))  # fmt: skip
+    return out
+
+
+def _fires(points: tuple[int, ...]) -> str:
+    if not points:
+        return "no step"
+    if len(points) <= 4:
+        return ", ".join(f"{p:,}" for p in points)
+    return f"{points[0]:,}, {points[1]:,}, … {points[-1]:,}"
+
+
+# ----------------------------------------------------------------------------- one variable per attempt
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, str) and "/" in value:
+        return Path(value).name
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def check_single_variable(att: Attempt) -> list[Check]:
+    ref = "SOP §10.1 one variable per run; §11.10.1 (A27)"
+    if att.parent is None:
+        if att.change:
+            return [Check("diff.root_change", WARNING,
+                          f"change {sorted(att.change)} is stated but the attempt has no parent to compare with",
+                          ref)]  # fmt: skip
+        return []
+    diffs = diff_against_parent(att)
+    training = [d for d in diffs if d.kind == TRAINING]
+    diff_keys = {d.key for d in diffs}
+    out: list[Check] = []
+    if len(training) > 1:
+        listed = ", ".join(f"{d.key} {_fmt(d.parent)} → {_fmt(d.value)}" for d in training)
+        out.append(Check(
+            "diff.training_variables", ERROR,
+            f"{len(training)} training variables differ from parent {att.parent_id}: {listed} "
+            f"(eval/save cadence, eval sets and logging are exempt)",
+            ref,
+        ))  # fmt: skip
+    for key, declared in att.change.items():
+        actual = change_value(att, key)
+        if key.endswith(".path") and isinstance(declared, str):
+            declared = str((att.experiment_dir / declared).resolve())
+        if not values_equal(actual, declared):
+            out.append(Check("diff.change_value", ERROR,
+                             f"change says {key}: {_fmt(declared)} but the resolved value is {_fmt(actual)}",
+                             ref))  # fmt: skip
+        elif key not in diff_keys:
+            out.append(Check("diff.change_noop", ERROR,
+                             f"change says {key}: {_fmt(declared)} but parent {att.parent_id} has the same value",
+                             ref))  # fmt: skip
+    if len(training) == 1 and training[0].key not in att.change:
+        d = training[0]
+        out.append(Check(
+            "diff.undeclared", ERROR,
+            f"{d.key} differs from parent {att.parent_id} ({_fmt(d.parent)} → {_fmt(d.value)}) but `change` "
+            f"does not declare it",
+            ref,
+        ))  # fmt: skip
+    if not training and not att.change:
+        out.append(Check("diff.nothing", WARNING,
+                         f"no training variable differs from parent {att.parent_id} (a rerun: state the reason)",
+                         ref))  # fmt: skip
+    return out
+
+
+# ----------------------------------------------------------------------------- GPU layout
+
+
+@dataclass(frozen=True)
+class GpuLayout:
+    vllm: int
+    actor: int
+    reference: int
+    reward: int
+    critic: int
+    notes: tuple[str, ...]
+
+    @property
+    def total(self) -> int:
+        return self.vllm + self.actor + self.reference + self.reward + self.critic
+
+
+def gpu_layout(recipe: dict[str, Any]) -> GpuLayout:
+    """GPUs the Ray placement asks for (train_ppo_ray.py of v0.9.3)."""
+    notes: list[str] = []
+    actor = _actor_gpus(recipe)
+    engines = recipe.get("vllm_num_engines") or 0
+    vllm = engines * int(recipe["vllm_tensor_parallel_size"])
+    colocate_all = bool(recipe["colocate_all_models"])
+    colocate_ref = bool(recipe["colocate_actor_ref"]) or colocate_all
+    if colocate_all:
+        notes.append("colocate_all_models: vLLM, reference and reward share the actor GPUs")
+        vllm_extra = 0
+    else:
+        vllm_extra = vllm
+    ref = 0
+    if float(recipe["init_kl_coef"]) > 0:
+        ref_gpus = int(recipe["ref_num_nodes"]) * int(recipe["ref_num_gpus_per_node"])
+        if colocate_ref:
+            notes.append("reference co-located with the actor")
+        else:
+            ref = ref_gpus
+            notes.append(
+                f"init_kl_coef {recipe['init_kl_coef']} > 0 creates a reference model on {ref_gpus} GPUs"
+            )
+    reward = 0
+    if recipe.get("reward_pretrain") and not recipe.get("remote_rm_url") and not colocate_all:
+        reward = int(recipe["reward_num_nodes"]) * int(recipe["reward_num_gpus_per_node"])
+    critic = 0
+    if recipe.get("critic_pretrain"):
+        critic = int(recipe["critic_num_nodes"]) * int(recipe["critic_num_gpus_per_node"])
+        if recipe["colocate_critic_reward"]:
+            reward = 0
+    return GpuLayout(vllm_extra, actor, ref, reward, critic, tuple(notes))
+
+
+def check_gpu_layout(att: Attempt) -> list[Check]:
+    if att.trainer.name != "openrlhf":
+        return []
+    r = att.recipe
+    out: list[Check] = []
+    layout = gpu_layout(r)
+    ref = "lessons #8 (A26 GPU allocation hang)"
+    if (
+        (r["colocate_actor_ref"] or r["colocate_all_models"])
+        and float(r["init_kl_coef"]) > 0
+        and (
+            r["actor_num_nodes"] != r["ref_num_nodes"]
+            or r["actor_num_gpus_per_node"] != r["ref_num_gpus_per_node"]
+        )
+    ):
+        out.append(Check(
+            "gpu.colocate_layout", ERROR,
+            f"co-located reference needs the actor's layout: actor {r['actor_num_nodes']}×"
+            f"{r['actor_num_gpus_per_node']} vs reference {r['ref_num_nodes']}×{r['ref_num_gpus_per_node']} "
+            f"(set ref_num_gpus_per_node {r['actor_num_gpus_per_node']})",
+            ref,
+        ))  # fmt: skip
+    engines = r.get("vllm_num_engines") or 0
+    if r["colocate_all_models"] and engines and layout.actor != engines * r["vllm_tensor_parallel_size"]:
+        out.append(Check(
+            "gpu.colocate_all", ERROR,
+            f"colocate_all_models needs actor GPUs ({layout.actor}) = vllm_num_engines × "
+            f"vllm_tensor_parallel_size ({engines * r['vllm_tensor_parallel_size']})",
+            ref,
+        ))  # fmt: skip
+    gpus = att.trainer.gpus
+    parts = [f"vLLM {engines}×{r['vllm_tensor_parallel_size']}={layout.vllm}", f"actor {layout.actor}"]
+    if layout.reference:
+        parts.append(f"reference {layout.reference}")
+    if layout.reward:
+        parts.append(f"reward {layout.reward}")
+    if layout.critic:
+        parts.append(f"critic {layout.critic}")
+    if gpus is None:
+        out.append(Check("gpu.unknown", WARNING,
+                         f"trainer.gpus not stated: the layout needs {layout.total} GPUs ({', '.join(parts)})",
+                         ref))  # fmt: skip
+    elif layout.total > gpus:
+        why = "; ".join(n for n in layout.notes if "creates a reference" in n)
+        out.append(Check(
+            "gpu.layout", ERROR,
+            f"the layout needs {layout.total} GPUs ({', '.join(parts)}) but trainer.gpus is {gpus}"
+            + (f": {why} — co-locate it (colocate_actor_ref, ref_num_gpus_per_node "
+               f"{r['actor_num_gpus_per_node']})" if why else ""),
+            ref,
+        ))  # fmt: skip
+    return out
+
+
+# ----------------------------------------------------------------------------- lengths, suffix, LoRA
+
+
+def check_lengths(att: Attempt) -> list[Check]:
+    r = att.recipe
+    if r.get("max_len") is None:
+        return []
+    budget = int(r["prompt_max_len"]) + int(r["generate_max_len"])
+    if int(r["max_len"]) < budget:
+        return [Check(
+            "length.max_len", ERROR,
+            f"max_len {r['max_len']} < prompt_max_len {r['prompt_max_len']} + generate_max_len "
+            f"{r['generate_max_len']} = {budget}: generations are cut before their budget",
+            "§11.30 (max_len = prompt + gen); lesson #25",
+        )]  # fmt: skip
+    return []
+
+
+def check_suffix(att: Attempt) -> list[Check]:
+    pool = att.datasets.get("pool")
+    if pool is None:
+        return []
+    differing = []
+    if att.eval.prompt_suffix != pool.prompt_suffix:
+        differing.append(f"eval.prompt_suffix {att.eval.prompt_suffix!r}")
+    for role in EVAL_ROLES:
+        ref = att.datasets.get(role)
+        if ref is not None and ref.prompt_suffix != pool.prompt_suffix:
+            differing.append(f"{role} {ref.prompt_suffix!r}")
+    if not differing:
+        return []
+    return [Check(
+        "suffix.mismatch", ERROR,
+        f"training pool prompt suffix {pool.prompt_suffix!r} differs from " + ", ".join(differing)
+        + ": baseline and trained model would be scored on different prompts",
+        "lesson #24 (BOXED_SUFFIX confound, ~10 pp)",
+    )]  # fmt: skip
+
+
+def check_lora_rank(att: Attempt) -> list[Check]:
+    rank = int(att.recipe.get("lora_rank") or 0)
+    if att.eval.engine not in ("vllm", "openai") or rank == 0:
+        return []
+    if rank > att.eval.max_lora_rank:
+        return [Check(
+            "eval.lora_rank", ERROR,
+            f"lora_rank {rank} > eval.max_lora_rank {att.eval.max_lora_rank} ({att.eval.engine} engine; vLLM's "
+            f"default is 16 and it refuses larger adapters): set eval.max_lora_rank: {rank}",
+            "SOP §10.2 same eval pipeline",
+        )]  # fmt: skip
+    return []
+
+
+# ----------------------------------------------------------------------------- datasets
+
+
+def problem_hashes(path: Path) -> set[str]:
+    """Content hashes of a dataset: ``problem_hash`` when present, else sha256(prompt.strip())."""
+    hashes: set[str] = set()
+    for number, record in iter_jsonl(path):
+        value = record.get("problem_hash")
+        if value is None:
+            prompt = record.get("prompt")
+            if not isinstance(prompt, str):
+                raise InputError(
+                    path, f"line {number}", "record has neither problem_hash nor a prompt string"
+                )
+            value = hashlib.sha256(prompt.strip().encode("utf-8")).hexdigest()
+        elif not isinstance(value, str):
+            raise InputError(path, f"line {number}: problem_hash", f"must be a string, got {value!r}")
+        hashes.add(value)
+    return hashes
+
+
+def check_datasets(att: Attempt) -> list[Check]:
+    out: list[Check] = []
+    for ref in att.datasets.values():
+        if ref.exists and ref.stated_size is not None and ref.stated_size != ref.size:
+            out.append(Check(
+                "data.size", WARNING,
+                f"datasets.{ref.role}: {ref.path.name if ref.path else ''} has {ref.size:,} records, spec says "
+                f"{ref.stated_size:,} (the file wins)",
+                "SOP §10.3 provenance",
+            ))  # fmt: skip
+    pool = att.datasets.get("pool")
+    eval_sets = [att.datasets[r] for r in EVAL_ROLES if r in att.datasets]
+    if pool is None or not eval_sets:
+        return out
+    unchecked = [r.role for r in eval_sets if not r.exists]
+    if not pool.exists:
+        unchecked = [r.role for r in eval_sets]
+    if unchecked:
+        why = "pool file missing" if not pool.exists else "files missing"
+        out.append(Check(
+            "data.overlap_unchecked", WARNING,
+            f"pool/eval overlap not checked for {', '.join(unchecked)} ({why}); check before launch",
+            "SOP §10.4 no data leakage",
+        ))  # fmt: skip
+    if not pool.exists or pool.path is None:
+        return out
+    pool_hashes = problem_hashes(pool.path)
+    for ref in eval_sets:
+        if not ref.exists or ref.path is None:
+            continue
+        hashes = problem_hashes(ref.path)
+        shared = pool_hashes & hashes
+        if shared:
+            out.append(Check(
+                "data.overlap", ERROR,
+                f"{len(shared):,} of {len(hashes):,} {ref.role} problems are in the training pool "
+                f"({pool.path.name}) by content hash",
+                "SOP §10.4 no data leakage",
+            ))  # fmt: skip
+    return out
+
+
+# ----------------------------------------------------------------------------- disk
+
+
+def check_disk(att: Attempt, ckpt: CheckpointPlan) -> list[Check]:
+    out: list[Check] = []
+    saves = len(ckpt.saved)
+    r = att.recipe
+    if att.trainer.name == "openrlhf" and saves and not r.get("save_hf_ckpt"):
+        out.append(Check(
+            "disk.hf_ckpt", WARNING,
+            f"save_hf_ckpt is off: the {saves} saves write DeepSpeed checkpoints only, no "
+            f"global_step{{N}}_hf directory for the K=3 eval",
+            "SOP §3",
+        ))  # fmt: skip
+    free, size = att.budget.free_disk_gb, att.budget.checkpoint_size_gb
+    if free is None:
+        return out
+    if size is None:
+        out.append(Check("disk.unsized", WARNING,
+                         f"budget.free_disk_gb {free:g} stated but not budget.checkpoint_size_gb: "
+                         f"{saves} saves not sized", "§3 summary (422 GB disk full)"))  # fmt: skip
+        return out
+    need = saves * size
+    ds_note = ""
+    if att.trainer.name == "openrlhf" and not r.get("disable_ds_ckpt"):
+        ds_note = f" plus up to max_ckpt_num {r['max_ckpt_num']} DeepSpeed checkpoints (rotated, not sized)"
+    if need > free:
+        out.append(Check(
+            "disk.budget", ERROR,
+            f"{saves} HF checkpoints × {size:g} GB = {need:,.1f} GB > free disk {free:,.1f} GB{ds_note}; "
+            f"HF checkpoints are never rotated by the trainer (max_ckpt_num prunes only DeepSpeed ones)",
+            "§3 summary (422 GB disk full, A23→A24)",
+        ))  # fmt: skip
+    return out
+
+
+# ----------------------------------------------------------------------------- power
+
+
+def check_power(att: Attempt, power: PowerReport | None) -> list[Check]:
+    if power is None:
+        return [Check("power.no_primary", WARNING,
+                      "no datasets.ood_primary: the power of the planned comparison is unknown",
+                      "SOP §1 (OOD-1000 primary)")]  # fmt: skip
+    if power.mde_pp > power.win_threshold_pp:
+        return [Check(
+            "power.underpowered", WARNING,
+            f"MDE {power.mde_pp:.2f} pp at {power.power_target:.0%} power on ood_primary (n={power.n:,}, "
+            f"{power.discordance:.1%} discordance) is above the +{power.win_threshold_pp:.1f} pp win threshold: power to "
+            f"see +{power.win_threshold_pp:.1f} pp is {power.power_at_win_threshold:.0%}; "
+            f"n >= {power.n_for_win_threshold:,} needed",
+            "SOP §1-2; lesson #16 (OOD-202 could not see 5 pp)",
+        )]  # fmt: skip
+    return []

@@ -1,0 +1,136 @@
+"""The ``openai`` engine: any OpenAI-compatible completions server (``vllm serve --enable-lora
+--lora-modules global_step100=/path ...``), adapters addressed by model name.
+
+The prompt is the already-rendered chat template sent to ``/v1/completions`` (not the chat
+endpoint), so the server cannot apply a different template (G0); ``add_special_tokens: false`` (a
+vLLM extra parameter) keeps it from adding a second BOS. Requests run with bounded concurrency and
+are retried with exponential backoff on connection errors, 429 and 5xx. ``n > 1`` is sent as n
+requests with ``n=1`` and seeds ``seed + j`` so each sample's token count is exact and greedy
+repeats (nondet proxy) are allowed. The API key is read from an environment variable at request
+time and never written anywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from rlexp.engines.base import Decoding, Progress, Request, Result, Sample, normalise_finish_reason
+from rlexp.errors import InputError
+
+RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
+
+
+class ServerError(RuntimeError):
+    """The server kept failing after every retry, or answered something unusable."""
+
+
+class OpenAIEngine:
+    name = "openai"
+    preferred_chunk = 256
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        adapters: dict[str, str] | None = None,
+        *,
+        concurrency: int = 16,
+        retries: int = 5,
+        backoff_s: float = 0.5,
+        timeout_s: float = 600.0,
+        api_key_env: str | None = "OPENAI_API_KEY",
+        extra_body: dict[str, Any] | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        if not self.base_url.endswith("/v1"):
+            self.base_url += "/v1"
+        self.model = model
+        self.adapters = dict(adapters or {})  # adapter name -> served model name
+        self.concurrency = max(1, concurrency)
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self.timeout_s = timeout_s
+        self.api_key_env = api_key_env
+        self.extra_body = {"add_special_tokens": False} if extra_body is None else dict(extra_body)
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "base_url": self.base_url, "model": self.model,
+                "adapters": dict(self.adapters), "extra_body": self.extra_body}
+
+    def generate(
+        self, requests: Sequence[Request], decoding: Decoding, progress: Progress | None = None
+    ) -> list[Result]:
+        for r in requests:
+            if r.adapter is not None and r.adapter not in self.adapters:
+                raise InputError(None, "adapter", f"unknown adapter {r.adapter!r}")
+        jobs = [(i, j) for i in range(len(requests)) for j in range(decoding.n)]
+        samples: dict[tuple[int, int], Sample] = {}
+
+        def run(job: tuple[int, int]) -> tuple[tuple[int, int], Sample]:
+            i, j = job
+            return job, self._complete(requests[i], decoding, decoding.seed + j)
+
+        finished_per_request = [0] * len(requests)
+        with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
+            for job, sample in pool.map(run, jobs):
+                samples[job] = sample
+                finished_per_request[job[0]] += 1
+                if progress is not None and finished_per_request[job[0]] == decoding.n:
+                    progress(1)
+        return [Result(r, tuple(samples[(i, j)] for j in range(decoding.n))) for i, r in enumerate(requests)]
+
+    def _complete(self, request: Request, decoding: Decoding, seed: int) -> Sample:
+        body = {
+            "model": self.model if request.adapter is None else self.adapters[request.adapter],
+            "prompt": request.prompt,
+            "max_tokens": decoding.max_tokens,
+            "temperature": decoding.temperature,
+            "top_p": 1.0,
+            "n": 1,
+            "seed": seed,
+            **self.extra_body,
+        }
+        data = self._post("/completions", body)
+        try:
+            choice = data["choices"][0]
+            usage = data.get("usage") or {}
+            return Sample(
+                text=str(choice["text"]),
+                finish_reason=normalise_finish_reason(choice.get("finish_reason")),
+                prompt_tokens=int(usage.get("prompt_tokens", 0)),
+                completion_tokens=int(usage.get("completion_tokens", 0)),
+            )
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            raise ServerError(f"unusable completion response from {self.base_url}: {exc!r}") from None
+
+    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        headers = {"Content-Type": "application/json"}
+        key = os.environ.get(self.api_key_env) if self.api_key_env else None
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        payload = json.dumps(body).encode("utf-8")
+        last_error = ""
+        for attempt in range(self.retries + 1):
+            if attempt:
+                time.sleep(self.backoff_s * 2 ** (attempt - 1))
+            req = urllib.request.Request(self.base_url + path, data=payload, headers=headers, method="POST")
+            try:
+                with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+                    return json.loads(resp.read().decode("utf-8"))
+            except urllib.error.HTTPError as exc:
+                last_error = f"HTTP {exc.code}"
+                if exc.code not in RETRY_STATUS:
+                    detail = exc.read().decode("utf-8", "replace")[:300]
+                    raise ServerError(f"{self.base_url}{path}: HTTP {exc.code}: {detail}") from None
+            except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
+                last_error = str(getattr(exc, "reason", exc))
+            except json.JSONDecodeError:
+                last_error = "response is not JSON"
+        raise ServerError(f"{self.base_url}{path}: failed after {self.retries + 1} tries ({last_error})")

@@ -1,0 +1,157 @@
+"""The ``vllm`` engine: one ``vllm.LLM`` with LoRA enabled evaluates the base model and every
+adapter in ONE batched ``generate`` call, with a per-prompt ``lora_request`` list (§11.17: never
+one request per problem).
+
+Checked against vLLM's source (``vllm/entrypoints/llm.py``, ``vllm/sampling_params.py``,
+``vllm/lora/request.py``); see docs/eval.md for what has and has not been run on a real vLLM:
+
+- ``LLM(model, enable_lora=True, max_loras=..., max_lora_rank=..., seed=...)``: ``max_lora_rank``
+  defaults to 16, too small for the SOP's rank-32 adapters, so it is always passed explicitly and
+  checked against each adapter's ``adapter_config.json``; ``max_loras`` is the number of adapters so
+  none queue behind another.
+- ``SamplingParams.max_tokens`` defaults to 16: always passed. Greedy (temperature 0) with ``n > 1``
+  raises in vLLM, so ``nondet_proxy_pass@k`` sends k copies of the prompt with ``n=1``.
+- prompts are sent as token ids (``{"prompt_token_ids": [...]}``) made by the HF tokenizer from the
+  rendered chat template, so vLLM adds no second BOS and the ids equal the training path's (G0).
+- ``LoRARequest(lora_name, lora_int_id, lora_path)``; ids start at 1 and are unique per adapter.
+- ``RequestOutput.outputs[i].finish_reason`` is ``"length"`` when max_tokens cut the output.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rlexp.engines.base import (
+    NONDET_PROXY,
+    Decoding,
+    Progress,
+    Request,
+    Result,
+    Sample,
+    normalise_finish_reason,
+)
+from rlexp.errors import InputError
+
+
+def import_vllm() -> Any:
+    try:
+        import vllm  # noqa: F401  (heavy; GPU only)
+        from vllm import LLM, SamplingParams
+        from vllm.lora.request import LoRARequest
+    except ImportError as exc:
+        raise InputError(
+            None, "eval.engine", f"engine 'vllm' needs the vllm package ({exc}); install rlexp[cluster] on a "
+            "GPU machine, or use engine 'local' or 'openai' (a running `vllm serve`)"
+        ) from None
+    return LLM, SamplingParams, LoRARequest
+
+
+def adapter_rank(path: str | Path) -> int | None:
+    config = Path(path) / "adapter_config.json"
+    if not config.exists():
+        return None
+    try:
+        data = json.loads(config.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise InputError(config, f"line {exc.lineno}", f"malformed JSON: {exc.msg}") from None
+    rank = data.get("r")
+    ranks = [rank] if isinstance(rank, int) else []
+    ranks += [v for v in (data.get("rank_pattern") or {}).values() if isinstance(v, int)]
+    return max(ranks) if ranks else None
+
+
+class VllmEngine:
+    name = "vllm"
+    preferred_chunk = None  # one generate call for everything pending: vLLM schedules the batch
+
+    def __init__(
+        self,
+        base_model: str,
+        adapters: dict[str, str | Path] | None = None,
+        *,
+        max_lora_rank: int = 16,
+        tokenizer: Any = None,
+        seed: int = 0,
+        max_loras: int | None = None,
+        llm_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        LLM, SamplingParams, LoRARequest = import_vllm()
+        self._SamplingParams = SamplingParams
+        self.base_model = str(base_model)
+        self.adapters = {name: Path(p) for name, p in (adapters or {}).items()}
+        for name, path in self.adapters.items():
+            rank = adapter_rank(path)
+            if rank is None:
+                raise InputError(path, name, "not a LoRA adapter directory (adapter_config.json with 'r')")
+            if rank > max_lora_rank:
+                raise InputError(path, "r", f"adapter rank {rank} > eval.max_lora_rank {max_lora_rank} "
+                                 "(vLLM's default is 16); raise eval.max_lora_rank")
+        self.max_lora_rank = max_lora_rank
+        self.lora_requests = {
+            name: LoRARequest(name, i, str(path)) for i, (name, path) in enumerate(self.adapters.items(), start=1)
+        }
+        self.tokenizer = tokenizer
+        self.seed = seed
+        kwargs: dict[str, Any] = {"seed": seed, **(llm_kwargs or {})}
+        if self.adapters:
+            # max_loras >= adapters: every adapter resident, none queues behind another
+            kwargs.update(enable_lora=True, max_loras=max(max_loras or 0, len(self.adapters)),
+                          max_lora_rank=max_lora_rank)
+        self.llm_kwargs = kwargs
+        self.llm = LLM(model=self.base_model, **kwargs)
+
+    def describe(self) -> dict[str, Any]:
+        import vllm
+
+        return {"name": self.name, "vllm": getattr(vllm, "__version__", "unknown"),
+                "llm_kwargs": {k: v for k, v in self.llm_kwargs.items() if isinstance(v, str | int | float | bool)}}
+
+    def _prompt(self, text: str) -> Any:
+        if self.tokenizer is None:
+            return text
+        from rlexp.generation import encode_prompt
+
+        return {"prompt_token_ids": encode_prompt(self.tokenizer, text)}
+
+    def generate(
+        self, requests: Sequence[Request], decoding: Decoding, progress: Progress | None = None
+    ) -> list[Result]:
+        if not requests:
+            return []
+        for r in requests:
+            if r.adapter is not None and r.adapter not in self.lora_requests:
+                raise InputError(None, "adapter", f"unknown adapter {r.adapter!r}")
+        copies = decoding.n if decoding.mode == NONDET_PROXY else 1  # greedy with n>1 raises in vLLM
+        per_call_n = 1 if decoding.mode == NONDET_PROXY else decoding.n
+        params = self._SamplingParams(
+            n=per_call_n,
+            temperature=decoding.temperature,
+            top_p=1.0,
+            top_k=0,
+            max_tokens=decoding.max_tokens,
+            seed=decoding.seed if decoding.temperature > 0 else None,
+            skip_special_tokens=True,
+        )
+        prompts, loras = [], []
+        for r in requests:
+            for _ in range(copies):
+                prompts.append(self._prompt(r.prompt))
+                loras.append(None if r.adapter is None else self.lora_requests[r.adapter])
+        outputs = self.llm.generate(prompts, params, use_tqdm=False, lora_request=loras if self.adapters else None)
+        if len(outputs) != len(prompts):
+            raise RuntimeError(f"vLLM returned {len(outputs)} outputs for {len(prompts)} prompts")
+        results = []
+        for i, r in enumerate(requests):
+            samples: list[Sample] = []
+            for out in outputs[i * copies : (i + 1) * copies]:
+                prompt_tokens = len(out.prompt_token_ids or [])
+                for choice in out.outputs:
+                    samples.append(Sample(choice.text, normalise_finish_reason(choice.finish_reason),
+                                          prompt_tokens, len(choice.token_ids)))
+            results.append(Result(r, tuple(samples)))
+        if progress is not None:
+            progress(len(requests))
+        return results

@@ -1,0 +1,477 @@
+"""``rlexp eval``: the K=3 pre-registered checkpoints and the baselines, one pipeline, resumable.
+
+What is evaluated is fixed before any result is seen (SOP §3): the final, the pre-registered mid
+and the best-by-monitor checkpoint (``rlexp.gates.select_k3``, written to ``eval/selection.json``),
+plus Baseline-S0 (the base model, no adapter) and Baseline-SOTA (the pinned checkpoint, when
+``sota.json`` exists) — on the primary OOD set, the ID set and the sanity set. Every one of them
+goes through the same engine, chat template, suffix, decoding and parser (SOP §0: "the same
+eval pipeline + decoding").
+
+Resumable by construction: records are appended one line per problem as each chunk finishes; a
+rerun skips problems already recorded and refuses to mix settings (:mod:`rlexp.records`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlexp.engines.base import Decoding, Engine, Request
+from rlexp.errors import InputError
+from rlexp.files import atomic_write_json, iter_jsonl, read_json, sha256_dir, sha256_file, sha256_text
+from rlexp.records import (
+    BASELINE_S0,
+    BASELINE_SOTA,
+    RecordSummary,
+    RecordWriter,
+    make_record,
+    read_records,
+    record_path,
+    summarize,
+)
+
+EVAL_SETS = ("ood_primary", "id", "sanity")
+CHECKPOINT_DIR = re.compile(r"^global_step(\d+)_hf$")
+DEFAULT_CHUNK = 256  # requests per engine call for engines without a preference (local)
+
+
+@dataclass(frozen=True)
+class Target:
+    """One model to evaluate: the base model plus (optionally) an adapter / checkpoint directory."""
+
+    name: str  # global_step{N} | baseline_s0 | baseline_sota
+    adapter_path: Path | None
+
+
+@dataclass(frozen=True)
+class FileOutcome:
+    checkpoint: str
+    set_role: str
+    path: Path
+    new_records: int
+    summary: RecordSummary
+
+
+@dataclass(frozen=True)
+class EvalOutcome:
+    selection: dict[str, Any]
+    files: tuple[FileOutcome, ...]
+    paired: tuple[Path, ...]
+
+
+# --------------------------------------------------------------------------- what to evaluate
+
+
+def saved_steps(attempt_dir: Path) -> dict[int, Path]:
+    root = attempt_dir / "checkpoints"
+    found: dict[int, Path] = {}
+    if root.is_dir():
+        for child in root.iterdir():
+            m = CHECKPOINT_DIR.match(child.name)
+            if m and child.is_dir():
+                found[int(m.group(1))] = child
+    return dict(sorted(found.items()))
+
+
+def monitor_points(attempt_dir: Path) -> tuple[list[tuple[int, float]], int | None]:
+    """``(global_step, monitor_acc)`` points from metrics.jsonl, and the last global step seen."""
+    path = attempt_dir / "metrics.jsonl"
+    if not path.exists():
+        return [], None
+    points, last = [], None
+    for number, row in iter_jsonl(path):
+        step = row.get("global_step")
+        if not isinstance(step, int) or isinstance(step, bool):
+            raise InputError(path, f"line {number}: global_step", "missing or not an integer")
+        last = step if last is None else max(last, step)
+        if "monitor_acc" in row:
+            value = row["monitor_acc"]
+            if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+                raise InputError(path, f"line {number}: monitor_acc", f"not a finite number: {value!r}")
+            points.append((step, float(value)))
+    return points, last
+
+
+def select_checkpoints(att: Any) -> dict[str, Any]:
+    """Run the SOP's K=3 selection and write ``eval/selection.json``."""
+    from rlexp.gates import select_k3
+    from rlexp.sop import load_sop
+
+    attempt_dir = Path(att.attempt_dir)
+    saved = saved_steps(attempt_dir)
+    if not saved:
+        raise InputError(attempt_dir / "checkpoints", "global_step{N}_hf", "no saved checkpoints to evaluate")
+    points, last = monitor_points(attempt_dir)
+    final_step = last if last is not None else max(saved)
+    sop = load_sop()
+    selection = select_k3(points, final_step, att.checkpoints_mid, list(saved), sop)
+    payload = {
+        **selection.to_dict(),
+        "final_step_trained": final_step,
+        "mid_preregistered": att.checkpoints_mid,
+        "saved_steps": list(saved),
+        "monitor_points": len(points),
+        "sop_version": sop.version,
+    }
+    atomic_write_json(attempt_dir / "eval" / "selection.json", payload)
+    return payload
+
+
+def base_model_path(att: Any) -> Path | str:
+    """``recipe.pretrain``: a directory (relative to the experiment) or a hub name (vLLM/openai)."""
+    pretrain = att.recipe.get("pretrain")
+    if not isinstance(pretrain, str) or not pretrain:
+        raise InputError(att.spec_path, "recipe.pretrain", "missing: the base model to evaluate")
+    path = Path(pretrain)
+    if not path.is_absolute():
+        path = Path(att.experiment_dir) / path
+    return path if path.exists() else pretrain
+
+
+def plan_targets(att: Any, selection: dict[str, Any], only: Sequence[str] | None = None) -> list[Target]:
+    """Baselines first (they are shared by every comparison), then the selected checkpoints."""
+    from rlexp.ledger import read_sota
+
+    attempt_dir = Path(att.attempt_dir)
+    saved = saved_steps(attempt_dir)
+    targets = [Target(BASELINE_S0, None)]
+    pin = read_sota(att.experiment_dir)
+    if pin is not None:
+        path = Path(pin.path)
+        if not path.is_absolute():
+            path = Path(att.experiment_dir) / path
+        if not path.exists():
+            raise InputError(Path(att.experiment_dir) / "sota.json", "path", f"pinned checkpoint {path} does not exist")
+        targets.append(Target(BASELINE_SOTA, path))
+    steps = [int(name.removeprefix("global_step")) for name in selection["checkpoints"]]
+    for step in getattr(att, "checkpoints_extra", ()) or ():  # pre-registered extras (SOP §3)
+        if step not in saved:
+            raise InputError(att.spec_path, "checkpoints.extra", f"pre-registered step {step} was not saved")
+        if step not in steps:
+            steps.append(step)
+    for step in steps:
+        targets.append(Target(f"global_step{step}", saved[step]))
+    if only:
+        known = {t.name for t in targets}
+        unknown = [n for n in only if n not in known]
+        if unknown:
+            raise InputError(
+                attempt_dir / "eval" / "selection.json",
+                "checkpoint",
+                f"{unknown[0]!r} is not pre-registered (evaluable: {', '.join(sorted(known))}); "
+                "SOP §3: evaluate the K=3 checkpoints, never pick among many",
+            )
+        targets = [t for t in targets if t.name in only]
+    return targets
+
+
+# --------------------------------------------------------------------------- engines
+
+
+def build_engine(att: Any, base: Path | str, targets: Sequence[Target]) -> tuple[Engine, Any]:
+    """The engine the spec names, serving the base and each target's adapter; plus a tokenizer
+    for rendering prompts (the base model's own, so its chat template)."""
+    settings = att.eval
+    adapters = {t.name: t.adapter_path for t in targets if t.adapter_path is not None}
+    engine_name = settings.engine
+    if engine_name == "local":
+        from rlexp.engines.local import LocalEngine
+
+        if not isinstance(base, Path):
+            raise InputError(att.spec_path, "recipe.pretrain", f"{base!r} is not a local model directory")
+        engine = LocalEngine(base, adapters, batch_size=int(settings.batch_size or 64))
+        return engine, engine.tokenizer
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(base))
+    if engine_name == "vllm":
+        from rlexp.engines.vllm import VllmEngine
+
+        llm_kwargs = {
+            "tensor_parallel_size": settings.tensor_parallel_size,
+            "gpu_memory_utilization": settings.gpu_memory_utilization,
+        }
+        if settings.max_model_len:
+            llm_kwargs["max_model_len"] = settings.max_model_len
+        engine = VllmEngine(str(base), adapters, max_lora_rank=int(settings.max_lora_rank), tokenizer=tokenizer,
+                            seed=int(settings.seed), max_loras=settings.max_loras, llm_kwargs=llm_kwargs)
+        return engine, tokenizer
+    if engine_name == "openai":
+        from rlexp.engines.openai import OpenAIEngine
+
+        if not settings.base_url:
+            raise InputError(att.spec_path, "eval.base_url", "the openai engine needs the server's base URL")
+        engine = OpenAIEngine(settings.base_url, settings.model or str(base), {name: name for name in adapters},
+                              api_key_env=settings.api_key_env)
+        return engine, tokenizer
+    raise InputError(att.spec_path, "eval.engine", f"unknown engine {engine_name!r} (local | vllm | openai)")
+
+
+def engine_chunk(engine: Engine) -> int | None:
+    """Requests per engine call: vLLM takes everything in one call (its scheduler batches)."""
+    return getattr(engine, "preferred_chunk", DEFAULT_CHUNK)
+
+
+# --------------------------------------------------------------------------- hashing
+
+
+def model_sha256(path: Path | str | None, cache_file: Path) -> str | None:
+    """SHA-256 of a model/adapter directory, cached by (path, sizes, mtimes): hashing 28 GB of
+    weights on every rerun would dominate a resumed eval."""
+    if path is None:
+        return None
+    if not isinstance(path, Path) or not path.exists():
+        return f"name:{path}"
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    stamp = sha256_text(repr([(str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in files]))
+    cache: dict[str, Any] = {}
+    if cache_file.exists():
+        try:
+            loaded = read_json(cache_file)
+            cache = loaded if isinstance(loaded, dict) else {}
+        except InputError:
+            cache = {}  # a cache is never worth failing for
+    key = str(path.resolve())
+    entry = cache.get(key)
+    if isinstance(entry, dict) and entry.get("stamp") == stamp:
+        return entry["sha256"]
+    digest = sha256_dir(path) if path.is_dir() else sha256_file(path)
+    cache[key] = {"stamp": stamp, "sha256": digest}
+    atomic_write_json(cache_file, cache)
+    return digest
+
+
+# --------------------------------------------------------------------------- the pipeline
+
+
+def load_problems(att: Any, role: str, limit: int | None = None) -> tuple[list[dict[str, Any]], Path, str] | None:
+    from rlexp.task import read_dataset
+
+    ref = att.datasets.get(role)
+    if ref is None or ref.path is None:
+        return None
+    path = Path(ref.path)
+    problems = read_dataset(path)
+    if limit is not None:
+        problems = problems[:limit]
+    return problems, path, sha256_file(path)
+
+
+def eval_records(
+    engine: Engine,
+    tokenizer: Any,
+    *,
+    attempt_dir: Path,
+    set_role: str,
+    problems: list[dict[str, Any]],
+    dataset_sha256: str,
+    targets: Sequence[Target],
+    base: Path | str,
+    decoding: Decoding,
+    suffix: str,
+    grading: str = "exact",
+    chunk: int | None = DEFAULT_CHUNK,
+    progress: Callable[[int], None] | None = None,
+    records_path: Callable[[Target], Path] | None = None,
+    extra_meta: dict[str, Any] | None = None,
+) -> list[tuple[Target, RecordWriter, int]]:
+    """Evaluate ``problems`` for every target into its record file; returns (target, writer, new)."""
+    from rlexp.generation import chat_template_sha256, render_prompt
+
+    cache_file = attempt_dir / "eval" / ".hash_cache.json"
+    base_sha = model_sha256(base, cache_file)  # a hub name is recorded as "name:<id>"
+    common = {
+        "engine": getattr(engine, "name", type(engine).__name__),
+        "decoding": decoding.to_dict(),
+        "model_sha256": base_sha,
+        "dataset_sha256": dataset_sha256,
+        "prompt_suffix": suffix,
+        "chat_template_sha256": chat_template_sha256(tokenizer),
+        "grading": grading,
+    }
+    writers: list[tuple[Target, RecordWriter]] = []
+    for target in targets:
+        path = records_path(target) if records_path else record_path(attempt_dir, target.name, set_role)
+        meta = {
+            **common,
+            "adapter_sha256": model_sha256(target.adapter_path, cache_file),
+            "checkpoint": target.name,
+            "set": set_role,
+            "model_path": str(base),
+            "adapter_path": None if target.adapter_path is None else str(target.adapter_path),
+            "engine_details": engine.describe(),
+            **(extra_meta or {}),
+        }
+        writers.append((target, RecordWriter.open(path, meta)))
+
+    rendered = {p["problem_hash"]: render_prompt(tokenizer, p["prompt"], suffix) for p in problems}
+    pending: list[tuple[int, dict[str, Any]]] = [
+        (w, p) for w, (_, writer) in enumerate(writers) for p in problems if p["problem_hash"] not in writer.done
+    ]
+    counts = [0] * len(writers)
+    size = chunk or max(1, len(pending))
+    for start in range(0, len(pending), size):
+        part = pending[start : start + size]
+        requests = [Request(rendered[p["problem_hash"]], writers[w][0].name if writers[w][0].adapter_path else None)
+                    for w, p in part]
+        results = engine.generate(requests, decoding, progress)
+        for (w, problem), result in zip(part, results, strict=True):
+            writers[w][1].append(_record(problem, result.samples, grading))
+            counts[w] += 1
+    return [(t, writer, counts[i]) for i, (t, writer) in enumerate(writers)]
+
+
+def _record(problem: dict[str, Any], samples: Sequence[Any], grading: str) -> dict[str, Any]:
+    first = samples[0]
+    record = make_record(problem, first.text, first.finish_reason, first.prompt_tokens, first.completion_tokens, grading)
+    if len(samples) > 1:  # pass@k: every sample, graded the same way
+        graded = [make_record(problem, s.text, s.finish_reason, s.prompt_tokens, s.completion_tokens, grading)
+                  for s in samples]
+        record["samples"] = [{k: g[k] for k in ("output", "answer", "parse_method", "correct", "finish_reason",
+                                                "completion_tokens")} for g in graded]
+        record["n"] = len(samples)
+        record["num_correct"] = sum(g["correct"] for g in graded)
+    return record
+
+
+def run_eval(
+    attempt: str | Path,
+    *,
+    checkpoints: Sequence[str] | None = None,
+    sets: Sequence[str] | None = None,
+    limit: int | None = None,
+    show_progress: bool = True,
+    engine: Engine | None = None,
+) -> EvalOutcome:
+    """Evaluate what the plan pre-registered; write records, selection.json and paired records."""
+    from rlexp.spec import load_attempt
+
+    att = load_attempt(attempt)
+    attempt_dir = Path(att.attempt_dir)
+    roles = list(sets) if sets else list(EVAL_SETS)
+    for role in roles:
+        if role not in EVAL_SETS:
+            raise InputError(att.spec_path, "set", f"unknown eval set {role!r} ({', '.join(EVAL_SETS)})")
+    selection = select_checkpoints(att)
+    targets = plan_targets(att, selection, checkpoints)
+    base = base_model_path(att)
+    if engine is None:
+        engine, tokenizer = build_engine(att, base, targets)
+    else:
+        tokenizer = engine.tokenizer  # type: ignore[attr-defined]
+    decoding = Decoding.greedy(int(att.eval.max_tokens), seed=int(att.eval.seed))
+    datasets = {}
+    for role in roles:
+        loaded = load_problems(att, role, limit)
+        if loaded is None:
+            if role == "ood_primary":
+                raise InputError(att.spec_path, "datasets.ood_primary", "the primary eval set has no path")
+            continue
+        datasets[role] = loaded
+
+    files: list[FileOutcome] = []
+    with eval_lock(attempt_dir), _progress_bar(show_progress) as bar:
+        total = sum(len(problems) * len(targets) for problems, _, _ in datasets.values())
+        task = bar.add_task("eval", total=total) if bar else None
+        for role, (problems, _path, digest) in datasets.items():
+            ref = att.datasets[role]
+            suffix = ref.prompt_suffix or ""  # the set's own suffix; the spec defaults it to eval.prompt_suffix
+            grading = getattr(ref, "answer_mode", None) or getattr(att.eval, "answer_mode", None) or "exact"
+            already = sum(
+                _count_done(record_path(attempt_dir, t.name, role)) for t in targets
+            )
+            if bar:
+                bar.update(task, advance=already, description=f"eval {role}")
+            results = eval_records(
+                engine,
+                tokenizer,
+                attempt_dir=attempt_dir,
+                set_role=role,
+                problems=problems,
+                dataset_sha256=digest,
+                targets=targets,
+                base=base,
+                decoding=decoding,
+                suffix=suffix,
+                grading=grading,
+                chunk=engine_chunk(engine),
+                progress=(lambda n: bar.update(task, advance=n)) if bar else None,
+            )
+            for target, writer, new in results:
+                records = read_records(writer.path)
+                files.append(FileOutcome(target.name, role, writer.path, new, summarize(records)))
+    paired = write_paired(attempt_dir, [t.name for t in targets], list(datasets))
+    return EvalOutcome(selection, tuple(files), tuple(paired))
+
+
+@contextlib.contextmanager
+def eval_lock(attempt_dir: Path) -> Iterator[None]:
+    """One writer per attempt's eval records: two concurrent runs would both append the same
+    problems. ``flock`` is released by the kernel when a process dies, so a SIGKILL leaves no
+    stale lock."""
+    import fcntl
+
+    path = attempt_dir / "eval" / ".lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise InputError(path, None, "another rlexp eval/guard is writing this attempt's records") from None
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def _count_done(path: Path) -> int:
+    if not path.exists():
+        return 0
+    with open(path, "rb") as fh:
+        return fh.read().count(b"\n")
+
+
+def write_paired(attempt_dir: Path, names: Sequence[str], roles: Sequence[str]) -> list[Path]:
+    """SOP §1 paired records, baseline × checkpoint × set, for every complete pair of files."""
+    from rlexp.paired import pair_files, write_paired_records
+
+    written = []
+    baselines = [n for n in (BASELINE_S0, BASELINE_SOTA) if n in names]
+    checkpoints = [n for n in names if n not in (BASELINE_S0, BASELINE_SOTA)]
+    pairs = [(b, c) for b in baselines for c in checkpoints]
+    if BASELINE_S0 in baselines and BASELINE_SOTA in baselines:
+        pairs.append((BASELINE_S0, BASELINE_SOTA))
+    for baseline, checkpoint in pairs:
+        for role in roles:
+            a, b = record_path(attempt_dir, baseline, role), record_path(attempt_dir, checkpoint, role)
+            if not (a.exists() and b.exists()):
+                continue
+            joined = pair_files(a, b)
+            out = attempt_dir / "eval" / "paired" / f"{baseline}__{checkpoint}__{role}.jsonl"
+            written.append(write_paired_records(out, joined.records))
+    return written
+
+
+class _progress_bar:
+    """A rich progress bar, or nothing (tests, --json)."""
+
+    def __init__(self, show: bool):
+        self.show = show
+        self.bar = None
+
+    def __enter__(self):
+        if not self.show:
+            return None
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+        self.bar.__enter__()
+        return self.bar
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(*exc)

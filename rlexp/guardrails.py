@@ -1,0 +1,497 @@
+"""Guardrails of §11.30 and the §11.24 §7 parser audit, each a verdict in ``ATTEMPT/guards/<name>.json``.
+
+- G0 prompt parity: the training path's ``input_ids`` equal the eval path's on 5 samples (a suffix
+  moved a baseline by 10pp once — lesson #24; a checkpoint that ships its own chat template is the
+  other way to break it).
+- G1 pipeline integrity: two eval paths on one checkpoint (adapter vs merged weights, or in-run vs
+  post-hoc record files) agree exactly, or differ only by a *named* nondeterminism source with no
+  change in correctness (the LoRA-accumulation bug of §11.19/§11.22 inflated numbers by 2–7pp).
+- G2 parser ceiling: on 200 baseline problems boxed ≥ 98%, parse failures = 0%, truncation ≤ 5%.
+- G4 pass@k headroom: k=8 samples at temperature 0.6 on the problems the baseline gets wrong;
+  pass@8 ≥ 15% means GRPO has signal to learn from.
+- Parser audit: 50 incorrect cases drawn for a human, suspicious ones flagged (fallback after a
+  bold answer, a trailing number in prose); verdicts give the mis-parse rate; ``decide`` blocks
+  when it exceeds the SOP's ``parser_audit.max_misparse_rate`` (5%).
+
+The numbers of G0/G1/G2/G4 are not in the SOP data file (sop/*.yaml covers §11.24 only); they
+are defined once here, in :data:`THRESHOLDS`. The audit threshold is read from the SOP.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlexp.errors import InputError
+from rlexp.files import atomic_write_json, atomic_write_text, iter_jsonl
+
+
+@dataclass(frozen=True)
+class GuardThresholds:
+    """§11.30's numbers (one place; tell the SOP file's owner if they ever move into sop/*.yaml)."""
+
+    g0_samples: int = 5
+    g1_max_discordant: int = 0
+    g2_problems: int = 200
+    g2_min_boxed: float = 0.98
+    g2_max_fail: float = 0.0
+    g2_max_truncation: float = 0.05
+    g4_k: int = 8
+    g4_temperature: float = 0.6
+    g4_min_pass_at_k: float = 0.15
+    audit_sample: int = 50
+
+
+THRESHOLDS = GuardThresholds()
+AUDIT_VERDICTS = ("ok", "misparse", "ambiguous")
+REVIEW_FILE = "parser_audit_review.jsonl"
+
+
+@dataclass(frozen=True)
+class GuardVerdict:
+    """One guard's outcome, written as ``guards/<name>.json``."""
+
+    name: str
+    passed: bool
+    rule: str
+    numbers: dict[str, Any] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+    details: tuple[dict[str, Any], ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["notes"] = list(self.notes)
+        data["details"] = list(self.details)
+        return data
+
+
+def write_verdict(attempt_dir: str | Path, verdict: GuardVerdict) -> Path:
+    return atomic_write_json(Path(attempt_dir) / "guards" / f"{verdict.name}.json", verdict.to_dict())
+
+
+# --------------------------------------------------------------------------- G0 prompt parity
+
+
+def prompt_parity(
+    train_ids: Sequence[Sequence[int]], eval_ids: Sequence[Sequence[int]], hashes: Sequence[str]
+) -> GuardVerdict:
+    """G0 from two lists of token-id lists (training path, eval path), one per sample problem."""
+    details = []
+    for h, a, b in zip(hashes, train_ids, eval_ids, strict=True):
+        if list(a) != list(b):
+            first = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+            details.append({"problem_hash": h, "train_len": len(a), "eval_len": len(b), "first_difference": first})
+    n = len(hashes)
+    return GuardVerdict(
+        name="g0",
+        passed=n > 0 and not details,
+        rule=f"input_ids identical on all {n} samples (training path vs eval path)",
+        numbers={"samples": n, "mismatches": len(details)},
+        notes=() if n else ("no samples to compare",),
+        details=tuple(details),
+    )
+
+
+def training_path_ids(tokenizer: Any, prompt: str, suffix: str, *, chat_template: bool = True) -> list[int]:
+    """How the trainer tokenises a pool prompt. OpenRLHF without ``apply_chat_template`` feeds the
+    raw text — exactly the parity break G0 is there to catch."""
+    from rlexp.generation import encode_prompt, render_prompt
+
+    if not chat_template:
+        return list(tokenizer(prompt + suffix, add_special_tokens=True)["input_ids"])
+    return encode_prompt(tokenizer, render_prompt(tokenizer, prompt, suffix))
+
+
+def eval_path_ids(tokenizer: Any, prompt: str, suffix: str) -> list[int]:
+    """What every eval engine is given (vLLM as token ids, local as the same ids)."""
+    from rlexp.generation import encode_prompt, render_prompt
+
+    return encode_prompt(tokenizer, render_prompt(tokenizer, prompt, suffix))
+
+
+def run_g0(attempt: str | Path, samples: int | None = None) -> GuardVerdict:
+    """G0 on an attempt: pool prompts through the training path (base tokenizer, pool suffix,
+    the trainer's chat-template setting) vs the eval path (the tokenizer eval would load — a
+    checkpoint's own tokenizer when it ships one — and the eval suffix)."""
+    from transformers import AutoTokenizer
+
+    from rlexp.evaluation import base_model_path, saved_steps
+    from rlexp.spec import load_attempt
+    from rlexp.task import read_dataset
+
+    att = load_attempt(attempt)
+    samples = samples or THRESHOLDS.g0_samples
+    base = base_model_path(att)
+    pool = att.datasets.get("pool")
+    source = pool if pool is not None and pool.path is not None else att.datasets.get("ood_primary")
+    if source is None or source.path is None:
+        raise InputError(att.spec_path, "datasets.pool", "no dataset to draw G0 samples from")
+    problems = read_dataset(source.path)[:samples]
+    train_tok = AutoTokenizer.from_pretrained(str(base))
+    eval_source = str(base)
+    saved = saved_steps(Path(att.attempt_dir))
+    if saved:
+        last = saved[max(saved)]
+        if (last / "tokenizer_config.json").exists():
+            eval_source = str(last)
+    eval_tok = AutoTokenizer.from_pretrained(eval_source)
+    uses_template = att.trainer.name == "local" or bool(att.recipe.get("apply_chat_template", False))
+    train_suffix = getattr(source, "prompt_suffix", "") or ""
+    primary = att.datasets.get("ood_primary")
+    eval_suffix = (primary.prompt_suffix if primary is not None else att.eval.prompt_suffix) or ""
+    verdict = prompt_parity(
+        [training_path_ids(train_tok, p["prompt"], train_suffix, chat_template=uses_template) for p in problems],
+        [eval_path_ids(eval_tok, p["prompt"], eval_suffix) for p in problems],
+        [p["problem_hash"] for p in problems],
+    )
+    notes = list(verdict.notes)
+    if train_suffix != eval_suffix:
+        notes.append(f"prompt suffix differs: training {train_suffix!r} vs eval {eval_suffix!r}")
+    if (train_tok.chat_template or "") != (eval_tok.chat_template or ""):
+        notes.append(f"chat template differs: training uses {base}, eval loads {eval_source}")
+    if not uses_template:
+        notes.append("the trainer does not apply the chat template (recipe.apply_chat_template is off)")
+    verdict = GuardVerdict(verdict.name, verdict.passed, verdict.rule,
+                           {**verdict.numbers, "train_tokenizer": str(base), "eval_tokenizer": eval_source},
+                           tuple(notes), verdict.details)
+    write_verdict(att.attempt_dir, verdict)
+    return verdict
+
+
+# --------------------------------------------------------------------------- G1 pipeline integrity
+
+
+def pipeline_integrity(
+    records_a: Sequence[dict[str, Any]],
+    records_b: Sequence[dict[str, Any]],
+    *,
+    nondeterminism: str | None = None,
+    labels: tuple[str, str] = ("a", "b"),
+) -> GuardVerdict:
+    """G1 from two record lists on the same problems.
+
+    Passes when every output is identical; or, when a nondeterminism source is *named*, when the
+    outputs differ but no problem changes correctness (0 discordants, §11.30)."""
+    a = {r["problem_hash"]: r for r in records_a}
+    b = {r["problem_hash"]: r for r in records_b}
+    if set(a) != set(b):
+        only_a, only_b = len(set(a) - set(b)), len(set(b) - set(a))
+        raise InputError(None, "problem_hash", f"G1 needs the same problems on both paths ({only_a} only in "
+                         f"{labels[0]}, {only_b} only in {labels[1]})")
+    discordant = [h for h in a if int(bool(a[h]["correct"])) != int(bool(b[h]["correct"]))]
+    text_diff = [h for h in a if a[h].get("output") != b[h].get("output")]
+    acc_a = sum(int(bool(r["correct"])) for r in a.values()) / len(a) if a else 0.0
+    acc_b = sum(int(bool(r["correct"])) for r in b.values()) / len(b) if b else 0.0
+    exact = not text_diff
+    passed = bool(a) and (exact or (nondeterminism is not None and len(discordant) <= THRESHOLDS.g1_max_discordant))
+    notes = []
+    if text_diff and nondeterminism is None:
+        notes.append("outputs differ and no nondeterminism source was named: treat as a pipeline bug")
+    if text_diff and nondeterminism is not None:
+        notes.append(f"outputs differ on {len(text_diff)} problems; named source: {nondeterminism}")
+    return GuardVerdict(
+        name="g1",
+        passed=passed,
+        rule="identical outputs, or differences only from a named nondeterminism source with 0 discordants",
+        numbers={"problems": len(a), "discordant": len(discordant), "output_differences": len(text_diff),
+                 f"acc_{labels[0]}": acc_a, f"acc_{labels[1]}": acc_b, "delta_pp": 100 * (acc_b - acc_a),
+                 "nondeterminism": nondeterminism},
+        notes=tuple(notes),
+        details=tuple({"problem_hash": h, "correct_" + labels[0]: a[h]["correct"],
+                       "correct_" + labels[1]: b[h]["correct"]} for h in discordant[:50]),
+    )
+
+
+def run_g1(
+    attempt: str | Path,
+    *,
+    checkpoint: str | None = None,
+    set_role: str | None = None,
+    limit: int = 200,
+    records: Sequence[str | Path] | None = None,
+    nondeterminism: str | None = None,
+) -> GuardVerdict:
+    """G1 on an attempt: two given record files (in-run vs post-hoc), or adapter vs merged weights
+    on ``checkpoint`` (default: the earliest saved, the smoke-run step) with the local engine."""
+    from rlexp.records import read_records
+    from rlexp.spec import load_attempt
+
+    att = load_attempt(attempt)
+    attempt_dir = Path(att.attempt_dir)
+    if records:
+        if len(records) != 2:
+            raise InputError(None, "--records", "give exactly two record files")
+        verdict = pipeline_integrity(read_records(records[0]), read_records(records[1]),
+                                     nondeterminism=nondeterminism, labels=("first", "second"))
+        verdict = _with_numbers(verdict, paths=[str(p) for p in records])
+    else:
+        from rlexp.engines.base import Decoding
+        from rlexp.engines.local import LocalEngine
+        from rlexp.evaluation import Target, base_model_path, eval_records, load_problems, saved_steps
+
+        saved = saved_steps(attempt_dir)
+        if not saved:
+            raise InputError(attempt_dir / "checkpoints", "global_step{N}_hf", "no checkpoint to check")
+        name = checkpoint or f"global_step{min(saved)}"
+        step = int(name.removeprefix("global_step")) if name.startswith("global_step") else -1
+        if step not in saved:
+            raise InputError(attempt_dir / "checkpoints", name, "no such saved checkpoint")
+        role = set_role or ("ood_monitor" if att.datasets.get("ood_monitor") is not None
+                            and att.datasets["ood_monitor"].path is not None else "ood_primary")
+        loaded = load_problems(att, role, limit)
+        if loaded is None:
+            raise InputError(att.spec_path, f"datasets.{role}", "no path")
+        problems, _, digest = loaded
+        base = base_model_path(att)
+        target = Target(name, saved[step])
+        decoding = Decoding.greedy(int(att.eval.max_tokens))
+        suffix = att.datasets[role].prompt_suffix or ""
+        paths = {}
+        for label, merge in (("adapter", False), ("merged", True)):
+            engine = LocalEngine(base, {name: saved[step]}, merge=merge)
+            out = attempt_dir / "guards" / "g1" / f"{name}__{role}__{label}.jsonl"
+            eval_records(engine, engine.tokenizer, attempt_dir=attempt_dir, set_role=role, problems=problems,
+                         dataset_sha256=digest, targets=[target], base=base, decoding=decoding, suffix=suffix,
+                         records_path=lambda _t, out=out: out, extra_meta={"g1_path": label})
+            paths[label] = out
+        verdict = pipeline_integrity(read_records(paths["adapter"]), read_records(paths["merged"]),
+                                     nondeterminism=nondeterminism, labels=("adapter", "merged"))
+        verdict = _with_numbers(verdict, checkpoint=name, set=role, paths=[str(p) for p in paths.values()])
+    write_verdict(attempt_dir, verdict)
+    return verdict
+
+
+def _with_numbers(verdict: GuardVerdict, **extra: Any) -> GuardVerdict:
+    return GuardVerdict(verdict.name, verdict.passed, verdict.rule, {**verdict.numbers, **extra},
+                        verdict.notes, verdict.details)
+
+
+# --------------------------------------------------------------------------- G2 parser ceiling
+
+
+def parser_ceiling(records: Sequence[dict[str, Any]], t: GuardThresholds = THRESHOLDS) -> GuardVerdict:
+    from rlexp.records import summarize
+
+    s = summarize(list(records))
+    boxed, fail, trunc = s.parse_rate("boxed"), s.parse_rate("none"), s.truncation_rate
+    checks = {"boxed": boxed >= t.g2_min_boxed, "fail": fail <= t.g2_max_fail, "truncation": trunc <= t.g2_max_truncation}
+    return GuardVerdict(
+        name="g2",
+        passed=s.n > 0 and all(checks.values()),
+        rule=f"boxed >= {t.g2_min_boxed:.0%}, parse failures <= {t.g2_max_fail:.0%}, "
+        f"truncation (finish_reason=length) <= {t.g2_max_truncation:.0%}",
+        numbers={"problems": s.n, "boxed_rate": boxed, "last_number_rate": s.parse_rate("last_number"),
+                 "fail_rate": fail, "truncation_rate": trunc, "accuracy": s.accuracy},
+        notes=tuple(f"{k} check failed" for k, ok in checks.items() if not ok),
+    )
+
+
+def _baseline_records(att: Any, limit: int | None, *, show_progress: bool = False) -> list[dict[str, Any]]:
+    """Baseline-S0 greedy records on the primary set, through the normal eval pipeline (written to
+    ``eval/baseline_s0/ood_primary.jsonl``, so a later ``rlexp eval`` resumes from them)."""
+    from rlexp.engines.base import Decoding
+    from rlexp.evaluation import (
+        Target,
+        base_model_path,
+        build_engine,
+        engine_chunk,
+        eval_lock,
+        eval_records,
+        load_problems,
+    )
+    from rlexp.records import BASELINE_S0, read_records
+
+    loaded = load_problems(att, "ood_primary", limit)
+    if loaded is None:
+        raise InputError(att.spec_path, "datasets.ood_primary", "no path")
+    problems, _, digest = loaded
+    base = base_model_path(att)
+    target = Target(BASELINE_S0, None)
+    engine, tokenizer = build_engine(att, base, [target])
+    with eval_lock(Path(att.attempt_dir)):
+        results = eval_records(engine, tokenizer, attempt_dir=Path(att.attempt_dir), set_role="ood_primary",
+                               problems=problems, dataset_sha256=digest, targets=[target], base=base,
+                               decoding=Decoding.greedy(int(att.eval.max_tokens)),
+                               suffix=att.datasets["ood_primary"].prompt_suffix or "",
+                               chunk=engine_chunk(engine))
+    wanted = {p["problem_hash"] for p in problems}
+    return [r for r in read_records(results[0][1].path) if r["problem_hash"] in wanted]
+
+
+def run_g2(attempt: str | Path, problems: int | None = None) -> GuardVerdict:
+    from rlexp.spec import load_attempt
+
+    att = load_attempt(attempt)
+    records = _baseline_records(att, problems or THRESHOLDS.g2_problems)
+    verdict = parser_ceiling(records)
+    write_verdict(att.attempt_dir, verdict)
+    return verdict
+
+
+# --------------------------------------------------------------------------- G4 pass@k headroom
+
+
+def passk_headroom(sample_records: Sequence[dict[str, Any]], k: int, t: GuardThresholds = THRESHOLDS) -> GuardVerdict:
+    """Mean unbiased pass@k (Chen et al. 2021) over records carrying ``n`` and ``num_correct``."""
+    from rlexp.stats import pass_at_k
+
+    values = []
+    for r in sample_records:
+        n, c = r.get("n"), r.get("num_correct")
+        if not isinstance(n, int) or not isinstance(c, int) or n < k:
+            raise InputError(None, "n", f"record {str(r.get('problem_hash'))[:12]} has no {k} graded samples")
+        values.append(pass_at_k(n, c, k))
+    mean = sum(values) / len(values) if values else 0.0
+    return GuardVerdict(
+        name="g4",
+        passed=bool(values) and mean >= t.g4_min_pass_at_k,
+        rule=f"pass@{k} (temperature {t.g4_temperature}) on baseline-wrong problems >= {t.g4_min_pass_at_k:.0%}",
+        numbers={"problems": len(values), "k": k, f"pass_at_{k}": mean,
+                 "any_correct": sum(1 for v in values if v > 0)},
+        notes=() if values else ("the baseline got every problem right: no headroom set to sample",),
+    )
+
+
+def run_g4(attempt: str | Path, *, k: int | None = None, limit: int | None = None) -> GuardVerdict:
+    """Sample k at T=0.6 on the baseline's wrong problems (from its greedy records on the primary
+    set; those are produced first if missing) into ``guards/g4_samples.jsonl``."""
+    from rlexp.engines.base import Decoding
+    from rlexp.evaluation import Target, base_model_path, build_engine, eval_records, load_problems
+    from rlexp.records import BASELINE_S0, read_records
+    from rlexp.spec import load_attempt
+
+    att = load_attempt(attempt)
+    k = k or THRESHOLDS.g4_k
+    greedy = _baseline_records(att, None)
+    wrong = {r["problem_hash"] for r in greedy if not r["correct"]}
+    loaded = load_problems(att, "ood_primary")
+    assert loaded is not None  # _baseline_records checked it
+    problems = [p for p in loaded[0] if p["problem_hash"] in wrong][:limit]
+    base = base_model_path(att)
+    target = Target(BASELINE_S0, None)
+    engine, tokenizer = build_engine(att, base, [target])
+    out = Path(att.attempt_dir) / "guards" / "g4_samples.jsonl"
+    eval_records(engine, tokenizer, attempt_dir=Path(att.attempt_dir), set_role="ood_primary", problems=problems,
+                 dataset_sha256=loaded[2], targets=[target], base=base,
+                 decoding=Decoding.sampling(k, int(att.eval.max_tokens), THRESHOLDS.g4_temperature),
+                 suffix=att.datasets["ood_primary"].prompt_suffix or "", records_path=lambda _t: out)
+    wanted = {p["problem_hash"] for p in problems}
+    verdict = passk_headroom([r for r in read_records(out) if r["problem_hash"] in wanted], k)
+    verdict = _with_numbers(verdict, baseline_wrong=len(wrong), baseline_problems=len(greedy))
+    write_verdict(att.attempt_dir, verdict)
+    return verdict
+
+
+# --------------------------------------------------------------------------- parser audit
+
+_BOLD_NUMBER = re.compile(r"\*\*[^*\n]*\d[^*\n]*\*\*")
+_CONTEXT_WORDS = re.compile(r"(?:base|step|part|case|page|figure|option|section|line|row|column)\s*$", re.IGNORECASE)
+
+
+def suspicion_flags(record: dict[str, Any]) -> list[str]:
+    """Why a wrong record may be a parser error rather than a model error (§11.26's patterns)."""
+    output = str(record.get("output") or "")
+    method = record.get("parse_method")
+    flags = []
+    if method == "last_number" and _BOLD_NUMBER.search(output):
+        flags.append("fallback_after_bold_answer")
+    if method == "last_number":
+        answer = str(record.get("answer") or "")
+        plain = output.replace(",", "")  # "1,234" was extracted as "1234"
+        spot = _last_occurrence(plain, answer)
+        if spot is not None:
+            before, after = plain[max(0, spot - 20) : spot], plain[spot + len(answer) : spot + len(answer) + 20]
+            if re.match(r"\s*[A-Za-z]{2,}", after) or _CONTEXT_WORDS.search(before):
+                flags.append("trailing_number_in_prose")
+    if method == "none":
+        flags.append("no_answer_parsed")
+    if record.get("finish_reason") == "length":
+        flags.append("truncated")
+    gold = str(record.get("gold") or "")
+    if gold and re.search(rf"(?<![\d.]){re.escape(gold)}(?![\d.])", output):
+        flags.append("gold_appears_in_output")
+    return flags
+
+
+def _last_occurrence(output: str, answer: str) -> int | None:
+    if not answer:
+        return None
+    matches = [m.start() for m in re.finditer(rf"(?<![\d.]){re.escape(answer)}(?![\d])", output)]
+    return matches[-1] if matches else None
+
+
+def audit_draw(records: Sequence[dict[str, Any]], n: int | None = None, seed: int = 0) -> list[dict[str, Any]]:
+    """Draw up to ``n`` incorrect records (seeded, independent of file order) for human review."""
+    n = n or THRESHOLDS.audit_sample
+    wrong = sorted((r for r in records if not r["correct"]), key=lambda r: r["problem_hash"])
+    drawn = random.Random(seed).sample(wrong, min(n, len(wrong)))
+    return [
+        {"problem_hash": r["problem_hash"], "gold": r.get("gold"), "answer": r.get("answer"),
+         "parse_method": r.get("parse_method"), "finish_reason": r.get("finish_reason"),
+         "flags": suspicion_flags(r), "output": r.get("output"), "verdict": None, "note": ""}
+        for r in drawn
+    ]
+
+
+def audit_verdicts(items: Sequence[dict[str, Any]], max_rate: float, source: str | Path | None = None) -> GuardVerdict:
+    """Mis-parse rate from reviewed items (``verdict`` in ok | misparse | ambiguous)."""
+    if not items:
+        raise InputError(source, "verdict", "no reviewed items")
+    counts = dict.fromkeys(AUDIT_VERDICTS, 0)
+    for i, item in enumerate(items, start=1):
+        v = item.get("verdict")
+        if v not in AUDIT_VERDICTS:
+            raise InputError(source, f"line {i}: verdict", f"must be one of {', '.join(AUDIT_VERDICTS)}, got {v!r}")
+        counts[v] += 1
+    rate = counts["misparse"] / len(items)
+    flagged = [it for it in items if it.get("flags")]
+    flagged_mis = sum(1 for it in flagged if it["verdict"] == "misparse")
+    return GuardVerdict(
+        name="parser_audit",
+        passed=rate <= max_rate,
+        rule=f"mis-parse rate <= {max_rate:.0%} of reviewed incorrect cases (SOP §7)",
+        numbers={"reviewed": len(items), "misparse": counts["misparse"], "ambiguous": counts["ambiguous"],
+                 "ok": counts["ok"], "mis_parse_rate": rate, "max_misparse_rate": max_rate,
+                 "flagged": len(flagged), "flagged_misparse": flagged_mis},
+        notes=("fix the parser/format first, re-evaluate, before blaming the model",) if rate > max_rate else (),
+    )
+
+
+def run_audit_draw(attempt: str | Path, *, checkpoint: str | None = None, set_role: str = "ood_primary",
+                   n: int | None = None, seed: int = 0) -> Path:
+    """Write ``guards/parser_audit_review.jsonl`` from the best checkpoint's incorrect records."""
+    import json
+
+    from rlexp.files import read_json
+    from rlexp.records import read_records, record_path
+    from rlexp.spec import load_attempt
+
+    att = load_attempt(attempt)
+    attempt_dir = Path(att.attempt_dir)
+    if checkpoint is None:
+        selection = read_json(attempt_dir / "eval" / "selection.json")
+        step = selection.get("best_by_monitor") or selection.get("final")
+        if not isinstance(step, int):
+            raise InputError(attempt_dir / "eval" / "selection.json", "final", "no checkpoint selected")
+        checkpoint = f"global_step{step}"
+    items = audit_draw(read_records(record_path(attempt_dir, checkpoint, set_role)), n, seed)
+    out = attempt_dir / "guards" / REVIEW_FILE
+    text = "".join(json.dumps({"checkpoint": checkpoint, "set": set_role, **it}, ensure_ascii=False) + "\n"
+                   for it in items)
+    return atomic_write_text(out, text)
+
+
+def run_audit_verdicts(attempt: str | Path, verdict_file: str | Path) -> GuardVerdict:
+    from rlexp.sop import load_sop
+    from rlexp.spec import load_attempt
+
+    att = load_attempt(attempt)
+    items = [record for _, record in iter_jsonl(verdict_file)]
+    verdict = audit_verdicts(items, load_sop().parser_audit.max_misparse_rate, verdict_file)
+    verdict = _with_numbers(verdict, verdict_file=str(verdict_file))
+    write_verdict(att.attempt_dir, verdict)
+    return verdict

@@ -1,0 +1,341 @@
+"""Training-metric readers, normalised into ``ATTEMPT/metrics.jsonl`` (one line per global step).
+
+OpenRLHF writes no JSONL of its own. It logs (DESIGN.md, checked at v0.9.3 and v0.11.0):
+
+- TensorBoard scalars ``train/<key>`` per global step (``--use_tensorboard DIR``), read here with
+  TensorBoard's own ``event_accumulator`` — never a hand-written protobuf parser;
+- a stdout line ``✨ Global step N: {python dict repr}`` after every global step;
+- and the seed's patched trainer appended ``training_metrics.jsonl``.
+
+Raw sources are forgiving about values and strict about structure: a value that is not a finite
+number (a string, ``nan``, a tensor repr we cannot read) is dropped and counted — the seed's A19
+run crashed on one ``"nan"`` string — while a line that is not JSON at all is an
+:class:`InputError` naming file and line. The normalised ``metrics.jsonl`` is ours, so its reader
+(:func:`read_metrics`) is strict: anything non-numeric there is an error.
+
+Rows are keyed by ``global_step``: :func:`append_new_rows` never writes a step twice, so a resumed
+run or a re-read log continues the file instead of duplicating it.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlexp.errors import InputError
+from rlexp.files import append_jsonl_many, finite_number, iter_jsonl, repair_torn_tail
+
+# Source names -> the canonical names of docs/ARCHITECTURE.md "Metrics JSONL".
+ALIASES: dict[str, str] = {
+    "step": "global_step",
+    "actor_grad_norm": "grad_norm",
+    "grad_norm_actor": "grad_norm",
+    "step_time": "step_time_s",
+    "timing/step_total": "step_time_s",
+    "time/step": "step_time_s",
+    "ratio_max_actor": "ratio_max",
+    "clip_ratio": "ppo_clip_ratio",
+}
+# In-run monitor accuracy (OOD-202 greedy pass@1) under the names trainers use for it.
+MONITOR_KEYS = ("monitor_acc", "greedy_pass_at_1", "greedy_pass@1", "pass1", "pass@1")
+
+STDOUT_LINE = re.compile(r"Global step (\d+):\s*(\{.*\})\s*$")
+# v0.9.3+ after an in-run eval: "✨ Evaluation completed in 0:01:02, global_step 10, eval_metrics: {...}"
+STDOUT_EVAL_LINE = re.compile(r"Evaluation completed.*?global_step (\d+), eval_metrics:\s*(\{.*\})\s*$")
+_TENSOR = re.compile(r"tensor\(\s*([^,()]+)[^()]*\)")
+_NONFINITE = re.compile(r"(?<![\w'\"])(nan|inf|-inf|NaN|Infinity|-Infinity)(?![\w'\"])")
+
+
+@dataclass
+class IngestStats:
+    """What a read kept and what it dropped (reported, never silent)."""
+
+    rows: int = 0
+    dropped_values: int = 0
+    dropped_keys: dict[str, int] = field(default_factory=dict)
+
+    def drop(self, key: str) -> None:
+        self.dropped_values += 1
+        self.dropped_keys[key] = self.dropped_keys.get(key, 0) + 1
+
+
+def canonical_key(key: str) -> str:
+    key = key.strip()
+    if key.startswith("train/"):
+        key = key[len("train/") :]
+    return ALIASES.get(key, key)
+
+
+def _is_monitor_key(key: str) -> bool:
+    tail = key.split("/")[-1].lower()
+    return any(tail == m or tail.endswith(m) for m in MONITOR_KEYS)
+
+
+def normalise(raw: Mapping[str, Any], stats: IngestStats, *, step: int | None = None) -> dict[str, Any] | None:
+    """One canonical row from a raw mapping: ``global_step`` first, finite numbers only.
+
+    Returns None when there is no usable integer global step.
+    """
+    values: dict[str, float] = {}
+    raw_step = step
+    for key, value in raw.items():
+        name = canonical_key(str(key))
+        if name == "global_step":
+            number = finite_number(value)
+            if number is not None and number == int(number):
+                raw_step = int(number)
+            continue
+        if isinstance(value, dict | list):  # e.g. generated_samples; not a metric
+            continue
+        number = finite_number(value)
+        if number is None:
+            stats.drop(name)
+            continue
+        if name.startswith("eval/") or name.startswith("eval_"):
+            if _is_monitor_key(name):
+                values["monitor_acc"] = number if number <= 1.0 else number / 100.0
+            values[name.replace("/", "_")] = number
+            continue
+        values[name] = number
+    if raw_step is None or raw_step < 0:
+        return None
+    stats.rows += 1
+    return {"global_step": raw_step, **values}
+
+
+# --- stdout ---------------------------------------------------------------------------------
+
+def parse_stdout_line(line: str, stats: IngestStats) -> dict[str, Any] | None:
+    """``... Global step 12: {'policy_loss': 0.1, ...}`` -> a row; the in-run eval line
+    ``... Evaluation completed in ..., global_step 12, eval_metrics: {'eval_x_pass1': 0.6}`` ->
+    a row with ``eval_x_pass1`` and ``monitor_acc``; any other line -> None.
+
+    The dict is a Python repr (single quotes, ``nan``, ``tensor(0.5)``), read with
+    ``ast.literal_eval`` after turning non-finite numbers into strings so they are dropped
+    and counted like any other non-numeric value.
+    """
+    match = STDOUT_LINE.search(line) or STDOUT_EVAL_LINE.search(line)
+    if not match:
+        return None
+    text = _TENSOR.sub(lambda m: m.group(1).strip(), match.group(2))
+    text = _NONFINITE.sub(lambda m: repr(m.group(1)), text)
+    try:
+        raw = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return None  # a log line that only looks like a metrics line; never fatal mid-run
+    if not isinstance(raw, dict):
+        return None
+    return normalise(raw, stats, step=int(match.group(1)))
+
+
+def read_stdout_log(path: str | Path) -> tuple[list[dict[str, Any]], IngestStats]:
+    path = Path(path)
+    if not path.exists():
+        raise InputError(path, None, "file not found")
+    stats = IngestStats()
+    by_step: dict[int, dict[str, Any]] = {}
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            row = parse_stdout_line(line, stats)
+            if row is not None:  # a step's eval line joins its training line
+                by_step.setdefault(row["global_step"], {}).update(row)
+    return [by_step[s] for s in sorted(by_step)], stats
+
+
+# --- the seed's training_metrics.jsonl ---------------------------------------------------------
+
+def parse_jsonl_line(path: Path, number: int, line: str, stats: IngestStats) -> dict[str, Any] | None:
+    if not line.strip():
+        return None
+    try:
+        raw = json.loads(line)  # Python's json accepts NaN/Infinity; normalise drops them, counted
+    except json.JSONDecodeError as exc:
+        raise InputError(path, f"line {number}", f"malformed JSON: {exc.msg}") from None
+    if not isinstance(raw, dict):
+        raise InputError(path, f"line {number}", "expected a JSON object")
+    row = normalise(raw, stats)
+    if row is None:
+        raise InputError(path, f"line {number}", "no integer global_step (or step)")
+    return row
+
+
+def read_training_metrics_jsonl(path: str | Path) -> tuple[list[dict[str, Any]], IngestStats]:
+    path = Path(path)
+    if not path.exists():
+        raise InputError(path, None, "file not found")
+    stats = IngestStats()
+    rows = []
+    with open(path, encoding="utf-8") as fh:
+        for number, line in enumerate(fh, start=1):
+            if not line.endswith("\n"):
+                break  # a line still being written by the trainer; the follower reads it later
+            row = parse_jsonl_line(path, number, line, stats)
+            if row is not None:
+                rows.append(row)
+    return rows, stats
+
+
+# --- TensorBoard -------------------------------------------------------------------------------
+
+def event_dirs(root: str | Path) -> list[Path]:
+    """Directories under ``root`` holding TensorBoard event files (OpenRLHF adds a run subdir)."""
+    root = Path(root)
+    if not root.is_dir():
+        raise InputError(root, None, "TensorBoard directory not found")
+    return sorted({p.parent for p in root.rglob("events.out.tfevents.*") if p.is_file()})
+
+
+def read_tensorboard(root: str | Path) -> tuple[list[dict[str, Any]], IngestStats]:
+    """All ``train/*`` and ``eval/*`` scalars under ``root``, merged into one row per step."""
+    dirs = event_dirs(root)
+    if not dirs:
+        raise InputError(root, None, "no TensorBoard event files (events.out.tfevents.*)")
+    from tensorboard.backend.event_processing import event_accumulator
+
+    by_step: dict[int, dict[str, Any]] = {}
+    for directory in dirs:
+        acc = event_accumulator.EventAccumulator(str(directory), size_guidance={event_accumulator.SCALARS: 0})
+        acc.Reload()
+        for tag in acc.Tags().get("scalars", []):
+            for event in acc.Scalars(tag):
+                by_step.setdefault(int(event.step), {})[tag] = float(event.value)
+    stats = IngestStats()
+    rows = [row for step in sorted(by_step) if (row := normalise(by_step[step], stats, step=step)) is not None]
+    return rows, stats
+
+
+# --- the normalised file -----------------------------------------------------------------------
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """``metrics.jsonl`` strictly: every row an int ``global_step`` and finite numbers only."""
+    path = Path(path)
+    rows = []
+    seen: set[int] = set()
+    for number, record in iter_jsonl(path):
+        step = record.get("global_step")
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise InputError(path, f"line {number}: global_step", f"expected a non-negative integer, got {step!r}")
+        for key, value in record.items():
+            if key != "global_step" and finite_number(value) is None:
+                raise InputError(path, f"line {number}: {key}", f"expected a finite number, got {value!r}")
+        if step in seen:
+            raise InputError(path, f"line {number}: global_step", f"step {step} appears twice")
+        seen.add(step)
+        rows.append(record)
+    return sorted(rows, key=lambda r: r["global_step"])
+
+
+def written_steps(path: str | Path) -> set[int]:
+    path = Path(path)
+    if not path.exists():
+        return set()
+    return {r["global_step"] for r in read_metrics(path)}
+
+
+def append_new_rows(path: str | Path, rows: Iterable[Mapping[str, Any]], known: set[int] | None = None) -> list[dict]:
+    """Append the rows whose step is not in the file yet, in step order; returns what was written.
+
+    ``known`` (the steps already written, kept by a follower) avoids re-reading the file each poll.
+    """
+    path = Path(path)
+    repair_torn_tail(path)  # only our own file: a kill mid-append leaves at most one torn line
+    if known is None:
+        known = written_steps(path)
+    fresh = []
+    for row in sorted(rows, key=lambda r: r["global_step"]):
+        if row["global_step"] not in known:
+            fresh.append(dict(row))
+            known.add(row["global_step"])
+    append_jsonl_many(path, fresh)
+    return fresh
+
+
+# --- following a live run ----------------------------------------------------------------------
+
+class LineFollower:
+    """Reads only complete new lines of a growing file (a torn last line waits for its newline)."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.offset = 0
+        self.line_number = 0
+
+    def new_lines(self) -> list[tuple[int, str]]:
+        if not self.path.exists():
+            return []
+        if self.path.stat().st_size < self.offset:  # truncated (a resumed trainer drops rows): reread
+            self.offset = self.line_number = 0
+        with open(self.path, "rb") as fh:
+            fh.seek(self.offset)
+            data = fh.read()
+        end = data.rfind(b"\n") + 1
+        if end == 0:
+            return []
+        self.offset += end
+        out = []
+        for raw in data[:end].splitlines():
+            self.line_number += 1
+            out.append((self.line_number, raw.decode("utf-8", errors="replace")))
+        return out
+
+
+class MetricsFollower:
+    """Tails one metrics source while the run lives and appends new steps to ``metrics.jsonl``.
+
+    ``kind`` is ``stdout`` (a log with ``Global step N: {...}`` lines), ``jsonl`` (the seed's
+    ``training_metrics.jsonl``) or ``tensorboard`` (an event directory; a step is written once a
+    later step exists, or at :meth:`close`, so its scalars are complete).
+    """
+
+    def __init__(self, kind: str, source: str | Path, metrics_path: str | Path):
+        if kind not in ("stdout", "jsonl", "tensorboard"):
+            raise InputError(None, "metrics source", f"unknown kind {kind!r}")
+        self.kind = kind
+        self.source = Path(source)
+        self.metrics_path = Path(metrics_path)
+        self.stats = IngestStats()
+        repair_torn_tail(self.metrics_path)
+        self.known = written_steps(self.metrics_path)
+        self._lines = LineFollower(source) if kind != "tensorboard" else None
+        self._pending: dict[str, Any] | None = None  # stdout: the last step, until its eval can't follow
+
+    def poll(self, final: bool = False) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = []
+        if self.kind == "stdout":
+            # OpenRLHF prints "Global step N" and only then evaluates step N: hold each step's row
+            # until a later step (or the end) shows that no eval line is coming for it
+            for _, line in self._lines.new_lines():
+                row = parse_stdout_line(line, self.stats)
+                if row is None:
+                    continue
+                if self._pending is not None and self._pending["global_step"] == row["global_step"]:
+                    self._pending.update(row)
+                    continue
+                if self._pending is not None:
+                    rows.append(self._pending)
+                self._pending = row
+            if final and self._pending is not None:
+                rows.append(self._pending)
+                self._pending = None
+        elif self.kind == "jsonl":
+            for number, line in self._lines.new_lines():
+                row = parse_jsonl_line(self.source, number, line, self.stats)
+                if row is not None:
+                    rows.append(row)
+        else:
+            if not self.source.is_dir() or not event_dirs(self.source):
+                return []
+            all_rows, self.stats = read_tensorboard(self.source)
+            if all_rows and not final:
+                last = all_rows[-1]["global_step"]
+                all_rows = [r for r in all_rows if r["global_step"] < last]
+            rows = all_rows
+        return append_new_rows(self.metrics_path, rows, self.known)
+
+    def close(self) -> list[dict[str, Any]]:
+        return self.poll(final=True)

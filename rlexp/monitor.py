@@ -1,0 +1,292 @@
+"""The in-run monitor: spike log, the G3 smoke gate, G5 runtime assertions, the early-stop rule.
+
+All of it reads normalised metric rows (``metrics.jsonl``) and the plan; none of it touches a
+process. ``rlexp launch`` feeds it each batch of new rows while following a run and acts on the
+verdicts (stopping the run when the SOP's early-stop rule fires, recording why).
+
+Numbers from the seed (001): spikes are ``grad_norm > 50`` (§11.10.1, the spike log); G3 and G5
+are read at global step 10 (§11.30 Phase B); the first step is warm-up and excluded from step-time
+stability (§11.20 reports it as "(warmup)"); the stop rule is ``rlexp.gates.early_stop`` with the
+SOP file's numbers.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlexp.errors import InputError
+
+SPIKE_GRAD_NORM = 50.0  # seed 001 §11.10.1: prompts dumped to spike_log.jsonl when grad_norm > 50
+SMOKE_STEPS = 10  # §11.30 Phase B: "first 10 global steps"
+STEP_TIME_MAX_RATIO = 2.0  # a step slower than 2x the median of steps 2..10 is a blow-up
+LR_REL_TOLERANCE = 0.10  # "LR ≈ 100% target"
+REWARD_STUCK_LOW = 0.02  # "reward neither ~0 nor ~1" on the mean of steps 1..10
+REWARD_STUCK_HIGH = 0.98
+
+
+@dataclass(frozen=True)
+class Spike:
+    global_step: int
+    metric: str
+    value: float
+    threshold: float
+
+
+@dataclass(frozen=True)
+class StabilitySummary:
+    """SOP §9.6: spike count, max grad norm, ratio tail indicators."""
+
+    steps: int
+    spike_threshold: float
+    spikes: tuple[Spike, ...]
+    max_grad_norm: float | None
+    max_grad_norm_step: int | None
+    ratio_max: float | None  # largest importance ratio seen
+    log_ratio_abs_p99_max: float | None
+    log_ratio_abs_p99_median: float | None
+
+    @property
+    def spike_count(self) -> int:
+        return len(self.spikes)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["spike_count"] = self.spike_count
+        return d
+
+
+def _series(rows: Sequence[Mapping[str, Any]], key: str) -> list[tuple[int, float]]:
+    return [(int(r["global_step"]), float(r[key])) for r in rows if key in r and r[key] is not None]
+
+
+def spikes(rows: Sequence[Mapping[str, Any]], threshold: float = SPIKE_GRAD_NORM) -> list[Spike]:
+    """Steps whose grad norm is strictly above ``threshold``."""
+    return [Spike(s, "grad_norm", v, threshold) for s, v in _series(rows, "grad_norm") if v > threshold]
+
+
+def stability(rows: Sequence[Mapping[str, Any]], threshold: float = SPIKE_GRAD_NORM) -> StabilitySummary:
+    grad = _series(rows, "grad_norm")
+    ratio = [v for _, v in _series(rows, "ratio_max")]
+    p99 = [v for _, v in _series(rows, "log_ratio_abs_p99")]
+    top = max(grad, key=lambda sv: sv[1]) if grad else None
+    return StabilitySummary(
+        steps=len(rows),
+        spike_threshold=threshold,
+        spikes=tuple(spikes(rows, threshold)),
+        max_grad_norm=top[1] if top else None,
+        max_grad_norm_step=top[0] if top else None,
+        ratio_max=max(ratio) if ratio else None,
+        log_ratio_abs_p99_max=max(p99) if p99 else None,
+        log_ratio_abs_p99_median=statistics.median(p99) if p99 else None,
+    )
+
+
+@dataclass(frozen=True)
+class GuardVerdict:
+    """A guardrail verdict as written to ``guards/<gate>.json``."""
+
+    gate: str
+    verdict: str  # PASS | FAIL | PENDING
+    reason: str
+    criteria: str
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == "PASS"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"gate": self.gate, "verdict": self.verdict, "passed": self.passed, "reason": self.reason,
+                "criteria": self.criteria, "details": dict(self.details)}
+
+
+def g3_smoke(
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    crashed: bool = False,
+    exit_code: int | None = None,
+    steps: int = SMOKE_STEPS,
+    max_ratio: float = STEP_TIME_MAX_RATIO,
+) -> GuardVerdict:
+    """G3 (§11.30): no crash and a stable step time over the first ``steps`` global steps."""
+    criteria = f"no crash before step {steps}; step time of steps 2..{steps} within {max_ratio}x their median"
+    first = [r for r in rows if int(r["global_step"]) <= steps]
+    done = max((int(r["global_step"]) for r in first), default=0)
+    if crashed:
+        return GuardVerdict("G3", "FAIL", f"trainer exited with code {exit_code} at step {done}", criteria,
+                            {"steps_done": done, "exit_code": exit_code})
+    if done < steps:
+        return GuardVerdict("G3", "PENDING", f"{done} of {steps} smoke steps done", criteria, {"steps_done": done})
+    times = [v for s, v in _series(first, "step_time_s") if s >= 2]
+    if len(times) < 2:
+        return GuardVerdict("G3", "PASS", "no crash; step_time_s not logged, stability not checked", criteria,
+                            {"steps_done": done})
+    median = statistics.median(times)
+    worst = max(times)
+    ratio = worst / median if median > 0 else float("inf")
+    details = {"steps_done": done, "median_step_time_s": median, "max_step_time_s": worst,
+               "max_over_median": round(ratio, 4)}
+    if ratio > max_ratio:
+        return GuardVerdict("G3", "FAIL", f"step time blow-up: max {worst:.1f}s is {ratio:.2f}x the median "
+                            f"{median:.1f}s", criteria, details)
+    return GuardVerdict("G3", "PASS", f"no crash; max step time {ratio:.2f}x the median", criteria, details)
+
+
+def planned_lr(plan: Mapping[str, Any] | None, global_step: int) -> float | None:
+    """The ``actor_lr`` the plan expects the trainer to log at ``global_step`` (None: no table)."""
+    return planned_lr_table(plan).get(global_step)
+
+
+_LR_KEYS = ("actor_lr_logged", "lr_mean", "lr", "actor_lr")
+
+
+def planned_lr_table(plan: Mapping[str, Any] | None) -> dict[int, float]:
+    """global_step -> planned logged LR, from the plan's LR table.
+
+    ``rlexp plan`` writes rows of ``rlexp.schedule.GlobalStepLR.as_dict()``; ``actor_lr_logged``
+    is what the trainer logs (v0.9.x: the mean over the step's micro-batches), so it is the value
+    to compare with. The table is found by shape (a list of rows with ``global_step`` and an LR
+    key, up to three levels deep) so the plan may nest it where it likes.
+    """
+    if not plan:
+        return {}
+
+    def rows_of(node: Any, depth: int) -> list | None:
+        if (isinstance(node, list) and node and all(isinstance(r, Mapping) and "global_step" in r for r in node)
+                and any(k in node[0] for k in _LR_KEYS)):
+            return node
+        if isinstance(node, Mapping) and depth < 3:
+            for key in ("lr_schedule", "lr_table", "lr", *node.keys()):
+                if key in node:
+                    found = rows_of(node[key], depth + 1)
+                    if found:
+                        return found
+        return None
+
+    out: dict[int, float] = {}
+    for row in rows_of(plan, 0) or []:
+        lr = next((row[k] for k in _LR_KEYS if isinstance(row.get(k), int | float)), None)
+        if lr is not None and isinstance(row["global_step"], int):
+            out[int(row["global_step"])] = float(lr)
+    return out
+
+
+def g5_runtime(
+    rows: Sequence[Mapping[str, Any]],
+    plan: Mapping[str, Any] | None,
+    *,
+    at_step: int = SMOKE_STEPS,
+    lr_tolerance: float = LR_REL_TOLERANCE,
+) -> GuardVerdict:
+    """G5 (§11.30): at step ``at_step`` the logged LR is the planned one and reward is not stuck."""
+    criteria = (f"at step {at_step}: |actor_lr / planned - 1| <= {lr_tolerance:g}; mean reward of steps "
+                f"1..{at_step} in [{REWARD_STUCK_LOW}, {REWARD_STUCK_HIGH}]")
+    row = next((r for r in rows if int(r["global_step"]) == at_step), None)
+    if row is None:
+        return GuardVerdict("G5", "PENDING", f"step {at_step} not logged yet", criteria)
+    problems: list[str] = []
+    details: dict[str, Any] = {}
+    expected = planned_lr(plan, at_step)
+    logged = row.get("actor_lr")
+    details.update(planned_lr=expected, logged_lr=logged)
+    if expected is None:
+        problems.append("plan has no LR for this step")
+    elif logged is None:
+        problems.append("actor_lr not logged")
+    elif expected > 0 and abs(float(logged) / expected - 1.0) > lr_tolerance:
+        problems.append(f"actor_lr {float(logged):.3g} is {float(logged) / expected:.0%} of planned {expected:.3g}")
+    rewards = [v for s, v in _series(rows, "reward") if s <= at_step]
+    if rewards:
+        mean = statistics.fmean(rewards)
+        details["reward_mean"] = mean
+        if mean < REWARD_STUCK_LOW or mean > REWARD_STUCK_HIGH:
+            problems.append(f"reward stuck at {mean:.3f}")
+    else:
+        problems.append("reward not logged")
+    grad = [v for s, v in _series(rows, "grad_norm") if s <= at_step]
+    if grad:
+        details["grad_norm_max"] = max(grad)
+    if problems:
+        return GuardVerdict("G5", "FAIL", "; ".join(problems), criteria, details)
+    return GuardVerdict("G5", "PASS", f"LR at {float(logged) / expected:.1%} of plan; reward mean "
+                        f"{details['reward_mean']:.3f}", criteria, details)
+
+
+def monitor_points(rows: Sequence[Mapping[str, Any]]) -> list[tuple[int, float]]:
+    """(global_step, monitor_acc) for the steps where the in-run OOD monitor fired."""
+    return _series(rows, "monitor_acc")
+
+
+def early_stop_verdict(rows: Sequence[Mapping[str, Any]], sop=None):
+    """``rlexp.gates.early_stop`` on the monitor points of ``rows`` (the SOP in force by default)."""
+    from rlexp.gates import early_stop
+    from rlexp.sop import load_sop
+
+    return early_stop(monitor_points(rows), sop if sop is not None else load_sop())
+
+
+@dataclass
+class RunMonitor:
+    """Stateful monitor of one live run: feed it new rows, read its verdicts.
+
+    ``update`` returns the early-stop verdict when the rule fires (the caller stops the run),
+    else None. G3/G5 verdicts and the spike log are written under the attempt directory.
+    """
+
+    attempt_dir: Path
+    plan: Mapping[str, Any] | None = None
+    sop: Any = None
+    spike_threshold: float = SPIKE_GRAD_NORM
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    logged_spikes: set[int] = field(default_factory=set)
+    stopped: Any = None
+
+    def update(self, new_rows: Sequence[Mapping[str, Any]]):
+        from rlexp.files import append_jsonl, atomic_write_json
+
+        # keyed by step: a re-read or a resumed trainer's rewritten rows replace, never duplicate
+        by_step = {int(r["global_step"]): r for r in self.rows}
+        by_step.update({int(r["global_step"]): dict(r) for r in new_rows})
+        self.rows = [by_step[s] for s in sorted(by_step)]
+        for spike in spikes(new_rows, self.spike_threshold):
+            if spike.global_step not in self.logged_spikes:
+                append_jsonl(self.attempt_dir / "launch" / "spikes.jsonl", asdict(spike))
+                self.logged_spikes.add(spike.global_step)
+        guards = self.attempt_dir / "guards"
+        g3 = g3_smoke(self.rows)
+        if g3.verdict != "PENDING":
+            atomic_write_json(guards / "G3.json", g3.to_dict())
+        g5 = g5_runtime(self.rows, self.plan)
+        if g5.verdict != "PENDING":
+            atomic_write_json(guards / "G5.json", g5.to_dict())
+        if self.stopped is None and monitor_points(new_rows):
+            verdict = early_stop_verdict(self.rows, self.sop)
+            if verdict.stop:
+                self.stopped = verdict
+                return verdict
+        return None
+
+    def record_crash(self, exit_code: int) -> GuardVerdict:
+        from rlexp.files import atomic_write_json
+
+        done = max((int(r["global_step"]) for r in self.rows), default=0)
+        verdict = g3_smoke(self.rows, crashed=done < SMOKE_STEPS, exit_code=exit_code)
+        if verdict.verdict != "PENDING":
+            atomic_write_json(self.attempt_dir / "guards" / "G3.json", verdict.to_dict())
+        return verdict
+
+
+def read_plan(attempt_dir: str | Path) -> dict[str, Any] | None:
+    from rlexp.files import read_json
+
+    path = Path(attempt_dir) / "plan.json"
+    if not path.exists():
+        return None
+    plan = read_json(path)
+    if not isinstance(plan, dict):
+        raise InputError(path, None, "expected a JSON object")
+    return plan

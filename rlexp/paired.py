@@ -1,0 +1,154 @@
+"""Paired records: two per-problem record files joined by ``problem_hash`` (SOP §11.24 §1).
+
+A paired comparison is only valid on the same problems. Two record files whose problem sets
+differ are refused, unless the caller asks for the intersection explicitly, and then what was
+dropped is reported. Each input line needs ``problem_hash`` (a non-empty string) and
+``correct`` (0/1 or true/false); ``output`` is kept when present. Duplicate hashes, other
+correctness values, empty files and a truncated last line are :class:`InputError`.
+
+The joined result is written in the SOP's paired-record format, one line per problem:
+``{problem_hash, y_baseline, y_new, output_baseline, output_new}``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlexp.errors import InputError
+from rlexp.files import atomic_write_text, iter_jsonl
+
+PAIRED_KEYS = ("problem_hash", "y_baseline", "y_new", "output_baseline", "output_new")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    correct: int
+    output: str | None
+    line: int
+
+
+def _as_01(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int) and value in (0, 1):
+        return value
+    return None
+
+
+def load_outcomes(path: str | Path) -> dict[str, Outcome]:
+    """problem_hash -> Outcome, in file order, strictly validated."""
+    path = Path(path)
+    out: dict[str, Outcome] = {}
+    for number, record in iter_jsonl(path):
+        key = record.get("problem_hash")
+        if not isinstance(key, str) or not key.strip():
+            raise InputError(path, f"line {number}: problem_hash", "missing or not a non-empty string")
+        correct = _as_01(record.get("correct"))
+        if correct is None:
+            raise InputError(path, f"line {number}: correct",
+                             f"must be 0/1 or true/false, got {record.get('correct')!r}")
+        if key in out:
+            raise InputError(path, f"line {number}: problem_hash",
+                             f"duplicate problem_hash {key[:16]} (first at line {out[key].line})")
+        output = record.get("output")
+        out[key] = Outcome(correct, output if isinstance(output, str) else None, number)
+    if not out:
+        raise InputError(path, None, "empty record file: no problems")
+    return out
+
+
+@dataclass(frozen=True)
+class PairedRecord:
+    problem_hash: str
+    y_baseline: int
+    y_new: int
+    output_baseline: str | None
+    output_new: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in PAIRED_KEYS}
+
+
+@dataclass(frozen=True)
+class PairedSet:
+    """The joined problems (baseline file order) and what an explicit intersection dropped."""
+
+    records: tuple[PairedRecord, ...]
+    base_path: str
+    new_path: str
+    dropped_base_only: tuple[str, ...] = ()
+    dropped_new_only: tuple[str, ...] = ()
+
+    @property
+    def y_baseline(self) -> list[int]:
+        return [r.y_baseline for r in self.records]
+
+    @property
+    def y_new(self) -> list[int]:
+        return [r.y_new for r in self.records]
+
+    @property
+    def dropped(self) -> int:
+        return len(self.dropped_base_only) + len(self.dropped_new_only)
+
+
+def pair_files(base_path: str | Path, new_path: str | Path, *, intersect: bool = False) -> PairedSet:
+    """Join two record files by problem_hash; refuse different problem sets unless ``intersect``."""
+    base = load_outcomes(base_path)
+    new = load_outcomes(new_path)
+    base_only = tuple(h for h in base if h not in new)
+    new_only = tuple(h for h in new if h not in base)
+    if (base_only or new_only) and not intersect:
+        example = (base_only or new_only)[0]
+        raise InputError(
+            new_path, "problem_hash",
+            f"problem sets differ from {base_path}: {len(base_only)} only in the baseline, {len(new_only)} only "
+            f"in the new file (e.g. {example[:16]}); compare the common problems only with --intersect",
+        )
+    records = tuple(
+        PairedRecord(h, o.correct, new[h].correct, o.output, new[h].output) for h, o in base.items() if h in new
+    )
+    if not records:
+        raise InputError(new_path, "problem_hash", f"no problem in common with {base_path}")
+    return PairedSet(records, str(base_path), str(new_path), base_only, new_only)
+
+
+def write_paired_records(path: str | Path, records: tuple[PairedRecord, ...] | list[PairedRecord]) -> Path:
+    """Write the SOP paired-record file atomically (a derived file: whole or absent)."""
+    text = "".join(json.dumps(r.to_dict(), allow_nan=False, ensure_ascii=False) + "\n" for r in records)
+    return atomic_write_text(path, text)
+
+
+def read_paired_records(path: str | Path) -> list[PairedRecord]:
+    """Read a paired-record file back, strictly (same rules as the inputs)."""
+    path = Path(path)
+    out: list[PairedRecord] = []
+    seen: set[str] = set()
+    for number, record in iter_jsonl(path):
+        missing = [k for k in PAIRED_KEYS if k not in record]
+        if missing:
+            raise InputError(path, f"line {number}: {missing[0]}", "missing key")
+        key = record["problem_hash"]
+        if not isinstance(key, str) or not key:
+            raise InputError(path, f"line {number}: problem_hash", "not a non-empty string")
+        if key in seen:
+            raise InputError(path, f"line {number}: problem_hash", f"duplicate problem_hash {key[:16]}")
+        seen.add(key)
+        ys = []
+        for k in ("y_baseline", "y_new"):
+            y = _as_01(record[k])
+            if y is None:
+                raise InputError(path, f"line {number}: {k}", f"must be 0/1, got {record[k]!r}")
+            ys.append(y)
+        outs = []
+        for k in ("output_baseline", "output_new"):
+            if record[k] is not None and not isinstance(record[k], str):
+                raise InputError(path, f"line {number}: {k}", "must be a string or null")
+            outs.append(record[k])
+        out.append(PairedRecord(key, ys[0], ys[1], outs[0], outs[1]))
+    if not out:
+        raise InputError(path, None, "empty paired-record file")
+    return out

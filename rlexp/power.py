@@ -1,0 +1,123 @@
+"""Power of a paired accuracy comparison (stdlib only: ``statistics.NormalDist``).
+
+Miller (2024), "Adding Error Bars to Evals", eq. for paired differences: to detect a difference
+``δ`` between two models scored on the same ``n`` questions,
+
+    n = (z_{α/2} + z_β)² · (ω² + σ²_A/K_A + σ²_B/K_B) / δ²
+
+with ``ω²`` the variance of the per-question score difference and the ``σ²/K`` terms the
+sampling variance of each model's answer (zero for greedy decoding, K = 1 sample, which is how
+the SOP scores). For 0/1 scores the per-question difference is −1, 0 or +1, so under a null of
+no difference ``ω²`` equals the discordance rate ``(b + c) / n`` — the share of questions on
+which the two models disagree (§11.26 observed 118 of 1,000: ω² ≈ 0.118). Solving for ``δ``:
+
+    MDE = (z_{1−α/2} + z_{power}) · sqrt(ω² / n)
+
+which gives ≈ 3.0 pp for n = 1,000 at 12 % discordance, and 6.8 pp for the seed's OOD-202
+monitor set: the SOP's +3.0 pp win threshold was invisible on it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from statistics import NormalDist
+
+_Z = NormalDist()
+
+WIN_THRESHOLD_PP = 3.0  # SOP §2 Gate-1b: OOD Δ ≥ +3.0 pp
+DEFAULT_DISCORDANCE = 0.12  # §11.26: b + c = 118 of 1,000
+
+
+def _validate(n: int, discordance: float, alpha: float) -> None:
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    if not 0.0 < discordance <= 1.0:
+        raise ValueError(f"discordance must be in (0, 1], got {discordance}")
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+
+
+def mde_pp(
+    n: int, discordance: float = DEFAULT_DISCORDANCE, alpha: float = 0.05, power: float = 0.8
+) -> float:
+    """Minimal detectable effect (percentage points) of a paired, two-sided comparison."""
+    _validate(n, discordance, alpha)
+    if not 0.0 < power < 1.0:
+        raise ValueError(f"power must be in (0, 1), got {power}")
+    z = _Z.inv_cdf(1 - alpha / 2) + _Z.inv_cdf(power)
+    return 100.0 * z * math.sqrt(discordance / n)
+
+
+def power_at(delta_pp: float, n: int, discordance: float = DEFAULT_DISCORDANCE, alpha: float = 0.05) -> float:
+    """Probability that a two-sided paired z-test at level ``alpha`` detects a true ``delta_pp``."""
+    _validate(n, discordance, alpha)
+    se = math.sqrt(discordance / n)
+    shift = (delta_pp / 100.0) / se
+    z = _Z.inv_cdf(1 - alpha / 2)
+    return _Z.cdf(shift - z) + _Z.cdf(-shift - z)
+
+
+def n_for_mde(delta_pp: float, discordance: float = DEFAULT_DISCORDANCE, alpha: float = 0.05,
+              power: float = 0.8) -> int:  # fmt: skip
+    """Problems needed to detect ``delta_pp`` (Miller's n, rounded up)."""
+    if delta_pp <= 0:
+        raise ValueError(f"delta_pp must be > 0, got {delta_pp}")
+    z = _Z.inv_cdf(1 - alpha / 2) + _Z.inv_cdf(power)
+    return math.ceil(z * z * discordance / (delta_pp / 100.0) ** 2)
+
+
+@dataclass(frozen=True)
+class PowerReport:
+    """The planned comparison on one eval set."""
+
+    n: int
+    discordance: float
+    alpha: float
+    power_target: float
+    win_threshold_pp: float
+    mde_pp: float
+    power_at_win_threshold: float
+    n_for_win_threshold: int
+    baseline_accuracy: float | None = None
+    se_single_pp: float | None = None  # SE of one accuracy (unpaired), for context
+    mde_unpaired_pp: float | None = None  # what two independent samples would need
+
+    def as_dict(self) -> dict[str, float | int | None]:
+        return {
+            "n": self.n,
+            "discordance": self.discordance,
+            "alpha": self.alpha,
+            "power_target": self.power_target,
+            "win_threshold_pp": self.win_threshold_pp,
+            "mde_pp": self.mde_pp,
+            "power_at_win_threshold": self.power_at_win_threshold,
+            "n_for_win_threshold": self.n_for_win_threshold,
+            "baseline_accuracy": self.baseline_accuracy,
+            "se_single_pp": self.se_single_pp,
+            "mde_unpaired_pp": self.mde_unpaired_pp,
+        }
+
+
+def power_report(n: int, discordance: float = DEFAULT_DISCORDANCE, baseline_accuracy: float | None = None,
+                 alpha: float = 0.05, power: float = 0.8,
+                 win_threshold_pp: float = WIN_THRESHOLD_PP) -> PowerReport:  # fmt: skip
+    se_single = mde_unpaired = None
+    if baseline_accuracy is not None:
+        p = baseline_accuracy
+        se_single = 100.0 * math.sqrt(p * (1 - p) / n)
+        z = _Z.inv_cdf(1 - alpha / 2) + _Z.inv_cdf(power)
+        mde_unpaired = 100.0 * z * math.sqrt(2 * p * (1 - p) / n)
+    return PowerReport(
+        n=n,
+        discordance=discordance,
+        alpha=alpha,
+        power_target=power,
+        win_threshold_pp=win_threshold_pp,
+        mde_pp=mde_pp(n, discordance, alpha, power),
+        power_at_win_threshold=power_at(win_threshold_pp, n, discordance, alpha),
+        n_for_win_threshold=n_for_mde(win_threshold_pp, discordance, alpha, power),
+        baseline_accuracy=baseline_accuracy,
+        se_single_pp=se_single,
+        mde_unpaired_pp=mde_unpaired,
+    )

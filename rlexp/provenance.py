@@ -1,0 +1,199 @@
+"""Provenance of a launch: what code, data, model and software produced an attempt (SOP §10.3).
+
+The seed typed git SHAs, pool SHA-256s and versions into its log by hand; here they are collected
+once at launch into ``launch/provenance.json`` and mirrored to MLflow. Environment variables
+pass through :func:`redact_env` before anything is written: names containing KEY, TOKEN, SECRET
+or PASSWORD never reach a file, MLflow or a report.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import socket
+import subprocess
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from rlexp.files import sha256_dir, sha256_file
+
+SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
+REDACTED = "<redacted>"
+
+# Environment variables worth recording (they change what a run does); secrets are removed anyway.
+RECORDED_ENV_PREFIXES = ("CUDA_", "NCCL_", "RAY_", "VLLM_", "OMP_", "PYTHONHASHSEED", "HF_", "TRANSFORMERS_")
+
+
+def is_secret_name(name: str) -> bool:
+    upper = name.upper()
+    return any(marker in upper for marker in SECRET_MARKERS)
+
+
+# Recipe keys are OpenRLHF flag names: ``input_key``/``label_key`` name dataset columns, they are
+# not secrets. A recipe key is secret when it names a credential, or is v0.9.x's ``use_wandb``,
+# whose value is the W&B API key itself.
+SECRET_RECIPE_KEYS = frozenset({"use_wandb", "wandb_key", "logger.wandb.key"})
+
+
+def is_secret_recipe_key(key: str) -> bool:
+    upper = key.upper()
+    return (key in SECRET_RECIPE_KEYS or upper.endswith("API_KEY")
+            or any(marker in upper for marker in ("TOKEN", "SECRET", "PASSWORD")))
+
+
+def redact_env(env: Mapping[str, str], *, keep: tuple[str, ...] | None = None) -> dict[str, str]:
+    """A copy of ``env`` without any variable whose name contains KEY, TOKEN, SECRET or PASSWORD.
+
+    Secrets are dropped, not masked: even a masked name tells an attacker where to look, and
+    nothing downstream needs them. ``keep`` restricts the result to names with those prefixes.
+    """
+    out = {}
+    for name, value in env.items():
+        if is_secret_name(name):
+            continue
+        if keep is not None and not name.startswith(keep):
+            continue
+        out[name] = value
+    return out
+
+
+def secret_values(env: Mapping[str, str] | None = None, min_length: int = 6) -> list[str]:
+    """The values of secret variables (long enough to be meaningful) — for scrubbing text."""
+    env = os.environ if env is None else env
+    return [v for k, v in env.items() if is_secret_name(k) and len(v) >= min_length]
+
+
+def scrub(text: str, env: Mapping[str, str] | None = None) -> str:
+    """Replace any secret's value appearing in ``text`` (a log line, a command) by a marker."""
+    for value in secret_values(env):
+        text = text.replace(value, REDACTED)
+    return text
+
+
+def scrub_file(path: str | Path, env: Mapping[str, str] | None = None) -> bool:
+    """Rewrite ``path`` (atomically) with secret values replaced; True when something was found.
+
+    Used on a finished run's ``launch/stdout.log``: the trainer writes that file directly (so a
+    killed launcher never breaks its output pipe), and a trainer may print its environment.
+    """
+    from rlexp.files import atomic_write_bytes
+
+    path = Path(path)
+    values = secret_values(env)
+    if not values or not path.is_file():
+        return False
+    data = path.read_bytes()
+    cleaned = data
+    for value in values:
+        cleaned = cleaned.replace(value.encode(), REDACTED.encode())
+    if cleaned == data:
+        return False
+    atomic_write_bytes(path, cleaned)
+    return True
+
+
+@dataclass(frozen=True)
+class GitState:
+    sha: str | None
+    dirty: bool | None
+    branch: str | None
+
+
+def git_state(path: str | Path = ".") -> GitState:
+    """The commit of the repository holding ``path`` (None outside git) and whether it is dirty."""
+
+    def run(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", *args], cwd=path, capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    sha = run("rev-parse", "HEAD")
+    if sha is None:
+        return GitState(None, None, None)
+    status = run("status", "--porcelain", "--untracked-files=no")
+    return GitState(sha=sha, dirty=bool(status), branch=run("rev-parse", "--abbrev-ref", "HEAD"))
+
+
+def package_version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def path_sha256(path: str | Path | None) -> str | None:
+    """SHA-256 of a file, or of a directory tree (a local model), or None when it is not local
+    (a hub id such as ``Qwen/Qwen2.5-14B-Instruct`` on a cluster node)."""
+    if path is None:
+        return None
+    p = Path(path)
+    if p.is_file():
+        return sha256_file(p)
+    if p.is_dir():
+        return sha256_dir(p)
+    return None
+
+
+@dataclass(frozen=True)
+class Provenance:
+    attempt_id: str
+    started_at: str
+    host: str
+    git: GitState
+    seed: int | None
+    datasets: dict[str, dict[str, Any]]  # role -> {path, sha256}
+    model: dict[str, Any]  # {path, sha256}
+    versions: dict[str, str | None]
+    trainer: dict[str, Any]
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def collect(
+    *,
+    attempt_id: str,
+    datasets: Mapping[str, str | Path | None],
+    model: str | Path | None,
+    seed: int | None,
+    trainer: Mapping[str, Any],
+    argv: list[str],
+    repo_dir: str | Path = ".",
+    env: Mapping[str, str] | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> Provenance:
+    """Everything SOP §10.3 asks for, gathered at launch. Only non-secret, run-relevant env vars."""
+    env = os.environ if env is None else env
+    return Provenance(
+        attempt_id=attempt_id,
+        started_at=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        host=socket.gethostname(),
+        git=git_state(repo_dir),
+        seed=seed,
+        datasets={role: {"path": str(p) if p else None, "sha256": path_sha256(p)} for role, p in datasets.items()},
+        model={"path": str(model) if model else None, "sha256": path_sha256(model)},
+        versions={
+            "python": platform.python_version(),
+            "rlexp": package_version("rlexp"),
+            "torch": package_version("torch"),
+            "transformers": package_version("transformers"),
+            "peft": package_version("peft"),
+            "openrlhf": package_version("openrlhf"),
+            "vllm": package_version("vllm"),
+            "ray": package_version("ray"),
+            "mlflow": package_version("mlflow"),
+        },
+        trainer=dict(trainer),
+        argv=[scrub(a, env) for a in argv],
+        env=redact_env(env, keep=RECORDED_ENV_PREFIXES),
+        extra=dict(extra or {}),
+    )

@@ -1,0 +1,219 @@
+"""Eval record files: one JSONL per (checkpoint, set), one line per problem, plus a metadata file.
+
+``eval/<checkpoint>/<set>.jsonl`` holds the per-problem records (docs/ARCHITECTURE.md):
+``problem_hash, gold, output, answer, parse_method, correct, finish_reason, prompt_tokens,
+completion_tokens, bucket``. ``<set>.meta.json`` pins what produced them: engine, decoding,
+model/adapter paths and SHA-256, dataset SHA-256, prompt suffix, chat-template hash, grading mode.
+
+Resuming is the normal case: :meth:`RecordWriter.open` repairs a line torn by a kill, refuses to
+mix records made under other settings (a changed dataset, decoding, model, suffix or template is
+an :class:`InputError`), and reports which problems are done so a rerun only does the rest.
+Each record is appended as one complete line (``rlexp.files.append_jsonl``).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlexp.errors import InputError
+from rlexp.files import append_jsonl, atomic_write_json, iter_jsonl, read_json, repair_torn_tail
+
+RECORD_FIELDS = (
+    "problem_hash",
+    "gold",
+    "output",
+    "answer",
+    "parse_method",
+    "correct",
+    "finish_reason",
+    "prompt_tokens",
+    "completion_tokens",
+    "bucket",
+)
+# Metadata keys that must match for old and new records to share a file.
+IDENTITY_KEYS = (
+    "engine",
+    "decoding",
+    "model_sha256",
+    "adapter_sha256",
+    "dataset_sha256",
+    "prompt_suffix",
+    "chat_template_sha256",
+    "grading",
+)
+BASELINE_S0 = "baseline_s0"
+BASELINE_SOTA = "baseline_sota"
+
+
+def record_path(attempt_dir: str | Path, checkpoint: str, set_role: str) -> Path:
+    return Path(attempt_dir) / "eval" / checkpoint / f"{set_role}.jsonl"
+
+
+def meta_path(records_path: str | Path) -> Path:
+    """``ood_primary.jsonl`` → ``ood_primary.meta.json`` (same directory)."""
+    path = Path(records_path)
+    return path.with_name(path.name.removesuffix(".jsonl") + ".meta.json")
+
+
+def make_record(problem: dict[str, Any], output: str, finish_reason: str, prompt_tokens: int,
+                completion_tokens: int, grading: str = "exact") -> dict[str, Any]:
+    """One record: the answer is extracted and graded here, the same way for every checkpoint."""
+    from rlexp.answers import grade_output
+
+    answer, method, correct = grade_output(output, problem["answer"], grading)
+    return {
+        "problem_hash": problem["problem_hash"],
+        "gold": problem["answer"],
+        "output": output,
+        "answer": answer,
+        "parse_method": method,
+        "correct": int(correct),
+        "finish_reason": finish_reason,
+        "prompt_tokens": int(prompt_tokens),
+        "completion_tokens": int(completion_tokens),
+        "bucket": problem.get("bucket"),
+    }
+
+
+class RecordWriter:
+    """Append-only writer for one record file; knows which problems are already done."""
+
+    def __init__(self, path: Path, meta: dict[str, Any], done: dict[str, dict[str, Any]]):
+        self.path = path
+        self.meta = meta
+        self.done = done  # problem_hash -> record already on disk
+
+    @classmethod
+    def open(cls, path: str | Path, meta: dict[str, Any]) -> RecordWriter:
+        """Open (or create) ``path`` for appending records produced under ``meta``."""
+        path = Path(path)
+        missing = [k for k in IDENTITY_KEYS if k not in meta]
+        if missing:
+            raise ValueError(f"record metadata lacks {missing}")
+        mpath = meta_path(path)
+        if mpath.exists():
+            old = read_json(mpath)
+            if not isinstance(old, dict):
+                raise InputError(mpath, None, "expected a JSON object")
+            for key in IDENTITY_KEYS:
+                if old.get(key) != meta[key]:
+                    raise InputError(
+                        mpath,
+                        key,
+                        f"changed since these records were written ({_short(old.get(key))} → "
+                        f"{_short(meta[key])}); refusing to mix — remove {path.parent} or use a new attempt",
+                    )
+        elif path.exists() and path.stat().st_size > 0:
+            raise InputError(path, None, f"records without their metadata file {mpath.name}; refusing to append")
+        repair_torn_tail(path)
+        done: dict[str, dict[str, Any]] = {}
+        if path.exists():
+            for number, record in iter_jsonl(path):
+                h = _check_record(path, number, record)
+                if h in done:
+                    raise InputError(path, f"line {number}: problem_hash", "duplicate record")
+                done[h] = record
+        if not mpath.exists():
+            atomic_write_json(mpath, meta)  # metadata first: records never exist without it
+        return cls(path, meta, done)
+
+    def append(self, record: dict[str, Any]) -> None:
+        h = record["problem_hash"]
+        if h in self.done:
+            raise ValueError(f"problem {h[:12]} already has a record in {self.path}")
+        append_jsonl(self.path, record)
+        self.done[h] = record
+
+
+def _short(value: Any) -> str:
+    text = str(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _check_record(path: Path, number: int, record: dict[str, Any]) -> str:
+    h = record.get("problem_hash")
+    if not isinstance(h, str) or not h:
+        raise InputError(path, f"line {number}: problem_hash", "missing or not a string")
+    correct = record.get("correct")
+    if correct not in (0, 1) or isinstance(correct, float):
+        raise InputError(path, f"line {number}: correct", f"must be 0/1 or true/false, got {correct!r}")
+    return h
+
+
+def read_records(path: str | Path) -> list[dict[str, Any]]:
+    """Strictly read a record file: ``problem_hash`` strings, unique, ``correct`` 0/1 or bool."""
+    path = Path(path)
+    records, seen = [], set()
+    for number, record in iter_jsonl(path):
+        h = _check_record(path, number, record)
+        if h in seen:
+            raise InputError(path, f"line {number}: problem_hash", "duplicate record")
+        seen.add(h)
+        records.append(record)
+    return records
+
+
+def read_meta(records_path: str | Path) -> dict[str, Any]:
+    meta = read_json(meta_path(records_path))
+    if not isinstance(meta, dict):
+        raise InputError(meta_path(records_path), None, "expected a JSON object")
+    return meta
+
+
+@dataclass(frozen=True)
+class BucketAccuracy:
+    n: int
+    correct: int
+
+    @property
+    def accuracy(self) -> float:
+        return self.correct / self.n if self.n else 0.0
+
+
+@dataclass(frozen=True)
+class RecordSummary:
+    """Per-file summary (SOP §7: track the parse-method distribution; §11.29: real truncation)."""
+
+    n: int
+    correct: int
+    accuracy: float
+    parse_methods: dict[str, int] = field(default_factory=dict)
+    truncation_rate: float = 0.0
+    per_bucket: dict[str, BucketAccuracy] = field(default_factory=dict)
+
+    def parse_rate(self, method: str) -> float:
+        return self.parse_methods.get(method, 0) / self.n if self.n else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "n": self.n,
+            "correct": self.correct,
+            "accuracy": self.accuracy,
+            "parse_methods": dict(self.parse_methods),
+            "truncation_rate": self.truncation_rate,
+            "per_bucket": {b: {"n": v.n, "correct": v.correct, "accuracy": v.accuracy}
+                           for b, v in self.per_bucket.items()},
+        }
+
+
+def summarize(records: list[dict[str, Any]]) -> RecordSummary:
+    n = len(records)
+    correct = sum(int(bool(r["correct"])) for r in records)
+    methods = Counter(str(r.get("parse_method", "none")) for r in records)
+    truncated = sum(1 for r in records if r.get("finish_reason") == "length")
+    buckets: dict[str, list[int]] = {}
+    for r in records:
+        tally = buckets.setdefault(str(r.get("bucket")), [0, 0])
+        tally[0] += 1
+        tally[1] += int(bool(r["correct"]))
+    return RecordSummary(
+        n=n,
+        correct=correct,
+        accuracy=correct / n if n else 0.0,
+        parse_methods=dict(sorted(methods.items())),
+        truncation_rate=truncated / n if n else 0.0,
+        per_bucket={b: BucketAccuracy(t[0], t[1]) for b, t in sorted(buckets.items())},
+    )

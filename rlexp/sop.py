@@ -1,0 +1,166 @@
+"""The SOP in force, loaded from ``sop/sop-*.yaml``: every threshold the gates use, as data.
+
+Gates never hold numbers of their own; they read them from a :class:`Sop`. Each decision
+records ``sop.version`` and ``sop.sha256`` (of the file's bytes), so a decision can always be
+traced to the exact rules it was taken under. Changing a number means writing a new file.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+
+from rlexp.errors import InputError
+from rlexp.files import load_yaml, sha256_file
+
+SOP_DIR = Path(__file__).resolve().parent.parent / "sop"
+DEFAULT_SOP = SOP_DIR / "sop-v2.1-final.yaml"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    @field_validator("*")
+    @classmethod
+    def _finite(cls, value):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError("must be a finite number")
+        return value
+
+
+class PrimarySettings(_Section):
+    set_role: str = "ood_primary"
+    secondary_role: str = "id"
+    sanity_role: str = "sanity"
+    decision_baseline: Literal["baseline_sota", "baseline_s0"] = "baseline_sota"
+    fallback_baseline: Literal["baseline_sota", "baseline_s0"] = "baseline_s0"
+
+
+class BootstrapSettings(_Section):
+    resamples: int
+    confidence: float
+    method: Literal["percentile", "bca"]
+    seed: int
+
+
+class Gate1Thresholds(_Section):
+    min_delta_pp: float
+    max_mcnemar_p: float
+    min_ci_low_pp: float
+
+
+class Gate2Thresholds(_Section):
+    min_seeds: int
+    min_each_delta_pp: float
+    min_mean_delta_pp: float
+    gold_mean_delta_pp: float
+
+
+class IdGuardrail(_Section):
+    min_delta_pp: float
+    relaxed_min_delta_pp: float
+    relaxed_when_mean_ood_delta_pp: float
+
+
+class Stop3Thresholds(_Section):
+    max_delta_pp: float
+    not_significant_p: float
+    consecutive_attempts: int
+    gray_zone_low_pp: float
+    gray_zone_high_pp: float
+
+
+class EarlyStopSettings(_Section):
+    smoothing_window: int
+    patience_evals: int
+    min_improvement_pp: float
+
+
+class CheckpointSettings(_Section):
+    k: int
+    multiplicity: Literal["holm"]
+    decide_on: Literal["per_checkpoint", "holm"]
+
+
+class ParserAuditSettings(_Section):
+    max_misparse_rate: float
+
+
+class FaultTreeSettings(_Section):
+    passk_gap_pp: float
+    trend_min_pp: float
+    late_peak_fraction: float
+    lr_low_fraction: float
+    ratio_tail_shrink: float
+
+
+class _SopFile(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    version: str
+    source: str = ""
+    primary: PrimarySettings = PrimarySettings()
+    bootstrap: BootstrapSettings
+    gate_1a: Gate1Thresholds
+    gate_1b: Gate1Thresholds
+    gate_2: Gate2Thresholds
+    id_guardrail: IdGuardrail
+    stop_3: Stop3Thresholds
+    early_stop: EarlyStopSettings
+    checkpoints: CheckpointSettings
+    parser_audit: ParserAuditSettings
+    fault_tree: FaultTreeSettings
+
+
+class Sop(_SopFile):
+    """The validated SOP plus where it came from (``path``) and the SHA-256 of its bytes."""
+
+    path: str
+    sha256: str
+
+
+def load_sop(path: str | Path | None = None) -> Sop:
+    """Load and validate a SOP file (default: the version in force, ``sop/sop-v2.1-final.yaml``).
+
+    Unknown keys, missing keys, wrong types and non-finite numbers are :class:`InputError`
+    naming the file and the key path.
+    """
+    path = Path(path) if path is not None else DEFAULT_SOP
+    data = load_yaml(path)
+    if not isinstance(data, dict):
+        raise InputError(path, None, "expected a mapping at the top level")
+    if "path" in data or "sha256" in data:
+        raise InputError(path, "path" if "path" in data else "sha256", "reserved key: computed by rlexp")
+    try:
+        parsed = _SopFile.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"]) or None
+        raise InputError(path, field, err["msg"]) from None
+    _check_consistency(parsed, path)
+    return Sop(**parsed.model_dump(), path=str(path), sha256=sha256_file(path))
+
+
+def _check_consistency(sop: _SopFile, path: Path) -> None:
+    """Numbers that are individually valid but contradict each other."""
+    for name in ("gate_1a", "gate_1b"):
+        gate = getattr(sop, name)
+        if not 0.0 < gate.max_mcnemar_p <= 1.0:
+            raise InputError(path, f"{name}.max_mcnemar_p", "must be in (0, 1]")
+    if not 0.5 < sop.bootstrap.confidence < 1.0:
+        raise InputError(path, "bootstrap.confidence", "must be in (0.5, 1)")
+    if sop.bootstrap.resamples < 100:
+        raise InputError(path, "bootstrap.resamples", "must be at least 100")
+    if sop.early_stop.smoothing_window < 1 or sop.early_stop.patience_evals < 1:
+        raise InputError(path, "early_stop", "smoothing_window and patience_evals must be >= 1")
+    if sop.checkpoints.k < 1:
+        raise InputError(path, "checkpoints.k", "must be >= 1")
+    if sop.gate_2.min_seeds < 1:
+        raise InputError(path, "gate_2.min_seeds", "must be >= 1")
+    if sop.stop_3.gray_zone_low_pp > sop.stop_3.gray_zone_high_pp:
+        raise InputError(path, "stop_3.gray_zone_low_pp", "must not exceed gray_zone_high_pp")
+    if not 0.0 <= sop.parser_audit.max_misparse_rate <= 1.0:
+        raise InputError(path, "parser_audit.max_misparse_rate", "must be a fraction in [0, 1]")

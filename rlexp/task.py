@@ -1,0 +1,311 @@
+"""The demo's verifiable task: two-operand integer arithmetic with exact answers.
+
+The universe is every ``a + b`` and every ``a - b`` with ``a >= b`` over operands ``0..max_operand``
+(15,050 problems for 0–99). The model answers ``\\boxed{N}``; the reward is exact match.
+
+Two distributions over that universe:
+
+- **in-distribution (ID)** — uniform over all problems. The training pool and the ID set come
+  from it (and the base model's supervision, :func:`rlexp.tinymodel.sft_tiny_model`).
+- **out-of-distribution (OOD)** — only problems that need a *carry* (addition whose units digits
+  sum to 10 or more) or a *borrow* (subtraction whose units digit of ``a`` is smaller than that
+  of ``b``). A shift of the mix, within the trained operand range: DESIGN.md measured that
+  longer operands are unreachable for a tiny model (~4%), so such a set would only ever show
+  "no effect". The carry/borrow mix is harder (lower base accuracy) yet learnable.
+
+The five sets of an experiment (seed 001 §11.11/§11.15) are drawn without replacement and are
+disjoint by ``problem_hash`` — checked, never assumed: sanity (~18), primary OOD (1,000) and
+in-run OOD monitor (~200) from the OOD distribution; the ID set (200) and the training pool from
+the ID distribution minus everything already taken. Each draw is a seeded reservoir sample
+(Algorithm R) sorted by SHA-256, as the seed did for its pools.
+
+Pure module: standard library only.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple, TypeVar
+
+from rlexp.errors import InputError
+from rlexp.files import atomic_write_json, atomic_write_text, iter_jsonl, read_json, sha256_file, sha256_text
+
+T = TypeVar("T")
+
+ROLES: tuple[str, ...] = ("pool", "ood_monitor", "ood_primary", "id", "sanity")
+BUCKETS: tuple[str, ...] = ("add", "add_carry", "sub", "sub_borrow")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One problem. ``problem_hash`` is ``sha256(prompt.strip())`` (docs/ARCHITECTURE.md)."""
+
+    prompt: str
+    answer: str
+    bucket: str
+
+    @property
+    def problem_hash(self) -> str:
+        return problem_hash(self.prompt)
+
+    def target_text(self) -> str:
+        """The answer as the model is taught to write it."""
+        return f"\\boxed{{{self.answer}}}"
+
+    def to_record(self) -> dict[str, Any]:
+        return {
+            "problem_hash": self.problem_hash,
+            "prompt": self.prompt,
+            "answer": self.answer,
+            "bucket": self.bucket,
+        }
+
+
+def problem_hash(prompt: str) -> str:
+    return sha256_text(prompt.strip())
+
+
+@dataclass(frozen=True)
+class ArithmeticTask:
+    """The problem universe and its two distributions."""
+
+    max_operand: int = 99
+    prompt_suffix: str = ""  # appended to the prompt when rendered; datasets store the bare prompt
+
+    def settings(self) -> dict[str, Any]:
+        return {"name": "arithmetic", "max_operand": self.max_operand, "prompt_suffix": self.prompt_suffix}
+
+    def problems(self) -> Iterator[Problem]:
+        """Every problem of the universe, in a fixed order."""
+        n = self.max_operand
+        for a in range(n + 1):
+            for b in range(n + 1):
+                carry = (a % 10) + (b % 10) >= 10
+                yield Problem(f"What is {a} + {b}?", str(a + b), "add_carry" if carry else "add")
+        for a in range(n + 1):
+            for b in range(a + 1):
+                borrow = (a % 10) < (b % 10)
+                yield Problem(f"What is {a} - {b}?", str(a - b), "sub_borrow" if borrow else "sub")
+
+    @staticmethod
+    def is_ood(problem: Problem) -> bool:
+        return problem.bucket in ("add_carry", "sub_borrow")
+
+    def ood_problems(self) -> list[Problem]:
+        return [p for p in self.problems() if self.is_ood(p)]
+
+    def id_problems(self) -> list[Problem]:
+        return list(self.problems())
+
+    def sft_problems(self) -> list[Problem]:
+        """What the base model is supervised on: the ID distribution (callers exclude eval sets)."""
+        return self.id_problems()
+
+
+# --------------------------------------------------------------------------- sampling
+
+
+def reservoir_sample(items: Iterable[T], k: int, seed: int | str) -> list[T]:
+    """Algorithm R: a uniform sample of ``k`` items from a stream, reproducible from ``seed``.
+
+    Returns fewer than ``k`` only when the stream is shorter. Order is the reservoir's; callers
+    sort (by SHA-256) before writing.
+    """
+    if k < 0:
+        raise ValueError("k must be >= 0")
+    rng = random.Random(seed)
+    reservoir: list[T] = []
+    for i, item in enumerate(items):
+        if i < k:
+            reservoir.append(item)
+        else:
+            j = rng.randrange(i + 1)  # item i replaces a kept one with probability k / (i + 1)
+            if j < k:
+                reservoir[j] = item
+    return reservoir
+
+
+def sorted_by_hash(problems: Iterable[Problem]) -> list[Problem]:
+    return sorted(problems, key=lambda p: p.problem_hash)
+
+
+# --------------------------------------------------------------------------- dataset files
+
+
+class DatasetFile(NamedTuple):
+    """A written dataset: ``(path, sha256, size)``."""
+
+    path: Path
+    sha256: str
+    size: int
+
+
+def write_dataset(path: str | Path, problems: Sequence[Problem]) -> DatasetFile:
+    """Write problems as dataset JSONL (atomic, sorted by problem hash); return its SHA-256."""
+    import json
+
+    ordered = sorted_by_hash(problems)
+    text = "".join(json.dumps(p.to_record(), ensure_ascii=False) + "\n" for p in ordered)
+    path = atomic_write_text(path, text)
+    return DatasetFile(path, sha256_file(path), len(ordered))
+
+
+def read_dataset(path: str | Path) -> list[dict[str, Any]]:
+    """Read and validate a dataset JSONL: each line has a string ``prompt`` and ``answer`` and a
+    ``problem_hash`` equal to ``sha256(prompt.strip())``; hashes are unique within the file."""
+    path = Path(path)
+    records: list[dict[str, Any]] = []
+    seen: dict[str, int] = {}
+    for number, record in iter_jsonl(path):
+        for key in ("prompt", "answer"):
+            if not isinstance(record.get(key), str) or not record[key].strip():
+                raise InputError(path, f"line {number}: {key}", "missing or not a non-empty string")
+        expected = problem_hash(record["prompt"])
+        if record.get("problem_hash") != expected:
+            raise InputError(path, f"line {number}: problem_hash", "is not sha256(prompt.strip())")
+        if expected in seen:
+            raise InputError(path, f"line {number}: problem_hash", f"duplicate of line {seen[expected]}")
+        seen[expected] = number
+        records.append(record)
+    return records
+
+
+def check_disjoint(sets: dict[str, Iterable[str]], files: dict[str, Path] | None = None) -> None:
+    """Raise :class:`InputError` if any problem hash appears in two sets (leakage)."""
+    owner: dict[str, str] = {}
+    for role, hashes in sets.items():
+        for h in hashes:
+            if h in owner and owner[h] != role:
+                where = (files or {}).get(role)
+                raise InputError(
+                    where, "problem_hash", f"{h[:12]}… is in both '{owner[h]}' and '{role}' (leakage)"
+                )
+            owner[h] = role
+
+
+def check_dataset_files(files: dict[str, str | Path]) -> dict[str, list[dict[str, Any]]]:
+    """Read every dataset file of an experiment and check they are pairwise disjoint by hash."""
+    records = {role: read_dataset(path) for role, path in files.items()}
+    check_disjoint(
+        {role: (r["problem_hash"] for r in recs) for role, recs in records.items()},
+        {role: Path(p) for role, p in files.items()},
+    )
+    return records
+
+
+def dataset_filename(role: str, size: int) -> str:
+    return f"{role}_{size}.jsonl"
+
+
+def draw_sets(
+    task: ArithmeticTask,
+    *,
+    seed: int,
+    pool_size: int,
+    monitor_size: int = 200,
+    primary_size: int = 1000,
+    id_size: int = 200,
+    sanity_size: int = 18,
+) -> dict[str, list[Problem]]:
+    """The five disjoint sets as problems (see the module docstring for the order of draws)."""
+    wanted = {"sanity": sanity_size, "ood_primary": primary_size, "ood_monitor": monitor_size}
+    taken: set[str] = set()
+    sets: dict[str, list[Problem]] = {}
+    ood = task.ood_problems()
+    for role, size in wanted.items():
+        sets[role] = reservoir_sample((p for p in ood if p.problem_hash not in taken), size, f"{seed}:{role}")
+        taken.update(p.problem_hash for p in sets[role])
+    universe = task.id_problems()
+    for role, size in (("id", id_size), ("pool", pool_size)):
+        sets[role] = reservoir_sample(
+            (p for p in universe if p.problem_hash not in taken), size, f"{seed}:{role}"
+        )
+        taken.update(p.problem_hash for p in sets[role])
+    for role, size in {**wanted, "id": id_size, "pool": pool_size}.items():
+        if len(sets[role]) < size:
+            raise InputError(
+                None, role, f"asked for {size} problems, the task has only {len(sets[role])} left"
+            )
+    check_disjoint({role: (p.problem_hash for p in probs) for role, probs in sets.items()})
+    return {role: sets[role] for role in ROLES}
+
+
+def build_task_datasets(
+    out_dir: str | Path,
+    *,
+    seed: int = 0,
+    pool_size: int = 3200,
+    monitor_size: int = 200,
+    primary_size: int = 1000,
+    id_size: int = 200,
+    sanity_size: int = 18,
+    task: ArithmeticTask | None = None,
+) -> dict[str, DatasetFile]:
+    """Write the five dataset files to ``out_dir`` and ``datasets.json`` (settings + SHA-256s).
+
+    Returns role -> ``DatasetFile(path, sha256, size)``. Reuses existing files when the manifest's
+    settings match and every file still has its recorded SHA-256.
+    """
+    task = task or ArithmeticTask()
+    out = Path(out_dir)
+    sizes = {
+        "pool": pool_size,
+        "ood_monitor": monitor_size,
+        "ood_primary": primary_size,
+        "id": id_size,
+        "sanity": sanity_size,
+    }
+    settings = {"task": task.settings(), "seed": seed, "sizes": sizes}
+    manifest_path = out / "datasets.json"
+    if manifest_path.exists():
+        cached = _cached(manifest_path, settings)
+        if cached is not None:
+            return cached
+    sets = draw_sets(
+        task,
+        seed=seed,
+        pool_size=pool_size,
+        monitor_size=monitor_size,
+        primary_size=primary_size,
+        id_size=id_size,
+        sanity_size=sanity_size,
+    )
+    written = {role: write_dataset(out / dataset_filename(role, sizes[role]), sets[role]) for role in ROLES}
+    atomic_write_json(
+        manifest_path,
+        {
+            **settings,
+            "files": {
+                role: {"path": f.path.name, "sha256": f.sha256, "size": f.size} for role, f in written.items()
+            },
+        },
+    )
+    return written
+
+
+def _cached(manifest_path: Path, settings: dict[str, Any]) -> dict[str, DatasetFile] | None:
+    manifest = read_json(manifest_path)
+    if not isinstance(manifest, dict) or {k: manifest.get(k) for k in settings} != settings:
+        return None
+    result: dict[str, DatasetFile] = {}
+    for role in ROLES:
+        entry = (manifest.get("files") or {}).get(role)
+        if not isinstance(entry, dict):
+            return None
+        path = manifest_path.parent / str(entry.get("path"))
+        if not path.exists() or sha256_file(path) != entry.get("sha256"):
+            return None
+        result[role] = DatasetFile(path, entry["sha256"], int(entry["size"]))
+    return result
+
+
+def eval_hashes(files: dict[str, DatasetFile]) -> frozenset[str]:
+    """Hashes of every evaluation set (all roles but the pool): what SFT must never see."""
+    hashes: set[str] = set()
+    for role, f in files.items():
+        if role != "pool":
+            hashes.update(r["problem_hash"] for r in read_dataset(f.path))
+    return frozenset(hashes)

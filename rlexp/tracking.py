@@ -1,0 +1,331 @@
+"""MLflow mirror of the experiment directory (the directory stays the source of truth).
+
+- one MLflow experiment per experiment directory (named after it), one run per attempt, found
+  again by the tag ``rlexp.attempt_id``: logging an attempt twice updates its run;
+- the full resolved recipe as params (``recipe.<key>``), the trainer, the backend;
+- tags: parent, changed variable, pool SHA-256, SOP version, decision, git SHA, state;
+- training metrics per global step through ``log_batch`` (at most 1000 values a call: one call
+  per value is ~40x slower, see benchmarks/bench_mlflow_logging.py); the highest step already
+  logged is kept in a tag, so a re-log or a live follower sends only new steps;
+- eval accuracy per checkpoint and set, the decision's Δ / p / CI as metrics (names never hold
+  ``@`` or parentheses: MLflow rejects them);
+- artifacts: plan, provenance, argv, decision, report and its plots.
+
+``import mlflow`` costs about a second, so it happens inside the functions. The default store is
+``sqlite:///mlflow.db`` in the working directory; it is created once under a file lock, because
+several processes creating a SQLite store at once crash in schema migration.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from rlexp.errors import InputError
+from rlexp.files import read_json, read_jsonl
+from rlexp.provenance import is_secret_recipe_key, scrub
+
+DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
+ATTEMPT_TAG = "rlexp.attempt_id"
+LOGGED_STEP_TAG = "rlexp.metrics_logged_through"
+MAX_BATCH = 1000  # MLflow's limit on metrics per log_batch call
+_BAD_METRIC_CHARS = re.compile(r"[^A-Za-z0-9_\-./ ]")
+
+
+def metric_name(name: str) -> str:
+    """An MLflow-safe metric name: ``greedy_pass@1`` -> ``greedy_pass_at_1``, no parentheses."""
+    name = name.replace("@", "_at_")
+    return _BAD_METRIC_CHARS.sub("_", name)
+
+
+def resolve_tracking_uri(uri: str | None = None) -> str:
+    """``uri``, else ``$MLFLOW_TRACKING_URI``, else ``sqlite:///<cwd>/mlflow.db`` (absolute, so a
+    child process in another directory writes the same store)."""
+    uri = uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+        uri = "sqlite:///" + str(Path(uri[len("sqlite:///") :]).resolve())
+    if uri.startswith(("postgresql://", "postgres://")):
+        # SQLAlchemy 2.1 maps a bare postgresql:// to psycopg 3; psycopg2 is what the test extra installs
+        import importlib.util
+
+        if importlib.util.find_spec("psycopg") is None and importlib.util.find_spec("psycopg2") is not None:
+            uri = "postgresql+psycopg2://" + uri.split("://", 1)[1]
+    return uri
+
+
+def ensure_store(uri: str) -> None:
+    """Create the tracking store once, under an exclusive lock for SQLite files."""
+    from mlflow.tracking import MlflowClient
+
+    uri = resolve_tracking_uri(uri)
+    if uri.startswith("sqlite:///"):
+        import fcntl
+
+        db = Path(uri[len("sqlite:///") :])
+        db.parent.mkdir(parents=True, exist_ok=True)
+        with open(db.with_name(db.name + ".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                MlflowClient(uri).search_experiments(max_results=1)
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+    else:
+        MlflowClient(uri).search_experiments(max_results=1)
+
+
+def _client(uri: str):
+    from mlflow.tracking import MlflowClient
+
+    uri = resolve_tracking_uri(uri)
+    ensure_store(uri)
+    return MlflowClient(uri)
+
+
+def experiment_id(client, experiment_dir: Path, uri: str) -> str:
+    name = experiment_dir.resolve().name
+    existing = client.get_experiment_by_name(name)
+    if existing is not None:
+        return existing.experiment_id
+    artifact_location = None
+    if uri.startswith("sqlite:///"):  # keep artifacts beside the database, not in a stray ./mlruns
+        artifact_location = (Path(uri[len("sqlite:///") :]).parent / "mlartifacts" / name).resolve().as_uri()
+    try:
+        return client.create_experiment(name, artifact_location=artifact_location,
+                                        tags={"rlexp.experiment_dir": str(experiment_dir.resolve())})
+    except Exception:  # another process created it between our lookup and our create
+        existing = client.get_experiment_by_name(name)
+        if existing is None:
+            raise
+        return existing.experiment_id
+
+
+def _quote(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def find_run(client, exp_id: str, attempt_id: str):
+    runs = client.search_runs([exp_id], filter_string=f"tags.`{ATTEMPT_TAG}` = {_quote(attempt_id)}", max_results=2)
+    return runs[0] if runs else None
+
+
+def run_for_attempt(client, experiment_dir: Path, attempt_id: str, uri: str):
+    """The run of ``attempt_id`` (created on first use)."""
+    exp_id = experiment_id(client, experiment_dir, uri)
+    run = find_run(client, exp_id, attempt_id)
+    if run is None:
+        run = client.create_run(exp_id, run_name=attempt_id, tags={ATTEMPT_TAG: attempt_id})
+    return run
+
+
+# --- what an attempt directory holds ------------------------------------------------------------
+
+def attempt_info(attempt_dir: Path) -> dict[str, Any]:
+    """id, parent, change, recipe, trainer of an attempt: through ``rlexp.spec`` (parent chain
+    resolved, defaults applied) when the spec loads, else the raw ``attempt.yaml``."""
+    try:
+        from rlexp.spec import load_attempt
+
+        att = load_attempt(attempt_dir)
+        trainer = {"name": att.trainer.name, "version": att.trainer.version, "gpus": att.trainer.gpus}
+        return {"id": att.id, "parent": att.parent_id, "change": dict(att.change or {}),
+                "recipe": dict(att.recipe), "trainer": trainer, "experiment_dir": Path(att.experiment_dir)}
+    except ImportError:
+        pass
+    from rlexp.files import load_yaml
+
+    raw = load_yaml(attempt_dir / "attempt.yaml")
+    if not isinstance(raw, dict):
+        raise InputError(attempt_dir / "attempt.yaml", None, "expected a mapping")
+    return {"id": str(raw.get("id") or attempt_dir.name), "parent": raw.get("parent"),
+            "change": dict(raw.get("change") or {}), "recipe": dict(raw.get("recipe") or {}),
+            "trainer": dict(raw.get("trainer") or {}), "experiment_dir": attempt_dir.parent}
+
+
+def _maybe_json(path: Path) -> Any:
+    return read_json(path) if path.exists() else None
+
+
+def eval_accuracies(attempt_dir: Path) -> dict[tuple[str, str], dict[str, float]]:
+    """(checkpoint, set) -> {acc, n} from ``eval/<checkpoint>/<set>.jsonl`` (paired/ excluded)."""
+    out: dict[tuple[str, str], dict[str, float]] = {}
+    root = attempt_dir / "eval"
+    if not root.is_dir():
+        return out
+    for path in sorted(root.glob("*/*.jsonl")):
+        checkpoint = path.parent.name
+        if checkpoint == "paired":
+            continue
+        records = read_jsonl(path)
+        correct = []
+        for number, record in enumerate(records, start=1):
+            value = record.get("correct")
+            if value not in (0, 1) or isinstance(value, float):
+                raise InputError(path, f"line {number}: correct", f"expected 0/1 or true/false, got {value!r}")
+            correct.append(int(value))
+        if correct:
+            out[(checkpoint, path.stem)] = {"acc": sum(correct) / len(correct), "n": float(len(correct))}
+    return out
+
+
+def _checkpoint_step(name: str) -> int | None:
+    match = re.fullmatch(r"global_step(\d+)", name)
+    return int(match.group(1)) if match else None
+
+
+# --- logging -------------------------------------------------------------------------------------
+
+def log_metric_rows(client, run_id: str, rows: Iterable[Mapping[str, Any]], after_step: int = -1) -> int:
+    """Log training rows with ``step > after_step`` through ``log_batch``; returns the last step."""
+    from mlflow.entities import Metric
+
+    batch: list[Metric] = []
+    last = after_step
+    base_ms = int(time.time() * 1000)
+    for row in sorted(rows, key=lambda r: r["global_step"]):
+        step = int(row["global_step"])
+        if step <= after_step:
+            continue
+        for key, value in row.items():
+            if key == "global_step":
+                continue
+            batch.append(Metric(metric_name(key), float(value), base_ms + step, step))
+            if len(batch) == MAX_BATCH:
+                client.log_batch(run_id, metrics=batch)
+                batch = []
+        last = max(last, step)
+    if batch:
+        client.log_batch(run_id, metrics=batch)
+    return last
+
+
+def _log_single_metrics(client, run, values: Mapping[str, float]) -> None:
+    """Point metrics (eval accuracy, Δ, p, CI): logged only when absent or changed, so a re-log
+    adds no duplicate history entries."""
+    from mlflow.entities import Metric
+
+    current = run.data.metrics
+    now = int(time.time() * 1000)
+    fresh = [Metric(metric_name(k), float(v), now, 0) for k, v in values.items()
+             if v is not None and current.get(metric_name(k)) != float(v)]
+    for start in range(0, len(fresh), MAX_BATCH):
+        client.log_batch(run.info.run_id, metrics=fresh[start : start + MAX_BATCH])
+
+
+def _param_value(value: Any) -> str:
+    if isinstance(value, list | tuple):
+        return " ".join(str(v) for v in value)
+    return scrub(str(value))[:6000]
+
+
+def log_attempt(attempt_dir: str | Path, tracking_uri: str | None = None, *, report_path: str | Path | None = None) -> str:
+    """Mirror one attempt directory into MLflow; returns the run id (the same on every call)."""
+    from mlflow.entities import Param, RunTag
+
+    attempt_dir = Path(attempt_dir)
+    if attempt_dir.name == "attempt.yaml":
+        attempt_dir = attempt_dir.parent
+    if not (attempt_dir / "attempt.yaml").exists():
+        raise InputError(attempt_dir / "attempt.yaml", None, "file not found")
+    info = attempt_info(attempt_dir)
+    uri = resolve_tracking_uri(tracking_uri)
+    client = _client(uri)
+    run = run_for_attempt(client, Path(info["experiment_dir"]), info["id"], uri)
+    run_id = run.info.run_id
+
+    provenance = _maybe_json(attempt_dir / "launch" / "provenance.json") or {}
+    argv_doc = _maybe_json(attempt_dir / "launch" / "argv.json") or {}
+    state = _maybe_json(attempt_dir / "launch" / "state.json") or {}
+    decision = _maybe_json(attempt_dir / "decision.json")
+
+    # params: immutable in MLflow, so only the missing ones are logged; a value that changed
+    # since (an edited spec) is flagged in a tag instead of failing the whole log.
+    params = {f"recipe.{k}": _param_value(v) for k, v in info["recipe"].items()
+              if not is_secret_recipe_key(k)}
+    params.update({f"trainer.{k}": _param_value(v) for k, v in info["trainer"].items()})
+    if argv_doc.get("backend"):
+        params["launch.backend"] = str(argv_doc["backend"])
+    existing = run.data.params
+    new_params = [Param(k, v) for k, v in params.items() if k not in existing]
+    changed = sorted(k for k, v in params.items() if k in existing and existing[k] != v)
+
+    pool = (provenance.get("datasets") or {}).get("pool") or {}
+    tags = {
+        ATTEMPT_TAG: info["id"],
+        "mlflow.runName": info["id"],
+        "rlexp.parent": str(info["parent"] or ""),
+        "rlexp.changed_variable": ",".join(sorted(info["change"])) or "none",
+        "rlexp.pool_sha256": str(pool.get("sha256") or ""),
+        "rlexp.git_sha": str((provenance.get("git") or {}).get("sha") or ""),
+        "rlexp.state": str(state.get("state") or "not launched"),
+    }
+    if decision:
+        tags["rlexp.decision"] = str(decision.get("decision", ""))
+        tags["rlexp.sop_version"] = str(decision.get("sop_version", ""))
+    if changed:
+        tags["rlexp.params_changed_after_logging"] = ",".join(changed)
+    tag_list = [RunTag(k, scrub(v)) for k, v in tags.items()]
+    for start in range(0, max(len(new_params), 1), 100):  # MLflow: at most 100 params per call
+        client.log_batch(run_id, params=new_params[start : start + 100], tags=tag_list if start == 0 else [])
+
+    metrics_path = attempt_dir / "metrics.jsonl"
+    if metrics_path.exists():
+        from rlexp.ingest import read_metrics
+
+        after = int(run.data.tags.get(LOGGED_STEP_TAG, "-1"))
+        last = log_metric_rows(client, run_id, read_metrics(metrics_path), after)
+        if last > after:
+            client.set_tag(run_id, LOGGED_STEP_TAG, str(last))
+
+    point: dict[str, float] = {}
+    for (checkpoint, set_name), acc in eval_accuracies(attempt_dir).items():
+        point[f"eval/{set_name}/{checkpoint}/acc"] = acc["acc"]
+        point[f"eval/{set_name}/{checkpoint}/n"] = acc["n"]
+    if decision:
+        for checkpoint, numbers in (decision.get("checkpoints") or {}).items():
+            for key in ("delta_pp", "b", "c", "mcnemar_p", "holm_p"):
+                if isinstance(numbers.get(key), int | float):
+                    point[f"decision/{checkpoint}/{key}"] = numbers[key]
+            ci = numbers.get("ci_pp")
+            if isinstance(ci, list | tuple) and len(ci) == 2:
+                point[f"decision/{checkpoint}/ci_low_pp"] = ci[0]
+                point[f"decision/{checkpoint}/ci_high_pp"] = ci[1]
+    _log_single_metrics(client, client.get_run(run_id), point)
+
+    # the run's MLflow status follows the launch state, so the UI shows finished/failed/stopped runs
+    terminal = {"finished": "FINISHED", "failed": "FAILED", "stopped": "KILLED"}.get(str(state.get("state")))
+    if terminal and run.info.status == "RUNNING":
+        client.set_terminated(run_id, status=terminal)
+
+    artifacts = [attempt_dir / "plan.json", attempt_dir / "launch" / "provenance.json",
+                 attempt_dir / "launch" / "argv.json", attempt_dir / "decision.json"]
+    artifacts += sorted((attempt_dir / "guards").glob("*.json")) if (attempt_dir / "guards").is_dir() else []
+    for path in artifacts:
+        if path.exists():
+            client.log_artifact(run_id, str(path), artifact_path=path.parent.relative_to(attempt_dir).as_posix()
+                                if path.parent != attempt_dir else None)
+    if report_path is not None and Path(report_path).exists():
+        report_path = Path(report_path)
+        client.log_artifact(run_id, str(report_path), artifact_path="report")
+        for png in sorted(report_path.parent.glob(f"{report_path.stem}_*.png")):
+            client.log_artifact(run_id, str(png), artifact_path="report")
+    return run_id
+
+
+class LiveLogger:
+    """Streams new metric rows of a running attempt into its run (used by ``rlexp launch``)."""
+
+    def __init__(self, attempt_dir: str | Path, tracking_uri: str | None = None):
+        self.uri = resolve_tracking_uri(tracking_uri)
+        self.run_id = log_attempt(attempt_dir, self.uri)
+        self.client = _client(self.uri)
+        self.last = int(self.client.get_run(self.run_id).data.tags.get(LOGGED_STEP_TAG, "-1"))
+
+    def log_rows(self, rows: Iterable[Mapping[str, Any]]) -> None:
+        last = log_metric_rows(self.client, self.run_id, rows, self.last)
+        if last > self.last:
+            self.last = last
+            self.client.set_tag(self.run_id, LOGGED_STEP_TAG, str(last))

@@ -1,0 +1,351 @@
+"""The preflight catalogue: one test per incident of the seed's research log (and its fixed twin)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rlexp.checks import ERROR, WARNING, gpu_layout, has_errors, preflight
+from rlexp.errors import InputError
+from rlexp.spec import load_attempt
+
+# A29B as in the seed (§11.16): the fixed recipe every incident below is a variation of.
+A29B_RECIPE = {
+    "advantage_estimator": "dr_grpo", "eps_clip": 0.1, "init_kl_coef": 0.001, "n_samples_per_prompt": 8,
+    "rollout_batch_size": 16, "train_batch_size": 16, "micro_train_batch_size": 1, "num_episodes": 1,
+    "max_epochs": 1, "actor_learning_rate": 5e-7, "lr_warmup_ratio": 0.05, "lora_rank": 32, "lora_alpha": 64,
+    "max_norm": 1.0, "prompt_max_len": 1024, "generate_max_len": 4096, "max_len": 5120, "eval_steps": 10,
+    "save_steps": 10, "seed": 42, "actor_num_nodes": 1, "actor_num_gpus_per_node": 4, "ref_num_nodes": 1,
+    "ref_num_gpus_per_node": 4, "colocate_actor_ref": True, "vllm_num_engines": 2,
+    "vllm_tensor_parallel_size": 2, "save_hf_ckpt": True, "disable_ds_ckpt": True,
+}  # fmt: skip
+
+
+def spec(pool: int = 3200, recipe: dict | None = None, **sections) -> dict:
+    out = {
+        "trainer": {"name": "openrlhf", "version": "0.9.3", "gpus": 8},
+        "intent": {"global_steps": 200},
+        "recipe": {**A29B_RECIPE, **(recipe or {})},
+        "datasets": {"pool": {"size": pool}, "ood_primary": {"size": 1000}, "ood_monitor": {"size": 202}},
+        "eval": {"engine": "vllm", "max_lora_rank": 32},
+        "checkpoints": {"mid": 100},
+    }
+    out.update(sections)
+    return out
+
+
+def write(exp: Path, attempt_id: str, content: dict) -> Path:
+    path = exp / attempt_id / "attempt.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(content, sort_keys=False))
+    return path
+
+
+def checks_of(tmp_path: Path, content: dict, attempt_id: str = "a1") -> dict[str, object]:
+    found = preflight(load_attempt(write(tmp_path / "exp", attempt_id, content)))
+    return {c.id: c for c in found}
+
+
+def test_fixed_recipe_has_no_errors(tmp_path):
+    found = checks_of(tmp_path, spec())
+    assert not has_errors(found.values()), [c.message for c in found.values()]
+    assert set(found) == {"data.overlap_unchecked", "power.underpowered"}  # data files absent; MDE 3.07 pp
+
+
+# ----------------------------------------------------------------------------- LR (A26, A27)
+
+
+def test_a26_lr_never_leaves_warmup(tmp_path):
+    found = checks_of(tmp_path, spec(pool=50_000, recipe={"num_episodes": 20}, intent={"global_steps": 40}))
+    check = found["lr.low_early"]
+    assert check.severity == ERROR
+    assert "0.6% of peak by global step 20" in check.message and "25,000 optimizer steps" in check.message
+    assert "preflight_lr" in check.sop_ref
+    assert found["lr.warmup_share"].severity == ERROR
+
+
+def test_a27_warmup_longer_than_the_run(tmp_path):
+    found = checks_of(tmp_path, spec(pool=50_000, recipe={"num_episodes": 5}, intent={"global_steps": 46}))
+    assert "6,250 optimizer steps" in found["lr.warmup_share"].message
+    assert "781.2 global steps" in found["lr.warmup_share"].message
+
+
+def test_warmup_share_ignores_a_rounded_up_single_step(tmp_path):
+    # 64 prompts × 8 // 64 = 8 optimizer steps; ceil(8 × 0.05) = 1 step = half a global step of 4
+    tiny = spec(pool=64, recipe={"train_batch_size": 64, "micro_train_batch_size": 16, "eval_steps": 2,
+                                 "save_steps": 2}, intent={"global_steps": 4}, checkpoints={"mid": 2})  # fmt: skip
+    assert "lr.warmup_share" not in checks_of(tmp_path, tiny)
+    long = spec(recipe={"lr_warmup_ratio": 0.2})  # 320 optimizer steps = 40 global steps of 200
+    assert "40.0 global steps" in checks_of(tmp_path / "b", long)["lr.warmup_share"].message
+
+
+def test_a28_is_not_flagged_for_low_lr(tmp_path):
+    # A28 decays to 21.5% by step 20, but it did reach its peak: the rule is about warm-up
+    found = checks_of(tmp_path, spec(pool=400, intent={"global_steps": 25}, checkpoints={"mid": 10},
+                                     recipe={"eval_steps": 5, "save_steps": 5}))  # fmt: skip
+    assert "lr.low_early" not in found and "lr.warmup_share" not in found
+
+
+def test_min_lr_ratio_has_no_flag_before_0_10_2(tmp_path):
+    found = checks_of(tmp_path, spec(recipe={"min_lr_ratio": 0.2}))
+    assert found["lr.min_lr_ratio_fixed"].severity == ERROR
+    newer = spec(recipe={"min_lr_ratio": 0.2}, trainer={"name": "openrlhf", "version": "0.11.0", "gpus": 8})
+    assert "lr.min_lr_ratio_fixed" not in checks_of(tmp_path / "b", newer)
+
+
+# ----------------------------------------------------------------------------- step counts (A28)
+
+
+def test_a28_intended_200_global_steps_got_25(tmp_path):
+    found = checks_of(tmp_path, spec(pool=400))
+    msg = found["steps.intent"].message
+    assert found["steps.intent"].severity == ERROR
+    assert "25 global steps (200 optimizer steps" in msg
+    assert "a pool of 3,200 prompts with num_episodes 1" in msg and "num_episodes 8 with this pool" in msg
+
+
+def test_pool_smaller_than_one_rollout_batch(tmp_path):
+    assert checks_of(tmp_path, spec(pool=8, intent={}))["steps.empty"].severity == ERROR
+
+
+def test_partial_rollout_batch_says_which_version_drops_it(tmp_path):
+    old = checks_of(tmp_path, spec(pool=3208))["steps.partial_batch"]
+    assert old.severity == WARNING and "drops it" in old.message and "3,200 of 3,208" in old.message
+    new = spec(pool=3208, trainer={"name": "openrlhf", "version": "0.11.0", "gpus": 8})
+    found = checks_of(tmp_path / "b", new)
+    assert "trains it as a short last global step" in found["steps.partial_batch"].message
+    assert "201 global steps" in found["steps.intent"].message  # ceil: 201, not the intended 200
+
+
+def test_run_longer_than_the_scheduler_horizon(tmp_path):
+    # v0.11 trains the partial batch: 3 prompts × 8 / 16 = 1.5 optimizer steps per episode, floored to 1
+    new = spec(pool=3, recipe={"rollout_batch_size": 2, "num_episodes": 2}, intent={},
+               trainer={"name": "openrlhf", "version": "0.11.0", "gpus": 8})  # fmt: skip
+    found = checks_of(tmp_path, new)
+    assert "runs 3 optimizer steps but max_steps" in found["steps.beyond_schedule"].message
+    assert "is 2" in found["steps.beyond_schedule"].message
+
+
+# ----------------------------------------------------------------------------- batches
+
+
+def test_train_batch_not_multiple_of_micro_times_dp(tmp_path):
+    found = checks_of(tmp_path, spec(recipe={"micro_train_batch_size": 3}))
+    assert (
+        "micro_train_batch_size 3 × 4 data-parallel actor GPUs = 12" in found["batch.train_divisible"].message
+    )
+
+
+def test_rollout_samples_not_multiple_of_train_batch(tmp_path):
+    found = checks_of(tmp_path, spec(recipe={"rollout_batch_size": 15}, intent={}))
+    assert "7.5 optimizer steps per global step" in found["batch.rollout_divisible"].message
+
+
+# ----------------------------------------------------------------------------- eval / save schedule
+
+
+def test_a28_no_eval_and_no_save_at_the_final_step(tmp_path):
+    found = checks_of(tmp_path, spec(pool=400, intent={}, checkpoints={"mid": 10}))
+    assert "final global step 25" in found["schedule.final_eval"].message
+    assert "fires at 10, 20" in found["schedule.final_eval"].message
+    assert found["schedule.final_save"].severity == ERROR
+
+
+def test_mid_checkpoint_rules(tmp_path):
+    assert checks_of(tmp_path / "a", spec(checkpoints={}))["schedule.mid_missing"].severity == WARNING
+    assert (
+        checks_of(tmp_path / "b", spec(checkpoints={"mid": 300}))["schedule.mid_beyond_run"].severity == ERROR
+    )
+    found = checks_of(tmp_path / "c", spec(checkpoints={"mid": 105}))
+    assert found["schedule.mid_save"].severity == ERROR and found["schedule.mid_eval"].severity == WARNING
+    found = checks_of(tmp_path / "d", spec(checkpoints={"mid": 100, "extra": [150, 155]}))
+    assert "155" in found["schedule.extra_save"].message
+
+
+# ----------------------------------------------------------------------------- one variable (A27)
+
+
+def test_a27_changed_two_training_variables(tmp_path):
+    exp = tmp_path / "exp"
+    write(exp, "a26", spec(pool=50_000, recipe={"eps_clip": 0.2, "num_episodes": 20}))
+    child = {"parent": "a26", "change": {"eps_clip": 0.1},
+             "recipe": {"eps_clip": 0.1, "num_episodes": 5, "eval_steps": 5, "save_steps": 5},
+             "datasets": {"ood_monitor": {"size": 202, "path": "data/probe_set_200_ood.jsonl"}}}  # fmt: skip
+    found = {c.id: c for c in preflight(load_attempt(write(exp, "a27", child)))}
+    msg = found["diff.training_variables"].message
+    assert "2 training variables" in msg and "eps_clip 0.2 → 0.1" in msg and "num_episodes 20 → 5" in msg
+    assert "eval_steps" not in msg.split("(")[0] and "ood_monitor" not in msg  # instrumentation is exempt
+
+
+def test_a30_single_declared_change_passes(tmp_path):
+    exp = tmp_path / "exp"
+    write(exp, "a29b", spec())
+    child = {
+        "parent": "a29b",
+        "change": {"micro_train_batch_size": 2},
+        "recipe": {"micro_train_batch_size": 2},
+    }
+    found = {c.id for c in preflight(load_attempt(write(exp, "a30", child)))}
+    assert not any(i.startswith("diff.") for i in found)
+
+
+def test_change_must_match_the_recipe(tmp_path):
+    exp = tmp_path / "exp"
+    write(exp, "p", spec())
+    wrong = {
+        c.id: c
+        for c in preflight(
+            load_attempt(
+                write(
+                    exp,
+                    "c1",
+                    {
+                        "parent": "p",
+                        "change": {"micro_train_batch_size": 4},
+                        "recipe": {"micro_train_batch_size": 2},
+                    },
+                )
+            )
+        )
+    }
+    assert "says micro_train_batch_size: 4 but the resolved value is 2" in wrong["diff.change_value"].message
+    noop = {
+        c.id for c in preflight(load_attempt(write(exp, "c2", {"parent": "p", "change": {"eps_clip": 0.1}})))
+    }
+    assert "diff.change_noop" in noop
+    undeclared = {
+        c.id for c in preflight(load_attempt(write(exp, "c3", {"parent": "p", "recipe": {"seed": 7}})))
+    }
+    assert "diff.undeclared" in undeclared
+    pool = {c.id for c in preflight(load_attempt(write(exp, "c4", {
+        "parent": "p", "change": {"datasets.pool.size": 6400}, "datasets": {"pool": {"size": 6400}},
+        "intent": {"global_steps": 400}})))}  # fmt: skip
+    assert not any(i.startswith("diff.") for i in pool)  # the pool is one training variable
+
+
+# ----------------------------------------------------------------------------- GPU layout (A26)
+
+
+def test_a26_reference_model_without_colocation_does_not_fit(tmp_path):
+    a26 = {"colocate_actor_ref": False}
+    a26_recipe = {**A29B_RECIPE, **a26}
+    del a26_recipe["ref_num_gpus_per_node"]  # default 8
+    content = spec()
+    content["recipe"] = a26_recipe
+    found = checks_of(tmp_path, content)
+    msg = found["gpu.layout"].message
+    assert "needs 16 GPUs" in msg and "reference 8" in msg and "trainer.gpus is 8" in msg
+    assert "colocate_actor_ref" in msg
+    layout = gpu_layout(load_attempt(tmp_path / "exp" / "a1").recipe)
+    assert (layout.vllm, layout.actor, layout.reference, layout.total) == (4, 4, 8, 16)
+
+
+def test_colocated_reference_needs_the_actor_layout(tmp_path):
+    found = checks_of(tmp_path, spec(recipe={"ref_num_gpus_per_node": 8}))
+    assert found["gpu.colocate_layout"].severity == ERROR
+
+
+def test_no_reference_model_without_kl(tmp_path):
+    found = checks_of(tmp_path, spec(recipe={"init_kl_coef": 0.0, "colocate_actor_ref": False}))
+    assert "gpu.layout" not in found
+
+
+# ----------------------------------------------------------------------------- lengths, suffix, LoRA
+
+
+def test_max_len_shorter_than_prompt_plus_generation(tmp_path):
+    found = checks_of(tmp_path, spec(recipe={"max_len": 4096}))
+    assert (
+        "max_len 4096 < prompt_max_len 1024 + generate_max_len 4096 = 5120" in found["length.max_len"].message
+    )
+
+
+def test_lesson_24_boxed_suffix_on_the_pool_only(tmp_path):
+    boxed = " Put your final answer in \\boxed{}."
+    content = spec()
+    content["datasets"]["pool"]["prompt_suffix"] = boxed
+    found = checks_of(tmp_path, content)
+    assert found["suffix.mismatch"].severity == ERROR and "lesson #24" in found["suffix.mismatch"].sop_ref
+    content["eval"]["prompt_suffix"] = boxed
+    assert "suffix.mismatch" not in checks_of(tmp_path / "b", content)
+
+
+def test_vllm_default_lora_rank_refuses_rank_32(tmp_path):
+    found = checks_of(tmp_path, spec(eval={"engine": "vllm"}))
+    assert "lora_rank 32 > eval.max_lora_rank 16" in found["eval.lora_rank"].message
+    assert "eval.lora_rank" not in checks_of(tmp_path / "b", spec(eval={"engine": "local"}))
+
+
+# ----------------------------------------------------------------------------- datasets
+
+
+def write_jsonl(path: Path, records: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def test_pool_overlapping_an_eval_set_by_hash(tmp_path):
+    exp = tmp_path / "exp"
+    shared = "What is 2+2?"
+    write_jsonl(exp / "data" / "pool.jsonl", [{"prompt": shared}, {"prompt": "1+1"}, {"prompt": "3+3"},
+                                              {"prompt": "9+9"}])  # fmt: skip
+    write_jsonl(exp / "data" / "ood.jsonl", [
+        {"problem_hash": hashlib.sha256(shared.encode()).hexdigest(), "prompt": "other text"},  # hash wins
+        {"prompt": "  1+1  "},  # sha256(prompt.strip())
+        {"prompt": "5+5"},
+    ])  # fmt: skip
+    content = spec(pool=3, intent={})
+    content["datasets"] = {"pool": {"path": "data/pool.jsonl", "size": 3},
+                           "ood_primary": {"path": "data/ood.jsonl"}}  # fmt: skip
+    found = {c.id: c for c in preflight(load_attempt(write(exp, "a1", content)))}
+    assert "2 of 3 ood_primary problems are in the training pool" in found["data.overlap"].message
+    assert "4 records, spec says 3" in found["data.size"].message
+
+
+def test_disjoint_sets_pass_and_bad_jsonl_is_input_error(tmp_path):
+    exp = tmp_path / "exp"
+    write_jsonl(exp / "data" / "pool.jsonl", [{"prompt": "1+1"}])
+    write_jsonl(exp / "data" / "ood.jsonl", [{"prompt": "2+2"}])
+    content = spec(pool=1, intent={})
+    content["datasets"] = {"pool": {"path": "data/pool.jsonl"}, "ood_primary": {"path": "data/ood.jsonl"}}
+    found = {c.id for c in preflight(load_attempt(write(exp, "a1", content)))}
+    assert "data.overlap" not in found and "data.overlap_unchecked" not in found
+    (exp / "data" / "ood.jsonl").write_text('{"prompt": "2+2"}\n{"prompt": 7}\n')
+    with pytest.raises(InputError, match="line 2"):
+        preflight(load_attempt(exp / "a1"))
+
+
+# ----------------------------------------------------------------------------- disk, power
+
+
+def test_checkpoint_disk_budget(tmp_path):
+    found = checks_of(tmp_path, spec(budget={"free_disk_gb": 400, "checkpoint_size_gb": 42}))
+    assert "20 HF checkpoints × 42 GB = 840.0 GB > free disk 400.0 GB" in found["disk.budget"].message
+    assert "disk.budget" not in checks_of(
+        tmp_path / "b", spec(budget={"free_disk_gb": 1000, "checkpoint_size_gb": 0.2})
+    )
+    no_hf = checks_of(tmp_path / "c", spec(recipe={"save_hf_ckpt": False}))
+    assert no_hf["disk.hf_ckpt"].severity == WARNING
+
+
+def test_ood_202_as_primary_is_underpowered(tmp_path):
+    content = spec()
+    content["datasets"]["ood_primary"] = {"size": 202}
+    check = checks_of(tmp_path, content)["power.underpowered"]
+    assert (
+        check.severity == WARNING
+        and "MDE 6.83 pp" in check.message
+        and "power to see +3.0 pp is 23%" in check.message
+    )  # statsmodels: 0.234
+    content["datasets"]["ood_primary"] = {"size": 2000}
+    assert "power.underpowered" not in checks_of(tmp_path / "b", content)
+
+
+def test_errors_sort_before_warnings(tmp_path):
+    found = preflight(load_attempt(write(tmp_path / "exp", "a1", spec(pool=400))))
+    severities = [c.severity for c in found]
+    assert severities == sorted(severities, key=lambda s: s != ERROR) and severities[0] == ERROR

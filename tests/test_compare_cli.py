@@ -1,0 +1,108 @@
+"""`rlexp compare`: the canonical paired report, its JSON contract, and one-line errors on bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from scipy import stats as sps
+
+from rlexp.cli import main
+
+
+def write(path: Path, ys: list, prefix: str = "h", extra: str = "") -> Path:
+    path.write_text("".join(json.dumps({"problem_hash": f"{prefix}{i}", "correct": y}) + "\n"
+                            for i, y in enumerate(ys)) + extra)
+    return path
+
+
+def seed_pair(tmp_path: Path) -> tuple[Path, Path]:
+    # §11.26: S0 738/1000, SOTA 734/1000, b=61, c=57
+    base = [1] * 677 + [1] * 61 + [0] * 57 + [0] * 205
+    new = [1] * 677 + [0] * 61 + [1] * 57 + [0] * 205
+    return write(tmp_path / "s0.jsonl", base), write(tmp_path / "sota.jsonl", new)
+
+
+def test_json_contract_and_seed_values(tmp_path, capsys):
+    base, new = seed_pair(tmp_path)
+    assert main(["compare", str(base), str(new), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    for key in ("n", "acc_base", "acc_new", "delta_pp", "b", "c", "mcnemar_p", "ci_pp"):
+        assert key in out
+    assert (out["n"], out["b"], out["c"]) == (1000, 61, 57)
+    assert out["acc_base"] == pytest.approx(0.738) and out["acc_new"] == pytest.approx(0.734)
+    assert out["delta_pp"] == pytest.approx(-0.4)
+    assert out["mcnemar_p"] == pytest.approx(sps.binomtest(61, 118, 0.5).pvalue)
+    lo, hi = out["ci_pp"]
+    assert lo == pytest.approx(-2.5, abs=0.15) and hi == pytest.approx(1.7, abs=0.15)
+    assert out["dropped_base_only"] == out["dropped_new_only"] == 0
+
+
+def test_seed_option_changes_only_the_bootstrap(tmp_path, capsys):
+    base, new = seed_pair(tmp_path)
+    runs = []
+    for seed in ("1", "1", "2"):
+        assert main(["compare", str(base), str(new), "--json", "--seed", seed, "--resamples", "2000"]) == 0
+        runs.append(json.loads(capsys.readouterr().out))
+    assert runs[0] == runs[1]
+    assert runs[0]["mcnemar_p"] == runs[2]["mcnemar_p"] and runs[0]["seed"] != runs[2]["seed"]
+
+
+def test_human_table(tmp_path, capsys):
+    base, new = seed_pair(tmp_path)
+    assert main(["compare", str(base), str(new)]) == 0
+    out = capsys.readouterr().out
+    assert "0.7826" in out and "-0.40 pp" in out
+
+
+def test_intersect_reports_dropped_and_writes_paired_records(tmp_path, capsys):
+    base = write(tmp_path / "b.jsonl", [1, 0, 1, 1])
+    new = write(tmp_path / "n.jsonl", [1, 1, 0], extra=json.dumps({"problem_hash": "zz", "correct": 1}) + "\n")
+    out_path = tmp_path / "out" / "paired.jsonl"
+    assert main(["compare", str(base), str(new), "--json"]) == 2
+    assert "--intersect" in capsys.readouterr().err
+    assert main(["compare", str(base), str(new), "--json", "--intersect", "--paired-out", str(out_path)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["n"] == 3 and out["dropped_base_only"] == 1 and out["dropped_new_only"] == 1
+    assert (out["b"], out["c"]) == (1, 1)
+    lines = [json.loads(x) for x in out_path.read_text().splitlines()]
+    assert [x["problem_hash"] for x in lines] == ["h0", "h1", "h2"]
+    assert lines[1] == {"problem_hash": "h1", "y_baseline": 0, "y_new": 1, "output_baseline": None,
+                        "output_new": None}
+
+
+@pytest.mark.parametrize(("new_text", "needle"), [
+    ("", "empty"),
+    ('{"problem_hash": "h0", "correct": 1}\n{"problem_hash": "h0", "correct": 0}\n', "duplicate"),
+    ('{"problem_hash": "h0", "correct": "yes"}\n', "correct"),
+    ('{"problem_hash": "h0", "correct": 1}\n{"problem_hash": "h1", "cor', "truncated"),
+    ('{"problem_hash": "h0", "correct": 1}\nnot json\n', "malformed"),
+    ('{"problem_hash": "h0", "correct": 0.5}\n', "correct"),
+])
+def test_bad_inputs_exit_2_one_line_nothing_written(tmp_path, capsys, new_text, needle):
+    base = write(tmp_path / "b.jsonl", [1, 0])
+    new = tmp_path / "n.jsonl"
+    new.write_text(new_text)
+    out_path = tmp_path / "paired.jsonl"
+    assert main(["compare", str(base), str(new), "--paired-out", str(out_path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.count("\n") == 1 and captured.err.startswith("rlexp: ") and needle in captured.err
+    assert str(new) in captured.err
+    assert not out_path.exists()
+
+
+def test_missing_file_and_bad_method(tmp_path, capsys):
+    base = write(tmp_path / "b.jsonl", [1, 0])
+    assert main(["compare", str(base), str(tmp_path / "nope.jsonl")]) == 2
+    assert "not found" in capsys.readouterr().err
+    assert main(["compare", str(base), str(base), "--method", "studentized"]) == 2
+    assert "--method" in capsys.readouterr().err
+
+
+def test_bca_option(tmp_path, capsys):
+    base, new = seed_pair(tmp_path)
+    assert main(["compare", str(base), str(new), "--json", "--method", "bca"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["ci_method"] == "bca" and out["ci_pp"][0] < out["delta_pp"] < out["ci_pp"][1]

@@ -1,0 +1,298 @@
+"""`rlexp decide` end to end on record files built here (no model, no eval code involved)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rlexp.cli import main
+from rlexp.commands.decide import decide_attempt
+from rlexp.errors import InputError
+from rlexp.ledger import read_ledger, read_sota
+
+NOW = "2026-01-01T00:00:00Z"
+
+
+def outcome_vectors(n: int, base_correct: int, b: int, c: int) -> tuple[list[int], list[int]]:
+    n11 = base_correct - b
+    n00 = n - n11 - b - c
+    assert n11 >= 0 and n00 >= 0
+    return [1] * n11 + [1] * b + [0] * c + [0] * n00, [1] * n11 + [0] * b + [1] * c + [0] * n00
+
+
+def write_records(attempt_dir: Path, checkpoint: str, role: str, ys: list[int], prefix: str = "") -> Path:
+    path = attempt_dir / "eval" / checkpoint / f"{role}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps({"problem_hash": f"{prefix}{role}-{i:05d}", "correct": y, "output": f"o{y}",
+                         "parse_method": "boxed"}) for i, y in enumerate(ys)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def make_attempt(exp: Path, attempt_id: str, parent: str | None, recipe: dict, *, decide_steps=None,
+                 pool: str = "data/pool.jsonl") -> Path:
+    d = exp / attempt_id
+    d.mkdir(parents=True, exist_ok=True)
+    spec = {"id": attempt_id, "trainer": {"name": "local"}, "recipe": recipe,
+            "datasets": {"pool": {"path": pool}}, "checkpoints": {"mid": 100}}
+    if parent:
+        spec = {"id": attempt_id, "parent": parent, "recipe": recipe}
+    import yaml
+
+    (d / "attempt.yaml").write_text(yaml.safe_dump(spec))
+    if decide_steps:
+        sel = {"final": decide_steps[0], "mid": decide_steps[1] if len(decide_steps) > 1 else None,
+               "best_by_monitor": decide_steps[2] if len(decide_steps) > 2 else None}
+        (d / "eval").mkdir(exist_ok=True)
+        (d / "eval" / "selection.json").write_text(json.dumps(sel))
+    return d
+
+
+def evaluated(d: Path, ood: dict[str, tuple[int, int]], *, s0_ood: int = 700, id_bc=(10, 10), n: int = 1000,
+              s0_id: int = 120) -> None:
+    """S0 and each checkpoint: ood {checkpoint: (b, c)} vs S0; ID with id_bc for every checkpoint."""
+    base, _ = outcome_vectors(n, s0_ood, 0, 0)
+    write_records(d, "baseline_s0", "ood_primary", base)
+    base_id, new_id = outcome_vectors(200, s0_id, *id_bc)
+    write_records(d, "baseline_s0", "id", base_id)
+    for ck, (b, c) in ood.items():
+        write_records(d, ck, "ood_primary", outcome_vectors(n, s0_ood, b, c)[1])
+        write_records(d, ck, "id", new_id)
+
+
+@pytest.fixture
+def exp(tmp_path) -> Path:
+    exp = tmp_path / "exp"
+    (exp / "data").mkdir(parents=True)
+    (exp / "data" / "pool.jsonl").write_text('{"problem_hash": "p1", "prompt": "1+1", "answer": "2"}\n')
+    make_attempt(exp, "a29", None, {"pretrain": "models/tiny", "eps_clip": 0.2, "seed": 42})
+    return exp
+
+
+def test_seed_history_replay_no_gate_passes_then_stop_3a(exp):
+    # A29B (eps_clip 0.2 -> 0.1) and A30 (micro batch 1 -> 2), same pool, both flat vs Baseline-S0 (§11.25-11.26)
+    a29b = make_attempt(exp, "a29b", "a29", {"eps_clip": 0.1}, decide_steps=(200,))
+    evaluated(a29b, {"global_step200": (60, 59)}, s0_ood=738, s0_id=103, id_bc=(11, 10))
+    first = decide_attempt(a29b, now=NOW)
+    assert first["decision"] == "CONTINUE" and first["reason"].startswith("no gate passes")
+    assert not first["gates"]["stop_3a"]["passed"]  # its parent a29 was never decided
+
+    a30 = make_attempt(exp, "a30", "a29b", {"micro_train_batch_size": 2}, decide_steps=(200, 100, 130))
+    evaluated(a30, {"global_step200": (60, 58), "global_step100": (62, 60), "global_step130": (61, 57)},
+              s0_ood=738, s0_id=103, id_bc=(11, 10))
+    res = decide_attempt(a30, now=NOW)
+    g = res["gates"]
+    for gate in ("gate_1a", "gate_1b", "gate_1a_holm", "gate_1b_holm", "gate_2"):
+        assert g[gate]["passed"] is False, gate
+    assert res["decision"] == "STOP-3a"
+    ck = res["checkpoints"]["global_step130"]
+    assert (ck["b"], ck["c"], ck["delta_pp"]) == (61, 57, pytest.approx(-0.4))
+    assert round(ck["mcnemar_p"], 4) == 0.7826
+    assert ck["ci_pp"][0] == pytest.approx(-2.5, abs=0.15) and ck["ci_pp"][1] == pytest.approx(1.7, abs=0.15)
+    assert ck["holm_p"] == pytest.approx(1.0)
+    assert ck["vs"]["baseline_s0"]["id"]["b"] == 11 and ck["vs"]["baseline_s0"]["id"]["c"] == 10
+    assert res["baseline"] == "baseline_s0" and any("no baseline_sota" in n for n in res["notes"])
+    assert res["sop_version"] == "v2.1-final" and len(res["sop_sha256"]) == 64
+    assert set(res["fault_tree"]["classes"]) == {"A", "B", "C", "D"}
+    assert "pass_at_1" in res["fault_tree"]["classes"]["A"]["missing"]
+    assert res["changed"] == ["micro_train_batch_size"]
+    # files: decision.json, paired records per baseline x checkpoint x set, ledger, no pin
+    on_disk = json.loads((a30 / "decision.json").read_text())
+    assert on_disk["decision"] == "STOP-3a"
+    paired = sorted(p.name for p in (a30 / "eval" / "paired").iterdir())
+    assert "baseline_s0__global_step130__ood_primary.jsonl" in paired and len(paired) == 6
+    line = json.loads((a30 / "eval" / "paired" / "baseline_s0__global_step130__ood_primary.jsonl")
+                      .read_text().splitlines()[0])
+    assert set(line) == {"problem_hash", "y_baseline", "y_new", "output_baseline", "output_new"}
+    ledger = read_ledger(exp)
+    assert [e.attempt for e in ledger] == ["a29b", "a30"]
+    assert ledger[1].checkpoint == "global_step200" and ledger[1].delta_pp == pytest.approx(-0.2)
+    assert ledger[0].pool_sha256 == ledger[1].pool_sha256 is not None
+    assert read_sota(exp) is None
+    # deciding again with the same inputs appends nothing
+    decide_attempt(a30, now="2026-01-02T00:00:00Z")
+    assert len(read_ledger(exp)) == 2
+
+
+def test_confirm_then_second_seed_stop_1_moves_the_pin(exp, capsys):
+    s1 = make_attempt(exp, "lr1", "a29", {"actor_learning_rate": 2e-6, "seed": 1}, decide_steps=(200, 100))
+    evaluated(s1, {"global_step200": (40, 80), "global_step100": (55, 60)})
+    assert main(["decide", str(s1), "--json"]) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert first["decision"] == "CONFIRM"
+    assert first["gates"]["gate_1b"]["passed"] and not first["gates"]["gate_2"]["passed"]
+    assert first["checkpoints"]["global_step200"]["delta_pp"] == pytest.approx(4.0)
+    assert read_sota(exp) is None
+
+    s2 = make_attempt(exp, "lr2", "a29", {"actor_learning_rate": 2e-6, "seed": 2}, decide_steps=(200, 100))
+    evaluated(s2, {"global_step200": (45, 80), "global_step100": (50, 60)}, id_bc=(12, 8))
+    res = decide_attempt(s2, now=NOW)
+    assert res["decision"] == "STOP-1"
+    g2 = res["gates"]["gate_2"]
+    assert g2["passed"] and g2["siblings"] == ["lr1"]
+    assert g2["seed_deltas_pp"] == pytest.approx([3.5, 4.0]) and g2["mean_delta_pp"] == pytest.approx(3.75)
+    assert g2["id_guardrail"]["id_delta_pp"] == pytest.approx(-2.0) and g2["gold"] is False
+    pin = read_sota(exp)
+    assert pin is not None and (pin.attempt, pin.checkpoint) == ("lr2", "global_step200")
+    assert pin.path == "lr2/checkpoints/global_step200_hf"
+    assert res["sota_moved"] is True
+    # re-deciding the pin holder changes nothing: same decision, no new ledger line, pin untouched
+    again = decide_attempt(s2, now="2026-02-02T00:00:00Z")
+    assert again["decision"] == "STOP-1" and again["sota_moved"] is False
+    assert read_sota(exp) == pin and len(read_ledger(exp)) == 2
+
+
+def test_id_regression_blocks_stop_1(exp):
+    s1 = make_attempt(exp, "lr1", "a29", {"actor_learning_rate": 2e-6, "seed": 1}, decide_steps=(200,))
+    evaluated(s1, {"global_step200": (40, 80)})
+    decide_attempt(s1, now=NOW)
+    s2 = make_attempt(exp, "lr2", "a29", {"actor_learning_rate": 2e-6, "seed": 2}, decide_steps=(200,))
+    evaluated(s2, {"global_step200": (40, 80)}, id_bc=(14, 7))  # ID -3.5pp vs S0
+    res = decide_attempt(s2, now=NOW)
+    assert res["gates"]["gate_1b"]["passed"] and not res["gates"]["gate_2"]["passed"]
+    assert res["decision"] == "CONTINUE" and read_sota(exp) is None
+
+
+def test_sota_pin_makes_sota_the_decision_baseline(exp):
+    (exp / "sota.json").write_text(json.dumps({"attempt": "a29", "checkpoint": "global_step200",
+                                               "path": "a29/checkpoints/global_step200_hf", "decided_at": NOW}))
+    d = make_attempt(exp, "k1", "a29", {"eps_clip": 0.15}, decide_steps=(200,))
+    evaluated(d, {"global_step200": (40, 80)})
+    with pytest.raises(InputError, match="SOTA is pinned"):
+        decide_attempt(d, now=NOW)
+    # SOTA is 2pp better than S0; the checkpoint is +4pp vs S0 but only +2pp vs SOTA
+    sota, _ = outcome_vectors(1000, 720, 0, 0)
+    write_records(d, "baseline_sota", "ood_primary", sota)
+    res = decide_attempt(d, now=NOW)
+    assert res["baseline"] == "baseline_sota"
+    vs = res["checkpoints"]["global_step200"]["vs"]
+    assert vs["baseline_s0"]["ood_primary"]["delta_pp"] == pytest.approx(4.0)
+    assert res["checkpoints"]["global_step200"]["delta_pp"] == pytest.approx(vs["baseline_sota"]["ood_primary"]
+                                                                               ["delta_pp"])
+    assert res["checkpoints"]["global_step200"]["delta_pp"] == pytest.approx(2.0)
+    assert not res["gates"]["gate_1b"]["passed"]
+
+
+@pytest.mark.parametrize(("rate", "decision"), [(0.085, "DEBUG"), (0.05, "CONFIRM"), (0.051, "DEBUG")])
+def test_parser_audit_blocks(exp, rate, decision):
+    d = make_attempt(exp, "p1", "a29", {"eps_clip": 0.1}, decide_steps=(200,))
+    evaluated(d, {"global_step200": (40, 80)})
+    (d / "guards").mkdir()
+    (d / "guards" / "parser_audit.json").write_text(json.dumps({"misparse_rate": rate}))
+    res = decide_attempt(d, now=NOW)
+    assert res["decision"] == decision
+    assert res["gates"]["parser_audit"]["passed"] is (decision != "DEBUG")
+
+
+def test_parser_audit_guard_verdict_form_and_g4(exp):
+    # the shape rlexp.guardrails writes: {name, passed, rule, numbers: {...}, notes, details}
+    d = make_attempt(exp, "p1", "a29", {"eps_clip": 0.1}, decide_steps=(200,))
+    evaluated(d, {"global_step200": (40, 80)})
+    (d / "guards").mkdir()
+    audit = {"name": "parser_audit", "passed": False, "rule": "r", "notes": [], "details": [],
+             "numbers": {"reviewed": 118, "misparse": 10, "mis_parse_rate": 10 / 118}}
+    (d / "guards" / "parser_audit.json").write_text(json.dumps(audit))
+    g4 = {"name": "g4", "passed": True, "rule": "r", "notes": [], "details": [],
+          "numbers": {"problems": 262, "k": 8, "pass_at_8": 0.31}}
+    (d / "guards" / "g4.json").write_text(json.dumps(g4))
+    res = decide_attempt(d, now=NOW)
+    assert res["decision"] == "DEBUG" and res["gates"]["parser_audit"]["misparse_rate"] == pytest.approx(10 / 118)
+    a = res["fault_tree"]["classes"]["A"]
+    assert a["indicated"] is True and a["missing"] == [] and "pass@8" in a["evidence"]
+
+
+def test_parser_audit_counts_form(exp):
+    d = make_attempt(exp, "p1", "a29", {"eps_clip": 0.1}, decide_steps=(200,))
+    evaluated(d, {"global_step200": (40, 80)})
+    (d / "guards").mkdir()
+    (d / "guards" / "parser_audit.json").write_text(json.dumps({"misparsed": 10, "audited": 118}))
+    assert decide_attempt(d, now=NOW)["decision"] == "DEBUG"
+    (d / "guards" / "parser_audit.json").write_text(json.dumps({"verdict": "ok"}))
+    with pytest.raises(InputError, match="misparse_rate"):
+        decide_attempt(d, now=NOW)
+
+
+def nothing_written(exp: Path, d: Path) -> bool:
+    return not (d / "decision.json").exists() and not (d / "eval" / "paired").exists() \
+        and not (exp / "ledger.jsonl").exists()
+
+
+def test_bad_inputs_exit_2_and_write_nothing(exp, capsys):
+    d = make_attempt(exp, "bad", "a29", {"eps_clip": 0.1}, decide_steps=(200, 100))
+    evaluated(d, {"global_step200": (40, 80)})
+    # the pre-registered mid checkpoint was never evaluated
+    assert main(["decide", str(d)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "global_step100" in err and "pre-registered" in err
+    assert nothing_written(exp, d)
+    # mismatched problem sets
+    write_records(d, "global_step100", "ood_primary", [1] * 999)
+    write_records(d, "global_step100", "id", [1] * 200)
+    assert main(["decide", str(d)]) == 2
+    assert "problem sets differ" in capsys.readouterr().err and nothing_written(exp, d)
+    # non-0/1 correctness
+    write_records(d, "global_step100", "ood_primary", [1] * 999 + [2])
+    assert main(["decide", str(d)]) == 2
+    assert "correct" in capsys.readouterr().err and nothing_written(exp, d)
+    # missing selection / missing baseline
+    (d / "eval" / "selection.json").unlink()
+    assert main(["decide", str(d)]) == 2
+    assert "selection.json" in capsys.readouterr().err
+    other = make_attempt(exp, "nos0", "a29", {"eps_clip": 0.1}, decide_steps=(200,))
+    write_records(other, "global_step200", "ood_primary", [1] * 10)
+    assert main(["decide", str(other)]) == 2
+    assert "Baseline-S0" in capsys.readouterr().err and nothing_written(exp, other)
+
+
+def test_human_summary(exp, capsys):
+    d = make_attempt(exp, "h1", "a29", {"eps_clip": 0.1}, decide_steps=(200,))
+    evaluated(d, {"global_step200": (40, 80)})
+    assert main(["decide", str(d / "attempt.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "decision: CONFIRM" in out and "global_step200" in out
+
+
+def test_fault_tree_reads_metrics_diagnostics(exp):
+    # A30-like run: train reward rises, the monitor peaks at step 130 of 200, the LR decays to 0.1 x peak
+    d = make_attempt(exp, "m1", "a29", {"eps_clip": 0.1}, decide_steps=(200,))
+    evaluated(d, {"global_step200": (60, 58)})
+    rows = []
+    for step in range(10, 201, 10):
+        lr = 1.0 if step <= 20 else 1.0 - 0.9 * (step - 20) / 180
+        row = {"global_step": step, "reward": 0.5 + step / 1000, "actor_lr": lr, "log_ratio_abs_p99": 0.2}
+        row["monitor_acc"] = 0.60 + (0.05 if 120 <= step <= 140 else 0.0)
+        rows.append(row)
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    res = decide_attempt(d, now=NOW)
+    classes = res["fault_tree"]["classes"]
+    assert classes["C"]["indicated"] is True  # train reward +13pp, OOD -0.2pp
+    # the trailing 3-point mean peaks at the last of the three high points (step 140)
+    assert classes["D"]["indicated"] is True and "step 140/200" in classes["D"]["evidence"]
+    assert classes["A"]["indicated"] is None and classes["A"]["missing"] == ["pass_at_1", "pass_at_k"]
+    assert res["fault_tree"]["suggestion"].startswith("C)")
+
+
+def test_ledger_and_pin_files_are_read_strictly(exp):
+    from rlexp.ledger import LedgerEntry, latest_by_attempt, record_decision
+
+    entry = LedgerEntry("x1", None, ("eps_clip",), "P", 3200, None, "R", 1, "global_step200", "baseline_s0",
+                        0.5, (-1.0, 2.0), 0.6, "CONTINUE", "v2.1-final", NOW)
+    assert record_decision(exp, entry) is True
+    assert record_decision(exp, entry) is False  # same outcome: nothing appended
+    changed = LedgerEntry(**{**entry.__dict__, "decision": "STOP-3a", "decided_at": "later"})
+    assert record_decision(exp, changed) is True
+    entries = read_ledger(exp)
+    assert len(entries) == 2 and latest_by_attempt(entries)["x1"].decision == "STOP-3a"
+    good = json.loads((exp / "ledger.jsonl").read_text().splitlines()[0])
+    for bad, field in (({**good, "extra": 1}, "extra"), ({**good, "decision": "WIN"}, "decision"),
+                       ({**good, "delta_pp": "0.5"}, "delta_pp"), ({**good, "ci_pp": [1]}, "ci_pp"),
+                       ({k: v for k, v in good.items() if k != "seed"}, "seed")):
+        (exp / "ledger.jsonl").write_text(json.dumps(bad) + "\n")
+        with pytest.raises(InputError) as err:
+            read_ledger(exp)
+        assert err.value.field == f"line 1: {field}"
+    (exp / "sota.json").write_text(json.dumps({"attempt": "a", "checkpoint": "c", "path": "p"}))
+    with pytest.raises(InputError, match="decided_at"):
+        read_sota(exp)

@@ -1,0 +1,91 @@
+"""`rlexp demo --fast` end to end: every stage's artefacts, MLflow runs, and the plan's predictions
+matching what the trainer actually logged (the whole point of `rlexp plan`)."""
+
+import json
+import math
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+
+from rlexp.demo import DEMO_RECIPE, DemoConfig, attempt_specs
+from rlexp.files import read_jsonl
+
+ATTEMPTS = ("d1", "d1s2", "d2")
+DECISIONS = {"STOP-1", "CONFIRM", "CONTINUE", "STOP-3a", "STOP-3b", "DEBUG"}
+
+
+def test_demo_specs_change_one_variable_and_plan_without_errors(tmp_path):
+    """The written specs are what the demo promises: d2 differs from d1 in eps_clip only, d1s2 in
+    the seed only, and each plans with no error check (pure: no training)."""
+    import yaml
+
+    from rlexp.checks import preflight
+    from rlexp.spec import diff_against_parent, load_attempt
+    from rlexp.task import build_task_datasets
+
+    config = DemoConfig.fast()
+    exp = tmp_path / "experiments" / "demo"
+    datasets = build_task_datasets(exp / "data", seed=0, pool_size=config.pool_size, monitor_size=8,
+                                   primary_size=8, id_size=8, sanity_size=4)
+    for attempt_id, text in attempt_specs(config, datasets).items():
+        (exp / attempt_id).mkdir(parents=True)
+        (exp / attempt_id / "attempt.yaml").write_text(text)
+    d1, d1s2, d2 = (load_attempt(exp / a) for a in ATTEMPTS)
+    assert [(d.key, d.parent, d.value) for d in diff_against_parent(d2)] == [("eps_clip", 0.2, 0.1)]
+    assert {k for k in d1.recipe if d1.recipe[k] != d1s2.recipe[k]} == {"seed"}
+    assert yaml.safe_load((exp / "d2" / "attempt.yaml").read_text())["change"] == {"eps_clip": 0.1}
+    for att in (d1, d1s2, d2):
+        assert [c.id for c in preflight(att) if c.severity == "error"] == []
+    assert DEMO_RECIPE["rollout_batch_size"] * d1.intent["global_steps"] == config.pool_size
+
+
+@pytest.mark.slow
+def test_demo_fast_end_to_end(tmp_path):
+    env_secret = "sk-demo-secret-value-123"
+    proc = subprocess.run(
+        [sys.executable, "-m", "rlexp.cli", "demo", "--fast", "--dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=1500,
+        env={**__import__("os").environ, "DEMO_API_KEY": env_secret, "COLUMNS": "200"},
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    exp = tmp_path / "experiments" / "demo"
+
+    for attempt_id in ATTEMPTS:
+        attempt = exp / attempt_id
+        plan = json.loads((attempt / "plan.json").read_text())
+        metrics = read_jsonl(attempt / "metrics.jsonl")
+        # step counts: exactly the planned global steps, once each
+        assert [r["global_step"] for r in metrics] == list(range(1, plan["steps"]["global_steps_total"] + 1))
+        # LR: the logged actor_lr equals the plan's prediction at every global step
+        predicted = {row["global_step"]: row["actor_lr_logged"] for row in plan["lr"]}
+        for row in metrics:
+            assert math.isclose(row["actor_lr"], predicted[row["global_step"]], rel_tol=1e-12), row["global_step"]
+        # checkpoints at exactly the planned save steps
+        saved = sorted(int(p.name[len("global_step"):-len("_hf")]) for p in (attempt / "checkpoints").glob("global_step*_hf"))
+        assert saved == plan["save_global_steps"]
+        decision = json.loads((attempt / "decision.json").read_text())
+        assert decision["decision"] in DECISIONS
+        assert decision["sop_version"] == "v2.1-final"
+        report = tmp_path / "reports" / "demo" / f"{attempt_id}.md"
+        text = report.read_text()
+        assert decision["decision"] in text and attempt_id in text
+        for written in [report, *attempt.rglob("*.json"), attempt / "launch" / "stdout.log"]:
+            assert env_secret not in written.read_text(errors="replace"), written
+
+    # the ledger holds the three decisions in order
+    ledger = [json.loads(line) for line in (exp / "ledger.jsonl").read_text().splitlines()]
+    assert [e["attempt"] for e in ledger] == list(ATTEMPTS)
+
+    # one MLflow run per attempt in the default SQLite store, with the recipe as params
+    db = sqlite3.connect(tmp_path / "mlflow.db")
+    runs = dict(db.execute("select name, run_uuid from runs where lifecycle_stage = 'active'").fetchall())
+    assert set(runs) == set(ATTEMPTS)
+    eps = dict(db.execute(
+        "select r.name, p.value from params p join runs r on r.run_uuid = p.run_uuid where p.key = 'recipe.eps_clip'"
+    ).fetchall())
+    assert float(eps["d1"]) == 0.2 and float(eps["d2"]) == 0.1
+    n_lr = db.execute("select count(*) from metrics m join runs r on r.run_uuid = m.run_uuid "
+                      "where r.name = 'd1' and m.key = 'actor_lr'").fetchone()[0]
+    assert n_lr == DemoConfig.fast().global_steps

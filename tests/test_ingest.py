@@ -1,0 +1,168 @@
+"""Metric readers: OpenRLHF stdout lines, the seed's training_metrics.jsonl, TensorBoard scalars."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rlexp import ingest
+from rlexp.errors import InputError
+
+# The line OpenRLHF v0.9.3 prints (ppo_trainer.py: logger.info(f"✨ Global step {global_step}: {log_status}")),
+# a Python dict repr; 'nan' and a string are what crashed the seed's A19 run.
+STDOUT = (
+    "2026-02-23 06:30:01 INFO ppo_trainer ✨ Global step 3: {'policy_loss': 0.0123, 'actor_lr': 5e-07, "
+    "'reward': 0.546875, 'response_length': 1834.5, 'kl': nan, 'ppo_clip_ratio': 'n/a', "
+    "'group_reward_std': tensor(0.25, device='cuda:0'), 'actor_grad_norm': 39.06}\n"
+)
+
+
+def test_stdout_line_normalised_and_bad_values_dropped_with_count():
+    stats = ingest.IngestStats()
+    row = ingest.parse_stdout_line(STDOUT, stats)
+    assert row == {"global_step": 3, "policy_loss": 0.0123, "actor_lr": 5e-07, "reward": 0.546875,
+                   "response_length": 1834.5, "group_reward_std": 0.25, "grad_norm": 39.06}
+    assert stats.dropped_values == 2 and stats.dropped_keys == {"kl": 1, "ppo_clip_ratio": 1}
+    assert ingest.parse_stdout_line("Episode [1/1]: 3%|█ | 3/200\n", stats) is None
+
+
+def test_read_stdout_log(tmp_path):
+    log = tmp_path / "stdout.log"
+    log.write_text("noise\n" + STDOUT + STDOUT.replace("step 3", "step 4").replace("0.0123", "0.02"))
+    rows, stats = ingest.read_stdout_log(log)
+    assert [r["global_step"] for r in rows] == [3, 4] and rows[1]["policy_loss"] == 0.02
+    assert stats.rows == 2 and stats.dropped_values == 4
+
+
+def test_training_metrics_jsonl_drops_nan_and_strings(tmp_path):
+    path = tmp_path / "training_metrics.jsonl"
+    path.write_text(
+        '{"step": 1, "reward": 0.5, "grad_norm": 5.16, "log_ratio_abs_p99": 1.71}\n'
+        '{"step": 2, "reward": NaN, "grad_norm": "171.4", "entropy": 1.31}\n'
+    )
+    rows, stats = ingest.read_training_metrics_jsonl(path)
+    assert rows == [{"global_step": 1, "reward": 0.5, "grad_norm": 5.16, "log_ratio_abs_p99": 1.71},
+                    {"global_step": 2, "entropy": 1.31}]
+    assert stats.dropped_keys == {"reward": 1, "grad_norm": 1}
+
+
+@pytest.mark.parametrize(("text", "field"), [
+    ('{"step": 1, "reward": 0.5}\n{"step": 2, "reward": \n', "line 2"),
+    ('[1, 2]\n', "line 1"),
+    ('{"reward": 0.5}\n', "line 1"),
+])
+def test_training_metrics_jsonl_structural_errors(tmp_path, text, field):
+    path = tmp_path / "m.jsonl"
+    path.write_text(text)
+    with pytest.raises(InputError) as info:
+        ingest.read_training_metrics_jsonl(path)
+    assert info.value.field == field and str(path) in info.value.one_line()
+
+
+def _write_events(logdir, scalars):
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(str(logdir))
+    for tag, step, value in scalars:
+        writer.add_scalar(tag, value, step)
+    writer.close()
+
+
+def test_tensorboard_scalars_become_rows(tmp_path):
+    # OpenRLHF's TensorboardLogger writes train/<key> and eval/<key> under a run subdirectory
+    _write_events(tmp_path / "tb" / "run1", [
+        ("train/policy_loss", 1, 0.25), ("train/actor_lr", 1, 2.5e-7), ("train/actor_grad_norm", 1, 12.5),
+        ("train/policy_loss", 2, 0.125), ("train/actor_lr", 2, 5e-7),
+        ("eval/eval_probe_pass1", 2, 0.634),
+    ])
+    rows, stats = ingest.read_tensorboard(tmp_path / "tb")
+    assert [r["global_step"] for r in rows] == [1, 2]
+    assert rows[0]["policy_loss"] == pytest.approx(0.25) and rows[0]["grad_norm"] == pytest.approx(12.5)
+    assert rows[1]["actor_lr"] == pytest.approx(5e-7, rel=1e-6)  # float32 in the event file
+    assert rows[1]["monitor_acc"] == pytest.approx(0.634, rel=1e-6)
+    assert stats.rows == 2
+
+
+def test_tensorboard_dir_without_events_is_one_line_error(tmp_path):
+    (tmp_path / "tb").mkdir()
+    (tmp_path / "tb" / "notes.txt").write_text("x")
+    with pytest.raises(InputError, match="no TensorBoard event files"):
+        ingest.read_tensorboard(tmp_path / "tb")
+    with pytest.raises(InputError, match="not found"):
+        ingest.read_tensorboard(tmp_path / "missing")
+
+
+@pytest.mark.parametrize(("line", "field"), [
+    ('{"global_step": 1, "reward": "0.5"}', "line 1: reward"),
+    ('{"global_step": 1, "reward": NaN}', "line 1"),
+    ('{"global_step": "1", "reward": 0.5}', "line 1: global_step"),
+    ('{"global_step": 1, "reward": true}', "line 1: reward"),
+])
+def test_normalised_metrics_file_is_read_strictly(tmp_path, line, field):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text(line + "\n")
+    with pytest.raises(InputError) as info:
+        ingest.read_metrics(path)
+    assert info.value.field == field
+
+
+def test_duplicate_step_in_metrics_is_an_error(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"global_step": 1}\n{"global_step": 1}\n')
+    with pytest.raises(InputError, match="appears twice"):
+        ingest.read_metrics(path)
+
+
+def test_append_new_rows_never_duplicates_and_repairs_torn_tail(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"global_step": 1, "reward": 0.5}\n{"global_step": 2, "rew')  # killed mid-line
+    written = ingest.append_new_rows(path, [{"global_step": 1, "reward": 9.0}, {"global_step": 2, "reward": 0.25},
+                                            {"global_step": 3, "reward": 0.75}])
+    assert [r["global_step"] for r in written] == [2, 3]
+    rows = ingest.read_metrics(path)
+    assert [(r["global_step"], r["reward"]) for r in rows] == [(1, 0.5), (2, 0.25), (3, 0.75)]
+    assert ingest.append_new_rows(path, rows) == []
+
+
+def test_follower_reads_only_complete_lines(tmp_path):
+    log = tmp_path / "stdout.log"
+    metrics = tmp_path / "metrics.jsonl"
+    follower = ingest.MetricsFollower("stdout", log, metrics)
+    assert follower.poll() == []  # no log yet
+    first, second = STDOUT, STDOUT.replace("step 3", "step 4")
+    log.write_text(first + second[:40])  # the trainer is mid-way through printing step 4
+    assert follower.poll() == []  # step 3 is held: its eval line may still come
+    with open(log, "a") as fh:
+        fh.write(second[40:])
+    assert [r["global_step"] for r in follower.poll()] == [3]  # step 4 began: step 3 is complete
+    assert [r["global_step"] for r in follower.close()] == [4]  # the run ended
+    assert [json.loads(line)["global_step"] for line in metrics.read_text().splitlines()] == [3, 4]
+    # a new follower (a resumed launch) continues the same file without duplicating
+    again = ingest.MetricsFollower("stdout", log, metrics)
+    assert again.poll() == [] and again.close() == []
+
+
+# OpenRLHF v0.9.3 ppo_trainer.evaluate(): logged after "Global step N" of the same step; with
+# --eval_n_samples_per_prompt 1 both keys are named pass1 (pass{n} with n = 1).
+EVAL = ("2026-02-23 06:41:10 INFO ppo_trainer ✨ Evaluation completed in 0:01:02, global_step 3, "
+        "eval_metrics: {'eval_default_pass1': 0.634}\n")
+
+
+def test_eval_line_joins_its_training_step(tmp_path):
+    log = tmp_path / "stdout.log"
+    log.write_text(STDOUT + EVAL + STDOUT.replace("step 3", "step 4"))
+    rows, _ = ingest.read_stdout_log(log)
+    assert rows[0]["monitor_acc"] == 0.634 and rows[0]["eval_default_pass1"] == 0.634
+    assert rows[0]["policy_loss"] == 0.0123 and "monitor_acc" not in rows[1]
+    follower = ingest.MetricsFollower("stdout", log, tmp_path / "metrics.jsonl")
+    live = follower.poll()
+    assert [(r["global_step"], r.get("monitor_acc")) for r in live] == [(3, 0.634)]
+
+
+def test_tensorboard_follower_waits_for_a_later_step(tmp_path):
+    _write_events(tmp_path / "tb", [("train/reward", 1, 0.5), ("train/reward", 2, 0.625)])
+    metrics = tmp_path / "metrics.jsonl"
+    follower = ingest.MetricsFollower("tensorboard", tmp_path / "tb", metrics)
+    assert [r["global_step"] for r in follower.poll()] == [1]  # step 2 may still get scalars
+    assert [r["global_step"] for r in follower.close()] == [2]

@@ -1,0 +1,461 @@
+"""`rlexp launch`: dry runs, refusals, files written, kill/resume consistency, early stop, secrets.
+
+The kill/resume tests drive a small fake trainer (``fake_trainer.py`` below) that follows the
+local trainer's documented contract (docs/ARCHITECTURE.md): append ``metrics.jsonl``, save
+``checkpoints/global_step{N}_hf``, finish the step and exit 0 on SIGTERM, continue on --resume.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_report import make_experiment
+from test_tracking import migrated_db, sqlite_uri  # noqa: F401 (fixtures)
+
+from rlexp.backends.process import pid_alive, wait_for
+from rlexp.cli import main
+from rlexp.commands import launch as launch_cmd
+from rlexp.ingest import read_metrics
+
+FAKE_TRAINER = r'''
+import json, os, signal, sys, time
+from pathlib import Path
+
+attempt = Path(sys.argv[1])
+total = int(os.environ.get("FAKE_STEPS", "6"))
+delay = float(os.environ.get("FAKE_DELAY", "0.02"))
+monitor = [float(x) for x in os.environ.get("FAKE_MONITOR", "").split(",") if x]
+stop = False
+
+def on_term(signum, frame):
+    global stop
+    stop = True
+
+signal.signal(signal.SIGTERM, on_term)
+ckpt = attempt / "checkpoints"
+start = 0
+if "--resume" in sys.argv:
+    start = max(int(p.name[len("global_step"):]) for p in (ckpt / "state").glob("global_step*"))
+metrics = attempt / "metrics.jsonl"
+done = set()
+if metrics.exists():
+    done = {json.loads(l)["global_step"] for l in metrics.read_text().splitlines() if l.strip()}
+print("fake trainer starting at", start, "token", os.environ.get("HF_TOKEN"), flush=True)
+for step in range(start + 1, total + 1):
+    time.sleep(delay)
+    row = {"global_step": step, "reward": 0.5, "actor_lr": 1e-4, "grad_norm": 80.0 if step == 3 else 2.0,
+           "step_time_s": delay}
+    if os.environ.get("FAKE_BAD") and step == 2:
+        row["reward"] = "oops"
+    if monitor and step % 2 == 0:
+        row["monitor_acc"] = monitor[min(step // 2 - 1, len(monitor) - 1)]
+    if step not in done:
+        with open(metrics, "a") as fh:
+            fh.write(json.dumps(row) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+    if step % 2 == 0 or stop or step == total:
+        (ckpt / f"global_step{step}_hf").mkdir(parents=True, exist_ok=True)
+        (ckpt / "state" / f"global_step{step}").mkdir(parents=True, exist_ok=True)
+    if stop:
+        print("fake trainer: SIGTERM, saved step", step, flush=True)
+        break
+sys.exit(0)
+'''
+
+RUNNER = r'''
+import sys
+import rlexp.commands.launch as launch_cmd
+launch_cmd.LOCAL_TRAINER_MODULE = "fake_trainer"
+from rlexp.cli import main
+sys.exit(main(sys.argv[1:]))
+'''
+
+
+@pytest.fixture
+def exp(tmp_path, monkeypatch):
+    experiment = make_experiment(tmp_path)
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    (tools / "fake_trainer.py").write_text(FAKE_TRAINER)
+    (tools / "runner.py").write_text(RUNNER)
+    monkeypatch.setattr(launch_cmd, "LOCAL_TRAINER_MODULE", "fake_trainer")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tools), str(Path(__file__).resolve().parents[1])]))
+    monkeypatch.chdir(tmp_path)
+    return experiment
+
+
+def test_dry_run_local_prints_argv_and_writes_nothing(exp, capsys):
+    assert main(["launch", str(exp / "a2"), "--dry-run", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc == {"argv": [sys.executable, "-m", "fake_trainer", str(exp / "a2")], "backend": "local"}
+    assert not (exp / "a2" / "launch").exists()
+
+
+def test_openrlhf_resume_needs_a_deepspeed_checkpoint(tmp_path, capsys, monkeypatch):
+    experiment = make_experiment(tmp_path, trainer="openrlhf", version="0.9.3")
+    spec = experiment / "a1" / "attempt.yaml"
+    spec.write_text(spec.read_text().replace("save_steps: 5}", "save_steps: 5, disable_ds_ckpt: true}"))
+    (experiment / "a2" / "checkpoints" / "global_step10_hf").mkdir(parents=True)  # eval adapters only
+    monkeypatch.chdir(tmp_path)
+    assert main(["launch", str(experiment / "a2"), "--resume", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "checkpoints/_actor: no checkpoint to resume from (recipe.disable_ds_ckpt is set" in err
+    (experiment / "a2" / "checkpoints" / "_actor" / "global_step10").mkdir(parents=True)
+    assert main(["launch", str(experiment / "a2"), "--resume", "--dry-run", "--json"]) == 0
+    assert "--load_checkpoint" in json.loads(capsys.readouterr().out)["argv"]
+
+
+def test_repository_seed_a30_example_dry_runs(capsys, monkeypatch):
+    root = Path(__file__).resolve().parents[1]
+    example = root / "experiments" / "seed-a30" / "a30"
+    if not (example / "attempt.yaml").exists():
+        pytest.skip("experiments/seed-a30 not in this checkout")
+    assert main(["launch", str(example), "--dry-run", "--json"]) == 0
+    argv = json.loads(capsys.readouterr().out)["argv"]
+    assert argv[argv.index("--micro_train_batch_size") + 1] == "2"  # A30's one change
+    assert argv[argv.index("--eps_clip") + 1] == "0.1"  # inherited from A29B
+    assert not (example / "launch").exists()
+
+
+def test_dry_run_openrlhf_is_the_train_argv(tmp_path, capsys, monkeypatch):
+    experiment = make_experiment(tmp_path, trainer="openrlhf", version="0.9.3")
+    monkeypatch.chdir(tmp_path)
+    assert main(["launch", str(experiment / "a2" / "attempt.yaml"), "--dry-run", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["backend"] == "process" and doc["argv"][:3] == ["python3", "-m", "openrlhf.cli.train_ppo_ray"]
+    argv = doc["argv"]
+    assert argv[argv.index("--eps_clip") + 1] == "0.1"
+    assert argv[argv.index("--ckpt_path") + 1] == str(experiment / "a2" / "checkpoints")
+    assert argv[argv.index("--prompt_data") + 1] == str(experiment / "data" / "pool.jsonl")
+    assert not (experiment / "a2" / "launch").exists()
+
+
+def test_unreachable_ray_address_one_line_nothing_written(tmp_path, capsys, monkeypatch):
+    import socket
+
+    experiment = make_experiment(tmp_path, trainer="openrlhf", version="0.11.0")
+    monkeypatch.chdir(tmp_path)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    assert main(["launch", str(experiment / "a2"), "--ray-address", f"http://127.0.0.1:{port}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--ray-address: Ray dashboard unreachable" in err
+    assert not (experiment / "a2" / "launch").exists()
+
+
+def test_plan_errors_refuse_and_force_needs_a_reason(exp, capsys):
+    plan = json.loads((exp / "a2" / "plan.json").read_text())
+    plan["checks"].append({"id": "warmup_never_ends", "severity": "error", "message": "LR never leaves warm-up"})
+    (exp / "a2" / "plan.json").write_text(json.dumps(plan))
+    assert main(["launch", str(exp / "a2"), "--tracking-uri", "off"]) == 1
+    assert "warmup_never_ends" in capsys.readouterr().err
+    assert not (exp / "a2" / "launch").exists()
+    assert main(["launch", str(exp / "a2"), "--force", "--tracking-uri", "off"]) == 2
+    assert main(["launch", str(exp / "a2"), "--force", "--reason", "testing the guard",
+                 "--tracking-uri", "off", "--json"]) == 0
+    assert json.loads((exp / "a2" / "launch" / "argv.json").read_text())["force_reason"] == "testing the guard"
+    assert json.loads((exp / "a2" / "launch" / "state.json").read_text())["force_reason"] == "testing the guard"
+    assert "# launched with --force: testing the guard" in (exp / "a2" / "launch" / "launch.sh").read_text()
+
+
+def test_resume_without_checkpoint_is_one_line_error(exp, capsys):
+    assert main(["launch", str(exp / "a2"), "--resume", "--tracking-uri", "off"]) == 2
+    err = capsys.readouterr().err
+    assert "no checkpoint to resume from" in err and err.count("\n") == 1
+    assert not (exp / "a2" / "launch").exists()
+
+
+def test_local_run_writes_files_and_keeps_secrets_out(exp, capsys, monkeypatch, sqlite_uri):  # noqa: F811
+    secrets = {"HF_TOKEN": "hf_SECRETVALUE_123456", "WANDB_API_KEY": "wandbSECRET987654",
+               "MY_PASSWORD": "pw-SECRET-000111"}
+    for k, v in secrets.items():
+        monkeypatch.setenv(k, v)
+    assert main(["launch", str(exp / "a2"), "--tracking-uri", sqlite_uri, "--json", "--poll-s", "0.05"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["state"] == "finished" and result["steps"] == 6 and result["spikes"] == 1
+    att = exp / "a2"
+    assert [r["global_step"] for r in read_metrics(att / "metrics.jsonl")] == [1, 2, 3, 4, 5, 6]
+    argv = json.loads((att / "launch" / "argv.json").read_text())
+    assert argv["backend"] == "local" and argv["argv"][-1] == str(att)
+    prov = json.loads((att / "launch" / "provenance.json").read_text())
+    assert prov["datasets"]["pool"]["sha256"] and prov["seed"] == 42 and prov["versions"]["python"]
+    assert prov["git"]["sha"] is None or len(prov["git"]["sha"]) == 40
+    assert json.loads((att / "launch" / "state.json").read_text())["state"] == "finished"
+    spikes = [json.loads(line) for line in (att / "launch" / "spikes.jsonl").read_text().splitlines()]
+    assert [s["global_step"] for s in spikes] == [3]  # grad norm 80 > 50
+    assert not (att / "guards" / "G3.json").exists()  # 6 steps: the 10-step smoke gate is still pending
+    # the fake trainer printed HF_TOKEN into its log (a child may do anything with its env):
+    # rlexp scrubs stdout.log when the run ends, so no file keeps the value
+    assert "<redacted>" in (att / "launch" / "stdout.log").read_text()
+    assert main(["report", str(att), "--tracking-uri", sqlite_uri]) == 0
+    written = [p for p in [*att.rglob("*"), *(exp.parent / "reports").rglob("*")] if p.is_file()]
+    for path in written:
+        data = path.read_bytes()
+        for name, value in secrets.items():
+            assert value.encode() not in data, f"{name} leaked into {path}"
+            if path.name != "stdout.log":  # the trainer printed "token" itself; rlexp never names them
+                assert name.encode() not in data, f"{name} named in {path}"
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(sqlite_uri)
+    runs = client.search_runs([client.get_experiment_by_name("exp").experiment_id])
+    assert len(runs) == 1
+    blob = json.dumps({"params": runs[0].data.params, "tags": runs[0].data.tags})
+    for name, value in secrets.items():
+        assert value not in blob and name not in blob
+    assert [m.step for m in client.get_metric_history(runs[0].info.run_id, "reward")] == [1, 2, 3, 4, 5, 6]
+
+
+def _start_runner(exp: Path, *extra: str, env_extra: dict[str, str] | None = None) -> subprocess.Popen:
+    env = {**os.environ, "FAKE_DELAY": "0.4", "FAKE_STEPS": "12", **(env_extra or {})}
+    return subprocess.Popen([sys.executable, str(exp.parent / "tools" / "runner.py"), "launch", str(exp / "a2"),
+                             "--tracking-uri", "off", "--poll-s", "0.1", *extra],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+
+
+def _steps(att: Path) -> list[int]:
+    path = att / "metrics.jsonl"
+    return [r["global_step"] for r in read_metrics(path)] if path.exists() else []
+
+
+def _resume_and_finish(exp: Path) -> None:
+    att = exp / "a2"
+    assert main(["launch", str(att), "--resume", "--tracking-uri", "off", "--poll-s", "0.05"]) == 0
+    assert _steps(att) == list(range(1, 7))  # FAKE_STEPS defaults to 6 here: resumes and finishes
+    assert json.loads((att / "launch" / "state.json").read_text())["state"] == "finished"
+    assert len((att / "launch" / "launches.jsonl").read_text().splitlines()) == 2
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_stopping_launch_stops_trainer_gracefully_then_resume(exp, sig):
+    att = exp / "a2"
+    proc = _start_runner(exp)
+    assert wait_for(lambda: len(_steps(att)) >= 2, 30)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    state = json.loads((att / "launch" / "state.json").read_text())
+    assert state["state"] == "stopped" and signal.Signals(sig).name in state["reason"]
+    steps = _steps(att)  # consistent: strictly increasing, complete lines
+    assert steps == list(range(1, len(steps) + 1)) and len(steps) < 12
+    assert (att / "checkpoints" / f"global_step{steps[-1]}_hf").is_dir()  # saved on SIGTERM
+    assert not pid_alive(state["pid"])
+    _resume_and_finish(exp)
+
+
+def test_killed_trainer_is_recorded_failed_then_resume(exp):
+    att = exp / "a2"
+    proc = _start_runner(exp)
+    assert wait_for(lambda: len(_steps(att)) >= 3, 30)
+    trainer_pid = json.loads((att / "launch" / "state.json").read_text())["pid"]
+    os.kill(trainer_pid, signal.SIGKILL)
+    proc.communicate(timeout=30)
+    assert proc.returncode == 1
+    state = json.loads((att / "launch" / "state.json").read_text())
+    assert state["state"] == "failed" and "SIGKILL" in state["reason"]
+    steps = _steps(att)
+    assert steps == list(range(1, len(steps) + 1))
+    _resume_and_finish(exp)
+
+
+def test_killed_launcher_takes_trainer_down_and_status_says_lost(exp, capsys):
+    att = exp / "a2"
+    proc = _start_runner(exp)
+    assert wait_for(lambda: len(_steps(att)) >= 2, 30)
+    trainer_pid = json.loads((att / "launch" / "state.json").read_text())["pid"]
+    proc.kill()  # SIGKILL to the launcher only (the trainer is in its own process group)
+    proc.communicate(timeout=30)
+    assert wait_for(lambda: not pid_alive(trainer_pid), 30)  # parent-death signal -> graceful stop
+    assert json.loads((att / "launch" / "state.json").read_text())["state"] == "running"  # never half-written
+    assert main(["status", str(exp), "--json"]) == 0
+    rows = {r["attempt"]: r for r in json.loads(capsys.readouterr().out)["attempts"]}
+    assert rows["a2"]["state"] == "lost"
+    _resume_and_finish(exp)
+
+
+def test_early_stop_rule_stops_the_run(exp, monkeypatch):
+    # monitor every 2 steps: 0.50 then flat 0.49: smoothed best at step 6, no +1pp gain for 5 evals
+    monkeypatch.setenv("FAKE_STEPS", "40")
+    monkeypatch.setenv("FAKE_DELAY", "0.01")
+    monkeypatch.setenv("FAKE_MONITOR", "0.5,0.5,0.5,0.49")
+    att = exp / "a2"
+    assert main(["launch", str(att), "--tracking-uri", "off", "--poll-s", "0.05"]) == 0
+    state = json.loads((att / "launch" / "state.json").read_text())
+    assert state["state"] == "stopped" and state["reason"].startswith("early stop")
+    assert state["early_stop"]["best_step"] == 6 and state["early_stop"]["stop_step"] == 16
+    assert _steps(att)[-1] < 40
+
+
+def test_bad_metrics_line_from_trainer_stops_run_one_line_error(exp, monkeypatch, capsys):
+    monkeypatch.setenv("FAKE_BAD", "1")
+    monkeypatch.setenv("FAKE_STEPS", "200")
+    monkeypatch.setenv("FAKE_DELAY", "0.05")
+    att = exp / "a2"
+    assert main(["launch", str(att), "--tracking-uri", "off", "--poll-s", "0.05"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "metrics.jsonl: line 2: reward: expected a finite number" in err
+    state = json.loads((att / "launch" / "state.json").read_text())
+    assert state["state"] == "failed" and "line 2" in state["reason"]
+    assert not pid_alive(state["pid"])
+
+
+def test_process_backend_parses_stdout_into_metrics(tmp_path, monkeypatch):
+    """The OpenRLHF path with a stand-in child that prints OpenRLHF's stdout lines."""
+    experiment = make_experiment(tmp_path, trainer="openrlhf", version="0.9.3")
+    monkeypatch.chdir(tmp_path)
+    prepared = launch_cmd.prepare(experiment / "a2")
+    script = ("import time\n"
+              "for s in range(1, 4):\n"
+              "    print(f\"✨ Global step {s}: {{'policy_loss': 0.1, 'reward': 0.5, 'kl': nan, 'actor_lr': 1e-06}}\","
+              " flush=True)\n"
+              "    time.sleep(0.05)\n")
+    prepared.argv = [sys.executable, "-c", script]
+    launch_cmd.write_launch_files(prepared)
+    assert (experiment / "a2" / "launch" / "reward_func.py").exists()
+    result = launch_cmd.run(prepared, tracking_uri="off", poll_s=0.05)
+    assert result["state"] == "finished" and result["steps"] == 3
+    rows = read_metrics(experiment / "a2" / "metrics.jsonl")
+    assert rows[0] == {"global_step": 1, "policy_loss": 0.1, "reward": 0.5, "actor_lr": 1e-06}
+
+
+def test_launch_sh_quotes_every_argument(tmp_path, monkeypatch):
+    experiment = make_experiment(tmp_path, trainer="openrlhf", version="0.9.3")
+    spec = experiment / "a1" / "attempt.yaml"
+    spec.write_text(spec.read_text().replace("pretrain: models/tiny", "pretrain: \"m; rm -rf ~ $(id)\""))
+    monkeypatch.chdir(tmp_path)
+    prepared = launch_cmd.prepare(experiment / "a2")
+    launch_cmd.write_launch_files(prepared)
+    text = (experiment / "a2" / "launch" / "launch.sh").read_text()
+    assert "'m; rm -rf ~ $(id)'" in text
+    # bash parses launch.sh's command back into exactly our argv (printed, never executed)
+    body = text.split("\n", 4)[4].replace("\\\n", " ")
+    parsed = subprocess.run(["bash", "-c", f"printf '%s\\n' {body}"], capture_output=True, text=True, check=True)
+    assert parsed.stdout.splitlines() == json.loads((experiment / "a2" / "launch" / "argv.json").read_text())["argv"]
+
+
+@pytest.mark.slow
+def test_real_local_trainer_sigterm_then_resume(tmp_path, monkeypatch):
+    """The trainer engineer's rlexp.backends.local_trainer on the tiny model: stop mid-run, resume."""
+    from rlexp.tinymodel import build_tiny_model
+
+    experiment = make_experiment(tmp_path)
+    build_tiny_model(experiment / "models" / "tiny", seed=0)
+    spec = experiment / "a1" / "attempt.yaml"
+    spec.write_text(spec.read_text()
+                    .replace("rollout_batch_size: 4, train_batch_size: 16", "rollout_batch_size: 2, train_batch_size: 8")
+                    .replace("eval_steps: 5, save_steps: 5", "eval_steps: -1, save_steps: 1")
+                    .replace("seed: 42,", "seed: 42, max_samples: 6,"))
+    monkeypatch.chdir(tmp_path)
+    att = experiment / "a2"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "rlexp.cli", "launch", str(att), "--tracking-uri", "off",
+                             "--poll-s", "0.2"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    assert wait_for(lambda: len(_steps(att)) >= 1 or proc.poll() is not None, 300), "no step in 300 s"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=300)
+    state = json.loads((att / "launch" / "state.json").read_text())
+    assert proc.returncode == 0 and state["state"] == "stopped", (state, err[-300:])
+    first = _steps(att)
+    assert first == list(range(1, len(first) + 1)) and 1 <= len(first) < 3
+    assert main(["launch", str(att), "--resume", "--tracking-uri", "off", "--poll-s", "0.2"]) == 0
+    assert _steps(att) == [1, 2, 3]
+    assert json.loads((att / "launch" / "state.json").read_text())["state"] == "finished"
+    assert (att / "checkpoints" / "global_step3_hf").is_dir()
+
+
+def test_ray_backend_end_to_end_with_a_stand_in_cli(tmp_path, monkeypatch):
+    """--ray-address: the dashboard is checked, `ray job submit ... -- python3 -m openrlhf...` is
+    started (a stand-in `ray` on PATH that prints OpenRLHF's lines), metrics are parsed."""
+    import http.server
+    import threading
+
+    class Dashboard(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b'{"ray_version": "2.40.0"}')
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Dashboard)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ray").write_text(
+        f"#!{sys.executable}\n"
+        "import json, sys\n"
+        "open(sys.argv[0] + '.args.json', 'w').write(json.dumps(sys.argv[1:]))\n"
+        "for s in (1, 2):\n"
+        "    print(f\"✨ Global step {s}: {{'reward': 0.25, 'policy_loss': 0.5}}\", flush=True)\n")
+    (bin_dir / "ray").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    experiment = make_experiment(tmp_path, trainer="openrlhf", version="0.11.0")
+    monkeypatch.chdir(tmp_path)
+    address = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        assert main(["launch", str(experiment / "a2"), "--ray-address", address, "--tracking-uri", "off",
+                     "--poll-s", "0.05"]) == 0
+    finally:
+        server.shutdown()
+        server.server_close()
+    args = json.loads((bin_dir / "ray.args.json").read_text())
+    assert args[:4] == ["job", "submit", "--address", address]
+    assert args[args.index("--") + 1:][:3] == ["python3", "-m", "openrlhf.cli.train_ppo_ray"]
+    assert "--actor.eps_clip" in args
+    state = json.loads((experiment / "a2" / "launch" / "state.json").read_text())
+    assert state["state"] == "finished" and state["backend"] == "ray"
+    assert state["ray_submission_id"] == args[args.index("--submission-id") + 1]
+    assert [r["reward"] for r in read_metrics(experiment / "a2" / "metrics.jsonl")] == [0.25, 0.25]
+
+
+def test_redact_env_and_scrub_file(tmp_path):
+    from rlexp.provenance import redact_env, scrub_file
+
+    env = {"HF_TOKEN": "hf_abcdefgh", "WANDB_API_KEY": "k" * 12, "DB_PASSWORD": "p" * 8, "AWS_SECRET_X": "s" * 9,
+           "CUDA_VISIBLE_DEVICES": "0,1", "HF_HOME": "/cache", "PATH": "/bin"}
+    assert redact_env(env) == {"CUDA_VISIBLE_DEVICES": "0,1", "HF_HOME": "/cache", "PATH": "/bin"}
+    assert redact_env(env, keep=("HF_",)) == {"HF_HOME": "/cache"}
+    log = tmp_path / "stdout.log"
+    log.write_text("token hf_abcdefgh and kkkkkkkkkkkk\n")
+    assert scrub_file(log, env) is True
+    assert log.read_text() == "token <redacted> and <redacted>\n"
+    assert scrub_file(log, env) is False
+
+
+def test_no_follow_returns_at_once_and_status_reports_the_exit(exp, capsys):
+    att = exp / "a2"
+    done = subprocess.run([sys.executable, str(exp.parent / "tools" / "runner.py"), "launch", str(att), "--no-follow",
+                           "--tracking-uri", "off", "--json"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["state"] == "running" and out["pid"] > 0
+    assert wait_for(lambda: not pid_alive(out["pid"]), 30)
+    assert _steps(att) == list(range(1, 7))  # the child ran on its own
+    assert main(["status", str(exp), "--json"]) == 0
+    rows = {r["attempt"]: r for r in json.loads(capsys.readouterr().out)["attempts"]}
+    assert rows["a2"]["state"] == "exited" and rows["a2"]["steps"] == 6
+
+
+def test_missing_plan_is_computed_with_rlexp_plan_and_its_errors_refuse(exp, capsys):
+    from rlexp.files import sha256_file
+
+    att = exp / "a2"
+    (att / "plan.json").unlink()
+    assert main(["launch", str(att), "--dry-run", "--json"]) == 1  # mid step 10 > 5 steps; sets overlap
+    assert "plan has 4 error check(s), first schedule.mid_beyond_run" in capsys.readouterr().err
+    assert not (att / "plan.json").exists()  # a dry run writes nothing
+    assert main(["launch", str(att), "--tracking-uri", "off"]) == 1
+    plan = json.loads((att / "plan.json").read_text())
+    assert plan["spec_sha256"] == sha256_file(att / "attempt.yaml")
+    assert any(c["severity"] == "error" for c in plan["checks"])
+    assert not (att / "launch").exists()

@@ -1,0 +1,113 @@
+"""In-run monitor: spike log, G3 smoke gate, G5 runtime assertions, the SOP early-stop rule.
+
+Reference numbers come from seed 001: the micro=2 profile (§11.20) and A30's OOD-202 trajectory
+(§11.21), with the stop step worked out by hand from SOP §11.24 §4.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rlexp import monitor
+
+# §11.20: step, grad norm, reward, log_ratio_abs_p99, time (step 1 is warm-up)
+PROFILE = [(1, 5.16, 0.547, 1.71, 300.0), (2, 1.77, 0.352, 1.77, 125.9), (3, 39.06, 0.500, 2.09, 104.1),
+           (4, 171.40, 0.398, 1.99, 114.7), (5, 7.03, 0.609, 1.89, 113.5)]
+
+# §11.21: A30 OOD-202 greedy accuracy at steps 10..200 (percent)
+A30_OOD = [63.4, 63.6, 66.2, 62.1, 66.1, 64.2, 63.5, 64.7, 62.8, 66.4, 64.4, 62.9, 66.5, 63.9, 65.3, 65.7,
+           64.2, 65.2, 64.7, 65.5]
+
+
+def profile_rows():
+    return [{"global_step": s, "grad_norm": g, "reward": r, "log_ratio_abs_p99": p, "step_time_s": t}
+            for s, g, r, p, t in PROFILE]
+
+
+def test_spikes_and_stability_on_the_seed_profile():
+    st = monitor.stability(profile_rows())
+    assert [s.global_step for s in st.spikes] == [4]  # only 171.40 is above 50
+    assert st.spike_count == 1 and st.max_grad_norm == 171.40 and st.max_grad_norm_step == 4
+    assert st.log_ratio_abs_p99_max == 2.09 and st.log_ratio_abs_p99_median == 1.89
+    assert monitor.spikes(profile_rows(), threshold=30.0)[0].global_step == 3
+
+
+def ten_steps(step_time=115.0, reward=0.5, lr=5e-7, slow_step=None):
+    rows = []
+    for s in range(1, 11):
+        t = 300.0 if s == 1 else (step_time * 4 if s == slow_step else step_time)
+        rows.append({"global_step": s, "step_time_s": t, "reward": reward, "actor_lr": lr * s / 10,
+                     "grad_norm": 10.0})
+    return rows
+
+
+def test_g3_pending_pass_fail():
+    assert monitor.g3_smoke(ten_steps()[:5]).verdict == "PENDING"
+    passed = monitor.g3_smoke(ten_steps())
+    assert passed.verdict == "PASS" and passed.details["median_step_time_s"] == 115.0  # warm-up excluded
+    blown = monitor.g3_smoke(ten_steps(slow_step=7))
+    assert blown.verdict == "FAIL" and "4.00x" in blown.reason
+    crashed = monitor.g3_smoke(ten_steps()[:3], crashed=True, exit_code=-9)
+    assert crashed.verdict == "FAIL" and "step 3" in crashed.reason
+
+
+PLAN = {"schedule": {"lr_table": [{"global_step": s, "lr_mean": 9e-9, "actor_lr_logged": 5e-7 * s / 10}
+                                  for s in range(1, 21)]}}
+
+
+def test_g5_lr_matches_plan_and_reward_not_stuck():
+    assert monitor.planned_lr(PLAN, 10) == pytest.approx(5e-7)  # actor_lr_logged wins over lr_mean
+    ok = monitor.g5_runtime(ten_steps(), PLAN)
+    assert ok.verdict == "PASS", ok.reason
+    low_lr = monitor.g5_runtime(ten_steps(lr=2.5e-7), PLAN)
+    assert low_lr.verdict == "FAIL" and "50% of planned" in low_lr.reason
+    stuck = monitor.g5_runtime(ten_steps(reward=0.0), PLAN)
+    assert stuck.verdict == "FAIL" and "reward stuck at 0.000" in stuck.reason
+    assert monitor.g5_runtime(ten_steps(reward=1.0), PLAN).verdict == "FAIL"
+    assert monitor.g5_runtime(ten_steps(), None).verdict == "FAIL"  # no plan: cannot assert the LR
+    assert monitor.g5_runtime(ten_steps()[:9], PLAN).verdict == "PENDING"
+
+
+def test_early_stop_fires_on_a30_trajectory_at_step_80(tmp_path):
+    # smoothed (3-point): step 30 = 64.40 is the best; steps 40..80 give 63.97, 64.80, 64.13, 64.60,
+    # 64.13 — none >= 65.40 (+1.0pp), so patience 5 runs out at step 80 (SOP §11.24 §4).
+    run = monitor.RunMonitor(tmp_path)
+    verdict = None
+    for i, acc in enumerate(A30_OOD):
+        step = 10 * (i + 1)
+        for s in range(step - 9, step + 1):  # ten training steps per eval
+            row = {"global_step": s, "reward": 0.5, "grad_norm": 12.0}
+            if s == step:
+                row["monitor_acc"] = acc / 100
+            verdict = run.update([row])
+            if verdict is not None:
+                break
+        if verdict is not None:
+            break
+    assert verdict is not None and verdict.stop
+    assert verdict.stop_step == 80 and verdict.best_step == 30
+    assert verdict.best_smoothed == pytest.approx((63.4 + 63.6 + 66.2) / 300)
+
+
+def test_run_monitor_writes_spike_log_and_guards(tmp_path):
+    run = monitor.RunMonitor(tmp_path, plan=PLAN)
+    rows = ten_steps()
+    rows[3]["grad_norm"] = 171.4
+    run.update(rows[:5])
+    run.update(rows[5:])
+    run.update(rows[3:5])  # re-sent rows do not log a spike twice
+    spikes = [json.loads(line) for line in (tmp_path / "launch" / "spikes.jsonl").read_text().splitlines()]
+    assert spikes == [{"global_step": 4, "metric": "grad_norm", "value": 171.4, "threshold": 50.0}]
+    g3 = json.loads((tmp_path / "guards" / "G3.json").read_text())
+    g5 = json.loads((tmp_path / "guards" / "G5.json").read_text())
+    assert g3["gate"] == "G3" and g3["verdict"] == "PASS" and g5["verdict"] == "PASS"
+
+
+def test_crash_before_step_10_fails_g3(tmp_path):
+    run = monitor.RunMonitor(tmp_path)
+    run.update(ten_steps()[:4])
+    verdict = run.record_crash(-9)
+    assert verdict.verdict == "FAIL"
+    assert json.loads((tmp_path / "guards" / "G3.json").read_text())["details"]["exit_code"] == -9

@@ -1,0 +1,178 @@
+"""The one-page report: all eight SOP §9 deliverables, plots, and graceful gaps."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rlexp.errors import InputError
+from rlexp.files import sha256_file, sha256_text
+
+PROBLEMS = [{"problem_hash": sha256_text(f"{i}+{i}=?"), "prompt": f"{i}+{i}=?", "answer": str(2 * i)}
+            for i in range(20)]
+
+
+def _jsonl(path: Path, rows) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def make_experiment(root: Path, *, trainer: str = "local", version: str | None = None) -> Path:
+    """experiments/exp with a root attempt a1 and a child a2 changing one training variable."""
+    exp = root / "exp"
+    for name in ("pool", "ood_monitor", "ood_primary", "id"):
+        _jsonl(exp / "data" / f"{name}.jsonl", PROBLEMS)
+    trainer_line = f"trainer: {{name: {trainer}" + (f", version: \"{version}\"" if version else "") + "}"
+    (exp / "a1").mkdir(parents=True)
+    (exp / "a1" / "attempt.yaml").write_text(
+        "id: a1\n" + trainer_line + "\n"
+        "recipe: {advantage_estimator: dr_grpo, eps_clip: 0.2, n_samples_per_prompt: 4, rollout_batch_size: 4, train_batch_size: 16,\n"
+        "         micro_train_batch_size: 4, actor_learning_rate: 1.0e-4, num_episodes: 1, seed: 42,\n"
+        "         pretrain: models/tiny, eval_steps: 5, save_steps: 5}\n"
+        "datasets:\n"
+        "  pool: {path: data/pool.jsonl}\n"
+        "  ood_monitor: {path: data/ood_monitor.jsonl}\n"
+        "  ood_primary: {path: data/ood_primary.jsonl}\n"
+        "  id: {path: data/id.jsonl}\n"
+        "eval: {engine: local, max_tokens: 16}\n"
+        "checkpoints: {mid: 10}\n")
+    (exp / "a2").mkdir()
+    (exp / "a2" / "attempt.yaml").write_text("id: a2\nparent: a1\nchange: {eps_clip: 0.1}\nrecipe: {eps_clip: 0.1}\n")
+    for a in ("a1", "a2"):
+        (exp / a / "plan.json").write_text(json.dumps({
+            "checks": [{"id": "step_count", "severity": "info", "passed": True, "message": "ok"}],
+            "lr_table": [{"global_step": s, "actor_lr_logged": 1e-4 * min(1.0, s / 2)} for s in range(1, 21)]}))
+    return exp
+
+
+def fill_attempt(attempt: Path) -> None:
+    """Metrics, eval records, selection, decision, guards: what the later stages write."""
+    rows = []
+    for s in range(1, 21):
+        row = {"global_step": s, "policy_loss": 0.01, "actor_lr": 1e-4 * min(1.0, s / 2), "reward": 0.4 + s / 100,
+               "grad_norm": 60.0 if s == 7 else 3.0, "ratio_max": 1.5, "log_ratio_abs_p99": 0.2, "step_time_s": 1.0}
+        if s % 5 == 0:
+            row["monitor_acc"] = [0.40, 0.45, 0.50, 0.48][s // 5 - 1]
+        rows.append(row)
+    _jsonl(attempt / "metrics.jsonl", rows)
+    # baseline right on 0..9; step 20 right on 0..7 and 10..15 -> b=2 (problems 8, 9), c=6
+    for name, right in (("baseline_sota", range(10)), ("global_step20", [*range(8), *range(10, 16)]),
+                        ("global_step10", range(9)), ("global_step15", range(11))):
+        _jsonl(attempt / "eval" / name / "ood_primary.jsonl",
+               [{"problem_hash": p["problem_hash"], "gold": p["answer"], "correct": int(i in right)}
+                for i, p in enumerate(PROBLEMS)])
+    (attempt / "eval" / "selection.json").write_text(json.dumps(
+        {"final": 20, "mid": 10, "best_by_monitor": 15, "checkpoints": ["global_step20", "global_step10",
+                                                                         "global_step15"], "notes": []}))
+    (attempt / "decision.json").write_text(json.dumps({
+        "decision": "CONTINUE", "sop_version": "v2.1-final", "sop_sha256": "ab" * 32,
+        "gates": {"gate_1a": {"passed": False, "rule": "delta >= +2.0pp AND (p < 0.10 OR CI low > -0.5pp)"},
+                  "gate_1b": {"passed": False, "rule": "delta >= +3.0pp AND p < 0.05"}},
+        "checkpoints": {"global_step20": {"delta_pp": 20.0, "b": 2, "c": 6, "mcnemar_p": 0.2890625,
+                                          "ci_pp": [-5.0, 45.0], "holm_p": 0.8671875}},
+        "fault_tree": {}}))
+    (attempt / "guards").mkdir(exist_ok=True)
+    (attempt / "guards" / "parser_audit.json").write_text(json.dumps(
+        {"name": "parser_audit", "passed": True, "rule": "mis-parse rate <= 5% of 50 reviewed", "numbers": {}}))
+
+
+@pytest.fixture
+def attempt(tmp_path):
+    exp = make_experiment(tmp_path)
+    fill_attempt(exp / "a2")
+    return exp / "a2"
+
+
+def test_report_has_all_eight_deliverables_and_plots(attempt, tmp_path):
+    from rlexp.report import DELIVERABLES, write_report
+
+    path = write_report(attempt, tmp_path / "reports")
+    assert path == tmp_path / "reports" / "exp" / "a2.md"
+    text = path.read_text()
+    for heading in DELIVERABLES:
+        assert f"## {heading}" in text
+    assert "**Decision: CONTINUE**" in text
+    assert "| eps_clip | 0.2 | 0.1 | training |" in text  # recipe diff from the parent
+    assert sha256_file(attempt.parent / "data" / "pool.jsonl") in text
+    assert "| global_step20 | 20 | 2/6 | 0.2891 | [-5, 45] | 0.8672 |" in text
+    assert "50.0% (n=20)" in text and "70.0% (n=20)" in text  # baseline 10/20, step 20 14/20
+    assert "global_step15 (best by monitor)" in text
+    assert "spikes (grad norm > 50): **1** of 20 steps (steps 7)" in text
+    assert "PASS — mis-parse rate" in text
+    assert "| gate_1a | no | delta >= +2.0pp AND (p < 0.10 OR CI low > -0.5pp) |" in text
+    for name in ("lr", "monitor", "grad_norm", "discordant"):
+        png = tmp_path / "reports" / "exp" / f"a2_{name}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f"(a2_{name}.png)" in text
+    assert len(text.splitlines()) < 90  # one page
+
+
+def test_missing_pieces_render_as_not_available(tmp_path):
+    from rlexp.report import write_report
+
+    exp = make_experiment(tmp_path)
+    text = write_report(exp / "a1", tmp_path / "reports").read_text()
+    assert "No decision yet: `decision.json` is missing" in text
+    assert "not available (no metrics.jsonl)" in text and "not available (no eval records)" in text
+    assert "No parent: this attempt is a root." in text
+    assert not list((tmp_path / "reports" / "exp").glob("a1_grad_norm.png"))
+
+
+def test_bad_eval_record_is_one_line_error_and_nothing_written(attempt, tmp_path):
+    from rlexp.report import write_report
+
+    bad = attempt / "eval" / "global_step20" / "ood_primary.jsonl"
+    bad.write_text(bad.read_text().replace('"correct": 1', '"correct": "yes"', 1))
+    with pytest.raises(InputError) as info:
+        write_report(attempt, tmp_path / "reports")
+    assert info.value.field.endswith(": correct")
+    assert not (tmp_path / "reports" / "exp" / "a2.md").exists()
+
+
+def test_report_command_writes_and_logs(attempt, tmp_path, monkeypatch):
+    from rlexp.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["report", str(attempt), "--tracking-uri", "off", "--json"]) == 0
+    assert (tmp_path / "reports" / "exp" / "a2.md").exists()
+
+
+def test_status_table_shows_every_attempt(attempt, capsys):
+    from rlexp.cli import main
+
+    (attempt / "launch").mkdir()
+    dead = 2 ** 22 + 12345  # above Linux's pid_max: no such process
+    (attempt / "launch" / "state.json").write_text(json.dumps({"state": "running", "pid": dead,
+                                                               "launcher_pid": dead}))
+    assert main(["status", str(attempt.parent), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    rows = {r["attempt"]: r for r in doc["attempts"]}
+    assert rows["a1"]["state"] == "planned" and rows["a1"]["steps"] == 0 and rows["a1"]["decision"] is None
+    assert rows["a2"]["state"] == "lost" and rows["a2"]["steps"] == 20 and rows["a2"]["decision"] == "CONTINUE"
+    assert main(["status", str(attempt.parent)]) == 0
+    out = capsys.readouterr().out
+    assert "a1" in out and "CONTINUE" in out
+    # a --no-follow launch has no launcher to record the end: "exited", not "lost"
+    (attempt / "launch" / "state.json").write_text(json.dumps({"state": "running", "pid": dead,
+                                                               "launcher_pid": None}))
+    assert main(["status", str(attempt.parent), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["attempts"][1]["state"] == "exited"
+    assert main(["status", str(attempt.parent / "nope")]) == 2
+
+
+def test_report_shows_exact_command_and_flags_changed_data(attempt, tmp_path):
+    from rlexp.report import write_report
+
+    (attempt / "launch").mkdir()
+    (attempt / "launch" / "argv.json").write_text(json.dumps(
+        {"argv": ["python3", "-m", "openrlhf.cli.train_ppo_ray", "--pretrain", "a b;c"], "backend": "process"}))
+    (attempt / "launch" / "provenance.json").write_text(json.dumps(
+        {"datasets": {"pool": {"sha256": "0" * 64}}, "git": {"sha": "f" * 40, "dirty": True}}))
+    text = write_report(attempt, tmp_path / "reports").read_text()
+    assert "<details><summary>exact command (process backend)</summary>" in text
+    assert "python3 -m openrlhf.cli.train_ppo_ray --pretrain 'a b;c'" in text
+    assert f"| pool | `{'0' * 64}` ⚠ file changed since launch |" in text
+    assert "· git ffffffffffff (dirty)" in text

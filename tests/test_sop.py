@@ -1,0 +1,90 @@
+"""The SOP file: its numbers are the seed's §11.24 numbers, it is validated strictly, decisions can cite it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+import yaml
+
+from rlexp.cli import main
+from rlexp.errors import InputError
+from rlexp.sop import DEFAULT_SOP, load_sop
+
+
+def test_default_sop_has_the_seed_numbers():
+    sop = load_sop()
+    assert sop.version == "v2.1-final"
+    assert sop.sha256 == hashlib.sha256(DEFAULT_SOP.read_bytes()).hexdigest()
+    # seed 001 §11.24 §2, §4, §5, §3, §7
+    assert (sop.gate_1a.min_delta_pp, sop.gate_1a.max_mcnemar_p, sop.gate_1a.min_ci_low_pp) == (2.0, 0.10, -0.5)
+    assert (sop.gate_1b.min_delta_pp, sop.gate_1b.max_mcnemar_p, sop.gate_1b.min_ci_low_pp) == (3.0, 0.05, 0.0)
+    assert (sop.gate_2.min_mean_delta_pp, sop.gate_2.gold_mean_delta_pp, sop.gate_2.min_seeds) == (3.0, 4.0, 2)
+    assert (sop.id_guardrail.min_delta_pp, sop.id_guardrail.relaxed_min_delta_pp,
+            sop.id_guardrail.relaxed_when_mean_ood_delta_pp) == (-3.0, -5.0, 6.0)
+    assert (sop.stop_3.max_delta_pp, sop.stop_3.gray_zone_low_pp, sop.stop_3.gray_zone_high_pp) == (1.0, 1.0, 3.0)
+    assert (sop.early_stop.smoothing_window, sop.early_stop.patience_evals,
+            sop.early_stop.min_improvement_pp) == (3, 5, 1.0)
+    assert sop.checkpoints.k == 3 and sop.parser_audit.max_misparse_rate == 0.05
+
+
+def edited(tmp_path, change) -> str:
+    data = yaml.safe_load(DEFAULT_SOP.read_text())
+    change(data)
+    path = tmp_path / "sop.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    (lambda d: d["gate_1a"].update(min_delta_pp="2.0"), "gate_1a.min_delta_pp"),
+    (lambda d: d["gate_1b"].update(typo=1), "gate_1b.typo"),
+    (lambda d: d.update(extra_section={}), "extra_section"),
+    (lambda d: d["gate_2"].pop("min_mean_delta_pp"), "gate_2.min_mean_delta_pp"),
+    (lambda d: d["early_stop"].update(patience_evals=5.5), "early_stop.patience_evals"),
+    (lambda d: d["gate_1b"].update(min_delta_pp=float("nan")), "gate_1b.min_delta_pp"),
+    (lambda d: d["checkpoints"].update(decide_on="max"), "checkpoints.decide_on"),
+    (lambda d: d["stop_3"].update(gray_zone_low_pp=4.0), "stop_3.gray_zone_low_pp"),
+    (lambda d: d["gate_1a"].update(max_mcnemar_p=1.5), "gate_1a.max_mcnemar_p"),
+    (lambda d: d.update(sha256="abc"), "sha256"),
+])
+def test_bad_sop_files_name_file_and_field(tmp_path, change, field):
+    path = edited(tmp_path, change)
+    with pytest.raises(InputError) as err:
+        load_sop(path)
+    assert err.value.file == path
+    assert err.value.field == field
+    assert "\n" not in err.value.one_line()
+
+
+def test_malformed_and_missing_files(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("version: [unclosed\n")
+    with pytest.raises(InputError, match="malformed YAML"):
+        load_sop(bad)
+    with pytest.raises(InputError, match="not found"):
+        load_sop(tmp_path / "none.yaml")
+    listed = tmp_path / "list.yaml"
+    listed.write_text("- 1\n")
+    with pytest.raises(InputError, match="mapping"):
+        load_sop(listed)
+
+
+def test_a_new_version_has_a_new_hash(tmp_path):
+    path = edited(tmp_path, lambda d: d.update(version="v2.2") or d["gate_1b"].update(min_delta_pp=2.5))
+    sop = load_sop(path)
+    assert sop.version == "v2.2" and sop.gate_1b.min_delta_pp == 2.5
+    assert sop.sha256 != load_sop().sha256
+
+
+def test_cli_sop_show(capsys, tmp_path):
+    assert main(["sop", "show", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["version"] == "v2.1-final" and shown["gate_1b"]["min_delta_pp"] == 3.0
+    assert main(["sop", "show"]) == 0
+    assert "v2.1-final" in capsys.readouterr().out
+    bad = edited(tmp_path, lambda d: d["gate_1a"].update(oops=1))
+    assert main(["sop", "show", "--sop", bad]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "gate_1a.oops" in err

@@ -1,0 +1,207 @@
+"""MLflow mirror: idempotent run per attempt on SQLite, PostgreSQL, and an `mlflow server` over REST."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from test_report import fill_attempt, make_experiment
+
+from rlexp import tracking
+
+
+@pytest.fixture(scope="module")
+def migrated_db(tmp_path_factory) -> Path:
+    """An empty, migrated SQLite store made once (MLflow's schema migration takes seconds)."""
+    path = tmp_path_factory.mktemp("store") / "template.db"
+    tracking.ensure_store(f"sqlite:///{path}")
+    return path
+
+
+@pytest.fixture
+def sqlite_uri(tmp_path, migrated_db) -> str:
+    import shutil
+
+    shutil.copy(migrated_db, tmp_path / "mlflow.db")
+    return f"sqlite:///{tmp_path / 'mlflow.db'}"
+
+
+@pytest.fixture
+def experiment(tmp_path):
+    exp = make_experiment(tmp_path)
+    fill_attempt(exp / "a2")
+    return exp
+
+
+def _check_logged(uri: str, exp: Path, run_id: str) -> None:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("exp")
+    runs = client.search_runs([experiment.experiment_id])
+    assert [r.info.run_id for r in runs] == [run_id]  # one run per attempt, however often logged
+    run = client.get_run(run_id)
+    assert run.data.params["recipe.eps_clip"] == "0.1" and run.data.params["recipe.seed"] == "42"
+    assert run.data.params["trainer.name"] == "local"
+    tags = run.data.tags
+    assert tags["rlexp.attempt_id"] == "a2" and tags["rlexp.parent"] == "a1"
+    assert tags["rlexp.changed_variable"] == "eps_clip" and tags["rlexp.decision"] == "CONTINUE"
+    assert tags["rlexp.sop_version"] == "v2.1-final"
+    history = client.get_metric_history(run_id, "reward")
+    assert [m.step for m in history] == list(range(1, 21))  # per global step, no duplicates
+    assert history[0].value == pytest.approx(0.41)
+    m = run.data.metrics
+    assert m["eval/ood_primary/global_step20/acc"] == pytest.approx(0.70)
+    assert m["eval/ood_primary/baseline_sota/acc"] == pytest.approx(0.50)
+    assert m["decision/global_step20/delta_pp"] == 20.0 and m["decision/global_step20/b"] == 2
+    assert m["decision/global_step20/ci_low_pp"] == -5.0 and m["decision/global_step20/mcnemar_p"] == 0.2890625
+    assert not any("@" in k or "(" in k for k in m)
+    artifacts = {a.path for a in client.list_artifacts(run_id)}
+    assert {"plan.json", "decision.json"} <= artifacts
+
+
+def test_sqlite_log_attempt_is_idempotent(experiment, sqlite_uri):
+    uri = sqlite_uri
+    first = tracking.log_attempt(experiment / "a2", uri)
+    second = tracking.log_attempt(experiment / "a2", uri)
+    assert first == second
+    _check_logged(uri, experiment, first)
+    # a second attempt of the same experiment lands in the same MLflow experiment, its own run
+    other = tracking.log_attempt(experiment / "a1", uri)
+    assert other != first
+
+
+def test_new_metric_rows_are_appended_not_duplicated(experiment, sqlite_uri):
+    from mlflow.tracking import MlflowClient
+
+    uri = sqlite_uri
+    run_id = tracking.log_attempt(experiment / "a2", uri)
+    with open(experiment / "a2" / "metrics.jsonl", "a") as fh:
+        fh.write(json.dumps({"global_step": 21, "reward": 0.9}) + "\n")
+    assert tracking.log_attempt(experiment / "a2", uri) == run_id
+    steps = [m.step for m in MlflowClient(uri).get_metric_history(run_id, "reward")]
+    assert steps == list(range(1, 22))
+
+
+def test_metric_names_are_mlflow_safe():
+    assert tracking.metric_name("greedy_pass@1") == "greedy_pass_at_1"
+    assert tracking.metric_name("acc(ood)") == "acc_ood_"
+
+
+def test_log_batch_respects_the_1000_limit(experiment, tmp_path):
+    calls = []
+
+    class Client:
+        def log_batch(self, run_id, metrics=()):
+            calls.append(len(metrics))
+
+    rows = [{"global_step": s, **{f"m{i}": float(i) for i in range(30)}} for s in range(1, 101)]
+    assert tracking.log_metric_rows(Client(), "r", rows) == 100
+    assert sum(calls) == 3000 and max(calls) == 1000
+
+
+@pytest.mark.postgres
+def test_postgres_store(experiment):
+    uri = os.environ.get("RLEXP_TEST_POSTGRES_URI")
+    if not uri:
+        pytest.skip("RLEXP_TEST_POSTGRES_URI is not set (scripts/start-postgres prints one)")
+    import uuid
+
+    import psycopg2
+
+    db = f"rlexp_test_{uuid.uuid4().hex[:8]}"  # a fresh database: MLflow migrates its schema there
+    admin = psycopg2.connect(uri)
+    admin.autocommit = True
+    try:
+        admin.cursor().execute(f"CREATE DATABASE {db}")
+        db_uri = uri.rsplit("/", 1)[0] + "/" + db
+        first = tracking.log_attempt(experiment / "a2", db_uri)
+        assert tracking.log_attempt(experiment / "a2", db_uri) == first
+        _check_logged(tracking.resolve_tracking_uri(db_uri), experiment, first)
+    finally:
+        # MLflow keeps pooled connections to the database open: end them before dropping it
+        admin.cursor().execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+            (db,))
+        admin.cursor().execute(f"DROP DATABASE IF EXISTS {db}")
+        admin.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rest(base: str, path: str, body: dict | None = None) -> dict:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(base + path, data=data, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as response:
+        return json.loads(response.read())
+
+
+@pytest.mark.slow
+def test_mlflow_server_rest_roundtrip(experiment, tmp_path, sqlite_uri):
+    port = _free_port()
+    mlflow_bin = Path(sys.executable).with_name("mlflow")
+    server = subprocess.Popen(
+        [str(mlflow_bin), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+         "--backend-store-uri", sqlite_uri, "--artifacts-destination", str(tmp_path / "artifacts")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(base + "/health", timeout=2).read()
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail("mlflow server did not start: " + server.stderr.read().decode()[-500:])
+                time.sleep(0.5)
+        run_id = tracking.log_attempt(experiment / "a2", base)
+        assert tracking.log_attempt(experiment / "a2", base) == run_id
+        exp_id = _rest(base, "/api/2.0/mlflow/experiments/get-by-name?experiment_name=exp")["experiment"][
+            "experiment_id"]
+        found = _rest(base, "/api/2.0/mlflow/runs/search", {"experiment_ids": [exp_id]})["runs"]
+        assert [r["info"]["run_id"] for r in found] == [run_id]
+        tags = {t["key"]: t["value"] for t in found[0]["data"]["tags"]}
+        assert tags["rlexp.attempt_id"] == "a2" and tags["rlexp.decision"] == "CONTINUE"
+        params = {p["key"]: p["value"] for p in found[0]["data"]["params"]}
+        assert params["recipe.eps_clip"] == "0.1"
+        metrics = {m["key"]: m["value"] for m in found[0]["data"]["metrics"]}
+        assert metrics["decision/global_step20/delta_pp"] == 20.0
+        history = _rest(base, f"/api/2.0/mlflow/metrics/get-history?run_id={run_id}&metric_key=reward")
+        assert len(history["metrics"]) == 20
+    finally:
+        os.killpg(server.pid, 15)
+        server.wait(timeout=30)
+
+
+@pytest.mark.slow
+def test_mlflow_ui_screenshot_in_headless_chromium(experiment, sqlite_uri, tmp_path):
+    import shutil
+
+    if shutil.which("chromium") is None:
+        pytest.skip("chromium is not installed (apt-get install chromium)")
+    fill_attempt(experiment / "a1")
+    for attempt in ("a1", "a2"):
+        tracking.log_attempt(experiment / attempt, sqlite_uri)
+    script = Path(__file__).resolve().parents[1] / "scripts" / "screenshot-mlflow-ui"
+    out = tmp_path / "screenshots"
+    done = subprocess.run([str(script), sqlite_uri, str(out), "exp"], capture_output=True, text=True, timeout=400,
+                          env={**os.environ, "RLEXP_PYTHON": sys.executable})
+    assert done.returncode == 0, done.stderr[-500:]
+    import matplotlib.image
+
+    for name in ("mlflow-experiment.png", "mlflow-compare.png"):
+        pixels = matplotlib.image.imread(out / name)
+        assert pixels.shape[0] >= 900 and pixels.shape[1] >= 1400
+        assert pixels[..., :3].std() > 0.05  # the page rendered something, not a blank screen
