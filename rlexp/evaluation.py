@@ -359,6 +359,12 @@ def run_eval(
     selection = select_checkpoints(att)
     targets = plan_targets(att, selection, checkpoints)
     base = base_model_path(att)
+    # the lock first: a second `rlexp eval` exits at once instead of after loading a model
+    with eval_lock(attempt_dir):
+        return _evaluate_locked(att, attempt_dir, roles, selection, targets, base, limit, show_progress, engine)
+
+
+def _evaluate_locked(att, attempt_dir, roles, selection, targets, base, limit, show_progress, engine) -> EvalOutcome:
     if engine is None:
         engine, tokenizer = build_engine(att, base, targets)
     else:
@@ -374,7 +380,7 @@ def run_eval(
         datasets[role] = loaded
 
     files: list[FileOutcome] = []
-    with eval_lock(attempt_dir), _progress_bar(show_progress) as bar:
+    with _progress_bar(show_progress) as bar:
         total = sum(len(problems) * len(targets) for problems, _, _ in datasets.values())
         task = bar.add_task("eval", total=total) if bar else None
         for role, (problems, _path, digest) in datasets.items():

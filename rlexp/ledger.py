@@ -17,7 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from rlexp.errors import InputError
-from rlexp.files import append_jsonl, atomic_write_json, finite_number, iter_jsonl, read_json
+from rlexp.files import (
+    append_jsonl,
+    atomic_write_json,
+    finite_number,
+    iter_jsonl,
+    read_json,
+    repair_torn_tail,
+)
 from rlexp.gates import AttemptOutcome
 
 LEDGER_NAME = "ledger.jsonl"
@@ -123,6 +130,7 @@ def latest_by_attempt(entries: list[LedgerEntry]) -> dict[str, LedgerEntry]:
 
 def record_decision(experiment_dir: str | Path, entry: LedgerEntry) -> bool:
     """Append ``entry`` unless the attempt's latest line already says the same. Returns True if appended."""
+    repair_torn_tail(Path(experiment_dir) / LEDGER_NAME)  # a decide killed mid-append must not poison the ledger
     current = latest_by_attempt(read_ledger(experiment_dir)).get(entry.attempt)
     if current is not None and current.same_result(entry):
         return False

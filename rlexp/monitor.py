@@ -86,8 +86,9 @@ def stability(rows: Sequence[Mapping[str, Any]], threshold: float = SPIKE_GRAD_N
 
 
 @dataclass(frozen=True)
-class GuardVerdict:
-    """A guardrail verdict as written to ``guards/<gate>.json``."""
+class InRunGateVerdict:
+    """An in-run gate (G3, G5) as written to ``guards/<gate>.json``. Unlike the pre-/post-run
+    guards of ``rlexp.guardrails`` it can be PENDING: the run has not reached the step yet."""
 
     gate: str
     verdict: str  # PASS | FAIL | PENDING
@@ -111,19 +112,19 @@ def g3_smoke(
     exit_code: int | None = None,
     steps: int = SMOKE_STEPS,
     max_ratio: float = STEP_TIME_MAX_RATIO,
-) -> GuardVerdict:
+) -> InRunGateVerdict:
     """G3 (§11.30): no crash and a stable step time over the first ``steps`` global steps."""
     criteria = f"no crash before step {steps}; step time of steps 2..{steps} within {max_ratio}x their median"
     first = [r for r in rows if int(r["global_step"]) <= steps]
     done = max((int(r["global_step"]) for r in first), default=0)
     if crashed:
-        return GuardVerdict("G3", "FAIL", f"trainer exited with code {exit_code} at step {done}", criteria,
+        return InRunGateVerdict("G3", "FAIL", f"trainer exited with code {exit_code} at step {done}", criteria,
                             {"steps_done": done, "exit_code": exit_code})
     if done < steps:
-        return GuardVerdict("G3", "PENDING", f"{done} of {steps} smoke steps done", criteria, {"steps_done": done})
+        return InRunGateVerdict("G3", "PENDING", f"{done} of {steps} smoke steps done", criteria, {"steps_done": done})
     times = [v for s, v in _series(first, "step_time_s") if s >= 2]
     if len(times) < 2:
-        return GuardVerdict("G3", "PASS", "no crash; step_time_s not logged, stability not checked", criteria,
+        return InRunGateVerdict("G3", "PASS", "no crash; step_time_s not logged, stability not checked", criteria,
                             {"steps_done": done})
     median = statistics.median(times)
     worst = max(times)
@@ -131,9 +132,9 @@ def g3_smoke(
     details = {"steps_done": done, "median_step_time_s": median, "max_step_time_s": worst,
                "max_over_median": round(ratio, 4)}
     if ratio > max_ratio:
-        return GuardVerdict("G3", "FAIL", f"step time blow-up: max {worst:.1f}s is {ratio:.2f}x the median "
+        return InRunGateVerdict("G3", "FAIL", f"step time blow-up: max {worst:.1f}s is {ratio:.2f}x the median "
                             f"{median:.1f}s", criteria, details)
-    return GuardVerdict("G3", "PASS", f"no crash; max step time {ratio:.2f}x the median", criteria, details)
+    return InRunGateVerdict("G3", "PASS", f"no crash; max step time {ratio:.2f}x the median", criteria, details)
 
 
 def planned_lr(plan: Mapping[str, Any] | None, global_step: int) -> float | None:
@@ -181,13 +182,13 @@ def g5_runtime(
     *,
     at_step: int = SMOKE_STEPS,
     lr_tolerance: float = LR_REL_TOLERANCE,
-) -> GuardVerdict:
+) -> InRunGateVerdict:
     """G5 (§11.30): at step ``at_step`` the logged LR is the planned one and reward is not stuck."""
     criteria = (f"at step {at_step}: |actor_lr / planned - 1| <= {lr_tolerance:g}; mean reward of steps "
                 f"1..{at_step} in [{REWARD_STUCK_LOW}, {REWARD_STUCK_HIGH}]")
     row = next((r for r in rows if int(r["global_step"]) == at_step), None)
     if row is None:
-        return GuardVerdict("G5", "PENDING", f"step {at_step} not logged yet", criteria)
+        return InRunGateVerdict("G5", "PENDING", f"step {at_step} not logged yet", criteria)
     problems: list[str] = []
     details: dict[str, Any] = {}
     expected = planned_lr(plan, at_step)
@@ -211,8 +212,8 @@ def g5_runtime(
     if grad:
         details["grad_norm_max"] = max(grad)
     if problems:
-        return GuardVerdict("G5", "FAIL", "; ".join(problems), criteria, details)
-    return GuardVerdict("G5", "PASS", f"LR at {float(logged) / expected:.1%} of plan; reward mean "
+        return InRunGateVerdict("G5", "FAIL", "; ".join(problems), criteria, details)
+    return InRunGateVerdict("G5", "PASS", f"LR at {float(logged) / expected:.1%} of plan; reward mean "
                         f"{details['reward_mean']:.3f}", criteria, details)
 
 
@@ -270,7 +271,7 @@ class RunMonitor:
                 return verdict
         return None
 
-    def record_crash(self, exit_code: int) -> GuardVerdict:
+    def record_crash(self, exit_code: int) -> InRunGateVerdict:
         from rlexp.files import atomic_write_json
 
         done = max((int(r["global_step"]) for r in self.rows), default=0)

@@ -216,9 +216,8 @@ def _log_single_metrics(client, run, values: Mapping[str, float]) -> None:
 
 
 def _param_value(value: Any) -> str:
-    if isinstance(value, list | tuple):
-        return " ".join(str(v) for v in value)
-    return scrub(str(value))[:6000]
+    text = " ".join(str(v) for v in value) if isinstance(value, list | tuple) else str(value)
+    return scrub(text)[:6000]
 
 
 def log_attempt(attempt_dir: str | Path, tracking_uri: str | None = None, *, report_path: str | Path | None = None) -> str:

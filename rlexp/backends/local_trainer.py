@@ -580,7 +580,7 @@ def train(cfg: TrainerConfig, attempt_dir: Path, *, resume: bool = False, log=pr
     # ---- seed everything; data and models
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
-    pool = read_dataset(cfg.pool_path)
+    pool = read_dataset(cfg.pool_path)[: cfg.max_samples]  # OpenRLHF: --max_samples caps the prompts used
     monitor = read_dataset(cfg.monitor_path) if cfg.monitor_path is not None else []
     tokenizer = AutoTokenizer.from_pretrained(cfg.pretrain)
     base = AutoModelForCausalLM.from_pretrained(cfg.pretrain, dtype=torch.float32)
@@ -603,7 +603,7 @@ def train(cfg: TrainerConfig, attempt_dir: Path, *, resume: bool = False, log=pr
         model, reference = base, copy.deepcopy(base).eval().requires_grad_(False)
 
     # ---- optimizer and the LR schedule (OpenRLHF: cosine_with_min_lr, stepped per optimizer step)
-    max_steps, warmup, global_steps_total = schedule_totals(cfg, min(len(pool), cfg.max_samples))
+    max_steps, warmup, global_steps_total = schedule_totals(cfg, len(pool))
     if cfg.max_global_steps is not None:
         global_steps_total = min(global_steps_total, cfg.max_global_steps)
     optimizer = torch.optim.AdamW(

@@ -372,6 +372,8 @@ def _diagnostics(att: Any, comparisons: dict, primary_ck: str, primary_role: str
         if rows:
             kw["total_steps"] = rows[-1]["global_step"]
         if monitor:
+            # the fault tree asks where the in-run curve peaked (every monitor point counts), not
+            # which saved checkpoint eval/selection.json chose: hence all monitor steps as "saved"
             sel = select_k3(monitor, rows[-1]["global_step"], None, [s for s, _ in monitor], sop)
             kw["peak_step"] = sel.best_by_monitor
             if lr and sel.best_by_monitor is not None and kw.get("lr_final_fraction") is not None:

@@ -372,21 +372,30 @@ def write_state(attempt_dir: Path, state: str, **fields: Any) -> dict[str, Any]:
 # ---------------------------------------------------------------------------- running
 
 class _StepProgress:
-    """A progress bar over the planned global steps while a run is followed (reward, monitor)."""
+    """A progress bar over the planned global steps while a run is followed (reward, monitor).
+
+    Drawn on stderr, and only on a terminal: stdout may carry ``--json``, and a captured stderr
+    must stay one line per error."""
 
     def __init__(self, plan: dict[str, Any] | None, done: int = 0):
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+        console = Console(stderr=True)
+        self._progress = None
+        if not console.is_terminal:
+            return
         total = ((plan or {}).get("steps") or {}).get("global_steps_total")
         self._progress = Progress(
             TextColumn("training"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
-            TimeElapsedColumn(), transient=False, console=Console(stderr=True),  # stdout may carry --json
+            TimeElapsedColumn(), console=console,
         )
         self._task = self._progress.add_task("train", total=total, completed=done, info="")
         self._progress.start()
 
     def advance(self, rows: list[dict[str, Any]]) -> None:
+        if self._progress is None:
+            return
         last = rows[-1]
         info = f"reward {last['reward']:.2f}" if isinstance(last.get("reward"), int | float) else ""
         monitor = next((r["monitor_acc"] for r in reversed(rows) if "monitor_acc" in r), None)
@@ -395,7 +404,8 @@ class _StepProgress:
         self._progress.update(self._task, advance=len(rows), info=info)
 
     def close(self) -> None:
-        self._progress.stop()
+        if self._progress is not None:
+            self._progress.stop()
 
 
 def run(p: Prepared, *, tracking_uri: str | None = None, follow: bool = True, poll_s: float = 2.0) -> dict[str, Any]:
@@ -439,18 +449,20 @@ def run(p: Prepared, *, tracking_uri: str | None = None, follow: bool = True, po
         interrupted["signal"] = signum
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
-    run_monitor = monitor.RunMonitor(attempt_dir, plan=p.plan)
     metrics_path = attempt_dir / "metrics.jsonl"
-    if p.backend == "local":
-        follower = _TrainerMetricsReader(metrics_path)  # the local trainer writes metrics.jsonl itself
-    else:
-        follower = ingest.MetricsFollower("stdout", launch_dir / "stdout.log", metrics_path)
-    # rows already in the file (a resumed run) inform the monitor but are not re-logged
-    if metrics_path.exists():
-        run_monitor.rows = [dict(r) for r in ingest.read_metrics(metrics_path)]
     stop_verdict = None
-    bar = _StepProgress(p.plan, done=len(run_monitor.rows))
+    bar = None
     try:
+        # inside the try: a bad metrics.jsonl found on --resume must stop the child and say why
+        run_monitor = monitor.RunMonitor(attempt_dir, plan=p.plan)
+        if p.backend == "local":
+            follower = _TrainerMetricsReader(metrics_path)  # the local trainer writes metrics.jsonl itself
+        else:
+            follower = ingest.MetricsFollower("stdout", launch_dir / "stdout.log", metrics_path)
+        # rows already in the file (a resumed run) inform the monitor but are not re-logged
+        if metrics_path.exists():
+            run_monitor.rows = [dict(r) for r in ingest.read_metrics(metrics_path)]
+        bar = _StepProgress(p.plan, done=len(run_monitor.rows))
         while True:
             rows = follower.poll()
             if rows:
@@ -479,9 +491,11 @@ def run(p: Prepared, *, tracking_uri: str | None = None, follow: bool = True, po
         code = stop_child()
         write_state(attempt_dir, "failed", **base, exit_code=code,
                     reason=f"rlexp launch stopped the run: {exc}".splitlines()[0][:300])
+        provenance.scrub_file(launch_dir / "stdout.log")
         raise
     finally:
-        bar.close()
+        if bar is not None:
+            bar.close()
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     code = proc.wait()
