@@ -442,24 +442,13 @@ def _count_done(path: Path) -> int:
 
 
 def write_paired(attempt_dir: Path, names: Sequence[str], roles: Sequence[str]) -> list[Path]:
-    """SOP §1 paired records, baseline × checkpoint × set, for every complete pair of files."""
-    from rlexp.paired import pair_files, write_paired_records
+    """SOP §1 paired records, baseline × checkpoint × set (and S0 × SOTA), for every complete pair
+    of files (:func:`rlexp.paired.write_pairs_for_attempt`)."""
+    from rlexp.paired import write_pairs_for_attempt
 
-    written = []
     baselines = [n for n in (BASELINE_S0, BASELINE_SOTA) if n in names]
     checkpoints = [n for n in names if n not in (BASELINE_S0, BASELINE_SOTA)]
-    pairs = [(b, c) for b in baselines for c in checkpoints]
-    if BASELINE_S0 in baselines and BASELINE_SOTA in baselines:
-        pairs.append((BASELINE_S0, BASELINE_SOTA))
-    for baseline, checkpoint in pairs:
-        for role in roles:
-            a, b = record_path(attempt_dir, baseline, role), record_path(attempt_dir, checkpoint, role)
-            if not (a.exists() and b.exists()):
-                continue
-            joined = pair_files(a, b)
-            out = attempt_dir / "eval" / "paired" / f"{baseline}__{checkpoint}__{role}.jsonl"
-            written.append(write_paired_records(out, joined.records))
-    return written
+    return write_pairs_for_attempt(attempt_dir, baselines, checkpoints, roles, baseline_vs_baseline=True)
 
 
 class _progress_bar:

@@ -133,15 +133,21 @@ def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
     for number, line in enumerate(data.splitlines(), start=1):
         if not line.strip():
             continue
-        try:
-            record = json.loads(line, parse_constant=_reject_constant)
-        except json.JSONDecodeError as exc:
-            raise InputError(path, f"line {number}", f"malformed JSON: {exc.msg}") from None
-        except ValueError as exc:
-            raise InputError(path, f"line {number}", str(exc)) from None
-        if not isinstance(record, dict):
-            raise InputError(path, f"line {number}", "expected a JSON object")
-        yield number, record
+        yield number, parse_jsonl_line(path, number, line)
+
+
+def parse_jsonl_line(path: str | Path, number: int, line: str) -> dict[str, Any]:
+    """One complete JSONL line, strictly: bad JSON, NaN/Infinity and a non-object are
+    :class:`InputError` naming ``path`` and line ``number``."""
+    try:
+        record = json.loads(line, parse_constant=_reject_constant)
+    except json.JSONDecodeError as exc:
+        raise InputError(path, f"line {number}", f"malformed JSON: {exc.msg}") from None
+    except ValueError as exc:
+        raise InputError(path, f"line {number}", str(exc)) from None
+    if not isinstance(record, dict):
+        raise InputError(path, f"line {number}", "expected a JSON object")
+    return record
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:

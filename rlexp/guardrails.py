@@ -13,8 +13,11 @@
   bold answer, a trailing number in prose); verdicts give the mis-parse rate; ``decide`` blocks
   when it exceeds the SOP's ``parser_audit.max_misparse_rate`` (5%).
 
-The numbers of G0/G1/G2/G4 are not in the SOP data file (sop/*.yaml covers §11.24 only); they
-are defined once here, in :data:`THRESHOLDS`. The audit threshold is read from the SOP.
+Every number (5 samples, 0 discordants, 98% / 0% / 5% on 200 problems, k=8 at T=0.6 and 15%,
+50 audit cases, 5% mis-parsed) is data: the SOP file's ``guardrails`` and ``parser_audit``
+sections, read through :func:`rlexp.sop.load_sop`. Each function takes the values (or a ``sop``)
+as optional arguments so a test or a caller can override them; left out, they come from the SOP
+in force. ``rlexp.sop`` (pydantic) is imported only when a default is needed.
 """
 
 from __future__ import annotations
@@ -24,29 +27,29 @@ import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlexp.errors import InputError
 from rlexp.files import atomic_write_json, atomic_write_text, iter_jsonl
 
-
-@dataclass(frozen=True)
-class GuardThresholds:
-    """§11.30's numbers (one place; tell the SOP file's owner if they ever move into sop/*.yaml)."""
-
-    g0_samples: int = 5
-    g1_max_discordant: int = 0
-    g2_problems: int = 200
-    g2_min_boxed: float = 0.98
-    g2_max_fail: float = 0.0
-    g2_max_truncation: float = 0.05
-    g4_k: int = 8
-    g4_temperature: float = 0.6
-    g4_min_pass_at_k: float = 0.15
-    audit_sample: int = 50
+if TYPE_CHECKING:
+    from rlexp.sop import G2Settings, G4Settings, GuardrailSettings, Sop
 
 
-THRESHOLDS = GuardThresholds()
+def _sop(sop: Sop | None = None) -> Sop:
+    """``sop`` itself, or the SOP in force (imported here: ``rlexp.sop`` pulls in pydantic)."""
+    if sop is not None:
+        return sop
+    from rlexp.sop import load_sop
+
+    return load_sop()
+
+
+def guard_settings(sop: Sop | None = None) -> GuardrailSettings:
+    """The SOP's ``guardrails`` section (G0-G5 and the spike log), of ``sop`` or the SOP in force."""
+    return _sop(sop).guardrails
+
+
 AUDIT_VERDICTS = ("ok", "misparse", "ambiguous")
 REVIEW_FILE = "parser_audit_review.jsonl"
 
@@ -113,7 +116,7 @@ def eval_path_ids(tokenizer: Any, prompt: str, suffix: str) -> list[int]:
     return encode_prompt(tokenizer, render_prompt(tokenizer, prompt, suffix))
 
 
-def run_g0(attempt: str | Path, samples: int | None = None) -> GuardVerdict:
+def run_g0(attempt: str | Path, samples: int | None = None, *, sop: Sop | None = None) -> GuardVerdict:
     """G0 on an attempt: pool prompts through the training path (base tokenizer, pool suffix,
     the trainer's chat-template setting) vs the eval path (the tokenizer eval would load — a
     checkpoint's own tokenizer when it ships one — and the eval suffix)."""
@@ -124,7 +127,7 @@ def run_g0(attempt: str | Path, samples: int | None = None) -> GuardVerdict:
     from rlexp.task import read_dataset
 
     att = load_attempt(attempt)
-    samples = samples or THRESHOLDS.g0_samples
+    samples = samples or guard_settings(sop).g0.samples
     base = base_model_path(att)
     pool = att.datasets.get("pool")
     source = pool if pool is not None and pool.path is not None else att.datasets.get("ood_primary")
@@ -171,11 +174,16 @@ def pipeline_integrity(
     *,
     nondeterminism: str | None = None,
     labels: tuple[str, str] = ("a", "b"),
+    max_discordant: int | None = None,
+    sop: Sop | None = None,
 ) -> GuardVerdict:
     """G1 from two record lists on the same problems.
 
     Passes when every output is identical; or, when a nondeterminism source is *named*, when the
-    outputs differ but no problem changes correctness (0 discordants, §11.30)."""
+    outputs differ but no more than ``max_discordant`` problems change correctness (the SOP's
+    ``guardrails.g1.max_discordant``: 0 discordants, §11.30)."""
+    if max_discordant is None:
+        max_discordant = guard_settings(sop).g1.max_discordant
     a = {r["problem_hash"]: r for r in records_a}
     b = {r["problem_hash"]: r for r in records_b}
     if set(a) != set(b):
@@ -187,7 +195,7 @@ def pipeline_integrity(
     acc_a = sum(int(bool(r["correct"])) for r in a.values()) / len(a) if a else 0.0
     acc_b = sum(int(bool(r["correct"])) for r in b.values()) / len(b) if b else 0.0
     exact = not text_diff
-    passed = bool(a) and (exact or (nondeterminism is not None and len(discordant) <= THRESHOLDS.g1_max_discordant))
+    passed = bool(a) and (exact or (nondeterminism is not None and len(discordant) <= max_discordant))
     notes = []
     if text_diff and nondeterminism is None:
         notes.append("outputs differ and no nondeterminism source was named: treat as a pipeline bug")
@@ -196,7 +204,8 @@ def pipeline_integrity(
     return GuardVerdict(
         name="g1",
         passed=passed,
-        rule="identical outputs, or differences only from a named nondeterminism source with 0 discordants",
+        rule="identical outputs, or differences only from a named nondeterminism source with "
+        f"<= {max_discordant} discordants",
         numbers={"problems": len(a), "discordant": len(discordant), "output_differences": len(text_diff),
                  f"acc_{labels[0]}": acc_a, f"acc_{labels[1]}": acc_b, "delta_pp": 100 * (acc_b - acc_a),
                  "nondeterminism": nondeterminism},
@@ -214,6 +223,7 @@ def run_g1(
     limit: int = 200,
     records: Sequence[str | Path] | None = None,
     nondeterminism: str | None = None,
+    sop: Sop | None = None,
 ) -> GuardVerdict:
     """G1 on an attempt: two given record files (in-run vs post-hoc), or adapter vs merged weights
     on ``checkpoint`` (default: the earliest saved, the smoke-run step) with the local engine."""
@@ -226,7 +236,7 @@ def run_g1(
         if len(records) != 2:
             raise InputError(None, "--records", "give exactly two record files")
         verdict = pipeline_integrity(read_records(records[0]), read_records(records[1]),
-                                     nondeterminism=nondeterminism, labels=("first", "second"))
+                                     nondeterminism=nondeterminism, labels=("first", "second"), sop=sop)
         verdict = _with_numbers(verdict, paths=[str(p) for p in records])
     else:
         from rlexp.engines.base import Decoding
@@ -259,7 +269,7 @@ def run_g1(
                          records_path=lambda _t, out=out: out, extra_meta={"g1_path": label})
             paths[label] = out
         verdict = pipeline_integrity(read_records(paths["adapter"]), read_records(paths["merged"]),
-                                     nondeterminism=nondeterminism, labels=("adapter", "merged"))
+                                     nondeterminism=nondeterminism, labels=("adapter", "merged"), sop=sop)
         verdict = _with_numbers(verdict, checkpoint=name, set=role, paths=[str(p) for p in paths.values()])
     write_verdict(attempt_dir, verdict)
     return verdict
@@ -273,17 +283,20 @@ def _with_numbers(verdict: GuardVerdict, **extra: Any) -> GuardVerdict:
 # --------------------------------------------------------------------------- G2 parser ceiling
 
 
-def parser_ceiling(records: Sequence[dict[str, Any]], t: GuardThresholds = THRESHOLDS) -> GuardVerdict:
+def parser_ceiling(records: Sequence[dict[str, Any]], t: G2Settings | None = None, *,
+                   sop: Sop | None = None) -> GuardVerdict:  # fmt: skip
+    """G2 on Baseline-S0 records with the SOP's ``guardrails.g2`` numbers (``t`` overrides them)."""
     from rlexp.records import summarize
 
+    t = t if t is not None else guard_settings(sop).g2
     s = summarize(list(records))
     boxed, fail, trunc = s.parse_rate("boxed"), s.parse_rate("none"), s.truncation_rate
-    checks = {"boxed": boxed >= t.g2_min_boxed, "fail": fail <= t.g2_max_fail, "truncation": trunc <= t.g2_max_truncation}
+    checks = {"boxed": boxed >= t.min_boxed, "fail": fail <= t.max_fail, "truncation": trunc <= t.max_truncation}
     return GuardVerdict(
         name="g2",
         passed=s.n > 0 and all(checks.values()),
-        rule=f"boxed >= {t.g2_min_boxed:.0%}, parse failures <= {t.g2_max_fail:.0%}, "
-        f"truncation (finish_reason=length) <= {t.g2_max_truncation:.0%}",
+        rule=f"boxed >= {t.min_boxed:.0%}, parse failures <= {t.max_fail:.0%}, "
+        f"truncation (finish_reason=length) <= {t.max_truncation:.0%}",
         numbers={"problems": s.n, "boxed_rate": boxed, "last_number_rate": s.parse_rate("last_number"),
                  "fail_rate": fail, "truncation_rate": trunc, "accuracy": s.accuracy},
         notes=tuple(f"{k} check failed" for k, ok in checks.items() if not ok),
@@ -322,12 +335,13 @@ def _baseline_records(att: Any, limit: int | None, *, show_progress: bool = Fals
     return [r for r in read_records(results[0][1].path) if r["problem_hash"] in wanted]
 
 
-def run_g2(attempt: str | Path, problems: int | None = None) -> GuardVerdict:
+def run_g2(attempt: str | Path, problems: int | None = None, *, sop: Sop | None = None) -> GuardVerdict:
     from rlexp.spec import load_attempt
 
     att = load_attempt(attempt)
-    records = _baseline_records(att, problems or THRESHOLDS.g2_problems)
-    verdict = parser_ceiling(records)
+    g2 = guard_settings(sop).g2
+    records = _baseline_records(att, problems or g2.problems)
+    verdict = parser_ceiling(records, g2)
     write_verdict(att.attempt_dir, verdict)
     return verdict
 
@@ -335,9 +349,13 @@ def run_g2(attempt: str | Path, problems: int | None = None) -> GuardVerdict:
 # --------------------------------------------------------------------------- G4 pass@k headroom
 
 
-def passk_headroom(sample_records: Sequence[dict[str, Any]], k: int, t: GuardThresholds = THRESHOLDS) -> GuardVerdict:
-    """Mean unbiased pass@k (Chen et al. 2021) over records carrying ``n`` and ``num_correct``."""
+def passk_headroom(sample_records: Sequence[dict[str, Any]], k: int, t: G4Settings | None = None, *,
+                   sop: Sop | None = None) -> GuardVerdict:  # fmt: skip
+    """Mean unbiased pass@k (Chen et al. 2021) over records carrying ``n`` and ``num_correct``,
+    against the SOP's ``guardrails.g4`` bar (``t`` overrides it)."""
     from rlexp.stats import pass_at_k
+
+    t = t if t is not None else guard_settings(sop).g4
 
     values = []
     for r in sample_records:
@@ -348,24 +366,26 @@ def passk_headroom(sample_records: Sequence[dict[str, Any]], k: int, t: GuardThr
     mean = sum(values) / len(values) if values else 0.0
     return GuardVerdict(
         name="g4",
-        passed=bool(values) and mean >= t.g4_min_pass_at_k,
-        rule=f"pass@{k} (temperature {t.g4_temperature}) on baseline-wrong problems >= {t.g4_min_pass_at_k:.0%}",
+        passed=bool(values) and mean >= t.min_pass_at_k,
+        rule=f"pass@{k} (temperature {t.temperature}) on baseline-wrong problems >= {t.min_pass_at_k:.0%}",
         numbers={"problems": len(values), "k": k, f"pass_at_{k}": mean,
                  "any_correct": sum(1 for v in values if v > 0)},
         notes=() if values else ("the baseline got every problem right: no headroom set to sample",),
     )
 
 
-def run_g4(attempt: str | Path, *, k: int | None = None, limit: int | None = None) -> GuardVerdict:
-    """Sample k at T=0.6 on the baseline's wrong problems (from its greedy records on the primary
-    set; those are produced first if missing) into ``guards/g4_samples.jsonl``."""
+def run_g4(attempt: str | Path, *, k: int | None = None, limit: int | None = None,
+           sop: Sop | None = None) -> GuardVerdict:  # fmt: skip
+    """Sample k at the SOP's temperature (T=0.6) on the baseline's wrong problems (from its greedy
+    records on the primary set; those are produced first if missing) into ``guards/g4_samples.jsonl``."""
     from rlexp.engines.base import Decoding
     from rlexp.evaluation import Target, base_model_path, build_engine, eval_records, load_problems
     from rlexp.records import BASELINE_S0, read_records
     from rlexp.spec import load_attempt
 
     att = load_attempt(attempt)
-    k = k or THRESHOLDS.g4_k
+    g4 = guard_settings(sop).g4
+    k = k or g4.k
     greedy = _baseline_records(att, None)
     wrong = {r["problem_hash"] for r in greedy if not r["correct"]}
     loaded = load_problems(att, "ood_primary")
@@ -377,10 +397,10 @@ def run_g4(attempt: str | Path, *, k: int | None = None, limit: int | None = Non
     out = Path(att.attempt_dir) / "guards" / "g4_samples.jsonl"
     eval_records(engine, tokenizer, attempt_dir=Path(att.attempt_dir), set_role="ood_primary", problems=problems,
                  dataset_sha256=loaded[2], targets=[target], base=base,
-                 decoding=Decoding.sampling(k, int(att.eval.max_tokens), THRESHOLDS.g4_temperature),
+                 decoding=Decoding.sampling(k, int(att.eval.max_tokens), g4.temperature),
                  suffix=att.datasets["ood_primary"].prompt_suffix or "", records_path=lambda _t: out)
     wanted = {p["problem_hash"] for p in problems}
-    verdict = passk_headroom([r for r in read_records(out) if r["problem_hash"] in wanted], k)
+    verdict = passk_headroom([r for r in read_records(out) if r["problem_hash"] in wanted], k, g4)
     verdict = _with_numbers(verdict, baseline_wrong=len(wrong), baseline_problems=len(greedy))
     write_verdict(att.attempt_dir, verdict)
     return verdict
@@ -424,9 +444,11 @@ def _last_occurrence(output: str, answer: str) -> int | None:
     return matches[-1] if matches else None
 
 
-def audit_draw(records: Sequence[dict[str, Any]], n: int | None = None, seed: int = 0) -> list[dict[str, Any]]:
-    """Draw up to ``n`` incorrect records (seeded, independent of file order) for human review."""
-    n = n or THRESHOLDS.audit_sample
+def audit_draw(records: Sequence[dict[str, Any]], n: int | None = None, seed: int = 0, *,
+               sop: Sop | None = None) -> list[dict[str, Any]]:  # fmt: skip
+    """Draw up to ``n`` incorrect records (seeded, independent of file order) for human review;
+    ``n`` defaults to the SOP's ``parser_audit.sample_size`` (50)."""
+    n = n or _sop(sop).parser_audit.sample_size
     wrong = sorted((r for r in records if not r["correct"]), key=lambda r: r["problem_hash"])
     drawn = random.Random(seed).sample(wrong, min(n, len(wrong)))
     return [
@@ -462,7 +484,7 @@ def audit_verdicts(items: Sequence[dict[str, Any]], max_rate: float, source: str
 
 
 def run_audit_draw(attempt: str | Path, *, checkpoint: str | None = None, set_role: str = "ood_primary",
-                   n: int | None = None, seed: int = 0) -> Path:
+                   n: int | None = None, seed: int = 0, sop: Sop | None = None) -> Path:
     """Write ``guards/parser_audit_review.jsonl`` from the best checkpoint's incorrect records."""
     import json
 
@@ -478,20 +500,19 @@ def run_audit_draw(attempt: str | Path, *, checkpoint: str | None = None, set_ro
         if not isinstance(step, int):
             raise InputError(attempt_dir / "eval" / "selection.json", "final", "no checkpoint selected")
         checkpoint = f"global_step{step}"
-    items = audit_draw(read_records(record_path(attempt_dir, checkpoint, set_role)), n, seed)
+    items = audit_draw(read_records(record_path(attempt_dir, checkpoint, set_role)), n, seed, sop=sop)
     out = attempt_dir / "guards" / REVIEW_FILE
     text = "".join(json.dumps({"checkpoint": checkpoint, "set": set_role, **it}, ensure_ascii=False) + "\n"
                    for it in items)
     return atomic_write_text(out, text)
 
 
-def run_audit_verdicts(attempt: str | Path, verdict_file: str | Path) -> GuardVerdict:
-    from rlexp.sop import load_sop
+def run_audit_verdicts(attempt: str | Path, verdict_file: str | Path, *, sop: Sop | None = None) -> GuardVerdict:
     from rlexp.spec import load_attempt
 
     att = load_attempt(attempt)
     items = [record for _, record in iter_jsonl(verdict_file)]
-    verdict = audit_verdicts(items, load_sop().parser_audit.max_misparse_rate, verdict_file)
+    verdict = audit_verdicts(items, _sop(sop).parser_audit.max_misparse_rate, verdict_file)
     verdict = _with_numbers(verdict, verdict_file=str(verdict_file))
     write_verdict(att.attempt_dir, verdict)
     return verdict

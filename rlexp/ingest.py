@@ -29,6 +29,7 @@ from typing import Any
 
 from rlexp.errors import InputError
 from rlexp.files import append_jsonl_many, finite_number, iter_jsonl, repair_torn_tail
+from rlexp.files import parse_jsonl_line as strict_jsonl_line
 
 # Source names -> the canonical names of docs/ARCHITECTURE.md "Metrics JSONL".
 ALIASES: dict[str, str] = {
@@ -217,17 +218,24 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     rows = []
     seen: set[int] = set()
     for number, record in iter_jsonl(path):
-        step = record.get("global_step")
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise InputError(path, f"line {number}: global_step", f"expected a non-negative integer, got {step!r}")
-        for key, value in record.items():
-            if key != "global_step" and finite_number(value) is None:
-                raise InputError(path, f"line {number}: {key}", f"expected a finite number, got {value!r}")
+        step = check_metrics_row(path, number, record)
         if step in seen:
             raise InputError(path, f"line {number}: global_step", f"step {step} appears twice")
         seen.add(step)
         rows.append(record)
     return sorted(rows, key=lambda r: r["global_step"])
+
+
+def check_metrics_row(path: str | Path, number: int, record: Mapping[str, Any]) -> int:
+    """One ``metrics.jsonl`` row: an int ``global_step`` >= 0 (returned) and finite numbers only,
+    or an :class:`InputError` naming file, line and key."""
+    step = record.get("global_step")
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise InputError(path, f"line {number}: global_step", f"expected a non-negative integer, got {step!r}")
+    for key, value in record.items():
+        if key != "global_step" and finite_number(value) is None:
+            raise InputError(path, f"line {number}: {key}", f"expected a finite number, got {value!r}")
+    return step
 
 
 def written_steps(path: str | Path) -> set[int]:
@@ -282,6 +290,29 @@ class LineFollower:
             self.line_number += 1
             out.append((self.line_number, raw.decode("utf-8", errors="replace")))
         return out
+
+
+class MetricsFileFollower:
+    """New complete rows of a ``metrics.jsonl`` that another process (the local trainer) appends,
+    each validated as :func:`read_metrics` does; a bad line is an :class:`InputError` naming the
+    file and line. Nothing is written: the file is already the normalised one."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._lines = LineFollower(self.path)
+
+    def poll(self, final: bool = False) -> list[dict[str, Any]]:
+        rows = []
+        for number, line in self._lines.new_lines():
+            if not line.strip():
+                continue
+            row = strict_jsonl_line(self.path, number, line)
+            check_metrics_row(self.path, number, row)
+            rows.append(row)
+        return rows
+
+    def close(self) -> list[dict[str, Any]]:
+        return self.poll(final=True)
 
 
 class MetricsFollower:

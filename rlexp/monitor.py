@@ -4,10 +4,13 @@ All of it reads normalised metric rows (``metrics.jsonl``) and the plan; none of
 process. ``rlexp launch`` feeds it each batch of new rows while following a run and acts on the
 verdicts (stopping the run when the SOP's early-stop rule fires, recording why).
 
-Numbers from the seed (001): spikes are ``grad_norm > 50`` (§11.10.1, the spike log); G3 and G5
-are read at global step 10 (§11.30 Phase B); the first step is warm-up and excluded from step-time
-stability (§11.20 reports it as "(warmup)"); the stop rule is ``rlexp.gates.early_stop`` with the
-SOP file's numbers.
+Every number is the SOP file's (``guardrails.spikes``, ``guardrails.g3``, ``guardrails.g5``):
+spikes are ``grad_norm > 50`` (§11.10.1, the spike log); G3 and G5 are read at global step 10
+(§11.30 Phase B); the stop rule is ``rlexp.gates.early_stop`` with the SOP's ``early_stop``
+numbers. Each function takes them as optional arguments (or a ``sop``); left out, they come from
+the SOP in force. ``rlexp.sop`` (pydantic) is imported only then: ``rlexp launch`` imports this
+module, and ``rlexp.cli`` must start without pydantic. The first step is warm-up and excluded
+from step-time stability (§11.20 reports it as "(warmup)").
 """
 
 from __future__ import annotations
@@ -16,16 +19,26 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlexp.errors import InputError
 
-SPIKE_GRAD_NORM = 50.0  # seed 001 §11.10.1: prompts dumped to spike_log.jsonl when grad_norm > 50
-SMOKE_STEPS = 10  # §11.30 Phase B: "first 10 global steps"
-STEP_TIME_MAX_RATIO = 2.0  # a step slower than 2x the median of steps 2..10 is a blow-up
-LR_REL_TOLERANCE = 0.10  # "LR ≈ 100% target"
-REWARD_STUCK_LOW = 0.02  # "reward neither ~0 nor ~1" on the mean of steps 1..10
-REWARD_STUCK_HIGH = 0.98
+if TYPE_CHECKING:
+    from rlexp.sop import GuardrailSettings, Sop
+
+
+def _sop(sop: Sop | None = None) -> Sop:
+    """``sop`` itself, or the SOP in force (imported here, not at module level: see above)."""
+    if sop is not None:
+        return sop
+    from rlexp.sop import load_sop
+
+    return load_sop()
+
+
+def guard_settings(sop: Sop | None = None) -> GuardrailSettings:
+    """The SOP's ``guardrails`` section, of ``sop`` or the SOP in force."""
+    return _sop(sop).guardrails
 
 
 @dataclass(frozen=True)
@@ -63,12 +76,18 @@ def _series(rows: Sequence[Mapping[str, Any]], key: str) -> list[tuple[int, floa
     return [(int(r["global_step"]), float(r[key])) for r in rows if key in r and r[key] is not None]
 
 
-def spikes(rows: Sequence[Mapping[str, Any]], threshold: float = SPIKE_GRAD_NORM) -> list[Spike]:
-    """Steps whose grad norm is strictly above ``threshold``."""
+def spikes(rows: Sequence[Mapping[str, Any]], threshold: float | None = None, *,
+           sop: Sop | None = None) -> list[Spike]:  # fmt: skip
+    """Steps whose grad norm is strictly above ``threshold`` (the SOP's ``guardrails.spikes.grad_norm``)."""
+    if threshold is None:
+        threshold = guard_settings(sop).spikes.grad_norm
     return [Spike(s, "grad_norm", v, threshold) for s, v in _series(rows, "grad_norm") if v > threshold]
 
 
-def stability(rows: Sequence[Mapping[str, Any]], threshold: float = SPIKE_GRAD_NORM) -> StabilitySummary:
+def stability(rows: Sequence[Mapping[str, Any]], threshold: float | None = None, *,
+              sop: Sop | None = None) -> StabilitySummary:  # fmt: skip
+    if threshold is None:
+        threshold = guard_settings(sop).spikes.grad_norm
     grad = _series(rows, "grad_norm")
     ratio = [v for _, v in _series(rows, "ratio_max")]
     p99 = [v for _, v in _series(rows, "log_ratio_abs_p99")]
@@ -110,10 +129,16 @@ def g3_smoke(
     *,
     crashed: bool = False,
     exit_code: int | None = None,
-    steps: int = SMOKE_STEPS,
-    max_ratio: float = STEP_TIME_MAX_RATIO,
+    steps: int | None = None,
+    max_ratio: float | None = None,
+    sop: Sop | None = None,
 ) -> InRunGateVerdict:
-    """G3 (§11.30): no crash and a stable step time over the first ``steps`` global steps."""
+    """G3 (§11.30): no crash and a stable step time over the first ``steps`` global steps
+    (defaults: the SOP's ``guardrails.g3.smoke_steps`` and ``step_time_max_ratio``)."""
+    if steps is None or max_ratio is None:
+        g3 = guard_settings(sop).g3
+        steps = g3.smoke_steps if steps is None else steps
+        max_ratio = g3.step_time_max_ratio if max_ratio is None else max_ratio
     criteria = f"no crash before step {steps}; step time of steps 2..{steps} within {max_ratio}x their median"
     first = [r for r in rows if int(r["global_step"]) <= steps]
     done = max((int(r["global_step"]) for r in first), default=0)
@@ -180,12 +205,22 @@ def g5_runtime(
     rows: Sequence[Mapping[str, Any]],
     plan: Mapping[str, Any] | None,
     *,
-    at_step: int = SMOKE_STEPS,
-    lr_tolerance: float = LR_REL_TOLERANCE,
+    at_step: int | None = None,
+    lr_tolerance: float | None = None,
+    reward_bounds: tuple[float, float] | None = None,
+    sop: Sop | None = None,
 ) -> InRunGateVerdict:
-    """G5 (§11.30): at step ``at_step`` the logged LR is the planned one and reward is not stuck."""
+    """G5 (§11.30): at step ``at_step`` the logged LR is the planned one and reward is not stuck
+    (defaults: the SOP's ``guardrails.g5``; ``reward_bounds`` is (reward_stuck_low, reward_stuck_high))."""
+    if at_step is None or lr_tolerance is None or reward_bounds is None:
+        g5 = guard_settings(sop).g5
+        at_step = g5.at_step if at_step is None else at_step
+        lr_tolerance = g5.lr_rel_tolerance if lr_tolerance is None else lr_tolerance
+        if reward_bounds is None:
+            reward_bounds = (g5.reward_stuck_low, g5.reward_stuck_high)
+    reward_low, reward_high = reward_bounds
     criteria = (f"at step {at_step}: |actor_lr / planned - 1| <= {lr_tolerance:g}; mean reward of steps "
-                f"1..{at_step} in [{REWARD_STUCK_LOW}, {REWARD_STUCK_HIGH}]")
+                f"1..{at_step} in [{reward_low:g}, {reward_high:g}]")
     row = next((r for r in rows if int(r["global_step"]) == at_step), None)
     if row is None:
         return InRunGateVerdict("G5", "PENDING", f"step {at_step} not logged yet", criteria)
@@ -204,7 +239,7 @@ def g5_runtime(
     if rewards:
         mean = statistics.fmean(rewards)
         details["reward_mean"] = mean
-        if mean < REWARD_STUCK_LOW or mean > REWARD_STUCK_HIGH:
+        if mean < reward_low or mean > reward_high:
             problems.append(f"reward stuck at {mean:.3f}")
     else:
         problems.append("reward not logged")
@@ -222,12 +257,11 @@ def monitor_points(rows: Sequence[Mapping[str, Any]]) -> list[tuple[int, float]]
     return _series(rows, "monitor_acc")
 
 
-def early_stop_verdict(rows: Sequence[Mapping[str, Any]], sop=None):
+def early_stop_verdict(rows: Sequence[Mapping[str, Any]], sop: Sop | None = None):
     """``rlexp.gates.early_stop`` on the monitor points of ``rows`` (the SOP in force by default)."""
     from rlexp.gates import early_stop
-    from rlexp.sop import load_sop
 
-    return early_stop(monitor_points(rows), sop if sop is not None else load_sop())
+    return early_stop(monitor_points(rows), _sop(sop))
 
 
 @dataclass
@@ -236,15 +270,22 @@ class RunMonitor:
 
     ``update`` returns the early-stop verdict when the rule fires (the caller stops the run),
     else None. G3/G5 verdicts and the spike log are written under the attempt directory.
+    ``sop`` (default: the SOP in force, loaded once here) gives every number;
+    ``spike_threshold`` overrides its ``guardrails.spikes.grad_norm``.
     """
 
     attempt_dir: Path
     plan: Mapping[str, Any] | None = None
     sop: Any = None
-    spike_threshold: float = SPIKE_GRAD_NORM
+    spike_threshold: float | None = None
     rows: list[dict[str, Any]] = field(default_factory=list)
     logged_spikes: set[int] = field(default_factory=set)
     stopped: Any = None
+
+    def __post_init__(self) -> None:
+        self.sop = _sop(self.sop)
+        if self.spike_threshold is None:
+            self.spike_threshold = self.sop.guardrails.spikes.grad_norm
 
     def update(self, new_rows: Sequence[Mapping[str, Any]]):
         from rlexp.files import append_jsonl, atomic_write_json
@@ -258,10 +299,10 @@ class RunMonitor:
                 append_jsonl(self.attempt_dir / "launch" / "spikes.jsonl", asdict(spike))
                 self.logged_spikes.add(spike.global_step)
         guards = self.attempt_dir / "guards"
-        g3 = g3_smoke(self.rows)
+        g3 = g3_smoke(self.rows, sop=self.sop)
         if g3.verdict != "PENDING":
             atomic_write_json(guards / "G3.json", g3.to_dict())
-        g5 = g5_runtime(self.rows, self.plan)
+        g5 = g5_runtime(self.rows, self.plan, sop=self.sop)
         if g5.verdict != "PENDING":
             atomic_write_json(guards / "G5.json", g5.to_dict())
         if self.stopped is None and monitor_points(new_rows):
@@ -275,7 +316,8 @@ class RunMonitor:
         from rlexp.files import atomic_write_json
 
         done = max((int(r["global_step"]) for r in self.rows), default=0)
-        verdict = g3_smoke(self.rows, crashed=done < SMOKE_STEPS, exit_code=exit_code)
+        verdict = g3_smoke(self.rows, crashed=done < self.sop.guardrails.g3.smoke_steps, exit_code=exit_code,
+                           sop=self.sop)
         if verdict.verdict != "PENDING":
             atomic_write_json(self.attempt_dir / "guards" / "G3.json", verdict.to_dict())
         return verdict

@@ -13,12 +13,14 @@ The joined result is written in the SOP's paired-record format, one line per pro
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rlexp.errors import InputError
 from rlexp.files import atomic_write_text, iter_jsonl
+from rlexp.records import BASELINE_S0, BASELINE_SOTA, as_01, read_record_lines, record_path
 
 PAIRED_KEYS = ("problem_hash", "y_baseline", "y_new", "output_baseline", "output_new")
 
@@ -30,33 +32,12 @@ class Outcome:
     line: int
 
 
-def _as_01(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return int(value)
-    if isinstance(value, int) and value in (0, 1):
-        return value
-    return None
-
-
 def load_outcomes(path: str | Path) -> dict[str, Outcome]:
-    """problem_hash -> Outcome, in file order, strictly validated."""
-    path = Path(path)
+    """problem_hash -> Outcome, in file order, strictly validated (:func:`rlexp.records.iter_records`)."""
     out: dict[str, Outcome] = {}
-    for number, record in iter_jsonl(path):
-        key = record.get("problem_hash")
-        if not isinstance(key, str) or not key.strip():
-            raise InputError(path, f"line {number}: problem_hash", "missing or not a non-empty string")
-        correct = _as_01(record.get("correct"))
-        if correct is None:
-            raise InputError(path, f"line {number}: correct",
-                             f"must be 0/1 or true/false, got {record.get('correct')!r}")
-        if key in out:
-            raise InputError(path, f"line {number}: problem_hash",
-                             f"duplicate problem_hash {key[:16]} (first at line {out[key].line})")
-        output = record.get("output")
-        out[key] = Outcome(correct, output if isinstance(output, str) else None, number)
-    if not out:
-        raise InputError(path, None, "empty record file: no problems")
+    for line in read_record_lines(path):
+        output = line.record.get("output")
+        out[line.problem_hash] = Outcome(line.correct, output if isinstance(output, str) else None, line.line)
     return out
 
 
@@ -139,7 +120,7 @@ def read_paired_records(path: str | Path) -> list[PairedRecord]:
         seen.add(key)
         ys = []
         for k in ("y_baseline", "y_new"):
-            y = _as_01(record[k])
+            y = as_01(record[k])
             if y is None:
                 raise InputError(path, f"line {number}: {k}", f"must be 0/1, got {record[k]!r}")
             ys.append(y)
@@ -152,3 +133,51 @@ def read_paired_records(path: str | Path) -> list[PairedRecord]:
     if not out:
         raise InputError(path, None, "empty paired-record file")
     return out
+
+
+def paired_path(attempt_dir: str | Path, baseline: str, checkpoint: str, set_role: str) -> Path:
+    """``eval/paired/<baseline>__<checkpoint>__<set>.jsonl``."""
+    return Path(attempt_dir) / "eval" / "paired" / f"{baseline}__{checkpoint}__{set_role}.jsonl"
+
+
+def attempt_pairs(baselines: Sequence[str], checkpoints: Sequence[str], *,
+                  baseline_vs_baseline: bool = False) -> list[tuple[str, str]]:
+    """(baseline, checkpoint) pairs: every baseline × every checkpoint, then Baseline-S0 ×
+    Baseline-SOTA when ``baseline_vs_baseline`` and both are among ``baselines``."""
+    pairs = [(b, c) for b in baselines for c in checkpoints]
+    if baseline_vs_baseline and BASELINE_S0 in baselines and BASELINE_SOTA in baselines:
+        pairs.append((BASELINE_S0, BASELINE_SOTA))
+    return pairs
+
+
+def write_pairs_for_attempt(
+    attempt_dir: str | Path,
+    baselines: Sequence[str],
+    checkpoints: Sequence[str],
+    roles: Sequence[str],
+    *,
+    baseline_vs_baseline: bool = False,
+    joined: Mapping[tuple[str, str, str], PairedSet] | None = None,
+) -> list[Path]:
+    """The one writer of ``eval/paired/*.jsonl`` (SOP §1 paired records).
+
+    For each (baseline, checkpoint) of :func:`attempt_pairs` and each set role, in that order,
+    both record files are joined (:func:`pair_files`) and written; a pair with a record file
+    missing is skipped. A caller that validated every input before writing anything passes what
+    it joined as ``joined`` (keyed ``(baseline, checkpoint, role)``): then exactly those pairs are
+    written and no record file is read again. Returns the paths written.
+    """
+    written = []
+    for baseline, checkpoint in attempt_pairs(baselines, checkpoints, baseline_vs_baseline=baseline_vs_baseline):
+        for role in roles:
+            if joined is not None:
+                ps = joined.get((baseline, checkpoint, role))
+                if ps is None:
+                    continue
+            else:
+                a, b = record_path(attempt_dir, baseline, role), record_path(attempt_dir, checkpoint, role)
+                if not (a.exists() and b.exists()):
+                    continue
+                ps = pair_files(a, b)
+            written.append(write_paired_records(paired_path(attempt_dir, baseline, checkpoint, role), ps.records))
+    return written

@@ -25,7 +25,11 @@ from statistics import NormalDist
 
 _Z = NormalDist()
 
-WIN_THRESHOLD_PP = 3.0  # SOP §2 Gate-1b: OOD Δ ≥ +3.0 pp
+# Default only: the SOP file's gate_1b.min_delta_pp (+3.0 pp, §11.24 §2) is the threshold in force.
+# This module stays stdlib-only (``rlexp plan`` imports it), so it does not read the SOP; a caller
+# holding a Sop can pass ``sop.gate_1b.min_delta_pp`` as ``power_report(win_threshold_pp=...)``.
+# tests/test_sop.py fails if this default and the SOP file in force ever disagree.
+WIN_THRESHOLD_PP = 3.0
 DEFAULT_DISCORDANCE = 0.12  # §11.26: b + c = 118 of 1,000
 
 

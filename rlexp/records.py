@@ -13,10 +13,12 @@ Each record is appended as one complete line (``rlexp.files.append_jsonl``).
 
 from __future__ import annotations
 
+import re
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from rlexp.errors import InputError
 from rlexp.files import append_jsonl, atomic_write_json, iter_jsonl, read_json, repair_torn_tail
@@ -111,11 +113,8 @@ class RecordWriter:
         repair_torn_tail(path)
         done: dict[str, dict[str, Any]] = {}
         if path.exists():
-            for number, record in iter_jsonl(path):
-                h = _check_record(path, number, record)
-                if h in done:
-                    raise InputError(path, f"line {number}: problem_hash", "duplicate record")
-                done[h] = record
+            for line in iter_records(path):
+                done[line.problem_hash] = line.record
         if not mpath.exists():
             atomic_write_json(mpath, meta)  # metadata first: records never exist without it
         return cls(path, meta, done)
@@ -133,27 +132,87 @@ def _short(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _check_record(path: Path, number: int, record: dict[str, Any]) -> str:
+def as_01(value: Any) -> int | None:
+    """A correctness value as 0/1: ints 0 and 1 and booleans; anything else (floats, strings,
+    None) is None."""
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int) and value in (0, 1):
+        return value
+    return None
+
+
+class RecordLine(NamedTuple):
+    """One validated record line: its number, the record, and the two fields statistics need."""
+
+    line: int
+    record: dict[str, Any]
+    problem_hash: str
+    correct: int
+
+
+def check_record(path: Path, number: int, record: dict[str, Any]) -> tuple[str, int]:
+    """``(problem_hash, correct as 0/1)`` of one parsed line, or an InputError naming file and line."""
     h = record.get("problem_hash")
-    if not isinstance(h, str) or not h:
-        raise InputError(path, f"line {number}: problem_hash", "missing or not a string")
-    correct = record.get("correct")
-    if correct not in (0, 1) or isinstance(correct, float):
-        raise InputError(path, f"line {number}: correct", f"must be 0/1 or true/false, got {correct!r}")
-    return h
+    if not isinstance(h, str) or not h.strip():
+        raise InputError(path, f"line {number}: problem_hash", "missing or not a non-empty string")
+    correct = as_01(record.get("correct"))
+    if correct is None:
+        raise InputError(path, f"line {number}: correct",
+                         f"must be 0/1 or true/false, got {record.get('correct')!r}")
+    return h, correct
 
 
-def read_records(path: str | Path) -> list[dict[str, Any]]:
-    """Strictly read a record file: ``problem_hash`` strings, unique, ``correct`` 0/1 or bool."""
+def iter_records(path: str | Path) -> Iterator[RecordLine]:
+    """The one strict reader of eval record lines: bad JSON, a truncated last line, NaN, a missing
+    or empty ``problem_hash``, ``correct`` other than 0/1 or true/false, and a duplicate hash are
+    :class:`InputError` naming the file and line. An empty file yields nothing."""
     path = Path(path)
-    records, seen = [], set()
+    first_seen: dict[str, int] = {}
     for number, record in iter_jsonl(path):
-        h = _check_record(path, number, record)
-        if h in seen:
-            raise InputError(path, f"line {number}: problem_hash", "duplicate record")
-        seen.add(h)
-        records.append(record)
-    return records
+        h, correct = check_record(path, number, record)
+        if h in first_seen:
+            raise InputError(path, f"line {number}: problem_hash",
+                             f"duplicate record: problem_hash {h[:16]} (first at line {first_seen[h]})")
+        first_seen[h] = number
+        yield RecordLine(number, record, h, correct)
+
+
+def read_record_lines(path: str | Path, *, allow_empty: bool = False) -> list[RecordLine]:
+    """Every line of a record file (:func:`iter_records`); a file without records is an
+    :class:`InputError` unless ``allow_empty``."""
+    lines = list(iter_records(path))
+    if not lines and not allow_empty:
+        raise InputError(path, None, "empty record file: no problems")
+    return lines
+
+
+def read_records(path: str | Path, *, allow_empty: bool = False) -> list[dict[str, Any]]:
+    """Strictly read a record file: ``problem_hash`` strings, unique, ``correct`` 0/1 or bool."""
+    return [line.record for line in read_record_lines(path, allow_empty=allow_empty)]
+
+
+def checkpoint_step(name: str) -> int | None:
+    """``global_step200`` -> 200; any other checkpoint name (a baseline) -> None."""
+    match = re.fullmatch(r"global_step(\d+)", name)
+    return int(match.group(1)) if match else None
+
+
+def eval_accuracies(attempt_dir: str | Path) -> dict[tuple[str, str], dict[str, float]]:
+    """(checkpoint, set) -> {acc, n} from ``eval/<checkpoint>/<set>.jsonl`` (paired/ excluded;
+    files without records are skipped). Every file is read strictly (:func:`iter_records`)."""
+    out: dict[tuple[str, str], dict[str, float]] = {}
+    root = Path(attempt_dir) / "eval"
+    if not root.is_dir():
+        return out
+    for path in sorted(root.glob("*/*.jsonl")):
+        checkpoint = path.parent.name
+        if checkpoint == "paired":
+            continue
+        correct = [line.correct for line in iter_records(path)]
+        if correct:
+            out[(checkpoint, path.stem)] = {"acc": sum(correct) / len(correct), "n": float(len(correct))}
+    return out
 
 
 def read_meta(records_path: str | Path) -> dict[str, Any]:

@@ -12,7 +12,6 @@ Plots use matplotlib's Agg backend (no display), imported inside :func:`render_p
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 
 from rlexp.errors import InputError
 from rlexp.files import atomic_write_text, read_json, sha256_file
+from rlexp.records import checkpoint_step, eval_accuracies
 
 NA = "not available"
 SET_ORDER = ("ood_primary", "id", "sanity", "ood_monitor")
@@ -85,11 +85,6 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
     return out
 
 
-def _step(name: str) -> int | None:
-    match = re.fullmatch(r"global_step(\d+)", name)
-    return int(match.group(1)) if match else None
-
-
 # ---------------------------------------------------------------------------- gathering
 
 def gather(attempt_dir: str | Path) -> ReportInputs:
@@ -97,7 +92,6 @@ def gather(attempt_dir: str | Path) -> ReportInputs:
     from rlexp.ingest import read_metrics
     from rlexp.monitor import read_plan
     from rlexp.spec import diff_against_parent, load_attempt
-    from rlexp.tracking import eval_accuracies
 
     att = load_attempt(attempt_dir)
     attempt_dir = Path(att.attempt_dir)
@@ -160,7 +154,9 @@ def render_plots(inputs: ReportInputs, out_dir: Path, stem: str) -> dict[str, Pa
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from rlexp.monitor import SPIKE_GRAD_NORM, monitor_points, planned_lr_table
+    from rlexp.monitor import guard_settings, monitor_points, planned_lr_table
+
+    spike_grad_norm = guard_settings().spikes.grad_norm  # the SOP's spike threshold
 
     out_dir.mkdir(parents=True, exist_ok=True)
     made: dict[str, Path] = {}
@@ -210,10 +206,10 @@ def render_plots(inputs: ReportInputs, out_dir: Path, stem: str) -> dict[str, Pa
     if grad:
         fig, ax = plt.subplots(figsize=(5, 2.6))
         ax.plot([s for s, _ in grad], [v for _, v in grad], lw=1, label="grad norm")
-        high = [(s, v) for s, v in grad if v > SPIKE_GRAD_NORM]
+        high = [(s, v) for s, v in grad if v > spike_grad_norm]
         if high:
-            ax.plot([s for s, _ in high], [v for _, v in high], "rv", ms=5, label=f"spike > {SPIKE_GRAD_NORM:g}")
-        ax.axhline(SPIKE_GRAD_NORM, color="r", lw=0.8, ls=":")
+            ax.plot([s for s, _ in high], [v for _, v in high], "rv", ms=5, label=f"spike > {spike_grad_norm:g}")
+        ax.axhline(spike_grad_norm, color="r", lw=0.8, ls=":")
         if max(v for _, v in grad) > 10 * max(min(v for _, v in grad), 1e-9):
             ax.set_yscale("log")
         ax.set(xlabel="global step", ylabel="grad norm", title="Gradient norm and spikes")
@@ -406,7 +402,7 @@ def _accuracy_table(inputs: ReportInputs) -> list[str]:
         if isinstance(step, int):
             roles.setdefault(f"global_step{step}", []).append(role.replace("_", " "))
     names = sorted({c for c, _ in inputs.accuracies},
-                   key=lambda c: (0 if _step(c) is None else 1, _step(c) or 0, c))
+                   key=lambda c: (0 if checkpoint_step(c) is None else 1, checkpoint_step(c) or 0, c))
     rows = []
     for name in names:
         label = name + (f" ({', '.join(roles[name])})" if name in roles else "")

@@ -1,6 +1,8 @@
-"""The SOP in force, loaded from ``sop/sop-*.yaml``: every threshold the gates use, as data.
+"""The SOP in force, loaded from ``sop/sop-*.yaml``: every threshold the gates and the
+guardrails (G0-G5, the spike log, the parser audit) use, as data.
 
-Gates never hold numbers of their own; they read them from a :class:`Sop`. Each decision
+Gates, ``rlexp.guardrails`` and ``rlexp.monitor`` never hold numbers of their own; they read
+them from a :class:`Sop`. Each decision
 records ``sop.version`` and ``sop.sha256`` (of the file's bytes), so a decision can always be
 traced to the exact rules it was taken under. Changing a number means writing a new file.
 """
@@ -87,6 +89,56 @@ class CheckpointSettings(_Section):
 
 class ParserAuditSettings(_Section):
     max_misparse_rate: float
+    sample_size: int
+
+
+class G0Settings(_Section):
+    samples: int
+
+
+class G1Settings(_Section):
+    max_discordant: int
+
+
+class G2Settings(_Section):
+    problems: int
+    min_boxed: float
+    max_fail: float
+    max_truncation: float
+
+
+class G3Settings(_Section):
+    smoke_steps: int
+    step_time_max_ratio: float
+
+
+class G4Settings(_Section):
+    k: int
+    temperature: float
+    min_pass_at_k: float
+
+
+class G5Settings(_Section):
+    at_step: int
+    lr_rel_tolerance: float
+    reward_stuck_low: float
+    reward_stuck_high: float
+
+
+class SpikeSettings(_Section):
+    grad_norm: float
+
+
+class GuardrailSettings(_Section):
+    """§11.30's guardrails G0-G5 and the §11.10.1 spike log: checks around a run, not decisions."""
+
+    g0: G0Settings
+    g1: G1Settings
+    g2: G2Settings
+    g3: G3Settings
+    g4: G4Settings
+    g5: G5Settings
+    spikes: SpikeSettings
 
 
 class FaultTreeSettings(_Section):
@@ -113,6 +165,7 @@ class _SopFile(BaseModel):
     checkpoints: CheckpointSettings
     parser_audit: ParserAuditSettings
     fault_tree: FaultTreeSettings
+    guardrails: GuardrailSettings
 
 
 class Sop(_SopFile):
@@ -164,3 +217,30 @@ def _check_consistency(sop: _SopFile, path: Path) -> None:
         raise InputError(path, "stop_3.gray_zone_low_pp", "must not exceed gray_zone_high_pp")
     if not 0.0 <= sop.parser_audit.max_misparse_rate <= 1.0:
         raise InputError(path, "parser_audit.max_misparse_rate", "must be a fraction in [0, 1]")
+    g = sop.guardrails
+    at_least = {"parser_audit.sample_size": (sop.parser_audit.sample_size, 1),
+                "guardrails.g0.samples": (g.g0.samples, 1),
+                "guardrails.g1.max_discordant": (g.g1.max_discordant, 0),
+                "guardrails.g2.problems": (g.g2.problems, 1),
+                "guardrails.g3.smoke_steps": (g.g3.smoke_steps, 1),
+                "guardrails.g3.step_time_max_ratio": (g.g3.step_time_max_ratio, 1.0),
+                "guardrails.g4.k": (g.g4.k, 1),
+                "guardrails.g5.at_step": (g.g5.at_step, 1)}
+    for key, (value, low) in at_least.items():
+        if value < low:
+            raise InputError(path, key, f"must be >= {low}")
+    fractions = {"guardrails.g2.min_boxed": g.g2.min_boxed, "guardrails.g2.max_fail": g.g2.max_fail,
+                 "guardrails.g2.max_truncation": g.g2.max_truncation,
+                 "guardrails.g4.min_pass_at_k": g.g4.min_pass_at_k,
+                 "guardrails.g5.lr_rel_tolerance": g.g5.lr_rel_tolerance,
+                 "guardrails.g5.reward_stuck_low": g.g5.reward_stuck_low,
+                 "guardrails.g5.reward_stuck_high": g.g5.reward_stuck_high}
+    for key, value in fractions.items():
+        if not 0.0 <= value <= 1.0:
+            raise InputError(path, key, "must be a fraction in [0, 1]")
+    if g.g5.reward_stuck_low >= g.g5.reward_stuck_high:
+        raise InputError(path, "guardrails.g5.reward_stuck_low", "must be below reward_stuck_high")
+    if g.g4.temperature <= 0.0:
+        raise InputError(path, "guardrails.g4.temperature", "must be > 0 (pass@k needs sampling)")
+    if g.spikes.grad_norm <= 0.0:
+        raise InputError(path, "guardrails.spikes.grad_norm", "must be > 0")

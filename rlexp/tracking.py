@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from rlexp.errors import InputError
-from rlexp.files import read_json, read_jsonl
+from rlexp.files import read_json
 from rlexp.provenance import is_secret_recipe_key, scrub
+from rlexp.records import eval_accuracies
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 ATTEMPT_TAG = "rlexp.attempt_id"
@@ -147,33 +148,6 @@ def attempt_info(attempt_dir: Path) -> dict[str, Any]:
 
 def _maybe_json(path: Path) -> Any:
     return read_json(path) if path.exists() else None
-
-
-def eval_accuracies(attempt_dir: Path) -> dict[tuple[str, str], dict[str, float]]:
-    """(checkpoint, set) -> {acc, n} from ``eval/<checkpoint>/<set>.jsonl`` (paired/ excluded)."""
-    out: dict[tuple[str, str], dict[str, float]] = {}
-    root = attempt_dir / "eval"
-    if not root.is_dir():
-        return out
-    for path in sorted(root.glob("*/*.jsonl")):
-        checkpoint = path.parent.name
-        if checkpoint == "paired":
-            continue
-        records = read_jsonl(path)
-        correct = []
-        for number, record in enumerate(records, start=1):
-            value = record.get("correct")
-            if value not in (0, 1) or isinstance(value, float):
-                raise InputError(path, f"line {number}: correct", f"expected 0/1 or true/false, got {value!r}")
-            correct.append(int(value))
-        if correct:
-            out[(checkpoint, path.stem)] = {"acc": sum(correct) / len(correct), "n": float(len(correct))}
-    return out
-
-
-def _checkpoint_step(name: str) -> int | None:
-    match = re.fullmatch(r"global_step(\d+)", name)
-    return int(match.group(1)) if match else None
 
 
 # --- logging -------------------------------------------------------------------------------------

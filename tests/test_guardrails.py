@@ -6,11 +6,11 @@ import json
 import math
 
 import pytest
+import yaml
 
 from rlexp.errors import InputError
 from rlexp.files import read_json, read_jsonl
 from rlexp.guardrails import (
-    THRESHOLDS,
     audit_draw,
     audit_verdicts,
     parser_ceiling,
@@ -20,6 +20,19 @@ from rlexp.guardrails import (
     suspicion_flags,
 )
 from rlexp.records import read_records, record_path, summarize
+from rlexp.sop import DEFAULT_SOP, load_sop
+
+
+def sop_with(tmp_path, **sections):
+    """A copy of the SOP in force with ``guardrails.<gate>`` (or ``parser_audit``) keys replaced."""
+    data = yaml.safe_load(DEFAULT_SOP.read_text())
+    for name, values in sections.items():
+        target = data["parser_audit"] if name == "parser_audit" else data["guardrails"][name]
+        target.update(values)
+    data["version"] = "test"
+    path = tmp_path / "sop-test.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return load_sop(path)
 
 
 def _rec(h, correct=0, method="boxed", finish="stop", output="x", answer="1", gold="2"):
@@ -144,6 +157,33 @@ def test_parser_ceiling_thresholds(boxed, none, length, passed):
     assert verdict.numbers["truncation_rate"] == pytest.approx(length / 100)
 
 
+def test_g2_reads_its_numbers_from_the_sop_file(tmp_path):
+    # the same 100 records: 98 boxed passes the SOP in force (boxed >= 98%), fails a copy at 99%
+    records = [_rec(f"b{i}", method="boxed") for i in range(98)]
+    records += [_rec(f"l{i}", method="last_number") for i in range(2)]
+    assert parser_ceiling(records).passed
+    stricter = sop_with(tmp_path, g2={"min_boxed": 0.99})
+    verdict = parser_ceiling(records, sop=stricter)
+    assert not verdict.passed and verdict.notes == ("boxed check failed",)
+    assert "boxed >= 99%" in verdict.rule
+    assert parser_ceiling(records, stricter.guardrails.g2).passed is False  # the section itself also works
+
+
+def test_g1_g4_and_audit_read_their_numbers_from_the_sop_file(tmp_path):
+    a = [_rec(f"h{i}", correct=i % 2, output=f"o{i}") for i in range(10)]
+    flipped = [dict(r, correct=1 - r["correct"], output="changed") if i == 0 else dict(r) for i, r in enumerate(a)]
+    assert not pipeline_integrity(a, flipped, nondeterminism="batch composition").passed
+    lenient = sop_with(tmp_path, g1={"max_discordant": 1}, g4={"min_pass_at_k": 0.30, "temperature": 0.8},
+                       parser_audit={"sample_size": 7})
+    assert pipeline_integrity(a, flipped, nondeterminism="batch composition", sop=lenient).passed
+    records = [{"problem_hash": f"p{i}", "n": 8, "num_correct": c} for i, c in enumerate([0, 0, 1, 0, 3, 0, 0, 0])]
+    assert passk_headroom(records, k=8).passed  # pass@8 = 0.25 >= 15%
+    stricter = passk_headroom(records, k=8, sop=lenient)
+    assert not stricter.passed and "temperature 0.8" in stricter.rule and ">= 30%" in stricter.rule
+    wrong = [_rec(f"w{i:03d}") for i in range(20)]
+    assert len(audit_draw(wrong, sop=lenient)) == 7
+
+
 def test_g2_on_real_baseline_records(eval_experiment):
     from rlexp.cli import main
     from rlexp.guardrails import run_g2
@@ -216,7 +256,7 @@ def test_suspicion_flags_on_the_seed_patterns():
 def test_audit_draw_and_verdicts():
     records = [_rec(f"h{i:03d}", correct=int(i % 3 == 0)) for i in range(120)]
     items = audit_draw(records, seed=1)
-    assert len(items) == THRESHOLDS.audit_sample == 50
+    assert len(items) == load_sop().parser_audit.sample_size == 50
     assert all(int(it["problem_hash"][1:]) % 3 != 0 for it in items)  # incorrect ones only
     assert len({it["problem_hash"] for it in items}) == 50
     assert items == audit_draw(list(reversed(records)), seed=1)  # independent of file order

@@ -459,3 +459,61 @@ def test_missing_plan_is_computed_with_rlexp_plan_and_its_errors_refuse(exp, cap
     assert plan["spec_sha256"] == sha256_file(att / "attempt.yaml")
     assert any(c["severity"] == "error" for c in plan["checks"])
     assert not (att / "launch").exists()
+
+
+TB_TRAINER = """
+import sys, time
+from torch.utils.tensorboard import SummaryWriter
+
+writer = SummaryWriter(sys.argv[1])  # OpenRLHF's TensorboardLogger: a run directory under --use_tensorboard
+for step in range(1, 5):
+    writer.add_scalar("train/policy_loss", 0.5 / step, step)
+    writer.add_scalar("train/reward", 0.25 * step, step)
+    writer.add_scalar("train/actor_lr", 1e-6, step)
+    if step == 2:
+        writer.add_scalar("eval/eval_probe_pass1", 0.5, step)
+    writer.flush()
+    time.sleep(0.4)
+writer.close()
+"""
+
+
+def test_process_backend_follows_tensorboard_scalars(tmp_path, monkeypatch):
+    """--metrics-source tensorboard: OpenRLHF's TensorBoard scalars under ATTEMPT/tensorboard,
+    followed live (many polls per step) into one metrics.jsonl row per step, none twice."""
+    experiment = make_experiment(tmp_path, trainer="openrlhf", version="0.9.3")
+    monkeypatch.chdir(tmp_path)
+    att = experiment / "a2"
+    prepared = launch_cmd.prepare(att, metrics_source="tensorboard")
+    assert prepared.argv[prepared.argv.index("--use_tensorboard") + 1] == str(att / "tensorboard")
+    polls = []
+    from rlexp import ingest
+
+    original = ingest.MetricsFollower.poll
+
+    def counting_poll(self, final=False):
+        assert self.kind == "tensorboard" and self.source == att / "tensorboard"
+        rows = original(self, final)
+        polls.append([r["global_step"] for r in rows])
+        return rows
+
+    monkeypatch.setattr(ingest.MetricsFollower, "poll", counting_poll)
+    prepared.argv = [sys.executable, "-c", TB_TRAINER, str(att / "tensorboard" / "run1")]
+    launch_cmd.write_launch_files(prepared)
+    result = launch_cmd.run(prepared, tracking_uri="off", poll_s=0.05)
+    assert result["state"] == "finished" and result["steps"] == 4, result
+    lines = (att / "metrics.jsonl").read_text().splitlines()
+    rows = read_metrics(att / "metrics.jsonl")  # strict: a step written twice is an error
+    assert len(lines) == 4 and [r["global_step"] for r in rows] == [1, 2, 3, 4]
+    assert rows[1]["monitor_acc"] == pytest.approx(0.5) and rows[3]["reward"] == pytest.approx(1.0)
+    assert len(polls) > 4  # polled repeatedly while steps were being written
+    assert sorted(s for p in polls for s in p) == [1, 2, 3, 4]
+
+
+def test_metrics_source_is_checked(tmp_path, exp, capsys):
+    assert main(["launch", str(exp / "a2"), "--dry-run", "--metrics-source", "tensorboard"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--metrics-source" in err and "OpenRLHF" in err
+    experiment = make_experiment(tmp_path / "o", trainer="openrlhf", version="0.9.3")
+    assert main(["launch", str(experiment / "a2"), "--dry-run", "--metrics-source", "wandb"]) == 2
+    assert "unknown source 'wandb'" in capsys.readouterr().err

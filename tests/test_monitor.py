@@ -111,3 +111,47 @@ def test_crash_before_step_10_fails_g3(tmp_path):
     verdict = run.record_crash(-9)
     assert verdict.verdict == "FAIL"
     assert json.loads((tmp_path / "guards" / "G3.json").read_text())["details"]["exit_code"] == -9
+
+
+def _sop_with(tmp_path, **gates):
+    import yaml
+
+    from rlexp.sop import DEFAULT_SOP, load_sop
+
+    data = yaml.safe_load(DEFAULT_SOP.read_text())
+    for gate, values in gates.items():
+        data["guardrails"][gate].update(values)
+    data["version"] = "test"
+    path = tmp_path / "sop-test.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return load_sop(path)
+
+
+def test_in_run_numbers_come_from_the_sop_file(tmp_path):
+    rows = ten_steps()
+    rows[3]["grad_norm"] = 40.0
+    assert monitor.spikes(rows) == []  # 40 is not above the SOP's 50
+    sop = _sop_with(tmp_path, spikes={"grad_norm": 30.0}, g3={"smoke_steps": 5, "step_time_max_ratio": 5.0},
+                    g5={"at_step": 5, "reward_stuck_low": 0.6, "reward_stuck_high": 0.9})
+    assert [s.global_step for s in monitor.spikes(rows, sop=sop)] == [4]
+    assert monitor.stability(rows, sop=sop).spike_threshold == 30.0
+    assert monitor.g3_smoke(rows[:5]).verdict == "PENDING"  # the SOP in force smokes 10 steps
+    assert monitor.g3_smoke(rows[:5], sop=sop).verdict == "PASS"
+    blown = ten_steps(slow_step=7)
+    assert monitor.g3_smoke(blown).verdict == "FAIL"
+    assert monitor.g3_smoke(blown, sop=_sop_with(tmp_path, g3={"step_time_max_ratio": 5.0})).verdict == "PASS"
+    g5 = monitor.g5_runtime(rows, PLAN, sop=sop)  # reward 0.5 is below the copy's 0.6
+    assert g5.verdict == "FAIL" and "reward stuck at 0.500" in g5.reason and "at step 5" in g5.criteria
+    run = monitor.RunMonitor(tmp_path / "run", plan=PLAN, sop=sop)
+    run.update(rows)
+    logged = [json.loads(line) for line in (tmp_path / "run" / "launch" / "spikes.jsonl").read_text().splitlines()]
+    assert logged == [{"global_step": 4, "metric": "grad_norm", "value": 40.0, "threshold": 30.0}]
+    assert json.loads((tmp_path / "run" / "guards" / "G5.json").read_text())["verdict"] == "FAIL"
+
+
+def test_spike_threshold_module_constant_is_the_sops():
+    from rlexp.sop import load_sop
+
+    assert monitor.guard_settings().spikes.grad_norm == load_sop().guardrails.spikes.grad_norm == 50.0
+    with pytest.raises(AttributeError):
+        _ = monitor.NOT_A_SETTING

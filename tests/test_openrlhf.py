@@ -342,3 +342,16 @@ def test_reward_file_embeds_the_parser_verbatim():
     source = inspect.getsource(answers)
     assert text.startswith(source.rstrip("\n"))
     assert f'RLEXP_ANSWERS_SHA256 = "{sha256_text(source)}"' in text
+
+
+@pytest.mark.parametrize("version", openrlhf.known_versions())
+def test_every_flag_table_logs_tensorboard_into_the_attempt(version):
+    """`rlexp launch --metrics-source tensorboard` follows ATTEMPT/tensorboard: every OpenRLHF
+    version must be asked for TensorBoard logging there (v0.9.x --use_tensorboard DIR, dotted
+    dialect --logger.tensorboard_dir DIR)."""
+    table = openrlhf.load_flag_table(version)
+    flag = openrlhf.flag_name("use_tensorboard", table)
+    assert flag in ("--use_tensorboard", "--logger.tensorboard_dir") and table.flags[flag] == "value"
+    built = openrlhf.build_train_argv(openrlhf.attempt_recipe(A30_RECIPE, PATHS), version)
+    assert "use_tensorboard" not in built.dropped
+    assert built.argv[built.argv.index(flag) + 1] == str(PATHS.tensorboard_dir)

@@ -113,3 +113,33 @@ def test_read_paired_records_is_strict(tmp_path):
     assert err.value.field == "line 1: y_new"
     with pytest.raises(InputError, match="duplicate"):
         read_paired_records(write(tmp_path / "c.jsonl", [good, good]))
+
+
+def test_write_pairs_for_attempt_is_the_one_writer(tmp_path):
+    from rlexp.paired import paired_path, write_pairs_for_attempt
+    from rlexp.records import record_path
+
+    att = tmp_path / "a1"
+    for name in ("baseline_s0", "baseline_sota", "global_step2"):
+        for role in ("id", "sanity"):
+            if name == "global_step2" and role == "sanity":
+                continue  # a missing file: that pair is skipped
+            path = record_path(att, name, role)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write(path, recs([("h1", 1), ("h2", int(name == "global_step2"))]))
+    written = write_pairs_for_attempt(att, ["baseline_s0", "baseline_sota"], ["global_step2"], ["id", "sanity"],
+                                      baseline_vs_baseline=True)
+    assert [p.name for p in written] == [
+        "baseline_s0__global_step2__id.jsonl", "baseline_sota__global_step2__id.jsonl",
+        "baseline_s0__baseline_sota__id.jsonl", "baseline_s0__baseline_sota__sanity.jsonl"]
+    assert written[0] == paired_path(att, "baseline_s0", "global_step2", "id")
+    assert [(r.y_baseline, r.y_new) for r in read_paired_records(written[0])] == [(1, 1), (0, 1)]
+    # pairs joined beforehand are written as given (only those), without reading any record file again
+    joined = {("baseline_s0", "global_step2", "id"): pair_files(record_path(att, "baseline_s0", "id"),
+                                                                 record_path(att, "baseline_s0", "id"))}
+    record_path(att, "baseline_s0", "id").write_text("not json\n")
+    record_path(att, "baseline_sota", "id").write_text("not json\n")
+    out = write_pairs_for_attempt(att, ["baseline_s0", "baseline_sota"], ["global_step2"], ["id", "sanity"],
+                                  joined=joined)
+    assert out == [paired_path(att, "baseline_s0", "global_step2", "id")]
+    assert [(r.y_baseline, r.y_new) for r in read_paired_records(out[0])] == [(1, 1), (0, 0)]

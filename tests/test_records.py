@@ -122,3 +122,52 @@ def test_summary_numbers():
     assert (s.per_bucket["x"].n, s.per_bucket["x"].accuracy) == (2, 0.5)
     assert s.per_bucket["y"].accuracy == pytest.approx(2 / 3)
     assert json.loads(json.dumps(s.to_dict()))["per_bucket"]["y"]["correct"] == 2
+
+
+def test_one_strict_reader_names_file_and_line(tmp_path):
+    from rlexp.records import iter_records, read_record_lines
+
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps(_rec("h1", correct=True)) + "\n" + json.dumps(_rec("h2", correct=0)) + "\n")
+    lines = read_record_lines(path)
+    assert [(x.line, x.problem_hash, x.correct) for x in lines] == [(1, "h1", 1), (2, "h2", 0)]
+    path.write_text(json.dumps(_rec("h1")) + "\n" + json.dumps(_rec("h2")) + "\n" + json.dumps(_rec("h1")) + "\n")
+    with pytest.raises(InputError) as err:
+        list(iter_records(path))
+    assert err.value.field == "line 3: problem_hash" and "first at line 1" in err.value.message
+    path.write_text(json.dumps(_rec("   ")) + "\n")
+    with pytest.raises(InputError) as err:
+        read_records(path)
+    assert err.value.field == "line 1: problem_hash"
+    path.write_text(json.dumps(_rec("h1")) + "\n" + '{"problem_hash": "h2", "cor')
+    with pytest.raises(InputError, match="truncated") as err:
+        read_records(path)
+    assert err.value.field == "line 2"
+    path.write_text("\n")
+    with pytest.raises(InputError, match="empty record file"):
+        read_records(path)
+    assert read_records(path, allow_empty=True) == []
+
+
+def test_eval_accuracies_reads_strictly_and_skips_paired_and_empty(tmp_path):
+    from rlexp.records import checkpoint_step, eval_accuracies
+
+    att = tmp_path / "a1"
+    for name, values in (("global_step2", [1, 0, True, False]), ("baseline_s0", [0, 0])):
+        path = record_path(att, name, "id")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(json.dumps(_rec(f"h{i}", correct=v)) + "\n" for i, v in enumerate(values)))
+    record_path(att, "global_step4", "id").parent.mkdir(parents=True)
+    record_path(att, "global_step4", "id").write_text("")
+    paired = att / "eval" / "paired" / "x.jsonl"
+    paired.parent.mkdir(parents=True)
+    paired.write_text('{"not": "a record"}\n')
+    assert eval_accuracies(att) == {("baseline_s0", "id"): {"acc": 0.0, "n": 2.0},
+                                    ("global_step2", "id"): {"acc": 0.5, "n": 4.0}}
+    bad = record_path(att, "global_step2", "id")
+    bad.write_text(json.dumps(_rec("h1")) + "\n" + json.dumps(_rec("h1")) + "\n")
+    with pytest.raises(InputError, match="duplicate") as err:
+        eval_accuracies(att)
+    assert err.value.field == "line 2: problem_hash"
+    assert checkpoint_step("global_step200") == 200 and checkpoint_step("baseline_s0") is None
+    assert checkpoint_step("global_step2_hf") is None

@@ -176,3 +176,39 @@ def test_report_shows_exact_command_and_flags_changed_data(attempt, tmp_path):
     assert "python3 -m openrlhf.cli.train_ppo_ray --pretrain 'a b;c'" in text
     assert f"| pool | `{'0' * 64}` ⚠ file changed since launch |" in text
     assert "· git ffffffffffff (dirty)" in text
+
+
+def test_status_and_report_scrub_logs_of_runs_that_ended(attempt, tmp_path, monkeypatch, capsys):
+    """A --no-follow run has nobody to scrub launch/stdout.log when it ends: status and report do,
+    once state.json is no longer running or its trainer pid is dead; a live trainer's log is untouched."""
+    import os
+
+    from rlexp.cli import main
+
+    monkeypatch.setenv("HF_TOKEN", "hf_s3cr3tvalue")
+    monkeypatch.chdir(tmp_path)
+    launch = attempt / "launch"
+    launch.mkdir()
+    log, state = launch / "stdout.log", launch / "state.json"
+    dead = 2 ** 22 + 12345  # above Linux's pid_max: no such process
+    leaked = "env HF_TOKEN=hf_s3cr3tvalue\nGlobal step 1: {}\n"
+
+    def status_run():
+        assert main(["status", str(attempt.parent), "--json"]) == 0
+        capsys.readouterr()
+
+    log.write_text(leaked)
+    state.write_text(json.dumps({"state": "running", "pid": os.getpid(), "launcher_pid": None}))
+    status_run()
+    assert log.read_text() == leaked  # the trainer still writes it
+    state.write_text(json.dumps({"state": "running", "pid": dead, "launcher_pid": None}))
+    status_run()
+    assert log.read_text() == "env HF_TOKEN=<redacted>\nGlobal step 1: {}\n"
+    log.write_text(leaked)
+    state.write_text(json.dumps({"state": "finished", "pid": os.getpid(), "exit_code": 0}))
+    status_run()
+    assert "hf_s3cr3tvalue" not in log.read_text()
+    log.write_text(leaked)
+    state.write_text(json.dumps({"state": "running", "pid": dead, "launcher_pid": None}))
+    assert main(["report", str(attempt / "attempt.yaml"), "--tracking-uri", "off", "--json"]) == 0
+    assert log.read_text() == "env HF_TOKEN=<redacted>\nGlobal step 1: {}\n"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
+import sys
 
 import pytest
 import yaml
@@ -29,6 +31,36 @@ def test_default_sop_has_the_seed_numbers():
     assert sop.checkpoints.k == 3 and sop.parser_audit.max_misparse_rate == 0.05
 
 
+def test_default_sop_has_the_seed_guardrail_numbers():
+    g = load_sop().guardrails
+    # seed 001 §11.30 "Guardrails Checklist" table
+    assert g.g0.samples == 5 and g.g1.max_discordant == 0
+    assert (g.g2.problems, g.g2.min_boxed, g.g2.max_fail, g.g2.max_truncation) == (200, 0.98, 0.0, 0.05)
+    assert (g.g4.k, g.g4.temperature, g.g4.min_pass_at_k) == (8, 0.6, 0.15)
+    # §11.30 Phase B: "first 10 global steps", G5 "at step 10"
+    assert g.g3.smoke_steps == 10 and g.g5.at_step == 10
+    # §11.10.1: the spike log fires on grad_norm > 50
+    assert g.spikes.grad_norm == 50.0
+    # our readings of "stable step time", "LR ~ 100% target", "reward neither ~0 nor ~1"
+    assert g.g3.step_time_max_ratio == 2.0 and g.g5.lr_rel_tolerance == 0.10
+    assert (g.g5.reward_stuck_low, g.g5.reward_stuck_high) == (0.02, 0.98)
+    # §11.24 §7: 50 incorrect cases, > 5% mis-parsed blocks
+    assert load_sop().parser_audit.sample_size == 50
+
+
+def test_power_default_threshold_is_the_sops_gate_1b_bar():
+    from rlexp.power import WIN_THRESHOLD_PP
+
+    assert load_sop().gate_1b.min_delta_pp == WIN_THRESHOLD_PP
+
+
+def test_guardrail_modules_import_without_pydantic():
+    code = ("import sys, rlexp.monitor, rlexp.guardrails, rlexp.power, rlexp.stats; "
+            "print(sorted(m for m in ('pydantic', 'rlexp.sop') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
 def edited(tmp_path, change) -> str:
     data = yaml.safe_load(DEFAULT_SOP.read_text())
     change(data)
@@ -48,6 +80,20 @@ def edited(tmp_path, change) -> str:
     (lambda d: d["stop_3"].update(gray_zone_low_pp=4.0), "stop_3.gray_zone_low_pp"),
     (lambda d: d["gate_1a"].update(max_mcnemar_p=1.5), "gate_1a.max_mcnemar_p"),
     (lambda d: d.update(sha256="abc"), "sha256"),
+    (lambda d: d["guardrails"]["g2"].update(min_boxed="0.98"), "guardrails.g2.min_boxed"),
+    (lambda d: d["guardrails"]["g4"].update(typo=1), "guardrails.g4.typo"),
+    (lambda d: d["guardrails"].update(g6={}), "guardrails.g6"),
+    (lambda d: d["guardrails"].pop("g3"), "guardrails.g3"),
+    (lambda d: d["guardrails"]["g4"].update(temperature=float("nan")), "guardrails.g4.temperature"),
+    (lambda d: d["guardrails"]["spikes"].update(grad_norm=float("inf")), "guardrails.spikes.grad_norm"),
+    (lambda d: d["guardrails"]["g4"].update(k=True), "guardrails.g4.k"),
+    (lambda d: d["guardrails"]["g3"].update(smoke_steps=10.0), "guardrails.g3.smoke_steps"),
+    (lambda d: d["guardrails"]["g2"].update(min_boxed=98.0), "guardrails.g2.min_boxed"),
+    (lambda d: d["guardrails"]["g4"].update(temperature=0.0), "guardrails.g4.temperature"),
+    (lambda d: d["guardrails"]["g5"].update(reward_stuck_low=0.99), "guardrails.g5.reward_stuck_low"),
+    (lambda d: d["guardrails"]["g0"].update(samples=0), "guardrails.g0.samples"),
+    (lambda d: d["parser_audit"].update(sample_size=0), "parser_audit.sample_size"),
+    (lambda d: d.pop("guardrails"), "guardrails"),
 ])
 def test_bad_sop_files_name_file_and_field(tmp_path, change, field):
     path = edited(tmp_path, change)
@@ -82,8 +128,10 @@ def test_cli_sop_show(capsys, tmp_path):
     assert main(["sop", "show", "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["version"] == "v2.1-final" and shown["gate_1b"]["min_delta_pp"] == 3.0
+    assert shown["guardrails"]["g2"]["min_boxed"] == 0.98
     assert main(["sop", "show"]) == 0
-    assert "v2.1-final" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "v2.1-final" in out and "g2.min_boxed" in out
     bad = edited(tmp_path, lambda d: d["gate_1a"].update(oops=1))
     assert main(["sop", "show", "--sop", bad]) == 2
     err = capsys.readouterr().err

@@ -138,7 +138,7 @@ def decide_attempt(path: str | Path, *, sop_path: str | Path | None = None, now:
         read_sota,
         record_decision,
     )
-    from rlexp.paired import pair_files, write_paired_records
+    from rlexp.paired import pair_files, write_pairs_for_attempt
     from rlexp.sop import load_sop
     from rlexp.spec import load_attempt
     from rlexp.stats import compare_counts, paired_counts
@@ -306,9 +306,7 @@ def decide_attempt(path: str | Path, *, sop_path: str | Path | None = None, now:
     }
 
     # ---- writing (all input was read and validated above)
-    paired_dir = eval_dir / "paired"
-    for (baseline, name, role), ps in joined.items():
-        write_paired_records(paired_dir / f"{baseline}__{name}__{role}.jsonl", ps.records)
+    write_pairs_for_attempt(attempt_dir, present, names, (primary_role, id_role, sanity_role), joined=joined)
     if decision == "STOP-1":
         winners = [n for n in names if getattr(family, "gate_1b_holm" if holm_mode else "gate_1b")[n].passed]
         best = max(winners, key=lambda n: (primary[n].delta_pp, -names.index(n)))

@@ -1,6 +1,9 @@
 """`rlexp guard g0|g1|g2|g4|audit ATTEMPT`: the §11.30 guardrails and the parser audit.
 
-Each writes ``ATTEMPT/guards/<name>.json`` and exits 1 when its verdict is a failure.
+Each writes ``ATTEMPT/guards/<name>.json`` and exits 1 when its verdict is a failure. Every
+number (samples, problems, k, temperature, bars) comes from the SOP file's ``guardrails`` and
+``parser_audit`` sections (``--sop``, default: the version in force); an option given here
+overrides the SOP's value for this run.
 """
 
 from __future__ import annotations
@@ -15,6 +18,13 @@ app = typer.Typer(no_args_is_help=True)
 
 AttemptArg = Annotated[Path, typer.Argument(help="Attempt directory or its attempt.yaml.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the verdict as JSON.")]
+SopOpt = Annotated[Path | None, typer.Option("--sop", help="SOP file (default: the version in force).")]
+
+
+def _load_sop(sop_file: Path | None):
+    from rlexp.sop import load_sop
+
+    return load_sop(sop_file)
 
 
 def _report(verdict, as_json: bool) -> None:
@@ -38,11 +48,16 @@ def _report(verdict, as_json: bool) -> None:
 
 
 @app.command("g0")
-def g0(attempt: AttemptArg, samples: Annotated[int, typer.Option(min=1)] = 5, as_json: JsonOpt = False) -> None:
+def g0(
+    attempt: AttemptArg,
+    samples: Annotated[int | None, typer.Option(min=1, help="Default: the SOP's guardrails.g0.samples (5).")] = None,
+    sop_file: SopOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
     """G0 prompt parity: training-path vs eval-path input_ids on pool samples."""
     from rlexp.guardrails import run_g0
 
-    _report(run_g0(attempt, samples), as_json)
+    _report(run_g0(attempt, samples, sop=_load_sop(sop_file)), as_json)
 
 
 @app.command("g1")
@@ -57,34 +72,41 @@ def g1(
     nondeterminism: Annotated[
         str | None, typer.Option(help="Name the nondeterminism source that may change outputs (not correctness).")
     ] = None,
+    sop_file: SopOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """G1 pipeline integrity: adapter vs merged weights (or two record files) must agree."""
     from rlexp.guardrails import run_g1
 
     _report(run_g1(attempt, checkpoint=checkpoint, set_role=set_role, limit=limit, records=records,
-                   nondeterminism=nondeterminism), as_json)
+                   nondeterminism=nondeterminism, sop=_load_sop(sop_file)), as_json)
 
 
 @app.command("g2")
-def g2(attempt: AttemptArg, problems: Annotated[int, typer.Option(min=1)] = 200, as_json: JsonOpt = False) -> None:
-    """G2 parser ceiling on Baseline-S0: boxed >= 98%, failures 0%, truncation <= 5%."""
+def g2(
+    attempt: AttemptArg,
+    problems: Annotated[int | None, typer.Option(min=1, help="Default: the SOP's guardrails.g2.problems (200).")] = None,
+    sop_file: SopOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """G2 parser ceiling on Baseline-S0: boxed >= 98%, failures 0%, truncation <= 5% (SOP guardrails.g2)."""
     from rlexp.guardrails import run_g2
 
-    _report(run_g2(attempt, problems), as_json)
+    _report(run_g2(attempt, problems, sop=_load_sop(sop_file)), as_json)
 
 
 @app.command("g4")
 def g4(
     attempt: AttemptArg,
-    k: Annotated[int, typer.Option(min=1)] = 8,
+    k: Annotated[int | None, typer.Option(min=1, help="Default: the SOP's guardrails.g4.k (8).")] = None,
     limit: Annotated[int | None, typer.Option(min=1, help="At most N baseline-wrong problems.")] = None,
+    sop_file: SopOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """G4 pass@k headroom: k samples at T=0.6 on the baseline's wrong problems, pass@k >= 15%."""
+    """G4 pass@k headroom: k samples at T=0.6 on the baseline's wrong problems, pass@k >= 15% (SOP guardrails.g4)."""
     from rlexp.guardrails import run_g4
 
-    _report(run_g4(attempt, k=k, limit=limit), as_json)
+    _report(run_g4(attempt, k=k, limit=limit, sop=_load_sop(sop_file)), as_json)
 
 
 @app.command("audit")
@@ -95,8 +117,10 @@ def audit(
         Path | None, typer.Option("--verdicts", help="The review file with each 'verdict' filled: ok|misparse|ambiguous.")
     ] = None,
     checkpoint: Annotated[str | None, typer.Option(help="Default: best-by-monitor, else final.")] = None,
-    n: Annotated[int, typer.Option(min=1, help="Cases to draw.")] = 50,
+    n: Annotated[int | None, typer.Option(min=1, help="Cases to draw (default: the SOP's "
+                                          "parser_audit.sample_size, 50).")] = None,
     seed: Annotated[int, typer.Option()] = 0,
+    sop_file: SopOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Parser audit (SOP §7): draw 50 incorrect cases for review, or score the reviewed file."""
@@ -106,7 +130,7 @@ def audit(
     if draw == (verdicts is not None):
         raise InputError(None, "audit", "give exactly one of --draw or --verdicts FILE")
     if draw:
-        path = run_audit_draw(attempt, checkpoint=checkpoint, n=n, seed=seed)
+        path = run_audit_draw(attempt, checkpoint=checkpoint, n=n, seed=seed, sop=_load_sop(sop_file))
         from rlexp.files import read_jsonl
 
         items = read_jsonl(path)
@@ -117,4 +141,4 @@ def audit(
             typer.echo(f"{len(items)} incorrect cases drawn ({flagged} flagged suspicious) into {path}; "
                        "set each 'verdict' to ok|misparse|ambiguous, then run with --verdicts")
         return
-    _report(run_audit_verdicts(attempt, verdicts), as_json)
+    _report(run_audit_verdicts(attempt, verdicts, sop=_load_sop(sop_file)), as_json)

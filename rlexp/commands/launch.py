@@ -9,7 +9,9 @@ Order of work, so that a kill at any point leaves consistent files:
 3. write ``launch/argv.json``, ``launch/launch.sh`` (for humans, never executed),
    ``launch/provenance.json``, the reward file, then ``launch/state.json`` = running;
 4. start the child in its own process group, stdout to ``launch/stdout.log``;
-5. follow its metrics into ``metrics.jsonl`` and MLflow, run the in-run monitor (spikes, G3, G5)
+5. follow its metrics into ``metrics.jsonl`` and MLflow (the local trainer appends that file
+   itself; OpenRLHF's ``Global step N`` stdout lines, or with ``--metrics-source tensorboard`` its
+   TensorBoard scalars under ``ATTEMPT/tensorboard``), run the in-run monitor (spikes, G3, G5)
    and the SOP early-stop rule, which stops the run and records its reason;
 6. record the end state: finished, failed (exit code / signal), or stopped (why).
 
@@ -31,6 +33,7 @@ import typer
 from rlexp.errors import CheckFailed, InputError
 
 BACKENDS = ("local", "process", "ray")
+METRICS_SOURCES = ("stdout", "tensorboard")
 LOCAL_TRAINER_MODULE = "rlexp.backends.local_trainer"
 TENSORBOARD_DIR = "tensorboard"
 
@@ -50,12 +53,15 @@ def launch(
                                                      "sqlite:///mlflow.db here); 'off' disables MLflow.")] = None,
     no_follow: Annotated[bool, typer.Option("--no-follow", help="Start the run and return at once.")] = False,
     poll_s: Annotated[float, typer.Option(help="Seconds between metric polls while following.")] = 2.0,
+    metrics_source: Annotated[str, typer.Option(
+        "--metrics-source", help="OpenRLHF backends: follow the trainer's stdout 'Global step N' lines, or its "
+                                 "TensorBoard scalars in ATTEMPT/tensorboard.")] = "stdout",
 ) -> None:
     """Start an attempt's training run (local CPU trainer, OpenRLHF process, or Ray job)."""
     if force and not (reason and reason.strip()):
         raise InputError(None, "--reason", "--force needs --reason \"why\" (it is recorded)")
     prepared = prepare(attempt, backend=backend, ray_address=ray_address, resume=resume, force=force,
-                       reason=reason, dry_run=dry_run)
+                       reason=reason, dry_run=dry_run, metrics_source=metrics_source)
     if dry_run:
         doc = {"argv": prepared.argv, "backend": prepared.backend}
         if json_out:
@@ -94,6 +100,7 @@ class Prepared:
     dropped: tuple[str, ...]
     ray_address: str | None
     submission_id: str | None = None
+    metrics_source: str = "stdout"  # OpenRLHF backends: "stdout" or "tensorboard" (ATTEMPT/tensorboard)
 
 
 def load_plan(att, *, write: bool = True) -> dict[str, Any]:
@@ -158,7 +165,8 @@ def _default_backend(att, ray_address: str | None) -> str:
 
 
 def prepare(attempt: Path, *, backend: str | None = None, ray_address: str | None = None, resume: bool = False,
-            force: bool = False, reason: str | None = None, dry_run: bool = False) -> Prepared:
+            force: bool = False, reason: str | None = None, dry_run: bool = False,
+            metrics_source: str = "stdout") -> Prepared:
     """Decide everything (argv, paths, plan verdict) and check what can be checked; write nothing
     except a missing plan.json (not in a dry run)."""
     from rlexp.backends import openrlhf
@@ -175,6 +183,12 @@ def prepare(attempt: Path, *, backend: str | None = None, ray_address: str | Non
         raise InputError(att.spec_path, "trainer.name", f"trainer 'local' cannot run on the {backend} backend")
     if backend == "ray" and not ray_address:
         raise InputError(None, "--ray-address", "the ray backend needs --ray-address http://HOST:8265")
+    if metrics_source not in METRICS_SOURCES:
+        raise InputError(None, "--metrics-source", f"unknown source {metrics_source!r}; expected one of "
+                         f"{', '.join(METRICS_SOURCES)}")
+    if backend == "local" and metrics_source != "stdout":
+        raise InputError(None, "--metrics-source", "the local trainer writes metrics.jsonl itself; "
+                         "--metrics-source is for the OpenRLHF backends (process, ray)")
 
     plan = load_plan(att, write=not dry_run)
     errors = plan_errors(plan)
@@ -235,7 +249,8 @@ def prepare(attempt: Path, *, backend: str | None = None, ray_address: str | Non
                                          submission_id=submission_id)
     return Prepared(attempt=att, attempt_dir=attempt_dir, backend=backend, argv=argv, resume=resume,
                     force_reason=reason if force else None, plan=plan, reward_file=reward_file,
-                    suffixed=suffixed, dropped=dropped, ray_address=ray_address, submission_id=submission_id)
+                    suffixed=suffixed, dropped=dropped, ray_address=ray_address, submission_id=submission_id,
+                    metrics_source=metrics_source)
 
 
 def _stated_recipe(att, openrlhf) -> dict[str, Any]:
@@ -456,7 +471,9 @@ def run(p: Prepared, *, tracking_uri: str | None = None, follow: bool = True, po
         # inside the try: a bad metrics.jsonl found on --resume must stop the child and say why
         run_monitor = monitor.RunMonitor(attempt_dir, plan=p.plan)
         if p.backend == "local":
-            follower = _TrainerMetricsReader(metrics_path)  # the local trainer writes metrics.jsonl itself
+            follower = ingest.MetricsFileFollower(metrics_path)  # the local trainer writes metrics.jsonl itself
+        elif p.metrics_source == "tensorboard":  # the argv logs scalars there (attempt_recipe: use_tensorboard)
+            follower = ingest.MetricsFollower("tensorboard", attempt_dir / TENSORBOARD_DIR, metrics_path)
         else:
             follower = ingest.MetricsFollower("stdout", launch_dir / "stdout.log", metrics_path)
         # rows already in the file (a resumed run) inform the monitor but are not re-logged
@@ -480,7 +497,7 @@ def run(p: Prepared, *, tracking_uri: str | None = None, follow: bool = True, po
             if proc.poll() is not None:
                 break
             process.wait_for(lambda: proc.poll() is not None or bool(interrupted), poll_s)
-        rows = follower.close() if hasattr(follower, "close") else follower.poll()
+        rows = follower.close()
         if rows:
             if live is not None:
                 live.log_rows(rows)
@@ -523,38 +540,6 @@ def run(p: Prepared, *, tracking_uri: str | None = None, follow: bool = True, po
     return {"state": state["state"], "reason": state.get("reason"), "exit_code": code, "steps": steps,
             "attempt": p.attempt.id, "backend": p.backend, "spikes": len(run_monitor.logged_spikes),
             "dropped_values": dict(dropped)}
-
-
-class _TrainerMetricsReader:
-    """New complete rows of a ``metrics.jsonl`` another process appends (strictly validated)."""
-
-    def __init__(self, path: Path):
-        from rlexp.ingest import LineFollower
-
-        self.lines = LineFollower(path)
-
-    def poll(self) -> list[dict[str, Any]]:
-        from rlexp.files import finite_number
-
-        rows = []
-        for number, line in self.lines.new_lines():
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line, parse_constant=_reject_constant)
-            except ValueError:
-                raise InputError(self.lines.path, f"line {number}", "malformed or non-finite metrics line") from None
-            if not isinstance(row, dict) or not isinstance(row.get("global_step"), int):
-                raise InputError(self.lines.path, f"line {number}", "expected an object with integer global_step")
-            bad = [k for k, v in row.items() if k != "global_step" and finite_number(v) is None]
-            if bad:
-                raise InputError(self.lines.path, f"line {number}: {bad[0]}", "expected a finite number")
-            rows.append(row)
-        return rows
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"non-finite number {name}")
 
 
 class _Live:

@@ -36,7 +36,11 @@ def show(
     for section, values in data.items():
         if isinstance(values, dict):
             for key, value in values.items():
-                table.add_row(section, key, str(value))
+                if isinstance(value, dict):  # guardrails.g2.min_boxed ... shown as "g2.min_boxed"
+                    for sub, item in value.items():
+                        table.add_row(section, f"{key}.{sub}", str(item))
+                else:
+                    table.add_row(section, key, str(value))
     Console().print(table)
 
 

@@ -63,15 +63,41 @@ def attempt_status(attempt_dir: Path) -> dict[str, Any]:
     return row
 
 
+def scrub_finished_log(attempt_dir: Path) -> bool:
+    """Replace secret values in ``launch/stdout.log`` once no trainer writes to it any more.
+
+    A followed run is scrubbed by ``rlexp launch`` when it ends; a ``--no-follow`` run has nobody
+    watching its end, so ``rlexp status`` and ``rlexp report`` do it: when ``launch/state.json``
+    no longer says ``running``, or its trainer pid is dead. A live trainer's log is left alone
+    (an atomic rewrite would cut off its further output). True when something was replaced.
+    """
+    from rlexp.backends.process import pid_alive
+    from rlexp.files import read_json
+    from rlexp.provenance import scrub_file
+
+    log, state_path = attempt_dir / "launch" / "stdout.log", attempt_dir / "launch" / "state.json"
+    if not (log.is_file() and state_path.is_file()):
+        return False
+    state = read_json(state_path)
+    if not isinstance(state, dict):
+        raise InputError(state_path, None, "expected a JSON object")
+    if state.get("state") == "running" and pid_alive(state.get("pid")):
+        return False
+    return scrub_file(log)
+
+
 def status(
     experiment: Annotated[Path, typer.Argument(help="Experiment directory (holds one folder per attempt).")],
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
-    """Show every attempt of an experiment: state, global steps done, decision."""
+    """Show every attempt of an experiment: state, global steps done, decision (and scrub secret values
+    from the stdout.log of runs that have ended)."""
     if not experiment.is_dir():
         raise InputError(experiment, None, "experiment directory not found")
     attempts = sorted(p for p in experiment.iterdir() if (p / "attempt.yaml").is_file())
     rows = [attempt_status(p) for p in attempts]
+    for p in attempts:
+        scrub_finished_log(p)
     if json_out:
         print(json.dumps({"experiment": experiment.name, "attempts": rows}))
         return
