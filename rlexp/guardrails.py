@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from rlexp.sop import G2Settings, G4Settings, GuardrailSettings, Sop
 
 
-def _sop(sop: Sop | None = None) -> Sop:
+def sop_or_default(sop: Sop | None = None) -> Sop:
     """``sop`` itself, or the SOP in force (imported here: ``rlexp.sop`` pulls in pydantic)."""
     if sop is not None:
         return sop
@@ -47,7 +47,7 @@ def _sop(sop: Sop | None = None) -> Sop:
 
 def guard_settings(sop: Sop | None = None) -> GuardrailSettings:
     """The SOP's ``guardrails`` section (G0-G5 and the spike log), of ``sop`` or the SOP in force."""
-    return _sop(sop).guardrails
+    return sop_or_default(sop).guardrails
 
 
 AUDIT_VERDICTS = ("ok", "misparse", "ambiguous")
@@ -448,7 +448,7 @@ def audit_draw(records: Sequence[dict[str, Any]], n: int | None = None, seed: in
                sop: Sop | None = None) -> list[dict[str, Any]]:  # fmt: skip
     """Draw up to ``n`` incorrect records (seeded, independent of file order) for human review;
     ``n`` defaults to the SOP's ``parser_audit.sample_size`` (50)."""
-    n = n or _sop(sop).parser_audit.sample_size
+    n = n or sop_or_default(sop).parser_audit.sample_size
     wrong = sorted((r for r in records if not r["correct"]), key=lambda r: r["problem_hash"])
     drawn = random.Random(seed).sample(wrong, min(n, len(wrong)))
     return [
@@ -512,7 +512,7 @@ def run_audit_verdicts(attempt: str | Path, verdict_file: str | Path, *, sop: So
 
     att = load_attempt(attempt)
     items = [record for _, record in iter_jsonl(verdict_file)]
-    verdict = audit_verdicts(items, _sop(sop).parser_audit.max_misparse_rate, verdict_file)
+    verdict = audit_verdicts(items, sop_or_default(sop).parser_audit.max_misparse_rate, verdict_file)
     verdict = _with_numbers(verdict, verdict_file=str(verdict_file))
     write_verdict(att.attempt_dir, verdict)
     return verdict

@@ -22,23 +22,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlexp.errors import InputError
+from rlexp.guardrails import guard_settings, sop_or_default
 
 if TYPE_CHECKING:
-    from rlexp.sop import GuardrailSettings, Sop
-
-
-def _sop(sop: Sop | None = None) -> Sop:
-    """``sop`` itself, or the SOP in force (imported here, not at module level: see above)."""
-    if sop is not None:
-        return sop
-    from rlexp.sop import load_sop
-
-    return load_sop()
-
-
-def guard_settings(sop: Sop | None = None) -> GuardrailSettings:
-    """The SOP's ``guardrails`` section, of ``sop`` or the SOP in force."""
-    return _sop(sop).guardrails
+    from rlexp.sop import Sop
 
 
 @dataclass(frozen=True)
@@ -261,7 +248,7 @@ def early_stop_verdict(rows: Sequence[Mapping[str, Any]], sop: Sop | None = None
     """``rlexp.gates.early_stop`` on the monitor points of ``rows`` (the SOP in force by default)."""
     from rlexp.gates import early_stop
 
-    return early_stop(monitor_points(rows), _sop(sop))
+    return early_stop(monitor_points(rows), sop_or_default(sop))
 
 
 @dataclass
@@ -283,7 +270,7 @@ class RunMonitor:
     stopped: Any = None
 
     def __post_init__(self) -> None:
-        self.sop = _sop(self.sop)
+        self.sop = sop_or_default(self.sop)
         if self.spike_threshold is None:
             self.spike_threshold = self.sop.guardrails.spikes.grad_norm
 

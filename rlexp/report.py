@@ -154,7 +154,8 @@ def render_plots(inputs: ReportInputs, out_dir: Path, stem: str) -> dict[str, Pa
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from rlexp.monitor import guard_settings, monitor_points, planned_lr_table
+    from rlexp.guardrails import guard_settings
+    from rlexp.monitor import monitor_points, planned_lr_table
 
     spike_grad_norm = guard_settings().spikes.grad_norm  # the SOP's spike threshold
 
