@@ -212,3 +212,15 @@ def test_status_and_report_scrub_logs_of_runs_that_ended(attempt, tmp_path, monk
     state.write_text(json.dumps({"state": "running", "pid": dead, "launcher_pid": None}))
     assert main(["report", str(attempt / "attempt.yaml"), "--tracking-uri", "off", "--json"]) == 0
     assert log.read_text() == "env HF_TOKEN=<redacted>\nGlobal step 1: {}\n"
+
+
+def test_status_names_a_broken_spec_instead_of_hiding_it(tmp_path, capsys):
+    from rlexp.cli import main
+
+    attempt = tmp_path / "exp" / "a1"
+    attempt.mkdir(parents=True)
+    (attempt / "attempt.yaml").write_text("id: a1\nrecipe: {eps_clipp: 0.1}\n")
+    assert main(["status", str(attempt.parent), "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)["attempts"][0]
+    assert row["state"] == "not launched"
+    assert "recipe.eps_clipp" in row["reason"] and "eps_clip" in row["reason"]

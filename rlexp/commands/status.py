@@ -22,16 +22,12 @@ def attempt_status(attempt_dir: Path) -> dict[str, Any]:
 
     row: dict[str, Any] = {"attempt": attempt_dir.name, "parent": None, "state": "not launched", "steps": 0,
                            "decision": None, "reason": None}
-    try:
-        import yaml
+    from rlexp.spec import load_attempt
 
-        spec = yaml.safe_load((attempt_dir / "attempt.yaml").read_text(encoding="utf-8")) or {}
-        if isinstance(spec, dict):
-            row["parent"] = spec.get("parent")
-    except (OSError, ValueError, ImportError):
-        pass
-    except Exception:  # noqa: BLE001 - a broken spec shows as such, the table still renders
-        row["reason"] = "attempt.yaml unreadable"
+    try:
+        row["parent"] = load_attempt(attempt_dir).parent_id
+    except InputError as exc:  # a broken spec shows as such; the table still renders
+        row["reason"] = f"spec: {exc.one_line()}"
     if (attempt_dir / "plan.json").exists() and row["state"] == "not launched":
         row["state"] = "planned"
     state_path = attempt_dir / "launch" / "state.json"
