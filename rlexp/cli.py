@@ -22,7 +22,7 @@ from rlexp.commands import plan as plan_cmd
 from rlexp.commands import report as report_cmd
 from rlexp.commands import sop as sop_cmd
 from rlexp.commands import status as status_cmd
-from rlexp.errors import CheckFailed, InputError
+from rlexp.errors import CheckFailed, InputError, ServiceError
 
 app = typer.Typer(
     name="rlexp",
@@ -51,23 +51,29 @@ def main(argv: list[str] | None = None) -> int:
     Commands signal their verdict by raising ``typer.Exit(code)`` (or :class:`CheckFailed`
     for exit 1); bad input is :class:`InputError`, printed as one line, exit 2.
     """
-    import click
+    try:  # recent typer vendors click as typer._click: its usage errors are not click's classes
+        from typer._click.exceptions import ClickException
+    except ImportError:  # older typer: the click package itself
+        from click.exceptions import ClickException
 
     try:
         result = app(args=argv, standalone_mode=False)
     except InputError as exc:
         print(f"rlexp: {exc.one_line()}", file=sys.stderr)
         return 2
+    except ServiceError as exc:
+        print(f"rlexp: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
     except CheckFailed as exc:
         if str(exc):
             print(f"rlexp: {exc}", file=sys.stderr)
         return 1
-    except click.exceptions.Exit as exc:
+    except typer.Exit as exc:
         return exc.exit_code
-    except click.exceptions.ClickException as exc:  # usage errors: bad option, missing argument
+    except ClickException as exc:  # usage errors: bad option, missing argument
         exc.show()
         return 2
-    except click.exceptions.Abort:
+    except typer.Abort:
         print("rlexp: aborted", file=sys.stderr)
         return 130
     return result if isinstance(result, int) else 0

@@ -26,5 +26,10 @@ class InputError(Exception):
         return " ".join(text.split())  # always exactly one line
 
 
+class ServiceError(Exception):
+    """A service rlexp talks to (an eval server, a Ray dashboard) refused or kept failing after
+    its retries. The CLI prints it as one line and exits 2: its address comes from the input."""
+
+
 class CheckFailed(Exception):
     """A command ran correctly but its verdict is a failure (exit code 1)."""

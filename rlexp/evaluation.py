@@ -14,13 +14,14 @@ rerun skips problems already recorded and refuses to mix settings (:mod:`rlexp.r
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlexp.engines.base import Decoding, Engine, Request
+from rlexp.engines.base import Decoding, Engine, Request, close_engine
 from rlexp.errors import InputError
 from rlexp.files import atomic_write_json, iter_jsonl, read_json, sha256_dir, sha256_file, sha256_text
 from rlexp.records import (
@@ -205,6 +206,9 @@ def build_engine(att: Any, base: Path | str, targets: Sequence[Target]) -> tuple
 
         if not settings.base_url:
             raise InputError(att.spec_path, "eval.base_url", "the openai engine needs the server's base URL")
+        if settings.api_key_env and not os.environ.get(settings.api_key_env):
+            raise InputError(att.spec_path, "eval.api_key_env",
+                             f"names the environment variable {settings.api_key_env}, which is not set")
         engine = OpenAIEngine(settings.base_url, settings.model or str(base), {name: name for name in adapters},
                               api_key_env=settings.api_key_env)
         return engine, tokenizer
@@ -365,10 +369,21 @@ def run_eval(
 
 
 def _evaluate_locked(att, attempt_dir, roles, selection, targets, base, limit, show_progress, engine) -> EvalOutcome:
-    if engine is None:
-        engine, tokenizer = build_engine(att, base, targets)
-    else:
-        tokenizer = engine.tokenizer  # type: ignore[attr-defined]
+    """Build the engine (unless one is handed in), evaluate, and close it when evaluation ends,
+    also on error. A caller that hands in an engine keeps ownership: run_eval does not close it."""
+    if engine is not None:
+        return _evaluate_with(att, attempt_dir, roles, selection, targets, base, limit, show_progress,
+                              engine, engine.tokenizer)  # type: ignore[attr-defined]
+    engine, tokenizer = build_engine(att, base, targets)
+    try:
+        return _evaluate_with(att, attempt_dir, roles, selection, targets, base, limit, show_progress,
+                              engine, tokenizer)
+    finally:
+        close_engine(engine)
+
+
+def _evaluate_with(att, attempt_dir, roles, selection, targets, base, limit, show_progress, engine,
+                   tokenizer) -> EvalOutcome:
     decoding = Decoding.greedy(int(att.eval.max_tokens), seed=int(att.eval.seed))
     datasets = {}
     for role in roles:

@@ -254,7 +254,9 @@ class EvalSettings:
     max_loras: int | None = None
     base_url: str | None = None  # openai engine: the server (vLLM's OpenAI-compatible API)
     model: str | None = None  # openai engine: served model name
-    api_key_env: str | None = None  # the NAME of the env var with the key, never the key
+    # openai engine: the NAME of the env var with the key, never the key; None = no Authorization header
+    # (the engine's default too: an ambient OPENAI_API_KEY is never sent unless named here)
+    api_key_env: str | None = None
 
 
 @dataclass(frozen=True)

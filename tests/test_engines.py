@@ -247,6 +247,9 @@ def test_real_vllm_signatures():
         vllm.SamplingParams(n=2, temperature=0.0)
     lr = LoRARequest("a", 1, "/p")
     assert (lr.lora_name, lr.lora_int_id, lr.lora_path) == ("a", 1, "/p")
+    from vllm.distributed.parallel_state import cleanup_dist_env_and_memory  # VllmEngine.close()
+
+    assert callable(cleanup_dist_env_and_memory)
 
 
 # --------------------------------------------------------------------------- openai (local server)
@@ -338,3 +341,65 @@ def test_openai_engine_n_samples_and_failure():
         engine = OpenAIEngine(server.url, "m", retries=2, backoff_s=0.0)
         with pytest.raises(ServerError, match="3 tries"):
             engine.generate([Request("q")], Decoding.greedy(3))
+
+
+def test_openai_engine_sends_no_key_unless_one_is_named(monkeypatch):
+    """The spec's eval.api_key_env names the variable; none named, no Authorization header — an
+    ambient OPENAI_API_KEY is not sent to whatever server base_url points at."""
+    from rlexp.engines.openai import OpenAIEngine
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-ambient")
+    with _Server(fail_first=0) as server:
+        OpenAIEngine(server.url, "m").generate([Request("q")], Decoding.greedy(3))
+        OpenAIEngine(server.url, "m", api_key_env="OPENAI_API_KEY").generate([Request("q")], Decoding.greedy(3))
+    assert [h.get("Authorization") for h in server.headers] == [None, "Bearer sk-ambient"]
+
+
+# --------------------------------------------------------------------------- close()
+
+
+def test_local_engine_close_releases_models_and_refuses_generate(tiny_base_model):
+    from rlexp.engines.base import EngineClosed
+    from rlexp.engines.local import LocalEngine
+
+    with LocalEngine(tiny_base_model, batch_size=2) as engine:
+        assert isinstance(engine, Engine)
+        prompts = _prompts(engine, 2)
+        assert len(engine.generate([Request(p) for p in prompts], Decoding.greedy(2))) == 2
+    assert engine.closed and engine.base is None and engine._peft is None and not engine._separate
+    with pytest.raises(EngineClosed, match="closed"):
+        engine.generate([Request(prompts[0])], Decoding.greedy(2))
+    engine.close()  # idempotent
+
+
+def test_openai_engine_close_refuses_generate():
+    from rlexp.engines.base import EngineClosed
+    from rlexp.engines.openai import OpenAIEngine
+
+    with OpenAIEngine("http://127.0.0.1:9", "m") as engine:
+        pass
+    with pytest.raises(EngineClosed):
+        engine.generate([Request("q")], Decoding.greedy(3))
+
+
+def test_vllm_engine_close_drops_llm_and_runs_vllm_cleanup(fake_vllm, monkeypatch):
+    from rlexp.engines.base import EngineClosed
+    from rlexp.engines.vllm import VllmEngine
+
+    # without vllm.distributed (older or stub vLLM): del + gc (+ empty_cache when CUDA)
+    engine = VllmEngine("/models/base", {})
+    engine.close()
+    assert engine.llm is None
+    with pytest.raises(EngineClosed):
+        engine.generate([Request("q")], Decoding.greedy(3))
+    # with it: vLLM's own cleanup_dist_env_and_memory, once, after the LLM is dropped
+    calls = []
+    sys.modules["vllm"].__path__ = []  # a package, so its submodules import
+    parallel_state = types.ModuleType("vllm.distributed.parallel_state")
+    parallel_state.cleanup_dist_env_and_memory = lambda shutdown_ray=False: calls.append(engine.llm)
+    monkeypatch.setitem(sys.modules, "vllm.distributed", types.ModuleType("vllm.distributed"))
+    monkeypatch.setitem(sys.modules, "vllm.distributed.parallel_state", parallel_state)
+    with VllmEngine("/models/base", {}) as engine:
+        pass
+    engine.close()
+    assert calls == [None] and engine.llm is None  # called once, after the LLM was dropped

@@ -178,3 +178,71 @@ def test_a_second_concurrent_eval_is_refused(eval_experiment):
     with eval_lock(att), pytest.raises(InputError, match="another rlexp eval"):
         _run(att, sets=["sanity"])
     assert _run(att, sets=["sanity"]).files  # the lock is gone with its holder
+
+
+class _ClosingFake:
+    """An engine that answers \\boxed{0} and records close(); ``fail`` raises on generate."""
+
+    name = "fake"
+    preferred_chunk = 64
+
+    def __init__(self, fail=False):
+        self.fail, self.closed, self.calls = fail, 0, 0
+
+    def generate(self, requests, decoding, progress=None):
+        from rlexp.engines.base import Result, Sample
+
+        self.calls += 1
+        if self.fail:
+            raise RuntimeError("engine blew up")
+        if progress:
+            progress(len(requests))
+        return [Result(r, (Sample("\\boxed{0}", "stop", 3, 2),)) for r in requests]
+
+    def describe(self):
+        return {"name": self.name}
+
+    def close(self):
+        self.closed += 1
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_run_eval_closes_the_engine_it_built(eval_experiment, monkeypatch, fail):
+    from transformers import AutoTokenizer
+
+    import rlexp.evaluation as evaluation
+
+    att = eval_experiment()
+    tok = AutoTokenizer.from_pretrained(att.parent / "models" / "tiny-base")
+    fake = _ClosingFake(fail=fail)
+    monkeypatch.setattr(evaluation, "build_engine", lambda *a, **k: (fake, tok))
+    if fail:
+        with pytest.raises(RuntimeError, match="blew up"):
+            _run(att, sets=["sanity"])
+    else:
+        _run(att, sets=["sanity"])
+    assert fake.calls >= 1 and fake.closed == 1
+
+
+def test_run_eval_leaves_a_handed_in_engine_open(eval_experiment):
+    from transformers import AutoTokenizer
+
+    att = eval_experiment()
+    fake = _ClosingFake()
+    fake.tokenizer = AutoTokenizer.from_pretrained(att.parent / "models" / "tiny-base")
+    _run(att, sets=["sanity"], engine=fake)
+    assert fake.calls >= 1 and fake.closed == 0  # the caller owns it
+
+
+def test_openai_engine_with_an_unset_key_variable_is_an_input_error(eval_experiment, monkeypatch, capsys):
+    from rlexp.cli import main
+
+    att = eval_experiment()
+    spec = (att / "attempt.yaml").read_text()
+    spec = "\n".join('eval: {engine: openai, base_url: "http://127.0.0.1:9", model: m, '
+                     'api_key_env: RLEXP_UNSET_KEY_VAR, max_tokens: 4}' if line.startswith("eval:") else line
+                     for line in spec.splitlines()) + "\n"
+    (att / "attempt.yaml").write_text(spec)
+    monkeypatch.delenv("RLEXP_UNSET_KEY_VAR", raising=False)
+    assert main(["eval", str(att), "--set", "sanity"]) == 2
+    assert "RLEXP_UNSET_KEY_VAR" in capsys.readouterr().err

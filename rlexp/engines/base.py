@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, Self, runtime_checkable
 
 GREEDY = "greedy_pass@1"
 SAMPLING = "sampling_pass@k"
@@ -108,6 +108,32 @@ class Engine(Protocol):
     def describe(self) -> dict[str, Any]:
         """Engine facts for the eval metadata (name, versions, settings that change outputs)."""
         ...
+
+    def close(self) -> None:
+        """Release what the engine holds (models, GPU memory, HTTP connections). Idempotent; a
+        closed engine refuses ``generate`` with :class:`EngineClosed`."""
+        ...
+
+
+class EngineClosed(RuntimeError):
+    """``generate`` on an engine whose ``close()`` already ran."""
+
+
+class ClosingMixin:
+    """Context-manager support for engines: ``with LocalEngine(...) as engine: ...`` closes it."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()  # type: ignore[attr-defined]
+
+
+def close_engine(engine: object) -> None:
+    """``engine.close()`` when it has one (engines handed in by tests or older code may not)."""
+    close = getattr(engine, "close", None)
+    if callable(close):
+        close()
 
 
 def normalise_finish_reason(reason: object) -> str:

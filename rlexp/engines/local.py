@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from rlexp.engines.base import Decoding, Progress, Request, Result, Sample
+from rlexp.engines.base import ClosingMixin, Decoding, EngineClosed, Progress, Request, Result, Sample
 from rlexp.errors import InputError
 
 
@@ -24,7 +24,7 @@ def is_adapter_dir(path: str | Path) -> bool:
     return (Path(path) / "adapter_config.json").exists()
 
 
-class LocalEngine:
+class LocalEngine(ClosingMixin):
     name = "local"
 
     def __init__(
@@ -51,6 +51,7 @@ class LocalEngine:
         # one batch is the most a kill can cost.
         self.preferred_chunk = batch_size
         self.merge = merge
+        self.closed = False
         self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_path or self.base_model)
         self.tokenizer.padding_side = "left"
         self._torch = torch
@@ -91,6 +92,8 @@ class LocalEngine:
     ) -> list[Result]:
         from rlexp.generation import generate
 
+        if self.closed:
+            raise EngineClosed("the local engine was closed (its models are released); build a new one")
         results: list[Result | None] = [None] * len(requests)
         groups: dict[str | None, list[int]] = {}
         for index, request in enumerate(requests):
@@ -120,6 +123,21 @@ class LocalEngine:
                     if progress is not None:
                         progress(len(chunk))
         return [r for r in results if r is not None]
+
+    def close(self) -> None:
+        """Drop every model reference (base, peft wrapper, separate/merged models) and collect, so
+        the weights are freed now rather than whenever the engine object dies. The tokenizer stays
+        (it is small, and callers still render prompts with it)."""
+        if self.closed:
+            return
+        import gc
+
+        self.closed = True
+        self._peft = None
+        self._separate = {}
+        self.base = None
+        self._load = None
+        gc.collect()
 
     @contextlib.contextmanager
     def _serving(self, adapter: str | None) -> Iterator[Any]:

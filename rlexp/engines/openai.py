@@ -6,8 +6,13 @@ endpoint), so the server cannot apply a different template (G0); ``add_special_t
 vLLM extra parameter) keeps it from adding a second BOS. Requests run with bounded concurrency and
 are retried with exponential backoff on connection errors, 429 and 5xx. ``n > 1`` is sent as n
 requests with ``n=1`` and seeds ``seed + j`` so each sample's token count is exact and greedy
-repeats (nondet proxy) are allowed. The API key is read from an environment variable at request
-time and never written anywhere.
+repeats (nondet proxy) are allowed. The API key is read at request time from the environment
+variable NAMED by ``api_key_env`` (the spec's ``eval.api_key_env``) and never written anywhere. No
+variable named, no ``Authorization`` header: an ambient ``OPENAI_API_KEY`` is never sent to whatever
+``base_url`` a spec points at unless the spec asks for it by name.
+
+Each request opens and closes its own connection (``urllib``), so there is no connection pool to
+leak; ``close()`` marks the engine closed (later ``generate`` calls raise :class:`EngineClosed`).
 """
 
 from __future__ import annotations
@@ -21,17 +26,26 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from rlexp.engines.base import Decoding, Progress, Request, Result, Sample, normalise_finish_reason
-from rlexp.errors import InputError
+from rlexp.engines.base import (
+    ClosingMixin,
+    Decoding,
+    EngineClosed,
+    Progress,
+    Request,
+    Result,
+    Sample,
+    normalise_finish_reason,
+)
+from rlexp.errors import InputError, ServiceError
 
 RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
 
 
-class ServerError(RuntimeError):
+class ServerError(ServiceError):
     """The server kept failing after every retry, or answered something unusable."""
 
 
-class OpenAIEngine:
+class OpenAIEngine(ClosingMixin):
     name = "openai"
     preferred_chunk = 256
 
@@ -45,7 +59,7 @@ class OpenAIEngine:
         retries: int = 5,
         backoff_s: float = 0.5,
         timeout_s: float = 600.0,
-        api_key_env: str | None = "OPENAI_API_KEY",
+        api_key_env: str | None = None,
         extra_body: dict[str, Any] | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
@@ -59,14 +73,21 @@ class OpenAIEngine:
         self.timeout_s = timeout_s
         self.api_key_env = api_key_env
         self.extra_body = {"add_special_tokens": False} if extra_body is None else dict(extra_body)
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "base_url": self.base_url, "model": self.model,
-                "adapters": dict(self.adapters), "extra_body": self.extra_body}
+                "adapters": dict(self.adapters), "extra_body": self.extra_body,
+                "api_key_env": self.api_key_env}  # the variable's name only, never its value
 
     def generate(
         self, requests: Sequence[Request], decoding: Decoding, progress: Progress | None = None
     ) -> list[Result]:
+        if self.closed:
+            raise EngineClosed(f"the openai engine for {self.base_url} was closed; build a new one")
         for r in requests:
             if r.adapter is not None and r.adapter not in self.adapters:
                 raise InputError(None, "adapter", f"unknown adapter {r.adapter!r}")

@@ -26,7 +26,9 @@ from typing import Any
 
 from rlexp.engines.base import (
     NONDET_PROXY,
+    ClosingMixin,
     Decoding,
+    EngineClosed,
     Progress,
     Request,
     Result,
@@ -63,7 +65,7 @@ def adapter_rank(path: str | Path) -> int | None:
     return max(ranks) if ranks else None
 
 
-class VllmEngine:
+class VllmEngine(ClosingMixin):
     name = "vllm"
     preferred_chunk = None  # one generate call for everything pending: vLLM schedules the batch
 
@@ -102,6 +104,35 @@ class VllmEngine:
                           max_lora_rank=max_lora_rank)
         self.llm_kwargs = kwargs
         self.llm = LLM(model=self.base_model, **kwargs)
+        self.closed = False
+
+    def close(self) -> None:
+        """Free the ``LLM`` the way vLLM's own tests do: drop the last reference (``del llm``),
+        then ``vllm.distributed.parallel_state.cleanup_dist_env_and_memory()`` (destroys the model-
+        and tensor-parallel groups and the torch process group, ``gc.collect()``,
+        ``torch.cuda.empty_cache()``). Without that helper (an older or stub vLLM): ``gc.collect()``
+        and ``torch.cuda.empty_cache()`` when torch has CUDA. Idempotent."""
+        if self.closed:
+            return
+        import gc
+
+        self.closed = True
+        llm, self.llm = self.llm, None
+        del llm
+        gc.collect()
+        try:
+            from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+        except ImportError:
+            cleanup_dist_env_and_memory = None
+        if cleanup_dist_env_and_memory is not None:
+            cleanup_dist_env_and_memory()
+            return
+        try:
+            import torch
+        except ImportError:
+            return
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
 
     def describe(self) -> dict[str, Any]:
         import vllm
@@ -119,6 +150,8 @@ class VllmEngine:
     def generate(
         self, requests: Sequence[Request], decoding: Decoding, progress: Progress | None = None
     ) -> list[Result]:
+        if self.closed:
+            raise EngineClosed("the vllm engine was closed (its LLM is freed); build a new one")
         if not requests:
             return []
         for r in requests:
