@@ -56,20 +56,37 @@ REVIEW_FILE = "parser_audit_review.jsonl"
 
 @dataclass(frozen=True)
 class GuardVerdict:
-    """One guard's outcome, written as ``guards/<name>.json``."""
+    """One guard's outcome, written as ``guards/<name>.json`` — the one schema of that folder.
+
+    The pre-/post-run guards (g0, g1, g2, g4, parser_audit) and the in-run gates of
+    ``rlexp.monitor`` (g3, g5) all use it. ``passed`` is None while a verdict is pending (an
+    in-run gate whose step the run has not reached yet). ``rule`` is the criterion checked,
+    ``numbers`` the values it looked at, ``notes`` the why (for the in-run gates, the first note
+    is the reason), ``details`` per-item evidence (e.g. mismatching samples).
+    """
 
     name: str
-    passed: bool
+    passed: bool | None
     rule: str
     numbers: dict[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     details: tuple[dict[str, Any], ...] = ()
+
+    @property
+    def status(self) -> str:
+        """PASS | FAIL | PENDING."""
+        return verdict_status(self.passed)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["notes"] = list(self.notes)
         data["details"] = list(self.details)
         return data
+
+
+def verdict_status(passed: bool | None) -> str:
+    """A verdict's ``passed`` as PASS | FAIL | PENDING."""
+    return "PENDING" if passed is None else ("PASS" if passed else "FAIL")
 
 
 def write_verdict(attempt_dir: str | Path, verdict: GuardVerdict) -> Path:

@@ -15,6 +15,8 @@ from step-time stability (§11.20 reports it as "(warmup)").
 
 from __future__ import annotations
 
+import contextlib
+import json
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -22,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlexp.errors import InputError
-from rlexp.guardrails import guard_settings, sop_or_default
+from rlexp.guardrails import GuardVerdict, guard_settings, sop_or_default
 
 if TYPE_CHECKING:
     from rlexp.sop import Sop
@@ -91,24 +93,11 @@ def stability(rows: Sequence[Mapping[str, Any]], threshold: float | None = None,
     )
 
 
-@dataclass(frozen=True)
-class InRunGateVerdict:
-    """An in-run gate (G3, G5) as written to ``guards/<gate>.json``. Unlike the pre-/post-run
-    guards of ``rlexp.guardrails`` it can be PENDING: the run has not reached the step yet."""
-
-    gate: str
-    verdict: str  # PASS | FAIL | PENDING
-    reason: str
-    criteria: str
-    details: Mapping[str, Any] = field(default_factory=dict)
-
-    @property
-    def passed(self) -> bool:
-        return self.verdict == "PASS"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"gate": self.gate, "verdict": self.verdict, "passed": self.passed, "reason": self.reason,
-                "criteria": self.criteria, "details": dict(self.details)}
+def _gate(name: str, passed: bool | None, reason: str, criteria: str,
+          numbers: Mapping[str, Any] | None = None) -> GuardVerdict:
+    """An in-run gate's verdict in the one ``guards/`` schema: ``rule`` is the criterion,
+    ``notes[0]`` the reason, ``passed`` None while pending."""
+    return GuardVerdict(name, passed, criteria, dict(numbers or {}), (reason,))
 
 
 def g3_smoke(
@@ -119,7 +108,7 @@ def g3_smoke(
     steps: int | None = None,
     max_ratio: float | None = None,
     sop: Sop | None = None,
-) -> InRunGateVerdict:
+) -> GuardVerdict:
     """G3 (§11.30): no crash and a stable step time over the first ``steps`` global steps
     (defaults: the SOP's ``guardrails.g3.smoke_steps`` and ``step_time_max_ratio``)."""
     if steps is None or max_ratio is None:
@@ -130,23 +119,23 @@ def g3_smoke(
     first = [r for r in rows if int(r["global_step"]) <= steps]
     done = max((int(r["global_step"]) for r in first), default=0)
     if crashed:
-        return InRunGateVerdict("G3", "FAIL", f"trainer exited with code {exit_code} at step {done}", criteria,
-                            {"steps_done": done, "exit_code": exit_code})
+        return _gate("g3", False, f"trainer exited with code {exit_code} at step {done}", criteria,
+                     {"steps_done": done, "exit_code": exit_code})
     if done < steps:
-        return InRunGateVerdict("G3", "PENDING", f"{done} of {steps} smoke steps done", criteria, {"steps_done": done})
+        return _gate("g3", None, f"{done} of {steps} smoke steps done", criteria, {"steps_done": done})
     times = [v for s, v in _series(first, "step_time_s") if s >= 2]
     if len(times) < 2:
-        return InRunGateVerdict("G3", "PASS", "no crash; step_time_s not logged, stability not checked", criteria,
-                            {"steps_done": done})
+        return _gate("g3", True, "no crash; step_time_s not logged, stability not checked", criteria,
+                     {"steps_done": done})
     median = statistics.median(times)
     worst = max(times)
     ratio = worst / median if median > 0 else float("inf")
     details = {"steps_done": done, "median_step_time_s": median, "max_step_time_s": worst,
-               "max_over_median": round(ratio, 4)}
+               "max_over_median": round(ratio, 4) if median > 0 else None}  # JSON has no inf
     if ratio > max_ratio:
-        return InRunGateVerdict("G3", "FAIL", f"step time blow-up: max {worst:.1f}s is {ratio:.2f}x the median "
-                            f"{median:.1f}s", criteria, details)
-    return InRunGateVerdict("G3", "PASS", f"no crash; max step time {ratio:.2f}x the median", criteria, details)
+        return _gate("g3", False, f"step time blow-up: max {worst:.1f}s is {ratio:.2f}x the median "
+                     f"{median:.1f}s", criteria, details)
+    return _gate("g3", True, f"no crash; max step time {ratio:.2f}x the median", criteria, details)
 
 
 def planned_lr(plan: Mapping[str, Any] | None, global_step: int) -> float | None:
@@ -196,7 +185,7 @@ def g5_runtime(
     lr_tolerance: float | None = None,
     reward_bounds: tuple[float, float] | None = None,
     sop: Sop | None = None,
-) -> InRunGateVerdict:
+) -> GuardVerdict:
     """G5 (§11.30): at step ``at_step`` the logged LR is the planned one and reward is not stuck
     (defaults: the SOP's ``guardrails.g5``; ``reward_bounds`` is (reward_stuck_low, reward_stuck_high))."""
     if at_step is None or lr_tolerance is None or reward_bounds is None:
@@ -210,7 +199,7 @@ def g5_runtime(
                 f"1..{at_step} in [{reward_low:g}, {reward_high:g}]")
     row = next((r for r in rows if int(r["global_step"]) == at_step), None)
     if row is None:
-        return InRunGateVerdict("G5", "PENDING", f"step {at_step} not logged yet", criteria)
+        return _gate("g5", None, f"step {at_step} not logged yet", criteria)
     problems: list[str] = []
     details: dict[str, Any] = {}
     expected = planned_lr(plan, at_step)
@@ -234,9 +223,9 @@ def g5_runtime(
     if grad:
         details["grad_norm_max"] = max(grad)
     if problems:
-        return InRunGateVerdict("G5", "FAIL", "; ".join(problems), criteria, details)
-    return InRunGateVerdict("G5", "PASS", f"LR at {float(logged) / expected:.1%} of plan; reward mean "
-                        f"{details['reward_mean']:.3f}", criteria, details)
+        return _gate("g5", False, "; ".join(problems), criteria, details)
+    return _gate("g5", True, f"LR at {float(logged) / expected:.1%} of plan; reward mean "
+                 f"{details['reward_mean']:.3f}", criteria, details)
 
 
 def monitor_points(rows: Sequence[Mapping[str, Any]]) -> list[tuple[int, float]]:
@@ -256,9 +245,10 @@ class RunMonitor:
     """Stateful monitor of one live run: feed it new rows, read its verdicts.
 
     ``update`` returns the early-stop verdict when the rule fires (the caller stops the run),
-    else None. G3/G5 verdicts and the spike log are written under the attempt directory.
-    ``sop`` (default: the SOP in force, loaded once here) gives every number;
-    ``spike_threshold`` overrides its ``guardrails.spikes.grad_norm``.
+    else None. The G3/G5 verdicts (``guards/g3.json``, ``guards/g5.json``, pending ones included)
+    and the spike log are written under the attempt directory; a verdict file is rewritten only
+    when its verdict changes, not on every poll. ``sop`` (default: the SOP in force, loaded once
+    here) gives every number; ``spike_threshold`` overrides its ``guardrails.spikes.grad_norm``.
     """
 
     attempt_dir: Path
@@ -268,14 +258,35 @@ class RunMonitor:
     rows: list[dict[str, Any]] = field(default_factory=list)
     logged_spikes: set[int] = field(default_factory=set)
     stopped: Any = None
+    written: dict[str, dict[str, Any]] = field(default_factory=dict)  # gate name -> verdict last on disk
 
     def __post_init__(self) -> None:
         self.sop = sop_or_default(self.sop)
         if self.spike_threshold is None:
             self.spike_threshold = self.sop.guardrails.spikes.grad_norm
 
+    def _write(self, verdict: GuardVerdict) -> bool:
+        """Write ``guards/<name>.json`` unless it already holds this verdict; True when written."""
+        from rlexp.files import read_json
+        from rlexp.guardrails import write_verdict
+
+        doc = json.loads(json.dumps(verdict.to_dict()))  # as it reads back from disk
+        if verdict.name not in self.written:
+            path = self.attempt_dir / "guards" / f"{verdict.name}.json"
+            if path.exists():  # a resumed run: the previous launch's verdict counts as written
+                with contextlib.suppress(InputError):  # unreadable: rewrite it
+                    self.written[verdict.name] = read_json(path)
+        last = self.written.get(verdict.name)
+        if last == doc:
+            return False
+        if verdict.passed is None and isinstance(last, dict) and last.get("passed") is not None:
+            return False  # a resume before the gate's step does not erase a decided verdict (e.g. a crash)
+        write_verdict(self.attempt_dir, verdict)
+        self.written[verdict.name] = doc
+        return True
+
     def update(self, new_rows: Sequence[Mapping[str, Any]]):
-        from rlexp.files import append_jsonl, atomic_write_json
+        from rlexp.files import append_jsonl
 
         # keyed by step: a re-read or a resumed trainer's rewritten rows replace, never duplicate
         by_step = {int(r["global_step"]): r for r in self.rows}
@@ -285,13 +296,8 @@ class RunMonitor:
             if spike.global_step not in self.logged_spikes:
                 append_jsonl(self.attempt_dir / "launch" / "spikes.jsonl", asdict(spike))
                 self.logged_spikes.add(spike.global_step)
-        guards = self.attempt_dir / "guards"
-        g3 = g3_smoke(self.rows, sop=self.sop)
-        if g3.verdict != "PENDING":
-            atomic_write_json(guards / "G3.json", g3.to_dict())
-        g5 = g5_runtime(self.rows, self.plan, sop=self.sop)
-        if g5.verdict != "PENDING":
-            atomic_write_json(guards / "G5.json", g5.to_dict())
+        self._write(g3_smoke(self.rows, sop=self.sop))
+        self._write(g5_runtime(self.rows, self.plan, sop=self.sop))
         if self.stopped is None and monitor_points(new_rows):
             verdict = early_stop_verdict(self.rows, self.sop)
             if verdict.stop:
@@ -299,14 +305,11 @@ class RunMonitor:
                 return verdict
         return None
 
-    def record_crash(self, exit_code: int) -> InRunGateVerdict:
-        from rlexp.files import atomic_write_json
-
+    def record_crash(self, exit_code: int) -> GuardVerdict:
         done = max((int(r["global_step"]) for r in self.rows), default=0)
         verdict = g3_smoke(self.rows, crashed=done < self.sop.guardrails.g3.smoke_steps, exit_code=exit_code,
                            sop=self.sop)
-        if verdict.verdict != "PENDING":
-            atomic_write_json(self.attempt_dir / "guards" / "G3.json", verdict.to_dict())
+        self._write(verdict)
         return verdict
 
 

@@ -23,6 +23,7 @@ from rlexp.records import checkpoint_step, eval_accuracies
 
 NA = "not available"
 SET_ORDER = ("ood_primary", "id", "sanity", "ood_monitor")
+IN_RUN_GATES = ("g3", "g5")  # written by `rlexp launch` (rlexp.monitor); shown with stability
 DELIVERABLES = (
     "1. Recipe diff",
     "2. Pool and probe SHA-256",
@@ -130,8 +131,11 @@ def gather(attempt_dir: str | Path) -> ReportInputs:
     if guards.is_dir():
         for path in sorted(guards.glob("*.json")):
             doc = read_json(path)
-            # verdict files only: guards/ also holds samples' metadata (e.g. g4_samples.meta.json)
-            if isinstance(doc, dict) and ("passed" in doc or "verdict" in doc):
+            # verdict files only (rlexp.guardrails.GuardVerdict: name, passed, rule, numbers, notes,
+            # details): guards/ also holds samples' metadata (e.g. g4_samples.meta.json)
+            if isinstance(doc, dict) and {"name", "passed", "rule"} <= doc.keys():
+                if doc["passed"] not in (True, False, None):
+                    raise InputError(path, "passed", f"must be true, false or null, got {doc['passed']!r}")
                 inputs.guards[path.stem] = doc
         inputs.audit_review_pending = (guards / "parser_audit_review.jsonl").exists()
     if (attempt_dir / "launch" / "state.json").exists():
@@ -316,10 +320,10 @@ def render_markdown(inputs: ReportInputs, plots: Mapping[str, Path] | None = Non
                      + f" median {_fmt(st.log_ratio_abs_p99_median, 3)}")
     else:
         lines.append(NA + " (no metrics.jsonl)")
-    run_guards = [(g, inputs.guards[g]) for g in ("G3", "G5") if g in inputs.guards]
+    run_guards = [(g, inputs.guards[g]) for g in IN_RUN_GATES if g in inputs.guards]
     if run_guards:
         lines.append("")
-        lines += _table(["in-run gate", "verdict", "reason"], [(g, _guard_verdict(v), _guard_reason(v))
+        lines += _table(["in-run gate", "verdict", "reason"], [(g, _guard_status(v), _in_run_reason(v))
                                                                 for g, v in run_guards])
     images = [f"![{n}]({plots[n].name})" for n in ("lr", "monitor", "grad_norm") if n in plots]
     if images:
@@ -329,7 +333,7 @@ def render_markdown(inputs: ReportInputs, plots: Mapping[str, Path] | None = Non
     lines.append(f"## {DELIVERABLES[6]}")
     audit = inputs.guards.get("parser_audit")
     if audit:
-        lines.append(f"{_guard_verdict(audit)} — {_guard_reason(audit)}")
+        lines.append(f"{_guard_status(audit)} — {_guard_reason(audit)}")
     elif inputs.audit_review_pending:
         lines.append("cases drawn into `guards/parser_audit_review.jsonl`, awaiting human verdicts "
                      "(`rlexp guard audit ATTEMPT --verdicts FILE`)")
@@ -347,47 +351,62 @@ def render_markdown(inputs: ReportInputs, plots: Mapping[str, Path] | None = Non
         if gates:
             # "met", not PASS/FAIL: a STOP rule or the gray zone being met is not a success
             lines += [""] + _table(["gate / rule", "met", "detail"],
-                                   [(g, _gate_met(v), _guard_reason(v)) for g, v in gates.items()])
+                                   [(g, _gate_met(v), _gate_detail(v)) for g, v in gates.items()])
         fault = decision.get("fault_tree") or {}
         if fault:
             summary = fault.get("class") or fault.get("bottleneck") or fault.get("suggestion") or ""
             lines.append(f"\nFault tree: {_cell(summary) or _cell(fault)}")
-    other = [(g, v) for g, v in inputs.guards.items() if g not in ("G3", "G5", "parser_audit")]
+    other = [(g, v) for g, v in inputs.guards.items() if g not in (*IN_RUN_GATES, "parser_audit")]
     if other:
         lines += ["", "Guardrails:", ""]
-        lines += _table(["guard", "verdict", "detail"], [(g, _guard_verdict(v), _guard_reason(v)) for g, v in other])
+        lines += _table(["guard", "verdict", "detail"], [(g, _guard_status(v), _guard_reason(v)) for g, v in other])
     lines.append("")
     return "\n".join(lines)
 
 
-def _guard_verdict(doc: Any) -> str:
-    if isinstance(doc, bool):
-        return "PASS" if doc else "FAIL"
-    if not isinstance(doc, Mapping):
-        return _cell(doc)
-    if "verdict" in doc and isinstance(doc["verdict"], str):
-        return doc["verdict"]
-    if "passed" in doc:
-        return {True: "PASS", False: "FAIL", None: "not run"}.get(doc["passed"], _cell(doc["passed"]))
-    if "status" in doc:
-        return str(doc["status"])
-    return "—"
+def _guard_status(doc: Mapping[str, Any]) -> str:
+    """A ``guards/`` verdict's ``passed``: PASS, FAIL, or pending (an in-run gate not decided yet)."""
+    return {True: "PASS", False: "FAIL", None: "pending"}[doc["passed"]]
+
+
+def _notes(doc: Mapping[str, Any]) -> list[str]:
+    notes = doc.get("notes")
+    return [str(n) for n in notes] if isinstance(notes, list | tuple) else []
+
+
+def _guard_reason(doc: Mapping[str, Any]) -> str:
+    """A guard's rule and its first notes."""
+    text = "; ".join([str(doc.get("rule") or ""), *_notes(doc)[:2]]).strip("; ")
+    if not text and doc.get("numbers"):
+        text = _cell(doc["numbers"])
+    return text[:200]
+
+
+def _in_run_reason(doc: Mapping[str, Any]) -> str:
+    """An in-run gate's reason (its first note), else its rule."""
+    notes = _notes(doc)
+    return (notes[0] if notes else str(doc.get("rule") or ""))[:200]
 
 
 def _gate_met(doc: Any) -> str:
-    verdict = _guard_verdict(doc)
-    return {"PASS": "yes", "FAIL": "no"}.get(verdict, verdict)
+    """A decision gate (``decision.json`` ``gates``) as met: yes / no / not run. "met", not
+    PASS/FAIL: a STOP rule or the gray zone being met is not a success."""
+    if isinstance(doc, bool):
+        return "yes" if doc else "no"
+    if isinstance(doc, Mapping) and "passed" in doc:
+        return {True: "yes", False: "no", None: "not run"}.get(doc["passed"], _cell(doc["passed"]))
+    return "—"
 
 
-def _guard_reason(doc: Any) -> str:
+def _gate_detail(doc: Any) -> str:
     if not isinstance(doc, Mapping):
         return ""
     for key in ("reason", "rule", "message"):
         if doc.get(key):
             text = str(doc[key])
-            notes = doc.get("notes")
-            if notes and isinstance(notes, list | tuple):
-                text += "; " + "; ".join(str(n) for n in notes[:2])
+            notes = _notes(doc)
+            if notes:
+                text += "; " + "; ".join(notes[:2])
             return text[:200]
     numbers = doc.get("numbers")
     return _cell(numbers)[:200] if numbers else ""

@@ -175,12 +175,18 @@ def test_sota_pin_makes_sota_the_decision_baseline(exp):
     assert not res["gates"]["gate_1b"]["passed"]
 
 
+def audit_verdict(rate, passed):
+    """guards/parser_audit.json as `rlexp guard audit` writes it (rlexp.guardrails.GuardVerdict)."""
+    return {"name": "parser_audit", "passed": passed, "rule": "mis-parse rate <= 5%", "notes": [], "details": [],
+            "numbers": {"reviewed": 50, "mis_parse_rate": rate, "max_misparse_rate": 0.05}}
+
+
 @pytest.mark.parametrize(("rate", "decision"), [(0.085, "DEBUG"), (0.05, "CONFIRM"), (0.051, "DEBUG")])
 def test_parser_audit_blocks(exp, rate, decision):
     d = make_attempt(exp, "p1", "a29", {"eps_clip": 0.1}, decide_steps=(200,))
     evaluated(d, {"global_step200": (40, 80)})
     (d / "guards").mkdir()
-    (d / "guards" / "parser_audit.json").write_text(json.dumps({"misparse_rate": rate}))
+    (d / "guards" / "parser_audit.json").write_text(json.dumps(audit_verdict(rate, passed=rate <= 0.05)))
     res = decide_attempt(d, now=NOW)
     assert res["decision"] == decision
     assert res["gates"]["parser_audit"]["passed"] is (decision != "DEBUG")
@@ -203,14 +209,33 @@ def test_parser_audit_guard_verdict_form_and_g4(exp):
     assert a["indicated"] is True and a["missing"] == [] and "pass@8" in a["evidence"]
 
 
-def test_parser_audit_counts_form(exp):
+def test_parser_audit_reads_only_the_guard_verdict(exp, capsys):
     d = make_attempt(exp, "p1", "a29", {"eps_clip": 0.1}, decide_steps=(200,))
     evaluated(d, {"global_step200": (40, 80)})
     (d / "guards").mkdir()
-    (d / "guards" / "parser_audit.json").write_text(json.dumps({"misparsed": 10, "audited": 118}))
-    assert decide_attempt(d, now=NOW)["decision"] == "DEBUG"
-    (d / "guards" / "parser_audit.json").write_text(json.dumps({"verdict": "ok"}))
-    with pytest.raises(InputError, match="misparse_rate"):
+    path = d / "guards" / "parser_audit.json"
+    # the audit's own verdict failed (judged under a stricter SOP): decide does not overrule it
+    path.write_text(json.dumps(audit_verdict(0.02, passed=False)))
+    res = decide_attempt(d, now=NOW)
+    assert res["decision"] == "DEBUG" and "parser audit: failed" in res["reason"]
+    assert res["gates"]["parser_audit"]["passed"] is False and res["gates"]["parser_audit"]["audit_passed"] is False
+    # other layouts (a bare rate, counts, a verdict word) are not read: one line naming file and key
+    for doc, key in (({"misparse_rate": 0.02}, "passed"),
+                     ({"misparsed": 10, "audited": 118}, "passed"),
+                     ({"verdict": "ok"}, "passed"),
+                     ({**audit_verdict(0.02, True), "numbers": {"misparse_rate": 0.02}}, "numbers.mis_parse_rate"),
+                     ({**audit_verdict(0.02, True), "numbers": {"mis_parse_rate": 1.5}}, "numbers.mis_parse_rate"),
+                     ({**audit_verdict(0.02, True), "numbers": {"mis_parse_rate": "2%"}}, "numbers.mis_parse_rate"),
+                     ({**audit_verdict(0.02, None)}, "passed")):
+        path.write_text(json.dumps(doc))
+        with pytest.raises(InputError, match=f"parser_audit.json: {key}") as err:
+            decide_attempt(d, now=NOW)
+        assert "\n" not in str(err.value)
+        capsys.readouterr()
+        assert main(["decide", str(d)]) == 2
+        assert capsys.readouterr().err.count("\n") == 1
+    path.write_text(json.dumps([0.02]))
+    with pytest.raises(InputError, match="parser_audit.json: expected a JSON object"):
         decide_attempt(d, now=NOW)
 
 

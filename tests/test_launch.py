@@ -21,6 +21,7 @@ from test_tracking import migrated_db, sqlite_uri  # noqa: F401 (fixtures)
 from rlexp.backends.process import pid_alive, wait_for
 from rlexp.cli import main
 from rlexp.commands import launch as launch_cmd
+from rlexp.errors import InputError
 from rlexp.ingest import read_metrics
 
 FAKE_TRAINER = r'''
@@ -188,10 +189,16 @@ def test_local_run_writes_files_and_keeps_secrets_out(exp, capsys, monkeypatch, 
     prov = json.loads((att / "launch" / "provenance.json").read_text())
     assert prov["datasets"]["pool"]["sha256"] and prov["seed"] == 42 and prov["versions"]["python"]
     assert prov["git"]["sha"] is None or len(prov["git"]["sha"]) == 40
-    assert json.loads((att / "launch" / "state.json").read_text())["state"] == "finished"
+    state = json.loads((att / "launch" / "state.json").read_text())
+    assert state["state"] == "finished"
     spikes = [json.loads(line) for line in (att / "launch" / "spikes.jsonl").read_text().splitlines()]
     assert [s["global_step"] for s in spikes] == [3]  # grad norm 80 > 50
-    assert not (att / "guards" / "G3.json").exists()  # 6 steps: the 10-step smoke gate is still pending
+    assert argv["metrics_source"] == "stdout" and state["metrics_source"] == "stdout"
+    # 6 steps: the 10-step smoke gate is still pending, written in the one guards/ schema
+    g3 = json.loads((att / "guards" / "g3.json").read_text())
+    assert g3["name"] == "g3" and g3["passed"] is None and g3["numbers"]["steps_done"] == 6
+    assert g3["notes"] == ["6 of 10 smoke steps done"]
+    assert not (att / "guards" / "G3.json").exists()
     # the fake trainer printed HF_TOKEN into its log (a child may do anything with its env):
     # rlexp scrubs stdout.log when the run ends, so no file keeps the value
     assert "<redacted>" in (att / "launch" / "stdout.log").read_text()
@@ -232,6 +239,7 @@ def _resume_and_finish(exp: Path) -> None:
     assert _steps(att) == list(range(1, 7))  # FAKE_STEPS defaults to 6 here: resumes and finishes
     assert json.loads((att / "launch" / "state.json").read_text())["state"] == "finished"
     assert len((att / "launch" / "launches.jsonl").read_text().splitlines()) == 2
+    assert json.loads((att / "launch" / "argv.json").read_text())["metrics_source"] == "stdout"
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
@@ -508,6 +516,11 @@ def test_process_backend_follows_tensorboard_scalars(tmp_path, monkeypatch):
     assert rows[1]["monitor_acc"] == pytest.approx(0.5) and rows[3]["reward"] == pytest.approx(1.0)
     assert len(polls) > 4  # polled repeatedly while steps were being written
     assert sorted(s for p in polls for s in p) == [1, 2, 3, 4]
+    # the source is saved: a resume follows it without being told again
+    assert json.loads((att / "launch" / "argv.json").read_text())["metrics_source"] == "tensorboard"
+    assert json.loads((att / "launch" / "state.json").read_text())["metrics_source"] == "tensorboard"
+    (att / "checkpoints" / "_actor" / "global_step4").mkdir(parents=True)
+    assert launch_cmd.prepare(att, resume=True).metrics_source == "tensorboard"
 
 
 def test_metrics_source_is_checked(tmp_path, exp, capsys):
@@ -517,3 +530,40 @@ def test_metrics_source_is_checked(tmp_path, exp, capsys):
     experiment = make_experiment(tmp_path / "o", trainer="openrlhf", version="0.9.3")
     assert main(["launch", str(experiment / "a2"), "--dry-run", "--metrics-source", "wandb"]) == 2
     assert "unknown source 'wandb'" in capsys.readouterr().err
+
+
+def test_resume_reuses_the_saved_metrics_source_and_refuses_another(tmp_path, monkeypatch, capsys):
+    experiment = make_experiment(tmp_path, trainer="openrlhf", version="0.9.3")
+    monkeypatch.chdir(tmp_path)
+    att = experiment / "a2"
+    first = launch_cmd.prepare(att, metrics_source="tensorboard")
+    launch_cmd.write_launch_files(first)  # what the original launch saves before it starts the trainer
+    launch_cmd.write_state(att, "failed", pid=None, metrics_source="tensorboard", exit_code=1)
+    assert json.loads((att / "launch" / "argv.json").read_text())["metrics_source"] == "tensorboard"
+    (att / "checkpoints" / "_actor" / "global_step10").mkdir(parents=True)
+
+    assert launch_cmd.prepare(att, resume=True).metrics_source == "tensorboard"  # option left out
+    assert launch_cmd.prepare(att, resume=True, metrics_source="tensorboard").metrics_source == "tensorboard"
+    assert main(["launch", str(att), "--resume", "--dry-run", "--json", "--metrics-source", "tensorboard"]) == 0
+    capsys.readouterr()
+    assert main(["launch", str(att), "--resume", "--dry-run", "--metrics-source", "stdout"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "argv.json: metrics_source" in err
+    assert "'tensorboard'" in err and "--metrics-source 'stdout'" in err
+    before = (att / "launch" / "argv.json").read_text()
+    assert main(["launch", str(att), "--resume", "--metrics-source", "stdout", "--tracking-uri", "off"]) == 2
+    assert (att / "launch" / "argv.json").read_text() == before  # refused before anything is written
+
+    # a launch whose argv.json predates the saved source: state.json still tells
+    doc = json.loads(before)
+    del doc["metrics_source"]
+    (att / "launch" / "argv.json").write_text(json.dumps(doc))
+    assert launch_cmd.prepare(att, resume=True).metrics_source == "tensorboard"
+    with pytest.raises(InputError, match="state.json: metrics_source"):
+        launch_cmd.prepare(att, resume=True, metrics_source="stdout")
+    # neither file has it (an older launch): the option, else stdout as before
+    launch_cmd.write_state(att, "failed", pid=None, exit_code=1)
+    assert launch_cmd.prepare(att, resume=True).metrics_source == "stdout"
+    assert launch_cmd.prepare(att, resume=True, metrics_source="tensorboard").metrics_source == "tensorboard"
+    # a new launch is not tied to anything saved
+    assert launch_cmd.prepare(att, metrics_source="stdout").metrics_source == "stdout"

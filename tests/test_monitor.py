@@ -44,13 +44,16 @@ def ten_steps(step_time=115.0, reward=0.5, lr=5e-7, slow_step=None):
 
 
 def test_g3_pending_pass_fail():
-    assert monitor.g3_smoke(ten_steps()[:5]).verdict == "PENDING"
+    pending = monitor.g3_smoke(ten_steps()[:5])
+    assert pending.name == "g3" and pending.passed is None and pending.status == "PENDING"
+    assert pending.notes == ("5 of 10 smoke steps done",)
     passed = monitor.g3_smoke(ten_steps())
-    assert passed.verdict == "PASS" and passed.details["median_step_time_s"] == 115.0  # warm-up excluded
+    assert passed.passed is True and passed.numbers["median_step_time_s"] == 115.0  # warm-up excluded
+    assert "step time of steps 2..10" in passed.rule
     blown = monitor.g3_smoke(ten_steps(slow_step=7))
-    assert blown.verdict == "FAIL" and "4.00x" in blown.reason
+    assert blown.passed is False and "4.00x" in blown.notes[0]
     crashed = monitor.g3_smoke(ten_steps()[:3], crashed=True, exit_code=-9)
-    assert crashed.verdict == "FAIL" and "step 3" in crashed.reason
+    assert crashed.passed is False and "step 3" in crashed.notes[0]
 
 
 PLAN = {"schedule": {"lr_table": [{"global_step": s, "lr_mean": 9e-9, "actor_lr_logged": 5e-7 * s / 10}
@@ -60,14 +63,14 @@ PLAN = {"schedule": {"lr_table": [{"global_step": s, "lr_mean": 9e-9, "actor_lr_
 def test_g5_lr_matches_plan_and_reward_not_stuck():
     assert monitor.planned_lr(PLAN, 10) == pytest.approx(5e-7)  # actor_lr_logged wins over lr_mean
     ok = monitor.g5_runtime(ten_steps(), PLAN)
-    assert ok.verdict == "PASS", ok.reason
+    assert ok.name == "g5" and ok.passed is True, ok.notes
     low_lr = monitor.g5_runtime(ten_steps(lr=2.5e-7), PLAN)
-    assert low_lr.verdict == "FAIL" and "50% of planned" in low_lr.reason
+    assert low_lr.passed is False and "50% of planned" in low_lr.notes[0]
     stuck = monitor.g5_runtime(ten_steps(reward=0.0), PLAN)
-    assert stuck.verdict == "FAIL" and "reward stuck at 0.000" in stuck.reason
-    assert monitor.g5_runtime(ten_steps(reward=1.0), PLAN).verdict == "FAIL"
-    assert monitor.g5_runtime(ten_steps(), None).verdict == "FAIL"  # no plan: cannot assert the LR
-    assert monitor.g5_runtime(ten_steps()[:9], PLAN).verdict == "PENDING"
+    assert stuck.passed is False and "reward stuck at 0.000" in stuck.notes[0]
+    assert monitor.g5_runtime(ten_steps(reward=1.0), PLAN).passed is False
+    assert monitor.g5_runtime(ten_steps(), None).passed is False  # no plan: cannot assert the LR
+    assert monitor.g5_runtime(ten_steps()[:9], PLAN).passed is None  # pending
 
 
 def test_early_stop_fires_on_a30_trajectory_at_step_80(tmp_path):
@@ -100,17 +103,69 @@ def test_run_monitor_writes_spike_log_and_guards(tmp_path):
     run.update(rows[3:5])  # re-sent rows do not log a spike twice
     spikes = [json.loads(line) for line in (tmp_path / "launch" / "spikes.jsonl").read_text().splitlines()]
     assert spikes == [{"global_step": 4, "metric": "grad_norm", "value": 171.4, "threshold": 50.0}]
-    g3 = json.loads((tmp_path / "guards" / "G3.json").read_text())
-    g5 = json.loads((tmp_path / "guards" / "G5.json").read_text())
-    assert g3["gate"] == "G3" and g3["verdict"] == "PASS" and g5["verdict"] == "PASS"
+    g3 = json.loads((tmp_path / "guards" / "g3.json").read_text())
+    g5 = json.loads((tmp_path / "guards" / "g5.json").read_text())
+    # the one guards/ schema (rlexp.guardrails.GuardVerdict)
+    assert list(g3) == ["name", "passed", "rule", "numbers", "notes", "details"]
+    assert g3["name"] == "g3" and g3["passed"] is True and g5["name"] == "g5" and g5["passed"] is True
+    assert g3["numbers"]["steps_done"] == 10 and g3["notes"][0].startswith("no crash")
+    assert not (tmp_path / "guards" / "G3.json").exists() and not (tmp_path / "guards" / "G5.json").exists()
 
 
 def test_crash_before_step_10_fails_g3(tmp_path):
     run = monitor.RunMonitor(tmp_path)
     run.update(ten_steps()[:4])
     verdict = run.record_crash(-9)
-    assert verdict.verdict == "FAIL"
-    assert json.loads((tmp_path / "guards" / "G3.json").read_text())["details"]["exit_code"] == -9
+    assert verdict.passed is False
+    g3 = json.loads((tmp_path / "guards" / "g3.json").read_text())
+    assert g3["passed"] is False and g3["numbers"]["exit_code"] == -9 and "exited with code -9" in g3["notes"][0]
+
+
+def test_run_monitor_writes_a_verdict_only_when_it_changes(tmp_path, monkeypatch):
+    from rlexp import guardrails
+
+    writes: list[tuple[str, bool | None]] = []
+    original = guardrails.write_verdict
+
+    def counting(attempt_dir, verdict):
+        writes.append((verdict.name, verdict.passed))
+        return original(attempt_dir, verdict)
+
+    monkeypatch.setattr(guardrails, "write_verdict", counting)
+    run = monitor.RunMonitor(tmp_path, plan=PLAN)
+    rows = ten_steps()
+    run.update(rows[:4])
+    assert writes == [("g3", None), ("g5", None)]  # pending verdicts are written too
+    g3 = json.loads((tmp_path / "guards" / "g3.json").read_text())
+    assert g3["passed"] is None and g3["notes"] == ["4 of 10 smoke steps done"]
+    writes.clear()
+    run.update([])  # a poll with nothing new
+    run.update(rows[2:4])  # re-sent rows
+    assert writes == []
+    run.update(rows[4:])
+    assert writes == [("g3", True), ("g5", True)]
+    writes.clear()
+    for _ in range(3):  # later polls and steps leave the decided verdicts alone
+        run.update([{"global_step": 11, "reward": 0.5, "grad_norm": 1.0}])
+    assert writes == []
+    resumed = monitor.RunMonitor(tmp_path, plan=PLAN)  # a resume: the verdicts on disk count as written
+    resumed.update(rows)
+    assert writes == []
+    resumed.record_crash(1)  # after step 10 a crash does not change G3
+    assert writes == []
+
+
+def test_a_resume_keeps_a_crash_verdict_until_g3_is_decided_again(tmp_path):
+    first = monitor.RunMonitor(tmp_path, plan=PLAN)
+    rows = ten_steps()
+    first.update(rows[:3])
+    first.record_crash(-9)
+    resumed = monitor.RunMonitor(tmp_path, plan=PLAN)
+    resumed.update(rows[:5])  # pending again in memory: the crash verdict on disk stays
+    g3 = json.loads((tmp_path / "guards" / "g3.json").read_text())
+    assert g3["passed"] is False and g3["numbers"]["exit_code"] == -9
+    resumed.update(rows[5:])
+    assert json.loads((tmp_path / "guards" / "g3.json").read_text())["passed"] is True
 
 
 def _sop_with(tmp_path, **gates):
@@ -135,18 +190,18 @@ def test_in_run_numbers_come_from_the_sop_file(tmp_path):
                     g5={"at_step": 5, "reward_stuck_low": 0.6, "reward_stuck_high": 0.9})
     assert [s.global_step for s in monitor.spikes(rows, sop=sop)] == [4]
     assert monitor.stability(rows, sop=sop).spike_threshold == 30.0
-    assert monitor.g3_smoke(rows[:5]).verdict == "PENDING"  # the SOP in force smokes 10 steps
-    assert monitor.g3_smoke(rows[:5], sop=sop).verdict == "PASS"
+    assert monitor.g3_smoke(rows[:5]).passed is None  # pending: the SOP in force smokes 10 steps
+    assert monitor.g3_smoke(rows[:5], sop=sop).passed is True
     blown = ten_steps(slow_step=7)
-    assert monitor.g3_smoke(blown).verdict == "FAIL"
-    assert monitor.g3_smoke(blown, sop=_sop_with(tmp_path, g3={"step_time_max_ratio": 5.0})).verdict == "PASS"
+    assert monitor.g3_smoke(blown).passed is False
+    assert monitor.g3_smoke(blown, sop=_sop_with(tmp_path, g3={"step_time_max_ratio": 5.0})).passed is True
     g5 = monitor.g5_runtime(rows, PLAN, sop=sop)  # reward 0.5 is below the copy's 0.6
-    assert g5.verdict == "FAIL" and "reward stuck at 0.500" in g5.reason and "at step 5" in g5.criteria
+    assert g5.passed is False and "reward stuck at 0.500" in g5.notes[0] and "at step 5" in g5.rule
     run = monitor.RunMonitor(tmp_path / "run", plan=PLAN, sop=sop)
     run.update(rows)
     logged = [json.loads(line) for line in (tmp_path / "run" / "launch" / "spikes.jsonl").read_text().splitlines()]
     assert logged == [{"global_step": 4, "metric": "grad_norm", "value": 40.0, "threshold": 30.0}]
-    assert json.loads((tmp_path / "run" / "guards" / "G5.json").read_text())["verdict"] == "FAIL"
+    assert json.loads((tmp_path / "run" / "guards" / "g5.json").read_text())["passed"] is False
 
 
 def test_spike_threshold_module_constant_is_the_sops():

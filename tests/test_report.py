@@ -76,7 +76,8 @@ def fill_attempt(attempt: Path) -> None:
         "fault_tree": {}}))
     (attempt / "guards").mkdir(exist_ok=True)
     (attempt / "guards" / "parser_audit.json").write_text(json.dumps(
-        {"name": "parser_audit", "passed": True, "rule": "mis-parse rate <= 5% of 50 reviewed", "numbers": {}}))
+        {"name": "parser_audit", "passed": True, "rule": "mis-parse rate <= 5% of 50 reviewed", "numbers": {},
+         "notes": [], "details": []}))
 
 
 @pytest.fixture
@@ -108,6 +109,34 @@ def test_report_has_all_eight_deliverables_and_plots(attempt, tmp_path):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert f"(a2_{name}.png)" in text
     assert len(text.splitlines()) < 90  # one page
+
+
+def test_in_run_gates_and_guardrails_read_the_one_verdict_schema(attempt, tmp_path):
+    from rlexp import monitor
+    from rlexp.guardrails import GuardVerdict, write_verdict
+    from rlexp.report import DELIVERABLES, write_report
+
+    # in-run gates as `rlexp launch` writes them: g3 decided, g5 still pending
+    rows = [{"global_step": s, "step_time_s": 300.0 if s == 1 else 100.0, "reward": 0.5, "grad_norm": 2.0}
+            for s in range(1, 11)]
+    write_verdict(attempt, monitor.g3_smoke(rows))
+    write_verdict(attempt, monitor.g5_runtime(rows[:9], None))
+    write_verdict(attempt, GuardVerdict("g0", False, "training input_ids == eval input_ids on 5 samples",
+                                        {"samples": 5, "mismatches": 5}, ("the suffix differs",)))
+    (attempt / "guards" / "g4_samples.meta.json").write_text(json.dumps({"engine": "local"}))  # not a verdict
+    text = write_report(attempt, tmp_path / "reports").read_text()
+    stability, rest = text.split("## " + DELIVERABLES[6])
+    assert "| g3 | PASS | no crash; max step time 1.00x the median |" in stability
+    assert "| g5 | pending | step 10 not logged yet |" in stability
+    guardrails = rest.split("Guardrails:")[1]
+    assert "| g0 | FAIL | training input_ids == eval input_ids on 5 samples; the suffix differs |" in guardrails
+    assert "g3" not in guardrails and "g5" not in guardrails and "g4_samples" not in text
+    assert "PASS — mis-parse rate" in rest  # parser_audit in its own section, not the table
+    assert "| parser_audit |" not in guardrails
+    (attempt / "guards" / "g0.json").write_text(json.dumps({"name": "g0", "passed": "yes", "rule": "r",
+                                                            "numbers": {}, "notes": [], "details": []}))
+    with pytest.raises(InputError, match="g0.json: passed"):
+        write_report(attempt, tmp_path / "reports")
 
 
 def test_missing_pieces_render_as_not_available(tmp_path):

@@ -79,7 +79,8 @@ def _read_selection(eval_dir: Path) -> tuple[list[str], dict[str, str]]:
 
 
 def _parser_audit(attempt_dir: Path) -> dict[str, Any] | None:
-    """guards/parser_audit.json → {"misparse_rate", ...}; None when the audit was not run."""
+    """guards/parser_audit.json (a ``rlexp.guardrails.GuardVerdict``, written by ``rlexp guard
+    audit``) → {"misparse_rate", "audit_passed", "file"}; None when the audit was not run."""
     from rlexp.errors import InputError
     from rlexp.files import finite_number, read_json
 
@@ -88,23 +89,19 @@ def _parser_audit(attempt_dir: Path) -> dict[str, Any] | None:
         return None
     data = read_json(path)
     if not isinstance(data, dict):
-        raise InputError(path, None, "expected a JSON object")
-    if isinstance(data.get("numbers"), dict):  # a rlexp.guardrails verdict: {name, passed, rule, numbers, ...}
-        data = data["numbers"]
-    for key in ("misparse_rate", "mis_parse_rate"):
-        if key in data:
-            rate = finite_number(data[key])
-            if rate is None or not 0.0 <= rate <= 1.0:
-                raise InputError(path, key, f"must be a fraction in [0, 1], got {data[key]!r}")
-            return {"misparse_rate": rate, "file": str(path)}
-    for bad_key in ("misparse", "misparsed", "mis_parsed", "parser_errors"):
-        for n_key in ("audited", "reviewed", "n"):
-            if bad_key in data and n_key in data:
-                bad, n = data[bad_key], data[n_key]
-                if not (isinstance(bad, int) and isinstance(n, int) and 0 <= bad <= n and n > 0):
-                    raise InputError(path, bad_key, f"needs integer counts 0 <= {bad_key} <= {n_key}, {n_key} > 0")
-                return {"misparse_rate": bad / n, "misparsed": bad, "audited": n, "file": str(path)}
-    raise InputError(path, "misparse_rate", "missing: expected misparse_rate or misparsed/audited counts")
+        raise InputError(path, None, "expected a JSON object (a guard verdict written by `rlexp guard audit`)")
+    passed = data.get("passed")
+    if not isinstance(passed, bool):
+        raise InputError(path, "passed", f"must be true or false, got {passed!r}")
+    numbers = data.get("numbers")
+    if not isinstance(numbers, dict) or "mis_parse_rate" not in numbers:
+        raise InputError(path, "numbers.mis_parse_rate", "missing (write the file with `rlexp guard audit ATTEMPT "
+                         "--verdicts FILE`)")
+    rate = finite_number(numbers["mis_parse_rate"])
+    if rate is None or not 0.0 <= rate <= 1.0:
+        raise InputError(path, "numbers.mis_parse_rate", f"must be a fraction in [0, 1], got "
+                         f"{numbers['mis_parse_rate']!r}")
+    return {"misparse_rate": rate, "audit_passed": passed, "file": str(path)}
 
 
 def _recipe_sha256(att: Any) -> str:
@@ -225,15 +222,20 @@ def decide_attempt(path: str | Path, *, sop_path: str | Path | None = None, now:
     stop3b = gates.stop_3b(current, [e.outcome() for e in history.values()], sop)
     gray = gates.gray_zone(prim.delta_pp, sop)
     audit = _parser_audit(attempt_dir)
-    audit_blocks = audit is not None and audit["misparse_rate"] > sop.parser_audit.max_misparse_rate + gates.EPS
+    # blocked by the rate under the SOP in force, or by the audit's own verdict (a stricter SOP)
+    audit_blocks = audit is not None and (audit["misparse_rate"] > sop.parser_audit.max_misparse_rate + gates.EPS
+                                          or not audit["audit_passed"])
     if audit is None:
         notes.append("no parser audit (guards/parser_audit.json): SOP §7 asks for one before the fault tree")
 
     # ---- the decision
     if audit_blocks:
         decision = "DEBUG"
-        reason = (f"parser audit: mis-parse rate {audit['misparse_rate']:.1%} > "
-                  f"{sop.parser_audit.max_misparse_rate:.0%}: fix the parser and re-evaluate first (SOP §7)")
+        if audit["misparse_rate"] > sop.parser_audit.max_misparse_rate + gates.EPS:
+            why = f"mis-parse rate {audit['misparse_rate']:.1%} > {sop.parser_audit.max_misparse_rate:.0%}"
+        else:
+            why = f"failed (guards/parser_audit.json, mis-parse rate {audit['misparse_rate']:.1%})"
+        reason = f"parser audit: {why}: fix the parser and re-evaluate first (SOP §7)"
     elif g1b_pass and gate2.passed:
         decision, reason = "STOP-1", "Gate-1b and Gate-2 pass: release candidate; the SOTA pin moves"
     elif (g1a_pass or g1b_pass) and not siblings:

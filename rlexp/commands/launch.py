@@ -53,9 +53,10 @@ def launch(
                                                      "sqlite:///mlflow.db here); 'off' disables MLflow.")] = None,
     no_follow: Annotated[bool, typer.Option("--no-follow", help="Start the run and return at once.")] = False,
     poll_s: Annotated[float, typer.Option(help="Seconds between metric polls while following.")] = 2.0,
-    metrics_source: Annotated[str, typer.Option(
+    metrics_source: Annotated[str | None, typer.Option(
         "--metrics-source", help="OpenRLHF backends: follow the trainer's stdout 'Global step N' lines, or its "
-                                 "TensorBoard scalars in ATTEMPT/tensorboard.")] = "stdout",
+                                 "TensorBoard scalars in ATTEMPT/tensorboard (default: stdout; --resume: "
+                                 "the source of the original launch).")] = None,
 ) -> None:
     """Start an attempt's training run (local CPU trainer, OpenRLHF process, or Ray job)."""
     if force and not (reason and reason.strip()):
@@ -166,9 +167,12 @@ def _default_backend(att, ray_address: str | None) -> str:
 
 def prepare(attempt: Path, *, backend: str | None = None, ray_address: str | None = None, resume: bool = False,
             force: bool = False, reason: str | None = None, dry_run: bool = False,
-            metrics_source: str = "stdout") -> Prepared:
+            metrics_source: str | None = None) -> Prepared:
     """Decide everything (argv, paths, plan verdict) and check what can be checked; write nothing
-    except a missing plan.json (not in a dry run)."""
+    except a missing plan.json (not in a dry run).
+
+    ``metrics_source`` None: "stdout" for a new launch; a resume reuses the original launch's
+    (``launch/argv.json``, else ``launch/state.json``) and refuses a different one."""
     from rlexp.backends import openrlhf
     from rlexp.spec import load_attempt
 
@@ -183,6 +187,9 @@ def prepare(attempt: Path, *, backend: str | None = None, ray_address: str | Non
         raise InputError(att.spec_path, "trainer.name", f"trainer 'local' cannot run on the {backend} backend")
     if backend == "ray" and not ray_address:
         raise InputError(None, "--ray-address", "the ray backend needs --ray-address http://HOST:8265")
+    if resume:
+        metrics_source = _resume_metrics_source(attempt_dir, metrics_source)
+    metrics_source = metrics_source or "stdout"
     if metrics_source not in METRICS_SOURCES:
         raise InputError(None, "--metrics-source", f"unknown source {metrics_source!r}; expected one of "
                          f"{', '.join(METRICS_SOURCES)}")
@@ -298,6 +305,30 @@ def _training_data(att, launch_dir: Path, must_exist: bool = True) -> tuple[str,
     return prompt_data, suffixed
 
 
+def _resume_metrics_source(attempt_dir: Path, asked: str | None) -> str | None:
+    """The metrics source a resume follows: the one saved by the original launch (``launch/argv.json``,
+    else ``launch/state.json``); ``asked`` (``--metrics-source``) must match it. None when neither
+    file records one (a launch before the source was saved): ``asked`` or the default then."""
+    from rlexp.files import read_json
+
+    for name in ("argv.json", "state.json"):
+        path = attempt_dir / "launch" / name
+        if not path.exists():
+            continue
+        doc = read_json(path)
+        saved = doc.get("metrics_source") if isinstance(doc, dict) else None
+        if saved is None:
+            continue
+        if saved not in METRICS_SOURCES:
+            raise InputError(path, "metrics_source", f"unknown source {saved!r}; expected one of "
+                             f"{', '.join(METRICS_SOURCES)}")
+        if asked is not None and asked != saved:
+            raise InputError(path, "metrics_source", f"the original launch followed {saved!r}; a resume cannot "
+                             f"switch to --metrics-source {asked!r} (drop the option)")
+        return saved
+    return asked
+
+
 def _read_state(attempt_dir: Path) -> dict[str, Any] | None:
     from rlexp.files import read_json
 
@@ -331,7 +362,8 @@ def write_launch_files(p: Prepared) -> None:
     argv = [provenance.scrub(a) for a in p.argv]
     now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     doc = {"argv": argv, "backend": p.backend, "cwd": str(p.attempt_dir), "resume": p.resume,
-           "created_at": now, "force_reason": p.force_reason, "dropped_recipe_keys": list(p.dropped)}
+           "metrics_source": p.metrics_source, "created_at": now, "force_reason": p.force_reason,
+           "dropped_recipe_keys": list(p.dropped)}
     atomic_write_json(launch_dir / "argv.json", doc)
     header = ["#!/usr/bin/env bash", "# Written by `rlexp launch` for humans to read; rlexp never runs it.",
               f"# attempt: {p.attempt.id}   backend: {p.backend}   written: {now}"]
@@ -438,7 +470,7 @@ def run(p: Prepared, *, tracking_uri: str | None = None, follow: bool = True, po
     # leaves an unwatched trainer behind; --no-follow: the child outlives us by design
     proc = process.start(p.argv, log_path=launch_dir / "stdout.log", cwd=attempt_dir, die_with_parent=follow)
     base = {"pid": proc.pid, "launcher_pid": os.getpid() if follow else None, "backend": p.backend,
-            "resume": p.resume, "force_reason": p.force_reason}
+            "resume": p.resume, "metrics_source": p.metrics_source, "force_reason": p.force_reason}
     if p.submission_id:
         base["ray_submission_id"] = p.submission_id
 
