@@ -279,11 +279,12 @@ def run_g1(
         suffix = att.datasets[role].prompt_suffix or ""
         paths = {}
         for label, merge in (("adapter", False), ("merged", True)):
-            engine = LocalEngine(base, {name: saved[step]}, merge=merge)
             out = attempt_dir / "guards" / "g1" / f"{name}__{role}__{label}.jsonl"
-            eval_records(engine, engine.tokenizer, attempt_dir=attempt_dir, set_role=role, problems=problems,
-                         dataset_sha256=digest, targets=[target], base=base, decoding=decoding, suffix=suffix,
-                         records_path=lambda _t, out=out: out, extra_meta={"g1_path": label})
+            # one engine at a time, closed before the next loads: never two models in memory
+            with LocalEngine(base, {name: saved[step]}, merge=merge) as engine:
+                eval_records(engine, engine.tokenizer, attempt_dir=attempt_dir, set_role=role, problems=problems,
+                             dataset_sha256=digest, targets=[target], base=base, decoding=decoding, suffix=suffix,
+                             records_path=lambda _t, out=out: out, extra_meta={"g1_path": label})
             paths[label] = out
         verdict = pipeline_integrity(read_records(paths["adapter"]), read_records(paths["merged"]),
                                      nondeterminism=nondeterminism, labels=("adapter", "merged"), sop=sop)
@@ -342,7 +343,7 @@ def _baseline_records(att: Any, limit: int | None, *, show_progress: bool = Fals
     base = base_model_path(att)
     target = Target(BASELINE_S0, None)
     engine, tokenizer = build_engine(att, base, [target])
-    with eval_lock(Path(att.attempt_dir)):
+    with engine, eval_lock(Path(att.attempt_dir)):
         results = eval_records(engine, tokenizer, attempt_dir=Path(att.attempt_dir), set_role="ood_primary",
                                problems=problems, dataset_sha256=digest, targets=[target], base=base,
                                decoding=Decoding.greedy(int(att.eval.max_tokens)),
@@ -412,10 +413,11 @@ def run_g4(attempt: str | Path, *, k: int | None = None, limit: int | None = Non
     target = Target(BASELINE_S0, None)
     engine, tokenizer = build_engine(att, base, [target])
     out = Path(att.attempt_dir) / "guards" / "g4_samples.jsonl"
-    eval_records(engine, tokenizer, attempt_dir=Path(att.attempt_dir), set_role="ood_primary", problems=problems,
-                 dataset_sha256=loaded[2], targets=[target], base=base,
-                 decoding=Decoding.sampling(k, int(att.eval.max_tokens), g4.temperature),
-                 suffix=att.datasets["ood_primary"].prompt_suffix or "", records_path=lambda _t: out)
+    with engine:
+        eval_records(engine, tokenizer, attempt_dir=Path(att.attempt_dir), set_role="ood_primary",
+                     problems=problems, dataset_sha256=loaded[2], targets=[target], base=base,
+                     decoding=Decoding.sampling(k, int(att.eval.max_tokens), g4.temperature),
+                     suffix=att.datasets["ood_primary"].prompt_suffix or "", records_path=lambda _t: out)
     wanted = {p["problem_hash"] for p in problems}
     verdict = passk_headroom([r for r in read_records(out) if r["problem_hash"] in wanted], k, g4)
     verdict = _with_numbers(verdict, baseline_wrong=len(wrong), baseline_problems=len(greedy))
