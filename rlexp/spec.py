@@ -302,6 +302,12 @@ class Attempt:
             node = node.parent
         return out
 
+    def chain_sha256(self) -> str:
+        """One digest of every spec file in the chain: editing a parent changes the child's plan."""
+        from rlexp.files import sha256_file, sha256_text
+
+        return sha256_text("\n".join(f"{a.id}:{sha256_file(a.spec_path)}" for a in self.chain()))
+
 
 @dataclass(frozen=True)
 class Difference:

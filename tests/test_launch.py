@@ -567,3 +567,28 @@ def test_resume_reuses_the_saved_metrics_source_and_refuses_another(tmp_path, mo
     assert launch_cmd.prepare(att, resume=True, metrics_source="tensorboard").metrics_source == "tensorboard"
     # a new launch is not tied to anything saved
     assert launch_cmd.prepare(att, metrics_source="stdout").metrics_source == "stdout"
+
+
+def test_a_parent_edit_makes_the_childs_plan_stale(tmp_path):
+    """plan.json records a digest of the whole spec chain: editing the parent recomputes the child's plan."""
+    from rlexp.commands.launch import load_plan
+    from rlexp.commands.plan import build_plan
+    from rlexp.files import atomic_write_json
+    from rlexp.spec import load_attempt
+
+    exp = tmp_path / "exp"
+    (exp / "p").mkdir(parents=True)
+    (exp / "c").mkdir()
+    recipe = ("recipe: {advantage_estimator: dr_grpo, n_samples_per_prompt: 8, rollout_batch_size: 16,"
+              " train_batch_size: 16, micro_train_batch_size: 1, actor_learning_rate: 5.0e-7,"
+              " lr_warmup_ratio: 0.05, eval_steps: 10, save_steps: 10}\n")
+    (exp / "p" / "attempt.yaml").write_text("id: p\ntrainer: {name: openrlhf, version: '0.9.3'}\n" + recipe
+                                            + "datasets: {pool: {size: 3200}, ood_primary: {size: 1000}}\n")
+    (exp / "c" / "attempt.yaml").write_text("id: c\nparent: p\nchange: {eps_clip: 0.1}\nrecipe: {eps_clip: 0.1}\n")
+    child = load_attempt(exp / "c")
+    atomic_write_json(exp / "c" / "plan.json", build_plan(child))
+    assert load_plan(child, write=False)["steps"]["global_steps_total"] == 200
+    parent_spec = exp / "p" / "attempt.yaml"
+    parent_spec.write_text(parent_spec.read_text().replace("size: 3200", "size: 1600"))
+    child = load_attempt(exp / "c")  # the child's own file is unchanged
+    assert load_plan(child, write=False)["steps"]["global_steps_total"] == 100

@@ -106,8 +106,8 @@ class Prepared:
 
 def load_plan(att, *, write: bool = True) -> dict[str, Any]:
     """``plan.json``; computed with ``rlexp plan``'s :func:`build_plan` when it is missing or was
-    made from another version of the spec (its ``spec_sha256`` differs), and then written unless
-    ``write`` is false (``--dry-run`` writes nothing)."""
+    made from another version of the spec or of a parent in its chain (``spec_chain_sha256``
+    differs), and then written unless ``write`` is false (``--dry-run`` writes nothing)."""
     from rlexp.files import atomic_write_json, read_json, sha256_file
 
     path = att.attempt_dir / "plan.json"
@@ -115,8 +115,10 @@ def load_plan(att, *, write: bool = True) -> dict[str, Any]:
         plan = read_json(path)
         if not isinstance(plan, dict):
             raise InputError(path, None, "expected a JSON object")
-        recorded = plan.get("spec_sha256")
-        if recorded is None or recorded == sha256_file(att.spec_path):
+        if "spec_chain_sha256" in plan:
+            if plan["spec_chain_sha256"] == att.chain_sha256():
+                return plan
+        elif plan.get("spec_sha256") in (None, sha256_file(att.spec_path)):  # a plan.json of an older rlexp
             return plan
     from rlexp.commands.plan import build_plan
 

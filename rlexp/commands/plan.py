@@ -49,6 +49,7 @@ def build_plan(att: Attempt) -> dict[str, Any]:
         "parent": att.parent_id,
         "spec": str(att.spec_path),
         "spec_sha256": sha256_file(att.spec_path),
+        "spec_chain_sha256": att.chain_sha256(),
         "trainer": {"name": att.trainer.name, "version": att.trainer.version, "gpus": att.trainer.gpus},
         "intent": _jsonable(att.intent),
         "change": _jsonable(att.change),
