@@ -117,6 +117,7 @@ def select_checkpoints(att: Any) -> dict[str, Any]:
         "saved_steps": list(saved),
         "monitor_points": len(points),
         "sop_version": sop.version,
+        "sop_sha256": sop.sha256,
     }
     atomic_write_json(attempt_dir / "eval" / "selection.json", payload)
     return payload

@@ -321,3 +321,16 @@ def test_ledger_and_pin_files_are_read_strictly(exp):
     (exp / "sota.json").write_text(json.dumps({"attempt": "a", "checkpoint": "c", "path": "p"}))
     with pytest.raises(InputError, match="decided_at"):
         read_sota(exp)
+
+
+def test_a_selection_made_under_another_sop_file_is_flagged(exp):
+    from rlexp.sop import load_sop
+
+    d = make_attempt(exp, "s1", "a29", {"eps_clip": 0.1}, decide_steps=(200,))
+    evaluated(d, {"global_step200": (40, 80)})
+    selection = d / "eval" / "selection.json"
+    sel = json.loads(selection.read_text())
+    selection.write_text(json.dumps({**sel, "sop_sha256": load_sop().sha256}))
+    assert not any("another SOP file" in n for n in decide_attempt(d)["notes"])
+    selection.write_text(json.dumps({**sel, "sop_sha256": "0" * 64}))
+    assert any("another SOP file" in n for n in decide_attempt(d)["notes"])

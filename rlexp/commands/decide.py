@@ -44,8 +44,9 @@ def decide(
 # --------------------------------------------------------------------------- reading
 
 
-def _read_selection(eval_dir: Path) -> tuple[list[str], dict[str, str]]:
-    """Checkpoint names in role order and name -> role(s), from eval/selection.json."""
+def _read_selection(eval_dir: Path) -> tuple[list[str], dict[str, str], str | None]:
+    """Checkpoint names in role order, name -> role(s), and the SHA-256 of the SOP file the
+    selection was made under, from eval/selection.json."""
     from rlexp.errors import InputError
     from rlexp.files import read_json
 
@@ -75,7 +76,7 @@ def _read_selection(eval_dir: Path) -> tuple[list[str], dict[str, str]]:
                 roles[name] = "pre-registered"
     if not names:
         raise InputError(path, "checkpoints", "no checkpoint selected")
-    return names, roles
+    return names, roles, data.get("sop_sha256")
 
 
 def _parser_audit(attempt_dir: Path) -> dict[str, Any] | None:
@@ -145,8 +146,12 @@ def decide_attempt(path: str | Path, *, sop_path: str | Path | None = None, now:
     attempt_dir, exp_dir = Path(att.attempt_dir), Path(att.experiment_dir)
     eval_dir = attempt_dir / "eval"
     decided_at = now or datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    names, roles = _read_selection(eval_dir)
+    names, roles, selected_under = _read_selection(eval_dir)
     notes: list[str] = []
+    if selected_under is not None and selected_under != sop.sha256:
+        # K=3 (smoothing window, ties) was applied under another SOP file than the gates are now
+        notes.append(f"the K=3 checkpoints were selected under another SOP file (sha256 {selected_under[:12]}) "
+                     f"than this decision's ({sop.sha256[:12]}): rerun `rlexp eval` to reselect")
 
     # ---- which baselines and sets exist
     pin = read_sota(exp_dir)
