@@ -30,7 +30,6 @@ test reproducing its incident (tests/test_checks.py). :func:`preflight` runs the
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +48,7 @@ from rlexp.schedule import (
     min_lr_is_configurable,
 )
 from rlexp.spec import EVAL_ROLES, TRAINING, Attempt, change_value, diff_against_parent, values_equal
+from rlexp.task import problem_hash
 
 ERROR = "error"
 WARNING = "warning"
@@ -551,7 +551,7 @@ def problem_hashes(path: Path) -> set[str]:
                 raise InputError(
                     path, f"line {number}", "record has neither problem_hash nor a prompt string"
                 )
-            value = hashlib.sha256(prompt.strip().encode("utf-8")).hexdigest()
+            value = problem_hash(prompt)
         elif not isinstance(value, str):
             raise InputError(path, f"line {number}: problem_hash", f"must be a string, got {value!r}")
         hashes.add(value)

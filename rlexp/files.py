@@ -179,14 +179,31 @@ def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
-def sha256_dir(path: str | Path) -> str:
-    """Digest of a directory tree: relative paths and file contents, in sorted order."""
+def sha256_dir(path: str | Path, *, exclude: tuple[str, ...] = ()) -> str:
+    """Digest of a directory tree: relative paths and file contents, in sorted order. Files
+    named in ``exclude`` are left out (a metadata file that records this very digest)."""
     root = Path(path)
     digest = hashlib.sha256()
-    for file in sorted(p for p in root.rglob("*") if p.is_file()):
+    for file in sorted(p for p in root.rglob("*") if p.is_file() and p.name not in exclude):
         digest.update(file.relative_to(root).as_posix().encode() + b"\0")
         digest.update(sha256_file(file).encode() + b"\n")
     return digest.hexdigest()
+
+
+def replace_dir(tmp: str | Path, final: str | Path) -> None:
+    """Make the fully written directory ``tmp`` appear as ``final``: renames are atomic, and an old
+    ``final`` is moved aside before and removed after, so a kill never leaves half of either."""
+    import shutil
+
+    tmp, final = Path(tmp), Path(final)
+    if final.exists():
+        old = final.with_name(final.name + ".old")
+        shutil.rmtree(old, ignore_errors=True)
+        final.rename(old)
+        tmp.rename(final)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        tmp.rename(final)
 
 
 def sha256_text(text: str) -> str:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlexp.errors import InputError
-from rlexp.files import atomic_write_json, read_json, sha256_dir, sha256_text
+from rlexp.files import atomic_write_json, read_json, replace_dir, sha256_dir, sha256_text
 
 if TYPE_CHECKING:  # the task module is pure; imported for type names only
     from rlexp.task import ArithmeticTask
@@ -168,7 +168,6 @@ def sft_tiny_model(
     is called after each evaluation when given (``loss``: running mean of the training loss).
     """
     import random
-    import shutil
     import tempfile
     import time
 
@@ -254,23 +253,13 @@ def sft_tiny_model(
         seconds=round(time.perf_counter() - started, 2),
     )
     atomic_write_json(tmp / "sft.json", {**asdict(result), "settings": settings})
-    if out.exists():
-        shutil.rmtree(out)
-    tmp.rename(out)
+    replace_dir(tmp, out)
     return out
 
 
 def sha256_dir_excluding(path: Path, name: str) -> str:
     """SHA-256 of a model directory without its own metadata file (which records that hash)."""
-    import hashlib
-
-    from rlexp.files import sha256_file
-
-    digest = hashlib.sha256()
-    for file in sorted(p for p in path.rglob("*") if p.is_file() and p.name != name):
-        digest.update(file.relative_to(path).as_posix().encode() + b"\0")
-        digest.update(sha256_file(file).encode() + b"\n")
-    return digest.hexdigest()
+    return sha256_dir(path, exclude=(name,))
 
 
 def read_sft_result(out_dir: str | Path) -> dict[str, Any]:

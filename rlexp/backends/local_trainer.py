@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlexp.errors import InputError
-from rlexp.files import append_jsonl, iter_jsonl, repair_torn_tail
+from rlexp.files import append_jsonl, iter_jsonl, repair_torn_tail, replace_dir
 
 if TYPE_CHECKING:
     import torch
@@ -431,20 +431,6 @@ def state_dir(attempt_dir: Path, global_step: int) -> Path:
     return attempt_dir / "checkpoints" / STATE_DIR / f"global_step{global_step}"
 
 
-def _replace_dir(tmp: Path, final: Path) -> None:
-    """Make ``tmp`` appear as ``final`` (rename is atomic; an old copy is moved aside first)."""
-    import shutil
-
-    if final.exists():
-        old = final.with_name(final.name + ".old")
-        shutil.rmtree(old, ignore_errors=True)
-        final.rename(old)
-        tmp.rename(final)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        tmp.rename(final)
-
-
 def save_adapter(model, tokenizer, attempt_dir: Path, global_step: int) -> Path:
     """``checkpoints/global_step{N}_hf``: the LoRA adapter (or the full model when lora_rank is 0)
     and the tokenizer, written to a temporary directory and renamed into place."""
@@ -455,7 +441,7 @@ def save_adapter(model, tokenizer, attempt_dir: Path, global_step: int) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp, save_jinja_files=False)
-    _replace_dir(tmp, final)
+    replace_dir(tmp, final)
     return final
 
 
@@ -484,7 +470,7 @@ def save_state(
         },
         tmp / "trainer_state.pt",
     )
-    _replace_dir(tmp, final)
+    replace_dir(tmp, final)
     return final
 
 

@@ -14,7 +14,6 @@ attempt untouched.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -106,11 +105,12 @@ def _parser_audit(attempt_dir: Path) -> dict[str, Any] | None:
 
 
 def _recipe_sha256(att: Any) -> str:
+    from rlexp.files import sha256_text
     from rlexp.spec import RECIPE_KEYS, TRAINING
 
     recipe = {k: att.recipe.get(k) for k, meta in RECIPE_KEYS.items() if meta.kind == TRAINING and k not in NOT_RECIPE}
     recipe["trainer"] = [att.trainer.name, att.trainer.version]
-    return hashlib.sha256(json.dumps(recipe, sort_keys=True, default=str).encode()).hexdigest()
+    return sha256_text(json.dumps(recipe, sort_keys=True, default=str))
 
 
 def _changed(att: Any) -> tuple[str, ...]:
