@@ -208,8 +208,8 @@ class PairedComparison:
     se_pp: float                       # CLT
     bootstrap_se_pp: float
     discordance: float                 # (b + c) / n
-    mde_pp: float | None               # minimal detectable effect at 80% power, alpha 0.05 (rlexp.power)
-    power_at_3pp: float | None         # power to detect rlexp.power.WIN_THRESHOLD_PP (+3pp) at this n and discordance
+    mde_pp: float | None               # minimal detectable effect at 80% power, alpha 0.05 (rlexp.core.power)
+    power_at_3pp: float | None         # power to detect rlexp.core.power.WIN_THRESHOLD_PP (+3pp) at this n and discordance
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -246,10 +246,10 @@ def paired_comparison(y_base: Sequence[int], y_new: Sequence[int], **kwargs: Any
 
 
 def _power(n: int, discordance: float) -> tuple[float | None, float | None]:
-    """MDE and power at the win threshold from rlexp.power (Miller 2024); None where the
-    discordance makes them undefined. The threshold is ``rlexp.power.WIN_THRESHOLD_PP``, the
+    """MDE and power at the win threshold from rlexp.core.power (Miller 2024); None where the
+    discordance makes them undefined. The threshold is ``rlexp.core.power.WIN_THRESHOLD_PP``, the
     default that tests/test_sop.py keeps equal to the SOP's ``gate_1b.min_delta_pp``."""
-    from rlexp.power import WIN_THRESHOLD_PP, mde_pp, power_at
+    from rlexp.core.power import WIN_THRESHOLD_PP, mde_pp, power_at
 
     if discordance <= 0.0:
         return None, None

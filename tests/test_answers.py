@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlexp.answers import PARSE_METHODS, extract_answer, grade_output, is_correct, normalize_answer
+from rlexp.core.answers import PARSE_METHODS, extract_answer, grade_output, is_correct, normalize_answer
 
 # (model output, expected answer, expected method) — formats real models produce:
 # Qwen/Llama/gpt-oss final lines, LaTeX variants, bold answers, prose with incidental numbers.

@@ -1,4 +1,4 @@
-"""`rlexp sop calibrate`: the simulation has the intended shape, and it judges like rlexp.gates does."""
+"""`rlexp sop calibrate`: the simulation has the intended shape, and it judges like rlexp.core.gates does."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlexp import calibrate as cal
-from rlexp import gates, stats
+from rlexp import stats
 from rlexp.cli import main
-from rlexp.sop import load_sop
+from rlexp.core import calibrate as cal
+from rlexp.core import gates
+from rlexp.core.sop import load_sop
 
 SOP = load_sop()
 

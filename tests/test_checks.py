@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rlexp.checks import ERROR, WARNING, gpu_layout, has_errors, preflight
+from rlexp.core.checks import ERROR, WARNING, gpu_layout, has_errors, preflight
+from rlexp.core.spec import load_attempt
 from rlexp.errors import InputError
-from rlexp.spec import load_attempt
 
 # A29B as in the seed (§11.16): the fixed recipe every incident below is a variation of.
 A29B_RECIPE = {

@@ -10,7 +10,7 @@ import pytest
 from rlexp.cli import main
 from rlexp.commands.decide import decide_attempt
 from rlexp.errors import InputError
-from rlexp.ledger import read_ledger, read_sota
+from rlexp.storage.ledger import read_ledger, read_sota
 
 NOW = "2026-01-01T00:00:00Z"
 
@@ -176,7 +176,7 @@ def test_sota_pin_makes_sota_the_decision_baseline(exp):
 
 
 def audit_verdict(rate, passed):
-    """guards/parser_audit.json as `rlexp guard audit` writes it (rlexp.guardrails.GuardVerdict)."""
+    """guards/parser_audit.json as `rlexp guard audit` writes it (rlexp.stages.guard.GuardVerdict)."""
     return {"name": "parser_audit", "passed": passed, "rule": "mis-parse rate <= 5%", "notes": [], "details": [],
             "numbers": {"reviewed": 50, "mis_parse_rate": rate, "max_misparse_rate": 0.05}}
 
@@ -193,7 +193,7 @@ def test_parser_audit_blocks(exp, rate, decision):
 
 
 def test_parser_audit_guard_verdict_form_and_g4(exp):
-    # the shape rlexp.guardrails writes: {name, passed, rule, numbers: {...}, notes, details}
+    # the shape rlexp.stages.guard writes: {name, passed, rule, numbers: {...}, notes, details}
     d = make_attempt(exp, "p1", "a29", {"eps_clip": 0.1}, decide_steps=(200,))
     evaluated(d, {"global_step200": (40, 80)})
     (d / "guards").mkdir()
@@ -300,7 +300,7 @@ def test_fault_tree_reads_metrics_diagnostics(exp):
 
 
 def test_ledger_and_pin_files_are_read_strictly(exp):
-    from rlexp.ledger import LedgerEntry, latest_by_attempt, record_decision
+    from rlexp.storage.ledger import LedgerEntry, latest_by_attempt, record_decision
 
     entry = LedgerEntry("x1", None, ("eps_clip",), "P", 3200, None, "R", 1, "global_step200", "baseline_s0",
                         0.5, (-1.0, 2.0), 0.6, "CONTINUE", "v2.1-final", NOW)
@@ -324,7 +324,7 @@ def test_ledger_and_pin_files_are_read_strictly(exp):
 
 
 def test_a_selection_made_under_another_sop_file_is_flagged(exp):
-    from rlexp.sop import load_sop
+    from rlexp.core.sop import load_sop
 
     d = make_attempt(exp, "s1", "a29", {"eps_clip": 0.1}, decide_steps=(200,))
     evaluated(d, {"global_step200": (40, 80)})

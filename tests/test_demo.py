@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from rlexp.demo import DEMO_RECIPE, DemoConfig, attempt_specs
-from rlexp.files import read_jsonl
+from rlexp.stages.demo import DEMO_RECIPE, DemoConfig, attempt_specs
+from rlexp.storage.files import read_jsonl
 
 ATTEMPTS = ("d1", "d1s2", "d2")
 DECISIONS = {"STOP-1", "CONFIRM", "CONTINUE", "STOP-3a", "STOP-3b", "DEBUG"}
@@ -21,9 +21,9 @@ def test_demo_specs_change_one_variable_and_plan_without_errors(tmp_path):
     the seed only, and each plans with no error check (pure: no training)."""
     import yaml
 
-    from rlexp.checks import preflight
-    from rlexp.spec import diff_against_parent, load_attempt
-    from rlexp.task import build_task_datasets
+    from rlexp.core.checks import preflight
+    from rlexp.core.spec import diff_against_parent, load_attempt
+    from rlexp.core.task import build_task_datasets
 
     config = DemoConfig.fast()
     exp = tmp_path / "experiments" / "demo"

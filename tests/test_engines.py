@@ -48,7 +48,7 @@ def local_setup(tiny_base_model, tmp_path_factory):
 
 
 def _prompts(engine, n=6):
-    from rlexp.generation import render_prompt
+    from rlexp.adapters.generation import render_prompt
 
     return [render_prompt(engine.tokenizer, f"{i}+{2 * i}=", "") for i in range(n)]
 
@@ -172,8 +172,8 @@ def _adapter(tmp_path, name, rank):
 def test_vllm_engine_one_call_with_per_prompt_adapters(fake_vllm, tmp_path, tiny_base_model):
     from transformers import AutoTokenizer
 
+    from rlexp.adapters.generation import encode_prompt, render_prompt
     from rlexp.engines.vllm import VllmEngine
-    from rlexp.generation import encode_prompt, render_prompt
 
     tok = AutoTokenizer.from_pretrained(tiny_base_model)
     adapters = {"global_step10": _adapter(tmp_path, "a", 32), "global_step20": _adapter(tmp_path, "b", 32)}

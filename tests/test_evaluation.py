@@ -14,14 +14,14 @@ from pathlib import Path
 import pytest
 
 from rlexp.errors import InputError
-from rlexp.files import read_json
-from rlexp.records import read_meta, read_records, record_path, summarize
+from rlexp.storage.files import read_json
+from rlexp.storage.records import read_meta, read_records, record_path, summarize
 
 SIZES = {"pool": 8, "ood_primary": 12, "id": 6, "sanity": 3}
 
 
 def _run(att, **kw):
-    from rlexp.evaluation import run_eval
+    from rlexp.stages.evaluate import run_eval
 
     return run_eval(att, show_progress=False, **kw)
 
@@ -62,8 +62,8 @@ def test_baseline_records_equal_direct_generation(eval_experiment):
     """The pipeline adds nothing: baseline_s0 outputs are what generate() gives on the base model."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rlexp.generation import generate, render_prompt
-    from rlexp.task import read_dataset
+    from rlexp.adapters.generation import generate, render_prompt
+    from rlexp.core.task import read_dataset
 
     att = eval_experiment(suffix=" Answer:")
     _run(att, checkpoints=["baseline_s0"], sets=["id"])
@@ -172,7 +172,7 @@ def test_sigkill_at_random_points_then_resume_equals_uninterrupted(eval_experime
 
 
 def test_a_second_concurrent_eval_is_refused(eval_experiment):
-    from rlexp.evaluation import eval_lock
+    from rlexp.stages.evaluate import eval_lock
 
     att = eval_experiment()
     with eval_lock(att), pytest.raises(InputError, match="another rlexp eval"):
@@ -210,7 +210,7 @@ class _ClosingFake:
 def test_run_eval_closes_the_engine_it_built(eval_experiment, monkeypatch, fail):
     from transformers import AutoTokenizer
 
-    import rlexp.evaluation as evaluation
+    import rlexp.stages.evaluate as evaluation
 
     att = eval_experiment()
     tok = AutoTokenizer.from_pretrained(att.parent / "models" / "tiny-base")

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from rlexp.errors import InputError
-from rlexp.files import (
+from rlexp.storage.files import (
     append_jsonl,
     atomic_write_json,
     load_yaml,

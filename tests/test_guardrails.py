@@ -8,9 +8,9 @@ import math
 import pytest
 import yaml
 
+from rlexp.core.sop import DEFAULT_SOP, load_sop
 from rlexp.errors import InputError
-from rlexp.files import read_json, read_jsonl
-from rlexp.guardrails import (
+from rlexp.stages.guard import (
     audit_draw,
     audit_verdicts,
     parser_ceiling,
@@ -19,8 +19,8 @@ from rlexp.guardrails import (
     prompt_parity,
     suspicion_flags,
 )
-from rlexp.records import read_records, record_path, summarize
-from rlexp.sop import DEFAULT_SOP, load_sop
+from rlexp.storage.files import read_json, read_jsonl
+from rlexp.storage.records import read_records, record_path, summarize
 
 
 def sop_with(tmp_path, **sections):
@@ -52,7 +52,7 @@ def test_prompt_parity_core():
 
 def test_g0_passes_then_fails_on_suffix_and_template(eval_experiment):
     from rlexp.cli import main
-    from rlexp.guardrails import run_g0
+    from rlexp.stages.guard import run_g0
 
     att = eval_experiment()
     verdict = run_g0(att)
@@ -96,7 +96,7 @@ def test_pipeline_integrity_core():
 
 
 def test_g1_adapter_vs_merged_passes(eval_experiment):
-    from rlexp.guardrails import run_g1
+    from rlexp.stages.guard import run_g1
 
     att = eval_experiment()
     verdict = run_g1(att, set_role="id")
@@ -109,10 +109,10 @@ def test_g1_catches_an_adapter_applied_twice(eval_experiment, tmp_path):
     """The seed's LoRA-accumulation bug (§11.19/§11.22): weights that already contain the LoRA
     delta get the adapter applied again. G1 must fail on it."""
     from rlexp.cli import main
+    from rlexp.core.task import read_dataset
     from rlexp.engines.base import Decoding
     from rlexp.engines.local import LocalEngine, merge_adapter
-    from rlexp.evaluation import Target, eval_records
-    from rlexp.task import read_dataset
+    from rlexp.stages.evaluate import Target, eval_records
 
     att = eval_experiment()
     base = att.parent / "models" / "tiny-base"
@@ -186,7 +186,7 @@ def test_g1_g4_and_audit_read_their_numbers_from_the_sop_file(tmp_path):
 
 def test_g2_on_real_baseline_records(eval_experiment):
     from rlexp.cli import main
-    from rlexp.guardrails import run_g2
+    from rlexp.stages.guard import run_g2
 
     att = eval_experiment()
     verdict = run_g2(att, problems=10)
@@ -223,7 +223,7 @@ def test_passk_headroom_numbers():
 
 
 def test_g4_samples_the_baseline_wrong_problems(eval_experiment):
-    from rlexp.guardrails import run_g4
+    from rlexp.stages.guard import run_g4
 
     att = eval_experiment()
     verdict = run_g4(att, k=2, limit=4)
@@ -276,7 +276,7 @@ def test_audit_draw_and_verdicts():
 
 def test_audit_cli_round_trip(eval_experiment):
     from rlexp.cli import main
-    from rlexp.evaluation import run_eval
+    from rlexp.stages.evaluate import run_eval
 
     att = eval_experiment()
     run_eval(att, sets=["ood_primary"], show_progress=False)
@@ -295,8 +295,8 @@ def test_audit_cli_round_trip(eval_experiment):
 
 
 def test_one_verdict_schema_for_every_guard(tmp_path):
-    from rlexp import monitor
-    from rlexp.guardrails import GuardVerdict, write_verdict
+    from rlexp.adapters import monitor
+    from rlexp.stages.guard import GuardVerdict, write_verdict
 
     keys = ["name", "passed", "rule", "numbers", "notes", "details"]
     pending = GuardVerdict("g5", None, "at step 10: ...", notes=("step 10 not logged yet",))

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from rlexp import ingest
+from rlexp.adapters import ingest
 from rlexp.errors import InputError
 
 # The line OpenRLHF v0.9.3 prints (ppo_trainer.py: logger.info(f"✨ Global step {global_step}: {log_status}")),

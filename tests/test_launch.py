@@ -18,11 +18,11 @@ import pytest
 from test_report import make_experiment
 from test_tracking import migrated_db, sqlite_uri  # noqa: F401 (fixtures)
 
+from rlexp.adapters.ingest import read_metrics
 from rlexp.backends.process import pid_alive, wait_for
 from rlexp.cli import main
 from rlexp.commands import launch as launch_cmd
 from rlexp.errors import InputError
-from rlexp.ingest import read_metrics
 
 FAKE_TRAINER = r'''
 import json, os, signal, sys, time
@@ -352,7 +352,7 @@ def test_launch_sh_quotes_every_argument(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_real_local_trainer_sigterm_then_resume(tmp_path, monkeypatch):
     """The trainer engineer's rlexp.backends.local_trainer on the tiny model: stop mid-run, resume."""
-    from rlexp.tinymodel import build_tiny_model
+    from rlexp.adapters.tinymodel import build_tiny_model
 
     experiment = make_experiment(tmp_path)
     build_tiny_model(experiment / "models" / "tiny", seed=0)
@@ -427,7 +427,7 @@ def test_ray_backend_end_to_end_with_a_stand_in_cli(tmp_path, monkeypatch):
 
 
 def test_redact_env_and_scrub_file(tmp_path):
-    from rlexp.provenance import redact_env, scrub_file
+    from rlexp.adapters.provenance import redact_env, scrub_file
 
     env = {"HF_TOKEN": "hf_abcdefgh", "WANDB_API_KEY": "k" * 12, "DB_PASSWORD": "p" * 8, "AWS_SECRET_X": "s" * 9,
            "CUDA_VISIBLE_DEVICES": "0,1", "HF_HOME": "/cache", "PATH": "/bin"}
@@ -455,7 +455,7 @@ def test_no_follow_returns_at_once_and_status_reports_the_exit(exp, capsys):
 
 
 def test_missing_plan_is_computed_with_rlexp_plan_and_its_errors_refuse(exp, capsys):
-    from rlexp.files import sha256_file
+    from rlexp.storage.files import sha256_file
 
     att = exp / "a2"
     (att / "plan.json").unlink()
@@ -495,7 +495,7 @@ def test_process_backend_follows_tensorboard_scalars(tmp_path, monkeypatch):
     prepared = launch_cmd.prepare(att, metrics_source="tensorboard")
     assert prepared.argv[prepared.argv.index("--use_tensorboard") + 1] == str(att / "tensorboard")
     polls = []
-    from rlexp import ingest
+    from rlexp.adapters import ingest
 
     original = ingest.MetricsFollower.poll
 
@@ -573,8 +573,8 @@ def test_a_parent_edit_makes_the_childs_plan_stale(tmp_path):
     """plan.json records a digest of the whole spec chain: editing the parent recomputes the child's plan."""
     from rlexp.commands.launch import load_plan
     from rlexp.commands.plan import build_plan
-    from rlexp.files import atomic_write_json
-    from rlexp.spec import load_attempt
+    from rlexp.core.spec import load_attempt
+    from rlexp.storage.files import atomic_write_json
 
     exp = tmp_path / "exp"
     (exp / "p").mkdir(parents=True)

@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from rlexp.files import read_jsonl  # noqa: E402
+from rlexp.storage.files import read_jsonl  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 TOTAL = 6  # global steps of the tiny run
@@ -54,8 +54,8 @@ eval: {{engine: local, max_tokens: 8}}
 
 @pytest.fixture(scope="module")
 def experiment(tmp_path_factory):
-    from rlexp.task import build_task_datasets
-    from rlexp.tinymodel import build_tiny_model
+    from rlexp.adapters.tinymodel import build_tiny_model
+    from rlexp.core.task import build_task_datasets
 
     root = tmp_path_factory.mktemp("exp")
     build_task_datasets(root / "data", seed=0, pool_size=64, monitor_size=20, primary_size=40, id_size=20)
@@ -96,8 +96,8 @@ def wait_for_rows(proc: subprocess.Popen, metrics: Path, rows: int, timeout: flo
 
 
 def predicted_actor_lr(attempt: Path) -> dict[int, float]:
-    from rlexp.schedule import compute_steps, logged_actor_lr
-    from rlexp.spec import load_attempt
+    from rlexp.core.schedule import compute_steps, logged_actor_lr
+    from rlexp.core.spec import load_attempt
 
     att = load_attempt(attempt)
     steps = compute_steps(att.recipe, att.datasets["pool"].size, att.trainer.version, trainer="local")
@@ -123,7 +123,7 @@ def test_sigkill_then_resume_reaches_the_end_without_duplicates(experiment):
         assert set(row) >= FIELDS
         assert ("monitor_acc" in row) == (row["global_step"] % 3 == 0)
         assert row["grad_norm"] >= 0 and 0 <= row["reward"] <= 1
-    # The logged LR is what rlexp.schedule predicts (OpenRLHF 0.11: get_last_lr after the step).
+    # The logged LR is what rlexp.core.schedule predicts (OpenRLHF 0.11: get_last_lr after the step).
     lrs = predicted_actor_lr(straight)
     assert [r["actor_lr"] for r in reference] == [lrs[g] for g in range(1, TOTAL + 1)]
     saved = sorted(p.name for p in (straight / "checkpoints").glob("global_step*_hf"))
@@ -192,9 +192,9 @@ def test_demo_recipe_loads_and_spans_its_schedule(experiment):
     import yaml
 
     from rlexp.backends.local_trainer import config_from_attempt, schedule_totals
-    from rlexp.demo import DEMO_POOL_SIZE, DEMO_RECIPE
-    from rlexp.spec import load_attempt
-    from rlexp.task import build_task_datasets
+    from rlexp.core.spec import load_attempt
+    from rlexp.core.task import build_task_datasets
+    from rlexp.stages.demo import DEMO_POOL_SIZE, DEMO_RECIPE
 
     build_task_datasets(experiment / "data", seed=0, pool_size=DEMO_POOL_SIZE, monitor_size=20, primary_size=40,
                         id_size=20)  # fmt: skip

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from rlexp import monitor
+from rlexp.adapters import monitor
 
 # §11.20: step, grad norm, reward, log_ratio_abs_p99, time (step 1 is warm-up)
 PROFILE = [(1, 5.16, 0.547, 1.71, 300.0), (2, 1.77, 0.352, 1.77, 125.9), (3, 39.06, 0.500, 2.09, 104.1),
@@ -105,7 +105,7 @@ def test_run_monitor_writes_spike_log_and_guards(tmp_path):
     assert spikes == [{"global_step": 4, "metric": "grad_norm", "value": 171.4, "threshold": 50.0}]
     g3 = json.loads((tmp_path / "guards" / "g3.json").read_text())
     g5 = json.loads((tmp_path / "guards" / "g5.json").read_text())
-    # the one guards/ schema (rlexp.guardrails.GuardVerdict)
+    # the one guards/ schema (rlexp.stages.guard.GuardVerdict)
     assert list(g3) == ["name", "passed", "rule", "numbers", "notes", "details"]
     assert g3["name"] == "g3" and g3["passed"] is True and g5["name"] == "g5" and g5["passed"] is True
     assert g3["numbers"]["steps_done"] == 10 and g3["notes"][0].startswith("no crash")
@@ -122,7 +122,7 @@ def test_crash_before_step_10_fails_g3(tmp_path):
 
 
 def test_run_monitor_writes_a_verdict_only_when_it_changes(tmp_path, monkeypatch):
-    from rlexp import guardrails
+    from rlexp.stages import guard as guardrails
 
     writes: list[tuple[str, bool | None]] = []
     original = guardrails.write_verdict
@@ -171,7 +171,7 @@ def test_a_resume_keeps_a_crash_verdict_until_g3_is_decided_again(tmp_path):
 def _sop_with(tmp_path, **gates):
     import yaml
 
-    from rlexp.sop import DEFAULT_SOP, load_sop
+    from rlexp.core.sop import DEFAULT_SOP, load_sop
 
     data = yaml.safe_load(DEFAULT_SOP.read_text())
     for gate, values in gates.items():
@@ -205,7 +205,7 @@ def test_in_run_numbers_come_from_the_sop_file(tmp_path):
 
 
 def test_spike_threshold_module_constant_is_the_sops():
-    from rlexp.sop import load_sop
+    from rlexp.core.sop import load_sop
 
     assert monitor.guard_settings().spikes.grad_norm == load_sop().guardrails.spikes.grad_norm == 50.0
     with pytest.raises(AttributeError):

@@ -8,7 +8,13 @@ from pathlib import Path
 import pytest
 
 from rlexp.errors import InputError
-from rlexp.paired import PAIRED_KEYS, load_outcomes, pair_files, read_paired_records, write_paired_records
+from rlexp.storage.paired import (
+    PAIRED_KEYS,
+    load_outcomes,
+    pair_files,
+    read_paired_records,
+    write_paired_records,
+)
 
 
 def write(path: Path, rows: list[dict] | str) -> Path:
@@ -116,8 +122,8 @@ def test_read_paired_records_is_strict(tmp_path):
 
 
 def test_write_pairs_for_attempt_is_the_one_writer(tmp_path):
-    from rlexp.paired import paired_path, write_pairs_for_attempt
-    from rlexp.records import record_path
+    from rlexp.storage.paired import paired_path, write_pairs_for_attempt
+    from rlexp.storage.records import record_path
 
     att = tmp_path / "a1"
     for name in ("baseline_s0", "baseline_sota", "global_step2"):

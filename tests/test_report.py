@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from rlexp.errors import InputError
-from rlexp.files import sha256_file, sha256_text
+from rlexp.storage.files import sha256_file, sha256_text
 
 PROBLEMS = [{"problem_hash": sha256_text(f"{i}+{i}=?"), "prompt": f"{i}+{i}=?", "answer": str(2 * i)}
             for i in range(20)]
@@ -88,7 +88,7 @@ def attempt(tmp_path):
 
 
 def test_report_has_all_eight_deliverables_and_plots(attempt, tmp_path):
-    from rlexp.report import DELIVERABLES, write_report
+    from rlexp.adapters.rendering import DELIVERABLES, write_report
 
     path = write_report(attempt, tmp_path / "reports")
     assert path == tmp_path / "reports" / "exp" / "a2.md"
@@ -112,9 +112,9 @@ def test_report_has_all_eight_deliverables_and_plots(attempt, tmp_path):
 
 
 def test_in_run_gates_and_guardrails_read_the_one_verdict_schema(attempt, tmp_path):
-    from rlexp import monitor
-    from rlexp.guardrails import GuardVerdict, write_verdict
-    from rlexp.report import DELIVERABLES, write_report
+    from rlexp.adapters import monitor
+    from rlexp.adapters.rendering import DELIVERABLES, write_report
+    from rlexp.stages.guard import GuardVerdict, write_verdict
 
     # in-run gates as `rlexp launch` writes them: g3 decided, g5 still pending
     rows = [{"global_step": s, "step_time_s": 300.0 if s == 1 else 100.0, "reward": 0.5, "grad_norm": 2.0}
@@ -140,7 +140,7 @@ def test_in_run_gates_and_guardrails_read_the_one_verdict_schema(attempt, tmp_pa
 
 
 def test_missing_pieces_render_as_not_available(tmp_path):
-    from rlexp.report import write_report
+    from rlexp.adapters.rendering import write_report
 
     exp = make_experiment(tmp_path)
     text = write_report(exp / "a1", tmp_path / "reports").read_text()
@@ -151,7 +151,7 @@ def test_missing_pieces_render_as_not_available(tmp_path):
 
 
 def test_bad_eval_record_is_one_line_error_and_nothing_written(attempt, tmp_path):
-    from rlexp.report import write_report
+    from rlexp.adapters.rendering import write_report
 
     bad = attempt / "eval" / "global_step20" / "ood_primary.jsonl"
     bad.write_text(bad.read_text().replace('"correct": 1', '"correct": "yes"', 1))
@@ -193,7 +193,7 @@ def test_status_table_shows_every_attempt(attempt, capsys):
 
 
 def test_report_shows_exact_command_and_flags_changed_data(attempt, tmp_path):
-    from rlexp.report import write_report
+    from rlexp.adapters.rendering import write_report
 
     (attempt / "launch").mkdir()
     (attempt / "launch" / "argv.json").write_text(json.dumps(

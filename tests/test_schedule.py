@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlexp.schedule import (
+from rlexp.core.schedule import (
     checkpoint_plan,
     compute_steps,
     drops_partial_batch,

@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from rlexp.cli import main
+from rlexp.core.sop import DEFAULT_SOP, load_sop
 from rlexp.errors import InputError
-from rlexp.sop import DEFAULT_SOP, load_sop
 
 
 def test_default_sop_has_the_seed_numbers():
@@ -49,14 +49,14 @@ def test_default_sop_has_the_seed_guardrail_numbers():
 
 
 def test_power_default_threshold_is_the_sops_gate_1b_bar():
-    from rlexp.power import WIN_THRESHOLD_PP
+    from rlexp.core.power import WIN_THRESHOLD_PP
 
     assert load_sop().gate_1b.min_delta_pp == WIN_THRESHOLD_PP
 
 
 def test_guardrail_modules_import_without_pydantic():
-    code = ("import sys, rlexp.monitor, rlexp.guardrails, rlexp.power, rlexp.stats; "
-            "print(sorted(m for m in ('pydantic', 'rlexp.sop') if m in sys.modules))")
+    code = ("import sys, rlexp.adapters.monitor, rlexp.stages.guard, rlexp.core.power, rlexp.stats; "
+            "print(sorted(m for m in ('pydantic', 'rlexp.core.sop') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 

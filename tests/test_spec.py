@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rlexp.errors import InputError
-from rlexp.spec import (
+from rlexp.core.spec import (
     INFRASTRUCTURE,
     INSTRUMENTATION,
     RECIPE_KEYS,
@@ -17,6 +16,7 @@ from rlexp.spec import (
     diff_against_parent,
     load_attempt,
 )
+from rlexp.errors import InputError
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "experiments" / "seed-a30"
 

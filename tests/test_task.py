@@ -8,8 +8,7 @@ from collections import Counter
 
 import pytest
 
-from rlexp.errors import InputError
-from rlexp.task import (
+from rlexp.core.task import (
     ROLES,
     ArithmeticTask,
     Problem,
@@ -19,6 +18,7 @@ from rlexp.task import (
     read_dataset,
     reservoir_sample,
 )
+from rlexp.errors import InputError
 
 
 def test_every_answer_is_the_arithmetic_result():

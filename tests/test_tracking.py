@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from test_report import fill_attempt, make_experiment
 
-from rlexp import tracking
+from rlexp.adapters import tracking
 
 
 @pytest.fixture(scope="module")

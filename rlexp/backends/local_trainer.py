@@ -2,7 +2,7 @@
 
     python -m rlexp.backends.local_trainer ATTEMPT_DIR [--resume]
 
-It reads ``ATTEMPT_DIR/attempt.yaml`` (rlexp.spec.load_attempt) and produces what an OpenRLHF run
+It reads ``ATTEMPT_DIR/attempt.yaml`` (rlexp.core.spec.load_attempt) and produces what an OpenRLHF run
 produces, so every downstream command treats a laptop run and a cluster run alike:
 
 - ``metrics.jsonl`` — one line per global step, OpenRLHF's names (``policy_loss``, ``actor_lr``,
@@ -20,7 +20,7 @@ Semantics followed (OpenRLHF v0.11, DESIGN.md "Facts"):
 - the LR follows ``transformers.get_scheduler("cosine_with_min_lr")`` with warm-up
   ``ceil(max_steps * lr_warmup_ratio)`` and ``min_lr = min_lr_ratio × lr`` (default 0.1), stepped
   once per optimizer step, ``max_steps`` counting optimizer steps — the numbers ``rlexp plan``
-  predicts through :mod:`rlexp.schedule`;
+  predicts through :mod:`rlexp.core.schedule`;
 - ``global_step % eval_steps == 0`` evaluates, ``global_step % save_steps == 0`` saves; neither
   fires at the final step unless it is a multiple (a resumable state is still written there).
 
@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlexp.errors import InputError
-from rlexp.files import append_jsonl, iter_jsonl, repair_torn_tail, replace_dir
+from rlexp.storage.files import append_jsonl, iter_jsonl, repair_torn_tail, replace_dir
 
 if TYPE_CHECKING:
     import torch
@@ -160,7 +160,7 @@ def fires(global_step: int, every: int) -> bool:
 
 
 def config_from_attempt(att: Any) -> TrainerConfig:
-    """Map a loaded attempt (rlexp.spec) onto the trainer's configuration."""
+    """Map a loaded attempt (rlexp.core.spec) onto the trainer's configuration."""
     recipe = dict(att.recipe)
     where = att.spec_path
     values: dict[str, Any] = {}
@@ -320,7 +320,7 @@ class Rollout:
 
 def reward_of(text: str, gold: str) -> float:
     """Exact-match reward through the shared extractor (the same one eval uses)."""
-    from rlexp.answers import extract_answer, is_correct
+    from rlexp.core.answers import extract_answer, is_correct
 
     answer, _ = extract_answer(text)
     return 1.0 if answer is not None and is_correct(answer, gold) else 0.0
@@ -333,7 +333,7 @@ def collect_rollout(
     old-policy and reference log-probabilities the update needs."""
     import torch
 
-    from rlexp.generation import encode_prompt, generate, render_prompt
+    from rlexp.adapters.generation import encode_prompt, generate, render_prompt
 
     G = cfg.n_samples_per_prompt
     rendered = [render_prompt(tokenizer, p["prompt"], cfg.prompt_suffix) for p in problems]
@@ -489,7 +489,7 @@ def latest_state(attempt_dir: Path) -> Path | None:
 
 def truncate_metrics(path: Path, last_step: int) -> None:
     """Keep metric rows up to ``last_step``: a resumed run re-does later steps, never duplicates."""
-    from rlexp.files import atomic_write_text
+    from rlexp.storage.files import atomic_write_text
 
     if not path.exists():
         return
@@ -505,7 +505,7 @@ def truncate_metrics(path: Path, last_step: int) -> None:
 
 def monitor_accuracy(model, tokenizer, problems: list[dict], cfg: TrainerConfig) -> float:
     """Greedy exact-match accuracy on the in-run OOD monitor set (one batched decode)."""
-    from rlexp.generation import generate, render_prompt
+    from rlexp.adapters.generation import generate, render_prompt
 
     rendered = [render_prompt(tokenizer, p["prompt"], cfg.monitor_suffix) for p in problems]
     outputs = generate(
@@ -549,7 +549,7 @@ def train(cfg: TrainerConfig, attempt_dir: Path, *, resume: bool = False, log=pr
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer, get_scheduler
 
-    from rlexp.task import read_dataset
+    from rlexp.core.task import read_dataset
 
     attempt_dir = Path(attempt_dir)
     cfg.validate(attempt_dir / "attempt.yaml")
@@ -712,7 +712,7 @@ def train_on_rollout(model, optimizer, scheduler, rollout: Rollout, cfg: Trainer
     return {
         "policy_loss": sums["policy_loss"] / micro_batches,
         # OpenRLHF >= 0.9.8 logs get_last_lr() after the step's last micro-batch: the LR the
-        # *next* optimizer step will apply (rlexp.schedule.logged_actor_lr predicts the same number)
+        # *next* optimizer step will apply (rlexp.core.schedule.logged_actor_lr predicts the same number)
         "actor_lr": scheduler.get_last_lr()[0],
         "kl": sums["kl"] / micro_batches,
         "ppo_clip_ratio": sums["ppo_clip_ratio"] / micro_batches,
@@ -748,7 +748,7 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         torch.set_num_threads(max(1, int(os.environ.get("RLEXP_TORCH_THREADS", "1"))))
-        from rlexp.spec import load_attempt
+        from rlexp.core.spec import load_attempt
 
         att = load_attempt(args.attempt_dir)
         cfg = config_from_attempt(att)

@@ -27,8 +27,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from rlexp.adapters.provenance import is_secret_recipe_key
 from rlexp.errors import InputError
-from rlexp.provenance import is_secret_recipe_key
 
 FLAGS_DIR = Path(__file__).with_name("flags")
 TRAIN_MODULE = "openrlhf.cli.train_ppo_ray"

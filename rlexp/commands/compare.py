@@ -31,8 +31,8 @@ def compare(
 ) -> None:
     """Paired comparison of two per-problem record files (Δ, b/c, McNemar, bootstrap CI)."""
     from rlexp.errors import InputError
-    from rlexp.paired import pair_files, write_paired_records
     from rlexp.stats import compare_counts, paired_counts
+    from rlexp.storage.paired import pair_files, write_paired_records
 
     if method not in ("percentile", "bca"):
         raise InputError(None, "--method", f"must be percentile or bca, got {method!r}")

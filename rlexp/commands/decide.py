@@ -47,7 +47,7 @@ def _read_selection(eval_dir: Path) -> tuple[list[str], dict[str, str], str | No
     """Checkpoint names in role order, name -> role(s), and the SHA-256 of the SOP file the
     selection was made under, from eval/selection.json."""
     from rlexp.errors import InputError
-    from rlexp.files import read_json
+    from rlexp.storage.files import read_json
 
     path = eval_dir / "selection.json"
     data = read_json(path)
@@ -79,10 +79,10 @@ def _read_selection(eval_dir: Path) -> tuple[list[str], dict[str, str], str | No
 
 
 def _parser_audit(attempt_dir: Path) -> dict[str, Any] | None:
-    """guards/parser_audit.json (a ``rlexp.guardrails.GuardVerdict``, written by ``rlexp guard
+    """guards/parser_audit.json (a ``rlexp.stages.guard.GuardVerdict``, written by ``rlexp guard
     audit``) → {"misparse_rate", "audit_passed", "file"}; None when the audit was not run."""
     from rlexp.errors import InputError
-    from rlexp.files import finite_number, read_json
+    from rlexp.storage.files import finite_number, read_json
 
     path = attempt_dir / "guards" / "parser_audit.json"
     if not path.exists():
@@ -105,8 +105,8 @@ def _parser_audit(attempt_dir: Path) -> dict[str, Any] | None:
 
 
 def _recipe_sha256(att: Any) -> str:
-    from rlexp.files import sha256_text
-    from rlexp.spec import RECIPE_KEYS, TRAINING
+    from rlexp.core.spec import RECIPE_KEYS, TRAINING
+    from rlexp.storage.files import sha256_text
 
     recipe = {k: att.recipe.get(k) for k, meta in RECIPE_KEYS.items() if meta.kind == TRAINING and k not in NOT_RECIPE}
     recipe["trainer"] = [att.trainer.name, att.trainer.version]
@@ -114,7 +114,7 @@ def _recipe_sha256(att: Any) -> str:
 
 
 def _changed(att: Any) -> tuple[str, ...]:
-    from rlexp.spec import TRAINING, diff_against_parent
+    from rlexp.core.spec import TRAINING, diff_against_parent
 
     return tuple(sorted({d.key for d in diff_against_parent(att) if d.kind == TRAINING}))
 
@@ -124,10 +124,13 @@ def _changed(att: Any) -> tuple[str, ...]:
 
 def decide_attempt(path: str | Path, *, sop_path: str | Path | None = None, now: str | None = None) -> dict[str, Any]:
     """Compute the decision, then write decision.json, paired records, the ledger line and the pin."""
-    from rlexp import gates
+    from rlexp.core import gates
+    from rlexp.core.sop import load_sop
+    from rlexp.core.spec import load_attempt
     from rlexp.errors import InputError
-    from rlexp.files import atomic_write_json, sha256_file
-    from rlexp.ledger import (
+    from rlexp.stats import compare_counts, paired_counts
+    from rlexp.storage.files import atomic_write_json, sha256_file
+    from rlexp.storage.ledger import (
         LedgerEntry,
         SotaPin,
         latest_by_attempt,
@@ -136,10 +139,7 @@ def decide_attempt(path: str | Path, *, sop_path: str | Path | None = None, now:
         read_sota,
         record_decision,
     )
-    from rlexp.paired import pair_files, write_pairs_for_attempt
-    from rlexp.sop import load_sop
-    from rlexp.spec import load_attempt
-    from rlexp.stats import compare_counts, paired_counts
+    from rlexp.storage.paired import pair_files, write_pairs_for_attempt
 
     att = load_attempt(path)
     sop = load_sop(sop_path)
@@ -341,8 +341,8 @@ def _brief(cmp: Any) -> dict[str, Any]:
 
 def _diagnostics(att: Any, comparisons: dict, primary_ck: str, primary_role: str, id_role: str, sop: Any) -> Any:
     """Whatever §8 diagnostics exist: metrics.jsonl trends, the monitor peak, the LR window, G4 pass@k."""
-    from rlexp.files import finite_number, read_json, read_jsonl
-    from rlexp.gates import Diagnostics, select_k3
+    from rlexp.core.gates import Diagnostics, select_k3
+    from rlexp.storage.files import finite_number, read_json, read_jsonl
 
     attempt_dir = Path(att.attempt_dir)
     ood = comparisons.get(("baseline_s0", primary_ck, primary_role))
@@ -384,7 +384,7 @@ def _diagnostics(att: Any, comparisons: dict, primary_ck: str, primary_role: str
             if lr and sel.best_by_monitor is not None and kw.get("lr_final_fraction") is not None:
                 at_peak = [v for s, v in lr if s <= sel.best_by_monitor]
                 kw["lr_at_peak_fraction"] = at_peak[-1] / max(v for _, v in lr) if at_peak else None
-    # G4 (rlexp.guardrails): pass@k sampled on the problems the baseline gets wrong greedily, so greedy
+    # G4 (rlexp.stages.guard): pass@k sampled on the problems the baseline gets wrong greedily, so greedy
     # pass@1 on that set is 0 by construction and pass@k is the whole gap the fault tree's class A asks about.
     g4 = attempt_dir / "guards" / "g4.json"
     if g4.exists():

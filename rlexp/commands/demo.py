@@ -24,7 +24,7 @@ def demo(
     import dataclasses
     import json
 
-    from rlexp.demo import DemoConfig, run_demo
+    from rlexp.stages.demo import DemoConfig, run_demo
 
     config = DemoConfig.fast() if fast else DemoConfig()
     config = dataclasses.replace(config, seed=seed)

@@ -24,7 +24,7 @@ def evaluate(
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable summary on stdout.")] = False,
 ) -> None:
     """Evaluate the pre-registered checkpoints and the baselines with one pipeline (resumable)."""
-    from rlexp.evaluation import run_eval
+    from rlexp.stages.evaluate import run_eval
 
     outcome = run_eval(attempt, checkpoints=checkpoint or None, sets=set_role or None, limit=limit,
                        show_progress=not as_json)

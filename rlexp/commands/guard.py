@@ -22,7 +22,7 @@ SopOpt = Annotated[Path | None, typer.Option("--sop", help="SOP file (default: t
 
 
 def _load_sop(sop_file: Path | None):
-    from rlexp.sop import load_sop
+    from rlexp.core.sop import load_sop
 
     return load_sop(sop_file)
 
@@ -55,7 +55,7 @@ def g0(
     as_json: JsonOpt = False,
 ) -> None:
     """G0 prompt parity: training-path vs eval-path input_ids on pool samples."""
-    from rlexp.guardrails import run_g0
+    from rlexp.stages.guard import run_g0
 
     _report(run_g0(attempt, samples, sop=_load_sop(sop_file)), as_json)
 
@@ -76,7 +76,7 @@ def g1(
     as_json: JsonOpt = False,
 ) -> None:
     """G1 pipeline integrity: adapter vs merged weights (or two record files) must agree."""
-    from rlexp.guardrails import run_g1
+    from rlexp.stages.guard import run_g1
 
     _report(run_g1(attempt, checkpoint=checkpoint, set_role=set_role, limit=limit, records=records,
                    nondeterminism=nondeterminism, sop=_load_sop(sop_file)), as_json)
@@ -90,7 +90,7 @@ def g2(
     as_json: JsonOpt = False,
 ) -> None:
     """G2 parser ceiling on Baseline-S0: boxed >= 98%, failures 0%, truncation <= 5% (SOP guardrails.g2)."""
-    from rlexp.guardrails import run_g2
+    from rlexp.stages.guard import run_g2
 
     _report(run_g2(attempt, problems, sop=_load_sop(sop_file)), as_json)
 
@@ -104,7 +104,7 @@ def g4(
     as_json: JsonOpt = False,
 ) -> None:
     """G4 pass@k headroom: k samples at T=0.6 on the baseline's wrong problems, pass@k >= 15% (SOP guardrails.g4)."""
-    from rlexp.guardrails import run_g4
+    from rlexp.stages.guard import run_g4
 
     _report(run_g4(attempt, k=k, limit=limit, sop=_load_sop(sop_file)), as_json)
 
@@ -125,13 +125,13 @@ def audit(
 ) -> None:
     """Parser audit (SOP §7): draw 50 incorrect cases for review, or score the reviewed file."""
     from rlexp.errors import InputError
-    from rlexp.guardrails import run_audit_draw, run_audit_verdicts
+    from rlexp.stages.guard import run_audit_draw, run_audit_verdicts
 
     if draw == (verdicts is not None):
         raise InputError(None, "audit", "give exactly one of --draw or --verdicts FILE")
     if draw:
         path = run_audit_draw(attempt, checkpoint=checkpoint, n=n, seed=seed, sop=_load_sop(sop_file))
-        from rlexp.files import read_jsonl
+        from rlexp.storage.files import read_jsonl
 
         items = read_jsonl(path)
         flagged = sum(1 for it in items if it["flags"])

@@ -89,7 +89,7 @@ def launch(
 class Prepared:
     """Everything decided before anything is written or started."""
 
-    attempt: Any  # rlexp.spec.Attempt
+    attempt: Any  # rlexp.core.spec.Attempt
     attempt_dir: Path
     backend: str
     argv: list[str]
@@ -108,7 +108,7 @@ def load_plan(att, *, write: bool = True) -> dict[str, Any]:
     """``plan.json``; computed with ``rlexp plan``'s :func:`build_plan` when it is missing or was
     made from another version of the spec or of a parent in its chain (``spec_chain_sha256``
     differs), and then written unless ``write`` is false (``--dry-run`` writes nothing)."""
-    from rlexp.files import atomic_write_json, read_json, sha256_file
+    from rlexp.storage.files import atomic_write_json, read_json, sha256_file
 
     path = att.attempt_dir / "plan.json"
     if path.exists():
@@ -176,7 +176,7 @@ def prepare(attempt: Path, *, backend: str | None = None, ray_address: str | Non
     ``metrics_source`` None: "stdout" for a new launch; a resume reuses the original launch's
     (``launch/argv.json``, else ``launch/state.json``) and refuses a different one."""
     from rlexp.backends import openrlhf
-    from rlexp.spec import load_attempt
+    from rlexp.core.spec import load_attempt
 
     att = load_attempt(attempt)
     attempt_dir = Path(att.attempt_dir)
@@ -311,7 +311,7 @@ def _resume_metrics_source(attempt_dir: Path, asked: str | None) -> str | None:
     """The metrics source a resume follows: the one saved by the original launch (``launch/argv.json``,
     else ``launch/state.json``); ``asked`` (``--metrics-source``) must match it. None when neither
     file records one (a launch before the source was saved): ``asked`` or the default then."""
-    from rlexp.files import read_json
+    from rlexp.storage.files import read_json
 
     for name in ("argv.json", "state.json"):
         path = attempt_dir / "launch" / name
@@ -332,7 +332,7 @@ def _resume_metrics_source(attempt_dir: Path, asked: str | None) -> str | None:
 
 
 def _read_state(attempt_dir: Path) -> dict[str, Any] | None:
-    from rlexp.files import read_json
+    from rlexp.storage.files import read_json
 
     path = attempt_dir / "launch" / "state.json"
     return read_json(path) if path.exists() else None
@@ -345,8 +345,8 @@ def write_launch_files(p: Prepared) -> None:
     import os
     import shlex
 
-    from rlexp import provenance
-    from rlexp.files import append_jsonl, atomic_write_json, atomic_write_text, read_jsonl
+    from rlexp.adapters import provenance
+    from rlexp.storage.files import append_jsonl, atomic_write_json, atomic_write_text, read_jsonl
 
     launch_dir = p.attempt_dir / "launch"
     launch_dir.mkdir(parents=True, exist_ok=True)
@@ -386,7 +386,7 @@ def write_launch_files(p: Prepared) -> None:
     extra = {"force_reason": p.force_reason, "resume": p.resume, "plan_sha256": _plan_sha(p.attempt_dir)}
     if p.reward_file is not None:
         from rlexp.backends.reward_template import answers_source
-        from rlexp.files import sha256_text
+        from rlexp.storage.files import sha256_text
 
         extra["reward_parser_sha256"] = sha256_text(answers_source())
     if p.ray_address:
@@ -402,7 +402,7 @@ def write_launch_files(p: Prepared) -> None:
 
 
 def _plan_sha(attempt_dir: Path) -> str | None:
-    from rlexp.files import sha256_file
+    from rlexp.storage.files import sha256_file
 
     path = attempt_dir / "plan.json"
     return sha256_file(path) if path.exists() else None
@@ -411,7 +411,7 @@ def _plan_sha(attempt_dir: Path) -> str | None:
 def write_state(attempt_dir: Path, state: str, **fields: Any) -> dict[str, Any]:
     import datetime as dt
 
-    from rlexp.files import atomic_write_json
+    from rlexp.storage.files import atomic_write_json
 
     doc = {"state": state, **fields, "updated_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
     atomic_write_json(attempt_dir / "launch" / "state.json", doc)
@@ -462,7 +462,7 @@ def run(p: Prepared, *, tracking_uri: str | None = None, follow: bool = True, po
     import os
     import signal
 
-    from rlexp import ingest, monitor, provenance
+    from rlexp.adapters import ingest, monitor, provenance
     from rlexp.backends import process
 
     attempt_dir = p.attempt_dir
@@ -584,7 +584,7 @@ class _Live:
         self.logger = None
         self.failed = False
         try:
-            from rlexp.tracking import LiveLogger
+            from rlexp.adapters.tracking import LiveLogger
 
             self.logger = LiveLogger(attempt_dir, uri)
         except Exception as exc:  # noqa: BLE001 - tracking is a mirror; training goes on without it
@@ -607,7 +607,7 @@ class _Live:
         if self.failed:
             return
         try:
-            from rlexp.tracking import log_attempt
+            from rlexp.adapters.tracking import log_attempt
 
             log_attempt(self.attempt_dir, self.uri)
         except Exception as exc:  # noqa: BLE001

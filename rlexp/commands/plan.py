@@ -15,18 +15,18 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 if TYPE_CHECKING:
-    from rlexp.spec import Attempt
+    from rlexp.core.spec import Attempt
 
 PLAN_FORMAT = 1
 
 
 def build_plan(att: Attempt) -> dict[str, Any]:
     """The plan of an attempt as a JSON-ready dict (what ``plan.json`` holds)."""
-    from rlexp.checks import gpu_layout, preflight, primary_power, steps_for
-    from rlexp.files import sha256_file
-    from rlexp.power import power_report
-    from rlexp.schedule import checkpoint_plan, lr_for_global_step, lr_rows_for_plan
-    from rlexp.spec import diff_against_parent
+    from rlexp.core.checks import gpu_layout, preflight, primary_power, steps_for
+    from rlexp.core.power import power_report
+    from rlexp.core.schedule import checkpoint_plan, lr_for_global_step, lr_rows_for_plan
+    from rlexp.core.spec import diff_against_parent
+    from rlexp.storage.files import sha256_file
 
     steps = steps_for(att)
     ckpt = checkpoint_plan(steps, att.recipe, att.checkpoints_mid)
@@ -255,8 +255,8 @@ def plan(
     ] = False,
 ) -> None:
     """Step counts, LR schedule, eval/save schedule, preflight checks and power of an attempt."""
-    from rlexp.files import atomic_write_json, to_json
-    from rlexp.spec import load_attempt
+    from rlexp.core.spec import load_attempt
+    from rlexp.storage.files import atomic_write_json, to_json
 
     att = load_attempt(spec)
     data = build_plan(att)

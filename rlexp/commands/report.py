@@ -20,14 +20,14 @@ def report(
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Write reports/<experiment>/<attempt>.md (SOP §9's eight deliverables, with plots)."""
+    from rlexp.adapters.rendering import write_report
     from rlexp.commands.status import scrub_finished_log
-    from rlexp.report import write_report
 
     path = write_report(attempt, reports_dir)
     scrub_finished_log(attempt.parent if attempt.is_file() else attempt)  # a --no-follow run's log
     run_id = None
     if not (tracking_uri and tracking_uri.lower() in ("off", "none")):
-        from rlexp.tracking import log_attempt
+        from rlexp.adapters.tracking import log_attempt
 
         run_id = log_attempt(attempt, tracking_uri, report_path=path)
     plots = sorted(str(p) for p in path.parent.glob(f"{path.stem}_*.png"))

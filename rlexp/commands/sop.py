@@ -19,7 +19,7 @@ def show(
     json_out: Annotated[bool, typer.Option("--json", help="Print the thresholds as JSON.")] = False,
 ) -> None:
     """Print the SOP in force: version, SHA-256 and every threshold."""
-    from rlexp.sop import load_sop
+    from rlexp.core.sop import load_sop
 
     sop = load_sop(sop_file)
     data = sop.model_dump()
@@ -59,10 +59,10 @@ def calibrate(
     markdown: Annotated[bool, typer.Option("--markdown", help="Print the markdown table (for sop/README.md).")] = False,
 ) -> None:
     """Simulate §11.26-shaped paired studies: false-pass rate and power of every gate, per checkpoint and best-of-K."""
-    from rlexp.calibrate import CalibrationSettings
-    from rlexp.calibrate import calibrate as run
+    from rlexp.core.calibrate import CalibrationSettings
+    from rlexp.core.calibrate import calibrate as run
+    from rlexp.core.sop import load_sop
     from rlexp.errors import InputError
-    from rlexp.sop import load_sop
 
     sop = load_sop(sop_file)
     if abs(effect_pp) / 100.0 >= discordance:

@@ -18,11 +18,11 @@ def attempt_status(attempt_dir: Path) -> dict[str, Any]:
     is reported as ``lost`` (the machine rebooted, or both were killed): ``--resume`` continues it.
     """
     from rlexp.backends.process import pid_alive
-    from rlexp.files import read_json
+    from rlexp.storage.files import read_json
 
     row: dict[str, Any] = {"attempt": attempt_dir.name, "parent": None, "state": "not launched", "steps": 0,
                            "decision": None, "reason": None}
-    from rlexp.spec import load_attempt
+    from rlexp.core.spec import load_attempt
 
     try:
         row["parent"] = load_attempt(attempt_dir).parent_id
@@ -67,9 +67,9 @@ def scrub_finished_log(attempt_dir: Path) -> bool:
     no longer says ``running``, or its trainer pid is dead. A live trainer's log is left alone
     (an atomic rewrite would cut off its further output). True when something was replaced.
     """
+    from rlexp.adapters.provenance import scrub_file
     from rlexp.backends.process import pid_alive
-    from rlexp.files import read_json
-    from rlexp.provenance import scrub_file
+    from rlexp.storage.files import read_json
 
     log, state_path = attempt_dir / "launch" / "stdout.log", attempt_dir / "launch" / "state.json"
     if not (log.is_file() and state_path.is_file()):

@@ -1,7 +1,7 @@
 """The one interface every eval engine implements: rendered prompts in; text, finish reason and
 token counts out.
 
-Prompts arrive already rendered by :func:`rlexp.generation.render_prompt` (the model tokenizer's
+Prompts arrive already rendered by :func:`rlexp.adapters.generation.render_prompt` (the model tokenizer's
 chat template), so every engine sees byte-identical model inputs (lesson #24; guard G0).
 An engine serves the base model (``adapter=None``) and any number of named LoRA adapters.
 
@@ -95,7 +95,7 @@ Progress = Callable[[int], None]  # called with the number of requests just fini
 
 @runtime_checkable
 class Engine(Protocol):
-    """What :mod:`rlexp.evaluation` and the guards need from an engine."""
+    """What :mod:`rlexp.stages.evaluate` and the guards need from an engine."""
 
     name: str
 

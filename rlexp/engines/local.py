@@ -47,7 +47,7 @@ class LocalEngine(ClosingMixin):
             if not (is_adapter_dir(path) or (path / "config.json").exists()):
                 raise InputError(path, name, "neither a peft adapter (adapter_config.json) nor a model directory")
         self.batch_size = batch_size
-        # rlexp.evaluation hands over this many requests per call and records them before the next:
+        # rlexp.stages.evaluate hands over this many requests per call and records them before the next:
         # one batch is the most a kill can cost.
         self.preferred_chunk = batch_size
         self.merge = merge
@@ -90,7 +90,7 @@ class LocalEngine(ClosingMixin):
     def generate(
         self, requests: Sequence[Request], decoding: Decoding, progress: Progress | None = None
     ) -> list[Result]:
-        from rlexp.generation import generate
+        from rlexp.adapters.generation import generate
 
         if self.closed:
             raise EngineClosed("the local engine was closed (its models are released); build a new one")

@@ -143,7 +143,7 @@ class VllmEngine(ClosingMixin):
     def _prompt(self, text: str) -> Any:
         if self.tokenizer is None:
             return text
-        from rlexp.generation import encode_prompt
+        from rlexp.adapters.generation import encode_prompt
 
         return {"prompt_token_ids": encode_prompt(self.tokenizer, text)}
 

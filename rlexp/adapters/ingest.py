@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from rlexp.errors import InputError
-from rlexp.files import append_jsonl_many, finite_number, iter_jsonl, repair_torn_tail
-from rlexp.files import parse_jsonl_line as strict_jsonl_line
+from rlexp.storage.files import append_jsonl_many, finite_number, iter_jsonl, repair_torn_tail
+from rlexp.storage.files import parse_jsonl_line as strict_jsonl_line
 
 # Source names -> the canonical names of docs/ARCHITECTURE.md "Metrics JSONL".
 ALIASES: dict[str, str] = {

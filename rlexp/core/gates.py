@@ -1,6 +1,6 @@
 """The SOP's decision rules as pure functions (seed 001 §11.24).
 
-Every rule takes its numbers from a :class:`rlexp.sop.Sop` (no thresholds live here) and
+Every rule takes its numbers from a :class:`rlexp.core.sop.Sop` (no thresholds live here) and
 returns a small frozen verdict with ``passed`` (or ``stop``), the numbers it looked at, and
 the rule text it applied, so a decision can be read and re-checked by a person.
 
@@ -20,9 +20,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
+from rlexp.core.sop import Sop
 from rlexp.errors import InputError
-from rlexp.files import finite_number
-from rlexp.sop import Sop
+from rlexp.storage.files import finite_number
 
 EPS = 1e-9
 

@@ -8,7 +8,7 @@ model/adapter paths and SHA-256, dataset SHA-256, prompt suffix, chat-template h
 Resuming is the normal case: :meth:`RecordWriter.open` repairs a line torn by a kill, refuses to
 mix records made under other settings (a changed dataset, decoding, model, suffix or template is
 an :class:`InputError`), and reports which problems are done so a rerun only does the rest.
-Each record is appended as one complete line (``rlexp.files.append_jsonl``).
+Each record is appended as one complete line (``rlexp.storage.files.append_jsonl``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from rlexp.errors import InputError
-from rlexp.files import append_jsonl, atomic_write_json, iter_jsonl, read_json, repair_torn_tail
+from rlexp.storage.files import append_jsonl, atomic_write_json, iter_jsonl, read_json, repair_torn_tail
 
 RECORD_FIELDS = (
     "problem_hash",
@@ -63,7 +63,7 @@ def meta_path(records_path: str | Path) -> Path:
 def make_record(problem: dict[str, Any], output: str, finish_reason: str, prompt_tokens: int,
                 completion_tokens: int, grading: str = "exact") -> dict[str, Any]:
     """One record: the answer is extracted and graded here, the same way for every checkpoint."""
-    from rlexp.answers import grade_output
+    from rlexp.core.answers import grade_output
 
     answer, method, correct = grade_output(output, problem["answer"], grading)
     return {

@@ -6,7 +6,7 @@ The universe is every ``a + b`` and every ``a - b`` with ``a >= b`` over operand
 Two distributions over that universe:
 
 - **in-distribution (ID)** — uniform over all problems. The training pool and the ID set come
-  from it (and the base model's supervision, :func:`rlexp.tinymodel.sft_tiny_model`).
+  from it (and the base model's supervision, :func:`rlexp.adapters.tinymodel.sft_tiny_model`).
 - **out-of-distribution (OOD)** — only problems that need a *carry* (addition whose units digits
   sum to 10 or more) or a *borrow* (subtraction whose units digit of ``a`` is smaller than that
   of ``b``). A shift of the mix, within the trained operand range: DESIGN.md measured that
@@ -31,7 +31,14 @@ from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
 from rlexp.errors import InputError
-from rlexp.files import atomic_write_json, atomic_write_text, iter_jsonl, read_json, sha256_file, sha256_text
+from rlexp.storage.files import (
+    atomic_write_json,
+    atomic_write_text,
+    iter_jsonl,
+    read_json,
+    sha256_file,
+    sha256_text,
+)
 
 T = TypeVar("T")
 

@@ -19,7 +19,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from rlexp.files import sha256_dir, sha256_file
+from rlexp.storage.files import sha256_dir, sha256_file
 
 SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
 REDACTED = "<redacted>"
@@ -80,7 +80,7 @@ def scrub_file(path: str | Path, env: Mapping[str, str] | None = None) -> bool:
     Used on a finished run's ``launch/stdout.log``: the trainer writes that file directly (so a
     killed launcher never breaks its output pipe), and a trainer may print its environment.
     """
-    from rlexp.files import atomic_write_bytes
+    from rlexp.storage.files import atomic_write_bytes
 
     path = Path(path)
     values = secret_values(env)

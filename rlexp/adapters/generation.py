@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlexp.errors import InputError
-from rlexp.files import sha256_text
+from rlexp.storage.files import sha256_text
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ effect is delta. Flips of the K checkpoints are correlated through a Gaussian co
 k flips problem i when sqrt(rho) Z_i + sqrt(1 - rho) E_ik < Phi^-1(q). A second seed (for
 Gate-2) is an independent run against the same baseline outcomes.
 
-Each study is then judged by the same rules as ``rlexp.gates`` (vectorised here; a test checks
+Each study is then judged by the same rules as ``rlexp.core.gates`` (vectorised here; a test checks
 the vectorised verdicts against the scalar gates on simulated studies). Everything is numpy,
 seeded, and takes seconds for thousands of studies.
 """
@@ -22,8 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from rlexp.gates import EPS
-from rlexp.sop import Sop
+from rlexp.core.gates import EPS
+from rlexp.core.sop import Sop
 
 
 @dataclass(frozen=True)
@@ -146,7 +146,7 @@ def bootstrap_ci_low_vec(b: Any, c: Any, n: int, resamples: int, confidence: flo
 
 
 def gate_passes(delta_pp: Any, p: Any, ci_low: Any, gate: Any, *, ci_is_alternative: bool) -> Any:
-    """Vectorised Gate-1a (``ci_is_alternative``: p OR CI) / Gate-1b (p AND CI), rlexp.gates semantics."""
+    """Vectorised Gate-1a (``ci_is_alternative``: p OR CI) / Gate-1b (p AND CI), rlexp.core.gates semantics."""
     delta_ok = delta_pp >= gate.min_delta_pp - EPS
     p_ok = p < gate.max_mcnemar_p - EPS
     ci_ok = ci_low > gate.min_ci_low_pp + EPS

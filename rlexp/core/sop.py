@@ -1,7 +1,7 @@
 """The SOP in force, loaded from ``sop/sop-*.yaml``: every threshold the gates and the
 guardrails (G0-G5, the spike log, the parser audit) use, as data.
 
-Gates, ``rlexp.guardrails`` and ``rlexp.monitor`` never hold numbers of their own; they read
+Gates, ``rlexp.stages.guard`` and ``rlexp.adapters.monitor`` never hold numbers of their own; they read
 them from a :class:`Sop`. Each decision
 records ``sop.version`` and ``sop.sha256`` (of the file's bytes), so a decision can always be
 traced to the exact rules it was taken under. Changing a number means writing a new file.
@@ -16,9 +16,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from rlexp.errors import InputError
-from rlexp.files import load_yaml, sha256_file
+from rlexp.storage.files import load_yaml, sha256_file
 
-SOP_DIR = Path(__file__).resolve().parent.parent / "sop"
+SOP_DIR = Path(__file__).resolve().parents[2] / "sop"
 DEFAULT_SOP = SOP_DIR / "sop-v2.1-final.yaml"
 
 

@@ -1,14 +1,14 @@
 """``rlexp eval``: the K=3 pre-registered checkpoints and the baselines, one pipeline, resumable.
 
 What is evaluated is fixed before any result is seen (SOP §3): the final, the pre-registered mid
-and the best-by-monitor checkpoint (``rlexp.gates.select_k3``, written to ``eval/selection.json``),
+and the best-by-monitor checkpoint (``rlexp.core.gates.select_k3``, written to ``eval/selection.json``),
 plus Baseline-S0 (the base model, no adapter) and Baseline-SOTA (the pinned checkpoint, when
 ``sota.json`` exists) — on the primary OOD set, the ID set and the sanity set. Every one of them
 goes through the same engine, chat template, suffix, decoding and parser (SOP §0: "the same
 eval pipeline + decoding").
 
 Resumable by construction: records are appended one line per problem as each chunk finishes; a
-rerun skips problems already recorded and refuses to mix settings (:mod:`rlexp.records`).
+rerun skips problems already recorded and refuses to mix settings (:mod:`rlexp.storage.records`).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from typing import Any
 
 from rlexp.engines.base import Decoding, Engine, Request, close_engine
 from rlexp.errors import InputError
-from rlexp.files import atomic_write_json, iter_jsonl, read_json, sha256_dir, sha256_file, sha256_text
-from rlexp.records import (
+from rlexp.storage.files import atomic_write_json, iter_jsonl, read_json, sha256_dir, sha256_file, sha256_text
+from rlexp.storage.records import (
     BASELINE_S0,
     BASELINE_SOTA,
     RecordSummary,
@@ -99,8 +99,8 @@ def monitor_points(attempt_dir: Path) -> tuple[list[tuple[int, float]], int | No
 
 def select_checkpoints(att: Any) -> dict[str, Any]:
     """Run the SOP's K=3 selection and write ``eval/selection.json``."""
-    from rlexp.gates import select_k3
-    from rlexp.sop import load_sop
+    from rlexp.core.gates import select_k3
+    from rlexp.core.sop import load_sop
 
     attempt_dir = Path(att.attempt_dir)
     saved = saved_steps(attempt_dir)
@@ -136,7 +136,7 @@ def base_model_path(att: Any) -> Path | str:
 
 def plan_targets(att: Any, selection: dict[str, Any], only: Sequence[str] | None = None) -> list[Target]:
     """Baselines first (they are shared by every comparison), then the selected checkpoints."""
-    from rlexp.ledger import read_sota
+    from rlexp.storage.ledger import read_sota
 
     attempt_dir = Path(att.attempt_dir)
     saved = saved_steps(attempt_dir)
@@ -254,7 +254,7 @@ def model_sha256(path: Path | str | None, cache_file: Path) -> str | None:
 
 
 def load_problems(att: Any, role: str, limit: int | None = None) -> tuple[list[dict[str, Any]], Path, str] | None:
-    from rlexp.task import read_dataset
+    from rlexp.core.task import read_dataset
 
     ref = att.datasets.get(role)
     if ref is None or ref.path is None:
@@ -285,7 +285,7 @@ def eval_records(
     extra_meta: dict[str, Any] | None = None,
 ) -> list[tuple[Target, RecordWriter, int]]:
     """Evaluate ``problems`` for every target into its record file; returns (target, writer, new)."""
-    from rlexp.generation import chat_template_sha256, render_prompt
+    from rlexp.adapters.generation import chat_template_sha256, render_prompt
 
     cache_file = attempt_dir / "eval" / ".hash_cache.json"
     base_sha = model_sha256(base, cache_file)  # a hub name is recorded as "name:<id>"
@@ -353,7 +353,7 @@ def run_eval(
     engine: Engine | None = None,
 ) -> EvalOutcome:
     """Evaluate what the plan pre-registered; write records, selection.json and paired records."""
-    from rlexp.spec import load_attempt
+    from rlexp.core.spec import load_attempt
 
     att = load_attempt(attempt)
     attempt_dir = Path(att.attempt_dir)
@@ -459,8 +459,8 @@ def _count_done(path: Path) -> int:
 
 def write_paired(attempt_dir: Path, names: Sequence[str], roles: Sequence[str]) -> list[Path]:
     """SOP §1 paired records, baseline × checkpoint × set (and S0 × SOTA), for every complete pair
-    of files (:func:`rlexp.paired.write_pairs_for_attempt`)."""
-    from rlexp.paired import write_pairs_for_attempt
+    of files (:func:`rlexp.storage.paired.write_pairs_for_attempt`)."""
+    from rlexp.storage.paired import write_pairs_for_attempt
 
     baselines = [n for n in (BASELINE_S0, BASELINE_SOTA) if n in names]
     checkpoints = [n for n in names if n not in (BASELINE_S0, BASELINE_SOTA)]

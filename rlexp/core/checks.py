@@ -35,10 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlexp.errors import InputError
-from rlexp.files import iter_jsonl
-from rlexp.power import PowerReport, power_report
-from rlexp.schedule import (
+from rlexp.core.power import PowerReport, power_report
+from rlexp.core.schedule import (
     CheckpointPlan,
     Steps,
     checkpoint_plan,
@@ -47,8 +45,10 @@ from rlexp.schedule import (
     max_fraction_through,
     min_lr_is_configurable,
 )
-from rlexp.spec import EVAL_ROLES, TRAINING, Attempt, change_value, diff_against_parent, values_equal
-from rlexp.task import problem_hash
+from rlexp.core.spec import EVAL_ROLES, TRAINING, Attempt, change_value, diff_against_parent, values_equal
+from rlexp.core.task import problem_hash
+from rlexp.errors import InputError
+from rlexp.storage.files import iter_jsonl
 
 ERROR = "error"
 WARNING = "warning"

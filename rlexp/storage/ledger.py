@@ -2,7 +2,7 @@
 
 The ledger is what STOP-3 and Gate-2 read: which attempts were decided, on which pool, with
 which changed variable, seed and primary delta. It is appended one complete line at a time
-(``rlexp.files.append_jsonl``). Re-deciding an attempt with the same outcome appends nothing;
+(``rlexp.storage.files.append_jsonl``). Re-deciding an attempt with the same outcome appends nothing;
 a different outcome appends a new line, and readers take the latest line per attempt, so the
 file keeps the full history of decisions.
 
@@ -16,8 +16,9 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from rlexp.core.gates import AttemptOutcome
 from rlexp.errors import InputError
-from rlexp.files import (
+from rlexp.storage.files import (
     append_jsonl,
     atomic_write_json,
     finite_number,
@@ -25,7 +26,6 @@ from rlexp.files import (
     read_json,
     repair_torn_tail,
 )
-from rlexp.gates import AttemptOutcome
 
 LEDGER_NAME = "ledger.jsonl"
 SOTA_NAME = "sota.json"

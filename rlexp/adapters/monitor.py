@@ -6,9 +6,9 @@ verdicts (stopping the run when the SOP's early-stop rule fires, recording why).
 
 Every number is the SOP file's (``guardrails.spikes``, ``guardrails.g3``, ``guardrails.g5``):
 spikes are ``grad_norm > 50`` (§11.10.1, the spike log); G3 and G5 are read at global step 10
-(§11.30 Phase B); the stop rule is ``rlexp.gates.early_stop`` with the SOP's ``early_stop``
+(§11.30 Phase B); the stop rule is ``rlexp.core.gates.early_stop`` with the SOP's ``early_stop``
 numbers. Each function takes them as optional arguments (or a ``sop``); left out, they come from
-the SOP in force. ``rlexp.sop`` (pydantic) is imported only then: ``rlexp launch`` imports this
+the SOP in force. ``rlexp.core.sop`` (pydantic) is imported only then: ``rlexp launch`` imports this
 module, and ``rlexp.cli`` must start without pydantic. The first step is warm-up and excluded
 from step-time stability (§11.20 reports it as "(warmup)").
 """
@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlexp.errors import InputError
-from rlexp.guardrails import GuardVerdict, guard_settings, sop_or_default
+from rlexp.stages.guard import GuardVerdict, guard_settings, sop_or_default
 
 if TYPE_CHECKING:
-    from rlexp.sop import Sop
+    from rlexp.core.sop import Sop
 
 
 @dataclass(frozen=True)
@@ -149,7 +149,7 @@ _LR_KEYS = ("actor_lr_logged", "lr_mean", "lr", "actor_lr")
 def planned_lr_table(plan: Mapping[str, Any] | None) -> dict[int, float]:
     """global_step -> planned logged LR, from the plan's LR table.
 
-    ``rlexp plan`` writes rows of ``rlexp.schedule.GlobalStepLR.as_dict()``; ``actor_lr_logged``
+    ``rlexp plan`` writes rows of ``rlexp.core.schedule.GlobalStepLR.as_dict()``; ``actor_lr_logged``
     is what the trainer logs (v0.9.x: the mean over the step's micro-batches), so it is the value
     to compare with. The table is found by shape (a list of rows with ``global_step`` and an LR
     key, up to three levels deep) so the plan may nest it where it likes.
@@ -234,8 +234,8 @@ def monitor_points(rows: Sequence[Mapping[str, Any]]) -> list[tuple[int, float]]
 
 
 def early_stop_verdict(rows: Sequence[Mapping[str, Any]], sop: Sop | None = None):
-    """``rlexp.gates.early_stop`` on the monitor points of ``rows`` (the SOP in force by default)."""
-    from rlexp.gates import early_stop
+    """``rlexp.core.gates.early_stop`` on the monitor points of ``rows`` (the SOP in force by default)."""
+    from rlexp.core.gates import early_stop
 
     return early_stop(monitor_points(rows), sop_or_default(sop))
 
@@ -267,8 +267,8 @@ class RunMonitor:
 
     def _write(self, verdict: GuardVerdict) -> bool:
         """Write ``guards/<name>.json`` unless it already holds this verdict; True when written."""
-        from rlexp.files import read_json
-        from rlexp.guardrails import write_verdict
+        from rlexp.stages.guard import write_verdict
+        from rlexp.storage.files import read_json
 
         doc = json.loads(json.dumps(verdict.to_dict()))  # as it reads back from disk
         if verdict.name not in self.written:
@@ -286,7 +286,7 @@ class RunMonitor:
         return True
 
     def update(self, new_rows: Sequence[Mapping[str, Any]]):
-        from rlexp.files import append_jsonl
+        from rlexp.storage.files import append_jsonl
 
         # keyed by step: a re-read or a resumed trainer's rewritten rows replace, never duplicate
         by_step = {int(r["global_step"]): r for r in self.rows}
@@ -314,7 +314,7 @@ class RunMonitor:
 
 
 def read_plan(attempt_dir: str | Path) -> dict[str, Any] | None:
-    from rlexp.files import read_json
+    from rlexp.storage.files import read_json
 
     path = Path(attempt_dir) / "plan.json"
     if not path.exists():

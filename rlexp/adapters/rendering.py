@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from rlexp.errors import InputError
-from rlexp.files import atomic_write_text, read_json, sha256_file
-from rlexp.records import checkpoint_step, eval_accuracies
+from rlexp.storage.files import atomic_write_text, read_json, sha256_file
+from rlexp.storage.records import checkpoint_step, eval_accuracies
 
 NA = "not available"
 SET_ORDER = ("ood_primary", "id", "sanity", "ood_monitor")
-IN_RUN_GATES = ("g3", "g5")  # written by `rlexp launch` (rlexp.monitor); shown with stability
+IN_RUN_GATES = ("g3", "g5")  # written by `rlexp launch` (rlexp.adapters.monitor); shown with stability
 DELIVERABLES = (
     "1. Recipe diff",
     "2. Pool and probe SHA-256",
@@ -90,9 +90,9 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
 
 def gather(attempt_dir: str | Path) -> ReportInputs:
     """Read every input the report can use from an attempt directory."""
-    from rlexp.ingest import read_metrics
-    from rlexp.monitor import read_plan
-    from rlexp.spec import diff_against_parent, load_attempt
+    from rlexp.adapters.ingest import read_metrics
+    from rlexp.adapters.monitor import read_plan
+    from rlexp.core.spec import diff_against_parent, load_attempt
 
     att = load_attempt(attempt_dir)
     attempt_dir = Path(att.attempt_dir)
@@ -131,7 +131,7 @@ def gather(attempt_dir: str | Path) -> ReportInputs:
     if guards.is_dir():
         for path in sorted(guards.glob("*.json")):
             doc = read_json(path)
-            # verdict files only (rlexp.guardrails.GuardVerdict: name, passed, rule, numbers, notes,
+            # verdict files only (rlexp.stages.guard.GuardVerdict: name, passed, rule, numbers, notes,
             # details): guards/ also holds samples' metadata (e.g. g4_samples.meta.json)
             if isinstance(doc, dict) and {"name", "passed", "rule"} <= doc.keys():
                 if doc["passed"] not in (True, False, None):
@@ -141,7 +141,7 @@ def gather(attempt_dir: str | Path) -> ReportInputs:
     if (attempt_dir / "launch" / "state.json").exists():
         inputs.state = read_json(attempt_dir / "launch" / "state.json")
     try:
-        from rlexp.sop import load_sop
+        from rlexp.core.sop import load_sop
 
         inputs.smoothing_window = load_sop().early_stop.smoothing_window
     except InputError:
@@ -158,8 +158,8 @@ def render_plots(inputs: ReportInputs, out_dir: Path, stem: str) -> dict[str, Pa
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from rlexp.guardrails import guard_settings
-    from rlexp.monitor import monitor_points, planned_lr_table
+    from rlexp.adapters.monitor import monitor_points, planned_lr_table
+    from rlexp.stages.guard import guard_settings
 
     spike_grad_norm = guard_settings().spikes.grad_norm  # the SOP's spike threshold
 
@@ -191,7 +191,7 @@ def render_plots(inputs: ReportInputs, out_dir: Path, stem: str) -> dict[str, Pa
 
     points = monitor_points(inputs.metrics)
     if points:
-        from rlexp.gates import smooth
+        from rlexp.core.gates import smooth
 
         fig, ax = plt.subplots(figsize=(5, 2.6))
         ax.plot([s for s, _ in points], [v * 100 for _, v in points], "o-", ms=3, lw=1, alpha=0.6, label="raw")
@@ -239,7 +239,7 @@ def render_plots(inputs: ReportInputs, out_dir: Path, stem: str) -> dict[str, Pa
 # ---------------------------------------------------------------------------- markdown
 
 def render_markdown(inputs: ReportInputs, plots: Mapping[str, Path] | None = None) -> str:
-    from rlexp.monitor import stability
+    from rlexp.adapters.monitor import stability
 
     plots = plots or {}
     decision = inputs.decision

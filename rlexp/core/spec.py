@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from rlexp.errors import InputError
-from rlexp.files import load_yaml
+from rlexp.storage.files import load_yaml
 
 SPEC_NAME = "attempt.yaml"
 ROLES = ("pool", "ood_monitor", "ood_primary", "id", "sanity")
@@ -304,7 +304,7 @@ class Attempt:
 
     def chain_sha256(self) -> str:
         """One digest of every spec file in the chain: editing a parent changes the child's plan."""
-        from rlexp.files import sha256_file, sha256_text
+        from rlexp.storage.files import sha256_file, sha256_text
 
         return sha256_text("\n".join(f"{a.id}:{sha256_file(a.spec_path)}" for a in self.chain()))
 

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from rlexp.errors import InputError
-from rlexp.files import atomic_write_text, iter_jsonl
-from rlexp.records import BASELINE_S0, BASELINE_SOTA, as_01, read_record_lines, record_path
+from rlexp.storage.files import atomic_write_text, iter_jsonl
+from rlexp.storage.records import BASELINE_S0, BASELINE_SOTA, as_01, read_record_lines, record_path
 
 PAIRED_KEYS = ("problem_hash", "y_baseline", "y_new", "output_baseline", "output_new")
 
@@ -33,7 +33,7 @@ class Outcome:
 
 
 def load_outcomes(path: str | Path) -> dict[str, Outcome]:
-    """problem_hash -> Outcome, in file order, strictly validated (:func:`rlexp.records.iter_records`)."""
+    """problem_hash -> Outcome, in file order, strictly validated (:func:`rlexp.storage.records.iter_records`)."""
     out: dict[str, Outcome] = {}
     for line in read_record_lines(path):
         output = line.record.get("output")

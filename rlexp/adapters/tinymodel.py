@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlexp.errors import InputError
-from rlexp.files import atomic_write_json, read_json, replace_dir, sha256_dir, sha256_text
+from rlexp.storage.files import atomic_write_json, read_json, replace_dir, sha256_dir, sha256_text
 
 if TYPE_CHECKING:  # the task module is pure; imported for type names only
-    from rlexp.task import ArithmeticTask
+    from rlexp.core.task import ArithmeticTask
 
 BOS, EOS, PAD, UNK = "<|bos|>", "<|eos|>", "<|pad|>", "<|unk|>"
 USER, ASSISTANT, SYSTEM = "<|user|>", "<|assistant|>", "<|system|>"
@@ -61,7 +61,7 @@ def build_tiny_model(out_dir: str | Path, *, seed: int = 0, config: TinyModelCon
     """Write an untrained tiny Llama-style model + char tokenizer to ``out_dir``; return the path.
 
     Deterministic for a given ``seed`` and ``config``: the same bytes every time (checked by
-    the tests through :func:`rlexp.files.sha256_dir`).
+    the tests through :func:`rlexp.storage.files.sha256_dir`).
     """
     import torch
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
@@ -268,8 +268,8 @@ def read_sft_result(out_dir: str | Path) -> dict[str, Any]:
 
 
 def _render(tokenizer, prompt: str, suffix: str) -> str:
-    """The prompt exactly as training and evaluation render it (rlexp.generation.render_prompt)."""
-    from rlexp.generation import render_prompt
+    """The prompt exactly as training and evaluation render it (rlexp.adapters.generation.render_prompt)."""
+    from rlexp.adapters.generation import render_prompt
 
     return render_prompt(tokenizer, prompt, suffix)
 
@@ -278,7 +278,7 @@ def _sft_batch(tokenizer, problems, suffix: str):
     """Right-padded input ids with labels on the answer tokens (and EOS) only."""
     import torch
 
-    from rlexp.generation import encode_prompt
+    from rlexp.adapters.generation import encode_prompt
 
     rows, label_rows = [], []
     for problem in problems:
@@ -300,8 +300,8 @@ def greedy_accuracy(model, tokenizer, problems, suffix: str, *, max_new_tokens: 
     """Fraction of ``problems`` answered exactly (greedy, through the shared answer extractor)."""
     import torch
 
-    from rlexp.answers import extract_answer, is_correct
-    from rlexp.generation import generate
+    from rlexp.adapters.generation import generate
+    from rlexp.core.answers import extract_answer, is_correct
 
     if not problems:
         return 0.0

@@ -15,9 +15,9 @@
 
 Every number (5 samples, 0 discordants, 98% / 0% / 5% on 200 problems, k=8 at T=0.6 and 15%,
 50 audit cases, 5% mis-parsed) is data: the SOP file's ``guardrails`` and ``parser_audit``
-sections, read through :func:`rlexp.sop.load_sop`. Each function takes the values (or a ``sop``)
+sections, read through :func:`rlexp.core.sop.load_sop`. Each function takes the values (or a ``sop``)
 as optional arguments so a test or a caller can override them; left out, they come from the SOP
-in force. ``rlexp.sop`` (pydantic) is imported only when a default is needed.
+in force. ``rlexp.core.sop`` (pydantic) is imported only when a default is needed.
 """
 
 from __future__ import annotations
@@ -30,17 +30,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlexp.errors import InputError
-from rlexp.files import atomic_write_json, atomic_write_text, iter_jsonl
+from rlexp.storage.files import atomic_write_json, atomic_write_text, iter_jsonl
 
 if TYPE_CHECKING:
-    from rlexp.sop import G2Settings, G4Settings, GuardrailSettings, Sop
+    from rlexp.core.sop import G2Settings, G4Settings, GuardrailSettings, Sop
 
 
 def sop_or_default(sop: Sop | None = None) -> Sop:
-    """``sop`` itself, or the SOP in force (imported here: ``rlexp.sop`` pulls in pydantic)."""
+    """``sop`` itself, or the SOP in force (imported here: ``rlexp.core.sop`` pulls in pydantic)."""
     if sop is not None:
         return sop
-    from rlexp.sop import load_sop
+    from rlexp.core.sop import load_sop
 
     return load_sop()
 
@@ -59,7 +59,7 @@ class GuardVerdict:
     """One guard's outcome, written as ``guards/<name>.json`` — the one schema of that folder.
 
     The pre-/post-run guards (g0, g1, g2, g4, parser_audit) and the in-run gates of
-    ``rlexp.monitor`` (g3, g5) all use it. ``passed`` is None while a verdict is pending (an
+    ``rlexp.adapters.monitor`` (g3, g5) all use it. ``passed`` is None while a verdict is pending (an
     in-run gate whose step the run has not reached yet). ``rule`` is the criterion checked,
     ``numbers`` the values it looked at, ``notes`` the why (for the in-run gates, the first note
     is the reason), ``details`` per-item evidence (e.g. mismatching samples).
@@ -119,7 +119,7 @@ def prompt_parity(
 def training_path_ids(tokenizer: Any, prompt: str, suffix: str, *, chat_template: bool = True) -> list[int]:
     """How the trainer tokenises a pool prompt. OpenRLHF without ``apply_chat_template`` feeds the
     raw text — exactly the parity break G0 is there to catch."""
-    from rlexp.generation import encode_prompt, render_prompt
+    from rlexp.adapters.generation import encode_prompt, render_prompt
 
     if not chat_template:
         return list(tokenizer(prompt + suffix, add_special_tokens=True)["input_ids"])
@@ -128,7 +128,7 @@ def training_path_ids(tokenizer: Any, prompt: str, suffix: str, *, chat_template
 
 def eval_path_ids(tokenizer: Any, prompt: str, suffix: str) -> list[int]:
     """What every eval engine is given (vLLM as token ids, local as the same ids)."""
-    from rlexp.generation import encode_prompt, render_prompt
+    from rlexp.adapters.generation import encode_prompt, render_prompt
 
     return encode_prompt(tokenizer, render_prompt(tokenizer, prompt, suffix))
 
@@ -139,9 +139,9 @@ def run_g0(attempt: str | Path, samples: int | None = None, *, sop: Sop | None =
     checkpoint's own tokenizer when it ships one — and the eval suffix)."""
     from transformers import AutoTokenizer
 
-    from rlexp.evaluation import base_model_path, saved_steps
-    from rlexp.spec import load_attempt
-    from rlexp.task import read_dataset
+    from rlexp.core.spec import load_attempt
+    from rlexp.core.task import read_dataset
+    from rlexp.stages.evaluate import base_model_path, saved_steps
 
     att = load_attempt(attempt)
     samples = samples or guard_settings(sop).g0.samples
@@ -244,8 +244,8 @@ def run_g1(
 ) -> GuardVerdict:
     """G1 on an attempt: two given record files (in-run vs post-hoc), or adapter vs merged weights
     on ``checkpoint`` (default: the earliest saved, the smoke-run step) with the local engine."""
-    from rlexp.records import read_records
-    from rlexp.spec import load_attempt
+    from rlexp.core.spec import load_attempt
+    from rlexp.storage.records import read_records
 
     att = load_attempt(attempt)
     attempt_dir = Path(att.attempt_dir)
@@ -258,7 +258,7 @@ def run_g1(
     else:
         from rlexp.engines.base import Decoding
         from rlexp.engines.local import LocalEngine
-        from rlexp.evaluation import Target, base_model_path, eval_records, load_problems, saved_steps
+        from rlexp.stages.evaluate import Target, base_model_path, eval_records, load_problems, saved_steps
 
         saved = saved_steps(attempt_dir)
         if not saved:
@@ -304,7 +304,7 @@ def _with_numbers(verdict: GuardVerdict, **extra: Any) -> GuardVerdict:
 def parser_ceiling(records: Sequence[dict[str, Any]], t: G2Settings | None = None, *,
                    sop: Sop | None = None) -> GuardVerdict:  # fmt: skip
     """G2 on Baseline-S0 records with the SOP's ``guardrails.g2`` numbers (``t`` overrides them)."""
-    from rlexp.records import summarize
+    from rlexp.storage.records import summarize
 
     t = t if t is not None else guard_settings(sop).g2
     s = summarize(list(records))
@@ -325,7 +325,7 @@ def _baseline_records(att: Any, limit: int | None, *, show_progress: bool = Fals
     """Baseline-S0 greedy records on the primary set, through the normal eval pipeline (written to
     ``eval/baseline_s0/ood_primary.jsonl``, so a later ``rlexp eval`` resumes from them)."""
     from rlexp.engines.base import Decoding
-    from rlexp.evaluation import (
+    from rlexp.stages.evaluate import (
         Target,
         base_model_path,
         build_engine,
@@ -334,7 +334,7 @@ def _baseline_records(att: Any, limit: int | None, *, show_progress: bool = Fals
         eval_records,
         load_problems,
     )
-    from rlexp.records import BASELINE_S0, read_records
+    from rlexp.storage.records import BASELINE_S0, read_records
 
     loaded = load_problems(att, "ood_primary", limit)
     if loaded is None:
@@ -354,7 +354,7 @@ def _baseline_records(att: Any, limit: int | None, *, show_progress: bool = Fals
 
 
 def run_g2(attempt: str | Path, problems: int | None = None, *, sop: Sop | None = None) -> GuardVerdict:
-    from rlexp.spec import load_attempt
+    from rlexp.core.spec import load_attempt
 
     att = load_attempt(attempt)
     g2 = guard_settings(sop).g2
@@ -396,10 +396,10 @@ def run_g4(attempt: str | Path, *, k: int | None = None, limit: int | None = Non
            sop: Sop | None = None) -> GuardVerdict:  # fmt: skip
     """Sample k at the SOP's temperature (T=0.6) on the baseline's wrong problems (from its greedy
     records on the primary set; those are produced first if missing) into ``guards/g4_samples.jsonl``."""
+    from rlexp.core.spec import load_attempt
     from rlexp.engines.base import Decoding
-    from rlexp.evaluation import Target, base_model_path, build_engine, eval_records, load_problems
-    from rlexp.records import BASELINE_S0, read_records
-    from rlexp.spec import load_attempt
+    from rlexp.stages.evaluate import Target, base_model_path, build_engine, eval_records, load_problems
+    from rlexp.storage.records import BASELINE_S0, read_records
 
     att = load_attempt(attempt)
     g4 = guard_settings(sop).g4
@@ -507,9 +507,9 @@ def run_audit_draw(attempt: str | Path, *, checkpoint: str | None = None, set_ro
     """Write ``guards/parser_audit_review.jsonl`` from the best checkpoint's incorrect records."""
     import json
 
-    from rlexp.files import read_json
-    from rlexp.records import read_records, record_path
-    from rlexp.spec import load_attempt
+    from rlexp.core.spec import load_attempt
+    from rlexp.storage.files import read_json
+    from rlexp.storage.records import read_records, record_path
 
     att = load_attempt(attempt)
     attempt_dir = Path(att.attempt_dir)
@@ -527,7 +527,7 @@ def run_audit_draw(attempt: str | Path, *, checkpoint: str | None = None, set_ro
 
 
 def run_audit_verdicts(attempt: str | Path, verdict_file: str | Path, *, sop: Sop | None = None) -> GuardVerdict:
-    from rlexp.spec import load_attempt
+    from rlexp.core.spec import load_attempt
 
     att = load_attempt(attempt)
     items = [record for _, record in iter_jsonl(verdict_file)]

@@ -25,10 +25,10 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from rlexp.adapters.provenance import is_secret_recipe_key, scrub
 from rlexp.errors import InputError
-from rlexp.files import read_json
-from rlexp.provenance import is_secret_recipe_key, scrub
-from rlexp.records import eval_accuracies
+from rlexp.storage.files import read_json
+from rlexp.storage.records import eval_accuracies
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 ATTEMPT_TAG = "rlexp.attempt_id"
@@ -125,10 +125,10 @@ def run_for_attempt(client, experiment_dir: Path, attempt_id: str, uri: str):
 # --- what an attempt directory holds ------------------------------------------------------------
 
 def attempt_info(attempt_dir: Path) -> dict[str, Any]:
-    """id, parent, change, recipe, trainer of an attempt: through ``rlexp.spec`` (parent chain
+    """id, parent, change, recipe, trainer of an attempt: through ``rlexp.core.spec`` (parent chain
     resolved, defaults applied) when the spec loads, else the raw ``attempt.yaml``."""
     try:
-        from rlexp.spec import load_attempt
+        from rlexp.core.spec import load_attempt
 
         att = load_attempt(attempt_dir)
         trainer = {"name": att.trainer.name, "version": att.trainer.version, "gpus": att.trainer.gpus}
@@ -136,7 +136,7 @@ def attempt_info(attempt_dir: Path) -> dict[str, Any]:
                 "recipe": dict(att.recipe), "trainer": trainer, "experiment_dir": Path(att.experiment_dir)}
     except ImportError:
         pass
-    from rlexp.files import load_yaml
+    from rlexp.storage.files import load_yaml
 
     raw = load_yaml(attempt_dir / "attempt.yaml")
     if not isinstance(raw, dict):
@@ -246,7 +246,7 @@ def log_attempt(attempt_dir: str | Path, tracking_uri: str | None = None, *, rep
 
     metrics_path = attempt_dir / "metrics.jsonl"
     if metrics_path.exists():
-        from rlexp.ingest import read_metrics
+        from rlexp.adapters.ingest import read_metrics
 
         after = int(run.data.tags.get(LOGGED_STEP_TAG, "-1"))
         last = log_metric_rows(client, run_id, read_metrics(metrics_path), after)

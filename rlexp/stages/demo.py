@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from rlexp.errors import CheckFailed
-from rlexp.files import atomic_write_text
+from rlexp.storage.files import atomic_write_text
 
 EXPERIMENT = "demo"
 
@@ -212,7 +212,7 @@ def _forget_stale_attempts(experiment_dir: Path, model_dir: Path, datasets: dict
     """
     import shutil
 
-    from rlexp.files import atomic_write_json, read_json, sha256_dir
+    from rlexp.storage.files import atomic_write_json, read_json, sha256_dir
 
     state_path = experiment_dir / "demo.json"
     current = {
@@ -251,7 +251,7 @@ def _started(attempt_dir: Path) -> bool:
 
 
 def _build_datasets(data_dir: Path, config: DemoConfig) -> dict[str, Any]:
-    from rlexp.task import build_task_datasets
+    from rlexp.core.task import build_task_datasets
 
     return build_task_datasets(
         data_dir,
@@ -267,8 +267,8 @@ def _build_datasets(data_dir: Path, config: DemoConfig) -> dict[str, Any]:
 def _build_base_model(models_dir: Path, datasets: dict[str, Any], config: DemoConfig, console: Any) -> Path:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from rlexp.task import ArithmeticTask, eval_hashes
-    from rlexp.tinymodel import build_tiny_model, sft_tiny_model
+    from rlexp.adapters.tinymodel import build_tiny_model, sft_tiny_model
+    from rlexp.core.task import ArithmeticTask, eval_hashes
 
     untrained = models_dir / "tiny-untrained"
     if not (untrained / "config.json").exists():
@@ -299,7 +299,7 @@ def _build_base_model(models_dir: Path, datasets: dict[str, Any], config: DemoCo
 
 
 def _summary(root: Path, experiment_dir: Path, attempts: list[Path], tracking_uri: str, timings) -> dict:
-    from rlexp.files import read_json
+    from rlexp.storage.files import read_json
 
     result: dict[str, Any] = {"dir": str(root), "tracking_uri": tracking_uri, "timings_s": timings, "attempts": {}}
     for attempt_dir in attempts:

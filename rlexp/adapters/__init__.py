@@ -1,0 +1,1 @@
+"""Adapters at the edge: MLflow, provenance, metric ingestion, the tiny model, rendering."""

@@ -1,0 +1,1 @@
+"""The pure core: the protocol's rules as functions of their inputs (no writes, nothing heavy)."""

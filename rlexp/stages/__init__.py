@@ -1,0 +1,1 @@
+"""The protocol's stages as library functions returning result objects."""

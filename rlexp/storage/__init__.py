@@ -1,0 +1,1 @@
+"""The experiment directory on disk: its one layout owner, strict readers and atomic writers."""
