@@ -8,11 +8,16 @@ from pathlib import Path
 import pytest
 
 from rlexp.cli import main
-from rlexp.commands.decide import decide_attempt
 from rlexp.errors import InputError
+from rlexp.stages.decide import decide
 from rlexp.storage.ledger import read_ledger, read_sota
 
 NOW = "2026-01-01T00:00:00Z"
+
+
+def decide_attempt(path, **kwargs):
+    """The decide stage's record (what decision.json holds)."""
+    return decide(path, **kwargs).to_dict()
 
 
 def outcome_vectors(n: int, base_correct: int, b: int, c: int) -> tuple[list[int], list[int]]:

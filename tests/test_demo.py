@@ -23,7 +23,7 @@ def test_demo_specs_change_one_variable_and_plan_without_errors(tmp_path):
 
     from rlexp.core.checks import preflight
     from rlexp.core.spec import diff_against_parent, load_attempt
-    from rlexp.core.task import build_task_datasets
+    from rlexp.storage.datasets import build_task_datasets
 
     config = DemoConfig.fast()
     exp = tmp_path / "experiments" / "demo"

@@ -63,7 +63,7 @@ def test_baseline_records_equal_direct_generation(eval_experiment):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from rlexp.adapters.generation import generate, render_prompt
-    from rlexp.core.task import read_dataset
+    from rlexp.storage.datasets import read_dataset
 
     att = eval_experiment(suffix=" Answer:")
     _run(att, checkpoints=["baseline_s0"], sets=["id"])

@@ -109,10 +109,10 @@ def test_g1_catches_an_adapter_applied_twice(eval_experiment, tmp_path):
     """The seed's LoRA-accumulation bug (§11.19/§11.22): weights that already contain the LoRA
     delta get the adapter applied again. G1 must fail on it."""
     from rlexp.cli import main
-    from rlexp.core.task import read_dataset
     from rlexp.engines.base import Decoding
     from rlexp.engines.local import LocalEngine, merge_adapter
     from rlexp.stages.evaluate import Target, eval_records
+    from rlexp.storage.datasets import read_dataset
 
     att = eval_experiment()
     base = att.parent / "models" / "tiny-base"

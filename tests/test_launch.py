@@ -21,8 +21,8 @@ from test_tracking import migrated_db, sqlite_uri  # noqa: F401 (fixtures)
 from rlexp.adapters.ingest import read_metrics
 from rlexp.backends.process import pid_alive, wait_for
 from rlexp.cli import main
-from rlexp.commands import launch as launch_cmd
 from rlexp.errors import InputError
+from rlexp.stages import launch as launch_cmd
 
 FAKE_TRAINER = r'''
 import json, os, signal, sys, time
@@ -72,7 +72,7 @@ sys.exit(0)
 
 RUNNER = r'''
 import sys
-import rlexp.commands.launch as launch_cmd
+import rlexp.stages.launch as launch_cmd
 launch_cmd.LOCAL_TRAINER_MODULE = "fake_trainer"
 from rlexp.cli import main
 sys.exit(main(sys.argv[1:]))
@@ -571,9 +571,9 @@ def test_resume_reuses_the_saved_metrics_source_and_refuses_another(tmp_path, mo
 
 def test_a_parent_edit_makes_the_childs_plan_stale(tmp_path):
     """plan.json records a digest of the whole spec chain: editing the parent recomputes the child's plan."""
-    from rlexp.commands.launch import load_plan
-    from rlexp.commands.plan import build_plan
     from rlexp.core.spec import load_attempt
+    from rlexp.stages.launch import load_plan
+    from rlexp.stages.plan import build_plan
     from rlexp.storage.files import atomic_write_json
 
     exp = tmp_path / "exp"

@@ -55,7 +55,7 @@ eval: {{engine: local, max_tokens: 8}}
 @pytest.fixture(scope="module")
 def experiment(tmp_path_factory):
     from rlexp.adapters.tinymodel import build_tiny_model
-    from rlexp.core.task import build_task_datasets
+    from rlexp.storage.datasets import build_task_datasets
 
     root = tmp_path_factory.mktemp("exp")
     build_task_datasets(root / "data", seed=0, pool_size=64, monitor_size=20, primary_size=40, id_size=20)
@@ -193,8 +193,8 @@ def test_demo_recipe_loads_and_spans_its_schedule(experiment):
 
     from rlexp.backends.local_trainer import config_from_attempt, schedule_totals
     from rlexp.core.spec import load_attempt
-    from rlexp.core.task import build_task_datasets
     from rlexp.stages.demo import DEMO_POOL_SIZE, DEMO_RECIPE
+    from rlexp.storage.datasets import build_task_datasets
 
     build_task_datasets(experiment / "data", seed=0, pool_size=DEMO_POOL_SIZE, monitor_size=20, primary_size=40,
                         id_size=20)  # fmt: skip

@@ -549,7 +549,7 @@ def train(cfg: TrainerConfig, attempt_dir: Path, *, resume: bool = False, log=pr
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer, get_scheduler
 
-    from rlexp.core.task import read_dataset
+    from rlexp.storage.datasets import read_dataset
 
     attempt_dir = Path(attempt_dir)
     cfg.validate(attempt_dir / "attempt.yaml")

@@ -17,6 +17,8 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from rlexp.storage.layout import pid_alive  # noqa: F401  (re-exported: the one liveness probe)
+
 
 def start(argv: Sequence[str], *, log_path: str | Path, cwd: str | Path | None = None,
           env: Mapping[str, str] | None = None, die_with_parent: bool = False) -> subprocess.Popen:
@@ -65,24 +67,6 @@ def stop(proc: subprocess.Popen, *, grace_s: float = 60.0, sig: int = signal.SIG
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         return proc.wait()
-
-
-def pid_alive(pid: int | None) -> bool:
-    """Whether a process with ``pid`` exists and has not exited (a zombie waiting to be reaped
-    by its parent has exited: Linux shows it as state ``Z`` in ``/proc/<pid>/stat``)."""
-    if not pid or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True  # no procfs (macOS): existence is all we can tell
-    return stat[stat.rfind(")") + 2 :][:1] != "Z"
 
 
 def describe_exit(code: int | None) -> str:

@@ -10,137 +10,9 @@ Module level imports only typer: ``rlexp --help`` imports every command module.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
-
-if TYPE_CHECKING:
-    from rlexp.core.spec import Attempt
-
-PLAN_FORMAT = 1
-
-
-def build_plan(att: Attempt) -> dict[str, Any]:
-    """The plan of an attempt as a JSON-ready dict (what ``plan.json`` holds)."""
-    from rlexp.core.checks import gpu_layout, preflight, primary_power, steps_for
-    from rlexp.core.power import power_report
-    from rlexp.core.schedule import checkpoint_plan, lr_for_global_step, lr_rows_for_plan
-    from rlexp.core.spec import diff_against_parent
-    from rlexp.storage.files import sha256_file
-
-    steps = steps_for(att)
-    ckpt = checkpoint_plan(steps, att.recipe, att.checkpoints_mid)
-    power = primary_power(att)
-    checks = preflight(att, steps, power)
-    milestones = milestone_steps(att, steps.global_steps_total, steps.warmup_global_steps)
-    rows, coverage = lr_rows_for_plan(steps, extra=milestones)
-    monitor = att.datasets.get("ood_monitor")
-    monitor_power = (
-        power_report(monitor.size, att.baseline.discordance).as_dict() if monitor and monitor.size else None
-    )
-    layout = gpu_layout(att.recipe) if att.trainer.name == "openrlhf" else None
-    power_json: dict[str, Any] = (
-        power.as_dict() if power else {"mde_pp": None, "power_at_win_threshold": None, "n": None}
-    )
-    power_json["monitor"] = monitor_power
-    return {
-        "format": PLAN_FORMAT,
-        "attempt": att.id,
-        "parent": att.parent_id,
-        "spec": str(att.spec_path),
-        "spec_sha256": sha256_file(att.spec_path),
-        "spec_chain_sha256": att.chain_sha256(),
-        "trainer": {"name": att.trainer.name, "version": att.trainer.version, "gpus": att.trainer.gpus},
-        "intent": _jsonable(att.intent),
-        "change": _jsonable(att.change),
-        "diff": [
-            {"key": d.key, "parent": _jsonable(d.parent), "value": _jsonable(d.value), "kind": d.kind}
-            for d in diff_against_parent(att)
-        ],
-        "datasets": {
-            role: {
-                "path": str(ref.path) if ref.path else None,
-                "size": ref.size,
-                "stated_size": ref.stated_size,
-                "exists": ref.exists,
-                "prompt_suffix": ref.prompt_suffix,
-            }
-            for role, ref in att.datasets.items()
-        },
-        "steps": {
-            "pool_size": steps.pool_size,
-            "prompts": steps.prompts,
-            "optimizer_steps_total": steps.optimizer_steps_total,
-            "optimizer_steps_per_episode": steps.optimizer_steps_per_episode,
-            "optimizer_steps_per_global_step": steps.optimizer_steps_per_global_step,
-            "optimizer_steps_run": steps.optimizer_steps_run,
-            "global_steps_per_episode": steps.global_steps_per_episode,
-            "global_steps_total": steps.global_steps_total,
-            "partial_batch_prompts": steps.partial_batch_prompts,
-            "drops_partial_batch": steps.drops_partial_batch,
-            "micro_batches_per_optimizer_step": steps.micro_batches_per_optimizer_step,
-            "data_parallel_size": steps.data_parallel_size,
-            "warmup_steps": steps.warmup_steps,
-            "warmup_global_steps": steps.warmup_global_steps,
-            "peak_lr": steps.peak_lr,
-            "min_lr": steps.min_lr,
-            "min_lr_ratio": steps.min_lr_ratio,
-            "actor_lr_logging": steps.actor_lr_logging,
-        },
-        "lr_rows": coverage,
-        "lr": [lr_for_global_step(g, steps).as_dict() for g in rows],
-        "lr_milestones": [lr_for_global_step(g, steps).as_dict() for g in milestones],
-        "eval_global_steps": list(ckpt.evaluated),
-        "save_global_steps": list(ckpt.saved),
-        "checkpoints": {
-            "final": ckpt.final,
-            "mid": ckpt.mid,
-            "extra": list(att.checkpoints_extra),
-            "best_by_monitor_candidates": list(ckpt.best_by_monitor_candidates),
-        },
-        "gpu_layout": (
-            {
-                "vllm": layout.vllm,
-                "actor": layout.actor,
-                "reference": layout.reference,
-                "reward": layout.reward,
-                "critic": layout.critic,
-                "total": layout.total,
-                "notes": list(layout.notes),
-            }
-            if layout
-            else None
-        ),  # fmt: skip
-        "checks": [c.as_dict() for c in checks],
-        "power": power_json,
-    }
-
-
-def milestone_steps(att: Attempt, total: int, warmup_global: float) -> list[int]:
-    """Global steps worth a row in the LR table: start, end of warm-up, step 20 (the LR check),
-    quarters of the run, the mid checkpoint, the intended length, the final step."""
-    import math
-
-    points = {1, min(total, 20), max(1, math.ceil(warmup_global)), total}
-    points |= {max(1, round(total * q)) for q in (0.25, 0.5, 0.75)}
-    if att.checkpoints_mid:
-        points.add(att.checkpoints_mid)
-    intent = att.intent.get("global_steps")
-    if intent:
-        points.add(intent)
-    return sorted(p for p in points if 1 <= p <= total)
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, Path):
-        return str(value)
-    if isinstance(value, tuple | list):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if value is None or isinstance(value, str | int | float | bool):
-        return value
-    return str(value)  # YAML dates and the like
 
 
 def render(data: dict[str, Any]) -> None:
@@ -255,15 +127,14 @@ def plan(
     ] = False,
 ) -> None:
     """Step counts, LR schedule, eval/save schedule, preflight checks and power of an attempt."""
-    from rlexp.core.spec import load_attempt
-    from rlexp.storage.files import atomic_write_json, to_json
+    from rlexp.stages.plan import plan as plan_stage
+    from rlexp.storage.files import to_json
 
-    att = load_attempt(spec)
-    data = build_plan(att)
-    atomic_write_json(att.attempt_dir / "plan.json", data)
+    result = plan_stage(spec)
+    data = result.data
     if json_output:
         typer.echo(to_json(data), nl=False)
     else:
         render(data)
-    if any(c["severity"] == "error" for c in data["checks"]):
+    if not result.ok:
         raise typer.Exit(1)

@@ -19,19 +19,12 @@ def report(
                                                      "sqlite:///mlflow.db here); 'off' skips MLflow.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
-    """Write reports/<experiment>/<attempt>.md (SOP §9's eight deliverables, with plots)."""
-    from rlexp.adapters.rendering import write_report
-    from rlexp.commands.status import scrub_finished_log
+    """Write reports/<experiment>/<attempt>.md (the report's eight deliverables, with plots)."""
+    from rlexp.stages.report import report as report_stage
 
-    path = write_report(attempt, reports_dir)
-    scrub_finished_log(attempt.parent if attempt.is_file() else attempt)  # a --no-follow run's log
-    run_id = None
-    if not (tracking_uri and tracking_uri.lower() in ("off", "none")):
-        from rlexp.adapters.tracking import log_attempt
-
-        run_id = log_attempt(attempt, tracking_uri, report_path=path)
-    plots = sorted(str(p) for p in path.parent.glob(f"{path.stem}_*.png"))
+    result = report_stage(attempt, reports_dir=reports_dir, tracking_uri=tracking_uri)
     if json_out:
-        print(json.dumps({"report": str(path), "plots": plots, "mlflow_run_id": run_id}))
+        print(json.dumps(result.to_dict()))
     else:
-        print(f"wrote {path} ({len(plots)} plots)" + (f"; MLflow run {run_id}" if run_id else ""))
+        print(f"wrote {result.report} ({len(result.plots)} plots)"
+              + (f"; MLflow run {result.mlflow_run_id}" if result.mlflow_run_id else ""))

@@ -20,9 +20,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
+from rlexp.core.numbers import finite_number
 from rlexp.core.sop import Sop
 from rlexp.errors import InputError
-from rlexp.storage.files import finite_number
 
 EPS = 1e-9
 

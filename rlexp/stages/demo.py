@@ -251,7 +251,7 @@ def _started(attempt_dir: Path) -> bool:
 
 
 def _build_datasets(data_dir: Path, config: DemoConfig) -> dict[str, Any]:
-    from rlexp.core.task import build_task_datasets
+    from rlexp.storage.datasets import build_task_datasets
 
     return build_task_datasets(
         data_dir,
@@ -268,7 +268,8 @@ def _build_base_model(models_dir: Path, datasets: dict[str, Any], config: DemoCo
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from rlexp.adapters.tinymodel import build_tiny_model, sft_tiny_model
-    from rlexp.core.task import ArithmeticTask, eval_hashes
+    from rlexp.core.task import ArithmeticTask
+    from rlexp.storage.datasets import eval_hashes
 
     untrained = models_dir / "tiny-untrained"
     if not (untrained / "config.json").exists():

@@ -254,7 +254,7 @@ def model_sha256(path: Path | str | None, cache_file: Path) -> str | None:
 
 
 def load_problems(att: Any, role: str, limit: int | None = None) -> tuple[list[dict[str, Any]], Path, str] | None:
-    from rlexp.core.task import read_dataset
+    from rlexp.storage.datasets import read_dataset
 
     ref = att.datasets.get(role)
     if ref is None or ref.path is None:

@@ -140,8 +140,8 @@ def run_g0(attempt: str | Path, samples: int | None = None, *, sop: Sop | None =
     from transformers import AutoTokenizer
 
     from rlexp.core.spec import load_attempt
-    from rlexp.core.task import read_dataset
     from rlexp.stages.evaluate import base_model_path, saved_steps
+    from rlexp.storage.datasets import read_dataset
 
     att = load_attempt(attempt)
     samples = samples or guard_settings(sop).g0.samples

@@ -15,13 +15,13 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import math
 import os
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from rlexp.core.numbers import finite_number, sha256_text  # noqa: F401  (re-exported)
 from rlexp.errors import InputError
 
 
@@ -206,13 +206,5 @@ def replace_dir(tmp: str | Path, final: str | Path) -> None:
         tmp.rename(final)
 
 
-def sha256_text(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def finite_number(value: Any) -> float | None:
-    """A metric value as float, or None when it is not a finite real number (strings, NaN, bools)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    value = float(value)
-    return value if math.isfinite(value) else None

@@ -1,0 +1,316 @@
+"""The SOP's decision for one evaluated attempt, as a pure function of its inputs.
+
+:func:`decide` takes everything the stage gathered from disk (:class:`DecideInputs`: the
+pre-registered checkpoints, the paired outcomes of every checkpoint against every baseline on
+every set, the ledger's history, the parser audit, the training diagnostics) and the SOP in
+force, and returns a :class:`Decision`. It reads and writes nothing; ``rlexp.stages.decide``
+gathers the inputs and records the result (``decision.json``, paired records, the ledger, the
+SOTA pin).
+
+Order of the rules: a failed parser audit blocks everything (DEBUG); Gate-1b with Gate-2 is a
+release candidate (STOP-1, the SOTA pin moves); a passing Gate-1a/1b without a sibling seed asks
+for a confirmation seed (CONFIRM); then stagnation (STOP-3a same pool, STOP-3b pool variance);
+otherwise CONTINUE, with the gray-zone note when it applies.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from rlexp.core import gates
+from rlexp.core.sop import Sop
+
+BASELINES = ("baseline_s0", "baseline_sota")
+ROLE_ORDER = ("final", "mid", "best_by_monitor")
+# Recipe keys that do not make a different recipe for Gate-2 / STOP-3b: the seed, and the pool file itself.
+NOT_RECIPE = ("seed", "prompt_data", "prompt_data_probs")
+
+
+class PairedOutcomes(Protocol):
+    """Two 0/1 outcome vectors over the same problems (``rlexp.storage.paired.PairedSet`` has them)."""
+
+    y_baseline: Sequence[int]
+    y_new: Sequence[int]
+
+
+class HistoryEntry(Protocol):
+    """A decided attempt as the ledger remembers it (``rlexp.storage.ledger.LedgerEntry``)."""
+
+    attempt: str
+    parent: str | None
+    recipe_sha256: str | None
+    pool_sha256: str | None
+    seed: int | None
+    baseline: str
+    delta_pp: float
+
+    def outcome(self) -> gates.AttemptOutcome: ...
+
+
+@dataclass(frozen=True)
+class AttemptFacts:
+    """What the decision needs to know about the attempt itself."""
+
+    id: str
+    parent: str | None
+    changed: tuple[str, ...]
+    pool_sha256: str | None
+    pool_size: int | None
+    recipe_sha256: str
+    seed: Any
+
+
+@dataclass(frozen=True)
+class DecideInputs:
+    """Everything :func:`decide` looks at, gathered from the experiment directory."""
+
+    attempt: AttemptFacts
+    checkpoints: tuple[str, ...]                  # pre-registered, in role order
+    roles: Mapping[str, str]                      # checkpoint -> role(s)
+    baselines: tuple[str, ...]                    # baselines with records on the primary set
+    sets: tuple[str, str, str]                    # primary, ID, sanity set roles
+    paired: Mapping[tuple[str, str, str], PairedOutcomes]   # (baseline, checkpoint, set) -> outcomes
+    history: Mapping[str, HistoryEntry]           # latest ledger entry of every other attempt
+    sota: Mapping[str, Any] | None                # the SOTA pin, as a dict, or None
+    pin_is_self: bool
+    parser_audit: Mapping[str, Any] | None        # {"misparse_rate", "audit_passed", "file"} or None
+    diagnostics: gates.Diagnostics
+    selection_note: str | None = None             # the K=3 were selected under another SOP file
+    skipped: tuple[str, ...] = ()                 # comparisons skipped because a set has no records
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The decision and everything that decided it; ``to_dict()`` is ``decision.json``."""
+
+    attempt: str
+    decision: str
+    reason: str
+    record: Mapping[str, Any] = field(repr=False)
+    new_sota_checkpoint: str | None = None        # the checkpoint a STOP-1 pins, when the pin moves
+
+    @property
+    def sota_moved(self) -> bool:
+        return bool(self.record.get("sota_moved"))
+
+    def to_dict(self) -> dict[str, Any]:
+        return json.loads(json.dumps(self.record))
+
+
+def recipe_sha256(recipe: Mapping[str, Any], training_keys: Sequence[str], trainer: tuple[str, Any]) -> str:
+    """Digest of the training recipe without the seed and the pool path: "same recipe" for Gate-2."""
+    import hashlib
+
+    picked = {k: recipe.get(k) for k in training_keys if k not in NOT_RECIPE}
+    picked["trainer"] = list(trainer)
+    return hashlib.sha256(json.dumps(picked, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _brief(cmp: Any) -> dict[str, Any]:
+    return {"n": cmp.n, "acc_base": cmp.acc_base, "acc_new": cmp.acc_new, "delta_pp": cmp.delta_pp, "b": cmp.b,
+            "c": cmp.c, "mcnemar_p": cmp.mcnemar_p, "ci_pp": list(cmp.ci_pp)}
+
+
+def decide(inputs: DecideInputs, sop: Sop, *, decided_at: str) -> Decision:
+    """Apply the SOP's gates and STOP rules to the gathered inputs (pure: no reads, no writes)."""
+    from rlexp.stats import compare_counts, paired_counts
+
+    att = inputs.attempt
+    names = list(inputs.checkpoints)
+    notes = [inputs.selection_note] if inputs.selection_note else []
+    if inputs.pin_is_self:
+        notes.append("this attempt holds the SOTA pin (re-decided)")
+    primary_role, id_role, _sanity_role = inputs.sets
+    decision_baseline = sop.primary.decision_baseline
+    if decision_baseline not in inputs.baselines:
+        decision_baseline = sop.primary.fallback_baseline
+        notes.append(f"no {sop.primary.decision_baseline} records (no SOTA pinned yet): gates are taken against "
+                     f"{decision_baseline}")
+    notes.extend(inputs.skipped)
+
+    b = sop.bootstrap
+    comparisons = {key: compare_counts(paired_counts(ps.y_baseline, ps.y_new), resamples=b.resamples, seed=b.seed,
+                                       confidence=b.confidence, method=b.method)
+                   for key, ps in inputs.paired.items()}
+    primary = {name: comparisons[(decision_baseline, name, primary_role)] for name in names}
+    family = gates.family_gates(primary, sop)
+    holm_mode = sop.checkpoints.decide_on == "holm"
+    g1a_pass = family.any_passed("gate_1a", holm=holm_mode)
+    g1b_pass = family.any_passed("gate_1b", holm=holm_mode)
+    if len(names) > sop.checkpoints.k:
+        notes.append(f"{len(names)} checkpoints evaluated, more than K={sop.checkpoints.k}: Holm covers all of them")
+
+    # primary checkpoint: the largest delta vs the decision baseline (ties: role order)
+    primary_ck = max(names, key=lambda n: (primary[n].delta_pp, -names.index(n)))
+    prim = primary[primary_ck]
+    s0_id = comparisons.get(("baseline_s0", primary_ck, id_role))
+
+    if att.pool_sha256 is None:
+        notes.append("pool file not found: pool SHA-256 unknown (STOP-3 and Gate-2 cannot match pools)")
+    current = gates.AttemptOutcome(att.id, att.parent, att.changed, att.pool_sha256, prim.delta_pp, prim.ci_pp,
+                                   prim.mcnemar_p, att.recipe_sha256, att.pool_size, None, att.seed)
+    history = inputs.history
+    siblings = [e for e in history.values() if e.parent == att.parent and e.recipe_sha256 == att.recipe_sha256
+                and e.pool_sha256 == att.pool_sha256 and att.pool_sha256 is not None and e.seed != att.seed
+                and e.baseline == decision_baseline]
+    gate2 = gates.gate_2([prim.delta_pp, *[e.delta_pp for e in siblings]],
+                         s0_id.delta_pp if s0_id is not None else None, sop)
+    stop3a = gates.stop_3a(current, [e.outcome() for e in history.values()], sop)
+    stop3b = gates.stop_3b(current, [e.outcome() for e in history.values()], sop)
+    gray = gates.gray_zone(prim.delta_pp, sop)
+    audit = inputs.parser_audit
+    max_rate = sop.parser_audit.max_misparse_rate
+    # blocked by the rate under the SOP in force, or by the audit's own verdict (a stricter SOP)
+    audit_blocks = audit is not None and (audit["misparse_rate"] > max_rate + gates.EPS or not audit["audit_passed"])
+    if audit is None:
+        notes.append("no parser audit (guards/parser_audit.json): the SOP asks for one before the fault tree")
+
+    if audit_blocks:
+        decision = "DEBUG"
+        if audit["misparse_rate"] > max_rate + gates.EPS:
+            why = f"mis-parse rate {audit['misparse_rate']:.1%} > {max_rate:.0%}"
+        else:
+            why = f"failed (guards/parser_audit.json, mis-parse rate {audit['misparse_rate']:.1%})"
+        reason = f"parser audit: {why}: fix the parser and re-evaluate first"
+    elif g1b_pass and gate2.passed:
+        decision, reason = "STOP-1", "Gate-1b and Gate-2 pass: release candidate; the SOTA pin moves"
+    elif (g1a_pass or g1b_pass) and not siblings:
+        decision = "CONFIRM"
+        reason = ("Gate-1b" if g1b_pass else "Gate-1a") + " passes: run a confirmation seed (same pool, same config)"
+    elif stop3a.passed:
+        decision, reason = "STOP-3a", "same-pool stagnation: enter the fault tree"
+    elif stop3b.passed:
+        decision, reason = "STOP-3b", "pool-variance stagnation: enter the fault tree"
+    else:
+        decision = "CONTINUE"
+        reason = "no gate passes" if not (g1a_pass or g1b_pass) else "a gate passed but replication (Gate-2) failed"
+        if gray.passed:
+            reason += "; gray zone: a third run is allowed"
+
+    ood = comparisons.get(("baseline_s0", primary_ck, primary_role))
+    idc = comparisons.get(("baseline_s0", primary_ck, id_role))
+    diagnostics = gates.Diagnostics(**{**inputs.diagnostics.__dict__,
+                                       "ood_delta_pp": ood.delta_pp if ood else None,
+                                       "id_delta_pp": idc.delta_pp if idc else None})
+    tree = gates.fault_tree(diagnostics, sop)
+
+    checkpoints: dict[str, Any] = {}
+    for name in names:
+        cmp = primary[name]
+        entry = {
+            "role": inputs.roles.get(name), "n": cmp.n, "acc_base": cmp.acc_base, "acc_new": cmp.acc_new,
+            "delta_pp": cmp.delta_pp, "b": cmp.b, "c": cmp.c, "mcnemar_p": cmp.mcnemar_p,
+            "mcnemar_midp": cmp.mcnemar_midp, "ci_pp": list(cmp.ci_pp), "holm_p": family.holm_p[name],
+            "se_pp": cmp.se_pp, "mde_pp": cmp.mde_pp,
+            "gate_1a": family.gate_1a[name].passed, "gate_1b": family.gate_1b[name].passed,
+            "gate_1a_holm": family.gate_1a_holm[name].passed, "gate_1b_holm": family.gate_1b_holm[name].passed,
+            "vs": {},
+        }
+        for (baseline, ck, role), c in comparisons.items():
+            if ck == name:
+                entry["vs"].setdefault(baseline, {})[role] = _brief(c)
+        checkpoints[name] = entry
+
+    def family_dict(gate: str) -> dict[str, Any]:
+        per = getattr(family, gate)
+        first = next(iter(per.values()))
+        return {"passed": any(v.passed for v in per.values()), "rule": first.rule,
+                "per_checkpoint": {n: {k: v for k, v in per[n].to_dict().items() if k != "rule"} for n in names}}
+
+    sota = dict(inputs.sota) if inputs.sota else None
+    new_sota = None
+    sota_moved = False
+    if decision == "STOP-1":
+        winners = [n for n in names if getattr(family, "gate_1b_holm" if holm_mode else "gate_1b")[n].passed]
+        best = max(winners, key=lambda n: (primary[n].delta_pp, -names.index(n)))
+        if not (inputs.pin_is_self and sota and sota.get("checkpoint") == best):
+            # the pin's path (where the checkpoint lies) is filled in when the decision is recorded
+            sota_moved, new_sota = True, best
+            sota = {"attempt": att.id, "checkpoint": best, "path": None, "decided_at": decided_at}
+
+    record: dict[str, Any] = {
+        "attempt": att.id,
+        "decision": decision,
+        "reason": reason,
+        "baseline": decision_baseline,
+        "primary_set": primary_role,
+        "primary_checkpoint": primary_ck,
+        "decide_on": sop.checkpoints.decide_on,
+        "gates": {
+            "gate_1a": family_dict("gate_1a"), "gate_1b": family_dict("gate_1b"),
+            "gate_1a_holm": family_dict("gate_1a_holm"), "gate_1b_holm": family_dict("gate_1b_holm"),
+            "gate_2": gate2.to_dict() | {"siblings": [e.attempt for e in siblings]},
+            "stop_3a": stop3a.to_dict(), "stop_3b": stop3b.to_dict(), "gray_zone": gray.to_dict(),
+            "parser_audit": {"passed": None if audit is None else not audit_blocks,
+                             "rule": f"mis-parse rate <= {max_rate:.0%}",
+                             **(dict(audit) if audit else {"misparse_rate": None})},
+        },
+        "checkpoints": checkpoints,
+        "sop_version": sop.version,
+        "sop_sha256": sop.sha256,
+        "fault_tree": tree.to_dict(),
+        "pool_sha256": att.pool_sha256,
+        "recipe_sha256": att.recipe_sha256,
+        "changed": list(att.changed),
+        "seed": att.seed,
+        "sota_moved": sota_moved,
+        "sota": sota,
+        "notes": notes,
+        "decided_at": decided_at,
+    }
+    return Decision(att.id, decision, reason, record, new_sota)
+
+
+def diagnostics_from(rows: Sequence[Mapping[str, Any]], g4_numbers: Mapping[str, Any] | None, sop: Sop
+                     ) -> gates.Diagnostics:
+    """The fault tree's training diagnostics from metrics rows and the G4 verdict's numbers.
+
+    Rows are ``metrics.jsonl`` lines (already read); the OOD/ID deltas are added by :func:`decide`.
+    """
+    from rlexp.core.numbers import finite_number
+
+    kw: dict[str, Any] = {}
+    rows = sorted((r for r in rows if isinstance(r.get("global_step"), int)), key=lambda r: r["global_step"])
+
+    def series(key: str) -> list[tuple[int, float]]:
+        return [(r["global_step"], v) for r in rows if (v := finite_number(r.get(key))) is not None]
+
+    def thirds(values: list[float]) -> tuple[float, float] | None:
+        if len(values) < 3:
+            return None
+        k = max(1, len(values) // 3)
+        return sum(values[:k]) / k, sum(values[-k:]) / k
+
+    reward = thirds([v for _, v in series("reward")])
+    if reward:
+        kw["train_reward_trend_pp"] = 100.0 * (reward[1] - reward[0])
+    tail = thirds([v for _, v in series("log_ratio_abs_p99")] or [v for _, v in series("ratio_max")])
+    if tail:
+        kw["ratio_tail_early"], kw["ratio_tail_late"] = tail
+    lr = series("actor_lr")
+    if lr:
+        peak_lr = max(v for _, v in lr)
+        if peak_lr > 0:
+            kw["lr_final_fraction"] = lr[-1][1] / peak_lr
+    monitor = series("monitor_acc")
+    if rows:
+        kw["total_steps"] = rows[-1]["global_step"]
+    if monitor:
+        # the fault tree asks where the in-run curve peaked (every monitor point counts), not
+        # which saved checkpoint eval/selection.json chose: hence all monitor steps as "saved"
+        sel = gates.select_k3(monitor, rows[-1]["global_step"], None, [s for s, _ in monitor], sop)
+        kw["peak_step"] = sel.best_by_monitor
+        if lr and sel.best_by_monitor is not None and kw.get("lr_final_fraction") is not None:
+            at_peak = [v for s, v in lr if s <= sel.best_by_monitor]
+            kw["lr_at_peak_fraction"] = at_peak[-1] / max(v for _, v in lr) if at_peak else None
+    # G4: pass@k sampled on the problems the baseline gets wrong greedily, so greedy pass@1 on
+    # that set is 0 by construction and pass@k is the whole gap the fault tree's class A asks about.
+    if g4_numbers and isinstance(g4_numbers.get("k"), int):
+        k = g4_numbers["k"]
+        pk = finite_number(g4_numbers.get(f"pass_at_{k}"))
+        if pk is not None:
+            kw["pass_at_1"], kw["pass_at_k"], kw["k"] = 0.0, pk, k
+    return gates.Diagnostics(**kw)

@@ -1,0 +1,199 @@
+"""The decide stage: gather an evaluated attempt's inputs, decide, record.
+
+1. :func:`gather` reads the attempt spec, the pre-registered checkpoints
+   (``eval/selection.json``), the eval records of those checkpoints and of the baselines, the
+   parser audit, the training metrics, G4 and the experiment's ledger, and validates all of it;
+2. :func:`rlexp.core.decision.decide` applies the SOP (pure);
+3. :func:`record` writes ``decision.json`` and the paired records, appends the ledger and moves
+   the SOTA pin only on STOP-1 (Gate-1b and Gate-2).
+
+Everything is read and checked before anything is written, so bad input (exit 2) leaves the
+attempt untouched.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from rlexp.core.decision import BASELINES, ROLE_ORDER, AttemptFacts, DecideInputs, Decision, recipe_sha256
+from rlexp.errors import InputError
+from rlexp.storage.layout import AttemptDir, checkpoint_name
+
+
+def decide(attempt: str | Path, *, sop_path: str | Path | None = None, now: str | None = None) -> Decision:
+    """Decide an evaluated attempt under the SOP in force (or ``sop_path``) and record the decision.
+
+    >>> import rlexp
+    >>> rlexp.decide("experiments/demo/d2").decision        # doctest: +SKIP
+    'CONFIRM'
+    """
+    from rlexp.core.decision import decide as decide_pure
+    from rlexp.core.sop import load_sop
+
+    sop = load_sop(sop_path)
+    inputs, context = gather(attempt, sop)
+    decision = decide_pure(inputs, sop, decided_at=now or datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
+    record(decision, inputs, context)
+    return decision
+
+
+def _read_selection(ad: AttemptDir) -> tuple[list[str], dict[str, str], str | None]:
+    """Checkpoint names in role order, name -> role(s), and the SHA-256 of the SOP file the
+    selection was made under, from eval/selection.json."""
+    path = ad.selection
+    if not path.exists():
+        raise InputError(path, None, "file not found: run `rlexp eval` first (it pre-registers the K=3 checkpoints)")
+    data = ad.read_selection()
+    names: list[str] = []
+    roles: dict[str, str] = {}
+    for role in ROLE_ORDER:
+        step = data.get(role)
+        if step is None:
+            continue
+        if isinstance(step, bool) or not isinstance(step, int):
+            raise InputError(path, role, f"must be a global step (integer) or null, got {step!r}")
+        name = checkpoint_name(step)
+        if name not in names:
+            names.append(name)
+        roles[name] = f"{roles[name]}+{role}" if name in roles else role
+    listed = data.get("checkpoints")
+    if listed is not None:
+        if not (isinstance(listed, list) and all(isinstance(x, str) and x.startswith("global_step") for x in listed)):
+            raise InputError(path, "checkpoints", "must be a list of 'global_step{N}' names")
+        for name in listed:
+            if name not in names:
+                names.append(name)
+                roles[name] = "pre-registered"
+    if not names:
+        raise InputError(path, "checkpoints", "no checkpoint selected")
+    under = data.get("sop_sha256")
+    return names, roles, under if isinstance(under, str) else None
+
+
+def _parser_audit(ad: AttemptDir) -> dict[str, Any] | None:
+    """guards/parser_audit.json (written by ``rlexp guard audit``) → {"misparse_rate", "audit_passed",
+    "file"}; None when the audit was not run."""
+    from rlexp.core.numbers import finite_number
+
+    path = ad.guard("parser_audit")
+    data = ad.read_guard("parser_audit")
+    if data is None:
+        return None
+    passed = data.get("passed")
+    if not isinstance(passed, bool):
+        raise InputError(path, "passed", f"must be true or false, got {passed!r}")
+    numbers = data.get("numbers")
+    if not isinstance(numbers, dict) or "mis_parse_rate" not in numbers:
+        raise InputError(path, "numbers.mis_parse_rate", "missing (write the file with `rlexp guard audit ATTEMPT "
+                         "--verdicts FILE`)")
+    rate = finite_number(numbers["mis_parse_rate"])
+    if rate is None or not 0.0 <= rate <= 1.0:
+        raise InputError(path, "numbers.mis_parse_rate", f"must be a fraction in [0, 1], got "
+                         f"{numbers['mis_parse_rate']!r}")
+    return {"misparse_rate": rate, "audit_passed": passed, "file": str(path)}
+
+
+def _g4_numbers(ad: AttemptDir) -> dict[str, Any] | None:
+    data = ad.read_guard("g4")
+    numbers = data.get("numbers") if data else None
+    return numbers if isinstance(numbers, dict) else None
+
+
+def gather(attempt: str | Path, sop: Any) -> tuple[DecideInputs, dict[str, Any]]:
+    """Read and validate everything the decision needs; return the inputs and what recording needs."""
+    from rlexp.core.decision import diagnostics_from
+    from rlexp.core.spec import RECIPE_KEYS, TRAINING, diff_against_parent, load_attempt
+    from rlexp.storage.files import read_jsonl, sha256_file
+    from rlexp.storage.ledger import latest_by_attempt, read_ledger, read_sota
+    from rlexp.storage.paired import pair_files
+
+    att = load_attempt(attempt)
+    ad = AttemptDir(att.attempt_dir)
+    exp_dir = Path(att.experiment_dir)
+    names, roles, selected_under = _read_selection(ad)
+    selection_note = None
+    if selected_under is not None and selected_under != sop.sha256:
+        # K=3 (smoothing window, ties) was applied under another SOP file than the gates are now
+        selection_note = (f"the K=3 checkpoints were selected under another SOP file (sha256 {selected_under[:12]}) "
+                          f"than this decision's ({sop.sha256[:12]}): rerun `rlexp eval` to reselect")
+
+    pin = read_sota(exp_dir)
+    sets = (sop.primary.set_role, sop.primary.secondary_role, sop.primary.sanity_role)
+    primary_role = sets[0]
+    present = tuple(b for b in BASELINES if ad.records(b, primary_role).exists())
+    if "baseline_s0" not in present:
+        raise InputError(ad.records("baseline_s0", primary_role), None,
+                         "file not found: Baseline-S0 must be evaluated with the same pipeline (run `rlexp eval`)")
+    pin_is_self = pin is not None and pin.attempt == att.id  # re-deciding the attempt that moved the pin
+    if pin is not None and not pin_is_self and "baseline_sota" not in present:
+        raise InputError(ad.records("baseline_sota", primary_role), None,
+                         f"file not found: a SOTA is pinned ({pin.attempt}/{pin.checkpoint}) but was not evaluated "
+                         f"(run `rlexp eval`)")
+    for name in names:
+        if not ad.records(name, primary_role).exists():
+            raise InputError(ad.records(name, primary_role), None,
+                             "file not found: every pre-registered checkpoint must be evaluated (run `rlexp eval`)")
+
+    paired: dict[tuple[str, str, str], Any] = {}
+    skipped: list[str] = []
+    for baseline in present:
+        for name in names:
+            for role in sets:
+                base_file, new_file = ad.records(baseline, role), ad.records(name, role)
+                if role != primary_role and not (base_file.exists() and new_file.exists()):
+                    if base_file.exists() or new_file.exists():
+                        skipped.append(f"{role}: records of {baseline} or {name} missing; that comparison is skipped")
+                    continue
+                paired[(baseline, name, role)] = pair_files(base_file, new_file)
+
+    pool = att.datasets.get("pool")
+    pool_sha = sha256_file(pool.path) if pool is not None and pool.path is not None and pool.path.is_file() else None
+    seed = att.recipe.get("seed")
+    training_keys = [k for k, meta in RECIPE_KEYS.items() if meta.kind == TRAINING]
+    facts = AttemptFacts(
+        id=att.id, parent=att.parent_id,
+        changed=tuple(sorted({d.key for d in diff_against_parent(att) if d.kind == TRAINING})),
+        pool_sha256=pool_sha, pool_size=pool.size if pool else None,
+        recipe_sha256=recipe_sha256(att.recipe, training_keys, (att.trainer.name, att.trainer.version)), seed=seed)
+    history = {k: v for k, v in latest_by_attempt(read_ledger(exp_dir)).items() if k != att.id}
+    rows = read_jsonl(ad.metrics) if ad.metrics.exists() else []
+    inputs = DecideInputs(
+        attempt=facts, checkpoints=tuple(names), roles=roles, baselines=present, sets=sets, paired=paired,
+        history=history, sota=pin.to_dict() if pin else None, pin_is_self=pin_is_self,
+        parser_audit=_parser_audit(ad), diagnostics=diagnostics_from(rows, _g4_numbers(ad), sop),
+        selection_note=selection_note, skipped=tuple(skipped))
+    return inputs, {"attempt_dir": ad, "experiment_dir": exp_dir}
+
+
+def record(decision: Decision, inputs: DecideInputs, context: dict[str, Any]) -> None:
+    """Write decision.json and the paired records, append the ledger, move the SOTA pin on STOP-1."""
+    from rlexp.storage.files import atomic_write_json
+    from rlexp.storage.ledger import LedgerEntry, SotaPin, pin_sota, record_decision
+    from rlexp.storage.paired import write_pairs_for_attempt
+
+    ad: AttemptDir = context["attempt_dir"]
+    exp_dir: Path = context["experiment_dir"]
+    rec = decision.record
+    if decision.new_sota_checkpoint is not None:
+        step = int(decision.new_sota_checkpoint.removeprefix("global_step"))
+        ck_dir = ad.adapter(step)
+        pin = SotaPin(decision.attempt, decision.new_sota_checkpoint,
+                      str(ck_dir.relative_to(exp_dir)) if ck_dir.is_relative_to(exp_dir) else str(ck_dir),
+                      rec["decided_at"])
+        rec["sota"] = pin.to_dict()  # type: ignore[index]  (the path the pure decision left open)
+    write_pairs_for_attempt(ad.root, list(inputs.baselines), list(inputs.checkpoints), inputs.sets,
+                            joined=inputs.paired)
+    atomic_write_json(ad.decision, rec)
+    primary = rec["checkpoints"][rec["primary_checkpoint"]]
+    facts = inputs.attempt
+    record_decision(exp_dir, LedgerEntry(
+        attempt=facts.id, parent=facts.parent, changed=facts.changed, pool_sha256=facts.pool_sha256,
+        pool_size=facts.pool_size, pool_method=None, recipe_sha256=facts.recipe_sha256,
+        seed=facts.seed if isinstance(facts.seed, int) else None, checkpoint=rec["primary_checkpoint"],
+        baseline=rec["baseline"], delta_pp=primary["delta_pp"], ci_pp=tuple(primary["ci_pp"]),
+        mcnemar_p=primary["mcnemar_p"], decision=rec["decision"], sop_version=rec["sop_version"],
+        decided_at=rec["decided_at"]))
+    if rec["sota_moved"]:
+        pin_sota(exp_dir, SotaPin(**rec["sota"]))

@@ -1,0 +1,599 @@
+"""The launch stage: write the exact command and provenance, start the trainer, follow it.
+
+Order of work, so that a kill at any point leaves consistent files:
+
+1. load the spec and its plan; refuse when the plan has error checks (unless ``--force
+   --reason``, which is recorded);
+2. build the argv (local trainer, OpenRLHF process, or ``ray job submit``) — ``--dry-run`` stops
+   here and prints it;
+3. write ``launch/argv.json``, ``launch/launch.sh`` (for humans, never executed),
+   ``launch/provenance.json``, the reward file, then ``launch/state.json`` = running;
+4. start the child in its own process group, stdout to ``launch/stdout.log``;
+5. follow its metrics into ``metrics.jsonl`` and MLflow (the local trainer appends that file
+   itself; OpenRLHF's ``Global step N`` stdout lines, or with ``--metrics-source tensorboard`` its
+   TensorBoard scalars under ``ATTEMPT/tensorboard``), run the in-run monitor (spikes, G3, G5)
+   and the SOP early-stop rule, which stops the run and records its reason;
+6. record the end state: finished, failed (exit code / signal), or stopped (why).
+
+Every whole file is written atomically; ``metrics.jsonl`` is appended line by line. A SIGTERM or
+Ctrl-C to ``rlexp launch`` stops the child gracefully (the local trainer saves its step) and
+records ``stopped``; ``--resume`` continues from the latest checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlexp.errors import CheckFailed, InputError
+from rlexp.storage.layout import AttemptDir
+
+BACKENDS = ("local", "process", "ray")
+METRICS_SOURCES = ("stdout", "tensorboard")
+LOCAL_TRAINER_MODULE = "rlexp.backends.local_trainer"
+
+
+@dataclass(frozen=True)
+class LaunchResult:
+    """What a launch did: the argv (always), and for a real launch the end state of the run."""
+
+    attempt: str
+    backend: str
+    argv: tuple[str, ...]
+    dry_run: bool
+    run: dict[str, Any] | None = None   # state, reason, exit_code, steps, spikes, dropped_values (None: dry run)
+
+    @property
+    def state(self) -> str | None:
+        return None if self.run is None else self.run["state"]
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.run is None:
+            return {"argv": list(self.argv), "backend": self.backend}
+        return dict(self.run)
+
+
+def launch(attempt: str | Path, *, backend: str | None = None, ray_address: str | None = None, resume: bool = False,
+           dry_run: bool = False, force: bool = False, reason: str | None = None, tracking_uri: str | None = None,
+           follow: bool = True, poll_s: float = 2.0, metrics_source: str | None = None) -> LaunchResult:
+    """Start an attempt's training run (local CPU trainer, OpenRLHF process, or Ray job) and follow it.
+
+    ``dry_run`` decides the argv and writes nothing. A failed run is a result (``state ==
+    "failed"``), not an exception; bad input is an :class:`~rlexp.errors.InputError`, and a plan
+    with error checks a :class:`~rlexp.errors.CheckFailed` unless ``force`` with a ``reason``.
+    """
+    if force and not (reason and reason.strip()):
+        raise InputError(None, "--reason", "--force needs --reason \"why\" (it is recorded)")
+    prepared = prepare(attempt, backend=backend, ray_address=ray_address, resume=resume, force=force,
+                       reason=reason, dry_run=dry_run, metrics_source=metrics_source)
+    if dry_run:
+        return LaunchResult(prepared.attempt.id, prepared.backend, tuple(prepared.argv), True)
+    write_launch_files(prepared)
+    result = run(prepared, tracking_uri=tracking_uri, follow=follow, poll_s=poll_s)
+    return LaunchResult(prepared.attempt.id, prepared.backend, tuple(prepared.argv), False, result)
+
+
+# ---------------------------------------------------------------------------- preparation
+
+@dataclass
+class Prepared:
+    """Everything decided before anything is written or started."""
+
+    attempt: Any  # rlexp.core.spec.Attempt
+    attempt_dir: Path
+    backend: str
+    argv: list[str]
+    resume: bool
+    force_reason: str | None
+    plan: dict | None
+    reward_file: Path | None
+    suffixed: dict[str, tuple[Path, Path, str]]  # role -> (source, derived copy, suffix)
+    dropped: tuple[str, ...]
+    ray_address: str | None
+    submission_id: str | None = None
+    metrics_source: str = "stdout"  # OpenRLHF backends: "stdout" or "tensorboard" (ATTEMPT/tensorboard)
+
+
+def load_plan(att, *, write: bool = True) -> dict[str, Any]:
+    """``plan.json``; computed with ``rlexp plan``'s :func:`build_plan` when it is missing or was
+    made from another version of the spec or of a parent in its chain (``spec_chain_sha256``
+    differs), and then written unless ``write`` is false (``--dry-run`` writes nothing)."""
+    from rlexp.storage.files import atomic_write_json, read_json, sha256_file
+
+    path = AttemptDir(att.attempt_dir).plan
+    if path.exists():
+        plan = read_json(path)
+        if not isinstance(plan, dict):
+            raise InputError(path, None, "expected a JSON object")
+        if "spec_chain_sha256" in plan:
+            if plan["spec_chain_sha256"] == att.chain_sha256():
+                return plan
+        elif plan.get("spec_sha256") in (None, sha256_file(att.spec_path)):  # a plan.json of an older rlexp
+            return plan
+    from rlexp.stages.plan import build_plan
+
+    plan = build_plan(att)
+    if write:
+        atomic_write_json(path, plan)
+    return plan
+
+
+def plan_errors(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """Failed checks of severity error (plan.json ``checks``: a list of {id, severity, ...})."""
+    out = []
+    for check in plan.get("checks") or []:
+        if not isinstance(check, dict):
+            continue
+        severity = str(check.get("severity", "")).lower()
+        failed = check.get("passed") is False or check.get("ok") is False or check.get("status") in ("fail", "FAIL")
+        if severity == "error" and (failed or ("passed" not in check and "ok" not in check and "status" not in check)):
+            out.append(check)
+    return out
+
+
+def latest_checkpoint(attempt_dir: Path, trainer: str = "local") -> tuple[int, Path] | None:
+    """The highest *resumable* saved step, or None.
+
+    HF adapters (``global_step{N}_hf``) are for evaluation; a trainer resumes from its own state:
+    the local trainer from ``checkpoints/state/global_step{N}``, OpenRLHF (``--load_checkpoint``)
+    from its DeepSpeed checkpoint ``checkpoints/_actor/global_step{N}`` — which
+    ``disable_ds_ckpt`` suppresses, and then OpenRLHF would silently restart from step 0.
+    """
+    return AttemptDir(attempt_dir).latest_resume_state(trainer)
+
+
+def _default_backend(att, ray_address: str | None) -> str:
+    if att.trainer.name == "local":
+        return "local"
+    return "ray" if ray_address else "process"
+
+
+def prepare(attempt: Path, *, backend: str | None = None, ray_address: str | None = None, resume: bool = False,
+            force: bool = False, reason: str | None = None, dry_run: bool = False,
+            metrics_source: str | None = None) -> Prepared:
+    """Decide everything (argv, paths, plan verdict) and check what can be checked; write nothing
+    except a missing plan.json (not in a dry run).
+
+    ``metrics_source`` None: "stdout" for a new launch; a resume reuses the original launch's
+    (``launch/argv.json``, else ``launch/state.json``) and refuses a different one."""
+    from rlexp.backends import openrlhf
+    from rlexp.core.spec import load_attempt
+
+    att = load_attempt(attempt)
+    attempt_dir = Path(att.attempt_dir)
+    backend = backend or _default_backend(att, ray_address)
+    if backend not in BACKENDS:
+        raise InputError(None, "--backend", f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
+    if backend == "local" and att.trainer.name != "local":
+        raise InputError(att.spec_path, "trainer.name", "the local backend runs only trainer name: local")
+    if backend != "local" and att.trainer.name == "local":
+        raise InputError(att.spec_path, "trainer.name", f"trainer 'local' cannot run on the {backend} backend")
+    if backend == "ray" and not ray_address:
+        raise InputError(None, "--ray-address", "the ray backend needs --ray-address http://HOST:8265")
+    if resume:
+        metrics_source = _resume_metrics_source(attempt_dir, metrics_source)
+    metrics_source = metrics_source or "stdout"
+    if metrics_source not in METRICS_SOURCES:
+        raise InputError(None, "--metrics-source", f"unknown source {metrics_source!r}; expected one of "
+                         f"{', '.join(METRICS_SOURCES)}")
+    if backend == "local" and metrics_source != "stdout":
+        raise InputError(None, "--metrics-source", "the local trainer writes metrics.jsonl itself; "
+                         "--metrics-source is for the OpenRLHF backends (process, ray)")
+
+    plan = load_plan(att, write=not dry_run)
+    errors = plan_errors(plan)
+    if errors and not force:
+        first = errors[0]
+        raise CheckFailed(f"plan has {len(errors)} error check(s), first {first.get('id', '?')}: "
+                          f"{first.get('message', '')} (fix the spec, or --force --reason \"...\")")
+
+    state = _read_state(attempt_dir)
+    if AttemptDir(attempt_dir).is_running(state or {}):
+        raise InputError(AttemptDir(attempt_dir).state, "state",
+                         f"already running (pid {state.get('pid')}); stop it first")
+    if resume and latest_checkpoint(attempt_dir, att.trainer.name) is None:
+        hint = " (recipe.disable_ds_ckpt is set: OpenRLHF keeps no resumable state)" if (
+            att.trainer.name != "local" and att.recipe.get("disable_ds_ckpt")) else ""
+        raise InputError(AttemptDir(attempt_dir).resume_state_dir(att.trainer.name), None,
+                         f"no checkpoint to resume from{hint}")
+    if not resume and AttemptDir(attempt_dir).has_metrics():
+        raise InputError(AttemptDir(attempt_dir).metrics, None, "attempt already has training metrics; "
+                         "use --resume to continue it, or a new attempt to start over")
+
+    reward_file = None
+    submission_id = None
+    suffixed: dict[str, tuple[Path, Path, str]] = {}
+    dropped: tuple[str, ...] = ()
+    if backend == "local":
+        argv = [sys.executable, "-m", LOCAL_TRAINER_MODULE, str(attempt_dir)] + (["--resume"] if resume else [])
+    else:
+        ad = AttemptDir(attempt_dir)
+        reward_file = ad.reward_func
+        prompt_data, suffixed = _training_data(att, ad, must_exist=not dry_run)
+        monitor = att.datasets.get("ood_monitor")
+        eval_dataset = None
+        if monitor is not None and monitor.path is not None:
+            eval_dataset = str(suffixed["ood_monitor"][1]) if "ood_monitor" in suffixed else str(monitor.path)
+        paths = openrlhf.AttemptPaths(
+            pretrain=_model_path(att),
+            prompt_data=prompt_data,
+            eval_dataset=eval_dataset,
+            save_path=ad.final_model,
+            ckpt_path=ad.checkpoints_dir,
+            reward_file=reward_file,
+            tensorboard_dir=ad.tensorboard,
+        )
+        recipe = _stated_recipe(att, openrlhf)
+        built = openrlhf.build_train_argv(openrlhf.attempt_recipe(recipe, paths, resume=resume),
+                                          att.trainer.version, spec_file=att.display_path or att.spec_path)
+        argv, dropped = built.argv, built.dropped
+        if backend == "ray":
+            if not dry_run:
+                openrlhf.check_ray_dashboard(ray_address)
+            import time
+
+            submission_id = f"rlexp-{att.id}-{int(time.time())}"
+            argv = openrlhf.ray_job_argv(argv, ray_address, runtime_env={"env_vars": {"PYTHONUNBUFFERED": "1"}},
+                                         submission_id=submission_id)
+    return Prepared(attempt=att, attempt_dir=attempt_dir, backend=backend, argv=argv, resume=resume,
+                    force_reason=reason if force else None, plan=plan, reward_file=reward_file,
+                    suffixed=suffixed, dropped=dropped, ray_address=ray_address, submission_id=submission_id,
+                    metrics_source=metrics_source)
+
+
+def _stated_recipe(att, openrlhf) -> dict[str, Any]:
+    """The keys some spec in the chain states (the trainer's own defaults cover the rest).
+
+    ``min_lr_ratio`` is fixed at 0.1 in v0.9.x (no flag): stating 0.1 there is fine, anything
+    else cannot be honoured and is an error.
+    """
+    recipe = dict(getattr(att, "recipe_stated", None) or att.recipe)
+    table = openrlhf.load_flag_table(att.trainer.version)
+    if "min_lr_ratio" in recipe and openrlhf.flag_name("min_lr_ratio", table) is None:
+        if abs(float(recipe["min_lr_ratio"]) - 0.1) > 1e-12:
+            raise InputError(att.spec_path, "recipe.min_lr_ratio",
+                             f"OpenRLHF {table.version} fixes min_lr at 0.1 x peak; it has no flag to change it")
+        recipe.pop("min_lr_ratio")
+    return recipe
+
+
+def _model_path(att) -> str:
+    pretrain = att.recipe.get("pretrain")
+    if not pretrain:
+        raise InputError(att.spec_path, "recipe.pretrain", "required for OpenRLHF (a hub id or a path)")
+    local = Path(pretrain)
+    if not local.is_absolute() and (att.experiment_dir / local).exists():
+        return str((att.experiment_dir / local).resolve())
+    return str(pretrain)
+
+
+def _training_data(att, ad: AttemptDir, must_exist: bool = True) -> tuple[str, dict[str, tuple[Path, Path, str]]]:
+    """The pool path for ``--prompt_data``. Prompts are stored without their suffix (the spec
+    holds it), and OpenRLHF ignores ``--input_template`` under ``--apply_chat_template``, so a
+    suffixed copy is written under ``launch/data/`` when a suffix is set — the seed's
+    ``*_boxed.jsonl`` files, made reproducible."""
+    pool = att.datasets.get("pool")
+    if pool is None or pool.path is None:
+        raise InputError(att.spec_path, "datasets.pool.path", "required to launch training")
+    if must_exist and not pool.path.exists():
+        raise InputError(pool.path, None, "training pool file not found")
+    suffixed = {}
+    for role in ("pool", "ood_monitor"):
+        ref = att.datasets.get(role)
+        if ref is not None and ref.path is not None and ref.prompt_suffix:
+            suffixed[role] = (ref.path, ad.derived_dataset(ref.path), ref.prompt_suffix)
+    prompt_data = str(suffixed["pool"][1]) if "pool" in suffixed else str(pool.path)
+    return prompt_data, suffixed
+
+
+def _resume_metrics_source(attempt_dir: Path, asked: str | None) -> str | None:
+    """The metrics source a resume follows: the one saved by the original launch (``launch/argv.json``,
+    else ``launch/state.json``); ``asked`` (``--metrics-source``) must match it. None when neither
+    file records one (a launch before the source was saved): ``asked`` or the default then."""
+    from rlexp.storage.files import read_json
+
+    for name in ("argv", "state"):
+        path = getattr(AttemptDir(attempt_dir), name)
+        if not path.exists():
+            continue
+        doc = read_json(path)
+        saved = doc.get("metrics_source") if isinstance(doc, dict) else None
+        if saved is None:
+            continue
+        if saved not in METRICS_SOURCES:
+            raise InputError(path, "metrics_source", f"unknown source {saved!r}; expected one of "
+                             f"{', '.join(METRICS_SOURCES)}")
+        if asked is not None and asked != saved:
+            raise InputError(path, "metrics_source", f"the original launch followed {saved!r}; a resume cannot "
+                             f"switch to --metrics-source {asked!r} (drop the option)")
+        return saved
+    return asked
+
+
+def _read_state(attempt_dir: Path) -> dict[str, Any] | None:
+    return AttemptDir(attempt_dir).read_state()
+
+
+# ---------------------------------------------------------------------------- files
+
+def write_launch_files(p: Prepared) -> None:
+    import datetime as dt
+    import os
+    import shlex
+
+    from rlexp.adapters import provenance
+    from rlexp.storage.files import append_jsonl, atomic_write_json, atomic_write_text, read_jsonl
+
+    ad = AttemptDir(p.attempt_dir)
+    ad.launch_dir.mkdir(parents=True, exist_ok=True)
+    for _role, (source, target, suffix) in p.suffixed.items():
+        lines = []
+        for record in read_jsonl(source):
+            record = dict(record)
+            record["prompt"] = str(record.get("prompt", "")) + suffix
+            lines.append(json.dumps(record, ensure_ascii=False))
+        atomic_write_text(target, "\n".join(lines) + "\n")
+    if p.reward_file is not None:
+        from rlexp.backends.reward_template import write_reward_file
+
+        write_reward_file(p.reward_file)
+    argv = [provenance.scrub(a) for a in p.argv]
+    now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    doc = {"argv": argv, "backend": p.backend, "cwd": str(p.attempt_dir), "resume": p.resume,
+           "metrics_source": p.metrics_source, "created_at": now, "force_reason": p.force_reason,
+           "dropped_recipe_keys": list(p.dropped)}
+    atomic_write_json(ad.argv, doc)
+    header = ["#!/usr/bin/env bash", "# Written by `rlexp launch` for humans to read; rlexp never runs it.",
+              f"# attempt: {p.attempt.id}   backend: {p.backend}   written: {now}"]
+    if p.force_reason:
+        header.append("# launched with --force: " + " ".join(p.force_reason.split()))
+    body = " \\\n    ".join(shlex.quote(a) for a in argv)
+    atomic_write_text(ad.launch_script, "\n".join(header) + f"\ncd {shlex.quote(str(p.attempt_dir))}\n"
+                      + body + "\n")
+    att = p.attempt
+    datasets = {role: ref.path for role, ref in att.datasets.items()}
+    model = None
+    if att.trainer.name != "local":
+        model = _model_path(att)
+    else:
+        model_dir = att.recipe.get("pretrain")
+        if model_dir and (att.experiment_dir / model_dir).exists():
+            model = att.experiment_dir / model_dir
+    extra = {"force_reason": p.force_reason, "resume": p.resume, "plan_sha256": _plan_sha(p.attempt_dir)}
+    if p.reward_file is not None:
+        from rlexp.backends.reward_template import answers_source
+        from rlexp.storage.files import sha256_text
+
+        extra["reward_parser_sha256"] = sha256_text(answers_source())
+    if p.ray_address:
+        extra["ray_address"] = p.ray_address
+    prov = provenance.collect(
+        attempt_id=att.id, datasets=datasets, model=model, seed=att.recipe.get("seed"),
+        trainer={"name": att.trainer.name, "version": att.trainer.version, "gpus": att.trainer.gpus,
+                 "backend": p.backend},
+        argv=p.argv, repo_dir=Path(__file__).resolve().parents[2], extra=extra)
+    atomic_write_json(ad.provenance, prov.to_dict())
+    append_jsonl(ad.launches, {"at": now, "backend": p.backend, "resume": p.resume,
+                                                 "force_reason": p.force_reason, "pid": os.getpid()})
+
+
+def _plan_sha(attempt_dir: Path) -> str | None:
+    from rlexp.storage.files import sha256_file
+
+    path = AttemptDir(attempt_dir).plan
+    return sha256_file(path) if path.exists() else None
+
+
+def write_state(attempt_dir: Path, state: str, **fields: Any) -> dict[str, Any]:
+    import datetime as dt
+
+    from rlexp.storage.files import atomic_write_json
+
+    doc = {"state": state, **fields, "updated_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
+    atomic_write_json(AttemptDir(attempt_dir).state, doc)
+    return doc
+
+
+# ---------------------------------------------------------------------------- running
+
+class _StepProgress:
+    """A progress bar over the planned global steps while a run is followed (reward, monitor).
+
+    Drawn on stderr, and only on a terminal: stdout may carry ``--json``, and a captured stderr
+    must stay one line per error."""
+
+    def __init__(self, plan: dict[str, Any] | None, done: int = 0):
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        console = Console(stderr=True)
+        self._progress = None
+        if not console.is_terminal:
+            return
+        total = ((plan or {}).get("steps") or {}).get("global_steps_total")
+        self._progress = Progress(
+            TextColumn("training"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
+            TimeElapsedColumn(), console=console,
+        )
+        self._task = self._progress.add_task("train", total=total, completed=done, info="")
+        self._progress.start()
+
+    def advance(self, rows: list[dict[str, Any]]) -> None:
+        if self._progress is None:
+            return
+        last = rows[-1]
+        info = f"reward {last['reward']:.2f}" if isinstance(last.get("reward"), int | float) else ""
+        monitor = next((r["monitor_acc"] for r in reversed(rows) if "monitor_acc" in r), None)
+        if isinstance(monitor, int | float):
+            info += f"  monitor {monitor:.1%}"
+        self._progress.update(self._task, advance=len(rows), info=info)
+
+    def close(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+
+
+def run(p: Prepared, *, tracking_uri: str | None = None, follow: bool = True, poll_s: float = 2.0) -> dict[str, Any]:
+    """Start the child and (unless ``follow`` is false) follow it to the end."""
+    import os
+    import signal
+
+    from rlexp.adapters import ingest, monitor, provenance
+    from rlexp.backends import process
+
+    attempt_dir = p.attempt_dir
+    ad = AttemptDir(attempt_dir)
+    live = _live_logger(attempt_dir, tracking_uri)
+    # following: the child dies with us (SIGTERM -> it saves its step), so a killed launcher never
+    # leaves an unwatched trainer behind; --no-follow: the child outlives us by design
+    proc = process.start(p.argv, log_path=ad.stdout_log, cwd=attempt_dir, die_with_parent=follow)
+    base = {"pid": proc.pid, "launcher_pid": os.getpid() if follow else None, "backend": p.backend,
+            "resume": p.resume, "metrics_source": p.metrics_source, "force_reason": p.force_reason}
+    if p.submission_id:
+        base["ray_submission_id"] = p.submission_id
+
+    def stop_child() -> int:
+        # a Ray job outlives its `ray job submit` client: stop the job itself, then the client
+        if p.backend == "ray" and p.submission_id:
+            import contextlib
+            import subprocess
+
+            from rlexp.backends.openrlhf import ray_stop_argv
+
+            with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+                subprocess.run(ray_stop_argv(p.ray_address, p.submission_id), timeout=120,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+        return process.stop(proc)
+    write_state(attempt_dir, "running", **base, reason=None)
+    if not follow:
+        return {"state": "running", "pid": proc.pid, "backend": p.backend, "attempt": p.attempt.id}
+
+    interrupted: dict[str, int] = {}
+
+    def on_signal(signum, _frame):
+        interrupted["signal"] = signum
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    metrics_path = ad.metrics
+    stop_verdict = None
+    bar = None
+    try:
+        # inside the try: a bad metrics.jsonl found on --resume must stop the child and say why
+        run_monitor = monitor.RunMonitor(attempt_dir, plan=p.plan)
+        if p.backend == "local":
+            follower = ingest.MetricsFileFollower(metrics_path)  # the local trainer writes metrics.jsonl itself
+        elif p.metrics_source == "tensorboard":  # the argv logs scalars there (attempt_recipe: use_tensorboard)
+            follower = ingest.MetricsFollower("tensorboard", ad.tensorboard, metrics_path)
+        else:
+            follower = ingest.MetricsFollower("stdout", ad.stdout_log, metrics_path)
+        # rows already in the file (a resumed run) inform the monitor but are not re-logged
+        if metrics_path.exists():
+            run_monitor.rows = [dict(r) for r in ingest.read_metrics(metrics_path)]
+        bar = _StepProgress(p.plan, done=len(run_monitor.rows))
+        while True:
+            rows = follower.poll()
+            if rows:
+                bar.advance(rows)
+                if live is not None:
+                    live.log_rows(rows)
+                verdict = run_monitor.update(rows)
+                if verdict is not None:
+                    stop_verdict = verdict
+                    stop_child()
+                    break
+            if interrupted:
+                stop_child()
+                break
+            if proc.poll() is not None:
+                break
+            process.wait_for(lambda: proc.poll() is not None or bool(interrupted), poll_s)
+        rows = follower.close()
+        if rows:
+            if live is not None:
+                live.log_rows(rows)
+            run_monitor.update(rows)
+    except BaseException as exc:
+        # a bad metrics line or a bug here must not leave an unwatched trainer and a state file
+        # that says "running": stop the child, record why, then report the error as usual
+        code = stop_child()
+        write_state(attempt_dir, "failed", **base, exit_code=code,
+                    reason=f"rlexp launch stopped the run: {exc}".splitlines()[0][:300])
+        provenance.scrub_file(ad.stdout_log)
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    code = proc.wait()
+    if stop_verdict is not None:
+        state = write_state(attempt_dir, "stopped", **base, exit_code=code,
+                            reason=f"early stop (SOP §11.24 §4): {stop_verdict.reason}",
+                            early_stop={"best_step": stop_verdict.best_step,
+                                        "best_smoothed": stop_verdict.best_smoothed,
+                                        "stop_step": stop_verdict.stop_step, "rule": stop_verdict.rule})
+    elif interrupted:
+        state = write_state(attempt_dir, "stopped", **base, exit_code=code,
+                            reason=f"rlexp launch received {signal.Signals(interrupted['signal']).name}; "
+                                   f"trainer {process.describe_exit(code)}; continue with --resume")
+    elif code == 0:
+        state = write_state(attempt_dir, "finished", **base, exit_code=0, reason=None)
+    else:
+        run_monitor.record_crash(code)
+        state = write_state(attempt_dir, "failed", **base, exit_code=code,
+                            reason=f"trainer {process.describe_exit(code)}; see launch/stdout.log")
+    provenance.scrub_file(ad.stdout_log)  # secrets a trainer printed never stay on disk
+    if live is not None:
+        live.finish()
+    steps = max((r["global_step"] for r in run_monitor.rows), default=0)
+    dropped = getattr(getattr(follower, "stats", None), "dropped_keys", {})
+    return {"state": state["state"], "reason": state.get("reason"), "exit_code": code, "steps": steps,
+            "attempt": p.attempt.id, "backend": p.backend, "spikes": len(run_monitor.logged_spikes),
+            "dropped_values": dict(dropped)}
+
+
+class _Live:
+    """MLflow logging that never takes a run down: the first error is reported, then skipped."""
+
+    def __init__(self, attempt_dir: Path, uri: str | None):
+        self.attempt_dir, self.uri = attempt_dir, uri
+        self.logger = None
+        self.failed = False
+        try:
+            from rlexp.adapters.tracking import LiveLogger
+
+            self.logger = LiveLogger(attempt_dir, uri)
+        except Exception as exc:  # noqa: BLE001 - tracking is a mirror; training goes on without it
+            self._warn(exc)
+
+    def _warn(self, exc: Exception) -> None:
+        if not self.failed:
+            print(f"rlexp: warning: MLflow logging disabled for this run: {exc}".splitlines()[0], file=sys.stderr)
+        self.failed = True
+        self.logger = None
+
+    def log_rows(self, rows) -> None:
+        if self.logger is not None:
+            try:
+                self.logger.log_rows(rows)
+            except Exception as exc:  # noqa: BLE001
+                self._warn(exc)
+
+    def finish(self) -> None:
+        if self.failed:
+            return
+        try:
+            from rlexp.adapters.tracking import log_attempt
+
+            log_attempt(self.attempt_dir, self.uri)
+        except Exception as exc:  # noqa: BLE001
+            self._warn(exc)
+
+
+def _live_logger(attempt_dir: Path, tracking_uri: str | None):
+    if tracking_uri is not None and tracking_uri.lower() in ("off", "none", ""):
+        return None
+    return _Live(attempt_dir, tracking_uri)

@@ -1,0 +1,39 @@
+"""The report stage: the one-page markdown report with its plots, mirrored to MLflow."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ReportResult:
+    report: Path
+    plots: tuple[Path, ...]
+    mlflow_run_id: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        doc = asdict(self)
+        doc["report"], doc["plots"] = str(self.report), [str(p) for p in self.plots]
+        return doc
+
+
+def report(attempt: str | Path, *, reports_dir: str | Path | None = None,
+           tracking_uri: str | None = None) -> ReportResult:
+    """Write ``reports/<experiment>/<attempt>.md`` (and its PNGs) and log the attempt to MLflow
+    (``tracking_uri`` "off" skips MLflow)."""
+    from rlexp.adapters.rendering import write_report
+    from rlexp.stages.status import scrub_finished_log
+    from rlexp.storage.layout import AttemptDir
+
+    ad = AttemptDir(attempt)
+    path = write_report(ad.root, reports_dir)
+    scrub_finished_log(ad.root)  # a --no-follow run's log
+    run_id = None
+    if not (tracking_uri and tracking_uri.lower() in ("off", "none")):
+        from rlexp.adapters.tracking import log_attempt
+
+        run_id = log_attempt(ad.root, tracking_uri, report_path=path)
+    plots = tuple(sorted(path.parent.glob(f"{path.stem}_*.png")))
+    return ReportResult(path, plots, run_id)

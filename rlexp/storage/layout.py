@@ -1,0 +1,348 @@
+"""The experiment directory: the one owner of its layout.
+
+Every stage reads what the stage before it wrote, so the directory is the protocol's source of
+truth (MLflow only mirrors it). This module is the only place that spells a file name of that
+layout; every other module asks an :class:`ExperimentDir` or an :class:`AttemptDir` for a path
+or for a strictly read document, in the spirit of Optuna's storage behind a study::
+
+    experiments/<experiment>/            ExperimentDir
+      data/  models/  ledger.jsonl  sota.json
+      <attempt_id>/                      AttemptDir
+        attempt.yaml  plan.json  metrics.jsonl  decision.json
+        launch/{argv.json, launch.sh, provenance.json, reward_func.py, launches.jsonl,
+                spikes.jsonl, stdout.log, state.json, data/}
+        checkpoints/global_step{N}_hf/   (adapters, for evaluation)
+        checkpoints/state/global_step{N}/  (the local trainer's resumable state)
+        checkpoints/_actor/global_step{N}/ (OpenRLHF's DeepSpeed state)
+        eval/selection.json  eval/<checkpoint>/<set>.jsonl (+ .meta.json)  eval/paired/  eval/.lock
+        guards/<name>.json  guards/parser_audit_review.jsonl
+        tensorboard/  final/
+
+The readers are strict: a document of the wrong JSON type is an :class:`~rlexp.errors.InputError`
+naming the file, never a traceback further down.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlexp.errors import InputError
+
+SPEC_NAME = "attempt.yaml"
+CHECKPOINT_PREFIX = "global_step"
+_CHECKPOINT_NAME = re.compile(r"global_step(\d+)")
+_ADAPTER_DIR = re.compile(r"global_step(\d+)_hf")
+# Names of the checkpoint directories the trainers resume from (not the adapters that are evaluated).
+RESUME_STATE_DIRS = {"local": "state", "openrlhf": "_actor"}
+
+
+def checkpoint_name(step: int) -> str:
+    """``global_step{N}``: the name a checkpoint has in records, selections and decisions."""
+    return f"{CHECKPOINT_PREFIX}{int(step)}"
+
+
+def checkpoint_step(name: str) -> int | None:
+    """The step of a ``global_step{N}`` name; None for any other name (a baseline)."""
+    match = _CHECKPOINT_NAME.fullmatch(name)
+    return int(match.group(1)) if match else None
+
+
+def pid_alive(pid: Any) -> bool:
+    """Whether a process with ``pid`` exists and has not exited (a zombie waiting to be reaped
+    by its parent has exited: Linux shows it as state ``Z`` in ``/proc/<pid>/stat``)."""
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by another user
+        return True
+    except OSError:
+        return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no procfs (macOS): existence is all we can tell
+    return stat[stat.rfind(")") + 2 :][:1] != "Z"
+
+
+def _read_object(path: Path) -> dict[str, Any] | None:
+    """A JSON object from ``path``, or None when the file does not exist."""
+    from rlexp.storage.files import read_json
+
+    if not path.exists():
+        return None
+    data = read_json(path)
+    if not isinstance(data, dict):
+        raise InputError(path, None, f"expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+@dataclass(frozen=True)
+class ExperimentDir:
+    """``experiments/<experiment>/``: datasets, models, the ledger, the SOTA pin, the attempts."""
+
+    root: Path
+
+    def __init__(self, root: str | Path):
+        object.__setattr__(self, "root", Path(root))
+
+    @property
+    def name(self) -> str:
+        return self.root.name
+
+    @property
+    def data(self) -> Path:
+        return self.root / "data"
+
+    @property
+    def models(self) -> Path:
+        return self.root / "models"
+
+    @property
+    def ledger(self) -> Path:
+        return self.root / "ledger.jsonl"
+
+    @property
+    def sota(self) -> Path:
+        return self.root / "sota.json"
+
+    def attempt(self, attempt_id: str) -> AttemptDir:
+        return AttemptDir(self.root / attempt_id)
+
+    def attempts(self) -> list[AttemptDir]:
+        """Every attempt directory (one holding an ``attempt.yaml``), sorted by name."""
+        if not self.root.is_dir():
+            return []
+        return [AttemptDir(p) for p in sorted(self.root.iterdir()) if (p / SPEC_NAME).is_file()]
+
+    def resolve(self, relative: str | Path) -> Path:
+        """A path of a spec (relative to the experiment) made absolute; absolute paths stay."""
+        path = Path(relative)
+        return path if path.is_absolute() else self.root / path
+
+
+@dataclass(frozen=True)
+class AttemptDir:
+    """``experiments/<experiment>/<attempt_id>/``: every path of an attempt and its readers."""
+
+    root: Path
+
+    def __init__(self, root: str | Path):
+        root = Path(root)
+        if root.name == SPEC_NAME:
+            root = root.parent
+        object.__setattr__(self, "root", root)
+
+    # ---------------------------------------------------------------- identity
+    @property
+    def id(self) -> str:
+        return self.root.name
+
+    @property
+    def experiment(self) -> ExperimentDir:
+        return ExperimentDir(self.root.parent)
+
+    # ---------------------------------------------------------------- files of the attempt
+    @property
+    def spec(self) -> Path:
+        return self.root / SPEC_NAME
+
+    @property
+    def plan(self) -> Path:
+        return self.root / "plan.json"
+
+    @property
+    def metrics(self) -> Path:
+        return self.root / "metrics.jsonl"
+
+    @property
+    def decision(self) -> Path:
+        return self.root / "decision.json"
+
+    @property
+    def tensorboard(self) -> Path:
+        return self.root / "tensorboard"
+
+    @property
+    def final_model(self) -> Path:
+        return self.root / "final"
+
+    # ---------------------------------------------------------------- launch/
+    @property
+    def launch_dir(self) -> Path:
+        return self.root / "launch"
+
+    @property
+    def argv(self) -> Path:
+        return self.launch_dir / "argv.json"
+
+    @property
+    def launch_script(self) -> Path:
+        return self.launch_dir / "launch.sh"
+
+    @property
+    def provenance(self) -> Path:
+        return self.launch_dir / "provenance.json"
+
+    @property
+    def reward_func(self) -> Path:
+        return self.launch_dir / "reward_func.py"
+
+    @property
+    def launches(self) -> Path:
+        return self.launch_dir / "launches.jsonl"
+
+    @property
+    def spikes(self) -> Path:
+        return self.launch_dir / "spikes.jsonl"
+
+    @property
+    def stdout_log(self) -> Path:
+        return self.launch_dir / "stdout.log"
+
+    @property
+    def state(self) -> Path:
+        return self.launch_dir / "state.json"
+
+    def derived_dataset(self, source: Path) -> Path:
+        """Where a suffixed copy of a dataset is written for a trainer that cannot add the suffix."""
+        return self.launch_dir / "data" / f"{Path(source).stem}.suffixed.jsonl"
+
+    # ---------------------------------------------------------------- checkpoints/
+    @property
+    def checkpoints_dir(self) -> Path:
+        return self.root / "checkpoints"
+
+    def adapter(self, step: int) -> Path:
+        """The saved adapter of a global step (what eval loads): ``checkpoints/global_step{N}_hf``."""
+        return self.checkpoints_dir / f"{checkpoint_name(step)}_hf"
+
+    def checkpoints(self) -> dict[int, Path]:
+        """Saved adapters ``{global_step: directory}``, by step."""
+        found: dict[int, Path] = {}
+        if self.checkpoints_dir.is_dir():
+            for child in self.checkpoints_dir.iterdir():
+                match = _ADAPTER_DIR.fullmatch(child.name)
+                if match and child.is_dir():
+                    found[int(match.group(1))] = child
+        return dict(sorted(found.items()))
+
+    def resume_state_dir(self, trainer: str = "local") -> Path:
+        """The folder of the trainer's resumable states (the local trainer's or OpenRLHF's)."""
+        return self.checkpoints_dir / RESUME_STATE_DIRS.get(trainer, RESUME_STATE_DIRS["openrlhf"])
+
+    def resume_state(self, step: int, trainer: str = "local") -> Path:
+        return self.resume_state_dir(trainer) / checkpoint_name(step)
+
+    def latest_resume_state(self, trainer: str = "local") -> tuple[int, Path] | None:
+        """The highest resumable saved step and its directory, or None.
+
+        Adapters (``global_step{N}_hf``) are for evaluation; a trainer resumes from its own state:
+        the local trainer from ``checkpoints/state/global_step{N}``, OpenRLHF (``--load_checkpoint``)
+        from its DeepSpeed checkpoint ``checkpoints/_actor/global_step{N}``.
+        """
+        folder = self.resume_state_dir(trainer)
+        best = None
+        if folder.is_dir():
+            for child in folder.iterdir():
+                step = checkpoint_step(child.name)
+                if step is not None and child.is_dir() and (best is None or step > best[0]):
+                    best = (step, child)
+        return best
+
+    # ---------------------------------------------------------------- eval/
+    @property
+    def eval_dir(self) -> Path:
+        return self.root / "eval"
+
+    @property
+    def selection(self) -> Path:
+        return self.eval_dir / "selection.json"
+
+    @property
+    def eval_lock(self) -> Path:
+        return self.eval_dir / ".lock"
+
+    @property
+    def hash_cache(self) -> Path:
+        return self.eval_dir / ".hash_cache.json"
+
+    def records(self, checkpoint: str, set_role: str) -> Path:
+        """``eval/<checkpoint>/<set>.jsonl``: per-problem records of one model on one set."""
+        return self.eval_dir / checkpoint / f"{set_role}.jsonl"
+
+    def record_files(self) -> list[tuple[str, str, Path]]:
+        """``(checkpoint, set_role, path)`` of every record file, paired records excluded."""
+        out = []
+        if self.eval_dir.is_dir():
+            for folder in sorted(p for p in self.eval_dir.iterdir() if p.is_dir() and p.name != "paired"):
+                for path in sorted(folder.glob("*.jsonl")):
+                    out.append((folder.name, path.stem, path))
+        return out
+
+    @property
+    def paired_dir(self) -> Path:
+        return self.eval_dir / "paired"
+
+    def paired(self, baseline: str, checkpoint: str, set_role: str) -> Path:
+        return self.paired_dir / f"{baseline}__{checkpoint}__{set_role}.jsonl"
+
+    # ---------------------------------------------------------------- guards/
+    @property
+    def guards_dir(self) -> Path:
+        return self.root / "guards"
+
+    def guard(self, name: str) -> Path:
+        """``guards/<name>.json``: one guard verdict."""
+        return self.guards_dir / f"{name}.json"
+
+    def guard_verdicts(self) -> list[Path]:
+        return sorted(self.guards_dir.glob("*.json")) if self.guards_dir.is_dir() else []
+
+    @property
+    def audit_review(self) -> Path:
+        return self.guards_dir / "parser_audit_review.jsonl"
+
+    def g1_records(self, checkpoint: str, set_role: str, label: str) -> Path:
+        return self.guards_dir / "g1" / f"{checkpoint}__{set_role}__{label}.jsonl"
+
+    @property
+    def g4_samples(self) -> Path:
+        return self.guards_dir / "g4_samples.jsonl"
+
+    # ---------------------------------------------------------------- strict readers
+    def read_plan(self) -> dict[str, Any] | None:
+        return _read_object(self.plan)
+
+    def read_state(self) -> dict[str, Any] | None:
+        return _read_object(self.state)
+
+    def read_argv(self) -> dict[str, Any] | None:
+        return _read_object(self.argv)
+
+    def read_provenance(self) -> dict[str, Any] | None:
+        return _read_object(self.provenance)
+
+    def read_selection(self) -> dict[str, Any] | None:
+        return _read_object(self.selection)
+
+    def read_decision(self) -> dict[str, Any] | None:
+        return _read_object(self.decision)
+
+    def read_guard(self, name: str) -> dict[str, Any] | None:
+        return _read_object(self.guard(name))
+
+    def has_metrics(self) -> bool:
+        return self.metrics.exists() and self.metrics.stat().st_size > 0
+
+    def is_running(self, state: dict[str, Any] | None = None) -> bool:
+        """state.json says running and its trainer or its launcher is still alive on this machine."""
+        state = self.read_state() if state is None else state
+        return bool(state) and state.get("state") == "running" and (
+            pid_alive(state.get("pid")) or pid_alive(state.get("launcher_pid")))
