@@ -21,7 +21,7 @@ def test_a_failing_eval_server_is_one_line_exit_2(monkeypatch, capsys, tmp_path)
     def failing(*args, **kwargs):
         raise ServerError("http://127.0.0.1:9/v1/completions: HTTP 401:\n unauthorized")
 
-    monkeypatch.setattr(rlexp.stages.evaluate, "run_eval", failing)
+    monkeypatch.setattr(rlexp.stages.evaluate, "evaluate", failing)
     assert main(["eval", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "HTTP 401" in err and err.startswith("rlexp: ")

@@ -21,9 +21,9 @@ SIZES = {"pool": 8, "ood_primary": 12, "id": 6, "sanity": 3}
 
 
 def _run(att, **kw):
-    from rlexp.stages.evaluate import run_eval
+    from rlexp.stages.evaluate import evaluate
 
-    return run_eval(att, show_progress=False, **kw)
+    return evaluate(att, show_progress=False, **kw)
 
 
 def _snapshot(att: Path) -> dict[str, bytes]:

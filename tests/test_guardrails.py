@@ -276,10 +276,10 @@ def test_audit_draw_and_verdicts():
 
 def test_audit_cli_round_trip(eval_experiment):
     from rlexp.cli import main
-    from rlexp.stages.evaluate import run_eval
+    from rlexp.stages.evaluate import evaluate
 
     att = eval_experiment()
-    run_eval(att, sets=["ood_primary"], show_progress=False)
+    evaluate(att, sets=["ood_primary"], show_progress=False)
     assert main(["guard", "audit", str(att), "--draw", "--n", "5"]) == 0
     review = att / "guards" / "parser_audit_review.jsonl"
     items = read_jsonl(review)

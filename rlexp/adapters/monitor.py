@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlexp.errors import InputError
 from rlexp.stages.guard import GuardVerdict, guard_settings, sop_or_default
+from rlexp.storage.layout import AttemptDir
 
 if TYPE_CHECKING:
     from rlexp.core.sop import Sop
@@ -272,7 +273,7 @@ class RunMonitor:
 
         doc = json.loads(json.dumps(verdict.to_dict()))  # as it reads back from disk
         if verdict.name not in self.written:
-            path = self.attempt_dir / "guards" / f"{verdict.name}.json"
+            path = AttemptDir(self.attempt_dir).guard(verdict.name)
             if path.exists():  # a resumed run: the previous launch's verdict counts as written
                 with contextlib.suppress(InputError):  # unreadable: rewrite it
                     self.written[verdict.name] = read_json(path)
@@ -294,7 +295,7 @@ class RunMonitor:
         self.rows = [by_step[s] for s in sorted(by_step)]
         for spike in spikes(new_rows, self.spike_threshold):
             if spike.global_step not in self.logged_spikes:
-                append_jsonl(self.attempt_dir / "launch" / "spikes.jsonl", asdict(spike))
+                append_jsonl(AttemptDir(self.attempt_dir).spikes, asdict(spike))
                 self.logged_spikes.add(spike.global_step)
         self._write(g3_smoke(self.rows, sop=self.sop))
         self._write(g5_runtime(self.rows, self.plan, sop=self.sop))
@@ -316,7 +317,7 @@ class RunMonitor:
 def read_plan(attempt_dir: str | Path) -> dict[str, Any] | None:
     from rlexp.storage.files import read_json
 
-    path = Path(attempt_dir) / "plan.json"
+    path = AttemptDir(attempt_dir).plan
     if not path.exists():
         return None
     plan = read_json(path)

@@ -19,6 +19,7 @@ from typing import Any
 
 from rlexp.errors import InputError
 from rlexp.storage.files import atomic_write_text, read_json, sha256_file
+from rlexp.storage.layout import AttemptDir
 from rlexp.storage.records import checkpoint_step, eval_accuracies
 
 NA = "not available"
@@ -105,7 +106,7 @@ def gather(attempt_dir: str | Path) -> ReportInputs:
     inputs.decoding = {"temperature": att.eval.temperature, "n": att.eval.num_samples,
                        "max_tokens": att.eval.max_tokens, "top_p": att.eval.top_p, "engine": att.eval.engine,
                        "prompt_suffix": att.eval.prompt_suffix}
-    prov_path = attempt_dir / "launch" / "provenance.json"
+    prov_path = AttemptDir(attempt_dir).provenance
     inputs.provenance = read_json(prov_path) if prov_path.exists() else None
     recorded = (inputs.provenance or {}).get("datasets") or {}
     for role, ref in att.datasets.items():
@@ -114,20 +115,20 @@ def gather(attempt_dir: str | Path) -> ReportInputs:
         inputs.hashes[role] = at_launch or now
         if at_launch and now and at_launch != now:  # the file was edited after the run started
             inputs.hash_changed.append(role)
-    argv_path = attempt_dir / "launch" / "argv.json"
+    argv_path = AttemptDir(attempt_dir).argv
     if argv_path.exists():
         inputs.argv = read_json(argv_path)
     inputs.plan = read_plan(attempt_dir)
-    if (attempt_dir / "metrics.jsonl").exists():
-        inputs.metrics = read_metrics(attempt_dir / "metrics.jsonl")
-    if (attempt_dir / "eval" / "selection.json").exists():
-        inputs.selection = read_json(attempt_dir / "eval" / "selection.json")
+    if AttemptDir(attempt_dir).metrics.exists():
+        inputs.metrics = read_metrics(AttemptDir(attempt_dir).metrics)
+    if AttemptDir(attempt_dir).selection.exists():
+        inputs.selection = read_json(AttemptDir(attempt_dir).selection)
     inputs.accuracies = eval_accuracies(attempt_dir)
-    if (attempt_dir / "decision.json").exists():
-        inputs.decision = read_json(attempt_dir / "decision.json")
+    if AttemptDir(attempt_dir).decision.exists():
+        inputs.decision = read_json(AttemptDir(attempt_dir).decision)
         if not isinstance(inputs.decision, dict):
-            raise InputError(attempt_dir / "decision.json", None, "expected a JSON object")
-    guards = attempt_dir / "guards"
+            raise InputError(AttemptDir(attempt_dir).decision, None, "expected a JSON object")
+    guards = AttemptDir(attempt_dir).guards_dir
     if guards.is_dir():
         for path in sorted(guards.glob("*.json")):
             doc = read_json(path)
@@ -137,9 +138,9 @@ def gather(attempt_dir: str | Path) -> ReportInputs:
                 if doc["passed"] not in (True, False, None):
                     raise InputError(path, "passed", f"must be true, false or null, got {doc['passed']!r}")
                 inputs.guards[path.stem] = doc
-        inputs.audit_review_pending = (guards / "parser_audit_review.jsonl").exists()
-    if (attempt_dir / "launch" / "state.json").exists():
-        inputs.state = read_json(attempt_dir / "launch" / "state.json")
+        inputs.audit_review_pending = AttemptDir(attempt_dir).audit_review.exists()
+    if AttemptDir(attempt_dir).state.exists():
+        inputs.state = read_json(AttemptDir(attempt_dir).state)
     try:
         from rlexp.core.sop import load_sop
 

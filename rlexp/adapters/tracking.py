@@ -28,6 +28,7 @@ from typing import Any
 from rlexp.adapters.provenance import is_secret_recipe_key, scrub
 from rlexp.errors import InputError
 from rlexp.storage.files import read_json
+from rlexp.storage.layout import AttemptDir
 from rlexp.storage.records import eval_accuracies
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
@@ -138,9 +139,9 @@ def attempt_info(attempt_dir: Path) -> dict[str, Any]:
         pass
     from rlexp.storage.files import load_yaml
 
-    raw = load_yaml(attempt_dir / "attempt.yaml")
+    raw = load_yaml(AttemptDir(attempt_dir).spec)
     if not isinstance(raw, dict):
-        raise InputError(attempt_dir / "attempt.yaml", None, "expected a mapping")
+        raise InputError(AttemptDir(attempt_dir).spec, None, "expected a mapping")
     return {"id": str(raw.get("id") or attempt_dir.name), "parent": raw.get("parent"),
             "change": dict(raw.get("change") or {}), "recipe": dict(raw.get("recipe") or {}),
             "trainer": dict(raw.get("trainer") or {}), "experiment_dir": attempt_dir.parent}
@@ -198,21 +199,19 @@ def log_attempt(attempt_dir: str | Path, tracking_uri: str | None = None, *, rep
     """Mirror one attempt directory into MLflow; returns the run id (the same on every call)."""
     from mlflow.entities import Param, RunTag
 
-    attempt_dir = Path(attempt_dir)
-    if attempt_dir.name == "attempt.yaml":
-        attempt_dir = attempt_dir.parent
-    if not (attempt_dir / "attempt.yaml").exists():
-        raise InputError(attempt_dir / "attempt.yaml", None, "file not found")
+    attempt_dir = AttemptDir(attempt_dir).root  # the directory, also when given its attempt.yaml
+    if not AttemptDir(attempt_dir).spec.exists():
+        raise InputError(AttemptDir(attempt_dir).spec, None, "file not found")
     info = attempt_info(attempt_dir)
     uri = resolve_tracking_uri(tracking_uri)
     client = _client(uri)
     run = run_for_attempt(client, Path(info["experiment_dir"]), info["id"], uri)
     run_id = run.info.run_id
 
-    provenance = _maybe_json(attempt_dir / "launch" / "provenance.json") or {}
-    argv_doc = _maybe_json(attempt_dir / "launch" / "argv.json") or {}
-    state = _maybe_json(attempt_dir / "launch" / "state.json") or {}
-    decision = _maybe_json(attempt_dir / "decision.json")
+    provenance = _maybe_json(AttemptDir(attempt_dir).provenance) or {}
+    argv_doc = _maybe_json(AttemptDir(attempt_dir).argv) or {}
+    state = _maybe_json(AttemptDir(attempt_dir).state) or {}
+    decision = _maybe_json(AttemptDir(attempt_dir).decision)
 
     # params: immutable in MLflow, so only the missing ones are logged; a value that changed
     # since (an edited spec) is flagged in a tag instead of failing the whole log.
@@ -244,7 +243,7 @@ def log_attempt(attempt_dir: str | Path, tracking_uri: str | None = None, *, rep
     for start in range(0, max(len(new_params), 1), 100):  # MLflow: at most 100 params per call
         client.log_batch(run_id, params=new_params[start : start + 100], tags=tag_list if start == 0 else [])
 
-    metrics_path = attempt_dir / "metrics.jsonl"
+    metrics_path = AttemptDir(attempt_dir).metrics
     if metrics_path.exists():
         from rlexp.adapters.ingest import read_metrics
 
@@ -273,9 +272,9 @@ def log_attempt(attempt_dir: str | Path, tracking_uri: str | None = None, *, rep
     if terminal and run.info.status == "RUNNING":
         client.set_terminated(run_id, status=terminal)
 
-    artifacts = [attempt_dir / "plan.json", attempt_dir / "launch" / "provenance.json",
-                 attempt_dir / "launch" / "argv.json", attempt_dir / "decision.json"]
-    artifacts += sorted((attempt_dir / "guards").glob("*.json")) if (attempt_dir / "guards").is_dir() else []
+    artifacts = [AttemptDir(attempt_dir).plan, AttemptDir(attempt_dir).provenance,
+                 AttemptDir(attempt_dir).argv, AttemptDir(attempt_dir).decision]
+    artifacts += sorted(AttemptDir(attempt_dir).guards_dir.glob("*.json")) if AttemptDir(attempt_dir).guards_dir.is_dir() else []
     for path in artifacts:
         if path.exists():
             client.log_artifact(run_id, str(path), artifact_path=path.parent.relative_to(attempt_dir).as_posix()

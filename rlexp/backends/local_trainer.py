@@ -45,12 +45,11 @@ from typing import TYPE_CHECKING, Any
 
 from rlexp.errors import InputError
 from rlexp.storage.files import append_jsonl, iter_jsonl, repair_torn_tail, replace_dir
+from rlexp.storage.layout import AttemptDir
 
 if TYPE_CHECKING:
     import torch
 
-METRICS_FILE = "metrics.jsonl"
-STATE_DIR = "state"  # under checkpoints/: resumable training states, one directory per saved step
 
 
 # =============================================================================== configuration
@@ -424,11 +423,11 @@ def reference_logprobs(model, input_ids, attention_mask, chunk: int, reference=N
 
 
 def adapter_dir(attempt_dir: Path, global_step: int) -> Path:
-    return attempt_dir / "checkpoints" / f"global_step{global_step}_hf"
+    return AttemptDir(attempt_dir).adapter(global_step)
 
 
 def state_dir(attempt_dir: Path, global_step: int) -> Path:
-    return attempt_dir / "checkpoints" / STATE_DIR / f"global_step{global_step}"
+    return AttemptDir(attempt_dir).resume_state(global_step, "local")
 
 
 def save_adapter(model, tokenizer, attempt_dir: Path, global_step: int) -> Path:
@@ -475,16 +474,9 @@ def save_state(
 
 
 def latest_state(attempt_dir: Path) -> Path | None:
-    root = attempt_dir / "checkpoints" / STATE_DIR
-    if not root.exists():
-        return None
-    steps = []
-    for d in root.iterdir():
-        if d.name.startswith("global_step") and (d / "trainer_state.pt").exists():
-            suffix = d.name.removeprefix("global_step")
-            if suffix.isdigit():
-                steps.append((int(suffix), d))
-    return max(steps)[1] if steps else None
+    """The newest complete resumable state (its ``trainer_state.pt`` written), or None."""
+    latest = AttemptDir(attempt_dir).latest_resume_state("local", complete="trainer_state.pt")
+    return latest[1] if latest else None
 
 
 def truncate_metrics(path: Path, last_step: int) -> None:
@@ -552,13 +544,13 @@ def train(cfg: TrainerConfig, attempt_dir: Path, *, resume: bool = False, log=pr
     from rlexp.storage.datasets import read_dataset
 
     attempt_dir = Path(attempt_dir)
-    cfg.validate(attempt_dir / "attempt.yaml")
-    metrics_path = attempt_dir / METRICS_FILE
+    cfg.validate(AttemptDir(attempt_dir).spec)
+    metrics_path = AttemptDir(attempt_dir).metrics
     if not resume and metrics_path.exists() and metrics_path.stat().st_size > 0:
         raise InputError(metrics_path, None, "exists: pass --resume to continue this attempt")
     if not (cfg.pretrain / "config.json").exists():
         raise InputError(
-            attempt_dir / "attempt.yaml", "recipe.pretrain", f"{cfg.pretrain} is not a local model directory"
+            AttemptDir(attempt_dir).spec, "recipe.pretrain", f"{cfg.pretrain} is not a local model directory"
         )
     stop = _StopFlag()
     previous_handler = signal.signal(signal.SIGTERM, stop)

@@ -24,21 +24,12 @@ def evaluate(
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable summary on stdout.")] = False,
 ) -> None:
     """Evaluate the pre-registered checkpoints and the baselines with one pipeline (resumable)."""
-    from rlexp.stages.evaluate import run_eval
+    from rlexp.stages.evaluate import evaluate as evaluate_stage
 
-    outcome = run_eval(attempt, checkpoints=checkpoint or None, sets=set_role or None, limit=limit,
+    outcome = evaluate_stage(attempt, checkpoints=checkpoint or None, sets=set_role or None, limit=limit,
                        show_progress=not as_json)
     if as_json:
-        payload = {
-            "selection": outcome.selection,
-            "files": [
-                {"checkpoint": f.checkpoint, "set": f.set_role, "path": str(f.path), "new_records": f.new_records,
-                 **f.summary.to_dict()}
-                for f in outcome.files
-            ],
-            "paired": [str(p) for p in outcome.paired],
-        }
-        typer.echo(json.dumps(payload, indent=2))
+        typer.echo(json.dumps(outcome.to_dict(), indent=2))
         return
     from rich.console import Console
     from rich.table import Table

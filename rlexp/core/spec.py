@@ -26,8 +26,8 @@ from typing import Any
 
 from rlexp.errors import InputError
 from rlexp.storage.files import load_yaml
+from rlexp.storage.layout import SPEC_NAME
 
-SPEC_NAME = "attempt.yaml"
 ROLES = ("pool", "ood_monitor", "ood_primary", "id", "sanity")
 EVAL_ROLES = ("ood_monitor", "ood_primary", "id", "sanity")
 TRAINERS = ("openrlhf", "local")

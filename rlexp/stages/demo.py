@@ -25,6 +25,7 @@ from typing import Any
 
 from rlexp.errors import CheckFailed
 from rlexp.storage.files import atomic_write_text
+from rlexp.storage.layout import AttemptDir, ExperimentDir
 
 EXPERIMENT = "demo"
 
@@ -164,7 +165,7 @@ def run_demo(root: Path, *, config: DemoConfig, tracking_uri: str | None = None,
     specs = attempt_specs(config, datasets)
     attempts = []
     for attempt_id, text in specs.items():
-        spec_path = experiment_dir / attempt_id / "attempt.yaml"
+        spec_path = ExperimentDir(experiment_dir).attempt(attempt_id).spec
         if not spec_path.exists() or spec_path.read_text() != text:
             atomic_write_text(spec_path, text)
         attempts.append(spec_path.parent)
@@ -224,7 +225,7 @@ def _forget_stale_attempts(experiment_dir: Path, model_dir: Path, datasets: dict
         console.print("[yellow]base model or datasets changed: starting the demo attempts over[/yellow]")
         for attempt_id in ("d1", "d1s2", "d2"):
             shutil.rmtree(experiment_dir / attempt_id, ignore_errors=True)
-        for name in ("ledger.jsonl", "sota.json"):
+        for name in (ExperimentDir(experiment_dir).ledger.name, ExperimentDir(experiment_dir).sota.name):
             (experiment_dir / name).unlink(missing_ok=True)
     if previous != current:
         atomic_write_json(state_path, current)
@@ -247,7 +248,7 @@ def _quiet_libraries() -> None:
 
 def _started(attempt_dir: Path) -> bool:
     """A previous demo already launched this attempt: resume it rather than start over."""
-    return (attempt_dir / "launch" / "state.json").exists()
+    return AttemptDir(attempt_dir).state.exists()
 
 
 def _build_datasets(data_dir: Path, config: DemoConfig) -> dict[str, Any]:
@@ -304,7 +305,7 @@ def _summary(root: Path, experiment_dir: Path, attempts: list[Path], tracking_ur
 
     result: dict[str, Any] = {"dir": str(root), "tracking_uri": tracking_uri, "timings_s": timings, "attempts": {}}
     for attempt_dir in attempts:
-        decision_path = attempt_dir / "decision.json"
+        decision_path = AttemptDir(attempt_dir).decision
         decision = read_json(decision_path) if decision_path.exists() else {}
         report = root / "reports" / experiment_dir.name / f"{attempt_dir.name}.md"
         result["attempts"][attempt_dir.name] = {

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Any
 from rlexp.engines.base import Decoding, Engine, Request, close_engine
 from rlexp.errors import InputError
 from rlexp.storage.files import atomic_write_json, iter_jsonl, read_json, sha256_dir, sha256_file, sha256_text
+from rlexp.storage.layout import AttemptDir, ExperimentDir
 from rlexp.storage.records import (
     BASELINE_S0,
     BASELINE_SOTA,
@@ -36,7 +36,6 @@ from rlexp.storage.records import (
 )
 
 EVAL_SETS = ("ood_primary", "id", "sanity")
-CHECKPOINT_DIR = re.compile(r"^global_step(\d+)_hf$")
 DEFAULT_CHUNK = 256  # requests per engine call for engines without a preference (local)
 
 
@@ -59,28 +58,32 @@ class FileOutcome:
 
 @dataclass(frozen=True)
 class EvalOutcome:
+    """What one ``rlexp eval`` run evaluated: the selection, each record file, the paired records."""
+
     selection: dict[str, Any]
     files: tuple[FileOutcome, ...]
     paired: tuple[Path, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "selection": self.selection,
+            "files": [{"checkpoint": f.checkpoint, "set": f.set_role, "path": str(f.path),
+                       "new_records": f.new_records, **f.summary.to_dict()} for f in self.files],
+            "paired": [str(p) for p in self.paired],
+        }
 
 
 # --------------------------------------------------------------------------- what to evaluate
 
 
 def saved_steps(attempt_dir: Path) -> dict[int, Path]:
-    root = attempt_dir / "checkpoints"
-    found: dict[int, Path] = {}
-    if root.is_dir():
-        for child in root.iterdir():
-            m = CHECKPOINT_DIR.match(child.name)
-            if m and child.is_dir():
-                found[int(m.group(1))] = child
-    return dict(sorted(found.items()))
+    """Saved adapters ``{global_step: directory}``."""
+    return AttemptDir(attempt_dir).checkpoints()
 
 
 def monitor_points(attempt_dir: Path) -> tuple[list[tuple[int, float]], int | None]:
     """``(global_step, monitor_acc)`` points from metrics.jsonl, and the last global step seen."""
-    path = attempt_dir / "metrics.jsonl"
+    path = AttemptDir(attempt_dir).metrics
     if not path.exists():
         return [], None
     points, last = [], None
@@ -105,7 +108,7 @@ def select_checkpoints(att: Any) -> dict[str, Any]:
     attempt_dir = Path(att.attempt_dir)
     saved = saved_steps(attempt_dir)
     if not saved:
-        raise InputError(attempt_dir / "checkpoints", "global_step{N}_hf", "no saved checkpoints to evaluate")
+        raise InputError(AttemptDir(attempt_dir).checkpoints_dir, "global_step{N}_hf", "no saved checkpoints to evaluate")
     points, last = monitor_points(attempt_dir)
     final_step = last if last is not None else max(saved)
     sop = load_sop()
@@ -119,7 +122,7 @@ def select_checkpoints(att: Any) -> dict[str, Any]:
         "sop_version": sop.version,
         "sop_sha256": sop.sha256,
     }
-    atomic_write_json(attempt_dir / "eval" / "selection.json", payload)
+    atomic_write_json(AttemptDir(attempt_dir).selection, payload)
     return payload
 
 
@@ -147,7 +150,7 @@ def plan_targets(att: Any, selection: dict[str, Any], only: Sequence[str] | None
         if not path.is_absolute():
             path = Path(att.experiment_dir) / path
         if not path.exists():
-            raise InputError(Path(att.experiment_dir) / "sota.json", "path", f"pinned checkpoint {path} does not exist")
+            raise InputError(ExperimentDir(att.experiment_dir).sota, "path", f"pinned checkpoint {path} does not exist")
         targets.append(Target(BASELINE_SOTA, path))
     steps = [int(name.removeprefix("global_step")) for name in selection["checkpoints"]]
     for step in getattr(att, "checkpoints_extra", ()) or ():  # pre-registered extras (SOP §3)
@@ -162,7 +165,7 @@ def plan_targets(att: Any, selection: dict[str, Any], only: Sequence[str] | None
         unknown = [n for n in only if n not in known]
         if unknown:
             raise InputError(
-                attempt_dir / "eval" / "selection.json",
+                AttemptDir(attempt_dir).selection,
                 "checkpoint",
                 f"{unknown[0]!r} is not pre-registered (evaluable: {', '.join(sorted(known))}); "
                 "SOP §3: evaluate the K=3 checkpoints, never pick among many",
@@ -287,7 +290,7 @@ def eval_records(
     """Evaluate ``problems`` for every target into its record file; returns (target, writer, new)."""
     from rlexp.adapters.generation import chat_template_sha256, render_prompt
 
-    cache_file = attempt_dir / "eval" / ".hash_cache.json"
+    cache_file = AttemptDir(attempt_dir).hash_cache
     base_sha = model_sha256(base, cache_file)  # a hub name is recorded as "name:<id>"
     common = {
         "engine": getattr(engine, "name", type(engine).__name__),
@@ -343,7 +346,7 @@ def _record(problem: dict[str, Any], samples: Sequence[Any], grading: str) -> di
     return record
 
 
-def run_eval(
+def evaluate(
     attempt: str | Path,
     *,
     checkpoints: Sequence[str] | None = None,
@@ -371,7 +374,7 @@ def run_eval(
 
 def _evaluate_locked(att, attempt_dir, roles, selection, targets, base, limit, show_progress, engine) -> EvalOutcome:
     """Build the engine (unless one is handed in), evaluate, and close it when evaluation ends,
-    also on error. A caller that hands in an engine keeps ownership: run_eval does not close it."""
+    also on error. A caller that hands in an engine keeps ownership: evaluate does not close it."""
     if engine is not None:
         return _evaluate_with(att, attempt_dir, roles, selection, targets, base, limit, show_progress,
                               engine, engine.tokenizer)  # type: ignore[attr-defined]
@@ -437,7 +440,7 @@ def eval_lock(attempt_dir: Path) -> Iterator[None]:
     stale lock."""
     import fcntl
 
-    path = attempt_dir / "eval" / ".lock"
+    path = AttemptDir(attempt_dir).eval_lock
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as fh:
         try:

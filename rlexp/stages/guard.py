@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlexp.errors import InputError
 from rlexp.storage.files import atomic_write_json, atomic_write_text, iter_jsonl
+from rlexp.storage.layout import AttemptDir
 
 if TYPE_CHECKING:
     from rlexp.core.sop import G2Settings, G4Settings, GuardrailSettings, Sop
@@ -51,7 +52,6 @@ def guard_settings(sop: Sop | None = None) -> GuardrailSettings:
 
 
 AUDIT_VERDICTS = ("ok", "misparse", "ambiguous")
-REVIEW_FILE = "parser_audit_review.jsonl"
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ def verdict_status(passed: bool | None) -> str:
 
 
 def write_verdict(attempt_dir: str | Path, verdict: GuardVerdict) -> Path:
-    return atomic_write_json(Path(attempt_dir) / "guards" / f"{verdict.name}.json", verdict.to_dict())
+    return atomic_write_json(AttemptDir(attempt_dir).guard(verdict.name), verdict.to_dict())
 
 
 # --------------------------------------------------------------------------- G0 prompt parity
@@ -262,11 +262,11 @@ def run_g1(
 
         saved = saved_steps(attempt_dir)
         if not saved:
-            raise InputError(attempt_dir / "checkpoints", "global_step{N}_hf", "no checkpoint to check")
+            raise InputError(AttemptDir(attempt_dir).checkpoints_dir, "global_step{N}_hf", "no checkpoint to check")
         name = checkpoint or f"global_step{min(saved)}"
         step = int(name.removeprefix("global_step")) if name.startswith("global_step") else -1
         if step not in saved:
-            raise InputError(attempt_dir / "checkpoints", name, "no such saved checkpoint")
+            raise InputError(AttemptDir(attempt_dir).checkpoints_dir, name, "no such saved checkpoint")
         role = set_role or ("ood_monitor" if att.datasets.get("ood_monitor") is not None
                             and att.datasets["ood_monitor"].path is not None else "ood_primary")
         loaded = load_problems(att, role, limit)
@@ -279,7 +279,7 @@ def run_g1(
         suffix = att.datasets[role].prompt_suffix or ""
         paths = {}
         for label, merge in (("adapter", False), ("merged", True)):
-            out = attempt_dir / "guards" / "g1" / f"{name}__{role}__{label}.jsonl"
+            out = AttemptDir(attempt_dir).g1_records(name, role, label)
             # one engine at a time, closed before the next loads: never two models in memory
             with LocalEngine(base, {name: saved[step]}, merge=merge) as engine:
                 eval_records(engine, engine.tokenizer, attempt_dir=attempt_dir, set_role=role, problems=problems,
@@ -412,7 +412,7 @@ def run_g4(attempt: str | Path, *, k: int | None = None, limit: int | None = Non
     base = base_model_path(att)
     target = Target(BASELINE_S0, None)
     engine, tokenizer = build_engine(att, base, [target])
-    out = Path(att.attempt_dir) / "guards" / "g4_samples.jsonl"
+    out = AttemptDir(att.attempt_dir).g4_samples
     with engine:
         eval_records(engine, tokenizer, attempt_dir=Path(att.attempt_dir), set_role="ood_primary",
                      problems=problems, dataset_sha256=loaded[2], targets=[target], base=base,
@@ -514,13 +514,13 @@ def run_audit_draw(attempt: str | Path, *, checkpoint: str | None = None, set_ro
     att = load_attempt(attempt)
     attempt_dir = Path(att.attempt_dir)
     if checkpoint is None:
-        selection = read_json(attempt_dir / "eval" / "selection.json")
+        selection = read_json(AttemptDir(attempt_dir).selection)
         step = selection.get("best_by_monitor") or selection.get("final")
         if not isinstance(step, int):
-            raise InputError(attempt_dir / "eval" / "selection.json", "final", "no checkpoint selected")
+            raise InputError(AttemptDir(attempt_dir).selection, "final", "no checkpoint selected")
         checkpoint = f"global_step{step}"
     items = audit_draw(read_records(record_path(attempt_dir, checkpoint, set_role)), n, seed, sop=sop)
-    out = attempt_dir / "guards" / REVIEW_FILE
+    out = AttemptDir(attempt_dir).audit_review
     text = "".join(json.dumps({"checkpoint": checkpoint, "set": set_role, **it}, ensure_ascii=False) + "\n"
                    for it in items)
     return atomic_write_text(out, text)

@@ -240,19 +240,23 @@ class AttemptDir:
     def resume_state(self, step: int, trainer: str = "local") -> Path:
         return self.resume_state_dir(trainer) / checkpoint_name(step)
 
-    def latest_resume_state(self, trainer: str = "local") -> tuple[int, Path] | None:
+    def latest_resume_state(self, trainer: str = "local", *, complete: str | None = None
+                            ) -> tuple[int, Path] | None:
         """The highest resumable saved step and its directory, or None.
 
         Adapters (``global_step{N}_hf``) are for evaluation; a trainer resumes from its own state:
         the local trainer from ``checkpoints/state/global_step{N}``, OpenRLHF (``--load_checkpoint``)
-        from its DeepSpeed checkpoint ``checkpoints/_actor/global_step{N}``.
+        from its DeepSpeed checkpoint ``checkpoints/_actor/global_step{N}``. ``complete`` names a
+        file a state must hold to count (a state whose writer was killed has none).
         """
         folder = self.resume_state_dir(trainer)
         best = None
         if folder.is_dir():
             for child in folder.iterdir():
                 step = checkpoint_step(child.name)
-                if step is not None and child.is_dir() and (best is None or step > best[0]):
+                if step is None or not child.is_dir() or (complete and not (child / complete).exists()):
+                    continue
+                if best is None or step > best[0]:
                     best = (step, child)
         return best
 

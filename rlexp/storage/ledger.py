@@ -26,9 +26,8 @@ from rlexp.storage.files import (
     read_json,
     repair_torn_tail,
 )
+from rlexp.storage.layout import ExperimentDir
 
-LEDGER_NAME = "ledger.jsonl"
-SOTA_NAME = "sota.json"
 DECISIONS = ("STOP-1", "CONFIRM", "CONTINUE", "STOP-3a", "STOP-3b", "DEBUG")
 
 
@@ -115,7 +114,7 @@ def _entry(path: Path, number: int, rec: dict[str, Any]) -> LedgerEntry:
 
 def read_ledger(experiment_dir: str | Path) -> list[LedgerEntry]:
     """Every line of the ledger in order (empty list when there is no ledger yet)."""
-    path = Path(experiment_dir) / LEDGER_NAME
+    path = ExperimentDir(experiment_dir).ledger
     if not path.exists():
         return []
     return [_entry(path, number, rec) for number, rec in iter_jsonl(path)]
@@ -130,11 +129,11 @@ def latest_by_attempt(entries: list[LedgerEntry]) -> dict[str, LedgerEntry]:
 
 def record_decision(experiment_dir: str | Path, entry: LedgerEntry) -> bool:
     """Append ``entry`` unless the attempt's latest line already says the same. Returns True if appended."""
-    repair_torn_tail(Path(experiment_dir) / LEDGER_NAME)  # a decide killed mid-append must not poison the ledger
+    repair_torn_tail(ExperimentDir(experiment_dir).ledger)  # a decide killed mid-append must not poison the ledger
     current = latest_by_attempt(read_ledger(experiment_dir)).get(entry.attempt)
     if current is not None and current.same_result(entry):
         return False
-    append_jsonl(Path(experiment_dir) / LEDGER_NAME, entry.to_dict())
+    append_jsonl(ExperimentDir(experiment_dir).ledger, entry.to_dict())
     return True
 
 
@@ -150,7 +149,7 @@ class SotaPin:
 
 
 def read_sota(experiment_dir: str | Path) -> SotaPin | None:
-    path = Path(experiment_dir) / SOTA_NAME
+    path = ExperimentDir(experiment_dir).sota
     if not path.exists():
         return None
     data = read_json(path)
@@ -167,4 +166,4 @@ def read_sota(experiment_dir: str | Path) -> SotaPin | None:
 
 def pin_sota(experiment_dir: str | Path, pin: SotaPin) -> Path:
     """Move the SOTA pin (atomically). Callers must have checked Gate-1b and Gate-2."""
-    return atomic_write_json(Path(experiment_dir) / SOTA_NAME, pin.to_dict())
+    return atomic_write_json(ExperimentDir(experiment_dir).sota, pin.to_dict())

@@ -20,6 +20,7 @@ from typing import Any
 
 from rlexp.errors import InputError
 from rlexp.storage.files import atomic_write_text, iter_jsonl
+from rlexp.storage.layout import AttemptDir
 from rlexp.storage.records import BASELINE_S0, BASELINE_SOTA, as_01, read_record_lines, record_path
 
 PAIRED_KEYS = ("problem_hash", "y_baseline", "y_new", "output_baseline", "output_new")
@@ -137,7 +138,7 @@ def read_paired_records(path: str | Path) -> list[PairedRecord]:
 
 def paired_path(attempt_dir: str | Path, baseline: str, checkpoint: str, set_role: str) -> Path:
     """``eval/paired/<baseline>__<checkpoint>__<set>.jsonl``."""
-    return Path(attempt_dir) / "eval" / "paired" / f"{baseline}__{checkpoint}__{set_role}.jsonl"
+    return AttemptDir(attempt_dir).paired(baseline, checkpoint, set_role)
 
 
 def attempt_pairs(baselines: Sequence[str], checkpoints: Sequence[str], *,

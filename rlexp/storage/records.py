@@ -13,7 +13,6 @@ Each record is appended as one complete line (``rlexp.storage.files.append_jsonl
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -22,6 +21,8 @@ from typing import Any, NamedTuple
 
 from rlexp.errors import InputError
 from rlexp.storage.files import append_jsonl, atomic_write_json, iter_jsonl, read_json, repair_torn_tail
+from rlexp.storage.layout import AttemptDir
+from rlexp.storage.layout import checkpoint_step as layout_checkpoint_step
 
 RECORD_FIELDS = (
     "problem_hash",
@@ -51,7 +52,7 @@ BASELINE_SOTA = "baseline_sota"
 
 
 def record_path(attempt_dir: str | Path, checkpoint: str, set_role: str) -> Path:
-    return Path(attempt_dir) / "eval" / checkpoint / f"{set_role}.jsonl"
+    return AttemptDir(attempt_dir).records(checkpoint, set_role)
 
 
 def meta_path(records_path: str | Path) -> Path:
@@ -194,24 +195,17 @@ def read_records(path: str | Path, *, allow_empty: bool = False) -> list[dict[st
 
 def checkpoint_step(name: str) -> int | None:
     """``global_step200`` -> 200; any other checkpoint name (a baseline) -> None."""
-    match = re.fullmatch(r"global_step(\d+)", name)
-    return int(match.group(1)) if match else None
+    return layout_checkpoint_step(name)
 
 
 def eval_accuracies(attempt_dir: str | Path) -> dict[tuple[str, str], dict[str, float]]:
     """(checkpoint, set) -> {acc, n} from ``eval/<checkpoint>/<set>.jsonl`` (paired/ excluded;
     files without records are skipped). Every file is read strictly (:func:`iter_records`)."""
     out: dict[tuple[str, str], dict[str, float]] = {}
-    root = Path(attempt_dir) / "eval"
-    if not root.is_dir():
-        return out
-    for path in sorted(root.glob("*/*.jsonl")):
-        checkpoint = path.parent.name
-        if checkpoint == "paired":
-            continue
+    for checkpoint, set_role, path in AttemptDir(attempt_dir).record_files():
         correct = [line.correct for line in iter_records(path)]
         if correct:
-            out[(checkpoint, path.stem)] = {"acc": sum(correct) / len(correct), "n": float(len(correct))}
+            out[(checkpoint, set_role)] = {"acc": sum(correct) / len(correct), "n": float(len(correct))}
     return out
 
 
