@@ -47,12 +47,12 @@ def write(exp: Path, attempt_id: str, content: dict) -> Path:
 
 def checks_of(tmp_path: Path, content: dict, attempt_id: str = "a1") -> dict[str, object]:
     found = preflight(load_attempt(write(tmp_path / "exp", attempt_id, content)))
-    return {c.id: c for c in found}
+    return {c.name: c for c in found}
 
 
 def test_fixed_recipe_has_no_errors(tmp_path):
     found = checks_of(tmp_path, spec())
-    assert not has_errors(found.values()), [c.message for c in found.values()]
+    assert not has_errors(found.values()), [c.rule for c in found.values()]
     assert set(found) == {"data.overlap_unchecked", "power.underpowered"}  # data files absent; MDE 3.07 pp
 
 
@@ -63,15 +63,15 @@ def test_a26_lr_never_leaves_warmup(tmp_path):
     found = checks_of(tmp_path, spec(pool=50_000, recipe={"num_episodes": 20}, intent={"global_steps": 40}))
     check = found["lr.low_early"]
     assert check.severity == ERROR
-    assert "0.6% of peak by global step 20" in check.message and "25,000 optimizer steps" in check.message
-    assert "preflight_lr" in check.sop_ref
+    assert "0.6% of peak by global step 20" in check.rule and "25,000 optimizer steps" in check.rule
+    assert "preflight_lr" in check.ref
     assert found["lr.warmup_share"].severity == ERROR
 
 
 def test_a27_warmup_longer_than_the_run(tmp_path):
     found = checks_of(tmp_path, spec(pool=50_000, recipe={"num_episodes": 5}, intent={"global_steps": 46}))
-    assert "6,250 optimizer steps" in found["lr.warmup_share"].message
-    assert "781.2 global steps" in found["lr.warmup_share"].message
+    assert "6,250 optimizer steps" in found["lr.warmup_share"].rule
+    assert "781.2 global steps" in found["lr.warmup_share"].rule
 
 
 def test_warmup_share_ignores_a_rounded_up_single_step(tmp_path):
@@ -80,7 +80,7 @@ def test_warmup_share_ignores_a_rounded_up_single_step(tmp_path):
                                  "save_steps": 2}, intent={"global_steps": 4}, checkpoints={"mid": 2})  # fmt: skip
     assert "lr.warmup_share" not in checks_of(tmp_path, tiny)
     long = spec(recipe={"lr_warmup_ratio": 0.2})  # 320 optimizer steps = 40 global steps of 200
-    assert "40.0 global steps" in checks_of(tmp_path / "b", long)["lr.warmup_share"].message
+    assert "40.0 global steps" in checks_of(tmp_path / "b", long)["lr.warmup_share"].rule
 
 
 def test_a28_is_not_flagged_for_low_lr(tmp_path):
@@ -102,7 +102,7 @@ def test_min_lr_ratio_has_no_flag_before_0_10_2(tmp_path):
 
 def test_a28_intended_200_global_steps_got_25(tmp_path):
     found = checks_of(tmp_path, spec(pool=400))
-    msg = found["steps.intent"].message
+    msg = found["steps.intent"].rule
     assert found["steps.intent"].severity == ERROR
     assert "25 global steps (200 optimizer steps" in msg
     assert "a pool of 3,200 prompts with num_episodes 1" in msg and "num_episodes 8 with this pool" in msg
@@ -114,11 +114,11 @@ def test_pool_smaller_than_one_rollout_batch(tmp_path):
 
 def test_partial_rollout_batch_says_which_version_drops_it(tmp_path):
     old = checks_of(tmp_path, spec(pool=3208))["steps.partial_batch"]
-    assert old.severity == WARNING and "drops it" in old.message and "3,200 of 3,208" in old.message
+    assert old.severity == WARNING and "drops it" in old.rule and "3,200 of 3,208" in old.rule
     new = spec(pool=3208, trainer={"name": "openrlhf", "version": "0.11.0", "gpus": 8})
     found = checks_of(tmp_path / "b", new)
-    assert "trains it as a short last global step" in found["steps.partial_batch"].message
-    assert "201 global steps" in found["steps.intent"].message  # ceil: 201, not the intended 200
+    assert "trains it as a short last global step" in found["steps.partial_batch"].rule
+    assert "201 global steps" in found["steps.intent"].rule  # ceil: 201, not the intended 200
 
 
 def test_run_longer_than_the_scheduler_horizon(tmp_path):
@@ -126,8 +126,8 @@ def test_run_longer_than_the_scheduler_horizon(tmp_path):
     new = spec(pool=3, recipe={"rollout_batch_size": 2, "num_episodes": 2}, intent={},
                trainer={"name": "openrlhf", "version": "0.11.0", "gpus": 8})  # fmt: skip
     found = checks_of(tmp_path, new)
-    assert "runs 3 optimizer steps but max_steps" in found["steps.beyond_schedule"].message
-    assert "is 2" in found["steps.beyond_schedule"].message
+    assert "runs 3 optimizer steps but max_steps" in found["steps.beyond_schedule"].rule
+    assert "is 2" in found["steps.beyond_schedule"].rule
 
 
 # ----------------------------------------------------------------------------- batches
@@ -136,13 +136,13 @@ def test_run_longer_than_the_scheduler_horizon(tmp_path):
 def test_train_batch_not_multiple_of_micro_times_dp(tmp_path):
     found = checks_of(tmp_path, spec(recipe={"micro_train_batch_size": 3}))
     assert (
-        "micro_train_batch_size 3 × 4 data-parallel actor GPUs = 12" in found["batch.train_divisible"].message
+        "micro_train_batch_size 3 × 4 data-parallel actor GPUs = 12" in found["batch.train_divisible"].rule
     )
 
 
 def test_rollout_samples_not_multiple_of_train_batch(tmp_path):
     found = checks_of(tmp_path, spec(recipe={"rollout_batch_size": 15}, intent={}))
-    assert "7.5 optimizer steps per global step" in found["batch.rollout_divisible"].message
+    assert "7.5 optimizer steps per global step" in found["batch.rollout_divisible"].rule
 
 
 # ----------------------------------------------------------------------------- eval / save schedule
@@ -150,8 +150,8 @@ def test_rollout_samples_not_multiple_of_train_batch(tmp_path):
 
 def test_a28_no_eval_and_no_save_at_the_final_step(tmp_path):
     found = checks_of(tmp_path, spec(pool=400, intent={}, checkpoints={"mid": 10}))
-    assert "final global step 25" in found["schedule.final_eval"].message
-    assert "fires at 10, 20" in found["schedule.final_eval"].message
+    assert "final global step 25" in found["schedule.final_eval"].rule
+    assert "fires at 10, 20" in found["schedule.final_eval"].rule
     assert found["schedule.final_save"].severity == ERROR
 
 
@@ -163,7 +163,7 @@ def test_mid_checkpoint_rules(tmp_path):
     found = checks_of(tmp_path / "c", spec(checkpoints={"mid": 105}))
     assert found["schedule.mid_save"].severity == ERROR and found["schedule.mid_eval"].severity == WARNING
     found = checks_of(tmp_path / "d", spec(checkpoints={"mid": 100, "extra": [150, 155]}))
-    assert "155" in found["schedule.extra_save"].message
+    assert "155" in found["schedule.extra_save"].rule
 
 
 # ----------------------------------------------------------------------------- one variable (A27)
@@ -175,8 +175,8 @@ def test_a27_changed_two_training_variables(tmp_path):
     child = {"parent": "a26", "change": {"eps_clip": 0.1},
              "recipe": {"eps_clip": 0.1, "num_episodes": 5, "eval_steps": 5, "save_steps": 5},
              "datasets": {"ood_monitor": {"size": 202, "path": "data/probe_set_200_ood.jsonl"}}}  # fmt: skip
-    found = {c.id: c for c in preflight(load_attempt(write(exp, "a27", child)))}
-    msg = found["diff.training_variables"].message
+    found = {c.name: c for c in preflight(load_attempt(write(exp, "a27", child)))}
+    msg = found["diff.training_variables"].rule
     assert "2 training variables" in msg and "eps_clip 0.2 → 0.1" in msg and "num_episodes 20 → 5" in msg
     assert "eval_steps" not in msg.split("(")[0] and "ood_monitor" not in msg  # instrumentation is exempt
 
@@ -189,7 +189,7 @@ def test_a30_single_declared_change_passes(tmp_path):
         "change": {"micro_train_batch_size": 2},
         "recipe": {"micro_train_batch_size": 2},
     }
-    found = {c.id for c in preflight(load_attempt(write(exp, "a30", child)))}
+    found = {c.name for c in preflight(load_attempt(write(exp, "a30", child)))}
     assert not any(i.startswith("diff.") for i in found)
 
 
@@ -197,7 +197,7 @@ def test_change_must_match_the_recipe(tmp_path):
     exp = tmp_path / "exp"
     write(exp, "p", spec())
     wrong = {
-        c.id: c
+        c.name: c
         for c in preflight(
             load_attempt(
                 write(
@@ -212,16 +212,16 @@ def test_change_must_match_the_recipe(tmp_path):
             )
         )
     }
-    assert "says micro_train_batch_size: 4 but the resolved value is 2" in wrong["diff.change_value"].message
+    assert "says micro_train_batch_size: 4 but the resolved value is 2" in wrong["diff.change_value"].rule
     noop = {
-        c.id for c in preflight(load_attempt(write(exp, "c2", {"parent": "p", "change": {"eps_clip": 0.1}})))
+        c.name for c in preflight(load_attempt(write(exp, "c2", {"parent": "p", "change": {"eps_clip": 0.1}})))
     }
     assert "diff.change_noop" in noop
     undeclared = {
-        c.id for c in preflight(load_attempt(write(exp, "c3", {"parent": "p", "recipe": {"seed": 7}})))
+        c.name for c in preflight(load_attempt(write(exp, "c3", {"parent": "p", "recipe": {"seed": 7}})))
     }
     assert "diff.undeclared" in undeclared
-    pool = {c.id for c in preflight(load_attempt(write(exp, "c4", {
+    pool = {c.name for c in preflight(load_attempt(write(exp, "c4", {
         "parent": "p", "change": {"datasets.pool.size": 6400}, "datasets": {"pool": {"size": 6400}},
         "intent": {"global_steps": 400}})))}  # fmt: skip
     assert not any(i.startswith("diff.") for i in pool)  # the pool is one training variable
@@ -237,7 +237,7 @@ def test_a26_reference_model_without_colocation_does_not_fit(tmp_path):
     content = spec()
     content["recipe"] = a26_recipe
     found = checks_of(tmp_path, content)
-    msg = found["gpu.layout"].message
+    msg = found["gpu.layout"].rule
     assert "needs 16 GPUs" in msg and "reference 8" in msg and "trainer.gpus is 8" in msg
     assert "colocate_actor_ref" in msg
     layout = gpu_layout(load_attempt(tmp_path / "exp" / "a1").recipe)
@@ -260,7 +260,7 @@ def test_no_reference_model_without_kl(tmp_path):
 def test_max_len_shorter_than_prompt_plus_generation(tmp_path):
     found = checks_of(tmp_path, spec(recipe={"max_len": 4096}))
     assert (
-        "max_len 4096 < prompt_max_len 1024 + generate_max_len 4096 = 5120" in found["length.max_len"].message
+        "max_len 4096 < prompt_max_len 1024 + generate_max_len 4096 = 5120" in found["length.max_len"].rule
     )
 
 
@@ -269,14 +269,14 @@ def test_lesson_24_boxed_suffix_on_the_pool_only(tmp_path):
     content = spec()
     content["datasets"]["pool"]["prompt_suffix"] = boxed
     found = checks_of(tmp_path, content)
-    assert found["suffix.mismatch"].severity == ERROR and "lesson #24" in found["suffix.mismatch"].sop_ref
+    assert found["suffix.mismatch"].severity == ERROR and "lesson #24" in found["suffix.mismatch"].ref
     content["eval"]["prompt_suffix"] = boxed
     assert "suffix.mismatch" not in checks_of(tmp_path / "b", content)
 
 
 def test_vllm_default_lora_rank_refuses_rank_32(tmp_path):
     found = checks_of(tmp_path, spec(eval={"engine": "vllm"}))
-    assert "lora_rank 32 > eval.max_lora_rank 16" in found["eval.lora_rank"].message
+    assert "lora_rank 32 > eval.max_lora_rank 16" in found["eval.lora_rank"].rule
     assert "eval.lora_rank" not in checks_of(tmp_path / "b", spec(eval={"engine": "local"}))
 
 
@@ -301,9 +301,9 @@ def test_pool_overlapping_an_eval_set_by_hash(tmp_path):
     content = spec(pool=3, intent={})
     content["datasets"] = {"pool": {"path": "data/pool.jsonl", "size": 3},
                            "ood_primary": {"path": "data/ood.jsonl"}}  # fmt: skip
-    found = {c.id: c for c in preflight(load_attempt(write(exp, "a1", content)))}
-    assert "2 of 3 ood_primary problems are in the training pool" in found["data.overlap"].message
-    assert "4 records, spec says 3" in found["data.size"].message
+    found = {c.name: c for c in preflight(load_attempt(write(exp, "a1", content)))}
+    assert "2 of 3 ood_primary problems are in the training pool" in found["data.overlap"].rule
+    assert "4 records, spec says 3" in found["data.size"].rule
 
 
 def test_disjoint_sets_pass_and_bad_jsonl_is_input_error(tmp_path):
@@ -312,7 +312,7 @@ def test_disjoint_sets_pass_and_bad_jsonl_is_input_error(tmp_path):
     write_jsonl(exp / "data" / "ood.jsonl", [{"prompt": "2+2"}])
     content = spec(pool=1, intent={})
     content["datasets"] = {"pool": {"path": "data/pool.jsonl"}, "ood_primary": {"path": "data/ood.jsonl"}}
-    found = {c.id for c in preflight(load_attempt(write(exp, "a1", content)))}
+    found = {c.name for c in preflight(load_attempt(write(exp, "a1", content)))}
     assert "data.overlap" not in found and "data.overlap_unchecked" not in found
     (exp / "data" / "ood.jsonl").write_text('{"prompt": "2+2"}\n{"prompt": 7}\n')
     with pytest.raises(InputError, match="line 2"):
@@ -324,7 +324,7 @@ def test_disjoint_sets_pass_and_bad_jsonl_is_input_error(tmp_path):
 
 def test_checkpoint_disk_budget(tmp_path):
     found = checks_of(tmp_path, spec(budget={"free_disk_gb": 400, "checkpoint_size_gb": 42}))
-    assert "20 HF checkpoints × 42 GB = 840.0 GB > free disk 400.0 GB" in found["disk.budget"].message
+    assert "20 HF checkpoints × 42 GB = 840.0 GB > free disk 400.0 GB" in found["disk.budget"].rule
     assert "disk.budget" not in checks_of(
         tmp_path / "b", spec(budget={"free_disk_gb": 1000, "checkpoint_size_gb": 0.2})
     )
@@ -338,8 +338,8 @@ def test_ood_202_as_primary_is_underpowered(tmp_path):
     check = checks_of(tmp_path, content)["power.underpowered"]
     assert (
         check.severity == WARNING
-        and "MDE 6.83 pp" in check.message
-        and "power to see +3.0 pp is 23%" in check.message
+        and "MDE 6.83 pp" in check.rule
+        and "power to see +3.0 pp is 23%" in check.rule
     )  # statsmodels: 0.234
     content["datasets"]["ood_primary"] = {"size": 2000}
     assert "power.underpowered" not in checks_of(tmp_path / "b", content)

@@ -136,9 +136,10 @@ def test_confirm_then_second_seed_stop_1_moves_the_pin(exp, capsys):
     res = decide_attempt(s2, now=NOW)
     assert res["decision"] == "STOP-1"
     g2 = res["gates"]["gate_2"]
-    assert g2["passed"] and g2["siblings"] == ["lr1"]
-    assert g2["seed_deltas_pp"] == pytest.approx([3.5, 4.0]) and g2["mean_delta_pp"] == pytest.approx(3.75)
-    assert g2["id_guardrail"]["id_delta_pp"] == pytest.approx(-2.0) and g2["gold"] is False
+    n2 = g2["numbers"]
+    assert g2["passed"] and n2["siblings"] == ["lr1"]
+    assert n2["seed_deltas_pp"] == pytest.approx([3.5, 4.0]) and n2["mean_delta_pp"] == pytest.approx(3.75)
+    assert n2["id_guardrail"]["numbers"]["id_delta_pp"] == pytest.approx(-2.0) and n2["gold"] is False
     pin = read_sota(exp)
     assert pin is not None and (pin.attempt, pin.checkpoint) == ("lr2", "global_step200")
     assert pin.path == "lr2/checkpoints/global_step200_hf"
@@ -181,7 +182,7 @@ def test_sota_pin_makes_sota_the_decision_baseline(exp):
 
 
 def audit_verdict(rate, passed):
-    """guards/parser_audit.json as `rlexp guard audit` writes it (rlexp.stages.guard.GuardVerdict)."""
+    """guards/parser_audit.json as `rlexp guard audit` writes it (rlexp.stages.guard.Verdict)."""
     return {"name": "parser_audit", "passed": passed, "rule": "mis-parse rate <= 5%", "notes": [], "details": [],
             "numbers": {"reviewed": 50, "mis_parse_rate": rate, "max_misparse_rate": 0.05}}
 
@@ -209,7 +210,7 @@ def test_parser_audit_guard_verdict_form_and_g4(exp):
           "numbers": {"problems": 262, "k": 8, "pass_at_8": 0.31}}
     (d / "guards" / "g4.json").write_text(json.dumps(g4))
     res = decide_attempt(d, now=NOW)
-    assert res["decision"] == "DEBUG" and res["gates"]["parser_audit"]["misparse_rate"] == pytest.approx(10 / 118)
+    assert res["decision"] == "DEBUG" and res["gates"]["parser_audit"]["numbers"]["misparse_rate"] == pytest.approx(10 / 118)
     a = res["fault_tree"]["classes"]["A"]
     assert a["indicated"] is True and a["missing"] == [] and "pass@8" in a["evidence"]
 
@@ -223,7 +224,7 @@ def test_parser_audit_reads_only_the_guard_verdict(exp, capsys):
     path.write_text(json.dumps(audit_verdict(0.02, passed=False)))
     res = decide_attempt(d, now=NOW)
     assert res["decision"] == "DEBUG" and "parser audit: failed" in res["reason"]
-    assert res["gates"]["parser_audit"]["passed"] is False and res["gates"]["parser_audit"]["audit_passed"] is False
+    assert res["gates"]["parser_audit"]["passed"] is False and res["gates"]["parser_audit"]["numbers"]["audit_passed"] is False
     # other layouts (a bare rate, counts, a verdict word) are not read: one line naming file and key
     for doc, key in (({"misparse_rate": 0.02}, "passed"),
                      ({"misparsed": 10, "audited": 118}, "passed"),

@@ -37,7 +37,7 @@ def test_demo_specs_change_one_variable_and_plan_without_errors(tmp_path):
     assert {k for k in d1.recipe if d1.recipe[k] != d1s2.recipe[k]} == {"seed"}
     assert yaml.safe_load((exp / "d2" / "attempt.yaml").read_text())["change"] == {"eps_clip": 0.1}
     for att in (d1, d1s2, d2):
-        assert [c.id for c in preflight(att) if c.severity == "error"] == []
+        assert [c.name for c in preflight(att) if c.severity == "error"] == []
     assert DEMO_RECIPE["rollout_batch_size"] * d1.intent["global_steps"] == config.pool_size
 
 

@@ -91,8 +91,8 @@ def test_thresholds_come_from_the_sop_file(tmp_path):
     assert "+2.5pp" in gates.gate_1b(cmp, looser).rule
     stricter = sop_with(tmp_path, "early_stop", "patience_evals", 2)
     flat = [(10 * i, 0.5) for i in range(1, 7)]
-    assert gates.early_stop(flat, stricter).stop_step == 50
-    assert not gates.early_stop(flat, SOP).stop
+    assert gates.early_stop(flat, stricter).numbers["stop_step"] == 50
+    assert not gates.early_stop(flat, SOP).passed
 
 
 # --------------------------------------------------------------------------- Holm over K
@@ -213,27 +213,27 @@ def plateau(n_after: int, last: float = 0.5) -> list[tuple[int, float]]:
 @pytest.mark.parametrize(("evals_after_best", "stop"), [(4, False), (5, True), (6, True)])
 def test_early_stop_patience(evals_after_best, stop):
     verdict = gates.early_stop(plateau(evals_after_best), SOP)
-    assert verdict.stop is stop
-    assert verdict.best_step == 30
+    assert verdict.passed is stop
+    assert verdict.numbers["best_step"] == 30
     if stop:
-        assert verdict.stop_step == 80  # the 5th eval after the first full window at step 30
+        assert verdict.numbers["stop_step"] == 80  # the 5th eval after the first full window at step 30
 
 
 def test_early_stop_min_improvement_exactly_one_pp_resets_patience():
     # a jump of 0.03 at one point raises the 3-point mean by exactly 1.0pp -> new best, patience resets
     points = [(10, 0.5), (20, 0.5), (30, 0.5), (40, 0.5), (50, 0.5), (60, 0.5), (70, 0.5), (80, 0.53)]
     verdict = gates.early_stop(points, SOP)
-    assert not verdict.stop and verdict.best_step == 80
+    assert not verdict.passed and verdict.numbers["best_step"] == 80
     # 0.029 raises it by 0.97pp: noise, and the 5th eval without a real gain stops the run
     below = gates.early_stop(points[:-1] + [(80, 0.529)], SOP)
-    assert below.stop and below.best_step == 30
+    assert below.passed and below.numbers["best_step"] == 30
 
 
 def test_early_stop_small_gains_do_not_move_the_best():
     # +0.15pp per eval: 5 evals add only +0.75pp over the best, so the rule stops
     points = [(10 * (i + 1), 0.5 + 0.0015 * i) for i in range(9)]
     verdict = gates.early_stop(points, SOP)
-    assert verdict.stop
+    assert verdict.passed
 
 
 def test_early_stop_rejects_bad_points():
@@ -242,14 +242,14 @@ def test_early_stop_rejects_bad_points():
             gates.early_stop(bad, SOP)
         assert "monitor_points" in err.value.field
     few = gates.early_stop([(10, 0.5), (20, 0.6)], SOP)
-    assert not few.stop and "fewer than" in few.reason
+    assert not few.passed and "fewer than" in few.reason
 
 
 def test_early_stop_sorts_points_and_counts_evals_not_steps():
     shuffled = list(reversed(plateau(5)))
-    assert gates.early_stop(shuffled, SOP).stop
+    assert gates.early_stop(shuffled, SOP).passed
     gappy = [(10, 0.5), (20, 0.5), (30, 0.5), (70, 0.5), (80, 0.5), (150, 0.5), (160, 0.5)]
-    assert not gates.early_stop(gappy, SOP).stop  # 4 evals after the first window, whatever the step gaps
+    assert not gates.early_stop(gappy, SOP).passed  # 4 evals after the first window, whatever the step gaps
 
 
 # --------------------------------------------------------------------------- K=3 selection

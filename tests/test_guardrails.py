@@ -296,17 +296,18 @@ def test_audit_cli_round_trip(eval_experiment):
 
 def test_one_verdict_schema_for_every_guard(tmp_path):
     from rlexp.adapters import monitor
-    from rlexp.stages.guard import GuardVerdict, write_verdict
+    from rlexp.core.verdict import Verdict
+    from rlexp.storage.verdicts import write_verdict
 
     keys = ["name", "passed", "rule", "numbers", "notes", "details"]
-    pending = GuardVerdict("g5", None, "at step 10: ...", notes=("step 10 not logged yet",))
-    assert pending.status == "PENDING" and GuardVerdict("g0", True, "r").status == "PASS"
-    assert GuardVerdict("g0", False, "r").status == "FAIL"
+    pending = Verdict("g5", None, "at step 10: ...", notes=("step 10 not logged yet",))
+    assert pending.status == "PENDING" and Verdict("g0", True, "r").status == "PASS"
+    assert Verdict("g0", False, "r").status == "FAIL"
     write_verdict(tmp_path, pending)
     assert read_json(tmp_path / "guards" / "g5.json") == {
         "name": "g5", "passed": None, "rule": "at step 10: ...", "numbers": {},
         "notes": ["step 10 not logged yet"], "details": []}
     g3 = monitor.g3_smoke([{"global_step": s, "step_time_s": 1.0} for s in range(1, 11)])
-    assert isinstance(g3, GuardVerdict) and list(g3.to_dict()) == keys
+    assert isinstance(g3, Verdict) and list(g3.to_dict()) == keys
     audit = audit_verdicts([{"verdict": "ok"}], 0.05)
     assert list(audit.to_dict()) == keys and audit.numbers["mis_parse_rate"] == 0.0

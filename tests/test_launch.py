@@ -154,7 +154,8 @@ def test_unreachable_ray_address_one_line_nothing_written(tmp_path, capsys, monk
 
 def test_plan_errors_refuse_and_force_needs_a_reason(exp, capsys):
     plan = json.loads((exp / "a2" / "plan.json").read_text())
-    plan["checks"].append({"id": "warmup_never_ends", "severity": "error", "message": "LR never leaves warm-up"})
+    plan["checks"].append({"name": "warmup_never_ends", "passed": False, "severity": "error",
+                           "rule": "LR never leaves warm-up"})
     (exp / "a2" / "plan.json").write_text(json.dumps(plan))
     assert main(["launch", str(exp / "a2"), "--tracking-uri", "off"]) == 1
     assert "warmup_never_ends" in capsys.readouterr().err

@@ -89,9 +89,9 @@ def test_early_stop_fires_on_a30_trajectory_at_step_80(tmp_path):
                 break
         if verdict is not None:
             break
-    assert verdict is not None and verdict.stop
-    assert verdict.stop_step == 80 and verdict.best_step == 30
-    assert verdict.best_smoothed == pytest.approx((63.4 + 63.6 + 66.2) / 300)
+    assert verdict is not None and verdict.passed
+    assert verdict.numbers["stop_step"] == 80 and verdict.numbers["best_step"] == 30
+    assert verdict.numbers["best_smoothed"] == pytest.approx((63.4 + 63.6 + 66.2) / 300)
 
 
 def test_run_monitor_writes_spike_log_and_guards(tmp_path):
@@ -105,7 +105,7 @@ def test_run_monitor_writes_spike_log_and_guards(tmp_path):
     assert spikes == [{"global_step": 4, "metric": "grad_norm", "value": 171.4, "threshold": 50.0}]
     g3 = json.loads((tmp_path / "guards" / "g3.json").read_text())
     g5 = json.loads((tmp_path / "guards" / "g5.json").read_text())
-    # the one guards/ schema (rlexp.stages.guard.GuardVerdict)
+    # the one guards/ schema (rlexp.stages.guard.Verdict)
     assert list(g3) == ["name", "passed", "rule", "numbers", "notes", "details"]
     assert g3["name"] == "g3" and g3["passed"] is True and g5["name"] == "g5" and g5["passed"] is True
     assert g3["numbers"]["steps_done"] == 10 and g3["notes"][0].startswith("no crash")
@@ -122,7 +122,7 @@ def test_crash_before_step_10_fails_g3(tmp_path):
 
 
 def test_run_monitor_writes_a_verdict_only_when_it_changes(tmp_path, monkeypatch):
-    from rlexp.stages import guard as guardrails
+    from rlexp.storage import verdicts as guardrails
 
     writes: list[tuple[str, bool | None]] = []
     original = guardrails.write_verdict

@@ -94,7 +94,7 @@ def test_acceptance_a26(example, capsys):
     )
     assert code == 1
     assert data["steps"]["optimizer_steps_total"] == 500_000
-    assert any(c["id"] == "lr.low_early" and c["severity"] == "error" for c in data["checks"])
+    assert any(c["name"] == "lr.low_early" and c["severity"] == "error" for c in data["checks"])
     assert data["lr_rows"] == "sampled"
 
 
@@ -109,7 +109,7 @@ def test_acceptance_a28(example, capsys):
     code, data = plan_json(variant(example, "a28", pool=400), capsys)
     assert code == 1  # intent 200 vs 25, no eval/save at step 25, mid 100 beyond the run
     assert (data["steps"]["optimizer_steps_total"], data["steps"]["global_steps_total"]) == (200, 25)
-    ids = {c["id"] for c in data["checks"] if c["severity"] == "error"}
+    ids = {c["name"] for c in data["checks"] if c["severity"] == "error"}
     assert {"steps.intent", "schedule.final_eval", "schedule.final_save", "schedule.mid_beyond_run"} <= ids
 
 

@@ -114,14 +114,15 @@ def test_report_has_all_eight_deliverables_and_plots(attempt, tmp_path):
 def test_in_run_gates_and_guardrails_read_the_one_verdict_schema(attempt, tmp_path):
     from rlexp.adapters import monitor
     from rlexp.adapters.rendering import DELIVERABLES, write_report
-    from rlexp.stages.guard import GuardVerdict, write_verdict
+    from rlexp.core.verdict import Verdict
+    from rlexp.storage.verdicts import write_verdict
 
     # in-run gates as `rlexp launch` writes them: g3 decided, g5 still pending
     rows = [{"global_step": s, "step_time_s": 300.0 if s == 1 else 100.0, "reward": 0.5, "grad_norm": 2.0}
             for s in range(1, 11)]
     write_verdict(attempt, monitor.g3_smoke(rows))
     write_verdict(attempt, monitor.g5_runtime(rows[:9], None))
-    write_verdict(attempt, GuardVerdict("g0", False, "training input_ids == eval input_ids on 5 samples",
+    write_verdict(attempt, Verdict("g0", False, "training input_ids == eval input_ids on 5 samples",
                                         {"samples": 5, "mismatches": 5}, ("the suffix differs",)))
     (attempt / "guards" / "g4_samples.meta.json").write_text(json.dumps({"engine": "local"}))  # not a verdict
     text = write_report(attempt, tmp_path / "reports").read_text()

@@ -23,8 +23,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rlexp.core.sop import guard_settings, sop_or_default
+from rlexp.core.verdict import Verdict
 from rlexp.errors import InputError
-from rlexp.stages.guard import GuardVerdict, guard_settings, sop_or_default
 from rlexp.storage.layout import AttemptDir
 
 if TYPE_CHECKING:
@@ -95,10 +96,10 @@ def stability(rows: Sequence[Mapping[str, Any]], threshold: float | None = None,
 
 
 def _gate(name: str, passed: bool | None, reason: str, criteria: str,
-          numbers: Mapping[str, Any] | None = None) -> GuardVerdict:
+          numbers: Mapping[str, Any] | None = None) -> Verdict:
     """An in-run gate's verdict in the one ``guards/`` schema: ``rule`` is the criterion,
     ``notes[0]`` the reason, ``passed`` None while pending."""
-    return GuardVerdict(name, passed, criteria, dict(numbers or {}), (reason,))
+    return Verdict(name, passed, criteria, dict(numbers or {}), (reason,))
 
 
 def g3_smoke(
@@ -109,7 +110,7 @@ def g3_smoke(
     steps: int | None = None,
     max_ratio: float | None = None,
     sop: Sop | None = None,
-) -> GuardVerdict:
+) -> Verdict:
     """G3 (§11.30): no crash and a stable step time over the first ``steps`` global steps
     (defaults: the SOP's ``guardrails.g3.smoke_steps`` and ``step_time_max_ratio``)."""
     if steps is None or max_ratio is None:
@@ -186,7 +187,7 @@ def g5_runtime(
     lr_tolerance: float | None = None,
     reward_bounds: tuple[float, float] | None = None,
     sop: Sop | None = None,
-) -> GuardVerdict:
+) -> Verdict:
     """G5 (§11.30): at step ``at_step`` the logged LR is the planned one and reward is not stuck
     (defaults: the SOP's ``guardrails.g5``; ``reward_bounds`` is (reward_stuck_low, reward_stuck_high))."""
     if at_step is None or lr_tolerance is None or reward_bounds is None:
@@ -266,10 +267,10 @@ class RunMonitor:
         if self.spike_threshold is None:
             self.spike_threshold = self.sop.guardrails.spikes.grad_norm
 
-    def _write(self, verdict: GuardVerdict) -> bool:
+    def _write(self, verdict: Verdict) -> bool:
         """Write ``guards/<name>.json`` unless it already holds this verdict; True when written."""
-        from rlexp.stages.guard import write_verdict
         from rlexp.storage.files import read_json
+        from rlexp.storage.verdicts import write_verdict
 
         doc = json.loads(json.dumps(verdict.to_dict()))  # as it reads back from disk
         if verdict.name not in self.written:
@@ -301,12 +302,12 @@ class RunMonitor:
         self._write(g5_runtime(self.rows, self.plan, sop=self.sop))
         if self.stopped is None and monitor_points(new_rows):
             verdict = early_stop_verdict(self.rows, self.sop)
-            if verdict.stop:
+            if verdict.passed:
                 self.stopped = verdict
                 return verdict
         return None
 
-    def record_crash(self, exit_code: int) -> GuardVerdict:
+    def record_crash(self, exit_code: int) -> Verdict:
         done = max((int(r["global_step"]) for r in self.rows), default=0)
         verdict = g3_smoke(self.rows, crashed=done < self.sop.guardrails.g3.smoke_steps, exit_code=exit_code,
                            sop=self.sop)

@@ -132,7 +132,7 @@ def gather(attempt_dir: str | Path) -> ReportInputs:
     if guards.is_dir():
         for path in sorted(guards.glob("*.json")):
             doc = read_json(path)
-            # verdict files only (rlexp.stages.guard.GuardVerdict: name, passed, rule, numbers, notes,
+            # verdict files only (rlexp.stages.guard.Verdict: name, passed, rule, numbers, notes,
             # details): guards/ also holds samples' metadata (e.g. g4_samples.meta.json)
             if isinstance(doc, dict) and {"name", "passed", "rule"} <= doc.keys():
                 if doc["passed"] not in (True, False, None):
@@ -160,7 +160,7 @@ def render_plots(inputs: ReportInputs, out_dir: Path, stem: str) -> dict[str, Pa
     import matplotlib.pyplot as plt
 
     from rlexp.adapters.monitor import monitor_points, planned_lr_table
-    from rlexp.stages.guard import guard_settings
+    from rlexp.core.sop import guard_settings
 
     spike_grad_norm = guard_settings().spikes.grad_norm  # the SOP's spike threshold
 

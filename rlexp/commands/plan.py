@@ -82,7 +82,7 @@ def render(data: dict[str, Any]) -> None:
         checks.add_column(col, overflow="fold")
     for c in data["checks"]:
         colour = "red" if c["severity"] == "error" else "yellow"
-        checks.add_row(f"[{colour}]{c['severity']}[/{colour}]", c["id"], c["message"], c["sop_ref"])
+        checks.add_row(f"[{colour}]{c['severity']}[/{colour}]", c["name"], c["rule"], c["ref"])
     if not data["checks"]:
         checks.add_row("[green]ok[/green]", "-", "no findings", "")
     console.print(checks)

@@ -47,6 +47,7 @@ from rlexp.core.schedule import (
 )
 from rlexp.core.spec import EVAL_ROLES, TRAINING, Attempt, change_value, diff_against_parent, values_equal
 from rlexp.core.task import problem_hash
+from rlexp.core.verdict import Verdict, check
 from rlexp.errors import InputError
 from rlexp.storage.files import iter_jsonl
 
@@ -58,18 +59,9 @@ LR_CHECK_MIN_FRACTION = 0.30
 DEFAULT_MAX_WARMUP_SHARE = 0.10
 
 
-@dataclass(frozen=True)
-class Check:
-    id: str
-    severity: str  # error | warning
-    message: str
-    sop_ref: str
-
-    def as_dict(self) -> dict[str, str]:
-        return {"id": self.id, "severity": self.severity, "message": self.message, "sop_ref": self.sop_ref}
 
 
-def has_errors(checks: Iterable[Check]) -> bool:
+def has_errors(checks: Iterable[Verdict]) -> bool:
     return any(c.severity == ERROR for c in checks)
 
 
@@ -86,14 +78,14 @@ def steps_for(att: Attempt) -> Steps:
     return compute_steps(att.recipe, pool.size, att.trainer.version, trainer=att.trainer.name)
 
 
-def preflight(att: Attempt, steps: Steps | None = None, power: PowerReport | None = None) -> list[Check]:
+def preflight(att: Attempt, steps: Steps | None = None, power: PowerReport | None = None) -> list[Verdict]:
     """Run the whole catalogue; errors first, then warnings, each group in catalogue order."""
     steps = steps or steps_for(att)
     ckpt = checkpoint_plan(steps, att.recipe, att.checkpoints_mid)
     if power is None:
         power = primary_power(att)
-    found: list[Check] = []
-    for check in (
+    found: list[Verdict] = []
+    for findings in (
         check_lr(att, steps),
         check_step_counts(att, steps),
         check_batches(att, steps),
@@ -107,7 +99,7 @@ def preflight(att: Attempt, steps: Steps | None = None, power: PowerReport | Non
         check_disk(att, ckpt),
         check_power(att, power),
     ):
-        found.extend(check)
+        found.extend(findings)
     return sorted(found, key=lambda c: c.severity != ERROR)
 
 
@@ -121,15 +113,15 @@ def primary_power(att: Attempt) -> PowerReport | None:
 # ----------------------------------------------------------------------------- LR
 
 
-def check_lr(att: Attempt, steps: Steps) -> list[Check]:
-    out: list[Check] = []
+def check_lr(att: Attempt, steps: Steps) -> list[Verdict]:
+    out: list[Verdict] = []
     total = steps.global_steps_total
     if total >= 1 and steps.optimizer_steps_total >= 1:
         at = min(LR_CHECK_GLOBAL_STEP, total)
         best = max_fraction_through(at, steps)
         now = lr_for_global_step(at, steps).fraction_of_peak
         if best < LR_CHECK_MIN_FRACTION:
-            out.append(Check(
+            out.append(check(
                 "lr.low_early", ERROR,
                 f"LR reaches only {best:.1%} of peak by global step {at} ({now:.1%} at step {at}): warm-up is "
                 f"{steps.warmup_steps:,} optimizer steps = {steps.warmup_global_steps:,.0f} global steps of "
@@ -140,7 +132,7 @@ def check_lr(att: Attempt, steps: Steps) -> list[Check]:
         horizon = att.intent.get("global_steps") or total
         # at most one global step of warm-up is never the A26/A27 incident (tiny runs round up to it)
         if steps.warmup_global_steps > max(share * horizon, 1.0):
-            out.append(Check(
+            out.append(check(
                 "lr.warmup_share", ERROR,
                 f"warm-up lasts {steps.warmup_global_steps:,.1f} global steps "
                 f"({steps.warmup_steps:,} optimizer steps = ceil({steps.optimizer_steps_total:,} × "
@@ -154,7 +146,7 @@ def check_lr(att: Attempt, steps: Steps) -> list[Check]:
         and not min_lr_is_configurable(steps.trainer_version)
         and not values_equal(stated, 0.1)
     ):
-        out.append(Check(
+        out.append(check(
             "lr.min_lr_ratio_fixed", ERROR,
             f"min_lr_ratio {stated} has no flag in OpenRLHF {steps.trainer_version}: min LR is fixed at 0.1 × peak "
             f"(configurable from 0.10.2 as --actor.min_lr_ratio)",
@@ -166,17 +158,17 @@ def check_lr(att: Attempt, steps: Steps) -> list[Check]:
 # ----------------------------------------------------------------------------- step counts and batches
 
 
-def check_step_counts(att: Attempt, steps: Steps) -> list[Check]:
-    out: list[Check] = []
+def check_step_counts(att: Attempt, steps: Steps) -> list[Verdict]:
+    out: list[Verdict] = []
     total = steps.global_steps_total
     if total == 0:
-        out.append(Check(
+        out.append(check(
             "steps.empty", ERROR,
             f"no global step runs: {steps.prompts:,} prompts < rollout_batch_size {steps.rollout_batch_size}",
             "lesson #14",
         ))  # fmt: skip
     if steps.optimizer_steps_run > steps.optimizer_steps_total:
-        out.append(Check(
+        out.append(check(
             "steps.beyond_schedule", WARNING,
             f"the trainer runs {steps.optimizer_steps_run:,} optimizer steps but max_steps (the LR scheduler's "
             f"horizon) is {steps.optimizer_steps_total:,}: max_steps floors before multiplying by "
@@ -185,7 +177,7 @@ def check_step_counts(att: Attempt, steps: Steps) -> list[Check]:
         ))  # fmt: skip
     intent = att.intent.get("global_steps")
     if intent and intent != total:
-        out.append(Check("steps.intent", ERROR, _intent_message(intent, steps), "lesson #14 (A28)"))
+        out.append(check("steps.intent", ERROR, _intent_message(intent, steps), "lesson #14 (A28)"))
     if steps.partial_batch_prompts and total:
         kept = steps.prompts - steps.partial_batch_prompts
         if steps.drops_partial_batch:
@@ -194,7 +186,7 @@ def check_step_counts(att: Attempt, steps: Steps) -> list[Check]:
         else:
             what = (f"OpenRLHF {steps.trainer_version} trains it as a short last global step of each episode "
                     f"(≤ 0.10.x would drop it)")  # fmt: skip
-        out.append(Check(
+        out.append(check(
             "steps.partial_batch", WARNING,
             f"{steps.prompts:,} prompts leave a partial last rollout batch of {steps.partial_batch_prompts} "
             f"(rollout_batch_size {steps.rollout_batch_size}): {what}",
@@ -228,11 +220,11 @@ def _actor_gpus(recipe: dict[str, Any]) -> int:
     return int(recipe["actor_num_nodes"]) * int(recipe["actor_num_gpus_per_node"])
 
 
-def check_batches(att: Attempt, steps: Steps) -> list[Check]:
-    out: list[Check] = []
+def check_batches(att: Attempt, steps: Steps) -> list[Verdict]:
+    out: list[Verdict] = []
     train, micro, dp = steps.train_batch_size, steps.micro_train_batch_size, steps.data_parallel_size
     if train % (micro * dp):
-        out.append(Check(
+        out.append(check(
             "batch.train_divisible", ERROR,
             f"train_batch_size {train} is not a multiple of micro_train_batch_size {micro} × "
             f"{dp} data-parallel actor GPUs = {micro * dp} (gradient accumulation would be {train / (micro * dp):g})",
@@ -240,7 +232,7 @@ def check_batches(att: Attempt, steps: Steps) -> list[Check]:
         ))  # fmt: skip
     samples = steps.rollout_batch_size * steps.n_samples_per_prompt
     if samples % train:
-        out.append(Check(
+        out.append(check(
             "batch.rollout_divisible", ERROR,
             f"rollout_batch_size {steps.rollout_batch_size} × n_samples_per_prompt {steps.n_samples_per_prompt} = "
             f"{samples} samples is not a multiple of train_batch_size {train}: "
@@ -253,21 +245,21 @@ def check_batches(att: Attempt, steps: Steps) -> list[Check]:
 # ----------------------------------------------------------------------------- eval / save schedule
 
 
-def check_schedule(att: Attempt, steps: Steps, ckpt: CheckpointPlan) -> list[Check]:
-    out: list[Check] = []
+def check_schedule(att: Attempt, steps: Steps, ckpt: CheckpointPlan) -> list[Verdict]:
+    out: list[Verdict] = []
     final = ckpt.final
     if final < 1:
         return out
     eval_steps, save_steps = att.recipe.get("eval_steps"), att.recipe.get("save_steps")
     if not ckpt.final_evaluated:
-        out.append(Check(
+        out.append(check(
             "schedule.final_eval", ERROR,
             f"no in-run eval at the final global step {final:,}: eval_steps {eval_steps} fires at "
             f"{_fires(ckpt.evaluated)} (global_step % eval_steps == 0 only)",
             "SOP §3; A28 (no eval at its final step)",
         ))  # fmt: skip
     if not ckpt.final_saved:
-        out.append(Check(
+        out.append(check(
             "schedule.final_save", ERROR,
             f"no checkpoint saved at the final global step {final:,}: save_steps {save_steps} fires at "
             f"{_fires(ckpt.saved)}; the K=3 'final' checkpoint would not exist",
@@ -275,39 +267,39 @@ def check_schedule(att: Attempt, steps: Steps, ckpt: CheckpointPlan) -> list[Che
         ))  # fmt: skip
     mid = ckpt.mid
     if mid is None:
-        out.append(Check(
+        out.append(check(
             "schedule.mid_missing", WARNING,
             "no pre-registered mid checkpoint (checkpoints.mid): SOP §3 fixes K=3 before looking at results",
             "SOP §3",
         ))  # fmt: skip
     elif mid > final:
-        out.append(Check(
+        out.append(check(
             "schedule.mid_beyond_run", ERROR,
             f"the pre-registered mid checkpoint {mid:,} is beyond the run's final global step {final:,}",
             "SOP §3",
         ))  # fmt: skip
     else:
         if mid not in ckpt.saved:
-            out.append(Check(
+            out.append(check(
                 "schedule.mid_save", ERROR,
                 f"no checkpoint saved at the pre-registered mid step {mid:,} (save_steps {save_steps})",
                 "SOP §3",
             ))  # fmt: skip
         if mid not in ckpt.evaluated:
-            out.append(Check(
+            out.append(check(
                 "schedule.mid_eval", WARNING,
                 f"no in-run eval at the pre-registered mid step {mid:,} (eval_steps {eval_steps})",
                 "SOP §3",
             ))  # fmt: skip
     for extra in att.checkpoints_extra:
         if extra > final or extra not in ckpt.saved:
-            out.append(Check(
+            out.append(check(
                 "schedule.extra_save", ERROR,
                 f"pre-registered checkpoint {extra:,} will not be saved (final {final:,}, save_steps {save_steps})",
                 "SOP §3",
             ))  # fmt: skip
     if not ckpt.best_by_monitor_candidates:
-        out.append(Check(
+        out.append(check(
             "schedule.no_monitor_candidates", WARNING,
             "no global step is both evaluated in-run and saved: best-by-monitor has no candidate",
             "SOP §3-4",
@@ -332,21 +324,21 @@ def _fmt(value: Any) -> str:
     return repr(value) if isinstance(value, str) else str(value)
 
 
-def check_single_variable(att: Attempt) -> list[Check]:
+def check_single_variable(att: Attempt) -> list[Verdict]:
     ref = "SOP §10.1 one variable per run; §11.10.1 (A27)"
     if att.parent is None:
         if att.change:
-            return [Check("diff.root_change", WARNING,
+            return [check("diff.root_change", WARNING,
                           f"change {sorted(att.change)} is stated but the attempt has no parent to compare with",
                           ref)]  # fmt: skip
         return []
     diffs = diff_against_parent(att)
     training = [d for d in diffs if d.kind == TRAINING]
     diff_keys = {d.key for d in diffs}
-    out: list[Check] = []
+    out: list[Verdict] = []
     if len(training) > 1:
         listed = ", ".join(f"{d.key} {_fmt(d.parent)} → {_fmt(d.value)}" for d in training)
-        out.append(Check(
+        out.append(check(
             "diff.training_variables", ERROR,
             f"{len(training)} training variables differ from parent {att.parent_id}: {listed} "
             f"(eval/save cadence, eval sets and logging are exempt)",
@@ -357,23 +349,23 @@ def check_single_variable(att: Attempt) -> list[Check]:
         if key.endswith(".path") and isinstance(declared, str):
             declared = str((att.experiment_dir / declared).resolve())
         if not values_equal(actual, declared):
-            out.append(Check("diff.change_value", ERROR,
+            out.append(check("diff.change_value", ERROR,
                              f"change says {key}: {_fmt(declared)} but the resolved value is {_fmt(actual)}",
                              ref))  # fmt: skip
         elif key not in diff_keys:
-            out.append(Check("diff.change_noop", ERROR,
+            out.append(check("diff.change_noop", ERROR,
                              f"change says {key}: {_fmt(declared)} but parent {att.parent_id} has the same value",
                              ref))  # fmt: skip
     if len(training) == 1 and training[0].key not in att.change:
         d = training[0]
-        out.append(Check(
+        out.append(check(
             "diff.undeclared", ERROR,
             f"{d.key} differs from parent {att.parent_id} ({_fmt(d.parent)} → {_fmt(d.value)}) but `change` "
             f"does not declare it",
             ref,
         ))  # fmt: skip
     if not training and not att.change:
-        out.append(Check("diff.nothing", WARNING,
+        out.append(check("diff.nothing", WARNING,
                          f"no training variable differs from parent {att.parent_id} (a rerun: state the reason)",
                          ref))  # fmt: skip
     return out
@@ -430,11 +422,11 @@ def gpu_layout(recipe: dict[str, Any]) -> GpuLayout:
     return GpuLayout(vllm_extra, actor, ref, reward, critic, tuple(notes))
 
 
-def check_gpu_layout(att: Attempt) -> list[Check]:
+def check_gpu_layout(att: Attempt) -> list[Verdict]:
     if att.trainer.name != "openrlhf":
         return []
     r = att.recipe
-    out: list[Check] = []
+    out: list[Verdict] = []
     layout = gpu_layout(r)
     ref = "lessons #8 (A26 GPU allocation hang)"
     if (
@@ -445,7 +437,7 @@ def check_gpu_layout(att: Attempt) -> list[Check]:
             or r["actor_num_gpus_per_node"] != r["ref_num_gpus_per_node"]
         )
     ):
-        out.append(Check(
+        out.append(check(
             "gpu.colocate_layout", ERROR,
             f"co-located reference needs the actor's layout: actor {r['actor_num_nodes']}×"
             f"{r['actor_num_gpus_per_node']} vs reference {r['ref_num_nodes']}×{r['ref_num_gpus_per_node']} "
@@ -454,7 +446,7 @@ def check_gpu_layout(att: Attempt) -> list[Check]:
         ))  # fmt: skip
     engines = r.get("vllm_num_engines") or 0
     if r["colocate_all_models"] and engines and layout.actor != engines * r["vllm_tensor_parallel_size"]:
-        out.append(Check(
+        out.append(check(
             "gpu.colocate_all", ERROR,
             f"colocate_all_models needs actor GPUs ({layout.actor}) = vllm_num_engines × "
             f"vllm_tensor_parallel_size ({engines * r['vllm_tensor_parallel_size']})",
@@ -469,12 +461,12 @@ def check_gpu_layout(att: Attempt) -> list[Check]:
     if layout.critic:
         parts.append(f"critic {layout.critic}")
     if gpus is None:
-        out.append(Check("gpu.unknown", WARNING,
+        out.append(check("gpu.unknown", WARNING,
                          f"trainer.gpus not stated: the layout needs {layout.total} GPUs ({', '.join(parts)})",
                          ref))  # fmt: skip
     elif layout.total > gpus:
         why = "; ".join(n for n in layout.notes if "creates a reference" in n)
-        out.append(Check(
+        out.append(check(
             "gpu.layout", ERROR,
             f"the layout needs {layout.total} GPUs ({', '.join(parts)}) but trainer.gpus is {gpus}"
             + (f": {why} — co-locate it (colocate_actor_ref, ref_num_gpus_per_node "
@@ -487,13 +479,13 @@ def check_gpu_layout(att: Attempt) -> list[Check]:
 # ----------------------------------------------------------------------------- lengths, suffix, LoRA
 
 
-def check_lengths(att: Attempt) -> list[Check]:
+def check_lengths(att: Attempt) -> list[Verdict]:
     r = att.recipe
     if r.get("max_len") is None:
         return []
     budget = int(r["prompt_max_len"]) + int(r["generate_max_len"])
     if int(r["max_len"]) < budget:
-        return [Check(
+        return [check(
             "length.max_len", ERROR,
             f"max_len {r['max_len']} < prompt_max_len {r['prompt_max_len']} + generate_max_len "
             f"{r['generate_max_len']} = {budget}: generations are cut before their budget",
@@ -502,7 +494,7 @@ def check_lengths(att: Attempt) -> list[Check]:
     return []
 
 
-def check_suffix(att: Attempt) -> list[Check]:
+def check_suffix(att: Attempt) -> list[Verdict]:
     pool = att.datasets.get("pool")
     if pool is None:
         return []
@@ -515,7 +507,7 @@ def check_suffix(att: Attempt) -> list[Check]:
             differing.append(f"{role} {ref.prompt_suffix!r}")
     if not differing:
         return []
-    return [Check(
+    return [check(
         "suffix.mismatch", ERROR,
         f"training pool prompt suffix {pool.prompt_suffix!r} differs from " + ", ".join(differing)
         + ": baseline and trained model would be scored on different prompts",
@@ -523,12 +515,12 @@ def check_suffix(att: Attempt) -> list[Check]:
     )]  # fmt: skip
 
 
-def check_lora_rank(att: Attempt) -> list[Check]:
+def check_lora_rank(att: Attempt) -> list[Verdict]:
     rank = int(att.recipe.get("lora_rank") or 0)
     if att.eval.engine not in ("vllm", "openai") or rank == 0:
         return []
     if rank > att.eval.max_lora_rank:
-        return [Check(
+        return [check(
             "eval.lora_rank", ERROR,
             f"lora_rank {rank} > eval.max_lora_rank {att.eval.max_lora_rank} ({att.eval.engine} engine; vLLM's "
             f"default is 16 and it refuses larger adapters): set eval.max_lora_rank: {rank}",
@@ -558,11 +550,11 @@ def problem_hashes(path: Path) -> set[str]:
     return hashes
 
 
-def check_datasets(att: Attempt) -> list[Check]:
-    out: list[Check] = []
+def check_datasets(att: Attempt) -> list[Verdict]:
+    out: list[Verdict] = []
     for ref in att.datasets.values():
         if ref.exists and ref.stated_size is not None and ref.stated_size != ref.size:
-            out.append(Check(
+            out.append(check(
                 "data.size", WARNING,
                 f"datasets.{ref.role}: {ref.path.name if ref.path else ''} has {ref.size:,} records, spec says "
                 f"{ref.stated_size:,} (the file wins)",
@@ -577,7 +569,7 @@ def check_datasets(att: Attempt) -> list[Check]:
         unchecked = [r.role for r in eval_sets]
     if unchecked:
         why = "pool file missing" if not pool.exists else "files missing"
-        out.append(Check(
+        out.append(check(
             "data.overlap_unchecked", WARNING,
             f"pool/eval overlap not checked for {', '.join(unchecked)} ({why}); check before launch",
             "SOP §10.4 no data leakage",
@@ -591,7 +583,7 @@ def check_datasets(att: Attempt) -> list[Check]:
         hashes = problem_hashes(ref.path)
         shared = pool_hashes & hashes
         if shared:
-            out.append(Check(
+            out.append(check(
                 "data.overlap", ERROR,
                 f"{len(shared):,} of {len(hashes):,} {ref.role} problems are in the training pool "
                 f"({pool.path.name}) by content hash",
@@ -603,12 +595,12 @@ def check_datasets(att: Attempt) -> list[Check]:
 # ----------------------------------------------------------------------------- disk
 
 
-def check_disk(att: Attempt, ckpt: CheckpointPlan) -> list[Check]:
-    out: list[Check] = []
+def check_disk(att: Attempt, ckpt: CheckpointPlan) -> list[Verdict]:
+    out: list[Verdict] = []
     saves = len(ckpt.saved)
     r = att.recipe
     if att.trainer.name == "openrlhf" and saves and not r.get("save_hf_ckpt"):
-        out.append(Check(
+        out.append(check(
             "disk.hf_ckpt", WARNING,
             f"save_hf_ckpt is off: the {saves} saves write DeepSpeed checkpoints only, no "
             f"global_step{{N}}_hf directory for the K=3 eval",
@@ -618,7 +610,7 @@ def check_disk(att: Attempt, ckpt: CheckpointPlan) -> list[Check]:
     if free is None:
         return out
     if size is None:
-        out.append(Check("disk.unsized", WARNING,
+        out.append(check("disk.unsized", WARNING,
                          f"budget.free_disk_gb {free:g} stated but not budget.checkpoint_size_gb: "
                          f"{saves} saves not sized", "§3 summary (422 GB disk full)"))  # fmt: skip
         return out
@@ -627,7 +619,7 @@ def check_disk(att: Attempt, ckpt: CheckpointPlan) -> list[Check]:
     if att.trainer.name == "openrlhf" and not r.get("disable_ds_ckpt"):
         ds_note = f" plus up to max_ckpt_num {r['max_ckpt_num']} DeepSpeed checkpoints (rotated, not sized)"
     if need > free:
-        out.append(Check(
+        out.append(check(
             "disk.budget", ERROR,
             f"{saves} HF checkpoints × {size:g} GB = {need:,.1f} GB > free disk {free:,.1f} GB{ds_note}; "
             f"HF checkpoints are never rotated by the trainer (max_ckpt_num prunes only DeepSpeed ones)",
@@ -639,13 +631,13 @@ def check_disk(att: Attempt, ckpt: CheckpointPlan) -> list[Check]:
 # ----------------------------------------------------------------------------- power
 
 
-def check_power(att: Attempt, power: PowerReport | None) -> list[Check]:
+def check_power(att: Attempt, power: PowerReport | None) -> list[Verdict]:
     if power is None:
-        return [Check("power.no_primary", WARNING,
+        return [check("power.no_primary", WARNING,
                       "no datasets.ood_primary: the power of the planned comparison is unknown",
                       "SOP §1 (OOD-1000 primary)")]  # fmt: skip
     if power.mde_pp > power.win_threshold_pp:
-        return [Check(
+        return [check(
             "power.underpowered", WARNING,
             f"MDE {power.mde_pp:.2f} pp at {power.power_target:.0%} power on ood_primary (n={power.n:,}, "
             f"{power.discordance:.1%} discordance) is above the +{power.win_threshold_pp:.1f} pp win threshold: power to "

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from rlexp.core import gates
 from rlexp.core.sop import Sop
+from rlexp.core.verdict import Verdict
 
 BASELINES = ("baseline_s0", "baseline_sota")
 ROLE_ORDER = ("final", "mid", "best_by_monitor")
@@ -242,11 +243,11 @@ def decide(inputs: DecideInputs, sop: Sop, *, decided_at: str) -> Decision:
         "gates": {
             "gate_1a": family_dict("gate_1a"), "gate_1b": family_dict("gate_1b"),
             "gate_1a_holm": family_dict("gate_1a_holm"), "gate_1b_holm": family_dict("gate_1b_holm"),
-            "gate_2": gate2.to_dict() | {"siblings": [e.attempt for e in siblings]},
+            "gate_2": replace(gate2, numbers={**gate2.numbers, "siblings": [e.attempt for e in siblings]}).to_dict(),
             "stop_3a": stop3a.to_dict(), "stop_3b": stop3b.to_dict(), "gray_zone": gray.to_dict(),
-            "parser_audit": {"passed": None if audit is None else not audit_blocks,
-                             "rule": f"mis-parse rate <= {max_rate:.0%}",
-                             **(dict(audit) if audit else {"misparse_rate": None})},
+            "parser_audit": Verdict("parser_audit", None if audit is None else not audit_blocks,
+                                    f"mis-parse rate <= {max_rate:.0%}",
+                                    dict(audit) if audit else {"misparse_rate": None}).to_dict(),
         },
         "checkpoints": checkpoints,
         "sop_version": sop.version,

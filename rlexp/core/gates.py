@@ -17,11 +17,12 @@ whatever the floating-point rounding of (c - b) / N.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from rlexp.core.numbers import finite_number
 from rlexp.core.sop import Sop
+from rlexp.core.verdict import Verdict
 from rlexp.errors import InputError
 
 EPS = 1e-9
@@ -51,18 +52,6 @@ class ComparisonLike(Protocol):
     ci_pp: tuple[float, float] | None
 
 
-@dataclass(frozen=True)
-class GateVerdict:
-    """One rule applied: did it pass, on which numbers, under which rule text."""
-
-    name: str
-    passed: bool
-    rule: str
-    numbers: Mapping[str, Any]
-    notes: tuple[str, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"passed": self.passed, "rule": self.rule, **dict(self.numbers), "notes": list(self.notes)}
 
 
 # --------------------------------------------------------------------------- Gate-1a / Gate-1b
@@ -84,7 +73,7 @@ def gate_1b_rule(sop: Sop) -> str:
     )
 
 
-def gate_1a(cmp: ComparisonLike, sop: Sop, *, p_value: float | None = None, label: str = "") -> GateVerdict:
+def gate_1a(cmp: ComparisonLike, sop: Sop, *, p_value: float | None = None, label: str = "") -> Verdict:
     """Exploration gate: worth a confirmation seed. ``p_value`` overrides McNemar p (Holm)."""
     g = sop.gate_1a
     p = cmp.mcnemar_p if p_value is None else p_value
@@ -93,7 +82,7 @@ def gate_1a(cmp: ComparisonLike, sop: Sop, *, p_value: float | None = None, labe
     p_ok = _lt(p, g.max_mcnemar_p)
     ci_ok = ci_low is not None and _gt(ci_low, g.min_ci_low_pp)
     notes = () if ci_low is not None else ("no bootstrap CI: only the McNemar branch can pass",)
-    return GateVerdict(
+    return Verdict(
         name=f"gate_1a{label}",
         passed=delta_ok and (p_ok or ci_ok),
         rule=gate_1a_rule(sop) + (" [p Holm-adjusted over K]" if p_value is not None else ""),
@@ -103,7 +92,7 @@ def gate_1a(cmp: ComparisonLike, sop: Sop, *, p_value: float | None = None, labe
     )
 
 
-def gate_1b(cmp: ComparisonLike, sop: Sop, *, p_value: float | None = None, label: str = "") -> GateVerdict:
+def gate_1b(cmp: ComparisonLike, sop: Sop, *, p_value: float | None = None, label: str = "") -> Verdict:
     """Win gate: a claimable effect. ``p_value`` overrides McNemar p (Holm)."""
     g = sop.gate_1b
     p = cmp.mcnemar_p if p_value is None else p_value
@@ -111,7 +100,7 @@ def gate_1b(cmp: ComparisonLike, sop: Sop, *, p_value: float | None = None, labe
     delta_ok = _ge(cmp.delta_pp, g.min_delta_pp)
     p_ok = _lt(p, g.max_mcnemar_p)
     ci_ok = ci_low is None or _gt(ci_low, g.min_ci_low_pp)  # "if computed"
-    return GateVerdict(
+    return Verdict(
         name=f"gate_1b{label}",
         passed=delta_ok and p_ok and ci_ok,
         rule=gate_1b_rule(sop) + (" [p Holm-adjusted over K]" if p_value is not None else ""),
@@ -135,10 +124,10 @@ class FamilyVerdict:
     """Gate-1a/1b over the K checkpoints: per checkpoint, and with Holm-adjusted p."""
 
     holm_p: Mapping[str, float]
-    gate_1a: Mapping[str, GateVerdict]
-    gate_1b: Mapping[str, GateVerdict]
-    gate_1a_holm: Mapping[str, GateVerdict]
-    gate_1b_holm: Mapping[str, GateVerdict]
+    gate_1a: Mapping[str, Verdict]
+    gate_1b: Mapping[str, Verdict]
+    gate_1a_holm: Mapping[str, Verdict]
+    gate_1b_holm: Mapping[str, Verdict]
 
     def any_passed(self, gate: str, *, holm: bool) -> bool:
         verdicts = getattr(self, f"{gate}_holm" if holm else gate)
@@ -160,7 +149,7 @@ def family_gates(comparisons: Mapping[str, ComparisonLike], sop: Sop) -> FamilyV
 # --------------------------------------------------------------------------- Gate-2 + ID guardrail
 
 
-def id_guardrail(id_delta_pp: float, mean_ood_delta_pp: float, sop: Sop) -> GateVerdict:
+def id_guardrail(id_delta_pp: float, mean_ood_delta_pp: float, sop: Sop) -> Verdict:
     """ID-200 must not regress by more than 3pp vs Baseline-S0 (5pp when mean OOD delta >= +6pp)."""
     g = sop.id_guardrail
     relaxed = _ge(mean_ood_delta_pp, g.relaxed_when_mean_ood_delta_pp)
@@ -170,7 +159,7 @@ def id_guardrail(id_delta_pp: float, mean_ood_delta_pp: float, sop: Sop) -> Gate
     if relaxed:
         notes = (f"relaxed limit {_pp(limit)} applies (mean OOD delta {_pp(mean_ood_delta_pp)}): "
                  "the ID regression must be reported explicitly",)
-    return GateVerdict(
+    return Verdict(
         name="id_guardrail",
         passed=passed,
         rule=(f"ID delta vs Baseline-S0 >= {_pp(g.min_delta_pp)}; >= {_pp(g.relaxed_min_delta_pp)} "
@@ -181,14 +170,14 @@ def id_guardrail(id_delta_pp: float, mean_ood_delta_pp: float, sop: Sop) -> Gate
     )
 
 
-def gate_2(seed_deltas_pp: Sequence[float], id_delta_pp: float | None, sop: Sop) -> GateVerdict:
+def gate_2(seed_deltas_pp: Sequence[float], id_delta_pp: float | None, sop: Sop) -> Verdict:
     """Replication: every seed delta > 0, mean delta >= +3pp (>= +4pp "gold"), ID guardrail holds."""
     g = sop.gate_2
     deltas = [float(d) for d in seed_deltas_pp]
     rule = (f"Gate-2: >= {g.min_seeds} seeds (same pool SHA, same config), each delta > {_pp(g.min_each_delta_pp)}, "
             f"mean delta >= {_pp(g.min_mean_delta_pp)} (gold >= {_pp(g.gold_mean_delta_pp)}), ID guardrail holds")
     if len(deltas) < g.min_seeds:
-        return GateVerdict("gate_2", False, rule,
+        return Verdict("gate_2", False, rule,
                            {"seed_deltas_pp": deltas, "seeds": len(deltas), "mean_delta_pp": None, "gold": False},
                            (f"needs {g.min_seeds} seeds, has {len(deltas)}: run a confirmation seed",))
     mean = sum(deltas) / len(deltas)
@@ -204,7 +193,7 @@ def gate_2(seed_deltas_pp: Sequence[float], id_delta_pp: float | None, sop: Sop)
         guard_ok = guard.passed
         notes.extend(guard.notes)
     passed = each_ok and mean_ok and guard_ok
-    return GateVerdict(
+    return Verdict(
         "gate_2", passed, rule,
         {"seed_deltas_pp": deltas, "seeds": len(deltas), "mean_delta_pp": mean, "each_positive": each_ok,
          "mean_ok": mean_ok, "gold": passed and _ge(mean, g.gold_mean_delta_pp),
@@ -247,7 +236,7 @@ def _flat_rule(sop: Sop) -> str:
     return f"delta < {_pp(sop.stop_3.max_delta_pp)} AND CI includes 0 (or McNemar p >= {sop.stop_3.not_significant_p:g})"
 
 
-def stop_3a(current: AttemptOutcome, history: Sequence[AttemptOutcome], sop: Sop) -> GateVerdict:
+def stop_3a(current: AttemptOutcome, history: Sequence[AttemptOutcome], sop: Sop) -> Verdict:
     """Same-pool stagnation: this attempt and its parent (both single-variable, same pool SHA) are flat.
 
     "Consecutive" is read along the parent chain: the previous attempt is this one's parent
@@ -268,7 +257,7 @@ def stop_3a(current: AttemptOutcome, history: Sequence[AttemptOutcome], sop: Sop
     single = [len(a.changed) == 1 for a in chain]
     same_pool = len({a.pool_sha256 for a in chain}) == 1 and chain[0].pool_sha256 is not None
     passed = len(chain) >= n and all(flat) and all(single) and same_pool
-    return GateVerdict(
+    return Verdict(
         "stop_3a", passed, rule,
         {"attempts": [a.attempt for a in chain], "delta_pp": [a.delta_pp for a in chain], "flat": flat,
          "single_variable": single, "same_pool": same_pool},
@@ -276,14 +265,14 @@ def stop_3a(current: AttemptOutcome, history: Sequence[AttemptOutcome], sop: Sop
     )
 
 
-def stop_3b(current: AttemptOutcome, history: Sequence[AttemptOutcome], sop: Sop) -> GateVerdict:
+def stop_3b(current: AttemptOutcome, history: Sequence[AttemptOutcome], sop: Sop) -> Verdict:
     """Pool-variance stagnation: same recipe, different pool subsamples (same size and method), all flat."""
     n = sop.stop_3.consecutive_attempts
     rule = (f"STOP-3b: {n} attempts with the same recipe on different pool subsamples (different SHA-256, "
             f"same size and selection method) are all flat: {_flat_rule(sop)}")
     notes: list[str] = []
     if current.recipe_sha256 is None or current.pool_sha256 is None:
-        return GateVerdict("stop_3b", False, rule, {"attempts": [current.attempt]},
+        return Verdict("stop_3b", False, rule, {"attempts": [current.attempt]},
                            ("recipe or pool SHA-256 unknown: STOP-3b cannot be evaluated",))
     peers = [h for h in history if h.attempt != current.attempt and h.recipe_sha256 == current.recipe_sha256
              and h.pool_sha256 not in (None, current.pool_sha256)
@@ -297,7 +286,7 @@ def stop_3b(current: AttemptOutcome, history: Sequence[AttemptOutcome], sop: Sop
     passed = len(group) >= n and all(flat)
     if len(group) < n:
         notes.append(f"only {len(group)} pool subsample(s) of this recipe decided; needs {n}")
-    return GateVerdict(
+    return Verdict(
         "stop_3b", passed, rule,
         {"attempts": [a.attempt for a in group], "pools": [a.pool_sha256 for a in group],
          "delta_pp": [a.delta_pp for a in group], "flat": flat},
@@ -305,11 +294,11 @@ def stop_3b(current: AttemptOutcome, history: Sequence[AttemptOutcome], sop: Sop
     )
 
 
-def gray_zone(delta_pp: float, sop: Sop) -> GateVerdict:
+def gray_zone(delta_pp: float, sop: Sop) -> Verdict:
     """+1pp <= delta < +3pp: ambiguous; the SOP allows a third run before STOP-3."""
     s = sop.stop_3
     inside = _ge(delta_pp, s.gray_zone_low_pp) and _lt(delta_pp, s.gray_zone_high_pp)
-    return GateVerdict(
+    return Verdict(
         "gray_zone", inside,
         f"gray zone: {_pp(s.gray_zone_low_pp)} <= delta < {_pp(s.gray_zone_high_pp)} -> a third run is allowed",
         {"delta_pp": delta_pp},
@@ -347,22 +336,9 @@ def smooth(points: Sequence[tuple[int, float]], window: int) -> list[tuple[int, 
             for i, (step, _) in enumerate(points)]
 
 
-@dataclass(frozen=True)
-class EarlyStopVerdict:
-    stop: bool
-    reason: str
-    rule: str
-    best_step: int | None = None
-    best_smoothed: float | None = None
-    evals_since_improvement: int = 0
-    stop_step: int | None = None
-    smoothed: tuple[tuple[int, float | None], ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
-def early_stop(monitor_points: Iterable[tuple[int, float]], sop: Sop) -> EarlyStopVerdict:
+def early_stop(monitor_points: Iterable[tuple[int, float]], sop: Sop) -> Verdict:
     """The in-run stop rule (§11.24 §4) on (global_step, accuracy fraction) monitor points.
 
     Smoothed value = trailing mean of the last ``smoothing_window`` eval points. The best-so-far
@@ -386,16 +362,25 @@ def early_stop(monitor_points: Iterable[tuple[int, float]], sop: Sop) -> EarlySt
             continue
         since += 1
         if since >= e.patience_evals:
-            return EarlyStopVerdict(
+            return _early_stop_verdict(
                 True,
                 f"no gain >= {_pp(e.min_improvement_pp)} over best smoothed {best:.4f} (step {best_step}) "
                 f"for {since} evals; stop at step {step}",
-                rule, best_step, best, since, step, tuple(smoothed))
+                rule, best_step, best, since, step, smoothed)
     if best is None:
         reason = f"{len(points)} monitor point(s): fewer than the {e.smoothing_window}-point window"
     else:
         reason = f"{since} of {e.patience_evals} evals without a gain >= {_pp(e.min_improvement_pp)}"
-    return EarlyStopVerdict(False, reason, rule, best_step, best, since, None, tuple(smoothed))
+    return _early_stop_verdict(False, reason, rule, best_step, best, since, None, smoothed)
+
+
+def _early_stop_verdict(stop: bool, reason: str, rule: str, best_step: int | None, best: float | None, since: int,
+                        stop_step: int | None, smoothed: Sequence[tuple[int, float | None]]) -> Verdict:
+    """``passed``: the stop rule is met (stop the run). ``details``: the smoothed monitor curve."""
+    return Verdict("early_stop", stop, rule,
+                   {"best_step": best_step, "best_smoothed": best, "evals_since_improvement": since,
+                    "stop_step": stop_step},
+                   (reason,), tuple(smoothed))
 
 
 @dataclass(frozen=True)

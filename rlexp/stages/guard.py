@@ -25,72 +25,23 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rlexp.core.sop import guard_settings, sop_or_default  # noqa: F401  (re-exported for the guards)
+from rlexp.core.verdict import Verdict, verdict_status  # noqa: F401  (verdict_status: re-exported)
 from rlexp.errors import InputError
-from rlexp.storage.files import atomic_write_json, atomic_write_text, iter_jsonl
+from rlexp.storage import verdicts
+from rlexp.storage.files import atomic_write_text, iter_jsonl
 from rlexp.storage.layout import AttemptDir
 
 if TYPE_CHECKING:
-    from rlexp.core.sop import G2Settings, G4Settings, GuardrailSettings, Sop
-
-
-def sop_or_default(sop: Sop | None = None) -> Sop:
-    """``sop`` itself, or the SOP in force (imported here: ``rlexp.core.sop`` pulls in pydantic)."""
-    if sop is not None:
-        return sop
-    from rlexp.core.sop import load_sop
-
-    return load_sop()
-
-
-def guard_settings(sop: Sop | None = None) -> GuardrailSettings:
-    """The SOP's ``guardrails`` section (G0-G5 and the spike log), of ``sop`` or the SOP in force."""
-    return sop_or_default(sop).guardrails
+    from rlexp.core.sop import G2Settings, G4Settings, Sop
 
 
 AUDIT_VERDICTS = ("ok", "misparse", "ambiguous")
 
 
-@dataclass(frozen=True)
-class GuardVerdict:
-    """One guard's outcome, written as ``guards/<name>.json`` — the one schema of that folder.
-
-    The pre-/post-run guards (g0, g1, g2, g4, parser_audit) and the in-run gates of
-    ``rlexp.adapters.monitor`` (g3, g5) all use it. ``passed`` is None while a verdict is pending (an
-    in-run gate whose step the run has not reached yet). ``rule`` is the criterion checked,
-    ``numbers`` the values it looked at, ``notes`` the why (for the in-run gates, the first note
-    is the reason), ``details`` per-item evidence (e.g. mismatching samples).
-    """
-
-    name: str
-    passed: bool | None
-    rule: str
-    numbers: dict[str, Any] = field(default_factory=dict)
-    notes: tuple[str, ...] = ()
-    details: tuple[dict[str, Any], ...] = ()
-
-    @property
-    def status(self) -> str:
-        """PASS | FAIL | PENDING."""
-        return verdict_status(self.passed)
-
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["notes"] = list(self.notes)
-        data["details"] = list(self.details)
-        return data
-
-
-def verdict_status(passed: bool | None) -> str:
-    """A verdict's ``passed`` as PASS | FAIL | PENDING."""
-    return "PENDING" if passed is None else ("PASS" if passed else "FAIL")
-
-
-def write_verdict(attempt_dir: str | Path, verdict: GuardVerdict) -> Path:
-    return atomic_write_json(AttemptDir(attempt_dir).guard(verdict.name), verdict.to_dict())
 
 
 # --------------------------------------------------------------------------- G0 prompt parity
@@ -98,7 +49,7 @@ def write_verdict(attempt_dir: str | Path, verdict: GuardVerdict) -> Path:
 
 def prompt_parity(
     train_ids: Sequence[Sequence[int]], eval_ids: Sequence[Sequence[int]], hashes: Sequence[str]
-) -> GuardVerdict:
+) -> Verdict:
     """G0 from two lists of token-id lists (training path, eval path), one per sample problem."""
     details = []
     for h, a, b in zip(hashes, train_ids, eval_ids, strict=True):
@@ -106,7 +57,7 @@ def prompt_parity(
             first = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
             details.append({"problem_hash": h, "train_len": len(a), "eval_len": len(b), "first_difference": first})
     n = len(hashes)
-    return GuardVerdict(
+    return Verdict(
         name="g0",
         passed=n > 0 and not details,
         rule=f"input_ids identical on all {n} samples (training path vs eval path)",
@@ -133,7 +84,7 @@ def eval_path_ids(tokenizer: Any, prompt: str, suffix: str) -> list[int]:
     return encode_prompt(tokenizer, render_prompt(tokenizer, prompt, suffix))
 
 
-def run_g0(attempt: str | Path, samples: int | None = None, *, sop: Sop | None = None) -> GuardVerdict:
+def run_g0(attempt: str | Path, samples: int | None = None, *, sop: Sop | None = None) -> Verdict:
     """G0 on an attempt: pool prompts through the training path (base tokenizer, pool suffix,
     the trainer's chat-template setting) vs the eval path (the tokenizer eval would load — a
     checkpoint's own tokenizer when it ships one — and the eval suffix)."""
@@ -175,10 +126,10 @@ def run_g0(attempt: str | Path, samples: int | None = None, *, sop: Sop | None =
         notes.append(f"chat template differs: training uses {base}, eval loads {eval_source}")
     if not uses_template:
         notes.append("the trainer does not apply the chat template (recipe.apply_chat_template is off)")
-    verdict = GuardVerdict(verdict.name, verdict.passed, verdict.rule,
+    verdict = Verdict(verdict.name, verdict.passed, verdict.rule,
                            {**verdict.numbers, "train_tokenizer": str(base), "eval_tokenizer": eval_source},
                            tuple(notes), verdict.details)
-    write_verdict(att.attempt_dir, verdict)
+    verdicts.write_verdict(att.attempt_dir, verdict)
     return verdict
 
 
@@ -193,7 +144,7 @@ def pipeline_integrity(
     labels: tuple[str, str] = ("a", "b"),
     max_discordant: int | None = None,
     sop: Sop | None = None,
-) -> GuardVerdict:
+) -> Verdict:
     """G1 from two record lists on the same problems.
 
     Passes when every output is identical; or, when a nondeterminism source is *named*, when the
@@ -218,7 +169,7 @@ def pipeline_integrity(
         notes.append("outputs differ and no nondeterminism source was named: treat as a pipeline bug")
     if text_diff and nondeterminism is not None:
         notes.append(f"outputs differ on {len(text_diff)} problems; named source: {nondeterminism}")
-    return GuardVerdict(
+    return Verdict(
         name="g1",
         passed=passed,
         rule="identical outputs, or differences only from a named nondeterminism source with "
@@ -241,7 +192,7 @@ def run_g1(
     records: Sequence[str | Path] | None = None,
     nondeterminism: str | None = None,
     sop: Sop | None = None,
-) -> GuardVerdict:
+) -> Verdict:
     """G1 on an attempt: two given record files (in-run vs post-hoc), or adapter vs merged weights
     on ``checkpoint`` (default: the earliest saved, the smoke-run step) with the local engine."""
     from rlexp.core.spec import load_attempt
@@ -289,12 +240,12 @@ def run_g1(
         verdict = pipeline_integrity(read_records(paths["adapter"]), read_records(paths["merged"]),
                                      nondeterminism=nondeterminism, labels=("adapter", "merged"), sop=sop)
         verdict = _with_numbers(verdict, checkpoint=name, set=role, paths=[str(p) for p in paths.values()])
-    write_verdict(attempt_dir, verdict)
+    verdicts.write_verdict(attempt_dir, verdict)
     return verdict
 
 
-def _with_numbers(verdict: GuardVerdict, **extra: Any) -> GuardVerdict:
-    return GuardVerdict(verdict.name, verdict.passed, verdict.rule, {**verdict.numbers, **extra},
+def _with_numbers(verdict: Verdict, **extra: Any) -> Verdict:
+    return Verdict(verdict.name, verdict.passed, verdict.rule, {**verdict.numbers, **extra},
                         verdict.notes, verdict.details)
 
 
@@ -302,7 +253,7 @@ def _with_numbers(verdict: GuardVerdict, **extra: Any) -> GuardVerdict:
 
 
 def parser_ceiling(records: Sequence[dict[str, Any]], t: G2Settings | None = None, *,
-                   sop: Sop | None = None) -> GuardVerdict:  # fmt: skip
+                   sop: Sop | None = None) -> Verdict:  # fmt: skip
     """G2 on Baseline-S0 records with the SOP's ``guardrails.g2`` numbers (``t`` overrides them)."""
     from rlexp.storage.records import summarize
 
@@ -310,7 +261,7 @@ def parser_ceiling(records: Sequence[dict[str, Any]], t: G2Settings | None = Non
     s = summarize(list(records))
     boxed, fail, trunc = s.parse_rate("boxed"), s.parse_rate("none"), s.truncation_rate
     checks = {"boxed": boxed >= t.min_boxed, "fail": fail <= t.max_fail, "truncation": trunc <= t.max_truncation}
-    return GuardVerdict(
+    return Verdict(
         name="g2",
         passed=s.n > 0 and all(checks.values()),
         rule=f"boxed >= {t.min_boxed:.0%}, parse failures <= {t.max_fail:.0%}, "
@@ -353,14 +304,14 @@ def _baseline_records(att: Any, limit: int | None, *, show_progress: bool = Fals
     return [r for r in read_records(results[0][1].path) if r["problem_hash"] in wanted]
 
 
-def run_g2(attempt: str | Path, problems: int | None = None, *, sop: Sop | None = None) -> GuardVerdict:
+def run_g2(attempt: str | Path, problems: int | None = None, *, sop: Sop | None = None) -> Verdict:
     from rlexp.core.spec import load_attempt
 
     att = load_attempt(attempt)
     g2 = guard_settings(sop).g2
     records = _baseline_records(att, problems or g2.problems)
     verdict = parser_ceiling(records, g2)
-    write_verdict(att.attempt_dir, verdict)
+    verdicts.write_verdict(att.attempt_dir, verdict)
     return verdict
 
 
@@ -368,7 +319,7 @@ def run_g2(attempt: str | Path, problems: int | None = None, *, sop: Sop | None 
 
 
 def passk_headroom(sample_records: Sequence[dict[str, Any]], k: int, t: G4Settings | None = None, *,
-                   sop: Sop | None = None) -> GuardVerdict:  # fmt: skip
+                   sop: Sop | None = None) -> Verdict:  # fmt: skip
     """Mean unbiased pass@k (Chen et al. 2021) over records carrying ``n`` and ``num_correct``,
     against the SOP's ``guardrails.g4`` bar (``t`` overrides it)."""
     from rlexp.stats import pass_at_k
@@ -382,7 +333,7 @@ def passk_headroom(sample_records: Sequence[dict[str, Any]], k: int, t: G4Settin
             raise InputError(None, "n", f"record {str(r.get('problem_hash'))[:12]} has no {k} graded samples")
         values.append(pass_at_k(n, c, k))
     mean = sum(values) / len(values) if values else 0.0
-    return GuardVerdict(
+    return Verdict(
         name="g4",
         passed=bool(values) and mean >= t.min_pass_at_k,
         rule=f"pass@{k} (temperature {t.temperature}) on baseline-wrong problems >= {t.min_pass_at_k:.0%}",
@@ -393,7 +344,7 @@ def passk_headroom(sample_records: Sequence[dict[str, Any]], k: int, t: G4Settin
 
 
 def run_g4(attempt: str | Path, *, k: int | None = None, limit: int | None = None,
-           sop: Sop | None = None) -> GuardVerdict:  # fmt: skip
+           sop: Sop | None = None) -> Verdict:  # fmt: skip
     """Sample k at the SOP's temperature (T=0.6) on the baseline's wrong problems (from its greedy
     records on the primary set; those are produced first if missing) into ``guards/g4_samples.jsonl``."""
     from rlexp.core.spec import load_attempt
@@ -421,7 +372,7 @@ def run_g4(attempt: str | Path, *, k: int | None = None, limit: int | None = Non
     wanted = {p["problem_hash"] for p in problems}
     verdict = passk_headroom([r for r in read_records(out) if r["problem_hash"] in wanted], k, g4)
     verdict = _with_numbers(verdict, baseline_wrong=len(wrong), baseline_problems=len(greedy))
-    write_verdict(att.attempt_dir, verdict)
+    verdicts.write_verdict(att.attempt_dir, verdict)
     return verdict
 
 
@@ -478,7 +429,7 @@ def audit_draw(records: Sequence[dict[str, Any]], n: int | None = None, seed: in
     ]
 
 
-def audit_verdicts(items: Sequence[dict[str, Any]], max_rate: float, source: str | Path | None = None) -> GuardVerdict:
+def audit_verdicts(items: Sequence[dict[str, Any]], max_rate: float, source: str | Path | None = None) -> Verdict:
     """Mis-parse rate from reviewed items (``verdict`` in ok | misparse | ambiguous)."""
     if not items:
         raise InputError(source, "verdict", "no reviewed items")
@@ -491,7 +442,7 @@ def audit_verdicts(items: Sequence[dict[str, Any]], max_rate: float, source: str
     rate = counts["misparse"] / len(items)
     flagged = [it for it in items if it.get("flags")]
     flagged_mis = sum(1 for it in flagged if it["verdict"] == "misparse")
-    return GuardVerdict(
+    return Verdict(
         name="parser_audit",
         passed=rate <= max_rate,
         rule=f"mis-parse rate <= {max_rate:.0%} of reviewed incorrect cases (SOP §7)",
@@ -526,12 +477,12 @@ def run_audit_draw(attempt: str | Path, *, checkpoint: str | None = None, set_ro
     return atomic_write_text(out, text)
 
 
-def run_audit_verdicts(attempt: str | Path, verdict_file: str | Path, *, sop: Sop | None = None) -> GuardVerdict:
+def run_audit_verdicts(attempt: str | Path, verdict_file: str | Path, *, sop: Sop | None = None) -> Verdict:
     from rlexp.core.spec import load_attempt
 
     att = load_attempt(attempt)
     items = [record for _, record in iter_jsonl(verdict_file)]
     verdict = audit_verdicts(items, sop_or_default(sop).parser_audit.max_misparse_rate, verdict_file)
     verdict = _with_numbers(verdict, verdict_file=str(verdict_file))
-    write_verdict(att.attempt_dir, verdict)
+    verdicts.write_verdict(att.attempt_dir, verdict)
     return verdict

@@ -122,16 +122,9 @@ def load_plan(att, *, write: bool = True) -> dict[str, Any]:
 
 
 def plan_errors(plan: dict[str, Any]) -> list[dict[str, Any]]:
-    """Failed checks of severity error (plan.json ``checks``: a list of {id, severity, ...})."""
-    out = []
-    for check in plan.get("checks") or []:
-        if not isinstance(check, dict):
-            continue
-        severity = str(check.get("severity", "")).lower()
-        failed = check.get("passed") is False or check.get("ok") is False or check.get("status") in ("fail", "FAIL")
-        if severity == "error" and (failed or ("passed" not in check and "ok" not in check and "status" not in check)):
-            out.append(check)
-    return out
+    """Checks of severity error in plan.json ``checks`` (verdicts, see rlexp.core.verdict)."""
+    return [c for c in plan.get("checks") or [] if isinstance(c, dict) and c.get("severity") == "error"
+            and c.get("passed") is not True]
 
 
 def latest_checkpoint(attempt_dir: Path, trainer: str = "local") -> tuple[int, Path] | None:
@@ -187,8 +180,8 @@ def prepare(attempt: Path, *, backend: str | None = None, ray_address: str | Non
     errors = plan_errors(plan)
     if errors and not force:
         first = errors[0]
-        raise CheckFailed(f"plan has {len(errors)} error check(s), first {first.get('id', '?')}: "
-                          f"{first.get('message', '')} (fix the spec, or --force --reason \"...\")")
+        raise CheckFailed(f"plan has {len(errors)} error check(s), first {first.get('name', '?')}: "
+                          f"{first.get('rule', '')} (fix the spec, or --force --reason \"...\")")
 
     state = _read_state(attempt_dir)
     if AttemptDir(attempt_dir).is_running(state or {}):
@@ -532,9 +525,9 @@ def run(p: Prepared, *, tracking_uri: str | None = None, follow: bool = True, po
     if stop_verdict is not None:
         state = write_state(attempt_dir, "stopped", **base, exit_code=code,
                             reason=f"early stop (SOP §11.24 §4): {stop_verdict.reason}",
-                            early_stop={"best_step": stop_verdict.best_step,
-                                        "best_smoothed": stop_verdict.best_smoothed,
-                                        "stop_step": stop_verdict.stop_step, "rule": stop_verdict.rule})
+                            early_stop={**{k: stop_verdict.numbers[k] for k in ("best_step", "best_smoothed",
+                                                                                  "stop_step")},
+                                        "rule": stop_verdict.rule})
     elif interrupted:
         state = write_state(attempt_dir, "stopped", **base, exit_code=code,
                             reason=f"rlexp launch received {signal.Signals(interrupted['signal']).name}; "

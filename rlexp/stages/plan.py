@@ -142,7 +142,7 @@ def build_plan(att: Attempt) -> dict[str, Any]:
             if layout
             else None
         ),  # fmt: skip
-        "checks": [c.as_dict() for c in checks],
+        "checks": [c.to_dict() for c in checks],
         "power": power_json,
     }
 
