@@ -131,13 +131,15 @@ def _as_binary(values: Any, name: str) -> NDArray[np.int64]:
         return arr.astype(np.int64)
     if arr.dtype.kind in "iuf":
         ok = (arr == 0) | (arr == 1)
-    else:  # objects, strings, complex numbers: element by element
-        ok = np.fromiter((_is_01(v) for v in arr.tolist()), dtype=bool, count=len(arr))
+        items = arr
+    else:  # objects, strings, complex numbers: element by element, as given ([1, "1"] became two strings)
+        items = arr if isinstance(values, np.ndarray) else np.asarray(values, dtype=object)
+        ok = np.fromiter((_is_01(v) for v in items.tolist()), dtype=bool, count=len(items))
     if not ok.all():
         bad = np.flatnonzero(~ok)
         first = int(bad[0])
         raise ValueError(f"{name} must contain only 0 and 1 (or False and True): {len(bad)} value(s) are not, "
-                         f"the first is {arr.tolist()[first]!r} at index {first}")
+                         f"the first is {items.tolist()[first]!r} at index {first}")
     return arr.astype(np.int64)
 
 
