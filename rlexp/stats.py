@@ -890,7 +890,7 @@ def paired_comparison(y_base: ArrayLike, y_new: ArrayLike, **kwargs: Any) -> Pai
     Accuracies with Wilson intervals, ``delta_pp``, ``b``, ``c``, the exact McNemar p and its
     mid-p, a seeded paired-bootstrap interval (``resamples``, ``seed``, ``confidence``,
     ``method`` as keyword arguments), the CLT and bootstrap standard errors, and the minimal
-    detectable effect and power at the win threshold (:mod:`rlexp.power`).
+    detectable effect and power at the win threshold (:mod:`rlexp.core.power`).
 
     Examples
     --------
