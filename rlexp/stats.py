@@ -110,7 +110,7 @@ class ConfidenceInterval(NamedTuple):
 
 
 def _is_01(value: Any) -> bool:
-    return isinstance(value, numbers.Real) and not (isinstance(value, float) and math.isnan(value)) and value in (0, 1)
+    return isinstance(value, numbers.Real) and value in (0, 1)  # NaN equals neither
 
 
 def _as_binary(values: Any, name: str) -> NDArray[np.int64]:
