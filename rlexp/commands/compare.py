@@ -24,21 +24,21 @@ def compare(
     seed: Annotated[int, typer.Option("--seed", help="Bootstrap seed.")] = 0,
     resamples: Annotated[int, typer.Option("--resamples", min=100, help="Bootstrap resamples.")] = 10_000,
     confidence: Annotated[float, typer.Option("--confidence", min=0.5, max=0.999)] = 0.95,
-    method: Annotated[str, typer.Option("--method", help="Bootstrap CI: percentile or bca.")] = "percentile",
+    method: Annotated[str, typer.Option("--method", help="Bootstrap CI: percentile, basic or bca.")] = "percentile",
     paired_out: Annotated[Path | None, typer.Option("--paired-out", help="Also write the SOP §1 paired records "
                                                     "{problem_hash, y_baseline, y_new, output_baseline, "
                                                     "output_new} here.")] = None,
 ) -> None:
     """Paired comparison of two per-problem record files (Δ, b/c, McNemar, bootstrap CI)."""
     from rlexp.errors import InputError
-    from rlexp.stats import compare_counts, paired_counts
+    from rlexp.stats import paired_comparison
     from rlexp.storage.paired import pair_files, write_paired_records
 
-    if method not in ("percentile", "bca"):
-        raise InputError(None, "--method", f"must be percentile or bca, got {method!r}")
+    if method not in ("percentile", "basic", "bca"):
+        raise InputError(None, "--method", f"must be percentile, basic or bca, got {method!r}")
     joined = pair_files(base, new, intersect=intersect)
-    cmp = compare_counts(paired_counts(joined.y_baseline, joined.y_new), resamples=resamples, seed=seed,
-                         confidence=confidence, method=method)  # type: ignore[arg-type]
+    cmp = paired_comparison(joined.y_baseline, joined.y_new, resamples=resamples, seed=seed, confidence=confidence,
+                            method=method)
     result: dict[str, Any] = {
         **cmp.to_dict(),
         "base": str(base),

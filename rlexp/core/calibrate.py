@@ -119,16 +119,10 @@ def mcnemar_exact_vec(b: Any, c: Any) -> Any:
 
 
 def holm_vec(p: Any) -> Any:
-    """Holm-adjusted p along the last axis (same as statsmodels multipletests(method="holm"))."""
-    import numpy as np
+    """Holm-adjusted p along the last axis (:func:`rlexp.stats.adjust_pvalues`)."""
+    from rlexp.stats import adjust_pvalues
 
-    k = p.shape[-1]
-    order = np.argsort(p, axis=-1, kind="stable")
-    sorted_p = np.take_along_axis(p, order, axis=-1)
-    adjusted = np.minimum(1.0, np.maximum.accumulate(sorted_p * (k - np.arange(k)), axis=-1))
-    out = np.empty_like(adjusted)
-    np.put_along_axis(out, order, adjusted, axis=-1)
-    return out
+    return adjust_pvalues(p, method="holm", axis=-1)
 
 
 def bootstrap_ci_low_vec(b: Any, c: Any, n: int, resamples: int, confidence: float, rng: Any) -> Any:

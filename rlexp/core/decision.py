@@ -117,7 +117,7 @@ def _brief(cmp: Any) -> dict[str, Any]:
 
 def decide(inputs: DecideInputs, sop: Sop, *, decided_at: str) -> Decision:
     """Apply the SOP's gates and STOP rules to the gathered inputs (pure: no reads, no writes)."""
-    from rlexp.stats import compare_counts, paired_counts
+    from rlexp.stats import paired_comparison
 
     att = inputs.attempt
     names = list(inputs.checkpoints)
@@ -133,8 +133,8 @@ def decide(inputs: DecideInputs, sop: Sop, *, decided_at: str) -> Decision:
     notes.extend(inputs.skipped)
 
     b = sop.bootstrap
-    comparisons = {key: compare_counts(paired_counts(ps.y_baseline, ps.y_new), resamples=b.resamples, seed=b.seed,
-                                       confidence=b.confidence, method=b.method)
+    comparisons = {key: paired_comparison(ps.y_baseline, ps.y_new, resamples=b.resamples, seed=b.seed,
+                                          confidence=b.confidence, method=b.method)
                    for key, ps in inputs.paired.items()}
     primary = {name: comparisons[(decision_baseline, name, primary_role)] for name in names}
     family = gates.family_gates(primary, sop)

@@ -111,12 +111,10 @@ def gate_1b(cmp: ComparisonLike, sop: Sop, *, p_value: float | None = None, labe
 
 
 def holm_adjust(pvalues: Sequence[float]) -> list[float]:
-    """Holm step-down adjusted p-values (statsmodels ``multipletests(method="holm")``)."""
-    if not pvalues:
-        return []
-    from statsmodels.stats.multitest import multipletests
+    """Holm step-down adjusted p-values, as a list (:func:`rlexp.stats.adjust_pvalues`)."""
+    from rlexp.stats import adjust_pvalues
 
-    return [float(p) for p in multipletests(list(pvalues), method="holm")[1]]
+    return [float(p) for p in adjust_pvalues(list(pvalues), method="holm")]
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Paired records: two per-problem record files joined by ``problem_hash`` (SOP §11.24 §1).
+"""Paired records: two per-problem record files joined by ``problem_hash``.
 
 A paired comparison is only valid on the same problems. Two record files whose problem sets
 differ are refused, unless the caller asks for the intersection explicitly, and then what was
@@ -78,24 +78,27 @@ class PairedSet:
 
 
 def pair_files(base_path: str | Path, new_path: str | Path, *, intersect: bool = False) -> PairedSet:
-    """Join two record files by problem_hash; refuse different problem sets unless ``intersect``."""
+    """Join two record files by problem_hash (:func:`rlexp.stats.pair`); refuse different problem
+    sets unless ``intersect``."""
+    from rlexp.stats import PairingError, pair
+
     base = load_outcomes(base_path)
     new = load_outcomes(new_path)
-    base_only = tuple(h for h in base if h not in new)
-    new_only = tuple(h for h in new if h not in base)
-    if (base_only or new_only) and not intersect:
-        example = (base_only or new_only)[0]
+    try:
+        joined = pair({h: o.correct for h, o in base.items()}, {h: o.correct for h, o in new.items()},
+                      intersect=intersect)
+    except PairingError as err:
+        if err.common == 0 and intersect:
+            raise InputError(new_path, "problem_hash", f"no problem in common with {base_path}") from None
+        example = str((err.base_only or err.new_only)[0])
         raise InputError(
             new_path, "problem_hash",
-            f"problem sets differ from {base_path}: {len(base_only)} only in the baseline, {len(new_only)} only "
-            f"in the new file (e.g. {example[:16]}); compare the common problems only with --intersect",
-        )
-    records = tuple(
-        PairedRecord(h, o.correct, new[h].correct, o.output, new[h].output) for h, o in base.items() if h in new
-    )
-    if not records:
-        raise InputError(new_path, "problem_hash", f"no problem in common with {base_path}")
-    return PairedSet(records, str(base_path), str(new_path), base_only, new_only)
+            f"problem sets differ from {base_path}: {len(err.base_only)} only in the baseline, {len(err.new_only)} "
+            f"only in the new file (e.g. {example[:16]}); compare the common problems only with --intersect",
+        ) from None
+    records = tuple(PairedRecord(h, int(yb), int(yn), base[h].output, new[h].output)
+                    for h, yb, yn in zip(joined.ids, joined.y_base, joined.y_new, strict=True))
+    return PairedSet(records, str(base_path), str(new_path), joined.dropped_base_only, joined.dropped_new_only)
 
 
 def write_paired_records(path: str | Path, records: tuple[PairedRecord, ...] | list[PairedRecord]) -> Path:
