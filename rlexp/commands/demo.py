@@ -21,14 +21,10 @@ def demo(
     json_output: Annotated[bool, typer.Option("--json", help="Print the summary as JSON at the end.")] = False,
 ) -> None:
     """Run the whole protocol on a tiny model and a synthetic arithmetic task."""
-    import dataclasses
     import json
 
-    from rlexp.stages.demo import DemoConfig, run_demo
+    from rlexp.stages.demo import demo as demo_stage
 
-    config = DemoConfig.fast() if fast else DemoConfig()
-    config = dataclasses.replace(config, seed=seed)
-    directory.mkdir(parents=True, exist_ok=True)
-    summary = run_demo(directory, config=config, tracking_uri=tracking_uri)
+    result = demo_stage(directory, fast=fast, seed=seed, tracking_uri=tracking_uri)
     if json_output:
-        print(json.dumps(summary, indent=2))
+        print(json.dumps(result.to_dict(), indent=2))

@@ -130,15 +130,12 @@ def audit(
     if draw == (verdicts is not None):
         raise InputError(None, "audit", "give exactly one of --draw or --verdicts FILE")
     if draw:
-        path = run_audit_draw(attempt, checkpoint=checkpoint, n=n, seed=seed, sop=_load_sop(sop_file))
-        from rlexp.storage.files import read_jsonl
-
-        items = read_jsonl(path)
-        flagged = sum(1 for it in items if it["flags"])
+        drawn = run_audit_draw(attempt, checkpoint=checkpoint, n=n, seed=seed, sop=_load_sop(sop_file))
         if as_json:
-            typer.echo(json.dumps({"review_file": str(path), "drawn": len(items), "flagged": flagged}))
+            typer.echo(json.dumps(drawn.to_dict()))
         else:
-            typer.echo(f"{len(items)} incorrect cases drawn ({flagged} flagged suspicious) into {path}; "
+            typer.echo(f"{drawn.drawn} incorrect cases drawn ({drawn.flagged} flagged suspicious) into "
+                       f"{drawn.review_file}; "
                        "set each 'verdict' to ok|misparse|ambiguous, then run with --verdicts")
         return
     _report(run_audit_verdicts(attempt, verdicts, sop=_load_sop(sop_file)), as_json)

@@ -134,13 +134,36 @@ def attempt_specs(config: DemoConfig, datasets: dict[str, Any]) -> dict[str, str
     }
 
 
+@dataclass(frozen=True)
+class DemoResult:
+    """Where the demo left its experiment, reports and MLflow store, each attempt's decision, timings."""
+
+    summary: dict[str, Any]
+
+    @property
+    def decisions(self) -> dict[str, str | None]:
+        return {attempt: info["decision"] for attempt, info in self.summary["attempts"].items()}
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.summary
+
+
+def demo(directory: str | Path = ".", *, fast: bool = False, seed: int = 0, tracking_uri: str | None = None,
+         console: Any = None) -> DemoResult:
+    """The whole protocol on a tiny model and a synthetic arithmetic task, under ``directory``."""
+    import dataclasses
+
+    config = dataclasses.replace(DemoConfig.fast() if fast else DemoConfig(), seed=seed)
+    root = Path(directory)
+    root.mkdir(parents=True, exist_ok=True)
+    return DemoResult(run_demo(root, config=config, tracking_uri=tracking_uri, console=console))
+
+
 def run_demo(root: Path, *, config: DemoConfig, tracking_uri: str | None = None, console: Any = None) -> dict:
     """Build, train, evaluate, decide and report both attempts under ``root``. Returns a summary."""
     import time
 
     from rich.console import Console
-
-    from rlexp.cli import main as rlexp_main
 
     console = console or Console()
     root = root.resolve()
@@ -171,38 +194,65 @@ def run_demo(root: Path, *, config: DemoConfig, tracking_uri: str | None = None,
         attempts.append(spec_path.parent)
 
     for attempt_dir in attempts:
-        name = attempt_dir.name
-        path = str(attempt_dir)
-        launch = ["launch", path, "--backend", "local", "--tracking-uri", tracking_uri]
-        if _started(attempt_dir):
-            launch.append("--resume")  # a second demo run continues (or just re-checks) the training
-        # (argv, must succeed): the guardrails report a verdict; the demo shows it and goes on,
-        # as a researcher reading the SOP would (a failed guard is written to guards/ and the report).
-        steps = [
-            (["plan", path], True),
-            (["guard", "g0", path], False),
-            (["guard", "g2", path], False),
-            (launch, True),
-            (["guard", "g1", path, "--limit", str(config.monitor_size)], False),
-            (["eval", path], True),
-            (["guard", "g4", path, "--limit", "200"], False),
-            (["guard", "audit", path, "--draw"], False),
-            (["decide", path], True),
-            (["report", path, "--tracking-uri", tracking_uri], True),
-        ]
-        for argv, required in steps:
-            verb = " ".join(argv[:2]) if argv[0] == "guard" else argv[0]
-            console.rule(f"[bold]{name}[/bold]: rlexp {verb}")
-            code = timed(f"{name}.{verb}", rlexp_main, argv)
-            if code != 0 and required:
-                raise CheckFailed(f"demo: `rlexp {' '.join(argv)}` exited {code}")
-            if code != 0:
-                console.print(f"[yellow]{verb}: verdict FAIL (exit {code}); recorded under guards/[/yellow]")
+        _run_attempt(attempt_dir, config, tracking_uri, console, timed)
 
     timings["total"] = round(time.perf_counter() - started, 1)
     summary = _summary(root, experiment_dir, attempts, tracking_uri, timings)
     _print_summary(console, summary)
     return summary
+
+
+def _run_attempt(attempt_dir: Path, config: DemoConfig, tracking_uri: str, console: Any, timed) -> None:
+    """One attempt through the SOP's sequence, calling the stages as a Python user would:
+    plan → guard g0, g2 → launch → guard g1 → eval → guard g4, audit draw → decide → report.
+
+    A guardrail reports a verdict; the demo shows it and goes on, as a researcher reading the SOP
+    would (a failed guard is written to guards/ and shows in the report). A stage that cannot
+    go on (plan errors, a failed run) stops the demo.
+    """
+    from rlexp.stages.decide import decide
+    from rlexp.stages.evaluate import evaluate
+    from rlexp.stages.guard import guard, run_audit_draw
+    from rlexp.stages.launch import launch
+    from rlexp.stages.plan import plan
+    from rlexp.stages.report import report
+
+    name = attempt_dir.name
+
+    def step(label: str, fn, *args, **kwargs):
+        console.rule(f"[bold]{name}[/bold]: rlexp {label}")
+        return timed(f"{name}.{label}", fn, *args, **kwargs)
+
+    def show_verdict(verdict) -> None:
+        colour = "green" if verdict.passed else "yellow"
+        console.print(f"[{colour}]{verdict.name}: {verdict.status}[/{colour}] — {verdict.reason}", highlight=False)
+
+    planned = step("plan", plan, attempt_dir)
+    if not planned.ok:
+        first = planned.errors[0]
+        raise CheckFailed(f"demo: plan of {name} has error checks, first {first['name']}: {first['rule']}")
+    console.print(f"{planned.data['steps']['global_steps_total']} global steps, checks: "
+                  f"{len(planned.data['checks'])} ({len(planned.errors)} errors)")
+    show_verdict(step("guard g0", guard, "g0", attempt_dir))
+    show_verdict(step("guard g2", guard, "g2", attempt_dir))
+    # a second demo run continues (or just re-checks) the training
+    launched = step("launch", launch, attempt_dir, backend="local", tracking_uri=tracking_uri,
+                    resume=_started(attempt_dir))
+    console.print(f"training: {launched.state}" + (f" — {launched.run.get('reason')}"
+                                                   if launched.run.get("reason") else ""))
+    if launched.state == "failed":
+        raise CheckFailed(f"demo: the training run of {name} failed: {launched.run.get('reason')}")
+    show_verdict(step("guard g1", guard, "g1", attempt_dir, limit=config.monitor_size))
+    evaluated = step("eval", evaluate, attempt_dir)
+    for f in evaluated.files:
+        console.print(f"  {f.checkpoint:>16} {f.set_role:<12} acc {f.summary.accuracy:.1%}  (n={f.summary.n})")
+    show_verdict(step("guard g4", guard, "g4", attempt_dir, limit=200))
+    review = step("guard audit", run_audit_draw, attempt_dir)
+    console.print(f"parser audit: {review.drawn} cases drawn for review into {review.review_file}")
+    decided = step("decide", decide, attempt_dir)
+    console.print(f"[bold]decision: {decided.decision}[/bold] — {decided.reason}")
+    written = step("report", report, attempt_dir, tracking_uri=tracking_uri)
+    console.print(f"report: {written.report}")
 
 
 def _forget_stale_attempts(experiment_dir: Path, model_dir: Path, datasets: dict[str, Any], console: Any) -> None:

@@ -23,7 +23,7 @@ from typing import Any
 from rlexp.engines.base import Decoding, Engine, Request, close_engine
 from rlexp.errors import InputError
 from rlexp.storage.files import atomic_write_json, iter_jsonl, read_json, sha256_dir, sha256_file, sha256_text
-from rlexp.storage.layout import AttemptDir, ExperimentDir
+from rlexp.storage.layout import ADAPTER_PATTERN, AttemptDir, ExperimentDir
 from rlexp.storage.records import (
     BASELINE_S0,
     BASELINE_SOTA,
@@ -108,7 +108,7 @@ def select_checkpoints(att: Any) -> dict[str, Any]:
     attempt_dir = Path(att.attempt_dir)
     saved = saved_steps(attempt_dir)
     if not saved:
-        raise InputError(AttemptDir(attempt_dir).checkpoints_dir, "global_step{N}_hf", "no saved checkpoints to evaluate")
+        raise InputError(AttemptDir(attempt_dir).checkpoints_dir, ADAPTER_PATTERN, "no saved checkpoints to evaluate")
     points, last = monitor_points(attempt_dir)
     final_step = last if last is not None else max(saved)
     sop = load_sop()

@@ -25,6 +25,7 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +34,7 @@ from rlexp.core.verdict import Verdict, verdict_status  # noqa: F401  (verdict_s
 from rlexp.errors import InputError
 from rlexp.storage import verdicts
 from rlexp.storage.files import atomic_write_text, iter_jsonl
-from rlexp.storage.layout import AttemptDir
+from rlexp.storage.layout import ADAPTER_PATTERN, AttemptDir, checkpoint_name
 
 if TYPE_CHECKING:
     from rlexp.core.sop import G2Settings, G4Settings, Sop
@@ -213,7 +214,7 @@ def run_g1(
 
         saved = saved_steps(attempt_dir)
         if not saved:
-            raise InputError(AttemptDir(attempt_dir).checkpoints_dir, "global_step{N}_hf", "no checkpoint to check")
+            raise InputError(AttemptDir(attempt_dir).checkpoints_dir, ADAPTER_PATTERN, "no checkpoint to check")
         name = checkpoint or f"global_step{min(saved)}"
         step = int(name.removeprefix("global_step")) if name.startswith("global_step") else -1
         if step not in saved:
@@ -453,8 +454,20 @@ def audit_verdicts(items: Sequence[dict[str, Any]], max_rate: float, source: str
     )
 
 
+@dataclass(frozen=True)
+class AuditDraw:
+    """The parser-audit cases drawn for a person to review (``guards/parser_audit_review.jsonl``)."""
+
+    review_file: Path
+    drawn: int
+    flagged: int  # cases the heuristics call suspicious
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"review_file": str(self.review_file), "drawn": self.drawn, "flagged": self.flagged}
+
+
 def run_audit_draw(attempt: str | Path, *, checkpoint: str | None = None, set_role: str = "ood_primary",
-                   n: int | None = None, seed: int = 0, sop: Sop | None = None) -> Path:
+                   n: int | None = None, seed: int = 0, sop: Sop | None = None) -> AuditDraw:
     """Write ``guards/parser_audit_review.jsonl`` from the best checkpoint's incorrect records."""
     import json
 
@@ -469,12 +482,13 @@ def run_audit_draw(attempt: str | Path, *, checkpoint: str | None = None, set_ro
         step = selection.get("best_by_monitor") or selection.get("final")
         if not isinstance(step, int):
             raise InputError(AttemptDir(attempt_dir).selection, "final", "no checkpoint selected")
-        checkpoint = f"global_step{step}"
+        checkpoint = checkpoint_name(step)
     items = audit_draw(read_records(record_path(attempt_dir, checkpoint, set_role)), n, seed, sop=sop)
     out = AttemptDir(attempt_dir).audit_review
     text = "".join(json.dumps({"checkpoint": checkpoint, "set": set_role, **it}, ensure_ascii=False) + "\n"
                    for it in items)
-    return atomic_write_text(out, text)
+    path = atomic_write_text(out, text)
+    return AuditDraw(path, len(items), sum(1 for it in items if it["flags"]))
 
 
 def run_audit_verdicts(attempt: str | Path, verdict_file: str | Path, *, sop: Sop | None = None) -> Verdict:
@@ -486,3 +500,20 @@ def run_audit_verdicts(attempt: str | Path, verdict_file: str | Path, *, sop: So
     verdict = _with_numbers(verdict, verdict_file=str(verdict_file))
     verdicts.write_verdict(att.attempt_dir, verdict)
     return verdict
+
+
+GUARDS = ("g0", "g1", "g2", "g4", "audit")
+
+
+def guard(name: str, attempt: str | Path, *, sop: Sop | None = None, **options: Any) -> Verdict:
+    """Run one guardrail on an attempt and write its verdict to ``guards/<name>.json``.
+
+    ``name``: g0 (prompt parity), g1 (pipeline integrity), g2 (parser ceiling), g4 (pass@k
+    headroom) or audit (score a reviewed parser-audit file: ``verdict_file=``). ``options`` are the
+    guard's own (``samples``, ``checkpoint``, ``set_role``, ``limit``, ``records``, ``problems``,
+    ``k``); what is not given comes from the SOP. A failing guard is a verdict, not an exception.
+    """
+    runners = {"g0": run_g0, "g1": run_g1, "g2": run_g2, "g4": run_g4, "audit": run_audit_verdicts}
+    if name not in runners:
+        raise InputError(None, "guard", f"unknown guard {name!r}; expected one of {', '.join(GUARDS)}")
+    return runners[name](attempt, sop=sop, **options)

@@ -537,7 +537,7 @@ def run(p: Prepared, *, tracking_uri: str | None = None, follow: bool = True, po
     else:
         run_monitor.record_crash(code)
         state = write_state(attempt_dir, "failed", **base, exit_code=code,
-                            reason=f"trainer {process.describe_exit(code)}; see launch/stdout.log")
+                            reason=f"trainer {process.describe_exit(code)}; see {ad.stdout_log.relative_to(ad.root)}")
     provenance.scrub_file(ad.stdout_log)  # secrets a trainer printed never stay on disk
     if live is not None:
         live.finish()

@@ -36,6 +36,7 @@ SPEC_NAME = "attempt.yaml"
 CHECKPOINT_PREFIX = "global_step"
 _CHECKPOINT_NAME = re.compile(r"global_step(\d+)")
 _ADAPTER_DIR = re.compile(r"global_step(\d+)_hf")
+ADAPTER_PATTERN = "global_step{N}_hf"  # how messages name the adapter folders
 # Names of the checkpoint directories the trainers resume from (not the adapters that are evaluated).
 RESUME_STATE_DIRS = {"local": "state", "openrlhf": "_actor"}
 
@@ -221,7 +222,7 @@ class AttemptDir:
 
     def adapter(self, step: int) -> Path:
         """The saved adapter of a global step (what eval loads): ``checkpoints/global_step{N}_hf``."""
-        return self.checkpoints_dir / f"{checkpoint_name(step)}_hf"
+        return self.checkpoints_dir / ADAPTER_PATTERN.replace("{N}", str(int(step)))
 
     def checkpoints(self) -> dict[int, Path]:
         """Saved adapters ``{global_step: directory}``, by step."""

@@ -1,0 +1,208 @@
+"""The package's layering, checked on the code itself (docs/ARCHITECTURE.md describes it).
+
+Layers, lowest first; a module may import its own layer and the layers below it, never above:
+
+    foundation  rlexp.errors, rlexp.storage.files, rlexp.storage.layout  (errors, strict readers, paths)
+    core        rlexp.core.*, rlexp.stats                                (the protocol's rules, pure)
+    storage     rlexp.storage.*                                          (the experiment directory on disk)
+    adapters    rlexp.adapters.*, rlexp.engines.*, rlexp.backends.*      (MLflow, models, trainers, engines)
+    stages      rlexp.stages.*, rlexp (the package root re-exports them lazily)
+    commands    rlexp.commands.*                                          (CLI options and rendering)
+    cli         rlexp.cli                                                 (the entry point)
+
+Imports inside functions count: a lazy import is still a dependency.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "rlexp"
+LAYERS = ["foundation", "core", "storage", "adapters", "stages", "commands", "cli"]
+FOUNDATION = {"rlexp.errors", "rlexp.storage.files", "rlexp.storage.layout", "rlexp.core.numbers"}
+
+
+def layer_of(module: str) -> str:
+    if module in FOUNDATION:
+        return "foundation"
+    if module == "rlexp.stats" or module.split(".")[1:2] == ["core"]:
+        return "core"
+    if module.split(".")[1:2] == ["storage"]:
+        return "storage"
+    if module.split(".")[1:2] in (["adapters"], ["engines"], ["backends"]):
+        return "adapters"
+    if module == "rlexp" or module.startswith("rlexp.stages"):
+        return "stages"
+    if module.startswith("rlexp.commands"):
+        return "commands"
+    if module == "rlexp.cli":
+        return "cli"
+    raise AssertionError(f"{module} belongs to no layer: add it to docs/ARCHITECTURE.md and this test")
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every rlexp module a file imports, at module level or inside functions."""
+    found: set[str] = set()
+    known = modules()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            # "from rlexp.core import gates" imports rlexp.core.gates
+            names = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in known else node.module
+                     for a in node.names]
+        else:
+            continue
+        found.update(n for n in names if n == "rlexp" or n.startswith("rlexp."))
+    return found
+
+
+def test_every_module_has_a_layer():
+    for name in modules():
+        layer_of(name)
+
+
+def test_imports_flow_one_way():
+    wrong = []
+    for name, path in modules().items():
+        mine = LAYERS.index(layer_of(name))
+        for target in imports_of(path):
+            if target not in modules():
+                continue
+            if LAYERS.index(layer_of(target)) > mine:
+                wrong.append(f"{name} ({layer_of(name)}) imports {target} ({layer_of(target)})")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_nothing_imports_the_cli_or_the_commands_but_the_entry_point():
+    wrong = []
+    for name, path in modules().items():
+        if name == "rlexp.cli":
+            continue
+        for target in imports_of(path):
+            if target == "rlexp.cli" or (target.startswith("rlexp.commands") and target != name
+                                         and not name.startswith("rlexp.commands.")):
+                wrong.append(f"{name} imports {target}")
+            if name.startswith("rlexp.commands.") and target.startswith("rlexp.commands."):
+                wrong.append(f"command {name} imports command {target}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_no_import_cycle():
+    graph = {name: {t for t in imports_of(path) if t in modules() and t != name} for name, path in modules().items()}
+    # "rlexp" (the root) only re-exports the stages lazily through __getattr__: not an import edge
+    graph["rlexp"] = set()
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                cycle = stack[stack.index(nxt):] + [nxt]
+                pytest.fail("import cycle: " + " -> ".join(cycle))
+            if nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name)
+
+
+FILE_IO = {"open", "read_text", "write_text", "read_bytes", "write_bytes", "read_json", "read_jsonl", "iter_jsonl",
+           "load_yaml", "atomic_write_json", "atomic_write_text", "atomic_write_bytes", "append_jsonl",
+           "append_jsonl_many", "mkdir", "unlink", "rename", "replace", "rmtree", "touch"}
+
+
+def test_commands_do_no_file_io():
+    """rlexp/commands/ chooses options and renders results; the stages read and write."""
+    wrong = []
+    for path in sorted((PACKAGE / "commands").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call):
+                fn = node.func
+                name = fn.attr if isinstance(fn, ast.Attribute) else fn.id if isinstance(fn, ast.Name) else None
+                if name in FILE_IO:
+                    wrong.append(f"{path.name}:{node.lineno}: {name}()")
+    assert not wrong, "\n".join(wrong)
+
+
+WRITERS = {"atomic_write_json", "atomic_write_text", "atomic_write_bytes", "append_jsonl", "append_jsonl_many",
+           "replace_dir", "write_text", "write_bytes", "mkdir", "unlink", "rmtree"}
+
+
+def test_the_core_writes_nothing():
+    wrong = []
+    for path in sorted((PACKAGE / "core").glob("*.py")) + [PACKAGE / "stats.py"]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
+            if name in WRITERS:
+                wrong.append(f"{path.name}:{node.lineno}: {name}")
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "open":
+                mode = node.args[1] if len(node.args) > 1 else None
+                if isinstance(mode, ast.Constant) and any(c in str(mode.value) for c in "wax+"):
+                    wrong.append(f"{path.name}:{node.lineno}: open(..., {mode.value!r})")
+    assert not wrong, "\n".join(wrong)
+
+
+LAYOUT_FILES = {"attempt.yaml", "plan.json", "metrics.jsonl", "decision.json", "ledger.jsonl", "sota.json",
+                "argv.json", "launch.sh", "provenance.json", "reward_func.py", "launches.jsonl", "spikes.jsonl",
+                "stdout.log", "state.json", "selection.json", ".hash_cache.json",
+                "parser_audit_review.jsonl", "g4_samples.jsonl"}
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    out = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+            out.add(id(body[0].value))
+    return out
+
+
+def test_only_the_layout_spells_a_file_name_of_the_experiment_directory():
+    wrong = []
+    for name, path in modules().items():
+        if name == "rlexp.storage.layout":
+            continue
+        tree = ast.parse(path.read_text())
+        docs = _docstrings(tree)
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Constant) and isinstance(node.value, str)) or id(node) in docs:
+                continue
+            value = node.value
+            if value in LAYOUT_FILES or value == "global_step{N}_hf" or any(value.endswith("/" + f) for f in LAYOUT_FILES):
+                wrong.append(f"{name}:{node.lineno}: {value!r}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_stage_functions_are_the_package_attributes():
+    """`rlexp.report` is the function even after every submodule has been imported."""
+    import importlib
+
+    import rlexp
+
+    for name in modules():
+        if name.startswith("rlexp.") and not name.startswith("rlexp.backends.flags"):
+            try:
+                importlib.import_module(name)
+            except ImportError:  # an optional engine (vllm) is not installed here
+                continue
+    for stage in ("plan", "launch", "evaluate", "guard", "decide", "report", "status", "demo"):
+        assert callable(getattr(rlexp, stage)), stage
+        assert getattr(rlexp, stage).__module__ == f"rlexp.stages.{stage}"
