@@ -73,7 +73,7 @@ def test_example_a30_plans_clean(example, capsys):
     assert data["lr_rows"] == "all" and len(data["lr"]) == 200
     assert data["eval_global_steps"] == list(range(10, 201, 10)) == data["save_global_steps"]
     assert data["checkpoints"]["final"] == 200 and data["checkpoints"]["mid"] == 100
-    assert all({"id", "severity", "message"} <= set(c) for c in data["checks"])
+    assert all({"name", "severity", "rule"} <= set(c) for c in data["checks"])
     assert not [c for c in data["checks"] if c["severity"] == "error"]
     assert data["power"]["mde_pp"] == pytest.approx(3.04, abs=0.01)  # n=1000, discordance 0.118
     assert 0.78 < data["power"]["power_at_win_threshold"] < 0.8
