@@ -105,7 +105,7 @@ def _demo(tmp_path: Path, version: str) -> Path:
 
 def _launch_argv(attempt: Path) -> list[str]:
     """The argv `rlexp launch --backend process` would run (dry run: nothing written)."""
-    from rlexp.commands.launch import prepare
+    from rlexp.stages.launch import prepare
 
     return prepare(attempt, backend="process", dry_run=True).argv
 

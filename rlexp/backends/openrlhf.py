@@ -581,6 +581,34 @@ def attempt_recipe(recipe: Mapping[str, Any], paths: AttemptPaths, *, resume: bo
     return merged
 
 
+def plan_train_command(att: Any) -> dict[str, Any]:
+    """What ``rlexp plan`` records about the OpenRLHF command of an attempt, checked now.
+
+    The version must be a listed release and every stated recipe key must have a flag (or a
+    rule) in it: an :class:`InputError` naming the spec and the key otherwise, so a recipe that
+    cannot launch fails at plan time, not after an hour of Ray start-up. The attempt's paths are
+    the ones ``rlexp launch`` uses; datasets that do not exist yet are named by their stated path.
+    """
+    spec_file = getattr(att, "display_path", None) or att.spec_path
+    version = check_version(att.trainer.version, spec_file)
+    attempt_dir = Path(att.attempt_dir)
+    pool = att.datasets.get("pool")
+    monitor = att.datasets.get("ood_monitor")
+    paths = AttemptPaths(
+        pretrain=str(att.recipe.get("pretrain") or ""),
+        prompt_data=str(pool.path) if pool is not None and pool.path is not None else "",
+        eval_dataset=str(monitor.path) if monitor is not None and monitor.path is not None else None,
+        save_path=attempt_dir / "final",
+        ckpt_path=attempt_dir / "checkpoints",
+        reward_file=attempt_dir / "launch" / "reward_func.py",
+        tensorboard_dir=attempt_dir / "tensorboard",
+    )
+    recipe = dict(getattr(att, "recipe_stated", None) or att.recipe)
+    built = build_train_argv(attempt_recipe(recipe, paths), version, spec_file=spec_file)
+    return {"version": built.version, "dialect": built.dialect, "flags": len(built.flag_values),
+            "dropped_recipe_keys": list(built.dropped), "notes": list(built.notes)}
+
+
 def ray_job_argv(
     train_argv: list[str],
     address: str,
