@@ -86,7 +86,7 @@ def _seed_a30(tmp_path: Path, version: str) -> Path:
 
 def _demo(tmp_path: Path, version: str) -> Path:
     """The demo's root attempt (rlexp.demo.attempt_specs) on the OpenRLHF trainer at ``version``."""
-    from rlexp.demo import DemoConfig, attempt_specs
+    from rlexp.stages.demo import DemoConfig, attempt_specs
 
     config = DemoConfig()
     sizes = {"pool": config.pool_size, "ood_monitor": config.monitor_size, "ood_primary": config.primary_size,
