@@ -234,3 +234,28 @@ def test_renamed_and_split_flags_parse(parsers, version):
     else:
         assert args.freezing_actor_steps == 5 and args.ref_reward_offload is True and args.max_ckpt_mem == 1000
     assert args.local_rank == 0
+
+
+def test_a_post_parse_statement_needing_a_gpu_stack_library_is_reported_not_faked(parsers):
+    from rlexp.backends.openrlhf_parser import NeedsDependency
+
+    argv = openrlhf.build_train_argv({**BASE, "use_ms": True}, "0.11.2").argv
+    with pytest.raises(NeedsDependency) as info:
+        parsers["0.11.2"].parse(argv[3:])
+    assert info.value.module == "modelscope.utils.hf_util"
+    # what the module level of train_ppo_ray.py imports besides the standard library stays unrun
+    assert {"ray", "ray.util.placement_group"} <= set(parsers["0.11.2"].skipped_imports)
+
+
+def test_parsers_are_built_without_torch_ray_vllm_or_deepspeed():
+    import subprocess
+    import sys
+
+    code = ("import sys; from rlexp.backends.openrlhf_parser import load_release_parser;"
+            "p = load_release_parser('0.11.2'); p.parse(['--actor.model_name_or_path', 'm', '--reward.remote_url', 'r',"
+            "'--algo.advantage.estimator', 'dr_grpo', '--rollout.n_samples_per_prompt', '4']);"
+            "heavy = {'torch', 'ray', 'vllm', 'deepspeed', 'transformers'};"
+            "print(sorted(heavy & {m.split('.')[0] for m in sys.modules}))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
