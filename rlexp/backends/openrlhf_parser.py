@@ -209,11 +209,12 @@ class _GuardedImporter:
         self.modules: dict[str, types.ModuleType] = {}
 
     def __call__(self, name, globals=None, locals=None, fromlist=(), level=0):  # noqa: A002 (builtins' names)
-        if level == 0 and _is_stdlib(name):
-            return builtins.__import__(name, globals, locals, fromlist, level)
-        if level == 0 and name.startswith("openrlhf.") and fromlist:
-            return self._load(name)
-        raise NeedsDependency("." * level + name)
+        absolute = _absolute(name, level, (globals or {}).get("__package__") or "")
+        if _is_stdlib(absolute):
+            return builtins.__import__(absolute, globals, locals, fromlist, 0)
+        if absolute.startswith("openrlhf.") and fromlist:
+            return self._load(absolute)
+        raise NeedsDependency(absolute)
 
     def _load(self, name: str) -> types.ModuleType:
         if name in self.modules:
@@ -221,14 +222,71 @@ class _GuardedImporter:
         path = self.wheel.module_file(name)
         if path is None:
             raise NeedsDependency(name)
+        source = self.wheel.source(path)
+        package = name if path.endswith("/__init__.py") else name.rpartition(".")[0]
+        # Checked before anything runs: a module that imports anything else is not executed at
+        # all (no half-imported module, no side effect of its first lines in this process).
+        for needed in _module_imports(_parse(source, path), package):
+            if not (_is_stdlib(needed) or (needed.startswith("openrlhf.") and self._is_plain(needed, {name}))):
+                raise NeedsDependency(needed)
         # Only the module's own file runs, never the packages above it: openrlhf/utils/__init__.py
         # imports DeepSpeed, openrlhf/utils/config.py imports nothing but the standard library.
         module = types.ModuleType(name)
         module.__file__ = f"{self.wheel.path.name}/{path}"
+        module.__package__ = package
         module.__dict__["__builtins__"] = _guarded_builtins(self)
-        exec(compile(self.wheel.source(path), module.__file__, "exec"), module.__dict__)  # noqa: S102
+        exec(compile(source, module.__file__, "exec"), module.__dict__)  # noqa: S102
         self.modules[name] = module
         return module
+
+    def _is_plain(self, name: str, seen: set[str]) -> bool:
+        """An OpenRLHF module of the wheel whose imports are, recursively, stdlib or plain modules."""
+        path = self.wheel.module_file(name)
+        if path is None:
+            return False
+        if name in seen:
+            return True
+        package = name if path.endswith("/__init__.py") else name.rpartition(".")[0]
+        for needed in _module_imports(_parse(self.wheel.source(path), path), package):
+            if not (_is_stdlib(needed) or (needed.startswith("openrlhf.") and self._is_plain(needed, seen | {name}))):
+                return False
+        return True
+
+
+def _parse(source: str, filename: str) -> ast.Module:
+    """The syntax tree only: OpenRLHF's own invalid string escapes are not this process's warnings."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SyntaxWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return ast.parse(source, filename)
+
+
+def _absolute(name: str, level: int, package: str) -> str:
+    if level == 0:
+        return name
+    base = package.split(".")
+    base = base[: len(base) - (level - 1)] if level > 1 else base
+    return ".".join([*base, name] if name else base)
+
+
+def _module_imports(tree: ast.Module, package: str) -> list[str]:
+    """Every module a file imports outside its function bodies (those run only when called)."""
+    found: list[str] = []
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+                continue
+            if isinstance(child, ast.Import):
+                found.extend(alias.name for alias in child.names)
+            elif isinstance(child, ast.ImportFrom):
+                found.append(_absolute(child.module or "", child.level, package))
+            visit(child)
+
+    visit(tree)
+    return found
 
 
 def _guarded_builtins(importer: _GuardedImporter) -> dict[str, Any]:
@@ -333,15 +391,15 @@ class ReleaseParser:
         post = body[split + 1:]
         if not post or not _is_train_call(post[-1]):
             raise ReleaseError(f"{filename}: the __main__ block does not end with train(args)")
-        self.skipped_imports: list[str] = []
+        self.skipped_imports: list[str] = []  # top-level import statements left unrun
         self._importer = _GuardedImporter(self._wheel)
         self._globals: dict[str, Any] = {"__name__": "__main__", "__builtins__": _guarded_builtins(self._importer)}
         for node in tree.body:  # top level: imports only, and only those that resolve here
             if isinstance(node, ast.Import | ast.ImportFrom):
                 try:
                     self._exec([node], filename, self._globals)
-                except NeedsDependency as exc:
-                    self.skipped_imports.append(exc.module)
+                except NeedsDependency:
+                    self.skipped_imports.append(ast.unparse(node))
         try:
             self._exec(body[:split], filename, self._globals)
         except NeedsDependency as exc:
