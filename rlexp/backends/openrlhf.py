@@ -354,11 +354,13 @@ def flag_name(key: str, table: FlagTable) -> str | None:
     return names[0] if len(names) == 1 else None
 
 
-def _translate_is_correction(recipe: dict[str, Any], table: FlagTable, spec_file, notes: list[str]) -> dict[str, Any]:
+def _translate_is_correction(
+    recipe: dict[str, Any], table: FlagTable, spec_file, notes: list[str], origin: dict[str, str]
+) -> dict[str, Any]:
     """0.11.2+: the old ``enable``/``type`` pair written as ``level``/``mode`` (see the table above).
 
-    Returns the recipe with the old keys replaced by the new dotted ones, each remembering the
-    recipe key it came from (for error messages) through :data:`_ORIGIN`.
+    Returns the recipe with the old keys replaced by the new dotted ones; ``origin`` learns the
+    recipe key each new one came from (errors name what the user wrote).
     """
     if f"--{IS_CORRECTION_LEVEL}" not in table or not any(k in recipe for k in IS_CORRECTION_OLD_KEYS):
         return recipe
@@ -381,17 +383,14 @@ def _translate_is_correction(recipe: dict[str, Any], table: FlagTable, spec_file
     level, mode = IS_CORRECTION_LEVEL_MODE[type_stated or "tis"]  # "tis": the old releases' default type
     out[IS_CORRECTION_LEVEL] = level
     out[IS_CORRECTION_MODE] = mode
-    _ORIGIN[IS_CORRECTION_LEVEL] = _ORIGIN[IS_CORRECTION_MODE] = "enable_vllm_is_correction"
+    origin[IS_CORRECTION_LEVEL] = origin[IS_CORRECTION_MODE] = "enable_vllm_is_correction"
     notes.append(f"recipe.enable_vllm_is_correction + vllm_is_correction_type {type_stated or 'tis'}: "
                  f"written as --{IS_CORRECTION_LEVEL} {level} --{IS_CORRECTION_MODE} {mode} "
                  f"(OpenRLHF {table.version} replaced the type by level/mode/gating)")
     return out
 
 
-_ORIGIN: dict[str, str] = {}  # translated key -> the recipe key it came from (reset per build)
-
-
-def _check_is_correction(emitted: Mapping[str, Any], table: FlagTable, spec_file) -> None:
+def _check_is_correction(emitted: Mapping[str, Any], table: FlagTable, spec_file, origin: Mapping[str, str]) -> None:
     """The combinations 0.11.2's PolicyLoss refuses at start-up, refused at plan time instead."""
     if f"--{IS_CORRECTION_LEVEL}" not in table:
         return
@@ -400,7 +399,7 @@ def _check_is_correction(emitted: Mapping[str, Any], table: FlagTable, spec_file
     gating = emitted.get(f"--{IS_CORRECTION_GATING}", "ratio")
     threshold = emitted.get(f"--{IS_CORRECTION_THRESHOLD}", ["0.5", "5.0"])
     threshold = threshold if isinstance(threshold, list) else [threshold]
-    field = f"recipe.{_ORIGIN.get(IS_CORRECTION_MODE, IS_CORRECTION_MODE)}"
+    field = f"recipe.{origin.get(IS_CORRECTION_MODE, IS_CORRECTION_MODE)}"
     if mode == "clip" and (level == "seq" or gating != "ratio"):
         raise InputError(spec_file, field, f"OpenRLHF {table.version}: is_correction mode clip needs level token "
                          f"and gating ratio (got level {level}, gating {gating})")
@@ -473,15 +472,15 @@ def build_train_argv(
     notes: list[str] = []
     emitted: dict[str, Any] = {}
     set_by: dict[str, str] = {}
-    _ORIGIN.clear()
+    origins: dict[str, str] = {}  # translated key -> the recipe key it came from
     for key in recipe:
         if is_secret_recipe_key(key):  # argv lands in argv.json, launch.sh, MLflow and `ps`
             raise InputError(spec_file, f"recipe.{key}", "secrets never go in the recipe; set them in the environment")
-    items = _translate_is_correction(dict(recipe), table, spec_file, notes)
+    items = _translate_is_correction(dict(recipe), table, spec_file, notes, origins)
     for key, value in items.items():
-        origin = _ORIGIN.get(key, key)
+        origin = origins.get(key, key)
         field = f"recipe.{origin}"
-        if "." in key and key not in _ORIGIN and _has_v09_name(key):
+        if "." in key and key not in origins and _has_v09_name(key):
             raise InputError(spec_file, field, _missing_flag_message(key, table))
         flags = flag_names(key, table)
         if not flags:
@@ -526,7 +525,7 @@ def build_train_argv(
                 raise InputError(spec_file, field, str(exc)) from None
             parts.append((order[flag], flag, rendered))
             emitted[flag] = rendered if len(rendered) > 1 or spec.nargs not in ("", "?") else rendered[0]
-    _check_is_correction(emitted, table, spec_file)
+    _check_is_correction(emitted, table, spec_file, origins)
     # Flags in the parser's own order: the argv reads like the trainer's --help, and it does not
     # depend on how the recipe happened to be ordered (golden files stay stable).
     argv = [python, "-m", TRAIN_MODULE]
