@@ -588,19 +588,21 @@ def plan_train_command(att: Any) -> dict[str, Any]:
     cannot launch fails at plan time, not after an hour of Ray start-up. The attempt's paths are
     the ones ``rlexp launch`` uses; datasets that do not exist yet are named by their stated path.
     """
+    from rlexp.storage.layout import AttemptDir
+
     spec_file = getattr(att, "display_path", None) or att.spec_path
     version = check_version(att.trainer.version, spec_file)
-    attempt_dir = Path(att.attempt_dir)
+    ad = AttemptDir(att.attempt_dir)
     pool = att.datasets.get("pool")
     monitor = att.datasets.get("ood_monitor")
     paths = AttemptPaths(
         pretrain=str(att.recipe.get("pretrain") or ""),
         prompt_data=str(pool.path) if pool is not None and pool.path is not None else "",
         eval_dataset=str(monitor.path) if monitor is not None and monitor.path is not None else None,
-        save_path=attempt_dir / "final",
-        ckpt_path=attempt_dir / "checkpoints",
-        reward_file=attempt_dir / "launch" / "reward_func.py",
-        tensorboard_dir=attempt_dir / "tensorboard",
+        save_path=ad.final_model,
+        ckpt_path=ad.checkpoints_dir,
+        reward_file=ad.reward_func,
+        tensorboard_dir=ad.tensorboard,
     )
     recipe = dict(getattr(att, "recipe_stated", None) or att.recipe)
     built = build_train_argv(attempt_recipe(recipe, paths), version, spec_file=spec_file)
