@@ -191,12 +191,29 @@ def test_every_emitted_flag_exists_in_that_versions_table(version):
 def test_flag_tables_match_known_openrlhf_facts():
     assert "--prompt_max_len" in openrlhf.load_flag_table("0.9.3").flags
     assert "--prompt_max_len" not in openrlhf.load_flag_table("0.9.8").flags
-    assert openrlhf.load_flag_table("0.10.1").dialect == "underscore"
+    assert openrlhf.load_flag_table("0.10.1.post2").dialect == "underscore"
     assert openrlhf.load_flag_table("0.10.2").dialect == "dotted"
     t = openrlhf.load_flag_table("0.11.0").flags
-    assert t["--ckpt.save_hf"] == "store_true" and t["--ds.lora.target_modules"] == "nargs=*"
+    assert t["--ckpt.save_hf"].action == "store_true"
+    assert (t["--ds.lora.target_modules"].nargs, t["--ds.lora.target_modules"].type) == ("*", "str")
+    assert t["--algo.kl.estimator"].choices == ("k1", "k2", "k3")
     assert "--actor.min_lr_ratio" in t  # the configurable min LR (DESIGN.md)
-    assert openrlhf.load_flag_table("0.9.3.post1").version == "0.9.3"
+    # 0.11.1 added one switch; 0.11.2 replaced the is_correction enable/type pair
+    assert "--algo.kl.unbiased_gradient" in openrlhf.load_flag_table("0.11.1")
+    assert "--algo.kl.unbiased_gradient" not in openrlhf.load_flag_table("0.11.0")
+    t112 = openrlhf.load_flag_table("0.11.2").flags
+    assert "--algo.advantage.is_correction_enable" not in t112 and "--algo.advantage.is_correction_type" not in t112
+    assert t112["--algo.advantage.is_correction_threshold"].nargs == "+"
+    assert t112["--actor.loss_agg_mode"].choices == ("token-mean", "seq-mean-token-mean")
+
+
+def test_post_releases_are_listed_releases_and_nothing_else_is_guessed():
+    assert openrlhf.load_flag_table("0.10.1.post1").version == "0.10.1.post1"
+    assert openrlhf.load_flag_table("v0.9.3").version == "0.9.3"
+    for unlisted in ("0.9.3.post1", "0.9.2", "0.10", "latest"):
+        with pytest.raises(InputError) as info:
+            openrlhf.load_flag_table(unlisted)
+        assert info.value.field == "trainer.version" and "scripts/refresh-openrlhf-flags" in info.value.message
 
 
 def test_dotted_map_sources_and_targets_exist_in_the_tables():
@@ -233,6 +250,11 @@ def test_shell_metacharacters_stay_one_inert_argument(tmp_path):
         ({"target_modules": {"a": 1}}, "recipe.target_modules", "unsupported"),
         ({"eps_clip": [0.1, 0.2]}, "recipe.eps_clip", "one value"),
         ({"eps_clip_low_high": [0.1]}, "recipe.eps_clip_low_high", "takes 2 values"),
+        ({"rollout_batch_size": 1.5}, "recipe.rollout_batch_size", "takes an integer in OpenRLHF 0.9.3"),
+        ({"policy_loss_type": "grpo"}, "recipe.policy_loss_type", "takes one of ppo, gspo"),
+        ({"vllm_is_correction_type": "seq-mask-tis-2"}, "recipe.vllm_is_correction_type", "takes one of tis"),
+        ({"min_lr_ratio": 0.2}, "recipe.min_lr_ratio", "fixes it at 0.1"),
+        ({"eps_clip": 0.1, "actor.eps_clip": 0.1}, "recipe.actor.eps_clip", "recipe.eps_clip"),
         ({"eps_clip": float("nan")}, "recipe.eps_clip", "non-finite"),
         ({"use_wandb": "abc123"}, "recipe.use_wandb", "secrets"),
         ({"perf": True, "ptx_coef": 0.1}, "recipe.perf", "no flag"),  # v0.9.x-only flags in v0.11
@@ -246,9 +268,13 @@ def test_bad_recipe_values_are_one_line_errors(recipe, field, words):
     assert "\n" not in str(info.value)
 
 
-def test_unknown_version_lists_known_ones():
-    with pytest.raises(InputError, match="known: 0.9.3"):
-        openrlhf.load_flag_table("0.8.0")
+def test_unknown_version_names_the_newest_known_and_the_refresh_script():
+    with pytest.raises(InputError) as info:
+        openrlhf.build_train_argv({"eps_clip": 0.1}, "0.8.0", spec_file="a/attempt.yaml")
+    assert info.value.field == "trainer.version" and info.value.file == "a/attempt.yaml"
+    assert "newest 0.11.2" in info.value.message and "scripts/refresh-openrlhf-flags" in info.value.message
+    with pytest.raises(InputError, match="newer than 0.11.2, the newest listed release: run scripts/refresh"):
+        openrlhf.load_flag_table("0.12.0")
 
 
 def test_float_formatting_matches_the_seed_script():
@@ -351,7 +377,111 @@ def test_every_flag_table_logs_tensorboard_into_the_attempt(version):
     dialect --logger.tensorboard_dir DIR)."""
     table = openrlhf.load_flag_table(version)
     flag = openrlhf.flag_name("use_tensorboard", table)
-    assert flag in ("--use_tensorboard", "--logger.tensorboard_dir") and table.flags[flag] == "value"
+    assert flag in ("--use_tensorboard", "--logger.tensorboard_dir") and table.flags[flag].action == "value"
     built = openrlhf.build_train_argv(openrlhf.attempt_recipe(A30_RECIPE, PATHS), version)
     assert "use_tensorboard" not in built.dropped
     assert built.argv[built.argv.index(flag) + 1] == str(PATHS.tensorboard_dir)
+
+
+def _flags(argv: list[str]) -> dict[str, list[str]]:
+    """``--flag v1 v2`` pairs of an argv (after python -m module)."""
+    out: dict[str, list[str]] = {}
+    for arg in argv[3:]:
+        if arg.startswith("--"):
+            current = out.setdefault(arg, [])
+        else:
+            current.append(arg)
+    return out
+
+
+# The 0.11.2 mapping, written out by hand from both releases' PolicyLoss (docs in openrlhf.py).
+@pytest.mark.parametrize(("old_type", "expected"), [
+    (None, ["token", "clip"]), ("tis", ["token", "clip"]), ("icepop", ["token", "mask"]),
+    ("seq-mask-tis", ["seq", "mask"]), ("mis", ["seq", "mask"]),
+])
+def test_is_correction_enable_and_type_become_level_and_mode_in_0112(old_type, expected):
+    recipe = {"enable_vllm_is_correction": True, "vllm_is_truncated_threshold": [0.5, 2.0]}
+    if old_type:
+        recipe["vllm_is_correction_type"] = old_type
+    built = openrlhf.build_train_argv(recipe, "0.11.2")
+    flags = _flags(built.argv)
+    assert [flags["--algo.advantage.is_correction_level"][0], flags["--algo.advantage.is_correction_mode"][0]] == expected
+    assert flags["--algo.advantage.is_correction_threshold"] == ["0.5", "2.0"]
+    assert not any("is_correction_enable" in f or "is_correction_type" in f for f in flags)
+    assert any("is_correction_level" in note for note in built.notes)
+    # 0.11.1 keeps the old pair, verbatim ("mis" is 0.9.3's name of seq-mask-tis)
+    old = _flags(openrlhf.build_train_argv(recipe, "0.11.1").argv)
+    assert old["--algo.advantage.is_correction_enable"] == []
+    assert old.get("--algo.advantage.is_correction_type", ["tis"]) == [
+        {"mis": "seq-mask-tis"}.get(old_type, old_type or "tis")]
+
+
+def test_is_correction_off_writes_nothing_in_0112_and_an_unmappable_type_is_refused():
+    flags = _flags(openrlhf.build_train_argv({"vllm_is_correction_type": "icepop"}, "0.11.2").argv)
+    assert not any("is_correction" in f for f in flags)  # off: 0.11.2's default level
+    with pytest.raises(InputError) as info:
+        openrlhf.build_train_argv({"enable_vllm_is_correction": True, "vllm_is_correction_type": "geo"}, "0.11.2")
+    assert info.value.field == "recipe.vllm_is_correction_type" and "no equivalent" in info.value.message
+
+
+@pytest.mark.parametrize(("recipe", "field", "words"), [
+    # PolicyLoss of 0.11.2 refuses these at start-up (after Ray came up); rlexp refuses them at plan time
+    ({"enable_vllm_is_correction": True, "algo.advantage.is_correction_gating": "binary_kl",
+      "vllm_is_truncated_threshold": [0.0, 0.05]}, "recipe.enable_vllm_is_correction", "mode clip needs"),
+    ({"algo.advantage.is_correction_level": "token", "algo.advantage.is_correction_gating": "tv"},
+     "recipe.algo.advantage.is_correction_gating", "upper bound only"),
+    ({"enable_vllm_is_correction": True, "algo.advantage.is_correction_level": "seq"},
+     "recipe.algo.advantage.is_correction_level", "set twice"),
+    ({"algo.advantage.is_correction_threshold": [0.5, 5.0]}, "recipe.algo.advantage.is_correction_threshold",
+     "recipe.vllm_is_truncated_threshold"),
+])
+def test_0112_is_correction_combinations_refused(recipe, field, words):
+    with pytest.raises(InputError) as info:
+        openrlhf.build_train_argv(recipe, "0.11.2")
+    assert info.value.field == field and words in info.value.message
+
+
+def test_0112_gating_with_an_upper_bound_only_is_written_out():
+    recipe = {"algo.advantage.is_correction_level": "seq", "algo.advantage.is_correction_gating": "binary_kl",
+              "vllm_is_truncated_threshold": [0.0, 0.003]}
+    flags = _flags(openrlhf.build_train_argv(recipe, "0.11.2").argv)
+    assert flags["--algo.advantage.is_correction_level"] == ["seq"]
+    assert flags["--algo.advantage.is_correction_gating"] == ["binary_kl"]
+    assert flags["--algo.advantage.is_correction_threshold"] == ["0.0", "0.003"]
+
+
+def test_newer_only_dotted_keys_only_for_releases_that_have_them():
+    assert _flags(openrlhf.build_train_argv({"algo.kl.unbiased_gradient": True}, "0.11.1").argv) == {
+        "--algo.kl.unbiased_gradient": []}
+    for version, words in (("0.11.0", "0.11.0 has no --algo.kl.unbiased_gradient (releases that have it: 0.11.1"),
+                           ("0.9.3", "0.9.3 has no --algo.kl.unbiased_gradient")):
+        with pytest.raises(InputError) as info:
+            openrlhf.build_train_argv({"algo.kl.unbiased_gradient": True}, version)
+        assert info.value.field == "recipe.algo.kl.unbiased_gradient" and words in info.value.message
+    with pytest.raises(InputError, match="no listed release has it"):
+        openrlhf.build_train_argv({"actor.not_a_flag": 1}, "0.11.2")
+
+
+@pytest.mark.parametrize("version", ["0.10.1", "0.10.2", "0.11.2"])
+def test_split_and_renamed_keys(version):
+    flags = _flags(openrlhf.build_train_argv({"ref_reward_offload": True, "freezing_actor_steps": 3,
+                                              "local_rank": 0}, version).argv)
+    if version == "0.10.1":
+        assert flags == {"--freezing_actor_steps": ["3"], "--ref_reward_offload": [], "--local_rank": ["0"]}
+    else:
+        assert flags == {"--critic.freezing_steps": ["3"], "--ref.offload": [], "--reward.offload": [],
+                         "--local_rank": ["0"]}
+
+
+def test_min_lr_ratio_fixed_value_is_left_out_with_a_note():
+    built = openrlhf.build_train_argv({"min_lr_ratio": 0.1, "eps_clip": 0.2}, "0.9.3")
+    assert built.dropped == ("min_lr_ratio",) and "--min_lr_ratio" not in built.argv
+    assert any("fixes it at 0.1" in note for note in built.notes)
+    assert _flags(openrlhf.build_train_argv({"min_lr_ratio": 0.2}, "0.10.2").argv) == {"--actor.min_lr_ratio": ["0.2"]}
+
+
+def test_value_aliases_follow_the_release():
+    assert _flags(openrlhf.build_train_argv({"vllm_is_correction_type": "seq-mask-tis"}, "0.9.3").argv) == {
+        "--vllm_is_correction_type": ["mis"]}
+    assert _flags(openrlhf.build_train_argv({"vllm_is_correction_type": "mis"}, "0.10.2").argv) == {
+        "--algo.advantage.is_correction_type": ["seq-mask-tis"]}

@@ -49,6 +49,8 @@ def render(data: dict[str, Any]) -> None:
                   if s["partial_batch_prompts"] else "0")  # fmt: skip
     steps.add_row("peak LR → min LR", f"{s['peak_lr']:.3g} → {s['min_lr']:.3g}")
     console.print(steps)
+    for note in (data.get("openrlhf_command") or {}).get("notes", []):
+        console.print(f"[dim]argv note:[/dim] {note}")
 
     lr = Table(title="LR at milestones (fraction of peak)")
     for col in ("global step", "optimizer steps", "LR first", "LR mean", "of peak", "actor_lr logged"):

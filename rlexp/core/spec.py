@@ -211,6 +211,52 @@ _TABLE: list[tuple[str, str, Any, str, bool, str | None]] = [
 RECIPE_KEYS: dict[str, RecipeKey] = {row[0]: RecipeKey(*row) for row in _TABLE}
 RECIPE_DEFAULTS: dict[str, Any] = {k.name: k.default for k in RECIPE_KEYS.values()}
 
+# A flag that only newer OpenRLHF releases have is stated under that release's own dotted name
+# (``actor.loss_agg_mode``, ``algo.kl.unbiased_gradient``); the argv builder accepts it only for
+# releases whose parser has it, and checks its value against that parser's type and choices.
+# Its kind follows its group: GPU/DeepSpeed/vLLM knobs are infrastructure, logging and
+# checkpoints instrumentation, everything else (actor, critic, algo, ...) training.
+DOTTED_RECIPE_KEY = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
+_NOT_RECIPE_GROUPS = ("datasets", "trainer", "eval")  # dotted names of the spec's own fields
+_DOTTED_INFRASTRUCTURE = ("vllm.", "ds.", "ref.offload", "reward.offload")
+_DOTTED_INSTRUMENTATION = ("logger.", "ckpt.")
+
+
+# Underscore flags that OpenRLHF added after 0.9.3 (the reference of the table above), with their
+# kind. Like dotted keys they have no default here: a recipe that does not state them keeps its
+# digest. (``max_new_tokens`` is not one: the recipe says ``generate_max_len``, which the builder
+# writes as --max_new_tokens from 0.9.8 on.)
+LATER_UNDERSCORE_KEYS: dict[str, str] = {
+    "partial_rollout": TRAINING,  # 0.9.7
+    "best_metric_key": INSTRUMENTATION,  # 0.9.9
+    "dataloader_num_workers": INFRASTRUCTURE,  # 0.9.10
+    "image_key": TRAINING,  # 0.10.0, vision-language data
+    "max_images_per_prompt": TRAINING,  # 0.10.0
+    "freeze_visual_encoder": TRAINING,  # 0.10.0
+}
+
+
+def is_dotted_recipe_key(name: str) -> bool:
+    return bool(DOTTED_RECIPE_KEY.match(name)) and name.split(".")[0] not in _NOT_RECIPE_GROUPS
+
+
+def recipe_key(name: str) -> RecipeKey | None:
+    """The metadata of a recipe key: a v0.9.3 name of :data:`RECIPE_KEYS`, a later underscore flag, or a
+    dotted newer-release flag; None for anything else."""
+    if name in RECIPE_KEYS:
+        return RECIPE_KEYS[name]
+    if name in LATER_UNDERSCORE_KEYS:
+        return RecipeKey(name, "flag_value", None, LATER_UNDERSCORE_KEYS[name], True, None)
+    if not is_dotted_recipe_key(name):
+        return None
+    if name.startswith(_DOTTED_INFRASTRUCTURE) and not name.startswith("ds.lora."):
+        kind = INFRASTRUCTURE
+    elif name.startswith(_DOTTED_INSTRUMENTATION):
+        kind = INSTRUMENTATION
+    else:
+        kind = TRAINING
+    return RecipeKey(name, "flag_value", None, kind, True, None)
+
 
 # ----------------------------------------------------------------------------- resolved objects
 
@@ -482,7 +528,7 @@ def _validate_recipe(recipe: dict[str, Any], display: str) -> dict[str, Any]:
     """Check each recipe key against :data:`RECIPE_KEYS`; return the values, coerced."""
     out: dict[str, Any] = {}
     for name, value in recipe.items():
-        key = RECIPE_KEYS.get(str(name))
+        key = recipe_key(str(name))
         where = f"recipe.{name}"
         if key is None:
             raise InputError(display, where, "unknown key" + _suggest(str(name), list(RECIPE_KEYS)))
@@ -509,6 +555,12 @@ def _coerce(key: RecipeKey, value: Any) -> Any:
         return _bool(value)
     if key.type == "str":
         return _str(value)
+    if key.type == "flag_value":  # a newer release's flag: the argv builder checks it against that parser
+        scalar = bool | int | float | str
+        if isinstance(value, scalar) or (isinstance(value, list) and value and all(
+                isinstance(v, scalar) and not isinstance(v, bool) for v in value)):
+            return value
+        raise _Invalid(f"must be a switch, a number, a string or a list of them (got {value!r})")
     if key.type == "str_list":
         if isinstance(value, str) or (isinstance(value, list) and all(isinstance(v, str) for v in value)):
             return value
@@ -709,7 +761,7 @@ def count_records(path: Path) -> int:
 
 
 def _check_change_key(ckey: str, display: str) -> None:
-    if ckey in RECIPE_KEYS:
+    if recipe_key(ckey) is not None:
         return
     parts = ckey.split(".")
     ok = (
@@ -749,10 +801,11 @@ def diff_against_parent(att: Attempt) -> list[Difference]:
     if par is None:
         return []
     out: list[Difference] = []
-    for key, meta in RECIPE_KEYS.items():
+    dotted = sorted({k for k in (*par.recipe, *att.recipe) if k not in RECIPE_KEYS})
+    for key in (*RECIPE_KEYS, *dotted):
         a, b = par.recipe.get(key), att.recipe.get(key)
         if not values_equal(a, b):
-            out.append(Difference(key, a, b, meta.kind))
+            out.append(Difference(key, a, b, recipe_key(key).kind))
     for fname in ("name", "version"):
         a, b = getattr(par.trainer, fname), getattr(att.trainer, fname)
         if a != b:
@@ -789,7 +842,7 @@ def values_equal(a: Any, b: Any) -> bool:
 
 def change_value(att: Attempt, key: str) -> Any:
     """The resolved value of a ``change`` key (recipe key or dotted datasets/trainer/eval field)."""
-    if key in RECIPE_KEYS:
+    if recipe_key(key) is not None:
         return att.recipe.get(key)
     parts = key.split(".")
     if parts[0] == "datasets":

@@ -240,17 +240,11 @@ def prepare(attempt: Path, *, backend: str | None = None, ray_address: str | Non
 def _stated_recipe(att, openrlhf) -> dict[str, Any]:
     """The keys some spec in the chain states (the trainer's own defaults cover the rest).
 
-    ``min_lr_ratio`` is fixed at 0.1 in v0.9.x (no flag): stating 0.1 there is fine, anything
-    else cannot be honoured and is an error.
+    What a release lacks is the builder's business (:func:`openrlhf.build_train_argv`): a
+    planning-only key or ``min_lr_ratio`` 0.1 on v0.9.x is left out with a note, anything else is
+    an error naming the key.
     """
-    recipe = dict(getattr(att, "recipe_stated", None) or att.recipe)
-    table = openrlhf.load_flag_table(att.trainer.version)
-    if "min_lr_ratio" in recipe and openrlhf.flag_name("min_lr_ratio", table) is None:
-        if abs(float(recipe["min_lr_ratio"]) - 0.1) > 1e-12:
-            raise InputError(att.spec_path, "recipe.min_lr_ratio",
-                             f"OpenRLHF {table.version} fixes min_lr at 0.1 x peak; it has no flag to change it")
-        recipe.pop("min_lr_ratio")
-    return recipe
+    return dict(getattr(att, "recipe_stated", None) or att.recipe)
 
 
 def _model_path(att) -> str:

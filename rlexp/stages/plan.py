@@ -70,6 +70,11 @@ def build_plan(att: Attempt) -> dict[str, Any]:
         power_report(monitor.size, att.baseline.discordance).as_dict() if monitor and monitor.size else None
     )
     layout = gpu_layout(att.recipe) if att.trainer.name == "openrlhf" else None
+    command = None
+    if att.trainer.name == "openrlhf":  # unknown release or a key it has no flag for: exit 2 here
+        from rlexp.backends.openrlhf import plan_train_command
+
+        command = plan_train_command(att)
     power_json: dict[str, Any] = (
         power.as_dict() if power else {"mde_pp": None, "power_at_win_threshold": None, "n": None}
     )
@@ -82,6 +87,8 @@ def build_plan(att: Attempt) -> dict[str, Any]:
         "spec_sha256": sha256_file(att.spec_path),
         "spec_chain_sha256": att.chain_sha256(),
         "trainer": {"name": att.trainer.name, "version": att.trainer.version, "gpus": att.trainer.gpus},
+        # the OpenRLHF argv as checked against the release's flag table (None for the local trainer)
+        "openrlhf_command": command,
         "intent": _jsonable(att.intent),
         "change": _jsonable(att.change),
         "diff": [
