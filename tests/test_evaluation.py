@@ -95,6 +95,31 @@ def test_changed_suffix_refuses_to_mix(eval_experiment):
         _run(att, checkpoints=["baseline_s0"], sets=["sanity"])
 
 
+def test_eval_refuses_records_of_another_parser_version(eval_experiment, capsys):
+    """`rlexp eval` on records graded by another answer-parser version: one line naming the
+    metadata file and the field, exit 2, nothing appended."""
+    from rlexp.answers import PARSER_VERSION
+    from rlexp.cli import main
+
+    att = eval_experiment()
+    _run(att, checkpoints=["baseline_s0"], sets=["sanity"])
+    records = record_path(att, "baseline_s0", "sanity")
+    meta_file = records.with_name("sanity.meta.json")
+    meta = json.loads(meta_file.read_text())
+    assert meta["parser_version"] == PARSER_VERSION
+    meta["parser_version"] = "1"
+    meta_file.write_text(json.dumps(meta))
+    records.write_text(records.read_text().splitlines(keepends=True)[0])  # one problem left to do
+    before = records.read_bytes()
+    capsys.readouterr()
+    assert main(["eval", str(att), "--set", "sanity"]) == 2
+    # the engine is loaded before the record files are opened: its progress bars may precede the line
+    lines = [line for line in capsys.readouterr().err.replace("\r", "\n").splitlines() if line.startswith("rlexp:")]
+    assert len(lines) == 1
+    assert f"{meta_file}: parser_version:" in lines[0] and "version 1" in lines[0]
+    assert records.read_bytes() == before
+
+
 def test_baseline_sota_is_evaluated_when_pinned(eval_experiment):
     att = eval_experiment()
     sota = att / "checkpoints" / "global_step2_hf"

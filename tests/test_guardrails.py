@@ -157,6 +157,15 @@ def test_parser_ceiling_thresholds(boxed, none, length, passed):
     assert verdict.numbers["truncation_rate"] == pytest.approx(length / 100)
 
 
+def test_parser_ceiling_counts_unparsed_as_a_failure():
+    """An answer that is not one number (method "unparsed") is a parse failure like "none"."""
+    records = [_rec(f"b{i}", method="boxed") for i in range(99)] + [_rec("u", method="unparsed", answer="3 and 4")]
+    verdict = parser_ceiling(records)
+    assert verdict.passed is False and verdict.notes == ("fail check failed",)
+    assert verdict.numbers["fail_rate"] == pytest.approx(0.01) and verdict.numbers["unparsed_rate"] == pytest.approx(0.01)
+    assert parser_ceiling(records[:99] + [_rec("l", method="last_number")]).passed
+
+
 def test_g2_reads_its_numbers_from_the_sop_file(tmp_path):
     # the same 100 records: 98 boxed passes the SOP in force (boxed >= 98%), fails a copy at 99%
     records = [_rec(f"b{i}", method="boxed") for i in range(98)]
@@ -195,9 +204,10 @@ def test_g2_on_real_baseline_records(eval_experiment):
     s = summarize(records)
     assert verdict.numbers["problems"] == 10
     assert verdict.numbers["boxed_rate"] == s.parse_rate("boxed")
-    assert verdict.numbers["fail_rate"] == s.parse_rate("none")
+    fail = s.parse_rate("none") + s.parse_rate("unparsed")
+    assert verdict.numbers["fail_rate"] == pytest.approx(fail)
     assert verdict.numbers["truncation_rate"] == s.truncation_rate
-    assert verdict.passed is (s.parse_rate("boxed") >= 0.98 and s.parse_rate("none") == 0 and s.truncation_rate <= 0.05)
+    assert verdict.passed is (s.parse_rate("boxed") >= 0.98 and fail == 0 and s.truncation_rate <= 0.05)
     assert main(["guard", "g2", str(att), "--problems", "10"]) == (0 if verdict.passed else 1)
 
 
@@ -251,6 +261,8 @@ def test_suspicion_flags_on_the_seed_patterns():
     clean = _rec("c", output=r"\boxed{5}", answer="5", method="boxed", gold="6")
     assert suspicion_flags(clean) == []
     assert "truncated" in suspicion_flags(_rec("d", finish="length", output="so far", answer=None, method="none"))
+    unparsed = _rec("e", output=r"\boxed{3 \text{ and } 4}", answer=r"3 \text{ and } 4", method="unparsed", gold="34")
+    assert suspicion_flags(unparsed) == ["answer_not_one_number"]
 
 
 def test_audit_draw_and_verdicts():

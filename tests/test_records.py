@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from rlexp.answers import PARSER_VERSION
 from rlexp.errors import InputError
 from rlexp.storage.records import (
     IDENTITY_KEYS,
@@ -31,6 +32,7 @@ def _meta(**change):
         "prompt_suffix": "",
         "chat_template_sha256": "t" * 64,
         "grading": "exact",
+        "parser_version": PARSER_VERSION,
     }
     meta.update(change)
     return meta
@@ -78,6 +80,21 @@ def test_changed_settings_refuse_to_mix(tmp_path, key):
     with pytest.raises(InputError) as err:
         RecordWriter.open(path, changed)
     assert key in str(err.value) and "\n" not in str(err.value)
+
+
+def test_records_of_the_unversioned_parser_are_refused(tmp_path):
+    """Records written before the parser carried a version (no parser_version in their metadata)
+    were graded by another extractor: a resumed eval must not append to them."""
+    path = tmp_path / "r.jsonl"
+    RecordWriter.open(path, _meta()).append(_rec("h1"))
+    old = json.loads(meta_path(path).read_text())
+    del old["parser_version"]
+    meta_path(path).write_text(json.dumps(old))
+    with pytest.raises(InputError) as err:
+        RecordWriter.open(path, _meta())
+    message = str(err.value)
+    assert "parser_version" in message and "1 (unversioned)" in message and str(meta_path(path)) in message
+    assert "\n" not in message
 
 
 def test_records_without_meta_are_refused(tmp_path):

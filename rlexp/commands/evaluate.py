@@ -37,12 +37,13 @@ def evaluate(
     table = Table(title=f"rlexp eval {attempt}")
     table.add_column("checkpoint", no_wrap=True)
     table.add_column("set", no_wrap=True)
-    for column in ("n", "acc", "boxed", "last_num", "none", "trunc", "new"):
+    for column in ("n", "acc", "boxed", "last_num", "unparsed", "none", "trunc", "new"):
         table.add_column(column, justify="right")
     for f in outcome.files:
         s = f.summary
         table.add_row(f.checkpoint, f.set_role, str(s.n), f"{s.accuracy:.1%}", f"{s.parse_rate('boxed'):.1%}",
-                      f"{s.parse_rate('last_number'):.1%}", f"{s.parse_rate('none'):.1%}",
+                      f"{s.parse_rate('last_number'):.1%}", f"{s.parse_rate('unparsed'):.1%}",
+                      f"{s.parse_rate('none'):.1%}",
                       f"{s.truncation_rate:.1%}", str(f.new_records))
     console = Console()
     console.print(table)

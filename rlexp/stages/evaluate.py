@@ -289,6 +289,7 @@ def eval_records(
 ) -> list[tuple[Target, RecordWriter, int]]:
     """Evaluate ``problems`` for every target into its record file; returns (target, writer, new)."""
     from rlexp.adapters.generation import chat_template_sha256, render_prompt
+    from rlexp.core.answers import PARSER_VERSION
 
     cache_file = AttemptDir(attempt_dir).hash_cache
     base_sha = model_sha256(base, cache_file)  # a hub name is recorded as "name:<id>"
@@ -300,6 +301,7 @@ def eval_records(
         "prompt_suffix": suffix,
         "chat_template_sha256": chat_template_sha256(tokenizer),
         "grading": grading,
+        "parser_version": PARSER_VERSION,
     }
     writers: list[tuple[Target, RecordWriter]] = []
     for target in targets:

@@ -256,11 +256,14 @@ def _with_numbers(verdict: Verdict, **extra: Any) -> Verdict:
 def parser_ceiling(records: Sequence[dict[str, Any]], t: G2Settings | None = None, *,
                    sop: Sop | None = None) -> Verdict:  # fmt: skip
     """G2 on Baseline-S0 records with the SOP's ``guardrails.g2`` numbers (``t`` overrides them)."""
+    from rlexp.core.answers import PARSE_FAILURES
     from rlexp.storage.records import summarize
 
     t = t if t is not None else guard_settings(sop).g2
     s = summarize(list(records))
-    boxed, fail, trunc = s.parse_rate("boxed"), s.parse_rate("none"), s.truncation_rate
+    # a parse failure is "none" (nothing numeric) or "unparsed" (an answer that is not one number)
+    boxed, trunc = s.parse_rate("boxed"), s.truncation_rate
+    fail = sum(s.parse_rate(m) for m in PARSE_FAILURES)
     checks = {"boxed": boxed >= t.min_boxed, "fail": fail <= t.max_fail, "truncation": trunc <= t.max_truncation}
     return Verdict(
         name="g2",
@@ -268,7 +271,7 @@ def parser_ceiling(records: Sequence[dict[str, Any]], t: G2Settings | None = Non
         rule=f"boxed >= {t.min_boxed:.0%}, parse failures <= {t.max_fail:.0%}, "
         f"truncation (finish_reason=length) <= {t.max_truncation:.0%}",
         numbers={"problems": s.n, "boxed_rate": boxed, "last_number_rate": s.parse_rate("last_number"),
-                 "fail_rate": fail, "truncation_rate": trunc, "accuracy": s.accuracy},
+                 "unparsed_rate": s.parse_rate("unparsed"), "fail_rate": fail, "truncation_rate": trunc, "accuracy": s.accuracy},
         notes=tuple(f"{k} check failed" for k, ok in checks.items() if not ok),
     )
 
@@ -400,6 +403,8 @@ def suspicion_flags(record: dict[str, Any]) -> list[str]:
                 flags.append("trailing_number_in_prose")
     if method == "none":
         flags.append("no_answer_parsed")
+    if method == "unparsed":  # an answer that is not one number: the last box, or an expression
+        flags.append("answer_not_one_number")
     if record.get("finish_reason") == "length":
         flags.append("truncated")
     gold = str(record.get("gold") or "")

@@ -3,7 +3,8 @@
 ``eval/<checkpoint>/<set>.jsonl`` holds the per-problem records (docs/ARCHITECTURE.md):
 ``problem_hash, gold, output, answer, parse_method, correct, finish_reason, prompt_tokens,
 completion_tokens, bucket``. ``<set>.meta.json`` pins what produced them: engine, decoding,
-model/adapter paths and SHA-256, dataset SHA-256, prompt suffix, chat-template hash, grading mode.
+model/adapter paths and SHA-256, dataset SHA-256, prompt suffix, chat-template hash, grading mode
+and the answer parser's version.
 
 Resuming is the normal case: :meth:`RecordWriter.open` repairs a line torn by a kill, refuses to
 mix records made under other settings (a changed dataset, decoding, model, suffix or template is
@@ -46,6 +47,7 @@ IDENTITY_KEYS = (
     "prompt_suffix",
     "chat_template_sha256",
     "grading",
+    "parser_version",  # rlexp.answers.PARSER_VERSION: records graded by another extractor do not mix
 )
 BASELINE_S0 = "baseline_s0"
 BASELINE_SOTA = "baseline_sota"
@@ -102,6 +104,14 @@ class RecordWriter:
             if not isinstance(old, dict):
                 raise InputError(mpath, None, "expected a JSON object")
             for key in IDENTITY_KEYS:
+                if key == "parser_version" and old.get(key) != meta[key]:
+                    raise InputError(
+                        mpath,
+                        key,
+                        f"these records were graded by answer parser version {old.get(key) or '1 (unversioned)'}, "
+                        f"this rlexp grades with version {meta[key]}; refusing to mix — remove {path.parent} "
+                        "or use a new attempt",
+                    )
                 if old.get(key) != meta[key]:
                     raise InputError(
                         mpath,
