@@ -6,7 +6,7 @@
 - G1 pipeline integrity: two eval paths on one checkpoint (adapter vs merged weights, or in-run vs
   post-hoc record files) agree exactly, or differ only by a *named* nondeterminism source with no
   change in correctness (the LoRA-accumulation bug of §11.19/§11.22 inflated numbers by 2–7pp).
-- G2 parser ceiling: on 200 baseline problems boxed ≥ 98%, parse failures = 0%, truncation ≤ 5%.
+- G2 parser ceiling: on 200 baseline problems boxed ≥ 98%, parse failures (none + unparsed) = 0%, truncation ≤ 5%.
 - G4 pass@k headroom: k=8 samples at temperature 0.6 on the problems the baseline gets wrong;
   pass@8 ≥ 15% means GRPO has signal to learn from.
 - Parser audit: 50 incorrect cases drawn for a human, suspicious ones flagged (fallback after a
