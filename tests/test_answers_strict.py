@@ -33,6 +33,11 @@ HARD_CASES = [
     (r"the solutions lie in $[0,1)$", "1", False, "unparsed"),
     ("from 3-5 we get", "5", False, "unparsed"),
     ("so the answer is 4x", "4", False, "unparsed"),
+    ("**5**, no wait: **6 or 7**", "5", False, "unparsed"),  # the last bold answer decides
+    ("The answer is 5, not 6.", "6", False, "unparsed"),
+    ("The answer is 6 (not 5).", "5", False, "unparsed"),
+    (r"$2\frac{1}{2}$", "2", False, "unparsed"),  # a mixed number
+    ("so 1.5e3", "1", False, "unparsed"),
     # no last-number fallback after an unclosed (truncated) box
     (r"We get \boxed{12", "12", False, "unparsed"),
     (r"The answer is 12. So \boxed{12", "12", False, "unparsed"),

@@ -282,11 +282,12 @@ _TEXT_COMMAND_ANY = re.compile(rf"\\(?:{_TEXT_COMMANDS})\s*\{{[^{{}}]*\}}")
 
 
 def _last_bold_number(text: str) -> str | None:
+    """The last bold span that names a number, if it is one number (``**Final answer:**`` labels
+    are skipped; ``**5**, no: **6 or 7**`` does not fall back to 5)."""
     for content in reversed(_BOLD.findall(text)):
-        candidate = _ANSWER_LABEL.sub("", content).strip().strip("$ ")
-        number = parse_number(candidate)
-        if number is not None:
-            return number
+        if not re.search(r"[0-9]", content):
+            continue
+        return parse_number(_ANSWER_LABEL.sub("", content).strip().strip("$ "))
     return None
 
 
