@@ -1,4 +1,4 @@
-"""Answer extraction on degenerate outputs: rlexp.answers (parser version 2, one pass with a stack
+"""Answer extraction on degenerate outputs: rlexp.core.answers (parser version 2, one pass with a stack
 of open boxes) vs the brace matcher of parser version 1, measured in the same run.
 
 The input is the worst case of version 1: ``\\boxed{`` repeated and never closed (a degenerate

@@ -98,8 +98,8 @@ def test_changed_suffix_refuses_to_mix(eval_experiment):
 def test_eval_refuses_records_of_another_parser_version(eval_experiment, capsys):
     """`rlexp eval` on records graded by another answer-parser version: one line naming the
     metadata file and the field, exit 2, nothing appended."""
-    from rlexp.answers import PARSER_VERSION
     from rlexp.cli import main
+    from rlexp.core.answers import PARSER_VERSION
 
     att = eval_experiment()
     _run(att, checkpoints=["baseline_s0"], sets=["sanity"])

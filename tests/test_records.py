@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from rlexp.answers import PARSER_VERSION
+from rlexp.core.answers import PARSER_VERSION
 from rlexp.errors import InputError
 from rlexp.storage.records import (
     IDENTITY_KEYS,

@@ -47,7 +47,7 @@ IDENTITY_KEYS = (
     "prompt_suffix",
     "chat_template_sha256",
     "grading",
-    "parser_version",  # rlexp.answers.PARSER_VERSION: records graded by another extractor do not mix
+    "parser_version",  # rlexp.core.answers.PARSER_VERSION: records graded by another extractor do not mix
 )
 BASELINE_S0 = "baseline_s0"
 BASELINE_SOTA = "baseline_sota"
