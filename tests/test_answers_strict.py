@@ -126,12 +126,14 @@ _SEPARATORS = [", ", r" \text{ and } ", " and ", " or ", " + ", " - ", r" \pm ",
 @settings(max_examples=400, deadline=None)
 def test_two_numbers_never_grade_as_one(a, b, separator, boxed):
     """An answer that joins two numbers is not one number: never graded as either of them or as
-    their digits run together (except a true statement ``a = b``, which names b)."""
+    their digits run together (except what it does state: ``a = b`` names b, ``a/b`` is a fraction)."""
     inner = f"{a}{separator}{b}" + ("}" if separator == r"\sqrt{" else "")
     output = rf"so \boxed{{{inner}}}" if boxed else f"so ${inner}$"
     wrong = {str(a), str(b), f"{a}{b}"}
     if separator == " = ":
         wrong.discard(str(b))
+    if separator == "/" and a % b == 0:
+        wrong.discard(str(a // b))  # 5/1 is 5
     for gold in wrong:
         answer, method, correct = grade_output(output, gold, "exact")
         assert not correct, (output, gold, answer, method)
