@@ -89,3 +89,16 @@ def test_demo_fast_end_to_end(tmp_path):
     n_lr = db.execute("select count(*) from metrics m join runs r on r.run_uuid = m.run_uuid "
                       "where r.name = 'd1' and m.key = 'actor_lr'").fetchone()[0]
     assert n_lr == DemoConfig.fast().global_steps
+
+    # the library and the CLI are one: rlexp.decide() in a fresh process equals decision.json field by
+    # field (the decision time aside), and deciding again adds no ledger line (same result)
+    code = ("import json, sys, rlexp\n"
+            "print(json.dumps(rlexp.decide(sys.argv[1]).to_dict()))")
+    lib = subprocess.run([sys.executable, "-c", code, str(exp / "d2")], capture_output=True, text=True, timeout=300)
+    assert lib.returncode == 0, lib.stderr[-2000:]
+    from_library = json.loads(lib.stdout)
+    from_cli = json.loads((exp / "d2" / "decision.json").read_text())
+    from_library.pop("decided_at")
+    from_cli.pop("decided_at")
+    assert from_library == from_cli
+    assert len((exp / "ledger.jsonl").read_text().splitlines()) == len(ATTEMPTS)

@@ -354,6 +354,18 @@ class Attempt:
 
         return sha256_text("\n".join(f"{a.id}:{sha256_file(a.spec_path)}" for a in self.chain()))
 
+    def base_model(self) -> Path | str:
+        """``recipe.pretrain``, resolved once for every stage: a directory (a relative path resolves
+        against the experiment directory) when it exists, else the name as written (a hub id, which
+        vLLM, an OpenAI-compatible server or OpenRLHF resolve themselves)."""
+        pretrain = self.recipe.get("pretrain")
+        if not isinstance(pretrain, str) or not pretrain:
+            raise InputError(self.spec_path, "recipe.pretrain", "missing: the base model (a directory or a hub id)")
+        path = Path(pretrain)
+        if not path.is_absolute():
+            path = self.experiment_dir / path
+        return path if path.exists() else pretrain
+
 
 @dataclass(frozen=True)
 class Difference:

@@ -127,14 +127,8 @@ def select_checkpoints(att: Any) -> dict[str, Any]:
 
 
 def base_model_path(att: Any) -> Path | str:
-    """``recipe.pretrain``: a directory (relative to the experiment) or a hub name (vLLM/openai)."""
-    pretrain = att.recipe.get("pretrain")
-    if not isinstance(pretrain, str) or not pretrain:
-        raise InputError(att.spec_path, "recipe.pretrain", "missing: the base model to evaluate")
-    path = Path(pretrain)
-    if not path.is_absolute():
-        path = Path(att.experiment_dir) / path
-    return path if path.exists() else pretrain
+    """``recipe.pretrain`` as a directory or a hub name (see ``Attempt.base_model``)."""
+    return att.base_model()
 
 
 def plan_targets(att: Any, selection: dict[str, Any], only: Sequence[str] | None = None) -> list[Target]:

@@ -248,13 +248,7 @@ def _stated_recipe(att, openrlhf) -> dict[str, Any]:
 
 
 def _model_path(att) -> str:
-    pretrain = att.recipe.get("pretrain")
-    if not pretrain:
-        raise InputError(att.spec_path, "recipe.pretrain", "required for OpenRLHF (a hub id or a path)")
-    local = Path(pretrain)
-    if not local.is_absolute() and (att.experiment_dir / local).exists():
-        return str((att.experiment_dir / local).resolve())
-    return str(pretrain)
+    return str(att.base_model())
 
 
 def _training_data(att, ad: AttemptDir, must_exist: bool = True) -> tuple[str, dict[str, tuple[Path, Path, str]]]:
@@ -343,12 +337,8 @@ def write_launch_files(p: Prepared) -> None:
     att = p.attempt
     datasets = {role: ref.path for role, ref in att.datasets.items()}
     model = None
-    if att.trainer.name != "local":
-        model = _model_path(att)
-    else:
-        model_dir = att.recipe.get("pretrain")
-        if model_dir and (att.experiment_dir / model_dir).exists():
-            model = att.experiment_dir / model_dir
+    if att.recipe.get("pretrain"):
+        model = att.base_model()
     extra = {"force_reason": p.force_reason, "resume": p.resume, "plan_sha256": _plan_sha(p.attempt_dir)}
     if p.reward_file is not None:
         from rlexp.backends.reward_template import answers_source
