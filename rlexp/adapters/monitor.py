@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlexp.core.sop import guard_settings, sop_or_default
+from rlexp.core.settings import guard_settings, sop_or_default
 from rlexp.core.verdict import Verdict
 from rlexp.errors import InputError
 from rlexp.storage.layout import AttemptDir

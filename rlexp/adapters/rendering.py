@@ -160,7 +160,7 @@ def render_plots(inputs: ReportInputs, out_dir: Path, stem: str) -> dict[str, Pa
     import matplotlib.pyplot as plt
 
     from rlexp.adapters.monitor import monitor_points, planned_lr_table
-    from rlexp.core.sop import guard_settings
+    from rlexp.core.settings import guard_settings
 
     spike_grad_norm = guard_settings().spikes.grad_norm  # the SOP's spike threshold
 

@@ -244,13 +244,3 @@ def _check_consistency(sop: _SopFile, path: Path) -> None:
         raise InputError(path, "guardrails.g4.temperature", "must be > 0 (pass@k needs sampling)")
     if g.spikes.grad_norm <= 0.0:
         raise InputError(path, "guardrails.spikes.grad_norm", "must be > 0")
-
-
-def sop_or_default(sop: Sop | None = None) -> Sop:
-    """``sop`` itself, or the SOP in force."""
-    return sop if sop is not None else load_sop()
-
-
-def guard_settings(sop: Sop | None = None) -> GuardrailSettings:
-    """The SOP's ``guardrails`` section (G0-G5 and the spike log), of ``sop`` or the SOP in force."""
-    return sop_or_default(sop).guardrails

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlexp.core.sop import guard_settings, sop_or_default  # noqa: F401  (re-exported for the guards)
+from rlexp.core.settings import guard_settings, sop_or_default  # noqa: F401  (re-exported for the guards)
 from rlexp.core.verdict import Verdict, verdict_status  # noqa: F401  (verdict_status: re-exported)
 from rlexp.errors import InputError
 from rlexp.storage import verdicts
