@@ -1,9 +1,16 @@
-"""`rlexp compare BASE.jsonl NEW.jsonl`: the SOP's canonical paired report for any two record files.
+"""`rlexp compare BASE NEW [NEW...]`: paired comparison of per-item results, from rlexp or another harness.
 
-Each line of either file needs at least ``problem_hash`` and ``correct`` (0/1 or true/false).
-Prints Δ, b/c, McNemar exact p (and mid-p), the paired bootstrap CI, Wilson CIs of both
-accuracies, the CLT standard error and the minimal detectable effect. ``--json`` keys that
-scripts rely on: n, acc_base, acc_new, delta_pp, b, c, mcnemar_p, ci_pp.
+The files are rlexp record files (``problem_hash``, ``correct``), lm-evaluation-harness
+``--log_samples`` files, Inspect logs (``.eval`` or ``.json``) or lighteval details (parquet);
+the format is detected from the content (``--format`` forces it). Items are paired by
+``<task>:<id>`` and their content fingerprints must agree (see :mod:`rlexp.interop`). Scores of
+0/1 (C/I, booleans) get the SOP's paired binary analysis: Δ, b/c, McNemar exact p (and mid-p), the
+paired bootstrap CI, Wilson CIs, the CLT SE and the minimal detectable effect. Partial credit or
+several samples per item get the mean-score mode (paired t-test and bootstrap on per-item means).
+With several new files, each is compared with the first (the baseline) and the p-values are
+Holm-adjusted over the family. ``--json`` keys that scripts rely on (two files): n, acc_base,
+acc_new, delta_pp, b, c, mcnemar_p, ci_pp; mean-score mode: n, mean_base, mean_new, delta, se,
+p_value, ci; every mode: mode, p_value, sources, dropped.
 """
 
 from __future__ import annotations
@@ -16,43 +23,80 @@ import typer
 
 
 def compare(
-    base: Annotated[Path, typer.Argument(help="Baseline per-problem records (JSONL).")],
-    new: Annotated[Path, typer.Argument(help="New per-problem records (JSONL).")],
+    files: Annotated[list[Path], typer.Argument(help="BASE NEW [NEW...]: per-item results; the first is the "
+                                                "baseline.", show_default=False)],
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
-    intersect: Annotated[bool, typer.Option("--intersect", help="Compare only the problems both files have, "
-                                            "and report what was dropped (default: refuse differing sets).")] = False,
+    intersect: Annotated[bool, typer.Option("--intersect", help="Compare only the items all files can use, and "
+                                            "report each one dropped and why (default: refuse).")] = False,
+    fmt: Annotated[str | None, typer.Option("--format", help="rlexp, lm-eval, inspect or lighteval "
+                                            "(default: detected from the content).")] = None,
+    task: Annotated[str | None, typer.Option("--task", help="The task, where a file has several.")] = None,
+    filter_: Annotated[str | None, typer.Option("--filter", help="lm-eval filter, where a file has several "
+                                                "(e.g. strict-match, flexible-extract).")] = None,
+    metric: Annotated[str | None, typer.Option("--metric", help="The metric, where a file has several.")] = None,
+    scorer: Annotated[str | None, typer.Option("--scorer", help="Inspect scorer, where a log has several.")] = None,
+    allow_prompt_change: Annotated[bool, typer.Option("--allow-prompt-change", help="Compare items asked with "
+                                                      "a different prompt (counted) instead of refusing.")] = False,
+    cluster: Annotated[str | None, typer.Option("--cluster", help="A doc or metadata field: also report the "
+                                                "cluster-robust SE of Δ over its values.")] = None,
+    mean_score: Annotated[bool, typer.Option("--mean-score", help="Use the mean-score mode (paired t) even "
+                                             "for 0/1 scores.")] = False,
     seed: Annotated[int, typer.Option("--seed", help="Bootstrap seed.")] = 0,
     resamples: Annotated[int, typer.Option("--resamples", min=100, help="Bootstrap resamples.")] = 10_000,
     confidence: Annotated[float, typer.Option("--confidence", min=0.5, max=0.999)] = 0.95,
-    method: Annotated[str, typer.Option("--method", help="Bootstrap CI: percentile, basic or bca.")] = "percentile",
+    method: Annotated[str, typer.Option("--method", help="Bootstrap CI: percentile or bca.")] = "percentile",
     paired_out: Annotated[Path | None, typer.Option("--paired-out", help="Also write the SOP §1 paired records "
                                                     "{problem_hash, y_baseline, y_new, output_baseline, "
-                                                    "output_new} here.")] = None,
+                                                    "output_new} here (two files scored 0/1).")] = None,
 ) -> None:
-    """Paired comparison of two per-problem record files (Δ, b/c, McNemar, bootstrap CI)."""
+    """Paired comparison of per-item results (Δ, b/c, McNemar or paired t, bootstrap CI; Holm over several)."""
     from rlexp.errors import InputError
-    from rlexp.stats import paired_comparison
-    from rlexp.storage.paired import pair_files, write_paired_records
+    from rlexp.interop import FORMATS, Choice, read_items
+    from rlexp.interop.analysis import analyse, holm, is_binary, pair_items
 
-    if method not in ("percentile", "basic", "bca"):
-        raise InputError(None, "--method", f"must be percentile, basic or bca, got {method!r}")
-    joined = pair_files(base, new, intersect=intersect)
-    cmp = paired_comparison(joined.y_baseline, joined.y_new, resamples=resamples, seed=seed, confidence=confidence,
-                            method=method)
-    result: dict[str, Any] = {
-        **cmp.to_dict(),
-        "base": str(base),
-        "new": str(new),
-        "dropped_base_only": len(joined.dropped_base_only),
-        "dropped_new_only": len(joined.dropped_new_only),
-    }
+    if method not in ("percentile", "bca"):
+        raise InputError(None, "--method", f"must be percentile or bca, got {method!r}")
+    if fmt is not None and fmt not in FORMATS:
+        raise InputError(None, "--format", f"must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    if len(files) < 2:
+        raise InputError(None, "FILES", "need the baseline and at least one file to compare with it")
+    choice = Choice(task=task, filter=filter_, metric=metric, scorer=scorer)
+    sets = [read_items(path, fmt, choice, intersect=intersect) for path in files]
+    base = sets[0]
+    pairs = [pair_items(base, new, intersect=intersect, allow_prompt_change=allow_prompt_change) for new in sets[1:]]
+    if paired_out is not None and (len(pairs) != 1 or mean_score or not is_binary(pairs[0])):
+        raise InputError(None, "--paired-out", "only for two files whose items are scored 0/1 once each")
+    results = []
+    for paired in pairs:
+        result = analyse(paired, resamples=resamples, seed=seed, confidence=confidence, method=method,
+                         cluster=cluster, mean_mode=mean_score)
+        result.update({
+            "base": paired.base.path, "new": paired.new.path,
+            "dropped_base_only": paired.dropped_base_only, "dropped_new_only": paired.dropped_new_only,
+            "prompt_changed": paired.prompt_changed,
+            "dropped": ([{"file": s.path, **d} for s in (paired.base, paired.new) for d in s.dropped]
+                        + [{"file": paired.new.path, **d} for d in paired.dropped]),
+            "sources": {"base": paired.base.provenance(), "new": paired.new.provenance()},
+        })
+        results.append(result)
+    if len(results) > 1:
+        for result, adjusted in zip(results, holm([r["p_value"] for r in results]), strict=True):
+            result["p_holm"] = adjusted
     if paired_out is not None:
-        write_paired_records(paired_out, joined.records)
-        result["paired_records"] = str(paired_out)
+        from rlexp.storage.paired import PairedRecord, write_paired_records
+
+        (paired,) = pairs
+        records = [PairedRecord(b.key, int(b.scores[0]), int(n.scores[0]), b.output, n.output)
+                   for b, n in zip(paired.base_items, paired.new_items, strict=True)]
+        write_paired_records(paired_out, records)
+        results[0]["paired_records"] = str(paired_out)
+    output: dict[str, Any] = results[0] if len(results) == 1 else {
+        "base": base.path, "family": {"adjustment": "holm", "m": len(results)}, "comparisons": results}
     if json_out:
-        typer.echo(json.dumps(result, indent=2, allow_nan=False))
+        typer.echo(json.dumps(output, indent=2, allow_nan=False))
         return
-    _print(result)
+    for result in results:
+        _print(result)
 
 
 def _print(r: dict[str, Any]) -> None:
@@ -60,26 +104,65 @@ def _print(r: dict[str, Any]) -> None:
     from rich.table import Table
 
     console = Console()
-    table = Table(title=f"{r['new']} vs {r['base']} (N={r['n']} paired problems)")
+    table = Table(title=f"{r['new']} vs {r['base']} (N={r['n']} paired items, {r['mode']})")
     table.add_column("quantity")
     table.add_column("value", justify="right")
     conf = f"{100 * r['confidence']:g}%"
-    rows = [
-        ("acc baseline", f"{r['acc_base']:.2%}  (Wilson {conf} [{r['acc_base_ci'][0]:.2%}, {r['acc_base_ci'][1]:.2%}])"),
-        ("acc new", f"{r['acc_new']:.2%}  (Wilson {conf} [{r['acc_new_ci'][0]:.2%}, {r['acc_new_ci'][1]:.2%}])"),
-        ("Δ = new − baseline", f"{r['delta_pp']:+.2f} pp"),
-        ("b (baseline right, new wrong)", str(r["b"])),
-        ("c (baseline wrong, new right)", str(r["c"])),
-        ("McNemar exact p", f"{r['mcnemar_p']:.4f}"),
-        ("McNemar mid-p", f"{r['mcnemar_midp']:.4f}"),
-        (f"paired bootstrap {conf} CI ({r['ci_method']}, {r['resamples']} resamples, seed {r['seed']})",
-         f"[{r['ci_pp'][0]:+.2f}, {r['ci_pp'][1]:+.2f}] pp"),
-        ("SE (CLT)", f"{r['se_pp']:.2f} pp"),
-        ("MDE at 80% power, α=0.05", f"{r['mde_pp']:.2f} pp" if r["mde_pp"] is not None else "-"),
-    ]
+    boot = f"paired bootstrap {conf} CI ({r['ci_method']}, {r['resamples']} resamples, seed {r['seed']})"
+    if r["mode"] == "binary":
+        rows = [
+            ("acc baseline", f"{r['acc_base']:.2%}  (Wilson {conf} [{r['acc_base_ci'][0]:.2%}, {r['acc_base_ci'][1]:.2%}])"),
+            ("acc new", f"{r['acc_new']:.2%}  (Wilson {conf} [{r['acc_new_ci'][0]:.2%}, {r['acc_new_ci'][1]:.2%}])"),
+            ("Δ = new − baseline", f"{r['delta_pp']:+.2f} pp"),
+            ("b (baseline right, new wrong)", str(r["b"])),
+            ("c (baseline wrong, new right)", str(r["c"])),
+            ("McNemar exact p", f"{r['mcnemar_p']:.4f}"),
+            ("McNemar mid-p", f"{r['mcnemar_midp']:.4f}"),
+            (boot, f"[{r['ci_pp'][0]:+.2f}, {r['ci_pp'][1]:+.2f}] pp"),
+            ("SE (CLT)", f"{r['se_pp']:.2f} pp"),
+            ("MDE at 80% power, α=0.05", f"{r['mde_pp']:.2f} pp" if r["mde_pp"] is not None else "-"),
+            ("power at +3 pp (observed discordance)", _pct(r["power_at_3pp"])),
+        ]
+    else:
+        rows = [
+            ("mean score baseline", f"{r['mean_base']:.4f}"),
+            ("mean score new", f"{r['mean_new']:.4f}"),
+            ("Δ = new − baseline", f"{r['delta']:+.4f}"),
+            ("SE = sd(d)/√n", f"{r['se']:.4f}"),
+            (f"paired t (df {r['df']}) p", f"{r['p_value']:.4f}"),
+            (boot, f"[{r['ci'][0]:+.4f}, {r['ci'][1]:+.4f}]"),
+            ("items better / worse", f"{r['items_improved']} / {r['items_worse']}"),
+            ("MDE at 80% power, α=0.05", f"{r['mde']:.4f}" if r["mde"] is not None else "-"),
+            ("power at +3 pp", _pct(r["power_at_3pp"])),
+        ]
+    spi = r["samples_per_item"]
+    rows.append(("samples per item (base / new)", f"{_spi(spi['base'])} / {_spi(spi['new'])}"))
+    if "se_clustered" in r:
+        rows.append((f"SE clustered by {r['cluster_field']} ({r['n_clusters']} clusters)", f"{r['se_clustered']:.4f}"))
+    if "p_holm" in r:
+        rows.append(("p, Holm-adjusted over the family", f"{r['p_holm']:.4f}"))
     for name, value in rows:
         table.add_row(name, value)
     console.print(table)
-    if r["dropped_base_only"] or r["dropped_new_only"]:
-        console.print(f"--intersect dropped {r['dropped_base_only']} problem(s) only in the baseline and "
-                      f"{r['dropped_new_only']} only in the new file")
+    for role in ("base", "new"):
+        s = r["sources"][role]
+        chosen = ", ".join(f"{k} {v}" for k, v in s["chosen"].items() if v) or "-"
+        console.print(f"{role}: {s['path']}: {s['format']} ({s['harness']} {s['harness_version'] or 'version unknown'})"
+                      f", task {s['task'] or '-'}, {chosen}")
+        for note in s["notes"]:
+            console.print(f"  note: {note}")
+        if s["no_answer_counted_as_0"]:
+            console.print(f"  {s['no_answer_counted_as_0']} 'N' (no answer) value(s) counted as 0")
+    if r["prompt_changed"]:
+        console.print(f"--allow-prompt-change: {r['prompt_changed']} item(s) were asked with a different prompt")
+    if r["dropped"]:
+        console.print(f"--intersect dropped {len(r['dropped'])} item(s) ({r['dropped_base_only']} only in the "
+                      f"baseline, {r['dropped_new_only']} only in the new file); --json lists each with its reason")
+
+
+def _pct(value: float | None) -> str:
+    return f"{value:.0%}" if value is not None else "-"
+
+
+def _spi(s: dict[str, float]) -> str:
+    return str(s["min"]) if s["min"] == s["max"] else f"{s['min']}–{s['max']} (mean {s['mean']:.2f})"

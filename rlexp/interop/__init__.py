@@ -1,0 +1,72 @@
+"""Readers of other harnesses' per-sample results, for ``rlexp compare``.
+
+:func:`read_items` reads one file into an :class:`~rlexp.interop.items.ItemSet`; the format is
+detected from the content (a ZIP archive is an Inspect ``.eval`` log, a parquet file lighteval
+details, a JSON document with ``eval``/``status``/``version`` an Inspect ``.json`` log, JSONL
+lines with ``doc_id``/``filtered_resps`` lm-eval samples, lines with ``problem_hash``/``correct``
+rlexp records) and can be forced with ``fmt``. One module per format.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rlexp.errors import InputError
+from rlexp.interop.items import Choice, Item, ItemSet
+
+FORMATS = ("rlexp", "lm-eval", "inspect", "lighteval")
+
+__all__ = ["FORMATS", "Choice", "Item", "ItemSet", "detect_format", "read_items"]
+
+
+def detect_format(path: str | Path) -> str:
+    """The format of ``path`` from its content; an InputError when it is none of :data:`FORMATS`."""
+    from rlexp.interop import inspect_log, lighteval, lm_eval, records
+
+    path = Path(path)
+    if not path.exists():
+        raise InputError(path, None, "file not found")
+    with open(path, "rb") as fh:
+        head = fh.read(4)
+    if head == inspect_log.ZIP_MAGIC:
+        return "inspect"
+    if head == lighteval.PARQUET_MAGIC:
+        return "lighteval"
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        first_line = fh.readline()
+    try:
+        first = json.loads(first_line)
+    except ValueError:
+        first = None
+    if inspect_log.looks_like_json_log(first):
+        return "inspect"
+    if lm_eval.looks_like(first):
+        return "lm-eval"
+    if records.looks_like(first) or (first is None and not first_line.strip()):
+        return "rlexp"  # an empty file is the record reader's to refuse, with its own message
+    if first is None and first_line.strip() == "{":
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except ValueError:
+            data = None
+        if inspect_log.looks_like_json_log(data):
+            return "inspect"
+    if isinstance(first, dict):
+        return "rlexp"  # JSONL of unknown records: the record reader names the missing field
+    raise InputError(path, None, f"format not recognised; name it with --format ({', '.join(FORMATS)})")
+
+
+def read_items(path: str | Path, fmt: str | None = None, choice: Choice | None = None, *,
+               intersect: bool = False) -> ItemSet:
+    """Read one per-sample results file (see the module docstring)."""
+    from rlexp.interop import inspect_log, lighteval, lm_eval, records
+
+    choice = choice or Choice()
+    if fmt is None:
+        fmt = detect_format(path)
+    readers = {"rlexp": records.read, "lm-eval": lm_eval.read, "inspect": inspect_log.read,
+               "lighteval": lighteval.read}
+    if fmt not in readers:
+        raise InputError(None, "--format", f"must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    return readers[fmt](path, choice, intersect=intersect)

@@ -1,0 +1,223 @@
+"""Inspect AI evaluation logs: ``.json`` logs, and ``.eval`` logs (a ZIP archive).
+
+The maintainers call the ``inspect_ai.log`` read functions the stable interface, not the file
+format, so a ``.eval`` log is read with ``inspect_ai.log.read_eval_log`` when inspect_ai is
+installed (the optional extra ``rlexp[inspect]``); its members are zstd-compressed since 0.3.206,
+which Python 3.11's ``zipfile`` cannot read, so without inspect_ai the archive is read here, its
+zstd members with the ``zstandard`` package (refused with that advice when it is missing). ``.json`` logs are plain JSON and
+need nothing.
+
+Per sample: ``id`` (int or str; ids Inspect assigned itself are positions in the dataset),
+``epoch``, ``input``, ``target``, ``scores{scorer: {value, ...}}``, ``metadata``, ``error``. Items
+are keyed ``<task>:<id>``; several epochs give several scores for one item. The fingerprint is a
+hash of the input (message roles and contents only: message ids are random per run) and target.
+A log whose status is not ``success`` is partial.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import zipfile
+import zlib
+from pathlib import Path
+from typing import Any
+
+from rlexp.errors import InputError
+from rlexp.interop.items import (
+    Choice,
+    Item,
+    ItemSet,
+    NotAScore,
+    Problems,
+    ScoreTally,
+    Unscored,
+    choose,
+    fingerprint,
+    scalar_fields,
+    to_score,
+)
+
+ZIP_MAGIC = b"PK\x03\x04"
+ZSTD = 93  # the ZIP compression method number of zstandard
+
+
+def looks_like_json_log(data: Any) -> bool:
+    return isinstance(data, dict) and "eval" in data and "status" in data and "version" in data
+
+
+def load(path: Path) -> dict[str, Any]:
+    """The log as plain JSON-like data (header fields plus ``samples``)."""
+    if not path.exists():
+        raise InputError(path, None, "file not found")
+    with open(path, "rb") as fh:
+        zipped = fh.read(4) == ZIP_MAGIC
+    if not zipped:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise InputError(path, None, f"not a JSON Inspect log: {exc}") from None
+        if not looks_like_json_log(data):
+            raise InputError(path, None, "not an Inspect log (no eval/status/version)")
+        return data
+    if use_inspect_ai():
+        from inspect_ai.log import read_eval_log
+
+        log = read_eval_log(str(path), resolve_attachments=True)
+        return json.loads(log.model_dump_json())
+    return _load_zip_without_inspect(path)
+
+
+def use_inspect_ai() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("inspect_ai") is not None
+
+
+def _load_zip_without_inspect(path: Path) -> dict[str, Any]:
+    """Read ``header.json`` and ``samples/*.json`` from the archive; zstd members (Inspect
+    0.3.206+) are decompressed with ``zstandard`` when it is installed."""
+    try:
+        with zipfile.ZipFile(path) as archive, open(path, "rb") as raw:
+            members = {info.filename: info for info in archive.infolist()}
+            if "header.json" not in members:
+                raise InputError(path, "header.json", "missing: not an Inspect .eval log, or one whose run never "
+                                 "finished writing it")
+
+            def member(name: str) -> Any:
+                info = members[name]
+                if info.compress_type != ZSTD:
+                    return json.loads(archive.read(name))
+                return json.loads(_zstd_member(path, raw, info))
+
+            data = member("header.json")
+            data["samples"] = [member(n) for n in sorted(members) if n.startswith("samples/") and n.endswith(".json")]
+            return data
+    except zipfile.BadZipFile as exc:
+        raise InputError(path, None, f"not a readable .eval archive: {exc}") from None
+
+
+def _zstd_member(path: Path, raw: Any, info: zipfile.ZipInfo) -> bytes:
+    try:
+        import zstandard
+    except ImportError:
+        raise InputError(path, info.filename, "zstd-compressed (Inspect 0.3.206+), which Python's zipfile cannot "
+                         "read: install the optional extra rlexp[inspect] (inspect_ai, or zstandard), or convert "
+                         "the log with `inspect log convert --to json`") from None
+    raw.seek(info.header_offset)
+    local = raw.read(30)
+    if local[:4] != ZIP_MAGIC:
+        raise InputError(path, info.filename, "corrupt local header")
+    name_len, extra_len = struct.unpack("<HH", local[26:30])
+    raw.seek(info.header_offset + 30 + name_len + extra_len)
+    compressed = raw.read(info.compress_size)
+    with zstandard.ZstdDecompressor().stream_reader(compressed) as reader:
+        data = reader.read()
+    if len(data) != info.file_size or zlib.crc32(data) != info.CRC:
+        raise InputError(path, info.filename, "zstd member fails its size or CRC check")
+    return data
+
+
+def _resolve(value: Any, attachments: dict[str, str]) -> Any:
+    """Replace ``attachment://<hash>`` references (long contents are stored once) by the content."""
+    if isinstance(value, str) and value.startswith("attachment://"):
+        return attachments.get(value.removeprefix("attachment://"), value)
+    if isinstance(value, list):
+        return [_resolve(v, attachments) for v in value]
+    if isinstance(value, dict):
+        return {k: _resolve(v, attachments) for k, v in value.items()}
+    return value
+
+
+def _content_of(input_value: Any) -> Any:
+    """The input without per-run noise: a string, or (role, content) per message."""
+    if isinstance(input_value, list):
+        return [[m.get("role"), m.get("content")] if isinstance(m, dict) else m for m in input_value]
+    return input_value
+
+
+def harness_version(data: dict[str, Any]) -> str | None:
+    packages = (data.get("eval") or {}).get("packages") or {}
+    version = packages.get("inspect_ai")
+    return str(version) if version is not None else None
+
+
+def read(path: str | Path, choice: Choice, *, intersect: bool) -> ItemSet:
+    path = Path(path)
+    data = load(path)
+    task = str((data.get("eval") or {}).get("task") or "")
+    if not task:
+        raise InputError(path, "eval.task", "missing")
+    if choice.task is not None and choice.task != task:
+        raise InputError(path, "task", f"--task {choice.task!r} is not in this log; it has: {task}")
+    problems = Problems(path, intersect=intersect)
+    notes = []
+    status = data.get("status")
+    if status != "success":
+        problems.flag("(log)", f"the log's status is {status!r}, not 'success': a partial log")
+        notes.append(f"partial log (status {status!r}): only the samples it holds are used")
+    samples = data.get("samples")
+    if not isinstance(samples, list) or not samples:
+        raise InputError(path, "samples", "no samples in this log (written with --no-log-samples?)")
+    scorer_names = {name for s in samples for name in (s.get("scores") or {})}
+    scorer = choose(path, "scorer", scorer_names, choice.scorer)
+    tally = ScoreTally()
+    scores: dict[str, list[tuple[int, float]]] = {}
+    info: dict[str, tuple[str, dict[str, Any], str | None]] = {}
+    seen: set[tuple[str, int]] = set()
+    bad: set[str] = set()
+    for sample in samples:
+        key = f"{task}:{sample.get('id')}"
+        epoch = int(sample.get("epoch") or 1)
+        where = f"{key} epoch {epoch}"
+        if (key, epoch) in seen:
+            problems.flag(key, where=where, reason="duplicate (id, epoch)")
+            bad.add(key)
+            continue
+        seen.add((key, epoch))
+        attachments = sample.get("attachments") or {}
+        if sample.get("error"):
+            message = str((sample["error"] or {}).get("message", "error")).splitlines()[0][:80]
+            problems.flag(key, where=where, reason=f"errored sample ({message})")
+            bad.add(key)
+            continue
+        score = (sample.get("scores") or {}).get(scorer)
+        if score is None:
+            problems.flag(key, where=where, reason=f"not scored by {scorer!r}")
+            bad.add(key)
+            continue
+        value = score.get("value") if isinstance(score, dict) else None
+        if isinstance(value, dict):
+            value = _dict_value(path, where, value, choice.metric)
+        try:
+            number = to_score(value, tally)
+        except (Unscored, NotAScore) as exc:
+            problems.flag(key, where=where, reason=f"scorer {scorer!r}: {exc}")
+            bad.add(key)
+            continue
+        content = fingerprint(_content_of(_resolve(sample.get("input"), attachments)),
+                              _resolve(sample.get("target"), attachments))
+        previous = info.get(key)
+        if previous is not None and previous[0] != content:
+            raise InputError(path, where, "the same id has a different input or target in another epoch")
+        output = ((sample.get("output") or {}).get("completion")) if isinstance(sample.get("output"), dict) else None
+        info[key] = (content, scalar_fields(sample.get("metadata")), output if isinstance(output, str) else None)
+        scores.setdefault(key, []).append((epoch, number))
+    items = {}
+    for key, values in scores.items():
+        if key in bad:  # an item with one unusable epoch is dropped whole: its mean would be biased
+            continue
+        content, fields, output = info[key]
+        items[key] = Item(key, tuple(v for _, v in sorted(values)), content, None, fields, output)
+    if not items:
+        raise InputError(path, None, f"no usable sample for scorer {scorer!r}")
+    chosen: dict[str, str | None] = {"scorer": scorer}
+    if choice.metric is not None:
+        chosen["metric"] = choice.metric
+    return ItemSet(str(path), "inspect", "inspect_ai", harness_version(data), task, chosen, items,
+                   problems.dropped, notes, tally.no_answer)
+
+
+def _dict_value(path: Path, where: str, value: dict[str, Any], key: str | None) -> Any:
+    """A scorer that returns a dict of values: the caller names the entry with --metric."""
+    return value[choose(path, "metric", value.keys(), key)]

@@ -1,0 +1,126 @@
+"""lighteval details: ``details_<task>|<fewshot>_<timestamp>.parquet``.
+
+lighteval 0.11+ writes one row per document with struct columns ``doc{query, choices,
+gold_index, id, task_name, specific, ...}``, ``model_response{text[], ...}`` and
+``metric{<name>: value}``. Items are keyed ``<task>:<doc.id>``; the fingerprint is a hash of
+query, choices and gold_index. Older versions wrote flat columns and no id: such a file cannot be
+paired safely and is refused. Sampled metrics (several samples per document) are already
+fractions, so they arrive as partial credit. Read with pandas + pyarrow.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from rlexp.errors import InputError
+from rlexp.interop.items import (
+    Choice,
+    Item,
+    ItemSet,
+    NotAScore,
+    Problems,
+    ScoreTally,
+    Unscored,
+    choose,
+    fingerprint,
+    scalar_fields,
+    to_score,
+)
+
+PARQUET_MAGIC = b"PAR1"
+FILE_NAME = re.compile(r"^details_(?P<task>.+)_(?P<date>\d{4}-\d{2}-\d{2}T[0-9.\-:_]+)\.parquet$")
+
+
+def _plain(value: Any) -> Any:
+    """numpy arrays and scalars from pyarrow → lists and Python numbers."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        raise InputError(path, None, "file not found")
+    import pandas as pd
+
+    try:
+        frame = pd.read_parquet(path)
+    except Exception as exc:  # pyarrow raises several types for a damaged file
+        raise InputError(path, None, f"unreadable parquet: {str(exc).splitlines()[0]}") from None
+    missing = [c for c in ("doc", "metric") if c not in frame.columns]
+    if missing:
+        raise InputError(path, missing[0], "missing column: an older lighteval details file (flat columns, no "
+                         "document id) cannot be paired safely")
+    return [_plain(row) for row in frame.to_dict(orient="records")]
+
+
+def harness_version(path: Path) -> str | None:
+    """lighteval writes ``results_<timestamp>.json`` (with ``config_general.lighteval_sha`` and
+    versions) in a sibling results folder; we look for it beside the details folder."""
+    match = FILE_NAME.match(path.name)
+    if not match:
+        return None
+    for candidate in path.parent.parent.parent.glob(f"**/results_{match['date']}.json"):
+        try:
+            data = json.loads(candidate.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        versions = data.get("versions") if isinstance(data, dict) else None
+        general = data.get("config_general") if isinstance(data, dict) else None
+        for source in (general, versions):
+            if isinstance(source, dict) and source.get("lighteval_version"):
+                return str(source["lighteval_version"])
+    return None
+
+
+def read(path: str | Path, choice: Choice, *, intersect: bool) -> ItemSet:
+    path = Path(path)
+    rows = read_rows(path)
+    if not rows:
+        raise InputError(path, None, "no rows")
+    tasks = {str((r.get("doc") or {}).get("task_name") or "") for r in rows} - {""}
+    if not tasks:
+        match = FILE_NAME.match(path.name)
+        tasks = {match["task"]} if match else set()
+    task = choose(path, "task", tasks, choice.task)
+    metric_names = {m for r in rows for m in (r.get("metric") or {})}
+    metric = choose(path, "metric", metric_names, choice.metric)
+    problems = Problems(path, intersect=intersect)
+    tally = ScoreTally()
+    items: dict[str, Item] = {}
+    first_row: dict[str, int] = {}
+    for number, row in enumerate(rows):
+        doc = row.get("doc") or {}
+        if str(doc.get("task_name") or task) != task:
+            continue
+        doc_id = doc.get("id")
+        if doc_id in (None, ""):
+            raise InputError(path, f"row {number}: doc.id", "empty: this file has no document ids to pair on")
+        key = f"{task}:{doc_id}"
+        where = f"{key} (row {number})"
+        if key in first_row:
+            problems.flag(key, where=where, reason=f"duplicate doc.id (first at row {first_row[key]})")
+            items.pop(key, None)
+            continue
+        first_row[key] = number
+        try:
+            score = to_score((row.get("metric") or {}).get(metric), tally)
+        except (Unscored, NotAScore) as exc:
+            problems.flag(key, where=where, reason=f"metric {metric!r}: {exc}")
+            continue
+        texts = (row.get("model_response") or {}).get("text")
+        output = texts[0] if isinstance(texts, list) and texts and isinstance(texts[0], str) else None
+        fields = {**scalar_fields(doc.get("specific")), **scalar_fields(doc)}
+        items[key] = Item(key, (score,), fingerprint(doc.get("query"), doc.get("choices"), doc.get("gold_index")),
+                          None, fields, output)
+    if not items:
+        raise InputError(path, None, f"no usable row for task {task!r}, metric {metric!r}")
+    return ItemSet(str(path), "lighteval", "lighteval", harness_version(path), task, {"metric": metric}, items,
+                   problems.dropped, [], tally.no_answer)

@@ -1,0 +1,135 @@
+"""lm-evaluation-harness ``--log_samples`` files: ``samples_<task>_<date>.jsonl``.
+
+One line per (document, filter) with ``doc_id, doc, target, filter, metrics`` (the metric names),
+``doc_hash, prompt_hash, target_hash`` (SHA-256 of the doc JSON, of the first request's prompt and
+of ``str(target)``) and one key per metric. Items are keyed ``<task>:<doc_id>`` within the chosen
+filter; the fingerprint is doc_hash + target_hash (doc_hash alone is not a key: the same document
+has the same hash in two tasks), and the prompt hash is kept for the between-run check. The task
+comes from the file name (lines do not carry it) unless ``--task`` names it. The harness version
+is read from the ``results_<date>.json`` written beside the samples file, when it is there.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from rlexp.errors import InputError
+from rlexp.interop.items import (
+    Choice,
+    Item,
+    ItemSet,
+    NotAScore,
+    Problems,
+    ScoreTally,
+    Unscored,
+    choose,
+    fingerprint,
+    scalar_fields,
+    to_score,
+)
+
+FILE_NAME = re.compile(r"^samples_(?P<task>.+)_(?P<date>\d{4}-\d{2}-\d{2}T[0-9.\-]+)\.jsonl$")
+REQUIRED = ("doc_id", "filter", "metrics", "doc_hash", "prompt_hash", "target_hash")
+
+
+def looks_like(first: Any) -> bool:
+    return isinstance(first, dict) and "doc_id" in first and "filtered_resps" in first
+
+
+def read_lines(path: Path) -> list[tuple[int, dict[str, Any]]]:
+    """Every line, strictly (NaN allowed: a metric may be NaN); a truncated last line is an error."""
+    if not path.exists():
+        raise InputError(path, None, "file not found")
+    text = path.read_text(encoding="utf-8")
+    out = []
+    lines = text.splitlines()
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            last = number == len(lines) and not text.endswith("\n")
+            raise InputError(path, f"line {number}", "truncated last line" if last else f"malformed JSON: {exc.msg}") from None
+        if not isinstance(record, dict):
+            raise InputError(path, f"line {number}", "expected a JSON object")
+        out.append((number, record))
+    if not out:
+        raise InputError(path, None, "empty samples file")
+    return out
+
+
+def harness_version(path: Path) -> str | None:
+    match = FILE_NAME.match(path.name)
+    if not match:
+        return None
+    results = path.with_name(f"results_{match['date']}.json")
+    try:
+        data = json.loads(results.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    version = data.get("lm_eval_version") if isinstance(data, dict) else None
+    return str(version) if version is not None else None
+
+
+def read(path: str | Path, choice: Choice, *, intersect: bool) -> ItemSet:
+    path = Path(path)
+    lines = read_lines(path)
+    for number, record in lines:
+        missing = [k for k in REQUIRED if k not in record]
+        if missing:
+            why = ("this lm-eval version logs no content hashes, so pairing cannot be checked"
+                   if missing[0].endswith("_hash") else "not an lm-eval samples line")
+            raise InputError(path, f"line {number}: {missing[0]}", f"missing ({why})")
+    match = FILE_NAME.match(path.name)
+    if choice.task is not None:
+        task = choice.task
+    elif match:
+        task = match["task"]
+    else:
+        raise InputError(path, "task", "lm-eval samples lines do not name their task and the file name is not "
+                         "samples_<task>_<date>.jsonl; name it with --task")
+    filt = choose(path, "filter", (r["filter"] for _, r in lines), choice.filter)
+    chosen_lines = [(n, r) for n, r in lines if r["filter"] == filt]
+    metric_names = {m for _, r in chosen_lines for m in r["metrics"]}
+    metric = choose(path, "metric", metric_names, choice.metric)
+    problems = Problems(path, intersect=intersect)
+    tally = ScoreTally()
+    items: dict[str, Item] = {}
+    first_line: dict[str, int] = {}
+    for number, record in chosen_lines:
+        key = f"{task}:{record['doc_id']}"
+        where = f"{key} (line {number})"
+        if key in first_line:
+            problems.flag(key, where=where, reason=f"duplicate doc_id under filter {filt!r} (first at line {first_line[key]}; "
+                          "an appended samples file from two runs?)")
+            items.pop(key, None)
+            continue
+        first_line[key] = number
+        if metric not in record["metrics"] or metric not in record:
+            problems.flag(key, where=where, reason=f"no value for metric {metric!r}")
+            continue
+        try:
+            score = to_score(record[metric], tally)
+        except Unscored as exc:
+            problems.flag(key, where=where, reason=f"metric {metric!r}: {exc} (a --predict_only run?)")
+            continue
+        except NotAScore as exc:
+            problems.flag(key, where=where, reason=f"metric {metric!r} is {exc}")
+            continue
+        output = _first_response(record.get("filtered_resps"))
+        items[key] = Item(key, (score,), fingerprint(record["doc_hash"], record["target_hash"]),
+                          str(record["prompt_hash"]), scalar_fields(record.get("doc")), output)
+    if not items:
+        raise InputError(path, None, f"no usable item under filter {filt!r}, metric {metric!r}")
+    return ItemSet(str(path), "lm-eval", "lm-evaluation-harness", harness_version(path), task,
+                   {"filter": filt, "metric": metric}, items, problems.dropped, [], tally.no_answer)
+
+
+def _first_response(value: Any) -> str | None:
+    while isinstance(value, list) and value:
+        value = value[0]
+    return value if isinstance(value, str) else None
