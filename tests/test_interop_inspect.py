@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
+from rlexp.adapters.harnesses import Choice, detect_format, read_items
 from rlexp.cli import main
 from rlexp.errors import InputError
-from rlexp.interop import Choice, detect_format, read_items
 
 DATA = Path(__file__).parent / "data" / "interop" / "inspect"
 HARNESS = json.loads((DATA / "harness-results.json").read_text())
@@ -146,8 +146,9 @@ def test_errored_sample_exit_2_or_dropped_with_intersect(capsys):
     # --scorer match names the only scorer of errored.eval too
     out = run_json([str(DATA / "model_a.eval"), str(DATA / "errored.eval"), "--scorer", "match", "--intersect"], capsys)
     assert out["n"] == 19
-    reasons = {(d["key"], d["reason"].split(":")[0]) for d in out["dropped"]}
-    assert ("addition:q01", "addition:q01 epoch 1") in reasons
+    errored = [d for d in out["dropped"] if d["file"] == str(DATA / "errored.eval") and "only in" not in d["reason"]]
+    assert errored == [{"file": str(DATA / "errored.eval"), "key": "addition:q01",
+                        "reason": "addition:q01 epoch 1: errored sample (RuntimeError('scripted failure for this sample'))"}]
     assert {"file": str(DATA / "model_a.eval"), "key": "addition:q01", "reason": "only in the baseline"} in out["dropped"]
     new_items = read_items(DATA / "errored.eval", intersect=True)
     acc = sum(i.mean for i in new_items.items.values()) / len(new_items.items)

@@ -3,7 +3,8 @@
 The files are rlexp record files (``problem_hash``, ``correct``), lm-evaluation-harness
 ``--log_samples`` files, Inspect logs (``.eval`` or ``.json``) or lighteval details (parquet);
 the format is detected from the content (``--format`` forces it). Items are paired by
-``<task>:<id>`` and their content fingerprints must agree (see :mod:`rlexp.interop`). Scores of
+``<task>:<id>`` and their content fingerprints must agree (see :mod:`rlexp.adapters.harnesses`; the logic is
+:mod:`rlexp.stages.compare`). Scores of
 0/1 (C/I, booleans) get the SOP's paired binary analysis: Δ, b/c, McNemar exact p (and mid-p), the
 paired bootstrap CI, Wilson CIs, the CLT SE and the minimal detectable effect. Partial credit or
 several samples per item get the mean-score mode (paired t-test and bootstrap on per-item means).
@@ -50,48 +51,15 @@ def compare(
                                                     "output_new} here (two files scored 0/1).")] = None,
 ) -> None:
     """Paired comparison of per-item results (Δ, b/c, McNemar or paired t, bootstrap CI; Holm over several)."""
-    from rlexp.errors import InputError
-    from rlexp.interop import FORMATS, Choice, read_items
-    from rlexp.interop.analysis import analyse, holm, is_binary, pair_items
+    from rlexp.adapters.harnesses import Choice
+    from rlexp.stages.compare import compare_files
 
-    if method not in ("percentile", "bca"):
-        raise InputError(None, "--method", f"must be percentile or bca, got {method!r}")
-    if fmt is not None and fmt not in FORMATS:
-        raise InputError(None, "--format", f"must be one of {', '.join(FORMATS)}, got {fmt!r}")
-    if len(files) < 2:
-        raise InputError(None, "FILES", "need the baseline and at least one file to compare with it")
-    choice = Choice(task=task, filter=filter_, metric=metric, scorer=scorer)
-    sets = [read_items(path, fmt, choice, intersect=intersect) for path in files]
-    base = sets[0]
-    pairs = [pair_items(base, new, intersect=intersect, allow_prompt_change=allow_prompt_change) for new in sets[1:]]
-    if paired_out is not None and (len(pairs) != 1 or mean_score or not is_binary(pairs[0])):
-        raise InputError(None, "--paired-out", "only for two files whose items are scored 0/1 once each")
-    results = []
-    for paired in pairs:
-        result = analyse(paired, resamples=resamples, seed=seed, confidence=confidence, method=method,
-                         cluster=cluster, mean_mode=mean_score)
-        result.update({
-            "base": paired.base.path, "new": paired.new.path,
-            "dropped_base_only": paired.dropped_base_only, "dropped_new_only": paired.dropped_new_only,
-            "prompt_changed": paired.prompt_changed,
-            "dropped": ([{"file": s.path, **d} for s in (paired.base, paired.new) for d in s.dropped]
-                        + [{"file": paired.new.path, **d} for d in paired.dropped]),
-            "sources": {"base": paired.base.provenance(), "new": paired.new.provenance()},
-        })
-        results.append(result)
-    if len(results) > 1:
-        for result, adjusted in zip(results, holm([r["p_value"] for r in results]), strict=True):
-            result["p_holm"] = adjusted
-    if paired_out is not None:
-        from rlexp.storage.paired import PairedRecord, write_paired_records
-
-        (paired,) = pairs
-        records = [PairedRecord(b.key, int(b.scores[0]), int(n.scores[0]), b.output, n.output)
-                   for b, n in zip(paired.base_items, paired.new_items, strict=True)]
-        write_paired_records(paired_out, records)
-        results[0]["paired_records"] = str(paired_out)
+    results = compare_files(files, fmt=fmt, choice=Choice(task=task, filter=filter_, metric=metric, scorer=scorer),
+                            intersect=intersect, allow_prompt_change=allow_prompt_change, cluster=cluster,
+                            mean_score=mean_score, resamples=resamples, seed=seed, confidence=confidence,
+                            method=method, paired_out=paired_out)
     output: dict[str, Any] = results[0] if len(results) == 1 else {
-        "base": base.path, "family": {"adjustment": "holm", "m": len(results)}, "comparisons": results}
+        "base": str(files[0]), "family": {"adjustment": "holm", "m": len(results)}, "comparisons": results}
     if json_out:
         typer.echo(json.dumps(output, indent=2, allow_nan=False))
         return

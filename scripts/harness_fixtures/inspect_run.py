@@ -13,6 +13,7 @@ from the EvalLog that ``eval`` returned): the tests compare what rlexp reads wit
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -70,19 +71,31 @@ def scripted(seed: int, skill: float, fail_on: str | None = None):
 
 
 def run(out: Path, name: str, task: Task, model, fmt: str, **kwargs) -> dict:
-    tmp = out / f".{name}"
+    tmp = out / f".{name}-{fmt}"  # one directory per log, so the glob below finds just it
     log = eval(task, model=model, log_dir=str(tmp), log_format=fmt, display="none", max_samples=1, **kwargs)[0]
+    samples = [{"id": x.id, "epoch": x.epoch, "error": x.error is not None, "group": x.metadata.get("group"),
+                "scores": {k: v.value for k, v in (x.scores or {}).items()}} for x in (log.samples or [])]
+    # the samples above are read from the log file lazily: move it only now
     (written,) = list(tmp.glob(f"*.{fmt}"))
     shutil.move(written, out / f"{name}.{fmt}")
     tmp.rmdir()
-    samples = [{"id": x.id, "epoch": x.epoch, "error": x.error is not None, "group": x.metadata.get("group"),
-                "scores": {k: v.value for k, v in (x.scores or {}).items()}} for x in (log.samples or [])]
     return {
         "samples": samples,
         "status": log.status,
         "inspect_ai_version": log.eval.packages.get("inspect_ai"),
         "scores": {s.name: {m: v.value for m, v in s.metrics.items()} for s in (log.results.scores if log.results else [])},
     }
+
+
+LOCAL_DIRS = re.compile(r"(?:/(?:root|tmp|work|home|usr|opt)(?:/[\w.+\-]+)*)/(?=[\w.+\-]+)")
+
+
+def scrub_local_paths(path: Path) -> None:
+    """Tracebacks in errored logs name this machine's directories: keep only the file names."""
+    from inspect_ai.log import EvalLog, read_eval_log, write_eval_log
+
+    text = read_eval_log(str(path)).model_dump_json()
+    write_eval_log(EvalLog.model_validate_json(LOCAL_DIRS.sub("<dir>/", text)), str(path))
 
 
 def main() -> None:
@@ -104,6 +117,8 @@ def main() -> None:
                                   fail_on_error=False)
     results["partial.eval"] = run(out, "partial", one_scorer, scripted(3, 0.7, fail_on="What is 20 +"), "eval",
                                   fail_on_error=True)
+    for name in results:
+        scrub_local_paths(out / name)
     samples = {name: r.pop("samples") for name, r in results.items()}
     (out / "harness-results.json").write_text(json.dumps(results, indent=2) + "\n")
     (out / "sample-scores.json").write_text(json.dumps(samples) + "\n")

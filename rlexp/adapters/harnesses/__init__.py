@@ -1,6 +1,6 @@
 """Readers of other harnesses' per-sample results, for ``rlexp compare``.
 
-:func:`read_items` reads one file into an :class:`~rlexp.interop.items.ItemSet`; the format is
+:func:`read_items` reads one file into an :class:`~rlexp.adapters.harnesses.items.ItemSet`; the format is
 detected from the content (a ZIP archive is an Inspect ``.eval`` log, a parquet file lighteval
 details, a JSON document with ``eval``/``status``/``version`` an Inspect ``.json`` log, JSONL
 lines with ``doc_id``/``filtered_resps`` lm-eval samples, lines with ``problem_hash``/``correct``
@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from rlexp.adapters.harnesses.items import Choice, Item, ItemSet
 from rlexp.errors import InputError
-from rlexp.interop.items import Choice, Item, ItemSet
 
 FORMATS = ("rlexp", "lm-eval", "inspect", "lighteval")
 
@@ -22,7 +22,7 @@ __all__ = ["FORMATS", "Choice", "Item", "ItemSet", "detect_format", "read_items"
 
 def detect_format(path: str | Path) -> str:
     """The format of ``path`` from its content; an InputError when it is none of :data:`FORMATS`."""
-    from rlexp.interop import inspect_log, lighteval, lm_eval, records
+    from rlexp.adapters.harnesses import inspect_log, lighteval, lm_eval, records
 
     path = Path(path)
     if not path.exists():
@@ -60,7 +60,7 @@ def detect_format(path: str | Path) -> str:
 def read_items(path: str | Path, fmt: str | None = None, choice: Choice | None = None, *,
                intersect: bool = False) -> ItemSet:
     """Read one per-sample results file (see the module docstring)."""
-    from rlexp.interop import inspect_log, lighteval, lm_eval, records
+    from rlexp.adapters.harnesses import inspect_log, lighteval, lm_eval, records
 
     choice = choice or Choice()
     if fmt is None:

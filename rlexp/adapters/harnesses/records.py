@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rlexp.interop.items import Choice, Item, ItemSet, scalar_fields
+from rlexp.adapters.harnesses.items import Choice, Item, ItemSet, scalar_fields
 
 
 def looks_like(first: Any) -> bool:

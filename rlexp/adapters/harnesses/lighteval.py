@@ -1,9 +1,14 @@
 """lighteval details: ``details_<task>|<fewshot>_<timestamp>.parquet``.
 
-lighteval 0.11+ writes one row per document with struct columns ``doc{query, choices,
-gold_index, id, task_name, specific, ...}``, ``model_response{text[], ...}`` and
-``metric{<name>: value}``. Items are keyed ``<task>:<doc.id>``; the fingerprint is a hash of
-query, choices and gold_index. Older versions wrote flat columns and no id: such a file cannot be
+lighteval 0.11+ writes struct columns ``doc{query, choices, gold_index, id, task_name,
+specific, ...}``, ``model_response{text[], logprobs[], ...}`` and ``metric{<name>: value}``. A
+task whose metrics need several sampling methods (loglikelihood and generation) gets one row per
+document and method, each row holding only its own metrics (the others are null): the rows of the
+chosen metric are those where it is not null. Items are keyed ``<task>:<doc.id>`` (``doc.id`` is
+the document's position in the evaluation split, assigned by lighteval); the fingerprint is a
+hash of query, choices and gold_index. lighteval records no version of itself in its outputs
+(``config_general.lighteval_sha`` is "?" for an installed package), so the harness version is
+reported only when a results file beside the details names one. Older versions wrote flat columns and no id: such a file cannot be
 paired safely and is refused. Sampled metrics (several samples per document) are already
 fractions, so they arrive as partial credit. Read with pandas + pyarrow.
 """
@@ -15,8 +20,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from rlexp.errors import InputError
-from rlexp.interop.items import (
+from rlexp.adapters.harnesses.items import (
     Choice,
     Item,
     ItemSet,
@@ -29,6 +33,7 @@ from rlexp.interop.items import (
     scalar_fields,
     to_score,
 )
+from rlexp.errors import InputError
 
 PARQUET_MAGIC = b"PAR1"
 FILE_NAME = re.compile(r"^details_(?P<task>.+)_(?P<date>\d{4}-\d{2}-\d{2}T[0-9.\-:_]+)\.parquet$")
@@ -105,13 +110,16 @@ def read(path: str | Path, choice: Choice, *, intersect: bool) -> ItemSet:
             raise InputError(path, f"row {number}: doc.id", "empty: this file has no document ids to pair on")
         key = f"{task}:{doc_id}"
         where = f"{key} (row {number})"
+        metrics = row.get("metric") or {}
+        if metrics.get(metric) is None:  # a row of another sampling method (or metric)
+            continue
         if key in first_row:
             problems.flag(key, where=where, reason=f"duplicate doc.id (first at row {first_row[key]})")
             items.pop(key, None)
             continue
         first_row[key] = number
         try:
-            score = to_score((row.get("metric") or {}).get(metric), tally)
+            score = to_score(metrics[metric], tally)
         except (Unscored, NotAScore) as exc:
             problems.flag(key, where=where, reason=f"metric {metric!r}: {exc}")
             continue

@@ -23,8 +23,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from rlexp.errors import InputError
-from rlexp.interop.items import (
+from rlexp.adapters.harnesses.items import (
     Choice,
     Item,
     ItemSet,
@@ -37,6 +36,7 @@ from rlexp.interop.items import (
     scalar_fields,
     to_score,
 )
+from rlexp.errors import InputError
 
 ZIP_MAGIC = b"PK\x03\x04"
 ZSTD = 93  # the ZIP compression method number of zstandard

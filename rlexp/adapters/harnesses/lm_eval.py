@@ -16,8 +16,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from rlexp.errors import InputError
-from rlexp.interop.items import (
+from rlexp.adapters.harnesses.items import (
     Choice,
     Item,
     ItemSet,
@@ -30,6 +29,7 @@ from rlexp.interop.items import (
     scalar_fields,
     to_score,
 )
+from rlexp.errors import InputError
 
 FILE_NAME = re.compile(r"^samples_(?P<task>.+)_(?P<date>\d{4}-\d{2}-\d{2}T[0-9.\-]+)\.jsonl$")
 REQUIRED = ("doc_id", "filter", "metrics", "doc_hash", "prompt_hash", "target_hash")

@@ -1,0 +1,117 @@
+"""Paired statistics of per-item scores beyond 0/1: the mean-score mode, clustered SE, Holm.
+
+For two models scored on the same n items, with per-item mean scores (several epochs or samples
+per item are averaged first, partial credit kept as it is): d_i = new_i − base_i, Δ = mean(d),
+SE = sd(d)/√n, a paired t-test on d (df = n − 1, as ``scipy.stats.ttest_rel``), and the paired
+bootstrap CI of Δ (items resampled with replacement). The cluster-robust SE treats items of one
+cluster (a passage, a source document) as one unit. :func:`holm` adjusts a family of p-values.
+0/1 scores use :mod:`rlexp.stats` (McNemar, the counts bootstrap) instead.
+
+Kept apart from :mod:`rlexp.stats` so that only this module changes if that module's API does.
+numpy and scipy are imported inside the functions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from statistics import NormalDist
+from typing import Any
+
+_Z = NormalDist()
+WIN_THRESHOLD_PP = 3.0  # the SOP's default win threshold (rlexp.core.power.WIN_THRESHOLD_PP)
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values (as statsmodels' ``multipletests(method="holm")``)."""
+    m = len(pvalues)
+    order = sorted(range(m), key=lambda i: pvalues[i])
+    adjusted = [0.0] * m
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * pvalues[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+def mean_score_comparison(base_means: Sequence[float], new_means: Sequence[float], *, resamples: int = 10_000,
+                          seed: int = 0, confidence: float = 0.95, method: str = "percentile") -> dict[str, Any]:
+    """Paired comparison of per-item mean scores: Δ, SE = sd(d)/√n, paired t-test, paired bootstrap CI."""
+    import numpy as np
+    from scipy import stats as sps
+
+    base = np.asarray(base_means, dtype=float)
+    new = np.asarray(new_means, dtype=float)
+    d = new - base
+    n = len(d)
+    if n < 2:
+        raise ValueError(f"the mean-score mode needs at least 2 paired items, got {n}")
+    delta = float(d.mean())
+    sd = float(d.std(ddof=1))
+    se = sd / math.sqrt(n)
+    if se > 0:
+        t = delta / se
+        p = float(2.0 * sps.t.sf(abs(t), df=n - 1))
+    else:  # every item moved by the same amount: no sampling variability to test against
+        t = math.inf if delta else 0.0
+        p = 0.0 if delta else 1.0
+    ci = paired_bootstrap_ci(d, resamples=resamples, seed=seed, confidence=confidence, method=method)
+    unit = all(0.0 <= x <= 1.0 for x in np.concatenate([base, new]))
+    z = _Z.inv_cdf(0.975) + _Z.inv_cdf(0.8)
+    mde = z * se if se > 0 else None
+    power3 = None
+    if unit and se > 0:
+        shift = (WIN_THRESHOLD_PP / 100.0) / se
+        power3 = _Z.cdf(shift - _Z.inv_cdf(0.975)) + _Z.cdf(-shift - _Z.inv_cdf(0.975))
+    scale = 100.0 if unit else 1.0
+    return {
+        "mode": "mean-score", "test": "paired t", "n": n,
+        "mean_base": float(base.mean()), "mean_new": float(new.mean()),
+        "delta": delta, "delta_pp": delta * 100.0 if unit else None,
+        "sd_d": sd, "se": se, "se_pp": se * 100.0 if unit else None,
+        "t": t if math.isfinite(t) else None, "df": n - 1, "p_value": p,
+        "ci": [ci[0], ci[1]], "ci_pp": [ci[0] * scale, ci[1] * scale] if unit else None,
+        "ci_method": method, "confidence": confidence, "resamples": resamples, "seed": seed,
+        "items_improved": int((d > 0).sum()), "items_worse": int((d < 0).sum()),
+        "mde": mde, "mde_pp": mde * 100.0 if (mde is not None and unit) else None,
+        "power_at_3pp": power3,
+    }
+
+
+def paired_bootstrap_ci(d: Any, *, resamples: int, seed: int, confidence: float, method: str) -> tuple[float, float]:
+    """CI of mean(d) by resampling items with replacement (the paired bootstrap). ``bca`` uses
+    ``scipy.stats.bootstrap``; ``percentile`` is computed here in chunks (bounded memory)."""
+    import numpy as np
+
+    d = np.asarray(d, dtype=float)
+    alpha = 1.0 - confidence
+    if float(d.std()) == 0.0:
+        return float(d[0]), float(d[0])
+    if method == "bca":
+        from scipy import stats as sps
+
+        res = sps.bootstrap((d,), np.mean, n_resamples=resamples, confidence_level=confidence, method="BCa",
+                            rng=np.random.default_rng(seed))
+        return float(res.confidence_interval.low), float(res.confidence_interval.high)
+    rng = np.random.default_rng(seed)
+    n = len(d)
+    chunk = max(1, 2_000_000 // n)
+    means = []
+    done = 0
+    while done < resamples:
+        size = min(chunk, resamples - done)
+        means.append(d[rng.integers(0, n, size=(size, n))].mean(axis=1))
+        done += size
+    lo, hi = np.quantile(np.concatenate(means), (alpha / 2, 1 - alpha / 2))
+    return float(lo), float(hi)
+
+
+def clustered_se(base_means: Sequence[float], new_means: Sequence[float], labels: Sequence[Any]) -> dict[str, Any]:
+    """Cluster-robust SE of Δ = mean(d) (CR0: sqrt(Σ_g (Σ_{i∈g} (d_i − Δ))²) / n), via
+    :func:`rlexp.stats.cluster_robust_mean`, with the naive SE beside it."""
+    from rlexp.stats import cluster_robust_mean
+
+    d = [n - b for b, n in zip(base_means, new_means, strict=True)]
+    res = cluster_robust_mean(d, labels)
+    return {"se_clustered": res.se, "n_clusters": res.n_clusters}
+

@@ -1,0 +1,174 @@
+"""The compare stage: per-item results of a baseline and one or more new runs, paired and tested.
+
+:func:`compare_files` reads every file (:mod:`rlexp.adapters.harnesses`: rlexp records, lm-eval
+samples, Inspect logs, lighteval details), pairs each new run with the baseline
+(:func:`pair_items`), analyses each pair (:func:`analyse`) and, with several new runs,
+Holm-adjusts the p-values over the family. Everything is read and checked before anything is
+written.
+
+Pairing joins two item sets by key and checks that each pair is the same item: a differing
+content fingerprint is always an error (it is how lm-eval's out-of-order ``--samples`` bug, which
+logs the wrong ``doc_id``, shows itself); a differing prompt hash is an error unless allowed, and
+then counted; different key sets are an error unless ``--intersect``, and then every dropped key is
+reported.
+
+Analysis: when every item of both runs has one 0/1 score (C/I, booleans, 0/1), the SOP's paired
+binary analysis (:func:`rlexp.stats.compare_counts`: McNemar, paired bootstrap, Wilson CIs, MDE).
+Otherwise — partial credit, several epochs or samples per item — the mean-score mode of
+:mod:`rlexp.core.paired_scores` on per-item means. ``cluster`` adds the cluster-robust SE of Δ.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlexp.adapters.harnesses.items import Choice, Item, ItemSet, samples_per_item
+from rlexp.errors import InputError
+
+
+def compare_files(files: list[Path], *, fmt: str | None = None, choice: Choice | None = None,
+                  intersect: bool = False, allow_prompt_change: bool = False, cluster: str | None = None,
+                  mean_score: bool = False, resamples: int = 10_000, seed: int = 0, confidence: float = 0.95,
+                  method: str = "percentile", paired_out: Path | None = None) -> list[dict[str, Any]]:
+    """One result dict per new file (compared with ``files[0]``); ``p_holm`` when there are several."""
+    from rlexp.adapters.harnesses import FORMATS, read_items
+    from rlexp.core.paired_scores import holm
+
+    if method not in ("percentile", "bca"):
+        raise InputError(None, "--method", f"must be percentile or bca, got {method!r}")
+    if fmt is not None and fmt not in FORMATS:
+        raise InputError(None, "--format", f"must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    if len(files) < 2:
+        raise InputError(None, "FILES", "need the baseline and at least one file to compare with it")
+    sets = [read_items(path, fmt, choice, intersect=intersect) for path in files]
+    pairs = [pair_items(sets[0], new, intersect=intersect, allow_prompt_change=allow_prompt_change)
+             for new in sets[1:]]
+    if paired_out is not None and (len(pairs) != 1 or mean_score or not is_binary(pairs[0])):
+        raise InputError(None, "--paired-out", "only for two files whose items are scored 0/1 once each")
+    results = []
+    for paired in pairs:
+        result = analyse(paired, resamples=resamples, seed=seed, confidence=confidence, method=method,
+                         cluster=cluster, mean_mode=mean_score)
+        result.update({
+            "base": paired.base.path, "new": paired.new.path,
+            "dropped_base_only": paired.dropped_base_only, "dropped_new_only": paired.dropped_new_only,
+            "prompt_changed": paired.prompt_changed,
+            "dropped": ([{"file": s.path, **d} for s in (paired.base, paired.new) for d in s.dropped]
+                        + [{"file": paired.base.path if d["reason"] == "only in the baseline" else paired.new.path, **d}
+                           for d in paired.dropped]),
+            "sources": {"base": paired.base.provenance(), "new": paired.new.provenance()},
+        })
+        results.append(result)
+    if len(results) > 1:
+        for result, adjusted in zip(results, holm([r["p_value"] for r in results]), strict=True):
+            result["p_holm"] = adjusted
+    if paired_out is not None:
+        from rlexp.storage.paired import PairedRecord, write_paired_records
+
+        (paired,) = pairs
+        records = [PairedRecord(b.key, int(b.scores[0]), int(n.scores[0]), b.output, n.output)
+                   for b, n in zip(paired.base_items, paired.new_items, strict=True)]
+        write_paired_records(paired_out, records)
+        results[0]["paired_records"] = str(paired_out)
+    return results
+
+
+@dataclass
+class PairedItems:
+    base: ItemSet
+    new: ItemSet
+    keys: list[str]
+    base_items: list[Item]
+    new_items: list[Item]
+    dropped: list[dict[str, str]] = field(default_factory=list)
+    prompt_changed: int = 0
+
+    @property
+    def dropped_base_only(self) -> int:
+        return sum(1 for d in self.dropped if d["reason"] == "only in the baseline")
+
+    @property
+    def dropped_new_only(self) -> int:
+        return sum(1 for d in self.dropped if d["reason"] == "only in the new file")
+
+
+def pair_items(base: ItemSet, new: ItemSet, *, intersect: bool = False,
+               allow_prompt_change: bool = False) -> PairedItems:
+    base_only = [k for k in base.items if k not in new.items]
+    new_only = [k for k in new.items if k not in base.items]
+    if (base_only or new_only) and not intersect:
+        example = (base_only or new_only)[0]
+        raise InputError(new.path, "items", f"item sets differ from {base.path}: {len(base_only)} only in the "
+                         f"baseline, {len(new_only)} only in the new file (e.g. {example[:40]}); compare the "
+                         "common items only with --intersect")
+    keys = [k for k in base.items if k in new.items]
+    if not keys:
+        raise InputError(new.path, "items", f"no item in common with {base.path}")
+    changed = []
+    for key in keys:
+        b, n = base.items[key], new.items[key]
+        if b.fingerprint != n.fingerprint:
+            raise InputError(new.path, key, f"its content differs from the baseline's ({base.path}): the two runs "
+                             "scored different documents under one id (lm-eval's out-of-order --samples logs wrong "
+                             "doc_ids; a reordered dataset renumbers Inspect's positional ids); not comparable")
+        if b.prompt_hash is not None and n.prompt_hash is not None and b.prompt_hash != n.prompt_hash:
+            changed.append(key)
+    if changed and not allow_prompt_change:
+        raise InputError(new.path, "prompt_hash", f"{len(changed)} of {len(keys)} items were asked with a different "
+                         f"prompt than in the baseline (e.g. {changed[0]}): a prompt change confounds the comparison; "
+                         "compare anyway with --allow-prompt-change")
+    dropped = ([{"key": k, "reason": "only in the baseline"} for k in base_only]
+               + [{"key": k, "reason": "only in the new file"} for k in new_only])
+    return PairedItems(base, new, keys, [base.items[k] for k in keys], [new.items[k] for k in keys], dropped,
+                       len(changed))
+
+
+def cluster_labels(paired: PairedItems, field_name: str) -> list[Any]:
+    """The ``field_name`` value of each paired item (from the baseline's doc or metadata)."""
+    labels = []
+    for item in paired.base_items:
+        if field_name not in item.fields:
+            offered = ", ".join(sorted(item.fields)) or "none"
+            raise InputError(paired.base.path, item.key, f"no scalar field {field_name!r} for --cluster (fields: {offered})")
+        labels.append(item.fields[field_name])
+    return labels
+
+
+
+
+def is_binary(paired: PairedItems) -> bool:
+    return all(i.binary for i in paired.base_items) and all(i.binary for i in paired.new_items)
+
+
+def analyse(paired: PairedItems, *, resamples: int = 10_000, seed: int = 0, confidence: float = 0.95,
+            method: str = "percentile", cluster: str | None = None, mean_mode: bool = False) -> dict[str, Any]:
+    """The paired comparison of ``paired`` as a flat dict (see the module docstring)."""
+    labels = cluster_labels(paired, cluster) if cluster else None
+    if is_binary(paired) and not mean_mode:
+        out = _binary(paired, resamples=resamples, seed=seed, confidence=confidence, method=method)
+    else:
+        from rlexp.core.paired_scores import mean_score_comparison
+
+        out = mean_score_comparison([i.mean for i in paired.base_items], [i.mean for i in paired.new_items],
+                                    resamples=resamples, seed=seed, confidence=confidence, method=method)
+    if labels is not None:
+        from rlexp.core.paired_scores import clustered_se
+
+        out.update(clustered_se([b.mean for b in paired.base_items], [n.mean for n in paired.new_items], labels))
+        out["cluster_field"] = cluster
+    out["samples_per_item"] = {"base": samples_per_item(paired.base_items), "new": samples_per_item(paired.new_items)}
+    return out
+
+
+def _binary(paired: PairedItems, **kwargs: Any) -> dict[str, Any]:
+    from rlexp.stats import compare_counts, paired_counts
+
+    y_base = [int(i.scores[0]) for i in paired.base_items]
+    y_new = [int(i.scores[0]) for i in paired.new_items]
+    out = compare_counts(paired_counts(y_base, y_new), **kwargs).to_dict()
+    out["mode"] = "binary"
+    out["test"] = "McNemar exact"
+    out["p_value"] = out["mcnemar_p"]
+    return out
