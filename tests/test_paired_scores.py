@@ -1,0 +1,107 @@
+"""The statistics beyond 0/1 (rlexp.core.paired_scores) against reference implementations, and the
+compare options around them (--mean-score, --cluster on records, --paired-out limits, letters)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+from statsmodels.stats.multitest import multipletests
+
+from rlexp.cli import main
+from rlexp.core.paired_scores import holm, mean_score_comparison, paired_bootstrap_ci
+
+INSPECT = Path(__file__).parent / "data" / "interop" / "inspect"
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_holm_equals_statsmodels(seed):
+    rng = np.random.default_rng(seed)
+    ps = list(rng.uniform(0, 0.2, size=int(rng.integers(1, 8))))
+    assert holm(ps) == pytest.approx(list(multipletests(ps, method="holm")[1]))
+
+
+def test_mean_score_against_scipy_and_by_hand():
+    base = [0.0, 0.5, 1.0, 0.25, 0.75, 0.5, 0.0, 1.0]
+    new = [0.5, 0.5, 1.0, 0.75, 1.0, 0.25, 0.5, 1.0]
+    d = np.array(new) - np.array(base)
+    out = mean_score_comparison(base, new, resamples=4000, seed=1)
+    ref = sps.ttest_rel(new, base)
+    assert out["delta"] == pytest.approx(0.1875) and out["delta_pp"] == pytest.approx(18.75)
+    assert out["se"] == pytest.approx(d.std(ddof=1) / math.sqrt(8))
+    assert out["t"] == pytest.approx(ref.statistic) and out["p_value"] == pytest.approx(ref.pvalue)
+    assert (out["items_improved"], out["items_worse"], out["df"]) == (4, 1, 7)
+    assert out["mde"] == pytest.approx((1.959964 + 0.841621) * out["se"], rel=1e-5)
+
+
+def test_bootstrap_percentile_and_bca_against_scipy():
+    rng = np.random.default_rng(0)
+    d = rng.choice([-1.0, -0.5, 0.0, 0.5, 1.0], p=[0.1, 0.1, 0.5, 0.15, 0.15], size=200)
+    ref = sps.bootstrap((d,), np.mean, n_resamples=20_000, method="percentile", rng=np.random.default_rng(5))
+    lo, hi = paired_bootstrap_ci(d, resamples=20_000, seed=3, confidence=0.95, method="percentile")
+    assert lo == pytest.approx(ref.confidence_interval.low, abs=0.01)
+    assert hi == pytest.approx(ref.confidence_interval.high, abs=0.01)
+    lo_bca, hi_bca = paired_bootstrap_ci(d, resamples=5_000, seed=3, confidence=0.95, method="bca")
+    assert lo_bca < d.mean() < hi_bca and abs(lo_bca - lo) < 0.03
+
+
+def test_constant_differences_have_no_spread():
+    out = mean_score_comparison([0.2, 0.4, 0.6], [0.3, 0.5, 0.7], resamples=200)
+    assert out["se"] == 0 and out["p_value"] == 0.0 and out["ci"] == pytest.approx([0.1, 0.1])
+    assert out["t"] is None and out["mde"] is None
+
+
+def write_records(path: Path, ys: list[int], buckets: list[str]) -> Path:
+    path.write_text("".join(json.dumps({"problem_hash": f"h{i}", "correct": y, "bucket": b}) + "\n"
+                            for i, (y, b) in enumerate(zip(ys, buckets, strict=True))))
+    return path
+
+
+def test_mean_score_option_and_cluster_on_rlexp_records(tmp_path, capsys):
+    rng = np.random.default_rng(2)
+    base = [int(x) for x in rng.integers(0, 2, 60)]
+    new = [int(x) for x in rng.integers(0, 2, 60)]
+    buckets = [f"b{i % 7}" for i in range(60)]
+    a, b = write_records(tmp_path / "a.jsonl", base, buckets), write_records(tmp_path / "b.jsonl", new, buckets)
+    assert main(["compare", str(a), str(b), "--json", "--mean-score", "--cluster", "bucket", "--resamples", "500"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["mode"] == "mean-score" and out["p_value"] == pytest.approx(sps.ttest_rel(new, base).pvalue)
+    d = np.array(new, float) - np.array(base, float)
+    sums = {}
+    for x, g in zip(d - d.mean(), buckets, strict=True):
+        sums[g] = sums.get(g, 0.0) + x
+    assert out["n_clusters"] == 7
+    assert out["se_clustered"] == pytest.approx(math.sqrt(sum(v * v for v in sums.values())) / 60)
+    assert out["sources"]["base"]["format"] == "rlexp"
+    # --paired-out needs 0/1 scores compared in the binary mode, two files
+    assert main(["compare", str(a), str(b), "--mean-score", "--paired-out", str(tmp_path / "p.jsonl")]) == 2
+    assert "--paired-out" in capsys.readouterr().err and not (tmp_path / "p.jsonl").exists()
+    assert main(["compare", str(a), str(b), str(b), "--paired-out", str(tmp_path / "p.jsonl")]) == 2
+    capsys.readouterr()
+    assert main(["compare", str(a)]) == 2
+    assert "at least one file" in capsys.readouterr().err
+
+
+def test_letters_partial_and_no_answer_in_an_inspect_log(tmp_path, capsys):
+    """A copy of a real Inspect .json log with some C/I values turned into P (partial, 0.5) and N
+    (no answer, counted as 0 and reported): the partial credit switches to the mean-score mode."""
+    log = json.loads((INSPECT / "model_a.json").read_text())
+    for sample, letter in zip(log["samples"][:4], ["P", "P", "N", "N"], strict=False):
+        sample["scores"]["match"]["value"] = letter
+    edited = tmp_path / "letters.json"
+    edited.write_text(json.dumps(log))
+    assert main(["compare", str(INSPECT / "model_a.json"), str(edited), "--scorer", "match", "--json",
+                 "--resamples", "500"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    original = {s["id"]: {"C": 1.0, "I": 0.0}[s["scores"]["match"]["value"]]
+                for s in json.loads((INSPECT / "model_a.json").read_text())["samples"]}
+    changed = dict(original)
+    for sample_id, value in zip(list(original)[:4], [0.5, 0.5, 0.0, 0.0], strict=True):
+        changed[sample_id] = value
+    assert out["mode"] == "mean-score" and out["sources"]["new"]["no_answer_counted_as_0"] == 2
+    assert out["mean_new"] == pytest.approx(sum(changed.values()) / 20)
+    assert out["delta"] == pytest.approx((sum(changed.values()) - sum(original.values())) / 20)
