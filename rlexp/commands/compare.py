@@ -121,6 +121,8 @@ def _print(r: dict[str, Any]) -> None:
             console.print(f"  note: {note}")
         if s["no_answer_counted_as_0"]:
             console.print(f"  {s['no_answer_counted_as_0']} 'N' (no answer) value(s) counted as 0")
+    for warning in r.get("warnings", []):
+        console.print(f"warning: {warning}")
     if r["prompt_changed"]:
         console.print(f"--allow-prompt-change: {r['prompt_changed']} item(s) were asked with a different prompt")
     if r["dropped"]:

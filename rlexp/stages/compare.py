@@ -27,6 +27,11 @@ from typing import Any
 from rlexp.adapters.harnesses.items import Choice, Item, ItemSet, samples_per_item
 from rlexp.errors import InputError
 
+# Below this many discordant pairs the BCa interval of the paired difference under-covers: a
+# simulation measured 92.8% coverage for a nominal 95% with about 10, while the percentile interval
+# held 95-96%. 30 is a conservative round number above that point, not a calibrated threshold.
+BCA_MIN_DISCORDANT = 30
+
 
 def compare_files(files: list[Path], *, fmt: str | None = None, choice: Choice | None = None,
                   intersect: bool = False, allow_prompt_change: bool = False, cluster: str | None = None,
@@ -169,6 +174,10 @@ def _binary(paired: PairedItems, **kwargs: Any) -> dict[str, Any]:
     y_new = [int(i.scores[0]) for i in paired.new_items]
     out = compare_counts(paired_counts(y_base, y_new), **kwargs).to_dict()
     out["mode"] = "binary"
+    discordant = out["b"] + out["c"]
+    if kwargs.get("method") == "bca" and discordant < BCA_MIN_DISCORDANT:
+        out["warnings"] = [f"BCa interval with only {discordant} discordant pairs: it under-covers there (about "
+                           "93% for a nominal 95% with 10); the percentile interval (the default) holds its level"]
     out["test"] = "McNemar exact"
     out["p_value"] = out["mcnemar_p"]
     return out
