@@ -108,6 +108,18 @@ def test_bca_option(tmp_path, capsys):
     assert out["ci_method"] == "bca" and out["ci_pp"][0] < out["delta_pp"] < out["ci_pp"][1]
 
 
+def test_basic_option_is_the_reverse_percentile_interval(tmp_path, capsys):
+    base, new = seed_pair(tmp_path)
+    runs = {}
+    for method in ("percentile", "basic"):
+        assert main(["compare", str(base), str(new), "--json", "--method", method, "--seed", "4"]) == 0
+        runs[method] = json.loads(capsys.readouterr().out)
+    pct, basic, delta = runs["percentile"]["ci_pp"], runs["basic"]["ci_pp"], runs["basic"]["delta_pp"]
+    assert runs["basic"]["ci_method"] == "basic"
+    # same seed, same resamples: (2 delta - q_high, 2 delta - q_low)
+    assert basic == pytest.approx([2 * delta - pct[1], 2 * delta - pct[0]], abs=1e-9)
+
+
 def test_bca_with_few_discordant_pairs_warns(tmp_path, capsys):
     base = write(tmp_path / "b.jsonl", [1] * 40 + [1] * 3 + [0] * 7 + [0] * 50)
     new = write(tmp_path / "n.jsonl", [1] * 40 + [0] * 3 + [1] * 7 + [0] * 50)

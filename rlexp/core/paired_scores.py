@@ -4,7 +4,8 @@ For two models scored on the same n items, with per-item mean scores (several ep
 per item are averaged first, partial credit kept as it is): d_i = new_i − base_i, Δ = mean(d),
 SE = sd(d)/√n, a paired t-test on d (df = n − 1, as ``scipy.stats.ttest_rel``), and the paired
 bootstrap CI of Δ (items resampled with replacement). The cluster-robust SE treats items of one
-cluster (a passage, a source document) as one unit. :func:`holm` adjusts a family of p-values.
+cluster (a passage, a source document) as one unit. A family's p-values are adjusted with
+:func:`rlexp.stats.adjust_pvalues`.
 0/1 scores use :mod:`rlexp.stats` (McNemar, the counts bootstrap) instead.
 
 Kept apart from :mod:`rlexp.stats` so that only this module changes if that module's API does.
@@ -21,17 +22,6 @@ from typing import Any
 _Z = NormalDist()
 WIN_THRESHOLD_PP = 3.0  # the SOP's default win threshold (rlexp.core.power.WIN_THRESHOLD_PP)
 
-
-def holm(pvalues: Sequence[float]) -> list[float]:
-    """Holm's step-down adjusted p-values (as statsmodels' ``multipletests(method="holm")``)."""
-    m = len(pvalues)
-    order = sorted(range(m), key=lambda i: pvalues[i])
-    adjusted = [0.0] * m
-    running = 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * pvalues[i]))
-        adjusted[i] = running
-    return adjusted
 
 
 def mean_score_comparison(base_means: Sequence[float], new_means: Sequence[float], *, resamples: int = 10_000,
@@ -80,7 +70,8 @@ def mean_score_comparison(base_means: Sequence[float], new_means: Sequence[float
 
 def paired_bootstrap_ci(d: Any, *, resamples: int, seed: int, confidence: float, method: str) -> tuple[float, float]:
     """CI of mean(d) by resampling items with replacement (the paired bootstrap). ``bca`` uses
-    ``scipy.stats.bootstrap``; ``percentile`` is computed here in chunks (bounded memory)."""
+    ``scipy.stats.bootstrap``; ``percentile`` and ``basic`` (the percentile interval reflected
+    about the estimate) are computed here, in chunks (bounded memory)."""
     import numpy as np
 
     d = np.asarray(d, dtype=float)
@@ -103,6 +94,9 @@ def paired_bootstrap_ci(d: Any, *, resamples: int, seed: int, confidence: float,
         means.append(d[rng.integers(0, n, size=(size, n))].mean(axis=1))
         done += size
     lo, hi = np.quantile(np.concatenate(means), (alpha / 2, 1 - alpha / 2))
+    if method == "basic":
+        estimate = float(d.mean())
+        return 2 * estimate - float(hi), 2 * estimate - float(lo)
     return float(lo), float(hi)
 
 

@@ -39,10 +39,10 @@ def compare_files(files: list[Path], *, fmt: str | None = None, choice: Choice |
                   method: str = "percentile", paired_out: Path | None = None) -> list[dict[str, Any]]:
     """One result dict per new file (compared with ``files[0]``); ``p_holm`` when there are several."""
     from rlexp.adapters.harnesses import FORMATS, read_items
-    from rlexp.core.paired_scores import holm
+    from rlexp.stats import adjust_pvalues
 
-    if method not in ("percentile", "bca"):
-        raise InputError(None, "--method", f"must be percentile or bca, got {method!r}")
+    if method not in ("percentile", "basic", "bca"):
+        raise InputError(None, "--method", f"must be percentile, basic or bca, got {method!r}")
     if fmt is not None and fmt not in FORMATS:
         raise InputError(None, "--format", f"must be one of {', '.join(FORMATS)}, got {fmt!r}")
     if len(files) < 2:
@@ -67,8 +67,9 @@ def compare_files(files: list[Path], *, fmt: str | None = None, choice: Choice |
         })
         results.append(result)
     if len(results) > 1:
-        for result, adjusted in zip(results, holm([r["p_value"] for r in results]), strict=True):
-            result["p_holm"] = adjusted
+        adjusted = adjust_pvalues([r["p_value"] for r in results], method="holm")
+        for result, p_holm in zip(results, adjusted, strict=True):
+            result["p_holm"] = float(p_holm)
     if paired_out is not None:
         from rlexp.storage.paired import PairedRecord, write_paired_records
 
