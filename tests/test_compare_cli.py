@@ -130,3 +130,13 @@ def test_bca_with_few_discordant_pairs_warns(tmp_path, capsys):
     assert "warnings" not in json.loads(capsys.readouterr().out)
     assert main(["compare", str(base), str(new), "--method", "bca"]) == 0
     assert "warning: BCa interval with only 10 discordant pairs" in capsys.readouterr().out
+
+
+def test_gate_pass_power_beside_the_test_power(tmp_path, capsys):
+    base, new = seed_pair(tmp_path)  # N=1000, b+c = 118
+    assert main(["compare", str(base), str(new), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    # the test's power at +3pp is ~78%, the chance that a true +3pp passes Gate-1b only ~52%
+    assert out["power_at_3pp"] == pytest.approx(0.78, abs=0.02)
+    assert out["gate_1b_pass_power_at_3pp"] == pytest.approx(0.52, abs=0.015)
+    assert out["gate_1b_effect_80_pp"] == pytest.approx(3.87, abs=0.03)

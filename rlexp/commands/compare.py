@@ -90,6 +90,9 @@ def _print(r: dict[str, Any]) -> None:
             ("SE (CLT)", f"{r['se_pp']:.2f} pp"),
             ("MDE at 80% power, α=0.05", f"{r['mde_pp']:.2f} pp" if r["mde_pp"] is not None else "-"),
             ("power at +3 pp (observed discordance)", _pct(r["power_at_3pp"])),
+            ("Gate-1b pass probability at a true +3 pp", _pct(r["gate_1b_pass_power_at_3pp"])),
+            ("true effect passing Gate-1b with 80%",
+             f"{r['gate_1b_effect_80_pp']:.2f} pp" if r["gate_1b_effect_80_pp"] is not None else "none"),
         ]
     else:
         rows = [

@@ -175,6 +175,7 @@ def _binary(paired: PairedItems, **kwargs: Any) -> dict[str, Any]:
     y_new = [int(i.scores[0]) for i in paired.new_items]
     out = compare_counts(paired_counts(y_base, y_new), **kwargs).to_dict()
     out["mode"] = "binary"
+    out.update(_gate_power(out["n"], out["discordance"]))
     discordant = out["b"] + out["c"]
     if kwargs.get("method") == "bca" and discordant < BCA_MIN_DISCORDANT:
         out["warnings"] = [f"BCa interval with only {discordant} discordant pairs: it under-covers there (about "
@@ -182,3 +183,18 @@ def _binary(paired: PairedItems, **kwargs: Any) -> dict[str, Any]:
     out["test"] = "McNemar exact"
     out["p_value"] = out["mcnemar_p"]
     return out
+
+
+def _gate_power(n: int, discordance: float) -> dict[str, float | None]:
+    """Beside the test's power: the chance that a true +3 pp passes Gate-1b at this n and observed
+    discordance, and the true effect that passes it with 80% (:mod:`rlexp.core.gate_power`)."""
+    from rlexp.core.gate_power import gate_1b_effect_for_power, gate_1b_pass_probability
+    from rlexp.core.sop import load_sop
+
+    if discordance <= 0.0:
+        return {"gate_1b_pass_power_at_3pp": None, "gate_1b_effect_80_pp": None}
+    gate = load_sop().gate_1b
+    limits = {"min_delta_pp": gate.min_delta_pp, "max_mcnemar_p": gate.max_mcnemar_p}
+    at_3pp = gate_1b_pass_probability(3.0, n, discordance, **limits) if discordance >= 0.03 else None
+    return {"gate_1b_pass_power_at_3pp": at_3pp,
+            "gate_1b_effect_80_pp": gate_1b_effect_for_power(n, discordance, **limits)}

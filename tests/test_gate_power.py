@@ -1,0 +1,39 @@
+"""Gate-1b pass power (rlexp.core.gate_power) against the published simulation figures and against
+rlexp.core.calibrate's own simulation of the gates."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rlexp.core.gate_power import gate_1b_effect_for_power, gate_1b_pass_probability
+
+
+def test_the_figures_of_the_independent_check():
+    # an independent simulation: a true +3pp passes Gate-1b 52% of the time at N=1000 (12% discordance);
+    # the effect that passes with 80% is 3.87pp at N=1000 and 7.07pp at N=200
+    assert gate_1b_pass_probability(3.0, 1000, 0.12) == pytest.approx(0.52, abs=0.01)
+    assert gate_1b_effect_for_power(1000, 0.12) == pytest.approx(3.87, abs=0.02)
+    assert gate_1b_effect_for_power(200, 0.12) == pytest.approx(7.07, abs=0.03)
+
+
+def test_against_the_calibration_simulation():
+    from rlexp.core.calibrate import CalibrationSettings, judge, simulate_counts
+    from rlexp.core.sop import load_sop
+
+    sop = load_sop()
+    settings = CalibrationSettings(n=200, k=1, sims=3000, resamples=500)
+    rng = np.random.default_rng(11)
+    counts = simulate_counts(settings, 6.0, rng, settings.sims)
+    verdicts = judge(counts["b"], counts["c"], settings.n, sop, settings.resamples, rng)
+    simulated = float(verdicts["gate_1b"][:, 0, 0].mean())  # the first seed's checkpoint, CI clause included
+    analytic = gate_1b_pass_probability(6.0, 200, 0.12, min_delta_pp=sop.gate_1b.min_delta_pp,
+                                        max_mcnemar_p=sop.gate_1b.max_mcnemar_p)
+    assert abs(simulated - analytic) < 3 * np.sqrt(analytic * (1 - analytic) / settings.sims) + 0.01
+
+
+def test_bounds():
+    assert gate_1b_pass_probability(0.0, 1000, 0.12) < 0.01
+    assert gate_1b_effect_for_power(30, 0.05) is None  # 30 problems, 5% discordance: no effect can pass
+    with pytest.raises(ValueError):
+        gate_1b_pass_probability(20.0, 1000, 0.12)
