@@ -5,6 +5,7 @@ computed; the mean-score mode agrees with a direct computation on a multi-epoch 
 from __future__ import annotations
 
 import builtins
+import importlib.util
 import json
 import math
 from pathlib import Path
@@ -13,14 +14,14 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from rlexp.adapters.harnesses import Choice, detect_format, read_items
+from rlexp.adapters.harnesses import Choice, detect_format, inspect_log, read_items
 from rlexp.cli import main
 from rlexp.errors import InputError
 
 DATA = Path(__file__).parent / "data" / "interop" / "inspect"
 HARNESS = json.loads((DATA / "harness-results.json").read_text())
 SAMPLES = json.loads((DATA / "sample-scores.json").read_text())  # from the EvalLog Inspect returned
-needs_zstd = pytest.mark.skipif(__import__("importlib").util.find_spec("zstandard") is None,
+needs_zstd = pytest.mark.skipif(importlib.util.find_spec("zstandard") is None,
                                 reason=".eval members are zstd-compressed: needs zstandard (test extra)")
 LETTER = {"C": 1.0, "I": 0.0}
 
@@ -65,6 +66,7 @@ def test_json_log_needs_no_inspect_nor_zstandard(monkeypatch):
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_harness)
+    monkeypatch.setattr(inspect_log, "use_inspect_ai", lambda: False)  # as where inspect_ai is not installed
     items = read_items(DATA / "model_a.json", choice=Choice(scorer="includes"))
     assert sum(i.mean for i in items.items.values()) / 20 == pytest.approx(HARNESS["model_a.json"]["scores"]["includes"]["accuracy"])
     with pytest.raises(InputError, match=r"zstd.*rlexp\[inspect\]"):
