@@ -77,6 +77,10 @@ def test_example_a30_plans_clean(example, capsys):
     assert not [c for c in data["checks"] if c["severity"] == "error"]
     assert data["power"]["mde_pp"] == pytest.approx(3.04, abs=0.01)  # n=1000, discordance 0.118
     assert 0.78 < data["power"]["power_at_win_threshold"] < 0.8
+    # what a claim needs: a true +3pp passes Gate-1b only ~52% of the time; 80% needs ~3.87pp
+    # (an independent simulation's figures at n=1000, 12% discordance; here 11.8%)
+    assert data["power"]["gate_1b_pass_power_at_win_threshold"] == pytest.approx(0.52, abs=0.015)
+    assert data["power"]["gate_1b_effect_80_pp"] == pytest.approx(3.87, abs=0.03)
     assert data["diff"] == [{"key": "micro_train_batch_size", "parent": 1, "value": 2, "kind": "training"}]
 
 

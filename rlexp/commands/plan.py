@@ -91,13 +91,17 @@ def render(data: dict[str, Any]) -> None:
 
     p = data["power"]
     power = Table(title=f"Power of the planned comparison (paired, α={p.get('alpha', 0.05)}, 80% power)")
-    for col in ("set", "n", "discordance", "MDE (pp)", f"power at +{p.get('win_threshold_pp', 3.0):.1f} pp",
-                "n for it"):  # fmt: skip
+    threshold = f"+{p.get('win_threshold_pp', 3.0):.1f} pp"
+    for col in ("set", "n", "discordance", "MDE (pp)", f"power at {threshold}", "n for it",
+                f"Gate-1b passes a true {threshold}", "effect passing Gate-1b 80%"):  # fmt: skip
         power.add_column(col, justify="right")
     for name, row in (("ood_primary", p if p.get("n") else None), ("ood_monitor", p.get("monitor"))):
         if row:
+            gate_pass, gate_effect = row.get("gate_1b_pass_power_at_win_threshold"), row.get("gate_1b_effect_80_pp")
             power.add_row(name, f"{row['n']:,}", f"{row['discordance']:.1%}", f"{row['mde_pp']:.1f}",
-                          f"{row['power_at_win_threshold']:.0%}", f"{row['n_for_win_threshold']:,}")  # fmt: skip
+                          f"{row['power_at_win_threshold']:.0%}", f"{row['n_for_win_threshold']:,}",
+                          f"{gate_pass:.0%}" if gate_pass is not None else "-",
+                          f"{gate_effect:.2f} pp" if gate_effect is not None else "none")  # fmt: skip
     console.print(power)
     errors = sum(c["severity"] == "error" for c in data["checks"])
     warnings = len(data["checks"]) - errors

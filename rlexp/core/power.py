@@ -86,6 +86,10 @@ class PowerReport:
     baseline_accuracy: float | None = None
     se_single_pp: float | None = None  # SE of one accuracy (unpaired), for context
     mde_unpaired_pp: float | None = None  # what two independent samples would need
+    # What a claim needs (rlexp.core.gate_power): the chance that a true effect at the win threshold
+    # passes Gate-1b (Δ >= threshold AND McNemar p < alpha), and the effect that passes it with 80%.
+    gate_1b_pass_power_at_win_threshold: float | None = None
+    gate_1b_effect_80_pp: float | None = None
 
     def as_dict(self) -> dict[str, float | int | None]:
         return {
@@ -100,6 +104,8 @@ class PowerReport:
             "baseline_accuracy": self.baseline_accuracy,
             "se_single_pp": self.se_single_pp,
             "mde_unpaired_pp": self.mde_unpaired_pp,
+            "gate_1b_pass_power_at_win_threshold": self.gate_1b_pass_power_at_win_threshold,
+            "gate_1b_effect_80_pp": self.gate_1b_effect_80_pp,
         }
 
 
@@ -124,4 +130,16 @@ def power_report(n: int, discordance: float = DEFAULT_DISCORDANCE, baseline_accu
         baseline_accuracy=baseline_accuracy,
         se_single_pp=se_single,
         mde_unpaired_pp=mde_unpaired,
+        **_gate_1b_power(n, discordance, alpha, power, win_threshold_pp),
     )
+
+
+def _gate_1b_power(n: int, discordance: float, alpha: float, power: float,
+                   win_threshold_pp: float) -> dict[str, float | None]:
+    from rlexp.core.gate_power import gate_1b_effect_for_power, gate_1b_pass_probability
+
+    limits = {"min_delta_pp": win_threshold_pp, "max_mcnemar_p": alpha}
+    at_threshold = (gate_1b_pass_probability(win_threshold_pp, n, discordance, **limits)
+                    if win_threshold_pp <= 100.0 * discordance else 0.0)
+    return {"gate_1b_pass_power_at_win_threshold": at_threshold,
+            "gate_1b_effect_80_pp": gate_1b_effect_for_power(n, discordance, power=power, **limits)}
