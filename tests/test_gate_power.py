@@ -37,3 +37,17 @@ def test_bounds():
     assert gate_1b_effect_for_power(30, 0.05) is None  # 30 problems, 5% discordance: no effect can pass
     with pytest.raises(ValueError):
         gate_1b_pass_probability(20.0, 1000, 0.12)
+
+
+@pytest.mark.parametrize(("delta_pp", "n", "d"), [(3.0, 1000, 0.12), (6.0, 200, 0.12), (4.0, 5000, 0.2),
+                                                  (-2.0, 500, 0.1), (1.0, 100, 0.3)])
+def test_equals_the_sum_over_scipy_binomials(delta_pp, n, d):
+    from scipy.stats import binom
+
+    sd = np.sqrt(n * d * (1 - d))
+    m = np.arange(max(1, int(n * d - 12 * sd)), min(n, int(n * d + 12 * sd)) + 1)
+    c_test = binom.isf(0.025, m, 0.5) + 1  # fewest wins with 2 P(X >= c) <= 0.05 ...
+    c_test = np.where(2 * binom.sf(c_test - 1, m, 0.5) >= 0.05, c_test + 1, c_test)  # ... and strictly below
+    c_need = np.maximum(c_test, np.ceil((m + n * 0.03) / 2 - 1e-9))
+    reference = float(np.sum(binom.pmf(m, n, d) * binom.sf(c_need - 1, m, (d + delta_pp / 100) / (2 * d))))
+    assert gate_1b_pass_probability(delta_pp, n, d) == pytest.approx(reference, rel=1e-9, abs=1e-12)
