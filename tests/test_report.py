@@ -254,3 +254,15 @@ def test_status_names_a_broken_spec_instead_of_hiding_it(tmp_path, capsys):
     row = json.loads(capsys.readouterr().out)["attempts"][0]
     assert row["state"] == "not launched"
     assert "recipe.eps_clipp" in row["reason"] and "eps_clip" in row["reason"]
+
+
+def test_report_prints_what_each_comparison_could_see(attempt, tmp_path):
+    from rlexp.adapters.rendering import write_report
+
+    decision = json.loads((attempt / "decision.json").read_text())
+    decision["checkpoints"]["global_step20"].update(n=1000, b=61, c=57)  # discordance 11.8%
+    (attempt / "decision.json").write_text(json.dumps(decision))
+    text = write_report(attempt, tmp_path / "reports").read_text()
+    line = next(x for x in text.splitlines() if x.startswith("- global_step20: n 1000"))
+    # MDE 3.04pp; an independent simulation: a true +3pp passes Gate-1b ~52%, 80% needs ~3.87pp
+    assert "MDE 3.04 pp" in line and "passes Gate-1b 52% of the time" in line and "80% needs 3.8" in line

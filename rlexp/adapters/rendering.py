@@ -302,6 +302,7 @@ def render_markdown(inputs: ReportInputs, plots: Mapping[str, Path] | None = Non
             rows.append((name, _fmt(v.get("delta_pp"), 2), f"{_fmt(v.get('b'))}/{_fmt(v.get('c'))}",
                          _fmt(v.get("mcnemar_p"), 4), ci_text, _fmt(v.get("holm_p"), 4)))
         lines += _table(["checkpoint", "Δ pp", "b/c", "McNemar p", "bootstrap 95% CI pp", "Holm p"], rows)
+        lines += _power_lines(checkpoints)
         if decision.get("baseline"):
             lines.append(f"\nBaseline: {decision['baseline']}.")
     else:
@@ -455,3 +456,28 @@ def write_report(attempt_dir: str | Path, reports_dir: str | Path | None = None)
     plots = render_plots(inputs, out_dir, inputs.attempt_id)
     text = render_markdown(inputs, plots)
     return atomic_write_text(out_dir / f"{inputs.attempt_id}.md", text)
+
+
+def _power_lines(checkpoints: Mapping[str, Any]) -> list[str]:
+    """What each comparison could see: the test's MDE, and what a claim needs (rlexp.core.gate_power):
+    the chance that a true effect at Gate-1b's threshold (+3 pp) passes it at this n and discordance, and the effect that
+    passes it with 80%. Rows without n, b and c (older decision files) are left out."""
+    from rlexp.core.gate_power import gate_1b_effect_for_power, gate_1b_pass_probability
+    from rlexp.core.power import mde_pp
+    from rlexp.core.sop import load_sop
+
+    gate = load_sop().gate_1b
+    limits = {"min_delta_pp": gate.min_delta_pp, "max_mcnemar_p": gate.max_mcnemar_p}
+    out = []
+    for name, v in checkpoints.items():
+        n, b, c = v.get("n"), v.get("b"), v.get("c")
+        if not (isinstance(n, int) and isinstance(b, int) and isinstance(c, int)) or n <= 0 or b + c <= 0:
+            continue
+        d = (b + c) / n
+        threshold = gate.min_delta_pp
+        at = gate_1b_pass_probability(threshold, n, d, **limits) if threshold <= 100 * d else 0.0
+        effect = gate_1b_effect_for_power(n, d, **limits)
+        out.append(f"- {name}: n {n}, discordance {d:.1%}: MDE {mde_pp(n, d):.2f} pp (80% power of the test); "
+                   f"a true +{threshold:g} pp passes Gate-1b {at:.0%} of the time; 80% needs "
+                   + (f"{effect:.2f} pp" if effect is not None else "more than the discordance allows"))
+    return [""] + out if out else []
