@@ -67,21 +67,25 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
 
 
 def harness_version(path: Path) -> str | None:
-    """lighteval writes ``results_<timestamp>.json`` (with ``config_general.lighteval_sha`` and
-    versions) in a sibling results folder; we look for it beside the details folder."""
+    """The lighteval version named by the run's ``results_<timestamp>.json``, looked for beside the
+    details file and where lighteval writes it (``<out>/results/<model>/`` for details in
+    ``<out>/details/<model>/<timestamp>/``). lighteval 0.13 names none (``lighteval_sha`` is "?")."""
     match = FILE_NAME.match(path.name)
     if not match:
         return None
-    for candidate in path.parent.parent.parent.glob(f"**/results_{match['date']}.json"):
+    name = f"results_{match['date']}.json"
+    candidates = [path.with_name(name)]
+    if len(path.parents) >= 4:
+        candidates.append(path.parents[3] / "results" / path.parents[1].name / name)
+    for candidate in candidates:
         try:
             data = json.loads(candidate.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
-        versions = data.get("versions") if isinstance(data, dict) else None
         general = data.get("config_general") if isinstance(data, dict) else None
-        for source in (general, versions):
-            if isinstance(source, dict) and source.get("lighteval_version"):
-                return str(source["lighteval_version"])
+        version = general.get("lighteval_version") if isinstance(general, dict) else None
+        if version:
+            return str(version)
     return None
 
 
