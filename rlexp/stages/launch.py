@@ -4,7 +4,7 @@ Order of work, so that a kill at any point leaves consistent files:
 
 1. load the spec and its plan; refuse when the plan has error checks (unless ``--force
    --reason``, which is recorded);
-2. build the argv (local trainer, OpenRLHF process, or ``ray job submit``) — ``--dry-run`` stops
+2. build the argv (local trainer or OpenRLHF; on Ray, a job through Ray's Job API) — ``--dry-run`` stops
    here and prints it;
 3. write ``launch/argv.json``, ``launch/launch.sh`` (for humans, never executed),
    ``launch/provenance.json``, the reward file, then ``launch/state.json`` = running;
@@ -95,6 +95,7 @@ class Prepared:
     ray_address: str | None
     submission_id: str | None = None
     metrics_source: str = "stdout"  # OpenRLHF backends: "stdout" or "tensorboard" (ATTEMPT/tensorboard)
+    ray_job: Any = None  # rlexp.backends.ray_jobs.RayJobPlan (ray backend): the job to submit or re-attach to
 
 
 def load_plan(att, *, write: bool = True) -> dict[str, Any]:
@@ -139,9 +140,9 @@ def latest_checkpoint(attempt_dir: Path, trainer: str = "local") -> tuple[int, P
 
 
 def _default_backend(att, ray_address: str | None) -> str:
-    if att.trainer.name == "local":
-        return "local"
-    return "ray" if ray_address else "process"
+    if ray_address:
+        return "ray"
+    return "local" if att.trainer.name == "local" else "process"
 
 
 def prepare(attempt: Path, *, backend: str | None = None, ray_address: str | None = None, resume: bool = False,
@@ -162,8 +163,8 @@ def prepare(attempt: Path, *, backend: str | None = None, ray_address: str | Non
         raise InputError(None, "--backend", f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
     if backend == "local" and att.trainer.name != "local":
         raise InputError(att.spec_path, "trainer.name", "the local backend runs only trainer name: local")
-    if backend != "local" and att.trainer.name == "local":
-        raise InputError(att.spec_path, "trainer.name", f"trainer 'local' cannot run on the {backend} backend")
+    if backend == "process" and att.trainer.name == "local":
+        raise InputError(att.spec_path, "trainer.name", "trainer 'local' runs on the local or the ray backend")
     if backend == "ray" and not ray_address:
         raise InputError(None, "--ray-address", "the ray backend needs --ray-address http://HOST:8265")
     if resume:
@@ -172,7 +173,7 @@ def prepare(attempt: Path, *, backend: str | None = None, ray_address: str | Non
     if metrics_source not in METRICS_SOURCES:
         raise InputError(None, "--metrics-source", f"unknown source {metrics_source!r}; expected one of "
                          f"{', '.join(METRICS_SOURCES)}")
-    if backend == "local" and metrics_source != "stdout":
+    if att.trainer.name == "local" and metrics_source != "stdout":
         raise InputError(None, "--metrics-source", "the local trainer writes metrics.jsonl itself; "
                          "--metrics-source is for the OpenRLHF backends (process, ray)")
 
@@ -187,6 +188,16 @@ def prepare(attempt: Path, *, backend: str | None = None, ray_address: str | Non
     if AttemptDir(attempt_dir).is_running(state or {}):
         raise InputError(AttemptDir(attempt_dir).state, "state",
                          f"already running (pid {state.get('pid')}); stop it first")
+    reattach = None  # ray: a submission of this attempt that is still alive (re-attached to on --resume)
+    if backend == "ray" and not dry_run:
+        from rlexp.backends import ray_jobs
+
+        reattach = ray_jobs.live_submission(state, ray_address, resume=resume, state_path=AttemptDir(attempt_dir).state)
+    if reattach is not None:
+        return Prepared(attempt=att, attempt_dir=attempt_dir, backend=backend, argv=_saved_argv(attempt_dir),
+                        resume=resume, force_reason=reason if force else None, plan=plan, reward_file=None,
+                        suffixed={}, dropped=(), ray_address=ray_address, submission_id=reattach.submission_id,
+                        metrics_source=metrics_source, ray_job=reattach)
     if resume and latest_checkpoint(attempt_dir, att.trainer.name) is None:
         hint = " (recipe.disable_ds_ckpt is set: OpenRLHF keeps no resumable state)" if (
             att.trainer.name != "local" and att.recipe.get("disable_ds_ckpt")) else ""
@@ -200,8 +211,12 @@ def prepare(attempt: Path, *, backend: str | None = None, ray_address: str | Non
     submission_id = None
     suffixed: dict[str, tuple[Path, Path, str]] = {}
     dropped: tuple[str, ...] = ()
-    if backend == "local":
-        argv = [sys.executable, "-m", LOCAL_TRAINER_MODULE, str(attempt_dir)] + (["--resume"] if resume else [])
+    ray_job = None
+    if att.trainer.name == "local":
+        # absolute: a Ray job runs in the head's working directory; sys.executable: the Python
+        # that has rlexp and the trainer's stack (docs/launch.md, "The job's Python")
+        argv = [sys.executable, "-m", LOCAL_TRAINER_MODULE, str(attempt_dir.resolve())] + (
+            ["--resume"] if resume else [])
     else:
         ad = AttemptDir(attempt_dir)
         reward_file = ad.reward_func
@@ -223,18 +238,27 @@ def prepare(attempt: Path, *, backend: str | None = None, ray_address: str | Non
         built = openrlhf.build_train_argv(openrlhf.attempt_recipe(recipe, paths, resume=resume),
                                           att.trainer.version, spec_file=att.display_path or att.spec_path)
         argv, dropped = built.argv, built.dropped
-        if backend == "ray":
-            if not dry_run:
-                openrlhf.check_ray_dashboard(ray_address)
-            import time
+    if backend == "ray":
+        from rlexp.backends import ray_jobs
 
-            submission_id = f"rlexp-{att.id}-{int(time.time())}"
-            argv = openrlhf.ray_job_argv(argv, ray_address, runtime_env={"env_vars": {"PYTHONUNBUFFERED": "1"}},
-                                         submission_id=submission_id)
+        if not dry_run:
+            openrlhf.check_ray_dashboard(ray_address)
+        ray_job = ray_jobs.plan_job(att.id, attempt_dir.resolve(), argv, ray_address,
+                                    local_trainer=att.trainer.name == "local", resume=resume)
+        submission_id, argv = ray_job.submission_id, ray_job.display_argv()
     return Prepared(attempt=att, attempt_dir=attempt_dir, backend=backend, argv=argv, resume=resume,
                     force_reason=reason if force else None, plan=plan, reward_file=reward_file,
                     suffixed=suffixed, dropped=dropped, ray_address=ray_address, submission_id=submission_id,
-                    metrics_source=metrics_source)
+                    metrics_source=metrics_source, ray_job=ray_job)
+
+
+def _saved_argv(attempt_dir: Path) -> list[str]:
+    """The argv recorded by the launch that a re-attach follows."""
+    from rlexp.storage.files import read_json
+
+    path = AttemptDir(attempt_dir).argv
+    doc = read_json(path) if path.exists() else None
+    return list(doc.get("argv") or []) if isinstance(doc, dict) else []
 
 
 def _stated_recipe(att, openrlhf) -> dict[str, Any]:
@@ -310,6 +334,11 @@ def write_launch_files(p: Prepared) -> None:
 
     ad = AttemptDir(p.attempt_dir)
     ad.launch_dir.mkdir(parents=True, exist_ok=True)
+    if p.ray_job is not None and p.ray_job.reattach:  # the files describe the submission followed again
+        append_jsonl(ad.launches, {
+            "at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "backend": p.backend, "resume": True,
+            "reattach": p.ray_job.submission_id, "force_reason": p.force_reason, "pid": os.getpid()})
+        return
     for _role, (source, target, suffix) in p.suffixed.items():
         lines = []
         for record in read_jsonl(source):
@@ -347,6 +376,9 @@ def write_launch_files(p: Prepared) -> None:
         extra["reward_parser_sha256"] = sha256_text(answers_source())
     if p.ray_address:
         extra["ray_address"] = p.ray_address
+    if p.ray_job is not None:
+        extra["ray_job"] = {"submission_id": p.ray_job.submission_id, "entrypoint": list(p.ray_job.argv),
+                            "runtime_env": p.ray_job.runtime_env}
     prov = provenance.collect(
         attempt_id=att.id, datasets=datasets, model=model, seed=att.recipe.get("seed"),
         trainer={"name": att.trainer.name, "version": att.trainer.version, "gpus": att.trainer.gpus,
@@ -424,26 +456,32 @@ def run(p: Prepared, *, tracking_uri: str | None = None, follow: bool = True, po
     attempt_dir = p.attempt_dir
     ad = AttemptDir(attempt_dir)
     live = _live_logger(attempt_dir, tracking_uri)
-    # following: the child dies with us (SIGTERM -> it saves its step), so a killed launcher never
-    # leaves an unwatched trainer behind; --no-follow: the child outlives us by design
-    proc = process.start(p.argv, log_path=ad.stdout_log, cwd=attempt_dir, die_with_parent=follow)
-    base = {"pid": proc.pid, "launcher_pid": os.getpid() if follow else None, "backend": p.backend,
+    base = {"pid": None, "launcher_pid": os.getpid() if follow else None, "backend": p.backend,
             "resume": p.resume, "metrics_source": p.metrics_source, "force_reason": p.force_reason}
-    if p.submission_id:
-        base["ray_submission_id"] = p.submission_id
+    if p.backend == "ray":
+        # a Ray job, through the Job API: it outlives this process (a SIGKILL here leaves it
+        # running; --resume re-attaches); its status, exit code and stop come from the cluster
+        from rlexp.backends import ray_jobs
+
+        def record(fields: dict[str, Any]) -> None:
+            base.update(fields)
+            write_state(attempt_dir, "running", **base, reason=None)
+
+        previous_state = _read_state(attempt_dir) or {}
+        try:
+            proc = ray_jobs.open_run(p.ray_job, log_path=ad.stdout_log, record=record,
+                                     log_start=previous_state.get("ray_log_start") if p.ray_job.reattach else None)
+        except InputError as exc:  # the cluster refused the job: nothing runs, say so in state.json
+            write_state(attempt_dir, "failed", **base, exit_code=None, reason=exc.one_line())
+            raise
+    else:
+        # following: the child dies with us (SIGTERM -> it saves its step), so a killed launcher never
+        # leaves an unwatched trainer behind; --no-follow: the child outlives us by design
+        proc = process.start(p.argv, log_path=ad.stdout_log, cwd=attempt_dir, die_with_parent=follow)
+        base["pid"] = proc.pid
 
     def stop_child() -> int:
-        # a Ray job outlives its `ray job submit` client: stop the job itself, then the client
-        if p.backend == "ray" and p.submission_id:
-            import contextlib
-            import subprocess
-
-            from rlexp.backends.openrlhf import ray_stop_argv
-
-            with contextlib.suppress(OSError, subprocess.TimeoutExpired):
-                subprocess.run(ray_stop_argv(p.ray_address, p.submission_id), timeout=120,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
-        return process.stop(proc)
+        return proc.stop() if p.backend == "ray" else process.stop(proc)
     write_state(attempt_dir, "running", **base, reason=None)
     if not follow:
         return {"state": "running", "pid": proc.pid, "backend": p.backend, "attempt": p.attempt.id}
@@ -460,7 +498,7 @@ def run(p: Prepared, *, tracking_uri: str | None = None, follow: bool = True, po
     try:
         # inside the try: a bad metrics.jsonl found on --resume must stop the child and say why
         run_monitor = monitor.RunMonitor(attempt_dir, plan=p.plan)
-        if p.backend == "local":
+        if p.attempt.trainer.name == "local":  # local or ray backend
             follower = ingest.MetricsFileFollower(metrics_path)  # the local trainer writes metrics.jsonl itself
         elif p.metrics_source == "tensorboard":  # the argv logs scalars there (attempt_recipe: use_tensorboard)
             follower = ingest.MetricsFollower("tensorboard", ad.tensorboard, metrics_path)
@@ -506,7 +544,15 @@ def run(p: Prepared, *, tracking_uri: str | None = None, follow: bool = True, po
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     code = proc.wait()
-    if stop_verdict is not None:
+    ended = f"trainer {process.describe_exit(code)}"
+    job_end = proc.view() if p.backend == "ray" else None  # the Job API's word on how the job ended
+    if job_end is not None:
+        code = job_end.exit_code  # the trainer's own code; Ray records none for a stopped job
+        ended = job_end.summary() if code is None else f"trainer exit code {code} ({job_end.summary()})"
+    if job_end is not None and job_end.status == "STOPPED" and not (stop_verdict or interrupted):
+        state = write_state(attempt_dir, "stopped", **base, exit_code=code,
+                            reason=f"{ended} - stopped from outside rlexp; continue with --resume")
+    elif stop_verdict is not None:
         state = write_state(attempt_dir, "stopped", **base, exit_code=code,
                             reason=f"early stop (SOP §11.24 §4): {stop_verdict.reason}",
                             early_stop={**{k: stop_verdict.numbers[k] for k in ("best_step", "best_smoothed",
@@ -515,13 +561,13 @@ def run(p: Prepared, *, tracking_uri: str | None = None, follow: bool = True, po
     elif interrupted:
         state = write_state(attempt_dir, "stopped", **base, exit_code=code,
                             reason=f"rlexp launch received {signal.Signals(interrupted['signal']).name}; "
-                                   f"trainer {process.describe_exit(code)}; continue with --resume")
+                                   f"{ended}; continue with --resume")
     elif code == 0:
         state = write_state(attempt_dir, "finished", **base, exit_code=0, reason=None)
     else:
-        run_monitor.record_crash(code)
+        run_monitor.record_crash(code if code is not None else 1)
         state = write_state(attempt_dir, "failed", **base, exit_code=code,
-                            reason=f"trainer {process.describe_exit(code)}; see {ad.stdout_log.relative_to(ad.root)}")
+                            reason=f"{ended}; see {ad.stdout_log.relative_to(ad.root)}")
     provenance.scrub_file(ad.stdout_log)  # secrets a trainer printed never stay on disk
     if live is not None:
         live.finish()

@@ -48,7 +48,12 @@ def attempt_status(attempt_dir: str | Path) -> AttemptStatus:
         state_name = str(state.get("state", "?"))
         reason = state.get("reason")
         if state_name == "running" and not (pid_alive(state.get("pid")) or pid_alive(state.get("launcher_pid"))):
-            if state.get("launcher_pid") is None:  # started with --no-follow: nobody saw the exit
+            if state.get("backend") == "ray" and state.get("ray_submission_id"):
+                # the job outlives its launcher: only the cluster knows whether it still runs
+                from rlexp.backends.ray_jobs import status_row
+
+                state_name, reason = status_row(state)
+            elif state.get("launcher_pid") is None:  # started with --no-follow: nobody saw the exit
                 state_name = "exited"
                 reason = "started with --no-follow; the trainer has exited (see launch/stdout.log)"
             else:
@@ -83,8 +88,8 @@ def scrub_finished_log(attempt_dir: str | Path) -> bool:
     if not (ad.stdout_log.is_file() and ad.state.is_file()):
         return False
     state = ad.read_state()
-    if state.get("state") == "running" and pid_alive(state.get("pid")):
-        return False
+    if state.get("state") == "running" and (pid_alive(state.get("pid")) or pid_alive(state.get("launcher_pid"))):
+        return False  # a launcher still appends the log (a Ray run's mirror) or a trainer writes it
     return scrub_file(ad.stdout_log)
 
 
