@@ -97,6 +97,11 @@ def client(address: str):
     except ImportError:
         raise InputError(None, "--backend", "the ray backend needs Ray's job client: "
                          "pip install 'rlexp[ray]' (ray[default])") from None
+    import logging
+
+    # its INFO lines ("WebSocket closed for job ...") would land on rlexp's stderr, which carries
+    # one line per error; the job's own output goes to launch/stdout.log
+    logging.getLogger("ray.dashboard.modules.job.sdk").setLevel(logging.WARNING)
     try:
         return JobSubmissionClient(url)
     except Exception as exc:  # noqa: BLE001 - requests' ConnectionError, Ray's RuntimeError, ...
