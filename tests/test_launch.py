@@ -597,3 +597,48 @@ def test_a_parent_edit_makes_the_childs_plan_stale(tmp_path):
     parent_spec.write_text(parent_spec.read_text().replace("size: 3200", "size: 1600"))
     child = load_attempt(exp / "c")  # the child's own file is unchanged
     assert load_plan(child, write=False)["steps"]["global_steps_total"] == 100
+
+
+class _FakeJobs:
+    """Stands in for Ray's JobSubmissionClient: get_job_info answers from a script, the log stream
+    gives its first line and ends, the full log has one more line."""
+
+    def __init__(self, answers):
+        self.answers = list(answers)
+
+    def get_job_info(self, submission_id):
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    async def tail_job_logs(self, submission_id):
+        yield "line 1\n"
+
+    def get_job_logs(self, submission_id):
+        return "line 1\nline 2\n"
+
+
+def test_ray_job_run_rides_out_a_silent_dashboard_and_completes_its_log(tmp_path):
+    from types import SimpleNamespace
+
+    from rlexp.backends.ray_jobs import RayJobRun
+
+    running = SimpleNamespace(status="RUNNING", message=None)
+    failed = SimpleNamespace(status="FAILED", message="Job entrypoint command failed with exit code 3",
+                             driver_exit_code=3)
+    log = tmp_path / "stdout.log"
+    log.write_text("an earlier launch\n")
+    run = RayJobRun(_FakeJobs([running, ConnectionError("down"), RuntimeError("502"), failed]), "http://h:8265",
+                    "s1", log, log.stat().st_size)
+    run.min_interval_s = 0.0
+    assert [run.poll(), run.poll(), run.poll()] == [None, None, None]  # a blip: the last answer stands
+    assert run.poll() == 3 and run.view().status == "FAILED"
+    assert log.read_text() == "an earlier launch\nline 1\nline 2\n"  # streamed, then completed, once
+
+    silent = RayJobRun(_FakeJobs([running, ConnectionError("down"), ConnectionError("down")]), "http://h:8265",
+                       "s2", tmp_path / "other.log", 0)
+    silent.min_interval_s, silent.unreachable_grace_s = 0.0, 0.0
+    assert silent.poll() is None and silent.poll() is None
+    with pytest.raises(InputError, match="has not answered .* rlexp launch --resume re-attaches"):
+        silent.poll()

@@ -216,7 +216,7 @@ def test_stopped_from_outside_is_stopped_and_resume_submits_anew(ray_experiment)
     assert steps(attempt) == list(range(1, 9)) and state(attempt)["state"] == "finished"
 
 
-def test_sigkill_of_the_launcher_leaves_the_job_running_and_resume_reattaches(ray_experiment):
+def test_sigkill_of_the_launcher_leaves_the_job_running_and_resume_reattaches(ray_experiment, capsys):
     attempt = make_attempt(ray_experiment, "k1", rollout_batch_size=2, train_batch_size=16,
                            micro_train_batch_size=16, save_steps=1, eval_steps=16)  # 16 steps
     first = start_launch(attempt, "--ray-address", ADDRESS)
@@ -226,10 +226,15 @@ def test_sigkill_of_the_launcher_leaves_the_job_running_and_resume_reattaches(ra
     submission = state(attempt)["ray_submission_id"]
     # the job runs on; rlexp status asks the Job API
     assert str(getattr(_client().get_job_status(submission), "value", "")) == "RUNNING"
-    status = subprocess.run([sys.executable, "-m", "rlexp.cli", "status", str(ray_experiment), "--json"], env=env(),
-                            capture_output=True, text=True, timeout=120)
-    row = {r["attempt"]: r for r in json.loads(status.stdout)["attempts"]}["k1"]
+    from rlexp.cli import main
+
+    assert main(["status", str(ray_experiment), "--json"]) == 0
+    row = {r["attempt"]: r for r in json.loads(capsys.readouterr().out)["attempts"]}["k1"]
     assert row["state"] == "running" and submission in row["reason"], row
+    # a second training of the same attempt is refused while the job lives
+    assert main(["launch", str(attempt), "--ray-address", ADDRESS, "--tracking-uri", "off"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "still training this attempt" in err and "--resume re-attaches" in err
 
     # --resume re-attaches to the same submission: no second job; then Ctrl-C stops the job
     again = start_launch(attempt, "--resume", "--ray-address", ADDRESS)

@@ -200,13 +200,15 @@ class RayJobRun:
     """
 
     pid = None  # the trainer runs under the Ray head, not as our child
-    min_interval_s = 0.5
+    min_interval_s = 0.5  # the follower polls every 50 ms; the Job API is asked at most this often
+    unreachable_grace_s = 120.0
 
     def __init__(self, jobs: Any, address: str, submission_id: str, log_path: Path, log_start: int):
         self.jobs, self.address, self.submission_id = jobs, address, submission_id
         self.log_start = log_start
         self._view: JobView | None = None
         self._asked = 0.0
+        self._failing_since: float | None = None
         self._mirror = _LogMirror(jobs, submission_id, Path(log_path), log_start)
 
     @classmethod
@@ -235,7 +237,19 @@ class RayJobRun:
         (the follower polls often), and kept once the job has ended."""
         if self._view is not None and (not self._view.alive or time.monotonic() - self._asked < self.min_interval_s):
             return self._view
-        view = view_from_info(self.submission_id, self.jobs.get_job_info(self.submission_id))
+        try:
+            view = view_from_info(self.submission_id, self.jobs.get_job_info(self.submission_id))
+        except Exception as exc:  # noqa: BLE001 - requests' errors, Ray's RuntimeError
+            # a dashboard restart or a network blip must not end the following of a long run:
+            # the job goes on meanwhile; only a lasting silence is an error
+            now = time.monotonic()
+            self._failing_since = self._failing_since or now
+            if self._view is None or now - self._failing_since > self.unreachable_grace_s:
+                raise InputError(None, "--ray-address", f"Ray Job API at {self.address} has not answered for "
+                                 f"{now - self._failing_since:.0f} s ({str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__}); "
+                                 f"the job may still run: rlexp launch --resume re-attaches") from None
+            return self._view
+        self._failing_since = None
         self._asked = time.monotonic()
         if not view.alive:
             self._mirror.complete()
