@@ -1,4 +1,4 @@
-"""The preflight catalogue: one test per incident of the seed's research log (and its fixed twin)."""
+"""The preflight catalogue: one test per incident told in docs/plan.md, "Why each check exists" (and its fixed twin)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from rlexp.core.checks import ERROR, WARNING, gpu_layout, has_errors, preflight
 from rlexp.core.spec import load_attempt
 from rlexp.errors import InputError
 
-# A29B as in the seed (§11.16): the fixed recipe every incident below is a variation of.
+# The A29B recipe (experiments/seed-a30/a29b): the fixed recipe every incident below is a variation of.
 A29B_RECIPE = {
     "advantage_estimator": "dr_grpo", "eps_clip": 0.1, "init_kl_coef": 0.001, "n_samples_per_prompt": 8,
     "rollout_batch_size": 16, "train_batch_size": 16, "micro_train_batch_size": 1, "num_episodes": 1,
@@ -64,7 +64,7 @@ def test_a26_lr_never_leaves_warmup(tmp_path):
     check = found["lr.low_early"]
     assert check.severity == ERROR
     assert "0.6% of peak by global step 20" in check.rule and "25,000 optimizer steps" in check.rule
-    assert "preflight_lr" in check.ref
+    assert check.ref == "docs/plan.md#warm-up-and-early-lr"
     assert found["lr.warmup_share"].severity == ERROR
 
 
@@ -97,7 +97,7 @@ def test_min_lr_ratio_has_no_flag_before_0_10_2(tmp_path):
     assert "lr.min_lr_ratio_fixed" not in checks_of(tmp_path / "b", newer)
 
 
-# ----------------------------------------------------------------------------- step counts (A28)
+# ----------------------------------------------------------------------------- step counts: A28
 
 
 def test_a28_intended_200_global_steps_got_25(tmp_path):
@@ -166,7 +166,7 @@ def test_mid_checkpoint_rules(tmp_path):
     assert "155" in found["schedule.extra_save"].rule
 
 
-# ----------------------------------------------------------------------------- one variable (A27)
+# ----------------------------------------------------------------------------- one variable: A27
 
 
 def test_a27_changed_two_training_variables(tmp_path):
@@ -227,7 +227,7 @@ def test_change_must_match_the_recipe(tmp_path):
     assert not any(i.startswith("diff.") for i in pool)  # the pool is one training variable
 
 
-# ----------------------------------------------------------------------------- GPU layout (A26)
+# ----------------------------------------------------------------------------- GPU layout: A26
 
 
 def test_a26_reference_model_without_colocation_does_not_fit(tmp_path):
@@ -264,12 +264,12 @@ def test_max_len_shorter_than_prompt_plus_generation(tmp_path):
     )
 
 
-def test_lesson_24_boxed_suffix_on_the_pool_only(tmp_path):
+def test_boxed_suffix_on_the_pool_only(tmp_path):
     boxed = " Put your final answer in \\boxed{}."
     content = spec()
     content["datasets"]["pool"]["prompt_suffix"] = boxed
     found = checks_of(tmp_path, content)
-    assert found["suffix.mismatch"].severity == ERROR and "lesson #24" in found["suffix.mismatch"].ref
+    assert found["suffix.mismatch"].severity == ERROR and found["suffix.mismatch"].ref == "docs/plan.md#prompt-suffix-parity"
     content["eval"]["prompt_suffix"] = boxed
     assert "suffix.mismatch" not in checks_of(tmp_path / "b", content)
 

@@ -1,31 +1,33 @@
-"""The preflight catalogue: every mistake of the seed's research log that arithmetic can catch.
+"""The preflight catalogue: every mistake of an attempt spec that arithmetic can catch before launch.
 
 Each check has a stable id, a severity (``error`` blocks the launch, ``warning`` is printed), a
-one-line message with the numbers, and the SOP section or lesson it enforces. Each one has a
-test reproducing its incident (tests/test_checks.py). :func:`preflight` runs them all.
+one-line message with the numbers, and a ``ref``: the section of docs/plan.md or sop/README.md
+that explains the rule and the incident behind it. Each one has a test reproducing its incident
+(tests/test_checks.py). :func:`preflight` runs them all. The attempts A26-A30 named below are
+told in docs/plan.md, "Why each check exists".
 
 | id | incident / rule |
 |---|---|
-| lr.low_early | A26/A27: LR < 6 % of peak for the whole observed run (preflight_lr.sh, §11.15, #13) |
-| lr.warmup_share | A26/A27: warm-up of 25,000 / 6,250 optimizer steps against a ~40-step run (#13) |
+| lr.low_early | A26/A27: LR < 6 % of peak for the whole observed run; LR must reach 30 % by global step 20 |
+| lr.warmup_share | A26/A27: warm-up of 25,000 / 6,250 optimizer steps against a ~40-step run |
 | lr.min_lr_ratio_fixed | OpenRLHF < 0.10.2 has no min_lr_ratio flag: min LR is 0.1 × peak |
-| steps.intent | A28: max_steps counts optimizer steps; 25 global steps instead of 200 (#14) |
+| steps.intent | A28: max_steps counts optimizer steps; 25 global steps instead of 200 |
 | steps.empty | pool smaller than one rollout batch: no global step runs |
 | steps.partial_batch | a partial last rollout batch: dropped by ≤ 0.10.x, trained by ≥ 0.11 |
 | steps.beyond_schedule | more optimizer steps run than max_steps: past its end the cosine rises again |
 | batch.train_divisible | train batch not a multiple of micro batch × data-parallel actor GPUs |
 | batch.rollout_divisible | rollout × n samples not a multiple of the train batch |
 | schedule.final_eval / final_save | A28: no eval at its final step (eval/save fire on multiples only) |
-| schedule.mid_* | SOP §3: the pre-registered mid checkpoint must be saved (and evaluated) |
-| diff.* | SOP §10.1: one training variable per attempt, declared in ``change`` (A27 changed two) |
+| schedule.mid_* | K=3 selection: the pre-registered mid checkpoint must be saved (and evaluated) |
+| diff.* | one training variable per attempt, declared in ``change`` (A27 changed two) |
 | gpu.layout | A26: init_kl_coef > 0 creates a reference model; 8 ref GPUs + 4 + 4 on 8 GPUs hung |
 | length.max_len | max_len shorter than prompt_max_len + generate_max_len truncates generations |
-| suffix.mismatch | lesson #24: BOXED_SUFFIX added ~10 pp; train and baseline prompts must match |
-| data.overlap | SOP §10.4: training pool disjoint by hash from every eval set |
+| suffix.mismatch | a \\boxed{} suffix on one side moved a baseline ~10 pp; train and baseline prompts must match |
+| data.overlap | training pool disjoint by hash from every eval set |
 | data.size | the file's line count wins over the stated size |
 | eval.lora_rank | vLLM's max_lora_rank defaults to 16; rank-32 adapters are refused |
-| disk.budget / disk.hf_ckpt | §3 summary: 422 GB disk full; HF checkpoints are never rotated |
-| power.underpowered | lesson #16: OOD-202 could not see 5 pp; MDE above the +3.0 pp win threshold |
+| disk.budget / disk.hf_ckpt | DeepSpeed shards once filled a 422 GB disk; HF checkpoints are never rotated |
+| power.underpowered | the 202-problem monitor could not see 5 pp; MDE above the +3.0 pp win threshold |
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ from rlexp.storage.files import iter_jsonl
 ERROR = "error"
 WARNING = "warning"
 
-LR_CHECK_GLOBAL_STEP = 20  # preflight_lr.sh: abort if LR at step 20 < 30 % of target
+LR_CHECK_GLOBAL_STEP = 20  # abort if the LR at global step 20 is < 30 % of target (docs/plan.md, warm-up and early LR)
 LR_CHECK_MIN_FRACTION = 0.30
 DEFAULT_MAX_WARMUP_SHARE = 0.10
 
@@ -126,11 +128,11 @@ def check_lr(att: Attempt, steps: Steps) -> list[Verdict]:
                 f"LR reaches only {best:.1%} of peak by global step {at} ({now:.1%} at step {at}): warm-up is "
                 f"{steps.warmup_steps:,} optimizer steps = {steps.warmup_global_steps:,.0f} global steps of "
                 f"{total:,} (max_steps {steps.optimizer_steps_total:,}); >= {LR_CHECK_MIN_FRACTION:.0%} required",
-                "§11.15 preflight_lr.sh; lesson #13 (A26/A27)",
+                "docs/plan.md#warm-up-and-early-lr",
             ))  # fmt: skip
         share = att.intent.get("max_warmup_share") or DEFAULT_MAX_WARMUP_SHARE
         horizon = att.intent.get("global_steps") or total
-        # at most one global step of warm-up is never the A26/A27 incident (tiny runs round up to it)
+        # at most one global step of warm-up is never the A26/A27 incident of docs/plan.md (tiny runs round up to it)
         if steps.warmup_global_steps > max(share * horizon, 1.0):
             out.append(check(
                 "lr.warmup_share", ERROR,
@@ -138,7 +140,7 @@ def check_lr(att: Attempt, steps: Steps) -> list[Verdict]:
                 f"({steps.warmup_steps:,} optimizer steps = ceil({steps.optimizer_steps_total:,} × "
                 f"{att.recipe['lr_warmup_ratio']})), more than {share:.0%} of the "
                 f"{'intended' if att.intent.get('global_steps') else 'planned'} {horizon:,} global steps",
-                "lesson #13 (A26/A27)",
+                "docs/plan.md#warm-up-and-early-lr",
             ))  # fmt: skip
     stated = att.recipe_stated.get("min_lr_ratio")
     if (
@@ -150,7 +152,7 @@ def check_lr(att: Attempt, steps: Steps) -> list[Verdict]:
             "lr.min_lr_ratio_fixed", ERROR,
             f"min_lr_ratio {stated} has no flag in OpenRLHF {steps.trainer_version}: min LR is fixed at 0.1 × peak "
             f"(configurable from 0.10.2 as --actor.min_lr_ratio)",
-            "SOP §8 D (increase min_lr)",
+            "docs/plan.md#fixed-minimum-lr; sop/README.md#fault-tree (class D)",
         ))  # fmt: skip
     return out
 
@@ -165,7 +167,7 @@ def check_step_counts(att: Attempt, steps: Steps) -> list[Verdict]:
         out.append(check(
             "steps.empty", ERROR,
             f"no global step runs: {steps.prompts:,} prompts < rollout_batch_size {steps.rollout_batch_size}",
-            "lesson #14",
+            "docs/plan.md#optimizer-steps-and-global-steps",
         ))  # fmt: skip
     if steps.optimizer_steps_run > steps.optimizer_steps_total:
         out.append(check(
@@ -173,11 +175,12 @@ def check_step_counts(att: Attempt, steps: Steps) -> list[Verdict]:
             f"the trainer runs {steps.optimizer_steps_run:,} optimizer steps but max_steps (the LR scheduler's "
             f"horizon) is {steps.optimizer_steps_total:,}: max_steps floors before multiplying by "
             f"num_episodes × max_epochs, and past its end the cosine rises again",
-            "lesson #13",
+            "docs/plan.md#warm-up-and-early-lr",
         ))  # fmt: skip
     intent = att.intent.get("global_steps")
     if intent and intent != total:
-        out.append(check("steps.intent", ERROR, _intent_message(intent, steps), "lesson #14 (A28)"))
+        out.append(check("steps.intent", ERROR, _intent_message(intent, steps),
+                         "docs/plan.md#optimizer-steps-and-global-steps"))  # fmt: skip
     if steps.partial_batch_prompts and total:
         kept = steps.prompts - steps.partial_batch_prompts
         if steps.drops_partial_batch:
@@ -190,7 +193,7 @@ def check_step_counts(att: Attempt, steps: Steps) -> list[Verdict]:
             "steps.partial_batch", WARNING,
             f"{steps.prompts:,} prompts leave a partial last rollout batch of {steps.partial_batch_prompts} "
             f"(rollout_batch_size {steps.rollout_batch_size}): {what}",
-            "lesson #14",
+            "docs/plan.md#optimizer-steps-and-global-steps",
         ))  # fmt: skip
     return out
 
@@ -237,7 +240,7 @@ def check_batches(att: Attempt, steps: Steps) -> list[Verdict]:
             f"rollout_batch_size {steps.rollout_batch_size} × n_samples_per_prompt {steps.n_samples_per_prompt} = "
             f"{samples} samples is not a multiple of train_batch_size {train}: "
             f"{samples / train:g} optimizer steps per global step",
-            "lesson #14",
+            "docs/plan.md#optimizer-steps-and-global-steps",
         ))  # fmt: skip
     return out
 
@@ -256,53 +259,53 @@ def check_schedule(att: Attempt, steps: Steps, ckpt: CheckpointPlan) -> list[Ver
             "schedule.final_eval", ERROR,
             f"no in-run eval at the final global step {final:,}: eval_steps {eval_steps} fires at "
             f"{_fires(ckpt.evaluated)} (global_step % eval_steps == 0 only)",
-            "SOP §3; A28 (no eval at its final step)",
+            "docs/plan.md#eval-and-save-at-the-final-step",
         ))  # fmt: skip
     if not ckpt.final_saved:
         out.append(check(
             "schedule.final_save", ERROR,
             f"no checkpoint saved at the final global step {final:,}: save_steps {save_steps} fires at "
             f"{_fires(ckpt.saved)}; the K=3 'final' checkpoint would not exist",
-            "SOP §3",
+            "sop/README.md#k3-checkpoints",
         ))  # fmt: skip
     mid = ckpt.mid
     if mid is None:
         out.append(check(
             "schedule.mid_missing", WARNING,
-            "no pre-registered mid checkpoint (checkpoints.mid): SOP §3 fixes K=3 before looking at results",
-            "SOP §3",
+            "no pre-registered mid checkpoint (checkpoints.mid): the K=3 selection is fixed before looking at results",
+            "sop/README.md#k3-checkpoints",
         ))  # fmt: skip
     elif mid > final:
         out.append(check(
             "schedule.mid_beyond_run", ERROR,
             f"the pre-registered mid checkpoint {mid:,} is beyond the run's final global step {final:,}",
-            "SOP §3",
+            "sop/README.md#k3-checkpoints",
         ))  # fmt: skip
     else:
         if mid not in ckpt.saved:
             out.append(check(
                 "schedule.mid_save", ERROR,
                 f"no checkpoint saved at the pre-registered mid step {mid:,} (save_steps {save_steps})",
-                "SOP §3",
+                "sop/README.md#k3-checkpoints",
             ))  # fmt: skip
         if mid not in ckpt.evaluated:
             out.append(check(
                 "schedule.mid_eval", WARNING,
                 f"no in-run eval at the pre-registered mid step {mid:,} (eval_steps {eval_steps})",
-                "SOP §3",
+                "sop/README.md#k3-checkpoints",
             ))  # fmt: skip
     for extra in att.checkpoints_extra:
         if extra > final or extra not in ckpt.saved:
             out.append(check(
                 "schedule.extra_save", ERROR,
                 f"pre-registered checkpoint {extra:,} will not be saved (final {final:,}, save_steps {save_steps})",
-                "SOP §3",
+                "sop/README.md#k3-checkpoints",
             ))  # fmt: skip
     if not ckpt.best_by_monitor_candidates:
         out.append(check(
             "schedule.no_monitor_candidates", WARNING,
             "no global step is both evaluated in-run and saved: best-by-monitor has no candidate",
-            "SOP §3-4",
+            "sop/README.md#k3-checkpoints; sop/README.md#early-stop",
         ))  # fmt: skip
     return out
 
@@ -325,7 +328,7 @@ def _fmt(value: Any) -> str:
 
 
 def check_single_variable(att: Attempt) -> list[Verdict]:
-    ref = "SOP §10.1 one variable per run; §11.10.1 (A27)"
+    ref = "docs/plan.md#one-training-variable-per-attempt"
     if att.parent is None:
         if att.change:
             return [check("diff.root_change", WARNING,
@@ -428,7 +431,7 @@ def check_gpu_layout(att: Attempt) -> list[Verdict]:
     r = att.recipe
     out: list[Verdict] = []
     layout = gpu_layout(r)
-    ref = "lessons #8 (A26 GPU allocation hang)"
+    ref = "docs/plan.md#gpu-layout"
     if (
         (r["colocate_actor_ref"] or r["colocate_all_models"])
         and float(r["init_kl_coef"]) > 0
@@ -489,7 +492,7 @@ def check_lengths(att: Attempt) -> list[Verdict]:
             "length.max_len", ERROR,
             f"max_len {r['max_len']} < prompt_max_len {r['prompt_max_len']} + generate_max_len "
             f"{r['generate_max_len']} = {budget}: generations are cut before their budget",
-            "§11.30 (max_len = prompt + gen); lesson #25",
+            "docs/plan.md#generation-length",
         )]  # fmt: skip
     return []
 
@@ -511,7 +514,7 @@ def check_suffix(att: Attempt) -> list[Verdict]:
         "suffix.mismatch", ERROR,
         f"training pool prompt suffix {pool.prompt_suffix!r} differs from " + ", ".join(differing)
         + ": baseline and trained model would be scored on different prompts",
-        "lesson #24 (BOXED_SUFFIX confound, ~10 pp)",
+        "docs/plan.md#prompt-suffix-parity",
     )]  # fmt: skip
 
 
@@ -524,7 +527,7 @@ def check_lora_rank(att: Attempt) -> list[Verdict]:
             "eval.lora_rank", ERROR,
             f"lora_rank {rank} > eval.max_lora_rank {att.eval.max_lora_rank} ({att.eval.engine} engine; vLLM's "
             f"default is 16 and it refuses larger adapters): set eval.max_lora_rank: {rank}",
-            "SOP §10.2 same eval pipeline",
+            "docs/plan.md#same-eval-pipeline",
         )]  # fmt: skip
     return []
 
@@ -558,7 +561,7 @@ def check_datasets(att: Attempt) -> list[Verdict]:
                 "data.size", WARNING,
                 f"datasets.{ref.role}: {ref.path.name if ref.path else ''} has {ref.size:,} records, spec says "
                 f"{ref.stated_size:,} (the file wins)",
-                "SOP §10.3 provenance",
+                "docs/plan.md#datasets-provenance-and-leakage",
             ))  # fmt: skip
     pool = att.datasets.get("pool")
     eval_sets = [att.datasets[r] for r in EVAL_ROLES if r in att.datasets]
@@ -572,7 +575,7 @@ def check_datasets(att: Attempt) -> list[Verdict]:
         out.append(check(
             "data.overlap_unchecked", WARNING,
             f"pool/eval overlap not checked for {', '.join(unchecked)} ({why}); check before launch",
-            "SOP §10.4 no data leakage",
+            "docs/plan.md#datasets-provenance-and-leakage",
         ))  # fmt: skip
     if not pool.exists or pool.path is None:
         return out
@@ -587,7 +590,7 @@ def check_datasets(att: Attempt) -> list[Verdict]:
                 "data.overlap", ERROR,
                 f"{len(shared):,} of {len(hashes):,} {ref.role} problems are in the training pool "
                 f"({pool.path.name}) by content hash",
-                "SOP §10.4 no data leakage",
+                "docs/plan.md#datasets-provenance-and-leakage",
             ))  # fmt: skip
     return out
 
@@ -604,7 +607,7 @@ def check_disk(att: Attempt, ckpt: CheckpointPlan) -> list[Verdict]:
             "disk.hf_ckpt", WARNING,
             f"save_hf_ckpt is off: the {saves} saves write DeepSpeed checkpoints only, no "
             f"global_step{{N}}_hf directory for the K=3 eval",
-            "SOP §3",
+            "sop/README.md#k3-checkpoints",
         ))  # fmt: skip
     free, size = att.budget.free_disk_gb, att.budget.checkpoint_size_gb
     if free is None:
@@ -612,7 +615,7 @@ def check_disk(att: Attempt, ckpt: CheckpointPlan) -> list[Verdict]:
     if size is None:
         out.append(check("disk.unsized", WARNING,
                          f"budget.free_disk_gb {free:g} stated but not budget.checkpoint_size_gb: "
-                         f"{saves} saves not sized", "§3 summary (422 GB disk full)"))  # fmt: skip
+                         f"{saves} saves not sized", "docs/plan.md#disk"))  # fmt: skip
         return out
     need = saves * size
     ds_note = ""
@@ -623,7 +626,7 @@ def check_disk(att: Attempt, ckpt: CheckpointPlan) -> list[Verdict]:
             "disk.budget", ERROR,
             f"{saves} HF checkpoints × {size:g} GB = {need:,.1f} GB > free disk {free:,.1f} GB{ds_note}; "
             f"HF checkpoints are never rotated by the trainer (max_ckpt_num prunes only DeepSpeed ones)",
-            "§3 summary (422 GB disk full, A23→A24)",
+            "docs/plan.md#disk",
         ))  # fmt: skip
     return out
 
@@ -635,7 +638,7 @@ def check_power(att: Attempt, power: PowerReport | None) -> list[Verdict]:
     if power is None:
         return [check("power.no_primary", WARNING,
                       "no datasets.ood_primary: the power of the planned comparison is unknown",
-                      "SOP §1 (OOD-1000 primary)")]  # fmt: skip
+                      "sop/README.md#primary-metric")]  # fmt: skip
     if power.mde_pp > power.win_threshold_pp:
         return [check(
             "power.underpowered", WARNING,
@@ -643,6 +646,6 @@ def check_power(att: Attempt, power: PowerReport | None) -> list[Verdict]:
             f"{power.discordance:.1%} discordance) is above the +{power.win_threshold_pp:.1f} pp win threshold: power to "
             f"see +{power.win_threshold_pp:.1f} pp is {power.power_at_win_threshold:.0%}; "
             f"n >= {power.n_for_win_threshold:,} needed",
-            "SOP §1-2; lesson #16 (OOD-202 could not see 5 pp)",
+            "docs/plan.md#power-of-the-planned-comparison; sop/README.md#primary-metric",
         )]  # fmt: skip
     return []
