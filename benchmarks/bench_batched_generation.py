@@ -1,4 +1,4 @@
-"""Batched KV-cache decoding vs one problem at a time (§11.17: sequential eval was the bottleneck).
+"""Batched KV-cache decoding vs one problem at a time (one request per problem once made every eval slow).
 
 Runs rlexp.adapters.generation.generate on the tiny local model over N problems (default 1,000) both ways,
 in the same process, and prints the speed-up ratio. Also checks both give the same tokens.

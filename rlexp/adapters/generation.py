@@ -1,17 +1,19 @@
 """Batched decoding on a Hugging Face causal LM — the one generation path for rollouts and eval.
 
-Lesson (§11.17): one request per problem made every post-hoc eval slow. Here prompts are
+One request per problem once made every post-hoc eval slow. Here prompts are
 tokenised together, padded on the *left* (so every row's next token sits in the last column),
 and decoded with the KV cache by ``model.generate`` with an attention mask; rows are sorted by
 length first so a batch carries little padding. Greedy batched output is token-identical to
 one-at-a-time output (tests/test_generation.py checks it on the tiny model).
 
-Lesson #24 (a prompt suffix moved a baseline by 10pp): :func:`render_prompt` is the only place a
-prompt is built — the user message is ``problem_prompt + suffix`` through the tokenizer's own chat
-template — and training, eval and the G0 parity guard all call it.
+A prompt suffix on one side only once moved a baseline by 10pp (docs/plan.md#prompt-suffix-parity),
+so :func:`render_prompt` is the only place a prompt is built — the user message is
+``problem_prompt + suffix`` through the tokenizer's own chat template — and training, eval and the
+G0 parity guard all call it.
 
-Truncation is never guessed from text (§11.29): ``finish_reason`` is ``"stop"`` when the model
-emitted an end-of-sequence token within ``max_new_tokens``, else ``"length"``.
+Truncation is never guessed from text (a wrong answer and a cut one can read alike):
+``finish_reason`` is ``"stop"`` when the model emitted an end-of-sequence token within
+``max_new_tokens``, else ``"length"``.
 """
 
 from __future__ import annotations

@@ -46,7 +46,7 @@ def compare(
     resamples: Annotated[int, typer.Option("--resamples", min=100, help="Bootstrap resamples.")] = 10_000,
     confidence: Annotated[float, typer.Option("--confidence", min=0.5, max=0.999)] = 0.95,
     method: Annotated[str, typer.Option("--method", help="Bootstrap CI: percentile, basic or bca.")] = "percentile",
-    paired_out: Annotated[Path | None, typer.Option("--paired-out", help="Also write the SOP §1 paired records "
+    paired_out: Annotated[Path | None, typer.Option("--paired-out", help="Also write the paired records "
                                                     "{problem_hash, y_baseline, y_new, output_baseline, "
                                                     "output_new} here (two files scored 0/1).")] = None,
 ) -> None:

@@ -58,7 +58,7 @@ def calibrate(
     json_out: Annotated[bool, typer.Option("--json")] = False,
     markdown: Annotated[bool, typer.Option("--markdown", help="Print the markdown table (for sop/README.md).")] = False,
 ) -> None:
-    """Simulate §11.26-shaped paired studies: false-pass rate and power of every gate, per checkpoint and best-of-K."""
+    """Simulate paired studies like the SOP's final comparison: false-pass rate and power of every gate, per checkpoint and best-of-K."""
     from rlexp.core.calibrate import CalibrationSettings
     from rlexp.core.calibrate import calibrate as run
     from rlexp.core.sop import load_sop

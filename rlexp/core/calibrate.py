@@ -1,9 +1,10 @@
 """How often do the SOP's gates pass when nothing works, and when a real +3pp effect exists?
 
-``rlexp sop calibrate`` simulates paired studies shaped like the seed's §11.26: N=1000
-problems, a baseline with true accuracy drawn uniformly from 67-74%, about 12% of problems
-discordant between a checkpoint and the baseline, and K=3 checkpoints of one run that are
-correlated with each other (they share most of their flips, as checkpoints of one run do).
+``rlexp sop calibrate`` simulates paired studies shaped like the final comparison of the campaign
+behind the SOP (sop/README.md, "Calibration"): N=1000 problems, a baseline with true accuracy
+drawn uniformly from 67-74%, about 12% of problems discordant between a checkpoint and the
+baseline, and K=3 checkpoints of one run that are correlated with each other (they share most
+of their flips, as checkpoints of one run do).
 
 Model, per simulated study: baseline outcomes y0_i ~ Bernoulli(p0). A checkpoint flips a problem
 the baseline got right with probability q1 = (d - delta) / (2 p0) and one it got wrong with

@@ -1,4 +1,4 @@
-"""The SOP's decision rules as pure functions (seed 001 §11.24).
+"""The SOP's decision rules as pure functions (each rule and its reason: sop/README.md).
 
 Every rule takes its numbers from a :class:`rlexp.core.sop.Sop` (no thresholds live here) and
 returns a small frozen verdict with ``passed`` (or ``stop``), the numbers it looked at, and
@@ -7,7 +7,7 @@ the rule text it applied, so a decision can be read and re-checked by a person.
 Rules: Gate-1a / Gate-1b (per checkpoint, and for the K=3 family with Holm-adjusted p),
 Gate-2 (replication over seeds) with the ID-200 guardrail, STOP-3a / STOP-3b, the gray-zone
 "third run" advice, the in-run early-stop rule, K=3 checkpoint selection and the fault tree
-(§11.24 §8, classes A-D) computed from whatever diagnostics exist.
+(classes A-D) computed from whatever diagnostics exist.
 
 Comparisons at a threshold: values within ``EPS`` of a threshold count as equal to it, so
 ``delta >= +2.0pp`` passes at exactly 2.0pp and ``CI low > -0.5pp`` fails at exactly -0.5pp,
@@ -337,7 +337,7 @@ def smooth(points: Sequence[tuple[int, float]], window: int) -> list[tuple[int, 
 
 
 def early_stop(monitor_points: Iterable[tuple[int, float]], sop: Sop) -> Verdict:
-    """The in-run stop rule (§11.24 §4) on (global_step, accuracy fraction) monitor points.
+    """The in-run stop rule (sop/README.md#early-stop) on (global_step, accuracy fraction) monitor points.
 
     Smoothed value = trailing mean of the last ``smoothing_window`` eval points. The best-so-far
     is set by the first full window and moves only on a gain of at least ``min_improvement_pp``
@@ -481,7 +481,7 @@ def select_k3(monitor_points: Iterable[tuple[int, float]], final_step: int, mid_
     return Selection(final, mid, best, tuple(notes), tuple(smoothed))
 
 
-# --------------------------------------------------------------------------- fault tree (§11.24 §8)
+# --------------------------------------------------------------------------- fault tree (sop/README.md#fault-tree)
 
 
 @dataclass(frozen=True)
@@ -516,7 +516,7 @@ class FaultClass:
 class FaultTree:
     classes: tuple[FaultClass, ...]
     suggestion: str | None
-    rule: str = "SOP §11.24 §8: classify the bottleneck, then change one variable"
+    rule: str = "SOP fault tree (sop/README.md#fault-tree): classify the bottleneck, then change one variable"
 
     def to_dict(self) -> dict[str, Any]:
         return {"suggestion": self.suggestion, "rule": self.rule,
@@ -526,7 +526,7 @@ class FaultTree:
 
 
 def fault_tree(diag: Diagnostics, sop: Sop) -> FaultTree:
-    """Advice, not a decision: which §8 class the available diagnostics point to, and what is missing."""
+    """Advice, not a decision: which fault-tree class the available diagnostics point to, and what is missing."""
     ft = sop.fault_tree
     flat_pp = sop.stop_3.max_delta_pp
     out: list[FaultClass] = []

@@ -9,12 +9,13 @@ with ``ω²`` the variance of the per-question score difference and the ``σ²/K
 sampling variance of each model's answer (zero for greedy decoding, K = 1 sample, which is how
 the SOP scores). For 0/1 scores the per-question difference is −1, 0 or +1, so under a null of
 no difference ``ω²`` equals the discordance rate ``(b + c) / n`` — the share of questions on
-which the two models disagree (§11.26 observed 118 of 1,000: ω² ≈ 0.118). Solving for ``δ``:
+which the two models disagree (Baseline-S0 against Baseline-SOTA of the campaign behind the SOP
+disagreed on 118 of 1,000: ω² ≈ 0.118). Solving for ``δ``:
 
     MDE = (z_{1−α/2} + z_{power}) · sqrt(ω² / n)
 
-which gives ≈ 3.0 pp for n = 1,000 at 12 % discordance, and 6.8 pp for the seed's OOD-202
-monitor set: the SOP's +3.0 pp win threshold was invisible on it.
+which gives ≈ 3.0 pp for n = 1,000 at 12 % discordance, and 6.8 pp for the 202-problem
+in-run monitor set: the SOP's +3.0 pp win threshold was invisible on it.
 """
 
 from __future__ import annotations
@@ -25,12 +26,12 @@ from statistics import NormalDist
 
 _Z = NormalDist()
 
-# Default only: the SOP file's gate_1b.min_delta_pp (+3.0 pp, §11.24 §2) is the threshold in force.
+# Default only: the SOP file's gate_1b.min_delta_pp (+3.0 pp, sop/README.md#gate-1b) is the threshold in force.
 # This module stays stdlib-only (``rlexp plan`` imports it), so it does not read the SOP; a caller
 # holding a Sop can pass ``sop.gate_1b.min_delta_pp`` as ``power_report(win_threshold_pp=...)``.
 # tests/test_sop.py fails if this default and the SOP file in force ever disagree.
 WIN_THRESHOLD_PP = 3.0
-DEFAULT_DISCORDANCE = 0.12  # §11.26: b + c = 118 of 1,000
+DEFAULT_DISCORDANCE = 0.12  # Baseline-S0 vs Baseline-SOTA: b + c = 118 of 1,000
 
 
 def _validate(n: int, discordance: float, alpha: float) -> None:

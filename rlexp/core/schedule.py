@@ -1,6 +1,6 @@
 """OpenRLHF step math and the learning rate at every optimizer step — before a GPU is touched.
 
-The seed lost three attempts to this arithmetic (lessons #13, #14): ``max_steps`` counts optimizer
+Three attempts were once lost to this arithmetic (docs/plan.md tells them): ``max_steps`` counts optimizer
 steps, not global steps, and ``num_episodes`` over a large pool stretches warm-up over the whole
 observed run. Everything here mirrors the trainer's code (OpenRLHF tags v0.9.3 … v0.11.0) and
 ``transformers``' ``cosine_with_min_lr`` scheduler, without importing either:
@@ -18,7 +18,7 @@ observed run. Everything here mirrors the trainer's code (OpenRLHF tags v0.9.3 �
 - the logged ``actor_lr``: up to v0.9.7 the mean over the global step's micro-batches of
   ``get_last_lr()`` read after each micro-batch (so ``(gas − 1)·λ(k−1) + λ(k)`` over ``gas`` per
   optimizer step); from v0.9.8 the value after the last micro-batch, ``λ(last step)``. The first
-  reproduces the seed's A28A log (37.5 %, 99.4 %, 75.9 %, 21.5 %, 10.1 % at global steps 1, 3,
+  reproduces the log of attempt A28 of docs/plan.md (37.5 %, 99.4 %, 75.9 %, 21.5 %, 10.1 % at global steps 1, 3,
   10, 20, 25).
 """
 
@@ -324,7 +324,7 @@ def firing_steps(every: int, total: int) -> list[int]:
 
 @dataclass(frozen=True)
 class CheckpointPlan:
-    """Where the K=3 checkpoints of SOP §3 can come from."""
+    """Where the K=3 checkpoints (sop/README.md#k3-checkpoints) can come from."""
 
     final: int
     mid: int | None

@@ -9,15 +9,15 @@ Two distributions over that universe:
   from it (and the base model's supervision, :func:`rlexp.adapters.tinymodel.sft_tiny_model`).
 - **out-of-distribution (OOD)** — only problems that need a *carry* (addition whose units digits
   sum to 10 or more) or a *borrow* (subtraction whose units digit of ``a`` is smaller than that
-  of ``b``). A shift of the mix, within the trained operand range: DESIGN.md measured that
+  of ``b``). A shift of the mix, within the trained operand range: we measured that
   longer operands are unreachable for a tiny model (~4%), so such a set would only ever show
   "no effect". The carry/borrow mix is harder (lower base accuracy) yet learnable.
 
-The five sets of an experiment (seed 001 §11.11/§11.15) are drawn without replacement and are
+The five sets of an experiment (the dataset roles of docs/plan.md) are drawn without replacement and are
 disjoint by ``problem_hash`` — checked, never assumed: sanity (~18), primary OOD (1,000) and
 in-run OOD monitor (~200) from the OOD distribution; the ID set (200) and the training pool from
 the ID distribution minus everything already taken. Each draw is a seeded reservoir sample
-(Algorithm R) sorted by SHA-256, as the seed did for its pools.
+(Algorithm R) sorted by SHA-256, so a file's order does not depend on the draw order.
 
 Pure module: standard library only. Dataset files are read and written by
 :mod:`rlexp.storage.datasets`.

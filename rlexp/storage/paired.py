@@ -163,7 +163,8 @@ def write_pairs_for_attempt(
     baseline_vs_baseline: bool = False,
     joined: Mapping[tuple[str, str, str], PairedSet] | None = None,
 ) -> list[Path]:
-    """The one writer of ``eval/paired/*.jsonl`` (SOP §1 paired records).
+    """The one writer of ``eval/paired/*.jsonl`` (the paired per-problem records every comparison of
+    sop/README.md#canonical-report is computed from).
 
     For each (baseline, checkpoint) of :func:`attempt_pairs` and each set role, in that order,
     both record files are joined (:func:`pair_files`) and written; a pair with a record file
