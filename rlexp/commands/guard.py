@@ -1,4 +1,4 @@
-"""`rlexp guard g0|g1|g2|g4|audit ATTEMPT`: the §11.30 guardrails and the parser audit.
+"""`rlexp guard g0|g1|g2|g4|audit ATTEMPT`: the SOP's guardrails and the parser audit (sop/README.md).
 
 Each writes ``ATTEMPT/guards/<name>.json`` and exits 1 when its verdict is a failure. Every
 number (samples, problems, k, temperature, bars) comes from the SOP file's ``guardrails`` and
@@ -123,7 +123,7 @@ def audit(
     sop_file: SopOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Parser audit (SOP §7): draw 50 incorrect cases for review, or score the reviewed file."""
+    """Parser audit (sop/README.md#parser-audit): draw 50 incorrect cases for review, or score the reviewed file."""
     from rlexp.errors import InputError
     from rlexp.stages.guard import run_audit_draw, run_audit_verdicts
 

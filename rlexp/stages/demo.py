@@ -7,7 +7,7 @@ What it does, in the working directory (or ``--dir``):
    this is Baseline-S0;
 3. writes three attempt specs: ``d1`` (a root attempt, eps_clip 0.2), ``d1s2`` (d1 with another
    training seed: the SOP's Gate-2 replication, which can pin Baseline-SOTA) and ``d2`` (d1's
-   one-variable child, eps_clip 0.1 — the seed's A29A → A29B question, judged against SOTA);
+   one-variable child, eps_clip 0.1 — the A29A → A29B question of docs/plan.md, judged against SOTA);
 4. runs, for each attempt, exactly the commands a user would: ``plan → launch (local backend) →
    eval → decide → report``, with the MLflow store ``sqlite:///<dir>/mlflow.db``.
 
@@ -74,7 +74,7 @@ class DemoConfig:
 
     @property
     def global_steps(self) -> int:
-        # One episode, one pass: global steps = pool / rollout batch (lesson #14).
+        # One episode, one pass: global steps = pool / rollout batch (optimizer steps are more; docs/plan.md).
         return self.pool_size // self.recipe["rollout_batch_size"]
 
     @classmethod
@@ -122,7 +122,7 @@ def attempt_specs(config: DemoConfig, datasets: dict[str, Any]) -> dict[str, str
     child = {
         "id": "d2",
         "parent": "d1",
-        "description": "One variable changed from d1: eps_clip 0.2 -> 0.1 (the seed's A29A -> A29B).",
+        "description": "One variable changed from d1: eps_clip 0.2 -> 0.1 (as A29A -> A29B in docs/plan.md).",
         "change": {"eps_clip": 0.1},
         "recipe": {"eps_clip": 0.1},
     }

@@ -1,11 +1,12 @@
-"""Guardrails of §11.30 and the §11.24 §7 parser audit, each a verdict in ``ATTEMPT/guards/<name>.json``.
+"""The SOP's guardrails and its parser audit (sop/README.md), each a verdict in ``ATTEMPT/guards/<name>.json``.
 
 - G0 prompt parity: the training path's ``input_ids`` equal the eval path's on 5 samples (a suffix
-  moved a baseline by 10pp once — lesson #24; a checkpoint that ships its own chat template is the
+  moved a baseline by 10pp once, docs/plan.md#prompt-suffix-parity; a checkpoint that ships its own chat template is the
   other way to break it).
 - G1 pipeline integrity: two eval paths on one checkpoint (adapter vs merged weights, or in-run vs
   post-hoc record files) agree exactly, or differ only by a *named* nondeterminism source with no
-  change in correctness (the LoRA-accumulation bug of §11.19/§11.22 inflated numbers by 2–7pp).
+  change in correctness (an adapter applied on top of weights that already contained it once
+  inflated numbers by 2–7pp, and only comparing two eval paths showed it).
 - G2 parser ceiling: on 200 baseline problems boxed ≥ 98%, parse failures (none + unparsed) = 0%, truncation ≤ 5%.
 - G4 pass@k headroom: k=8 samples at temperature 0.6 on the problems the baseline gets wrong;
   pass@8 ≥ 15% means GRPO has signal to learn from.
@@ -150,7 +151,7 @@ def pipeline_integrity(
 
     Passes when every output is identical; or, when a nondeterminism source is *named*, when the
     outputs differ but no more than ``max_discordant`` problems change correctness (the SOP's
-    ``guardrails.g1.max_discordant``: 0 discordants, §11.30)."""
+    ``guardrails.g1.max_discordant``: 0 discordants, sop/README.md#guardrails)."""
     if max_discordant is None:
         max_discordant = guard_settings(sop).g1.max_discordant
     a = {r["problem_hash"]: r for r in records_a}
@@ -387,7 +388,10 @@ _CONTEXT_WORDS = re.compile(r"(?:base|step|part|case|page|figure|option|section|
 
 
 def suspicion_flags(record: dict[str, Any]) -> list[str]:
-    """Why a wrong record may be a parser error rather than a model error (§11.26's patterns)."""
+    """Why a wrong record may be a parser error rather than a model error.
+
+    The patterns are those real audits found: a bold ``**N**`` answer the parser skipped for a
+    later number, a trailing number in prose."""
     output = str(record.get("output") or "")
     method = record.get("parse_method")
     flags = []
@@ -451,7 +455,7 @@ def audit_verdicts(items: Sequence[dict[str, Any]], max_rate: float, source: str
     return Verdict(
         name="parser_audit",
         passed=rate <= max_rate,
-        rule=f"mis-parse rate <= {max_rate:.0%} of reviewed incorrect cases (SOP §7)",
+        rule=f"mis-parse rate <= {max_rate:.0%} of reviewed incorrect cases (sop/README.md#parser-audit)",
         numbers={"reviewed": len(items), "misparse": counts["misparse"], "ambiguous": counts["ambiguous"],
                  "ok": counts["ok"], "mis_parse_rate": rate, "max_misparse_rate": max_rate,
                  "flagged": len(flagged), "flagged_misparse": flagged_mis},
