@@ -1,12 +1,12 @@
 """The SOP's guardrails and its parser audit (sop/README.md), each a verdict in ``ATTEMPT/guards/<name>.json``.
 
 - G0 prompt parity: the training path's ``input_ids`` equal the eval path's on 5 samples (a suffix
-  moved a baseline by 10pp once, docs/plan.md#prompt-suffix-parity; a checkpoint that ships its own chat template is the
-  other way to break it).
+  moved a baseline by 10pp once, docs/plan.md#prompt-suffix-parity; a checkpoint that ships its
+  own chat template is the other way to break it).
 - G1 pipeline integrity: two eval paths on one checkpoint (adapter vs merged weights, or in-run vs
   post-hoc record files) agree exactly, or differ only by a *named* nondeterminism source with no
   change in correctness (an adapter applied on top of weights that already contained it once
-  inflated numbers by 2–7pp, and only comparing two eval paths showed it).
+  inflated numbers by 2–7pp).
 - G2 parser ceiling: on 200 baseline problems boxed ≥ 98%, parse failures (none + unparsed) = 0%, truncation ≤ 5%.
 - G4 pass@k headroom: k=8 samples at temperature 0.6 on the problems the baseline gets wrong;
   pass@8 ≥ 15% means GRPO has signal to learn from.
