@@ -1,4 +1,4 @@
-"""Answer extraction: the seed's hard cases, a table of real-model output formats, never raising,
+"""Answer extraction: hard cases met in real evals, a table of real-model output formats, never raising,
 and math-verify mode agreeing with math-verify's own examples."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ CASES = [
     (r"\boxed{1{,}000}", "1000", "boxed"),
     (r"\boxed{\$18.00}", "18", "boxed"),
     (r"\boxed{18 \text{ dollars}}", "18", "boxed"),
-    (r"\boxed{40\text{ cm}}", "40", "boxed"),  # seed §11.3: `40\text{ cm}` vs `40`
+    (r"\boxed{40\text{ cm}}", "40", "boxed"),  # a unit inside the box: `40\text{ cm}` grades equal to `40`
     (r"\boxed{40 \text{cm}^2}", "40", "boxed"),
     (r"\boxed{\text{40}}", "40", "boxed"),
     (r"\boxed{\textbf{12}}", "12", "boxed"),
@@ -64,7 +64,7 @@ CASES = [
     ("<think>try 3</think>\n\nSo the result is $\\boxed{27}$.", "27", "boxed"),
     (r"\boxed{1,234,567}", "1234567", "boxed"),
     (r"\boxed{−3}", "-3", "boxed"),  # unicode minus
-    # bold answers (seed §11.26: **N** instead of \boxed{N})
+    # bold answers: models that write **N** instead of \boxed{N}
     ("**7**", "7", "last_number"),
     ("The answer is **12**.\n\nThis uses base 7.", "12", "last_number"),
     ("**Answer: 24**\n\nWe need 7 seats per row.", "24", "last_number"),
@@ -104,7 +104,7 @@ def test_extraction_table(output, answer, method):
 @pytest.mark.parametrize(
     ("output", "gold", "expected"),
     [
-        # the seed's named hard cases, graded end to end
+        # the hard cases met in real evals, graded end to end
         ("The answer is **12**.\n\nThis uses base 7.", "12", True),
         ("**12** chairs are left, so we need 7 seats", "12", True),
         (r"The perimeter is \boxed{40\text{ cm}}", "40", True),

@@ -18,7 +18,7 @@ def write(path: Path, ys: list, prefix: str = "h", extra: str = "") -> Path:
 
 
 def seed_pair(tmp_path: Path) -> tuple[Path, Path]:
-    # §11.26: S0 738/1000, SOTA 734/1000, b=61, c=57
+    # Baseline-S0 738/1000 vs Baseline-SOTA 734/1000 of the example attempts: b=61, c=57
     base = [1] * 677 + [1] * 61 + [0] * 57 + [0] * 205
     new = [1] * 677 + [0] * 61 + [1] * 57 + [0] * 205
     return write(tmp_path / "s0.jsonl", base), write(tmp_path / "sota.jsonl", new)

@@ -77,7 +77,7 @@ def exp(tmp_path) -> Path:
 
 
 def test_seed_history_replay_no_gate_passes_then_stop_3a(exp):
-    # A29B (eps_clip 0.2 -> 0.1) and A30 (micro batch 1 -> 2), same pool, both flat vs Baseline-S0 (§11.25-11.26)
+    # A29B (eps_clip 0.2 -> 0.1) and A30 (micro batch 1 -> 2), same pool, both flat vs Baseline-S0 (docs/plan.md)
     a29b = make_attempt(exp, "a29b", "a29", {"eps_clip": 0.1}, decide_steps=(200,))
     evaluated(a29b, {"global_step200": (60, 59)}, s0_ood=738, s0_id=103, id_bc=(11, 10))
     first = decide_attempt(a29b, now=NOW)

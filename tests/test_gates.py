@@ -1,4 +1,4 @@
-"""The SOP's gates at, just below and just above every threshold; the seed's history replayed."""
+"""The SOP's gates at, just below and just above every threshold; the example attempts' history replayed."""
 
 from __future__ import annotations
 
@@ -300,7 +300,7 @@ def test_select_k3_missing_monitor_and_coincidence():
         gates.select_k3([], 200, 100, [], SOP)
 
 
-# --------------------------------------------------------------------------- the seed's history (§11.23, §11.25, §11.26)
+# --------------------------------------------------------------------------- A29B and A30 (docs/plan.md) replayed
 
 
 def paired(n: int, base_correct: int, b: int, c: int) -> tuple[list[int], list[int]]:
@@ -310,14 +310,14 @@ def paired(n: int, base_correct: int, b: int, c: int) -> tuple[list[int], list[i
 
 
 def test_seed_history_no_gate_passes():
-    # §11.23: OOD-202, a30_step130 132/202 vs a29b_step200 127/202: the +2.5pp "win" (discordants assumed ~12%)
+    # OOD-202 monitor, a30_step130 132/202 vs a29b_step200 127/202: the +2.5pp "win" (discordants assumed ~12%)
     probe = paired_comparison(*paired(202, 127, 10, 15))
     assert probe.delta_pp == pytest.approx(2.475, abs=0.01)
     assert not gates.gate_1a(probe, SOP).passed  # p and CI both far from the bar: not even worth a second seed
-    # §11.25: OOD-1000, A30 checkpoints vs A29 final (737): 735 and 736, ~12% discordant
+    # the same on OOD-1000, A30 checkpoints vs A29B's final (737): 735 and 736, ~12% discordant
     a30_130 = paired_comparison(*paired(1000, 737, 60, 58))
     a30_200 = paired_comparison(*paired(1000, 737, 59, 58))
-    # §11.26: Baseline-SOTA (a30_step130, 734) vs Baseline-S0 (738): b=61, c=57; ID-200: b=11, c=10
+    # Baseline-SOTA (a30_step130, 734) vs Baseline-S0 (738): b=61, c=57; ID-200: b=11, c=10
     sota_vs_s0 = paired_comparison(*paired(1000, 738, 61, 57))
     id_vs_s0 = paired_comparison(*paired(200, 103, 11, 10))
     assert sota_vs_s0.delta_pp == pytest.approx(-0.4) and round(sota_vs_s0.mcnemar_p, 3) == 0.783
@@ -328,7 +328,7 @@ def test_seed_history_no_gate_passes():
     assert not fam.any_passed("gate_1a", holm=False) and not fam.any_passed("gate_1b", holm=True)
     assert not gates.gate_2([sota_vs_s0.delta_pp], id_vs_s0.delta_pp, SOP).passed
     # A29 -> A30 (micro batch 1 -> 2, same pool) and S0 vs SOTA: both flat, so two consecutive same-pool
-    # single-variable attempts without effect: STOP-3a, and the fault tree is the next step (§11.26)
+    # single-variable attempts without effect: STOP-3a, and the fault tree is the next step
     a30 = gates.AttemptOutcome("a30", "a29b", ("micro_train_batch_size",), "POOL", a30_130.delta_pp,
                                a30_130.ci_pp, a30_130.mcnemar_p)
     a29 = gates.AttemptOutcome("a29b", "a29", ("eps_clip",), "POOL", -0.1, (-2.2, 2.0), 0.93)

@@ -106,7 +106,7 @@ def test_g1_adapter_vs_merged_passes(eval_experiment):
 
 
 def test_g1_catches_an_adapter_applied_twice(eval_experiment, tmp_path):
-    """The seed's LoRA-accumulation bug (§11.19/§11.22): weights that already contain the LoRA
+    """A LoRA-accumulation bug once inflated numbers by 2-7pp: weights that already contain the LoRA
     delta get the adapter applied again. G1 must fail on it."""
     from rlexp.cli import main
     from rlexp.engines.base import Decoding

@@ -1,4 +1,4 @@
-"""Paired records: joining by problem_hash, refusing bad input, the SOP §1 file format."""
+"""Paired records: joining by problem_hash, refusing bad input, the paired-record file format."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Power of the paired comparison: Miller 2024 against DESIGN.md, statsmodels and a simulation."""
+"""Power of the paired comparison: Miller 2024 against the SOP's figure, statsmodels and a simulation."""
 
 from __future__ import annotations
 
@@ -9,14 +9,16 @@ import pytest
 from rlexp.core.power import mde_pp, n_for_mde, power_at, power_report
 
 
-def test_design_figure_n1000_12pct_discordance_is_about_3pp():
-    # DESIGN.md: "with ω² ≈ 0.118 (12% discordance) and N=1000, the MDE at 80% power is ≈ 3.0pp"
+def test_sop_figure_n1000_12pct_discordance_is_about_3pp():
+    # sop/README.md, Gate-1b: "with N=1000 and about 12% discordance, the minimal detectable effect at 80%
+    # power is about 3pp" (ω² ≈ 0.118 was the discordance observed)
     assert mde_pp(1000, 0.118) == pytest.approx(3.0, abs=0.05)
     assert mde_pp(1000, 0.12) == pytest.approx(3.0, abs=0.1)
 
 
 def test_ood202_could_not_see_5pp():
-    # lesson #16: N=200 probe sets give 95% CI of ±6.7pp; the paired MDE on 202 is still > 5pp
+    # the 202-problem monitor could not see 5pp (docs/plan.md, power): N=200 gives a 95% CI of ±6.7pp
+    # on one accuracy, and the paired MDE on 202 is still > 5pp
     assert mde_pp(202, 0.12) > 5.0
     assert power_at(3.0, 202, 0.12) < 0.3
 
@@ -60,7 +62,7 @@ def test_power_at_mde_is_the_target_power():
 
 def test_report_context_numbers():
     r = power_report(1000, 0.12, baseline_accuracy=0.65)
-    # SOP §1: "SE ≈ 1.5% at p≈0.65" for OOD-1000
+    # one accuracy on OOD-1000: SE = sqrt(0.65 × 0.35 / 1000) ≈ 1.5% (by hand)
     assert r.se_single_pp == pytest.approx(1.5, abs=0.05)
     assert r.mde_unpaired_pp > r.mde_pp  # pairing is why the SOP pairs
     assert r.as_dict()["power_at_win_threshold"] == pytest.approx(power_at(3.0, 1000, 0.12))

@@ -1,4 +1,5 @@
-"""Step math and LR schedule against the seed's numbers and the real transformers scheduler."""
+"""Step math and LR schedule against the logged numbers of the attempts in docs/plan.md and the real
+transformers scheduler."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from rlexp.core.schedule import (
     parse_version,
 )
 
-# The seed's recipe for A26-A30 (§11.8, §11.10.1, §11.15, §11.16, §11.18): 4 actor GPUs.
+# The recipe shared by attempts A26-A30 of docs/plan.md ("Why each check exists"): 4 actor GPUs.
 SEED = {
     "n_samples_per_prompt": 8,
     "rollout_batch_size": 16,
@@ -56,10 +57,10 @@ def test_a26_50k_pool_20_episodes_is_500k_optimizer_steps():
 def test_a27_5_episodes_is_125k_and_lr_at_step_46_is_5_8_percent():
     s = steps_of(50_000, num_episodes=5)
     assert s.optimizer_steps_total == 125_000
-    assert s.warmup_steps == 6_250  # lesson #13: "warmup (5% of total = 6,250 steps)"
+    assert s.warmup_steps == 6_250  # 5 % of 125,000 optimizer steps
     row = lr_for_global_step(46, s)
     assert round(row.fraction_of_peak * 100, 1) == 5.8
-    assert row.fraction_of_peak < 0.06  # §3 A27: "<6% of target"
+    assert row.fraction_of_peak < 0.06  # A27 stayed under 6 % of target for its whole observed run
 
 
 def test_a28_400_pool_is_200_optimizer_steps_25_global_steps():
@@ -70,14 +71,14 @@ def test_a28_400_pool_is_200_optimizer_steps_25_global_steps():
 def test_a29_3200_pool_is_1600_optimizer_steps_200_global_steps_and_lr_table():
     s = steps_of(3_200)
     assert (s.optimizer_steps_total, s.global_steps_total, s.warmup_steps) == (1_600, 200, 80)
-    # §11.16 "LR schedule (verified by preflight_lr.sh)": 91% / 59% / 25% / 10% of target
+    # the LR table recorded for A29 before its launch: 91% / 59% / 25% / 10% of target
     for global_step, percent in ((50, 91), (100, 59), (150, 25), (200, 10)):
         assert round(lr_for_global_step(global_step, s).fraction_of_peak * 100) == percent
-    assert s.warmup_global_steps == 10  # "= 80 gradient steps (~10 global steps)"
+    assert s.warmup_global_steps == 10  # 80 optimizer steps = 10 global steps
 
 
-def test_seed_per_gradient_step_table_is_the_scheduler_lambda():
-    # §11.15's A28 table numbers gradient steps k and quotes the LR after k scheduler steps.
+def test_recorded_per_gradient_step_table_is_the_scheduler_lambda():
+    # The LR table recorded for A28 numbers gradient steps k and quotes the LR after k scheduler steps.
     s = steps_of(400)
     table = {1: 10, 10: 100, 50: 91, 100: 59, 150: 25, 200: 10}
     for k, percent in table.items():
@@ -88,7 +89,7 @@ def test_seed_per_gradient_step_table_is_the_scheduler_lambda():
 
 
 def test_a28a_logged_actor_lr_matches_the_observed_log():
-    # §11.15 "Actual LR at global steps (observed in A28A)": v0.9.3 logs the mean of get_last_lr()
+    # The actor_lr that A28 logged at global steps 1..25: v0.9.3 logs the mean of get_last_lr()
     # over micro-batches; 4 data-parallel actor GPUs, micro batch 1 -> 4 micro-batches per step.
     s = steps_of(400)
     assert s.micro_batches_per_optimizer_step == 4

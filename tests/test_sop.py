@@ -1,4 +1,4 @@
-"""The SOP file: its numbers are the seed's §11.24 numbers, it is validated strictly, decisions can cite it."""
+"""The SOP file: its numbers are the ones sop/README.md states, it is validated strictly, decisions can cite it."""
 
 from __future__ import annotations
 
@@ -15,11 +15,12 @@ from rlexp.core.sop import DEFAULT_SOP, load_sop
 from rlexp.errors import InputError
 
 
-def test_default_sop_has_the_seed_numbers():
+def test_default_sop_has_the_documented_numbers():
     sop = load_sop()
     assert sop.version == "v2.1-final"
     assert sop.sha256 == hashlib.sha256(DEFAULT_SOP.read_bytes()).hexdigest()
-    # seed 001 §11.24 §2, §4, §5, §3, §7
+    # sop/README.md, "The rules": Gate-1a, Gate-1b, Gate-2 and the ID guardrail, STOP-3a and the gray zone,
+    # early stop in the run, K=3 checkpoint selection, parser audit
     assert (sop.gate_1a.min_delta_pp, sop.gate_1a.max_mcnemar_p, sop.gate_1a.min_ci_low_pp) == (2.0, 0.10, -0.5)
     assert (sop.gate_1b.min_delta_pp, sop.gate_1b.max_mcnemar_p, sop.gate_1b.min_ci_low_pp) == (3.0, 0.05, 0.0)
     assert (sop.gate_2.min_mean_delta_pp, sop.gate_2.gold_mean_delta_pp, sop.gate_2.min_seeds) == (3.0, 4.0, 2)
@@ -31,20 +32,20 @@ def test_default_sop_has_the_seed_numbers():
     assert sop.checkpoints.k == 3 and sop.parser_audit.max_misparse_rate == 0.05
 
 
-def test_default_sop_has_the_seed_guardrail_numbers():
+def test_default_sop_has_the_documented_guardrail_numbers():
     g = load_sop().guardrails
-    # seed 001 §11.30 "Guardrails Checklist" table
+    # sop/README.md, "Guardrails": the table
     assert g.g0.samples == 5 and g.g1.max_discordant == 0
     assert (g.g2.problems, g.g2.min_boxed, g.g2.max_fail, g.g2.max_truncation) == (200, 0.98, 0.0, 0.05)
     assert (g.g4.k, g.g4.temperature, g.g4.min_pass_at_k) == (8, 0.6, 0.15)
-    # §11.30 Phase B: "first 10 global steps", G5 "at step 10"
+    # G3 smoke over steps 1..10, G5 at step 10
     assert g.g3.smoke_steps == 10 and g.g5.at_step == 10
-    # §11.10.1: the spike log fires on grad_norm > 50
+    # the spike log fires on grad norm > 50
     assert g.spikes.grad_norm == 50.0
     # our readings of "stable step time", "LR ~ 100% target", "reward neither ~0 nor ~1"
     assert g.g3.step_time_max_ratio == 2.0 and g.g5.lr_rel_tolerance == 0.10
     assert (g.g5.reward_stuck_low, g.g5.reward_stuck_high) == (0.02, 0.98)
-    # §11.24 §7: 50 incorrect cases, > 5% mis-parsed blocks
+    # sop/README.md, "Parser audit": 50 incorrect cases, > 5% mis-parsed blocks
     assert load_sop().parser_audit.sample_size == 50
 
 
