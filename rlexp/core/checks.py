@@ -152,7 +152,7 @@ def check_lr(att: Attempt, steps: Steps) -> list[Verdict]:
             "lr.min_lr_ratio_fixed", ERROR,
             f"min_lr_ratio {stated} has no flag in OpenRLHF {steps.trainer_version}: min LR is fixed at 0.1 × peak "
             f"(configurable from 0.10.2 as --actor.min_lr_ratio)",
-            "docs/plan.md#fixed-minimum-lr; sop/README.md#fault-tree (class D)",
+            "docs/plan.md#fixed-minimum-lr",
         ))  # fmt: skip
     return out
 
@@ -305,7 +305,7 @@ def check_schedule(att: Attempt, steps: Steps, ckpt: CheckpointPlan) -> list[Ver
         out.append(check(
             "schedule.no_monitor_candidates", WARNING,
             "no global step is both evaluated in-run and saved: best-by-monitor has no candidate",
-            "sop/README.md#k3-checkpoints; sop/README.md#early-stop",
+            "sop/README.md#k3-checkpoints",
         ))  # fmt: skip
     return out
 
@@ -646,6 +646,6 @@ def check_power(att: Attempt, power: PowerReport | None) -> list[Verdict]:
             f"{power.discordance:.1%} discordance) is above the +{power.win_threshold_pp:.1f} pp win threshold: power to "
             f"see +{power.win_threshold_pp:.1f} pp is {power.power_at_win_threshold:.0%}; "
             f"n >= {power.n_for_win_threshold:,} needed",
-            "docs/plan.md#power-of-the-planned-comparison; sop/README.md#primary-metric",
+            "docs/plan.md#power-of-the-planned-comparison",
         )]  # fmt: skip
     return []
