@@ -1,7 +1,8 @@
 """In-run monitor: spike log, G3 smoke gate, G5 runtime assertions, the SOP early-stop rule.
 
-Reference numbers come from seed 001: the micro=2 profile (§11.20) and A30's OOD-202 trajectory
-(§11.21), with the stop step worked out by hand from SOP §11.24 §4.
+Reference numbers are recorded from the real campaign behind the SOP (docs/plan.md tells its
+attempts): the first five steps of a micro_train_batch_size 2 run, and A30's in-run OOD-202
+trajectory, with the stop step worked out by hand from the early-stop rule (sop/README.md#early-stop).
 """
 
 from __future__ import annotations
@@ -12,11 +13,11 @@ import pytest
 
 from rlexp.adapters import monitor
 
-# §11.20: step, grad norm, reward, log_ratio_abs_p99, time (step 1 is warm-up)
+# a recorded run: step, grad norm, reward, log_ratio_abs_p99, time (step 1 is warm-up)
 PROFILE = [(1, 5.16, 0.547, 1.71, 300.0), (2, 1.77, 0.352, 1.77, 125.9), (3, 39.06, 0.500, 2.09, 104.1),
            (4, 171.40, 0.398, 1.99, 114.7), (5, 7.03, 0.609, 1.89, 113.5)]
 
-# §11.21: A30 OOD-202 greedy accuracy at steps 10..200 (percent)
+# A30's recorded OOD-202 greedy accuracy at steps 10..200 (percent)
 A30_OOD = [63.4, 63.6, 66.2, 62.1, 66.1, 64.2, 63.5, 64.7, 62.8, 66.4, 64.4, 62.9, 66.5, 63.9, 65.3, 65.7,
            64.2, 65.2, 64.7, 65.5]
 
@@ -75,7 +76,7 @@ def test_g5_lr_matches_plan_and_reward_not_stuck():
 
 def test_early_stop_fires_on_a30_trajectory_at_step_80(tmp_path):
     # smoothed (3-point): step 30 = 64.40 is the best; steps 40..80 give 63.97, 64.80, 64.13, 64.60,
-    # 64.13 — none >= 65.40 (+1.0pp), so patience 5 runs out at step 80 (SOP §11.24 §4).
+    # 64.13 — none >= 65.40 (+1.0pp), so patience 5 runs out at step 80 (sop/README.md#early-stop).
     run = monitor.RunMonitor(tmp_path)
     verdict = None
     for i, acc in enumerate(A30_OOD):

@@ -3,7 +3,7 @@
 --lora-modules name=path` serves the base and each adapter by model name).
 
 The same attempt is evaluated with engine `local` and engine `openai`; the per-problem records must
-agree (SOP §0: one pipeline, the engine is the only thing that changed), and the API key named by
+agree (one pipeline: the engine is the only thing that changed), and the API key named by
 `eval.api_key_env` must reach the server's Authorization header but no file under the attempt.
 """
 

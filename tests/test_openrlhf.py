@@ -14,9 +14,9 @@ from rlexp.backends import openrlhf
 from rlexp.backends.reward_template import render_reward_file, write_reward_file
 from rlexp.errors import InputError
 
-# The A30 recipe of seed 001: §11.16 (A29 table), §11.18 (A30 = A29B + micro_train_batch_size 2),
-# §11.8 (LoRA, vLLM layout), §11.11/§11.26 lessons (colocate_actor_ref, ref on 4 GPUs), §11.30
-# table (A30 column: generate_max_len 4096, max_len 5120, vllm 2 engines x TP 2).
+# The A30 recipe of the campaign behind the SOP (experiments/seed-a30 holds it as specs): A29B plus
+# micro_train_batch_size 2, LoRA on an 8-GPU layout (vLLM 2 engines x TP 2, the reference model
+# colocated with the actor on 4 GPUs), generate_max_len 4096, max_len 5120.
 A30_RECIPE = {
     "pretrain": "openai/gpt-oss-20b",
     "advantage_estimator": "dr_grpo",
@@ -197,7 +197,7 @@ def test_flag_tables_match_known_openrlhf_facts():
     assert t["--ckpt.save_hf"].action == "store_true"
     assert (t["--ds.lora.target_modules"].nargs, t["--ds.lora.target_modules"].type) == ("*", "str")
     assert t["--algo.kl.estimator"].choices == ("k1", "k2", "k3")
-    assert "--actor.min_lr_ratio" in t  # the configurable min LR (DESIGN.md)
+    assert "--actor.min_lr_ratio" in t  # the configurable min LR (added in 0.10)
     # 0.11.1 added one switch; 0.11.2 replaced the is_correction enable/type pair
     assert "--algo.kl.unbiased_gradient" in openrlhf.load_flag_table("0.11.1")
     assert "--algo.kl.unbiased_gradient" not in openrlhf.load_flag_table("0.11.0")
