@@ -197,7 +197,7 @@ def test_flag_tables_match_known_openrlhf_facts():
     assert t["--ckpt.save_hf"].action == "store_true"
     assert (t["--ds.lora.target_modules"].nargs, t["--ds.lora.target_modules"].type) == ("*", "str")
     assert t["--algo.kl.estimator"].choices == ("k1", "k2", "k3")
-    assert "--actor.min_lr_ratio" in t  # the configurable min LR (added in 0.10)
+    assert "--actor.min_lr_ratio" in t  # the configurable min LR (from 0.10.2; 0.9.x fixes it at 0.1 x peak)
     # 0.11.1 added one switch; 0.11.2 replaced the is_correction enable/type pair
     assert "--algo.kl.unbiased_gradient" in openrlhf.load_flag_table("0.11.1")
     assert "--algo.kl.unbiased_gradient" not in openrlhf.load_flag_table("0.11.0")
