@@ -68,8 +68,14 @@ def fill_attempt(attempt: Path) -> None:
         {"final": 20, "mid": 10, "best_by_monitor": 15, "checkpoints": ["global_step20", "global_step10",
                                                                          "global_step15"], "notes": []}))
     (attempt / "decision.json").write_text(json.dumps({
-        "decision": "CONTINUE", "sop_version": "v2.1-final", "sop_sha256": "ab" * 32,
-        "gates": {"gate_1a": {"passed": False, "rule": "delta >= +2.0pp AND (p < 0.10 OR CI low > -0.5pp)"},
+        "decision": "CONTINUE", "reason": "no gate passes", "sop_version": "v2.1-final", "sop_sha256": "ab" * 32,
+        "baseline": "baseline_sota", "primary_set": "ood_primary", "primary_checkpoint": "global_step20",
+        "decide_on": "per_checkpoint",
+        "gates": {"gate_1a": {"passed": False, "rule": "delta >= +2.0pp AND (p < 0.10 OR CI low > -0.5pp)",
+                              "per_checkpoint": {"global_step20": {
+                                  "name": "gate_1a", "passed": False,
+                                  "numbers": {"delta_pp": 20.0, "p": 0.2890625, "ci_low_pp": -5.0, "delta_ok": True,
+                                              "p_ok": False, "ci_ok": False}, "notes": [], "details": []}}},
                   "gate_1b": {"passed": False, "rule": "delta >= +3.0pp AND p < 0.05"}},
         "checkpoints": {"global_step20": {"delta_pp": 20.0, "b": 2, "c": 6, "mcnemar_p": 0.2890625,
                                           "ci_pp": [-5.0, 45.0], "holm_p": 0.8671875}},
@@ -103,12 +109,17 @@ def test_report_has_all_eight_deliverables_and_plots(attempt, tmp_path):
     assert "global_step15 (best by monitor)" in text
     assert "spikes (grad norm > 50): **1** of 20 steps (steps 7)" in text
     assert "PASS — mis-parse rate" in text
-    assert "| gate_1a | no | delta >= +2.0pp AND (p < 0.10 OR CI low > -0.5pp) |" in text
+    # the gate as the numbers that decided it, beside the SOP v2.1 thresholds (+2.0pp, p < 0.1, CI low > -0.5pp)
+    assert ("| Gate-1a · step 20 (final) | ✗ | Δ +20.0 ≥ +2.0 ✓ AND (p 0.289 < 0.1 ✗ OR CI low -5.0 > -0.5 ✗) |"
+            in text)
+    lines = text.splitlines()
+    assert lines[2] == "**Decision: CONTINUE** — no gate passes."
+    assert lines[4].startswith("**Next:** change one variable from a1: `write exp/<next>/attempt.yaml")
     for name in ("lr", "monitor", "grad_norm", "discordant"):
         png = tmp_path / "reports" / "exp" / f"a2_{name}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert f"(a2_{name}.png)" in text
-    assert len(text.splitlines()) < 90  # one page
+    assert len(text.splitlines()) < 110  # one page
 
 
 def test_in_run_gates_and_guardrails_read_the_one_verdict_schema(attempt, tmp_path):
