@@ -209,12 +209,15 @@ def test_report_shows_exact_command_and_flags_changed_data(attempt, tmp_path):
 
     (attempt / "launch").mkdir()
     (attempt / "launch" / "argv.json").write_text(json.dumps(
-        {"argv": ["python3", "-m", "openrlhf.cli.train_ppo_ray", "--pretrain", "a b;c"], "backend": "process"}))
+        {"argv": ["/usr/bin/python3", "-m", "openrlhf.cli.train_ppo_ray", "--pretrain", "a b;c",
+                  "--save_path", str(attempt / "checkpoints")], "backend": "process"}))
     (attempt / "launch" / "provenance.json").write_text(json.dumps(
         {"datasets": {"pool": {"sha256": "0" * 64}}, "git": {"sha": "f" * 40, "dirty": True}}))
     text = write_report(attempt, tmp_path / "reports").read_text()
-    assert "<details><summary>exact command (process backend)</summary>" in text
-    assert "python3 -m openrlhf.cli.train_ppo_ray --pretrain 'a b;c'" in text
+    assert "<details><summary>exact command (process backend; paths relative to the experiment)</summary>" in text
+    # machine paths rendered relative to the experiment (the interpreter by its name)
+    assert "python3 -m openrlhf.cli.train_ppo_ray --pretrain 'a b;c' --save_path a2/checkpoints" in text
+    assert str(tmp_path) not in text and "/usr/bin" not in text
     assert f"| pool | `{'0' * 64}` ⚠ file changed since launch |" in text
     assert "· git ffffffffffff (dirty)" in text
 

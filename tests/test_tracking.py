@@ -58,11 +58,28 @@ def _check_logged(uri: str, exp: Path, run_id: str) -> None:
     assert [m.step for m in history] == list(range(1, 21))  # per global step, no duplicates
     assert history[0].value == pytest.approx(0.41)
     m = run.data.metrics
-    assert m["eval/ood_primary/global_step20/acc"] == pytest.approx(0.70)
+    # metric names by checkpoint role (final = step 20 in selection.json), the step as a tag
+    assert m["eval/ood_primary/final/acc"] == pytest.approx(0.70)
+    assert m["eval/ood_primary/mid/acc"] == pytest.approx(0.45)
     assert m["eval/ood_primary/baseline_sota/acc"] == pytest.approx(0.50)
-    assert m["decision/global_step20/delta_pp"] == 20.0 and m["decision/global_step20/b"] == 2
-    assert m["decision/global_step20/ci_low_pp"] == -5.0 and m["decision/global_step20/mcnemar_p"] == 0.2890625
+    assert tags["rlexp.step.final"] == "20" and tags["rlexp.step.mid"] == "10"
+    assert m["primary/final/delta_pp"] == 20.0 and m["primary/final/b"] == 2
+    assert m["primary/final/ci_low_pp"] == -5.0 and m["primary/final/pvalue"] == 0.2890625
+    assert m["primary/delta_pp"] == 20.0 and tags["rlexp.primary_checkpoint"] == "global_step20"
+    assert not any("global_step" in k for k in m)
     assert not any("@" in k or "(" in k for k in m)
+    assert tags["mlflow.note.content"].startswith("**CONTINUE**: no gate passes.")
+    # datasets as MLflow inputs, the SHA-256 (first 36 hex digits: MLflow's digest column) as digest
+    from rlexp.storage.files import sha256_file
+
+    inputs = {d.dataset.name: d.dataset for d in run.inputs.dataset_inputs}
+    assert set(inputs) == {"pool", "ood_monitor", "ood_primary", "id"}
+    pool_sha = sha256_file(exp / "data" / "pool.jsonl")
+    assert inputs["pool"].digest == pool_sha[:36] and json.loads(inputs["pool"].profile)["sha256"] == pool_sha
+    assert json.loads(inputs["pool"].source) == {"uri": "data/pool.jsonl"}
+    view = json.loads(client.get_experiment(experiment.experiment_id).tags[
+        "mlflow.sharedViewState." + tracking.VIEW_KEY])
+    assert "tags.`rlexp.decision`" in view["selectedColumns"] and "metrics.`primary/delta_pp`" in view["selectedColumns"]
     artifacts = {a.path for a in client.list_artifacts(run_id)}
     assert {"plan.json", "decision.json"} <= artifacts
 
@@ -76,6 +93,14 @@ def test_sqlite_log_attempt_is_idempotent(experiment, sqlite_uri):
     # a second attempt of the same experiment lands in the same MLflow experiment, its own run
     other = tracking.log_attempt(experiment / "a1", uri)
     assert other != first
+    # lineage: once the parent has a run, the child's run links to it (a tag, not MLflow nesting)
+    from mlflow.tracking import MlflowClient
+
+    tracking.log_attempt(experiment / "a2", uri)
+    run = MlflowClient(uri).get_run(first)
+    assert run.data.tags["rlexp.parent_run"] == f"#/experiments/{run.info.experiment_id}/runs/{other}"
+    assert "mlflow.parentRunId" not in run.data.tags
+    assert len(run.inputs.dataset_inputs) == 4  # logged three times, each dataset once
 
 
 def test_new_metric_rows_are_appended_not_duplicated(experiment, sqlite_uri):
@@ -177,7 +202,7 @@ def test_mlflow_server_rest_roundtrip(experiment, tmp_path, sqlite_uri):
         params = {p["key"]: p["value"] for p in found[0]["data"]["params"]}
         assert params["recipe.eps_clip"] == "0.1"
         metrics = {m["key"]: m["value"] for m in found[0]["data"]["metrics"]}
-        assert metrics["decision/global_step20/delta_pp"] == 20.0
+        assert metrics["primary/final/delta_pp"] == 20.0
         history = _rest(base, f"/api/2.0/mlflow/metrics/get-history?run_id={run_id}&metric_key=reward")
         assert len(history["metrics"]) == 20
     finally:

@@ -212,41 +212,52 @@ def _role_checkpoints(selection: Mapping[str, Any] | None) -> dict[str, str]:
             if isinstance((selection or {}).get(role), int)}
 
 
-def _gather_vs_parent(att: Any, inputs: ReportInputs) -> None:
+def compare_with_parent(attempt_dir: str | Path, sop: Any = None) -> dict[str, dict[str, Any]]:
     """This attempt against its parent at the same checkpoint roles (final vs final, ...) on the
-    primary set: the effect of the one changed variable, before any seed gap to SOTA."""
-    if att.parent is None:
-        inputs.vs_parent_note = "a root attempt: no parent to compare with"
-        return
+    primary set, paired by problem: the effect of the one changed variable, without the seed gap
+    that a comparison with SOTA (another attempt's seed) carries. role -> comparison; empty when
+    there is no parent or either side is not evaluated."""
+    from rlexp.core.spec import load_attempt
     from rlexp.stats import paired_comparison
     from rlexp.storage.paired import pair_files
 
-    primary = inputs.sop.primary.set_role if inputs.sop is not None else "ood_primary"
-    parent_dir = AttemptDir(att.parent.attempt_dir)
+    att = load_attempt(attempt_dir)
+    if att.parent is None:
+        return {}
+    if sop is None:
+        from rlexp.core.sop import load_sop
+
+        sop = load_sop()
+    primary = sop.primary.set_role
+    parent_dir, mine_dir = AttemptDir(att.parent.attempt_dir), AttemptDir(att.attempt_dir)
     parent_roles = _role_checkpoints(parent_dir.read_selection() if parent_dir.selection.exists() else None)
-    mine = _role_checkpoints(inputs.selection)
-    if not parent_roles or not mine:
-        inputs.vs_parent_note = (f"parent {att.parent_id} not evaluated yet (`rlexp eval {inputs.commands_prefix}"
-                                 f"{att.parent_id}`)" if not parent_roles else "this attempt is not evaluated yet")
-        return
-    kwargs = {}
-    if inputs.sop is not None:
-        b = inputs.sop.bootstrap
-        kwargs = {"resamples": b.resamples, "seed": b.seed, "confidence": b.confidence, "method": b.method}
+    mine = _role_checkpoints(mine_dir.read_selection() if mine_dir.selection.exists() else None)
+    b = sop.bootstrap
+    out: dict[str, dict[str, Any]] = {}
     for role in ROLES:
         if role not in mine or role not in parent_roles:
             continue
         base_path = parent_dir.records(parent_roles[role], primary)
-        new_path = AttemptDir(att.attempt_dir).records(mine[role], primary)
+        new_path = mine_dir.records(mine[role], primary)
         if not (base_path.exists() and new_path.exists()):
             continue
         paired = pair_files(base_path, new_path)
-        cmp = paired_comparison(paired.y_baseline, paired.y_new, **kwargs)
-        inputs.vs_parent[role] = {"base": parent_roles[role], "new": mine[role], "acc_base": cmp.acc_base,
-                                  "acc_new": cmp.acc_new, "delta_pp": cmp.delta_pp, "b": cmp.b, "c": cmp.c,
-                                  "mcnemar_p": cmp.mcnemar_p, "ci_pp": list(cmp.ci_pp), "n": cmp.n}
+        cmp = paired_comparison(paired.y_baseline, paired.y_new, resamples=b.resamples, seed=b.seed,
+                                confidence=b.confidence, method=b.method)
+        out[role] = {"base": parent_roles[role], "new": mine[role], "acc_base": cmp.acc_base,
+                     "acc_new": cmp.acc_new, "delta_pp": cmp.delta_pp, "b": cmp.b, "c": cmp.c,
+                     "mcnemar_p": cmp.mcnemar_p, "ci_pp": list(cmp.ci_pp), "n": cmp.n}
+    return out
+
+
+def _gather_vs_parent(att: Any, inputs: ReportInputs) -> None:
+    if att.parent is None:
+        inputs.vs_parent_note = "a root attempt: no parent to compare with"
+        return
+    inputs.vs_parent = compare_with_parent(att.attempt_dir, inputs.sop)
     if not inputs.vs_parent:
-        inputs.vs_parent_note = f"no primary-set records of the same roles in {att.parent_id}"
+        inputs.vs_parent_note = (f"no primary-set records of the same checkpoint roles in {att.parent_id} and this "
+                                 f"attempt (`rlexp eval {inputs.commands_prefix}{att.parent_id}`)")
 
 
 def _gather_family(att: Any, inputs: ReportInputs) -> None:
@@ -882,6 +893,30 @@ def _accuracy_table(inputs: ReportInputs) -> list[str]:
 
 
 # ---------------------------------------------------------------------------- entry point
+
+def report_html(markdown_path: Path) -> str:
+    """The report as one self-contained HTML page (plots inlined as data URIs), for viewers that
+    show markdown as text, such as MLflow's artifact pane."""
+    import base64
+    import re
+
+    from markdown_it import MarkdownIt
+
+    text = Path(markdown_path).read_text(encoding="utf-8")
+
+    def inline(match: re.Match) -> str:
+        png = Path(markdown_path).parent / match.group(2)
+        if not (png.suffix == ".png" and png.is_file()):
+            return match.group(0)
+        data = base64.b64encode(png.read_bytes()).decode()
+        return f"![{match.group(1)}](data:image/png;base64,{data})"
+
+    text = re.sub(r"!\[([^\]]*)\]\(([^)\s]+)\)", inline, text)
+    body = MarkdownIt("commonmark", {"html": True}).enable("table").render(text)
+    style = ("body{font-family:sans-serif;max-width:1100px;margin:1em auto;line-height:1.4}"
+             "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px}img{max-width:100%}")
+    return f"<!doctype html><html><head><meta charset='utf-8'><style>{style}</style></head><body>{body}</body></html>"
+
 
 def default_reports_dir(experiment_dir: Path) -> Path:
     """``reports/`` beside the ``experiments/`` folder that holds the experiment (the project

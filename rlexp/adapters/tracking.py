@@ -252,20 +252,13 @@ def log_attempt(attempt_dir: str | Path, tracking_uri: str | None = None, *, rep
         if last > after:
             client.set_tag(run_id, LOGGED_STEP_TAG, str(last))
 
-    point: dict[str, float] = {}
-    for (checkpoint, set_name), acc in eval_accuracies(attempt_dir).items():
-        point[f"eval/{set_name}/{checkpoint}/acc"] = acc["acc"]
-        point[f"eval/{set_name}/{checkpoint}/n"] = acc["n"]
-    if decision:
-        for checkpoint, numbers in (decision.get("checkpoints") or {}).items():
-            for key in ("delta_pp", "b", "c", "mcnemar_p", "holm_p"):
-                if isinstance(numbers.get(key), int | float):
-                    point[f"decision/{checkpoint}/{key}"] = numbers[key]
-            ci = numbers.get("ci_pp")
-            if isinstance(ci, list | tuple) and len(ci) == 2:
-                point[f"decision/{checkpoint}/ci_low_pp"] = ci[0]
-                point[f"decision/{checkpoint}/ci_high_pp"] = ci[1]
+    selection = _maybe_json(AttemptDir(attempt_dir).selection) or {}
+    point, role_tags = role_metrics(attempt_dir, selection, decision)
     _log_single_metrics(client, client.get_run(run_id), point)
+    surface = {**role_tags, **comparison_tags(client, run, info, decision, uri)}
+    client.log_batch(run_id, tags=[RunTag(k, scrub(v)) for k, v in surface.items()])
+    log_datasets(client, run_id, provenance, Path(info["experiment_dir"]), attempt_dir)
+    ensure_comparison_view(client, run.info.experiment_id)
 
     # the run's MLflow status follows the launch state, so the UI shows finished/failed/stopped runs
     terminal = {"finished": "FINISHED", "failed": "FAILED", "stopped": "KILLED"}.get(str(state.get("state")))
@@ -284,7 +277,149 @@ def log_attempt(attempt_dir: str | Path, tracking_uri: str | None = None, *, rep
         client.log_artifact(run_id, str(report_path), artifact_path="report")
         for png in sorted(report_path.parent.glob(f"{report_path.stem}_*.png")):
             client.log_artifact(run_id, str(png), artifact_path="report")
+        import tempfile
+
+        from rlexp.adapters.rendering import report_html
+
+        with tempfile.TemporaryDirectory() as tmp:  # the HTML view MLflow's artifact pane renders
+            html = Path(tmp) / f"{report_path.stem}.html"
+            html.write_text(report_html(report_path), encoding="utf-8")
+            client.log_artifact(run_id, str(html), artifact_path="report")
     return run_id
+
+
+# --- the comparison surface ----------------------------------------------------------------------
+
+ROLES = ("final", "mid", "best_by_monitor")
+# the columns a reader compares attempts by; shown in the runs table through the shared view
+COMPARISON_COLUMNS = (
+    "tags.`rlexp.decision`", "tags.`rlexp.parent`", "tags.`rlexp.changed_variable`",
+    "metrics.`primary/delta_pp`", "metrics.`primary/vs_parent/delta_pp`", "metrics.`primary/pvalue`",
+    "metrics.`primary/ci_low_pp`", "metrics.`primary/acc`", "tags.`rlexp.primary_checkpoint`",
+)
+VIEW_KEY = "rlexp-comparison"
+SHARED_VIEW_TAG = "mlflow.sharedViewState."  # MLflow UI (>= 2.10): ?viewStateShareKey=<key> loads this tag
+
+
+def role_metrics(attempt_dir: Path, selection: Mapping[str, Any], decision: Mapping[str, Any] | None
+                 ) -> tuple[dict[str, float], dict[str, str]]:
+    """Point metrics named by checkpoint role, not by step, so one column compares attempts:
+    ``primary/final/delta_pp``, ``primary/best_by_monitor/acc``, ``primary/mid/pvalue``; the
+    decision's chosen checkpoint as ``primary/delta_pp`` …; ``eval/<set>/<role>/acc``. The steps
+    go to tags (``rlexp.step.<role>``)."""
+    step_of = {role: selection[role] for role in ROLES if isinstance(selection.get(role), int)}
+    roles_of: dict[str, list[str]] = {}
+    for role, step in step_of.items():
+        roles_of.setdefault(f"global_step{step}", []).append(role)
+    point: dict[str, float] = {}
+    tags = {f"rlexp.step.{role}": str(step) for role, step in step_of.items()}
+    for (checkpoint, set_name), acc in eval_accuracies(attempt_dir).items():
+        for name in roles_of.get(checkpoint, [checkpoint] if not checkpoint.startswith("global_step") else []):
+            point[f"eval/{set_name}/{name}/acc"] = acc["acc"]
+            point[f"eval/{set_name}/{name}/n"] = acc["n"]
+
+    def numbers_of(prefix: str, numbers: Mapping[str, Any]) -> None:
+        for key, name in (("delta_pp", "delta_pp"), ("b", "b"), ("c", "c"), ("mcnemar_p", "pvalue"),
+                          ("holm_p", "holm_pvalue"), ("acc_new", "acc"), ("acc_base", "baseline_acc")):
+            if isinstance(numbers.get(key), int | float) and not isinstance(numbers.get(key), bool):
+                point[f"{prefix}/{name}"] = numbers[key]
+        ci = numbers.get("ci_pp")
+        if isinstance(ci, list | tuple) and len(ci) == 2:
+            point[f"{prefix}/ci_low_pp"], point[f"{prefix}/ci_high_pp"] = ci[0], ci[1]
+
+    if decision:
+        checkpoints = decision.get("checkpoints") or {}
+        primary_set = decision.get("primary_set") or "ood_primary"
+        for checkpoint, numbers in checkpoints.items():
+            for role in roles_of.get(checkpoint, []):
+                numbers_of(f"primary/{role}", numbers)
+                s0 = ((numbers.get("vs") or {}).get("baseline_s0") or {}).get(primary_set)
+                if s0:
+                    point[f"primary/{role}/vs_s0/delta_pp"] = s0["delta_pp"]
+        chosen = decision.get("primary_checkpoint")
+        if chosen in checkpoints:
+            numbers_of("primary", checkpoints[chosen])
+            tags["rlexp.primary_checkpoint"] = chosen
+        from rlexp.adapters.rendering import compare_with_parent
+
+        for role, cmp in compare_with_parent(attempt_dir).items():
+            point[f"primary/{role}/vs_parent/delta_pp"] = cmp["delta_pp"]
+            if step_of.get(role) is not None and chosen == f"global_step{step_of[role]}":
+                point["primary/vs_parent/delta_pp"] = cmp["delta_pp"]
+    return point, tags
+
+
+def run_link(experiment_id: str, run_id: str, uri: str | None = None) -> str:
+    """The UI address of a run: absolute under an http(s) tracking server, else the UI fragment."""
+    fragment = f"#/experiments/{experiment_id}/runs/{run_id}"
+    return f"{uri.rstrip('/')}/{fragment}" if uri and uri.startswith(("http://", "https://")) else fragment
+
+
+def comparison_tags(client, run, info: Mapping[str, Any], decision: Mapping[str, Any] | None, uri: str
+                    ) -> dict[str, str]:
+    """The decision's reason as the run description; lineage as a link to the parent's run (a
+    tag, not MLflow nesting: a 30-rung ladder would nest 30 deep)."""
+    tags: dict[str, str] = {}
+    if decision:
+        tags["mlflow.note.content"] = (f"**{decision.get('decision', '?')}**: {decision.get('reason', '')}. "
+                                       f"Changed: {', '.join(sorted(info['change'])) or 'nothing (root)'}; "
+                                       f"parent: {info['parent'] or 'none'}.")
+    if info.get("parent"):
+        parent_run = find_run(client, run.info.experiment_id, str(info["parent"]))
+        if parent_run is not None:
+            tags["rlexp.lineage"] = f"{info['parent']} -> {info['id']}"
+            tags["rlexp.parent_run"] = run_link(run.info.experiment_id, parent_run.info.run_id, uri)
+    return tags
+
+
+def log_datasets(client, run_id: str, provenance: Mapping[str, Any], experiment_dir: Path, attempt_dir: Path) -> None:
+    """Each dataset role as an MLflow dataset input, its SHA-256 the digest (MLflow's digest
+    column holds 36 characters: the first 36 hex digits; the full digest is in the profile)."""
+    import json
+
+    from mlflow.entities import Dataset, DatasetInput, InputTag
+
+    from rlexp.storage.files import sha256_file
+
+    recorded = provenance.get("datasets") or {}
+    try:
+        from rlexp.core.spec import load_attempt
+
+        refs = {role: ref for role, ref in load_attempt(attempt_dir).datasets.items() if ref.path is not None}
+    except (ImportError, InputError):
+        refs = {}
+    existing = {(d.dataset.name, d.dataset.digest) for d in client.get_run(run_id).inputs.dataset_inputs}
+    inputs = []
+    for role, ref in refs.items():
+        sha = (recorded.get(role) or {}).get("sha256") or (sha256_file(ref.path) if ref.path.is_file() else None)
+        if not sha:
+            continue
+        try:
+            source = ref.path.resolve().relative_to(experiment_dir.resolve()).as_posix()
+        except ValueError:
+            source = ref.path.name
+        dataset = Dataset(name=role, digest=sha[:36], source_type="local", source=json.dumps({"uri": source}),
+                          profile=json.dumps({"sha256": sha, "num_rows": ref.size}))
+        if (dataset.name, dataset.digest) not in existing:
+            inputs.append(DatasetInput(dataset, tags=[InputTag("mlflow.data.context", role)]))
+    if inputs:
+        client.log_inputs(run_id, datasets=inputs)
+
+
+def ensure_comparison_view(client, experiment_id: str) -> None:
+    """The runs table's comparison columns as a shared view (an experiment tag the UI loads)."""
+    import json
+
+    state = json.dumps({"selectedColumns": list(COMPARISON_COLUMNS), "orderByKey": "attributes.start_time",
+                        "orderByAsc": True})
+    current = client.get_experiment(experiment_id).tags.get(SHARED_VIEW_TAG + VIEW_KEY)
+    if current != state:
+        client.set_experiment_tag(experiment_id, SHARED_VIEW_TAG + VIEW_KEY, state)
+
+
+def comparison_url(ui: str, experiment_id: str) -> str:
+    """The runs table with the comparison columns shown (MLflow UI's shared view state)."""
+    return f"{ui.rstrip('/')}/#/experiments/{experiment_id}/runs?viewStateShareKey={VIEW_KEY}"
 
 
 class LiveLogger:

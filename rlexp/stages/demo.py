@@ -168,6 +168,13 @@ def run_demo(root: Path, *, config: DemoConfig, tracking_uri: str | None = None,
     console = console or Console()
     root = root.resolve()
     _quiet_libraries()
+    plain = not console.is_terminal  # a log: timestamped lines instead of bars, flushed as written
+    if plain:
+        import sys
+
+        from rlexp.adapters import progress
+
+        progress.use_stream(sys.stdout)
     experiment_dir = root / "experiments" / EXPERIMENT
     tracking_uri = tracking_uri or f"sqlite:///{root / 'mlflow.db'}"
     started = time.perf_counter()
@@ -175,8 +182,14 @@ def run_demo(root: Path, *, config: DemoConfig, tracking_uri: str | None = None,
 
     def timed(name: str, fn, *args, **kwargs):
         t0 = time.perf_counter()
+        if plain:
+            from rlexp.adapters import progress
+
+            progress.line(f"demo: {name} started")
         result = fn(*args, **kwargs)
         timings[name] = round(time.perf_counter() - t0, 1)
+        if plain:
+            progress.line(f"demo: {name} done in {timings[name]} s")
         return result
 
     console.rule("[bold]rlexp demo[/bold]: task and base model")
@@ -287,6 +300,15 @@ def _quiet_libraries() -> None:
 
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    import logging
+    import warnings
+
+    # MLflow's store creation and alembic migrations log at INFO; torch/transformers warn on deprecations
+    for name in ("mlflow", "alembic", "urllib3", "git"):
+        logging.getLogger(name).setLevel(logging.WARNING if os.environ.get("RLEXP_VERBOSE") else logging.ERROR)
+    if not os.environ.get("RLEXP_VERBOSE"):
+        warnings.filterwarnings("ignore", category=FutureWarning)
+        warnings.filterwarnings("ignore", category=UserWarning, module="torch")
     try:
         from transformers.utils import logging as hf_logging
 
@@ -334,9 +356,14 @@ def _build_base_model(models_dir: Path, datasets: dict[str, Any], config: DemoCo
         transient=False,
     ) as progress:
         bar = progress.add_task("sft", total=config.sft_steps, acc="-")
+        from rlexp.adapters import progress as plain_progress
+
+        throttle = plain_progress.Throttle(config.sft_steps) if not console.is_terminal else None
 
         def report(step: int, steps: int, dev_acc: float, *_: Any) -> None:
             progress.update(bar, completed=step, acc=f"{dev_acc:.0%}")
+            if throttle is not None and throttle.due(step):
+                plain_progress.line(f"supervising the base model: step {step}/{steps}, dev acc {dev_acc:.0%}")
 
         return sft_tiny_model(
             untrained,

@@ -466,8 +466,34 @@ def write_paired(attempt_dir: Path, names: Sequence[str], roles: Sequence[str]) 
     return write_pairs_for_attempt(attempt_dir, baselines, checkpoints, roles, baseline_vs_baseline=True)
 
 
+class _PlainBar:
+    """The slice of rich's Progress that eval uses, as plain timestamped lines (a log, not a terminal)."""
+
+    def __init__(self) -> None:
+        self.total: int | None = None
+        self.done = 0
+        self.description = "eval"
+        self.throttle = None
+
+    def add_task(self, description: str, total: int | None = None) -> int:
+        from rlexp.adapters.progress import Throttle
+
+        self.total, self.description, self.throttle = total, description, Throttle(total)
+        return 0
+
+    def update(self, task: int, advance: int = 0, description: str | None = None) -> None:
+        from rlexp.adapters import progress
+
+        self.done += advance
+        if description and description != self.description:
+            self.description = description
+            progress.line(f"{description}: started ({self.done}/{self.total or '?'} records done)")
+        if advance and self.throttle is not None and self.throttle.due(self.done):
+            progress.line(f"{self.description}: {self.done}/{self.total or '?'} records")
+
+
 class _progress_bar:
-    """A rich progress bar, or nothing (tests, --json)."""
+    """A rich progress bar on a terminal, plain lines in a log, or nothing (tests, --json)."""
 
     def __init__(self, show: bool):
         self.show = show
@@ -476,8 +502,11 @@ class _progress_bar:
     def __enter__(self):
         if not self.show:
             return None
+        from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+        if not Console().is_terminal:
+            return _PlainBar()
         self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
         self.bar.__enter__()
         return self.bar

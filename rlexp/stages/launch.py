@@ -420,9 +420,11 @@ class _StepProgress:
 
         console = Console(stderr=True)
         self._progress = None
-        if not console.is_terminal:
-            return
         total = ((plan or {}).get("steps") or {}).get("global_steps_total")
+        self._total = total
+        self._plain = not console.is_terminal  # a log: one timestamped line per global step
+        if self._plain:
+            return
         self._progress = Progress(
             TextColumn("training"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
             TimeElapsedColumn(), console=console,
@@ -431,13 +433,18 @@ class _StepProgress:
         self._progress.start()
 
     def advance(self, rows: list[dict[str, Any]]) -> None:
-        if self._progress is None:
+        if self._progress is None and not self._plain:
             return
         last = rows[-1]
         info = f"reward {last['reward']:.2f}" if isinstance(last.get("reward"), int | float) else ""
         monitor = next((r["monitor_acc"] for r in reversed(rows) if "monitor_acc" in r), None)
         if isinstance(monitor, int | float):
             info += f"  monitor {monitor:.1%}"
+        if self._plain:
+            from rlexp.adapters import progress
+
+            progress.line(f"training global step {last.get('global_step')}/{self._total or '?'}  {info}".rstrip())
+            return
         self._progress.update(self._task, advance=len(rows), info=info)
 
     def close(self) -> None:

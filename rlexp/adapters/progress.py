@@ -1,0 +1,45 @@
+"""Progress where there is no terminal: one plain, timestamped, flushed line per step or phase.
+
+On a terminal the stages draw rich bars; in a log (``nohup``, ``sbatch``, ``| tee``,
+``> log.txt``) a bar would print nothing until the end, so each stage reports through
+:func:`line` instead, the way ``pip`` and ``tqdm`` do in logs. Lines go to stderr by default
+(stdout may carry ``--json``); ``rlexp demo`` sends them to stdout with its own output.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TextIO
+
+_stream: TextIO | None = None
+
+
+def use_stream(stream: TextIO | None) -> None:
+    """Send plain progress lines to ``stream`` (None: stderr)."""
+    global _stream
+    _stream = stream
+
+
+def line(text: str) -> None:
+    """``2026-11-26T04:58:12Z text``, written and flushed at once."""
+    stream = _stream or sys.stderr
+    stream.write(f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {text}\n")
+    stream.flush()
+
+
+class Throttle:
+    """Whether a counter crossed the next tenth of its total (a line per 10%, plus the last)."""
+
+    def __init__(self, total: int | None, parts: int = 10):
+        self.total = total
+        self.parts = parts
+        self.next = 1
+
+    def due(self, done: int) -> bool:
+        if not self.total:
+            return True
+        if done >= self.total or done * self.parts >= self.next * self.total:
+            self.next = done * self.parts // self.total + 1
+            return True
+        return False
