@@ -295,10 +295,10 @@ ROLES = ("final", "mid", "best_by_monitor")
 COMPARISON_COLUMNS = (
     "tags.`rlexp.decision`", "tags.`rlexp.parent`", "tags.`rlexp.changed_variable`",
     "metrics.`primary/delta_pp`", "metrics.`primary/vs_parent/delta_pp`", "metrics.`primary/pvalue`",
-    "metrics.`primary/ci_low_pp`", "metrics.`primary/acc`", "tags.`rlexp.primary_checkpoint`",
 )
 VIEW_KEY = "rlexp-comparison"
-SHARED_VIEW_TAG = "mlflow.sharedViewState."  # MLflow UI (>= 2.10): ?viewStateShareKey=<key> loads this tag
+SHARED_VIEW_TAG = "mlflow.sharedViewState."
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"  # MLflow UI (>= 2.10): ?viewStateShareKey=<key> loads this tag
 
 
 def role_metrics(attempt_dir: Path, selection: Mapping[str, Any], decision: Mapping[str, Any] | None
@@ -412,9 +412,11 @@ def ensure_comparison_view(client, experiment_id: str) -> None:
 
     state = json.dumps({"selectedColumns": list(COMPARISON_COLUMNS), "orderByKey": "attributes.start_time",
                         "orderByAsc": True})
-    current = client.get_experiment(experiment_id).tags.get(SHARED_VIEW_TAG + VIEW_KEY)
-    if current != state:
+    tags = client.get_experiment(experiment_id).tags
+    if tags.get(SHARED_VIEW_TAG + VIEW_KEY) != state:
         client.set_experiment_tag(experiment_id, SHARED_VIEW_TAG + VIEW_KEY, state)
+    if EXPERIMENT_KIND_TAG not in tags:  # MLflow 3 opens GenAI experiments on a traces overview, not the runs
+        client.set_experiment_tag(experiment_id, EXPERIMENT_KIND_TAG, "custom_model_development")
 
 
 def comparison_url(ui: str, experiment_id: str) -> str:
