@@ -33,6 +33,29 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 
+@app.callback()
+def _options(verbose: bool = typer.Option(False, "--verbose", help="Let libraries (MLflow, transformers, torch) "
+                                          "log INFO and warnings too.")) -> None:
+    """Third-party logging is silenced unless --verbose: rlexp's own output says what runs."""
+    quiet_libraries(verbose)
+
+
+def quiet_libraries(verbose: bool) -> None:
+    import os
+
+    if verbose:
+        os.environ["RLEXP_VERBOSE"] = "1"
+        return
+    # read by the libraries at import (they are imported later, inside the commands) and by child processes
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    import warnings
+
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+
+
 app.command("plan")(plan_cmd.plan)
 app.command("launch")(launch_cmd.launch)
 app.command("eval")(eval_cmd.evaluate)

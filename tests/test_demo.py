@@ -43,13 +43,39 @@ def test_demo_specs_change_one_variable_and_plan_without_errors(tmp_path):
 
 @pytest.mark.slow
 def test_demo_fast_end_to_end(tmp_path):
+    import re
+    import time
+
     env_secret = "sk-demo-secret-value-123"
-    proc = subprocess.run(
-        [sys.executable, "-m", "rlexp.cli", "demo", "--fast", "--dir", str(tmp_path)],
-        capture_output=True, text=True, timeout=1500,
-        env={**__import__("os").environ, "DEMO_API_KEY": env_secret, "COLUMNS": "200"},
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    log = tmp_path / "log.txt"
+    # `rlexp demo --fast > log.txt`: not a terminal, so progress arrives as plain timestamped lines,
+    # flushed as written: poll the log while the demo runs
+    stamp = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ ", re.M)
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "rlexp.cli", "demo", "--fast", "--dir", str(tmp_path)],
+            stdout=out, stderr=subprocess.PIPE, text=True,
+            env={**__import__("os").environ, "DEMO_API_KEY": env_secret, "COLUMNS": "200"},
+        )
+        seen_while_running: list[str] = []
+        deadline = time.monotonic() + 1500
+        while proc.poll() is None and time.monotonic() < deadline:
+            lines = stamp.findall(log.read_text())
+            if len(lines) > len(seen_while_running):
+                seen_while_running = lines
+            time.sleep(0.5)
+        if proc.poll() is None:
+            proc.kill()
+        stderr = proc.stderr.read()
+        proc.wait()
+    text_log = log.read_text()
+    assert proc.returncode == 0, text_log[-3000:] + stderr[-3000:]
+    assert len(seen_while_running) >= 3, "no progress lines in the log while the demo ran"
+    for phase in ("demo: datasets started", "supervising the base model: step", "demo: d1.launch started",
+                  "training global step ", "demo: d2.report done"):
+        assert phase in text_log, phase
+    # third-party INFO (MLflow's table creation) stays out of the user's output
+    assert "Creating initial MLflow database tables" not in text_log + stderr
     exp = tmp_path / "experiments" / "demo"
 
     for attempt_id in ATTEMPTS:
@@ -73,6 +99,27 @@ def test_demo_fast_end_to_end(tmp_path):
         assert decision["decision"] in text and attempt_id in text
         for written in [report, *attempt.rglob("*.json"), attempt / "launch" / "stdout.log"]:
             assert env_secret not in written.read_text(errors="replace"), written
+
+    # the d2 report, verdict first: decision, reason and next command in the first 10 lines; Δ against
+    # the parent, SOTA (named: attempt and checkpoint) and S0; every gate row with numbers; no machine path
+    d2 = json.loads((exp / "d2" / "decision.json").read_text())
+    report = (tmp_path / "reports" / "demo" / "d2.md").read_text()
+    head = report.splitlines()[:10]
+    assert f"**Decision: {d2['decision']}** — {d2['reason']}." in head
+    assert any(line.startswith("**Next:**") and "`" in line for line in head)
+    deltas = report.split("## Δ against the baselines")[1].split("\n## ")[0]
+    assert "| parent d1 step " in deltas and "| S0 (base model) |" in deltas
+    sota = json.loads((exp / "sota.json").read_text()) if (exp / "sota.json").exists() else None
+    if d2["baseline"] == "baseline_sota":
+        assert f"SOTA = {sota['attempt']} {sota['checkpoint'].replace('global_step', 'step ')}" in deltas
+    gates = report.split("## Gates")[1].split("\n## ")[0]
+    rows = [line for line in gates.splitlines() if line.startswith("| ") and not line.startswith("| gate |")]
+    assert len(rows) >= 5
+    for row in rows:
+        assert re.search(r"\d", row.split("|")[3]), row  # the numbers that decided it
+    assert str(tmp_path) not in report and not re.search(r"(^|[\s`'(=])/(work|home|tmp|root|usr)/", report)
+    if d2["decision"] in ("CONFIRM", "STOP-1"):
+        assert "Fault tree:" not in report
 
     # the ledger holds the three decisions in order
     ledger = [json.loads(line) for line in (exp / "ledger.jsonl").read_text().splitlines()]

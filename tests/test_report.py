@@ -280,3 +280,22 @@ def test_report_prints_what_each_comparison_could_see(attempt, tmp_path):
     line = next(x for x in text.splitlines() if x.startswith("- global_step20: n 1000"))
     # MDE 3.04pp; an independent simulation: a true +3pp passes Gate-1b ~52%, 80% needs ~3.87pp
     assert "MDE 3.04 pp" in line and "passes Gate-1b 52% of the time" in line and "80% needs 3.8" in line
+
+
+def test_plan_prints_the_parent_diff_as_a_person_reads_it(attempt, capsys):
+    from rlexp.cli import main
+
+    main(["plan", str(attempt)])
+    out = capsys.readouterr().out
+    assert "Changed from parent a1" in out
+    row = next(line for line in out.splitlines() if "eps_clip" in line)
+    assert "0.2" in row and "0.1" in row and "training" in row
+
+
+def test_report_html_inlines_the_plots_for_mlflow(attempt, tmp_path):
+    from rlexp.adapters.rendering import report_html, write_report
+
+    path = write_report(attempt, tmp_path / "reports")
+    html = report_html(path)
+    assert "<table>" in html and "<strong>Decision: CONTINUE</strong>" in html
+    assert html.count("data:image/png;base64,") >= 4 and "(a2_lr.png)" not in html

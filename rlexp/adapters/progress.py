@@ -37,7 +37,8 @@ class Throttle:
         self.next = 1
 
     def due(self, done: int) -> bool:
-        if not self.total:
+        if not self.total or self.next == 1:  # the first report always shows: the phase has started
+            self.next = max(2, done * self.parts // max(self.total or 1, 1) + 1)
             return True
         if done >= self.total or done * self.parts >= self.next * self.total:
             self.next = done * self.parts // self.total + 1

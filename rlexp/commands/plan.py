@@ -29,6 +29,20 @@ def render(data: dict[str, Any]) -> None:
         + f" — {tr['name']} {tr['version']}, pool {s['pool_size']:,} prompts"
     )
 
+    if data["parent"]:
+        diff = Table(title=f"Changed from parent {data['parent']}")
+        for column in ("key", "parent", "this attempt", "kind"):
+            diff.add_column(column)
+        for d in data.get("diff") or []:
+            diff.add_row(str(d["key"]), _readable(d["parent"]), _readable(d["value"]), str(d["kind"]))
+        training = sum(1 for d in data.get("diff") or [] if d["kind"] == "training")
+        if data.get("diff"):
+            console.print(diff)
+        else:
+            console.print(f"no difference from parent {data['parent']}")
+        if training != 1:
+            console.print(f"[yellow]{training} training variables changed (the SOP allows one)[/yellow]")
+
     steps = Table(title="Steps (as the trainer counts them)", show_header=False)
     steps.add_column("what")
     steps.add_column("value", justify="right")
@@ -107,6 +121,17 @@ def render(data: dict[str, Any]) -> None:
     warnings = len(data["checks"]) - errors
     verdict = "[red]blocked[/red]" if errors else "[green]ready[/green]"
     console.print(f"{verdict}: {errors} error(s), {warnings} warning(s); plan.json written")
+
+
+def _readable(value: Any) -> str:
+    """A value as a person reads it: lists joined, no Python reprs (None is "unset")."""
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, list | tuple):
+        return ", ".join(_readable(v) for v in value) or "none"
+    return str(value)
 
 
 def _compact(points: list[int]) -> str:

@@ -28,3 +28,5 @@ def report(
     else:
         print(f"wrote {result.report} ({len(result.plots)} plots)"
               + (f"; MLflow run {result.mlflow_run_id}" if result.mlflow_run_id else ""))
+        if result.mlflow_url:
+            print(f"compare attempts in MLflow (after `mlflow ui`): {result.mlflow_url}")

@@ -206,16 +206,18 @@ def run_demo(root: Path, *, config: DemoConfig, tracking_uri: str | None = None,
             atomic_write_text(spec_path, text)
         attempts.append(spec_path.parent)
 
+    runs_table = None
     for attempt_dir in attempts:
-        _run_attempt(attempt_dir, config, tracking_uri, console, timed)
+        runs_table = _run_attempt(attempt_dir, config, tracking_uri, console, timed) or runs_table
 
     timings["total"] = round(time.perf_counter() - started, 1)
     summary = _summary(root, experiment_dir, attempts, tracking_uri, timings)
+    summary["mlflow_runs_table"] = runs_table  # the runs table with the comparison columns shown
     _print_summary(console, summary)
     return summary
 
 
-def _run_attempt(attempt_dir: Path, config: DemoConfig, tracking_uri: str, console: Any, timed) -> None:
+def _run_attempt(attempt_dir: Path, config: DemoConfig, tracking_uri: str, console: Any, timed) -> str | None:
     """One attempt through the SOP's sequence, calling the stages as a Python user would:
     plan → guard g0, g2 → launch → guard g1 → eval → guard g4, audit draw → decide → report.
 
@@ -266,6 +268,7 @@ def _run_attempt(attempt_dir: Path, config: DemoConfig, tracking_uri: str, conso
     console.print(f"[bold]decision: {decided.decision}[/bold] — {decided.reason}")
     written = step("report", report, attempt_dir, tracking_uri=tracking_uri)
     console.print(f"report: {written.report}")
+    return written.mlflow_url
 
 
 def _forget_stale_attempts(experiment_dir: Path, model_dir: Path, datasets: dict[str, Any], console: Any) -> None:
@@ -300,6 +303,8 @@ def _quiet_libraries() -> None:
 
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    if not os.environ.get("RLEXP_VERBOSE"):
+        os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
     import logging
     import warnings
 
@@ -410,3 +415,5 @@ def _print_summary(console: Any, summary: dict) -> None:
     console.print("time per step (s): " + ", ".join(f"{k} {v}" for k, v in timings.items() if k != "total"))
     console.print(f"total time: {timings['total']} s")
     console.print("open the MLflow UI on the results:  " + shlex.join(summary["mlflow_ui"]))
+    if summary.get("mlflow_runs_table"):
+        console.print(f"then the runs table with the comparison columns: {summary['mlflow_runs_table']}")

@@ -12,6 +12,7 @@ class ReportResult:
     report: Path
     plots: tuple[Path, ...]
     mlflow_run_id: str | None
+    mlflow_url: str | None = None  # the runs table with the comparison columns shown
 
     def to_dict(self) -> dict[str, Any]:
         doc = asdict(self)
@@ -30,10 +31,21 @@ def report(attempt: str | Path, *, reports_dir: str | Path | None = None,
     ad = AttemptDir(attempt)
     path = write_report(ad.root, reports_dir)
     scrub_finished_log(ad.root)  # a --no-follow run's log
-    run_id = None
+    run_id = url = None
     if not (tracking_uri and tracking_uri.lower() in ("off", "none")):
         from rlexp.adapters.tracking import log_attempt
 
         run_id = log_attempt(ad.root, tracking_uri, report_path=path)
+        url = runs_table_url(run_id, tracking_uri)
     plots = tuple(sorted(path.parent.glob(f"{path.stem}_*.png")))
-    return ReportResult(path, plots, run_id)
+    return ReportResult(path, plots, run_id, url)
+
+
+def runs_table_url(run_id: str, tracking_uri: str | None, ui: str = "http://127.0.0.1:5000") -> str:
+    """The MLflow UI's runs table of the run's experiment, opened on rlexp's comparison view (the
+    tracking server itself when it is one, else `mlflow ui`'s default address)."""
+    from rlexp.adapters.tracking import _client, comparison_url, resolve_tracking_uri
+
+    uri = resolve_tracking_uri(tracking_uri)
+    run = _client(uri).get_run(run_id)
+    return comparison_url(uri if uri.startswith(("http://", "https://")) else ui, run.info.experiment_id)
