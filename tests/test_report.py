@@ -299,3 +299,11 @@ def test_report_html_inlines_the_plots_for_mlflow(attempt, tmp_path):
     html = report_html(path)
     assert "<table>" in html and "<strong>Decision: CONTINUE</strong>" in html
     assert html.count("data:image/png;base64,") >= 4 and "(a2_lr.png)" not in html
+
+
+def test_guard_numbers_print_as_a_person_reads_them():
+    from rlexp.commands.guard import readable
+
+    assert readable(None) == "—" and readable(True) == "yes" and readable(["a", "b"]) == "a, b"
+    assert readable({"misparse_rate": 0.02, "cases": [1, 2]}) == "misparse rate 0.02; cases 1, 2"
+    assert readable(0.123456) == "0.1235" and readable([]) == "none"

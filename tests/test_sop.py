@@ -137,3 +137,14 @@ def test_cli_sop_show(capsys, tmp_path):
     assert main(["sop", "show", "--sop", bad]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "gate_1a.oops" in err
+
+
+def test_sop_show_renders_each_rule_as_its_sentence(capsys):
+    from rlexp.cli import main
+
+    assert main(["sop", "show"]) == 0
+    out = " ".join(capsys.readouterr().out.split())  # rich wraps long lines
+    # SOP v2.1-final's thresholds, joined by the rules' AND/OR
+    assert "Gate-1a: OOD delta >= +2.0pp AND (McNemar exact p < 0.1 OR bootstrap CI low > -0.5pp)" in out
+    assert "Gate-1b: OOD delta >= +3.0pp AND McNemar exact p < 0.05 AND" in out
+    assert "mis-parse rate <= 5% of 50 drawn cases, else DEBUG" in out

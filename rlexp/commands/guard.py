@@ -39,7 +39,7 @@ def _report(verdict, as_json: bool) -> None:
         table.add_column("value")
         table.add_row("rule", verdict.rule)
         for key, value in verdict.numbers.items():
-            table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
+            table.add_row(key.replace("_", " "), readable(value))
         for note in verdict.notes:
             table.add_row("note", note)
         Console().print(table)
@@ -139,3 +139,18 @@ def audit(
                        "set each 'verdict' to ok|misparse|ambiguous, then run with --verdicts")
         return
     _report(run_audit_verdicts(attempt, verdicts, sop=_load_sop(sop_file)), as_json)
+
+
+def readable(value: object) -> str:
+    """A verdict number as a person reads it: no Python reprs (None, True, ['a'], {'k': v})."""
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, list | tuple):
+        return ", ".join(readable(v) for v in value) or "none"
+    if isinstance(value, dict):
+        return "; ".join(f"{k.replace('_', ' ') if isinstance(k, str) else k} {readable(v)}" for k, v in value.items())
+    return str(value)

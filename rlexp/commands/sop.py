@@ -29,6 +29,11 @@ def show(
     from rich.console import Console
     from rich.table import Table
 
+    console = Console()
+    console.print(f"[bold]SOP {sop.version}[/bold]: the rules, with the thresholds in place")
+    for sentence in rule_sentences(sop):
+        console.print(f"  • {sentence}", highlight=False)
+    console.print()
     table = Table(title=f"SOP {sop.version}  sha256 {sop.sha256[:16]}  ({sop.path})")
     table.add_column("section")
     table.add_column("setting")
@@ -41,7 +46,19 @@ def show(
                         table.add_row(section, f"{key}.{sub}", str(item))
                 else:
                     table.add_row(section, key, str(value))
-    Console().print(table)
+    console.print(table)
+
+
+def rule_sentences(sop) -> list[str]:
+    """Each decision rule as the sentence the gates print, its numbers from ``sop`` (AND/OR in place)."""
+    from rlexp.core import gates
+
+    nobody = gates.AttemptOutcome("-", None, (), None, 0.0, None, None)
+    return [gates.gate_1a_rule(sop), gates.gate_1b_rule(sop), gates.gate_2([], None, sop).rule,
+            gates.id_guardrail(0.0, 0.0, sop).rule, gates.stop_3a(nobody, [], sop).rule,
+            gates.stop_3b(nobody, [], sop).rule, gates.gray_zone(0.0, sop).rule,
+            f"parser audit: mis-parse rate <= {sop.parser_audit.max_misparse_rate:.0%} of "
+            f"{sop.parser_audit.sample_size} drawn cases, else DEBUG"]
 
 
 @app.command("calibrate")
