@@ -39,7 +39,7 @@ def _report(verdict, as_json: bool) -> None:
         table.add_column("value")
         table.add_row("rule", verdict.rule)
         for key, value in verdict.numbers.items():
-            table.add_row(key.replace("_", " "), readable(value))
+            table.add_row(" ".join(key.split("_")), readable(value))
         for note in verdict.notes:
             table.add_row("note", note)
         Console().print(table)
@@ -152,5 +152,5 @@ def readable(value: object) -> str:
     if isinstance(value, list | tuple):
         return ", ".join(readable(v) for v in value) or "none"
     if isinstance(value, dict):
-        return "; ".join(f"{k.replace('_', ' ') if isinstance(k, str) else k} {readable(v)}" for k, v in value.items())
+        return "; ".join(f"{' '.join(str(k).split('_'))} {readable(v)}" for k, v in value.items())
     return str(value)
