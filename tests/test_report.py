@@ -307,3 +307,72 @@ def test_guard_numbers_print_as_a_person_reads_them():
     assert readable(None) == "—" and readable(True) == "yes" and readable(["a", "b"]) == "a, b"
     assert readable({"misparse_rate": 0.02, "cases": [1, 2]}) == "misparse rate 0.02; cases 1, 2"
     assert readable(0.123456) == "0.1235" and readable([]) == "none"
+
+
+def _verdict_family(delta: float, p: float, ci_low: float, passed: bool) -> dict:
+    numbers = {"delta_pp": delta, "p": p, "ci_low_pp": ci_low, "delta_ok": delta >= 2.0, "p_ok": p < 0.1,
+               "ci_ok": ci_low > -0.5}
+    return {"passed": passed, "rule": "Gate-1a: ...", "per_checkpoint": {
+        "global_step20": {"name": "gate_1a", "passed": passed, "numbers": numbers, "notes": [], "details": []}}}
+
+
+def test_report_verdict_first_with_named_baselines_family_and_no_machine_paths(tmp_path):
+    """The acceptance shape on a hand-made family: a1 (root), a1s2 (its seed sibling, the SOTA pin),
+    a2 (a1's one-variable child), decision files in the decide stage's format."""
+    import re
+    import shutil
+
+    from rlexp.adapters.rendering import write_report
+
+    exp = make_experiment(tmp_path)
+    fill_attempt(exp / "a1")
+    fill_attempt(exp / "a2")
+    shutil.copytree(exp / "a1", exp / "a1s2")
+    (exp / "a1s2" / "attempt.yaml").write_text((exp / "a1" / "attempt.yaml").read_text()
+                                               .replace("id: a1", "id: a1s2").replace("seed: 42", "seed: 43"))
+    # a2's step 20 gets problems 8 and 9 right as well: against its parent a1 (same roles) b=0, c=2
+    a2_final = exp / "a2" / "eval" / "global_step20" / "ood_primary.jsonl"
+    _jsonl(a2_final, [{"problem_hash": p["problem_hash"], "gold": p["answer"], "correct": int(i < 16)}
+                      for i, p in enumerate(PROBLEMS)])
+    # Baseline-SOTA records made from a1s2's step 20 (the meta names the adapter they came from)
+    (exp / "a2" / "eval" / "baseline_sota" / "ood_primary.meta.json").write_text(json.dumps(
+        {"adapter_path": str(exp / "a1s2" / "checkpoints" / "global_step20_hf")}))
+    s0 = {"ood_primary": {"n": 20, "acc_base": 0.3, "acc_new": 0.8, "delta_pp": 50.0, "b": 0, "c": 10,
+                          "mcnemar_p": 0.002, "ci_pp": [30.0, 70.0]}}
+    for attempt, seed, decision, delta in (("a1", 42, "CONFIRM", 20.0), ("a1s2", 43, "STOP-1", 20.0),
+                                           ("a2", 42, "CONFIRM", 30.0)):
+        doc = json.loads((exp / attempt / "decision.json").read_text())
+        doc.update(decision=decision, reason="Gate-1a passes: run a confirmation seed (same pool, same config)",
+                   recipe_sha256="r" * 64 if attempt != "a2" else "s" * 64, pool_sha256="p" * 64, seed=seed,
+                   notes=[f"selection under {exp}/a1/eval"])
+        doc["checkpoints"]["global_step20"].update(delta_pp=delta, acc_base=0.5, acc_new=0.5 + delta / 100,
+                                                   vs={"baseline_s0": s0})
+        doc["gates"]["gate_1a"] = _verdict_family(delta, 0.0289, 5.0, True)
+        doc["gates"]["gray_zone"] = {"name": "gray_zone", "passed": True, "rule": "gray zone",
+                                     "numbers": {"delta_pp": 2.5}, "notes": [], "details": []}
+        doc["fault_tree"] = {"class": "A) reward sparsity"}
+        (exp / attempt / "decision.json").write_text(json.dumps(doc))
+
+    text = write_report(exp / "a2", tmp_path / "reports").read_text()
+    head = text.splitlines()[:10]
+    assert "**Decision: CONFIRM** — Gate-1a passes: run a confirmation seed (same pool, same config)." in head
+    assert any(line.startswith("**Next:** run a confirmation seed") and "rlexp plan exp/a2s2" in line
+               for line in head)
+    deltas = text.split("## Δ against the baselines")[1].split("\n## ")[0]
+    # SOTA named by the records' own adapter; parent at the same role: 70% -> 80%, b=0, c=2 (hand count)
+    assert "| step 20 (final) | SOTA = a1s2 step 20 (50.0%) | 50.0% → 80.0% | +30.0 | 2/6 |" in deltas
+    assert "| step 20 (final) | parent a1 step 20 | 70.0% → 80.0% | +10.0 | 0/2 | 0.500 |" in deltas
+    assert "| step 20 (final) | S0 (base model) | 30.0% → 80.0% | +50.0 | 0/10 | 0.002 | [+30.0, +70.0] |" in deltas
+    gates = text.split("## Gates")[1].split("\n## ")[0]
+    assert "| Gate-1a · step 20 (final) | ✓ | Δ +30.0 ≥ +2.0 ✓ AND (p 0.029 < 0.1 ✓ OR CI low +5.0 > -0.5 ✓) |" in gates
+    # the gray zone never contradicts a passing gate; no fault tree on CONFIRM
+    assert "| gray zone | n/a | Δ +2.5 in [+1.0, +3.0); applies only when no gate passes (decision CONFIRM) |" in gates
+    assert "Fault tree" not in text
+    assert str(tmp_path) not in text and not re.search(r"(^|[\s`'(=])/(tmp|work|home|root)/", text)
+
+    text = write_report(exp / "a1", tmp_path / "reports").read_text()
+    family = text.split("## Family")[1].split("\n## ")[0]
+    assert "| a1 | this attempt |" in family and "| [a1s2](a1s2.md) | seed sibling |" in family
+    assert "| [a2](a2.md) | child | eps_clip=0.1 |" in family
+    assert "No parent: this attempt is a root; seed sibling of a1s2 (same recipe, another seed)." in text
+    assert (tmp_path / "reports" / "exp" / "a1_family.png").exists()

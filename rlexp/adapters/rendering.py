@@ -777,7 +777,7 @@ def render_markdown(inputs: ReportInputs, plots: Mapping[str, Path] | None = Non
             rows.append((name, _fmt(v.get("delta_pp"), 2), f"{_fmt(v.get('b'))}/{_fmt(v.get('c'))}",
                          _fmt(v.get("mcnemar_p"), 4), _ci_plain(v.get("ci_pp")), _fmt(v.get("holm_p"), 4)))
         lines += _table(["checkpoint", "Δ pp", "b/c", "McNemar p", "bootstrap 95% CI pp", "Holm p"], rows)
-        lines += _power_lines(checkpoints)
+        lines += _power_lines(dict(items))
         if decision.get("baseline"):
             baseline = decision["baseline"]
             named = f" ({_sota_label(inputs)})" if baseline == "baseline_sota" else ""
