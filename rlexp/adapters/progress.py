@@ -2,8 +2,9 @@
 
 On a terminal the stages draw rich bars; in a log (``nohup``, ``sbatch``, ``| tee``,
 ``> log.txt``) a bar would print nothing until the end, so each stage reports through
-:func:`line` instead, the way ``pip`` and ``tqdm`` do in logs. Lines go to stderr by default
-(stdout may carry ``--json``); ``rlexp demo`` sends them to stdout with its own output.
+:func:`line` instead, the way ``pip`` and ``tqdm`` do in logs. Lines go to stdout, with the
+command's own output (stderr stays one line per error); a ``--json`` command calls
+:func:`silence`: its stdout is for the machine.
 """
 
 from __future__ import annotations
@@ -13,17 +14,26 @@ import time
 from typing import TextIO
 
 _stream: TextIO | None = None
+_silent = False
 
 
 def use_stream(stream: TextIO | None) -> None:
-    """Send plain progress lines to ``stream`` (None: stderr)."""
+    """Send plain progress lines to ``stream`` (None: stdout)."""
     global _stream
     _stream = stream
 
 
+def silence(quiet: bool = True) -> None:
+    """No progress lines (machine-readable output)."""
+    global _silent
+    _silent = quiet
+
+
 def line(text: str) -> None:
     """``2026-11-26T04:58:12Z text``, written and flushed at once."""
-    stream = _stream or sys.stderr
+    if _silent:
+        return
+    stream = _stream or sys.stdout
     stream.write(f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {text}\n")
     stream.flush()
 

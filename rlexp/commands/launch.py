@@ -32,6 +32,9 @@ def launch(
                                  "the source of the original launch).")] = None,
 ) -> None:
     """Start an attempt's training run (local CPU trainer, OpenRLHF process, or Ray job)."""
+    from rlexp.adapters import progress
+
+    progress.silence(json_out)  # --json: stdout is for the machine
     from rlexp.stages.launch import launch as launch_stage
 
     outcome = launch_stage(attempt, backend=backend, ray_address=ray_address, resume=resume, dry_run=dry_run,

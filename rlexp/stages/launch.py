@@ -422,7 +422,8 @@ class _StepProgress:
         self._progress = None
         total = ((plan or {}).get("steps") or {}).get("global_steps_total")
         self._total = total
-        self._plain = not console.is_terminal  # a log: one timestamped line per global step
+        # a log: one timestamped line per global step, on stdout (rlexp.adapters.progress)
+        self._plain = not console.is_terminal
         if self._plain:
             return
         self._progress = Progress(
