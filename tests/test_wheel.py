@@ -44,7 +44,11 @@ def _run(argv: list[str], *, cwd: Path, env: dict[str, str] | None = None, timeo
 
 def _user_env() -> dict[str, str]:
     """The environment of a user who installed the wheel: nothing points at this checkout."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    unset = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV",
+             # The venv is installed without byte-compiling: let the first process that imports a
+             # module cache its bytecode for the next ones (the demo starts one trainer per attempt).
+             "PYTHONDONTWRITEBYTECODE")
+    env = {k: v for k, v in os.environ.items() if k not in unset}
     env["PYTHONNOUSERSITE"] = "1"
     return env
 
@@ -125,8 +129,9 @@ def test_every_verb_has_help(venv, empty):
     assert done.returncode == 0 and "Usage: rlexp" in done.stdout, done.stdout + done.stderr
     # Every command and subcommand, found by walking the installed CLI, in one interpreter.
     script = """
-import contextlib, io, json, typer
+import contextlib, io, json, sys, typer
 from rlexp.cli import app, main
+sys.argv[0] = "rlexp"  # the program name click prints in "Usage:"
 def walk(cmd, path):
     yield path
     for name, sub in sorted(getattr(cmd, "commands", {}).items()):
@@ -146,7 +151,7 @@ print(json.dumps(out))
                  "sop calibrate", "guard"):
         assert verb in helps
     for verb, (code, text) in helps.items():
-        assert code == 0 and text.startswith("Usage: rlexp"), (verb, code, text)
+        assert code == 0 and text.startswith(f"Usage: rlexp {verb}".rstrip()), (verb, code, text)
     assert list(empty.iterdir()) == []
 
 
@@ -169,6 +174,14 @@ def test_plan_of_the_committed_example(venv, empty):
     # The seed's numbers (tests/test_plan_cli.py): 200 global steps of 8 optimizer steps each.
     assert plan["steps"]["optimizer_steps_total"] == 1600 and plan["steps"]["global_steps_total"] == 200
     assert not [c for c in plan["checks"] if c["severity"] == "error"]
+    # The OpenRLHF command is built from the flag tables shipped as package data (v0.9.3 here).
+    before = sorted(p.name for p in (example / "a30").iterdir())
+    done = rlexp(venv, "launch", str(example / "a30"), "--dry-run", "--json", cwd=empty)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    argv = json.loads(done.stdout)["argv"]
+    assert argv[1:3] == ["-m", "openrlhf.cli.train_ppo_ray"]
+    assert argv[argv.index("--advantage_estimator") + 1] == "dr_grpo"
+    assert sorted(p.name for p in (example / "a30").iterdir()) == before  # a dry run writes nothing
 
 
 def test_demo_fast_from_an_empty_directory(venv, empty):
