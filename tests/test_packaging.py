@@ -28,7 +28,9 @@ def test_every_folder_of_the_package_is_listed_and_the_sop_folder_is_mapped():
         if folder.is_dir() and folder.name != "__pycache__" and any(
                 f.is_file() for f in folder.iterdir()):
             on_disk.add(".".join(folder.relative_to(REPO).parts))
-    assert set(SETUPTOOLS["packages"]) == on_disk | {"rlexp.sopdata"}
+    listed = set(SETUPTOOLS["packages"])
+    assert (on_disk | {"rlexp.sopdata"}) - listed == set(), "missing from [tool.setuptools] packages in pyproject.toml"
+    assert listed - on_disk - {"rlexp.sopdata"} == set(), "listed in pyproject.toml but not in rlexp/"
     assert SETUPTOOLS["package-dir"] == {"rlexp.sopdata": "sop"}
 
 
