@@ -151,7 +151,7 @@ class SpikeSettings(_Section):
 
 
 class GuardrailSettings(_Section):
-    """§11.30's guardrails G0-G5 and the §11.10.1 spike log: checks around a run, not decisions."""
+    """The guardrails G0-G5 and the spike log: checks around a run, not decisions."""
 
     g0: G0Settings
     g1: G1Settings
