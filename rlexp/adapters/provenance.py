@@ -101,10 +101,17 @@ class GitState:
     sha: str | None
     dirty: bool | None
     branch: str | None
+    # Why there is no commit (``sha`` is None), or where it came from when git was not asked.
+    note: str | None = None
 
 
 def git_state(path: str | Path = ".") -> GitState:
-    """The commit of the repository holding ``path`` (None outside git) and whether it is dirty."""
+    """The commit of the git checkout that tracks ``path``, and whether the checkout is dirty.
+
+    ``path`` is a folder of the code whose commit we want. A folder git does not track gives no
+    commit even inside a work tree: a wheel installed into a project's ``.venv`` sits in that
+    project's checkout, whose commit says nothing about the installed code.
+    """
 
     def run(*args: str) -> str | None:
         try:
@@ -113,11 +120,49 @@ def git_state(path: str | Path = ".") -> GitState:
             return None
         return done.stdout.strip() if done.returncode == 0 else None
 
+    if not Path(path).is_dir():
+        return GitState(None, None, None, note=f"not a folder: {path}")
     sha = run("rev-parse", "HEAD")
     if sha is None:
-        return GitState(None, None, None)
+        return GitState(None, None, None, note=f"not a git checkout: {path}")
+    if not run("ls-tree", "--name-only", "HEAD", "."):  # lists the folder's entries at HEAD
+        return GitState(None, None, None, note=f"not tracked by the git checkout around it: {path}")
     status = run("status", "--porcelain", "--untracked-files=no")
     return GitState(sha=sha, dirty=bool(status), branch=run("rev-parse", "--abbrev-ref", "HEAD"))
+
+
+def installed_commit(distribution: str) -> GitState | None:
+    """The commit a distribution was installed from, when pip installed it from a git URL.
+
+    pip records the origin of an install in the distribution's ``direct_url.json`` (PEP 610); a
+    ``pip install git+https://...`` records the resolved commit there. None for anything else
+    (an index, a wheel file, a local folder: their commit is not known).
+    """
+    import json
+
+    try:
+        text = metadata.distribution(distribution).read_text("direct_url.json")
+    except metadata.PackageNotFoundError:
+        return None
+    try:
+        origin = json.loads(text) if text else None
+    except json.JSONDecodeError:
+        return None
+    vcs = (origin or {}).get("vcs_info") if isinstance(origin, dict) else None
+    if not isinstance(vcs, dict) or vcs.get("vcs") != "git" or not vcs.get("commit_id"):
+        return None
+    return GitState(sha=str(vcs["commit_id"]), dirty=False, branch=vcs.get("requested_revision"),
+                    note=f"installed by pip from {origin.get('url')}")
+
+
+def code_git_state(repo_dir: str | Path, distribution: str = "rlexp") -> GitState:
+    """The commit of rlexp's own code: its checkout's, else the one pip installed it from."""
+    state = git_state(repo_dir)
+    if state.sha is None:
+        installed = installed_commit(distribution)
+        if installed is not None:
+            return installed
+    return state
 
 
 def package_version(name: str) -> str | None:
@@ -171,13 +216,18 @@ def collect(
     env: Mapping[str, str] | None = None,
     extra: Mapping[str, Any] | None = None,
 ) -> Provenance:
-    """Everything SOP §10.3 asks for, gathered at launch. Only non-secret, run-relevant env vars."""
+    """Everything SOP §10.3 asks for, gathered at launch. Only non-secret, run-relevant env vars.
+
+    ``repo_dir`` is the folder above the ``rlexp`` package: a git checkout for a source or
+    editable install (its commit is recorded), a site-packages folder for a wheel install (no
+    commit, unless pip installed rlexp from a git URL; ``git.note`` says which).
+    """
     env = os.environ if env is None else env
     return Provenance(
         attempt_id=attempt_id,
         started_at=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         host=socket.gethostname(),
-        git=git_state(repo_dir),
+        git=code_git_state(repo_dir),
         seed=seed,
         datasets={role: {"path": str(p) if p else None, "sha256": path_sha256(p)} for role, p in datasets.items()},
         model={"path": str(model) if model else None, "sha256": path_sha256(model)},

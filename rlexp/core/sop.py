@@ -10,6 +10,7 @@ traced to the exact rules it was taken under. Changing a number means writing a 
 from __future__ import annotations
 
 import math
+from importlib import resources
 from pathlib import Path
 from typing import Literal
 
@@ -18,8 +19,28 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 from rlexp.errors import InputError
 from rlexp.storage.files import load_yaml, sha256_file
 
-SOP_DIR = Path(__file__).resolve().parents[2] / "sop"
-DEFAULT_SOP = SOP_DIR / "sop-v2.1-final.yaml"
+# The SOP files are package data: the repository keeps them at its top level (``sop/``, the rules
+# as versioned data) and the build maps that folder onto the package ``rlexp.sopdata``
+# (pyproject.toml), so a wheel carries them and an editable install reads the repository's folder.
+SOP_PACKAGE = "rlexp.sopdata"
+DEFAULT_SOP_NAME = "sop-v2.1-final.yaml"
+
+
+def _sop_dir() -> Path:
+    """The folder holding the shipped SOP files."""
+    try:
+        root = resources.files(SOP_PACKAGE)
+    except ModuleNotFoundError:
+        # A source checkout imported through PYTHONPATH, never installed, has no ``rlexp.sopdata``:
+        # the files are the repository's own ``sop/`` folder.
+        return Path(__file__).resolve().parents[2] / "sop"
+    # pip installs a wheel unpacked, so the package is a real folder on disk (never a zip member);
+    # the SOP's path is recorded in every decision.
+    return Path(str(root))
+
+
+SOP_DIR = _sop_dir()
+DEFAULT_SOP = SOP_DIR / DEFAULT_SOP_NAME
 
 
 class _Section(BaseModel):
@@ -130,7 +151,7 @@ class SpikeSettings(_Section):
 
 
 class GuardrailSettings(_Section):
-    """§11.30's guardrails G0-G5 and the §11.10.1 spike log: checks around a run, not decisions."""
+    """The guardrails G0-G5 and the spike log: checks around a run, not decisions."""
 
     g0: G0Settings
     g1: G1Settings
