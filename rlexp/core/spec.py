@@ -374,7 +374,7 @@ def attempt_json_schema() -> dict[str, Any]:
     return {
         "$schema": SCHEMA_DRAFT,
         "title": "rlexp attempt spec (attempt.yaml)",
-        "description": "One attempt of an experiment: experiments/<experiment>/<attempt_id>/attempt.yaml",
+        "description": "One attempt of an experiment: its directory holds this spec and what the stages write",
         "type": "object",
         "additionalProperties": False,
         "properties": properties,
