@@ -174,6 +174,7 @@ ROOT = {"trainer": {"name": "openrlhf", "version": "0.9.3"}, "datasets": {"pool"
         ({"datasets": {"pool": {"size": 100, "answer_mode": "math_verify"}}}, "datasets.pool.answer_mode"),
         ({"datasets": {"ood_primary": {"size": 10, "answer_mode": "sympy"}}}, "datasets.ood_primary.answer_mode"),
         ({"change": {"eps_clipp": 0.1}}, "change.eps_clipp"),
+        ({"change": {"datasets.pool.answer_mode": "exact"}}, "change.datasets.pool.answer_mode"),
         ({"trainer": {"name": "verl", "version": "0.5"}}, "trainer.name"),
         ({"intent": {"global_steps": 0}}, "intent.global_steps"),
         ({"extra_section": {}}, "extra_section"),

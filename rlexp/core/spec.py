@@ -677,7 +677,8 @@ def change_keys() -> list[str]:
     """Every key ``change`` may name: a recipe key or a datasets/trainer/eval field, dotted."""
     return [
         *RECIPE_KEYS,
-        *(f"datasets.{role}.{fname}" for role in ROLES for fname in DATASET_FIELDS),
+        *(f"datasets.{role}.{fname}" for role in ROLES for fname in DATASET_FIELDS
+          if not (fname == "answer_mode" and role in TRAINER_GRADED_ROLES)),  # always exact there
         *(f"trainer.{fname}" for fname in TrainerSettings.__dataclass_fields__),
         *(f"eval.{fname}" for fname in EvalSettings.__dataclass_fields__),
     ]
