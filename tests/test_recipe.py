@@ -11,16 +11,27 @@ import pytest
 import yaml
 
 from rlexp.backends import openrlhf
-from rlexp.core.recipe import RECIPE_KEYS, local_trainer_keys
+from rlexp.core.recipe import (
+    ADVANTAGE_ESTIMATORS,
+    KL_ESTIMATORS,
+    LATER_UNDERSCORE_KEYS,
+    RECIPE_KEYS,
+    local_trainer_keys,
+)
 from rlexp.core.spec import attempt_json_schema, attempt_json_schema_text, load_attempt
 from rlexp.errors import InputError
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA_FILE = REPO / "docs" / "attempt.schema.json"
 EXAMPLES = sorted(REPO.glob("experiments/**/attempt.yaml"))
-# argparse kind in OpenRLHF's parser for each value type of the table
-FLAG_KIND = {"bool": "store_true", "int": "value", "float": "value", "str": "value",
-             "str_list": "nargs=*", "float_pair": "nargs=2"}  # fmt: skip
+# (argparse action, nargs, type) in OpenRLHF's parser for each value type of the table
+FLAG_KIND = {"bool": ("store_true", "", ""), "int": ("value", "", "int"), "float": ("value", "", "float"),
+             "str": ("value", "", "str"), "str_list": ("value", "*", "str"),
+             "float_pair": ("value", "2", "float")}  # fmt: skip
+
+
+def flag_kind(spec) -> tuple[str, str, str]:
+    return spec.action, spec.nargs, spec.type
 
 
 def validator() -> jsonschema.Draft202012Validator:
@@ -39,15 +50,20 @@ def test_every_key_is_a_v093_flag_of_its_type_except_the_documented_four():
     assert missing == {"min_lr_ratio", "bf16", "offload", "flash_attn"}  # v0.10.2+ / older releases
     for key in RECIPE_KEYS.values():
         if key.name not in missing:
-            assert flags[f"--{key.name}"] == FLAG_KIND[key.type], key.name
+            assert flag_kind(flags[f"--{key.name}"]) == FLAG_KIND[key.type], key.name
+    assert flags["--advantage_estimator"].choices == ADVANTAGE_ESTIMATORS
+    assert flags["--kl_estimator"].choices == KL_ESTIMATORS
 
 
 def test_every_dotted_name_is_a_v0102_flag_of_the_same_type():
     flags = openrlhf.load_flag_table("0.10.2").flags
     dotted = [k for k in RECIPE_KEYS.values() if k.dotted]
-    assert len(dotted) == 131  # the 12 others have no flag in the dotted dialect
+    assert len(dotted) == 132  # the 11 others have no flag in the dotted dialect
     for key in dotted:
-        assert flags[f"--{key.dotted}"] == FLAG_KIND[key.type], key.name
+        kind = FLAG_KIND[key.type]
+        if key.name == "max_ckpt_mem":  # --ckpt.max_mem parses a float from 0.10.2; an int is one
+            kind = FLAG_KIND["float"]
+        assert flag_kind(flags[f"--{key.dotted}"]) == kind, key.name
 
 
 def test_the_builders_dotted_map_is_the_tables_column():
@@ -148,7 +164,7 @@ def test_the_schema_validates_every_committed_example():
 
 def test_the_schema_lists_every_recipe_key_with_its_default():
     recipe = attempt_json_schema()["properties"]["recipe"]
-    assert set(recipe["properties"]) == set(RECIPE_KEYS)
+    assert set(recipe["properties"]) == set(RECIPE_KEYS) | set(LATER_UNDERSCORE_KEYS)
     assert recipe["properties"]["eps_clip"]["default"] == 0.2
     assert recipe["properties"]["adam_betas"]["default"] == [0.9, 0.95]
     assert "training" in recipe["properties"]["eps_clip"]["description"]
@@ -178,6 +194,9 @@ ROOT = {"trainer": {"name": "openrlhf", "version": "0.9.3"}, "datasets": {"pool"
         ({"trainer": {"name": "verl", "version": "0.5"}}, "trainer.name"),
         ({"intent": {"global_steps": 0}}, "intent.global_steps"),
         ({"extra_section": {}}, "extra_section"),
+        ({"recipe": {"eval.answer_mode": "math_verify"}}, "recipe.eval.answer_mode"),  # a spec field, not a flag
+        ({"recipe": {"actor.loss_agg_mode": {"a": 1}}}, "recipe.actor.loss_agg_mode"),
+        ({"recipe": {"partial_rollout": [True]}}, "recipe.partial_rollout"),
     ],
 )
 def test_the_schema_refuses_what_the_loader_refuses(tmp_path, patch, field):
@@ -199,6 +218,8 @@ def test_the_schema_refuses_what_the_loader_refuses(tmp_path, patch, field):
         {"eval": {"answer_mode": "math_verify", "temperature": 0}, "description": None},
         {"datasets": {"pool": {"size": 100}, "id": {"size": 5, "answer_mode": "exact"}}},
         {"change": {"datasets.ood_primary.answer_mode": "math_verify", "eval.answer_mode": "exact"}},
+        {"recipe": {"actor.loss_agg_mode": "seq-mean-token-mean", "partial_rollout": True, "image_key": "images"},
+         "change": {"actor.loss_agg_mode": "seq-mean-token-mean"}},
     ],
 )
 def test_the_schema_accepts_what_the_loader_accepts(tmp_path, patch):
