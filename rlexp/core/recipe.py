@@ -23,10 +23,15 @@ through :func:`recipe_json_schema`), the local trainer's configuration (the keys
 :data:`LOCAL_TRAINER_KEYS`, with the same defaults) and both OpenRLHF dialects
 (:func:`dotted_names`; the v0.9.x dialect is the key itself).
 
-One default per key: the local trainer's configuration once declared CPU-sized defaults of its
-own (``lora_rank`` 8, ``group_norm``), but ``load_attempt`` fills every unstated key with the
-table's default before any trainer reads it, so those never reached a run; a local spec states
-what it wants, and the local trainer refuses what it does not implement.
+One default per key, OpenRLHF's, whichever trainer runs the recipe: ``load_attempt`` fills every
+unstated key with it before any trainer reads the recipe, so a second set of trainer defaults
+could never apply to a spec. A local spec states what it wants (``lora_rank`` 0 is a full
+fine-tune), and the local trainer refuses what it does not implement (the default ``gae``).
+
+Keys the table does not describe are accepted too, with no default (a recipe that does not state
+them keeps its digest) and type ``flag_value``, checked by the argv builder against the parser of
+the exact release: the underscore flags added after v0.9.3 (:data:`LATER_UNDERSCORE_ROWS`) and
+any newer release's flag under its own dotted name (:func:`recipe_key`).
 """
 
 from __future__ import annotations
@@ -52,7 +57,7 @@ class RecipeKey:
     """One OpenRLHF argument: value type, default, kind, and its names in both dialects."""
 
     name: str
-    type: str  # int | float | bool | str | str_list | float_pair
+    type: str  # int | float | bool | str | str_list | float_pair | flag_value (see recipe_key)
     default: Any
     kind: str  # training | instrumentation | infrastructure
     nullable: bool = False
