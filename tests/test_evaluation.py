@@ -259,6 +259,42 @@ def test_run_eval_leaves_a_handed_in_engine_open(eval_experiment):
     assert fake.calls >= 1 and fake.closed == 0  # the caller owns it
 
 
+class _HalfFake(_ClosingFake):
+    """Answers every request with one half written as a LaTeX fraction."""
+
+    def generate(self, requests, decoding, progress=None):
+        from rlexp.engines.base import Result, Sample
+
+        self.calls += 1
+        return [Result(r, (Sample("so it is \\boxed{\\frac{1}{2}}", "stop", 3, 9),)) for r in requests]
+
+
+def test_math_verify_grading_is_used_when_the_spec_chooses_it(eval_experiment):
+    """``\\boxed{\\frac{1}{2}}`` against gold ``0.5``: correct under math_verify (eval.answer_mode),
+    wrong under exact (the id set's own answer_mode) — the same outputs, two gradings."""
+    import yaml
+    from transformers import AutoTokenizer
+
+    att = eval_experiment(extra_eval=", answer_mode: math_verify")
+    spec = yaml.safe_load((att / "attempt.yaml").read_text())
+    spec["datasets"]["id"]["answer_mode"] = "exact"
+    (att / "attempt.yaml").write_text(yaml.safe_dump(spec))
+    for role in ("sanity", "id"):
+        data = att.parent / "data" / f"{role}.jsonl"
+        rows = [{**json.loads(line), "answer": "0.5"} for line in data.read_text().splitlines()]
+        data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    fake = _HalfFake()
+    fake.tokenizer = AutoTokenizer.from_pretrained(att.parent / "models" / "tiny-base")
+    out = _run(att, sets=["sanity", "id"], engine=fake)
+    graded = {(f.checkpoint, f.set_role): read_records(f.path) for f in out.files}
+    assert {c for c, _ in graded} >= {"baseline_s0", "global_step4"}
+    for (checkpoint, role), records in graded.items():
+        mode, correct = ("math_verify", 1) if role == "sanity" else ("exact", 0)
+        assert len(records) == SIZES[role]
+        assert all(r["correct"] == correct and r["answer"] == "1/2" for r in records), (checkpoint, role)
+        assert read_meta(record_path(att, checkpoint, role))["grading"] == mode
+
+
 def test_openai_engine_with_an_unset_key_variable_is_an_input_error(eval_experiment, monkeypatch, capsys):
     from rlexp.cli import main
 

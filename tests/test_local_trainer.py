@@ -191,7 +191,7 @@ def test_unsupported_recipe_is_a_one_line_input_error(experiment):
 def test_demo_recipe_loads_and_spans_its_schedule(experiment):
     import yaml
 
-    from rlexp.backends.local_trainer import config_from_attempt, schedule_totals
+    from rlexp.backends.local_trainer import config_from_attempt
     from rlexp.core.spec import load_attempt
     from rlexp.stages.demo import DEMO_POOL_SIZE, DEMO_RECIPE
     from rlexp.storage.datasets import build_task_datasets
@@ -214,6 +214,7 @@ def test_demo_recipe_loads_and_spans_its_schedule(experiment):
     cfg.validate()
     # 1024 prompts × 8 samples / 64 per optimizer step = 128 optimizer steps, warm-up ceil(6.4) = 7,
     # 1024 / 16 = 64 global steps of 2 optimizer steps each.
-    assert schedule_totals(cfg, DEMO_POOL_SIZE) == (128, 7, 64)
-    assert cfg.optimizer_steps_per_global_step == 2 and cfg.accumulation == 1
+    steps = cfg.steps(DEMO_POOL_SIZE)  # rlexp.core.schedule's counts: the trainer builds its scheduler with them
+    assert (steps.optimizer_steps_total, steps.warmup_steps, steps.global_steps_total) == (128, 7, 64)
+    assert steps.optimizer_steps_per_global_step == 2 and steps.micro_batches_per_optimizer_step == 1
     assert cfg.target_modules == tuple(DEMO_RECIPE["target_modules"])

@@ -284,3 +284,47 @@ def test_new_pool_path_does_not_inherit_the_old_size(tmp_path):
 )
 def test_schema_errors_name_the_key(tmp_path, section, field, needle):
     expect_error(write(tmp_path / "exp", "a1", {**ROOT, **section}), field, needle)
+
+
+# ----------------------------------------------------------------------------- answer_mode
+
+
+def test_answer_mode_per_eval_and_per_set(tmp_path):
+    sets = {"pool": {"size": 10}, "ood_monitor": {"size": 5}, "ood_primary": {"size": 10},
+            "id": {"size": 5, "answer_mode": "exact"}, "sanity": {"size": 3}}  # fmt: skip
+    att = load_attempt(write(tmp_path / "exp", "a1", {**ROOT, "datasets": sets, "eval": {"answer_mode": "math_verify"}}))
+    modes = {role: ref.answer_mode for role, ref in att.datasets.items()}
+    # eval's mode for the sets rlexp eval grades, the set's own where stated; the trainer's sets stay exact
+    assert modes == {"pool": "exact", "ood_monitor": "exact", "ood_primary": "math_verify", "id": "exact",
+                     "sanity": "math_verify"}  # fmt: skip
+    assert att.eval.answer_mode == "math_verify"
+    plain = load_attempt(write(tmp_path / "exp2", "a1", {**ROOT, "datasets": sets}))
+    assert plain.eval.answer_mode == "exact" and plain.datasets["sanity"].answer_mode == "exact"
+
+
+def test_answer_mode_is_inherited_and_its_change_is_instrumentation(tmp_path):
+    exp = tmp_path / "exp"
+    write(exp, "a1", {**ROOT, "datasets": {"pool": {"size": 10}, "ood_primary": {"size": 10}}})
+    att = load_attempt(write(exp, "a2", {"parent": "a1", "datasets": {"ood_primary": {"answer_mode": "math_verify"}},
+                                         "change": {"datasets.ood_primary.answer_mode": "math_verify"}}))  # fmt: skip
+    assert att.datasets["ood_primary"].answer_mode == "math_verify" and att.datasets["ood_primary"].size == 10
+    diffs = [(d.key, d.parent, d.value, d.kind) for d in diff_against_parent(att)]
+    assert diffs == [("datasets.ood_primary.answer_mode", "exact", "math_verify", INSTRUMENTATION)]
+    child = load_attempt(write(exp, "a3", {"parent": "a2", "eval": {"seed": 1}}))
+    assert child.datasets["ood_primary"].answer_mode == "math_verify"
+
+
+@pytest.mark.parametrize(
+    ("section", "field", "needle"),
+    [
+        ({"eval": {"answer_mode": "sympy"}}, "eval.answer_mode", "must be one of exact, math_verify"),
+        ({"datasets": {"pool": {"size": 10}, "id": {"size": 5, "answer_mode": "fuzzy"}}},
+         "datasets.id.answer_mode", "must be one of exact, math_verify"),
+        ({"datasets": {"pool": {"size": 10, "answer_mode": "math_verify"}}},
+         "datasets.pool.answer_mode", "trainer's exact-match reward"),
+        ({"datasets": {"pool": {"size": 10}, "ood_monitor": {"size": 5, "answer_mode": "exact"}}},
+         "datasets.ood_monitor.answer_mode", "applies to ood_primary, id and sanity"),
+    ],
+)
+def test_bad_answer_mode_is_one_line_naming_the_key(tmp_path, section, field, needle):
+    expect_error(write(tmp_path / "exp", "a1", {**ROOT, **section}), field, needle)

@@ -19,8 +19,9 @@ Semantics followed (OpenRLHF v0.11, DESIGN.md "Facts"):
   with one optimizer step per ``train_batch_size`` samples (gradient accumulation in between);
 - the LR follows ``transformers.get_scheduler("cosine_with_min_lr")`` with warm-up
   ``ceil(max_steps * lr_warmup_ratio)`` and ``min_lr = min_lr_ratio × lr`` (default 0.1), stepped
-  once per optimizer step, ``max_steps`` counting optimizer steps — the numbers ``rlexp plan``
-  predicts through :mod:`rlexp.core.schedule`;
+  once per optimizer step, ``max_steps`` counting optimizer steps — every count (``max_steps``,
+  warm-up, global steps per episode, micro-batches per optimizer step) comes from
+  :func:`rlexp.core.schedule.compute_steps`, the function ``rlexp plan`` predicts with;
 - ``global_step % eval_steps == 0`` evaluates, ``global_step % save_steps == 0`` saves; neither
   fires at the final step unless it is a multiple (a resumable state is still written there).
 
@@ -34,15 +35,16 @@ uninterrupted one would; RNG states are saved anyway.
 
 from __future__ import annotations
 
-import math
 import signal
 import sys
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, make_dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rlexp.core.recipe import RECIPE_KEYS, local_trainer_keys, local_trainer_value
+from rlexp.core.schedule import LOCAL_TRAINER_VERSION, fires
 from rlexp.errors import InputError
 from rlexp.storage.files import append_jsonl, iter_jsonl, repair_torn_tail, replace_dir
 from rlexp.storage.layout import AttemptDir
@@ -50,69 +52,29 @@ from rlexp.storage.layout import AttemptDir
 if TYPE_CHECKING:
     import torch
 
+    from rlexp.core.schedule import Steps
 
 
 # =============================================================================== configuration
 
 
-@dataclass(frozen=True)
-class TrainerConfig:
-    """The recipe as the trainer reads it. Names are OpenRLHF's (v0.9.x spelling, no dashes)."""
-
-    pretrain: Path
-    pool_path: Path
-    monitor_path: Path | None = None
-    prompt_suffix: str = ""
-    monitor_suffix: str = ""
-    advantage_estimator: str = "group_norm"  # group_norm (GRPO) | dr_grpo (no std division)
-    n_samples_per_prompt: int = 8
-    rollout_batch_size: int = 16
-    train_batch_size: int = 128  # samples per optimizer step
-    micro_train_batch_size: int = 16
-    max_epochs: int = 1
-    num_episodes: int = 1
-    actor_learning_rate: float = 1e-4
-    lr_warmup_ratio: float = 0.03
-    min_lr_ratio: float = 0.1
-    adam_betas: tuple[float, float] = (0.9, 0.95)
-    l2: float = 0.0
-    max_norm: float = 1.0
-    eps_clip: float = 0.2
-    init_kl_coef: float = 0.0
-    temperature: float = 1.0
-    generate_max_len: int = 16
-    eval_max_len: int = 16
-    lora_rank: int = 8  # 0 = full fine-tune (OpenRLHF's default), the reference a frozen copy
-    lora_alpha: int = 16
-    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
-    eval_steps: int = 10  # -1 = never (OpenRLHF's default)
-    save_steps: int = 10  # -1 = never
-    max_samples: int = 100_000_000
-    seed: int = 42
-    max_global_steps: int | None = None  # stop early (intent.global_steps); None = the whole schedule
-    trainer_version: str = "0.11.0"
-
-    @property
-    def optimizer_steps_per_global_step(self) -> int:
-        return self.rollout_batch_size * self.n_samples_per_prompt // self.train_batch_size * self.max_epochs
-
-    @property
-    def accumulation(self) -> int:
-        return self.train_batch_size // self.micro_train_batch_size
+class _TrainerConfigRules:
+    """What the local trainer checks and derives on top of its fields (see :data:`TrainerConfig`)."""
 
     def validate(self, where: str | Path | None = None) -> None:
-        samples = self.rollout_batch_size * self.n_samples_per_prompt
-        if self.advantage_estimator not in ("group_norm", "dr_grpo"):
+        cfg: Any = self  # its fields are declared by make_dataclass below
+        samples = cfg.rollout_batch_size * cfg.n_samples_per_prompt
+        if cfg.advantage_estimator not in ("group_norm", "dr_grpo"):
             raise InputError(
                 where, "recipe.advantage_estimator", "the local trainer supports group_norm, dr_grpo"
             )
-        if samples % self.train_batch_size:
+        if samples % cfg.train_batch_size:
             raise InputError(
                 where,
                 "recipe.train_batch_size",
                 f"must divide rollout_batch_size × n_samples_per_prompt = {samples}",
             )
-        if self.train_batch_size % self.micro_train_batch_size:
+        if cfg.train_batch_size % cfg.micro_train_batch_size:
             raise InputError(where, "recipe.micro_train_batch_size", "must divide train_batch_size")
         for name in (
             "generate_max_len",
@@ -121,65 +83,68 @@ class TrainerConfig:
             "max_epochs",
             "num_episodes",
         ):
-            if getattr(self, name) < 1:
+            if getattr(cfg, name) < 1:
                 raise InputError(where, f"recipe.{name}", "must be >= 1")
-        if self.lora_rank < 0:
+        if cfg.lora_rank < 0:
             raise InputError(where, "recipe.lora_rank", "must be >= 0")
+        if not cfg.target_modules:
+            raise InputError(where, "recipe.target_modules", "names no module")
+
+    def recipe(self) -> dict[str, Any]:
+        """The recipe keys this configuration holds, by name (what rlexp.core.schedule reads)."""
+        return {key.name: getattr(self, key.name) for key in local_trainer_keys()}
+
+    def steps(self, pool_size: int) -> Steps:
+        """The run's step counts and LR schedule as ``rlexp plan`` computes them — the one
+        source of the trainer's step math (optimizer steps, warm-up, global steps)."""
+        from rlexp.core.schedule import compute_steps
+
+        cfg: Any = self
+        return compute_steps(self.recipe(), pool_size, cfg.trainer_version, trainer="local")
 
 
-RECIPE_FIELDS = {
-    "advantage_estimator": str,
-    "n_samples_per_prompt": int,
-    "rollout_batch_size": int,
-    "train_batch_size": int,
-    "micro_train_batch_size": int,
-    "max_epochs": int,
-    "num_episodes": int,
-    "actor_learning_rate": float,
-    "lr_warmup_ratio": float,
-    "min_lr_ratio": float,
-    "l2": float,
-    "max_norm": float,
-    "eps_clip": float,
-    "init_kl_coef": float,
-    "temperature": float,
-    "generate_max_len": int,
-    "lora_rank": int,
-    "lora_alpha": int,
-    "eval_steps": int,
-    "save_steps": int,
-    "seed": int,
-    "max_samples": int,
-}
+def _config_fields() -> list[tuple[str, Any, Any]]:
+    """The configuration's fields: where the trainer reads and writes, then every recipe key the
+    table marks for the local trainer, with the table's default (its one default)."""
+    python_types = {"int": int, "float": float, "bool": bool, "str": str,
+                    "str_list": tuple[str, ...], "float_pair": tuple[float, float]}  # fmt: skip
+    fields: list[tuple[str, Any, Any]] = [
+        ("pretrain", Path, field()),
+        ("pool_path", Path, field()),
+        ("monitor_path", Path | None, field(default=None)),
+        ("prompt_suffix", str, field(default="")),
+        ("monitor_suffix", str, field(default="")),
+        ("eval_max_len", int, field(default=RECIPE_KEYS["generate_max_len"].default)),
+        # stop early (intent.global_steps); None = the whole schedule
+        ("max_global_steps", int | None, field(default=None)),
+        ("trainer_version", str, field(default=LOCAL_TRAINER_VERSION)),
+    ]
+    for key in local_trainer_keys():
+        if key.name != "pretrain":  # a path here, resolved against the experiment directory
+            default = local_trainer_value(key, key.default)
+            fields.append((key.name, python_types[key.type], field(default=default)))
+    return fields
 
 
-def fires(global_step: int, every: int) -> bool:
-    """OpenRLHF's cadence test: ``global_step % every == 0``; ``every <= 0`` never fires."""
-    return every > 0 and global_step % every == 0
+# The recipe as the trainer reads it: names are OpenRLHF's (v0.9.x spelling, no dashes), fields
+# and defaults come from the recipe table (rlexp.core.recipe), so no key is declared twice.
+TrainerConfig = make_dataclass("TrainerConfig", _config_fields(), bases=(_TrainerConfigRules,), frozen=True)
+TrainerConfig.__doc__ = "The local trainer's configuration: paths, then the recipe keys of rlexp.core.recipe."
+TrainerConfig.__module__ = __name__
 
 
 def config_from_attempt(att: Any) -> TrainerConfig:
-    """Map a loaded attempt (rlexp.core.spec) onto the trainer's configuration."""
+    """Map a loaded attempt (rlexp.core.spec) onto the trainer's configuration (a TrainerConfig)."""
     recipe = dict(att.recipe)
     where = att.spec_path
     values: dict[str, Any] = {}
-    for name, kind in RECIPE_FIELDS.items():
-        if recipe.get(name) is None:
+    for key in local_trainer_keys():
+        if key.name == "pretrain" or recipe.get(key.name) is None:
             continue
-        value = recipe[name]
-        if isinstance(value, bool) or not isinstance(value, int | float | str):
-            raise InputError(where, f"recipe.{name}", f"expected {kind.__name__}, got {type(value).__name__}")
         try:
-            values[name] = kind(value)
+            values[key.name] = local_trainer_value(key, recipe[key.name])
         except (TypeError, ValueError):
-            raise InputError(where, f"recipe.{name}", f"expected {kind.__name__}, got {value!r}") from None
-    if recipe.get("target_modules"):
-        modules = recipe["target_modules"]
-        values["target_modules"] = tuple(
-            modules.split(",") if isinstance(modules, str) else (str(m) for m in modules)
-        )
-    if recipe.get("adam_betas"):
-        values["adam_betas"] = tuple(float(b) for b in recipe["adam_betas"])
+            raise InputError(where, f"recipe.{key.name}", f"expected {key.type}, got {recipe[key.name]!r}") from None
     pretrain = recipe.get("pretrain")
     if not pretrain:
         raise InputError(where, "recipe.pretrain", "missing")
@@ -522,17 +487,6 @@ class _StopFlag:
         self.requested = True
 
 
-def schedule_totals(cfg: TrainerConfig, pool_size: int) -> tuple[int, int, int]:
-    """``(max_steps, warmup_steps, global_steps_total)`` — OpenRLHF's counts (optimizer steps for
-    the scheduler; v0.11 keeps a partial last rollout batch, so global steps use ceil)."""
-    max_steps = (
-        pool_size * cfg.n_samples_per_prompt // cfg.train_batch_size * cfg.num_episodes * cfg.max_epochs
-    )
-    warmup = math.ceil(max_steps * cfg.lr_warmup_ratio)
-    global_steps = math.ceil(pool_size / cfg.rollout_batch_size) * cfg.num_episodes
-    return max_steps, warmup, global_steps
-
-
 def train(cfg: TrainerConfig, attempt_dir: Path, *, resume: bool = False, log=print) -> int:
     """Run (or resume) the GRPO training described by ``cfg``; returns the last global step done."""
     import random
@@ -580,8 +534,10 @@ def train(cfg: TrainerConfig, attempt_dir: Path, *, resume: bool = False, log=pr
 
         model, reference = base, copy.deepcopy(base).eval().requires_grad_(False)
 
-    # ---- optimizer and the LR schedule (OpenRLHF: cosine_with_min_lr, stepped per optimizer step)
-    max_steps, warmup, global_steps_total = schedule_totals(cfg, len(pool))
+    # ---- optimizer and the LR schedule (OpenRLHF: cosine_with_min_lr, stepped per optimizer step),
+    # built with the counts rlexp plan predicts (rlexp.core.schedule owns the step math)
+    steps = cfg.steps(len(pool))
+    global_steps_total = steps.global_steps_total
     if cfg.max_global_steps is not None:
         global_steps_total = min(global_steps_total, cfg.max_global_steps)
     optimizer = torch.optim.AdamW(
@@ -593,9 +549,9 @@ def train(cfg: TrainerConfig, attempt_dir: Path, *, resume: bool = False, log=pr
     scheduler = get_scheduler(
         "cosine_with_min_lr",
         optimizer,
-        num_warmup_steps=warmup,
-        num_training_steps=max_steps,
-        scheduler_specific_kwargs={"min_lr_rate": cfg.min_lr_ratio},  # v0.11 passes the rate itself
+        num_warmup_steps=steps.warmup_steps,
+        num_training_steps=steps.optimizer_steps_total,
+        scheduler_specific_kwargs={"min_lr_rate": steps.min_lr_rate},  # v0.11 passes the rate itself
     )
 
     # ---- resume: weights, optimizer, scheduler, RNG; drop metric rows after the checkpoint
@@ -616,7 +572,7 @@ def train(cfg: TrainerConfig, attempt_dir: Path, *, resume: bool = False, log=pr
         truncate_metrics(metrics_path, start_step)
 
     # ---- the loop: one global step = rollout B×G, then train in micro-batches
-    steps_per_episode = math.ceil(len(pool) / cfg.rollout_batch_size)
+    steps_per_episode = steps.global_steps_per_episode
     global_step = start_step
     try:
         while global_step < global_steps_total:
@@ -632,7 +588,7 @@ def train(cfg: TrainerConfig, attempt_dir: Path, *, resume: bool = False, log=pr
             rollout = collect_rollout(
                 model, tokenizer, problems, cfg, seed=cfg.seed * 1_000_003 + global_step, reference=reference
             )
-            row = train_on_rollout(model, optimizer, scheduler, rollout, cfg)
+            row = train_on_rollout(model, optimizer, scheduler, rollout, cfg, steps)
             row.update(rollout.stats)
 
             if fires(global_step, cfg.eval_steps) and monitor:
@@ -654,7 +610,9 @@ def train(cfg: TrainerConfig, attempt_dir: Path, *, resume: bool = False, log=pr
     return global_step
 
 
-def train_on_rollout(model, optimizer, scheduler, rollout: Rollout, cfg: TrainerConfig) -> dict[str, float]:
+def train_on_rollout(
+    model, optimizer, scheduler, rollout: Rollout, cfg: TrainerConfig, steps: Steps
+) -> dict[str, float]:
     """``max_epochs`` passes over the rollout in micro-batches; an optimizer step every
     ``train_batch_size`` samples. Returns the step's metrics (means over micro-batches / steps)."""
     import torch
@@ -662,7 +620,7 @@ def train_on_rollout(model, optimizer, scheduler, rollout: Rollout, cfg: Trainer
     model.train()
     n = rollout.input_ids.shape[0]
     micro = cfg.micro_train_batch_size
-    accumulation = cfg.accumulation
+    accumulation = int(steps.micro_batches_per_optimizer_step)  # validate() made it whole
     sums: dict[str, float] = {"policy_loss": 0.0, "kl": 0.0, "ppo_clip_ratio": 0.0}
     ratio_max, abs_log_ratios = 0.0, []
     grad_norms, micro_batches = [], 0

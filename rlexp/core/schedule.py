@@ -315,8 +315,13 @@ def lr_rows_for_plan(
 # ----------------------------------------------------------------------------- eval / save schedule
 
 
+def fires(global_step: int, every: int) -> bool:
+    """OpenRLHF's eval/save cadence test: ``global_step % every == 0``; ``every <= 0`` never fires."""
+    return every is not None and every > 0 and global_step % every == 0
+
+
 def firing_steps(every: int, total: int) -> list[int]:
-    """Global steps where ``global_step % every == 0`` fires (``every <= 0`` never fires)."""
+    """Global steps where :func:`fires` is true, up to ``total``."""
     if every is None or every <= 0:
         return []
     return list(range(every, total + 1, every))

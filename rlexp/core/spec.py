@@ -4,15 +4,15 @@ One file per attempt, under ``experiments/<experiment>/<attempt_id>/attempt.yaml
 its parent (``parent: a29b``), inherits everything and overrides what it states; ``change`` declares
 the one training variable it changes, and :func:`diff_against_parent` says what really changed.
 
-Recipe keys are OpenRLHF v0.9.x argument names without the dashes (checked against the argparse
-of tag v0.9.3), so a recipe can be pasted from a training script; :data:`RECIPE_KEYS` holds each
-key's type, the trainer's default and whether it is a *training* variable (counts against the
-one-variable rule), *instrumentation* (eval set, eval/save cadence, logging) or *infrastructure*
-(GPU layout, memory and speed knobs). Exempt kinds follow the seed's A27 table, except that
-``num_episodes`` is a training variable here: it sets the step count and so the LR schedule.
+Recipe keys are OpenRLHF v0.9.x argument names without the dashes, so a recipe can be pasted from
+a training script; :data:`RECIPE_KEYS` (the table of :mod:`rlexp.core.recipe`, re-exported here)
+holds each key's type, default and kind: *training* (counts against the one-variable rule),
+*instrumentation* or *infrastructure*.
 
 Every bad input is an :class:`~rlexp.errors.InputError` naming the file and the key path. The
-schema is declared here and checked with the standard library (see "schema" below for why).
+schema is declared here and checked with the standard library (see "schema" below for why);
+:func:`attempt_json_schema` renders the same schema as a JSON Schema for editors
+(``docs/attempt.schema.json``).
 """
 
 from __future__ import annotations
@@ -20,10 +20,28 @@ from __future__ import annotations
 import difflib
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlexp.core.recipe import (
+    ADVANTAGE_ESTIMATORS,
+    DOTTED_KEY_PATTERN,
+    FLAG_VALUE,
+    INFRASTRUCTURE,
+    INSTRUMENTATION,
+    KL_ESTIMATORS,
+    RECIPE_DEFAULTS,
+    RECIPE_KEYS,
+    TRAINING,
+    RecipeKey,
+    json_number,
+    recipe_json_schema,
+    recipe_key,
+)
+from rlexp.core.recipe import LATER_UNDERSCORE_KEYS as LATER_UNDERSCORE_KEYS  # re-exported
+from rlexp.core.recipe import is_dotted_recipe_key as is_dotted_recipe_key  # re-exported
 from rlexp.errors import InputError
 from rlexp.storage.files import load_yaml
 from rlexp.storage.layout import SPEC_NAME
@@ -32,231 +50,10 @@ ROLES = ("pool", "ood_monitor", "ood_primary", "id", "sanity")
 EVAL_ROLES = ("ood_monitor", "ood_primary", "id", "sanity")
 TRAINERS = ("openrlhf", "local")
 ENGINES = ("local", "vllm", "openai")
-ADVANTAGE_ESTIMATORS = ("gae", "reinforce", "rloo", "reinforce_baseline", "group_norm", "dr_grpo")
-
-TRAINING = "training"
-INSTRUMENTATION = "instrumentation"
-INFRASTRUCTURE = "infrastructure"
-
-
-@dataclass(frozen=True)
-class RecipeKey:
-    """One OpenRLHF argument: its value type, the trainer's default, and its kind."""
-
-    name: str
-    type: str  # int | float | bool | str | str_list | float_pair
-    default: Any
-    kind: str  # training | instrumentation | infrastructure
-    nullable: bool = False
-    constraint: str | None = None  # "gt0", "ge0", "ge1", "ratio" (0..1), "steps" (-1 or >= 1)
-
-
-T, I, X = TRAINING, INSTRUMENTATION, INFRASTRUCTURE  # noqa: E741 (short names keep the table readable)
-
-# name, type, default (OpenRLHF v0.9.3 argparse), kind, nullable, constraint
-_TABLE: list[tuple[str, str, Any, str, bool, str | None]] = [
-    # ---- model, reward, data
-    ("pretrain", "str", None, T, True, None),
-    ("reward_pretrain", "str", None, T, True, None),
-    ("remote_rm_url", "str", None, T, True, None),
-    ("critic_pretrain", "str", None, T, True, None),
-    ("value_head_prefix", "str", "score", T, False, None),
-    ("agent_func_path", "str", None, T, True, None),
-    ("prompt_data", "str", None, T, True, None),
-    ("prompt_data_probs", "str", None, T, True, None),
-    ("prompt_split", "str", "train", T, False, None),
-    ("input_key", "str", "input", T, False, None),
-    ("label_key", "str", None, T, True, None),
-    ("input_template", "str", None, T, True, None),
-    ("apply_chat_template", "bool", False, T, False, None),
-    # ---- algorithm
-    ("advantage_estimator", "str", "gae", T, False, "advantage"),
-    ("policy_loss_type", "str", "ppo", T, False, None),
-    ("eps_clip", "float", 0.2, T, False, "gt0"),
-    ("eps_clip_low_high", "float_pair", None, T, True, None),
-    ("dual_clip", "float", None, T, True, None),
-    ("value_clip", "float", 0.5, T, False, None),
-    ("lambd", "float", 1.0, T, False, None),
-    ("gamma", "float", 1.0, T, False, None),
-    ("init_kl_coef", "float", 0.01, T, False, "ge0"),
-    ("use_kl_loss", "bool", False, T, False, None),
-    ("kl_estimator", "str", "k1", T, False, "kl_estimator"),
-    ("kl_target", "float", None, T, True, None),
-    ("kl_horizon", "int", 10000, T, False, None),
-    ("entropy_loss_coef", "float", None, T, True, None),
-    ("aux_loss_coef", "float", 0.0, T, False, None),
-    ("ptx_coef", "float", 0.05, T, False, None),
-    ("normalize_reward", "bool", False, T, False, None),
-    ("no_advantage_std_norm", "bool", False, T, False, None),
-    ("reward_clip_range", "float_pair", (-10.0, 10.0), T, False, None),
-    ("overlong_buffer_len", "float", None, T, True, None),
-    ("overlong_penalty_factor", "float", 1.0, T, False, None),
-    ("stop_properly_penalty_coef", "float", None, T, True, None),
-    ("dynamic_filtering", "bool", False, T, False, None),
-    ("dynamic_filtering_reward_range", "float_pair", (0.0, 1.0), T, False, None),
-    ("async_train", "bool", False, T, False, None),
-    ("enable_vllm_is_correction", "bool", False, T, False, None),
-    ("vllm_is_truncated_threshold", "float_pair", (0.5, 5.0), T, False, None),
-    ("vllm_is_correction_type", "str", "tis", T, False, None),
-    ("freezing_actor_steps", "int", -1, T, False, None),
-    # ---- sampling and lengths
-    ("n_samples_per_prompt", "int", 1, T, False, "ge1"),
-    ("temperature", "float", 1.0, T, False, "ge0"),
-    ("top_p", "float", 1.0, T, False, "gt0"),
-    ("prompt_max_len", "int", 1024, T, False, "ge1"),
-    ("generate_max_len", "int", 1024, T, False, "ge1"),
-    ("max_len", "int", None, T, True, "ge1"),
-    ("max_samples", "int", 100_000_000, T, False, "ge1"),
-    # ---- batches, epochs, steps
-    ("num_episodes", "int", 1, T, False, "ge1"),
-    ("max_epochs", "int", 1, T, False, "ge1"),
-    ("rollout_batch_size", "int", 1024, T, False, "ge1"),
-    ("micro_rollout_batch_size", "int", 8, X, False, "ge1"),
-    ("train_batch_size", "int", 128, T, False, "ge1"),
-    ("micro_train_batch_size", "int", 4, T, False, "ge1"),
-    ("use_dynamic_batch", "bool", False, T, False, None),
-    ("seed", "int", 42, T, False, None),
-    ("full_determinism", "bool", False, T, False, None),
-    # ---- optimiser and LR schedule
-    ("actor_learning_rate", "float", 1e-6, T, False, "gt0"),
-    ("critic_learning_rate", "float", 9e-6, T, False, "gt0"),
-    ("lr_warmup_ratio", "float", 0.03, T, False, "ratio"),
-    ("min_lr_ratio", "float", 0.1, T, False, "ratio"),  # v0.11 name; v0.9.x fixes it at 0.1
-    ("lr_scheduler", "str", "cosine_with_min_lr", T, False, None),
-    ("max_norm", "float", 1.0, T, False, "gt0"),
-    ("l2", "float", 0.0, T, False, "ge0"),
-    ("adam_betas", "float_pair", (0.9, 0.95), T, False, None),
-    ("enable_ema", "bool", False, T, False, None),
-    ("ema_beta", "float", 0.992, T, False, None),
-    # ---- LoRA and precision
-    ("lora_rank", "int", 0, T, False, "ge0"),
-    ("lora_alpha", "int", 16, T, False, "ge0"),
-    ("target_modules", "str_list", "all-linear", T, False, None),
-    ("lora_dropout", "float", 0.0, T, False, "ratio"),
-    ("load_in_4bit", "bool", False, T, False, None),
-    ("param_dtype", "str", "bf16", T, False, None),
-    ("bf16", "bool", False, T, False, None),  # flag of releases before param_dtype
-    ("grad_accum_dtype", "str", None, T, True, None),
-    # ---- GPU layout (infrastructure)
-    ("actor_num_nodes", "int", 1, X, False, "ge1"),
-    ("actor_num_gpus_per_node", "int", 8, X, False, "ge1"),
-    ("ref_num_nodes", "int", 1, X, False, "ge1"),
-    ("ref_num_gpus_per_node", "int", 8, X, False, "ge1"),
-    ("reward_num_nodes", "int", 1, X, False, "ge1"),
-    ("reward_num_gpus_per_node", "int", 8, X, False, "ge1"),
-    ("critic_num_nodes", "int", 1, X, False, "ge1"),
-    ("critic_num_gpus_per_node", "int", 8, X, False, "ge1"),
-    ("colocate_actor_ref", "bool", False, X, False, None),
-    ("colocate_critic_reward", "bool", False, X, False, None),
-    ("colocate_all_models", "bool", False, X, False, None),
-    ("vllm_num_engines", "int", None, X, True, "ge0"),
-    ("vllm_tensor_parallel_size", "int", 1, X, False, "ge1"),
-    ("vllm_gpu_memory_utilization", "float", 0.95, X, False, "ratio"),
-    ("vllm_sync_backend", "str", "nccl", X, False, None),
-    ("vllm_sync_with_ray", "bool", False, X, False, None),
-    ("vllm_enable_sleep", "bool", False, X, False, None),
-    ("vllm_generate_batch_size", "int", None, X, True, "ge1"),
-    ("enable_prefix_caching", "bool", False, X, False, None),
-    ("enforce_eager", "bool", False, X, False, None),
-    ("async_queue_size", "int", 1, X, False, "ge1"),
-    ("zero_stage", "int", 2, X, False, "ge0"),
-    ("gradient_checkpointing", "bool", False, X, False, None),
-    ("gradient_checkpointing_use_reentrant", "bool", False, X, False, None),
-    ("deepcompile", "bool", False, X, False, None),
-    ("zpg", "int", 1, X, False, "ge1"),
-    ("adam_offload", "bool", False, X, False, None),
-    ("offload", "bool", False, X, False, None),  # flag of releases before 0.9
-    ("actor_init_on_gpu", "bool", False, X, False, None),
-    ("attn_implementation", "str", "flash_attention_2", X, False, None),
-    ("flash_attn", "bool", False, X, False, None),  # flag of releases before attn_implementation
-    ("use_liger_kernel", "bool", False, X, False, None),
-    ("overlap_comm", "bool", False, X, False, None),
-    ("disable_fast_tokenizer", "bool", False, X, False, None),
-    ("deepspeed_enable_sleep", "bool", False, X, False, None),
-    ("ds_tensor_parallel_size", "int", 1, X, False, "ge1"),
-    ("ring_attn_size", "int", 1, X, False, "ge1"),
-    ("ring_head_stride", "int", 1, X, False, "ge1"),
-    ("packing_samples", "bool", False, X, False, None),
-    ("rollout_max_tokens_per_gpu", "int", None, X, True, "ge1"),
-    ("train_max_tokens_per_gpu", "int", 16192, X, False, "ge1"),
-    ("ref_reward_offload", "bool", False, X, False, None),
-    ("local_rank", "int", -1, X, False, None),
-    # ---- eval, checkpoints, logging (instrumentation)
-    ("eval_steps", "int", -1, I, False, "steps"),
-    ("save_steps", "int", -1, I, False, "steps"),
-    ("logging_steps", "int", 1, I, False, "ge1"),
-    ("eval_dataset", "str", None, I, True, None),
-    ("eval_split", "str", "train", I, False, None),
-    ("eval_temperature", "float", 0.6, I, False, "ge0"),
-    ("eval_n_samples_per_prompt", "int", 4, I, False, "ge1"),
-    ("ckpt_path", "str", "./ckpt/checkpoints_ppo_ray", I, False, None),
-    ("save_path", "str", "./ckpt", I, False, None),
-    ("save_hf_ckpt", "bool", False, I, False, None),
-    ("disable_ds_ckpt", "bool", False, I, False, None),
-    ("max_ckpt_num", "int", 3, I, False, "ge1"),
-    ("max_ckpt_mem", "int", 100_000_000, I, False, "ge1"),
-    ("load_checkpoint", "bool", False, I, False, None),
-    ("use_ds_universal_ckpt", "bool", False, I, False, None),
-    ("save_value_network", "bool", False, I, False, None),
-    ("use_wandb", "str", None, I, True, None),
-    ("wandb_org", "str", None, I, True, None),
-    ("wandb_group", "str", None, I, True, None),
-    ("wandb_project", "str", "openrlhf_train_ppo", I, False, None),
-    ("wandb_run_name", "str", None, I, True, None),
-    ("use_tensorboard", "str", None, I, True, None),
-    ("perf", "bool", False, I, False, None),
-    ("use_ms", "bool", False, I, False, None),
-]
-
-RECIPE_KEYS: dict[str, RecipeKey] = {row[0]: RecipeKey(*row) for row in _TABLE}
-RECIPE_DEFAULTS: dict[str, Any] = {k.name: k.default for k in RECIPE_KEYS.values()}
-
-# A flag that only newer OpenRLHF releases have is stated under that release's own dotted name
-# (``actor.loss_agg_mode``, ``algo.kl.unbiased_gradient``); the argv builder accepts it only for
-# releases whose parser has it, and checks its value against that parser's type and choices.
-# Its kind follows its group: GPU/DeepSpeed/vLLM knobs are infrastructure, logging and
-# checkpoints instrumentation, everything else (actor, critic, algo, ...) training.
-DOTTED_RECIPE_KEY = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
-_NOT_RECIPE_GROUPS = ("datasets", "trainer", "eval")  # dotted names of the spec's own fields
-_DOTTED_INFRASTRUCTURE = ("vllm.", "ds.", "ref.offload", "reward.offload")
-_DOTTED_INSTRUMENTATION = ("logger.", "ckpt.")
-
-
-# Underscore flags that OpenRLHF added after 0.9.3 (the reference of the table above), with their
-# kind. Like dotted keys they have no default here: a recipe that does not state them keeps its
-# digest. (``max_new_tokens`` is not one: the recipe says ``generate_max_len``, which the builder
-# writes as --max_new_tokens from 0.9.8 on.)
-LATER_UNDERSCORE_KEYS: dict[str, str] = {
-    "partial_rollout": TRAINING,  # 0.9.7
-    "best_metric_key": INSTRUMENTATION,  # 0.9.9
-    "dataloader_num_workers": INFRASTRUCTURE,  # 0.9.10
-    "image_key": TRAINING,  # 0.10.0, vision-language data
-    "max_images_per_prompt": TRAINING,  # 0.10.0
-    "freeze_visual_encoder": TRAINING,  # 0.10.0
-}
-
-
-def is_dotted_recipe_key(name: str) -> bool:
-    return bool(DOTTED_RECIPE_KEY.match(name)) and name.split(".")[0] not in _NOT_RECIPE_GROUPS
-
-
-def recipe_key(name: str) -> RecipeKey | None:
-    """The metadata of a recipe key: a v0.9.3 name of :data:`RECIPE_KEYS`, a later underscore flag, or a
-    dotted newer-release flag; None for anything else."""
-    if name in RECIPE_KEYS:
-        return RECIPE_KEYS[name]
-    if name in LATER_UNDERSCORE_KEYS:
-        return RecipeKey(name, "flag_value", None, LATER_UNDERSCORE_KEYS[name], True, None)
-    if not is_dotted_recipe_key(name):
-        return None
-    if name.startswith(_DOTTED_INFRASTRUCTURE) and not name.startswith("ds.lora."):
-        kind = INFRASTRUCTURE
-    elif name.startswith(_DOTTED_INSTRUMENTATION):
-        kind = INSTRUMENTATION
-    else:
-        kind = TRAINING
-    return RecipeKey(name, "flag_value", None, kind, True, None)
-
+ANSWER_MODES = ("exact", "math_verify")  # rlexp.core.answers.is_correct's modes
+# Sets graded in-run by the trainer's reward (exact match): their grading is not a spec choice.
+TRAINER_GRADED_ROLES = ("pool", "ood_monitor")
+DATASET_FIELDS = ("path", "size", "prompt_suffix", "answer_mode")  # a dataset's resolved fields
 
 # ----------------------------------------------------------------------------- resolved objects
 
@@ -279,6 +76,9 @@ class DatasetRef:
     prompt_suffix: str
     stated_size: int | None = None
     exists: bool = False
+    # how rlexp eval and the guards grade this set: the set's own, else eval.answer_mode; always
+    # "exact" for the sets the trainer grades in-run (pool, ood_monitor)
+    answer_mode: str = "exact"
 
 
 @dataclass(frozen=True)
@@ -287,6 +87,7 @@ class EvalSettings:
 
     engine: str = "local"  # local | vllm | openai
     prompt_suffix: str = ""
+    answer_mode: str = "exact"  # exact | math_verify: the default grading of ood_primary, id, sanity
     max_tokens: int = 2048
     max_lora_rank: int = 16  # vLLM's default; adapters of a higher rank are refused
     temperature: float = 0.0
@@ -380,14 +181,26 @@ class Difference:
 # A small declarative schema, checked with the standard library: pydantic would cost ~0.1 s of
 # `rlexp plan`'s 0.5 s start-up budget for a dozen flat sections. Every section is a mapping
 # with a closed set of keys (unknown keys are errors with a "did you mean"); leaves are
-# checkers that return the value or raise with a one-line reason. ``None`` means "not stated".
+# checkers that return the value or raise with a one-line reason, and carry the JSON Schema of
+# what they accept (for attempt_json_schema). ``None`` means "not stated".
 
 
 class _Invalid(Exception):
     """A leaf value is wrong; the caller adds file and key path."""
 
 
-def _int(minimum: int | None = None) -> Any:
+@dataclass(frozen=True)
+class _Leaf:
+    """A checker and the JSON Schema of the values it accepts."""
+
+    check: Callable[[Any], Any]
+    json: dict[str, Any]
+
+    def __call__(self, value: Any) -> Any:
+        return self.check(value)
+
+
+def _int(minimum: int | None = None) -> _Leaf:
     def check(value: Any) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise _Invalid(f"must be an integer (got {value!r})")
@@ -396,10 +209,10 @@ def _int(minimum: int | None = None) -> Any:
                            f"must be >= {minimum} (got {value!r})")  # fmt: skip
         return value
 
-    return check
+    return _Leaf(check, {"type": "integer"} | ({} if minimum is None else {"minimum": minimum}))
 
 
-def _number(low: float | None = None, high: float | None = None, *, low_open: bool = False) -> Any:
+def _number(low: float | None = None, high: float | None = None, *, low_open: bool = False) -> _Leaf:
     def check(value: Any) -> float:
         number = _to_float(value)
         if low is not None and (number <= low if low_open else number < low):
@@ -408,7 +221,7 @@ def _number(low: float | None = None, high: float | None = None, *, low_open: bo
             raise _Invalid(f"must be <= {high:g} (got {value!r})")
         return number
 
-    return check
+    return _Leaf(check, json_number(low, high, low_open=low_open))
 
 
 def _to_float(value: Any) -> float:
@@ -437,22 +250,22 @@ def _bool(value: Any) -> bool:
     return value
 
 
-def _one_of(*choices: str) -> Any:
+def _one_of(*choices: str) -> _Leaf:
     def check(value: Any) -> str:
         if value not in choices:
             raise _Invalid(f"must be one of {', '.join(choices)} (got {value!r})")
         return value
 
-    return check
+    return _Leaf(check, {"enum": list(choices)})
 
 
-def _list_of(item: Any) -> Any:
+def _list_of(item: _Leaf) -> _Leaf:
     def check(value: Any) -> list[Any]:
         if not isinstance(value, list):
             raise _Invalid(f"must be a list (got {value!r})")
         return [item(v) for v in value]
 
-    return check
+    return _Leaf(check, {"type": "array", "items": item.json})
 
 
 def _mapping(value: Any) -> dict[str, Any]:
@@ -461,20 +274,24 @@ def _mapping(value: Any) -> dict[str, Any]:
     return dict(value)
 
 
+_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_STR = _Leaf(_str, {"type": "string"})
+_ID = _Leaf(_str, {"type": "string", "pattern": _ID_RE.pattern})  # the pattern is checked on load
 _POS_INT = _int(1)
-_DATASET = {"path": _str, "size": _POS_INT, "prompt_suffix": _str}
+_DATASET = {"path": _STR, "size": _POS_INT, "prompt_suffix": _STR, "answer_mode": _one_of(*ANSWER_MODES)}
 _SCHEMA: dict[str, Any] = {
-    "id": _str,
-    "parent": _str,
-    "description": _str,
-    "change": _mapping,  # keys checked by _check_change_key
-    "intent": {"global_steps": _POS_INT, "max_warmup_share": _number(0, 1, low_open=True), "note": _str},
-    "trainer": {"name": _one_of(*TRAINERS), "version": _str, "gpus": _int(0)},
+    "id": _ID,
+    "parent": _ID,
+    "description": _STR,
+    "change": _Leaf(_mapping, {"type": "object"}),  # keys checked by _check_change_key
+    "intent": {"global_steps": _POS_INT, "max_warmup_share": _number(0, 1, low_open=True), "note": _STR},
+    "trainer": {"name": _one_of(*TRAINERS), "version": _STR, "gpus": _int(0)},
     "recipe": "recipe",  # checked against RECIPE_KEYS
     "datasets": {role: _DATASET for role in ROLES},
     "eval": {
         "engine": _one_of(*ENGINES),
-        "prompt_suffix": _str,
+        "prompt_suffix": _STR,
+        "answer_mode": _one_of(*ANSWER_MODES),
         "max_tokens": _POS_INT,
         "max_lora_rank": _POS_INT,
         "temperature": _number(0),
@@ -486,14 +303,89 @@ _SCHEMA: dict[str, Any] = {
         "tensor_parallel_size": _POS_INT,
         "gpu_memory_utilization": _number(0, 1, low_open=True),
         "max_loras": _POS_INT,
-        "base_url": _str,
-        "model": _str,
-        "api_key_env": _str,
+        "base_url": _STR,
+        "model": _STR,
+        "api_key_env": _STR,
     },
     "checkpoints": {"mid": _POS_INT, "extra": _list_of(_POS_INT)},
     "budget": {"free_disk_gb": _number(0), "checkpoint_size_gb": _number(0, low_open=True)},
     "baseline": {"accuracy": _number(0, 1), "discordance": _number(0, 1, low_open=True)},
 }
+
+
+_DESCRIPTIONS = {
+    "id": "the attempt id; must equal the directory name (defaults to it)",
+    "parent": "the id of the parent attempt in the same experiment; everything is inherited",
+    "description": "free text",
+    "change": "the one training variable this attempt changes: {key: value}",
+    "intent": "what you mean to run",
+    "trainer": "which trainer runs the recipe",
+    "recipe": None,  # the recipe table's own
+    "datasets": "paths relative to the experiment directory; a file's line count wins over size",
+    "eval": "how checkpoints and baselines are evaluated (one pipeline for all of them)",
+    "checkpoints": "the pre-registered mid checkpoint and extra ones",
+    "budget": "disk budget of the checkpoints",
+    "baseline": "expected baseline accuracy and discordance, for the power section",
+}
+SCHEMA_DRAFT = "https://json-schema.org/draft/2020-12/schema"
+
+
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    """``None`` means "not stated" in every section but the recipe."""
+    if isinstance(schema.get("type"), str) and not {"anyOf", "enum", "const"} & set(schema):
+        # the other keywords (minimum, pattern, items, properties...) do not apply to null
+        return {**schema, "type": [schema["type"], "null"]}
+    if "enum" in schema:
+        return {**schema, "enum": [*schema["enum"], None]}
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+def _section_json(section: dict[str, Any]) -> dict[str, Any]:
+    properties = {}
+    for name, rule in section.items():
+        if isinstance(rule, dict):
+            properties[name] = _nullable(_section_json(rule))
+        else:
+            properties[name] = _nullable(rule.json)
+    return {"type": "object", "additionalProperties": False, "properties": properties}
+
+
+def attempt_json_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of ``attempt.yaml``, derived from :data:`_SCHEMA` and the
+    recipe table: editors complete and check keys with it. It accepts what :func:`load_attempt`
+    accepts, except what JSON Schema cannot say: the bounds of a number written as text, an id
+    matching its directory, the parent chain, the files. ``docs/attempt.schema.json`` holds it
+    (regenerate with ``scripts/write-attempt-schema``; a test checks it is current)."""
+    top = _section_json({k: v for k, v in _SCHEMA.items() if k != "recipe"})
+    properties: dict[str, Any] = {}
+    for name in _SCHEMA:
+        if name == "recipe":
+            properties[name] = _nullable(recipe_json_schema())
+            continue
+        properties[name] = top["properties"][name]
+        if name == "change":
+            names = {"anyOf": [{"enum": change_keys()}, {"pattern": DOTTED_KEY_PATTERN}]}
+            properties[name] = _nullable({"type": "object", "propertyNames": names})
+        if name == "datasets":  # the sets the trainer grades in-run take no answer_mode
+            for role in TRAINER_GRADED_ROLES:
+                properties[name]["properties"][role]["properties"].pop("answer_mode")
+        if _DESCRIPTIONS[name]:
+            properties[name] = {"description": _DESCRIPTIONS[name], **properties[name]}
+    return {
+        "$schema": SCHEMA_DRAFT,
+        "title": "rlexp attempt spec (attempt.yaml)",
+        "description": "One attempt of an experiment: its directory holds this spec and what the stages write",
+        "type": "object",
+        "additionalProperties": False,
+        "properties": properties,
+    }
+
+
+def attempt_json_schema_text() -> str:
+    """:func:`attempt_json_schema` as the committed file's text."""
+    import json
+
+    return json.dumps(attempt_json_schema(), indent=2, ensure_ascii=False) + "\n"
 
 
 def _suggest(word: str, candidates: list[str] | tuple[str, ...]) -> str:
@@ -567,7 +459,7 @@ def _coerce(key: RecipeKey, value: Any) -> Any:
         return _bool(value)
     if key.type == "str":
         return _str(value)
-    if key.type == "flag_value":  # a newer release's flag: the argv builder checks it against that parser
+    if key.type == FLAG_VALUE:  # a newer release's flag: the argv builder checks it against that parser
         scalar = bool | int | float | str
         if isinstance(value, scalar) or (isinstance(value, list) and value and all(
                 isinstance(v, scalar) and not isinstance(v, bool) for v in value)):
@@ -587,8 +479,8 @@ def _check_constraint(key: RecipeKey, value: Any) -> None:
     rule = key.constraint
     if rule == "advantage" and value not in ADVANTAGE_ESTIMATORS:
         raise _Invalid(f"must be one of {', '.join(ADVANTAGE_ESTIMATORS)} (got {value!r})")
-    if rule == "kl_estimator" and value not in ("k1", "k2", "k3"):
-        raise _Invalid(f"must be one of k1, k2, k3 (got {value!r})")
+    if rule == "kl_estimator" and value not in KL_ESTIMATORS:
+        raise _Invalid(f"must be one of {', '.join(KL_ESTIMATORS)} (got {value!r})")
     if rule in ("gt0", "ge1") and not value > 0:
         raise _Invalid(f"must be > 0 (got {value!r})")
     if rule == "ge0" and not value >= 0:
@@ -600,8 +492,6 @@ def _check_constraint(key: RecipeKey, value: Any) -> None:
 
 
 # ----------------------------------------------------------------------------- loading
-
-_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
 def resolve_spec_path(path: str | Path) -> Path:
@@ -696,7 +586,7 @@ def _resolve(
         entry = merged["datasets"].get(role)
         if entry is None:
             continue
-        datasets[role] = _dataset_ref(role, entry, experiment_dir, eval_settings.prompt_suffix, display)
+        datasets[role] = _dataset_ref(role, entry, experiment_dir, eval_settings, display)
 
     change = own.get("change") or {}
     for ckey in change:
@@ -731,9 +621,19 @@ def _resolve(
 
 
 def _dataset_ref(
-    role: str, entry: dict[str, Any], experiment_dir: Path, eval_suffix: str, display: str
+    role: str, entry: dict[str, Any], experiment_dir: Path, eval_settings: EvalSettings, display: str
 ) -> DatasetRef:
     stated = entry.get("size")
+    answer_mode = entry.get("answer_mode")
+    if answer_mode is not None and role in TRAINER_GRADED_ROLES:
+        raise InputError(
+            display,
+            f"datasets.{role}.answer_mode",
+            "this set is graded in-run by the trainer's exact-match reward; "
+            "answer_mode applies to ood_primary, id and sanity",
+        )
+    if role in TRAINER_GRADED_ROLES:
+        answer_mode = "exact"
     path = None
     exists = False
     size = stated
@@ -756,9 +656,10 @@ def _dataset_ref(
         role=role,
         path=path,
         size=size,
-        prompt_suffix=eval_suffix if suffix is None else suffix,
+        prompt_suffix=eval_settings.prompt_suffix if suffix is None else suffix,
         stated_size=stated,
         exists=exists,
+        answer_mode=eval_settings.answer_mode if answer_mode is None else answer_mode,
     )
 
 
@@ -772,21 +673,19 @@ def count_records(path: Path) -> int:
     return count
 
 
+def change_keys() -> list[str]:
+    """Every key ``change`` may name: a recipe key or a datasets/trainer/eval field, dotted."""
+    return [
+        *RECIPE_KEYS,
+        *(f"datasets.{role}.{fname}" for role in ROLES for fname in DATASET_FIELDS
+          if not (fname == "answer_mode" and role in TRAINER_GRADED_ROLES)),  # always exact there
+        *(f"trainer.{fname}" for fname in TrainerSettings.__dataclass_fields__),
+        *(f"eval.{fname}" for fname in EvalSettings.__dataclass_fields__),
+    ]
+
+
 def _check_change_key(ckey: str, display: str) -> None:
-    if recipe_key(ckey) is not None:
-        return
-    parts = ckey.split(".")
-    ok = (
-        (
-            len(parts) == 3
-            and parts[0] == "datasets"
-            and parts[1] in ROLES
-            and parts[2] in ("path", "size", "prompt_suffix")
-        )
-        or (len(parts) == 2 and parts[0] == "trainer" and parts[1] in ("name", "version", "gpus"))
-        or (len(parts) == 2 and parts[0] == "eval" and parts[1] in EvalSettings.__dataclass_fields__)
-    )
-    if not ok:
+    if recipe_key(ckey) is None and ckey not in change_keys():
         candidates = [
             *RECIPE_KEYS,
             *(f"datasets.pool.{f}" for f in ("path", "size", "prompt_suffix")),
@@ -826,7 +725,7 @@ def diff_against_parent(att: Attempt) -> list[Difference]:
         out.append(Difference("trainer.gpus", par.trainer.gpus, att.trainer.gpus, INFRASTRUCTURE))
     for role in ROLES:
         da, db = par.datasets.get(role), att.datasets.get(role)
-        for fname in ("path", "size", "prompt_suffix"):
+        for fname in DATASET_FIELDS:
             a = getattr(da, fname) if da else None
             b = getattr(db, fname) if db else None
             if fname == "path":

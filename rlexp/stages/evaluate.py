@@ -401,7 +401,7 @@ def _evaluate_with(att, attempt_dir, roles, selection, targets, base, limit, sho
         for role, (problems, _path, digest) in datasets.items():
             ref = att.datasets[role]
             suffix = ref.prompt_suffix or ""  # the set's own suffix; the spec defaults it to eval.prompt_suffix
-            grading = getattr(ref, "answer_mode", None) or getattr(att.eval, "answer_mode", None) or "exact"
+            grading = ref.answer_mode  # the set's own, else eval.answer_mode (resolved by the spec)
             already = sum(
                 _count_done(record_path(attempt_dir, t.name, role)) for t in targets
             )

@@ -237,6 +237,7 @@ def run_g1(
             with LocalEngine(base, {name: saved[step]}, merge=merge) as engine:
                 eval_records(engine, engine.tokenizer, attempt_dir=attempt_dir, set_role=role, problems=problems,
                              dataset_sha256=digest, targets=[target], base=base, decoding=decoding, suffix=suffix,
+                             grading=att.datasets[role].answer_mode,
                              records_path=lambda _t, out=out: out, extra_meta={"g1_path": label})
             paths[label] = out
         verdict = pipeline_integrity(read_records(paths["adapter"]), read_records(paths["merged"]),
@@ -304,6 +305,7 @@ def _baseline_records(att: Any, limit: int | None, *, show_progress: bool = Fals
                                problems=problems, dataset_sha256=digest, targets=[target], base=base,
                                decoding=Decoding.greedy(int(att.eval.max_tokens)),
                                suffix=att.datasets["ood_primary"].prompt_suffix or "",
+                               grading=att.datasets["ood_primary"].answer_mode,  # eval resumes this file
                                chunk=engine_chunk(engine))
     wanted = {p["problem_hash"] for p in problems}
     return [r for r in read_records(results[0][1].path) if r["problem_hash"] in wanted]
@@ -373,7 +375,8 @@ def run_g4(attempt: str | Path, *, k: int | None = None, limit: int | None = Non
         eval_records(engine, tokenizer, attempt_dir=Path(att.attempt_dir), set_role="ood_primary",
                      problems=problems, dataset_sha256=loaded[2], targets=[target], base=base,
                      decoding=Decoding.sampling(k, int(att.eval.max_tokens), g4.temperature),
-                     suffix=att.datasets["ood_primary"].prompt_suffix or "", records_path=lambda _t: out)
+                     suffix=att.datasets["ood_primary"].prompt_suffix or "",
+                     grading=att.datasets["ood_primary"].answer_mode, records_path=lambda _t: out)
     wanted = {p["problem_hash"] for p in problems}
     verdict = passk_headroom([r for r in read_records(out) if r["problem_hash"] in wanted], k, g4)
     verdict = _with_numbers(verdict, baseline_wrong=len(wrong), baseline_problems=len(greedy))
