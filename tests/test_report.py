@@ -1,4 +1,4 @@
-"""The one-page report: all eight SOP §9 deliverables, plots, and graceful gaps."""
+"""The one-page report: verdict first, every deliverable, plots, and graceful gaps."""
 
 from __future__ import annotations
 

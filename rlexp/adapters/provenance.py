@@ -1,4 +1,4 @@
-"""Provenance of a launch: what code, data, model and software produced an attempt (SOP §10.3).
+"""Provenance of a launch: what code, data, model and software produced an attempt.
 
 The seed typed git SHAs, pool SHA-256s and versions into its log by hand; here they are collected
 once at launch into ``launch/provenance.json`` and mirrored to MLflow. Environment variables
@@ -216,7 +216,7 @@ def collect(
     env: Mapping[str, str] | None = None,
     extra: Mapping[str, Any] | None = None,
 ) -> Provenance:
-    """Everything SOP §10.3 asks for, gathered at launch. Only non-secret, run-relevant env vars.
+    """Everything needed to say what produced the run, gathered at launch. Only non-secret, run-relevant env vars.
 
     ``repo_dir`` is the folder above the ``rlexp`` package: a git checkout for a source or
     editable install (its commit is recorded), a site-packages folder for a wheel install (no

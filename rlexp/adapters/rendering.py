@@ -1,4 +1,4 @@
-"""The one-page report of an attempt: SOP §11.24 §9's eight deliverables, plus four plots.
+"""The one-page report of an attempt: the verdict first, then the deliverables a reviewer needs, with plots.
 
 ``reports/<experiment>/<attempt>.md`` (GitHub-flavoured markdown, PNGs beside it) from the files
 the stages wrote: the spec (recipe diff), ``launch/provenance.json`` (hashes), ``plan.json`` (the
@@ -728,7 +728,7 @@ def render_markdown(inputs: ReportInputs, plots: Mapping[str, Path] | None = Non
             lines.append(f"\n![monitor curves of the family]({plots['family'].name})")
         lines.append("")
 
-    if inputs.argv and inputs.argv.get("argv"):  # SOP §10.3: the exact command, folded
+    if inputs.argv and inputs.argv.get("argv"):  # the exact command, folded (provenance)
         import shlex
 
         lines += [f"<details><summary>exact command ({inputs.argv.get('backend', '?')} backend; paths relative "
