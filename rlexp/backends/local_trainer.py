@@ -323,8 +323,9 @@ def collect_rollout(
             lengths.append(float(c.completion_tokens))
         rewards.append(group)
 
-    input_ids, attention_mask, action_mask = pack_rows(rows, tokenizer.pad_token_id)
-    reward_tensor = torch.tensor(rewards, dtype=torch.float32)
+    device = next(model.parameters()).device  # the CPU here; CUDA under scripts/gpu-check
+    input_ids, attention_mask, action_mask = (t.to(device) for t in pack_rows(rows, tokenizer.pad_token_id))
+    reward_tensor = torch.tensor(rewards, dtype=torch.float32, device=device)
     seq_adv = group_advantages(reward_tensor, cfg.advantage_estimator).reshape(-1, 1)
     advantages = seq_adv.expand_as(action_mask) * action_mask
 
@@ -487,6 +488,14 @@ class _StopFlag:
         self.requested = True
 
 
+def torch_device() -> str:
+    """``RLEXP_DEVICE`` (default ``cpu``): where the local trainer and the local engine put the model.
+    ``cuda`` is for scripts/gpu-check; results on the CPU are the reference."""
+    import os
+
+    return os.environ.get("RLEXP_DEVICE", "cpu")
+
+
 def train(cfg: TrainerConfig, attempt_dir: Path, *, resume: bool = False, log=print) -> int:
     """Run (or resume) the GRPO training described by ``cfg``; returns the last global step done."""
     import random
@@ -515,7 +524,7 @@ def train(cfg: TrainerConfig, attempt_dir: Path, *, resume: bool = False, log=pr
     pool = read_dataset(cfg.pool_path)[: cfg.max_samples]  # OpenRLHF: --max_samples caps the prompts used
     monitor = read_dataset(cfg.monitor_path) if cfg.monitor_path is not None else []
     tokenizer = AutoTokenizer.from_pretrained(cfg.pretrain)
-    base = AutoModelForCausalLM.from_pretrained(cfg.pretrain, dtype=torch.float32)
+    base = AutoModelForCausalLM.from_pretrained(cfg.pretrain, dtype=torch.float32).to(torch_device())
     modules = cfg.target_modules
     lora = LoraConfig(
         r=max(1, cfg.lora_rank),

@@ -12,6 +12,7 @@ adapter (``config.json`` but no ``adapter_config.json``) is loaded as its own mo
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -55,7 +56,8 @@ class LocalEngine(ClosingMixin):
         self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_path or self.base_model)
         self.tokenizer.padding_side = "left"
         self._torch = torch
-        self._load = lambda path: AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+        device = os.environ.get("RLEXP_DEVICE", "cpu")  # cuda: scripts/gpu-check
+        self._load = lambda path: AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device).eval()
         self.base = self._load(self.base_model)
         self._peft = None  # the base wrapped with every unmerged adapter
         self._separate: dict[str, Any] = {}  # adapters served by their own model (full weights, merged)
