@@ -108,8 +108,19 @@ def test_local_sampling_gives_k_samples(local_setup):
 class FakeLoRARequest:
     lora_name: str
     lora_int_id: int
-    lora_path: str
-    long_lora_max_len: int | None = None
+    lora_path: str = ""
+    base_model_name: str | None = None
+    load_inplace: bool = False
+
+
+class FakeEngineCore:
+    """``LLM.llm_engine.engine_core``: the client of vLLM V1's engine-core process."""
+
+    def __init__(self):
+        self.shutdowns = 0
+
+    def shutdown(self, timeout=None):
+        self.shutdowns += 1
 
 
 class FakeSamplingParams:
@@ -130,6 +141,7 @@ class FakeLLM:
         self.init = dict(model=model, seed=seed, enable_lora=enable_lora, max_loras=max_loras,
                          max_lora_rank=max_lora_rank, tensor_parallel_size=tensor_parallel_size, **kwargs)
         self.calls = []
+        self.llm_engine = types.SimpleNamespace(engine_core=FakeEngineCore())
         FakeLLM.instances.append(self)
 
     def generate(self, prompts, sampling_params=None, *, use_tqdm=True, lora_request=None):
@@ -388,8 +400,11 @@ def test_vllm_engine_close_drops_llm_and_runs_vllm_cleanup(fake_vllm, monkeypatc
 
     # without vllm.distributed (older or stub vLLM): del + gc (+ empty_cache when CUDA)
     engine = VllmEngine("/models/base", {})
+    engine_core = engine.llm.llm_engine.engine_core
+    engine.close()
     engine.close()
     assert engine.llm is None
+    assert engine_core.shutdowns == 1  # the engine-core process is stopped once, not left to the GC
     with pytest.raises(EngineClosed):
         engine.generate([Request("q")], Decoding.greedy(3))
     # with it: vLLM's own cleanup_dist_env_and_memory, once, after the LLM is dropped

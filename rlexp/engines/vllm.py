@@ -107,9 +107,12 @@ class VllmEngine(ClosingMixin):
         self.closed = False
 
     def close(self) -> None:
-        """Free the ``LLM`` the way vLLM's own tests do: drop the last reference (``del llm``),
-        then ``vllm.distributed.parallel_state.cleanup_dist_env_and_memory()`` (destroys the model-
-        and tensor-parallel groups and the torch process group, ``gc.collect()``,
+        """Free the ``LLM``: stop its engine-core process first (vLLM V1 runs the model in a
+        child process; ``llm.llm_engine.engine_core.shutdown()`` stops it and its workers now
+        instead of whenever the garbage collector runs the client's finalizer), drop the last
+        reference (``del llm``), then ``vllm.distributed.parallel_state.
+        cleanup_dist_env_and_memory()`` as vLLM's own tests do (destroys the model- and
+        tensor-parallel groups and the torch process group, ``gc.collect()``, and on a GPU
         ``torch.cuda.empty_cache()``). Without that helper (an older or stub vLLM): ``gc.collect()``
         and ``torch.cuda.empty_cache()`` when torch has CUDA. Idempotent."""
         if self.closed:
@@ -118,7 +121,11 @@ class VllmEngine(ClosingMixin):
 
         self.closed = True
         llm, self.llm = self.llm, None
-        del llm
+        engine_core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+        shutdown = getattr(engine_core, "shutdown", None)
+        if callable(shutdown):
+            shutdown()
+        del llm, engine_core, shutdown
         gc.collect()
         try:
             from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
