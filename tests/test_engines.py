@@ -210,6 +210,24 @@ def test_vllm_engine_one_call_with_per_prompt_adapters(fake_vllm, tmp_path, tiny
     assert results[0].samples[0].completion_tokens == 3
 
 
+def test_vllm_engine_keeps_an_empty_lora_slot_on_cpu(fake_vllm, tmp_path, monkeypatch):
+    """vLLM's CPU LoRA ops give "no LoRA" tokens (index -1) the LAST slot's adapter: on the CPU
+    platform the engine asks for one slot more than it has adapters, so that slot stays empty."""
+    from rlexp.engines.vllm import VllmEngine
+
+    adapters = {n: _adapter(tmp_path, n, 8) for n in ("s1", "s2", "s3")}
+    platforms = types.ModuleType("vllm.platforms")
+    sys.modules["vllm"].__path__ = []  # a package, so its submodules import
+    monkeypatch.setitem(sys.modules, "vllm.platforms", platforms)
+    for is_cpu, slots in ((True, 4), (False, 3)):
+        platforms.current_platform = types.SimpleNamespace(is_cpu=lambda is_cpu=is_cpu: is_cpu)
+        VllmEngine("/m", adapters)
+        assert fake_vllm.instances[-1].init["max_loras"] == slots
+    # an explicit max_loras above the adapter count already leaves empty slots
+    VllmEngine("/m", adapters, max_loras=5)
+    assert fake_vllm.instances[-1].init["max_loras"] == 5
+
+
 def test_vllm_nondet_proxy_sends_copies_and_sampling_uses_n(fake_vllm, tmp_path):
     from rlexp.engines.vllm import VllmEngine
 

@@ -56,7 +56,9 @@ def demo_attempt(tmp_path_factory) -> Path:
     if not main_python.exists():
         pytest.fail(f"the main venv's python {main_python} is missing: run scripts/setup first "
                     "(or set RLEXP_MAIN_PYTHON)")
-    root = tmp_path_factory.mktemp("vllm-demo")
+    # RLEXP_VLLM_DEMO_DIR: a directory kept between runs (every build step reuses what is on disk)
+    kept = os.environ.get("RLEXP_VLLM_DEMO_DIR")
+    root = Path(kept).resolve() if kept else tmp_path_factory.mktemp("vllm-demo")
     started = time.perf_counter()
     proc = subprocess.run(
         [str(main_python), str(REPO / "tests" / "vllm_demo_attempt.py"), str(root)],
@@ -65,6 +67,8 @@ def demo_attempt(tmp_path_factory) -> Path:
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     attempt = Path(proc.stdout.strip().splitlines()[-1])
+    for variant in ("d1v", "d1o"):  # evaluated afresh by the tests below
+        shutil.rmtree(attempt.parent / variant, ignore_errors=True)
     _say(f"demo attempt built (main venv: plan, local launch, local eval) in {time.perf_counter() - started:.0f} s")
     return attempt
 
@@ -282,3 +286,24 @@ def _stop(server: subprocess.Popen) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(group, signal.SIGKILL)
     server.wait(timeout=10)
+
+
+def test_cpu_lora_op_gives_no_lora_tokens_the_last_slot():
+    """Why VllmEngine keeps an empty LoRA slot on vLLM's CPU build: its PyTorch-native LoRA op
+    indexes the stacked adapter weights with the token's slot, and "no LoRA" is -1, which Python
+    indexing turns into the LAST slot. (If a vLLM release fixes this, this test fails: the
+    workaround in rlexp.engines.vllm.on_cpu_platform can then go.)"""
+    import torch
+    from vllm.lora.ops.torch_ops import bgmv_shrink
+
+    from rlexp.engines.vllm import on_cpu_platform
+
+    assert on_cpu_platform()
+    slots, rank, hidden = 2, 3, 4
+    lora_a = torch.zeros(slots, 1, rank, hidden)
+    lora_a[slots - 1] = 1.0  # only the last slot holds an adapter
+    x = torch.ones(2, hidden)
+    y = torch.zeros(2, rank)
+    bgmv_shrink(x, lora_a, y, torch.tensor([0, -1]), 1.0)  # token 0: slot 0 (empty); token 1: no LoRA
+    assert torch.equal(y[0], torch.zeros(rank))
+    assert torch.equal(y[1], torch.full((rank,), float(hidden)))  # the "no LoRA" token got the last slot
