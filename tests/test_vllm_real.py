@@ -73,10 +73,19 @@ def demo_attempt(tmp_path_factory) -> Path:
     return attempt
 
 
+_CONFIG: list = []
+
+
+@pytest.fixture(autouse=True)
+def _keep_config(pytestconfig):
+    _CONFIG[:] = [pytestconfig]
+
+
 def _say(text: str) -> None:
-    """Into the CI log even under pytest's output capture."""
-    sys.__stdout__.write(f"\n[vllm] {text}\n")
-    sys.__stdout__.flush()
+    """Into the CI log, past pytest's output capture."""
+    capture = _CONFIG[0].pluginmanager.getplugin("capturemanager") if _CONFIG else None
+    with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+        print(f"\n[vllm] {text}", flush=True)
 
 
 def _variant(attempt: Path, new_id: str, eval_settings: dict) -> Path:
