@@ -108,8 +108,19 @@ def test_local_sampling_gives_k_samples(local_setup):
 class FakeLoRARequest:
     lora_name: str
     lora_int_id: int
-    lora_path: str
-    long_lora_max_len: int | None = None
+    lora_path: str = ""
+    base_model_name: str | None = None
+    load_inplace: bool = False
+
+
+class FakeEngineCore:
+    """``LLM.llm_engine.engine_core``: the client of vLLM V1's engine-core process."""
+
+    def __init__(self):
+        self.shutdowns = 0
+
+    def shutdown(self, timeout=None):
+        self.shutdowns += 1
 
 
 class FakeSamplingParams:
@@ -130,6 +141,7 @@ class FakeLLM:
         self.init = dict(model=model, seed=seed, enable_lora=enable_lora, max_loras=max_loras,
                          max_lora_rank=max_lora_rank, tensor_parallel_size=tensor_parallel_size, **kwargs)
         self.calls = []
+        self.llm_engine = types.SimpleNamespace(engine_core=FakeEngineCore())
         FakeLLM.instances.append(self)
 
     def generate(self, prompts, sampling_params=None, *, use_tqdm=True, lora_request=None):
@@ -196,6 +208,24 @@ def test_vllm_engine_one_call_with_per_prompt_adapters(fake_vllm, tmp_path, tiny
     assert results[4].samples[0].text.startswith("global_step10")
     assert results[0].samples[0].prompt_tokens == len(encode_prompt(tok, prompts[0]))
     assert results[0].samples[0].completion_tokens == 3
+
+
+def test_vllm_engine_keeps_an_empty_lora_slot_on_cpu(fake_vllm, tmp_path, monkeypatch):
+    """vLLM's CPU LoRA ops give "no LoRA" tokens (index -1) the LAST slot's adapter: on the CPU
+    platform the engine asks for one slot more than it has adapters, so that slot stays empty."""
+    from rlexp.engines.vllm import VllmEngine
+
+    adapters = {n: _adapter(tmp_path, n, 8) for n in ("s1", "s2", "s3")}
+    platforms = types.ModuleType("vllm.platforms")
+    sys.modules["vllm"].__path__ = []  # a package, so its submodules import
+    monkeypatch.setitem(sys.modules, "vllm.platforms", platforms)
+    for is_cpu, slots in ((True, 4), (False, 3)):
+        platforms.current_platform = types.SimpleNamespace(is_cpu=lambda is_cpu=is_cpu: is_cpu)
+        VllmEngine("/m", adapters)
+        assert fake_vllm.instances[-1].init["max_loras"] == slots
+    # an explicit max_loras above the adapter count already leaves empty slots
+    VllmEngine("/m", adapters, max_loras=5)
+    assert fake_vllm.instances[-1].init["max_loras"] == 5
 
 
 def test_vllm_nondet_proxy_sends_copies_and_sampling_uses_n(fake_vllm, tmp_path):
@@ -388,8 +418,11 @@ def test_vllm_engine_close_drops_llm_and_runs_vllm_cleanup(fake_vllm, monkeypatc
 
     # without vllm.distributed (older or stub vLLM): del + gc (+ empty_cache when CUDA)
     engine = VllmEngine("/models/base", {})
+    engine_core = engine.llm.llm_engine.engine_core
+    engine.close()
     engine.close()
     assert engine.llm is None
+    assert engine_core.shutdowns == 1  # the engine-core process is stopped once, not left to the GC
     with pytest.raises(EngineClosed):
         engine.generate([Request("q")], Decoding.greedy(3))
     # with it: vLLM's own cleanup_dist_env_and_memory, once, after the LLM is dropped

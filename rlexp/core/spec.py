@@ -99,6 +99,10 @@ class EvalSettings:
     tensor_parallel_size: int = 1
     gpu_memory_utilization: float = 0.9
     max_loras: int | None = None
+    # vllm engine: the weights' dtype (vLLM's "auto" runs a float32 checkpoint in half precision)
+    # and eager mode (no CUDA graphs / torch.compile); None/False leave vLLM's defaults
+    dtype: str | None = None
+    enforce_eager: bool = False
     base_url: str | None = None  # openai engine: the server (vLLM's OpenAI-compatible API)
     model: str | None = None  # openai engine: served model name
     # openai engine: the NAME of the env var with the key, never the key; None = no Authorization header
@@ -276,6 +280,7 @@ def _mapping(value: Any) -> dict[str, Any]:
 
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _STR = _Leaf(_str, {"type": "string"})
+_BOOL = _Leaf(_bool, {"type": "boolean"})
 _ID = _Leaf(_str, {"type": "string", "pattern": _ID_RE.pattern})  # the pattern is checked on load
 _POS_INT = _int(1)
 _DATASET = {"path": _STR, "size": _POS_INT, "prompt_suffix": _STR, "answer_mode": _one_of(*ANSWER_MODES)}
@@ -303,6 +308,8 @@ _SCHEMA: dict[str, Any] = {
         "tensor_parallel_size": _POS_INT,
         "gpu_memory_utilization": _number(0, 1, low_open=True),
         "max_loras": _POS_INT,
+        "dtype": _one_of("auto", "float32", "float16", "bfloat16"),
+        "enforce_eager": _BOOL,
         "base_url": _STR,
         "model": _STR,
         "api_key_env": _STR,

