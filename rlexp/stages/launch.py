@@ -17,7 +17,9 @@ Order of work, so that a kill at any point leaves consistent files:
 
 Every whole file is written atomically; ``metrics.jsonl`` is appended line by line. A SIGTERM or
 Ctrl-C to ``rlexp launch`` stops the child gracefully (the local trainer saves its step) and
-records ``stopped``; ``--resume`` continues from the latest checkpoint.
+records ``stopped``; ``--resume`` continues from the latest checkpoint, or from step 0 when the
+trainer was killed before its first one. A resume checks ``metrics.jsonl`` before its first write,
+then cuts it back to the resume point (later rows are re-done and re-logged).
 """
 
 from __future__ import annotations
