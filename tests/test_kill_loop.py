@@ -64,6 +64,11 @@ def _trainer_pids(att: Path) -> list[int]:
     return pids
 
 
+def _steps(att: Path) -> list[int]:
+    path = att / "metrics.jsonl"
+    return [r["global_step"] for r in read_metrics(path, allow_torn_tail=True)] if path.exists() else []
+
+
 def _metric_rows(att: Path) -> list[dict]:
     return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in read_metrics(att / "metrics.jsonl")]
 
@@ -110,9 +115,15 @@ def test_ten_random_kills_then_resume_equal_an_uninterrupted_run(tmp_path, tiny_
     rng = random.Random(SEED)
     kills = []
     for i in range(KILLS):
+        done = len(_steps(att))
         proc = _launcher(att, uri, resume=i > 0)
-        delay = rng.uniform(0.2, full_s)
+        # where the kill lands: during start-up (before a new row), or inside the step after the
+        # next new row, at a random point; the trainer or the launcher, SIGKILL either way
+        wait_rows = rng.choice([0, 1])
+        delay = rng.uniform(0.2, 6.0) if wait_rows == 0 else rng.uniform(0.0, 1.5)
         target = rng.choice(["launcher", "trainer"])
+        if wait_rows:
+            wait_for(lambda done=done, proc=proc: len(_steps(att)) > done or proc.poll() is not None, 600, poll_s=0.02)
         time.sleep(delay)
         victims = _trainer_pids(att) if target == "trainer" else []
         if target == "trainer" and not victims:
@@ -124,16 +135,16 @@ def test_ten_random_kills_then_resume_equal_an_uninterrupted_run(tmp_path, tiny_
             for pid in victims:
                 os.kill(pid, signal.SIGKILL)
         proc.communicate(timeout=600)
-        steps = [r["global_step"] for r in read_metrics(att / "metrics.jsonl", allow_torn_tail=True)] if (
-            att / "metrics.jsonl").exists() else []
-        kills.append((i, target, round(delay, 2), proc.returncode, steps[-1] if steps else 0))
+        steps = _steps(att)
+        kills.append((i, target, wait_rows, round(delay, 2), proc.returncode, steps[-1] if steps else 0))
         # a killed launcher's trainer stops on its parent-death signal (it saves its step first)
         assert wait_for(lambda: not _trainer_pids(att), 300), "trainer still alive 300 s after its launcher"
-    print(f"kill loop seed {SEED}, uninterrupted run {full_s:.1f} s; kills (i, target, after s, launcher exit, "
-          f"last step): {kills}")
+    print(f"kill loop seed {SEED}, uninterrupted run {full_s:.1f} s; kills (i, target, after new rows, "
+          f"then s, launcher exit, last step): {kills}")
     final = _launcher(att, uri, resume=True)
     _, err = final.communicate(timeout=600)
     assert final.returncode == 0, err.decode()[-500:]
+    assert any(k[-1] < 6 for k in kills[1:]), "the kills all came after the run had finished"
     assert json.loads((att / "launch" / "state.json").read_text())["state"] == "finished"
 
     assert _metric_rows(att) == _metric_rows(ref_att)
