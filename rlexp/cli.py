@@ -99,6 +99,11 @@ def main(argv: list[str] | None = None) -> int:
     except typer.Abort:
         print("rlexp: aborted", file=sys.stderr)
         return 130
+    except OSError as exc:  # disk full, permissions: one line; the stages' write order makes a rerun repair it
+        where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
+        print(f"rlexp: {where}{exc.strerror or exc} (nothing half-written; rerun the command once fixed)",
+              file=sys.stderr)
+        return 1
     return result if isinstance(result, int) else 0
 
 

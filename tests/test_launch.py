@@ -41,8 +41,9 @@ def on_term(signum, frame):
 signal.signal(signal.SIGTERM, on_term)
 ckpt = attempt / "checkpoints"
 start = 0
-if "--resume" in sys.argv:
-    start = max(int(p.name[len("global_step"):]) for p in (ckpt / "state").glob("global_step*"))
+if "--resume" in sys.argv:  # from the latest state, or from step 0 when there is none (the local trainer's rule)
+    start = max((int(p.name[len("global_step"):]) for p in (ckpt / "state").glob("global_step*")), default=0)
+crash_at = int(os.environ.get("FAKE_CRASH_AT", "0"))  # SIGKILL itself right after writing this step's row
 metrics = attempt / "metrics.jsonl"
 done = set()
 if metrics.exists():
@@ -61,6 +62,8 @@ for step in range(start + 1, total + 1):
             fh.write(json.dumps(row) + "\n")
             fh.flush()
             os.fsync(fh.fileno())
+    if step == crash_at:
+        os.kill(os.getpid(), signal.SIGKILL)
     if step % 2 == 0 or stop or step == total:
         (ckpt / f"global_step{step}_hf").mkdir(parents=True, exist_ok=True)
         (ckpt / "state" / f"global_step{step}").mkdir(parents=True, exist_ok=True)
@@ -168,11 +171,9 @@ def test_plan_errors_refuse_and_force_needs_a_reason(exp, capsys):
     assert "# launched with --force: testing the guard" in (exp / "a2" / "launch" / "launch.sh").read_text()
 
 
-def test_resume_without_checkpoint_is_one_line_error(exp, capsys):
-    assert main(["launch", str(exp / "a2"), "--resume", "--tracking-uri", "off"]) == 2
-    err = capsys.readouterr().err
-    assert "no checkpoint to resume from" in err and err.count("\n") == 1
-    assert not (exp / "a2" / "launch").exists()
+def test_resume_without_checkpoint_starts_over_from_step_0(exp, capsys):
+    assert main(["launch", str(exp / "a2"), "--resume", "--tracking-uri", "off", "--poll-s", "0.05"]) == 0
+    assert _steps(exp / "a2") == list(range(1, 7))
 
 
 def test_local_run_writes_files_and_keeps_secrets_out(exp, capsys, monkeypatch, sqlite_uri):  # noqa: F811

@@ -212,18 +212,61 @@ def read_tensorboard(root: str | Path) -> tuple[list[dict[str, Any]], IngestStat
 
 # --- the normalised file -----------------------------------------------------------------------
 
-def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """``metrics.jsonl`` strictly: every row an int ``global_step`` and finite numbers only."""
+def read_metrics(path: str | Path, *, allow_torn_tail: bool = False) -> list[dict[str, Any]]:
+    """``metrics.jsonl`` strictly: every row an int ``global_step`` and finite numbers only.
+
+    ``allow_torn_tail``: a last line without its newline (a trainer appending right now, or
+    killed mid-append) is left out instead of being an error; it is never repaired here."""
     path = Path(path)
     rows = []
     seen: set[int] = set()
-    for number, record in iter_jsonl(path):
+    records = _complete_lines(path) if allow_torn_tail else iter_jsonl(path)
+    for number, record in records:
         step = check_metrics_row(path, number, record)
         if step in seen:
             raise InputError(path, f"line {number}: global_step", f"step {step} appears twice")
         seen.add(step)
         rows.append(record)
     return sorted(rows, key=lambda r: r["global_step"])
+
+
+def _complete_lines(path: Path):
+    """(line number, record) of every complete line (ending in a newline), strictly parsed."""
+    if not path.exists():
+        raise InputError(path, None, "file not found")
+    data = path.read_bytes()
+    data = data[: data.rfind(b"\n") + 1]
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(path, f"byte {exc.start}", "not UTF-8") from None
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            yield number, strict_jsonl_line(path, number, line)
+
+
+def metrics_resume_point(path: str | Path) -> list[dict[str, Any]]:
+    """The rows of ``metrics.jsonl`` a resume starts from, validated before anything is written
+    (a torn last line is allowed: the resume drops it)."""
+    return read_metrics(path, allow_torn_tail=True) if Path(path).exists() else []
+
+
+def cut_metrics(path: str | Path, last_step: int) -> int:
+    """Keep the rows of ``metrics.jsonl`` up to ``last_step`` (a resume re-does and re-logs the
+    later ones; a torn last line goes too); the file is rewritten atomically, and only when
+    something goes. Returns the number of rows dropped. Validate with :func:`read_metrics` first."""
+    from rlexp.storage.files import atomic_write_text
+
+    path = Path(path)
+    if not path.exists():
+        return 0
+    data = path.read_bytes()
+    rows = read_metrics(path, allow_torn_tail=True)
+    kept = [r for r in rows if r["global_step"] <= last_step]
+    if len(kept) == len(rows) and (not data or data.endswith(b"\n")):
+        return 0
+    atomic_write_text(path, "".join(json.dumps(r, allow_nan=False) + "\n" for r in kept))
+    return len(rows) - len(kept)
 
 
 def check_metrics_row(path: str | Path, number: int, record: Mapping[str, Any]) -> int:
@@ -276,8 +319,11 @@ class LineFollower:
     def new_lines(self) -> list[tuple[int, str]]:
         if not self.path.exists():
             return []
-        if self.path.stat().st_size < self.offset:  # truncated (a resumed trainer drops rows): reread
+        stat = self.path.stat()
+        # truncated, or replaced by an atomic rewrite (a new inode): read it again from the start
+        if stat.st_size < self.offset or stat.st_ino != getattr(self, "_inode", stat.st_ino):
             self.offset = self.line_number = 0
+        self._inode = stat.st_ino
         with open(self.path, "rb") as fh:
             fh.seek(self.offset)
             data = fh.read()
@@ -295,20 +341,28 @@ class LineFollower:
 class MetricsFileFollower:
     """New complete rows of a ``metrics.jsonl`` that another process (the local trainer) appends,
     each validated as :func:`read_metrics` does; a bad line is an :class:`InputError` naming the
-    file and line. Nothing is written: the file is already the normalised one."""
+    file and line. Nothing is written: the file is already the normalised one.
 
-    def __init__(self, path: str | Path):
+    Followed by step number, not by byte offset: each poll reads the complete lines and returns
+    the rows past the last step returned. A trainer that rewrites the file (a resume cuts it
+    back to its checkpoint, atomically, so its bytes shift) then never makes the follower read
+    from the middle of a line or skip a row. ``after_step``: rows up to it are not returned."""
+
+    def __init__(self, path: str | Path, after_step: int = 0):
         self.path = Path(path)
-        self._lines = LineFollower(self.path)
+        self.last_step = after_step
 
     def poll(self, final: bool = False) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
         rows = []
-        for number, line in self._lines.new_lines():
-            if not line.strip():
-                continue
-            row = strict_jsonl_line(self.path, number, line)
-            check_metrics_row(self.path, number, row)
-            rows.append(row)
+        for number, row in _complete_lines(self.path):
+            step = check_metrics_row(self.path, number, row)
+            if step > self.last_step:
+                rows.append(row)
+        rows.sort(key=lambda r: r["global_step"])
+        if rows:
+            self.last_step = rows[-1]["global_step"]
         return rows
 
     def close(self) -> list[dict[str, Any]]:

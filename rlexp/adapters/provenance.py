@@ -61,9 +61,27 @@ def redact_env(env: Mapping[str, str], *, keep: tuple[str, ...] | None = None) -
     return out
 
 
+def environment_snapshot() -> dict[str, str]:
+    """A copy of ``os.environ`` taken without iterating it: another thread (MLflow's async
+    logger sets variables) may change the environment while it is read, and iterating
+    ``os.environ`` (``dict(os.environ)`` and ``os.environ.copy()`` included) then raises
+    ``KeyError`` or ``RuntimeError``. CPython keeps the variables in a plain dict, whose
+    ``copy()`` is one C-level step that no other Python thread can interleave with."""
+    data = getattr(os.environ, "_data", None)
+    if isinstance(data, dict):
+        raw = data.copy()
+        return {os.environ.decodekey(k): os.environ.decodevalue(v) for k, v in raw.items()}
+    for _ in range(1000):  # another implementation: retry until one pass sees no change
+        try:
+            return dict(os.environ)
+        except (KeyError, RuntimeError):
+            continue
+    return dict(os.environ)
+
+
 def secret_values(env: Mapping[str, str] | None = None, min_length: int = 6) -> list[str]:
     """The values of secret variables (long enough to be meaningful) — for scrubbing text."""
-    env = os.environ if env is None else env
+    env = environment_snapshot() if env is None else env
     return [v for k, v in env.items() if is_secret_name(k) and len(v) >= min_length]
 
 
@@ -222,7 +240,7 @@ def collect(
     editable install (its commit is recorded), a site-packages folder for a wheel install (no
     commit, unless pip installed rlexp from a git URL; ``git.note`` says which).
     """
-    env = os.environ if env is None else env
+    env = environment_snapshot() if env is None else env
     return Provenance(
         attempt_id=attempt_id,
         started_at=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),

@@ -333,14 +333,19 @@ def render_plots(inputs: ReportInputs, out_dir: Path, stem: str) -> dict[str, Pa
         return fig, ax
 
     def save(fig, ax, name: str) -> None:
+        import io
+
+        from rlexp.storage.files import atomic_write_bytes
+
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
         path = out_dir / f"{stem}_{name}.png"
-        tmp = path.with_name(f".{path.name}.tmp.png")
         fig.tight_layout()
-        fig.savefig(tmp, dpi=110)
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png", dpi=110)
         plt.close(fig)
-        tmp.replace(path)  # atomic, like every other file we write
+        # a uniquely named temp file, then a rename: parallel reports of one attempt never share it
+        atomic_write_bytes(path, buffer.getvalue())
         made[name] = path
 
     planned = planned_lr_table(inputs.plan)

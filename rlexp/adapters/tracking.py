@@ -5,21 +5,32 @@
 - the full resolved recipe as params (``recipe.<key>``), the trainer, the backend;
 - tags: parent, changed variable, pool SHA-256, SOP version, decision, git SHA, state;
 - training metrics per global step through ``log_batch`` (at most 1000 values a call: one call
-  per value is ~40x slower, see benchmarks/bench_mlflow_logging.py); the highest step already
-  logged is kept in a tag, so a re-log or a live follower sends only new steps;
+  per value is ~40x slower, see benchmarks/bench_mlflow_logging.py). Logging is idempotent:
+  the (key, step) pairs already in the run are read back from MLflow and only the missing ones
+  are sent, so a launcher killed between a batch and its bookkeeping never duplicates a row;
+- MLflow cannot delete metrics: when ``metrics.jsonl`` was rewound past steps the run already
+  holds (a resume from an earlier checkpoint, or from step 0), the attempt is logged into a new
+  run and the old one is tagged ``rlexp.superseded`` (and no longer carries the attempt tag);
+- the run's status follows ``launch/state.json`` (RUNNING while it runs, then
+  FINISHED / FAILED / KILLED), also after a resume of a run that had failed;
 - eval accuracy per checkpoint and set, the decision's Δ / p / CI as metrics (names never hold
   ``@`` or parentheses: MLflow rejects them);
 - artifacts: plan, provenance, argv, decision, report and its plots.
 
 ``import mlflow`` costs about a second, so it happens inside the functions. The default store is
 ``sqlite:///mlflow.db`` in the working directory; it is created once under a file lock, because
-several processes creating a SQLite store at once crash in schema migration.
+several processes creating a SQLite store at once crash in schema migration. Creating an
+attempt's run and logging its metrics happen under the same lock, so parallel loggers of one
+attempt (``rlexp report`` beside a live launch) neither create two runs nor log a step twice; on
+other stores a run created twice by a race is resolved to the oldest one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import threading
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -34,6 +45,11 @@ from rlexp.storage.records import eval_accuracies
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 ATTEMPT_TAG = "rlexp.attempt_id"
 LOGGED_STEP_TAG = "rlexp.metrics_logged_through"
+SUPERSEDED_TAG = "rlexp.superseded"             # "true" on a run replaced after a rewind
+SUPERSEDED_ATTEMPT_TAG = "rlexp.superseded_attempt"
+SUPERSEDED_BY_TAG = "rlexp.superseded_by"
+# point metrics (eval accuracy, the decision's numbers by role): not training rows of metrics.jsonl
+POINT_METRIC_PREFIXES = ("eval/", "decision/", "primary/")
 MAX_BATCH = 1000  # MLflow's limit on metrics per log_batch call
 _BAD_METRIC_CHARS = re.compile(r"[^A-Za-z0-9_\-./ ]")
 
@@ -59,23 +75,48 @@ def resolve_tracking_uri(uri: str | None = None) -> str:
     return uri
 
 
+_held_locks: dict[str, int] = {}  # store lock file -> how deep this process holds it (re-entrant)
+_held_guard = threading.RLock()
+
+
+@contextlib.contextmanager
+def store_lock(uri: str):
+    """An exclusive lock on a SQLite store (a ``.lock`` file beside the database) across
+    processes, re-entrant within one; no lock for other stores (their server serialises each
+    call)."""
+    uri = resolve_tracking_uri(uri)
+    if not uri.startswith("sqlite:///"):
+        yield
+        return
+    import fcntl
+
+    db = Path(uri[len("sqlite:///") :])
+    db.parent.mkdir(parents=True, exist_ok=True)
+    name = str(db.with_name(db.name + ".lock"))
+    with _held_guard:  # threads of one process take turns; a nested call holds it already
+        if _held_locks.get(name):
+            _held_locks[name] += 1
+            try:
+                yield
+            finally:
+                _held_locks[name] -= 1
+            return
+        with open(name, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            _held_locks[name] = 1
+            try:
+                yield
+            finally:
+                _held_locks[name] = 0
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def ensure_store(uri: str) -> None:
     """Create the tracking store once, under an exclusive lock for SQLite files."""
     from mlflow.tracking import MlflowClient
 
     uri = resolve_tracking_uri(uri)
-    if uri.startswith("sqlite:///"):
-        import fcntl
-
-        db = Path(uri[len("sqlite:///") :])
-        db.parent.mkdir(parents=True, exist_ok=True)
-        with open(db.with_name(db.name + ".lock"), "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                MlflowClient(uri).search_experiments(max_results=1)
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
-    else:
+    with store_lock(uri):
         MlflowClient(uri).search_experiments(max_results=1)
 
 
@@ -109,18 +150,49 @@ def _quote(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+def _attempt_runs(client, exp_id: str, attempt_id: str) -> list:
+    runs = client.search_runs([exp_id], filter_string=f"tags.`{ATTEMPT_TAG}` = {_quote(attempt_id)}",
+                              max_results=100)
+    return sorted(runs, key=lambda r: (r.info.start_time or 0, r.info.run_id))
+
+
 def find_run(client, exp_id: str, attempt_id: str):
-    runs = client.search_runs([exp_id], filter_string=f"tags.`{ATTEMPT_TAG}` = {_quote(attempt_id)}", max_results=2)
+    """The attempt's current run: the oldest active run carrying its tag (superseded runs lost it)."""
+    runs = _attempt_runs(client, exp_id, attempt_id)
     return runs[0] if runs else None
 
 
 def run_for_attempt(client, experiment_dir: Path, attempt_id: str, uri: str):
-    """The run of ``attempt_id`` (created on first use)."""
+    """The run of ``attempt_id`` (created on first use, under the store lock). Two processes that
+    still created one each (a store without a lock) both keep the oldest; the other is deleted."""
     exp_id = experiment_id(client, experiment_dir, uri)
-    run = find_run(client, exp_id, attempt_id)
-    if run is None:
-        run = client.create_run(exp_id, run_name=attempt_id, tags={ATTEMPT_TAG: attempt_id})
-    return run
+    with store_lock(uri):
+        run = find_run(client, exp_id, attempt_id)
+        if run is not None:
+            return run
+        mine = client.create_run(exp_id, run_name=attempt_id, tags={ATTEMPT_TAG: attempt_id})
+    oldest = find_run(client, exp_id, attempt_id)
+    if oldest is not None and oldest.info.run_id != mine.info.run_id:
+        client.delete_run(mine.info.run_id)
+        return oldest
+    return mine
+
+
+def supersede_run(client, run, attempt_id: str, experiment_dir: Path, uri: str):
+    """Retire ``run`` (its metrics were rewound past) and return the attempt's new run.
+
+    Order, so that a kill at any point is repaired by the next log: tag the old run superseded,
+    end it, drop its attempt tag (from here on it is not found), create the new run, and point the
+    old one at it."""
+    old_id = run.info.run_id
+    client.set_tag(old_id, SUPERSEDED_TAG, "true")
+    client.set_tag(old_id, SUPERSEDED_ATTEMPT_TAG, attempt_id)
+    if run.info.status == "RUNNING":
+        client.set_terminated(old_id, status="KILLED")
+    client.delete_tag(old_id, ATTEMPT_TAG)
+    new = run_for_attempt(client, experiment_dir, attempt_id, uri)
+    client.set_tag(old_id, SUPERSEDED_BY_TAG, new.info.run_id)
+    return new
 
 
 # --- what an attempt directory holds ------------------------------------------------------------
@@ -153,10 +225,13 @@ def _maybe_json(path: Path) -> Any:
 
 # --- logging -------------------------------------------------------------------------------------
 
-def log_metric_rows(client, run_id: str, rows: Iterable[Mapping[str, Any]], after_step: int = -1) -> int:
-    """Log training rows with ``step > after_step`` through ``log_batch``; returns the last step."""
+def log_metric_rows(client, run_id: str, rows: Iterable[Mapping[str, Any]], after_step: int = -1,
+                    logged: Mapping[str, Mapping[int, float]] | None = None) -> int:
+    """Log training rows with ``step > after_step`` through ``log_batch``, skipping every
+    (key, step) already in ``logged`` (key -> {step: value}); returns the last step seen."""
     from mlflow.entities import Metric
 
+    logged = logged or {}
     batch: list[Metric] = []
     last = after_step
     base_ms = int(time.time() * 1000)
@@ -167,7 +242,10 @@ def log_metric_rows(client, run_id: str, rows: Iterable[Mapping[str, Any]], afte
         for key, value in row.items():
             if key == "global_step":
                 continue
-            batch.append(Metric(metric_name(key), float(value), base_ms + step, step))
+            name = metric_name(key)
+            if step in logged.get(name, {}):
+                continue
+            batch.append(Metric(name, float(value), base_ms + step, step))
             if len(batch) == MAX_BATCH:
                 client.log_batch(run_id, metrics=batch)
                 batch = []
@@ -175,6 +253,41 @@ def log_metric_rows(client, run_id: str, rows: Iterable[Mapping[str, Any]], afte
     if batch:
         client.log_batch(run_id, metrics=batch)
     return last
+
+
+def logged_metrics(client, run_id: str, keys: Iterable[str]) -> dict[str, dict[int, float]]:
+    """What the run holds for each training metric: key -> {step: value} (read back from MLflow)."""
+    return {name: {m.step: m.value for m in client.get_metric_history(run_id, name)}
+            for name in sorted({metric_name(k) for k in keys if k != "global_step"})}
+
+
+def _row_keys(rows: Iterable[Mapping[str, Any]]) -> set[str]:
+    return {k for row in rows for k in row if k != "global_step"}
+
+
+def rewound(rows: list[Mapping[str, Any]], logged: Mapping[str, Mapping[int, float]]) -> bool:
+    """True when the run holds a training value the file no longer has: a step past the file's
+    end, or a step whose row is now different (MLflow cannot delete or replace metrics)."""
+    in_file: dict[str, dict[int, float]] = {}
+    for row in rows:
+        for key, value in row.items():
+            if key != "global_step":
+                in_file.setdefault(metric_name(key), {})[int(row["global_step"])] = float(value)
+    return any(step not in in_file.get(name, {}) or in_file[name][step] != value
+               for name, steps in logged.items() for step, value in steps.items())
+
+
+def sync_metric_rows(client, run_id: str, rows: list[Mapping[str, Any]], uri: str) -> int:
+    """Log the rows' (key, step) pairs the run does not hold yet (read back under the store
+    lock, so parallel loggers never log one twice); returns the last step."""
+    with store_lock(uri):
+        logged = logged_metrics(client, run_id, _row_keys(rows))
+        return log_metric_rows(client, run_id, rows, -1, logged)
+
+
+def _training_keys_in_run(run) -> set[str]:
+    """The run's metric keys that are not point metrics (eval accuracy, decision numbers)."""
+    return {k for k in run.data.metrics if not k.startswith(POINT_METRIC_PREFIXES)}
 
 
 def _log_single_metrics(client, run, values: Mapping[str, float]) -> None:
@@ -244,26 +357,40 @@ def log_attempt(attempt_dir: str | Path, tracking_uri: str | None = None, *, rep
         client.log_batch(run_id, params=new_params[start : start + 100], tags=tag_list if start == 0 else [])
 
     metrics_path = AttemptDir(attempt_dir).metrics
+    rows: list[dict[str, Any]] = []
     if metrics_path.exists():
         from rlexp.adapters.ingest import read_metrics
 
-        after = int(run.data.tags.get(LOGGED_STEP_TAG, "-1"))
-        last = log_metric_rows(client, run_id, read_metrics(metrics_path), after)
-        if last > after:
-            client.set_tag(run_id, LOGGED_STEP_TAG, str(last))
+        rows = read_metrics(metrics_path, allow_torn_tail=True)
+    training_keys = _training_keys_in_run(run)
+    if training_keys:
+        with store_lock(uri):
+            if rewound(rows, logged_metrics(client, run_id, training_keys)):
+                run = supersede_run(client, run, info["id"], Path(info["experiment_dir"]), uri)
+                run_id = run.info.run_id
+                existing = run.data.params
+                new_params = [Param(k, v) for k, v in params.items() if k not in existing]
+                client.log_batch(run_id, params=new_params[:100], tags=tag_list)
+                for start in range(100, len(new_params), 100):
+                    client.log_batch(run_id, params=new_params[start : start + 100])
+    if rows:
+        last = sync_metric_rows(client, run_id, rows, uri)
+        client.set_tag(run_id, LOGGED_STEP_TAG, str(last))
 
     selection = _maybe_json(AttemptDir(attempt_dir).selection) or {}
     point, role_tags = role_metrics(attempt_dir, selection, decision)
-    _log_single_metrics(client, client.get_run(run_id), point)
+    with store_lock(uri):  # parallel loggers: each point value once
+        _log_single_metrics(client, client.get_run(run_id), point)
     surface = {**role_tags, **comparison_tags(client, run, info, decision, uri)}
     client.log_batch(run_id, tags=[RunTag(k, scrub(v)) for k, v in surface.items()])
     log_datasets(client, run_id, provenance, Path(info["experiment_dir"]), attempt_dir)
     ensure_comparison_view(client, run.info.experiment_id)
 
-    # the run's MLflow status follows the launch state, so the UI shows finished/failed/stopped runs
-    terminal = {"finished": "FINISHED", "failed": "FAILED", "stopped": "KILLED"}.get(str(state.get("state")))
-    if terminal and run.info.status == "RUNNING":
-        client.set_terminated(run_id, status=terminal)
+    # the run's MLflow status follows the launch state (a resumed run that had failed ends
+    # FINISHED when the resume finishes), so the UI shows running/finished/failed/stopped runs
+    status = {"running": "RUNNING", "finished": "FINISHED", "failed": "FAILED",
+              "stopped": "KILLED"}.get(str(state.get("state")))
+    set_run_status(client, run_id, status)
 
     artifacts = [AttemptDir(attempt_dir).plan, AttemptDir(attempt_dir).provenance,
                  AttemptDir(attempt_dir).argv, AttemptDir(attempt_dir).decision]
@@ -424,17 +551,37 @@ def comparison_url(ui: str, experiment_id: str) -> str:
     return f"{ui.rstrip('/')}/#/experiments/{experiment_id}/runs?viewStateShareKey={VIEW_KEY}"
 
 
+def set_run_status(client, run_id: str, status: str | None) -> None:
+    """Make the run's status ``status`` (RUNNING, FINISHED, FAILED, KILLED; None: leave it)."""
+    if status is None:
+        return
+    current = client.get_run(run_id).info.status
+    if current == status:
+        return
+    if status == "RUNNING":
+        client.update_run(run_id, status="RUNNING")
+    else:
+        client.set_terminated(run_id, status=status)
+
+
 class LiveLogger:
-    """Streams new metric rows of a running attempt into its run (used by ``rlexp launch``)."""
+    """Streams new metric rows of a running attempt into its run (used by ``rlexp launch``).
+
+    Created after ``metrics.jsonl`` was cut back to the resume point, so the first
+    :func:`log_attempt` moves to a new run when the old one holds steps past it."""
 
     def __init__(self, attempt_dir: str | Path, tracking_uri: str | None = None):
         self.uri = resolve_tracking_uri(tracking_uri)
         self.run_id = log_attempt(attempt_dir, self.uri)
         self.client = _client(self.uri)
+        set_run_status(self.client, self.run_id, "RUNNING")
         self.last = int(self.client.get_run(self.run_id).data.tags.get(LOGGED_STEP_TAG, "-1"))
 
     def log_rows(self, rows: Iterable[Mapping[str, Any]]) -> None:
-        last = log_metric_rows(self.client, self.run_id, rows, self.last)
+        rows = list(rows)
+        if not rows:
+            return
+        last = sync_metric_rows(self.client, self.run_id, rows, self.uri)
         if last > self.last:
             self.last = last
             self.client.set_tag(self.run_id, LOGGED_STEP_TAG, str(last))

@@ -4,11 +4,21 @@
    (``eval/selection.json``), the eval records of those checkpoints and of the baselines, the
    parser audit, the training metrics, G4 and the experiment's ledger, and validates all of it;
 2. :func:`rlexp.core.decision.decide` applies the SOP (pure);
-3. :func:`record` writes ``decision.json`` and the paired records, appends the ledger and moves
-   the SOTA pin only on STOP-1 (Gate-1b and Gate-2).
+3. :func:`record` writes the paired records, appends the ledger, writes ``decision.json`` and
+   moves the SOTA pin only on STOP-1 (Gate-1b and Gate-2).
 
 Everything is read and checked before anything is written, so bad input (exit 2) leaves the
-attempt untouched.
+attempt untouched. The writes are each atomic (a temporary name, then a rename; the ledger one
+complete line) and come in an order that a failure at any point leaves the old state or a state
+that a rerun of ``rlexp decide`` completes to the new one:
+
+- paired records first: derived files, rewritten identically by a rerun;
+- the ledger line next: the history other attempts' decisions read; a rerun appends nothing more
+  (the same result is never appended twice);
+- ``decision.json`` then: when it is there, so is its ledger line;
+- the SOTA pin last: a moved pin always has its decision and ledger line behind it, and while it
+  has not moved a rerun decides exactly as the first run did and moves it (re-deciding the pin
+  holder would otherwise see "already pinned" and record no move).
 """
 
 from __future__ import annotations
@@ -170,7 +180,8 @@ def gather(attempt: str | Path, sop: Any) -> tuple[DecideInputs, dict[str, Any]]
 
 
 def record(decision: Decision, inputs: DecideInputs, context: dict[str, Any]) -> None:
-    """Write decision.json and the paired records, append the ledger, move the SOTA pin on STOP-1."""
+    """Write the paired records, append the ledger, write decision.json, move the SOTA pin on
+    STOP-1 — in this order (see the module docstring)."""
     from rlexp.storage.files import atomic_write_json
     from rlexp.storage.ledger import LedgerEntry, SotaPin, pin_sota, record_decision
     from rlexp.storage.paired import write_pairs_for_attempt
@@ -187,7 +198,6 @@ def record(decision: Decision, inputs: DecideInputs, context: dict[str, Any]) ->
         rec["sota"] = pin.to_dict()  # type: ignore[index]  (the path the pure decision left open)
     write_pairs_for_attempt(ad.root, list(inputs.baselines), list(inputs.checkpoints), inputs.sets,
                             joined=inputs.paired)
-    atomic_write_json(ad.decision, rec)
     primary = rec["checkpoints"][rec["primary_checkpoint"]]
     facts = inputs.attempt
     record_decision(exp_dir, LedgerEntry(
@@ -197,5 +207,6 @@ def record(decision: Decision, inputs: DecideInputs, context: dict[str, Any]) ->
         baseline=rec["baseline"], delta_pp=primary["delta_pp"], ci_pp=tuple(primary["ci_pp"]),
         mcnemar_p=primary["mcnemar_p"], decision=rec["decision"], sop_version=rec["sop_version"],
         decided_at=rec["decided_at"]))
+    atomic_write_json(ad.decision, rec)
     if rec["sota_moved"]:
         pin_sota(exp_dir, SotaPin(**rec["sota"]))

@@ -17,7 +17,9 @@ Order of work, so that a kill at any point leaves consistent files:
 
 Every whole file is written atomically; ``metrics.jsonl`` is appended line by line. A SIGTERM or
 Ctrl-C to ``rlexp launch`` stops the child gracefully (the local trainer saves its step) and
-records ``stopped``; ``--resume`` continues from the latest checkpoint.
+records ``stopped``; ``--resume`` continues from the latest checkpoint, or from step 0 when the
+trainer was killed before its first one. A resume checks ``metrics.jsonl`` before its first write,
+then cuts it back to the resume point (later rows are re-done and re-logged).
 """
 
 from __future__ import annotations
@@ -96,6 +98,8 @@ class Prepared:
     submission_id: str | None = None
     metrics_source: str = "stdout"  # OpenRLHF backends: "stdout" or "tensorboard" (ATTEMPT/tensorboard)
     ray_job: Any = None  # rlexp.backends.ray_jobs.RayJobPlan (ray backend): the job to submit or re-attach to
+    resume_step: int = 0  # --resume: the checkpoint it continues from (0: none, it starts over)
+    keep_metrics: bool = False  # a re-attach to a live job: its metrics.jsonl is not cut
 
 
 def load_plan(att, *, write: bool = True) -> dict[str, Any]:
@@ -167,8 +171,13 @@ def prepare(attempt: Path, *, backend: str | None = None, ray_address: str | Non
         raise InputError(att.spec_path, "trainer.name", "trainer 'local' runs on the local or the ray backend")
     if backend == "ray" and not ray_address:
         raise InputError(None, "--ray-address", "the ray backend needs --ray-address http://HOST:8265")
+    resume_rows: list[dict[str, Any]] = []
     if resume:
         metrics_source = _resume_metrics_source(attempt_dir, metrics_source)
+        # every input is checked before the first write (a plan.json below, the launch files later)
+        from rlexp.adapters.ingest import metrics_resume_point
+
+        resume_rows = metrics_resume_point(AttemptDir(attempt_dir).metrics)
     metrics_source = metrics_source or "stdout"
     if metrics_source not in METRICS_SOURCES:
         raise InputError(None, "--metrics-source", f"unknown source {metrics_source!r}; expected one of "
@@ -197,12 +206,19 @@ def prepare(attempt: Path, *, backend: str | None = None, ray_address: str | Non
         return Prepared(attempt=att, attempt_dir=attempt_dir, backend=backend, argv=_saved_argv(attempt_dir),
                         resume=resume, force_reason=reason if force else None, plan=plan, reward_file=None,
                         suffixed={}, dropped=(), ray_address=ray_address, submission_id=reattach.submission_id,
-                        metrics_source=metrics_source, ray_job=reattach)
-    if resume and latest_checkpoint(attempt_dir, att.trainer.name) is None:
-        hint = " (recipe.disable_ds_ckpt is set: OpenRLHF keeps no resumable state)" if (
-            att.trainer.name != "local" and att.recipe.get("disable_ds_ckpt")) else ""
-        raise InputError(AttemptDir(attempt_dir).resume_state_dir(att.trainer.name), None,
-                         f"no checkpoint to resume from{hint}")
+                        metrics_source=metrics_source, ray_job=reattach, keep_metrics=True,
+                        resume_step=max((r["global_step"] for r in resume_rows), default=0))
+    resume_step = 0
+    if resume:
+        latest = latest_checkpoint(attempt_dir, att.trainer.name)
+        if latest is not None:
+            resume_step = latest[0]
+        elif att.trainer.name != "local" and att.recipe.get("disable_ds_ckpt"):
+            # OpenRLHF keeps no resumable state at all: --resume would always start over
+            raise InputError(AttemptDir(attempt_dir).resume_state_dir(att.trainer.name), None,
+                             "no checkpoint to resume from (recipe.disable_ds_ckpt is set: OpenRLHF keeps no "
+                             "resumable state)")
+        # else: killed before its first checkpoint; the resume starts over from step 0
     if not resume and AttemptDir(attempt_dir).has_metrics():
         raise InputError(AttemptDir(attempt_dir).metrics, None, "attempt already has training metrics; "
                          "use --resume to continue it, or a new attempt to start over")
@@ -249,7 +265,7 @@ def prepare(attempt: Path, *, backend: str | None = None, ray_address: str | Non
     return Prepared(attempt=att, attempt_dir=attempt_dir, backend=backend, argv=argv, resume=resume,
                     force_reason=reason if force else None, plan=plan, reward_file=reward_file,
                     suffixed=suffixed, dropped=dropped, ray_address=ray_address, submission_id=submission_id,
-                    metrics_source=metrics_source, ray_job=ray_job)
+                    metrics_source=metrics_source, ray_job=ray_job, resume_step=resume_step)
 
 
 def _saved_argv(attempt_dir: Path) -> list[str]:
@@ -333,6 +349,12 @@ def write_launch_files(p: Prepared) -> None:
     from rlexp.storage.files import append_jsonl, atomic_write_json, atomic_write_text, read_jsonl
 
     ad = AttemptDir(p.attempt_dir)
+    if p.resume and not p.keep_metrics:
+        # the general rule: metrics after the resume point are discarded here and re-logged (in the
+        # file by the trainer, in MLflow by the follower, into a new run when the old one held them)
+        from rlexp.adapters.ingest import cut_metrics
+
+        cut_metrics(ad.metrics, p.resume_step)
     ad.launch_dir.mkdir(parents=True, exist_ok=True)
     if p.ray_job is not None and p.ray_job.reattach:  # the files describe the submission followed again
         append_jsonl(ad.launches, {
@@ -507,14 +529,15 @@ def run(p: Prepared, *, tracking_uri: str | None = None, follow: bool = True, po
         # inside the try: a bad metrics.jsonl found on --resume must stop the child and say why
         run_monitor = monitor.RunMonitor(attempt_dir, plan=p.plan)
         if p.attempt.trainer.name == "local":  # local or ray backend
-            follower = ingest.MetricsFileFollower(metrics_path)  # the local trainer writes metrics.jsonl itself
+            # the local trainer writes metrics.jsonl itself; rows up to the resume point are known
+            follower = ingest.MetricsFileFollower(metrics_path, after_step=p.resume_step if p.resume else 0)
         elif p.metrics_source == "tensorboard":  # the argv logs scalars there (attempt_recipe: use_tensorboard)
             follower = ingest.MetricsFollower("tensorboard", ad.tensorboard, metrics_path)
         else:
             follower = ingest.MetricsFollower("stdout", ad.stdout_log, metrics_path)
         # rows already in the file (a resumed run) inform the monitor but are not re-logged
         if metrics_path.exists():
-            run_monitor.rows = [dict(r) for r in ingest.read_metrics(metrics_path)]
+            run_monitor.rows = [dict(r) for r in ingest.read_metrics(metrics_path, allow_torn_tail=True)]
         bar = _StepProgress(p.plan, done=len(run_monitor.rows))
         while True:
             rows = follower.poll()
