@@ -1,15 +1,15 @@
 """Training-metric readers, normalised into ``ATTEMPT/metrics.jsonl`` (one line per global step).
 
-OpenRLHF writes no JSONL of its own. It logs (DESIGN.md, checked at v0.9.3 and v0.11.0):
+OpenRLHF writes no JSONL of its own. It logs (read from its source at v0.9.3 and v0.11.0):
 
 - TensorBoard scalars ``train/<key>`` per global step (``--use_tensorboard DIR``), read here with
   TensorBoard's own ``event_accumulator`` — never a hand-written protobuf parser;
 - a stdout line ``✨ Global step N: {python dict repr}`` after every global step;
-- and the seed's patched trainer appended ``training_metrics.jsonl``.
+- and a patched trainer of a real campaign appended ``training_metrics.jsonl``.
 
 Raw sources are forgiving about values and strict about structure: a value that is not a finite
-number (a string, ``nan``, a tensor repr we cannot read) is dropped and counted — the seed's A19
-run crashed on one ``"nan"`` string — while a line that is not JSON at all is an
+number (a string, ``nan``, a tensor repr we cannot read) is dropped and counted — a real
+run once crashed its metrics pipeline on one ``"nan"`` string — while a line that is not JSON at all is an
 :class:`InputError` naming file and line. The normalised ``metrics.jsonl`` is ours, so its reader
 (:func:`read_metrics`) is strict: anything non-numeric there is an error.
 
@@ -148,7 +148,7 @@ def read_stdout_log(path: str | Path) -> tuple[list[dict[str, Any]], IngestStats
     return [by_step[s] for s in sorted(by_step)], stats
 
 
-# --- the seed's training_metrics.jsonl ---------------------------------------------------------
+# --- a patched trainer's training_metrics.jsonl ---------------------------------------------------------
 
 def parse_jsonl_line(path: Path, number: int, line: str, stats: IngestStats) -> dict[str, Any] | None:
     if not line.strip():
@@ -372,7 +372,7 @@ class MetricsFileFollower:
 class MetricsFollower:
     """Tails one metrics source while the run lives and appends new steps to ``metrics.jsonl``.
 
-    ``kind`` is ``stdout`` (a log with ``Global step N: {...}`` lines), ``jsonl`` (the seed's
+    ``kind`` is ``stdout`` (a log with ``Global step N: {...}`` lines), ``jsonl`` (a patched trainer's
     ``training_metrics.jsonl``) or ``tensorboard`` (an event directory; a step is written once a
     later step exists, or at :meth:`close`, so its scalars are complete).
     """

@@ -5,12 +5,12 @@ process. ``rlexp launch`` feeds it each batch of new rows while following a run 
 verdicts (stopping the run when the SOP's early-stop rule fires, recording why).
 
 Every number is the SOP file's (``guardrails.spikes``, ``guardrails.g3``, ``guardrails.g5``):
-spikes are ``grad_norm > 50`` (§11.10.1, the spike log); G3 and G5 are read at global step 10
-(§11.30 Phase B); the stop rule is ``rlexp.core.gates.early_stop`` with the SOP's ``early_stop``
+spikes are ``grad_norm > 50`` (the spike log); G3 and G5 are read at global step 10
+(the smoke run); the stop rule is ``rlexp.core.gates.early_stop`` with the SOP's ``early_stop``
 numbers. Each function takes them as optional arguments (or a ``sop``); left out, they come from
 the SOP in force. ``rlexp.core.sop`` (pydantic) is imported only then: ``rlexp launch`` imports this
 module, and ``rlexp.cli`` must start without pydantic. The first step is warm-up and excluded
-from step-time stability (§11.20 reports it as "(warmup)").
+from step-time stability (it includes model loading and compilation).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ class Spike:
 
 @dataclass(frozen=True)
 class StabilitySummary:
-    """SOP §9.6: spike count, max grad norm, ratio tail indicators."""
+    """The report's stability section: spike count, max grad norm, ratio tail indicators."""
 
     steps: int
     spike_threshold: float
@@ -111,7 +111,7 @@ def g3_smoke(
     max_ratio: float | None = None,
     sop: Sop | None = None,
 ) -> Verdict:
-    """G3 (§11.30): no crash and a stable step time over the first ``steps`` global steps
+    """G3 (sop/README.md#guardrails): no crash and a stable step time over the first ``steps`` global steps
     (defaults: the SOP's ``guardrails.g3.smoke_steps`` and ``step_time_max_ratio``)."""
     if steps is None or max_ratio is None:
         g3 = guard_settings(sop).g3
@@ -188,7 +188,7 @@ def g5_runtime(
     reward_bounds: tuple[float, float] | None = None,
     sop: Sop | None = None,
 ) -> Verdict:
-    """G5 (§11.30): at step ``at_step`` the logged LR is the planned one and reward is not stuck
+    """G5 (sop/README.md#guardrails): at step ``at_step`` the logged LR is the planned one and reward is not stuck
     (defaults: the SOP's ``guardrails.g5``; ``reward_bounds`` is (reward_stuck_low, reward_stuck_high))."""
     if at_step is None or lr_tolerance is None or reward_bounds is None:
         g5 = guard_settings(sop).g5

@@ -7,12 +7,12 @@ produces, so every downstream command treats a laptop run and a cluster run alik
 
 - ``metrics.jsonl`` — one line per global step, OpenRLHF's names (``policy_loss``, ``actor_lr``,
   ``reward``, ``response_length``, ``kl``, ``ppo_clip_ratio``, ``group_reward_std``) plus the
-  seed's diagnostics (``grad_norm`` *before* clipping, ``ratio_max``, ``log_ratio_abs_p99``,
+  the diagnostics rlexp adds (``grad_norm`` *before* clipping, ``ratio_max``, ``log_ratio_abs_p99``,
   ``entropy``, ``has_boxed``, ``truncated``) and ``monitor_acc`` on eval steps;
 - ``checkpoints/global_step{N}_hf`` — the LoRA adapter (peft format) every ``save_steps``;
 - ``checkpoints/state/global_step{N}`` — what ``--resume`` needs to continue exactly.
 
-Semantics followed (OpenRLHF v0.11, DESIGN.md "Facts"):
+Semantics followed (OpenRLHF v0.11, read from its source):
 
 - one *global step* = roll out ``rollout_batch_size`` prompts × ``n_samples_per_prompt`` samples,
   then train on them for ``max_epochs`` passes in micro-batches of ``micro_train_batch_size``

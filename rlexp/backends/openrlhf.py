@@ -432,7 +432,7 @@ def attempt_recipe(recipe: Mapping[str, Any], paths: AttemptPaths, *, resume: bo
     )
     if paths.eval_dataset is not None:
         merged["eval_dataset"] = paths.eval_dataset
-        # the in-run monitor is greedy pass@1 (SOP §11.24 §1); OpenRLHF's defaults are 0.6 and 4
+        # the in-run monitor is greedy pass@1 (sop/README.md#primary-metric); OpenRLHF's defaults are 0.6 and 4
         merged.setdefault("eval_temperature", 0.0)
         merged.setdefault("eval_n_samples_per_prompt", 1)
     if resume:

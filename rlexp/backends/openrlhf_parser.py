@@ -497,7 +497,7 @@ def read_table(version: str) -> list[FlagSpec]:
 
 # ----------------------------------------------------------------------------- the two scripts
 
-MIN_VERSION = "0.9.3"  # the oldest release rlexp supports (the seed's); older ones are not listed
+MIN_VERSION = "0.9.3"  # the oldest release rlexp supports (the campaign's); older ones are not listed
 
 
 def version_key(version: str) -> tuple[int, ...]:

@@ -10,7 +10,7 @@ Each row of :data:`RECIPE_TABLE` gives
   the tracked parameters show the values the trainer really uses);
 - ``kind``: *training* (counts against the one-variable rule), *instrumentation* (eval set,
   eval/save cadence, logging) or *infrastructure* (GPU layout, memory and speed knobs). Exempt
-  kinds follow the seed's A27 table, except that ``num_episodes`` is a training variable here: it
+  kinds follow the campaign's exemption table (docs/plan.md), except that ``num_episodes`` is a training variable here: it
   sets the step count and so the LR schedule;
 - ``constraint``: ``gt0``, ``ge0``, ``ge1``, ``ratio`` (0..1), ``steps`` (-1 or >= 1), or a
   closed set of values (``advantage``, ``kl_estimator``);

@@ -2,10 +2,11 @@
 token counts out.
 
 Prompts arrive already rendered by :func:`rlexp.adapters.generation.render_prompt` (the model tokenizer's
-chat template), so every engine sees byte-identical model inputs (lesson #24; guard G0).
+chat template), so every engine sees byte-identical model inputs (guard G0: a prompt suffix that
+differs between training and eval once made a comparison worthless).
 An engine serves the base model (``adapter=None``) and any number of named LoRA adapters.
 
-Decoding modes carry honest names (lesson #9): ``greedy_pass@1`` (temperature 0, n=1),
+Decoding modes carry honest names (repeats of greedy decoding were once reported as pass@k): ``greedy_pass@1`` (temperature 0, n=1),
 ``sampling_pass@k`` (temperature 0.6, n=k, unbiased pass@k), ``nondet_proxy_pass@k``
 (temperature 0, n=k: repeats of greedy decoding — a diagnostic of nondeterminism, never a
 capability number).
@@ -21,7 +22,7 @@ GREEDY = "greedy_pass@1"
 SAMPLING = "sampling_pass@k"
 NONDET_PROXY = "nondet_proxy_pass@k"
 MODES = (GREEDY, SAMPLING, NONDET_PROXY)
-SAMPLING_TEMPERATURE = 0.6  # §11.30 G4 and the SOP's pass@k diagnostics
+SAMPLING_TEMPERATURE = 0.6  # the G4 guardrail and the SOP's pass@k diagnostics
 
 
 @dataclass(frozen=True)

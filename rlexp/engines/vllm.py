@@ -1,6 +1,6 @@
 """The ``vllm`` engine: one ``vllm.LLM`` with LoRA enabled evaluates the base model and every
-adapter in ONE batched ``generate`` call, with a per-prompt ``lora_request`` list (§11.17: never
-one request per problem).
+adapter in ONE batched ``generate`` call, with a per-prompt ``lora_request`` list (never
+one request per problem: that serialises the engine and made evaluation the bottleneck).
 
 Checked against vLLM's source (``vllm/entrypoints/llm.py``, ``vllm/sampling_params.py``,
 ``vllm/lora/request.py``); see docs/eval.md for what has and has not been run on a real vLLM:

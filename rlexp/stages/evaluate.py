@@ -1,11 +1,11 @@
 """``rlexp eval``: the K=3 pre-registered checkpoints and the baselines, one pipeline, resumable.
 
-What is evaluated is fixed before any result is seen (SOP §3): the final, the pre-registered mid
+What is evaluated is fixed before any result is seen (sop/README.md#k3-checkpoints): the final, the pre-registered mid
 and the best-by-monitor checkpoint (``rlexp.core.gates.select_k3``, written to ``eval/selection.json``),
 plus Baseline-S0 (the base model, no adapter) and Baseline-SOTA (the pinned checkpoint, when
 ``sota.json`` exists) — on the primary OOD set, the ID set and the sanity set. Every one of them
-goes through the same engine, chat template, suffix, decoding and parser (SOP §0: "the same
-eval pipeline + decoding").
+goes through the same engine, chat template, suffix, decoding and parser: a comparison is only
+worth something when the model is the one thing that changed.
 
 Resumable by construction: records are appended one line per problem as each chunk finishes; a
 rerun skips problems already recorded and refuses to mix settings (:mod:`rlexp.storage.records`).
@@ -147,7 +147,7 @@ def plan_targets(att: Any, selection: dict[str, Any], only: Sequence[str] | None
             raise InputError(ExperimentDir(att.experiment_dir).sota, "path", f"pinned checkpoint {path} does not exist")
         targets.append(Target(BASELINE_SOTA, path))
     steps = [int(name.removeprefix("global_step")) for name in selection["checkpoints"]]
-    for step in getattr(att, "checkpoints_extra", ()) or ():  # pre-registered extras (SOP §3)
+    for step in getattr(att, "checkpoints_extra", ()) or ():  # pre-registered extras (sop/README.md#k3-checkpoints)
         if step not in saved:
             raise InputError(att.spec_path, "checkpoints.extra", f"pre-registered step {step} was not saved")
         if step not in steps:
@@ -162,7 +162,7 @@ def plan_targets(att: Any, selection: dict[str, Any], only: Sequence[str] | None
                 AttemptDir(attempt_dir).selection,
                 "checkpoint",
                 f"{unknown[0]!r} is not pre-registered (evaluable: {', '.join(sorted(known))}); "
-                "SOP §3: evaluate the K=3 checkpoints, never pick among many",
+                "the SOP evaluates the K=3 checkpoints, never picks among many",
             )
         targets = [t for t in targets if t.name in only]
     return targets
@@ -461,7 +461,7 @@ def _count_done(path: Path) -> int:
 
 
 def write_paired(attempt_dir: Path, names: Sequence[str], roles: Sequence[str]) -> list[Path]:
-    """SOP §1 paired records, baseline × checkpoint × set (and S0 × SOTA), for every complete pair
+    """Paired records (sop/README.md#canonical-report), baseline × checkpoint × set (and S0 × SOTA), for every complete pair
     of files (:func:`rlexp.storage.paired.write_pairs_for_attempt`)."""
     from rlexp.storage.paired import write_pairs_for_attempt
 

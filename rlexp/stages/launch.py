@@ -294,8 +294,8 @@ def _model_path(att) -> str:
 def _training_data(att, ad: AttemptDir, must_exist: bool = True) -> tuple[str, dict[str, tuple[Path, Path, str]]]:
     """The pool path for ``--prompt_data``. Prompts are stored without their suffix (the spec
     holds it), and OpenRLHF ignores ``--input_template`` under ``--apply_chat_template``, so a
-    suffixed copy is written under ``launch/data/`` when a suffix is set — the seed's
-    ``*_boxed.jsonl`` files, made reproducible."""
+    suffixed copy is written under ``launch/data/`` when a suffix is set — the hand-made
+    ``*_boxed.jsonl`` copies of a real campaign, made reproducible."""
     pool = att.datasets.get("pool")
     if pool is None or pool.path is None:
         raise InputError(att.spec_path, "datasets.pool.path", "required to launch training")
@@ -585,7 +585,7 @@ def run(p: Prepared, *, tracking_uri: str | None = None, follow: bool = True, po
                             reason=f"{ended} - stopped from outside rlexp; continue with --resume")
     elif stop_verdict is not None:
         state = write_state(attempt_dir, "stopped", **base, exit_code=code,
-                            reason=f"early stop (SOP §11.24 §4): {stop_verdict.reason}",
+                            reason=f"early stop (sop/README.md#early-stop): {stop_verdict.reason}",
                             early_stop={**{k: stop_verdict.numbers[k] for k in ("best_step", "best_smoothed",
                                                                                   "stop_step")},
                                         "rule": stop_verdict.rule})
