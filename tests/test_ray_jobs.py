@@ -179,6 +179,26 @@ def test_a_ray_job_trains_exactly_like_the_local_backend(ray_experiment, tmp_pat
     argv = json.loads((on_ray / "launch" / "argv.json").read_text())["argv"]
     assert argv[:5] == ["ray", "job", "submit", "--address", ADDRESS.rstrip("/")]
 
+    # and what the protocol makes of the two attempts is the same: every eval record (output, answer,
+    # correctness) and every paired statistic of the decision
+    for attempt in (on_ray, on_local):
+        for verb in ("eval", "decide"):
+            done = subprocess.run([sys.executable, "-m", "rlexp.cli", verb, str(attempt)], env=env(),
+                                  capture_output=True, text=True, timeout=600)
+            assert done.returncode == 0, (verb, done.stderr[-2000:])
+
+    def records(attempt):
+        files = sorted((attempt / "eval").glob("*/*.jsonl"))
+        return {f"{p.parent.name}/{p.name}": [{k: r[k] for k in ("problem_hash", "output", "answer", "correct")}
+                                             for r in map(json.loads, p.read_text().splitlines())]
+                for p in files if p.parent.name != "paired"}
+
+    assert records(on_ray) and records(on_ray) == records(on_local)
+    decided = [json.loads((a / "decision.json").read_text()) for a in (on_ray, on_local)]
+    assert decided[0]["checkpoints"] == decided[1]["checkpoints"]
+    assert decided[0]["gates"]["gate_1a"] == decided[1]["gates"]["gate_1a"]
+    assert decided[0]["gates"]["gate_1b"] == decided[1]["gates"]["gate_1b"]
+
 
 def test_a_failing_trainer_is_failed_with_its_own_exit_code(ray_experiment):
     attempt = make_attempt(ray_experiment, "f1", advantage_estimator="gae")  # the local trainer refuses: exit 2
