@@ -80,6 +80,9 @@ def main(argv: list[str] | None = None) -> int:
         from click.exceptions import ClickException
 
     try:
+        for position, arg in enumerate(sys.argv[1:] if argv is None else argv, start=1):
+            if "\0" in arg:  # the OS cannot name such a path; click would fail on it deep inside
+                raise InputError(None, f"argument {position}", f"a NUL byte in {arg!r:.80}")
         result = app(args=argv, standalone_mode=False)
     except InputError as exc:
         print(f"rlexp: {exc.one_line()}", file=sys.stderr)
@@ -93,8 +96,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except typer.Exit as exc:
         return exc.exit_code
-    except ClickException as exc:  # usage errors: bad option, missing argument
-        exc.show()
+    except ClickException as exc:  # usage errors: bad option, out-of-range value, missing argument
+        where = getattr(getattr(exc, "ctx", None), "command_path", None)
+        text = " ".join(exc.format_message().split())
+        print(f"rlexp: {where}: {text}" if where else f"rlexp: {text}", file=sys.stderr)
         return 2
     except typer.Abort:
         print("rlexp: aborted", file=sys.stderr)

@@ -272,9 +272,12 @@ def cut_metrics(path: str | Path, last_step: int) -> int:
 def check_metrics_row(path: str | Path, number: int, record: Mapping[str, Any]) -> int:
     """One ``metrics.jsonl`` row: an int ``global_step`` >= 0 (returned) and finite numbers only,
     or an :class:`InputError` naming file, line and key."""
+    from rlexp.storage.layout import MAX_GLOBAL_STEP
+
     step = record.get("global_step")
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        raise InputError(path, f"line {number}: global_step", f"expected a non-negative integer, got {step!r}")
+    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= MAX_GLOBAL_STEP:
+        raise InputError(path, f"line {number}: global_step",
+                         f"expected an integer from 0 to {MAX_GLOBAL_STEP}, got {step!r}")
     for key, value in record.items():
         if key != "global_step" and finite_number(value) is None:
             raise InputError(path, f"line {number}: {key}", f"expected a finite number, got {value!r}")

@@ -116,28 +116,22 @@ def gather(attempt_dir: str | Path) -> ReportInputs:
     inputs.decoding = {"temperature": att.eval.temperature, "n": att.eval.num_samples,
                        "max_tokens": att.eval.max_tokens, "top_p": att.eval.top_p, "engine": att.eval.engine,
                        "prompt_suffix": att.eval.prompt_suffix}
-    prov_path = AttemptDir(attempt_dir).provenance
-    inputs.provenance = read_json(prov_path) if prov_path.exists() else None
+    inputs.provenance = AttemptDir(attempt_dir).read_provenance()
     recorded = (inputs.provenance or {}).get("datasets") or {}
     for role, ref in att.datasets.items():
-        at_launch = (recorded.get(role) or {}).get("sha256")
+        entry = recorded.get(role)
+        at_launch = entry.get("sha256") if isinstance(entry, dict) else None
         now = sha256_file(ref.path) if ref.path is not None and ref.path.is_file() else None
         inputs.hashes[role] = at_launch or now
         if at_launch and now and at_launch != now:  # the file was edited after the run started
             inputs.hash_changed.append(role)
-    argv_path = AttemptDir(attempt_dir).argv
-    if argv_path.exists():
-        inputs.argv = read_json(argv_path)
+    inputs.argv = AttemptDir(attempt_dir).read_argv()
     inputs.plan = read_plan(attempt_dir)
     if AttemptDir(attempt_dir).metrics.exists():
         inputs.metrics = read_metrics(AttemptDir(attempt_dir).metrics)
-    if AttemptDir(attempt_dir).selection.exists():
-        inputs.selection = read_json(AttemptDir(attempt_dir).selection)
+    inputs.selection = AttemptDir(attempt_dir).read_selection()
     inputs.accuracies = eval_accuracies(attempt_dir)
-    if AttemptDir(attempt_dir).decision.exists():
-        inputs.decision = read_json(AttemptDir(attempt_dir).decision)
-        if not isinstance(inputs.decision, dict):
-            raise InputError(AttemptDir(attempt_dir).decision, None, "expected a JSON object")
+    inputs.decision = AttemptDir(attempt_dir).read_decision()
     guards = AttemptDir(attempt_dir).guards_dir
     if guards.is_dir():
         for path in sorted(guards.glob("*.json")):
@@ -149,8 +143,7 @@ def gather(attempt_dir: str | Path) -> ReportInputs:
                     raise InputError(path, "passed", f"must be true, false or null, got {doc['passed']!r}")
                 inputs.guards[path.stem] = doc
         inputs.audit_review_pending = AttemptDir(attempt_dir).audit_review.exists()
-    if AttemptDir(attempt_dir).state.exists():
-        inputs.state = read_json(AttemptDir(attempt_dir).state)
+    inputs.state = AttemptDir(attempt_dir).read_state()
     try:
         from rlexp.core.sop import load_sop
 

@@ -43,7 +43,8 @@ def compare(
     mean_score: Annotated[bool, typer.Option("--mean-score", help="Use the mean-score mode (paired t) even "
                                              "for 0/1 scores.")] = False,
     seed: Annotated[int, typer.Option("--seed", help="Bootstrap seed.")] = 0,
-    resamples: Annotated[int, typer.Option("--resamples", min=100, help="Bootstrap resamples.")] = 10_000,
+    resamples: Annotated[int, typer.Option("--resamples", min=100, max=1_000_000,
+                                            help="Bootstrap resamples.")] = 10_000,
     confidence: Annotated[float, typer.Option("--confidence", min=0.5, max=0.999)] = 0.95,
     method: Annotated[str, typer.Option("--method", help="Bootstrap CI: percentile, basic or bca.")] = "percentile",
     paired_out: Annotated[Path | None, typer.Option("--paired-out", help="Also write the paired records "

@@ -10,6 +10,7 @@ import typer
 
 app = typer.Typer(no_args_is_help=True)
 
+MAX_SIMULATED_OUTCOMES = 50_000_000  # --sims x --n: the simulation holds one draw per (study, problem)
 SopOption = Annotated[Path | None, typer.Option("--sop", help="SOP file (default: the version in force).")]
 
 
@@ -63,14 +64,15 @@ def rule_sentences(sop) -> list[str]:
 
 @app.command("calibrate")
 def calibrate(
-    sims: Annotated[int, typer.Option("--sims", min=100, help="Simulated studies per scenario.")] = 2000,
+    sims: Annotated[int, typer.Option("--sims", min=100, max=100_000, help="Simulated studies per scenario.")] = 2000,
     seed: Annotated[int, typer.Option("--seed")] = 0,
-    n: Annotated[int, typer.Option("--n", min=50, help="Problems per paired study.")] = 1000,
+    n: Annotated[int, typer.Option("--n", min=50, max=100_000, help="Problems per paired study.")] = 1000,
     discordance: Annotated[float, typer.Option("--discordance", min=0.01, max=0.5)] = 0.12,
     rho: Annotated[float, typer.Option("--rho", min=0.0, max=0.99,
                                        help="Correlation of the K checkpoints' flips.")] = 0.6,
     effect_pp: Annotated[float, typer.Option("--effect-pp", help="True effect of the alternative.")] = 3.0,
-    resamples: Annotated[int, typer.Option("--resamples", min=100, help="Bootstrap resamples per study.")] = 2000,
+    resamples: Annotated[int, typer.Option("--resamples", min=100, max=100_000,
+                                           help="Bootstrap resamples per study.")] = 2000,
     sop_file: SopOption = None,
     json_out: Annotated[bool, typer.Option("--json")] = False,
     markdown: Annotated[bool, typer.Option("--markdown", help="Print the markdown table (for sop/README.md).")] = False,
@@ -82,6 +84,9 @@ def calibrate(
     from rlexp.errors import InputError
 
     sop = load_sop(sop_file)
+    if sims * n > MAX_SIMULATED_OUTCOMES:  # one draw per (study, problem) is held in memory at once
+        raise InputError(None, "--sims", f"--sims x --n = {sims * n} simulated outcomes, over the limit of "
+                                         f"{MAX_SIMULATED_OUTCOMES}")
     if abs(effect_pp) / 100.0 >= discordance:
         raise InputError(None, "--effect-pp", "the effect must be smaller than the discordance")
     result = run(sop, CalibrationSettings(sims=sims, seed=seed, n=n, discordance=discordance, rho=rho,

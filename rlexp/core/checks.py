@@ -77,7 +77,20 @@ def steps_for(att: Attempt) -> Steps:
         raise InputError(
             att.display_path, "datasets.pool", "the training pool (path or size) is needed to plan"
         )
-    return compute_steps(att.recipe, pool.size, att.trainer.version, trainer=att.trainer.name)
+    steps = compute_steps(att.recipe, pool.size, att.trainer.version, trainer=att.trainer.name)
+    # the LR table and the monitor schedule hold one entry per step: bound them before building them
+    for count, limit, what in ((steps.global_steps_total, MAX_GLOBAL_STEPS, "global"),
+                               (steps.optimizer_steps_total, MAX_OPTIMIZER_STEPS, "optimizer")):
+        if count > limit:
+            raise InputError(att.display_path, "recipe.num_episodes",
+                             f"the run would take {count} {what} steps, over the limit of {limit} "
+                             "(check num_episodes, max_epochs, the batch sizes and datasets.pool.size)")
+    return steps
+
+
+# Upper bounds of a plannable run (far above any real one: 3200 prompts for 1000 episodes is 10^5 steps).
+MAX_GLOBAL_STEPS = 10**6
+MAX_OPTIMIZER_STEPS = 10**7
 
 
 def preflight(att: Attempt, steps: Steps | None = None, power: PowerReport | None = None) -> list[Verdict]:
@@ -536,19 +549,24 @@ def check_lora_rank(att: Attempt) -> list[Verdict]:
 
 
 def problem_hashes(path: Path) -> set[str]:
-    """Content hashes of a dataset: ``problem_hash`` when present, else sha256(prompt.strip())."""
+    """Content hashes of a dataset, recomputed: sha256(prompt.strip()) of each line. A stated
+    ``problem_hash`` must equal it: a problem listed under a false hash would slip past the
+    leakage check (the trainer and G0 hash the prompt itself)."""
     hashes: set[str] = set()
     for number, record in iter_jsonl(path):
         value = record.get("problem_hash")
-        if value is None:
-            prompt = record.get("prompt")
-            if not isinstance(prompt, str):
-                raise InputError(
-                    path, f"line {number}", "record has neither problem_hash nor a prompt string"
-                )
-            value = problem_hash(prompt)
-        elif not isinstance(value, str):
+        prompt = record.get("prompt")
+        if value is not None and not isinstance(value, str):
             raise InputError(path, f"line {number}: problem_hash", f"must be a string, got {value!r}")
+        if not isinstance(prompt, str):
+            if value is None:
+                raise InputError(path, f"line {number}", "record has neither problem_hash nor a prompt string")
+        else:
+            computed = problem_hash(prompt)
+            if value is not None and value != computed:
+                raise InputError(path, f"line {number}: problem_hash",
+                                 f"is not sha256(prompt.strip()) = {computed[:12]}...")
+            value = computed
         hashes.add(value)
     return hashes
 

@@ -189,8 +189,27 @@ class Difference:
 # what they accept (for attempt_json_schema). ``None`` means "not stated".
 
 
+# Recipe keys whose value is a credential: v0.9.x's ``use_wandb`` takes the W&B key itself; any
+# key naming an API key, a token, a secret or a password (``hf_token``, ``wandb_api_key``). Whole
+# words only: ``max_tokens_per_gpu`` and ``disable_fast_tokenizer`` are not credentials.
+CREDENTIAL_RECIPE_KEYS = frozenset({"use_wandb", "wandb_key", "logger.wandb.key"})
+_CREDENTIAL_WORD = re.compile(r"(?:^|[._-])(?:api[._-]?key|apikey|token|secret|password|passwd|credentials?)(?:$|[._-])",
+                              re.IGNORECASE)
+
+
+def is_credential_key(key: str) -> bool:
+    """Whether a recipe key's value would be a credential (refused in specs)."""
+    return key in CREDENTIAL_RECIPE_KEYS or bool(_CREDENTIAL_WORD.search(key))
+
+
 class _Invalid(Exception):
     """A leaf value is wrong; the caller adds file and key path."""
+
+
+# Bounds of the input gate: every number a spec states is finite and at most this large, so
+# no later computation (the schedule, a dataset size) can run out of time or memory on it.
+MAX_SPEC_INT = 10**9
+MAX_SPEC_FLOAT = 1e12
 
 
 @dataclass(frozen=True)
@@ -204,13 +223,15 @@ class _Leaf:
         return self.check(value)
 
 
-def _int(minimum: int | None = None) -> _Leaf:
+def _int(minimum: int | None = None, maximum: int = MAX_SPEC_INT) -> _Leaf:
     def check(value: Any) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise _Invalid(f"must be an integer (got {value!r})")
+            raise _Invalid(f"must be an integer (got {value!r:.60})")
         if minimum is not None and value < minimum:
             raise _Invalid(f"must be > {minimum - 1} (got {value!r})" if minimum == 1 else
                            f"must be >= {minimum} (got {value!r})")  # fmt: skip
+        if abs(value) > maximum:
+            raise _Invalid(f"must be at most {maximum} in size, the limit (got {value})")
         return value
 
     return _Leaf(check, {"type": "integer"} | ({} if minimum is None else {"minimum": minimum}))
@@ -237,7 +258,9 @@ def _to_float(value: Any) -> float:
     except (TypeError, ValueError):
         raise _Invalid(f"must be a number (got {value!r})") from None
     if not math.isfinite(number):
-        raise _Invalid(f"must be a finite number (got {value!r})")
+        raise _Invalid(f"must be a finite number (got {value!r:.60})")
+    if abs(number) > MAX_SPEC_FLOAT:
+        raise _Invalid(f"must be at most {MAX_SPEC_FLOAT:g} in size, the limit (got {value!r:.60})")
     return number
 
 
@@ -283,7 +306,8 @@ _STR = _Leaf(_str, {"type": "string"})
 _BOOL = _Leaf(_bool, {"type": "boolean"})
 _ID = _Leaf(_str, {"type": "string", "pattern": _ID_RE.pattern})  # the pattern is checked on load
 _POS_INT = _int(1)
-_DATASET = {"path": _STR, "size": _POS_INT, "prompt_suffix": _STR, "answer_mode": _one_of(*ANSWER_MODES)}
+_DATASET = {"path": _STR, "size": _POS_INT, "prompt_suffix": _STR, "answer_mode": _one_of(*ANSWER_MODES),
+            "allow_outside": _Leaf(_bool, {"type": "boolean"})}  # a path outside the experiment, on purpose
 _SCHEMA: dict[str, Any] = {
     "id": _ID,
     "parent": _ID,
@@ -414,7 +438,9 @@ def _validate_section(
     out: dict[str, Any] = {}
     for name, value in raw.items():
         where = f"{prefix}{name}"
-        rule = schema.get(str(name))
+        if not isinstance(name, str):
+            raise InputError(display, where, f"keys must be strings, got {type(name).__name__} {name!r:.40}")
+        rule = schema.get(name)
         if rule is None:
             raise InputError(display, where, "unknown key" + _suggest(str(name), list(schema)))
         if value is None:
@@ -439,8 +465,14 @@ def _validate_recipe(recipe: dict[str, Any], display: str) -> dict[str, Any]:
     """Check each recipe key against :data:`RECIPE_KEYS`; return the values, coerced."""
     out: dict[str, Any] = {}
     for name, value in recipe.items():
-        key = recipe_key(str(name))
         where = f"recipe.{name}"
+        if not isinstance(name, str):
+            raise InputError(display, where, f"keys must be strings, got {type(name).__name__} {name!r:.40}")
+        if is_credential_key(name) and value is not None and value is not False:
+            raise InputError(display, where, "a credential does not go in a spec (it would reach plan.json, the "
+                                             "report and MLflow): set it in an environment variable instead "
+                                             "(e.g. WANDB_API_KEY, HF_TOKEN)")
+        key = recipe_key(name)
         if key is None:
             raise InputError(display, where, "unknown key" + _suggest(str(name), list(RECIPE_KEYS)))
         if value is None:
@@ -596,8 +628,14 @@ def _resolve(
         datasets[role] = _dataset_ref(role, entry, experiment_dir, eval_settings, display)
 
     change = own.get("change") or {}
-    for ckey in change:
+    for ckey, cvalue in change.items():
+        if not isinstance(ckey, str):
+            raise InputError(display, f"change.{ckey}",
+                             f"keys must be strings, got {type(ckey).__name__} {ckey!r:.40}")
         _check_change_key(ckey, display)
+        if is_credential_key(ckey) and cvalue is not None and cvalue is not False:
+            raise InputError(display, f"change.{ckey}", "a credential does not go in a spec: set it in an "
+                                                         "environment variable instead (e.g. WANDB_API_KEY)")
 
     ck = merged["checkpoints"]
     budget = Budget(**merged["budget"])
@@ -645,10 +683,16 @@ def _dataset_ref(
     exists = False
     size = stated
     if entry.get("path"):
+        where = f"datasets.{role}.path"
+        if "\0" in entry["path"]:
+            raise InputError(display, where, "a NUL byte in the path")
         path = Path(entry["path"])
         if not path.is_absolute():
             path = experiment_dir / path
         path = path.resolve()
+        if not entry.get("allow_outside") and not path.is_relative_to(experiment_dir.resolve()):
+            raise InputError(display, where, f"{entry['path']} is outside the experiment directory; state "
+                                             f"datasets.{role}.allow_outside: true to use it")
         if path.is_dir():
             raise InputError(
                 display, f"datasets.{role}.path", f"{path} is a directory, expected a JSONL file"

@@ -113,9 +113,10 @@ def _g4_numbers(ad: AttemptDir) -> dict[str, Any] | None:
 
 def gather(attempt: str | Path, sop: Any) -> tuple[DecideInputs, dict[str, Any]]:
     """Read and validate everything the decision needs; return the inputs and what recording needs."""
+    from rlexp.adapters.ingest import read_metrics
     from rlexp.core.decision import diagnostics_from
     from rlexp.core.spec import RECIPE_KEYS, TRAINING, diff_against_parent, load_attempt, recipe_key
-    from rlexp.storage.files import read_jsonl, sha256_file
+    from rlexp.storage.files import sha256_file
     from rlexp.storage.ledger import latest_by_attempt, read_ledger, read_sota
     from rlexp.storage.paired import pair_files
 
@@ -170,7 +171,7 @@ def gather(attempt: str | Path, sop: Any) -> tuple[DecideInputs, dict[str, Any]]
         pool_sha256=pool_sha, pool_size=pool.size if pool else None,
         recipe_sha256=recipe_sha256(att.recipe, training_keys, (att.trainer.name, att.trainer.version)), seed=seed)
     history = {k: v for k, v in latest_by_attempt(read_ledger(exp_dir)).items() if k != att.id}
-    rows = read_jsonl(ad.metrics) if ad.metrics.exists() else []
+    rows = read_metrics(ad.metrics) if ad.metrics.exists() else []
     inputs = DecideInputs(
         attempt=facts, checkpoints=tuple(names), roles=roles, baselines=present, sets=sets, paired=paired,
         history=history, sota=pin.to_dict() if pin else None, pin_is_self=pin_is_self,

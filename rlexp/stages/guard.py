@@ -484,13 +484,12 @@ def run_audit_draw(attempt: str | Path, *, checkpoint: str | None = None, set_ro
     import json
 
     from rlexp.core.spec import load_attempt
-    from rlexp.storage.files import read_json
     from rlexp.storage.records import read_records, record_path
 
     att = load_attempt(attempt)
     attempt_dir = Path(att.attempt_dir)
     if checkpoint is None:
-        selection = read_json(AttemptDir(attempt_dir).selection)
+        selection = AttemptDir(attempt_dir).read_selection() or {}
         step = selection.get("best_by_monitor") or selection.get("final")
         if not isinstance(step, int):
             raise InputError(AttemptDir(attempt_dir).selection, "final", "no checkpoint selected")

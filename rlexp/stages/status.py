@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -59,15 +58,7 @@ def attempt_status(attempt_dir: str | Path) -> AttemptStatus:
             else:
                 state_name = "lost"
                 reason = "no live process; continue with rlexp launch --resume"
-    steps = 0
-    if ad.metrics.exists():
-        with open(ad.metrics, "rb") as fh:
-            for line in fh:
-                if line.endswith(b"\n") and b"global_step" in line:
-                    try:
-                        steps = max(steps, int(json.loads(line)["global_step"]))
-                    except (ValueError, KeyError, TypeError):
-                        continue
+    steps = ad.last_metrics_step()
     decision = ad.read_decision()
     return AttemptStatus(ad.id, parent, state_name, steps, decision.get("decision") if decision else None,
                          reason if reason is None else str(reason))

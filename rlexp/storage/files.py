@@ -55,16 +55,93 @@ def atomic_write_json(path: str | Path, obj: Any) -> Path:
     return atomic_write_text(path, to_json(obj))
 
 
-def read_json(path: str | Path) -> Any:
-    path = Path(path)
+# Limits of the input gate: what a file rlexp reads may hold. Each refusal names its limit.
+MAX_DOCUMENT_BYTES = 64 << 20   # a JSON or YAML document (plan, state, spec, verdicts...)
+MAX_JSONL_BYTES = 2 << 30       # a JSONL file (datasets, records, metrics)
+MAX_DEPTH = 64                  # nesting of lists and mappings in any document or line
+
+
+def check_path(path: str | Path) -> Path:
+    """A path rlexp is about to read: no NUL byte (the OS cannot name it)."""
+    if "\0" in str(path):
+        raise InputError(repr(str(path)), None, "a NUL byte in the path")
+    return Path(path)
+
+
+def read_text(path: str | Path, *, limit: int = MAX_DOCUMENT_BYTES) -> str:
+    """The whole text of a file rlexp reads, strictly: a missing file, a directory, a file over
+    ``limit`` bytes and bytes that are not UTF-8 are :class:`InputError` naming the file."""
+    path = check_path(path)
+    if path.is_dir():
+        raise InputError(path, None, "is a directory, expected a file")
     if not path.exists():
         raise InputError(path, None, "file not found")
     try:
-        return json.loads(path.read_text(encoding="utf-8"), parse_constant=_reject_constant)
+        with open(path, "rb") as fh:
+            data = fh.read(limit + 1)
+    except OSError as exc:
+        raise InputError(path, None, f"cannot read: {exc.strerror or exc}") from None
+    if len(data) > limit:
+        raise InputError(path, None, f"larger than the limit of {limit} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise InputError(path, f"line {line}", f"not UTF-8 text (byte {exc.start}: {data[exc.start]:#04x})") from None
+
+
+def check_depth(value: Any, path: str | Path, field: str | None = None, *, limit: int = MAX_DEPTH) -> Any:
+    """``value`` unchanged if its lists and mappings nest at most ``limit`` deep (iteratively:
+    a deep value must not itself cause a RecursionError here)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth > limit:
+                raise InputError(path, field, f"nested deeper than the limit of {limit} levels")
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return value
+
+
+def _loads(text: str) -> Any:
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except RecursionError:
+        raise ValueError(f"nested deeper than the limit of {MAX_DEPTH} levels") from None
+
+
+def loads_line(line: bytes) -> Any:
+    """One JSON line of a file that is being appended to, leniently: None when it is not
+    UTF-8, not JSON, not finite or too deep (for readers that skip such lines by design)."""
+    try:
+        return check_depth(_loads(line.decode("utf-8")), "")
+    except (ValueError, InputError):
+        return None
+
+
+def read_json(path: str | Path) -> Any:
+    path = Path(path)
+    text = read_text(path)
+    try:
+        return check_depth(_loads(text), path)
     except json.JSONDecodeError as exc:
         raise InputError(path, f"line {exc.lineno}", f"malformed JSON: {exc.msg}") from None
     except ValueError as exc:
         raise InputError(path, None, str(exc)) from None
+
+
+def read_json_object(path: str | Path) -> dict[str, Any]:
+    """A JSON document whose top-level value must be an object."""
+    data = read_json(path)
+    if not isinstance(data, dict):
+        raise InputError(path, None, f"expected a JSON object, got {_json_type(data)}")
+    return data
+
+
+def _json_type(value: Any) -> str:
+    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "a number",
+             float: "a number", type(None): "null"}
+    return names.get(type(value), type(value).__name__)
 
 
 def _reject_constant(name: str) -> Any:
@@ -117,20 +194,18 @@ def repair_torn_tail(path: str | Path) -> int:
 
 
 def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield (line_number, record) strictly: bad JSON, non-objects, NaN and a truncated last
-    line are :class:`InputError` naming the file and line. Blank lines are skipped."""
+    """Yield (line_number, record) strictly: bad JSON, non-objects, NaN, non-UTF-8 bytes, deep
+    nesting and a truncated last line are :class:`InputError` naming the file and line. Blank
+    lines are skipped."""
     path = Path(path)
-    if not path.exists():
-        raise InputError(path, None, "file not found")
-    with open(path, encoding="utf-8") as fh:
-        data = fh.read()
+    data = read_text(path, limit=MAX_JSONL_BYTES)
     if data and not data.endswith("\n"):
         last_no = data.count("\n") + 1
         try:
-            json.loads(data[data.rfind("\n") + 1 :], parse_constant=_reject_constant)
+            _loads(data[data.rfind("\n") + 1 :])
         except ValueError:
             raise InputError(path, f"line {last_no}", "truncated last line (no newline, not valid JSON)") from None
-    for number, line in enumerate(data.splitlines(), start=1):
+    for number, line in enumerate(data.split("\n"), start=1):
         if not line.strip():
             continue
         yield number, parse_jsonl_line(path, number, line)
@@ -140,14 +215,14 @@ def parse_jsonl_line(path: str | Path, number: int, line: str) -> dict[str, Any]
     """One complete JSONL line, strictly: bad JSON, NaN/Infinity and a non-object are
     :class:`InputError` naming ``path`` and line ``number``."""
     try:
-        record = json.loads(line, parse_constant=_reject_constant)
+        record = _loads(line)
     except json.JSONDecodeError as exc:
         raise InputError(path, f"line {number}", f"malformed JSON: {exc.msg}") from None
     except ValueError as exc:
         raise InputError(path, f"line {number}", str(exc)) from None
     if not isinstance(record, dict):
-        raise InputError(path, f"line {number}", "expected a JSON object")
-    return record
+        raise InputError(path, f"line {number}", f"expected a JSON object, got {_json_type(record)}")
+    return check_depth(record, path, f"line {number}")
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
@@ -155,20 +230,75 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
 
 
 def load_yaml(path: str | Path) -> Any:
-    """Read YAML with the safe loader; syntax errors name the file and line."""
+    """Read YAML with a safe loader that also refuses aliases (``*name``: a few hundred bytes of
+    nested aliases expand to billions of nodes), duplicate keys (the last would silently win)
+    and nesting deeper than :data:`MAX_DEPTH`; every error names the file and line."""
     import yaml  # pyyaml is light (~20 ms) but only the commands that read YAML need it
 
     path = Path(path)
-    if not path.exists():
-        raise InputError(path, None, "file not found")
+    text = read_text(path)
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
+        return _strict_loader(yaml)(text).get_single_data_and_dispose()
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else None
         raise InputError(path, where, f"malformed YAML: {exc.problem or exc}") from None
     except yaml.YAMLError as exc:
         raise InputError(path, None, f"malformed YAML: {exc}") from None
+    except RecursionError:
+        raise InputError(path, None, f"nested deeper than the limit of {MAX_DEPTH} levels") from None
+
+
+_LOADER: Any = None
+
+
+def _strict_loader(yaml: Any) -> Any:
+    """yaml.SafeLoader without aliases, duplicate keys or deep nesting (built once)."""
+    global _LOADER
+    if _LOADER is not None:
+        return _LOADER
+
+    class StrictLoader(yaml.SafeLoader):
+        def __init__(self, stream: Any) -> None:
+            super().__init__(stream)
+            self.depth = 0
+
+        def get_single_data_and_dispose(self) -> Any:
+            try:
+                return self.get_single_data()
+            finally:
+                self.dispose()
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                event = self.peek_event()
+                raise yaml.composer.ComposerError(None, None, f"aliases (*{event.anchor}) are not allowed",
+                                                  event.start_mark)
+            self.depth += 1
+            if self.depth > MAX_DEPTH:
+                raise yaml.composer.ComposerError(None, None, f"nested deeper than the limit of {MAX_DEPTH} levels",
+                                                  self.peek_event().start_mark)
+            try:
+                return super().compose_node(parent, index)
+            finally:
+                self.depth -= 1
+
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    duplicate = key in seen
+                    seen.add(key)
+                except TypeError:  # an unhashable key: the base class reports it
+                    continue
+                if duplicate:
+                    raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}",
+                                                            key_node.start_mark)
+            return super().construct_mapping(node, deep=deep)
+
+    _LOADER = StrictLoader
+    return _LOADER
 
 
 def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:

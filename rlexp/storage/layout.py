@@ -33,6 +33,7 @@ from typing import Any
 from rlexp.errors import InputError
 
 SPEC_NAME = "attempt.yaml"
+MAX_GLOBAL_STEP = 10**7  # the largest global step a metrics line may name
 CHECKPOINT_PREFIX = "global_step"
 _CHECKPOINT_NAME = re.compile(r"global_step(\d+)")
 _ADAPTER_DIR = re.compile(r"global_step(\d+)_hf")
@@ -72,16 +73,57 @@ def pid_alive(pid: Any) -> bool:
     return stat[stat.rfind(")") + 2 :][:1] != "Z"
 
 
-def _read_object(path: Path) -> dict[str, Any] | None:
-    """A JSON object from ``path``, or None when the file does not exist."""
-    from rlexp.storage.files import read_json
+def _read_object(path: Path, fields: dict[str, tuple[type, ...]] | None = None) -> dict[str, Any] | None:
+    """A JSON object from ``path``, or None when the file does not exist. ``fields`` maps the
+    keys whose type is known to the types allowed (``type(None)`` for null): a key of another
+    type is an InputError naming the file and the key, not a traceback in a later stage."""
+    from rlexp.storage.files import check_path, read_json_object
 
-    if not path.exists():
+    if not check_path(path).exists() and not path.is_symlink():
         return None
-    data = read_json(path)
-    if not isinstance(data, dict):
-        raise InputError(path, None, f"expected a JSON object, got {type(data).__name__}")
+    data = read_json_object(path)
+    for key, kinds in (fields or {}).items():
+        if key in data and not _is_kind(data[key], kinds):
+            names = " or ".join(_KIND_NAMES[k] for k in kinds)
+            raise InputError(path, key, f"must be {names}, got {data[key]!r:.60}")
     return data
+
+
+def _is_kind(value: Any, kinds: tuple[type, ...]) -> bool:
+    if isinstance(value, bool):
+        return bool in kinds
+    if isinstance(value, float) and float in kinds:
+        return True
+    return any(isinstance(value, k) for k in kinds if k not in (bool, float))
+
+
+_KIND_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false", list: "a list",
+               dict: "an object", type(None): "null"}
+_NULL = type(None)
+_OPT_INT = (int, _NULL)
+_OPT_STR = (str, _NULL)
+# The fields of the documents rlexp writes and reads back, by the type each reader relies on.
+STATE_FIELDS: dict[str, tuple[type, ...]] = {
+    "state": (str,), "pid": _OPT_INT, "launcher_pid": _OPT_INT, "exit_code": _OPT_INT, "reason": _OPT_STR,
+    "metrics_source": _OPT_STR, "early_stop": (dict, _NULL), "updated_at": _OPT_STR,
+}
+PROVENANCE_FIELDS: dict[str, tuple[type, ...]] = {
+    "attempt_id": _OPT_STR, "started_at": _OPT_STR, "host": _OPT_STR, "git": (dict, _NULL), "seed": _OPT_INT,
+    "datasets": (dict, _NULL), "model": (dict, _NULL), "versions": (dict, _NULL), "trainer": (dict, _NULL),
+    "argv": (list, _NULL), "env": (dict, _NULL), "extra": (dict, _NULL),
+}
+ARGV_FIELDS: dict[str, tuple[type, ...]] = {
+    "argv": (list,), "backend": _OPT_STR, "cwd": _OPT_STR, "metrics_source": _OPT_STR,
+}
+SELECTION_FIELDS: dict[str, tuple[type, ...]] = {
+    "final": _OPT_INT, "mid": _OPT_INT, "best_by_monitor": _OPT_INT, "checkpoints": (list, _NULL),
+    "notes": (list, _NULL),
+}
+DECISION_FIELDS: dict[str, tuple[type, ...]] = {
+    "decision": (str,), "gates": (dict, _NULL), "checkpoints": (dict, _NULL), "fault_tree": (dict, _NULL),
+    "reason": _OPT_STR, "baseline": _OPT_STR,
+}
+PLAN_FIELDS: dict[str, tuple[type, ...]] = {"checks": (list, _NULL), "lr_table": (list, _NULL)}
 
 
 @dataclass(frozen=True)
@@ -323,25 +365,47 @@ class AttemptDir:
 
     # ---------------------------------------------------------------- strict readers
     def read_plan(self) -> dict[str, Any] | None:
-        return _read_object(self.plan)
+        return _read_object(self.plan, PLAN_FIELDS)
 
     def read_state(self) -> dict[str, Any] | None:
-        return _read_object(self.state)
+        return _read_object(self.state, STATE_FIELDS)
 
     def read_argv(self) -> dict[str, Any] | None:
-        return _read_object(self.argv)
+        return _read_object(self.argv, ARGV_FIELDS)
 
     def read_provenance(self) -> dict[str, Any] | None:
-        return _read_object(self.provenance)
+        return _read_object(self.provenance, PROVENANCE_FIELDS)
 
     def read_selection(self) -> dict[str, Any] | None:
-        return _read_object(self.selection)
+        return _read_object(self.selection, SELECTION_FIELDS)
 
     def read_decision(self) -> dict[str, Any] | None:
-        return _read_object(self.decision)
+        return _read_object(self.decision, DECISION_FIELDS)
 
     def read_guard(self, name: str) -> dict[str, Any] | None:
         return _read_object(self.guard(name))
+
+    def last_metrics_step(self) -> int:
+        """The highest ``global_step`` among the complete lines of ``metrics.jsonl`` (0 if none).
+
+        Lenient on purpose: a live trainer appends to the file while it is read, so a line that is
+        cut, malformed or out of bounds is skipped here (the strict reader reports it to the
+        stages that use the metrics)."""
+        from rlexp.storage.files import MAX_JSONL_BYTES, check_path, loads_line
+
+        path = check_path(self.metrics)
+        if not path.is_file():
+            return 0
+        steps = 0
+        with open(path, "rb") as fh:
+            for line in fh.read(MAX_JSONL_BYTES).split(b"\n")[:-1]:
+                if b"global_step" not in line:
+                    continue
+                record = loads_line(line)
+                step = record.get("global_step") if isinstance(record, dict) else None
+                if isinstance(step, int) and not isinstance(step, bool) and 0 <= step <= MAX_GLOBAL_STEP:
+                    steps = max(steps, step)
+        return steps
 
     def has_metrics(self) -> bool:
         return self.metrics.exists() and self.metrics.stat().st_size > 0
