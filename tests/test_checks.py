@@ -294,7 +294,7 @@ def test_pool_overlapping_an_eval_set_by_hash(tmp_path):
     write_jsonl(exp / "data" / "pool.jsonl", [{"prompt": shared}, {"prompt": "1+1"}, {"prompt": "3+3"},
                                               {"prompt": "9+9"}])  # fmt: skip
     write_jsonl(exp / "data" / "ood.jsonl", [
-        {"problem_hash": hashlib.sha256(shared.encode()).hexdigest(), "prompt": "other text"},  # hash wins
+        {"problem_hash": hashlib.sha256(shared.encode()).hexdigest(), "prompt": f" {shared}\n"},  # stated, true
         {"prompt": "  1+1  "},  # sha256(prompt.strip())
         {"prompt": "5+5"},
     ])  # fmt: skip
