@@ -68,9 +68,11 @@ def check_path(path: str | Path) -> Path:
     return Path(path)
 
 
-def read_text(path: str | Path, *, limit: int = MAX_DOCUMENT_BYTES) -> str:
+def read_text(path: str | Path, *, limit: int | None = None) -> str:
     """The whole text of a file rlexp reads, strictly: a missing file, a directory, a file over
-    ``limit`` bytes and bytes that are not UTF-8 are :class:`InputError` naming the file."""
+    ``limit`` bytes (default :data:`MAX_DOCUMENT_BYTES`) and bytes that are not UTF-8 are
+    :class:`InputError` naming the file."""
+    limit = MAX_DOCUMENT_BYTES if limit is None else limit
     path = check_path(path)
     if path.is_dir():
         raise InputError(path, None, "is a directory, expected a file")
