@@ -316,12 +316,5 @@ class RunMonitor:
 
 
 def read_plan(attempt_dir: str | Path) -> dict[str, Any] | None:
-    from rlexp.storage.files import read_json
-
-    path = AttemptDir(attempt_dir).plan
-    if not path.exists():
-        return None
-    plan = read_json(path)
-    if not isinstance(plan, dict):
-        raise InputError(path, None, "expected a JSON object")
-    return plan
+    """plan.json, strictly (the layout's typed reader), or None when there is none yet."""
+    return AttemptDir(attempt_dir).read_plan()

@@ -243,7 +243,7 @@ def model_sha256(path: Path | str | None, cache_file: Path) -> str | None:
             cache = {}  # a cache is never worth failing for
     key = str(path.resolve())
     entry = cache.get(key)
-    if isinstance(entry, dict) and entry.get("stamp") == stamp:
+    if isinstance(entry, dict) and entry.get("stamp") == stamp and isinstance(entry.get("sha256"), str):
         return entry["sha256"]
     digest = sha256_dir(path) if path.is_dir() else sha256_file(path)
     cache[key] = {"stamp": stamp, "sha256": digest}
