@@ -35,9 +35,12 @@ def exp(base_experiment, tmp_path):
 
 
 def tree_digest(root: Path) -> dict[str, str]:
-    """Every file below ``root`` with its SHA-256 (directories by their file lists)."""
+    """Every file below ``root`` with its SHA-256 (directories by their file lists); the eval lock
+    and the model-hash cache are not results (a copied tree refreshes the cache for its new paths)."""
     out = {}
     for path in sorted(root.rglob("*")):
+        if path.name in (".lock", ".hash_cache.json"):
+            continue
         rel = path.relative_to(root).as_posix()
         out[rel] = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "dir"
     return out
@@ -48,7 +51,9 @@ def refused(argv: list[str], capsys, root: Path, *expected: str) -> str:
     before = tree_digest(root)
     capsys.readouterr()
     code = main(argv)
-    err = capsys.readouterr().err
+    # transformers draws a progress bar on stderr while it loads the model (guard g2)
+    err = "".join(line.rsplit("\r", 1)[-1] for line in capsys.readouterr().err.splitlines(keepends=True)
+                  if "Loading weights" not in line.rsplit("\r", 1)[-1])
     assert code == 2, err
     assert err.count("\n") == 1 and err.startswith("rlexp: "), err
     for text in expected:
@@ -128,11 +133,13 @@ def test_nul_byte_in_a_path(exp, capsys):
     ("a2/launch/state.json", "status"),                    # old: IsADirectoryError traceback
     ("a2/metrics.jsonl", "report"),                        # old: IsADirectoryError traceback
     ("ledger.jsonl", "decide"),                            # old: IsADirectoryError traceback
+    ("a2/eval/baseline_s0/ood_primary.jsonl", "g2"),       # found by the fuzz test: IsADirectoryError
 ])
 def test_a_directory_where_a_file_should_be(exp, capsys, rel, verb):
     os.unlink(exp / rel)
     (exp / rel).mkdir()
-    argv = report_argv(exp) if verb == "report" else [verb, str(exp if verb == "status" else exp / "a2")]
+    argv = report_argv(exp) if verb == "report" else ["guard", "g2", str(exp / "a2")] if verb == "g2" else \
+        [verb, str(exp if verb == "status" else exp / "a2")]
     refused(argv, capsys, exp, rel.rsplit("/", 1)[-1], "is a directory, expected a file")
 
 

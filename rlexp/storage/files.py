@@ -181,7 +181,9 @@ def repair_torn_tail(path: str | Path) -> int:
     Only for files this program appends to itself, before resuming; input files given by a
     user are read with :func:`read_jsonl`, which reports a truncated line as an error.
     """
-    path = Path(path)
+    path = check_path(path)
+    if path.is_dir():
+        raise InputError(path, None, "is a directory, expected a file")
     if not path.exists():
         return 0
     data = path.read_bytes()
