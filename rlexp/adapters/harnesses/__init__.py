@@ -23,8 +23,11 @@ __all__ = ["FORMATS", "Choice", "Item", "ItemSet", "detect_format", "read_items"
 def detect_format(path: str | Path) -> str:
     """The format of ``path`` from its content; an InputError when it is none of :data:`FORMATS`."""
     from rlexp.adapters.harnesses import inspect_log, lighteval, lm_eval, records
+    from rlexp.storage.files import check_path
 
-    path = Path(path)
+    path = check_path(path)
+    if path.is_dir():
+        raise InputError(path, None, "is a directory, expected a file")
     if not path.exists():
         raise InputError(path, None, "file not found")
     with open(path, "rb") as fh:
@@ -33,8 +36,12 @@ def detect_format(path: str | Path) -> str:
         return "inspect"
     if head == lighteval.PARQUET_MAGIC:
         return "lighteval"
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        first_line = fh.readline()
+    with open(path, "rb") as fh:
+        raw_line = fh.readline(1 << 20)
+    try:
+        first_line = raw_line.decode("utf-8")
+    except UnicodeDecodeError as exc:  # the text formats are UTF-8: say so, not "format not recognised"
+        raise InputError(path, "line 1", f"not UTF-8 text (byte {exc.start}: {raw_line[exc.start]:#04x})") from None
     try:
         first = json.loads(first_line)
     except ValueError:
