@@ -44,7 +44,7 @@ def detect_format(path: str | Path) -> str:
         raise InputError(path, "line 1", f"not UTF-8 text (byte {exc.start}: {raw_line[exc.start]:#04x})") from None
     try:
         first = json.loads(first_line)
-    except ValueError:
+    except (ValueError, RecursionError):  # deep nesting: the strict reader names it
         first = None
     if inspect_log.looks_like_json_log(first):
         return "inspect"
@@ -55,7 +55,7 @@ def detect_format(path: str | Path) -> str:
     if first is None and first_line.strip() == "{":
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-        except ValueError:
+        except (ValueError, RecursionError):  # deep nesting: the strict reader names it
             data = None
         if inspect_log.looks_like_json_log(data):
             return "inspect"
