@@ -83,7 +83,7 @@ class DatasetRef:
 
 @dataclass(frozen=True)
 class EvalSettings:
-    """How checkpoints and baselines are evaluated (one pipeline for all of them, SOP §10.2)."""
+    """How checkpoints and baselines are evaluated (one pipeline for all of them)."""
 
     engine: str = "local"  # local | vllm | openai
     prompt_suffix: str = ""
@@ -119,7 +119,7 @@ class Budget:
 @dataclass(frozen=True)
 class Baseline:
     accuracy: float | None = None  # baseline accuracy on the primary set, fraction 0..1
-    discordance: float = 0.12  # expected share of discordant problems (§11.26 observed 11.8%)
+    discordance: float = 0.12  # expected share of discordant problems (11.8% in the campaign's final comparison)
 
 
 @dataclass(frozen=True)

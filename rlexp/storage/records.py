@@ -238,7 +238,8 @@ class BucketAccuracy:
 
 @dataclass(frozen=True)
 class RecordSummary:
-    """Per-file summary (SOP §7: track the parse-method distribution; §11.29: real truncation)."""
+    """Per-file summary: the parse-method distribution (what the parser audit watches) and truncation as
+    the engine reported it (``finish_reason``, never a text heuristic)."""
 
     n: int
     correct: int
