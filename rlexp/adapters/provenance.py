@@ -36,13 +36,7 @@ def is_secret_name(name: str) -> bool:
 # Recipe keys are OpenRLHF flag names: ``input_key``/``label_key`` name dataset columns, they are
 # not secrets. A recipe key is secret when it names a credential, or is v0.9.x's ``use_wandb``,
 # whose value is the W&B API key itself.
-SECRET_RECIPE_KEYS = frozenset({"use_wandb", "wandb_key", "logger.wandb.key"})
 
-
-def is_secret_recipe_key(key: str) -> bool:
-    upper = key.upper()
-    return (key in SECRET_RECIPE_KEYS or upper.endswith("API_KEY")
-            or any(marker in upper for marker in ("TOKEN", "SECRET", "PASSWORD")))
 
 
 def redact_env(env: Mapping[str, str], *, keep: tuple[str, ...] | None = None) -> dict[str, str]:

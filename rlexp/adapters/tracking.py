@@ -36,7 +36,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from rlexp.adapters.provenance import is_secret_recipe_key, scrub
+from rlexp.adapters.provenance import scrub
+from rlexp.core.spec import is_credential_key
 from rlexp.errors import InputError
 from rlexp.storage.files import read_json
 from rlexp.storage.layout import AttemptDir
@@ -329,7 +330,7 @@ def log_attempt(attempt_dir: str | Path, tracking_uri: str | None = None, *, rep
     # params: immutable in MLflow, so only the missing ones are logged; a value that changed
     # since (an edited spec) is flagged in a tag instead of failing the whole log.
     params = {f"recipe.{k}": _param_value(v) for k, v in info["recipe"].items()
-              if not is_secret_recipe_key(k)}
+              if not is_credential_key(k)}
     params.update({f"trainer.{k}": _param_value(v) for k, v in info["trainer"].items()})
     if argv_doc.get("backend"):
         params["launch.backend"] = str(argv_doc["backend"])

@@ -35,7 +35,6 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from rlexp.adapters.provenance import is_secret_recipe_key
 from rlexp.backends.openrlhf_parser import (
     FLAGS_DIR,
     REFRESH_SCRIPT,
@@ -45,6 +44,7 @@ from rlexp.backends.openrlhf_parser import (
     version_key,
 )
 from rlexp.core.recipe import dotted_names
+from rlexp.core.spec import is_credential_key
 from rlexp.errors import InputError
 
 __all__ = ["FLAGS_DIR"]
@@ -334,7 +334,7 @@ def build_train_argv(
     set_by: dict[str, str] = {}
     origins: dict[str, str] = {}  # translated key -> the recipe key it came from
     for key in recipe:
-        if is_secret_recipe_key(key):  # argv lands in argv.json, launch.sh, MLflow and `ps`
+        if is_credential_key(key):  # argv lands in argv.json, launch.sh, MLflow and `ps`
             raise InputError(spec_file, f"recipe.{key}", "secrets never go in the recipe; set them in the environment")
     items = _translate_is_correction(dict(recipe), table, spec_file, notes, origins)
     for key, value in items.items():
