@@ -30,7 +30,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
-    rich_markup_mode=None,
+    rich_markup_mode="rich",  # panels, and command summaries are not cut at 45 characters
 )
 
 @app.callback()
@@ -64,7 +64,7 @@ app.command("decide")(decide_cmd.decide)
 app.command("report")(report_cmd.report)
 app.command("status")(status_cmd.status)
 app.command("demo")(demo_cmd.demo)
-app.add_typer(guard_cmd.app, name="guard", help="SOP guardrails G0-G6 and the parser audit.")
+app.add_typer(guard_cmd.app, name="guard", help="SOP guardrails G0, G1, G2, G4 (G3 and G5 run inside launch) and the parser audit.")
 app.add_typer(sop_cmd.app, name="sop", help="The SOP in force: show it, calibrate its gates.")
 
 
