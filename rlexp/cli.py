@@ -68,6 +68,16 @@ app.add_typer(guard_cmd.app, name="guard", help="SOP guardrails G0, G1, G2, G4 (
 app.add_typer(sop_cmd.app, name="sop", help="The SOP in force: show it, calibrate its gates.")
 
 
+def _run_first(exc: InputError) -> str:
+    """A missing file of the experiment directory names the command that writes it."""
+    if exc.message != "file not found" or not exc.file:
+        return ""
+    from rlexp.storage.layout import producer_of
+
+    producer = producer_of(exc.file)
+    return f" (run `{producer}` first)" if producer else ""
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console entry point (the generated script calls ``sys.exit(main())``).
 
@@ -85,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise InputError(None, f"argument {position}", f"a NUL byte in {arg!r:.80}")
         result = app(args=argv, standalone_mode=False)
     except InputError as exc:
-        print(f"rlexp: {exc.one_line()}", file=sys.stderr)
+        print(f"rlexp: {exc.one_line()}{_run_first(exc)}", file=sys.stderr)
         return 2
     except ServiceError as exc:
         print(f"rlexp: {' '.join(str(exc).split())}", file=sys.stderr)

@@ -33,3 +33,21 @@ def test_missing_files_are_one_line_exit_2(argv, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "/no/" in err
+
+
+def test_a_missing_file_of_the_layout_names_the_command_that_writes_it(tmp_path, capsys):
+    from rlexp.storage.layout import producer_of
+
+    attempt = tmp_path / "exp" / "a1"
+    assert producer_of(attempt / "plan.json") == "rlexp plan"
+    assert producer_of(attempt / "eval" / "selection.json") == "rlexp eval"
+    assert producer_of(attempt / "eval" / "baseline_s0" / "ood_primary.jsonl") == "rlexp eval"
+    assert producer_of(attempt / "guards" / "g2.json") == "rlexp guard g2"
+    assert producer_of(attempt / "decision.json") == "rlexp decide"
+    assert producer_of(tmp_path / "somewhere" / "notes.txt") is None
+    # through the CLI: the audit draw needs the K=3 selection that `rlexp eval` writes
+    attempt.mkdir(parents=True)
+    (attempt / "attempt.yaml").write_text("id: a1\ntrainer: {name: local, version: '0.11.0', gpus: 0}\n")
+    assert main(["guard", "audit", str(attempt), "--draw"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "selection.json" in err and "(run `rlexp eval` first)" in err

@@ -489,7 +489,9 @@ def run_audit_draw(attempt: str | Path, *, checkpoint: str | None = None, set_ro
     att = load_attempt(attempt)
     attempt_dir = Path(att.attempt_dir)
     if checkpoint is None:
-        selection = AttemptDir(attempt_dir).read_selection() or {}
+        selection = AttemptDir(attempt_dir).read_selection()
+        if selection is None:  # the CLI adds which command writes it
+            raise InputError(AttemptDir(attempt_dir).selection, None, "file not found")
         step = selection.get("best_by_monitor") or selection.get("final")
         if not isinstance(step, int):
             raise InputError(AttemptDir(attempt_dir).selection, "final", "no checkpoint selected")

@@ -73,6 +73,28 @@ def pid_alive(pid: Any) -> bool:
     return stat[stat.rfind(")") + 2 :][:1] != "Z"
 
 
+# Which command writes each file of the layout, so that a missing one names the step to run first.
+_PRODUCERS = {
+    "plan.json": "rlexp plan", "argv.json": "rlexp launch", "provenance.json": "rlexp launch",
+    "state.json": "rlexp launch", "metrics.jsonl": "rlexp launch", "selection.json": "rlexp eval",
+    "decision.json": "rlexp decide", "ledger.jsonl": "rlexp decide", "sota.json": "rlexp decide (on STOP-1)",
+    "parser_audit_review.jsonl": "rlexp guard audit --draw", "parser_audit.json": "rlexp guard audit --verdicts FILE",
+}
+
+
+def producer_of(path: str | Path) -> str | None:
+    """The command that writes ``path`` in an experiment directory, or None for any other file."""
+    path = Path(path)
+    if path.name in _PRODUCERS:
+        return _PRODUCERS[path.name]
+    if path.parent.name == "guards" and path.suffix == ".json":
+        return f"rlexp guard {path.stem}"
+    if path.suffix == ".jsonl" and path.parent.parent.name == "eval":
+        return "rlexp eval"
+    if _ADAPTER_DIR.fullmatch(path.name) or path.name in RESUME_STATE_DIRS.values():
+        return "rlexp launch"
+    return None
+
 def _read_object(path: Path, fields: dict[str, tuple[type, ...]] | None = None) -> dict[str, Any] | None:
     """A JSON object from ``path``, or None when the file does not exist. ``fields`` maps the
     keys whose type is known to the types allowed (``type(None)`` for null): a key of another
