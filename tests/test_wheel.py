@@ -151,7 +151,7 @@ print(json.dumps(out))
                  "sop calibrate", "guard"):
         assert verb in helps
     for verb, (code, text) in helps.items():
-        assert code == 0 and text.startswith(f"Usage: rlexp {verb}".rstrip()), (verb, code, text)
+        assert code == 0 and text.strip().startswith(f"Usage: rlexp {verb}".rstrip()), (verb, code, text)
     assert list(empty.iterdir()) == []
 
 
