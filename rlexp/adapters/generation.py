@@ -158,3 +158,10 @@ def _completion(tokenizer: Any, tokens: list[int], stop_ids: set[int], prompt_to
         completion_tokens=len(kept),
     )
 
+
+def torch_device() -> str:
+    """``RLEXP_DEVICE`` (default ``cpu``): where the local trainer and the local engine put the model.
+    ``cuda`` is for scripts/gpu-check; results on the CPU are the reference."""
+    import os
+
+    return os.environ.get("RLEXP_DEVICE", "cpu")

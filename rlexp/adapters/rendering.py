@@ -107,6 +107,7 @@ def gather(attempt_dir: str | Path) -> ReportInputs:
 
     att = load_attempt(attempt_dir)
     attempt_dir = Path(att.attempt_dir)
+    ad = AttemptDir(attempt_dir)
     inputs = ReportInputs(attempt_id=att.id, experiment=Path(att.experiment_dir).name,
                           experiment_dir=str(att.experiment_dir), parent=att.parent_id,
                           change=dict(att.change or {}))
@@ -116,7 +117,7 @@ def gather(attempt_dir: str | Path) -> ReportInputs:
     inputs.decoding = {"temperature": att.eval.temperature, "n": att.eval.num_samples,
                        "max_tokens": att.eval.max_tokens, "top_p": att.eval.top_p, "engine": att.eval.engine,
                        "prompt_suffix": att.eval.prompt_suffix}
-    inputs.provenance = AttemptDir(attempt_dir).read_provenance()
+    inputs.provenance = ad.read_provenance()
     recorded = (inputs.provenance or {}).get("datasets") or {}
     for role, ref in att.datasets.items():
         entry = recorded.get(role)
@@ -125,14 +126,14 @@ def gather(attempt_dir: str | Path) -> ReportInputs:
         inputs.hashes[role] = at_launch or now
         if at_launch and now and at_launch != now:  # the file was edited after the run started
             inputs.hash_changed.append(role)
-    inputs.argv = AttemptDir(attempt_dir).read_argv()
+    inputs.argv = ad.read_argv()
     inputs.plan = read_plan(attempt_dir)
-    if AttemptDir(attempt_dir).metrics.exists():
-        inputs.metrics = read_metrics(AttemptDir(attempt_dir).metrics)
-    inputs.selection = AttemptDir(attempt_dir).read_selection()
+    if ad.metrics.exists():
+        inputs.metrics = read_metrics(ad.metrics)
+    inputs.selection = ad.read_selection()
     inputs.accuracies = eval_accuracies(attempt_dir)
-    inputs.decision = AttemptDir(attempt_dir).read_decision()
-    guards = AttemptDir(attempt_dir).guards_dir
+    inputs.decision = ad.read_decision()
+    guards = ad.guards_dir
     if guards.is_dir():
         for path in sorted(guards.glob("*.json")):
             doc = read_json(path)
@@ -142,8 +143,8 @@ def gather(attempt_dir: str | Path) -> ReportInputs:
                 if doc["passed"] not in (True, False, None):
                     raise InputError(path, "passed", f"must be true, false or null, got {doc['passed']!r}")
                 inputs.guards[path.stem] = doc
-        inputs.audit_review_pending = AttemptDir(attempt_dir).audit_review.exists()
-    inputs.state = AttemptDir(attempt_dir).read_state()
+        inputs.audit_review_pending = ad.audit_review.exists()
+    inputs.state = ad.read_state()
     try:
         from rlexp.core.sop import load_sop
 

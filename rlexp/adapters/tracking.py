@@ -313,19 +313,20 @@ def log_attempt(attempt_dir: str | Path, tracking_uri: str | None = None, *, rep
     """Mirror one attempt directory into MLflow; returns the run id (the same on every call)."""
     from mlflow.entities import Param, RunTag
 
-    attempt_dir = AttemptDir(attempt_dir).root  # the directory, also when given its attempt.yaml
-    if not AttemptDir(attempt_dir).spec.exists():
-        raise InputError(AttemptDir(attempt_dir).spec, None, "file not found")
+    ad = AttemptDir(attempt_dir)
+    attempt_dir = ad.root  # the directory, also when given its attempt.yaml
+    if not ad.spec.exists():
+        raise InputError(ad.spec, None, "file not found")
     info = attempt_info(attempt_dir)
     uri = resolve_tracking_uri(tracking_uri)
     client = _client(uri)
     run = run_for_attempt(client, Path(info["experiment_dir"]), info["id"], uri)
     run_id = run.info.run_id
 
-    provenance = _maybe_json(AttemptDir(attempt_dir).provenance) or {}
-    argv_doc = _maybe_json(AttemptDir(attempt_dir).argv) or {}
-    state = _maybe_json(AttemptDir(attempt_dir).state) or {}
-    decision = _maybe_json(AttemptDir(attempt_dir).decision)
+    provenance = _maybe_json(ad.provenance) or {}
+    argv_doc = _maybe_json(ad.argv) or {}
+    state = _maybe_json(ad.state) or {}
+    decision = _maybe_json(ad.decision)
 
     # params: immutable in MLflow, so only the missing ones are logged; a value that changed
     # since (an edited spec) is flagged in a tag instead of failing the whole log.
@@ -357,7 +358,7 @@ def log_attempt(attempt_dir: str | Path, tracking_uri: str | None = None, *, rep
     for start in range(0, max(len(new_params), 1), 100):  # MLflow: at most 100 params per call
         client.log_batch(run_id, params=new_params[start : start + 100], tags=tag_list if start == 0 else [])
 
-    metrics_path = AttemptDir(attempt_dir).metrics
+    metrics_path = ad.metrics
     rows: list[dict[str, Any]] = []
     if metrics_path.exists():
         from rlexp.adapters.ingest import read_metrics
@@ -378,7 +379,7 @@ def log_attempt(attempt_dir: str | Path, tracking_uri: str | None = None, *, rep
         last = sync_metric_rows(client, run_id, rows, uri)
         client.set_tag(run_id, LOGGED_STEP_TAG, str(last))
 
-    selection = _maybe_json(AttemptDir(attempt_dir).selection) or {}
+    selection = _maybe_json(ad.selection) or {}
     point, role_tags = role_metrics(attempt_dir, selection, decision)
     with store_lock(uri):  # parallel loggers: each point value once
         _log_single_metrics(client, client.get_run(run_id), point)
@@ -393,9 +394,9 @@ def log_attempt(attempt_dir: str | Path, tracking_uri: str | None = None, *, rep
               "stopped": "KILLED"}.get(str(state.get("state")))
     set_run_status(client, run_id, status)
 
-    artifacts = [AttemptDir(attempt_dir).plan, AttemptDir(attempt_dir).provenance,
-                 AttemptDir(attempt_dir).argv, AttemptDir(attempt_dir).decision]
-    artifacts += sorted(AttemptDir(attempt_dir).guards_dir.glob("*.json")) if AttemptDir(attempt_dir).guards_dir.is_dir() else []
+    artifacts = [ad.plan, ad.provenance,
+                 ad.argv, ad.decision]
+    artifacts += sorted(ad.guards_dir.glob("*.json")) if ad.guards_dir.is_dir() else []
     for path in artifacts:
         if path.exists():
             client.log_artifact(run_id, str(path), artifact_path=path.parent.relative_to(attempt_dir).as_posix()

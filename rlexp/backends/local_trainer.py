@@ -488,14 +488,6 @@ class _StopFlag:
         self.requested = True
 
 
-def torch_device() -> str:
-    """``RLEXP_DEVICE`` (default ``cpu``): where the local trainer and the local engine put the model.
-    ``cuda`` is for scripts/gpu-check; results on the CPU are the reference."""
-    import os
-
-    return os.environ.get("RLEXP_DEVICE", "cpu")
-
-
 def train(cfg: TrainerConfig, attempt_dir: Path, *, resume: bool = False, log=print) -> int:
     """Run (or resume) the GRPO training described by ``cfg``; returns the last global step done."""
     import random
@@ -504,6 +496,7 @@ def train(cfg: TrainerConfig, attempt_dir: Path, *, resume: bool = False, log=pr
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer, get_scheduler
 
+    from rlexp.adapters.generation import torch_device
     from rlexp.storage.datasets import read_dataset
 
     attempt_dir = Path(attempt_dir)

@@ -103,11 +103,11 @@ class Decision:
 
 def recipe_sha256(recipe: Mapping[str, Any], training_keys: Sequence[str], trainer: tuple[str, Any]) -> str:
     """Digest of the training recipe without the seed and the pool path: "same recipe" for Gate-2."""
-    import hashlib
+    from rlexp.core.numbers import sha256_text
 
     picked = {k: recipe.get(k) for k in training_keys if k not in NOT_RECIPE}
     picked["trainer"] = list(trainer)
-    return hashlib.sha256(json.dumps(picked, sort_keys=True, default=str).encode()).hexdigest()
+    return sha256_text(json.dumps(picked, sort_keys=True, default=str))
 
 
 def _brief(cmp: Any) -> dict[str, Any]:

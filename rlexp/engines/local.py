@@ -12,7 +12,6 @@ adapter (``config.json`` but no ``adapter_config.json``) is loaded as its own mo
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -56,7 +55,9 @@ class LocalEngine(ClosingMixin):
         self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_path or self.base_model)
         self.tokenizer.padding_side = "left"
         self._torch = torch
-        device = os.environ.get("RLEXP_DEVICE", "cpu")  # cuda: scripts/gpu-check
+        from rlexp.adapters.generation import torch_device
+
+        device = torch_device()  # cuda: scripts/gpu-check
         self._load = lambda path: AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device).eval()
         self.base = self._load(self.base_model)
         self._peft = None  # the base wrapped with every unmerged adapter

@@ -76,10 +76,6 @@ class EvalOutcome:
 # --------------------------------------------------------------------------- what to evaluate
 
 
-def saved_steps(attempt_dir: Path) -> dict[int, Path]:
-    """Saved adapters ``{global_step: directory}``."""
-    return AttemptDir(attempt_dir).checkpoints()
-
 
 def monitor_points(attempt_dir: Path) -> tuple[list[tuple[int, float]], int | None]:
     """``(global_step, monitor_acc)`` points from metrics.jsonl, and the last global step seen."""
@@ -106,7 +102,7 @@ def select_checkpoints(att: Any) -> dict[str, Any]:
     from rlexp.core.sop import load_sop
 
     attempt_dir = Path(att.attempt_dir)
-    saved = saved_steps(attempt_dir)
+    saved = AttemptDir(attempt_dir).checkpoints()
     if not saved:
         raise InputError(AttemptDir(attempt_dir).checkpoints_dir, ADAPTER_PATTERN, "no saved checkpoints to evaluate")
     points, last = monitor_points(attempt_dir)
@@ -126,17 +122,13 @@ def select_checkpoints(att: Any) -> dict[str, Any]:
     return payload
 
 
-def base_model_path(att: Any) -> Path | str:
-    """``recipe.pretrain`` as a directory or a hub name (see ``Attempt.base_model``)."""
-    return att.base_model()
-
 
 def plan_targets(att: Any, selection: dict[str, Any], only: Sequence[str] | None = None) -> list[Target]:
     """Baselines first (they are shared by every comparison), then the selected checkpoints."""
     from rlexp.storage.ledger import read_sota
 
     attempt_dir = Path(att.attempt_dir)
-    saved = saved_steps(attempt_dir)
+    saved = AttemptDir(attempt_dir).checkpoints()
     targets = [Target(BASELINE_S0, None)]
     pin = read_sota(att.experiment_dir)
     if pin is not None:
@@ -366,7 +358,7 @@ def evaluate(
             raise InputError(att.spec_path, "set", f"unknown eval set {role!r} ({', '.join(EVAL_SETS)})")
     selection = select_checkpoints(att)
     targets = plan_targets(att, selection, checkpoints)
-    base = base_model_path(att)
+    base = att.base_model()
     # the lock first: a second `rlexp eval` exits at once instead of after loading a model
     with eval_lock(attempt_dir):
         return _evaluate_locked(att, attempt_dir, roles, selection, targets, base, limit, show_progress, engine)

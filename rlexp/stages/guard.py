@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlexp.core.settings import guard_settings, sop_or_default  # noqa: F401  (re-exported for the guards)
-from rlexp.core.verdict import Verdict, verdict_status  # noqa: F401  (verdict_status: re-exported)
+from rlexp.core.settings import guard_settings, sop_or_default
+from rlexp.core.verdict import Verdict
 from rlexp.errors import InputError
 from rlexp.storage import verdicts
 from rlexp.storage.files import atomic_write_text, iter_jsonl
@@ -93,12 +93,11 @@ def run_g0(attempt: str | Path, samples: int | None = None, *, sop: Sop | None =
     from transformers import AutoTokenizer
 
     from rlexp.core.spec import load_attempt
-    from rlexp.stages.evaluate import base_model_path, saved_steps
     from rlexp.storage.datasets import read_dataset
 
     att = load_attempt(attempt)
     samples = samples or guard_settings(sop).g0.samples
-    base = base_model_path(att)
+    base = att.base_model()
     pool = att.datasets.get("pool")
     source = pool if pool is not None and pool.path is not None else att.datasets.get("ood_primary")
     if source is None or source.path is None:
@@ -106,7 +105,7 @@ def run_g0(attempt: str | Path, samples: int | None = None, *, sop: Sop | None =
     problems = read_dataset(source.path)[:samples]
     train_tok = AutoTokenizer.from_pretrained(str(base))
     eval_source = str(base)
-    saved = saved_steps(Path(att.attempt_dir))
+    saved = AttemptDir(att.attempt_dir).checkpoints()
     if saved:
         last = saved[max(saved)]
         if (last / "tokenizer_config.json").exists():
@@ -211,9 +210,9 @@ def run_g1(
     else:
         from rlexp.engines.base import Decoding
         from rlexp.engines.local import LocalEngine
-        from rlexp.stages.evaluate import Target, base_model_path, eval_records, load_problems, saved_steps
+        from rlexp.stages.evaluate import Target, eval_records, load_problems
 
-        saved = saved_steps(attempt_dir)
+        saved = AttemptDir(attempt_dir).checkpoints()
         if not saved:
             raise InputError(AttemptDir(attempt_dir).checkpoints_dir, ADAPTER_PATTERN, "no checkpoint to check")
         name = checkpoint or f"global_step{min(saved)}"
@@ -226,7 +225,7 @@ def run_g1(
         if loaded is None:
             raise InputError(att.spec_path, f"datasets.{role}", "no path")
         problems, _, digest = loaded
-        base = base_model_path(att)
+        base = att.base_model()
         target = Target(name, saved[step])
         decoding = Decoding.greedy(int(att.eval.max_tokens))
         suffix = att.datasets[role].prompt_suffix or ""
@@ -284,7 +283,6 @@ def _baseline_records(att: Any, limit: int | None, *, show_progress: bool = Fals
     from rlexp.engines.base import Decoding
     from rlexp.stages.evaluate import (
         Target,
-        base_model_path,
         build_engine,
         engine_chunk,
         eval_lock,
@@ -297,7 +295,7 @@ def _baseline_records(att: Any, limit: int | None, *, show_progress: bool = Fals
     if loaded is None:
         raise InputError(att.spec_path, "datasets.ood_primary", "no path")
     problems, _, digest = loaded
-    base = base_model_path(att)
+    base = att.base_model()
     target = Target(BASELINE_S0, None)
     engine, tokenizer = build_engine(att, base, [target])
     with engine, eval_lock(Path(att.attempt_dir)):
@@ -356,7 +354,7 @@ def run_g4(attempt: str | Path, *, k: int | None = None, limit: int | None = Non
     records on the primary set; those are produced first if missing) into ``guards/g4_samples.jsonl``."""
     from rlexp.core.spec import load_attempt
     from rlexp.engines.base import Decoding
-    from rlexp.stages.evaluate import Target, base_model_path, build_engine, eval_records, load_problems
+    from rlexp.stages.evaluate import Target, build_engine, eval_records, load_problems
     from rlexp.storage.records import BASELINE_S0, read_records
 
     att = load_attempt(attempt)
@@ -367,7 +365,7 @@ def run_g4(attempt: str | Path, *, k: int | None = None, limit: int | None = Non
     loaded = load_problems(att, "ood_primary")
     assert loaded is not None  # _baseline_records checked it
     problems = [p for p in loaded[0] if p["problem_hash"] in wrong][:limit]
-    base = base_model_path(att)
+    base = att.base_model()
     target = Target(BASELINE_S0, None)
     engine, tokenizer = build_engine(att, base, [target])
     out = AttemptDir(att.attempt_dir).g4_samples

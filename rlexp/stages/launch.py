@@ -126,22 +126,6 @@ def load_plan(att, *, write: bool = True) -> dict[str, Any]:
     return plan
 
 
-def plan_errors(plan: dict[str, Any]) -> list[dict[str, Any]]:
-    """Checks of severity error in plan.json ``checks`` (verdicts, see rlexp.core.verdict)."""
-    return [c for c in plan.get("checks") or [] if isinstance(c, dict) and c.get("severity") == "error"
-            and c.get("passed") is not True]
-
-
-def latest_checkpoint(attempt_dir: Path, trainer: str = "local") -> tuple[int, Path] | None:
-    """The highest *resumable* saved step, or None.
-
-    HF adapters (``global_step{N}_hf``) are for evaluation; a trainer resumes from its own state:
-    the local trainer from ``checkpoints/state/global_step{N}``, OpenRLHF (``--load_checkpoint``)
-    from its DeepSpeed checkpoint ``checkpoints/_actor/global_step{N}`` — which
-    ``disable_ds_ckpt`` suppresses, and then OpenRLHF would silently restart from step 0.
-    """
-    return AttemptDir(attempt_dir).latest_resume_state(trainer)
-
 
 def _default_backend(att, ray_address: str | None) -> str:
     if ray_address:
@@ -187,13 +171,15 @@ def prepare(attempt: Path, *, backend: str | None = None, ray_address: str | Non
                          "--metrics-source is for the OpenRLHF backends (process, ray)")
 
     plan = load_plan(att, write=not dry_run)
-    errors = plan_errors(plan)
+    from rlexp.stages.plan import error_checks
+
+    errors = error_checks(plan.get("checks"))
     if errors and not force:
         first = errors[0]
         raise CheckFailed(f"plan has {len(errors)} error check(s), first {first.get('name', '?')}: "
                           f"{first.get('rule', '')} (fix the spec, or --force --reason \"...\")")
 
-    state = _read_state(attempt_dir)
+    state = AttemptDir(attempt_dir).read_state()
     if AttemptDir(attempt_dir).is_running(state or {}):
         raise InputError(AttemptDir(attempt_dir).state, "state",
                          f"already running (pid {state.get('pid')}); stop it first")
@@ -210,7 +196,7 @@ def prepare(attempt: Path, *, backend: str | None = None, ray_address: str | Non
                         resume_step=max((r["global_step"] for r in resume_rows), default=0))
     resume_step = 0
     if resume:
-        latest = latest_checkpoint(attempt_dir, att.trainer.name)
+        latest = AttemptDir(attempt_dir).latest_resume_state(att.trainer.name)
         if latest is not None:
             resume_step = latest[0]
         elif att.trainer.name != "local" and att.recipe.get("disable_ds_ckpt"):
@@ -242,7 +228,7 @@ def prepare(attempt: Path, *, backend: str | None = None, ray_address: str | Non
         if monitor is not None and monitor.path is not None:
             eval_dataset = str(suffixed["ood_monitor"][1]) if "ood_monitor" in suffixed else str(monitor.path)
         paths = openrlhf.AttemptPaths(
-            pretrain=_model_path(att),
+            pretrain=str(att.base_model()),
             prompt_data=prompt_data,
             eval_dataset=eval_dataset,
             save_path=ad.final_model,
@@ -287,9 +273,6 @@ def _stated_recipe(att, openrlhf) -> dict[str, Any]:
     return dict(getattr(att, "recipe_stated", None) or att.recipe)
 
 
-def _model_path(att) -> str:
-    return str(att.base_model())
-
 
 def _training_data(att, ad: AttemptDir, must_exist: bool = True) -> tuple[str, dict[str, tuple[Path, Path, str]]]:
     """The pool path for ``--prompt_data``. Prompts are stored without their suffix (the spec
@@ -333,9 +316,6 @@ def _resume_metrics_source(attempt_dir: Path, asked: str | None) -> str | None:
         return saved
     return asked
 
-
-def _read_state(attempt_dir: Path) -> dict[str, Any] | None:
-    return AttemptDir(attempt_dir).read_state()
 
 
 # ---------------------------------------------------------------------------- files
@@ -497,7 +477,7 @@ def run(p: Prepared, *, tracking_uri: str | None = None, follow: bool = True, po
             base.update(fields)
             write_state(attempt_dir, "running", **base, reason=None)
 
-        previous_state = _read_state(attempt_dir) or {}
+        previous_state = AttemptDir(attempt_dir).read_state() or {}
         try:
             proc = ray_jobs.open_run(p.ray_job, log_path=ad.stdout_log, record=record,
                                      log_start=previous_state.get("ray_log_start") if p.ray_job.reattach else None)

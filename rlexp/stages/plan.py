@@ -28,7 +28,7 @@ class PlanResult:
     @property
     def errors(self) -> list[dict[str, Any]]:
         """The preflight checks of severity error."""
-        return [c for c in self.data["checks"] if c["severity"] == "error"]
+        return error_checks(self.data["checks"])
 
     @property
     def ok(self) -> bool:
@@ -36,6 +36,12 @@ class PlanResult:
 
     def to_dict(self) -> dict[str, Any]:
         return self.data
+
+
+def error_checks(checks: Any) -> list[dict[str, Any]]:
+    """The checks of severity error among plan.json ``checks`` (verdict dicts, rlexp.core.verdict)."""
+    return [c for c in checks or [] if isinstance(c, dict) and c.get("severity") == "error"
+            and c.get("passed") is not True]
 
 
 def plan(attempt: str | Path) -> PlanResult:

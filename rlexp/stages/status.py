@@ -32,7 +32,6 @@ def attempt_status(attempt_dir: str | Path) -> AttemptStatus:
     is reported as ``lost`` (the machine rebooted, or both were killed): ``--resume`` continues it.
     """
     from rlexp.core.spec import load_attempt
-    from rlexp.storage.layout import pid_alive
 
     ad = AttemptDir(attempt_dir)
     parent, state_name, reason = None, "not launched", None
@@ -46,7 +45,7 @@ def attempt_status(attempt_dir: str | Path) -> AttemptStatus:
     if state is not None:
         state_name = str(state.get("state", "?"))
         reason = state.get("reason")
-        if state_name == "running" and not (pid_alive(state.get("pid")) or pid_alive(state.get("launcher_pid"))):
+        if state_name == "running" and not ad.is_running(state):
             if state.get("backend") == "ray" and state.get("ray_submission_id"):
                 # the job outlives its launcher: only the cluster knows whether it still runs
                 from rlexp.backends.ray_jobs import status_row
@@ -73,13 +72,12 @@ def scrub_finished_log(attempt_dir: str | Path) -> bool:
     (an atomic rewrite would cut off its further output). True when something was replaced.
     """
     from rlexp.adapters.provenance import scrub_file
-    from rlexp.storage.layout import pid_alive
 
     ad = AttemptDir(attempt_dir)
     if not (ad.stdout_log.is_file() and ad.state.is_file()):
         return False
     state = ad.read_state()
-    if state.get("state") == "running" and (pid_alive(state.get("pid")) or pid_alive(state.get("launcher_pid"))):
+    if ad.is_running(state):
         return False  # a launcher still appends the log (a Ray run's mirror) or a trainer writes it
     return scrub_file(ad.stdout_log)
 

@@ -22,8 +22,10 @@ from typing import Any, NamedTuple
 
 from rlexp.errors import InputError
 from rlexp.storage.files import append_jsonl, atomic_write_json, iter_jsonl, read_json, repair_torn_tail
-from rlexp.storage.layout import AttemptDir
-from rlexp.storage.layout import checkpoint_step as layout_checkpoint_step
+from rlexp.storage.layout import (
+    AttemptDir,
+    checkpoint_step,  # noqa: F401  (re-exported: record files name checkpoints)
+)
 
 RECORD_FIELDS = (
     "problem_hash",
@@ -202,10 +204,6 @@ def read_records(path: str | Path, *, allow_empty: bool = False) -> list[dict[st
     """Strictly read a record file: ``problem_hash`` strings, unique, ``correct`` 0/1 or bool."""
     return [line.record for line in read_record_lines(path, allow_empty=allow_empty)]
 
-
-def checkpoint_step(name: str) -> int | None:
-    """``global_step200`` -> 200; any other checkpoint name (a baseline) -> None."""
-    return layout_checkpoint_step(name)
 
 
 def eval_accuracies(attempt_dir: str | Path) -> dict[tuple[str, str], dict[str, float]]:
