@@ -260,6 +260,39 @@ def test_rates_equal_the_exact_rate_at_correlation_one():
     assert row.best_of_k.se == pytest.approx(math.sqrt(exact * (1 - exact) / s.sims), rel=0.05)
 
 
+def exact_gate_1a_null_rate(n: int, discordance: float, sop) -> float:
+    """Per-checkpoint Gate-1a pass probability under the null, summed over every (b, c): M ~ Bin(n, d),
+    C | M ~ Bin(M, 1/2); McNemar p from scipy.stats.binomtest, the CI low bound from
+    rlexp.stats.bootstrap_delta_ci with the SOP's settings (decide's interval) where p does not decide."""
+    from scipy.stats import binom, binomtest
+
+    g, boot = sop.gate_1a, sop.bootstrap
+    total = 0.0
+    for m in range(1, n + 1):
+        weight = binom.pmf(m, n, discordance)
+        if weight < 1e-13:
+            continue
+        for c in range(m + 1):
+            b = m - c
+            if 100.0 * (c - b) / n < g.min_delta_pp - 1e-9:
+                continue
+            passed = binomtest(c, m, 0.5).pvalue < g.max_mcnemar_p - 1e-9 or stats.bootstrap_delta_ci(
+                b, c, n, resamples=boot.resamples, seed=boot.seed, confidence=boot.confidence,
+                method=boot.method).ci_pp[0] > g.min_ci_low_pp + 1e-9
+            total += weight * binom.pmf(c, m, 0.5) * passed
+    return total
+
+
+def test_gate_1a_rate_equals_the_exact_sum_over_tables():
+    # the whole rule, CI branch included: the simulated per-checkpoint rate against the exact sum
+    s = cal.CalibrationSettings()
+    exact = exact_gate_1a_null_rate(s.n, s.discordance, SOP)
+    assert 0.03 < exact < 0.045
+    sim = cal.simulate_counts(s, 0.0, 0.0, np.random.default_rng(8), 12_000)
+    hits = cal.judge(sim["b"], sim["c"], sim["right"], s.n, SOP, cal.IntervalTable(SOP, s.n))["gate_1a"]
+    assert abs(hits.mean() - exact) < 4 * math.sqrt(exact * (1 - exact) / hits.size)
+
+
 def test_per_checkpoint_rate_does_not_depend_on_the_correlation_and_best_of_k_falls_with_it():
     s = cal.CalibrationSettings(n=200, sims=30_000, correlations=(0.0, 0.6, 1.0), seed=5)
     exact = exact_mcnemar_rejection_rate(s.n, s.discordance)

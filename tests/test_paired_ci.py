@@ -44,7 +44,7 @@ def test_newcombe_is_antisymmetric_and_holds_the_estimate():
     swapped_low, swapped_high = stats.newcombe_paired_ci_arrays(n11, c, b, n00, 0.9)
     assert swapped_low == pytest.approx(-high, abs=1e-12) and swapped_high == pytest.approx(-low, abs=1e-12)
     delta = (c - b) / (n11 + b + c + n00)
-    assert np.all((low <= delta + 1e-12) & (delta - 1e-12 <= high)) and np.all((-1 <= low) & (high <= 1))
+    assert np.all((low <= delta + 1e-12) & (delta - 1e-12 <= high)) and np.all((low >= -1) & (high <= 1))
     wider_low, wider_high = stats.newcombe_paired_ci_arrays(n11, b, c, n00, 0.99)
     assert np.all(wider_low <= low + 1e-12) and np.all(wider_high >= high - 1e-12)
     with pytest.raises(ValueError):
