@@ -112,3 +112,26 @@ def test_compare_cli_newcombe_and_the_bca_warning_names_it(tmp_path, capsys):
     assert "--method newcombe" in json.loads(capsys.readouterr().out)["warnings"][0]
     assert main(["compare", str(base), str(new), "--method", "newcombe", "--mean-score"]) == 2
     assert "--method" in capsys.readouterr().err
+
+
+def test_an_sop_may_choose_newcombe_and_the_rules_name_it(tmp_path, capsys):
+    from rlexp.core import gates
+    from rlexp.core.sop import DEFAULT_SOP, load_sop
+    from rlexp.errors import InputError
+
+    text = DEFAULT_SOP.read_text()
+    assert "  method: percentile" in text
+    path = tmp_path / "sop-newcombe.yaml"
+    path.write_text(text.replace("  method: percentile", "  method: newcombe"))
+    sop = load_sop(path)
+    assert sop.bootstrap.method == "newcombe"
+    assert "Newcombe CI low > -0.5pp" in gates.gate_1a_rule(sop)
+    assert "bootstrap CI low" in gates.gate_1b_rule(load_sop())
+    cmp = stats.paired_comparison([1] * 40 + [1] * 3 + [0] * 7 + [0] * 50, [1] * 40 + [0] * 3 + [1] * 7 + [0] * 50,
+                                  method=sop.bootstrap.method)
+    assert cmp.ci_method == "newcombe"
+    assert main(["sop", "calibrate", "--sop", str(path), "--sims", "200", "--correlation", "0.6", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["ci_method"] == "newcombe"
+    path.write_text(text.replace("  method: percentile", "  method: wald"))
+    with pytest.raises(InputError, match="bootstrap.method"):
+        load_sop(path)
