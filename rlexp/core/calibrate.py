@@ -329,13 +329,14 @@ class IntervalTable:
             return 100.0 * low
         from rlexp.stats import bootstrap_delta_ci_many
 
-        pairs = np.unique(np.stack([b, c], axis=-1), axis=0)
-        missing = [(int(x), int(y)) for x, y in pairs if (int(x), int(y)) not in self.cache]
+        pairs, inverse = np.unique(np.stack([b, c], axis=-1), axis=0, return_inverse=True)
+        keys = [(int(x), int(y)) for x, y in pairs]
+        missing = [key for key in keys if key not in self.cache]
         if missing:
             found = bootstrap_delta_ci_many(missing, self.n, resamples=self.boot.resamples, seed=self.boot.seed,
                                             confidence=self.boot.confidence, method=self.method)
             self.cache.update({key: ci[0] for key, ci in found.items()})
-        return np.array([self.cache[(int(x), int(y))] for x, y in zip(b, c, strict=True)], dtype=float)
+        return np.array([self.cache[key] for key in keys], dtype=float)[inverse.ravel()]
 
 
 def judge(b: Any, c: Any, right: Any, n: int, sop: Sop, intervals: IntervalTable) -> dict[str, Any]:
