@@ -138,10 +138,12 @@ def test_lr_at_every_step_equals_transformers_scheduler(tmp_path, scheduler, kwa
     for step in range(1, total + 1):
         applied = optimizer.param_groups[0]["lr"]  # what optimizer step `step` uses
         optimizer.step()
+        logged = scheduler_obj.get_last_lr()[0]  # transformers 5.24 reads the LR it logs before scheduler.step()
         scheduler_obj.step()
-        logged = scheduler_obj.get_last_lr()[0]  # what TRL logs at this step: the next step's LR
         assert rows[step]["lr_first"] == pytest.approx(applied, rel=1e-12, abs=1e-18), step
         assert rows[step]["actor_lr_logged"] == pytest.approx(logged, rel=1e-12, abs=1e-18), step
+        if step < total:  # and the next step's LR is what the scheduler holds now
+            assert rows[step + 1]["lr_first"] == pytest.approx(scheduler_obj.get_last_lr()[0], rel=1e-12, abs=1e-18)
 
 
 def test_unplannable_scheduler_is_one_line_naming_the_field(tmp_path):
