@@ -62,7 +62,6 @@ def trained(tmp_path_factory):
     attempt = root / "t1"
     attempt.mkdir()
     (attempt / "attempt.yaml").write_text(SPEC)
-    os.environ.setdefault("RLEXP_TORCH_THREADS", "1")
     result = launch(attempt, tracking_uri=f"sqlite:///{root / 'mlflow.db'}", poll_s=0.2)
     return attempt, result
 
