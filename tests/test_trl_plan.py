@@ -4,6 +4,8 @@ schedule and the preflight checks that apply, and the spec's validation against 
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import yaml
 
@@ -281,8 +283,8 @@ def test_json_schema_accepts_a_trl_recipe_and_refuses_a_typo(tmp_path):
 
 
 def test_the_committed_field_list_is_grpo_config(tmp_path):
-    """Against TRL's own dataclass where .venv-trl exists (CI builds it)."""
-    import json
+    """The committed list is what the generator writes from TRL's own dataclasses, where .venv-trl
+    exists (CI builds it)."""
     import os
     import subprocess
     from pathlib import Path
@@ -293,9 +295,73 @@ def test_the_committed_field_list_is_grpo_config(tmp_path):
         if os.environ.get("CI"):
             pytest.fail(".venv-trl is missing: scripts/run-tests builds it with scripts/setup-trl")
         pytest.skip(".venv-trl not built (scripts/setup-trl)")
-    code = "import json; from rlexp.backends.trl_fields import field_rows; print(json.dumps(field_rows()))"
+    code = "import sys; from rlexp.backends.trl_fields import module_text; sys.stdout.write(module_text())"
     out = subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=True, cwd=repo,
                          env={**os.environ, "PYTHONPATH": str(repo)})  # fmt: skip
-    from rlexp.core.trainers.trl_fields import GRPO_CONFIG_FIELDS
+    committed = repo / "rlexp" / "core" / "trainers" / "trl_fields.py"
+    assert out.stdout == committed.read_text(), "stale: run scripts/refresh-trl-fields"
+    from rlexp.core.trainers.trl_fields import GRPO_CONFIG_FIELDS, MODEL_CONFIG_FIELDS
 
-    assert [tuple(r) for r in json.loads(out.stdout)] == [tuple(json.loads(json.dumps(r))) for r in GRPO_CONFIG_FIELDS]
+    names = {row[0] for row in GRPO_CONFIG_FIELDS}
+    assert {"num_generations", "steps_per_generation", "warmup_steps", "max_steps"} <= names
+    assert {"model_name_or_path", "use_peft", "lora_r"} <= {row[0] for row in MODEL_CONFIG_FIELDS}
+
+
+# ----------------------------------------------------------------------------- launch (dry run: nothing written)
+
+
+def test_dry_run_is_the_trl_venv_running_the_generated_script(tmp_path):
+    from rlexp.stages.launch import launch
+
+    d = write_attempt(tmp_path, {**BASE, "model_name_or_path": "models/m", "warmup_steps": 0.05}, mid=10)
+    spec = yaml.safe_load((d / "attempt.yaml").read_text())
+    spec["datasets"]["pool"] = {"path": "data/pool.jsonl", "size": 25}
+    spec["datasets"]["ood_monitor"] = {"path": "data/monitor.jsonl", "size": 10}
+    (d / "attempt.yaml").write_text(yaml.safe_dump(spec))
+    result = launch(d, dry_run=True)
+    assert result.backend == "process" and result.argv[1] == str(d.resolve() / "launch" / "train_trl.py")
+    assert result.argv[0].endswith("python")
+    assert not (d / "launch").exists() and not (d / "plan.json").exists()
+    with pytest.raises(InputError, match="trainer 'trl' runs on the process backend"):
+        launch(d, dry_run=True, backend="ray", ray_address="http://127.0.0.1:8265")
+
+
+def test_the_generated_script_holds_the_stated_fields_and_rlexp_paths(tmp_path):
+    from rlexp.backends.trl import prepare_launch
+    from rlexp.core.spec import load_attempt
+    from rlexp.storage.layout import AttemptDir
+
+    d = write_attempt(tmp_path, {**BASE, "model_name_or_path": "models/m", "use_peft": True, "lora_r": 4,
+                                 "report_to": "none"})  # fmt: skip
+    spec = yaml.safe_load((d / "attempt.yaml").read_text())
+    spec["datasets"]["pool"] = {"path": "data/pool.jsonl"}
+    spec["datasets"]["ood_monitor"] = {"path": "data/monitor.jsonl", "size": 10}
+    (d / "attempt.yaml").write_text(yaml.safe_dump(spec))
+    (tmp_path / "exp" / "data").mkdir()
+    (tmp_path / "exp" / "data" / "pool.jsonl").write_text("")
+    built = prepare_launch(load_attempt(d), AttemptDir(d), resume=False, must_exist=False)
+    text = built.script_text
+    compile(text, str(built.script), "exec")  # valid Python
+    config = json.loads(text.split('CONFIG = json.loads(r"""', 1)[1].split('""")', 1)[0])
+    assert config["grpo_config"]["gradient_accumulation_steps"] == 2 and config["grpo_config"]["report_to"] == [
+        "tensorboard"]
+    assert config["grpo_config"]["output_dir"] == str(d.resolve() / "checkpoints" / "trl")
+    assert "use_peft" not in config["grpo_config"] and config["model_config"]["lora_r"] == 4
+    assert config["model_config"]["model_name_or_path"] == "models/m"  # not a directory: the name as written
+    assert config["checkpoint_pattern"].endswith("checkpoints/global_step{N}_hf")
+    spec["recipe"]["output_dir"] = "/tmp/elsewhere"
+    (d / "attempt.yaml").write_text(yaml.safe_dump(spec))
+    with pytest.raises(InputError) as err:
+        prepare_launch(load_attempt(d), AttemptDir(d), resume=False, must_exist=False)
+    assert err.value.field == "recipe.output_dir"
+
+
+def test_a_trl_resume_continues_from_transformers_checkpoint_folders(tmp_path):
+    from rlexp.storage.layout import AttemptDir
+
+    ad = AttemptDir(tmp_path / "a")
+    for name in ("checkpoint-2", "checkpoint-10", "checkpoint-x", "global_step4_hf"):
+        (ad.resume_state_dir("trl") / name).mkdir(parents=True)
+    assert ad.resume_state_dir("trl") == tmp_path / "a" / "checkpoints" / "trl"
+    assert ad.latest_resume_state("trl") == (10, ad.resume_state_dir("trl") / "checkpoint-10")
+    assert ad.latest_resume_state("local") is None  # other trainers keep their own naming
