@@ -76,6 +76,9 @@ def test_launch_runs_trl_with_the_planned_steps_and_lr(trained):
     assert plan["steps"]["optimizer_steps_total"] == 4 and plan["steps"]["warmup_steps"] == 1
     # TRL's own count, printed by the generated script from transformers' TrainerState
     assert "rlexp: TRL max_steps=4 warmup_steps=1" in log
+    assert "rlexp: trl 1.16.0 transformers 5.24.0 torch 2.13.0" in log
+    provenance = json.loads((attempt / "launch" / "provenance.json").read_text())
+    assert json.dumps(provenance).count('"trl": "1.16.0"') == 1
     state = json.loads((attempt / "checkpoints" / "trl" / "checkpoint-4" / "trainer_state.json").read_text())
     assert state["max_steps"] == 4 and state["global_step"] == 4
     planned = {r["global_step"]: r for r in plan["lr"]}

@@ -58,6 +58,12 @@ def main(argv):
     from rlexp.core.answers import extract_answer, is_correct
     from rlexp.storage.files import read_jsonl
 
+    import transformers
+    import trl
+
+    # what really ran (the launcher's provenance records the pinned versions)
+    print(f"rlexp: trl {{trl.__version__}} transformers {{transformers.__version__}} torch {{torch.__version__}}",
+          flush=True)
     set_seed(int(CONFIG["grpo_config"].get("seed", 42)))
     tokenizer = AutoTokenizer.from_pretrained(CONFIG["model_config"]["model_name_or_path"])
 

@@ -631,8 +631,9 @@ def _resolve(
     trainer_raw = merged["trainer"]
     if not trainer_raw.get("name"):
         raise InputError(display, "trainer.name", f"required ({', '.join(TRAINERS)}) in this spec or a parent")
-    if parent is not None and trainer_raw["name"] != parent.trainer.name:
+    if parent is not None and key_table(trainer_raw["name"]).keys is not key_table(parent.trainer.name).keys:
         # each trainer has its own recipe keys: the parent's recipe means nothing to another trainer
+        # (openrlhf and local share OpenRLHF's, so a child may move between them)
         raise InputError(display, "trainer.name", f"{trainer_raw['name']!r} differs from parent {parent.id}'s "
                                                   f"{parent.trainer.name!r}: start a new root attempt instead")
     table = key_table(trainer_raw["name"])
@@ -804,7 +805,7 @@ def diff_against_parent(att: Attempt) -> list[Difference]:
     if par is None:
         return []
     out: list[Difference] = []
-    table = key_table(att.trainer.name)  # parent and child have the same trainer (checked on load)
+    table = key_table(att.trainer.name)  # parent and child share their key table (checked on load)
     dotted = sorted({k for k in (*par.recipe, *att.recipe) if k not in table.keys})
     for key in (*table.keys, *dotted):
         a, b = par.recipe.get(key), att.recipe.get(key)

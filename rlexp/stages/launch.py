@@ -394,6 +394,10 @@ def write_launch_files(p: Prepared) -> None:
         from rlexp.storage.files import sha256_text
 
         extra["reward_parser_sha256"] = sha256_text(answers_source())
+    if att.trainer.name == "trl":  # TRL runs in .venv-trl, whose versions the main venv cannot see
+        from rlexp.core.trainers.trl_fields import TRANSFORMERS_VERSION, TRL_VERSION
+
+        extra["trl_venv"] = {"python": p.argv[0], "trl": TRL_VERSION, "transformers": TRANSFORMERS_VERSION}
     if p.ray_address:
         extra["ray_address"] = p.ray_address
     if p.ray_job is not None:
