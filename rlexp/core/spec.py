@@ -162,9 +162,10 @@ class Attempt:
         return sha256_text("\n".join(f"{a.id}:{sha256_file(a.spec_path)}" for a in self.chain()))
 
     def base_model(self) -> Path | str:
-        """``recipe.pretrain`` (the trainer's model key), resolved once for every stage: a directory (a relative path resolves
-        against the experiment directory) when it exists, else the name as written (a hub id, which
-        vLLM, an OpenAI-compatible server or OpenRLHF resolve themselves)."""
+        """The base model (``recipe.pretrain``; the trainer's model key, TRL's ``model_name_or_path``),
+        resolved once for every stage: a directory (a relative path resolves against the experiment
+        directory) when it exists, else the name as written (a hub id, which vLLM, an
+        OpenAI-compatible server or the trainer resolve themselves)."""
         model_key = key_table(self.trainer.name).model_key  # pretrain; TRL: model_name_or_path
         pretrain = self.recipe.get(model_key)
         if not isinstance(pretrain, str) or not pretrain:
