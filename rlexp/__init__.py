@@ -12,6 +12,7 @@ The protocol's stages are library functions; the ``rlexp`` command line only ren
     rlexp.report("experiments/demo/d2")      # -> ReportResult (markdown + plots)
     rlexp.status("experiments/demo")         # -> list of AttemptStatus
     rlexp.demo("/tmp/rlexp-demo")            # -> DemoResult
+    rlexp.sweep_models("experiments/demo/sweeps/s1")  # -> SweepResult (ranking, selection, report)
 
 The package root stays import-light: ``rlexp --help`` and ``rlexp plan`` must start in well
 under half a second, so each stage is imported on first use (PEP 562 ``__getattr__``), and
@@ -35,6 +36,7 @@ _STAGES = {
     "report": "report",
     "status": "status",
     "demo": "demo",
+    "sweep_models": "sweep",
 }
 
 __all__ = ["__version__", *_STAGES]

@@ -22,6 +22,7 @@ from rlexp.commands import plan as plan_cmd
 from rlexp.commands import report as report_cmd
 from rlexp.commands import sop as sop_cmd
 from rlexp.commands import status as status_cmd
+from rlexp.commands import sweep as sweep_cmd
 from rlexp.errors import CheckFailed, InputError, ServiceError
 
 app = typer.Typer(
@@ -66,6 +67,7 @@ app.command("status")(status_cmd.status)
 app.command("demo")(demo_cmd.demo)
 app.add_typer(guard_cmd.app, name="guard", help="SOP guardrails G0, G1, G2, G4 (G3 and G5 run inside launch) and the parser audit.")
 app.add_typer(sop_cmd.app, name="sop", help="The SOP in force: show it, calibrate its gates.")
+app.add_typer(sweep_cmd.app, name="sweep", help="Base-model sweeps: candidates ranked against a headroom band.")
 
 
 def _run_first(exc: InputError) -> str:

@@ -860,3 +860,29 @@ def change_value(att: Attempt, key: str) -> Any:
     if parts[0] == "trainer":
         return getattr(att.trainer, parts[1])
     return getattr(att.eval, parts[1])
+
+
+# ----------------------------------------------------------------------------- sections shared with other specs
+
+
+def validate_spec_section(raw: Any, section: str, display: str, where: str | None = None) -> dict[str, Any]:
+    """One section of the attempt schema (``eval``, ``datasets``) checked exactly as in
+    ``attempt.yaml``, for another spec that shares it (the sweep spec of :mod:`rlexp.core.sweep`):
+    one format for datasets and eval settings, one set of messages."""
+    where = where or section
+    if not isinstance(raw, dict):
+        raise InputError(display, where, f"must be a mapping (got {raw!r:.60})")
+    return _validate_section(raw, _SCHEMA[section], display, f"{where}.")
+
+
+def resolve_eval_settings(stated: dict[str, Any]) -> EvalSettings:
+    """Validated ``eval`` keys (:func:`validate_spec_section`) with the defaults applied."""
+    defaults = EvalSettings()
+    return EvalSettings(**{k: stated.get(k, getattr(defaults, k)) for k in EvalSettings.__dataclass_fields__})
+
+
+def resolve_dataset(role: str, entry: dict[str, Any], experiment_dir: Path, eval_settings: EvalSettings,
+                    display: str) -> DatasetRef:
+    """A validated dataset entry resolved as the attempt spec resolves it (paths inside the
+    experiment unless ``allow_outside``, the set's suffix and grading defaulting to ``eval``'s)."""
+    return _dataset_ref(role, entry, experiment_dir, eval_settings, display)

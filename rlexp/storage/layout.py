@@ -18,6 +18,10 @@ or for a strictly read document, in the spirit of Optuna's storage behind a stud
         eval/selection.json  eval/<checkpoint>/<set>.jsonl (+ .meta.json)  eval/paired/  eval/.lock
         guards/<name>.json  guards/parser_audit_review.jsonl
         tensorboard/  final/
+      sweeps/<sweep_id>/                 SweepDir (``rlexp sweep models``)
+        sweep.yaml  eval/<candidate>/<set>.jsonl (+ .meta.json)  eval/<candidate>/.lock
+        truncation/<candidate>/<set>__max_tokens{N}.jsonl (+ .meta.json)
+        result/{ranking.json, report.md}   (written together: all or nothing)
 
 The readers are strict: a document of the wrong JSON type is an :class:`~rlexp.errors.InputError`
 naming the file, never a traceback further down.
@@ -34,6 +38,8 @@ from typing import Any
 from rlexp.errors import InputError
 
 SPEC_NAME = "attempt.yaml"
+SWEEP_SPEC_NAME = "sweep.yaml"
+SWEEPS_DIR = "sweeps"
 MAX_GLOBAL_STEP = 10**7  # the largest global step a metrics line may name
 CHECKPOINT_PREFIX = "global_step"
 _CHECKPOINT_NAME = re.compile(r"global_step(\d+)")
@@ -82,6 +88,7 @@ _PRODUCERS = {
     "state.json": "rlexp launch", "metrics.jsonl": "rlexp launch", "selection.json": "rlexp eval",
     "decision.json": "rlexp decide", "ledger.jsonl": "rlexp decide", "sota.json": "rlexp decide (on STOP-1)",
     "parser_audit_review.jsonl": "rlexp guard audit --draw", "parser_audit.json": "rlexp guard audit --verdicts FILE",
+    "ranking.json": "rlexp sweep models",
 }
 
 
@@ -193,6 +200,13 @@ class ExperimentDir:
         """A path of a spec (relative to the experiment) made absolute; absolute paths stay."""
         path = Path(relative)
         return path if path.is_absolute() else self.root / path
+
+    @property
+    def sweeps_dir(self) -> Path:
+        return self.root / SWEEPS_DIR
+
+    def sweep(self, sweep_id: str) -> SweepDir:
+        return SweepDir(self.sweeps_dir / sweep_id)
 
 
 @dataclass(frozen=True)
@@ -452,3 +466,67 @@ class AttemptDir:
         state = self.read_state() if state is None else state
         return bool(state) and state.get("state") == "running" and (
             pid_alive(state.get("pid")) or pid_alive(state.get("launcher_pid")))
+
+
+@dataclass(frozen=True)
+class SweepDir:
+    """``experiments/<experiment>/sweeps/<sweep_id>/``: a base-model sweep (``rlexp sweep models``).
+
+    Its eval records have the shape of an attempt's (``eval/<candidate>/<set>.jsonl`` + meta), so
+    the eval pipeline writes them unchanged; the result files are written together into
+    ``result/`` (a temporary directory swapped in whole)."""
+
+    root: Path
+
+    def __init__(self, root: str | Path):
+        root = Path(root)
+        if root.name == SWEEP_SPEC_NAME:
+            root = root.parent
+        object.__setattr__(self, "root", root)
+
+    @property
+    def id(self) -> str:
+        return self.root.name
+
+    @property
+    def experiment(self) -> ExperimentDir:
+        """The experiment holding ``sweeps/<sweep_id>/``."""
+        return ExperimentDir(self.root.parent.parent)
+
+    @property
+    def spec(self) -> Path:
+        return self.root / SWEEP_SPEC_NAME
+
+    @property
+    def eval_dir(self) -> Path:
+        return self.root / "eval"
+
+    @property
+    def hash_cache(self) -> Path:
+        """The same file the eval pipeline keeps for an attempt rooted here (``AttemptDir.hash_cache``)."""
+        return AttemptDir(self.root).hash_cache
+
+    def records(self, candidate: str, set_role: str) -> Path:
+        """``eval/<candidate>/<set>.jsonl``: the same place ``AttemptDir.records`` names."""
+        return AttemptDir(self.root).records(candidate, set_role)
+
+    def candidate_lock(self, candidate: str) -> Path:
+        return self.eval_dir / candidate / ".lock"
+
+    def truncation_records(self, candidate: str, set_role: str, max_tokens: int) -> Path:
+        return self.root / "truncation" / candidate / f"{set_role}__max_tokens{int(max_tokens)}.jsonl"
+
+    @property
+    def result_dir(self) -> Path:
+        return self.root / "result"
+
+    @property
+    def ranking(self) -> Path:
+        return self.result_dir / "ranking.json"
+
+    @property
+    def report(self) -> Path:
+        return self.result_dir / "report.md"
+
+    def read_ranking(self) -> dict[str, Any] | None:
+        return _read_object(self.ranking, {"candidates": (list,), "selection": (dict, _NULL)})
