@@ -386,3 +386,83 @@ def test_parameter_count_from_safetensors_matches_torch(tiny_base_model):
     model = AutoModelForCausalLM.from_pretrained(tiny_base_model)
     assert count_parameters(Path(tiny_base_model)) == sum(p.numel() for p in model.parameters())
     assert count_parameters("org/some-hub-model") is None
+
+
+# --------------------------------------------------------------------------- real tiny models of different strength
+
+
+@pytest.mark.slow
+def test_sweep_over_tiny_models_supervised_to_different_accuracies(tmp_path, tiny_base_model):
+    """The demo task (operands 0..19): three tiny models supervised to increasing target
+    accuracies (each continuing from the last: the accuracy jump is sudden, so the targets step
+    up from each model's measured dev accuracy), swept with the real local engine."""
+    import torch
+    from scipy.stats import binomtest
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rlexp.adapters.tinymodel import greedy_accuracy, read_sft_result, sft_tiny_model
+    from rlexp.core.task import ArithmeticTask, Problem
+    from rlexp.stages.sweep import sweep_models
+    from rlexp.storage.datasets import build_task_datasets, eval_hashes
+
+    torch.set_num_threads(1)
+    task = ArithmeticTask(max_operand=19)
+    exp = tmp_path / "exp"
+    files = build_task_datasets(exp / "data", seed=0, pool_size=10, monitor_size=10, primary_size=100, id_size=40,
+                                sanity_size=10, task=task)
+    previous, target, names = Path(tiny_base_model), 0.1, ["m1", "m2", "m3"]
+    for name in names:
+        out = sft_tiny_model(previous, task, exp / "models" / name, steps=800, seed=0, batch_size=64,
+                             target_acc=target, eval_every=20, dev_size=60, exclude_hashes=eval_hashes(files))
+        target = read_sft_result(out)["dev_acc"] + 0.15
+        previous = out
+
+    # the reference: each model's greedy accuracy on the primary set, measured outside the sweep
+    primary = [Problem(p["prompt"], p["answer"], p["bucket"]) for p in _problems(files["ood_primary"].path)]
+    reference = {}
+    for name in names:
+        model = AutoModelForCausalLM.from_pretrained(exp / "models" / name)
+        reference[name] = greedy_accuracy(model, AutoTokenizer.from_pretrained(exp / "models" / name), primary, "",
+                                          max_new_tokens=16)
+    ordered = sorted(names, key=lambda n: -reference[n])
+    gaps = [reference[a] - reference[b] for a, b in zip(ordered, ordered[1:], strict=False)]
+    assert min(gaps) >= 0.04, f"the supervised models are not of different strength: {reference}"
+    middle = ordered[1]
+    half = min(gaps) / 2
+    band = [round(reference[middle] - half, 4), round(reference[middle] + half, 4)]
+
+    import yaml
+
+    spec = {"candidates": [{"name": n, "model": f"models/{n}"} for n in names],
+            "datasets": {r: {"path": f"data/{Path(files[r].path).name}"} for r in ("ood_primary", "id", "sanity")},
+            "eval": {"engine": "local", "max_tokens": 16, "batch_size": 50},
+            "stages": {"stage2": {"finalists": 2}},
+            "criteria": {"band": band},
+            "truncation_check": {"max_tokens": [9, 16], "subset": 60}}
+    spec_path = exp / "sweeps" / "s1" / "sweep.yaml"
+    spec_path.parent.mkdir(parents=True)
+    spec_path.write_text(yaml.safe_dump(spec))
+    ranking = sweep_models(spec_path, tracking_uri="off").ranking
+
+    assert [r["name"] for r in ranking["candidates"]] == ordered
+    for row in ranking["candidates"]:
+        assert row["primary"]["acc"] == pytest.approx(reference[row["name"]])
+        assert row["primary"]["n"] == 100
+    assert ranking["selection"]["candidate"] == middle
+    assert [r["in_band"] for r in ranking["candidates"]] == [False, True, False]
+
+    check = ranking["truncation_check"]
+    assert check["candidate"] == middle
+    short = {r["problem_hash"]: r["correct"] for r in map(json.loads, Path(check["arms"]["9"]["records"])
+                                                          .read_text().splitlines())}
+    long_all = {r["problem_hash"]: r["correct"] for r in map(json.loads, Path(check["arms"]["16"]["records"])
+                                                             .read_text().splitlines())}
+    long = {h: long_all[h] for h in short}
+    b = sum(short[h] and not long[h] for h in short)
+    c = sum(long[h] and not short[h] for h in short)
+    cmp = check["comparison"]
+    assert (cmp["n"], cmp["b"], cmp["c"]) == (60, b, c)
+    assert cmp["mcnemar_p"] == pytest.approx(binomtest(min(b, c), b + c, 0.5).pvalue if b + c else 1.0)
+    assert cmp["ci_pp"][0] <= cmp["delta_pp"] <= cmp["ci_pp"][1]
+    # two-digit answers need 10 characters: at 9 they are cut, and the engine says so
+    assert check["arms"]["9"]["truncation_rate"] > 0.5 > check["arms"]["16"]["truncation_rate"]
