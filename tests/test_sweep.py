@@ -466,3 +466,42 @@ def test_sweep_over_tiny_models_supervised_to_different_accuracies(tmp_path, tin
     assert cmp["ci_pp"][0] <= cmp["delta_pp"] <= cmp["ci_pp"][1]
     # two-digit answers need 10 characters: at 9 they are cut, and the engine says so
     assert check["arms"]["9"]["truncation_rate"] > 0.5 > check["arms"]["16"]["truncation_rate"]
+
+
+def test_cli_runs_the_real_local_engine_on_base_models(sweep_experiment, capsys):
+    """The command line end to end with the local engine on two untrained base models (no adapter)."""
+    from rlexp.cli import main
+
+    exp, files, write = sweep_experiment
+    spec_path = write(candidates=[{"name": "weak", "model": "models/weak"}, {"name": "mid", "model": "models/mid"}],
+                      stages={"stage1": {"limit": 12}, "stage2": {"finalists": 1, "sets": ["sanity"]}},
+                      truncation_check={"max_tokens": [4, 16], "subset": 6})
+    assert main(["sweep", "models", str(spec_path.parent), "--tracking-uri", "off", "--json"]) == 0
+    ranking = json.loads(capsys.readouterr().out)
+    rows = ranking["candidates"]
+    assert [r["primary"]["n"] for r in rows] == [12, 12]
+    records = exp / "sweeps" / "s1" / "eval" / "weak" / "ood_primary.jsonl"
+    meta = json.loads(records.with_name("ood_primary.meta.json").read_text())
+    assert meta["engine"] == "local" and meta["adapter_path"] is None and meta["checkpoint"] == "weak"
+    assert len(records.read_text().splitlines()) == 12
+    # the untrained models are byte-identical copies: the same outputs, so the same numbers
+    assert rows[0]["primary"] == rows[1]["primary"]
+    assert ranking["truncation_check"]["arms"]["4"]["truncation_rate"] == 1.0  # 4 tokens: always cut
+    assert main(["sweep", "models", str(spec_path), "--tracking-uri", "off"]) == 0
+    out = capsys.readouterr().out
+    assert "selected:" in out and "truncation check" in out
+
+
+def test_changed_settings_are_refused_not_mixed(sweep_experiment):
+    from rlexp.errors import InputError
+    from rlexp.stages.sweep import sweep_models
+
+    exp, _, write = sweep_experiment
+    base = {"candidates": [{"name": "mid", "model": "models/mid"}], "truncation_check": None,
+            "stages": {"stage1": {"limit": 10}, "stage2": {"finalists": 1, "sets": ["sanity"]}}}
+    sweep_models(write(**base), tracking_uri="off", engine_factory=scripted_factory([], []))
+    ranking = (exp / "sweeps" / "s1" / "result" / "ranking.json").read_bytes()
+    with pytest.raises(InputError, match="decoding: changed since these records were written"):
+        sweep_models(write(**base, eval={"engine": "local", "max_tokens": 12}), tracking_uri="off",
+                     engine_factory=scripted_factory([], []))
+    assert (exp / "sweeps" / "s1" / "result" / "ranking.json").read_bytes() == ranking  # the old result stands

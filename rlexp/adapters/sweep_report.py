@@ -53,7 +53,7 @@ def render_sweep_report(ranking: Mapping[str, Any]) -> str:
     sets = ranking["stage2_sets"]
     finalists = [row for row in ranking["candidates"] if row["finalist"]]
     if sets and finalists:
-        lines += ["", f"## Stage 2: {len(finalists)} finalists on {', '.join(sets)}", "",
+        lines += ["", f"## Stage 2: {len(finalists)} finalist{'s' if len(finalists) != 1 else ''} on {', '.join(sets)}", "",
                   "| candidate | " + " | ".join(f"{s} acc (correct/n) | {s} fail" for s in sets) + " | note |",
                   "|---|" + "---:|---:|" * len(sets) + "---|"]
         for row in finalists:

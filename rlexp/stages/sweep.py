@@ -380,6 +380,7 @@ def sweep_models(spec_path: str | Path, *, tracking_uri: str | None = None,
 def _write_result(spec: Any, ranking: dict[str, Any]) -> tuple[Path, Path]:
     """``result/ranking.json`` and ``result/report.md`` together: written into a temporary
     directory beside ``result/`` and swapped in whole, so a reader never sees one without the other."""
+    import os
     import tempfile
 
     from rlexp.adapters.sweep_report import render_sweep_report
@@ -389,6 +390,9 @@ def _write_result(spec: Any, ranking: dict[str, Any]) -> tuple[Path, Path]:
     final = sweep.result_dir
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp's 0700 would make result/ the one private folder of the sweep
     try:
         atomic_write_json(tmp / sweep.ranking.name, ranking)
         atomic_write_text(tmp / sweep.report.name, render_sweep_report(ranking))
