@@ -394,13 +394,14 @@ def test_parameter_count_from_safetensors_matches_torch(tiny_base_model):
 @pytest.mark.slow
 def test_sweep_over_tiny_models_supervised_to_different_accuracies(tmp_path, tiny_base_model):
     """The demo task (operands 0..19): three tiny models supervised to increasing target
-    accuracies (each continuing from the last: the accuracy jump is sudden, so the targets step
-    up from each model's measured dev accuracy), swept with the real local engine."""
+    accuracies, each from the same untrained model with the same seed, so that each is a later
+    point of one deterministic trajectory (continuing a supervised model with a fresh optimizer
+    was measured to stall instead), swept with the real local engine."""
     import torch
     from scipy.stats import binomtest
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rlexp.adapters.tinymodel import greedy_accuracy, read_sft_result, sft_tiny_model
+    from rlexp.adapters.tinymodel import greedy_accuracy, sft_tiny_model
     from rlexp.core.task import ArithmeticTask, Problem
     from rlexp.stages.sweep import sweep_models
     from rlexp.storage.datasets import build_task_datasets, eval_hashes
@@ -410,12 +411,10 @@ def test_sweep_over_tiny_models_supervised_to_different_accuracies(tmp_path, tin
     exp = tmp_path / "exp"
     files = build_task_datasets(exp / "data", seed=0, pool_size=10, monitor_size=10, primary_size=100, id_size=40,
                                 sanity_size=10, task=task)
-    previous, target, names = Path(tiny_base_model), 0.1, ["m1", "m2", "m3"]
-    for name in names:
-        out = sft_tiny_model(previous, task, exp / "models" / name, steps=800, seed=0, batch_size=64,
-                             target_acc=target, eval_every=20, dev_size=60, exclude_hashes=eval_hashes(files))
-        target = read_sft_result(out)["dev_acc"] + 0.15
-        previous = out
+    names = ["m1", "m2", "m3"]
+    for name, target in zip(names, (0.02, 0.15, 0.3), strict=True):
+        sft_tiny_model(tiny_base_model, task, exp / "models" / name, steps=600, seed=0, batch_size=64,
+                       target_acc=target, eval_every=20, dev_size=60, exclude_hashes=eval_hashes(files))
 
     # the reference: each model's greedy accuracy on the primary set, measured outside the sweep
     primary = [Problem(p["prompt"], p["answer"], p["bucket"]) for p in _problems(files["ood_primary"].path)]

@@ -527,6 +527,3 @@ class SweepDir:
     @property
     def report(self) -> Path:
         return self.result_dir / "report.md"
-
-    def read_ranking(self) -> dict[str, Any] | None:
-        return _read_object(self.ranking, {"candidates": (list,), "selection": (dict, _NULL)})
