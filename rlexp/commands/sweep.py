@@ -19,8 +19,10 @@ def models(
                                                      "sqlite:///mlflow.db here); 'off' skips MLflow.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output (ranking.json).")] = False,
 ) -> None:
-    """Stage 1 on the primary OOD set, stage 2 for the finalists, the ranking, the selection and
-    its reason, the truncation check; resumable (records are reused)."""
+    """Rank candidate base models against the headroom band and select one (resumable).
+
+    Stage 1 on the primary OOD set, stage 2 for the finalists, the truncation check; writes
+    result/ranking.json and result/report.md, and MLflow runs."""
     from rlexp.stages.sweep import sweep_models
 
     say = None if json_out else (lambda line: typer.echo(f"sweep: {line}"))
