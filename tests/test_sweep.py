@@ -504,3 +504,60 @@ def test_changed_settings_are_refused_not_mixed(sweep_experiment):
         sweep_models(write(**base, eval={"engine": "local", "max_tokens": 12}), tracking_uri="off",
                      engine_factory=scripted_factory([], []))
     assert (exp / "sweeps" / "s1" / "result" / "ranking.json").read_bytes() == ranking  # the old result stands
+
+
+@pytest.mark.slow
+def test_a_sweep_killed_by_sigkill_continues_without_redoing_records(sweep_experiment):
+    """`rlexp sweep models` in a child process, SIGKILLed while the second candidate's records are
+    being written; the rerun loads only that candidate and evaluates only its missing problems."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from rlexp.stages.evaluate import build_engine
+    from rlexp.stages.sweep import sweep_models
+
+    exp, _, write = sweep_experiment
+    spec_path = write(candidates=[{"name": "weak", "model": "models/weak"}, {"name": "mid", "model": "models/mid"}],
+                      eval={"engine": "local", "max_tokens": 16, "batch_size": 2},
+                      stages={"stage1": {"limit": 40}, "stage2": {"sets": []}}, truncation_check=None)
+    second = exp / "sweeps" / "s1" / "eval" / "mid" / "ood_primary.jsonl"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    child = subprocess.Popen([sys.executable, "-m", "rlexp.cli", "sweep", "models", str(spec_path), "--tracking-uri",
+                              "off"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        while not (second.exists() and second.read_bytes().count(b"\n") >= 4):
+            assert child.poll() is None and time.monotonic() < deadline, "the sweep ended before it was killed"
+            time.sleep(0.02)
+        child.send_signal(signal.SIGKILL)
+    finally:
+        child.kill()
+        child.wait()
+    done = second.read_bytes().count(b"\n")  # complete lines (a torn last one is dropped on resume)
+    assert 4 <= done < 40
+    first = exp / "sweeps" / "s1" / "eval" / "weak" / "ood_primary.jsonl"
+    assert len(first.read_text().splitlines()) == 40
+    stamp = first.stat().st_mtime_ns
+
+    built, calls = [], []
+
+    def counting(spec, base, targets):
+        engine, tokenizer = build_engine(spec, base, targets)
+        built.append(Path(base).name)
+        generate = engine.generate
+
+        def counted(requests, decoding, progress=None):
+            calls.append(len(requests))
+            return generate(requests, decoding, progress)
+
+        engine.generate = counted
+        return engine, tokenizer
+
+    result = sweep_models(spec_path, tracking_uri="off", engine_factory=counting)
+    assert built == ["mid"] and sum(calls) == 40 - done
+    assert first.stat().st_mtime_ns == stamp
+    assert [r["primary"]["n"] for r in result.ranking["candidates"]] == [40, 40]
+    assert len({json.loads(line)["problem_hash"] for line in second.read_text().splitlines()}) == 40
