@@ -394,9 +394,8 @@ def test_parameter_count_from_safetensors_matches_torch(tiny_base_model):
 @pytest.mark.slow
 def test_sweep_over_tiny_models_supervised_to_different_accuracies(tmp_path, tiny_base_model):
     """The demo task (operands 0..19): three tiny models supervised to increasing target
-    accuracies, each from the same untrained model with the same seed, so that each is a later
-    point of one deterministic trajectory (continuing a supervised model with a fresh optimizer
-    was measured to stall instead), swept with the real local engine."""
+    accuracies, saved along one supervised run (continuing a supervised model with a fresh
+    optimizer was measured to stall instead), swept with the real local engine."""
     import torch
     from scipy.stats import binomtest
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -412,9 +411,10 @@ def test_sweep_over_tiny_models_supervised_to_different_accuracies(tmp_path, tin
     files = build_task_datasets(exp / "data", seed=0, pool_size=10, monitor_size=10, primary_size=100, id_size=40,
                                 sanity_size=10, task=task)
     names = ["m1", "m2", "m3"]
-    for name, target in zip(names, (0.02, 0.15, 0.3), strict=True):
-        sft_tiny_model(tiny_base_model, task, exp / "models" / name, steps=600, seed=0, batch_size=64,
-                       target_acc=target, eval_every=20, dev_size=60, exclude_hashes=eval_hashes(files))
+    # one supervised run to 30%, saving the model on the way when it first reaches 2% and 15%
+    sft_tiny_model(tiny_base_model, task, exp / "models" / "m3", steps=600, seed=0, batch_size=64,
+                   target_acc=0.3, eval_every=20, dev_size=60, exclude_hashes=eval_hashes(files),
+                   snapshots={0.02: exp / "models" / "m1", 0.15: exp / "models" / "m2"})
 
     # the reference: each model's greedy accuracy on the primary set, measured outside the sweep
     primary = [Problem(p["prompt"], p["answer"], p["bucket"]) for p in _problems(files["ood_primary"].path)]

@@ -18,6 +18,7 @@ tokenisation gives the same ids whatever ``add_special_tokens`` says.
 from __future__ import annotations
 
 import string
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -156,6 +157,7 @@ def sft_tiny_model(
     dev_size: int = 200,
     exclude_hashes: frozenset[str] = frozenset(),
     progress: Any = None,
+    snapshots: Mapping[float, str | Path] | None = None,
 ) -> Path:
     """Supervise ``model_dir`` on the task's training distribution; write the result to ``out_dir``.
 
@@ -167,6 +169,11 @@ def sft_tiny_model(
     Cached: ``out_dir/sft.json`` records a key of every setting plus the input model's SHA-256;
     a second call with the same settings returns at once. ``progress(step, steps, dev_acc, loss)``
     is called after each evaluation when given (``loss``: running mean of the training loss).
+
+    ``snapshots`` maps lower target accuracies to directories: the model is also saved there the
+    first time its dev accuracy reaches that target. One run so yields models of several
+    strengths along one trajectory (restarting SFT from a supervised model with a fresh optimizer
+    stalls instead).
     """
     import random
     import tempfile
@@ -190,11 +197,14 @@ def sft_tiny_model(
         "dev_size": dev_size,
         "exclude": sha256_text("\n".join(sorted(exclude_hashes))),
     }
+    if snapshots:  # only then, so that the keys of earlier caches stay valid
+        settings["snapshots"] = sorted(float(t) for t in snapshots)
     key = sha256_text(repr(sorted(settings.items())))[:16]
     meta_path = out / "sft.json"
     if meta_path.exists():
         meta = read_json(meta_path)
-        if meta.get("key") == key and meta.get("sha256") == sha256_dir_excluding(out, "sft.json"):
+        if (meta.get("key") == key and meta.get("sha256") == sha256_dir_excluding(out, "sft.json")
+                and all((Path(d) / "config.json").exists() for d in (snapshots or {}).values())):
             return out
 
     started = time.perf_counter()
@@ -217,6 +227,7 @@ def sft_tiny_model(
         running_loss = 0.0
         history: list[tuple[int, float]] = []
         dev_acc, step, stopped_early = 0.0, 0, False
+        pending = sorted((float(t), Path(d)) for t, d in (snapshots or {}).items())
         model.train()
         for step in range(1, steps + 1):
             batch = [train[rng.randrange(len(train))] for _ in range(batch_size)]
@@ -234,6 +245,8 @@ def sft_tiny_model(
                 model.train()
                 if progress is not None:
                     progress(step, steps, dev_acc, running_loss)
+                while pending and dev_acc >= pending[0][0]:
+                    _save_model(model, tokenizer, pending.pop(0)[1])
                 if dev_acc >= target_acc:
                     stopped_early = step < steps
                     break
@@ -256,6 +269,18 @@ def sft_tiny_model(
     atomic_write_json(tmp / "sft.json", {**asdict(result), "settings": settings})
     replace_dir(tmp, out)
     return out
+
+
+def _save_model(model, tokenizer, out: Path) -> None:
+    """Save into a fresh directory then swap: a killed run never leaves a half model."""
+    import tempfile
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp, save_jinja_files=False)
+    replace_dir(tmp, out)
+    model.train()
 
 
 def sha256_dir_excluding(path: Path, name: str) -> str:
