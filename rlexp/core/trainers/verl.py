@@ -1,0 +1,300 @@
+"""verl's step math and learning rate at every step, as its PPO trainer counts them (release 0.9.1).
+
+Pure functions of a resolved verl config (dotted Hydra keys, every key the math reads present: the
+plan stage merges the stated keys over the defaults of the release's key table,
+:mod:`rlexp.backends.verl_config`). Read from verl 0.9.1's wheel; docs/trainers.md cites file and line:
+
+- the train dataloader batches ``data.gen_batch_size or data.train_batch_size`` prompts with
+  ``drop_last=True``, so an epoch is ``floor(N / batch)`` steps; N is the pool after
+  ``data.train_max_samples`` (when > 0) and after ``data.filter_overlong_prompts`` (which needs the
+  tokenizer: the plan assumes no prompt is filtered and says so);
+- ``total_training_steps = trainer.total_training_steps`` when set, else ``floor(N / batch) ×
+  trainer.total_epochs``; that number is what the LR scheduler is built with. The loop numbers
+  steps 1…, stops at ``is_last_step = global_steps >= total_training_steps``, or earlier when the
+  epochs run out (a stated total larger than the data gives: the "last step" never comes);
+- validation runs before training and is logged at step 0 (``trainer.val_before_train``), then at
+  every ``trainer.test_freq``-th step and at the last step; checkpoints every
+  ``trainer.save_freq``-th step and at the last step (only when the frequency is > 0);
+- the actor takes ``train_batch_size // ppo_mini_batch_size × ppo_epochs`` optimizer steps per
+  global step (mini-batches count prompts: both sizes are multiplied by ``rollout.n``), and the LR
+  scheduler steps once per global step, after the last mini-batch; before
+  ``trainer.critic_warmup`` the actor is not updated at all (nor its scheduler);
+- warm-up ``lr_warmup_steps`` when > 0, else ``int(lr_warmup_steps_ratio × total)``;
+  ``constant``: ``step / max(1.0, warmup)`` then 1; ``cosine``: linear warm-up, then
+  ``max(min_lr_ratio, cos(2π·num_cycles·progress)·(1−m)/2 + (1+m)/2)``, progress over
+  ``total − warmup`` (``zero_indexed_step: false`` counts from 1);
+- ``LambdaLR`` applies ``peak × λ(0)`` to the first update; the update of the u-th actor update
+  (0-based) applies ``λ(u)``, and the ``actor/lr`` verl logs for that step is read *after*
+  ``scheduler.step()``: ``λ(u + 1)``, the LR of the next update.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+ACTOR_OPTIM = "actor_rollout_ref.actor.optim"
+SCHEDULER_TYPES = ("constant", "cosine")
+
+# The keys the step math reads (every one is in verl 0.9.1's config).
+STEP_KEYS = (
+    "data.train_batch_size", "data.gen_batch_size", "data.train_max_samples", "data.filter_overlong_prompts",
+    "trainer.total_epochs", "trainer.total_training_steps", "trainer.test_freq", "trainer.save_freq",
+    "trainer.val_before_train", "trainer.critic_warmup",
+    "actor_rollout_ref.rollout.n", "actor_rollout_ref.actor.ppo_mini_batch_size", "actor_rollout_ref.actor.ppo_epochs",
+    f"{ACTOR_OPTIM}.lr", f"{ACTOR_OPTIM}.lr_warmup_steps", f"{ACTOR_OPTIM}.lr_warmup_steps_ratio",
+    f"{ACTOR_OPTIM}.lr_scheduler_type", f"{ACTOR_OPTIM}.warmup_style", f"{ACTOR_OPTIM}.min_lr_ratio",
+    f"{ACTOR_OPTIM}.num_cycles", f"{ACTOR_OPTIM}.zero_indexed_step",
+)  # fmt: skip
+
+
+class VerlConfigError(ValueError):
+    """A value the step math cannot use; ``key`` names the recipe key."""
+
+    def __init__(self, key: str, message: str):
+        super().__init__(message)
+        self.key = key
+
+
+@dataclass(frozen=True)
+class VerlSteps:
+    """Step counts and the LR schedule of one verl run."""
+
+    version: str
+    pool_size: int  # prompts in the pool file
+    prompts: int  # after data.train_max_samples (before filter_overlong_prompts)
+    batch_prompts: int  # the dataloader's batch: gen_batch_size or train_batch_size
+    train_batch_size: int
+    n_samples_per_prompt: int  # actor_rollout_ref.rollout.n
+    batches_per_epoch: int  # floor(prompts / batch_prompts): drop_last=True
+    partial_batch_prompts: int  # prompts the last partial batch holds (dropped every epoch)
+    total_epochs: int
+    total_training_steps_stated: int | None
+    scheduler_total: int  # total_training_steps: the LR scheduler's horizon and is_last_step's bound
+    global_steps_total: int  # steps the loop runs: min(scheduler_total, batches_per_epoch × total_epochs)
+    reaches_last_step: bool  # the final step run is verl's is_last_step (final save/validation fire)
+    ppo_mini_batch_size: int
+    ppo_epochs: int
+    optimizer_steps_per_global_step: int  # train_batch_size // ppo_mini_batch_size × ppo_epochs
+    critic_warmup: int  # global steps before the first actor update (0: from step 1)
+    warmup_steps: int
+    peak_lr: float
+    scheduler: str  # constant | cosine
+    min_lr_ratio: float
+    num_cycles: float
+    zero_indexed_step: bool
+    filters_prompts: bool  # data.filter_overlong_prompts: N may be smaller than planned
+
+    @property
+    def first_update_step(self) -> int:
+        """The first global step that updates the actor (and steps its scheduler)."""
+        return max(1, self.critic_warmup)
+
+    @property
+    def actor_updates(self) -> int:
+        """Actor updates (= scheduler steps) in the run."""
+        return max(0, self.global_steps_total - self.first_update_step + 1)
+
+    @property
+    def optimizer_steps_total(self) -> int:
+        return self.actor_updates * self.optimizer_steps_per_global_step
+
+    @property
+    def warmup_global_steps(self) -> float:
+        """Global steps until the LR first reaches its peak (warm-up counted in scheduler steps)."""
+        return float(self.warmup_steps + self.first_update_step - 1)
+
+    def update_index(self, global_step: int) -> int | None:
+        """0-based index of the actor update made at ``global_step``; None when none is made."""
+        if global_step < self.first_update_step or global_step > self.global_steps_total:
+            return None
+        return global_step - self.first_update_step
+
+
+def _int(config: Mapping[str, Any], key: str, *, minimum: int | None = None, optional: bool = False) -> int | None:
+    value = config.get(key)
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise VerlConfigError(key, f"must be an integer (got {value!r})")
+    if minimum is not None and value < minimum:
+        raise VerlConfigError(key, f"must be >= {minimum} (got {value})")
+    return value
+
+
+def _float(config: Mapping[str, Any], key: str, default: float | None = None) -> float:
+    value = config.get(key)
+    if value is None and default is not None:
+        return default
+    if isinstance(value, bool):
+        raise VerlConfigError(key, f"must be a number (got {value!r})")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise VerlConfigError(key, f"must be a number (got {value!r})") from None
+    if not math.isfinite(number):
+        raise VerlConfigError(key, f"must be finite (got {value!r})")
+    return number
+
+
+def scheduler_type(config: Mapping[str, Any]) -> str:
+    """``lr_scheduler_type``, or the deprecated ``warmup_style`` when set (it wins in verl 0.9.1's
+    ``FSDPOptimizerConfig.__post_init__``)."""
+    style = config.get(f"{ACTOR_OPTIM}.warmup_style")
+    kind = style if style is not None else config.get(f"{ACTOR_OPTIM}.lr_scheduler_type")
+    key = f"{ACTOR_OPTIM}.warmup_style" if style is not None else f"{ACTOR_OPTIM}.lr_scheduler_type"
+    if kind not in SCHEDULER_TYPES:
+        raise VerlConfigError(key, f"must be one of {', '.join(SCHEDULER_TYPES)} (got {kind!r})")
+    return kind
+
+
+def warmup_steps(stated: int, ratio: float, total: int) -> int:
+    """verl's warm-up: ``lr_warmup_steps`` when > 0, else ``int(ratio × total)`` (truncation)."""
+    return stated if stated > 0 else int(ratio * total)
+
+
+def compute_verl_steps(config: Mapping[str, Any], pool_size: int, version: str) -> VerlSteps:
+    """The step counts of a verl run on a pool of ``pool_size`` prompts."""
+    if pool_size < 0:
+        raise ValueError(f"pool_size must be >= 0, got {pool_size}")
+    train_batch = _int(config, "data.train_batch_size", minimum=1)
+    gen_batch = _int(config, "data.gen_batch_size", minimum=1, optional=True)
+    max_samples = _int(config, "data.train_max_samples", optional=True)
+    epochs = _int(config, "trainer.total_epochs", minimum=1)
+    stated_total = _int(config, "trainer.total_training_steps", minimum=1, optional=True)
+    n = _int(config, "actor_rollout_ref.rollout.n", minimum=1)
+    mini = _int(config, "actor_rollout_ref.actor.ppo_mini_batch_size", minimum=1)
+    ppo_epochs = _int(config, "actor_rollout_ref.actor.ppo_epochs", minimum=1)
+    critic_warmup = _int(config, "trainer.critic_warmup", minimum=0)
+    stated_warmup = _int(config, f"{ACTOR_OPTIM}.lr_warmup_steps")
+    ratio = _float(config, f"{ACTOR_OPTIM}.lr_warmup_steps_ratio")
+    if not 0 <= ratio <= 1:
+        raise VerlConfigError(f"{ACTOR_OPTIM}.lr_warmup_steps_ratio", f"must be between 0 and 1 (got {ratio})")
+    min_lr_ratio = _float(config, f"{ACTOR_OPTIM}.min_lr_ratio", default=0.0)  # None means 0.0 in verl
+    if not 0 <= min_lr_ratio <= 1:  # verl asserts it
+        raise VerlConfigError(f"{ACTOR_OPTIM}.min_lr_ratio", f"must be between 0 and 1 (got {min_lr_ratio})")
+    kind = scheduler_type(config)
+
+    prompts = min(pool_size, max_samples) if max_samples is not None and max_samples > 0 else pool_size
+    batch = gen_batch or train_batch
+    per_epoch = prompts // batch
+    data_total = per_epoch * epochs
+    total = stated_total if stated_total is not None else data_total
+    return VerlSteps(
+        version=version,
+        pool_size=pool_size,
+        prompts=prompts,
+        batch_prompts=batch,
+        train_batch_size=train_batch,
+        n_samples_per_prompt=n,
+        batches_per_epoch=per_epoch,
+        partial_batch_prompts=prompts % batch,
+        total_epochs=epochs,
+        total_training_steps_stated=stated_total,
+        scheduler_total=total,
+        global_steps_total=min(total, data_total),
+        reaches_last_step=total <= data_total,
+        ppo_mini_batch_size=mini,
+        ppo_epochs=ppo_epochs,
+        # verl: (train_batch·n per rank) // (mini·n per rank) × ppo_epochs mini-batch iterations
+        optimizer_steps_per_global_step=(train_batch * n) // (mini * n) * ppo_epochs,
+        critic_warmup=critic_warmup,
+        warmup_steps=warmup_steps(stated_warmup, ratio, total),
+        peak_lr=_float(config, f"{ACTOR_OPTIM}.lr"),
+        scheduler=kind,
+        min_lr_ratio=min_lr_ratio,
+        num_cycles=_float(config, f"{ACTOR_OPTIM}.num_cycles"),
+        zero_indexed_step=bool(config.get(f"{ACTOR_OPTIM}.zero_indexed_step", True)),
+        filters_prompts=bool(config.get("data.filter_overlong_prompts")),
+    )
+
+
+# ----------------------------------------------------------------------------- the LR schedule
+
+
+def lr_lambda(scheduler_step: int, steps: VerlSteps) -> float:
+    """verl's ``lr_lambda`` after ``scheduler_step`` calls of ``scheduler.step()``: the same float
+    operations, in the same order, as ``get_constant_schedule_with_warmup`` and
+    ``get_cosine_schedule_with_warmup`` (``init_lr_ratio`` 0, as verl's FSDP engine builds it)."""
+    warmup = steps.warmup_steps
+    if steps.scheduler == "constant":
+        if scheduler_step < warmup:
+            return float(scheduler_step) / float(max(1.0, warmup))
+        return 1.0
+    current = scheduler_step if steps.zero_indexed_step else scheduler_step + 1
+    if current < warmup:
+        return 0.0 + (1.0 - 0.0) * (float(current) / float(max(1, warmup)))
+    m = steps.min_lr_ratio
+    coef, intercept = (1 - m) * 0.5, (1 + m) * 0.5
+    progress = float(current - warmup) / float(max(1, steps.scheduler_total - warmup))
+    x = math.cos(math.pi * float(steps.num_cycles) * 2.0 * progress)
+    return max(m, x * coef + intercept)
+
+
+@dataclass(frozen=True)
+class VerlStepLR:
+    """The LR of one global step."""
+
+    global_step: int
+    update: int | None  # 0-based actor update index; None: no actor update at this step
+    lr_applied: float  # the LR of this step's optimizer steps (every mini-batch: one scheduler step per global step)
+    fraction_of_peak: float
+    actor_lr_logged: float | None  # verl's actor/lr for this step: read after scheduler.step()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"global_step": self.global_step, "actor_update": self.update, "lr_first": self.lr_applied,
+                "lr_mean": self.lr_applied, "fraction_of_peak": self.fraction_of_peak,
+                "actor_lr_logged": self.actor_lr_logged}
+
+
+def lr_for_global_step(global_step: int, steps: VerlSteps) -> VerlStepLR:
+    update = steps.update_index(global_step)
+    if update is None:  # critic warm-up: the actor is not updated; its LR would be λ(0)
+        lr = steps.peak_lr * lr_lambda(0, steps)
+        return VerlStepLR(global_step, None, lr, _fraction(lr, steps), None)
+    lr = steps.peak_lr * lr_lambda(update, steps)
+    return VerlStepLR(global_step, update, lr, _fraction(lr, steps), steps.peak_lr * lr_lambda(update + 1, steps))
+
+
+def _fraction(lr: float, steps: VerlSteps) -> float:
+    return lr / steps.peak_lr if steps.peak_lr else 0.0
+
+
+def max_fraction_through(global_step: int, steps: VerlSteps) -> float:
+    """The highest fraction of peak LR any actor update has applied by the end of ``global_step``."""
+    last = steps.update_index(min(global_step, steps.global_steps_total))
+    if last is None:
+        return 0.0
+    # the LR rises through warm-up and falls after (cosine) or stays (constant): the maximum is at
+    # the end of warm-up or at the last update, whichever comes first
+    return max(lr_lambda(min(last, steps.warmup_steps), steps), lr_lambda(last, steps))
+
+
+# ----------------------------------------------------------------------------- validation and saves
+
+
+@dataclass(frozen=True)
+class VerlSchedule:
+    """Where verl validates and saves."""
+
+    validation_at_step_0: bool
+    evaluated: tuple[int, ...]  # global steps >= 1 that run validation
+    saved: tuple[int, ...]  # global steps that save a checkpoint
+
+
+def _fires(step: int, every: int, steps: VerlSteps) -> bool:
+    last = steps.reaches_last_step and step == steps.global_steps_total
+    return every > 0 and (last or step % every == 0)
+
+
+def verl_schedule(config: Mapping[str, Any], steps: VerlSteps) -> VerlSchedule:
+    """``trainer.test_freq`` / ``trainer.save_freq``: every multiple and the last step (when the
+    frequency is > 0); a save happens only at a step that updates the actor."""
+    test_freq = _int(config, "trainer.test_freq")
+    save_freq = _int(config, "trainer.save_freq")
+    total = steps.global_steps_total
+    evaluated = tuple(g for g in range(1, total + 1) if _fires(g, test_freq, steps))
+    saved = tuple(g for g in range(1, total + 1) if _fires(g, save_freq, steps) and g >= steps.first_update_step)
+    return VerlSchedule(bool(config.get("trainer.val_before_train", True)), evaluated, saved)
