@@ -279,6 +279,20 @@ class AttemptDir:
         """Where a suffixed copy of a dataset is written for a trainer that cannot add the suffix."""
         return self.launch_dir / "data" / f"{Path(source).stem}.suffixed.jsonl"
 
+    def verl_dataset(self, source: Path) -> Path:
+        """A dataset rewritten into verl's row format (chat prompt, reward_model.ground_truth)."""
+        return self.launch_dir / "data" / f"{Path(source).stem}.verl.jsonl"
+
+    @property
+    def verl_metrics(self) -> Path:
+        """verl's ``file`` logger output (``$VERL_FILE_LOGGER_PATH``): one JSON line per step."""
+        return self.launch_dir / "verl_metrics.jsonl"
+
+    @property
+    def verl_checkpoints(self) -> Path:
+        """verl's ``trainer.default_local_dir``: its ``global_step_{N}/actor`` checkpoints."""
+        return self.checkpoints_dir / "verl"
+
     # ---------------------------------------------------------------- checkpoints/
     @property
     def checkpoints_dir(self) -> Path:

@@ -1,1 +1,1 @@
-"""Step math of trainers other than OpenRLHF (whose step math is rlexp.core.schedule)."""
+"""Per-trainer step semantics (pure): how TRL (and other trainers) count steps and set the LR."""
