@@ -62,6 +62,11 @@ def render(data: dict[str, Any]) -> None:
                   f"{s['partial_batch_prompts']}" + (" dropped" if s["drops_partial_batch"] else " trained")
                   if s["partial_batch_prompts"] else "0")  # fmt: skip
     steps.add_row("peak LR → min LR", f"{s['peak_lr']:.3g} → {s['min_lr']:.3g}")
+    if s.get("verl"):
+        v = s["verl"]
+        steps.add_row("verl: total_training_steps (LR scheduler horizon)", f"{v['total_training_steps']:,}")
+        steps.add_row("verl: scheduler / validation at step 0",
+                      f"{v['lr_scheduler_type']} / {'yes' if data.get('validation_at_step_0') else 'no'}")
     console.print(steps)
     for note in (data.get("openrlhf_command") or {}).get("notes", []):
         console.print(f"[dim]argv note:[/dim] {note}")
@@ -76,7 +81,7 @@ def render(data: dict[str, Any]) -> None:
             f"{row['lr_first']:.3g}",
             f"{row['lr_mean']:.3g}",
             f"{row['fraction_of_peak']:.1%}",
-            f"{row['actor_lr_logged']:.3g}",
+            f"{row['actor_lr_logged']:.3g}" if row["actor_lr_logged"] is not None else "—",  # verl: no update
         )
     console.print(lr)
 

@@ -239,23 +239,28 @@ class VerlStepLR:
 
     global_step: int
     update: int | None  # 0-based actor update index; None: no actor update at this step
-    lr_applied: float  # the LR of this step's optimizer steps (every mini-batch: one scheduler step per global step)
+    first_optimizer_step: int  # 1-based, over the run; first > last when the step makes no update
+    last_optimizer_step: int
+    lr_applied: float  # the LR of all this step's optimizer steps (the scheduler steps once per global step)
     fraction_of_peak: float
     actor_lr_logged: float | None  # verl's actor/lr for this step: read after scheduler.step()
 
     def as_dict(self) -> dict[str, Any]:
-        return {"global_step": self.global_step, "actor_update": self.update, "lr_first": self.lr_applied,
-                "lr_mean": self.lr_applied, "fraction_of_peak": self.fraction_of_peak,
+        return {"global_step": self.global_step, "actor_update": self.update,
+                "first_optimizer_step": self.first_optimizer_step, "last_optimizer_step": self.last_optimizer_step,
+                "lr_first": self.lr_applied, "lr_mean": self.lr_applied, "fraction_of_peak": self.fraction_of_peak,
                 "actor_lr_logged": self.actor_lr_logged}
 
 
 def lr_for_global_step(global_step: int, steps: VerlSteps) -> VerlStepLR:
     update = steps.update_index(global_step)
+    per_step = steps.optimizer_steps_per_global_step
     if update is None:  # critic warm-up: the actor is not updated; its LR would be λ(0)
         lr = steps.peak_lr * lr_lambda(0, steps)
-        return VerlStepLR(global_step, None, lr, _fraction(lr, steps), None)
+        return VerlStepLR(global_step, None, 1, 0, lr, _fraction(lr, steps), None)
     lr = steps.peak_lr * lr_lambda(update, steps)
-    return VerlStepLR(global_step, update, lr, _fraction(lr, steps), steps.peak_lr * lr_lambda(update + 1, steps))
+    return VerlStepLR(global_step, update, update * per_step + 1, (update + 1) * per_step, lr, _fraction(lr, steps),
+                      steps.peak_lr * lr_lambda(update + 1, steps))
 
 
 def _fraction(lr: float, steps: VerlSteps) -> float:
