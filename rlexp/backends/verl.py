@@ -258,3 +258,31 @@ def write_verl_dataset(source: Path, target: Path, suffix: str, data_source: str
         record["prompt"] = str(record.get("prompt", "")) + suffix
         lines.append(json.dumps(verl_row(record, Path(source).name, data_source, index), ensure_ascii=False))
     return atomic_write_text(target, "\n".join(lines) + "\n")
+
+
+@dataclass(frozen=True)
+class VerlLaunch:
+    """Everything ``rlexp launch`` needs for a verl run."""
+
+    argv: list[str]
+    env: dict[str, str]  # the trainer's environment additions (the file logger's path)
+    datasets: tuple[tuple[Path, Path, str, str], ...]  # (source, verl copy, prompt suffix, data_source)
+    reward_file: Path
+    metrics_file: Path
+
+
+def prepare_launch(att: Any, *, resume: bool, must_exist: bool = True) -> VerlLaunch:
+    """The argv, environment and files of a verl launch; every input checked, nothing written."""
+    spec_file = getattr(att, "display_path", None) or att.spec_path
+    stated = check_recipe(att.recipe_stated, att.trainer.version, spec_file)
+    paths = attempt_paths(att)
+    pool, monitor = att.datasets["pool"], att.datasets["ood_monitor"]
+    if must_exist:
+        for role, ref in (("pool", pool), ("ood_monitor", monitor)):
+            if not ref.path.exists():
+                raise InputError(ref.path, None, f"datasets.{role}: file not found")
+    argv = build_argv(attempt_config(stated, paths, att.id, resume=resume), att.trainer.version, spec_file)
+    datasets = ((pool.path, paths.train_file, pool.prompt_suffix, DATA_SOURCE_POOL),
+                (monitor.path, paths.val_file, monitor.prompt_suffix, DATA_SOURCE_MONITOR))
+    return VerlLaunch(argv=argv, env={FILE_LOGGER_ENV: str(paths.metrics_file)}, datasets=datasets,
+                      reward_file=paths.reward_file, metrics_file=paths.metrics_file)

@@ -293,6 +293,16 @@ class AttemptDir:
         """verl's ``trainer.default_local_dir``: its ``global_step_{N}/actor`` checkpoints."""
         return self.checkpoints_dir / "verl"
 
+    def latest_verl_checkpoint(self) -> int | None:
+        """The highest step verl saved (a ``global_step_{N}`` folder with an ``actor`` folder), or None."""
+        steps = []
+        if self.verl_checkpoints.is_dir():
+            for child in self.verl_checkpoints.iterdir():
+                match = re.fullmatch(r"global_step_(\d+)", child.name)
+                if match and (child / "actor").is_dir():
+                    steps.append(int(match.group(1)))
+        return max(steps, default=None)
+
     # ---------------------------------------------------------------- checkpoints/
     @property
     def checkpoints_dir(self) -> Path:
