@@ -72,9 +72,9 @@ def _check_value(key: verl_config.ConfigKey, value: Any) -> str | None:
         return None  # verl's default does not fix a type; OmegaConf takes what Hydra parses
     if kind == "bool":
         return None if isinstance(value, bool) else f"must be true or false (got {value!r})"
-    if kind == "int":
-        return None if isinstance(value, int) and not isinstance(value, bool) else f"must be an integer (got {value!r})"
-    if kind == "float":
+    if kind in ("int", "float"):
+        # an int default does not make a key integral: verl's YAML writes temperature: 0 where the
+        # field is a float (rlexp.core.trainers.verl checks the step math's integers itself)
         if isinstance(value, bool):
             return f"must be a number (got {value!r})"
         try:
@@ -144,7 +144,9 @@ def hydra_value(value: Any) -> str:
     if isinstance(value, str):
         if _PLAIN.match(value) and not _NOT_A_STRING.match(value):
             return value
-        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+        # Hydra's quoted strings: a backslash escapes only a quote or the backslashes before one
+        # (or before the closing quote); any other backslash is literal
+        return "'" + re.sub(r"(\\*)('|$)", lambda m: m.group(1) * 2 + ("\\'" if m.group(2) else ""), value) + "'"
     if isinstance(value, list | tuple):
         return "[" + ",".join(hydra_value(v) for v in value) + "]"
     if isinstance(value, dict):
