@@ -163,7 +163,7 @@ def test_the_schema_validates_every_committed_example():
 
 
 def test_the_schema_lists_every_recipe_key_with_its_default():
-    recipe = attempt_json_schema()["properties"]["recipe"]
+    recipe = attempt_json_schema()["allOf"][0]["then"]["properties"]["recipe"]  # OpenRLHF's
     assert set(recipe["properties"]) == set(RECIPE_KEYS) | set(LATER_UNDERSCORE_KEYS)
     assert recipe["properties"]["eps_clip"]["default"] == 0.2
     assert recipe["properties"]["adam_betas"]["default"] == [0.9, 0.95]

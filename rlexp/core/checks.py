@@ -77,7 +77,15 @@ def steps_for(att: Attempt) -> Steps:
         raise InputError(
             att.display_path, "datasets.pool", "the training pool (path or size) is needed to plan"
         )
-    steps = compute_steps(att.recipe, pool.size, att.trainer.version, trainer=att.trainer.name)
+    if att.trainer.name == "trl":
+        from rlexp.core.trainers.trl import TrlRecipeError, trl_steps
+
+        try:
+            steps = trl_steps(att.recipe, pool.size, att.trainer.version, att.trainer.gpus or 1)
+        except TrlRecipeError as exc:
+            raise InputError(att.display_path, f"recipe.{exc.field}", str(exc)) from None
+    else:
+        steps = compute_steps(att.recipe, pool.size, att.trainer.version, trainer=att.trainer.name)
     # the LR table and the monitor schedule hold one entry per step: bound them before building them
     for count, limit, what in ((steps.global_steps_total, MAX_GLOBAL_STEPS, "global"),
                                (steps.optimizer_steps_total, MAX_OPTIMIZER_STEPS, "optimizer")):
@@ -103,7 +111,7 @@ def preflight(att: Attempt, steps: Steps | None = None, power: PowerReport | Non
     for findings in (
         check_lr(att, steps),
         check_step_counts(att, steps),
-        check_batches(att, steps),
+        check_batches(att, steps) if att.trainer.name != "trl" else [],  # TRL's own rules: rlexp.core.trainers.trl
         check_schedule(att, steps, ckpt),
         check_single_variable(att),
         check_gpu_layout(att),
@@ -150,14 +158,21 @@ def check_lr(att: Attempt, steps: Steps) -> list[Verdict]:
             out.append(check(
                 "lr.warmup_share", ERROR,
                 f"warm-up lasts {steps.warmup_global_steps:,.1f} global steps "
-                f"({steps.warmup_steps:,} optimizer steps = ceil({steps.optimizer_steps_total:,} × "
-                f"{att.recipe['lr_warmup_ratio']})), more than {share:.0%} of the "
+                f"({steps.warmup_steps:,} optimizer steps = {steps.warmup_rule(att.recipe)}), more than {share:.0%} of the "
                 f"{'intended' if att.intent.get('global_steps') else 'planned'} {horizon:,} global steps",
+                "docs/plan.md#warm-up-and-early-lr",
+            ))  # fmt: skip
+        if steps.warmup_steps >= steps.optimizer_steps_total:
+            out.append(check(
+                "lr.warmup_never_ends", ERROR,
+                f"warm-up never ends: {steps.warmup_steps:,} warm-up steps ({steps.warmup_rule(att.recipe)}) >= the "
+                f"{steps.optimizer_steps_total:,} optimizer steps of the run: the LR never reaches its peak",
                 "docs/plan.md#warm-up-and-early-lr",
             ))  # fmt: skip
     stated = att.recipe_stated.get("min_lr_ratio")
     if (
-        stated is not None
+        att.trainer.name != "trl"
+        and stated is not None
         and not min_lr_is_configurable(steps.trainer_version)
         and not values_equal(stated, 0.1)
     ):
@@ -176,9 +191,11 @@ def check_lr(att: Attempt, steps: Steps) -> list[Verdict]:
 def check_step_counts(att: Attempt, steps: Steps) -> list[Verdict]:
     out: list[Verdict] = []
     total = steps.global_steps_total
+    trl = _trl_messages(steps)
     if total == 0:
         out.append(check(
             "steps.empty", ERROR,
+            trl.empty_message(steps) if trl else
             f"no global step runs: {steps.prompts:,} prompts < rollout_batch_size {steps.rollout_batch_size}",
             "docs/plan.md#optimizer-steps-and-global-steps",
         ))  # fmt: skip
@@ -192,9 +209,13 @@ def check_step_counts(att: Attempt, steps: Steps) -> list[Verdict]:
         ))  # fmt: skip
     intent = att.intent.get("global_steps")
     if intent and intent != total:
-        out.append(check("steps.intent", ERROR, _intent_message(intent, steps),
+        out.append(check("steps.intent", ERROR,
+                         trl.intent_message(intent, steps) if trl else _intent_message(intent, steps),
                          "docs/plan.md#optimizer-steps-and-global-steps"))  # fmt: skip
-    if steps.partial_batch_prompts and total:
+    if steps.partial_batch_prompts and total and trl:
+        out.append(check("steps.partial_batch", WARNING, trl.partial_batch_message(steps),
+                         "docs/trainers.md#trl-grpotrainer"))
+    elif steps.partial_batch_prompts and total:
         kept = steps.prompts - steps.partial_batch_prompts
         if steps.drops_partial_batch:
             what = (f"OpenRLHF {steps.trainer_version} drops it every episode (trains {kept:,} of "
@@ -209,6 +230,13 @@ def check_step_counts(att: Attempt, steps: Steps) -> list[Verdict]:
             "docs/plan.md#optimizer-steps-and-global-steps",
         ))  # fmt: skip
     return out
+
+
+def _trl_messages(steps: Steps) -> Any:
+    """The module of TRL's step messages when ``steps`` are a TRL run's, else None."""
+    from rlexp.core.trainers import trl
+
+    return trl if isinstance(steps, trl.TrlSteps) else None
 
 
 def _intent_message(intent: int, steps: Steps) -> str:

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -447,3 +448,129 @@ def recipe_json_schema() -> dict[str, Any]:
         "patternProperties": {DOTTED_KEY_PATTERN: dotted},
         "additionalProperties": False,
     }
+
+
+# ----------------------------------------------------------------------------- per-trainer key tables
+#
+# Each trainer keeps its own key names in the recipe: OpenRLHF's argument names (the table above,
+# shared by the local trainer), TRL's GRPOConfig fields, verl's dotted Hydra paths. One
+# TrainerKeyTable per trainer says which keys a recipe for that trainer may state, with each key's
+# type, default and kind, so that the spec's validation, its defaults and the one-variable rule
+# (rlexp.core.spec.diff_against_parent) work the same way for every trainer.
+
+
+@dataclass(frozen=True)
+class TrainerKeyTable:
+    """The recipe keys of one trainer (``trainer.name``)."""
+
+    trainer: str
+    spelling: str  # what the key names are, for messages ("TRL 1.16.0 GRPOConfig fields")
+    keys: Mapping[str, RecipeKey]  # the described keys in table order: defaults, diff order, "did you mean"
+    defaults: Mapping[str, Any]  # what an unstated key resolves to
+    # any key the trainer accepts: a described key, or one matched by a pattern (OpenRLHF's dotted
+    # flags of newer releases); None for a key the trainer does not have
+    lookup: Callable[[str], RecipeKey | None]
+    versions: tuple[str, ...] = ()  # the versions the keys were read from; () = any version
+
+
+def _openrlhf_table(trainer: str) -> TrainerKeyTable:
+    return TrainerKeyTable(trainer, "OpenRLHF v0.9.x argument names without the dashes", RECIPE_KEYS,
+                           RECIPE_DEFAULTS, recipe_key)  # fmt: skip
+
+
+# TRL: the fields of GRPOConfig (with transformers' TrainingArguments) of the pinned release, as
+# listed by scripts/refresh-trl-fields in rlexp/core/trainers/trl_fields.py. A field's kind is
+# training unless its name says it is instrumentation (logging, eval, checkpoints, hub) or
+# infrastructure (processes, kernels, memory, the vLLM server): exempt kinds follow the same
+# exemption table as OpenRLHF's keys.
+_TRL_INSTRUMENTATION_PREFIXES = (
+    "logging_", "log_", "eval_", "save_", "hub_", "push_to_hub", "report_to", "output_dir", "run_name",
+    "project", "trackio_", "load_best_model_at_end", "metric_for_best_model", "greater_is_better",
+    "do_eval", "do_predict", "do_train", "prediction_loss_only", "per_device_eval_batch_size",
+    "num_generations_eval", "disable_tqdm", "include_", "resume_from_checkpoint", "ignore_data_skip",
+    "restore_callback_states_from_checkpoint", "num_completions_to_print", "wandb_", "skip_memory_metrics",
+    "batch_eval_metrics", "label_names", "past_index", "overwrite_output_dir", "full_determinism_",
+)
+_TRL_INFRASTRUCTURE_PREFIXES = (
+    "dataloader_", "ddp_", "fsdp", "deepspeed", "accelerator_config", "parallelism_config", "use_vllm",
+    "vllm_mode", "vllm_server_", "vllm_gpu_memory_utilization", "vllm_tensor_parallel_size",
+    "vllm_enable_sleep_mode", "vllm_model_impl", "vllm_max_model_length", "vllm_group_port",
+    "gradient_checkpointing", "torch_compile", "use_cpu", "no_cuda", "tf32", "local_rank", "tpu_",
+    "torch_empty_cache_steps", "use_liger_kernel", "liger_kernel_config", "ds3_gather_for_generation",
+    "use_transformers_paged", "use_transformers_continuous_batching", "cache_implementation",
+    "half_precision_backend", "auto_find_batch_size", "jit_mode_eval", "use_ipex", "ray_scope",
+    "debug", "hub_always_push",
+)
+_TRL_TYPES = {"int": "int", "float": "float", "bool": "bool", "str": "str", "list[str]": "str_list"}
+JSON_VALUE = "json"  # a TRL field of a composite type (a dict, a union): any YAML value, checked by TRL at launch
+
+
+def trl_kind(name: str) -> str:
+    """The kind of a GRPOConfig field for the one-variable rule (see the prefixes above)."""
+    if name.startswith(_TRL_INFRASTRUCTURE_PREFIXES):
+        return INFRASTRUCTURE
+    if name.startswith(_TRL_INSTRUMENTATION_PREFIXES):
+        return INSTRUMENTATION
+    return TRAINING
+
+
+def _trl_type(annotation: str) -> tuple[str, bool]:
+    """A field's annotation as listed ("int | None", "float", "dict | str | None") → recipe type, nullable."""
+    parts = [p.strip() for p in annotation.split("|")]
+    nullable = "None" in parts
+    parts = [p for p in parts if p != "None"]
+    if parts == ["float", "int"] or parts == ["int", "float"]:
+        return "float", nullable
+    if len(parts) == 1 and parts[0] in _TRL_TYPES:
+        return _TRL_TYPES[parts[0]], nullable
+    return JSON_VALUE, True
+
+
+def _trl_table() -> TrainerKeyTable:
+    from rlexp.core.trainers.trl_fields import GRPO_CONFIG_FIELDS, TRL_VERSION
+
+    keys: dict[str, RecipeKey] = {}
+    for name, annotation, default in GRPO_CONFIG_FIELDS:
+        type_, nullable = _trl_type(annotation)
+        keys[name] = RecipeKey(name, type_, default, trl_kind(name), nullable or default is None)
+    return TrainerKeyTable("trl", f"TRL {TRL_VERSION} GRPOConfig fields", keys,
+                           {k.name: k.default for k in keys.values()}, keys.get, (TRL_VERSION,))  # fmt: skip
+
+
+def _trainer_tables() -> dict[str, TrainerKeyTable]:
+    return {"openrlhf": _openrlhf_table("openrlhf"), "local": _openrlhf_table("local"), "trl": _trl_table()}
+
+
+TRAINER_KEY_TABLES: dict[str, TrainerKeyTable] = _trainer_tables()
+
+
+def key_table(trainer: str) -> TrainerKeyTable:
+    """The key table of ``trainer`` (a ``trainer.name`` value)."""
+    try:
+        return TRAINER_KEY_TABLES[trainer]
+    except KeyError:
+        raise ValueError(f"no recipe-key table for trainer {trainer!r}") from None
+
+
+def recipe_key_for(trainer: str, name: str) -> RecipeKey | None:
+    """The metadata of recipe key ``name`` for ``trainer``; None when that trainer has no such key."""
+    return key_table(trainer).lookup(name)
+
+
+def recipe_kind_for(trainer: str, name: str) -> str | None:
+    """The kind of a recipe key (training, instrumentation, infrastructure) for the one-variable rule."""
+    key = recipe_key_for(trainer, name)
+    return key.kind if key is not None else None
+
+
+def table_json_schema(table: TrainerKeyTable) -> dict[str, Any]:
+    """The JSON Schema of the ``recipe`` section for a trainer whose keys are all described
+    (TRL's GRPOConfig fields): each key with its type and default, nothing else."""
+    properties = {}
+    for name, key in table.keys.items():
+        schema = {} if key.type == JSON_VALUE else key_json_schema(key)
+        schema.pop("description", None)
+        properties[name] = {"description": f"{key.kind}; {table.spelling}", **schema,
+                            "default": _json_default(key.default)}
+    return {"type": "object", "description": f"{table.spelling}; unstated keys take the default",
+            "properties": properties, "additionalProperties": False}

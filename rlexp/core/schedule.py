@@ -90,6 +90,20 @@ class Steps:
     def min_lr(self) -> float:
         return self.peak_lr * self.min_lr_rate
 
+    def lambda_at(self, scheduler_step: int) -> float:
+        """The LR multiplier after ``scheduler_step`` scheduler steps: OpenRLHF's ``cosine_with_min_lr``."""
+        return cosine_with_min_lr_lambda(scheduler_step, self)
+
+    def warmup_rule(self, recipe: Mapping[str, Any]) -> str:
+        """How ``warmup_steps`` was computed, for messages."""
+        return f"ceil({self.optimizer_steps_total:,} × {recipe.get('lr_warmup_ratio')})"
+
+    def eval_save_steps(self, recipe: Mapping[str, Any]) -> tuple[list[int], list[int]]:
+        """Global steps with an in-run eval, and with a saved checkpoint (OpenRLHF: multiples only)."""
+        total = self.global_steps_total
+        return (firing_steps(int(_get(recipe, "eval_steps", -1)), total),
+                firing_steps(int(_get(recipe, "save_steps", -1)), total))  # fmt: skip
+
     @property
     def warmup_global_steps(self) -> float:
         return self.warmup_steps / self.optimizer_steps_per_global_step
@@ -210,6 +224,12 @@ def _maybe_int(x: float) -> float:
 
 
 def lr_lambda(scheduler_step: int, steps: Steps) -> float:
+    """The LR multiplier after ``scheduler_step`` calls of ``scheduler.step()``: the trainer's own
+    schedule (:meth:`Steps.lambda_at`; another trainer's steps bring their own)."""
+    return steps.lambda_at(scheduler_step)
+
+
+def cosine_with_min_lr_lambda(scheduler_step: int, steps: Steps) -> float:
     """``transformers``' ``_get_cosine_schedule_with_warmup_lr_lambda`` (num_cycles 0.5), same
     float operations in the same order, after ``scheduler_step`` calls of ``scheduler.step()``."""
     warmup, total, num_cycles = steps.warmup_steps, steps.optimizer_steps_total, 0.5
@@ -348,8 +368,7 @@ class CheckpointPlan:
 
 def checkpoint_plan(steps: Steps, recipe: Mapping[str, Any], mid: int | None) -> CheckpointPlan:
     total = steps.global_steps_total
-    saved = firing_steps(int(_get(recipe, "save_steps", -1)), total)
-    evaluated = firing_steps(int(_get(recipe, "eval_steps", -1)), total)
+    evaluated, saved = steps.eval_save_steps(recipe)
     saved_set = set(saved)
     candidates = tuple(g for g in evaluated if g in saved_set)
     return CheckpointPlan(total, mid, tuple(saved), tuple(evaluated), candidates)

@@ -31,14 +31,16 @@ from rlexp.core.recipe import (
     FLAG_VALUE,
     INFRASTRUCTURE,
     INSTRUMENTATION,
+    JSON_VALUE,
     KL_ESTIMATORS,
-    RECIPE_DEFAULTS,
     RECIPE_KEYS,
     TRAINING,
     RecipeKey,
     json_number,
+    key_table,
     recipe_json_schema,
-    recipe_key,
+    recipe_key_for,
+    table_json_schema,
 )
 from rlexp.core.recipe import LATER_UNDERSCORE_KEYS as LATER_UNDERSCORE_KEYS  # re-exported
 from rlexp.core.recipe import is_dotted_recipe_key as is_dotted_recipe_key  # re-exported
@@ -48,7 +50,7 @@ from rlexp.storage.layout import SPEC_NAME
 
 ROLES = ("pool", "ood_monitor", "ood_primary", "id", "sanity")
 EVAL_ROLES = ("ood_monitor", "ood_primary", "id", "sanity")
-TRAINERS = ("openrlhf", "local")
+TRAINERS = ("openrlhf", "local", "trl")  # each has its key table: rlexp.core.recipe.TRAINER_KEY_TABLES
 ENGINES = ("local", "vllm", "openai")
 ANSWER_MODES = ("exact", "math_verify")  # rlexp.core.answers.is_correct's modes
 # Sets graded in-run by the trainer's reward (exact match): their grading is not a spec choice.
@@ -60,7 +62,7 @@ DATASET_FIELDS = ("path", "size", "prompt_suffix", "answer_mode")  # a dataset's
 
 @dataclass(frozen=True)
 class TrainerSettings:
-    name: str  # openrlhf | local
+    name: str  # openrlhf | local | trl
     version: str  # "0.9.3", "0.11.0"; the local trainer follows OpenRLHF 0.11 step semantics
     gpus: int | None  # GPUs available to the run (None: not stated)
 
@@ -390,8 +392,9 @@ def attempt_json_schema() -> dict[str, Any]:
     top = _section_json({k: v for k, v in _SCHEMA.items() if k != "recipe"})
     properties: dict[str, Any] = {}
     for name in _SCHEMA:
-        if name == "recipe":
-            properties[name] = _nullable(recipe_json_schema())
+        if name == "recipe":  # its keys depend on trainer.name: see allOf below
+            properties[name] = {"description": "the trainer's own key names (trainer.name picks the table)",
+                                "type": ["object", "null"]}
             continue
         properties[name] = top["properties"][name]
         if name == "change":
@@ -402,6 +405,11 @@ def attempt_json_schema() -> dict[str, Any]:
                 properties[name]["properties"][role]["properties"].pop("answer_mode")
         if _DESCRIPTIONS[name]:
             properties[name] = {"description": _DESCRIPTIONS[name], **properties[name]}
+    # each trainer has its own recipe keys: the recipe's schema follows trainer.name (a child that
+    # inherits its trainer without stating it is checked as OpenRLHF's by editors; rlexp plan knows)
+    others = [t for t in TRAINERS if key_table(t).keys is not RECIPE_KEYS]
+    by_trainer = [_when_trainer([t], table_json_schema(key_table(t))) for t in others]
+    openrlhf = _when_trainer([t for t in TRAINERS if t not in others], recipe_json_schema(), negate=others)
     return {
         "$schema": SCHEMA_DRAFT,
         "title": "rlexp attempt spec (attempt.yaml)",
@@ -409,7 +417,19 @@ def attempt_json_schema() -> dict[str, Any]:
         "type": "object",
         "additionalProperties": False,
         "properties": properties,
+        "allOf": [openrlhf, *by_trainer],
     }
+
+
+def _when_trainer(names: list[str], recipe: dict[str, Any], negate: list[str] | None = None) -> dict[str, Any]:
+    """``recipe`` applies when trainer.name is one of ``names`` (or, with ``negate``, none of those)."""
+    if negate is not None:
+        condition = {"not": {"properties": {"trainer": {"properties": {"name": {"enum": negate}},
+                                                        "required": ["name"]}}, "required": ["trainer"]}}
+    else:
+        condition = {"properties": {"trainer": {"properties": {"name": {"enum": names}}, "required": ["name"]}},
+                     "required": ["trainer"]}
+    return {"if": condition, "then": {"properties": {"recipe": _nullable(recipe)}}}
 
 
 def attempt_json_schema_text() -> str:
@@ -445,10 +465,10 @@ def _validate_section(
             raise InputError(display, where, "unknown key" + _suggest(str(name), list(schema)))
         if value is None:
             continue  # not stated
-        if rule == "recipe":
+        if rule == "recipe":  # checked by _load once the trainer (maybe a parent's) is known
             if not isinstance(value, dict):
                 raise InputError(display, where, f"must be a mapping (got {value!r})")
-            out[name] = _validate_recipe(value, display)
+            out[name] = dict(value)
         elif isinstance(rule, dict):
             if not isinstance(value, dict):
                 raise InputError(display, where, f"must be a mapping (got {value!r})")
@@ -461,8 +481,10 @@ def _validate_section(
     return out
 
 
-def _validate_recipe(recipe: dict[str, Any], display: str) -> dict[str, Any]:
-    """Check each recipe key against :data:`RECIPE_KEYS`; return the values, coerced."""
+def _validate_recipe(recipe: dict[str, Any], display: str, trainer: str = "openrlhf") -> dict[str, Any]:
+    """Check each recipe key against ``trainer``'s key table (:data:`RECIPE_KEYS` for OpenRLHF and
+    the local trainer); return the values, coerced."""
+    table = key_table(trainer)
     out: dict[str, Any] = {}
     for name, value in recipe.items():
         where = f"recipe.{name}"
@@ -472,9 +494,10 @@ def _validate_recipe(recipe: dict[str, Any], display: str) -> dict[str, Any]:
             raise InputError(display, where, "a credential does not go in a spec (it would reach plan.json, the "
                                              "report and MLflow): set it in an environment variable instead "
                                              "(e.g. WANDB_API_KEY, HF_TOKEN)")
-        key = recipe_key(name)
+        key = table.lookup(name)
         if key is None:
-            raise InputError(display, where, "unknown key" + _suggest(str(name), list(RECIPE_KEYS)))
+            spelling = "" if table.keys is RECIPE_KEYS else f" (trainer {trainer}: {table.spelling})"
+            raise InputError(display, where, "unknown key" + _suggest(str(name), list(table.keys)) + spelling)
         if value is None:
             if not key.nullable:
                 raise InputError(display, where, f"must not be null (a {key.type.replace('_', ' ')})")
@@ -498,6 +521,8 @@ def _coerce(key: RecipeKey, value: Any) -> Any:
         return _bool(value)
     if key.type == "str":
         return _str(value)
+    if key.type == JSON_VALUE:  # a composite TRL field (a dict, a union): TRL's own config checks it at launch
+        return value
     if key.type == FLAG_VALUE:  # a newer release's flag: the argv builder checks it against that parser
         scalar = bool | int | float | str
         if isinstance(value, scalar) or (isinstance(value, list) and value and all(
@@ -574,6 +599,11 @@ def _load(spec_path: Path, seen: tuple[str, ...]) -> Attempt:
             raise InputError(display, "parent", "cyclic parent chain: " + " -> ".join(chain))
         parent = _load(parent_spec, seen=(*seen, key))
 
+    if "recipe" in own:
+        trainer = (own.get("trainer") or {}).get("name") or (parent.trainer.name if parent else None)
+        if trainer is None:
+            raise InputError(display, "trainer.name", f"required ({', '.join(TRAINERS)}) in this spec or a parent")
+        own["recipe"] = _validate_recipe(own["recipe"], display, trainer)
     return _resolve(own, parent, spec_path, attempt_id, display)
 
 
@@ -599,19 +629,29 @@ def _resolve(
 
     trainer_raw = merged["trainer"]
     if not trainer_raw.get("name"):
-        raise InputError(display, "trainer.name", "required (openrlhf or local) in this spec or a parent")
+        raise InputError(display, "trainer.name", f"required ({', '.join(TRAINERS)}) in this spec or a parent")
+    if parent is not None and trainer_raw["name"] != parent.trainer.name:
+        # each trainer has its own recipe keys: the parent's recipe means nothing to another trainer
+        raise InputError(display, "trainer.name", f"{trainer_raw['name']!r} differs from parent {parent.id}'s "
+                                                  f"{parent.trainer.name!r}: start a new root attempt instead")
+    table = key_table(trainer_raw["name"])
     version = trainer_raw.get("version")
     if version is None:
         if trainer_raw["name"] == "local":
             version = "0.11.0"  # the local trainer follows OpenRLHF 0.11 step semantics
+        elif table.versions:
+            version = table.versions[0]  # the one release whose keys the table lists
         else:
             raise InputError(display, "trainer.version", 'required for openrlhf (e.g. "0.9.3" or "0.11.0")')
     if not re.match(r"^\d+\.\d+", version):
         raise InputError(display, "trainer.version", f'{version!r} is not a version like "0.9.3"')
+    if table.versions and version not in table.versions:
+        raise InputError(display, "trainer.version", f"{trainer_raw['name']} {version} is not a listed release: the "
+                                                     f"recipe keys were read from {', '.join(table.versions)}")
     trainer = TrainerSettings(name=trainer_raw["name"], version=version, gpus=trainer_raw.get("gpus"))
 
     recipe_stated = dict(merged["recipe"])
-    recipe = {**RECIPE_DEFAULTS, **recipe_stated}
+    recipe = {**table.defaults, **recipe_stated}
 
     experiment_dir = spec_path.parent.parent
     eval_raw = merged["eval"]
@@ -632,7 +672,7 @@ def _resolve(
         if not isinstance(ckey, str):
             raise InputError(display, f"change.{ckey}",
                              f"keys must be strings, got {type(ckey).__name__} {ckey!r:.40}")
-        _check_change_key(ckey, display)
+        _check_change_key(ckey, display, trainer.name)
         if is_credential_key(ckey) and cvalue is not None and cvalue is not False:
             raise InputError(display, f"change.{ckey}", "a credential does not go in a spec: set it in an "
                                                          "environment variable instead (e.g. WANDB_API_KEY)")
@@ -735,10 +775,10 @@ def change_keys() -> list[str]:
     ]
 
 
-def _check_change_key(ckey: str, display: str) -> None:
-    if recipe_key(ckey) is None and ckey not in change_keys():
+def _check_change_key(ckey: str, display: str, trainer: str = "openrlhf") -> None:
+    if recipe_key_for(trainer, ckey) is None and ckey not in change_keys():
         candidates = [
-            *RECIPE_KEYS,
+            *key_table(trainer).keys,
             *(f"datasets.pool.{f}" for f in ("path", "size", "prompt_suffix")),
             "trainer.version",
             "trainer.name",
@@ -763,11 +803,12 @@ def diff_against_parent(att: Attempt) -> list[Difference]:
     if par is None:
         return []
     out: list[Difference] = []
-    dotted = sorted({k for k in (*par.recipe, *att.recipe) if k not in RECIPE_KEYS})
-    for key in (*RECIPE_KEYS, *dotted):
+    table = key_table(att.trainer.name)  # parent and child have the same trainer (checked on load)
+    dotted = sorted({k for k in (*par.recipe, *att.recipe) if k not in table.keys})
+    for key in (*table.keys, *dotted):
         a, b = par.recipe.get(key), att.recipe.get(key)
         if not values_equal(a, b):
-            out.append(Difference(key, a, b, recipe_key(key).kind))
+            out.append(Difference(key, a, b, table.lookup(key).kind))  # type: ignore[union-attr]
     for fname in ("name", "version"):
         a, b = getattr(par.trainer, fname), getattr(att.trainer, fname)
         if a != b:
@@ -804,7 +845,7 @@ def values_equal(a: Any, b: Any) -> bool:
 
 def change_value(att: Attempt, key: str) -> Any:
     """The resolved value of a ``change`` key (recipe key or dotted datasets/trainer/eval field)."""
-    if recipe_key(key) is not None:
+    if recipe_key_for(att.trainer.name, key) is not None:
         return att.recipe.get(key)
     parts = key.split(".")
     if parts[0] == "datasets":

@@ -115,7 +115,8 @@ def gather(attempt: str | Path, sop: Any) -> tuple[DecideInputs, dict[str, Any]]
     """Read and validate everything the decision needs; return the inputs and what recording needs."""
     from rlexp.adapters.ingest import read_metrics
     from rlexp.core.decision import diagnostics_from
-    from rlexp.core.spec import RECIPE_KEYS, TRAINING, diff_against_parent, load_attempt, recipe_key
+    from rlexp.core.recipe import key_table
+    from rlexp.core.spec import TRAINING, diff_against_parent, load_attempt
     from rlexp.storage.files import sha256_file
     from rlexp.storage.ledger import latest_by_attempt, read_ledger, read_sota
     from rlexp.storage.paired import pair_files
@@ -162,9 +163,10 @@ def gather(attempt: str | Path, sop: Any) -> tuple[DecideInputs, dict[str, Any]]
     pool = att.datasets.get("pool")
     pool_sha = sha256_file(pool.path) if pool is not None and pool.path is not None and pool.path.is_file() else None
     seed = att.recipe.get("seed")
-    training_keys = [k for k, meta in RECIPE_KEYS.items() if meta.kind == TRAINING]
+    table = key_table(att.trainer.name)
+    training_keys = [k for k, meta in table.keys.items() if meta.kind == TRAINING]
     # newer releases' flags stated under their own names (a recipe without them keeps its digest)
-    training_keys += sorted(k for k in att.recipe if k not in RECIPE_KEYS and recipe_key(k).kind == TRAINING)
+    training_keys += sorted(k for k in att.recipe if k not in table.keys and table.lookup(k).kind == TRAINING)
     facts = AttemptFacts(
         id=att.id, parent=att.parent_id,
         changed=tuple(sorted({d.key for d in diff_against_parent(att) if d.kind == TRAINING})),

@@ -1,0 +1,312 @@
+"""TRL ``GRPOTrainer`` step math and learning rate, read from the released code (docs/trainers.md
+cites the lines of TRL 1.16.0 and transformers 5.24.0), without importing either.
+
+With per-process batch ``B`` (``per_device_train_batch_size``), processes ``W`` (``trainer.gpus``,
+1 on a CPU), gradient accumulation ``GA``, generations per prompt ``G`` (``num_generations``),
+iterations ``μ`` (``num_iterations``) and ``S = steps_per_generation`` (default ``GA``; or
+``generation_batch_size / (B·W)``):
+
+- one generation batch holds ``P = B·W·S / G`` prompts; the sampler keeps whole chunks of ``P``
+  prompts only, so ``N mod P`` prompts are dropped every epoch;
+- each process sees ``L = floor(N / P) · μ · S`` batches per epoch; transformers makes
+  ``max(ceil(L / GA), 1)`` optimizer steps of them, and ``max_steps = ceil(num_train_epochs ×
+  that)`` unless ``max_steps > 0`` is stated;
+- warm-up ``warmup_steps`` when it is ≥ 1, else ``ceil(max_steps × warmup_steps)``;
+- the scheduler (``get_scheduler(lr_scheduler_type, ...)``) steps once per optimizer step, so a
+  "global step" here is one optimizer step: the trainer's ``state.global_step``;
+- TRL logs ``learning_rate`` after the optimizer step, from ``get_last_lr()``: the LR of the
+  *next* step, ``peak × λ(step)`` — the ``last`` logging of :mod:`rlexp.core.schedule`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from rlexp.core.schedule import Steps
+
+# transformers' schedulers this module reproduces (name -> the lambda below)
+SCHEDULERS = ("linear", "cosine", "cosine_with_min_lr", "constant", "constant_with_warmup")
+
+
+class TrlRecipeError(ValueError):
+    """A TRL recipe that cannot be planned; ``field`` names the recipe key."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+@dataclass(frozen=True)
+class TrlSteps(Steps):
+    """:class:`~rlexp.core.schedule.Steps` of a TRL run: one global step is one optimizer step.
+
+    The OpenRLHF-named fields hold their TRL counterparts: ``rollout_batch_size`` is ``P`` (prompts
+    per generation batch), ``train_batch_size`` the samples per optimizer step ``B·W·GA``,
+    ``micro_train_batch_size`` ``B``, ``n_samples_per_prompt`` ``G``, ``max_epochs`` ``μ``."""
+
+    per_device_train_batch_size: int = 1
+    processes: int = 1
+    gradient_accumulation_steps: int = 1
+    steps_per_generation: int = 1
+    num_iterations: int = 1
+    num_train_epochs: float = 1.0
+    max_steps_stated: int = -1
+    batches_per_epoch: int = 0  # L, per process
+    update_steps_per_epoch: int = 1
+    lr_scheduler_type: str = "linear"
+    num_cycles: float = 0.5
+    warmup_rule_text: str = ""  # how warmup_steps was computed, for messages
+
+    def optimizer_steps_through(self, global_step: int) -> int:
+        return max(0, min(global_step, self.global_steps_total))
+
+    def lambda_at(self, scheduler_step: int) -> float:
+        return trl_lambda(scheduler_step, self)
+
+    def warmup_rule(self, recipe: Mapping[str, Any]) -> str:
+        return self.warmup_rule_text
+
+    def eval_save_steps(self, recipe: Mapping[str, Any]) -> tuple[list[int], list[int]]:
+        return eval_save_steps(recipe, self)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The TRL quantities of ``plan.json`` (``steps.trl``)."""
+        return {
+            "per_device_train_batch_size": self.per_device_train_batch_size,
+            "processes": self.processes,
+            "gradient_accumulation_steps": self.gradient_accumulation_steps,
+            "num_generations": self.n_samples_per_prompt,
+            "steps_per_generation": self.steps_per_generation,
+            "num_iterations": self.num_iterations,
+            "prompts_per_generation_batch": self.rollout_batch_size,
+            "prompts_dropped_per_epoch": self.partial_batch_prompts,
+            "batches_per_epoch": self.batches_per_epoch,
+            "update_steps_per_epoch": self.update_steps_per_epoch,
+            "num_train_epochs": self.num_train_epochs,
+            "max_steps_stated": self.max_steps_stated,
+            "max_steps": self.optimizer_steps_total,
+            "warmup_steps": self.warmup_steps,
+            "warmup_rule": self.warmup_rule_text,
+            "lr_scheduler_type": self.lr_scheduler_type,
+            "logged_learning_rate": "the LR of the next step (get_last_lr after scheduler.step())",
+        }
+
+
+def _int(recipe: Mapping[str, Any], key: str, minimum: int) -> int:
+    value = recipe.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise TrlRecipeError(key, f"must be an integer >= {minimum} (got {value!r})")
+    return value
+
+
+def scheduler_kwargs(recipe: Mapping[str, Any]) -> dict[str, Any]:
+    """``lr_scheduler_kwargs`` as a mapping (TRL accepts a dict or its JSON text)."""
+    raw = recipe.get("lr_scheduler_kwargs")
+    if raw in (None, "", {}):
+        return {}
+    if isinstance(raw, str):
+        import json
+
+        try:
+            raw = json.loads(raw)
+        except ValueError:
+            raise TrlRecipeError("lr_scheduler_kwargs", f"not a JSON object: {raw!r:.60}") from None
+    if not isinstance(raw, dict):
+        raise TrlRecipeError("lr_scheduler_kwargs", f"must be a mapping (got {raw!r:.60})")
+    return dict(raw)
+
+
+def trl_steps(recipe: Mapping[str, Any], pool_size: int, version: str, processes: int = 1) -> TrlSteps:
+    """The step counts and LR schedule of a resolved TRL recipe (GRPOConfig field names) over a pool
+    of ``pool_size`` prompts on ``processes`` processes. TrlRecipeError names a bad key."""
+    if pool_size < 0:
+        raise ValueError(f"pool_size must be >= 0, got {pool_size}")
+    b = _int(recipe, "per_device_train_batch_size", 1)
+    ga = _int(recipe, "gradient_accumulation_steps", 1)
+    g = _int(recipe, "num_generations", 2)  # GRPOConfig refuses fewer than 2 generations
+    mu = _int(recipe, "num_iterations", 1)
+    w = max(1, int(processes))
+    stated_s, stated_gb = recipe.get("steps_per_generation"), recipe.get("generation_batch_size")
+    # GRPOConfig.__post_init__: S defaults to GA; a generation_batch_size sets it instead
+    if stated_s is not None and stated_gb is not None:
+        raise TrlRecipeError("steps_per_generation", "generation_batch_size and steps_per_generation are "
+                                                     "mutually exclusive in GRPOConfig")
+    if stated_gb is not None:
+        gb = _int(recipe, "generation_batch_size", 1)
+        if gb % (b * w):
+            raise TrlRecipeError("generation_batch_size", f"{gb} is not a multiple of the global batch "
+                                                          f"{b} × {w} processes = {b * w}")
+        s = gb // (b * w)
+    else:
+        s = _int(recipe, "steps_per_generation", 1) if stated_s is not None else ga
+    generation_batch = b * w * s
+    if generation_batch % g:
+        raise TrlRecipeError("num_generations", f"the generation batch {b} × {w} × {s} = {generation_batch} "
+                                                f"completions is not a multiple of num_generations {g}")
+    prompts_per_generation = generation_batch // g  # P
+    chunks = pool_size // prompts_per_generation
+    batches = chunks * mu * s  # L: RepeatSampler's length / (B·S) per process
+    update_steps = max(batches // ga + int(batches % ga > 0), 1)
+    epochs = float(recipe.get("num_train_epochs") or 0.0)
+    stated_max = recipe.get("max_steps")
+    stated_max = -1 if stated_max is None else int(stated_max)
+    if stated_max > 0:
+        max_steps = stated_max
+    elif batches == 0:
+        max_steps = 0  # transformers refuses an empty dataloader without max_steps: nothing runs
+    else:
+        max_steps = math.ceil(epochs * update_steps)
+
+    warm = float(recipe.get("warmup_steps") or 0.0)
+    if warm >= 1:
+        warmup, rule = int(warm), f"warmup_steps {int(warm)} (absolute)"
+    else:
+        warmup = math.ceil(max_steps * warm)
+        rule = f"ceil({max_steps:,} × warmup_steps {warm:g})"
+
+    scheduler = str(recipe.get("lr_scheduler_type") or "linear")
+    if scheduler not in SCHEDULERS:
+        raise TrlRecipeError("lr_scheduler_type", f"{scheduler!r} is not planned by rlexp (supported: "
+                                                  f"{', '.join(SCHEDULERS)})")
+    peak = float(recipe.get("learning_rate") or 0.0)
+    kwargs = scheduler_kwargs(recipe)
+    num_cycles = float(kwargs.get("num_cycles", 0.5))
+    rate = 0.0
+    if scheduler == "cosine_with_min_lr":
+        # transformers: exactly one of min_lr / min_lr_rate; min_lr is divided by the optimizer's lr
+        if ("min_lr" in kwargs) == ("min_lr_rate" in kwargs):
+            raise TrlRecipeError("lr_scheduler_kwargs", "cosine_with_min_lr needs exactly one of min_lr and "
+                                                        "min_lr_rate")
+        rate = float(kwargs["min_lr_rate"]) if "min_lr_rate" in kwargs else float(kwargs["min_lr"]) / peak
+    elif scheduler in ("constant", "constant_with_warmup"):
+        rate = 1.0
+
+    return TrlSteps(
+        trainer_version=version,
+        pool_size=pool_size,
+        prompts=pool_size,
+        n_samples_per_prompt=g,
+        rollout_batch_size=prompts_per_generation,
+        train_batch_size=b * w * ga,
+        micro_train_batch_size=b,
+        data_parallel_size=w,
+        num_episodes=1,
+        max_epochs=mu,
+        optimizer_steps_total=max_steps,
+        optimizer_steps_per_episode=update_steps,
+        optimizer_steps_per_global_step=1,
+        micro_batches_per_optimizer_step=ga,
+        global_steps_per_episode=update_steps,
+        global_steps_total=max_steps,
+        partial_batch_prompts=pool_size % prompts_per_generation,
+        drops_partial_batch=True,
+        optimizer_steps_run=max_steps,
+        warmup_steps=warmup,
+        peak_lr=peak,
+        min_lr_ratio=rate,
+        min_lr_rate=rate,
+        actor_lr_logging="last",
+        per_device_train_batch_size=b,
+        processes=w,
+        gradient_accumulation_steps=ga,
+        steps_per_generation=s,
+        num_iterations=mu,
+        num_train_epochs=epochs,
+        max_steps_stated=stated_max,
+        batches_per_epoch=batches,
+        update_steps_per_epoch=update_steps,
+        lr_scheduler_type=scheduler,
+        num_cycles=num_cycles,
+        warmup_rule_text=rule,
+    )
+
+
+def trl_lambda(k: int, steps: TrlSteps) -> float:
+    """transformers' LR multiplier of ``steps.lr_scheduler_type`` after ``k`` scheduler steps, with
+    the float operations of ``transformers/optimization.py`` in the same order."""
+    warmup, total, kind = steps.warmup_steps, steps.optimizer_steps_total, steps.lr_scheduler_type
+    if kind == "constant":
+        return 1.0
+    if kind == "constant_with_warmup":
+        if k < warmup:
+            return float(k) / float(max(1.0, warmup))
+        return 1.0
+    if k < warmup:
+        return float(k) / float(max(1, warmup))
+    if kind == "linear":
+        return max(0.0, float(total - k) / float(max(1, total - warmup)))
+    progress = float(k - warmup) / float(max(1, total - warmup))
+    if kind == "cosine":
+        return max(0.0, 0.5 * (1.0 + math.cos(math.pi * float(steps.num_cycles) * 2.0 * progress)))
+    # cosine_with_min_lr
+    factor = 0.5 * (1.0 + math.cos(math.pi * float(steps.num_cycles) * 2.0 * progress))
+    factor = factor * (1 - steps.min_lr_rate) + steps.min_lr_rate
+    return max(0, factor)
+
+
+# ----------------------------------------------------------------------------- eval / save schedule
+
+
+def _every(value: Any, max_steps: int) -> int:
+    """transformers' TrainerState.compute_steps: a value below 1 is a fraction of max_steps."""
+    value = float(value)
+    return math.ceil(max_steps * value) if value < 1 else int(value)
+
+
+def firing_steps(strategy: str, every: Any, steps: TrlSteps, *, delay: float = 0.0) -> list[int]:
+    """Global steps where transformers' DefaultFlowCallback evaluates (or saves) under ``strategy``:
+    ``steps`` fires on multiples of ``every`` and at the final step; ``epoch`` at each epoch's end."""
+    total = steps.global_steps_total
+    if total < 1 or strategy == "no":
+        return []
+    if strategy == "epoch":
+        per_epoch = steps.update_steps_per_epoch
+        return sorted({min(e * per_epoch, total) for e in range(1, -(-total // per_epoch) + 1)})
+    if strategy != "steps":
+        return []  # "best" saves only when the metric improves: not plannable
+    every_n = _every(every, total)
+    points = set(range(every_n, total + 1, every_n)) if every_n > 0 else set()
+    points.add(total)
+    return sorted(p for p in points if p >= delay)
+
+
+def eval_save_steps(recipe: Mapping[str, Any], steps: TrlSteps) -> tuple[list[int], list[int]]:
+    """The in-run monitor eval steps (GRPOConfig's eval schedule; ``eval_steps`` None takes
+    ``logging_steps``) and the checkpoint steps (its save schedule)."""
+    eval_every = recipe.get("eval_steps")
+    if eval_every is None:
+        eval_every = recipe.get("logging_steps") or 10
+    evaluated = firing_steps(str(recipe.get("eval_strategy") or "no"), eval_every, steps,
+                             delay=float(recipe.get("eval_delay") or 0))  # fmt: skip
+    saved = firing_steps(str(recipe.get("save_strategy") or "steps"), recipe.get("save_steps") or 500, steps)
+    return evaluated, saved
+
+
+# ----------------------------------------------------------------------------- messages of the preflight checks
+
+
+def empty_message(steps: TrlSteps) -> str:
+    return (f"no optimizer step runs: {steps.prompts:,} prompts < {steps.rollout_batch_size} prompts per generation "
+            f"batch (B {steps.per_device_train_batch_size} × W {steps.processes} × steps_per_generation "
+            f"{steps.steps_per_generation} / num_generations {steps.n_samples_per_prompt})")
+
+
+def intent_message(intent: int, steps: TrlSteps) -> str:
+    head = (f"TRL will run max_steps {steps.global_steps_total:,} optimizer steps"
+            + (" (stated max_steps)" if steps.max_steps_stated > 0 else
+               f" = ceil({steps.num_train_epochs:g} epochs × max(ceil(L {steps.batches_per_epoch:,} / GA "
+               f"{steps.gradient_accumulation_steps}), 1)), L = floor({steps.prompts:,} / P "
+               f"{steps.rollout_batch_size}) × num_iterations {steps.num_iterations} × steps_per_generation "
+               f"{steps.steps_per_generation}")
+            + f", intent is {intent:,}")
+    return f"{head}: state max_steps: {intent} or change num_train_epochs"
+
+
+def partial_batch_message(steps: TrlSteps) -> str:
+    kept = steps.prompts - steps.partial_batch_prompts
+    return (f"{steps.prompts:,} prompts leave a partial generation batch of {steps.partial_batch_prompts} "
+            f"(P = {steps.rollout_batch_size} prompts per generation batch): TRL's RepeatSampler drops it every "
+            f"epoch (trains {kept:,} of {steps.prompts:,} prompts)")
