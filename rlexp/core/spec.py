@@ -50,7 +50,7 @@ from rlexp.storage.layout import SPEC_NAME
 
 ROLES = ("pool", "ood_monitor", "ood_primary", "id", "sanity")
 EVAL_ROLES = ("ood_monitor", "ood_primary", "id", "sanity")
-TRAINERS = ("openrlhf", "local", "trl")  # each has its key table: rlexp.core.recipe.TRAINER_KEY_TABLES
+TRAINERS = ("openrlhf", "local", "trl", "verl")  # each has its key table: rlexp.core.recipe.TRAINER_KEY_TABLES
 ENGINES = ("local", "vllm", "openai")
 ANSWER_MODES = ("exact", "math_verify")  # rlexp.core.answers.is_correct's modes
 # Sets graded in-run by the trainer's reward (exact match): their grading is not a spec choice.
@@ -62,7 +62,7 @@ DATASET_FIELDS = ("path", "size", "prompt_suffix", "answer_mode")  # a dataset's
 
 @dataclass(frozen=True)
 class TrainerSettings:
-    name: str  # openrlhf | local | trl
+    name: str  # openrlhf | local | trl | verl
     version: str  # "0.9.3", "0.11.0"; the local trainer follows OpenRLHF 0.11 step semantics
     gpus: int | None  # GPUs available to the run (None: not stated)
 
@@ -165,9 +165,10 @@ class Attempt:
         """``recipe.pretrain``, resolved once for every stage: a directory (a relative path resolves
         against the experiment directory) when it exists, else the name as written (a hub id, which
         vLLM, an OpenAI-compatible server or OpenRLHF resolve themselves)."""
-        pretrain = self.recipe.get("pretrain")
+        key = "actor_rollout_ref.model.path" if self.trainer.name == "verl" else "pretrain"  # verl's own key
+        pretrain = self.recipe.get(key)
         if not isinstance(pretrain, str) or not pretrain:
-            raise InputError(self.spec_path, "recipe.pretrain", "missing: the base model (a directory or a hub id)")
+            raise InputError(self.spec_path, f"recipe.{key}", "missing: the base model (a directory or a hub id)")
         path = Path(pretrain)
         if not path.is_absolute():
             path = self.experiment_dir / path

@@ -1,0 +1,174 @@
+"""`rlexp plan` and `rlexp launch --dry-run` for a verl attempt, end to end through the CLI.
+
+Expected step counts are worked out by hand from verl 0.9.1's rules (docs/trainers.md#verl).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rlexp.cli import main
+from rlexp.core.spec import load_attempt
+
+OPT = "actor_rollout_ref.actor.optim"
+
+
+def write_set(path: Path, n: int, tag: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for i in range(n):
+        prompt = f"{tag} problem {i}: what is {i} + 1?"
+        lines.append(json.dumps({"problem_hash": hashlib.sha256(prompt.encode()).hexdigest(), "prompt": prompt,
+                                 "answer": str(i + 1)}))
+    path.write_text("\n".join(lines) + "\n")
+
+
+RECIPE = {
+    "actor_rollout_ref.model.path": "Qwen/Qwen2.5-0.5B-Instruct",
+    "algorithm.adv_estimator": "grpo",
+    "data.train_batch_size": 64,
+    "trainer.total_epochs": 3,
+    "trainer.test_freq": 5,
+    "trainer.save_freq": 5,
+    "actor_rollout_ref.rollout.n": 8,
+    "actor_rollout_ref.actor.ppo_mini_batch_size": 16,
+    f"{OPT}.lr": 1e-6,
+    f"{OPT}.lr_warmup_steps_ratio": 0.1,
+    f"{OPT}.lr_scheduler_type": "cosine",
+    f"{OPT}.min_lr_ratio": 0.1,
+}
+
+
+@pytest.fixture
+def experiment(tmp_path: Path) -> Path:
+    root = tmp_path / "verl-exp"
+    write_set(root / "data" / "pool.jsonl", 1000, "pool")
+    write_set(root / "data" / "monitor.jsonl", 50, "monitor")
+    write_set(root / "data" / "primary.jsonl", 400, "primary")
+    return root
+
+
+def attempt(root: Path, attempt_id: str, recipe: dict | None = None, **top) -> Path:
+    spec = {"id": attempt_id, "trainer": {"name": "verl", "version": "0.9.1", "gpus": 8},
+            "recipe": dict(RECIPE) if recipe is None else recipe,
+            "datasets": {"pool": {"path": "data/pool.jsonl"}, "ood_monitor": {"path": "data/monitor.jsonl"},
+                         "ood_primary": {"path": "data/primary.jsonl"}},
+            "checkpoints": {"mid": 20}, **top}
+    if top.get("parent"):
+        del spec["trainer"], spec["datasets"], spec["checkpoints"]
+    path = root / attempt_id / "attempt.yaml"
+    path.parent.mkdir(parents=True)
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path.parent
+
+
+def plan(attempt_dir: Path, capsys) -> tuple[int, dict, str]:
+    code = main(["plan", str(attempt_dir), "--json"])
+    out, err = capsys.readouterr()
+    return code, (json.loads(out) if out else {}), err
+
+
+def test_spec_takes_verls_defaults_not_openrlhfs(experiment):
+    att = load_attempt(attempt(experiment, "a1"))
+    assert att.recipe["data.train_batch_size"] == 64  # stated
+    assert att.recipe["data.gen_batch_size"] is None and att.recipe["trainer.critic_warmup"] == 0  # verl's
+    assert "rollout_batch_size" not in att.recipe and "actor_learning_rate" not in att.recipe
+
+
+def test_plan_counts_steps_the_verl_way(experiment, capsys):
+    code, data, _ = plan(attempt(experiment, "a1"), capsys)
+    s = data["steps"]
+    # 1000 // 64 = 15 steps an epoch (40 prompts dropped) × 3 epochs = 45; warm-up int(0.1 × 45) = 4
+    assert (s["global_steps_total"], s["partial_batch_prompts"], s["warmup_steps"]) == (45, 40, 4)
+    assert s["optimizer_steps_per_global_step"] == 4 and s["optimizer_steps_total"] == 180  # 64 // 16
+    assert s["verl"]["total_training_steps"] == 45 and s["verl"]["reaches_last_step"]
+    # test_freq / save_freq 5: every multiple, and 45 is one (the last step fires anyway)
+    assert data["eval_global_steps"] == list(range(5, 46, 5)) and data["save_global_steps"] == list(range(5, 46, 5))
+    assert data["validation_at_step_0"] is True
+    assert len(data["lr"]) == 45 and data["lr"][0]["lr_first"] == 0.0  # update 0 applies λ(0) = 0
+    assert data["lr"][0]["actor_lr_logged"] == pytest.approx(0.25e-6)  # logged after the scheduler step
+    names = {c["name"] for c in data["checks"]}
+    assert "steps.partial_batch" in names and "lr.warmup_never_ends" not in names
+    assert data["verl_command"]["entrypoint"] == ["python3", "-m", "verl.trainer.main_ppo"]
+    assert code == 0, [c for c in data["checks"] if c["severity"] == "error"]
+
+
+def test_warmup_that_never_ends_is_an_error(experiment, capsys):
+    recipe = {**RECIPE, f"{OPT}.lr_warmup_steps": 45}  # 45 updates: u = 0..44 < 45, the peak never comes
+    code, data, _ = plan(attempt(experiment, "a2", recipe), capsys)
+    errors = {c["name"]: c["rule"] for c in data["checks"] if c["severity"] == "error"}
+    assert code == 1 and "lr.warmup_never_ends" in errors
+    assert "45 scheduler steps (lr_warmup_steps 45)" in errors["lr.warmup_never_ends"]
+    assert "97.8% of peak" in errors["lr.warmup_never_ends"]  # the last step applies λ(44) = 44/45
+
+
+def test_intent_and_partial_data(experiment, capsys):
+    recipe = {**RECIPE, "trainer.total_training_steps": 100, "trainer.save_freq": 20, "trainer.test_freq": 20}
+    code, data, _ = plan(attempt(experiment, "a3", recipe, intent={"global_steps": 100}), capsys)
+    names = {c["name"]: c for c in data["checks"]}
+    # the data gives 45 steps; the scheduler is built for 100; the run ends at 45 without a last-step save
+    assert data["steps"]["global_steps_total"] == 45 and data["steps"]["verl"]["total_training_steps"] == 100
+    assert "steps.short_of_schedule" in names and "steps.intent" in names
+    assert "schedule.final_save" in names and "trainer.save_freq 20" in names["schedule.final_save"]["rule"]
+    assert code == 1
+
+
+def test_one_variable_rule_uses_verls_keys(experiment, capsys):
+    attempt(experiment, "a1")
+    child = attempt(experiment, "a4", {f"{OPT}.lr": 2e-6, "trainer.test_freq": 15, "trainer.save_freq": 15},
+                    parent="a1", change={f"{OPT}.lr": 2e-6})
+    code, data, _ = plan(child, capsys)
+    kinds = {d["key"]: d["kind"] for d in data["diff"]}
+    assert kinds == {f"{OPT}.lr": "training", "trainer.test_freq": "instrumentation",
+                     "trainer.save_freq": "instrumentation"}
+    assert not [c for c in data["checks"] if c["name"].startswith("diff.")]
+    two = attempt(experiment, "a5", {f"{OPT}.lr": 2e-6, "data.train_batch_size": 32}, parent="a1",
+                  change={f"{OPT}.lr": 2e-6})
+    _, data, _ = plan(two, capsys)
+    assert "diff.training_variables" in {c["name"] for c in data["checks"]}
+
+
+def test_unknown_key_is_one_line_exit_2(experiment, capsys):
+    recipe = {**RECIPE, "data.train_batch_sizes": 64}
+    attempt_dir = attempt(experiment, "a6", recipe)
+    code, _, err = plan(attempt_dir, capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "attempt.yaml" in err and "recipe.data.train_batch_sizes" in err and "did you mean 'data.train_batch_size'" in err
+    assert not (attempt_dir / "plan.json").exists()
+
+
+def test_wrong_type_is_one_line_exit_2(experiment, capsys):
+    attempt_dir = attempt(experiment, "a7", {**RECIPE, "trainer.logger": "console"})
+    code, _, err = plan(attempt_dir, capsys)
+    assert code == 2 and "recipe.trainer.logger" in err and "must be a list" in err
+
+
+def test_launch_dry_run_argv(experiment, capsys):
+    attempt_dir = attempt(experiment, "a8")
+    code = main(["launch", str(attempt_dir), "--dry-run", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    argv = json.loads(out)["argv"]
+    assert argv[:3] == ["python3", "-m", "verl.trainer.main_ppo"]
+    assert "data.train_batch_size=64" in argv and f"{OPT}.lr=1e-06" in argv
+    assert "trainer.logger=[console,file]" in argv and "trainer.resume_mode=disable" in argv
+    assert f"data.train_files={attempt_dir.resolve()}/launch/data/pool.verl.jsonl" in argv
+    assert not (attempt_dir / "launch").exists()  # a dry run writes nothing
+
+
+def test_launch_dry_run_on_ray(experiment, capsys):
+    attempt_dir = attempt(experiment, "a9")
+    code = main(["launch", str(attempt_dir), "--dry-run", "--json", "--backend", "ray",
+                 "--ray-address", "http://127.0.0.1:8265"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    argv = json.loads(out)["argv"]
+    assert argv[:3] == ["ray", "job", "submit"]
+    env = json.loads(argv[argv.index("--runtime-env-json") + 1])["env_vars"]
+    assert env["VERL_FILE_LOGGER_PATH"] == str(attempt_dir.resolve() / "launch" / "verl_metrics.jsonl")
+    assert argv[argv.index("--") + 1:][:3] == ["python3", "-m", "verl.trainer.main_ppo"]
