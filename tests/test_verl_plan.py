@@ -172,3 +172,9 @@ def test_launch_dry_run_on_ray(experiment, capsys):
     env = json.loads(argv[argv.index("--runtime-env-json") + 1])["env_vars"]
     assert env["VERL_FILE_LOGGER_PATH"] == str(attempt_dir.resolve() / "launch" / "verl_metrics.jsonl")
     assert argv[argv.index("--") + 1:][:3] == ["python3", "-m", "verl.trainer.main_ppo"]
+
+
+def test_unlisted_release_is_refused_on_load(experiment, capsys):
+    attempt_dir = attempt(experiment, "a10", trainer={"name": "verl", "version": "0.5.0"})
+    code, _, err = plan(attempt_dir, capsys)
+    assert code == 2 and "trainer.version" in err and "0.9.1" in err

@@ -30,10 +30,9 @@ def build_verl_plan(att: Attempt) -> dict[str, Any]:
         VerlConfigError,
         compute_verl_steps,
         lr_for_global_step,
-        verl_checkpoint_plan,
-        verl_preflight,
         verl_schedule,
     )
+    from rlexp.core.trainers.verl_checks import verl_checkpoint_plan, verl_preflight
     from rlexp.storage.files import sha256_file
 
     spec_file = att.display_path or att.spec_path
