@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -178,3 +179,52 @@ def test_unlisted_release_is_refused_on_load(experiment, capsys):
     attempt_dir = attempt(experiment, "a10", trainer={"name": "verl", "version": "0.5.0"})
     code, _, err = plan(attempt_dir, capsys)
     assert code == 2 and "trainer.version" in err and "0.9.1" in err
+
+
+# A stand-in for `python3 -m verl.trainer.main_ppo` (verl needs GPUs): it writes what verl's file
+# logger writes (verl/utils/tracking.py FileLogger: {"step": N, "data": {...}} per line, to
+# $VERL_FILE_LOGGER_PATH) — step 0 with the validation before training, then one line per step with
+# actor/lr as verl logs it (after the scheduler step, as the plan predicts) and critic/score/mean.
+STAND_IN = """
+import json, os, sys, time
+plan = json.load(open(sys.argv[1]))
+out = open(os.environ["VERL_FILE_LOGGER_PATH"], "wb", buffering=0)
+def log(step, data):
+    out.write(json.dumps({"step": step, "data": data}).encode() + b"\\n")
+log(0, {"val-core/rlexp_ood_monitor/acc/mean@1": 0.2})
+for row in plan["lr"][:12]:
+    step = row["global_step"]
+    data = {"actor/lr": row["actor_lr_logged"], "actor/grad_norm": 0.5, "critic/score/mean": 0.3 + 0.01 * step,
+            "timing_s/step": 1.0, "actor/pg_loss": 0.0, "training/global_step": step}
+    if step % 5 == 0:
+        data["val-core/rlexp_ood_monitor/acc/mean@1"] = 0.2 + 0.01 * step
+    log(step, data)
+    time.sleep(0.02)
+"""
+
+
+def test_launch_follows_verls_file_logger(experiment, monkeypatch, tmp_path):
+    from rlexp.adapters.ingest import read_metrics
+    from rlexp.stages import launch as launch_stage
+
+    attempt_dir = attempt(experiment, "a11")
+    monkeypatch.chdir(tmp_path)
+    prepared = launch_stage.prepare(attempt_dir)
+    assert prepared.metrics_source == "verl" and prepared.argv[:3] == ["python3", "-m", "verl.trainer.main_ppo"]
+    script = tmp_path / "stand_in.py"
+    script.write_text(STAND_IN)
+    prepared.argv = [sys.executable, str(script), str(attempt_dir / "plan.json")]
+    launch_stage.write_launch_files(prepared)
+    pool_row = json.loads((attempt_dir / "launch" / "data" / "pool.verl.jsonl").read_text().splitlines()[0])
+    assert pool_row["reward_model"]["ground_truth"] == "1" and pool_row["data_source"] == "rlexp_pool"
+    assert "def compute_score" in (attempt_dir / "launch" / "reward_func.py").read_text()
+    result = launch_stage.run(prepared, tracking_uri="off", poll_s=0.05)
+    assert result["state"] == "finished" and result["steps"] == 12
+    rows = read_metrics(attempt_dir / "metrics.jsonl")
+    assert [r["global_step"] for r in rows] == list(range(0, 13))
+    assert rows[0] == {"global_step": 0, "monitor_acc": 0.2, "val-core/rlexp_ood_monitor/acc/mean@1": 0.2}
+    assert rows[5]["monitor_acc"] == pytest.approx(0.25) and rows[3]["reward"] == pytest.approx(0.33)
+    # the in-run monitor: at step 10 the logged actor/lr equals the plan's (verl logs the next update's LR)
+    g5 = json.loads((attempt_dir / "guards" / "g5.json").read_text())
+    assert g5["passed"] is True, g5
+    assert json.loads((attempt_dir / "guards" / "g3.json").read_text())["passed"] is True

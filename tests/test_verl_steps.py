@@ -166,11 +166,10 @@ def verl_schedulers():
     helpers at its top, which the main venv does not have; the two functions need only ``math``
     and torch's ``LambdaLR``. So their source is read from the pinned wheel (fetched by
     scripts/fetch-verl) and only those two definitions are executed here, unchanged."""
+    from test_verl_backend import pinned_wheel
+
     torch = pytest.importorskip("torch")
-    try:
-        wheel = verl_config.wheel_for("0.9.1")
-    except verl_config.ReleaseError as exc:
-        pytest.skip(str(exc))
+    wheel = pinned_wheel()
     source = verl_config.read_wheel_text(wheel, "verl/utils/torch_functional.py")
     tree = ast.parse(source)
     wanted = ("get_constant_schedule_with_warmup", "get_cosine_schedule_with_warmup")
