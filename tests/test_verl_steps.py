@@ -59,9 +59,26 @@ def test_steps_drop_the_partial_batch_every_epoch():
     assert steps.optimizer_steps_total == 360
 
 
-def test_gen_batch_size_sets_the_dataloader_batch():
-    steps = compute_verl_steps(config(**BASE, data__gen_batch_size=96), 1000, "0.9.1")
-    assert (steps.batches_per_epoch, steps.partial_batch_prompts, steps.global_steps_total) == (10, 40, 30)
+def test_gen_batch_size_counts_only_in_the_legacy_trainer():
+    # V1 (trainer.use_v1, the default): steps_per_epoch = len(dataset) // train_batch_size
+    v1 = compute_verl_steps(config(**BASE, data__gen_batch_size=96), 1000, "0.9.1")
+    assert v1.use_v1 and (v1.batches_per_epoch, v1.partial_batch_prompts, v1.global_steps_total) == (15, 40, 45)
+    # legacy RayPPOTrainer: len(dataloader) with batch gen_batch_size, drop_last: 1000 // 96 = 10
+    legacy = compute_verl_steps(config(**BASE, data__gen_batch_size=96, trainer__use_v1=False), 1000, "0.9.1")
+    assert (legacy.batches_per_epoch, legacy.partial_batch_prompts, legacy.global_steps_total) == (10, 40, 30)
+
+
+def test_separate_async_steps_the_scheduler_k_times_per_step():
+    c = config(**BASE, trainer__v1__trainer_mode="separate_async", **_opt(lr_warmup_steps_ratio=0.1))
+    steps = compute_verl_steps(c, 1000, "0.9.1")  # parameter_sync_step 4 (verl's default for the mode)
+    assert steps.scheduler_steps_per_global_step == 4 and steps.global_steps_total == 45
+    assert steps.scheduler_total == 180 and steps.warmup_steps == 18  # int(0.1 × 180)
+    # each local update: 64 / 4 = 16 prompts = one mini-batch of 16, × 2 ppo epochs; 4 updates a step
+    assert steps.optimizer_steps_per_global_step == 8
+    assert steps.warmup_global_steps == 4.5
+    row = lr_for_global_step(2, steps)
+    assert row.lr_first == pytest.approx(1e-6 * 4 / 18) and row.actor_lr_logged is None
+    assert row.lr_mean == pytest.approx(1e-6 * (4 + 5 + 6 + 7) / 4 / 18)
 
 
 def test_train_max_samples_truncates_the_pool():
@@ -99,7 +116,7 @@ def test_constant_schedule_applied_and_logged_lr():
     c = config(**BASE, trainer__total_training_steps=10, **_opt(lr=1e-6, lr_warmup_steps=4))
     steps = compute_verl_steps(c, 10_000, "0.9.1")
     # update u applies λ(u) = u / 4 while u < 4: global step 1 trains at LR 0; actor/lr is λ(u + 1)
-    applied = [lr_for_global_step(g, steps).lr_applied for g in range(1, 7)]
+    applied = [lr_for_global_step(g, steps).lr_first for g in range(1, 7)]
     assert applied == pytest.approx([0.0, 0.25e-6, 0.5e-6, 0.75e-6, 1e-6, 1e-6], rel=1e-12, abs=0)
     logged = [lr_for_global_step(g, steps).actor_lr_logged for g in range(1, 6)]
     assert logged == pytest.approx([0.25e-6, 0.5e-6, 0.75e-6, 1e-6, 1e-6], rel=1e-12)
@@ -114,7 +131,7 @@ def test_cosine_schedule_hand_values():
     assert lr_lambda(2, steps) == pytest.approx(1.0)
     assert lr_lambda(6, steps) == pytest.approx(0.55)  # cos(π/2) = 0
     assert lr_lambda(10, steps) == pytest.approx(0.1)  # cos(π) = −1: the floor
-    assert lr_for_global_step(7, steps).lr_applied == pytest.approx(2e-6 * 0.55)
+    assert lr_for_global_step(7, steps).lr_first == pytest.approx(2e-6 * 0.55)
 
 
 def test_critic_warmup_delays_the_actor_and_its_scheduler():
@@ -123,7 +140,7 @@ def test_critic_warmup_delays_the_actor_and_its_scheduler():
     assert [steps.update_index(g) for g in (1, 2, 3, 4)] == [None, None, 0, 1]
     assert steps.actor_updates == 8
     assert lr_for_global_step(2, steps).actor_lr_logged is None
-    assert lr_for_global_step(4, steps).lr_applied == pytest.approx(0.5e-6)
+    assert lr_for_global_step(4, steps).lr_first == pytest.approx(0.5e-6)
 
 
 def test_max_fraction_through():
@@ -181,6 +198,8 @@ def verl_schedulers():
 
 
 @pytest.mark.parametrize("case", [
+    {"lr_scheduler_type": "cosine", "lr_warmup_steps": -1, "lr_warmup_steps_ratio": 0.07, "min_lr_ratio": 0.05,
+     "trainer.v1.trainer_mode": "separate_async", "trainer.v1.separate_async.parameter_sync_step": 2},
     {"lr_scheduler_type": "constant", "lr_warmup_steps": 7},
     {"lr_scheduler_type": "constant", "lr_warmup_steps": -1, "lr_warmup_steps_ratio": 0.29},
     {"lr_scheduler_type": "cosine", "lr_warmup_steps": 5, "min_lr_ratio": 0.1, "num_cycles": 0.5},
@@ -190,7 +209,9 @@ def verl_schedulers():
 ])  # fmt: skip
 def test_lr_equals_verls_own_scheduler_at_every_step(verl_schedulers, case):
     torch, verl = verl_schedulers
-    c = config(**BASE, trainer__total_training_steps=40, **_opt(lr=3e-6, **case))
+    trainer = {k.replace(".", "__"): v for k, v in case.items() if k.startswith("trainer.")}
+    optim = {k: v for k, v in case.items() if not k.startswith("trainer.")}
+    c = config(**BASE, trainer__total_training_steps=40, **trainer, **_opt(lr=3e-6, **optim))
     steps = compute_verl_steps(c, 10_000, "0.9.1")
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=steps.peak_lr)
     if steps.scheduler == "constant":
@@ -199,11 +220,15 @@ def test_lr_equals_verls_own_scheduler_at_every_step(verl_schedulers, case):
         scheduler = verl["get_cosine_schedule_with_warmup"](
             optimizer=optimizer, num_warmup_steps=steps.warmup_steps, num_training_steps=steps.scheduler_total,
             min_lr_ratio=steps.min_lr_ratio, num_cycles=steps.num_cycles, zero_indexed_step=steps.zero_indexed_step)
+    k = steps.scheduler_steps_per_global_step
     for global_step in range(1, steps.global_steps_total + 1):
         planned = lr_for_global_step(global_step, steps)
-        # what verl's update applies (the optimizer's LR during the step) ...
-        assert optimizer.param_groups[0]["lr"] == pytest.approx(planned.lr_applied, rel=1e-12, abs=1e-30)
-        optimizer.step()
-        scheduler.step()  # verl: once per global step, after the last mini-batch
-        # ... and what it logs as actor/lr: get_last_lr() after the step
-        assert scheduler.get_last_lr()[0] == pytest.approx(planned.actor_lr_logged, rel=1e-12, abs=1e-30)
+        applied = []
+        for _ in range(k):  # verl: one scheduler step per local update, after its last mini-batch
+            applied.append(optimizer.param_groups[0]["lr"])  # what the update's optimizer steps use
+            optimizer.step()
+            scheduler.step()
+        assert applied[0] == pytest.approx(planned.lr_first, rel=1e-12, abs=1e-30)
+        assert math.fsum(applied) / k == pytest.approx(planned.lr_mean, rel=1e-12, abs=1e-30)
+        if k == 1:  # what verl logs as actor/lr: get_last_lr() after the step
+            assert scheduler.get_last_lr()[0] == pytest.approx(planned.actor_lr_logged, rel=1e-12, abs=1e-30)

@@ -46,9 +46,9 @@ def build_verl_plan(att: Attempt) -> dict[str, Any]:
         steps = compute_verl_steps(config, pool.size, version)
     except VerlConfigError as exc:
         raise InputError(spec_file, f"recipe.{exc.key}", str(exc)) from None
-    if steps.scheduler_total > MAX_GLOBAL_STEPS:
+    if steps.total_training_steps > MAX_GLOBAL_STEPS:
         raise InputError(spec_file, "recipe.trainer.total_training_steps",
-                         f"the run would take {steps.scheduler_total} global steps, over the limit of {MAX_GLOBAL_STEPS}")
+                         f"the run would take {steps.total_training_steps} global steps, over the limit of {MAX_GLOBAL_STEPS}")
     schedule = verl_schedule(config, steps)
     ckpt = verl_checkpoint_plan(steps, schedule, att.checkpoints_mid)
     power = primary_power(att)
@@ -101,7 +101,10 @@ def build_verl_plan(att: Attempt) -> dict[str, Any]:
             "verl": {
                 "batch_prompts": steps.batch_prompts,
                 "total_epochs": steps.total_epochs,
-                "total_training_steps": steps.scheduler_total,
+                "use_v1": steps.use_v1,
+                "total_training_steps": steps.total_training_steps,
+                "scheduler_steps_per_global_step": steps.scheduler_steps_per_global_step,
+                "scheduler_total": steps.scheduler_total,
                 "total_training_steps_stated": steps.total_training_steps_stated,
                 "reaches_last_step": steps.reaches_last_step,
                 "actor_updates": steps.actor_updates,

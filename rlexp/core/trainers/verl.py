@@ -4,28 +4,34 @@ Pure functions of a resolved verl config (dotted Hydra keys, every key the math 
 plan stage merges the stated keys over the defaults of the release's key table,
 :mod:`rlexp.backends.verl_config`). Read from verl 0.9.1's wheel; docs/trainers.md cites file and line:
 
-- the train dataloader batches ``data.gen_batch_size or data.train_batch_size`` prompts with
-  ``drop_last=True``, so an epoch is ``floor(N / batch)`` steps; N is the pool after
-  ``data.train_max_samples`` (when > 0) and after ``data.filter_overlong_prompts`` (which needs the
-  tokenizer: the plan assumes no prompt is filtered and says so);
+- ``python -m verl.trainer.main_ppo`` runs the V1 trainer (``trainer.use_v1``, true by default;
+  ``verl/trainer/ppo/v1/trainer_base.py``), else the legacy ``RayPPOTrainer``
+  (``verl/trainer/ppo/ray_trainer.py``). N is the pool after ``data.train_max_samples`` (when > 0)
+  and after ``data.filter_overlong_prompts`` (which needs the tokenizer: the plan assumes no prompt
+  is filtered and says so). An epoch is ``floor(N / batch)`` steps, the partial rest dropped: V1
+  counts ``batch = data.train_batch_size``; the legacy trainer's dataloader batches
+  ``data.gen_batch_size or data.train_batch_size`` with ``drop_last=True``;
 - ``total_training_steps = trainer.total_training_steps`` when set, else ``floor(N / batch) ×
-  trainer.total_epochs``; that number is what the LR scheduler is built with. The loop numbers
-  steps 1…, stops at ``is_last_step = global_steps >= total_training_steps``, or earlier when the
-  epochs run out (a stated total larger than the data gives: the "last step" never comes);
+  trainer.total_epochs``. The loop numbers steps 1…, stops at ``is_last_step = global_steps >=
+  total_training_steps``, or earlier when the epochs run out (a stated total larger than the data
+  gives: the "last step" never comes);
+- the LR scheduler is built for ``total_training_steps × k`` scheduler steps and steps ``k`` times
+  per global step, once per local update after its last mini-batch; ``k`` is V1's
+  ``parameter_sync_step``: 1 in the ``sync`` (default) and ``colocate_async`` modes,
+  ``trainer.v1.separate_async.parameter_sync_step`` in ``separate_async``; 1 for the legacy
+  trainer. Before ``trainer.critic_warmup`` the actor is not updated (nor its scheduler);
+- a local update takes ``(train_batch_size / k) // ppo_mini_batch_size × ppo_epochs`` optimizer
+  steps (mini-batches count prompts: both sizes are multiplied by ``rollout.n``);
 - validation runs before training and is logged at step 0 (``trainer.val_before_train``), then at
   every ``trainer.test_freq``-th step and at the last step; checkpoints every
   ``trainer.save_freq``-th step and at the last step (only when the frequency is > 0);
-- the actor takes ``train_batch_size // ppo_mini_batch_size × ppo_epochs`` optimizer steps per
-  global step (mini-batches count prompts: both sizes are multiplied by ``rollout.n``), and the LR
-  scheduler steps once per global step, after the last mini-batch; before
-  ``trainer.critic_warmup`` the actor is not updated at all (nor its scheduler);
-- warm-up ``lr_warmup_steps`` when > 0, else ``int(lr_warmup_steps_ratio × total)``;
+- warm-up ``lr_warmup_steps`` when > 0, else ``int(lr_warmup_steps_ratio × scheduler total)``;
   ``constant``: ``step / max(1.0, warmup)`` then 1; ``cosine``: linear warm-up, then
   ``max(min_lr_ratio, cos(2π·num_cycles·progress)·(1−m)/2 + (1+m)/2)``, progress over
   ``total − warmup`` (``zero_indexed_step: false`` counts from 1);
-- ``LambdaLR`` applies ``peak × λ(0)`` to the first update; the update of the u-th actor update
-  (0-based) applies ``λ(u)``, and the ``actor/lr`` verl logs for that step is read *after*
-  ``scheduler.step()``: ``λ(u + 1)``, the LR of the next update.
+- ``LambdaLR`` applies ``peak × λ(0)`` to the first update; scheduler step ``i`` (0-based) applies
+  ``λ(i)``, and the ``actor/lr`` verl logs is read *after* ``scheduler.step()``: ``λ(i + 1)``, the
+  LR of the next update (with k > 1, V1 averages it over the k updates: not modelled here).
 """
 
 from __future__ import annotations
@@ -42,7 +48,8 @@ SCHEDULER_TYPES = ("constant", "cosine")
 STEP_KEYS = (
     "data.train_batch_size", "data.gen_batch_size", "data.train_max_samples", "data.filter_overlong_prompts",
     "trainer.total_epochs", "trainer.total_training_steps", "trainer.test_freq", "trainer.save_freq",
-    "trainer.val_before_train", "trainer.critic_warmup",
+    "trainer.val_before_train", "trainer.critic_warmup", "trainer.use_v1", "trainer.v1.trainer_mode",
+    "trainer.v1.separate_async.parameter_sync_step",
     "actor_rollout_ref.rollout.n", "actor_rollout_ref.actor.ppo_mini_batch_size", "actor_rollout_ref.actor.ppo_epochs",
     f"{ACTOR_OPTIM}.lr", f"{ACTOR_OPTIM}.lr_warmup_steps", f"{ACTOR_OPTIM}.lr_warmup_steps_ratio",
     f"{ACTOR_OPTIM}.lr_scheduler_type", f"{ACTOR_OPTIM}.warmup_style", f"{ACTOR_OPTIM}.min_lr_ratio",
@@ -65,19 +72,22 @@ class VerlSteps:
     version: str
     pool_size: int  # prompts in the pool file
     prompts: int  # after data.train_max_samples (before filter_overlong_prompts)
-    batch_prompts: int  # the dataloader's batch: gen_batch_size or train_batch_size
+    use_v1: bool  # trainer.use_v1: the V1 trainer (default) or the legacy RayPPOTrainer
+    batch_prompts: int  # prompts a step counts: train_batch_size (V1), gen_batch_size or train_batch_size (legacy)
     train_batch_size: int
     n_samples_per_prompt: int  # actor_rollout_ref.rollout.n
     batches_per_epoch: int  # floor(prompts / batch_prompts): drop_last=True
     partial_batch_prompts: int  # prompts the last partial batch holds (dropped every epoch)
     total_epochs: int
     total_training_steps_stated: int | None
-    scheduler_total: int  # total_training_steps: the LR scheduler's horizon and is_last_step's bound
-    global_steps_total: int  # steps the loop runs: min(scheduler_total, batches_per_epoch × total_epochs)
+    total_training_steps: int  # global steps: is_last_step's bound
+    scheduler_steps_per_global_step: int  # k: V1's parameter_sync_step (1 but in separate_async)
+    scheduler_total: int  # total_training_steps × k: the LR scheduler's horizon
+    global_steps_total: int  # steps the loop runs: min(total_training_steps, batches_per_epoch × total_epochs)
     reaches_last_step: bool  # the final step run is verl's is_last_step (final save/validation fire)
     ppo_mini_batch_size: int
     ppo_epochs: int
-    optimizer_steps_per_global_step: int  # train_batch_size // ppo_mini_batch_size × ppo_epochs
+    optimizer_steps_per_global_step: int  # k × (train_batch_size / k) // ppo_mini_batch_size × ppo_epochs
     critic_warmup: int  # global steps before the first actor update (0: from step 1)
     warmup_steps: int
     peak_lr: float
@@ -94,8 +104,12 @@ class VerlSteps:
 
     @property
     def actor_updates(self) -> int:
-        """Actor updates (= scheduler steps) in the run."""
+        """Global steps that update the actor."""
         return max(0, self.global_steps_total - self.first_update_step + 1)
+
+    @property
+    def scheduler_steps_run(self) -> int:
+        return self.actor_updates * self.scheduler_steps_per_global_step
 
     @property
     def optimizer_steps_total(self) -> int:
@@ -104,7 +118,7 @@ class VerlSteps:
     @property
     def warmup_global_steps(self) -> float:
         """Global steps until the LR first reaches its peak (warm-up counted in scheduler steps)."""
-        return float(self.warmup_steps + self.first_update_step - 1)
+        return self.warmup_steps / self.scheduler_steps_per_global_step + self.first_update_step - 1
 
     def update_index(self, global_step: int) -> int | None:
         """0-based index of the actor update made at ``global_step``; None when none is made."""
@@ -177,8 +191,15 @@ def compute_verl_steps(config: Mapping[str, Any], pool_size: int, version: str) 
         raise VerlConfigError(f"{ACTOR_OPTIM}.min_lr_ratio", f"must be between 0 and 1 (got {min_lr_ratio})")
     kind = scheduler_type(config)
 
+    use_v1 = bool(config.get("trainer.use_v1", True))
+    k = 1
+    if use_v1 and config.get("trainer.v1.trainer_mode") == "separate_async":
+        k = _int(config, "trainer.v1.separate_async.parameter_sync_step", minimum=1)
+        if train_batch % k:  # verl asserts it (PPOTrainer.step)
+            raise VerlConfigError("trainer.v1.separate_async.parameter_sync_step",
+                                  f"data.train_batch_size {train_batch} is not a multiple of it ({k})")
     prompts = min(pool_size, max_samples) if max_samples is not None and max_samples > 0 else pool_size
-    batch = gen_batch or train_batch
+    batch = train_batch if use_v1 else (gen_batch or train_batch)
     per_epoch = prompts // batch
     data_total = per_epoch * epochs
     total = stated_total if stated_total is not None else data_total
@@ -186,6 +207,7 @@ def compute_verl_steps(config: Mapping[str, Any], pool_size: int, version: str) 
         version=version,
         pool_size=pool_size,
         prompts=prompts,
+        use_v1=use_v1,
         batch_prompts=batch,
         train_batch_size=train_batch,
         n_samples_per_prompt=n,
@@ -193,15 +215,17 @@ def compute_verl_steps(config: Mapping[str, Any], pool_size: int, version: str) 
         partial_batch_prompts=prompts % batch,
         total_epochs=epochs,
         total_training_steps_stated=stated_total,
-        scheduler_total=total,
+        total_training_steps=total,
+        scheduler_steps_per_global_step=k,
+        scheduler_total=total * k,
         global_steps_total=min(total, data_total),
         reaches_last_step=total <= data_total,
         ppo_mini_batch_size=mini,
         ppo_epochs=ppo_epochs,
-        # verl: (train_batch·n per rank) // (mini·n per rank) × ppo_epochs mini-batch iterations
-        optimizer_steps_per_global_step=(train_batch * n) // (mini * n) * ppo_epochs,
+        # verl: (local batch·n per rank) // (mini·n per rank) × ppo_epochs mini-batch iterations, k times
+        optimizer_steps_per_global_step=(train_batch // k * n) // (mini * n) * ppo_epochs * k,
         critic_warmup=critic_warmup,
-        warmup_steps=warmup_steps(stated_warmup, ratio, total),
+        warmup_steps=warmup_steps(stated_warmup, ratio, total * k),
         peak_lr=_float(config, f"{ACTOR_OPTIM}.lr"),
         scheduler=kind,
         min_lr_ratio=min_lr_ratio,
@@ -238,17 +262,18 @@ class VerlStepLR:
     """The LR of one global step."""
 
     global_step: int
-    update: int | None  # 0-based actor update index; None: no actor update at this step
+    update: int | None  # 0-based index of the global steps that update the actor; None: no update here
     first_optimizer_step: int  # 1-based, over the run; first > last when the step makes no update
     last_optimizer_step: int
-    lr_applied: float  # the LR of all this step's optimizer steps (the scheduler steps once per global step)
-    fraction_of_peak: float
-    actor_lr_logged: float | None  # verl's actor/lr for this step: read after scheduler.step()
+    lr_first: float  # the LR of the step's first local update
+    lr_mean: float  # mean over its k local updates (= lr_first when k is 1)
+    fraction_of_peak: float  # lr_mean / peak
+    actor_lr_logged: float | None  # verl's actor/lr: read after scheduler.step() (None: not modelled, or no update)
 
     def as_dict(self) -> dict[str, Any]:
         return {"global_step": self.global_step, "actor_update": self.update,
                 "first_optimizer_step": self.first_optimizer_step, "last_optimizer_step": self.last_optimizer_step,
-                "lr_first": self.lr_applied, "lr_mean": self.lr_applied, "fraction_of_peak": self.fraction_of_peak,
+                "lr_first": self.lr_first, "lr_mean": self.lr_mean, "fraction_of_peak": self.fraction_of_peak,
                 "actor_lr_logged": self.actor_lr_logged}
 
 
@@ -257,10 +282,13 @@ def lr_for_global_step(global_step: int, steps: VerlSteps) -> VerlStepLR:
     per_step = steps.optimizer_steps_per_global_step
     if update is None:  # critic warm-up: the actor is not updated; its LR would be λ(0)
         lr = steps.peak_lr * lr_lambda(0, steps)
-        return VerlStepLR(global_step, None, 1, 0, lr, _fraction(lr, steps), None)
-    lr = steps.peak_lr * lr_lambda(update, steps)
-    return VerlStepLR(global_step, update, update * per_step + 1, (update + 1) * per_step, lr, _fraction(lr, steps),
-                      steps.peak_lr * lr_lambda(update + 1, steps))
+        return VerlStepLR(global_step, None, 1, 0, lr, lr, _fraction(lr, steps), None)
+    k = steps.scheduler_steps_per_global_step
+    lambdas = [lr_lambda(update * k + j, steps) for j in range(k)]
+    mean = steps.peak_lr * math.fsum(lambdas) / k
+    logged = steps.peak_lr * lr_lambda(update * k + k, steps) if k == 1 else None
+    return VerlStepLR(global_step, update, update * per_step + 1, (update + 1) * per_step,
+                      steps.peak_lr * lambdas[0], mean, _fraction(mean, steps), logged)
 
 
 def _fraction(lr: float, steps: VerlSteps) -> float:
@@ -269,9 +297,10 @@ def _fraction(lr: float, steps: VerlSteps) -> float:
 
 def max_fraction_through(global_step: int, steps: VerlSteps) -> float:
     """The highest fraction of peak LR any actor update has applied by the end of ``global_step``."""
-    last = steps.update_index(min(global_step, steps.global_steps_total))
-    if last is None:
+    update = steps.update_index(min(global_step, steps.global_steps_total))
+    if update is None:
         return 0.0
+    last = update * steps.scheduler_steps_per_global_step + steps.scheduler_steps_per_global_step - 1
     # the LR rises through warm-up and falls after (cosine) or stays (constant): the maximum is at
     # the end of warm-up or at the last update, whichever comes first
     return max(lr_lambda(min(last, steps.warmup_steps), steps), lr_lambda(last, steps))
@@ -296,12 +325,13 @@ def _fires(step: int, every: int, steps: VerlSteps) -> bool:
 
 def verl_schedule(config: Mapping[str, Any], steps: VerlSteps) -> VerlSchedule:
     """``trainer.test_freq`` / ``trainer.save_freq``: every multiple and the last step (when the
-    frequency is > 0); a save happens only at a step that updates the actor."""
+    frequency is > 0); the legacy trainer saves only at a step that updates the actor."""
     test_freq = _int(config, "trainer.test_freq")
     save_freq = _int(config, "trainer.save_freq")
     total = steps.global_steps_total
     evaluated = tuple(g for g in range(1, total + 1) if _fires(g, test_freq, steps))
-    saved = tuple(g for g in range(1, total + 1) if _fires(g, save_freq, steps) and g >= steps.first_update_step)
+    saved = tuple(g for g in range(1, total + 1)
+                  if _fires(g, save_freq, steps) and (steps.use_v1 or g >= steps.first_update_step))
     return VerlSchedule(bool(config.get("trainer.val_before_train", True)), evaluated, saved)
 
 

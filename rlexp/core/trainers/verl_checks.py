@@ -50,7 +50,7 @@ def _warmup_rule(steps: VerlSteps, att: Any) -> str:
     if isinstance(stated, int) and stated > 0:
         return f"lr_warmup_steps {stated}"
     ratio = att.recipe.get(f"{ACTOR_OPTIM}.lr_warmup_steps_ratio")
-    return f"int({ratio} × {steps.scheduler_total:,} total_training_steps)"
+    return f"int({ratio} × {steps.scheduler_total:,} scheduler steps)"
 
 
 def _lr_checks(att: Any, steps: VerlSteps) -> list[Any]:
@@ -66,12 +66,12 @@ def _lr_checks(att: Any, steps: VerlSteps) -> list[Any]:
     total = steps.global_steps_total
     if total < 1 or steps.actor_updates < 1:
         return out
-    if steps.warmup_steps > 0 and steps.warmup_steps >= steps.actor_updates:
+    if steps.warmup_steps > 0 and steps.warmup_steps >= steps.scheduler_steps_run:
         last = lr_for_global_step(total, steps)
         out.append(check(
             "lr.warmup_never_ends", ERROR,
             f"warm-up never ends: {steps.warmup_steps:,} scheduler steps ({_warmup_rule(steps, att)}) but the run "
-            f"makes {steps.actor_updates:,} actor updates (one scheduler step each): the last step trains at "
+            f"steps the scheduler {steps.scheduler_steps_run:,} times: the last step trains at "
             f"{last.fraction_of_peak:.1%} of peak",
             VERL_REF,
         ))  # fmt: skip
@@ -103,7 +103,7 @@ def _step_checks(att: Any, steps: VerlSteps) -> list[Any]:
 
     out = []
     total = steps.global_steps_total
-    batch_key = "data.gen_batch_size" if att.recipe.get("data.gen_batch_size") else "data.train_batch_size"
+    batch_key = "data.gen_batch_size" if not steps.use_v1 and att.recipe.get("data.gen_batch_size") else "data.train_batch_size"
     if total == 0:
         out.append(check(
             "steps.empty", ERROR,
@@ -135,9 +135,9 @@ def _step_checks(att: Any, steps: VerlSteps) -> list[Any]:
     if not steps.reaches_last_step and total:
         out.append(check(
             "steps.short_of_schedule", WARNING,
-            f"trainer.total_training_steps {steps.scheduler_total:,} is more than the data gives "
+            f"trainer.total_training_steps {steps.total_training_steps:,} is more than the data gives "
             f"({steps.batches_per_epoch:,} × {steps.total_epochs} epochs = {total:,}): the run ends at step {total:,}, "
-            f"the LR schedule was built for {steps.scheduler_total:,}, and verl's last-step save and validation "
+            f"the LR schedule was built for {steps.total_training_steps:,}, and verl's last-step save and validation "
             "never fire",
             VERL_REF,
         ))  # fmt: skip
