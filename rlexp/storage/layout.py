@@ -10,10 +10,11 @@ or for a strictly read document, in the spirit of Optuna's storage behind a stud
       <attempt_id>/                      AttemptDir
         attempt.yaml  plan.json  metrics.jsonl  decision.json
         launch/{argv.json, launch.sh, provenance.json, reward_func.py, launches.jsonl,
-                spikes.jsonl, stdout.log, state.json, data/}
+                spikes.jsonl, stdout.log, state.json, data/, verl_metrics.jsonl}
         checkpoints/global_step{N}_hf/   (adapters, for evaluation)
         checkpoints/state/global_step{N}/  (the local trainer's resumable state)
         checkpoints/_actor/global_step{N}/ (OpenRLHF's DeepSpeed state)
+        checkpoints/verl/global_step_{N}/  (verl's own checkpoints)
         eval/selection.json  eval/<checkpoint>/<set>.jsonl (+ .meta.json)  eval/paired/  eval/.lock
         guards/<name>.json  guards/parser_audit_review.jsonl
         tensorboard/  final/
