@@ -218,6 +218,7 @@ def test_launch_follows_verls_file_logger(experiment, monkeypatch, tmp_path):
     pool_row = json.loads((attempt_dir / "launch" / "data" / "pool.verl.jsonl").read_text().splitlines()[0])
     assert pool_row["reward_model"]["ground_truth"] == "1" and pool_row["data_source"] == "rlexp_pool"
     assert "def compute_score" in (attempt_dir / "launch" / "reward_func.py").read_text()
+    assert "Qwen/Qwen2.5-0.5B-Instruct" in (attempt_dir / "launch" / "provenance.json").read_text()  # the base model
     result = launch_stage.run(prepared, tracking_uri="off", poll_s=0.05)
     assert result["state"] == "finished" and result["steps"] == 12
     rows = read_metrics(attempt_dir / "metrics.jsonl")

@@ -388,7 +388,7 @@ def write_launch_files(p: Prepared) -> None:
     att = p.attempt
     datasets = {role: ref.path for role, ref in att.datasets.items()}
     model = None
-    if att.recipe.get("pretrain"):
+    if att.recipe.get("actor_rollout_ref.model.path" if att.trainer.name == "verl" else "pretrain"):
         model = att.base_model()
     extra = {"force_reason": p.force_reason, "resume": p.resume, "plan_sha256": _plan_sha(p.attempt_dir)}
     if p.reward_file is not None:
