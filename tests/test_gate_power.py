@@ -18,15 +18,15 @@ def test_the_figures_of_the_independent_check():
 
 
 def test_against_the_calibration_simulation():
-    from rlexp.core.calibrate import CalibrationSettings, judge, simulate_counts
+    from rlexp.core.calibrate import CalibrationSettings, IntervalTable, judge, simulate_counts
     from rlexp.core.sop import load_sop
 
     sop = load_sop()
-    settings = CalibrationSettings(n=200, k=1, sims=3000, resamples=500)
+    settings = CalibrationSettings(n=200, k=1, sims=3000)
     rng = np.random.default_rng(11)
-    counts = simulate_counts(settings, 6.0, rng, settings.sims)
-    verdicts = judge(counts["b"], counts["c"], settings.n, sop, settings.resamples, rng)
-    simulated = float(verdicts["gate_1b"][:, 0, 0].mean())  # the first seed's checkpoint, CI clause included
+    counts = simulate_counts(settings, 6.0, 0.6, rng, settings.sims)
+    verdicts = judge(counts["b"], counts["c"], counts["right"], settings.n, sop, IntervalTable(sop, settings.n))
+    simulated = float(verdicts["gate_1b"][:, 0].mean())  # the first seed's checkpoint, CI clause included
     analytic = gate_1b_pass_probability(6.0, 200, 0.12, min_delta_pp=sop.gate_1b.min_delta_pp,
                                         max_mcnemar_p=sop.gate_1b.max_mcnemar_p)
     assert abs(simulated - analytic) < 3 * np.sqrt(analytic * (1 - analytic) / settings.sims) + 0.01

@@ -219,9 +219,9 @@ def test_option_bounds(exp, capsys):
     new = str(exp / "a2/eval/global_step2/ood_primary.jsonl")
     # old: a 14.9 GiB allocation
     refused(["compare", base, new, "--resamples", "2000000000"], capsys, exp, "--resamples", "1000000")
-    refused(["sop", "calibrate", "--sims", "2000000000"], capsys, exp, "--sims", "100000")
+    refused(["sop", "calibrate", "--sims", "2000000000"], capsys, exp, "--sims", "1000000")
     refused(["sop", "calibrate", "--sims", "100000", "--n", "100000"], capsys, exp, "--sims",
-            "over the limit of 50000000")
+            "over the limit of 1000000000")
 
 
 # --------------------------------------------------------------------------- dataset paths

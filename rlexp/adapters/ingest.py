@@ -65,10 +65,13 @@ class IngestStats:
         self.dropped_keys[key] = self.dropped_keys.get(key, 0) + 1
 
 
-def canonical_key(key: str) -> str:
+def canonical_key(key: str, aliases: Mapping[str, str] | None = None) -> str:
+    """A source's metric name -> its metrics.jsonl name (``aliases``: a trainer's own names first)."""
     key = key.strip()
     if key.startswith("train/"):
         key = key[len("train/") :]
+    if aliases and key in aliases:
+        return aliases[key]
     return ALIASES.get(key, key)
 
 
@@ -77,7 +80,8 @@ def _is_monitor_key(key: str) -> bool:
     return any(tail == m or tail.endswith(m) for m in MONITOR_KEYS)
 
 
-def normalise(raw: Mapping[str, Any], stats: IngestStats, *, step: int | None = None) -> dict[str, Any] | None:
+def normalise(raw: Mapping[str, Any], stats: IngestStats, *, step: int | None = None,
+              aliases: Mapping[str, str] | None = None) -> dict[str, Any] | None:
     """One canonical row from a raw mapping: ``global_step`` first, finite numbers only.
 
     Returns None when there is no usable integer global step.
@@ -85,7 +89,7 @@ def normalise(raw: Mapping[str, Any], stats: IngestStats, *, step: int | None = 
     values: dict[str, float] = {}
     raw_step = step
     for key, value in raw.items():
-        name = canonical_key(str(key))
+        name = canonical_key(str(key), aliases)
         if name == "global_step":
             number = finite_number(value)
             if number is not None and number == int(number):
@@ -256,8 +260,10 @@ def event_dirs(root: str | Path) -> list[Path]:
     return sorted({p.parent for p in root.rglob("events.out.tfevents.*") if p.is_file()})
 
 
-def read_tensorboard(root: str | Path) -> tuple[list[dict[str, Any]], IngestStats]:
-    """All ``train/*`` and ``eval/*`` scalars under ``root``, merged into one row per step."""
+def read_tensorboard(root: str | Path, aliases: Mapping[str, str] | None = None
+                     ) -> tuple[list[dict[str, Any]], IngestStats]:
+    """All ``train/*`` and ``eval/*`` scalars under ``root``, merged into one row per step
+    (``aliases``: the trainer's names -> metrics.jsonl names, e.g. TRL's ``learning_rate``)."""
     dirs = event_dirs(root)
     if not dirs:
         raise InputError(root, None, "no TensorBoard event files (events.out.tfevents.*)")
@@ -271,7 +277,8 @@ def read_tensorboard(root: str | Path) -> tuple[list[dict[str, Any]], IngestStat
             for event in acc.Scalars(tag):
                 by_step.setdefault(int(event.step), {})[tag] = float(event.value)
     stats = IngestStats()
-    rows = [row for step in sorted(by_step) if (row := normalise(by_step[step], stats, step=step)) is not None]
+    rows = [row for step in sorted(by_step)
+            if (row := normalise(by_step[step], stats, step=step, aliases=aliases)) is not None]
     return rows, stats
 
 
@@ -445,12 +452,14 @@ class MetricsFollower:
     later step exists, or at :meth:`close`, so its scalars are complete).
     """
 
-    def __init__(self, kind: str, source: str | Path, metrics_path: str | Path):
+    def __init__(self, kind: str, source: str | Path, metrics_path: str | Path,
+                 aliases: Mapping[str, str] | None = None):
         if kind not in ("stdout", "jsonl", "verl", "tensorboard"):
             raise InputError(None, "metrics source", f"unknown kind {kind!r}")
         self.kind = kind
         self.source = Path(source)
         self.metrics_path = Path(metrics_path)
+        self.aliases = aliases
         self.stats = IngestStats()
         repair_torn_tail(self.metrics_path)
         self.known = written_steps(self.metrics_path)
@@ -484,7 +493,7 @@ class MetricsFollower:
         else:
             if not self.source.is_dir() or not event_dirs(self.source):
                 return []
-            all_rows, self.stats = read_tensorboard(self.source)
+            all_rows, self.stats = read_tensorboard(self.source, self.aliases)
             if all_rows and not final:
                 last = all_rows[-1]["global_step"]
                 all_rows = [r for r in all_rows if r["global_step"] < last]

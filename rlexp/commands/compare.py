@@ -46,7 +46,8 @@ def compare(
     resamples: Annotated[int, typer.Option("--resamples", min=100, max=1_000_000,
                                             help="Bootstrap resamples.")] = 10_000,
     confidence: Annotated[float, typer.Option("--confidence", min=0.5, max=0.999)] = 0.95,
-    method: Annotated[str, typer.Option("--method", help="Bootstrap CI: percentile, basic or bca.")] = "percentile",
+    method: Annotated[str, typer.Option("--method", help="CI of Δ: paired bootstrap percentile, basic or bca; or "
+                                        "newcombe (Newcombe's hybrid score interval, 0/1 scores).")] = "percentile",
     paired_out: Annotated[Path | None, typer.Option("--paired-out", help="Also write the paired records "
                                                     "{problem_hash, y_baseline, y_new, output_baseline, "
                                                     "output_new} here (two files scored 0/1).")] = None,
@@ -78,6 +79,8 @@ def _print(r: dict[str, Any]) -> None:
     table.add_column("value", justify="right")
     conf = f"{100 * r['confidence']:g}%"
     boot = f"paired bootstrap {conf} CI ({r['ci_method']}, {r['resamples']} resamples, seed {r['seed']})"
+    if r["ci_method"] == "newcombe":
+        boot = f"Newcombe hybrid score {conf} CI"
     if r["mode"] == "binary":
         rows = [
             ("acc baseline", f"{r['acc_base']:.2%}  (Wilson {conf} [{r['acc_base_ci'][0]:.2%}, {r['acc_base_ci'][1]:.2%}])"),

@@ -10,7 +10,9 @@ import typer
 
 app = typer.Typer(no_args_is_help=True)
 
-MAX_SIMULATED_OUTCOMES = 50_000_000  # --sims x --n: the simulation holds one draw per (study, problem)
+MAX_SIMULATED_OUTCOMES = 1_000_000_000  # --sims x --n: bounds the distinct tables whose CI is computed
+MAX_CORRELATIONS = 10
+CI_METHODS = ("percentile", "bca", "newcombe")
 SopOption = Annotated[Path | None, typer.Option("--sop", help="SOP file (default: the version in force).")]
 
 
@@ -64,33 +66,46 @@ def rule_sentences(sop) -> list[str]:
 
 @app.command("calibrate")
 def calibrate(
-    sims: Annotated[int, typer.Option("--sims", min=100, max=100_000, help="Simulated studies per scenario.")] = 2000,
+    sims: Annotated[int, typer.Option("--sims", min=100, max=1_000_000,
+                                      help="Simulated studies per scenario and correlation.")] = 20_000,
     seed: Annotated[int, typer.Option("--seed")] = 0,
     n: Annotated[int, typer.Option("--n", min=50, max=100_000, help="Problems per paired study.")] = 1000,
     discordance: Annotated[float, typer.Option("--discordance", min=0.01, max=0.5)] = 0.12,
-    rho: Annotated[float, typer.Option("--rho", min=0.0, max=0.99,
-                                       help="Correlation of the K checkpoints' flips.")] = 0.6,
+    correlation: Annotated[list[float] | None, typer.Option(
+        "--correlation", help="Latent correlation rho of two checkpoints' flips, in [0, 0.99] or 1; repeat for a "
+                              "row per value (default: 0.3, 0.6 and 0.9).")] = None,
     effect_pp: Annotated[float, typer.Option("--effect-pp", help="True effect of the alternative.")] = 3.0,
-    resamples: Annotated[int, typer.Option("--resamples", min=100, max=100_000,
-                                           help="Bootstrap resamples per study.")] = 2000,
+    ci_method: Annotated[str | None, typer.Option(
+        "--ci-method", help="The gates' CI: percentile, bca or newcombe (default: the SOP's bootstrap.method).")
+    ] = None,
     sop_file: SopOption = None,
     json_out: Annotated[bool, typer.Option("--json")] = False,
     markdown: Annotated[bool, typer.Option("--markdown", help="Print the markdown table (for sop/README.md).")] = False,
 ) -> None:
-    """Simulate paired studies like the SOP's final comparison: false-pass rate and power of every gate, per checkpoint and best-of-K."""
-    from rlexp.core.calibrate import CalibrationSettings
+    """Simulate paired studies like the SOP's final comparison: false-pass rate and power of every gate, per checkpoint and best-of-K, with Monte-Carlo errors, a row per correlation."""
+    from rlexp.core.calibrate import DEFAULT_CORRELATIONS, CalibrationSettings, check_settings
     from rlexp.core.calibrate import calibrate as run
     from rlexp.core.sop import load_sop
     from rlexp.errors import InputError
 
     sop = load_sop(sop_file)
-    if sims * n > MAX_SIMULATED_OUTCOMES:  # one draw per (study, problem) is held in memory at once
+    if sims * n > MAX_SIMULATED_OUTCOMES:  # the distinct tables to judge, hence the time, grow with both
         raise InputError(None, "--sims", f"--sims x --n = {sims * n} simulated outcomes, over the limit of "
                                          f"{MAX_SIMULATED_OUTCOMES}")
-    if abs(effect_pp) / 100.0 >= discordance:
-        raise InputError(None, "--effect-pp", "the effect must be smaller than the discordance")
-    result = run(sop, CalibrationSettings(sims=sims, seed=seed, n=n, discordance=discordance, rho=rho,
-                                          effect_pp=effect_pp, resamples=resamples, k=sop.checkpoints.k))
+    correlations = tuple(correlation) if correlation else DEFAULT_CORRELATIONS
+    if len(correlations) > MAX_CORRELATIONS:
+        raise InputError(None, "--correlation", f"{len(correlations)} values, at most {MAX_CORRELATIONS}")
+    if ci_method is not None and ci_method not in CI_METHODS:
+        raise InputError(None, "--ci-method", f"must be one of {', '.join(CI_METHODS)}, got {ci_method!r}")
+    settings = CalibrationSettings(sims=sims, seed=seed, n=n, discordance=discordance, correlations=correlations,
+                                   effect_pp=effect_pp, k=sop.checkpoints.k)
+    try:
+        check_settings(settings)
+    except ValueError as exc:
+        option = {"correlations": "--correlation", "effect_pp": "--effect-pp", "k": "--sop"}.get(
+            str(exc).split(":", 1)[0], "--discordance")
+        raise InputError(None, option, str(exc).split(": ", 1)[-1]) from None
+    result = run(sop, settings, ci_method=ci_method)
     if json_out:
         typer.echo(json.dumps(result.to_dict(), indent=2))
         return
@@ -100,13 +115,16 @@ def calibrate(
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"Gate pass rates, {sims} simulated studies per scenario (SOP {sop.version}, seed {seed})")
-    for col in ("gate", "true effect", "per checkpoint", f"best of K={sop.checkpoints.k}", "best of K, Holm", "MC s.e."):
+    table = Table(title=f"Gate pass rates ± Monte-Carlo s.e., {sims} simulated studies per scenario and "
+                        f"correlation (SOP {sop.version}, CI {result.ci_method}, seed {seed})")
+    for col in ("gate", "true effect", "rho (Δ corr.)", "per checkpoint", f"best of K={sop.checkpoints.k}",
+                "best of K, Holm"):
         table.add_column(col, justify="left" if col in ("gate", "true effect") else "right")
     for r in result.rows:
-        table.add_row(r.gate, r.scenario, f"{r.per_checkpoint:.2%}", f"{r.best_of_k:.2%}",
-                      f"{r.holm_best_of_k:.2%}" if r.holm_best_of_k is not None else "-", f"{r.mc_se:.2%}")
+        table.add_row(r.gate, r.scenario, f"{r.correlation:g} ({r.delta_correlation:.2f})", r.per_checkpoint.pct(),
+                      r.best_of_k.pct(), r.holm_best_of_k.pct() if r.holm_best_of_k is not None else "-")
     console = Console()
     console.print(table)
     console.print("Null rows are false-pass rates; the +effect rows are power. Best of K: any of the K "
-                  "checkpoints passes, which is what choosing among them does to the error rate.")
+                  "checkpoints passes, which is what choosing among them does to the error rate. CONFIRM is "
+                  "decide's answer for a first seed; STOP-1 assumes the ID guardrail holds.")

@@ -13,43 +13,76 @@ effect is delta. Flips of the K checkpoints are correlated through a Gaussian co
 k flips problem i when sqrt(rho) Z_i + sqrt(1 - rho) E_ik < Phi^-1(q). A second seed (for
 Gate-2) is an independent run against the same baseline outcomes.
 
-Each study is then judged by the same rules as ``rlexp.core.gates`` (vectorised here; a test checks
-the vectorised verdicts against the scalar gates on simulated studies). Everything is numpy,
-seeded, and takes seconds for thousands of studies.
+How it is drawn (exactly that model, without one draw per problem): problems are independent
+given p0, and the copula makes the K checkpoints exchangeable, so a problem's flip pattern
+(which of the K checkpoints flip it) has a probability that depends only on how many flip,
+pi_j = integral of phi(z) g(z)^j (1 - g(z))^(K - j) dz with g(z) = Phi((Phi^-1(q) - sqrt(rho) z)
+/ sqrt(1 - rho)) (:func:`pattern_probabilities`, a trapezoid rule on a grid fine enough for the
+rule's error to be negligible, interpolated in p0 by :func:`patterns_for_p0`). A study is then: the number of problems the baseline gets
+right ~ Bin(N, p0), and for each run, the counts of the 2^K patterns among those problems and
+among the others ~ Multinomial. b_k and c_k are sums of pattern counts. :func:`simulate_counts_per_problem`
+draws the same model problem by problem (the definition; tests check that both agree).
+
+Each study is then judged by the rule ``rlexp decide`` applies: McNemar exact p, Holm over the K
+checkpoints, the interval of the SOP's ``bootstrap`` section (its method, resamples, seed and
+confidence: a seeded bootstrap is a function of (b, c, n), computed once per distinct (b, c)
+with :func:`rlexp.stats.bootstrap_delta_ci_many`, and only where it can change a verdict), and
+the comparisons of :mod:`rlexp.core.gates`, vectorised. A test checks the verdicts against
+:func:`rlexp.core.decision.decide`, study by study. 100,000 studies take seconds.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from typing import Any
 
 from rlexp.core.gates import EPS
 from rlexp.core.sop import Sop
 
+DEFAULT_CORRELATIONS = (0.3, 0.6, 0.9)
+GATES = ("gate_1a", "gate_1b", "mcnemar")
+GATE_LABELS = {"gate_1a": "Gate-1a", "gate_1b": "Gate-1b", "mcnemar": "McNemar p<0.05 alone",
+               "confirm": "CONFIRM (decide, seed 1)", "stop_1": "STOP-1 (1b + Gate-2)"}
+_GRID_HALF_WIDTH = 8.5   # phi(8.5) ~ 1e-16: the copula integral's tails beyond are negligible
+_GRID_CELLS = 2_000_000  # grid points x thresholds evaluated at once (memory)
+_CHEBYSHEV_POINTS = 24
+
 
 @dataclass(frozen=True)
 class CalibrationSettings:
-    sims: int = 2000
+    sims: int = 20_000
     seed: int = 0
     n: int = 1000
     base_acc_low: float = 0.67
     base_acc_high: float = 0.74
     discordance: float = 0.12
     k: int = 3
-    rho: float = 0.6                 # correlation of the flip propensities of two checkpoints of one run
+    correlations: tuple[float, ...] = DEFAULT_CORRELATIONS  # latent flip correlation rho of two checkpoints
     effect_pp: float = 3.0           # the true effect of the alternative scenario
-    resamples: int = 2000            # bootstrap resamples per simulated comparison
-    chunk: int = 250                 # studies simulated at once (memory: chunk * n * k floats)
+    chunk: int = 50_000              # studies drawn at once
+
+
+@dataclass(frozen=True)
+class Rate:
+    """A pass rate over the simulated studies and its Monte-Carlo standard error."""
+
+    rate: float
+    se: float
+
+    def pct(self) -> str:
+        return f"{100 * self.rate:.2f}% ± {100 * self.se:.2f}%"
 
 
 @dataclass(frozen=True)
 class CalibrationRow:
+    correlation: float               # rho of the copula
+    delta_correlation: float         # the resulting correlation of two checkpoints' observed deltas
     gate: str
     scenario: str                    # "null (0pp)" or "+3pp"
-    per_checkpoint: float            # mean pass rate of a single pre-registered checkpoint
-    best_of_k: float                 # any of the K checkpoints passes
-    holm_best_of_k: float | None     # any passes with Holm-adjusted p (None: rule has no p)
-    mc_se: float                     # Monte-Carlo standard error of per_checkpoint
+    per_checkpoint: Rate             # a single pre-registered checkpoint
+    best_of_k: Rate                  # any of the K checkpoints passes
+    holm_best_of_k: Rate | None      # any passes with Holm-adjusted p (None: the rule has no p)
 
 
 @dataclass(frozen=True)
@@ -57,66 +90,203 @@ class Calibration:
     settings: CalibrationSettings
     sop_version: str
     sop_sha256: str
+    ci_method: str
+    resamples: int
     rows: tuple[CalibrationRow, ...]
     mean_discordance: float
     mean_base_acc: float
+    distinct_intervals: int = field(default=0, compare=False)  # distinct (b, c) whose interval was computed
 
     def to_dict(self) -> dict[str, Any]:
         from dataclasses import asdict
 
-        return {"settings": asdict(self.settings), "sop_version": self.sop_version, "sop_sha256": self.sop_sha256,
+        s = asdict(self.settings)
+        s["correlations"] = list(self.settings.correlations)
+        return {"settings": s, "sop_version": self.sop_version, "sop_sha256": self.sop_sha256,
+                "ci_method": self.ci_method, "resamples": self.resamples,
                 "mean_discordance": self.mean_discordance, "mean_base_acc": self.mean_base_acc,
+                "mc_error": "binomial sqrt(p(1-p)/sims) for best of K, CONFIRM and STOP-1; for a single "
+                            "checkpoint, the standard deviation of each study's mean over its K checkpoints "
+                            "over sqrt(sims)",
                 "rows": [asdict(r) for r in self.rows]}
 
     def markdown(self) -> str:
         s = self.settings
         lines = [
-            f"Simulated paired studies: {s.sims} per scenario, seed {s.seed}, N={s.n}, baseline accuracy "
-            f"U({s.base_acc_low:.2f}, {s.base_acc_high:.2f}) (mean {self.mean_base_acc:.3f}), discordance "
-            f"{s.discordance:.2f} (observed {self.mean_discordance:.3f}), K={s.k} checkpoints with flip "
-            f"correlation rho={s.rho}, {s.resamples} bootstrap resamples, SOP {self.sop_version}.",
+            f"Simulated paired studies: {s.sims} per scenario and correlation, seed {s.seed}, N={s.n}, baseline "
+            f"accuracy U({s.base_acc_low:.2f}, {s.base_acc_high:.2f}) (mean {self.mean_base_acc:.3f}), "
+            f"discordance {s.discordance:.2f} (observed {self.mean_discordance:.3f}), K={s.k} checkpoints, "
+            f"CI {self.ci_method}" + (f" ({self.resamples} resamples)" if self.ci_method != "newcombe" else "")
+            + f", SOP {self.sop_version}. Rates ± one Monte-Carlo standard error.",
             "",
-            "| gate | true effect | per checkpoint | best of K | best of K, Holm p | MC s.e. |",
+            "| gate | true effect | ρ (Δ corr.) | per checkpoint | best of K | best of K, Holm p |",
             "|---|---|---|---|---|---|",
         ]
-        for r in self.rows:
-            holm = f"{100 * r.holm_best_of_k:.2f}%" if r.holm_best_of_k is not None else "-"
-            lines.append(f"| {r.gate} | {r.scenario} | {100 * r.per_checkpoint:.2f}% | {100 * r.best_of_k:.2f}% "
-                         f"| {holm} | {100 * r.mc_se:.2f}% |")
+        order = {label: i for i, label in enumerate(GATE_LABELS.values())}
+        for r in sorted(self.rows, key=lambda r: (r.scenario != "null (0pp)", order[r.gate], r.correlation)):
+            holm = r.holm_best_of_k.pct() if r.holm_best_of_k is not None else "-"
+            lines.append(f"| {r.gate} | {r.scenario} | {r.correlation:g} ({r.delta_correlation:.2f}) | "
+                         f"{r.per_checkpoint.pct()} | {r.best_of_k.pct()} | {holm} |")
         return "\n".join(lines) + "\n"
 
 
-def simulate_counts(settings: CalibrationSettings, effect_pp: float, rng: Any, sims: int) -> dict[str, Any]:
-    """b and c per (study, run, checkpoint) for ``sims`` studies; two runs (seeds) per study."""
+# --------------------------------------------------------------------------- the model
+
+
+def flip_probabilities(settings: CalibrationSettings, effect_pp: float, p0: Any) -> tuple[Any, Any]:
+    """(q1, q0): a checkpoint's flip probability on problems the baseline gets right / wrong."""
+    import numpy as np
+
+    s = settings
+    delta = effect_pp / 100.0
+    q1 = np.clip((s.discordance - delta) / (2 * p0), 1e-12, 1 - 1e-12)
+    q0 = np.clip((s.discordance + delta) / (2 * (1 - p0)), 1e-12, 1 - 1e-12)
+    return q1, q0
+
+
+def pattern_bits(k: int) -> Any:
+    """(2^k, k) 0/1 matrix: row j says which checkpoints flip in pattern j (bit i = checkpoint i)."""
+    import numpy as np
+
+    return (np.arange(2**k)[:, None] >> np.arange(k)[None, :]) & 1
+
+
+def pattern_probabilities(q: Any, k: int, rho: float) -> Any:
+    """Probability of each of the 2^k flip patterns of one problem, for flip probabilities ``q``.
+
+    Under the copula a pattern with j flips has probability integral phi(z) g^j (1 - g)^(k - j) dz,
+    g(z) = Phi((Phi^-1(q) - sqrt(rho) z) / sqrt(1 - rho)). rho = 0 and rho = 1 are closed forms.
+    Otherwise a trapezoid rule over z in [-8.5, 8.5] with a step h of at most a third of g's width
+    w = sqrt((1 - rho) / rho) (and at most 0.25): for these smooth, fast-decaying integrands the
+    rule's error is of the order of their Fourier transform at 2 pi / h, about exp(-(2 pi w / h)^2 / 2)
+    < 1e-70; a test checks it against scipy's multivariate normal CDF and a grid ten times finer.
+    Returns an array of shape q.shape + (2^k,); each row sums to 1.
+    """
+    import numpy as np
+    from scipy.special import ndtr, ndtri
+
+    q = np.asarray(q, dtype=float)
+    flat = q.ravel()
+    ones = pattern_bits(k).sum(axis=1)
+    if rho <= 0.0:
+        per_j = flat[:, None] ** np.arange(k + 1) * (1 - flat[:, None]) ** (k - np.arange(k + 1))
+    elif rho >= 1.0:
+        per_j = np.zeros((len(flat), k + 1))
+        per_j[:, 0], per_j[:, k] = 1 - flat, flat
+    else:
+        step = min(0.25, math.sqrt((1 - rho) / rho) / 3)
+        z = np.linspace(-_GRID_HALF_WIDTH, _GRID_HALF_WIDTH, int(math.ceil(2 * _GRID_HALF_WIDTH / step)) + 1)
+        weights = np.exp(-0.5 * z * z) / math.sqrt(2 * math.pi) * (z[1] - z[0])
+        weights[[0, -1]] *= 0.5
+        per_j = np.empty((len(flat), k + 1))
+        thresholds = ndtri(flat)
+        rows = max(1, _GRID_CELLS // len(z))
+        for start in range(0, len(flat), rows):
+            g = ndtr((thresholds[start:start + rows, None] - math.sqrt(rho) * z[None, :]) / math.sqrt(1 - rho))
+            miss = 1 - g
+            for j in range(k + 1):
+                per_j[start:start + rows, j] = (_power(g, j) * _power(miss, k - j)) @ weights
+    probs = per_j[:, ones]  # per pattern: per_j is the probability of one given pattern with j flips
+    probs /= probs.sum(axis=1, keepdims=True)  # the quadrature's tiny error; Multinomial wants sum 1
+    return probs.reshape(q.shape + (2**k,))
+
+
+def patterns_for_p0(settings: CalibrationSettings, effect_pp: float, rho: float, p0: Any) -> tuple[Any, Any]:
+    """:func:`pattern_probabilities` of (q1, q0) at each baseline accuracy ``p0``, by interpolation.
+
+    Both are analytic functions of p0 on the short interval [base_acc_low, base_acc_high], so a
+    Chebyshev interpolant through 24 points reproduces them to about 1e-15 (a test checks 1e-12
+    against the direct computation) at the cost of 24 quadratures instead of one per study.
+    """
+    import numpy as np
+    from numpy.polynomial import chebyshev
+
+    s = settings
+    low, high = s.base_acc_low, s.base_acc_high
+    if high - low < 1e-9:
+        q1, q0 = flip_probabilities(s, effect_pp, p0)
+        return pattern_probabilities(q1, s.k, rho), pattern_probabilities(q0, s.k, rho)
+    degree = _CHEBYSHEV_POINTS - 1
+    x = np.cos(np.pi * (np.arange(_CHEBYSHEV_POINTS) + 0.5) / _CHEBYSHEV_POINTS)  # in [-1, 1]
+    q1, q0 = flip_probabilities(s, effect_pp, low + (x + 1) * (high - low) / 2)
+    at = 2 * (np.asarray(p0, dtype=float) - low) / (high - low) - 1
+    out = []
+    for q in (q1, q0):
+        coef = chebyshev.chebfit(x, pattern_probabilities(q, s.k, rho), degree)
+        probs = np.clip(chebyshev.chebval(at, coef).T, 0.0, 1.0)
+        out.append(probs / probs.sum(axis=-1, keepdims=True))
+    return out[0], out[1]
+
+
+def _power(x: Any, j: int) -> Any:
+    """x ** j by repeated multiplication (far cheaper than a float power for small j)."""
+    out = x.copy() if j else x * 0 + 1
+    for _ in range(j - 1):
+        out *= x
+    return out
+
+
+def simulate_counts(settings: CalibrationSettings, effect_pp: float, rho: float, rng: Any, sims: int
+                    ) -> dict[str, Any]:
+    """b and c per (study, run, checkpoint) for ``sims`` studies; two runs (seeds) per study.
+
+    Also ``right``: the number of problems the baseline gets right, per study (n11 = right - b,
+    n00 = N - right - c), and ``base_acc`` = right / N.
+    """
+    import numpy as np
+
+    s = settings
+    p0 = rng.uniform(s.base_acc_low, s.base_acc_high, size=sims)
+    right = rng.binomial(s.n, p0)
+    patterns_right, patterns_wrong = patterns_for_p0(s, effect_pp, rho, p0)
+    bits = pattern_bits(s.k)
+    b = np.empty((sims, 2, s.k), dtype=np.int64)
+    c = np.empty((sims, 2, s.k), dtype=np.int64)
+    for run in range(2):
+        b[:, run] = rng.multinomial(right, patterns_right) @ bits
+        c[:, run] = rng.multinomial(s.n - right, patterns_wrong) @ bits
+    return {"b": b, "c": c, "right": right, "base_acc": right / s.n}
+
+
+def simulate_counts_per_problem(settings: CalibrationSettings, effect_pp: float, rho: float, rng: Any, sims: int
+                                ) -> dict[str, Any]:
+    """The same model drawn problem by problem (the definition, and the previous implementation):
+    memory and time grow with sims x N x K. For tests and benchmarks/bench_calibrate.py."""
     import numpy as np
     from scipy.special import ndtri
 
     s = settings
-    delta = effect_pp / 100.0
     p0 = rng.uniform(s.base_acc_low, s.base_acc_high, size=sims)
     y0 = rng.random((sims, s.n)) < p0[:, None]
-    q1 = np.clip((s.discordance - delta) / (2 * p0), 1e-12, 1 - 1e-12)
-    q0 = np.clip((s.discordance + delta) / (2 * (1 - p0)), 1e-12, 1 - 1e-12)
+    q1, q0 = flip_probabilities(s, effect_pp, p0)
     threshold = np.where(y0, ndtri(q1)[:, None], ndtri(q0)[:, None])  # (sims, n)
     b = np.empty((sims, 2, s.k), dtype=np.int64)
     c = np.empty((sims, 2, s.k), dtype=np.int64)
     for run in range(2):
-        shared = rng.standard_normal((sims, s.n, 1), dtype=np.float32)
-        own = rng.standard_normal((sims, s.n, s.k), dtype=np.float32)
-        flips = np.sqrt(s.rho) * shared + np.sqrt(1 - s.rho) * own < threshold[:, :, None]
+        shared = rng.standard_normal((sims, s.n, 1))
+        own = rng.standard_normal((sims, s.n, s.k))
+        flips = math.sqrt(rho) * shared + math.sqrt(1 - rho) * own < threshold[:, :, None]
         b[:, run] = np.sum(flips & y0[:, :, None], axis=1)
         c[:, run] = np.sum(flips & ~y0[:, :, None], axis=1)
-    return {"b": b, "c": c, "base_acc": y0.mean(axis=1)}
+    right = y0.sum(axis=1)
+    return {"b": b, "c": c, "right": right, "base_acc": right / s.n}
+
+
+# --------------------------------------------------------------------------- the SOP's rule, vectorised
 
 
 def mcnemar_exact_vec(b: Any, c: Any) -> Any:
-    """Exact two-sided McNemar p for arrays of (b, c): min(1, 2 * BinomCDF(min(b, c); b + c, 1/2))."""
+    """Exact two-sided McNemar p for arrays of (b, c): min(1, 2 * BinomCDF(min(b, c); b + c, 1/2)),
+    evaluated once per distinct (b + c, min(b, c))."""
     import numpy as np
     from scipy.stats import binom
 
-    m = b + c
-    p = np.minimum(1.0, 2.0 * binom.cdf(np.minimum(b, c), np.maximum(m, 1), 0.5))
-    return np.where(m == 0, 1.0, p)
+    b, c = np.asarray(b), np.asarray(c)
+    m, low = (b + c).ravel(), np.minimum(b, c).ravel()
+    keys, inverse = np.unique(np.stack([m, low]), axis=1, return_inverse=True)
+    p = np.minimum(1.0, 2.0 * binom.cdf(keys[1], np.maximum(keys[0], 1), 0.5))
+    p = np.where(keys[0] == 0, 1.0, p)
+    return p[inverse.ravel()].reshape(b.shape)
 
 
 def holm_vec(p: Any) -> Any:
@@ -124,20 +294,6 @@ def holm_vec(p: Any) -> Any:
     from rlexp.stats import adjust_pvalues
 
     return adjust_pvalues(p, method="holm", axis=-1)
-
-
-def bootstrap_ci_low_vec(b: Any, c: Any, n: int, resamples: int, confidence: float, rng: Any) -> Any:
-    """Percentile-bootstrap CI low bound (pp) for arrays of (b, c), same draw as rlexp.stats."""
-    import numpy as np
-
-    flat_b, flat_c = b.ravel(), c.ravel()
-    m_total = flat_b + flat_c
-    p_disc = m_total / n
-    p_win = np.divide(flat_c, m_total, out=np.zeros(len(flat_c)), where=m_total > 0)
-    m = rng.binomial(n, p_disc[None, :], size=(resamples, len(flat_b)))
-    wins = rng.binomial(m, p_win[None, :])
-    low = np.quantile(2 * wins - m, (1 - confidence) / 2, axis=0)
-    return (100.0 * low / n).reshape(b.shape)
 
 
 def gate_passes(delta_pp: Any, p: Any, ci_low: Any, gate: Any, *, ci_is_alternative: bool) -> Any:
@@ -148,72 +304,161 @@ def gate_passes(delta_pp: Any, p: Any, ci_low: Any, gate: Any, *, ci_is_alternat
     return delta_ok & ((p_ok | ci_ok) if ci_is_alternative else (p_ok & ci_ok))
 
 
-def judge(b: Any, c: Any, n: int, sop: Sop, resamples: int, rng: Any) -> dict[str, Any]:
-    """Gate verdicts for simulated (b, c) of shape (sims, 2 runs, K)."""
+class IntervalTable:
+    """CI low bound (pp) of a paired table, by the rule of the SOP's ``bootstrap`` section, cached.
+
+    A seeded bootstrap interval is a function of (b, c, n), so each distinct (b, c) is computed
+    once (:func:`rlexp.stats.bootstrap_delta_ci_many`, equal to what ``decide`` computes) and
+    reused across chunks, scenarios and correlations. Newcombe's interval needs all four cells and
+    no resampling: it is computed directly, vectorised.
+    """
+
+    def __init__(self, sop: Sop, n: int, method: str | None = None) -> None:
+        self.method = method or sop.bootstrap.method
+        self.boot = sop.bootstrap
+        self.n = n
+        self.cache: dict[tuple[int, int], float] = {}
+
+    def low(self, b: Any, c: Any, right: Any) -> Any:
+        import numpy as np
+
+        if self.method == "newcombe":
+            from rlexp.stats import newcombe_paired_ci_arrays
+
+            low, _ = newcombe_paired_ci_arrays(right - b, b, c, self.n - right - c, self.boot.confidence)
+            return 100.0 * low
+        from rlexp.stats import bootstrap_delta_ci_many
+
+        pairs, inverse = np.unique(np.stack([b, c], axis=-1), axis=0, return_inverse=True)
+        keys = [(int(x), int(y)) for x, y in pairs]
+        missing = [key for key in keys if key not in self.cache]
+        if missing:
+            found = bootstrap_delta_ci_many(missing, self.n, resamples=self.boot.resamples, seed=self.boot.seed,
+                                            confidence=self.boot.confidence, method=self.method)
+            self.cache.update({key: ci[0] for key, ci in found.items()})
+        return np.array([self.cache[key] for key in keys], dtype=float)[inverse.ravel()]
+
+
+def judge(b: Any, c: Any, right: Any, n: int, sop: Sop, intervals: IntervalTable) -> dict[str, Any]:
+    """Verdicts for simulated (b, c) of shape (sims, 2 runs, K), as ``decide`` judges the first run.
+
+    Per checkpoint of the first run: Gate-1a, Gate-1b (with McNemar p, and with Holm-adjusted p)
+    and a bare McNemar p < 0.05. Per study: CONFIRM (what ``decide`` answers for the first seed,
+    before a sibling exists: Gate-1a or Gate-1b passes on some checkpoint, per-checkpoint or Holm
+    as ``checkpoints.decide_on`` says) and STOP-1 (that Gate-1b, and Gate-2 over both runs'
+    primary deltas; the primary checkpoint is the one with the largest delta, as ``decide``
+    picks it; the ID guardrail, part of Gate-2, is taken to hold: the simulation has no ID set).
+    """
     import numpy as np
 
     delta = 100.0 * (c - b) / n
-    p = mcnemar_exact_vec(b, c)
+    first_b, first_c, first_delta = b[:, 0, :], c[:, 0, :], delta[:, 0, :]
+    p = mcnemar_exact_vec(first_b, first_c)
     holm = holm_vec(p)
-    # The CI only matters where delta can pass a gate; bootstrap just those comparisons (the first
-    # seed's; the second seed enters only through its delta).
-    ci_low = np.full(delta.shape, -np.inf)
-    need = delta >= min(sop.gate_1a.min_delta_pp, sop.gate_1b.min_delta_pp) - EPS
-    need[:, 1:, :] = False
+    # The interval is computed only where it can change a verdict: Gate-1b when delta and p pass,
+    # Gate-1a when delta passes and p does not (Holm p >= p, so the Holm variants are covered).
+    g1a, g1b = sop.gate_1a, sop.gate_1b
+    need = (((first_delta >= g1b.min_delta_pp - EPS) & (p < g1b.max_mcnemar_p - EPS))
+            | ((first_delta >= g1a.min_delta_pp - EPS) & (holm >= g1a.max_mcnemar_p - EPS)))
+    ci_low = np.full(first_delta.shape, -np.inf)
     if need.any():
-        ci_low[need] = bootstrap_ci_low_vec(b[need], c[need], n, resamples, sop.bootstrap.confidence, rng)
+        rights = np.broadcast_to(right[:, None], first_b.shape)
+        ci_low[need] = intervals.low(first_b[need], first_c[need], rights[need])
     out = {
-        "gate_1a": gate_passes(delta, p, ci_low, sop.gate_1a, ci_is_alternative=True),
-        "gate_1b": gate_passes(delta, p, ci_low, sop.gate_1b, ci_is_alternative=False),
-        "gate_1a_holm": gate_passes(delta, holm, ci_low, sop.gate_1a, ci_is_alternative=True),
-        "gate_1b_holm": gate_passes(delta, holm, ci_low, sop.gate_1b, ci_is_alternative=False),
-        "mcnemar_p<0.05": p < 0.05,
+        "gate_1a": gate_passes(first_delta, p, ci_low, g1a, ci_is_alternative=True),
+        "gate_1b": gate_passes(first_delta, p, ci_low, g1b, ci_is_alternative=False),
+        "gate_1a_holm": gate_passes(first_delta, holm, ci_low, g1a, ci_is_alternative=True),
+        "gate_1b_holm": gate_passes(first_delta, holm, ci_low, g1b, ci_is_alternative=False),
+        "mcnemar": p < 0.05,
     }
-    # STOP-1 = Gate-1b on the first seed (any checkpoint) AND Gate-2 over both seeds' primary deltas
-    # (the primary checkpoint is the one with the largest delta, as rlexp decide records it).
+    suffix = "_holm" if sop.checkpoints.decide_on == "holm" else ""
+    g1b_any = out[f"gate_1b{suffix}"].any(axis=1)
+    out["confirm"] = out[f"gate_1a{suffix}"].any(axis=1) | g1b_any
     g2 = sop.gate_2
-    primary = delta.max(axis=2)  # (sims, 2)
-    gate2 = np.all(primary > g2.min_each_delta_pp + EPS, axis=1) & (primary.mean(axis=1) >= g2.min_mean_delta_pp - EPS)
-    out["stop_1"] = out["gate_1b"][:, 0, :].any(axis=1) & gate2
+    primary = delta.max(axis=2)  # (sims, 2): each run's largest delta
+    gate2 = (np.all(primary > g2.min_each_delta_pp + EPS, axis=1)
+             & (primary.mean(axis=1) >= g2.min_mean_delta_pp - EPS))
+    out["stop_1"] = g1b_any & gate2
     out["delta"] = delta
     return out
 
 
-def calibrate(sop: Sop, settings: CalibrationSettings | None = None) -> Calibration:
-    """Pass rates of each gate under no effect and under ``settings.effect_pp``, seeded."""
+# --------------------------------------------------------------------------- the table
+
+
+def _rate(hits: Any) -> Rate:
+    """Pass rate of one indicator per study, with the binomial Monte-Carlo error."""
+    rate = float(hits.mean())
+    return Rate(rate, math.sqrt(rate * (1 - rate) / len(hits)))
+
+
+def _per_checkpoint_rate(hits: Any) -> Rate:
+    """Mean pass rate of a single checkpoint (sims, K): the K checkpoints are exchangeable, so all are
+    used; its Monte-Carlo error comes from each study's mean over K (the K are correlated)."""
+    per_study = hits.mean(axis=1)
+    sd = float(per_study.std(ddof=1)) if len(per_study) > 1 else 0.0
+    return Rate(float(per_study.mean()), sd / math.sqrt(len(per_study)))
+
+
+def check_settings(settings: CalibrationSettings) -> None:
+    """ValueError naming the setting when the model cannot be simulated."""
+    s = settings
+    if not s.correlations:
+        raise ValueError("correlations: at least one value")
+    for rho in s.correlations:
+        if not (0.0 <= rho <= 0.99 or rho == 1.0):
+            raise ValueError(f"correlations: {rho} is outside [0, 0.99] (or exactly 1)")
+    if not 1 <= s.k <= 10:
+        raise ValueError(f"k: {s.k} checkpoints, expected 1 to 10")
+    if abs(s.effect_pp) / 100.0 >= s.discordance:
+        raise ValueError("effect_pp: the effect must be smaller than the discordance")
+    if (s.discordance + abs(s.effect_pp) / 100.0) / 2 >= min(s.base_acc_low, 1 - s.base_acc_high):
+        raise ValueError("discordance: too large for the baseline accuracy range (a flip probability would "
+                         "exceed 1)")
+
+
+def calibrate(sop: Sop, settings: CalibrationSettings | None = None, *, ci_method: str | None = None
+              ) -> Calibration:
+    """Pass rates of each gate under no effect and under ``settings.effect_pp``, per correlation, seeded.
+
+    ``ci_method`` replaces the SOP's ``bootstrap.method`` (what the gates would do under an SOP
+    that chose it); the other bootstrap settings stay the SOP's.
+    """
     import numpy as np
 
     s = settings or CalibrationSettings()
-    rng = np.random.default_rng(s.seed)
+    check_settings(s)
+    intervals = IntervalTable(sop, s.n, ci_method)
     rows: list[CalibrationRow] = []
     disc: list[float] = []
     accs: list[float] = []
-    for scenario, effect in (("null (0pp)", 0.0), (f"{s.effect_pp:+g}pp", s.effect_pp)):
-        tallies: dict[str, list[Any]] = {}
-        done = 0
-        while done < s.sims:
-            size = min(s.chunk, s.sims - done)
-            sim = simulate_counts(s, effect, rng, size)
-            verdicts = judge(sim["b"], sim["c"], s.n, sop, s.resamples, rng)
-            if effect == 0.0:
-                disc.append(float(((sim["b"] + sim["c"]) / s.n).mean()))
-                accs.append(float(sim["base_acc"].mean()))
-            for key, value in verdicts.items():
-                if key != "delta":
-                    tallies.setdefault(key, []).append(value)
-            done += size
-        joined = {k: np.concatenate(v, axis=0) for k, v in tallies.items()}
-        for gate in ("gate_1a", "gate_1b", "mcnemar_p<0.05"):
-            first = joined[gate][:, 0, :]  # the first seed's K checkpoints
-            per = float(first.mean())
-            holm = joined.get(f"{gate}_holm")
-            rows.append(CalibrationRow(
-                gate={"gate_1a": "Gate-1a", "gate_1b": "Gate-1b"}.get(gate, "McNemar p<0.05 alone"),
-                scenario=scenario, per_checkpoint=per, best_of_k=float(first.any(axis=1).mean()),
-                holm_best_of_k=float(holm[:, 0, :].any(axis=1).mean()) if holm is not None else None,
-                mc_se=float(np.sqrt(per * (1 - per) / s.sims)),
-            ))
-        stop1 = float(joined["stop_1"].mean())
-        rows.append(CalibrationRow("STOP-1 (1b + Gate-2)", scenario, stop1, stop1, None,
-                                   float(np.sqrt(stop1 * (1 - stop1) / s.sims))))
-    return Calibration(s, sop.version, sop.sha256, tuple(rows), float(np.mean(disc)), float(np.mean(accs)))
+    scenarios = (("null (0pp)", 0.0), (f"{s.effect_pp:+g}pp", s.effect_pp))
+    for rho_index, rho in enumerate(s.correlations):
+        for scenario_index, (scenario, effect) in enumerate(scenarios):
+            rng = np.random.default_rng([s.seed, rho_index, scenario_index])
+            tallies: dict[str, list[Any]] = {}
+            done = 0
+            while done < s.sims:
+                size = min(s.chunk, s.sims - done)
+                sim = simulate_counts(s, effect, rho, rng, size)
+                verdicts = judge(sim["b"], sim["c"], sim["right"], s.n, sop, intervals)
+                if effect == 0.0:
+                    disc.append(float(((sim["b"] + sim["c"]) / s.n).mean()))
+                    accs.append(float(sim["base_acc"].mean()))
+                for key, value in verdicts.items():
+                    tallies.setdefault(key, []).append(value[:, 0, :] if key == "delta" else value)
+                done += size
+            joined = {k: np.concatenate(v, axis=0) for k, v in tallies.items()}
+            first = joined["delta"]
+            delta_corr = float(np.corrcoef(first[:, 0], first[:, 1])[0, 1]) if s.k > 1 else 1.0
+            for gate in GATES:
+                hits = joined[gate]
+                holm = joined[f"{gate}_holm"] if gate != "mcnemar" else None
+                rows.append(CalibrationRow(
+                    rho, delta_corr, GATE_LABELS[gate], scenario, _per_checkpoint_rate(hits),
+                    _rate(hits.any(axis=1)), _rate(holm.any(axis=1)) if holm is not None else None))
+            for family in ("confirm", "stop_1"):
+                rate = _rate(joined[family])
+                rows.append(CalibrationRow(rho, delta_corr, GATE_LABELS[family], scenario, rate, rate, None))
+    return Calibration(s, sop.version, sop.sha256, intervals.method, sop.bootstrap.resamples, tuple(rows),
+                       float(np.mean(disc)), float(np.mean(accs)), len(intervals.cache))

@@ -10,6 +10,7 @@ told in docs/plan.md, "Why each check exists".
 |---|---|
 | lr.low_early | A26/A27: LR < 6 % of peak for the whole observed run; LR must reach 30 % by global step 20 |
 | lr.warmup_share | A26/A27: warm-up of 25,000 / 6,250 optimizer steps against a ~40-step run |
+| lr.warmup_never_ends | a warm-up as long as the run or longer: the LR never reaches its peak (any trainer) |
 | lr.min_lr_ratio_fixed | OpenRLHF < 0.10.2 has no min_lr_ratio flag: min LR is 0.1 × peak |
 | steps.intent | A28: max_steps counts optimizer steps; 25 global steps instead of 200 |
 | steps.empty | pool smaller than one rollout batch: no global step runs |

@@ -57,11 +57,16 @@ class ComparisonLike(Protocol):
 # --------------------------------------------------------------------------- Gate-1a / Gate-1b
 
 
+def _ci_name(sop: Sop) -> str:
+    """How the rules name the SOP's interval (``bootstrap.method``)."""
+    return "Newcombe CI" if sop.bootstrap.method == "newcombe" else "bootstrap CI"
+
+
 def gate_1a_rule(sop: Sop) -> str:
     g = sop.gate_1a
     return (
         f"Gate-1a: OOD delta >= {_pp(g.min_delta_pp)} AND (McNemar exact p < {g.max_mcnemar_p:g} "
-        f"OR bootstrap CI low > {_pp(g.min_ci_low_pp)})"
+        f"OR {_ci_name(sop)} low > {_pp(g.min_ci_low_pp)})"
     )
 
 
@@ -69,7 +74,7 @@ def gate_1b_rule(sop: Sop) -> str:
     g = sop.gate_1b
     return (
         f"Gate-1b: OOD delta >= {_pp(g.min_delta_pp)} AND McNemar exact p < {g.max_mcnemar_p:g} "
-        f"AND bootstrap CI low > {_pp(g.min_ci_low_pp)} (if computed)"
+        f"AND {_ci_name(sop)} low > {_pp(g.min_ci_low_pp)} (if computed)"
     )
 
 

@@ -471,6 +471,7 @@ class TrainerKeyTable:
     # flags of newer releases); None for a key the trainer does not have
     lookup: Callable[[str], RecipeKey | None]
     versions: tuple[str, ...] = ()  # the versions the keys were read from; () = any version
+    model_key: str = "pretrain"  # the key naming the base model (Attempt.base_model reads it)
 
 
 def _openrlhf_table(trainer: str) -> TrainerKeyTable:
@@ -527,14 +528,18 @@ def _trl_type(annotation: str) -> tuple[str, bool]:
 
 
 def _trl_table() -> TrainerKeyTable:
-    from rlexp.core.trainers.trl_fields import GRPO_CONFIG_FIELDS, TRL_VERSION
+    """GRPOConfig's fields, then ModelConfig's (the model and LoRA settings of ``trl grpo``)."""
+    from rlexp.core.trainers.trl_fields import GRPO_CONFIG_FIELDS, MODEL_CONFIG_FIELDS, TRL_VERSION
 
     keys: dict[str, RecipeKey] = {}
-    for name, annotation, default in GRPO_CONFIG_FIELDS:
+    for name, annotation, default in (*GRPO_CONFIG_FIELDS, *MODEL_CONFIG_FIELDS):
+        if name in keys:  # a field both dataclasses have (GRPOConfig's is listed first)
+            continue
         type_, nullable = _trl_type(annotation)
         keys[name] = RecipeKey(name, type_, default, trl_kind(name), nullable or default is None)
-    return TrainerKeyTable("trl", f"TRL {TRL_VERSION} GRPOConfig fields", keys,
-                           {k.name: k.default for k in keys.values()}, keys.get, (TRL_VERSION,))  # fmt: skip
+    return TrainerKeyTable("trl", f"TRL {TRL_VERSION} GRPOConfig and ModelConfig fields", keys,
+                           {k.name: k.default for k in keys.values()}, keys.get, (TRL_VERSION,),
+                           model_key="model_name_or_path")  # fmt: skip
 
 
 # verl: the dotted Hydra keys of the pinned release's trainer config, as listed by
@@ -556,7 +561,8 @@ def _verl_table() -> TrainerKeyTable:
         recipe_type = _VERL_TYPES.get(type_, JSON_VALUE)
         keys[name] = RecipeKey(name, recipe_type, default, verl_kind(name), recipe_type == JSON_VALUE)
     return TrainerKeyTable("verl", f"verl {versions[-1]} config keys (dotted Hydra paths)", keys,
-                           {k.name: k.default for k in keys.values()}, keys.get, versions)  # fmt: skip
+                           {k.name: k.default for k in keys.values()}, keys.get, versions,
+                           model_key="actor_rollout_ref.model.path")  # fmt: skip
 
 
 def _trainer_tables() -> dict[str, TrainerKeyTable]:

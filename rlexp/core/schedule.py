@@ -84,7 +84,7 @@ class Steps:
     peak_lr: float
     min_lr_ratio: float  # effective ratio (v0.9.x: always 0.1)
     min_lr_rate: float  # what the scheduler uses (v0.9.x: (peak × 0.1) / peak, like transformers)
-    actor_lr_logging: str
+    actor_lr_logging: str  # micro_batch_mean | last (after scheduler.step()) | applied (before it)
 
     @property
     def min_lr(self) -> float:
@@ -293,7 +293,9 @@ def _frac(lr: float, steps: Steps) -> float:
 def logged_actor_lr(global_step: int, steps: Steps) -> float:
     """``actor_lr`` as the trainer logs it for ``global_step`` (see the module docstring)."""
     first, last = steps.optimizer_range(global_step)
-    if steps.actor_lr_logging == "last" or last < first:
+    if steps.actor_lr_logging == "applied" and last >= first:  # read before scheduler.step(): the step's own LR
+        return steps.peak_lr * lr_lambda(last - 1, steps)
+    if steps.actor_lr_logging in ("last", "applied") or last < first:
         return steps.peak_lr * lr_lambda(last, steps)  # scheduler steps done = last
     gas = steps.micro_batches_per_optimizer_step
     total = 0.0

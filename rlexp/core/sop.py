@@ -65,7 +65,7 @@ class PrimarySettings(_Section):
 class BootstrapSettings(_Section):
     resamples: int
     confidence: float
-    method: Literal["percentile", "bca"]
+    method: Literal["percentile", "bca", "newcombe"]
     seed: int
 
 

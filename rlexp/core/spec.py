@@ -162,13 +162,13 @@ class Attempt:
         return sha256_text("\n".join(f"{a.id}:{sha256_file(a.spec_path)}" for a in self.chain()))
 
     def base_model(self) -> Path | str:
-        """``recipe.pretrain``, resolved once for every stage: a directory (a relative path resolves
+        """``recipe.pretrain`` (the trainer's model key), resolved once for every stage: a directory (a relative path resolves
         against the experiment directory) when it exists, else the name as written (a hub id, which
         vLLM, an OpenAI-compatible server or OpenRLHF resolve themselves)."""
-        key = "actor_rollout_ref.model.path" if self.trainer.name == "verl" else "pretrain"  # verl's own key
-        pretrain = self.recipe.get(key)
+        model_key = key_table(self.trainer.name).model_key  # pretrain; TRL: model_name_or_path
+        pretrain = self.recipe.get(model_key)
         if not isinstance(pretrain, str) or not pretrain:
-            raise InputError(self.spec_path, f"recipe.{key}", "missing: the base model (a directory or a hub id)")
+            raise InputError(self.spec_path, f"recipe.{model_key}", "missing: the base model (a directory or a hub id)")
         path = Path(pretrain)
         if not path.is_absolute():
             path = self.experiment_dir / path

@@ -41,8 +41,8 @@ def compare_files(files: list[Path], *, fmt: str | None = None, choice: Choice |
     from rlexp.adapters.harnesses import FORMATS, read_items
     from rlexp.stats import adjust_pvalues
 
-    if method not in ("percentile", "basic", "bca"):
-        raise InputError(None, "--method", f"must be percentile, basic or bca, got {method!r}")
+    if method not in ("percentile", "basic", "bca", "newcombe"):
+        raise InputError(None, "--method", f"must be percentile, basic, bca or newcombe, got {method!r}")
     if fmt is not None and fmt not in FORMATS:
         raise InputError(None, "--format", f"must be one of {', '.join(FORMATS)}, got {fmt!r}")
     if len(files) < 2:
@@ -155,6 +155,9 @@ def analyse(paired: PairedItems, *, resamples: int = 10_000, seed: int = 0, conf
     if is_binary(paired) and not mean_mode:
         out = _binary(paired, resamples=resamples, seed=seed, confidence=confidence, method=method)
     else:
+        if method == "newcombe":
+            raise InputError(paired.new.path, "--method", "newcombe is an interval for 0/1 outcomes scored once per "
+                                                          "item; the mean-score mode takes percentile, basic or bca")
         from rlexp.core.paired_scores import mean_score_comparison
 
         out = mean_score_comparison([i.mean for i in paired.base_items], [i.mean for i in paired.new_items],
@@ -179,7 +182,8 @@ def _binary(paired: PairedItems, **kwargs: Any) -> dict[str, Any]:
     discordant = out["b"] + out["c"]
     if kwargs.get("method") == "bca" and discordant < BCA_MIN_DISCORDANT:
         out["warnings"] = [f"BCa interval with only {discordant} discordant pairs: it under-covers there (about "
-                           "93% for a nominal 95% with 10); the percentile interval (the default) holds its level"]
+                           "93% for a nominal 95% with 10); the percentile interval (the default) and Newcombe's "
+                           "interval (--method newcombe) hold their level"]
     out["test"] = "McNemar exact"
     out["p_value"] = out["mcnemar_p"]
     return out

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +100,7 @@ class Prepared:
     ray_job: Any = None  # rlexp.backends.ray_jobs.RayJobPlan (ray backend): the job to submit or re-attach to
     resume_step: int = 0  # --resume: the checkpoint it continues from (0: none, it starts over)
     keep_metrics: bool = False  # a re-attach to a live job: its metrics.jsonl is not cut
+    files: dict[Path, str] = field(default_factory=dict)  # generated files to write (TRL's training script)
     verl: Any = None  # rlexp.backends.verl.VerlLaunch for trainer verl: datasets, reward file, environment
 
 
@@ -154,6 +155,9 @@ def prepare(attempt: Path, *, backend: str | None = None, ray_address: str | Non
         raise InputError(att.spec_path, "trainer.name", "the local backend runs only trainer name: local")
     if backend == "process" and att.trainer.name == "local":
         raise InputError(att.spec_path, "trainer.name", "trainer 'local' runs on the local or the ray backend")
+    if backend == "ray" and att.trainer.name == "trl":
+        raise InputError(att.spec_path, "trainer.name", "trainer 'trl' runs on the process backend (the generated "
+                                                        "script in .venv-trl); the Ray path is OpenRLHF's")
     if backend == "ray" and not ray_address:
         raise InputError(None, "--ray-address", "the ray backend needs --ray-address http://HOST:8265")
     resume_rows: list[dict[str, Any]] = []
@@ -163,6 +167,10 @@ def prepare(attempt: Path, *, backend: str | None = None, ray_address: str | Non
         from rlexp.adapters.ingest import metrics_resume_point
 
         resume_rows = metrics_resume_point(AttemptDir(attempt_dir).metrics)
+    if att.trainer.name == "trl":  # TRL logs through transformers' TensorBoard callback
+        if metrics_source not in (None, "tensorboard"):
+            raise InputError(None, "--metrics-source", "trainer trl is followed through its TensorBoard events")
+        metrics_source = "tensorboard"
     metrics_source = metrics_source or ("verl" if att.trainer.name == "verl" else "stdout")
     if (metrics_source == "verl") != (att.trainer.name == "verl"):
         raise InputError(None, "--metrics-source", "verl's metrics come from its file logger (--metrics-source "
@@ -220,8 +228,14 @@ def prepare(attempt: Path, *, backend: str | None = None, ray_address: str | Non
     suffixed: dict[str, tuple[Path, Path, str]] = {}
     dropped: tuple[str, ...] = ()
     ray_job = None
+    files: dict[Path, str] = {}
     verl_launch = None
-    if att.trainer.name == "verl":
+    if att.trainer.name == "trl":
+        from rlexp.backends.trl import prepare_launch
+
+        built_trl = prepare_launch(att, AttemptDir(attempt_dir), resume=resume, must_exist=not dry_run)
+        argv, files = built_trl.argv, {built_trl.script: built_trl.script_text}
+    elif att.trainer.name == "verl":
         from rlexp.backends import verl
 
         verl_launch = verl.prepare_launch(att, resume=resume, must_exist=not dry_run)
@@ -264,7 +278,8 @@ def prepare(attempt: Path, *, backend: str | None = None, ray_address: str | Non
     return Prepared(attempt=att, attempt_dir=attempt_dir, backend=backend, argv=argv, resume=resume,
                     force_reason=reason if force else None, plan=plan, reward_file=reward_file,
                     suffixed=suffixed, dropped=dropped, ray_address=ray_address, submission_id=submission_id,
-                    metrics_source=metrics_source, ray_job=ray_job, resume_step=resume_step, verl=verl_launch)
+                    metrics_source=metrics_source, ray_job=ray_job, resume_step=resume_step, files=files,
+                    verl=verl_launch)
 
 
 def _saved_argv(attempt_dir: Path) -> list[str]:
@@ -372,6 +387,8 @@ def write_launch_files(p: Prepared) -> None:
         from rlexp.backends.reward_template import write_reward_file
 
         write_reward_file(p.reward_file)
+    for path, text in p.files.items():
+        atomic_write_text(path, text)
     argv = [provenance.scrub(a) for a in p.argv]
     now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     doc = {"argv": argv, "backend": p.backend, "cwd": str(p.attempt_dir), "resume": p.resume,
@@ -388,7 +405,9 @@ def write_launch_files(p: Prepared) -> None:
     att = p.attempt
     datasets = {role: ref.path for role, ref in att.datasets.items()}
     model = None
-    if att.recipe.get("actor_rollout_ref.model.path" if att.trainer.name == "verl" else "pretrain"):
+    from rlexp.core.recipe import key_table
+
+    if att.recipe.get(key_table(att.trainer.name).model_key):
         model = att.base_model()
     extra = {"force_reason": p.force_reason, "resume": p.resume, "plan_sha256": _plan_sha(p.attempt_dir)}
     if p.reward_file is not None:
@@ -529,15 +548,7 @@ def run(p: Prepared, *, tracking_uri: str | None = None, follow: bool = True, po
     try:
         # inside the try: a bad metrics.jsonl found on --resume must stop the child and say why
         run_monitor = monitor.RunMonitor(attempt_dir, plan=p.plan)
-        if p.attempt.trainer.name == "local":  # local or ray backend
-            # the local trainer writes metrics.jsonl itself; rows up to the resume point are known
-            follower = ingest.MetricsFileFollower(metrics_path, after_step=p.resume_step if p.resume else 0)
-        elif p.metrics_source == "verl":  # verl's file logger, one JSON line per step
-            follower = ingest.MetricsFollower("verl", ad.verl_metrics, metrics_path)
-        elif p.metrics_source == "tensorboard":  # the argv logs scalars there (attempt_recipe: use_tensorboard)
-            follower = ingest.MetricsFollower("tensorboard", ad.tensorboard, metrics_path)
-        else:
-            follower = ingest.MetricsFollower("stdout", ad.stdout_log, metrics_path)
+        follower = _follower(p, ad)
         # rows already in the file (a resumed run) inform the monitor but are not re-logged
         if metrics_path.exists():
             run_monitor.rows = [dict(r) for r in ingest.read_metrics(metrics_path, allow_torn_tail=True)]
@@ -610,6 +621,24 @@ def run(p: Prepared, *, tracking_uri: str | None = None, follow: bool = True, po
     return {"state": state["state"], "reason": state.get("reason"), "exit_code": code, "steps": steps,
             "attempt": p.attempt.id, "backend": p.backend, "spikes": len(run_monitor.logged_spikes),
             "dropped_values": dict(dropped)}
+
+
+def _follower(p: Prepared, ad: AttemptDir) -> Any:
+    """The reader of the run's metrics, by trainer and metrics source."""
+    from rlexp.adapters import ingest
+
+    if p.attempt.trainer.name == "local":  # local or ray backend
+        # the local trainer writes metrics.jsonl itself; rows up to the resume point are known
+        return ingest.MetricsFileFollower(ad.metrics, after_step=p.resume_step if p.resume else 0)
+    if p.metrics_source == "verl":  # verl's file logger, one JSON line per step
+        return ingest.MetricsFollower("verl", ad.verl_metrics, ad.metrics)
+    if p.attempt.trainer.name == "trl":  # transformers' TensorBoard callback; TRL's names mapped
+        from rlexp.backends.trl import TRL_METRIC_ALIASES
+
+        return ingest.MetricsFollower("tensorboard", ad.tensorboard, ad.metrics, aliases=TRL_METRIC_ALIASES)
+    if p.metrics_source == "tensorboard":  # the argv logs scalars there (attempt_recipe: use_tensorboard)
+        return ingest.MetricsFollower("tensorboard", ad.tensorboard, ad.metrics)
+    return ingest.MetricsFollower("stdout", ad.stdout_log, ad.metrics)
 
 
 class _Live:

@@ -80,11 +80,7 @@ def build_plan(att: Attempt) -> dict[str, Any]:
         power_report(monitor.size, att.baseline.discordance).as_dict() if monitor and monitor.size else None
     )
     layout = gpu_layout(att.recipe) if att.trainer.name == "openrlhf" else None
-    command = None
-    if att.trainer.name == "openrlhf":  # unknown release or a key it has no flag for: exit 2 here
-        from rlexp.backends.openrlhf import plan_train_command
-
-        command = plan_train_command(att)
+    trainer_plan = trainer_details(att, steps)
     power_json: dict[str, Any] = (
         power.as_dict() if power else {"mde_pp": None, "power_at_win_threshold": None, "n": None}
     )
@@ -97,8 +93,7 @@ def build_plan(att: Attempt) -> dict[str, Any]:
         "spec_sha256": sha256_file(att.spec_path),
         "spec_chain_sha256": att.chain_sha256(),
         "trainer": {"name": att.trainer.name, "version": att.trainer.version, "gpus": att.trainer.gpus},
-        # the OpenRLHF argv as checked against the release's flag table (None for the local trainer)
-        "openrlhf_command": command,
+        **trainer_plan,
         "intent": _jsonable(att.intent),
         "change": _jsonable(att.change),
         "diff": [
@@ -162,6 +157,21 @@ def build_plan(att: Attempt) -> dict[str, Any]:
         "checks": [c.to_dict() for c in checks],
         "power": power_json,
     }
+
+
+def trainer_details(att: Attempt, steps: Any) -> dict[str, Any]:
+    """What only one trainer's plan holds, by ``trainer.name``: OpenRLHF's argv checked against the
+    release's flag table (an unknown release or a key it has no flag for exits 2 here), TRL's step
+    quantities (rlexp.core.trainers.trl)."""
+    command = None
+    if att.trainer.name == "openrlhf":
+        from rlexp.backends.openrlhf import plan_train_command
+
+        command = plan_train_command(att)
+    details: dict[str, Any] = {"openrlhf_command": command}
+    if att.trainer.name == "trl":
+        details["trl"] = steps.as_dict()
+    return details
 
 
 def milestone_steps(att: Attempt, total: int, warmup_global: float) -> list[int]:

@@ -10,10 +10,11 @@ or for a strictly read document, in the spirit of Optuna's storage behind a stud
       <attempt_id>/                      AttemptDir
         attempt.yaml  plan.json  metrics.jsonl  decision.json
         launch/{argv.json, launch.sh, provenance.json, reward_func.py, launches.jsonl,
-                spikes.jsonl, stdout.log, state.json, data/, verl_metrics.jsonl}
+                spikes.jsonl, stdout.log, state.json, data/, train_trl.py, verl_metrics.jsonl}
         checkpoints/global_step{N}_hf/   (adapters, for evaluation)
         checkpoints/state/global_step{N}/  (the local trainer's resumable state)
         checkpoints/_actor/global_step{N}/ (OpenRLHF's DeepSpeed state)
+        checkpoints/trl/checkpoint-{N}/    (TRL's output_dir: transformers' resumable state)
         checkpoints/verl/global_step_{N}/  (verl's own checkpoints)
         eval/selection.json  eval/<checkpoint>/<set>.jsonl (+ .meta.json)  eval/paired/  eval/.lock
         guards/<name>.json  guards/parser_audit_review.jsonl
@@ -40,7 +41,9 @@ _CHECKPOINT_NAME = re.compile(r"global_step(\d+)")
 _ADAPTER_DIR = re.compile(r"global_step(\d+)_hf")
 ADAPTER_PATTERN = "global_step{N}_hf"  # how messages name the adapter folders
 # Names of the checkpoint directories the trainers resume from (not the adapters that are evaluated).
-RESUME_STATE_DIRS = {"local": "state", "openrlhf": "_actor"}
+RESUME_STATE_DIRS = {"local": "state", "openrlhf": "_actor", "trl": "trl"}
+# transformers' Trainer (TRL) names its resumable checkpoints checkpoint-{N} under output_dir
+_TRANSFORMERS_CHECKPOINT = re.compile(r"checkpoint-(\d+)")
 
 
 def checkpoint_name(step: int) -> str:
@@ -261,6 +264,16 @@ class AttemptDir:
         return self.launch_dir / "reward_func.py"
 
     @property
+    def trl_script(self) -> Path:
+        """TRL backend: the generated training script (rlexp.backends.trl_template)."""
+        return self.launch_dir / "train_trl.py"
+
+    @property
+    def monitor_tensorboard(self) -> Path:
+        """TRL backend: the event directory of the in-run monitor's ``train/monitor_acc``."""
+        return self.tensorboard / "rlexp_monitor"
+
+    @property
     def launches(self) -> Path:
         return self.launch_dir / "launches.jsonl"
 
@@ -344,6 +357,8 @@ class AttemptDir:
         if folder.is_dir():
             for child in folder.iterdir():
                 step = checkpoint_step(child.name)
+                if step is None and trainer == "trl" and (match := _TRANSFORMERS_CHECKPOINT.fullmatch(child.name)):
+                    step = int(match.group(1))
                 if step is None or not child.is_dir() or (complete and not (child / complete).exists()):
                     continue
                 if best is None or step > best[0]:

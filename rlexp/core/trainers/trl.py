@@ -14,8 +14,11 @@ iterations ``μ`` (``num_iterations``) and ``S = steps_per_generation`` (default
 - warm-up ``warmup_steps`` when it is ≥ 1, else ``ceil(max_steps × warmup_steps)``;
 - the scheduler (``get_scheduler(lr_scheduler_type, ...)``) steps once per optimizer step, so a
   "global step" here is one optimizer step: the trainer's ``state.global_step``;
-- TRL logs ``learning_rate`` after the optimizer step, from ``get_last_lr()``: the LR of the
-  *next* step, ``peak × λ(step)`` — the ``last`` logging of :mod:`rlexp.core.schedule`.
+- the ``learning_rate`` TRL logs at a step is read by transformers' training loop *before*
+  ``scheduler.step()`` (transformers 5.24.0, ``trainer.py`` "get leaning rate before update"): the
+  LR that step applied, ``peak × λ(step − 1)`` — the ``applied`` logging of
+  :mod:`rlexp.core.schedule`. (transformers releases that read it after the scheduler step logged
+  the *next* step's LR; the pinned one does not, and the CPU run checks which.)
 """
 
 from __future__ import annotations
@@ -91,7 +94,7 @@ class TrlSteps(Steps):
             "warmup_steps": self.warmup_steps,
             "warmup_rule": self.warmup_rule_text,
             "lr_scheduler_type": self.lr_scheduler_type,
-            "logged_learning_rate": "the LR of the next step (get_last_lr after scheduler.step())",
+            "logged_learning_rate": "the LR the step applied (read before scheduler.step())",
         }
 
 
@@ -208,7 +211,7 @@ def trl_steps(recipe: Mapping[str, Any], pool_size: int, version: str, processes
         peak_lr=peak,
         min_lr_ratio=rate,
         min_lr_rate=rate,
-        actor_lr_logging="last",
+        actor_lr_logging="applied",
         per_device_train_batch_size=b,
         processes=w,
         gradient_accumulation_steps=ga,

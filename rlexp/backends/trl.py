@@ -1,0 +1,106 @@
+"""Launching TRL's ``GRPOTrainer``: the generated training script, its argv and where it writes.
+
+``rlexp launch`` on an attempt with ``trainer.name: trl`` writes ``launch/train_trl.py`` (from
+:mod:`rlexp.backends.trl_template`) and runs ``[<.venv-trl python>, launch/train_trl.py]`` as a
+process. TRL is not installed in the main venv (it moves the torch/transformers pins): the
+Python is ``$RLEXP_TRL_PYTHON`` when set, else ``.venv-trl/bin/python`` of the rlexp checkout
+(``scripts/setup-trl`` builds it). The recipe's stated GRPOConfig fields reach ``GRPOConfig``
+as they are, except the ones rlexp owns: ``output_dir`` (``checkpoints/trl``) and ``report_to``
+(TensorBoard is always among them: the launcher follows its event files).
+
+Metric names: TRL's logged keys land in ``metrics.jsonl`` under the names of
+docs/ARCHITECTURE.md "Metrics JSONL" where one exists (:data:`TRL_METRIC_ALIASES`).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlexp.errors import InputError
+from rlexp.storage.layout import ADAPTER_PATTERN, AttemptDir
+
+# rlexp sets these GRPOConfig fields itself (the layout and the metrics it follows)
+OWNED_FIELDS = ("output_dir", "report_to")
+# TRL's log keys (after transformers' "train/" prefix) -> the canonical metrics.jsonl names
+TRL_METRIC_ALIASES = {
+    "learning_rate": "actor_lr",
+    "completions/mean_length": "response_length",
+    "completions/clipped_ratio": "truncated",
+    "reward_std": "group_reward_std",
+    "clip_ratio/region_mean": "ppo_clip_ratio",
+}
+
+
+@dataclass(frozen=True)
+class TrlLaunch:
+    """What the launcher writes and runs for a TRL attempt."""
+
+    argv: list[str]
+    script: Path
+    script_text: str
+
+
+def trl_python(*, must_exist: bool = True) -> Path:
+    """The Python of the TRL venv (``$RLEXP_TRL_PYTHON`` or the checkout's ``.venv-trl``)."""
+    stated = os.environ.get("RLEXP_TRL_PYTHON")
+    path = Path(stated) if stated else Path(__file__).resolve().parents[2] / ".venv-trl" / "bin" / "python"
+    if must_exist and not path.exists():
+        raise InputError(path, None, "TRL's Python not found: run scripts/setup-trl (or set RLEXP_TRL_PYTHON)")
+    return path
+
+
+def config_kwargs(att: Any, ad: AttemptDir) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The GRPOConfig and ModelConfig keyword arguments: the fields some spec in the chain states,
+    plus the ones rlexp owns (output paths, TensorBoard, the resolved model path)."""
+    from rlexp.core.trainers.trl_fields import GRPO_CONFIG_FIELDS, MODEL_CONFIG_FIELDS
+
+    stated = dict(getattr(att, "recipe_stated", None) or {})
+    grpo_names = {row[0] for row in GRPO_CONFIG_FIELDS}
+    model_kwargs = {k: v for k, v in stated.items() if k not in grpo_names and k in {r[0] for r in MODEL_CONFIG_FIELDS}}
+    model_kwargs["model_name_or_path"] = str(att.base_model())
+    stated = {k: v for k, v in stated.items() if k in grpo_names}
+    for owned in OWNED_FIELDS:
+        if owned in stated and owned != "report_to":
+            raise InputError(att.display_path or att.spec_path, f"recipe.{owned}",
+                             "rlexp sets it (the experiment directory's layout): leave it out")
+    report_to = stated.get("report_to") or []
+    report_to = [report_to] if isinstance(report_to, str) else list(report_to)
+    report_to = [r for r in report_to if r not in ("none", "tensorboard")] + ["tensorboard"]
+    return {**stated, "output_dir": str(ad.resume_state_dir("trl")), "report_to": report_to}, model_kwargs
+
+
+def prepare_launch(att: Any, ad: AttemptDir, *, resume: bool, must_exist: bool = True) -> TrlLaunch:
+    """The script and argv of a TRL run of ``att`` (nothing is written here)."""
+    from rlexp.backends.trl_template import render_training_script
+
+    spec = att.display_path or att.spec_path
+    pool = att.datasets.get("pool")
+    if pool is None or pool.path is None:
+        raise InputError(spec, "datasets.pool.path", "required to launch training")
+    if must_exist and not pool.path.exists():
+        raise InputError(pool.path, None, "training pool file not found")
+    monitor = att.datasets.get("ood_monitor")
+    kwargs, model_kwargs = config_kwargs(att, ad)
+    if str(kwargs.get("eval_strategy", "no")) != "no" and (monitor is None or monitor.path is None):
+        raise InputError(spec, "datasets.ood_monitor", "eval_strategy asks for in-run evals: the greedy monitor "
+                                                       "needs the ood_monitor set's path")
+    max_new = kwargs.get("max_completion_length") or att.recipe.get("max_completion_length") or 512
+    config = {
+        "rlexp_root": str(Path(__file__).resolve().parents[2]),
+        "grpo_config": kwargs,
+        "model_config": model_kwargs,
+        "pool": {"path": str(pool.path), "suffix": pool.prompt_suffix},
+        "monitor": ({"path": str(monitor.path), "suffix": monitor.prompt_suffix}
+                    if monitor is not None and monitor.path is not None else None),
+        "monitor_max_new_tokens": int(max_new),
+        "tensorboard_dir": str(ad.tensorboard),
+        "monitor_tensorboard_dir": str(ad.monitor_tensorboard),
+        "checkpoint_pattern": str(ad.checkpoints_dir / ADAPTER_PATTERN),
+    }
+    text = render_training_script(att.id, att.trainer.version, config)
+    script = ad.trl_script
+    argv = [str(trl_python(must_exist=must_exist)), str(script)] + (["--resume"] if resume else [])
+    return TrlLaunch(argv, script, text)
