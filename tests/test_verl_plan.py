@@ -229,3 +229,12 @@ def test_launch_follows_verls_file_logger(experiment, monkeypatch, tmp_path):
     g5 = json.loads((attempt_dir / "guards" / "g5.json").read_text())
     assert g5["passed"] is True, g5
     assert json.loads((attempt_dir / "guards" / "g3.json").read_text())["passed"] is True
+
+
+def test_a_token_count_is_not_a_credential(experiment, capsys):
+    # "token" is a credential word, but verl's ppo_max_token_len_per_gpu (default 16384) counts tokens
+    recipe = {**RECIPE, "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": 8192}
+    attempt_dir = attempt(experiment, "a12", recipe)
+    assert load_attempt(attempt_dir).recipe["actor_rollout_ref.actor.ppo_max_token_len_per_gpu"] == 8192
+    code, data, err = plan(attempt_dir, capsys)
+    assert code == 0, err

@@ -200,6 +200,12 @@ _CREDENTIAL_WORD = re.compile(r"(?:^|[._-])(?:api[._-]?key|apikey|token|secret|p
                               re.IGNORECASE)
 
 
+def _counts_something(key: RecipeKey | None) -> bool:
+    """A trainer's key whose default is a number names a count, never a credential (verl's
+    ``ppo_max_token_len_per_gpu`` is a number of tokens)."""
+    return key is not None and isinstance(key.default, int | float) and not isinstance(key.default, bool)
+
+
 def is_credential_key(key: str) -> bool:
     """Whether a recipe key's value would be a credential (refused in specs)."""
     return key in CREDENTIAL_RECIPE_KEYS or bool(_CREDENTIAL_WORD.search(key))
@@ -491,7 +497,8 @@ def _validate_recipe(recipe: dict[str, Any], display: str, trainer: str = "openr
         where = f"recipe.{name}"
         if not isinstance(name, str):
             raise InputError(display, where, f"keys must be strings, got {type(name).__name__} {name!r:.40}")
-        if is_credential_key(name) and value is not None and value is not False:
+        if (is_credential_key(name) and value is not None and value is not False
+                and not _counts_something(table.lookup(name))):
             raise InputError(display, where, "a credential does not go in a spec (it would reach plan.json, the "
                                              "report and MLflow): set it in an environment variable instead "
                                              "(e.g. WANDB_API_KEY, HF_TOKEN)")
@@ -674,7 +681,8 @@ def _resolve(
             raise InputError(display, f"change.{ckey}",
                              f"keys must be strings, got {type(ckey).__name__} {ckey!r:.40}")
         _check_change_key(ckey, display, trainer.name)
-        if is_credential_key(ckey) and cvalue is not None and cvalue is not False:
+        if (is_credential_key(ckey) and cvalue is not None and cvalue is not False
+                and not _counts_something(recipe_key_for(trainer.name, ckey))):
             raise InputError(display, f"change.{ckey}", "a credential does not go in a spec: set it in an "
                                                          "environment variable instead (e.g. WANDB_API_KEY)")
 

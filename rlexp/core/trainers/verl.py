@@ -346,12 +346,12 @@ _INSTRUMENTATION_KEYS = (
     "trainer.max_critic_ckpt_to_keep", "trainer.rollout_data_dir", "trainer.validation_data_dir",
     "trainer.default_hdfs_dir", "trainer.del_local_ckpt_after_load", "trainer.resume_from_path",
     "trainer.esi_redundant_time", "data.val_files", "data.val_batch_size", "data.validation_shuffle",
-    "data.val_max_samples",
+    "data.val_max_samples", "trainer.resume_mode", "trainer.default_local_dir", "trainer.checkpoint_callback_class",
 )
 _INSTRUMENTATION_SEGMENTS = ("val_kwargs", "profiler", "global_profiler", "checkpoint")
 _INFRASTRUCTURE_KEYS = (
     "trainer.n_gpus_per_node", "trainer.nnodes", "trainer.device", "trainer.balance_batch",
-    "trainer.use_legacy_worker_impl", "data.dataloader_num_workers",
+    "trainer.use_legacy_worker_impl", "data.dataloader_num_workers", "trainer.ray_wait_register_center_timeout",
 )
 _INFRASTRUCTURE_SEGMENTS = (
     "ray_kwargs", "transfer_queue", "fsdp_config", "fsdp", "megatron", "engine_kwargs", "agent",
