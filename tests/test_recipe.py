@@ -191,7 +191,7 @@ ROOT = {"trainer": {"name": "openrlhf", "version": "0.9.3"}, "datasets": {"pool"
         ({"datasets": {"ood_primary": {"size": 10, "answer_mode": "sympy"}}}, "datasets.ood_primary.answer_mode"),
         ({"change": {"eps_clipp": 0.1}}, "change.eps_clipp"),
         ({"change": {"datasets.pool.answer_mode": "exact"}}, "change.datasets.pool.answer_mode"),
-        ({"trainer": {"name": "verl", "version": "0.5"}}, "trainer.name"),
+        ({"trainer": {"name": "nemo-rl", "version": "0.5"}}, "trainer.name"),  # not a trainer rlexp knows
         ({"intent": {"global_steps": 0}}, "intent.global_steps"),
         ({"extra_section": {}}, "extra_section"),
         ({"recipe": {"eval.answer_mode": "math_verify"}}, "recipe.eval.answer_mode"),  # a spec field, not a flag

@@ -272,7 +272,7 @@ def test_new_pool_path_does_not_inherit_the_old_size(tmp_path):
         ({"checkpoints": {"extra": [100, 0]}}, "checkpoints.extra", "must be > 0"),
         ({"budget": {"free_disk_gb": -1}}, "budget.free_disk_gb", "must be >= 0"),
         ({"baseline": {"accuracy": 1.5}}, "baseline.accuracy", "must be <= 1"),
-        ({"trainer": {"name": "verl", "version": "0.5"}}, "trainer.name", "must be one of openrlhf, local"),
+        ({"trainer": {"name": "nemo-rl", "version": "0.5"}}, "trainer.name", "must be one of openrlhf, local"),
         ({"trainer": {"name": "openrlhf", "version": "latest"}}, "trainer.version", "not a version"),
         ({"recipe": {"lr_warmup_ratio": 1.5}}, "recipe.lr_warmup_ratio", "between 0 and 1"),
         ({"recipe": {"eval_steps": 0}}, "recipe.eval_steps", "-1 (never) or >= 1"),

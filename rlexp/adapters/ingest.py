@@ -185,6 +185,71 @@ def read_training_metrics_jsonl(path: str | Path) -> tuple[list[dict[str, Any]],
     return rows, stats
 
 
+# --- verl's file logger ------------------------------------------------------------------------
+
+# verl's metric names (0.9.1: verl/trainer/ppo/metric_utils.py, verl/workers/utils/losses.py,
+# verl/trainer/ppo/core_algos.py, verl/workers/engine_workers.py) -> the canonical names of
+# docs/ARCHITECTURE.md "Metrics JSONL"; every other numeric value keeps its own name.
+VERL_METRIC_NAMES = {
+    "critic/score/mean": "reward",
+    "actor/lr": "actor_lr",
+    "actor/grad_norm": "grad_norm",
+    "actor/pg_loss": "policy_loss",
+    "actor/pg_clipfrac": "ppo_clip_ratio",
+    "actor/kl_loss": "kl",
+    "actor/entropy": "entropy",
+    "response_length/mean": "response_length",
+    "response_length/clip_ratio": "truncated",
+    "timing_s/step": "step_time_s",
+}
+# greedy pass@1 on the in-run monitor set: rlexp's verl rows name it by this data_source
+# (rlexp.backends.verl.DATA_SOURCE_MONITOR) and its reward's float score is logged as "acc"
+VERL_MONITOR_METRIC = "val-core/rlexp_ood_monitor/acc/mean@1"
+
+
+def parse_verl_line(path: Path, number: int, line: str, stats: IngestStats) -> dict[str, Any] | None:
+    """One line of verl's ``file`` logger, ``{"step": N, "data": {...}}`` (``FileLogger.log`` in
+    verl/utils/tracking.py), as a canonical row; a blank line is None. A line that is not such an
+    object is an :class:`InputError` naming file and line; a value that is not a finite number
+    (orjson writes NaN as null) is dropped and counted."""
+    if not line.strip():
+        return None
+    try:
+        raw = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise InputError(path, f"line {number}", f"malformed JSON: {exc.msg}") from None
+    if not isinstance(raw, dict) or not isinstance(raw.get("data"), dict):
+        raise InputError(path, f"line {number}", 'expected verl\'s {"step": N, "data": {...}}')
+    step = raw.get("step")
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise InputError(path, f"line {number}: step", f"expected an integer >= 0, got {step!r}")
+    renamed: dict[str, Any] = {}
+    for key, value in raw["data"].items():
+        if key == VERL_MONITOR_METRIC:
+            renamed["monitor_acc"] = value
+        if key != "training/global_step":  # the step itself, already the row's key
+            renamed[VERL_METRIC_NAMES.get(key, key)] = value
+    return normalise(renamed, stats, step=step)
+
+
+def read_verl_metrics(path: str | Path) -> tuple[list[dict[str, Any]], IngestStats]:
+    """Every complete line of a verl ``file`` logger JSONL; a step logged twice (the validation of
+    step 0, or a line per logger call) is merged into one row."""
+    path = Path(path)
+    if not path.exists():
+        raise InputError(path, None, "file not found")
+    stats = IngestStats()
+    by_step: dict[int, dict[str, Any]] = {}
+    with open(path, encoding="utf-8") as fh:
+        for number, line in enumerate(fh, start=1):
+            if not line.endswith("\n"):
+                break  # still being written
+            row = parse_verl_line(path, number, line, stats)
+            if row is not None:
+                by_step.setdefault(row["global_step"], {}).update(row)
+    return [by_step[s] for s in sorted(by_step)], stats
+
+
 # --- TensorBoard -------------------------------------------------------------------------------
 
 def event_dirs(root: str | Path) -> list[Path]:
@@ -383,13 +448,13 @@ class MetricsFollower:
     """Tails one metrics source while the run lives and appends new steps to ``metrics.jsonl``.
 
     ``kind`` is ``stdout`` (a log with ``Global step N: {...}`` lines), ``jsonl`` (a patched trainer's
-    ``training_metrics.jsonl``) or ``tensorboard`` (an event directory; a step is written once a
+    ``training_metrics.jsonl``), ``verl`` (verl's ``file`` logger: one line per step) or ``tensorboard`` (an event directory; a step is written once a
     later step exists, or at :meth:`close`, so its scalars are complete).
     """
 
     def __init__(self, kind: str, source: str | Path, metrics_path: str | Path,
                  aliases: Mapping[str, str] | None = None):
-        if kind not in ("stdout", "jsonl", "tensorboard"):
+        if kind not in ("stdout", "jsonl", "verl", "tensorboard"):
             raise InputError(None, "metrics source", f"unknown kind {kind!r}")
         self.kind = kind
         self.source = Path(source)
@@ -419,9 +484,10 @@ class MetricsFollower:
             if final and self._pending is not None:
                 rows.append(self._pending)
                 self._pending = None
-        elif self.kind == "jsonl":
+        elif self.kind in ("jsonl", "verl"):
+            parse = parse_verl_line if self.kind == "verl" else parse_jsonl_line
             for number, line in self._lines.new_lines():
-                row = parse_jsonl_line(self.source, number, line, self.stats)
+                row = parse(self.source, number, line, self.stats)
                 if row is not None:
                     rows.append(row)
         else:

@@ -304,15 +304,18 @@ class RayJobPlan:
 
 
 def plan_job(attempt_id: str, attempt_dir: Path, train_argv: Sequence[str], address: str, *, local_trainer: bool,
-             resume: bool) -> RayJobPlan:
-    """A new submission: a fresh submission id, the runtime env, metadata naming the attempt."""
+             resume: bool, env: Mapping[str, str] | None = None) -> RayJobPlan:
+    """A new submission: a fresh submission id, the runtime env (plus ``env``: what the trainer must
+    see, e.g. verl's ``VERL_FILE_LOGGER_PATH``), metadata naming the attempt."""
     from rlexp.backends.openrlhf import normalize_ray_address
 
+    job_env = runtime_env(forward_env=local_trainer)
+    job_env["env_vars"].update(env or {})
     return RayJobPlan(
         address=normalize_ray_address(address),
         submission_id=f"rlexp-{attempt_id}-{int(time.time())}",
         argv=tuple(train_argv),
-        runtime_env=runtime_env(forward_env=local_trainer),
+        runtime_env=job_env,
         metadata={"rlexp.attempt_id": attempt_id, "rlexp.attempt_dir": str(attempt_dir),
                   "rlexp.resume": str(resume).lower()},
     )

@@ -46,7 +46,9 @@ def render(data: dict[str, Any]) -> None:
     steps = Table(title="Steps (as the trainer counts them)", show_header=False)
     steps.add_column("what")
     steps.add_column("value", justify="right")
+    verl = s.get("verl")  # verl: the scheduler counts global steps (rlexp.core.trainers.verl)
     steps.add_row(
+        "optimizer steps (mini-batch updates of the actor)" if verl else
         "optimizer steps (max_steps, the LR scheduler's horizon)", f"{s['optimizer_steps_total']:,}"
     )
     steps.add_row("optimizer steps per global step", f"{s['optimizer_steps_per_global_step']:g}")
@@ -56,12 +58,18 @@ def render(data: dict[str, Any]) -> None:
         steps.add_row("intended global steps", f"{data['intent']['global_steps']:,}")
     steps.add_row("optimizer steps the trainer runs", f"{s['optimizer_steps_run']:,}")
     steps.add_row(
-        "warm-up (optimizer steps / global steps)", f"{s['warmup_steps']:,} / {s['warmup_global_steps']:,.1f}"
+        "warm-up (scheduler steps / global steps)" if verl else "warm-up (optimizer steps / global steps)",
+        f"{s['warmup_steps']:,} / {s['warmup_global_steps']:,.1f}"
     )
     steps.add_row("partial last rollout batch (prompts)",
                   f"{s['partial_batch_prompts']}" + (" dropped" if s["drops_partial_batch"] else " trained")
                   if s["partial_batch_prompts"] else "0")  # fmt: skip
     steps.add_row("peak LR → min LR", f"{s['peak_lr']:.3g} → {s['min_lr']:.3g}")
+    if verl:
+        v = verl
+        steps.add_row("verl: total_training_steps (LR scheduler horizon)", f"{v['total_training_steps']:,}")
+        steps.add_row("verl: scheduler / validation at step 0",
+                      f"{v['lr_scheduler_type']} / {'yes' if data.get('validation_at_step_0') else 'no'}")
     console.print(steps)
     for note in (data.get("openrlhf_command") or {}).get("notes", []):
         console.print(f"[dim]argv note:[/dim] {note}")
@@ -76,11 +84,12 @@ def render(data: dict[str, Any]) -> None:
             f"{row['lr_first']:.3g}",
             f"{row['lr_mean']:.3g}",
             f"{row['fraction_of_peak']:.1%}",
-            f"{row['actor_lr_logged']:.3g}",
+            f"{row['actor_lr_logged']:.3g}" if row["actor_lr_logged"] is not None else "—",  # verl: no update
         )
     console.print(lr)
 
-    sched = Table(title="Eval / save schedule (global_step % N == 0)", show_header=False)
+    rule = "every N-th step and the last" if verl else "global_step % N == 0"
+    sched = Table(title=f"Eval / save schedule ({rule})", show_header=False)
     sched.add_column("what")
     sched.add_column("steps")
     sched.add_row("in-run eval", _compact(data["eval_global_steps"]))

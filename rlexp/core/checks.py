@@ -290,23 +290,26 @@ def check_batches(att: Attempt, steps: Steps) -> list[Verdict]:
 # ----------------------------------------------------------------------------- eval / save schedule
 
 
-def check_schedule(att: Attempt, steps: Steps, ckpt: CheckpointPlan) -> list[Verdict]:
+def check_schedule(att: Attempt, steps: Steps, ckpt: CheckpointPlan, *, eval_key: str = "eval_steps",
+                   save_key: str = "save_steps", fires_rule: str = "global_step % eval_steps == 0 only") -> list[Verdict]:
+    """The K=3 schedule checks; the keys and the firing rule name the trainer's own (verl: test_freq, save_freq)."""
     out: list[Verdict] = []
     final = ckpt.final
     if final < 1:
         return out
-    eval_steps, save_steps = att.recipe.get("eval_steps"), att.recipe.get("save_steps")
+    eval_label = f"{eval_key} {att.recipe.get(eval_key)}"
+    save_label = f"{save_key} {att.recipe.get(save_key)}"
     if not ckpt.final_evaluated:
         out.append(check(
             "schedule.final_eval", ERROR,
-            f"no in-run eval at the final global step {final:,}: eval_steps {eval_steps} fires at "
-            f"{_fires(ckpt.evaluated)} (global_step % eval_steps == 0 only)",
+            f"no in-run eval at the final global step {final:,}: {eval_label} fires at "
+            f"{_fires(ckpt.evaluated)} ({fires_rule})",
             "docs/plan.md#eval-and-save-at-the-final-step",
         ))  # fmt: skip
     if not ckpt.final_saved:
         out.append(check(
             "schedule.final_save", ERROR,
-            f"no checkpoint saved at the final global step {final:,}: save_steps {save_steps} fires at "
+            f"no checkpoint saved at the final global step {final:,}: {save_label} fires at "
             f"{_fires(ckpt.saved)}; the K=3 'final' checkpoint would not exist",
             "sop/README.md#k3-checkpoints",
         ))  # fmt: skip
@@ -327,20 +330,20 @@ def check_schedule(att: Attempt, steps: Steps, ckpt: CheckpointPlan) -> list[Ver
         if mid not in ckpt.saved:
             out.append(check(
                 "schedule.mid_save", ERROR,
-                f"no checkpoint saved at the pre-registered mid step {mid:,} (save_steps {save_steps})",
+                f"no checkpoint saved at the pre-registered mid step {mid:,} ({save_label})",
                 "sop/README.md#k3-checkpoints",
             ))  # fmt: skip
         if mid not in ckpt.evaluated:
             out.append(check(
                 "schedule.mid_eval", WARNING,
-                f"no in-run eval at the pre-registered mid step {mid:,} (eval_steps {eval_steps})",
+                f"no in-run eval at the pre-registered mid step {mid:,} ({eval_label})",
                 "sop/README.md#k3-checkpoints",
             ))  # fmt: skip
     for extra in att.checkpoints_extra:
         if extra > final or extra not in ckpt.saved:
             out.append(check(
                 "schedule.extra_save", ERROR,
-                f"pre-registered checkpoint {extra:,} will not be saved (final {final:,}, save_steps {save_steps})",
+                f"pre-registered checkpoint {extra:,} will not be saved (final {final:,}, {save_label})",
                 "sop/README.md#k3-checkpoints",
             ))  # fmt: skip
     if not ckpt.best_by_monitor_candidates:

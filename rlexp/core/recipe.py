@@ -542,11 +542,47 @@ def _trl_table() -> TrainerKeyTable:
                            model_key="model_name_or_path")  # fmt: skip
 
 
+# verl: the dotted Hydra keys of the pinned release's trainer config, as listed by
+# scripts/refresh-verl-keys in rlexp/core/trainers/verl_keys.py (read from the wheel's
+# _generated_ppo_trainer.yaml). A key's kind: rlexp.core.trainers.verl.verl_kind. Float and bool and
+# str defaults type their key; an int default does not (verl's YAML writes temperature: 0 for a
+# float field), nor a list, a mapping, null or an interpolation: those keys take any value here, and
+# rlexp.backends.verl checks them against the release (numbers, lists) at plan time.
+_VERL_TYPES = {"float": "float", "bool": "bool", "str": "str"}
+
+
+def _verl_table() -> TrainerKeyTable:
+    from rlexp.core.trainers.verl import verl_kind
+    from rlexp.core.trainers.verl_keys import VERL_CONFIG_KEYS
+
+    versions = tuple(VERL_CONFIG_KEYS)
+    keys: dict[str, RecipeKey] = {}
+    for name, type_, default in VERL_CONFIG_KEYS[versions[-1]]:  # the newest listed release's keys
+        recipe_type = _VERL_TYPES.get(type_, JSON_VALUE)
+        keys[name] = RecipeKey(name, recipe_type, default, verl_kind(name), recipe_type == JSON_VALUE)
+    return TrainerKeyTable("verl", f"verl {versions[-1]} config keys (dotted Hydra paths)", keys,
+                           {k.name: k.default for k in keys.values()}, keys.get, versions,
+                           model_key="actor_rollout_ref.model.path")  # fmt: skip
+
+
 def _trainer_tables() -> dict[str, TrainerKeyTable]:
     return {"openrlhf": _openrlhf_table("openrlhf"), "local": _openrlhf_table("local"), "trl": _trl_table()}
 
 
-TRAINER_KEY_TABLES: dict[str, TrainerKeyTable] = _trainer_tables()
+class _TrainerTables(dict):
+    """The tables, verl's built on first use: its ~900 keys take tens of milliseconds to import,
+    which every command (``rlexp --help`` included) would otherwise pay."""
+
+    _LAZY = {"verl": _verl_table}
+
+    def __missing__(self, trainer: str) -> TrainerKeyTable:
+        if trainer not in self._LAZY:
+            raise KeyError(trainer)
+        table = self[trainer] = self._LAZY[trainer]()
+        return table
+
+
+TRAINER_KEY_TABLES: dict[str, TrainerKeyTable] = _TrainerTables(_trainer_tables())
 
 
 def key_table(trainer: str) -> TrainerKeyTable:
@@ -570,7 +606,12 @@ def recipe_kind_for(trainer: str, name: str) -> str | None:
 
 def table_json_schema(table: TrainerKeyTable) -> dict[str, Any]:
     """The JSON Schema of the ``recipe`` section for a trainer whose keys are all described
-    (TRL's GRPOConfig fields): each key with its type and default, nothing else."""
+    (TRL's GRPOConfig fields): each key with its type and default, nothing else. verl's ~900 keys
+    would make the schema file ten times larger: its keys are listed by name only."""
+    if table.trainer == "verl":
+        return {"type": "object", "description": f"{table.spelling}; unstated keys take verl's default; the "
+                "keys are rlexp/core/trainers/verl_keys.py's (types checked by rlexp plan)",
+                "propertyNames": {"enum": list(table.keys)}}
     properties = {}
     for name, key in table.keys.items():
         schema = {} if key.type == JSON_VALUE else key_json_schema(key)

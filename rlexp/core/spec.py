@@ -50,7 +50,7 @@ from rlexp.storage.layout import SPEC_NAME
 
 ROLES = ("pool", "ood_monitor", "ood_primary", "id", "sanity")
 EVAL_ROLES = ("ood_monitor", "ood_primary", "id", "sanity")
-TRAINERS = ("openrlhf", "local", "trl")  # each has its key table: rlexp.core.recipe.TRAINER_KEY_TABLES
+TRAINERS = ("openrlhf", "local", "trl", "verl")  # each has its key table: rlexp.core.recipe.TRAINER_KEY_TABLES
 ENGINES = ("local", "vllm", "openai")
 ANSWER_MODES = ("exact", "math_verify")  # rlexp.core.answers.is_correct's modes
 # Sets graded in-run by the trainer's reward (exact match): their grading is not a spec choice.
@@ -62,7 +62,7 @@ DATASET_FIELDS = ("path", "size", "prompt_suffix", "answer_mode")  # a dataset's
 
 @dataclass(frozen=True)
 class TrainerSettings:
-    name: str  # openrlhf | local | trl
+    name: str  # openrlhf | local | trl | verl
     version: str  # "0.9.3", "0.11.0"; the local trainer follows OpenRLHF 0.11 step semantics
     gpus: int | None  # GPUs available to the run (None: not stated)
 
@@ -199,6 +199,12 @@ class Difference:
 CREDENTIAL_RECIPE_KEYS = frozenset({"use_wandb", "wandb_key", "logger.wandb.key"})
 _CREDENTIAL_WORD = re.compile(r"(?:^|[._-])(?:api[._-]?key|apikey|token|secret|password|passwd|credentials?)(?:$|[._-])",
                               re.IGNORECASE)
+
+
+def _counts_something(key: RecipeKey | None) -> bool:
+    """A trainer's key whose default is a number names a count, never a credential (verl's
+    ``ppo_max_token_len_per_gpu`` is a number of tokens)."""
+    return key is not None and isinstance(key.default, int | float) and not isinstance(key.default, bool)
 
 
 def is_credential_key(key: str) -> bool:
@@ -492,7 +498,8 @@ def _validate_recipe(recipe: dict[str, Any], display: str, trainer: str = "openr
         where = f"recipe.{name}"
         if not isinstance(name, str):
             raise InputError(display, where, f"keys must be strings, got {type(name).__name__} {name!r:.40}")
-        if is_credential_key(name) and value is not None and value is not False:
+        if (is_credential_key(name) and value is not None and value is not False
+                and not _counts_something(table.lookup(name))):
             raise InputError(display, where, "a credential does not go in a spec (it would reach plan.json, the "
                                              "report and MLflow): set it in an environment variable instead "
                                              "(e.g. WANDB_API_KEY, HF_TOKEN)")
@@ -676,7 +683,8 @@ def _resolve(
             raise InputError(display, f"change.{ckey}",
                              f"keys must be strings, got {type(ckey).__name__} {ckey!r:.40}")
         _check_change_key(ckey, display, trainer.name)
-        if is_credential_key(ckey) and cvalue is not None and cvalue is not False:
+        if (is_credential_key(ckey) and cvalue is not None and cvalue is not False
+                and not _counts_something(recipe_key_for(trainer.name, ckey))):
             raise InputError(display, f"change.{ckey}", "a credential does not go in a spec: set it in an "
                                                          "environment variable instead (e.g. WANDB_API_KEY)")
 

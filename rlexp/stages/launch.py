@@ -34,7 +34,7 @@ from rlexp.errors import CheckFailed, InputError
 from rlexp.storage.layout import AttemptDir
 
 BACKENDS = ("local", "process", "ray")
-METRICS_SOURCES = ("stdout", "tensorboard")
+METRICS_SOURCES = ("stdout", "tensorboard", "verl")  # verl: its file logger's JSONL (the only one for verl)
 LOCAL_TRAINER_MODULE = "rlexp.backends.local_trainer"
 
 
@@ -101,6 +101,7 @@ class Prepared:
     resume_step: int = 0  # --resume: the checkpoint it continues from (0: none, it starts over)
     keep_metrics: bool = False  # a re-attach to a live job: its metrics.jsonl is not cut
     files: dict[Path, str] = field(default_factory=dict)  # generated files to write (TRL's training script)
+    verl: Any = None  # rlexp.backends.verl.VerlLaunch for trainer verl: datasets, reward file, environment
 
 
 def load_plan(att, *, write: bool = True) -> dict[str, Any]:
@@ -170,7 +171,10 @@ def prepare(attempt: Path, *, backend: str | None = None, ray_address: str | Non
         if metrics_source not in (None, "tensorboard"):
             raise InputError(None, "--metrics-source", "trainer trl is followed through its TensorBoard events")
         metrics_source = "tensorboard"
-    metrics_source = metrics_source or "stdout"
+    metrics_source = metrics_source or ("verl" if att.trainer.name == "verl" else "stdout")
+    if (metrics_source == "verl") != (att.trainer.name == "verl"):
+        raise InputError(None, "--metrics-source", "verl's metrics come from its file logger (--metrics-source "
+                         "verl), and only verl's")
     if metrics_source not in METRICS_SOURCES:
         raise InputError(None, "--metrics-source", f"unknown source {metrics_source!r}; expected one of "
                          f"{', '.join(METRICS_SOURCES)}")
@@ -203,7 +207,9 @@ def prepare(attempt: Path, *, backend: str | None = None, ray_address: str | Non
                         metrics_source=metrics_source, ray_job=reattach, keep_metrics=True,
                         resume_step=max((r["global_step"] for r in resume_rows), default=0))
     resume_step = 0
-    if resume:
+    if resume and att.trainer.name == "verl":  # verl resumes itself (resume_mode auto) from its latest save
+        resume_step = AttemptDir(attempt_dir).latest_verl_checkpoint() or 0
+    elif resume:
         latest = AttemptDir(attempt_dir).latest_resume_state(att.trainer.name)
         if latest is not None:
             resume_step = latest[0]
@@ -223,11 +229,17 @@ def prepare(attempt: Path, *, backend: str | None = None, ray_address: str | Non
     dropped: tuple[str, ...] = ()
     ray_job = None
     files: dict[Path, str] = {}
+    verl_launch = None
     if att.trainer.name == "trl":
         from rlexp.backends.trl import prepare_launch
 
         built_trl = prepare_launch(att, AttemptDir(attempt_dir), resume=resume, must_exist=not dry_run)
         argv, files = built_trl.argv, {built_trl.script: built_trl.script_text}
+    elif att.trainer.name == "verl":
+        from rlexp.backends import verl
+
+        verl_launch = verl.prepare_launch(att, resume=resume, must_exist=not dry_run)
+        argv, reward_file = verl_launch.argv, verl_launch.reward_file
     elif att.trainer.name == "local":
         # absolute: a Ray job runs in the head's working directory; sys.executable: the Python
         # that has rlexp and the trainer's stack (docs/launch.md, "The job's Python")
@@ -260,12 +272,14 @@ def prepare(attempt: Path, *, backend: str | None = None, ray_address: str | Non
         if not dry_run:
             openrlhf.check_ray_dashboard(ray_address)
         ray_job = ray_jobs.plan_job(att.id, attempt_dir.resolve(), argv, ray_address,
-                                    local_trainer=att.trainer.name == "local", resume=resume)
+                                    local_trainer=att.trainer.name == "local", resume=resume,
+                                    env=verl_launch.env if verl_launch is not None else None)
         submission_id, argv = ray_job.submission_id, ray_job.display_argv()
     return Prepared(attempt=att, attempt_dir=attempt_dir, backend=backend, argv=argv, resume=resume,
                     force_reason=reason if force else None, plan=plan, reward_file=reward_file,
                     suffixed=suffixed, dropped=dropped, ray_address=ray_address, submission_id=submission_id,
-                    metrics_source=metrics_source, ray_job=ray_job, resume_step=resume_step, files=files)
+                    metrics_source=metrics_source, ray_job=ray_job, resume_step=resume_step, files=files,
+                    verl=verl_launch)
 
 
 def _saved_argv(attempt_dir: Path) -> list[str]:
@@ -362,7 +376,14 @@ def write_launch_files(p: Prepared) -> None:
             record["prompt"] = str(record.get("prompt", "")) + suffix
             lines.append(json.dumps(record, ensure_ascii=False))
         atomic_write_text(target, "\n".join(lines) + "\n")
-    if p.reward_file is not None:
+    if p.verl is not None:  # verl reads its own row format and calls compute_score
+        from rlexp.backends.reward_template import write_verl_reward_file
+        from rlexp.backends.verl import write_verl_dataset
+
+        for source, target, suffix, data_source in p.verl.datasets:
+            write_verl_dataset(source, target, suffix, data_source)
+        write_verl_reward_file(p.reward_file)
+    elif p.reward_file is not None:
         from rlexp.backends.reward_template import write_reward_file
 
         write_reward_file(p.reward_file)
@@ -509,7 +530,8 @@ def run(p: Prepared, *, tracking_uri: str | None = None, follow: bool = True, po
     else:
         # following: the child dies with us (SIGTERM -> it saves its step), so a killed launcher never
         # leaves an unwatched trainer behind; --no-follow: the child outlives us by design
-        proc = process.start(p.argv, log_path=ad.stdout_log, cwd=attempt_dir, die_with_parent=follow)
+        env = {**os.environ, **p.verl.env} if p.verl is not None else None  # verl: its file logger's path
+        proc = process.start(p.argv, log_path=ad.stdout_log, cwd=attempt_dir, env=env, die_with_parent=follow)
         base["pid"] = proc.pid
 
     def stop_child() -> int:
@@ -612,6 +634,8 @@ def _follower(p: Prepared, ad: AttemptDir) -> Any:
     if p.attempt.trainer.name == "local":  # local or ray backend
         # the local trainer writes metrics.jsonl itself; rows up to the resume point are known
         return ingest.MetricsFileFollower(ad.metrics, after_step=p.resume_step if p.resume else 0)
+    if p.metrics_source == "verl":  # verl's file logger, one JSON line per step
+        return ingest.MetricsFollower("verl", ad.verl_metrics, ad.metrics)
     if p.attempt.trainer.name == "trl":  # transformers' TensorBoard callback; TRL's names mapped
         from rlexp.backends.trl import TRL_METRIC_ALIASES
 

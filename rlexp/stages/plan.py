@@ -59,6 +59,10 @@ def plan(attempt: str | Path) -> PlanResult:
 
 def build_plan(att: Attempt) -> dict[str, Any]:
     """The plan of an attempt as a JSON-ready dict (what ``plan.json`` holds)."""
+    if att.trainer.name == "verl":  # verl counts its own way: rlexp.core.trainers.verl
+        from rlexp.stages.plan_verl import build_verl_plan
+
+        return build_verl_plan(att)
     from rlexp.core.checks import gpu_layout, preflight, primary_power, steps_for
     from rlexp.core.power import power_report
     from rlexp.core.schedule import checkpoint_plan, lr_for_global_step, lr_rows_for_plan

@@ -10,11 +10,12 @@ or for a strictly read document, in the spirit of Optuna's storage behind a stud
       <attempt_id>/                      AttemptDir
         attempt.yaml  plan.json  metrics.jsonl  decision.json
         launch/{argv.json, launch.sh, provenance.json, reward_func.py, launches.jsonl,
-                spikes.jsonl, stdout.log, state.json, data/, train_trl.py}
+                spikes.jsonl, stdout.log, state.json, data/, train_trl.py, verl_metrics.jsonl}
         checkpoints/global_step{N}_hf/   (adapters, for evaluation)
         checkpoints/state/global_step{N}/  (the local trainer's resumable state)
         checkpoints/_actor/global_step{N}/ (OpenRLHF's DeepSpeed state)
         checkpoints/trl/checkpoint-{N}/    (TRL's output_dir: transformers' resumable state)
+        checkpoints/verl/global_step_{N}/  (verl's own checkpoints)
         eval/selection.json  eval/<checkpoint>/<set>.jsonl (+ .meta.json)  eval/paired/  eval/.lock
         guards/<name>.json  guards/parser_audit_review.jsonl
         tensorboard/  final/
@@ -305,6 +306,30 @@ class AttemptDir:
     def derived_dataset(self, source: Path) -> Path:
         """Where a suffixed copy of a dataset is written for a trainer that cannot add the suffix."""
         return self.launch_dir / "data" / f"{Path(source).stem}.suffixed.jsonl"
+
+    def verl_dataset(self, source: Path) -> Path:
+        """A dataset rewritten into verl's row format (chat prompt, reward_model.ground_truth)."""
+        return self.launch_dir / "data" / f"{Path(source).stem}.verl.jsonl"
+
+    @property
+    def verl_metrics(self) -> Path:
+        """verl's ``file`` logger output (``$VERL_FILE_LOGGER_PATH``): one JSON line per step."""
+        return self.launch_dir / "verl_metrics.jsonl"
+
+    @property
+    def verl_checkpoints(self) -> Path:
+        """verl's ``trainer.default_local_dir``: its ``global_step_{N}/actor`` checkpoints."""
+        return self.checkpoints_dir / "verl"
+
+    def latest_verl_checkpoint(self) -> int | None:
+        """The highest step verl saved (a ``global_step_{N}`` folder with an ``actor`` folder), or None."""
+        steps = []
+        if self.verl_checkpoints.is_dir():
+            for child in self.verl_checkpoints.iterdir():
+                match = re.fullmatch(r"global_step_(\d+)", child.name)
+                if match and (child / "actor").is_dir():
+                    steps.append(int(match.group(1)))
+        return max(steps, default=None)
 
     # ---------------------------------------------------------------- checkpoints/
     @property

@@ -1,0 +1,154 @@
+"""``rlexp plan`` for a verl attempt: verl's step counts, LR at every step, validation and save
+schedule, the preflight checks and power, in the shape of ``plan.json`` (rlexp.stages.plan).
+
+The recipe is checked against the pinned release's config first (rlexp.backends.verl): an unknown
+key or a value of the wrong type is one line naming the spec and the key, exit 2, nothing written.
+The ``steps`` section keeps the OpenRLHF plan's field names where the meaning carries over
+(global steps, optimizer steps, warm-up, partial batch) and adds verl's own under ``verl``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rlexp.errors import InputError
+
+if TYPE_CHECKING:
+    from rlexp.core.spec import Attempt
+
+PLAN_FORMAT = 1  # rlexp.stages.plan.PLAN_FORMAT (not imported: plan imports this module)
+
+
+def build_verl_plan(att: Attempt) -> dict[str, Any]:
+    from rlexp.backends import verl as backend
+    from rlexp.core.checks import MAX_GLOBAL_STEPS, primary_power
+    from rlexp.core.power import power_report
+    from rlexp.core.schedule import lr_rows_for_plan
+    from rlexp.core.spec import diff_against_parent
+    from rlexp.core.trainers.verl import (
+        VerlConfigError,
+        compute_verl_steps,
+        lr_for_global_step,
+        verl_schedule,
+    )
+    from rlexp.core.trainers.verl_checks import verl_checkpoint_plan, verl_preflight
+    from rlexp.storage.files import sha256_file
+
+    spec_file = att.display_path or att.spec_path
+    version = att.trainer.version
+    command = backend.plan_command(att)  # unknown release, key or type: exit 2 here
+    config = backend.resolved_config(att.recipe_stated, version, spec_file)
+    pool = att.datasets.get("pool")
+    if pool is None or pool.size is None:
+        raise InputError(spec_file, "datasets.pool", "the training pool (path or size) is needed to plan")
+    try:
+        steps = compute_verl_steps(config, pool.size, version)
+    except VerlConfigError as exc:
+        raise InputError(spec_file, f"recipe.{exc.key}", str(exc)) from None
+    if steps.total_training_steps > MAX_GLOBAL_STEPS:
+        raise InputError(spec_file, "recipe.trainer.total_training_steps",
+                         f"the run would take {steps.total_training_steps} global steps, over the limit of {MAX_GLOBAL_STEPS}")
+    schedule = verl_schedule(config, steps)
+    ckpt = verl_checkpoint_plan(steps, schedule, att.checkpoints_mid)
+    power = primary_power(att)
+    checks = verl_preflight(att, steps, schedule, power)
+    milestones = _milestones(att, steps.global_steps_total, steps.warmup_global_steps)
+    rows, coverage = lr_rows_for_plan(steps, extra=milestones)  # reads only global_steps_total
+    monitor = att.datasets.get("ood_monitor")
+    power_json: dict[str, Any] = power.as_dict() if power else {"mde_pp": None, "power_at_win_threshold": None,
+                                                                "n": None}  # fmt: skip
+    power_json["monitor"] = (power_report(monitor.size, att.baseline.discordance).as_dict()
+                             if monitor and monitor.size else None)  # fmt: skip
+    return {
+        "format": PLAN_FORMAT,
+        "attempt": att.id,
+        "parent": att.parent_id,
+        "spec": str(att.spec_path),
+        "spec_sha256": sha256_file(att.spec_path),
+        "spec_chain_sha256": att.chain_sha256(),
+        "trainer": {"name": att.trainer.name, "version": version, "gpus": att.trainer.gpus},
+        "openrlhf_command": None,
+        "verl_command": command,
+        "intent": _jsonable(att.intent),
+        "change": _jsonable(att.change),
+        "diff": [{"key": d.key, "parent": _jsonable(d.parent), "value": _jsonable(d.value), "kind": d.kind}
+                 for d in diff_against_parent(att)],
+        "datasets": {role: {"path": str(ref.path) if ref.path else None, "size": ref.size,
+                            "stated_size": ref.stated_size, "exists": ref.exists, "prompt_suffix": ref.prompt_suffix}
+                     for role, ref in att.datasets.items()},
+        "steps": {
+            "pool_size": steps.pool_size,
+            "prompts": steps.prompts,
+            # the OpenRLHF plan's names, verl's meaning: optimizer steps are mini-batch updates of the
+            # actor; the LR scheduler's horizon is total_training_steps (global steps), under "verl"
+            "optimizer_steps_total": steps.optimizer_steps_total,
+            "optimizer_steps_per_episode": steps.batches_per_epoch * steps.optimizer_steps_per_global_step,
+            "optimizer_steps_per_global_step": steps.optimizer_steps_per_global_step,
+            "optimizer_steps_run": steps.optimizer_steps_total,
+            "global_steps_per_episode": steps.batches_per_epoch,
+            "global_steps_total": steps.global_steps_total,
+            "partial_batch_prompts": steps.partial_batch_prompts,
+            "drops_partial_batch": True,
+            "micro_batches_per_optimizer_step": None,
+            "data_parallel_size": None,
+            "warmup_steps": steps.warmup_steps,
+            "warmup_global_steps": steps.warmup_global_steps,
+            "peak_lr": steps.peak_lr,
+            "min_lr": steps.peak_lr * (steps.min_lr_ratio if steps.scheduler == "cosine" else 1.0),
+            "min_lr_ratio": steps.min_lr_ratio,
+            "actor_lr_logging": "after_scheduler_step",
+            "verl": {
+                "batch_prompts": steps.batch_prompts,
+                "total_epochs": steps.total_epochs,
+                "use_v1": steps.use_v1,
+                "total_training_steps": steps.total_training_steps,
+                "scheduler_steps_per_global_step": steps.scheduler_steps_per_global_step,
+                "scheduler_total": steps.scheduler_total,
+                "total_training_steps_stated": steps.total_training_steps_stated,
+                "reaches_last_step": steps.reaches_last_step,
+                "actor_updates": steps.actor_updates,
+                "critic_warmup": steps.critic_warmup,
+                "lr_scheduler_type": steps.scheduler,
+                "num_cycles": steps.num_cycles,
+                "zero_indexed_step": steps.zero_indexed_step,
+                "filter_overlong_prompts": steps.filters_prompts,
+            },
+        },
+        "lr_rows": coverage,
+        "lr": [lr_for_global_step(g, steps).as_dict() for g in rows],
+        "lr_milestones": [lr_for_global_step(g, steps).as_dict() for g in milestones],
+        "validation_at_step_0": schedule.validation_at_step_0,
+        "eval_global_steps": list(ckpt.evaluated),
+        "save_global_steps": list(ckpt.saved),
+        "checkpoints": {"final": ckpt.final, "mid": ckpt.mid, "extra": list(att.checkpoints_extra),
+                        "best_by_monitor_candidates": list(ckpt.best_by_monitor_candidates)},
+        "gpu_layout": None,
+        "checks": [c.to_dict() for c in checks],
+        "power": power_json,
+    }
+
+
+def _milestones(att: Attempt, total: int, warmup_global: float) -> list[int]:
+    """As rlexp.stages.plan.milestone_steps: start, end of warm-up, step 20, quarters, mid, intent, final."""
+    import math
+
+    points = {1, min(total, 20), max(1, math.ceil(warmup_global)), total}
+    points |= {max(1, round(total * q)) for q in (0.25, 0.5, 0.75)}
+    if att.checkpoints_mid:
+        points.add(att.checkpoints_mid)
+    if att.intent.get("global_steps"):
+        points.add(att.intent["global_steps"])
+    return sorted(p for p in points if 1 <= p <= total)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, tuple | list):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return str(value)

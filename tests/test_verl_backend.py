@@ -1,0 +1,283 @@
+"""verl's backend: the key table against the pinned wheel, the argv composed by Hydra with verl's
+own config, recipe checks, and ingestion of verl's ``file`` logger JSONL.
+
+The wheel and Hydra come from scripts/fetch-verl (``RLEXP_VERL_CACHE``); the tests that need them
+skip without them (CI runs the script first, from scripts/run-tests).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from rlexp.adapters import ingest
+from rlexp.backends import verl, verl_config
+from rlexp.core.trainers.verl import verl_kind
+from rlexp.errors import InputError
+
+VERSION = "0.9.1"
+
+
+def pinned_wheel() -> Path:
+    """The pinned wheel (and Hydra) from the cache; on CI fetched if missing, never skipped."""
+    if os.environ.get("CI"):
+        verl_config.fetch_hydra()
+        return verl_config.fetch(verl_config.listed_releases()[0])
+    try:
+        return verl_config.wheel_for(VERSION)
+    except verl_config.ReleaseError as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="module")
+def wheel() -> Path:
+    return pinned_wheel()
+
+
+@pytest.fixture(scope="module")
+def hydra_compose(wheel, tmp_path_factory):
+    """verl's ``main_ppo`` config (ppo_trainer.yaml and its defaults list, from the wheel) composed
+    with a list of overrides by Hydra itself, as ``python -m verl.trainer.main_ppo`` would."""
+    hydra_path = verl_config.hydra_dir()
+    if not (hydra_path / "hydra").is_dir():
+        pytest.skip(f"Hydra is not in {hydra_path}: run {verl_config.FETCH_SCRIPT}")
+    config_root = tmp_path_factory.mktemp("verl-config")
+    with zipfile.ZipFile(wheel) as archive:
+        members = [n for n in archive.namelist() if n.startswith(verl_config.CONFIG_DIR + "/") and n.endswith(".yaml")]
+        archive.extractall(config_root, members)
+    sys.path.insert(0, str(hydra_path))
+    try:
+        from hydra import compose, initialize_config_dir
+        from omegaconf import OmegaConf
+    finally:
+        sys.path.remove(str(hydra_path))
+
+    def run(overrides: list[str]) -> dict:
+        with initialize_config_dir(config_dir=str(config_root / verl_config.CONFIG_DIR), version_base=None):
+            cfg = compose(config_name="ppo_trainer", overrides=overrides)
+        return OmegaConf.to_container(cfg, resolve=False)
+
+    return run
+
+
+def _flat(container: dict) -> dict:
+    return {k.name: k.default for k in verl_config.flatten(container)}
+
+
+# ----------------------------------------------------------------------------- the key table
+
+
+def test_committed_keys_match_the_wheel(wheel):
+    assert verl_config.sha256_of(wheel) == verl_config.listed_releases()[0].sha256
+    from_wheel = {k.name: (k.type, k.default) for k in verl_config.wheel_keys(wheel)}
+    committed = {k.name: (k.type, k.default) for k in verl_config.read_table(VERSION).values()}
+    assert from_wheel == committed
+
+
+def test_committed_keys_are_what_hydra_composes(hydra_compose):
+    composed = _flat(hydra_compose([]))
+    committed = {name: key.default for name, key in verl_config.read_table(VERSION).items()}
+    # the composed config also holds the defaults-list choice model_engine (dp), a config group, not a key
+    assert set(composed) - set(committed) == {"model_engine"}
+    assert {k: composed[k] for k in committed} == committed
+
+
+# ----------------------------------------------------------------------------- Hydra values
+
+
+@pytest.mark.parametrize("value", [
+    1024, -1, 0, 1e-6, 5e-7, 0.5, 1.0, True, False, None, "constant", "Qwen/Qwen2.5-0.5B-Instruct",
+    "/data/models/x y/model", "true", "null", "1e-6", "42", "a,b", "it's", "back\\slash", "${oc.env:HOME}", "end\\", "q\\'x", "\\\\'",
+    ["console", "file"], [1, 2], {"temperature": 0.0, "n": 1}, "", "weird=value", "[x]",
+])  # fmt: skip
+def test_hydra_parses_each_value_back(hydra_compose, value):
+    """Hydra's own override parser reads every rendered value back to the same Python value."""
+    hydra_path = verl_config.hydra_dir()
+    sys.path.insert(0, str(hydra_path))
+    try:
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+    finally:
+        sys.path.remove(str(hydra_path))
+    parsed = OverridesParser.create().parse_override(f"trainer.project_name={verl.hydra_value(value)}")
+    got = parsed.value()
+    if isinstance(value, str):
+        assert str(got) == value and not isinstance(got, bool | int | float)
+    else:
+        assert got == value and type(got) is type(value)
+
+
+# ----------------------------------------------------------------------------- the argv
+
+
+RECIPE = {
+    "data.train_batch_size": 64,
+    "trainer.total_epochs": 2,
+    "trainer.test_freq": 10,
+    "trainer.save_freq": 10,
+    "trainer.n_gpus_per_node": 8,
+    "algorithm.adv_estimator": "grpo",
+    "actor_rollout_ref.rollout.n": 8,
+    "actor_rollout_ref.actor.ppo_mini_batch_size": 16,
+    "actor_rollout_ref.actor.optim.lr": 1e-6,
+    "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio": 0.05,
+    "actor_rollout_ref.actor.optim.lr_scheduler_type": "cosine",
+    "actor_rollout_ref.actor.optim.min_lr_ratio": 0.1,
+    "actor_rollout_ref.actor.use_kl_loss": True,
+    "actor_rollout_ref.rollout.val_kwargs.temperature": 0.0,
+    "actor_rollout_ref.model.lora_rank": 16,
+    "trainer.logger": ["console"],
+}
+PATHS = verl.VerlPaths(model="/models/Qwen2.5-0.5B", train_file=Path("/x/a1/launch/data/pool.verl.jsonl"),
+                       val_file=Path("/x/a1/launch/data/monitor.verl.jsonl"), reward_file=Path("/x/a1/launch/reward_func.py"),
+                       checkpoints=Path("/x/a1/checkpoints/verl"), metrics_file=Path("/x/a1/launch/verl_metrics.jsonl"))
+
+
+def test_argv_composes_with_verls_config(hydra_compose):
+    stated = verl.check_recipe(RECIPE, VERSION, "attempt.yaml")
+    config = verl.attempt_config(stated, PATHS, "a1", resume=False)
+    argv = verl.build_argv(config, VERSION, "attempt.yaml")
+    assert argv[:3] == ["python3", "-m", "verl.trainer.main_ppo"]
+    assert all("=" in item and not item.startswith("+") for item in argv[3:])  # overrides of existing keys only
+    composed = _flat(hydra_compose(argv[3:]))  # Hydra refuses a key verl's config lacks
+    for key, value in config.items():
+        assert composed[key] == value, key
+    assert composed["trainer.logger"] == ["console", "file"]
+    assert composed["reward.custom_reward_function.name"] == "compute_score"
+    assert composed["trainer.resume_mode"] == "disable"
+    assert verl.attempt_config(stated, PATHS, "a1", resume=True)["trainer.resume_mode"] == "auto"
+
+
+def test_hydra_refuses_an_unknown_key(hydra_compose):
+    # the reference the table stands in for: verl's composed config is in struct mode
+    with pytest.raises(Exception, match="Could not override 'data.train_batch_sizes'"):
+        hydra_compose(["data.train_batch_sizes=64"])
+
+
+def test_unknown_key_did_you_mean():
+    with pytest.raises(InputError) as err:
+        verl.check_recipe({"data.train_batch_sizes": 64}, VERSION, "exp/a1/attempt.yaml")
+    line = err.value.one_line()
+    assert "exp/a1/attempt.yaml" in line and "recipe.data.train_batch_sizes" in line
+    assert "did you mean 'data.train_batch_size'" in line
+    with pytest.raises(InputError, match="did you mean 'trainer.total_epochs'"):
+        verl.check_recipe({"data.total_epochs": 2}, VERSION, "attempt.yaml")
+
+
+@pytest.mark.parametrize(("key", "value", "message"), [
+    ("data.train_batch_size", "many", "must be a number"),
+    ("data.train_batch_size", True, "must be a number"),
+    ("actor_rollout_ref.actor.optim.lr", "fast", "must be a number"),
+    ("trainer.val_before_train", "yes", "must be true or false"),
+    ("trainer.logger", "console", "must be a list"),
+    ("data.train_files", "/x.parquet", "set by rlexp launch"),
+])  # fmt: skip
+def test_bad_values_are_one_line(key, value, message):
+    with pytest.raises(InputError, match=message) as err:
+        verl.check_recipe({key: value}, VERSION, "attempt.yaml")
+    assert f"recipe.{key}" in err.value.one_line()
+
+
+def test_a_yaml_number_written_as_text_is_a_float():
+    assert verl.check_recipe({"actor_rollout_ref.actor.optim.lr": "5e-7"}, VERSION, None) == {
+        "actor_rollout_ref.actor.optim.lr": 5e-7}
+
+
+def test_unlisted_version():
+    with pytest.raises(InputError, match="trainer.version.*0.8.0 is not a listed release"):
+        verl.check_recipe({}, "0.8.0", "attempt.yaml")
+
+
+def test_key_kinds():
+    assert verl_kind("actor_rollout_ref.actor.optim.lr") == "training"
+    assert verl_kind("data.train_batch_size") == "training"
+    assert verl_kind("trainer.test_freq") == "instrumentation"
+    assert verl_kind("actor_rollout_ref.rollout.val_kwargs.temperature") == "instrumentation"
+    assert verl_kind("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu") == "infrastructure"
+    assert verl_kind("actor_rollout_ref.rollout.gpu_memory_utilization") == "infrastructure"
+    assert verl_kind("actor_rollout_ref.actor.fsdp_config.param_offload") == "infrastructure"
+    assert verl_kind("trainer.n_gpus_per_node") == "infrastructure"
+
+
+def test_verl_rows(tmp_path):
+    source = tmp_path / "pool.jsonl"
+    source.write_text(json.dumps({"problem_hash": "h", "prompt": "What is 2+3?", "answer": "5"}) + "\n")
+    target = verl.write_verl_dataset(source, tmp_path / "pool.verl.jsonl", " Put the answer in \\boxed{}.", "rlexp_pool")
+    row = json.loads(target.read_text())
+    # verl's RLHFDataset reads data.prompt_key ("prompt") as chat messages and the naive reward
+    # manager passes reward_model.ground_truth and data_source to compute_score
+    assert row["prompt"] == [{"role": "user", "content": "What is 2+3? Put the answer in \\boxed{}."}]
+    assert row["reward_model"]["ground_truth"] == "5" and row["data_source"] == "rlexp_pool"
+
+
+def test_reward_file_grades_with_rlexp_answers(tmp_path):
+    from rlexp.backends.reward_template import write_verl_reward_file
+
+    path = write_verl_reward_file(tmp_path / "reward_func.py")
+    namespace: dict = {}
+    exec(compile(path.read_text(), str(path), "exec"), namespace)  # noqa: S102 - our own generated file
+    score = namespace["compute_score"]
+    assert score("rlexp_pool", "so the answer is \\boxed{5}", "5") == 1.0
+    assert score("rlexp_pool", "\\boxed{6}", "5") == 0.0
+    assert score("rlexp_pool", "no answer here", "5") == 0.0
+
+
+# ----------------------------------------------------------------------------- metrics
+
+# verl's file logger (verl/utils/tracking.py FileLogger.log, 0.9.1) writes one orjson line per
+# logger.log call: {"step": N, "data": {...}}. Step 0 holds the validation before training
+# (RayPPOTrainer.fit logs val_metrics at global_steps 0); each training step one line with the
+# actor, critic/score, response_length, timing_s metrics and, at test_freq steps, val-core. These
+# lines are hand-written in that format, with metric names read from verl 0.9.1's source.
+VERL_LINES = [
+    {"step": 0, "data": {"val-core/rlexp_ood_monitor/acc/mean@1": 0.25, "val-aux/rlexp_ood_monitor/reward/mean@1": 0.25}},
+    {"step": 1, "data": {"actor/pg_loss": -0.01, "actor/lr": 2e-7, "actor/grad_norm": 0.8, "actor/pg_clipfrac": 0.01,
+                         "actor/kl_loss": 0.001, "critic/score/mean": 0.31, "critic/rewards/mean": 0.31,
+                         "response_length/mean": 212.5, "response_length/clip_ratio": 0.02, "timing_s/step": 41.3,
+                         "training/global_step": 1, "training/epoch": 0}},
+    {"step": 2, "data": {"actor/lr": 4e-7, "actor/grad_norm": None, "critic/score/mean": 0.36, "timing_s/step": 40.9,
+                         "val-core/rlexp_ood_monitor/acc/mean@1": 0.3, "training/global_step": 2}},
+]
+
+
+def test_file_logger_lines_become_metrics_rows(tmp_path):
+    source = tmp_path / "verl_metrics.jsonl"
+    source.write_text("".join(json.dumps(line) + "\n" for line in VERL_LINES))
+    rows, stats = ingest.read_verl_metrics(source)
+    assert [r["global_step"] for r in rows] == [0, 1, 2]
+    assert rows[0]["monitor_acc"] == 0.25
+    assert rows[1]["actor_lr"] == 2e-7 and rows[1]["grad_norm"] == 0.8 and rows[1]["reward"] == 0.31
+    assert rows[1]["policy_loss"] == -0.01 and rows[1]["kl"] == 0.001 and rows[1]["ppo_clip_ratio"] == 0.01
+    assert rows[1]["response_length"] == 212.5 and rows[1]["truncated"] == 0.02 and rows[1]["step_time_s"] == 41.3
+    assert rows[1]["critic/rewards/mean"] == 0.31 and "training/global_step" not in rows[1]
+    assert rows[2]["monitor_acc"] == 0.3 and "grad_norm" not in rows[2]  # orjson's null for a NaN: dropped
+    assert stats.dropped_keys == {"grad_norm": 1}
+
+
+def test_follower_appends_new_steps_once(tmp_path):
+    source, metrics = tmp_path / "verl_metrics.jsonl", tmp_path / "metrics.jsonl"
+    follower = ingest.MetricsFollower("verl", source, metrics)
+    assert follower.poll() == []
+    source.write_text(json.dumps(VERL_LINES[0]) + "\n" + json.dumps(VERL_LINES[1]) + "\n" + '{"step": 2, "da')
+    assert [r["global_step"] for r in follower.poll()] == [0, 1]  # the torn line waits
+    with source.open("a") as fh:
+        fh.write('ta": {"actor/lr": 4e-7}}\n')
+    assert [r["global_step"] for r in follower.close()] == [2]
+    assert [r["global_step"] for r in ingest.read_metrics(metrics)] == [0, 1, 2]
+    # a resumed verl truncates its file (FileLogger opens it "wb") and logs from its checkpoint on
+    source.write_text(json.dumps(VERL_LINES[2]) + "\n" + json.dumps({"step": 3, "data": {"actor/lr": 6e-7}}) + "\n")
+    assert [r["global_step"] for r in follower.poll()] == [3]
+
+
+@pytest.mark.parametrize("line", ['{"step": 1}', '[1, 2]', '{"step": -1, "data": {}}', '{"step": "1", "data": {}}',
+                                  "not json"])
+def test_bad_file_logger_lines_name_file_and_line(tmp_path, line):
+    source = tmp_path / "verl_metrics.jsonl"
+    source.write_text(json.dumps(VERL_LINES[0]) + "\n" + line + "\n")
+    with pytest.raises(InputError) as err:
+        ingest.read_verl_metrics(source)
+    assert "verl_metrics.jsonl" in err.value.one_line() and "line 2" in err.value.one_line()
