@@ -48,7 +48,15 @@ from rlexp.core.schedule import (
     max_fraction_through,
     min_lr_is_configurable,
 )
-from rlexp.core.spec import EVAL_ROLES, TRAINING, Attempt, change_value, diff_against_parent, values_equal
+from rlexp.core.spec import (
+    EVAL_ROLES,
+    RECIPE_KEYS,
+    TRAINING,
+    Attempt,
+    change_value,
+    diff_against_parent,
+    values_equal,
+)
 from rlexp.core.task import problem_hash
 from rlexp.core.verdict import Verdict, check
 from rlexp.errors import InputError
@@ -384,6 +392,10 @@ def check_single_variable(att: Attempt) -> list[Verdict]:
     training = [d for d in diffs if d.kind == TRAINING]
     diff_keys = {d.key for d in diffs}
     out: list[Verdict] = []
+    if att.raw.get("seed_of"):
+        # a confirmation seed (Gate-2) replicates a sibling: its seed is the replication, not a variable
+        out.extend(check_seed_of(att, ref))
+        training = [d for d in training if d.key != "seed"]
     if len(training) > 1:
         listed = ", ".join(f"{d.key} {_fmt(d.parent)} → {_fmt(d.value)}" for d in training)
         out.append(check(
@@ -417,6 +429,28 @@ def check_single_variable(att: Attempt) -> list[Verdict]:
                          f"no training variable differs from parent {att.parent_id} (a rerun: state the reason)",
                          ref))  # fmt: skip
     return out
+
+
+def check_seed_of(att: Attempt, ref: str) -> list[Verdict]:
+    """``seed_of: R``: R is a sibling (same parent) whose training values equal this attempt's but the seed."""
+    from rlexp.core.spec import load_attempt
+
+    other_id = att.raw["seed_of"]
+    spec = att.experiment_dir / other_id
+    if other_id == att.id or not spec.is_dir():
+        return [check("diff.seed_of", ERROR, f"seed_of names {other_id!r}: not another attempt of this experiment",
+                      ref)]
+    other = load_attempt(spec)
+    if other.parent_id != att.parent_id:
+        return [check("diff.seed_of", ERROR, f"seed_of {other_id} has parent {other.parent_id}, this attempt "
+                                             f"{att.parent_id}: a confirmation seed is a sibling", ref)]
+    differ = [k for k, meta in RECIPE_KEYS.items() if meta.kind == TRAINING
+              and not values_equal(att.recipe.get(k), other.recipe.get(k))]
+    if differ != ["seed"]:
+        what = ", ".join(differ) if differ else "nothing (the same seed)"
+        return [check("diff.seed_of", ERROR, f"a confirmation seed of {other_id} differs from it in the seed only; "
+                                             f"here: {what}", ref)]
+    return []
 
 
 # ----------------------------------------------------------------------------- GPU layout

@@ -321,6 +321,7 @@ _DATASET = {"path": _STR, "size": _POS_INT, "prompt_suffix": _STR, "answer_mode"
 _SCHEMA: dict[str, Any] = {
     "id": _ID,
     "parent": _ID,
+    "seed_of": _ID,
     "description": _STR,
     "change": _Leaf(_mapping, {"type": "object"}),  # keys checked by _check_change_key
     "intent": {"global_steps": _POS_INT, "max_warmup_share": _number(0, 1, low_open=True), "note": _STR},
@@ -357,6 +358,7 @@ _SCHEMA: dict[str, Any] = {
 _DESCRIPTIONS = {
     "id": "the attempt id; must equal the directory name (defaults to it)",
     "parent": "the id of the parent attempt in the same experiment; everything is inherited",
+    "seed_of": "a confirmation seed of this sibling attempt (same parent and change, another recipe.seed)",
     "description": "free text",
     "change": "the one training variable this attempt changes: {key: value}",
     "intent": "what you mean to run",
@@ -487,6 +489,11 @@ def _validate_section(
             except _Invalid as exc:
                 raise InputError(display, where, str(exc)) from None
     return out
+
+
+def validate_recipe(recipe: dict[str, Any], display: str, trainer: str = "openrlhf") -> dict[str, Any]:
+    """Check recipe keys and values as a spec's ``recipe`` section does; returns them coerced."""
+    return _validate_recipe(recipe, display, trainer)
 
 
 def _validate_recipe(recipe: dict[str, Any], display: str, trainer: str = "openrlhf") -> dict[str, Any]:

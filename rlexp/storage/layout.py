@@ -6,7 +6,7 @@ layout; every other module asks an :class:`ExperimentDir` or an :class:`AttemptD
 or for a strictly read document, in the spirit of Optuna's storage behind a study::
 
     experiments/<experiment>/            ExperimentDir
-      data/  models/  ledger.jsonl  sota.json
+      data/  models/  ledger.jsonl  sota.json  ladder.yaml
       <attempt_id>/                      AttemptDir
         attempt.yaml  plan.json  metrics.jsonl  decision.json
         launch/{argv.json, launch.sh, provenance.json, reward_func.py, launches.jsonl,
@@ -41,6 +41,7 @@ from rlexp.errors import InputError
 SPEC_NAME = "attempt.yaml"
 SWEEP_SPEC_NAME = "sweep.yaml"
 SWEEPS_DIR = "sweeps"
+STUDY_DB_NAME = "optuna.db"  # the ladders' Optuna store, beside a SQLite MLflow store (rlexp.adapters.study)
 MAX_GLOBAL_STEP = 10**7  # the largest global step a metrics line may name
 CHECKPOINT_PREFIX = "global_step"
 _CHECKPOINT_NAME = re.compile(r"global_step(\d+)")
@@ -187,6 +188,11 @@ class ExperimentDir:
     @property
     def sota(self) -> Path:
         return self.root / "sota.json"
+
+    @property
+    def ladder_spec(self) -> Path:
+        """``ladder.yaml``: the ladder's root, grid of values per variable, seeds and rungs (rlexp.core.ladder)."""
+        return self.root / "ladder.yaml"
 
     def attempt(self, attempt_id: str) -> AttemptDir:
         return AttemptDir(self.root / attempt_id)

@@ -1,0 +1,283 @@
+"""A ladder: single-variable attempts, each a child of the best so far, chosen by rule.
+
+The ladder spec (``ladder.yaml`` in the experiment directory) names a root attempt, a grid of
+values per training variable, the seeds for confirmation runs and the number of rungs::
+
+    root: d1
+    variables:
+      eps_clip: [0.1, 0.3]
+      n_samples_per_prompt: [16]
+    seeds: [42, 43, 44]       # the first is the ladder's; the others go to confirmation seeds
+    rungs: 6                  # the ladder stops after this many rungs (the root counts)
+
+:func:`propose` is the rule that picks the next rung from what the ladder has done so far; it is
+a pure function of the rungs (with their decisions) and the SOTA pin:
+
+- the root runs first, and nothing else runs before it is decided;
+- the next rung's parent is the pinned SOTA attempt when there is one, else the root;
+- after CONFIRM: a confirmation seed (a sibling with the next unused seed, ``seed_of`` the rung);
+- after CONTINUE: the next untried grid value from the same parent — values of the variables the
+  fault tree points at (:data:`FAULT_CLASS_VARIABLES`) first;
+- after DEBUG: stop, and report the fault-tree class; after STOP-3a or STOP-3b: stop.
+
+A rung changes one training variable. :func:`rung_differences` says what a requested change
+really changes against its parent (through :class:`rlexp.core.spec.Difference` and the kinds of
+:mod:`rlexp.core.recipe`), and :func:`check_one_variable` refuses two.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rlexp.core.recipe import FLAG_VALUE, TRAINING, recipe_key
+from rlexp.core.spec import _ID_RE, Attempt, Difference, validate_recipe, values_equal
+from rlexp.errors import InputError
+
+LADDER_KEYS = ("root", "variables", "seeds", "rungs", "description")
+MAX_RUNGS = 1000
+MAX_VALUES = 100
+STOP_DECISIONS = ("STOP-3a", "STOP-3b")
+# The variables each fault-tree class's interventions change (rlexp.core.gates.fault_tree lists
+# the interventions): a CONTINUE whose fault tree indicates a class tries these variables first.
+FAULT_CLASS_VARIABLES: dict[str, tuple[str, ...]] = {
+    "A": ("n_samples_per_prompt",),
+    "B": ("lora_rank", "lora_alpha", "target_modules"),
+    "C": ("prompt_data", "prompt_data_probs"),
+    "D": ("min_lr_ratio", "init_kl_coef", "lr_warmup_ratio"),
+}
+
+
+@dataclass(frozen=True)
+class LadderSpec:
+    root: str
+    variables: tuple[tuple[str, tuple[Any, ...]], ...]  # (recipe key, grid values), in the spec's order
+    seeds: tuple[int, ...]
+    rungs: int
+    path: str = ""
+    description: str = ""
+
+    @property
+    def variable_names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.variables)
+
+
+def parse_ladder_spec(raw: Any, display: str) -> LadderSpec:
+    """Validate a ladder spec's content (``yaml.safe_load`` output); InputError names the file and field."""
+    if not isinstance(raw, dict):
+        what = "an empty file" if raw is None else f"a {type(raw).__name__}"
+        raise InputError(display, None, f"expected a mapping with {', '.join(LADDER_KEYS)}, got {what}")
+    for key in raw:
+        if not isinstance(key, str) or key not in LADDER_KEYS:
+            raise InputError(display, str(key), f"unknown key (known: {', '.join(LADDER_KEYS)})")
+    for key in ("root", "variables", "seeds", "rungs"):
+        if raw.get(key) is None:
+            raise InputError(display, key, "required")
+    root = raw["root"]
+    if not isinstance(root, str) or not _ID_RE.match(root):
+        raise InputError(display, "root", f"{root!r:.60} is not an attempt id of this experiment")
+    variables = raw["variables"]
+    if not isinstance(variables, dict) or not variables:
+        raise InputError(display, "variables", "must be a non-empty mapping {recipe key: [values]}")
+    grid: list[tuple[str, tuple[Any, ...]]] = []
+    for name, values in variables.items():
+        where = f"variables.{name}"
+        key = recipe_key(name) if isinstance(name, str) else None
+        if key is None or key.type == FLAG_VALUE:
+            raise InputError(display, where, "not a recipe key of the recipe table")
+        if key.kind != TRAINING:
+            raise InputError(display, where, f"a {key.kind} key: a rung changes one training variable")
+        if name == "seed":
+            raise InputError(display, where, "seeds are replications, not a rung's variable: list them under seeds")
+        if not isinstance(values, list) or not values or len(values) > MAX_VALUES:
+            raise InputError(display, where, f"must be a list of 1 to {MAX_VALUES} values")
+        checked = []
+        for i, value in enumerate(values):
+            try:
+                checked.append(validate_recipe({name: value}, display)[name])
+            except InputError as exc:
+                raise InputError(display, f"{where}[{i}]", exc.message) from None
+        for i, value in enumerate(checked):
+            if any(values_equal(value, other) for other in checked[:i]):
+                raise InputError(display, f"{where}[{i}]", f"{value!r} is listed twice")
+        grid.append((name, tuple(checked)))
+    seeds = raw["seeds"]
+    if (not isinstance(seeds, list) or not seeds
+            or any(isinstance(s, bool) or not isinstance(s, int) or not 0 <= s <= 2**31 - 1 for s in seeds)):
+        raise InputError(display, "seeds", "must be a non-empty list of integer seeds in [0, 2^31)")
+    if len(set(seeds)) != len(seeds):
+        raise InputError(display, "seeds", "a seed is listed twice")
+    rungs = raw["rungs"]
+    if isinstance(rungs, bool) or not isinstance(rungs, int) or not 1 <= rungs <= MAX_RUNGS:
+        raise InputError(display, "rungs", f"must be an integer in [1, {MAX_RUNGS}]")
+    description = raw.get("description") or ""
+    if not isinstance(description, str):
+        raise InputError(display, "description", "must be text")
+    return LadderSpec(root, tuple(grid), tuple(seeds), rungs, display, description)
+
+
+# ----------------------------------------------------------------------------- rungs and proposals
+
+
+@dataclass(frozen=True)
+class Rung:
+    """One rung as the ladder recorded it, with its decision read back from ``decision.json``."""
+
+    attempt: str
+    parent: str | None
+    variable: str | None          # None for the root and for a confirmation seed's own seed change
+    value: Any
+    seed: int | None
+    seed_of: str | None           # a confirmation seed: the rung it replicates
+    decision: str | None = None   # None: not decided yet (running, or its runner was killed)
+    fault_class: str | None = None  # the fault tree's indicated class, when decide named one
+
+    def key(self) -> str:
+        """What makes two rungs the same rung: two runners never run one twice (the claim's key)."""
+        return rung_key(self.parent, self.variable, self.value, self.seed_of, self.seed)
+
+
+def rung_key(parent: str | None, variable: str | None, value: Any, seed_of: str | None, seed: int | None) -> str:
+    if parent is None and variable is None and seed_of is None:
+        return "root"
+    if seed_of is not None:
+        return f"seed_of={seed_of}|seed={seed}"
+    return f"parent={parent}|{variable}={json.dumps(value, sort_keys=True, default=str)}"
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """What the ladder does next: run a rung (``action == "run"``), wait for a rung being run, or stop."""
+
+    action: str                   # run | wait | stop
+    kind: str                     # root | grid | fault_tree | confirmation | complete | exhausted | DEBUG | STOP-3a ...
+    reason: str
+    attempt: str | None = None
+    parent: str | None = None
+    variable: str | None = None
+    value: Any = None
+    seed: int | None = None
+    seed_of: str | None = None
+    fault_class: str | None = None
+
+    def rung(self) -> Rung:
+        return Rung(self.attempt or "", self.parent, self.variable, self.value, self.seed, self.seed_of)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def fault_class_of(decision: Mapping[str, Any] | None) -> str | None:
+    """The class the fault tree of a ``decision.json`` points to (its suggestion's letter), or None."""
+    tree = (decision or {}).get("fault_tree") or {}
+    suggestion = tree.get("suggestion") if isinstance(tree, Mapping) else None
+    if isinstance(suggestion, str) and suggestion[:1] in FAULT_CLASS_VARIABLES and suggestion[1:2] == ")":
+        return suggestion[0]
+    return None
+
+
+def propose(spec: LadderSpec, rungs: Sequence[Rung], *, sota: str | None,
+            value_of: Callable[[str, str], Any]) -> Proposal:
+    """The next rung of the ladder (pure). ``rungs`` in the order they were claimed; ``sota`` the
+    pinned SOTA attempt; ``value_of(attempt, key)`` a recipe value of an attempt (a parent's)."""
+    by_id = {r.attempt: r for r in rungs}
+    root = by_id.get(spec.root)
+    if root is None:
+        return Proposal("run", "root", f"the ladder starts with its root {spec.root}", attempt=spec.root,
+                        seed=value_of(spec.root, "seed"))
+    if root.decision is None:
+        return Proposal("wait", "root", f"the root {spec.root} is not decided yet: every rung depends on it")
+    for rung in rungs:
+        if rung.decision in STOP_DECISIONS:
+            return Proposal("stop", rung.decision, f"{rung.attempt} decided {rung.decision}: the ladder stops")
+        if rung.decision == "DEBUG":
+            where = f"; fault-tree class {rung.fault_class}" if rung.fault_class else ""
+            return Proposal("stop", "DEBUG", f"{rung.attempt} decided DEBUG: fix the parser first{where}",
+                            attempt=rung.attempt, fault_class=rung.fault_class)
+    if len(rungs) >= spec.rungs:
+        return Proposal("stop", "complete", f"the ladder has its {spec.rungs} rungs")
+    for rung in rungs:
+        if rung.decision != "CONFIRM":
+            continue
+        base = by_id.get(rung.seed_of) if rung.seed_of else rung
+        if base is None:
+            continue
+        family = [base, *(r for r in rungs if r.seed_of == base.attempt)]
+        if len(family) > 1:
+            continue  # a confirmation seed exists (run, running, or decided)
+        used = {r.seed for r in family}
+        free = [s for s in spec.seeds if s not in used]
+        if not free:
+            return Proposal("stop", "exhausted", f"{base.attempt} asks for a confirmation seed and every seed of "
+                                                 f"the ladder spec is used: add one to seeds")
+        return Proposal("run", "confirmation", f"{base.attempt} decided CONFIRM: its confirmation seed {free[0]}",
+                        attempt=f"{base.attempt}s{len(family) + 1}", parent=base.parent, variable=base.variable,
+                        value=base.value, seed=free[0], seed_of=base.attempt)
+    parent = sota or spec.root
+    preferred: tuple[str, ...] = ()
+    fault_class = None
+    for rung in reversed(rungs):
+        if rung.parent == parent and rung.decision == "CONTINUE" and rung.fault_class:
+            fault_class = rung.fault_class
+            preferred = tuple(v for v in FAULT_CLASS_VARIABLES[fault_class] if v in spec.variable_names)
+            break
+    taken = {r.key() for r in rungs}
+    order = [*preferred, *(v for v in spec.variable_names if v not in preferred)]
+    grid = dict(spec.variables)
+    for variable in order:
+        current = value_of(parent, variable)
+        for value in grid[variable]:
+            if values_equal(current, value) or rung_key(parent, variable, value, None, None) in taken:
+                continue
+            kind = "fault_tree" if variable in preferred else "grid"
+            why = (f"fault-tree class {fault_class} points at {variable}" if kind == "fault_tree"
+                   else f"next grid value of {variable}")
+            return Proposal("run", kind, f"{why}: {_fmt(current)} -> {_fmt(value)} from {parent}",
+                            attempt=next_attempt_id(spec.root, rungs), parent=parent, variable=variable, value=value,
+                            seed=value_of(parent, "seed"), fault_class=fault_class if kind == "fault_tree" else None)
+    return Proposal("stop", "exhausted", f"every grid value has been tried from {parent}")
+
+
+def next_attempt_id(root: str, rungs: Sequence[Rung]) -> str:
+    """``<root>-r<N>``, N one past the highest rung number the ladder has used."""
+    prefix = f"{root}-r"
+    numbers = [int(r.attempt[len(prefix):]) for r in rungs
+               if r.attempt.startswith(prefix) and r.attempt[len(prefix):].isdigit()]
+    return f"{prefix}{max(numbers, default=0) + 1}"
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float) and math.isfinite(value):
+        return f"{value:g}"
+    return str(value)
+
+
+# ----------------------------------------------------------------------------- one variable per rung
+
+
+def rung_differences(parent: Attempt, change: Mapping[str, Any], display: str) -> list[Difference]:
+    """The recipe values ``change`` really changes against ``parent`` (no-ops dropped), with their kinds."""
+    out: list[Difference] = []
+    for key, value in change.items():
+        meta = recipe_key(key) if isinstance(key, str) else None
+        if meta is None or meta.type == FLAG_VALUE:
+            raise InputError(display, f"change.{key}", "a rung changes a recipe key of the recipe table")
+        checked = validate_recipe({key: value}, display)[key]
+        if not values_equal(parent.recipe.get(key), checked):
+            out.append(Difference(key, parent.recipe.get(key), checked, meta.kind))
+    return out
+
+
+def check_one_variable(parent: Attempt, change: Mapping[str, Any], display: str) -> Difference:
+    """The one training variable a rung changes; InputError when it changes none or more than one."""
+    training = [d for d in rung_differences(parent, change, display) if d.kind == TRAINING]
+    if len(training) > 1:
+        listed = ", ".join(f"{d.key} {_fmt(d.parent)} -> {_fmt(d.value)}" for d in training)
+        raise InputError(display, "change", f"a rung changes one training variable; this one changes "
+                                            f"{len(training)} from {parent.id}: {listed}")
+    if not training:
+        raise InputError(display, "change", f"changes no training variable of {parent.id}")
+    return training[0]
