@@ -114,6 +114,23 @@ class LadderStudy:
             Path(self.url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
             engine_kwargs = {"connect_args": {"timeout": 120}}  # runners wait for each other's writes
         optuna.logging.set_verbosity(optuna.logging.WARNING)
+        from rlexp.adapters.tracking import store_lock
+
+        # runners starting together must not both create the schema (a lock file beside a SQLite
+        # database; a server database: the loser's error, then a second try finds the tables)
+        for attempt in range(2):
+            try:
+                with store_lock(self.url):
+                    self._open(engine_kwargs)
+                break
+            except sa.exc.SQLAlchemyError:
+                if attempt:
+                    raise
+
+    def _open(self, engine_kwargs: dict[str, Any]) -> None:
+        import optuna
+        import sqlalchemy as sa
+
         self.storage = optuna.storages.RDBStorage(self.url, engine_kwargs=engine_kwargs)
         self.study = optuna.create_study(storage=self.storage, study_name=self.name, direction="maximize",
                                          load_if_exists=True)
@@ -132,10 +149,7 @@ class LadderStudy:
             sa.UniqueConstraint("study_name", "rung_key", name="rlexp_ladder_rung_once"),
             sa.UniqueConstraint("study_name", "attempt_id", name="rlexp_ladder_attempt_once"),
         )
-        try:
-            meta.create_all(self.engine, checkfirst=True)
-        except sa.exc.SQLAlchemyError:  # another runner created it between the check and the create
-            meta.create_all(self.engine, checkfirst=True)
+        meta.create_all(self.engine, checkfirst=True)
 
     # ------------------------------------------------------------------ claims
     def claims(self) -> list[Claim]:

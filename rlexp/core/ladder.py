@@ -220,7 +220,7 @@ def propose(spec: LadderSpec, rungs: Sequence[Rung], *, sota: str | None,
     preferred: tuple[str, ...] = ()
     fault_class = None
     for rung in reversed(rungs):
-        if rung.parent == parent and rung.decision == "CONTINUE" and rung.fault_class:
+        if parent in (rung.parent, rung.attempt) and rung.decision == "CONTINUE" and rung.fault_class:
             fault_class = rung.fault_class
             preferred = tuple(v for v in FAULT_CLASS_VARIABLES[fault_class] if v in spec.variable_names)
             break
