@@ -21,7 +21,7 @@ def demo_ladder(root):
     exp = root / "experiments" / EXPERIMENT
     datasets = _build_datasets(exp / "data", config)
     _build_base_model(exp / "models", datasets, config, Console(stderr=True))
-    (exp / "d1").mkdir(parents=True)
+    (exp / "d1").mkdir(parents=True, exist_ok=True)
     (exp / "d1" / "attempt.yaml").write_text(attempt_specs(config, datasets)["d1"])
     (exp / "ladder.yaml").write_text(
         "root: d1\nvariables:\n  eps_clip: [0.1, 0.3]\n  init_kl_coef: [0.01]\nseeds: [42, 43]\nrungs: 6\n")

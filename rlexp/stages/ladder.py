@@ -340,7 +340,7 @@ def run_ladder(experiment: str | Path, *, rungs: int, storage: str | None = None
 def _trial_attrs(attempt: str, rung: Mapping[str, Any]) -> dict[str, Any]:
     return {"attempt_id": attempt, "parent": rung.get("parent") or "", "kind": rung.get("kind") or "",
             "changed_variable": rung.get("variable") or ("seed" if rung.get("seed_of") else "none"),
-            "value": rung.get("value") if rung.get("variable") else rung.get("seed"),
+            "value": rung.get("seed") if rung.get("seed_of") else rung.get("value") if rung.get("variable") else "",
             "seed": rung.get("seed"), "seed_of": rung.get("seed_of") or ""}
 
 
