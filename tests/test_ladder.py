@@ -297,11 +297,40 @@ RUNNER = textwrap.dedent("""
 
 
 def test_two_runners_on_one_study_never_run_the_same_rung_twice(tmp_path):
+    two_runners(tmp_path, f"sqlite:///{tmp_path / 'optuna.db'}")
+
+
+@pytest.mark.postgres
+def test_two_runners_on_a_postgresql_study(tmp_path):
+    """The same, with the study in PostgreSQL (the team's server): a fresh database per test."""
+    uri = os.environ.get("RLEXP_TEST_POSTGRES_URI")
+    if not uri:
+        pytest.skip("RLEXP_TEST_POSTGRES_URI is not set (scripts/start-postgres prints one)")
+    import uuid
+
+    import psycopg2
+
+    db = f"rlexp_ladder_{uuid.uuid4().hex[:8]}"
+    admin = psycopg2.connect(uri)
+    admin.autocommit = True
+    try:
+        admin.cursor().execute(f"CREATE DATABASE {db}")
+        two_runners(tmp_path, uri.rsplit("/", 1)[0] + "/" + db)
+    finally:
+        admin.cursor().execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+            (db,))
+        admin.cursor().execute(f"DROP DATABASE IF EXISTS {db}")
+        admin.close()
+
+
+def two_runners(tmp_path, storage):
     import optuna
+
+    from rlexp.adapters.study import resolve_storage
 
     grid = [0.05, 0.1, 0.15, 0.25, 0.3, 0.35, 0.4, 0.45]
     exp = experiment(tmp_path, f"root: r\nvariables: {{eps_clip: {grid}}}\nseeds: [42]\nrungs: 20\n")
-    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
     script = tmp_path / "runner.py"
     script.write_text(RUNNER)
     log = tmp_path / "runs.log"
@@ -316,7 +345,7 @@ def test_two_runners_on_one_study_never_run_the_same_rung_twice(tmp_path):
     # every rung ran exactly once, the root and each grid value, split between the two processes
     assert sorted(starts) == sorted(ran) and len(set(starts)) == len(starts) == 1 + len(grid)
     assert all(r["stopped"] == "exhausted" for r in results)
-    trials = optuna.load_study(study_name="ladder:exp", storage=storage).get_trials()
+    trials = optuna.load_study(study_name="ladder:exp", storage=resolve_storage(storage)).get_trials()
     assert sorted(t.user_attrs["attempt_id"] for t in trials) == sorted(ran)
     values = sorted(t.params["eps_clip"] for t in trials if t.params)
     assert values == sorted(grid)

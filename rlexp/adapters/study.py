@@ -19,6 +19,7 @@ optuna and SQLAlchemy are imported inside the functions.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -88,6 +89,36 @@ def scrub_url(url: str) -> str:
     return url
 
 
+SCHEMA_LOCK_KEY = 0x726C6578  # PostgreSQL advisory lock id held while a runner creates the tables
+
+
+@contextlib.contextmanager
+def schema_lock(url: str, engine_kwargs: dict[str, Any]):
+    """One runner at a time creates the study's tables: a lock file beside a SQLite database, an
+    advisory lock on a PostgreSQL server."""
+    if url.startswith("sqlite:///"):
+        from rlexp.adapters.tracking import store_lock
+
+        with store_lock(url):
+            yield
+        return
+    if not url.startswith("postgresql"):
+        yield
+        return
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(url, **engine_kwargs)
+    try:
+        with engine.connect() as conn:
+            conn.execute(sa.text("SELECT pg_advisory_lock(:key)"), {"key": SCHEMA_LOCK_KEY})
+            try:
+                yield
+            finally:
+                conn.execute(sa.text("SELECT pg_advisory_unlock(:key)"), {"key": SCHEMA_LOCK_KEY})
+    finally:
+        engine.dispose()
+
+
 @dataclass(frozen=True)
 class Claim:
     number: int            # the order in which rungs were claimed
@@ -104,7 +135,6 @@ class LadderStudy:
 
     def __init__(self, experiment_dir: str | Path, storage: str | None = None, tracking_uri: str | None = None):
         import optuna
-        import sqlalchemy as sa
 
         self.experiment_dir = Path(experiment_dir).resolve()
         self.url = resolve_storage(storage, tracking_uri)
@@ -114,18 +144,9 @@ class LadderStudy:
             Path(self.url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
             engine_kwargs = {"connect_args": {"timeout": 120}}  # runners wait for each other's writes
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        from rlexp.adapters.tracking import store_lock
-
-        # runners starting together must not both create the schema (a lock file beside a SQLite
-        # database; a server database: the loser's error, then a second try finds the tables)
-        for attempt in range(2):
-            try:
-                with store_lock(self.url):
-                    self._open(engine_kwargs)
-                break
-            except sa.exc.SQLAlchemyError:
-                if attempt:
-                    raise
+        # runners starting together must not both create the schema
+        with schema_lock(self.url, engine_kwargs):
+            self._open(engine_kwargs)
 
     def _open(self, engine_kwargs: dict[str, Any]) -> None:
         import optuna
