@@ -378,3 +378,23 @@ def test_a_killed_runner_is_resumed_without_redoing_finished_rungs(tmp_path):
     trials = optuna.load_study(study_name="ladder:exp", storage=storage).get_trials()
     assert [t.user_attrs["attempt_id"] for t in trials] == ["r", "r-r1", "r-r2"]
     assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
+
+
+def test_a_requested_rung_on_disk_keeps_its_name_when_the_ladder_runs(tmp_path):
+    from rlexp.stages.ladder import RungResult, propose_rung, run_ladder
+    from rlexp.storage.files import atomic_write_json
+
+    exp = experiment(tmp_path)
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    requested = propose_rung(exp, change={"lora_rank": 32}, storage=storage)
+    assert requested.proposal.attempt == "r-r1" and requested.spec.is_file()
+    text = requested.spec.read_text()
+
+    def runner(experiment_dir, attempt_id, **_):
+        atomic_write_json(experiment_dir / attempt_id / "decision.json", {"decision": "CONTINUE"})
+        return RungResult(attempt_id, "CONTINUE", "test", 0.0, None)
+
+    ran = run_ladder(exp, rungs=2, storage=storage, runner=runner)
+    assert [r.attempt for r in ran.ran] == ["r", "r-r2"]
+    assert "eps_clip: 0.1" in (exp / "r-r2" / "attempt.yaml").read_text()
+    assert requested.spec.read_text() == text  # the requested rung is left as it was

@@ -357,6 +357,8 @@ def _trial_params(spec: Any, rung: Mapping[str, Any]) -> dict[str, tuple[Any, tu
 def _next_rung(exp: Path, spec: Any, study: Any, me: str) -> Any:
     """Claim the next rung for ``me``: a rung of mine or of a dead runner not yet done (resume), else
     the proposal, claimed atomically (another runner's claim of the same rung or id: propose again)."""
+    from dataclasses import replace
+
     from rlexp.adapters.study import DONE, FAILED, owner_alive
     from rlexp.core.ladder import propose
 
@@ -373,6 +375,8 @@ def _next_rung(exp: Path, spec: Any, study: Any, me: str) -> Any:
         proposal = propose(spec, rungs, sota=_sota(exp), value_of=_value_of(exp))
         if proposal.action != "run":
             return proposal
+        if proposal.kind != "root":  # a directory of that name holding another spec (a requested rung) stays
+            proposal = replace(proposal, attempt=_free_attempt_id(exp, spec.root, proposal, rungs))
         doc = _rung_doc(proposal)
         if study.claim(proposal.rung().key(), proposal.attempt, doc, me):
             return proposal
