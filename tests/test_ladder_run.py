@@ -13,11 +13,15 @@ import pytest
 
 def demo_ladder(root):
     """The fast demo's datasets, supervised base and root attempt d1, with a ladder over eps_clip."""
+    import dataclasses
+
     from rich.console import Console
 
     from rlexp.stages.demo import EXPERIMENT, DemoConfig, _build_base_model, _build_datasets, attempt_specs
 
-    config = DemoConfig.fast()
+    # the fast demo, with a shorter supervision of the base model: the ladder's plumbing is under
+    # test here, not the base model's accuracy (test_demo.py covers that)
+    config = dataclasses.replace(DemoConfig.fast(), sft_steps=60)
     exp = root / "experiments" / EXPERIMENT
     datasets = _build_datasets(exp / "data", config)
     _build_base_model(exp / "models", datasets, config, Console(stderr=True))

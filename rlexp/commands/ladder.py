@@ -84,9 +84,14 @@ def run(
     json_out: JsonOption = False,
 ) -> None:
     """Run rungs of the ladder (plan → guards → launch → eval → decide → report each); stop on STOP-3 or DEBUG."""
+    import contextlib
+    import sys
+
     from rlexp.stages.ladder import run_ladder
 
-    result = run_ladder(experiment, rungs=rungs, storage=storage, tracking_uri=tracking_uri)
+    # the stages' progress lines go to stdout; with --json stdout is the result alone
+    with contextlib.redirect_stdout(sys.stderr) if json_out else contextlib.nullcontext():
+        result = run_ladder(experiment, rungs=rungs, storage=storage, tracking_uri=tracking_uri)
     if json_out:
         typer.echo(json.dumps(result.to_dict(), indent=2, default=str))
         return
