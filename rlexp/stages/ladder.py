@@ -126,17 +126,19 @@ def write_rung(experiment_dir: Path, attempt_id: str, rung: Mapping[str, Any]) -
         raise InputError(ad.spec, None, f"exists and is not the rung the ladder claimed ({rung}): move it away")
     created = not ad.root.exists()
     atomic_write_text(ad.spec, text)
+
+    def remove() -> None:
+        ad.spec.unlink(missing_ok=True)
+        if created:
+            shutil.rmtree(ad.root, ignore_errors=True)
+
     try:
         errors = [c for c in check_single_variable(load_attempt(ad.root)) if c.severity == ERROR]
     except InputError:
-        errors = None
+        remove()
         raise
-    finally:
-        if errors is None or errors:
-            ad.spec.unlink(missing_ok=True)
-            if created:
-                shutil.rmtree(ad.root, ignore_errors=True)
     if errors:
+        remove()
         raise InputError(ad.spec, "change", errors[0].rule)
     return ad.spec
 
@@ -167,10 +169,11 @@ def propose_rung(experiment: str | Path, *, change: Mapping[str, Any] | None = N
     sota = _sota(exp)
     if change:
         parent = sota or spec.root
-        diff = check_one_variable(load_attempt(ExperimentDir(exp).attempt(parent).root), change, "--change")
+        parent_att = load_attempt(ExperimentDir(exp).attempt(parent).root)
+        diff = check_one_variable(parent_att, change, "--change")
         proposal = Proposal("run", "requested", f"requested: {diff.key} {diff.parent} -> {diff.value} from {parent}",
                             attempt=next_attempt_id(spec.root, rungs), parent=parent, variable=diff.key,
-                            value=diff.value, seed=load_attempt(ExperimentDir(exp).attempt(parent).root).recipe.get("seed"))
+                            value=diff.value, seed=parent_att.recipe.get("seed"))
     else:
         proposal = propose(spec, rungs, sota=sota, value_of=_value_of(exp))
     written = None
