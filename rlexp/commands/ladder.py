@@ -47,7 +47,7 @@ def propose(
     change: Annotated[list[str] | None, typer.Option(
         "--change", help="Propose this rung instead (KEY=VALUE, from the ladder's current parent); a rung "
                          "changes one training variable.")] = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what the next rung is; write nothing.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what the next rung is; write no attempt.yaml (the study is opened, created if missing).")] = False,
     storage: StorageOption = None,
     tracking_uri: TrackingOption = None,
     json_out: JsonOption = False,
