@@ -75,11 +75,20 @@ def test_ladder_of_three_rungs_on_the_demo(tmp_path):
             assert f"change:\n  {variable}: {value}" in spec and trial.params == {variable: value}
             # the rung's parent: the pinned SOTA attempt when there was one, else the root
             assert trial.user_attrs["parent"] in ("d1", "d1s2")
-    # the ladder's rule, checked on what happened: after CONFIRM of d1 comes its confirmation seed
-    if decisions["d1"] == "CONFIRM":
-        assert trials[1].user_attrs["seed_of"] == "d1" and trials[1].user_attrs["seed"] == 43
+    # the ladder's rule, checked on what happened to d1: after CONFIRM its confirmation seed; after a
+    # CONTINUE whose fault tree names a class, a variable of that class's interventions when the grid
+    # has one (the fast demo's d1 is a CONTINUE with class D: init_kl_coef); else the grid's first value
+    from rlexp.core.ladder import FAULT_CLASS_VARIABLES, fault_class_of
+
+    d1 = json.loads((exp / "d1" / "decision.json").read_text())
+    fault = fault_class_of(d1)
+    second = trials[1].user_attrs
+    if d1["decision"] == "CONFIRM":
+        assert (second["kind"], second["seed_of"], second["seed"]) == ("confirmation", "d1", 43)
+    elif d1["decision"] == "CONTINUE" and fault and "init_kl_coef" in FAULT_CLASS_VARIABLES[fault]:
+        assert (second["kind"], second["changed_variable"], second["value"]) == ("fault_tree", "init_kl_coef", 0.01)
     else:
-        assert trials[1].user_attrs["kind"] == "grid" and trials[1].user_attrs["changed_variable"] == "eps_clip"
+        assert (second["kind"], second["changed_variable"], second["value"]) == ("grid", "eps_clip", 0.1)
 
     # MLflow: one run per rung, linked by the lineage tag, none nested under another
     db = sqlite3.connect(mlflow_db)
