@@ -172,8 +172,10 @@ def test_propose_writes_a_one_variable_child_and_refuses_two_variables(tmp_path)
     two = cli("ladder", "propose", exp, "--storage", storage, "--change", "eps_clip=0.1", "--change", "lora_rank=8",
               cwd=tmp_path)
     assert two.returncode == 2
-    assert two.stderr.strip() == ("rlexp: --change: change: a rung changes one training variable; this one changes "
+    assert two.stderr.strip() == ("rlexp: --change: a rung changes one training variable; this one changes "
                                   "2 from r: eps_clip 0.2 -> 0.1, lora_rank 16 -> 8")
+    bad = cli("ladder", "propose", exp, "--storage", storage, "--change", "eps_clip=-1", cwd=tmp_path)
+    assert bad.returncode == 2 and bad.stderr.strip().startswith("rlexp: --change eps_clip: ")
     assert sorted(str(p) for p in exp.rglob("*")) == before
     # an instrumentation key alongside is not a second training variable, but it is not a rung's variable either
     instr = cli("ladder", "propose", exp, "--storage", storage, "--change", "eval_steps=4", cwd=tmp_path)

@@ -258,26 +258,32 @@ def _fmt(value: Any) -> str:
 # ----------------------------------------------------------------------------- one variable per rung
 
 
-def rung_differences(parent: Attempt, change: Mapping[str, Any], display: str) -> list[Difference]:
+def rung_differences(parent: Attempt, change: Mapping[str, Any], display: str | None,
+                     field: str = "change") -> list[Difference]:
     """The recipe values ``change`` really changes against ``parent`` (no-ops dropped), with their kinds."""
     out: list[Difference] = []
     for key, value in change.items():
         meta = recipe_key(key) if isinstance(key, str) else None
         if meta is None or meta.type == FLAG_VALUE:
-            raise InputError(display, f"change.{key}", "a rung changes a recipe key of the recipe table")
-        checked = validate_recipe({key: value}, display)[key]
+            raise InputError(display, f"{field} {key}", "a rung changes a recipe key of the recipe table")
+        try:
+            checked = validate_recipe({key: value}, str(display))[key]
+        except InputError as exc:
+            raise InputError(display, f"{field} {key}", exc.message) from None
         if not values_equal(parent.recipe.get(key), checked):
             out.append(Difference(key, parent.recipe.get(key), checked, meta.kind))
     return out
 
 
-def check_one_variable(parent: Attempt, change: Mapping[str, Any], display: str) -> Difference:
-    """The one training variable a rung changes; InputError when it changes none or more than one."""
-    training = [d for d in rung_differences(parent, change, display) if d.kind == TRAINING]
+def check_one_variable(parent: Attempt, change: Mapping[str, Any], display: str | None,
+                       field: str = "change") -> Difference:
+    """The one training variable a rung changes; InputError (``display``, ``field``) when it changes
+    none or more than one."""
+    training = [d for d in rung_differences(parent, change, display, field) if d.kind == TRAINING]
     if len(training) > 1:
         listed = ", ".join(f"{d.key} {_fmt(d.parent)} -> {_fmt(d.value)}" for d in training)
-        raise InputError(display, "change", f"a rung changes one training variable; this one changes "
-                                            f"{len(training)} from {parent.id}: {listed}")
+        raise InputError(display, field, f"a rung changes one training variable; this one changes "
+                                         f"{len(training)} from {parent.id}: {listed}")
     if not training:
-        raise InputError(display, "change", f"changes no training variable of {parent.id}")
+        raise InputError(display, field, f"changes no training variable of {parent.id}")
     return training[0]

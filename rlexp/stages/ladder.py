@@ -170,7 +170,7 @@ def propose_rung(experiment: str | Path, *, change: Mapping[str, Any] | None = N
     if change:
         parent = sota or spec.root
         parent_att = load_attempt(ExperimentDir(exp).attempt(parent).root)
-        diff = check_one_variable(parent_att, change, "--change")
+        diff = check_one_variable(parent_att, change, None, "--change")
         proposal = Proposal("run", "requested", f"requested: {diff.key} {diff.parent} -> {diff.value} from {parent}",
                             attempt=next_attempt_id(spec.root, rungs), parent=parent, variable=diff.key,
                             value=diff.value, seed=parent_att.recipe.get("seed"))
