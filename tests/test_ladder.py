@@ -196,6 +196,9 @@ def test_a_confirmation_seed_plans_as_one_variable_and_a_seed_of_that_changes_mo
     assert check_single_variable(att) == []  # eps_clip vs the parent; the seed is the replication
     root_seed = load_attempt(write_rung(exp, "rs2", {"parent": None, "seed": 43, "seed_of": "r"}))
     assert root_seed.parent_id is None and root_seed.recipe["seed"] == 43 and check_single_variable(root_seed) == []
+    (exp / "rs3").mkdir()  # a root's "confirmation seed" with the root's own seed is no replication
+    (exp / "rs3" / "attempt.yaml").write_text((exp / "rs2" / "attempt.yaml").read_text().replace("seed: 43", "seed: 42"))
+    assert [c.name for c in check_single_variable(load_attempt(exp / "rs3"))] == ["diff.seed_of"]
     # by hand: a "confirmation seed" that also changes lora_rank is two variables
     (exp / "bad").mkdir()
     (exp / "bad" / "attempt.yaml").write_text("parent: r\nseed_of: r-r1\nchange: {eps_clip: 0.1}\n"

@@ -383,11 +383,12 @@ def _fmt(value: Any) -> str:
 def check_single_variable(att: Attempt) -> list[Verdict]:
     ref = "docs/plan.md#one-training-variable-per-attempt"
     if att.parent is None:
+        found = check_seed_of(att, ref) if att.raw.get("seed_of") else []
         if att.change:
-            return [check("diff.root_change", WARNING,
-                          f"change {sorted(att.change)} is stated but the attempt has no parent to compare with",
-                          ref)]  # fmt: skip
-        return []
+            found.append(check("diff.root_change", WARNING,
+                               f"change {sorted(att.change)} is stated but the attempt has no parent to compare with",
+                               ref))  # fmt: skip
+        return found
     diffs = diff_against_parent(att)
     training = [d for d in diffs if d.kind == TRAINING]
     diff_keys = {d.key for d in diffs}
