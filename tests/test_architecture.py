@@ -165,7 +165,7 @@ def test_the_core_writes_nothing():
 LAYOUT_FILES = {"attempt.yaml", "plan.json", "metrics.jsonl", "decision.json", "ledger.jsonl", "sota.json",
                 "argv.json", "launch.sh", "provenance.json", "reward_func.py", "launches.jsonl", "spikes.jsonl",
                 "stdout.log", "state.json", "selection.json", ".hash_cache.json",
-                "parser_audit_review.jsonl", "g4_samples.jsonl", "sweep.yaml", "ranking.json"}
+                "parser_audit_review.jsonl", "g4_samples.jsonl", "sweep.yaml", "ranking.json", "ladder.yaml", "optuna.db"}
 
 
 def _docstrings(tree: ast.AST) -> set[int]:
