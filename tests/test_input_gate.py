@@ -35,12 +35,10 @@ def exp(base_experiment, tmp_path):
 
 
 def tree_digest(root: Path) -> dict[str, str]:
-    """Every file below ``root`` with its SHA-256 (directories by their file lists); the eval lock
-    and the model-hash cache are not results (a copied tree refreshes the cache for its new paths)."""
+    """Every file below ``root`` with its SHA-256 (directories by their file lists); the model-hash
+    cache and eval lock included: a refusal writes neither."""
     out = {}
     for path in sorted(root.rglob("*")):
-        if path.name in (".lock", ".hash_cache.json"):
-            continue
         rel = path.relative_to(root).as_posix()
         out[rel] = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "dir"
     return out

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlexp.errors import CheckFailed
+from rlexp.errors import CheckFailed, InputError
 from rlexp.storage.files import atomic_write_text
 from rlexp.storage.layout import AttemptDir, ExperimentDir
 
@@ -155,6 +155,9 @@ def demo(directory: str | Path = ".", *, fast: bool = False, seed: int = 0, trac
 
     config = dataclasses.replace(DemoConfig.fast() if fast else DemoConfig(), seed=seed)
     root = Path(directory)
+    blocking = next((p for p in (root, *root.parents) if p.exists()), None)
+    if blocking is not None and not blocking.is_dir():  # refused before the first directory is made
+        raise InputError(blocking, None, "is a file, expected a directory (--dir)")
     root.mkdir(parents=True, exist_ok=True)
     return DemoResult(run_demo(root, config=config, tracking_uri=tracking_uri, console=console))
 

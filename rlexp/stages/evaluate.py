@@ -96,8 +96,8 @@ def monitor_points(attempt_dir: Path) -> tuple[list[tuple[int, float]], int | No
     return points, last
 
 
-def select_checkpoints(att: Any) -> dict[str, Any]:
-    """Run the SOP's K=3 selection and write ``eval/selection.json``."""
+def select_checkpoints(att: Any, *, write: bool = True) -> dict[str, Any]:
+    """Run the SOP's K=3 selection and (``write``) write ``eval/selection.json``."""
     from rlexp.core.gates import select_k3
     from rlexp.core.sop import load_sop
 
@@ -118,7 +118,8 @@ def select_checkpoints(att: Any) -> dict[str, Any]:
         "sop_version": sop.version,
         "sop_sha256": sop.sha256,
     }
-    atomic_write_json(AttemptDir(attempt_dir).selection, payload)
+    if write:
+        atomic_write_json(AttemptDir(attempt_dir).selection, payload)
     return payload
 
 
@@ -217,9 +218,14 @@ def engine_chunk(engine: Engine) -> int | None:
 # --------------------------------------------------------------------------- hashing
 
 
-def model_sha256(path: Path | str | None, cache_file: Path) -> str | None:
+_HASHED: dict[tuple[str, str], str] = {}  # (path, stamp) -> digest hashed by this process
+
+
+def model_sha256(path: Path | str | None, cache_file: Path, *, save: bool = True) -> str | None:
     """SHA-256 of a model/adapter directory, cached by (path, sizes, mtimes): hashing 28 GB of
-    weights on every rerun would dominate a resumed eval."""
+    weights on every rerun would dominate a resumed eval. ``save=False`` writes no cache (a check
+    before a command's first write); the digest is kept in memory, so the saving call that follows
+    does not hash again."""
     if path is None:
         return None
     if not isinstance(path, Path) or not path.exists():
@@ -237,9 +243,11 @@ def model_sha256(path: Path | str | None, cache_file: Path) -> str | None:
     entry = cache.get(key)
     if isinstance(entry, dict) and entry.get("stamp") == stamp and isinstance(entry.get("sha256"), str):
         return entry["sha256"]
-    digest = sha256_dir(path) if path.is_dir() else sha256_file(path)
-    cache[key] = {"stamp": stamp, "sha256": digest}
-    atomic_write_json(cache_file, cache)
+    digest = _HASHED.get((key, stamp)) or (sha256_dir(path) if path.is_dir() else sha256_file(path))
+    _HASHED[(key, stamp)] = digest
+    if save:
+        cache[key] = {"stamp": stamp, "sha256": digest}
+        atomic_write_json(cache_file, cache)
     return digest
 
 
@@ -257,6 +265,63 @@ def load_problems(att: Any, role: str, limit: int | None = None) -> tuple[list[d
     if limit is not None:
         problems = problems[:limit]
     return problems, path, sha256_file(path)
+
+
+def record_metas(
+    engine: Engine,
+    tokenizer: Any,
+    *,
+    attempt_dir: Path,
+    set_role: str,
+    dataset_sha256: str,
+    targets: Sequence[Target],
+    base: Path | str,
+    decoding: Decoding,
+    suffix: str,
+    grading: str = "exact",
+    records_path: Callable[[Target], Path] | None = None,
+    extra_meta: dict[str, Any] | None = None,
+    save_hashes: bool = True,
+) -> list[tuple[Target, Path, dict[str, Any]]]:
+    """Each target's record file and the metadata its records are written under."""
+    from rlexp.adapters.generation import chat_template_sha256
+    from rlexp.core.answers import PARSER_VERSION
+
+    cache_file = AttemptDir(attempt_dir).hash_cache
+    base_sha = model_sha256(base, cache_file, save=save_hashes)  # a hub name is recorded as "name:<id>"
+    common = {
+        "engine": getattr(engine, "name", type(engine).__name__),
+        "decoding": decoding.to_dict(),
+        "model_sha256": base_sha,
+        "dataset_sha256": dataset_sha256,
+        "prompt_suffix": suffix,
+        "chat_template_sha256": chat_template_sha256(tokenizer),
+        "grading": grading,
+        "parser_version": PARSER_VERSION,
+    }
+    out = []
+    for target in targets:
+        path = records_path(target) if records_path else record_path(attempt_dir, target.name, set_role)
+        meta = {
+            **common,
+            "adapter_sha256": model_sha256(target.adapter_path, cache_file, save=save_hashes),
+            "checkpoint": target.name,
+            "set": set_role,
+            "model_path": str(base),
+            "adapter_path": None if target.adapter_path is None else str(target.adapter_path),
+            "engine_details": engine.describe(),
+            **(extra_meta or {}),
+        }
+        out.append((target, path, meta))
+    return out
+
+
+def check_record_files(engine: Engine, tokenizer: Any, **where: Any) -> None:
+    """Refuse (InputError) what :func:`eval_records` would refuse for these record files, writing
+    nothing (no records, metadata or hash cache): called before a command's first write.
+    ``where``: the keyword arguments of :func:`record_metas`."""
+    for _target, path, meta in record_metas(engine, tokenizer, save_hashes=False, **where):
+        RecordWriter.check(path, meta)
 
 
 def eval_records(
@@ -278,35 +343,15 @@ def eval_records(
     extra_meta: dict[str, Any] | None = None,
 ) -> list[tuple[Target, RecordWriter, int]]:
     """Evaluate ``problems`` for every target into its record file; returns (target, writer, new)."""
-    from rlexp.adapters.generation import chat_template_sha256, render_prompt
-    from rlexp.core.answers import PARSER_VERSION
+    from rlexp.adapters.generation import render_prompt
 
-    cache_file = AttemptDir(attempt_dir).hash_cache
-    base_sha = model_sha256(base, cache_file)  # a hub name is recorded as "name:<id>"
-    common = {
-        "engine": getattr(engine, "name", type(engine).__name__),
-        "decoding": decoding.to_dict(),
-        "model_sha256": base_sha,
-        "dataset_sha256": dataset_sha256,
-        "prompt_suffix": suffix,
-        "chat_template_sha256": chat_template_sha256(tokenizer),
-        "grading": grading,
-        "parser_version": PARSER_VERSION,
-    }
-    writers: list[tuple[Target, RecordWriter]] = []
-    for target in targets:
-        path = records_path(target) if records_path else record_path(attempt_dir, target.name, set_role)
-        meta = {
-            **common,
-            "adapter_sha256": model_sha256(target.adapter_path, cache_file),
-            "checkpoint": target.name,
-            "set": set_role,
-            "model_path": str(base),
-            "adapter_path": None if target.adapter_path is None else str(target.adapter_path),
-            "engine_details": engine.describe(),
-            **(extra_meta or {}),
-        }
-        writers.append((target, RecordWriter.open(path, meta)))
+    metas = record_metas(engine, tokenizer, attempt_dir=attempt_dir, set_role=set_role,
+                         dataset_sha256=dataset_sha256, targets=targets, base=base, decoding=decoding,
+                         suffix=suffix, grading=grading, records_path=records_path, extra_meta=extra_meta)
+    for _target, path, meta in metas:  # every file checked before the first is opened (and written)
+        RecordWriter.check(path, meta)
+    writers: list[tuple[Target, RecordWriter]] = [(target, RecordWriter.open(path, meta))
+                                                  for target, path, meta in metas]
 
     rendered = {p["problem_hash"]: render_prompt(tokenizer, p["prompt"], suffix) for p in problems}
     pending: list[tuple[int, dict[str, Any]]] = [
@@ -356,7 +401,7 @@ def evaluate(
     for role in roles:
         if role not in EVAL_SETS:
             raise InputError(att.spec_path, "set", f"unknown eval set {role!r} ({', '.join(EVAL_SETS)})")
-    selection = select_checkpoints(att)
+    selection = select_checkpoints(att, write=False)  # written once the record files are checked
     targets = plan_targets(att, selection, checkpoints)
     base = att.base_model()
     # the lock first: a second `rlexp eval` exits at once instead of after loading a model
@@ -390,6 +435,12 @@ def _evaluate_with(att, attempt_dir, roles, selection, targets, base, limit, sho
             continue
         datasets[role] = loaded
 
+    for role, (_problems, _path, digest) in datasets.items():  # every set checked before the first write
+        ref = att.datasets[role]
+        check_record_files(engine, tokenizer, attempt_dir=attempt_dir, set_role=role, dataset_sha256=digest,
+                           targets=targets, base=base, decoding=decoding, suffix=ref.prompt_suffix or "",
+                           grading=ref.answer_mode)
+    atomic_write_json(AttemptDir(attempt_dir).selection, selection)
     files: list[FileOutcome] = []
     with _progress_bar(show_progress) as bar:
         total = sum(len(problems) * len(targets) for problems, _, _ in datasets.values())
@@ -432,17 +483,21 @@ def eval_lock(attempt_dir: Path) -> Iterator[None]:
     stale lock."""
     import fcntl
 
-    path = AttemptDir(attempt_dir).eval_lock
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as fh:
+    # the lock is on the attempt directory itself: taking it writes nothing, so a command that
+    # then refuses its input leaves the experiment as it was
+    path = AttemptDir(attempt_dir).root
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
         try:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise InputError(path, None, "another rlexp eval/guard is writing this attempt's records") from None
         try:
             yield
         finally:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
 
 
 def _count_done(path: Path) -> int:

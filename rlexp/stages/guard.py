@@ -284,6 +284,7 @@ def _baseline_records(att: Any, limit: int | None, *, show_progress: bool = Fals
     from rlexp.stages.evaluate import (
         Target,
         build_engine,
+        check_record_files,
         engine_chunk,
         eval_lock,
         eval_records,
@@ -298,13 +299,14 @@ def _baseline_records(att: Any, limit: int | None, *, show_progress: bool = Fals
     base = att.base_model()
     target = Target(BASELINE_S0, None)
     engine, tokenizer = build_engine(att, base, [target])
-    with engine, eval_lock(Path(att.attempt_dir)):
-        results = eval_records(engine, tokenizer, attempt_dir=Path(att.attempt_dir), set_role="ood_primary",
-                               problems=problems, dataset_sha256=digest, targets=[target], base=base,
-                               decoding=Decoding.greedy(int(att.eval.max_tokens)),
-                               suffix=att.datasets["ood_primary"].prompt_suffix or "",
-                               grading=att.datasets["ood_primary"].answer_mode,  # eval resumes this file
-                               chunk=engine_chunk(engine))
+    where = {"attempt_dir": Path(att.attempt_dir), "set_role": "ood_primary", "dataset_sha256": digest,
+             "targets": [target], "base": base, "decoding": Decoding.greedy(int(att.eval.max_tokens)),
+             "suffix": att.datasets["ood_primary"].prompt_suffix or "",
+             "grading": att.datasets["ood_primary"].answer_mode}  # eval resumes this file
+    with engine:
+        check_record_files(engine, tokenizer, **where)  # bad records refused before any write (lock, cache)
+        with eval_lock(Path(att.attempt_dir)):
+            results = eval_records(engine, tokenizer, problems=problems, chunk=engine_chunk(engine), **where)
     wanted = {p["problem_hash"] for p in problems}
     return [r for r in read_records(results[0][1].path) if r["problem_hash"] in wanted]
 

@@ -16,7 +16,7 @@ or for a strictly read document, in the spirit of Optuna's storage behind a stud
         checkpoints/_actor/global_step{N}/ (OpenRLHF's DeepSpeed state)
         checkpoints/trl/checkpoint-{N}/    (TRL's output_dir: transformers' resumable state)
         checkpoints/verl/global_step_{N}/  (verl's own checkpoints)
-        eval/selection.json  eval/<checkpoint>/<set>.jsonl (+ .meta.json)  eval/paired/  eval/.lock
+        eval/selection.json  eval/<checkpoint>/<set>.jsonl (+ .meta.json)  eval/paired/
         guards/<name>.json  guards/parser_audit_review.jsonl
         tensorboard/  final/
       sweeps/<sweep_id>/                 SweepDir (``rlexp sweep models``)
@@ -393,10 +393,6 @@ class AttemptDir:
     @property
     def selection(self) -> Path:
         return self.eval_dir / "selection.json"
-
-    @property
-    def eval_lock(self) -> Path:
-        return self.eval_dir / ".lock"
 
     @property
     def hash_cache(self) -> Path:

@@ -21,7 +21,16 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from rlexp.errors import InputError
-from rlexp.storage.files import append_jsonl, atomic_write_json, iter_jsonl, read_json, repair_torn_tail
+from rlexp.storage.files import (
+    MAX_JSONL_BYTES,
+    append_jsonl,
+    atomic_write_json,
+    iter_jsonl,
+    parse_jsonl_line,
+    read_json,
+    read_text,
+    repair_torn_tail,
+)
 from rlexp.storage.layout import (
     AttemptDir,
     checkpoint_step,  # noqa: F401  (re-exported: record files name checkpoints)
@@ -94,8 +103,10 @@ class RecordWriter:
         self.done = done  # problem_hash -> record already on disk
 
     @classmethod
-    def open(cls, path: str | Path, meta: dict[str, Any]) -> RecordWriter:
-        """Open (or create) ``path`` for appending records produced under ``meta``."""
+    def check(cls, path: str | Path, meta: dict[str, Any]) -> None:
+        """Refuse what :meth:`open` refuses, writing nothing: a metadata file of other identity,
+        records without metadata, a bad record line (a torn last line, which :meth:`open` drops,
+        aside). Commands call it before their first write."""
         path = Path(path)
         missing = [k for k in IDENTITY_KEYS if k not in meta]
         if missing:
@@ -123,6 +134,16 @@ class RecordWriter:
                     )
         elif path.exists() and path.stat().st_size > 0:
             raise InputError(path, None, f"records without their metadata file {mpath.name}; refusing to append")
+        if path.exists() or path.is_symlink():
+            for _ in iter_records(path, complete_lines_only=True):
+                pass
+
+    @classmethod
+    def open(cls, path: str | Path, meta: dict[str, Any]) -> RecordWriter:
+        """Open (or create) ``path`` for appending records produced under ``meta``."""
+        path = Path(path)
+        cls.check(path, meta)
+        mpath = meta_path(path)
         repair_torn_tail(path)
         done: dict[str, dict[str, Any]] = {}
         if path.exists():
@@ -176,19 +197,28 @@ def check_record(path: Path, number: int, record: dict[str, Any]) -> tuple[str, 
     return h, correct
 
 
-def iter_records(path: str | Path) -> Iterator[RecordLine]:
+def iter_records(path: str | Path, *, complete_lines_only: bool = False) -> Iterator[RecordLine]:
     """The one strict reader of eval record lines: bad JSON, a truncated last line, NaN, a missing
     or empty ``problem_hash``, ``correct`` other than 0/1 or true/false, and a duplicate hash are
-    :class:`InputError` naming the file and line. An empty file yields nothing."""
+    :class:`InputError` naming the file and line. An empty file yields nothing.
+    ``complete_lines_only``: skip a last line without its newline (what a kill leaves in a file
+    rlexp appends to; the writer drops it before appending)."""
     path = Path(path)
     first_seen: dict[str, int] = {}
-    for number, record in iter_jsonl(path):
+    for number, record in (_complete_lines(path) if complete_lines_only else iter_jsonl(path)):
         h, correct = check_record(path, number, record)
         if h in first_seen:
             raise InputError(path, f"line {number}: problem_hash",
                              f"duplicate record: problem_hash {h[:16]} (first at line {first_seen[h]})")
         first_seen[h] = number
         yield RecordLine(number, record, h, correct)
+
+
+def _complete_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    text = read_text(path, limit=MAX_JSONL_BYTES)
+    for number, line in enumerate(text[: text.rfind("\n") + 1].split("\n"), start=1):
+        if line.strip():
+            yield number, parse_jsonl_line(path, number, line)
 
 
 def read_record_lines(path: str | Path, *, allow_empty: bool = False) -> list[RecordLine]:
