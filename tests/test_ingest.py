@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import datetime
 import json
+import os
 
 import pytest
 
@@ -22,7 +24,8 @@ def test_stdout_line_normalised_and_bad_values_dropped_with_count():
     stats = ingest.IngestStats()
     row = ingest.parse_stdout_line(STDOUT, stats)
     assert row == {"global_step": 3, "policy_loss": 0.0123, "actor_lr": 5e-07, "reward": 0.546875,
-                   "response_length": 1834.5, "group_reward_std": 0.25, "grad_norm": 39.06}
+                   "response_length": 1834.5, "group_reward_std": 0.25, "grad_norm": 39.06,
+                   "time": datetime.datetime(2026, 2, 23, 6, 30, 1).timestamp()}  # the line's own time
     assert stats.dropped_values == 2 and stats.dropped_keys == {"kl": 1, "ppo_clip_ratio": 1}
     assert ingest.parse_stdout_line("Episode [1/1]: 3%|█ | 3/200\n", stats) is None
 
@@ -33,6 +36,22 @@ def test_read_stdout_log(tmp_path):
     rows, stats = ingest.read_stdout_log(log)
     assert [r["global_step"] for r in rows] == [3, 4] and rows[1]["policy_loss"] == 0.02
     assert stats.rows == 2 and stats.dropped_values == 4
+
+
+def test_openrlhf_log_prefix_without_a_year_gives_the_step_time(tmp_path):
+    # OpenRLHF's logging_utils: "%(levelname)s %(asctime)s %(filename)s:%(lineno)d] %(message)s" with
+    # datefmt "%m-%d %H:%M:%S" (no year): the year is the one at or before the log's last change
+    line = "INFO 12-31 23:59:58 ppo_trainer.py:512] ✨ Global step 7: {'reward': 0.5}\n"
+    log = tmp_path / "stdout.log"
+    log.write_text(line + "INFO 01-01 00:00:03 ppo_trainer.py:512] ✨ Global step 8: {'reward': 0.25}\n"
+                   "✨ Global step 9: {'reward': 0.75}\n")  # no prefix: no time
+    january = datetime.datetime(2027, 1, 1, 0, 5).timestamp()
+    os.utime(log, (january, january))
+    rows, _ = ingest.read_stdout_log(log)
+    assert rows[0]["time"] == datetime.datetime(2026, 12, 31, 23, 59, 58).timestamp()  # last year's December
+    assert rows[1]["time"] == datetime.datetime(2027, 1, 1, 0, 0, 3).timestamp()
+    assert "time" not in rows[2] and rows[2]["reward"] == 0.75
+    assert ingest.line_time("INFO 02-30 10:00:00 x.py:1] ") is None  # not a date
 
 
 def test_training_metrics_jsonl_drops_nan_and_strings(tmp_path):
@@ -82,6 +101,14 @@ def test_tensorboard_scalars_become_rows(tmp_path):
     assert rows[1]["actor_lr"] == pytest.approx(5e-7, rel=1e-6)  # float32 in the event file
     assert rows[1]["monitor_acc"] == pytest.approx(0.634, rel=1e-6)
     assert stats.rows == 2
+    # each step's time: the wall_time TensorBoard stored with its events (the latest of the step)
+    from tensorboard.backend.event_processing import event_accumulator
+
+    [run] = ingest.event_dirs(tmp_path / "tb")
+    acc = event_accumulator.EventAccumulator(str(run))
+    acc.Reload()
+    walls = {e.step: e.wall_time for tag in acc.Tags()["scalars"] for e in acc.Scalars(tag) if tag == "train/actor_lr"}
+    assert rows[0]["time"] >= walls[1] and rows[1]["time"] >= walls[2] and rows[1]["time"] > 1e9
 
 
 def test_tensorboard_dir_without_events_is_one_line_error(tmp_path):

@@ -27,7 +27,7 @@ from rlexp.backends.process import pid_alive, wait_for
 
 KILLS = 10
 SEED = int(os.environ.get("RLEXP_KILL_LOOP_SEED", "20261126"))
-TIMING_KEYS = {"step_time_s"}
+TIMING_KEYS = {"step_time_s", "time"}  # wall-clock: never equal across runs
 
 
 def _experiment(root: Path, tiny: Path) -> Path:

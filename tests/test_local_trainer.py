@@ -107,7 +107,7 @@ def predicted_actor_lr(attempt: Path) -> dict[int, float]:
 FIELDS = {
     "global_step", "policy_loss", "actor_lr", "reward", "response_length", "kl", "ppo_clip_ratio",
     "group_reward_std", "grad_norm", "ratio_max", "log_ratio_abs_p99", "entropy", "has_boxed",
-    "truncated", "step_time_s",
+    "truncated", "step_time_s", "time",
 }  # fmt: skip
 
 
@@ -115,10 +115,14 @@ FIELDS = {
 def test_sigkill_then_resume_reaches_the_end_without_duplicates(experiment):
     # Reference: one uninterrupted run.
     straight = make_attempt(experiment, "straight")
+    started_at = time.time()
     done = run(straight)
     assert done.returncode == 0, done.stderr
     reference = read_jsonl(straight / "metrics.jsonl")
     assert [r["global_step"] for r in reference] == list(range(1, TOTAL + 1))
+    # each step's own time (Unix seconds), in order, within the run: what MLflow stores as its timestamp
+    times = [r["time"] for r in reference]
+    assert times == sorted(times) and started_at <= times[0] and times[-1] <= time.time()
     for row in reference:
         assert set(row) >= FIELDS
         assert ("monitor_acc" in row) == (row["global_step"] % 3 == 0)

@@ -210,6 +210,27 @@ def test_mlflow_server_rest_roundtrip(experiment, tmp_path, sqlite_uri):
         server.wait(timeout=30)
 
 
+def test_step_metrics_carry_the_trainers_own_step_time(experiment, sqlite_uri):
+    """MLflow's timestamp of each step metric is the trainer's time of that step (``time`` in
+    metrics.jsonl, Unix seconds), not the time rlexp logged it; ``time`` is no metric of its own."""
+    from mlflow.tracking import MlflowClient
+
+    metrics = experiment / "a2" / "metrics.jsonl"
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    trainer_start = 1_767_225_600.0  # 2026-01-01T00:00:00Z: hours before this test runs
+    for row in rows:
+        row["time"] = trainer_start + 60.25 * row["global_step"]
+    metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run_id = tracking.log_attempt(experiment / "a2", sqlite_uri)
+    client = MlflowClient(sqlite_uri)
+    history = client.get_metric_history(run_id, "reward")
+    assert [(m.step, m.timestamp) for m in history] == [
+        (s, 1_767_225_600_000 + 60_250 * s) for s in range(1, 21)]
+    assert "time" not in client.get_run(run_id).data.metrics
+    tracking.LiveLogger(experiment / "a2", sqlite_uri)  # the live logger's path: nothing logged twice
+    assert len(client.get_metric_history(run_id, "reward")) == 20
+
+
 @pytest.mark.slow
 def test_mlflow_ui_screenshot_in_headless_chromium(experiment, sqlite_uri, tmp_path):
     import shutil

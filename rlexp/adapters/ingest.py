@@ -15,13 +15,22 @@ run once crashed its metrics pipeline on one ``"nan"`` string — while a line t
 
 Rows are keyed by ``global_step``: :func:`append_new_rows` never writes a step twice, so a resumed
 run or a re-read log continues the file instead of duplicating it.
+
+Each row carries the trainer's own time of the step (``time``, Unix seconds) where the source has
+one: a stdout line's logging prefix (``2026-02-23 06:30:01`` or OpenRLHF's ``INFO 02-23 06:30:01
+file.py:N]``, which has no year: the year is the one that puts the line at or before the log's
+last change; both read in this machine's time zone), a TensorBoard event's ``wall_time``, a JSONL
+row's ``time`` / ``timestamp`` / ``_timestamp``. A line without a time gives a row without one
+(MLflow then records when rlexp logged it).
 """
 
 from __future__ import annotations
 
 import ast
+import datetime
 import json
 import re
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +39,7 @@ from typing import Any
 from rlexp.errors import InputError
 from rlexp.storage.files import append_jsonl_many, finite_number, iter_jsonl, repair_torn_tail
 from rlexp.storage.files import parse_jsonl_line as strict_jsonl_line
+from rlexp.storage.layout import STEP_TIME_KEY
 
 # Source names -> the canonical names of docs/ARCHITECTURE.md "Metrics JSONL".
 ALIASES: dict[str, str] = {
@@ -41,6 +51,8 @@ ALIASES: dict[str, str] = {
     "time/step": "step_time_s",
     "ratio_max_actor": "ratio_max",
     "clip_ratio": "ppo_clip_ratio",
+    "timestamp": STEP_TIME_KEY,
+    "_timestamp": STEP_TIME_KEY,
 }
 # In-run monitor accuracy (OOD-202 greedy pass@1) under the names trainers use for it.
 MONITOR_KEYS = ("monitor_acc", "greedy_pass_at_1", "greedy_pass@1", "pass1", "pass@1")
@@ -48,6 +60,9 @@ MONITOR_KEYS = ("monitor_acc", "greedy_pass_at_1", "greedy_pass@1", "pass1", "pa
 STDOUT_LINE = re.compile(r"Global step (\d+):\s*(\{.*\})\s*$")
 # v0.9.3+ after an in-run eval: "✨ Evaluation completed in 0:01:02, global_step 10, eval_metrics: {...}"
 STDOUT_EVAL_LINE = re.compile(r"Evaluation completed.*?global_step (\d+), eval_metrics:\s*(\{.*\})\s*$")
+# a logging prefix's time: ISO date (Python logging's asctime), or month-day without a year (OpenRLHF)
+_ISO_TIME = re.compile(r"(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,6}))?")
+_MONTH_DAY_TIME = re.compile(r"(?<![\d-])(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})(?![\d])")
 _TENSOR = re.compile(r"tensor\(\s*([^,()]+)[^()]*\)")
 _NONFINITE = re.compile(r"(?<![\w'\"])(nan|inf|-inf|NaN|Infinity|-Infinity)(?![\w'\"])")
 
@@ -106,6 +121,12 @@ def normalise(raw: Mapping[str, Any], stats: IngestStats, *, step: int | None = 
                 values["monitor_acc"] = number if number <= 1.0 else number / 100.0
             values[name.replace("/", "_")] = number
             continue
+        if name == STEP_TIME_KEY:
+            if number > 1e11:  # milliseconds since the epoch
+                number = number / 1000.0
+            if number < 1e9:  # not a time of day since the epoch (a duration?): not a step time
+                stats.drop(name)
+                continue
         values[name] = number
     if raw_step is None or raw_step < 0:
         return None
@@ -115,7 +136,28 @@ def normalise(raw: Mapping[str, Any], stats: IngestStats, *, step: int | None = 
 
 # --- stdout ---------------------------------------------------------------------------------
 
-def parse_stdout_line(line: str, stats: IngestStats) -> dict[str, Any] | None:
+def line_time(prefix: str, reference: float | None = None) -> float | None:
+    """The Unix time of a log line's logging prefix, or None. A month-day without a year takes the
+    year that puts it at or before ``reference`` (the log's last change; default now)."""
+    try:
+        if match := _ISO_TIME.search(prefix):
+            y, mo, d, h, mi, sec, frac = match.groups()
+            micro = int((frac or "0").ljust(6, "0"))
+            return datetime.datetime(int(y), int(mo), int(d), int(h), int(mi), int(sec), micro).timestamp()
+        if match := _MONTH_DAY_TIME.search(prefix):
+            mo, d, h, mi, sec = (int(g) for g in match.groups())
+            ref = reference if reference is not None else time.time()
+            year = datetime.datetime.fromtimestamp(ref).year
+            stamp = datetime.datetime(year, mo, d, h, mi, sec).timestamp()
+            if stamp > ref + 86400:  # a December line read in January
+                stamp = datetime.datetime(year - 1, mo, d, h, mi, sec).timestamp()
+            return stamp
+    except ValueError:  # 02-30, 25:00: not a time
+        return None
+    return None
+
+
+def parse_stdout_line(line: str, stats: IngestStats, reference: float | None = None) -> dict[str, Any] | None:
     """``... Global step 12: {'policy_loss': 0.1, ...}`` -> a row; the in-run eval line
     ``... Evaluation completed in ..., global_step 12, eval_metrics: {'eval_x_pass1': 0.6}`` ->
     a row with ``eval_x_pass1`` and ``monitor_acc``; any other line -> None.
@@ -135,7 +177,19 @@ def parse_stdout_line(line: str, stats: IngestStats) -> dict[str, Any] | None:
         return None  # a log line that only looks like a metrics line; never fatal mid-run
     if not isinstance(raw, dict):
         return None
-    return normalise(raw, stats, step=int(match.group(1)))
+    row = normalise(raw, stats, step=int(match.group(1)))
+    stamp = line_time(line[: match.start()], reference)
+    if row is not None and stamp is not None:
+        row[STEP_TIME_KEY] = stamp
+    return row
+
+
+def _join(row: dict[str, Any], later: Mapping[str, Any]) -> None:
+    """A step's eval line joins its training line; the step keeps the training line's time."""
+    stamp = row.get(STEP_TIME_KEY)
+    row.update(later)
+    if stamp is not None:
+        row[STEP_TIME_KEY] = stamp
 
 
 def read_stdout_log(path: str | Path) -> tuple[list[dict[str, Any]], IngestStats]:
@@ -144,11 +198,12 @@ def read_stdout_log(path: str | Path) -> tuple[list[dict[str, Any]], IngestStats
         raise InputError(path, None, "file not found")
     stats = IngestStats()
     by_step: dict[int, dict[str, Any]] = {}
+    reference = path.stat().st_mtime
     with open(path, encoding="utf-8", errors="replace") as fh:
         for line in fh:
-            row = parse_stdout_line(line, stats)
+            row = parse_stdout_line(line, stats, reference)
             if row is not None:  # a step's eval line joins its training line
-                by_step.setdefault(row["global_step"], {}).update(row)
+                _join(by_step.setdefault(row["global_step"], {}), row)
     return [by_step[s] for s in sorted(by_step)], stats
 
 
@@ -270,15 +325,20 @@ def read_tensorboard(root: str | Path, aliases: Mapping[str, str] | None = None
     from tensorboard.backend.event_processing import event_accumulator
 
     by_step: dict[int, dict[str, Any]] = {}
+    wall: dict[int, float] = {}  # the step's time: its last scalar's wall_time
     for directory in dirs:
         acc = event_accumulator.EventAccumulator(str(directory), size_guidance={event_accumulator.SCALARS: 0})
         acc.Reload()
         for tag in acc.Tags().get("scalars", []):
             for event in acc.Scalars(tag):
                 by_step.setdefault(int(event.step), {})[tag] = float(event.value)
+                wall[int(event.step)] = max(wall.get(int(event.step), 0.0), float(event.wall_time))
     stats = IngestStats()
     rows = [row for step in sorted(by_step)
             if (row := normalise(by_step[step], stats, step=step, aliases=aliases)) is not None]
+    for row in rows:
+        if row["global_step"] in wall and STEP_TIME_KEY not in row:
+            row[STEP_TIME_KEY] = wall[row["global_step"]]
     return rows, stats
 
 
@@ -476,7 +536,7 @@ class MetricsFollower:
                 if row is None:
                     continue
                 if self._pending is not None and self._pending["global_step"] == row["global_step"]:
-                    self._pending.update(row)
+                    _join(self._pending, row)
                     continue
                 if self._pending is not None:
                     rows.append(self._pending)

@@ -4,7 +4,8 @@
   again by the tag ``rlexp.attempt_id``: logging an attempt twice updates its run;
 - the full resolved recipe as params (``recipe.<key>``), the trainer, the backend;
 - tags: parent, changed variable, pool SHA-256, SOP version, decision, git SHA, state;
-- training metrics per global step through ``log_batch`` (at most 1000 values a call: one call
+- training metrics per global step through ``log_batch``, each stamped with the trainer's own
+  time of the step (``time`` of ``metrics.jsonl``; rows without one get the time of logging) (at most 1000 values a call: one call
   per value is ~40x slower, see benchmarks/bench_mlflow_logging.py). Logging is idempotent:
   the (key, step) pairs already in the run are read back from MLflow and only the missing ones
   are sent, so a launcher killed between a batch and its bookkeeping never duplicates a row;
@@ -40,7 +41,7 @@ from rlexp.adapters.provenance import scrub
 from rlexp.core.spec import is_credential_key
 from rlexp.errors import InputError
 from rlexp.storage.files import read_json
-from rlexp.storage.layout import AttemptDir
+from rlexp.storage.layout import STEP_TIME_KEY, AttemptDir
 from rlexp.storage.records import eval_accuracies
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
@@ -52,6 +53,7 @@ SUPERSEDED_BY_TAG = "rlexp.superseded_by"
 # point metrics (eval accuracy, the decision's numbers by role): not training rows of metrics.jsonl
 POINT_METRIC_PREFIXES = ("eval/", "decision/", "primary/")
 MAX_BATCH = 1000  # MLflow's limit on metrics per log_batch call
+NOT_METRICS = ("global_step", STEP_TIME_KEY)  # a metrics.jsonl row's step and the step's time
 _BAD_METRIC_CHARS = re.compile(r"[^A-Za-z0-9_\-./ ]")
 
 
@@ -235,18 +237,20 @@ def log_metric_rows(client, run_id: str, rows: Iterable[Mapping[str, Any]], afte
     logged = logged or {}
     batch: list[Metric] = []
     last = after_step
-    base_ms = int(time.time() * 1000)
+    now_ms = int(time.time() * 1000)
     for row in sorted(rows, key=lambda r: r["global_step"]):
         step = int(row["global_step"])
         if step <= after_step:
             continue
+        stamp = row.get(STEP_TIME_KEY)  # the trainer's time of the step, else now
+        timestamp_ms = int(round(float(stamp) * 1000)) if stamp is not None else now_ms
         for key, value in row.items():
-            if key == "global_step":
+            if key in NOT_METRICS:
                 continue
             name = metric_name(key)
             if step in logged.get(name, {}):
                 continue
-            batch.append(Metric(name, float(value), base_ms + step, step))
+            batch.append(Metric(name, float(value), timestamp_ms, step))
             if len(batch) == MAX_BATCH:
                 client.log_batch(run_id, metrics=batch)
                 batch = []
@@ -259,11 +263,11 @@ def log_metric_rows(client, run_id: str, rows: Iterable[Mapping[str, Any]], afte
 def logged_metrics(client, run_id: str, keys: Iterable[str]) -> dict[str, dict[int, float]]:
     """What the run holds for each training metric: key -> {step: value} (read back from MLflow)."""
     return {name: {m.step: m.value for m in client.get_metric_history(run_id, name)}
-            for name in sorted({metric_name(k) for k in keys if k != "global_step"})}
+            for name in sorted({metric_name(k) for k in keys if k not in NOT_METRICS})}
 
 
 def _row_keys(rows: Iterable[Mapping[str, Any]]) -> set[str]:
-    return {k for row in rows for k in row if k != "global_step"}
+    return {k for row in rows for k in row if k not in NOT_METRICS}
 
 
 def rewound(rows: list[Mapping[str, Any]], logged: Mapping[str, Mapping[int, float]]) -> bool:
@@ -272,7 +276,7 @@ def rewound(rows: list[Mapping[str, Any]], logged: Mapping[str, Mapping[int, flo
     in_file: dict[str, dict[int, float]] = {}
     for row in rows:
         for key, value in row.items():
-            if key != "global_step":
+            if key not in NOT_METRICS:
                 in_file.setdefault(metric_name(key), {})[int(row["global_step"])] = float(value)
     return any(step not in in_file.get(name, {}) or in_file[name][step] != value
                for name, steps in logged.items() for step, value in steps.items())

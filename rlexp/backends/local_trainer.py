@@ -47,7 +47,7 @@ from rlexp.core.recipe import RECIPE_KEYS, local_trainer_keys, local_trainer_val
 from rlexp.core.schedule import LOCAL_TRAINER_VERSION, fires
 from rlexp.errors import InputError
 from rlexp.storage.files import append_jsonl, iter_jsonl, repair_torn_tail, replace_dir
-from rlexp.storage.layout import AttemptDir
+from rlexp.storage.layout import STEP_TIME_KEY, AttemptDir
 
 if TYPE_CHECKING:
     import torch
@@ -596,6 +596,7 @@ def train(cfg: TrainerConfig, attempt_dir: Path, *, resume: bool = False, log=pr
             if fires(global_step, cfg.eval_steps) and monitor:
                 row["monitor_acc"] = monitor_accuracy(model, tokenizer, monitor, cfg)
             row["step_time_s"] = round(time.perf_counter() - started, 4)
+            row[STEP_TIME_KEY] = round(time.time(), 3)  # the step's own time: MLflow's timestamp of its metrics
             append_jsonl(metrics_path, {"global_step": global_step, **row})
             log(_progress_line(global_step, global_steps_total, row))
 

@@ -160,6 +160,11 @@ DECISION_FIELDS: dict[str, tuple[type, ...]] = {
 PLAN_FIELDS: dict[str, tuple[type, ...]] = {"checks": (list, _NULL), "lr_table": (list, _NULL)}
 
 
+# metrics.jsonl: the trainer's own wall-clock time (Unix seconds) of a step's row, when its source
+# has one; MLflow stores it as the step's timestamp. Not a metric: comparisons of runs leave it out.
+STEP_TIME_KEY = "time"
+
+
 @dataclass(frozen=True)
 class ExperimentDir:
     """``experiments/<experiment>/``: datasets, models, the ledger, the SOTA pin, the attempts."""
