@@ -127,8 +127,14 @@ def test_demo_fast_end_to_end(tmp_path):
 
     # one MLflow run per attempt in the default SQLite store, with the recipe as params
     db = sqlite3.connect(tmp_path / "mlflow.db")
-    runs = dict(db.execute("select name, run_uuid from runs where lifecycle_stage = 'active'").fetchall())
+    runs = dict(db.execute("select name, run_uuid from runs where lifecycle_stage = 'active' and run_uuid not in "
+                           "(select run_uuid from tags where key = 'rlexp.group_run')").fetchall())
     assert set(runs) == set(ATTEMPTS)
+    # MLflow nesting groups a rung's seeds only: d1 and d1s2 under one group run, d2 (d1's child) not nested
+    nested = dict(db.execute("select r.name, t.value from tags t join runs r on r.run_uuid = t.run_uuid "
+                             "where t.key = 'mlflow.parentRunId'").fetchall())
+    assert nested.get("d1") and nested.get("d1") == nested.get("d1s2") and "d2" not in nested
+    assert nested["d1"] not in runs.values()  # the group run is no attempt's run
     eps = dict(db.execute(
         "select r.name, p.value from params p join runs r on r.run_uuid = p.run_uuid where p.key = 'recipe.eps_clip'"
     ).fetchall())

@@ -210,6 +210,32 @@ def test_mlflow_server_rest_roundtrip(experiment, tmp_path, sqlite_uri):
         server.wait(timeout=30)
 
 
+def test_seed_siblings_share_a_group_run_and_lineage_is_no_nesting(experiment, sqlite_uri):
+    """a1 and a1s2 differ only in the seed (a rung's seeds): both nested under one group run; a2,
+    a1's one-variable child, is not nested under a1 (lineage stays the rlexp.parent tag)."""
+    from mlflow.tracking import MlflowClient
+
+    spec = (experiment / "a1" / "attempt.yaml").read_text()
+    (experiment / "a1s2").mkdir()
+    (experiment / "a1s2" / "attempt.yaml").write_text(spec.replace("id: a1", "id: a1s2").replace("seed: 42", "seed: 43"))
+    fill_attempt(experiment / "a1")
+    ids = {a: tracking.log_attempt(experiment / a, sqlite_uri) for a in ("a1", "a2")}
+    client = MlflowClient(sqlite_uri)
+    assert "mlflow.parentRunId" not in client.get_run(ids["a1"]).data.tags  # alone, no group yet
+    ids["a1s2"] = tracking.log_attempt(experiment / "a1s2", sqlite_uri)
+    tags = {a: client.get_run(run_id).data.tags for a, run_id in ids.items()}
+    group = tags["a1"]["mlflow.parentRunId"]
+    assert tags["a1s2"]["mlflow.parentRunId"] == group and group not in ids.values()
+    assert "mlflow.parentRunId" not in tags["a2"] and tags["a2"]["rlexp.parent"] == "a1"
+    holder = client.get_run(group)
+    assert holder.data.tags["rlexp.group_run"] == "seeds" and "rlexp.attempt_id" not in holder.data.tags
+    assert holder.info.run_name == "seeds of a1" and holder.info.status == "FINISHED"
+    # logging again keeps one group run
+    tracking.log_attempt(experiment / "a1", sqlite_uri)
+    exp_id = client.get_experiment_by_name("exp").experiment_id
+    assert len(client.search_runs([exp_id], filter_string="tags.`rlexp.group_run` = 'seeds'")) == 1
+
+
 def test_step_metrics_carry_the_trainers_own_step_time(experiment, sqlite_uri):
     """MLflow's timestamp of each step metric is the trainer's time of that step (``time`` in
     metrics.jsonl, Unix seconds), not the time rlexp logged it; ``time`` is no metric of its own."""

@@ -4,6 +4,8 @@
   again by the tag ``rlexp.attempt_id``: logging an attempt twice updates its run;
 - the full resolved recipe as params (``recipe.<key>``), the trainer, the backend;
 - tags: parent, changed variable, pool SHA-256, SOP version, decision, git SHA, state;
+- a rung's seed siblings (same parent, same recipe but the seed, same pool) nested under one group
+  run (``mlflow.parentRunId``): MLflow's nesting for grouping only; lineage stays a tag;
 - training metrics per global step through ``log_batch``, each stamped with the trainer's own
   time of the step (``time`` of ``metrics.jsonl``; rows without one get the time of logging) (at most 1000 values a call: one call
   per value is ~40x slower, see benchmarks/bench_mlflow_logging.py). Logging is idempotent:
@@ -50,6 +52,9 @@ LOGGED_STEP_TAG = "rlexp.metrics_logged_through"
 SUPERSEDED_TAG = "rlexp.superseded"             # "true" on a run replaced after a rewind
 SUPERSEDED_ATTEMPT_TAG = "rlexp.superseded_attempt"
 SUPERSEDED_BY_TAG = "rlexp.superseded_by"
+SEED_GROUP_TAG = "rlexp.seed_group"   # same parent, same recipe but the seed, same pool: one rung's seeds
+GROUP_RUN_TAG = "rlexp.group_run"     # "seeds" on the run that only groups a rung's seed siblings
+PARENT_RUN_TAG = "mlflow.parentRunId"  # MLflow's nesting: used for grouping only, never for lineage
 # point metrics (eval accuracy, the decision's numbers by role): not training rows of metrics.jsonl
 POINT_METRIC_PREFIXES = ("eval/", "decision/", "primary/")
 MAX_BATCH = 1000  # MLflow's limit on metrics per log_batch call
@@ -345,6 +350,7 @@ def log_attempt(attempt_dir: str | Path, tracking_uri: str | None = None, *, rep
     changed = sorted(k for k, v in params.items() if k in existing and existing[k] != v)
 
     pool = (provenance.get("datasets") or {}).get("pool") or {}
+    group = seed_group(attempt_dir, provenance)
     tags = {
         ATTEMPT_TAG: info["id"],
         "mlflow.runName": info["id"],
@@ -357,6 +363,8 @@ def log_attempt(attempt_dir: str | Path, tracking_uri: str | None = None, *, rep
     if decision:
         tags["rlexp.decision"] = str(decision.get("decision", ""))
         tags["rlexp.sop_version"] = str(decision.get("sop_version", ""))
+    if group:
+        tags[SEED_GROUP_TAG] = group
     if changed:
         tags["rlexp.params_changed_after_logging"] = ",".join(changed)
     tag_list = [RunTag(k, scrub(v)) for k, v in tags.items()]
@@ -392,6 +400,8 @@ def log_attempt(attempt_dir: str | Path, tracking_uri: str | None = None, *, rep
     client.log_batch(run_id, tags=[RunTag(k, scrub(v)) for k, v in surface.items()])
     log_datasets(client, run_id, provenance, Path(info["experiment_dir"]), attempt_dir)
     ensure_comparison_view(client, run.info.experiment_id)
+    if group:
+        group_seeds(client, run.info.experiment_id, group, uri)
 
     # the run's MLflow status follows the launch state (a resumed run that had failed ends
     # FINISHED when the resume finishes), so the UI shows running/finished/failed/stopped runs
@@ -538,6 +548,57 @@ def log_datasets(client, run_id: str, provenance: Mapping[str, Any], experiment_
             inputs.append(DatasetInput(dataset, tags=[InputTag("mlflow.data.context", role)]))
     if inputs:
         client.log_inputs(run_id, datasets=inputs)
+
+
+def seed_group(attempt_dir: Path, provenance: Mapping[str, Any]) -> str | None:
+    """The attempt's seed group: a digest of its parent, its recipe without the seed (what Gate-2
+    calls the same recipe) and its pool's SHA-256; None when the spec or the pool cannot be read."""
+    import json
+
+    from rlexp.core.numbers import sha256_text
+    from rlexp.storage.files import sha256_file
+
+    try:
+        from rlexp.core.spec import attempt_recipe_sha256, load_attempt
+
+        att = load_attempt(attempt_dir)
+    except (ImportError, InputError):
+        return None
+    pool = att.datasets.get("pool")
+    pool_sha = (((provenance.get("datasets") or {}).get("pool") or {}).get("sha256")
+                or (sha256_file(pool.path) if pool is not None and pool.path is not None and pool.path.is_file()
+                    else None))
+    if not pool_sha:
+        return None
+    return sha256_text(json.dumps([att.parent_id, attempt_recipe_sha256(att), pool_sha]))[:16]
+
+
+def group_seeds(client, experiment_id: str, group: str, uri: str) -> str | None:
+    """Nest the runs of one seed group under a group run (``mlflow.parentRunId``) once it has two
+    members; returns the group run's id. MLflow's nesting groups a rung's seeds only: lineage
+    across rungs stays the ``rlexp.parent`` tag and link (a 30-rung ladder would nest 30 deep)."""
+    with store_lock(uri):
+        runs = client.search_runs([experiment_id], filter_string=f"tags.`{SEED_GROUP_TAG}` = {_quote(group)}",
+                                  max_results=1000)
+        order = lambda r: (r.info.start_time or 0, r.info.run_id)  # noqa: E731
+        members = sorted((r for r in runs if ATTEMPT_TAG in r.data.tags), key=order)
+        if len(members) < 2:
+            return None
+        holders = sorted((r for r in runs if r.data.tags.get(GROUP_RUN_TAG)), key=order)
+        first = members[0].data.tags[ATTEMPT_TAG]
+        if holders:
+            group_id = holders[0].info.run_id
+        else:
+            group_id = client.create_run(experiment_id, run_name=f"seeds of {first}",
+                                         tags={SEED_GROUP_TAG: group, GROUP_RUN_TAG: "seeds"}).info.run_id
+            client.set_terminated(group_id, status="FINISHED")
+        names = ", ".join(r.data.tags[ATTEMPT_TAG] for r in members)
+        client.set_tag(group_id, "mlflow.note.content",
+                       f"Seed siblings: the same recipe and pool, another training seed ({names}).")
+        for run in members:
+            if run.data.tags.get(PARENT_RUN_TAG) != group_id:
+                client.set_tag(run.info.run_id, PARENT_RUN_TAG, group_id)
+        return group_id
 
 
 def ensure_comparison_view(client, experiment_id: str) -> None:

@@ -815,6 +815,19 @@ def _dataset_kind(role: str) -> str:
     return TRAINING if role == "pool" else INSTRUMENTATION
 
 
+def attempt_recipe_sha256(att: Attempt) -> str:
+    """What "the same recipe" means (Gate-2 seeds, STOP-3b, MLflow's seed groups): the digest of
+    the training keys without the seed and the pool path, with the trainer and its version."""
+    from rlexp.core.decision import recipe_sha256
+    from rlexp.core.recipe import key_table
+
+    table = key_table(att.trainer.name)
+    training_keys = [k for k, meta in table.keys.items() if meta.kind == TRAINING]
+    # newer releases' flags stated under their own names (a recipe without them keeps its digest)
+    training_keys += sorted(k for k in att.recipe if k not in table.keys and table.lookup(k).kind == TRAINING)
+    return recipe_sha256(att.recipe, training_keys, (att.trainer.name, att.trainer.version))
+
+
 def diff_against_parent(att: Attempt) -> list[Difference]:
     """Every resolved value that differs from the parent's, with its kind (empty for a root)."""
     par = att.parent

@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from rlexp.core.decision import BASELINES, ROLE_ORDER, AttemptFacts, DecideInputs, Decision, recipe_sha256
+from rlexp.core.decision import BASELINES, ROLE_ORDER, AttemptFacts, DecideInputs, Decision
 from rlexp.errors import InputError
 from rlexp.storage.layout import AttemptDir, checkpoint_name
 
@@ -115,8 +115,7 @@ def gather(attempt: str | Path, sop: Any) -> tuple[DecideInputs, dict[str, Any]]
     """Read and validate everything the decision needs; return the inputs and what recording needs."""
     from rlexp.adapters.ingest import read_metrics
     from rlexp.core.decision import diagnostics_from
-    from rlexp.core.recipe import key_table
-    from rlexp.core.spec import TRAINING, diff_against_parent, load_attempt
+    from rlexp.core.spec import TRAINING, attempt_recipe_sha256, diff_against_parent, load_attempt
     from rlexp.storage.files import sha256_file
     from rlexp.storage.ledger import latest_by_attempt, read_ledger, read_sota
     from rlexp.storage.paired import pair_files
@@ -163,15 +162,11 @@ def gather(attempt: str | Path, sop: Any) -> tuple[DecideInputs, dict[str, Any]]
     pool = att.datasets.get("pool")
     pool_sha = sha256_file(pool.path) if pool is not None and pool.path is not None and pool.path.is_file() else None
     seed = att.recipe.get("seed")
-    table = key_table(att.trainer.name)
-    training_keys = [k for k, meta in table.keys.items() if meta.kind == TRAINING]
-    # newer releases' flags stated under their own names (a recipe without them keeps its digest)
-    training_keys += sorted(k for k in att.recipe if k not in table.keys and table.lookup(k).kind == TRAINING)
     facts = AttemptFacts(
         id=att.id, parent=att.parent_id,
         changed=tuple(sorted({d.key for d in diff_against_parent(att) if d.kind == TRAINING})),
         pool_sha256=pool_sha, pool_size=pool.size if pool else None,
-        recipe_sha256=recipe_sha256(att.recipe, training_keys, (att.trainer.name, att.trainer.version)), seed=seed)
+        recipe_sha256=attempt_recipe_sha256(att), seed=seed)
     history = {k: v for k, v in latest_by_attempt(read_ledger(exp_dir)).items() if k != att.id}
     rows = read_metrics(ad.metrics) if ad.metrics.exists() else []
     inputs = DecideInputs(
