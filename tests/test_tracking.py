@@ -259,11 +259,17 @@ def test_step_metrics_carry_the_trainers_own_step_time(experiment, sqlite_uri):
 
 @pytest.mark.slow
 def test_mlflow_ui_screenshot_in_headless_chromium(experiment, sqlite_uri, tmp_path):
+    """The runs table through the shared view, and the compare view of a1 and a2 with the metrics
+    table at the primary deltas: each run's Δ side by side, in the rendered DOM and on the PNG."""
     import shutil
 
     if shutil.which("chromium") is None:
         pytest.skip("chromium is not installed (apt-get install chromium)")
     fill_attempt(experiment / "a1")
+    decision = experiment / "a1" / "decision.json"  # a1's own Δ, so the two columns differ
+    doc = json.loads(decision.read_text())
+    doc["checkpoints"][doc["primary_checkpoint"]]["delta_pp"] = -2.5
+    decision.write_text(json.dumps(doc))
     for attempt in ("a1", "a2"):
         tracking.log_attempt(experiment / attempt, sqlite_uri)
     script = Path(__file__).resolve().parents[1] / "scripts" / "screenshot-mlflow-ui"
@@ -271,9 +277,18 @@ def test_mlflow_ui_screenshot_in_headless_chromium(experiment, sqlite_uri, tmp_p
     done = subprocess.run([str(script), sqlite_uri, str(out), "exp"], capture_output=True, text=True, timeout=400,
                           env={**os.environ, "RLEXP_PYTHON": sys.executable})
     assert done.returncode == 0, done.stderr[-500:]
+    print(done.stdout)  # the PNG paths, to look at
     import matplotlib.image
 
     for name in ("mlflow-experiment.png", "mlflow-compare.png"):
         pixels = matplotlib.image.imread(out / name)
         assert pixels.shape[0] >= 900 and pixels.shape[1] >= 1400
         assert pixels[..., :3].std() > 0.05  # the page rendered something, not a blank screen
+    # the compare view as rendered: a1 and a2 in columns; the Δ rows in view, with both runs' values
+    shown = json.loads((out / "mlflow-compare-metrics.json").read_text())
+    assert shown["runs"] == ["a1", "a2"]
+    rows = shown["rows"]
+    assert rows["primary/delta_pp"] == ["-2.5", "20"]  # decision.json of a1 (set above), of a2 (fill_attempt)
+    assert rows["primary/final/delta_pp"] == ["-2.5", "20"] and rows["primary/final/b"] == ["2", "2"]
+    html = (out / "mlflow-compare.html").read_text()
+    assert ">primary/delta_pp<" in html and ">-2.5<" in html and ">20<" in html
