@@ -52,7 +52,7 @@ print("fake trainer starting at", start, "token", os.environ.get("HF_TOKEN"), fl
 for step in range(start + 1, total + 1):
     time.sleep(delay)
     row = {"global_step": step, "reward": 0.5, "actor_lr": 1e-4, "grad_norm": 80.0 if step == 3 else 2.0,
-           "step_time_s": delay}
+           "step_time_s": delay, "time": round(time.time(), 3)}
     if os.environ.get("FAKE_BAD") and step == 2:
         row["reward"] = "oops"
     if monitor and step % 2 == 0:
@@ -221,6 +221,10 @@ def test_local_run_writes_files_and_keeps_secrets_out(exp, capsys, monkeypatch, 
     for name, value in secrets.items():
         assert value not in blob and name not in blob
     assert [m.step for m in client.get_metric_history(runs[0].info.run_id, "reward")] == [1, 2, 3, 4, 5, 6]
+    # logged live while the trainer ran, each step stamped with the trainer's own time of it
+    trainer_ms = [(r["global_step"], round(r["time"] * 1000)) for r in read_metrics(att / "metrics.jsonl")]
+    assert [(m.step, m.timestamp) for m in client.get_metric_history(runs[0].info.run_id, "reward")] == trainer_ms
+    assert "time" not in runs[0].data.metrics
 
 
 def _start_runner(exp: Path, *extra: str, env_extra: dict[str, str] | None = None) -> subprocess.Popen:
