@@ -126,15 +126,12 @@ def apply(root: Path, rel: str, kind: str, p: dict) -> None:
     path.write_bytes(data)
 
 
-# Not results: the eval lock and the model-hash cache (``rlexp guard g2`` refreshes the cache for
-# the copied tree's new paths before it reads the records).
-NOT_RESULTS = {".lock", ".hash_cache.json"}
-
-
 def tree_digest(root: Path) -> dict[str, str]:
+    """Every file of the case (the model-hash cache included: a refusal writes nothing) but the
+    shared model's."""
     out = {}
     for path in sorted(root.rglob("*")):
-        if "models" in path.relative_to(root).parts[1:2] or path.name in NOT_RESULTS:
+        if "models" in path.relative_to(root).parts[1:2]:
             continue
         rel = path.relative_to(root).as_posix()
         out[rel] = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "dir"
