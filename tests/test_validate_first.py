@@ -77,17 +77,27 @@ def test_eval_refuses_records_without_metadata_before_any_write(eval_experiment,
     refuses_and_writes_nothing(["eval", str(att)], capsys, att.parent, "records without their metadata file")
 
 
-@pytest.mark.parametrize("argv", [
-    ["plan", "{a2}", "--sop", "{exp}/missing-sop.yaml"],
-    ["status", "{exp}/no-such-dir"],
-    ["compare", "{a2}/eval/global_step1/id.jsonl", "{exp}/data/pool.jsonl"],
-    ["sop", "show", "--sop", "{exp}/a2/plan.json"],
-    ["report", "{a2}", "--reports-dir", "{exp}/reports", "--tracking-uri", "sqlite:///{exp}/mlflow.db",
-     "--sop", "{exp}/missing-sop.yaml"],
-])
-def test_other_commands_refuse_before_any_write(exp, capsys, argv):
+# (file damaged, text written there, argv): each verb's own input, refused before the verb's first write
+# (plan.json; the reports and mlflow.db, placed inside the experiment so that they would show)
+OTHER_VERBS = [
+    ("a2/attempt.yaml", "id: a2\nparent: a1\nchange: {eps_clip: 0.1}\nrecipe: {eps_clip: wide}\n",
+     ["plan", "{a2}"], "eps_clip"),
+    ("a2/launch/state.json", '{"state": 7}', ["status", "{exp}"], "state.json"),
+    ("a2/metrics.jsonl", '{"global_step": 1, "reward": "high"}\n',
+     ["report", "{a2}", "--reports-dir", "{exp}/reports", "--tracking-uri", "sqlite:///{exp}/mlflow.db"],
+     "metrics.jsonl: line 1"),
+    (None, None, ["compare", "{a2}/eval/global_step1/id.jsonl", "{exp}/data/pool.jsonl"], "pool.jsonl"),
+    (None, None, ["sop", "show", "--sop", "{a2}/plan.json"], "plan.json"),
+]
+
+
+@pytest.mark.parametrize(("rel", "text", "argv", "expected"), OTHER_VERBS, ids=[v[2][0] for v in OTHER_VERBS])
+def test_other_commands_refuse_before_any_write(exp, capsys, rel, text, argv, expected):
+    if rel:
+        (exp / rel).write_text(text)
     argv = [a.format(exp=exp, a2=exp / "a2") for a in argv]
-    refuses_and_writes_nothing(argv, capsys, exp, "rlexp: ")
+    refuses_and_writes_nothing(argv, capsys, exp, expected)
+    assert not (exp / "reports").exists() and not (exp / "mlflow.db").exists()
 
 
 def test_demo_refuses_a_directory_that_is_a_file_before_any_write(tmp_path, capsys):
