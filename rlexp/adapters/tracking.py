@@ -401,6 +401,8 @@ def log_attempt(attempt_dir: str | Path, tracking_uri: str | None = None, *, rep
     log_datasets(client, run_id, provenance, Path(info["experiment_dir"]), attempt_dir)
     ensure_comparison_view(client, run.info.experiment_id)
     if group:
+        # the runs table shows the group folded (MLflow 3.17's shared view state leaves runsExpanded
+        # out, so the view cannot open it): one click on its expander shows the seeds' rows
         group_seeds(client, run.info.experiment_id, group, uri)
 
     # the run's MLflow status follows the launch state (a resumed run that had failed ends
