@@ -7,6 +7,7 @@ or for a strictly read document, in the spirit of Optuna's storage behind a stud
 
     experiments/<experiment>/            ExperimentDir
       data/  models/  ledger.jsonl  sota.json  ladder.yaml
+      fanout/<batch>.json  fanout/<batch>/<job>.log   (rlexp.backends.fanout: jobs by submission id)
       <attempt_id>/                      AttemptDir
         attempt.yaml  plan.json  metrics.jsonl  decision.json
         launch/{argv.json, launch.sh, provenance.json, reward_func.py, launches.jsonl,
@@ -56,6 +57,14 @@ _TRANSFORMERS_CHECKPOINT = re.compile(r"checkpoint-(\d+)")
 def checkpoint_name(step: int) -> str:
     """``global_step{N}``: the name a checkpoint has in records, selections and decisions."""
     return f"{CHECKPOINT_PREFIX}{int(step)}"
+
+
+def check_batch_name(name: str) -> str:
+    """A fan-out batch or job name: it becomes a file name, so letters, digits, ``._-`` only."""
+    if not isinstance(name, str) or not _BATCH_NAME.fullmatch(name):
+        raise InputError(None, "fanout", f"a batch or job name is letters, digits and ._- (at most 100, "
+                         f"not starting with . or -), got {name!r:.60}")
+    return name
 
 
 def checkpoint_step(name: str) -> int | None:
@@ -158,6 +167,12 @@ DECISION_FIELDS: dict[str, tuple[type, ...]] = {
     "reason": _OPT_STR, "baseline": _OPT_STR,
 }
 PLAN_FIELDS: dict[str, tuple[type, ...]] = {"checks": (list, _NULL), "lr_table": (list, _NULL)}
+FANOUT_FIELDS: dict[str, tuple[type, ...]] = {"batch": (str,), "jobs": (dict,), "ray_address": _OPT_STR}
+FANOUT_JOB_FIELDS: dict[str, tuple[type, ...]] = {
+    "submission_id": (str,), "status": (str,), "exit_code": _OPT_INT, "steps": (list,),
+    "started_at": (float, _NULL), "ended_at": (float, _NULL), "ray_address": _OPT_STR,
+}
+_BATCH_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
 
 # metrics.jsonl: the trainer's own wall-clock time (Unix seconds) of a step's row, when its source
@@ -207,6 +222,30 @@ class ExperimentDir:
         if not self.root.is_dir():
             return []
         return [AttemptDir(p) for p in sorted(self.root.iterdir()) if (p / SPEC_NAME).is_file()]
+
+    def fanout_state(self, batch: str) -> Path:
+        """``fanout/<batch>.json``: the jobs of one fan-out by name — submission id, status, exit
+        code, start and end — so that a rerun after a kill resubmits none that SUCCEEDED."""
+        return self.root / "fanout" / f"{check_batch_name(batch)}.json"
+
+    def fanout_log(self, batch: str, job: str) -> Path:
+        """``fanout/<batch>/<job>.log``: one job's output (Ray's job log, or the local run's)."""
+        return self.root / "fanout" / check_batch_name(batch) / f"{check_batch_name(job)}.log"
+
+    def read_fanout_state(self, batch: str) -> dict[str, Any] | None:
+        """The state of a fan-out batch, each job's entry type-checked; None before its first job."""
+        path = self.fanout_state(batch)
+        data = _read_object(path, FANOUT_FIELDS)
+        if data is None:
+            return None
+        for name, entry in data.get("jobs", {}).items():
+            if not isinstance(entry, dict):
+                raise InputError(path, f"jobs.{name}", f"must be an object, got {entry!r:.60}")
+            for key, kinds in FANOUT_JOB_FIELDS.items():
+                if key in entry and not _is_kind(entry[key], kinds):
+                    names = " or ".join(_KIND_NAMES[k] for k in kinds)
+                    raise InputError(path, f"jobs.{name}.{key}", f"must be {names}, got {entry[key]!r:.60}")
+        return data
 
     def resolve(self, relative: str | Path) -> Path:
         """A path of a spec (relative to the experiment) made absolute; absolute paths stay."""

@@ -1,0 +1,113 @@
+"""Fan-out of attempts: several attempts' training and evaluation at once, then their decisions in order.
+
+:func:`run_attempts` builds one job per attempt — by default ``plan → launch (the local trainer) →
+eval``, or the SOP's sequence with its guards (:data:`SOP_STEPS`) — and runs the jobs through
+:func:`rlexp.backends.fanout.run_jobs`: as concurrent Ray jobs with ``ray_address``, one after
+another here without. Every job logs to one MLflow store (``tracking_uri``, made absolute so the
+jobs, which run in the Ray head's working directory, write the same one).
+
+The decisions come after all jobs, here, one attempt at a time in the order given: ``decide``
+reads the experiment's ledger, and Gate-2 needs the first seed's ledger line when it decides the
+second (deciding two seeds at once would leave each blind to the other). An attempt whose job
+failed is not decided; the others are.
+
+Typical use, two seeds of one rung (siblings differing only in ``recipe.seed``)::
+
+    rlexp.stages.fanout.run_attempts(["experiments/demo/d1", "experiments/demo/d1s2"],
+                                     ray_address="http://127.0.0.1:8265")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlexp.errors import InputError
+
+# (rlexp arguments before the attempt, after it, exit codes that let the job go on)
+TRAIN_AND_EVAL: tuple[tuple[tuple[str, ...], tuple[str, ...], tuple[int, ...]], ...] = (
+    (("plan",), (), (0,)),
+    (("launch",), ("--backend", "local", "--resume", "--json"), (0,)),
+    (("eval",), (), (0,)),
+)
+# The demo's sequence: a guard's failed verdict (exit 1) is written to guards/ and the job goes on,
+# as the demo does; bad input (exit 2) stops it.
+SOP_STEPS: tuple[tuple[tuple[str, ...], tuple[str, ...], tuple[int, ...]], ...] = (
+    (("plan",), (), (0,)),
+    (("guard", "g0"), (), (0, 1)),
+    (("guard", "g2"), (), (0, 1)),
+    (("launch",), ("--backend", "local", "--resume", "--json"), (0,)),
+    (("guard", "g1"), (), (0, 1)),
+    (("eval",), (), (0,)),
+    (("guard", "g4"), (), (0, 1)),
+    (("guard", "audit"), ("--draw",), (0, 1)),
+)
+
+
+@dataclass(frozen=True)
+class AttemptsResult:
+    """The fan-out's result per job and the decision of every attempt whose job succeeded."""
+
+    fanout: Any  # rlexp.backends.fanout.FanoutResult
+    decisions: dict[str, Any]  # attempt id -> rlexp.core.decision.Decision (absent: its job failed)
+
+    @property
+    def ok(self) -> bool:
+        return self.fanout.ok
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.fanout.to_dict(),
+                "decisions": {a: {"decision": d.decision, "reason": d.reason} for a, d in self.decisions.items()}}
+
+
+def attempt_job(attempt_dir: Path, tracking_uri: str, steps=TRAIN_AND_EVAL):
+    """The job that runs ``steps`` for one attempt (absolute paths: a Ray job runs elsewhere)."""
+    from rlexp.backends.fanout import Job, Step
+
+    target = str(attempt_dir.resolve())
+    built = []
+    for before, after, ok_codes in steps:
+        tracking = ("--tracking-uri", tracking_uri) if before[0] in ("launch", "report") else ()
+        built.append(Step((*before, target, *after, *tracking), ok_codes))
+    return Job(attempt_dir.name, tuple(built), {"rlexp.attempt_dir": target})
+
+
+def run_attempts(attempts: Sequence[str | Path], *, ray_address: str | None = None, tracking_uri: str | None = None,
+                 batch: str | None = None, steps=TRAIN_AND_EVAL, decide: bool = True, report: bool = False,
+                 poll_s: float = 1.0) -> AttemptsResult:
+    """Run each attempt's ``steps`` as one job (concurrent Ray jobs with ``ray_address``), then
+    decide (and with ``report``, report) the attempts whose job succeeded, in the order given."""
+    from rlexp.adapters.tracking import resolve_tracking_uri
+    from rlexp.backends.fanout import run_jobs
+    from rlexp.core.spec import load_attempt
+
+    if not attempts:
+        raise InputError(None, "ATTEMPT", "no attempt given")
+    loaded = [load_attempt(a) for a in attempts]
+    dirs = [Path(a.attempt_dir).resolve() for a in loaded]
+    experiments = {d.parent for d in dirs}
+    if len(experiments) != 1:
+        raise InputError(None, "ATTEMPT", "the attempts of one fan-out belong to one experiment directory, got "
+                         + ", ".join(sorted(str(e) for e in experiments)))
+    ids = [d.name for d in dirs]
+    if len(set(ids)) != len(ids):
+        raise InputError(None, "ATTEMPT", f"an attempt is given twice: {ids}")
+    uri = resolve_tracking_uri(tracking_uri)
+    jobs = [attempt_job(d, uri, steps) for d in dirs]
+    batch = batch or ("attempts-" + "_".join(ids))[:100]
+    fanout = run_jobs(jobs, experiment_dir=experiments.pop(), batch=batch, ray_address=ray_address, poll_s=poll_s)
+
+    decisions: dict[str, Any] = {}
+    if decide:
+        from rlexp.stages.decide import decide as decide_stage
+
+        for attempt_dir in dirs:
+            if fanout.result(attempt_dir.name).ok:
+                decisions[attempt_dir.name] = decide_stage(attempt_dir)
+                if report:
+                    from rlexp.stages.report import report as report_stage
+
+                    report_stage(attempt_dir, tracking_uri=uri)
+    return AttemptsResult(fanout, decisions)
