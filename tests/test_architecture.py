@@ -126,6 +126,15 @@ def test_no_import_cycle():
             visit(name)
 
 
+def test_the_fanout_layer_runs_stages_only_as_cli_processes():
+    """rlexp.backends.fanout (adapters) runs each job as `python -m rlexp.cli ...` processes, so it
+    imports no stage; rlexp.stages.fanout (stages) builds the jobs and decides afterwards."""
+    assert layer_of("rlexp.backends.fanout") == "adapters" and layer_of("rlexp.stages.fanout") == "stages"
+    above = {t for t in imports_of(modules()["rlexp.backends.fanout"]) if t in modules()
+             and LAYERS.index(layer_of(t)) > LAYERS.index("adapters")}
+    assert not above, above
+
+
 FILE_IO = {"open", "read_text", "write_text", "read_bytes", "write_bytes", "read_json", "read_jsonl", "iter_jsonl",
            "load_yaml", "atomic_write_json", "atomic_write_text", "atomic_write_bytes", "append_jsonl",
            "append_jsonl_many", "mkdir", "unlink", "rename", "replace", "rmtree", "touch"}

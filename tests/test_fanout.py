@@ -111,6 +111,22 @@ def test_fanout_names_and_state_are_checked(tmp_path):
     assert "jobs.a.status" in err.value.one_line() and str(path) in err.value.one_line()
 
 
+def test_the_fanout_command_refuses_bad_attempts_in_one_line(tmp_path, capsys):
+    from rlexp.cli import main
+
+    assert main(["fanout", str(tmp_path / "nope")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "nope" in err
+    for name in ("e1", "e2"):  # two experiments: one state file cannot hold both
+        (tmp_path / name / "a").mkdir(parents=True)
+        (tmp_path / name / "a" / "attempt.yaml").write_text(
+            "id: a\ntrainer: {name: local, version: '0.11.0'}\nrecipe: {pretrain: m}\n")
+    assert main(["fanout", str(tmp_path / "e1" / "a"), str(tmp_path / "e2" / "a")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "one experiment directory" in err
+    assert not (tmp_path / "e1" / "fanout").exists()  # nothing written
+
+
 # ---------------------------------------------------------------------------- on a real Ray head
 
 def _client():
