@@ -63,11 +63,30 @@ def test_the_runner_runs_steps_in_order_and_stops_at_the_first_intolerable_exit(
     assert tolerated.returncode == 0 and "fanout: step 2/2: exit code 0" in tolerated.stdout
 
 
+def test_a_library_call_by_name_is_a_step(tmp_path):
+    steps = (Step(call="rlexp.core.sop:load_sop"),  # returns: exit 0
+             Step(call="rlexp.stages.plan:plan", kwargs={"attempt": str(tmp_path / "nope")}, ok_codes=(0, 2)),
+             Step(call="rlexp.stages.plan:no_such_function", ok_codes=(0, 1)),
+             SOP_SHOW)
+    done = subprocess.run(Job("j", steps).argv(), capture_output=True, text=True, env=_env(), timeout=120)
+    assert done.returncode == 0, done.stderr
+    codes = [line.split("exit code ")[1].split()[0] for line in done.stdout.splitlines() if "exit code" in line]
+    assert codes == ["0", "2", "1", "0"]  # returned; bad input (one line); an exception; the next step ran
+    assert "nope" in done.stderr and "AttributeError" in done.stderr
+    assert "fanout: step 2/4: rlexp.stages.plan:plan(attempt=" in done.stdout
+    for bad in ("os:system", "rlexp.stages.plan", "rlexp.x:y;z"):
+        with pytest.raises(InputError):
+            Step(call=bad)
+    with pytest.raises(InputError):
+        Step(("plan", "x"), call="rlexp.stages.plan:plan")
+
+
 def test_the_runner_refuses_a_malformed_step_in_one_line():
     done = subprocess.run([sys.executable, "-m", fanout.RUNNER_MODULE, '{"argv": "plan x"}'], capture_output=True,
                           text=True, env=_env(), timeout=60)
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "step" in done.stderr
     assert fanout.main([]) == 2
+    assert fanout.main(['{"call": "os:system", "kwargs": {"command": "true"}}']) == 2  # rlexp functions only
 
 
 def test_local_fanout_runs_one_after_another_reports_every_job_and_resumes(tmp_path):

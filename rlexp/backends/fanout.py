@@ -1,10 +1,11 @@
 """Fan-out: N independent rlexp stage runs, as concurrent Ray jobs or one after another locally.
 
-A :class:`Job` is a named sequence of rlexp command lines (:class:`Step`: the arguments of
-``python -m rlexp.cli``, e.g. ``("launch", "/abs/exp/d1", "--backend", "local")``). One job is one
-process: ``python -m rlexp.backends.fanout STEP_JSON...`` runs its steps in order and stops at the
-first that fails (a step may name exit codes it tolerates: a guard's failed verdict is exit 1 and
-is a record, not a stop).
+A :class:`Job` is a named sequence of steps (:class:`Step`): rlexp command lines (the arguments of
+``python -m rlexp.cli``, e.g. ``("launch", "/abs/exp/d1", "--backend", "local")``), or library calls
+by name (``rlexp.stages.sweep:evaluate_candidate`` with JSON keyword arguments) for work that has
+no command. One job is one process: ``python -m rlexp.backends.fanout STEP_JSON...`` runs its steps
+in order and stops at the first that fails (a step may name exit codes it tolerates: a guard's
+failed verdict is exit 1 and is a record, not a stop).
 
 :func:`run_jobs` runs a batch of jobs
 
@@ -31,6 +32,7 @@ Ray is imported only inside functions (through ``rlexp.backends.ray_jobs``).
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import sys
 import time
@@ -46,17 +48,35 @@ RUNNER_MODULE = "rlexp.backends.fanout"
 SUCCEEDED = "SUCCEEDED"
 FAILED = "FAILED"
 TAIL_LINES = 40
+_CALL = re.compile(r"rlexp(\.[A-Za-z_][A-Za-z0-9_]*)+:[A-Za-z_][A-Za-z0-9_]*")
 
 
 @dataclass(frozen=True)
 class Step:
-    """One rlexp command line of a job: ``argv`` are the arguments of ``python -m rlexp.cli``."""
+    """One step of a job: an rlexp command line (``argv``: the arguments of ``python -m rlexp.cli``),
+    or a library call by name (``call``: ``"rlexp.stages.sweep:evaluate_candidate"``, with JSON
+    ``kwargs``) for work that has no command of its own."""
 
-    argv: tuple[str, ...]
+    argv: tuple[str, ...] = ()
     ok_codes: tuple[int, ...] = (0,)  # exit codes after which the job goes on
+    call: str | None = None
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if bool(self.argv) == bool(self.call):
+            raise InputError(None, "step", "a step is either an rlexp command line (argv) or a call, not both")
+        if self.call is not None and not _CALL.fullmatch(self.call):
+            raise InputError(None, "step.call", f"expected 'rlexp.<module>:<function>', got {self.call!r:.80}")
 
     def to_json(self) -> dict[str, Any]:
+        if self.call is not None:
+            return {"call": self.call, "kwargs": dict(self.kwargs), "ok_codes": list(self.ok_codes)}
         return {"argv": list(self.argv), "ok_codes": list(self.ok_codes)}
+
+    def describe(self) -> str:
+        if self.call is not None:
+            return f"{self.call}({', '.join(f'{k}={v!r}' for k, v in self.kwargs.items())})"
+        return "rlexp " + shlex.join(self.argv)
 
     @classmethod
     def from_json(cls, text: str) -> Step:
@@ -65,13 +85,20 @@ class Step:
             data = json.loads(text)
         except ValueError:
             data = None
-        argv = data.get("argv") if isinstance(data, dict) else None
-        codes = data.get("ok_codes", [0]) if isinstance(data, dict) else None
-        if (not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv)
-                or not isinstance(codes, list) or not all(isinstance(c, int) and not isinstance(c, bool)
-                                                          for c in codes)):
-            raise InputError(None, "step", "expected a JSON object {\"argv\": [rlexp arguments...], "
-                             f"\"ok_codes\": [0, ...]}}, got {text!r:.80}")
+        bad = InputError(None, "step", "expected a JSON object {\"argv\": [rlexp arguments...]} or {\"call\": "
+                         f"\"rlexp.<module>:<function>\", \"kwargs\": {{...}}}}, got {text!r:.80}")
+        if not isinstance(data, dict):
+            raise bad
+        codes = data.get("ok_codes", [0])
+        if not isinstance(codes, list) or not all(isinstance(c, int) and not isinstance(c, bool) for c in codes):
+            raise bad
+        if "call" in data:
+            if not isinstance(data["call"], str) or not isinstance(data.get("kwargs", {}), dict):
+                raise bad
+            return cls(call=data["call"], kwargs=data.get("kwargs", {}), ok_codes=tuple(codes))
+        argv = data.get("argv")
+        if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
+            raise bad
         return cls(tuple(argv), tuple(codes))
 
 
@@ -304,8 +331,9 @@ def _times(info: Any) -> dict[str, float | None]:
 # ---------------------------------------------------------------------------- the job's process
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m rlexp.backends.fanout STEP_JSON...``: run the steps in order as
-    ``python -m rlexp.cli ...``; exit with the first intolerable exit code, else 0."""
+    """``python -m rlexp.backends.fanout STEP_JSON...``: run the steps in order — a command line as
+    ``python -m rlexp.cli ...``, a call in this process — and exit with the first intolerable exit
+    code, else 0 (a call: 0 when it returns, 2 on bad input, 1 on any other exception)."""
     import subprocess
 
     args = list(sys.argv[1:] if argv is None else argv)
@@ -317,12 +345,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(exc.one_line(), file=sys.stderr)
         return 2
     for i, step in enumerate(steps, 1):
-        print(f"fanout: step {i}/{len(steps)}: rlexp {shlex.join(step.argv)}", flush=True)
+        print(f"fanout: step {i}/{len(steps)}: {step.describe()}", flush=True)
         t0 = time.monotonic()
-        code = subprocess.call([sys.executable, "-m", "rlexp.cli", *step.argv])
+        if step.call is not None:
+            code = _call(step)
+        else:
+            code = subprocess.call([sys.executable, "-m", "rlexp.cli", *step.argv])
         print(f"fanout: step {i}/{len(steps)}: exit code {code} after {time.monotonic() - t0:.1f} s", flush=True)
         if code not in step.ok_codes:
             return code if code > 0 else 128 - code  # a signal -N: the shell's 128+N
+    return 0
+
+
+def _call(step: Step) -> int:
+    """A library step, by name: the function is looked up when the job runs (the fan-out layer
+    imports no stage), and its result is printed as one JSON line when it has ``to_dict``."""
+    import importlib
+    import traceback
+
+    module, _, name = str(step.call).partition(":")
+    try:
+        result = getattr(importlib.import_module(module), name)(**step.kwargs)
+    except InputError as exc:
+        print(exc.one_line(), file=sys.stderr, flush=True)
+        return 2
+    except Exception:  # noqa: BLE001 - the job's log gets the traceback; the exit code says it failed
+        traceback.print_exc()
+        return 1
+    if hasattr(result, "to_dict"):
+        print("fanout: result " + json.dumps(result.to_dict(), default=str), flush=True)
     return 0
 
 
