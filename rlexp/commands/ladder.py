@@ -82,8 +82,15 @@ def run(
     storage: StorageOption = None,
     tracking_uri: TrackingOption = None,
     json_out: JsonOption = False,
+    ray_address: Annotated[str | None, typer.Option(
+        "--ray-address", help="Ray dashboard, e.g. http://127.0.0.1:8265: --runners ladder runners as concurrent Ray "
+                              "jobs on this study (docs/launch.md, fan-out).")] = None,
+    runners: Annotated[int, typer.Option("--runners", min=1, max=64, help="With --ray-address: how many runners; "
+                                                                         "each runs at most --rungs rungs.")] = 2,
 ) -> None:
     """Run rungs of the ladder (plan → guards → launch → eval → decide → report each); stop on STOP-3 or DEBUG."""
+    if ray_address:
+        return _run_on_ray(experiment, rungs, runners, ray_address, storage, tracking_uri, json_out)
     import contextlib
     import sys
 
@@ -108,3 +115,35 @@ def run(
     console.print(table)
     if result.stopped is not None:
         console.print(f"the ladder stops ({result.stopped.kind}): {result.stopped.reason}", highlight=False)
+
+
+def _run_on_ray(experiment: Path, rungs: int, runners: int, ray_address: str, storage: str | None,
+                tracking_uri: str | None, json_out: bool) -> None:
+    from rlexp.errors import CheckFailed
+    from rlexp.stages.fanout import run_ladder_runners
+
+    result = run_ladder_runners(experiment, rungs=rungs, runners=runners, ray_address=ray_address, storage=storage,
+                                tracking_uri=tracking_uri)
+    data = result.to_dict()
+    if json_out:
+        typer.echo(json.dumps(data, indent=2, default=str))
+    else:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=f"ladder {result.study} ({result.storage}): {len(data['jobs'])} runner(s) on Ray, "
+                            f"{data['wall_s']:.0f} s")
+        for col in ("rung", "parent", "change", "decision"):
+            table.add_column(col)
+        for r in result.rungs:
+            change = f"seed {r.seed} (of {r.seed_of})" if r.seed_of else (f"{r.variable} = {r.value}" if r.variable
+                                                                          else "root")
+            table.add_row(r.attempt, str(r.parent or "-"), change, str(r.decision or "-"))
+        console = Console()
+        console.print(table)
+        for job in data["jobs"]:
+            console.print(f"{job['name']}: {job['status']} (exit code {job['exit_code']}), log {job['log']}",
+                          highlight=False)
+    if not result.ok:
+        failed = [j["name"] for j in data["jobs"] if j["status"] != "SUCCEEDED"]
+        raise CheckFailed(f"ladder: runner job(s) {', '.join(failed)} did not succeed (see their logs)")

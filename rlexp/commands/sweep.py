@@ -18,6 +18,9 @@ def models(
     tracking_uri: Annotated[str | None, typer.Option("--tracking-uri", help="MLflow store (default "
                                                      "sqlite:///mlflow.db here); 'off' skips MLflow.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output (ranking.json).")] = False,
+    ray_address: Annotated[str | None, typer.Option("--ray-address", help="Ray dashboard, e.g. http://127.0.0.1:8265: "
+                                                    "each stage's candidates are evaluated at once, one Ray job "
+                                                    "each (docs/launch.md, fan-out).")] = None,
 ) -> None:
     """Rank candidate base models against the headroom band and select one (resumable).
 
@@ -26,7 +29,7 @@ def models(
     from rlexp.stages.sweep import sweep_models
 
     say = None if json_out else (lambda line: typer.echo(f"sweep: {line}"))
-    result = sweep_models(spec, tracking_uri=tracking_uri, progress=say)
+    result = sweep_models(spec, tracking_uri=tracking_uri, progress=say, ray_address=ray_address)
     if json_out:
         typer.echo(json.dumps(result.ranking, indent=2))
         return

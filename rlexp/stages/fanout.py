@@ -19,6 +19,7 @@ Typical use, two seeds of one rung (siblings differing only in ``recipe.seed``):
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,3 +112,89 @@ def run_attempts(attempts: Sequence[str | Path], *, ray_address: str | None = No
 
                     report_stage(attempt_dir, tracking_uri=uri)
     return AttemptsResult(fanout, decisions)
+
+
+# ---------------------------------------------------------------------------- the loops' fan-out
+
+def _no_password(url: str | None, option: str) -> None:
+    """A Ray job's entrypoint is stored by the cluster and shown by its dashboard: no secret in it."""
+    from rlexp.adapters.study import scrub_url
+
+    if url and scrub_url(url) != url:
+        raise InputError(None, option, "a password in the URL would be stored in the Ray job's entrypoint: give the "
+                         "cluster a PostgreSQL password file (~/.pgpass) or PGPASSWORD and drop it from the URL")
+
+
+def _failures(result: Any) -> str:
+    bad = [r for r in result.results if not r.ok]
+    return "; ".join(f"{r.name} {r.status} (exit code {r.exit_code}, log {r.log_path})" for r in bad)
+
+
+@dataclass(frozen=True)
+class LadderRunnersResult:
+    """The runner jobs' results and the ladder's rungs as the study holds them afterwards."""
+
+    fanout: Any  # rlexp.backends.fanout.FanoutResult
+    rungs: list[Any]  # rlexp.core.ladder.Rung, in claim order, with their decisions
+    study: str
+    storage: str
+
+    @property
+    def ok(self) -> bool:
+        return self.fanout.ok
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.fanout.to_dict(), "study": self.study, "storage": self.storage,
+                "rungs": [dict(r.__dict__) for r in self.rungs]}
+
+
+def run_ladder_runners(experiment: str | Path, *, rungs: int, runners: int, ray_address: str,
+                       storage: str | None = None, tracking_uri: str | None = None, poll_s: float = 1.0,
+                       batch: str | None = None) -> LadderRunnersResult:
+    """``runners`` ladder runners (``rlexp ladder run``) as concurrent Ray jobs on one study.
+
+    They share the study's storage and the MLflow store; the study's claims keep any two from
+    running the same rung, so they run the rungs the ladder can run at once (rungs from one parent
+    once the root is decided) side by side, and wait for a decision where the next rung needs it.
+    Each runner runs at most ``rungs`` rungs (as ``rlexp ladder run --rungs``); the ladder spec's
+    ``rungs`` caps the ladder as a whole. (Shares of one total would make a runner that drew the
+    root stop early and leave the rungs after it to one runner, one after another.)"""
+    from rlexp.adapters.study import LadderStudy, scrub_url
+    from rlexp.adapters.tracking import resolve_tracking_uri
+    from rlexp.backends.fanout import Job, Step, run_jobs
+    from rlexp.stages.ladder import ladder_rungs, load_ladder
+
+    if runners < 1:
+        raise InputError(None, "--runners", f"must be at least 1, got {runners}")
+    exp = Path(experiment).resolve()
+    load_ladder(exp)  # the ladder spec is checked here, before any job exists
+    _no_password(storage, "--storage")
+    _no_password(tracking_uri, "--tracking-uri")
+    uri = resolve_tracking_uri(tracking_uri) if tracking_uri not in ("off", "none") else tracking_uri
+    study = LadderStudy(exp, storage, uri)  # creates the study's tables here, once
+    argv = ("ladder", "run", str(exp), "--rungs", str(rungs), "--storage", study.url,
+            *(("--tracking-uri", uri) if uri else ()))
+    jobs = [Job(f"runner{i + 1}", (Step(argv),), {"rlexp.ladder": exp.name}) for i in range(runners)]
+    result = run_jobs(jobs, experiment_dir=exp, batch=batch or f"ladder-{int(time.time())}",
+                      ray_address=ray_address, poll_s=poll_s)
+    return LadderRunnersResult(result, ladder_rungs(exp, study.claims()), study.name, scrub_url(study.url))
+
+
+def evaluate_candidates(spec_path: str | Path, candidates: Sequence[str], sets: Sequence[str], *,
+                        limit: int | None, ray_address: str, experiment_dir: Path, batch: str,
+                        poll_s: float = 1.0) -> Any:
+    """A sweep's candidates evaluated at once, one Ray job each (``evaluate_candidate`` by name);
+    the sweep's own loop then finds their records complete. Every job runs to its end; a failed
+    one is then one error naming all that failed."""
+    from rlexp.backends.fanout import Job, Step, run_jobs
+
+    spec = str(Path(spec_path).resolve())
+    jobs = [Job(name, (Step(call="rlexp.stages.sweep:evaluate_candidate",
+                            kwargs={"spec_path": spec, "candidate": name, "sets": list(sets), "limit": limit}),),
+                {"rlexp.sweep_candidate": name}) for name in candidates]
+    result = run_jobs(jobs, experiment_dir=experiment_dir, batch=batch, ray_address=ray_address, poll_s=poll_s)
+    if not result.ok:
+        from rlexp.errors import CheckFailed
+
+        raise CheckFailed(f"sweep: candidate jobs on Ray did not succeed: {_failures(result)}")
+    return result

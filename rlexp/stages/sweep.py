@@ -293,10 +293,11 @@ def _first_hashes(spec: Any, role: str, limit: int) -> set[str]:
 
 
 def sweep_models(spec_path: str | Path, *, tracking_uri: str | None = None,
-                 engine_factory: EngineFactory | None = None, progress: Callable[[str], None] | None = None
-                 ) -> SweepResult:
+                 engine_factory: EngineFactory | None = None, progress: Callable[[str], None] | None = None,
+                 ray_address: str | None = None) -> SweepResult:
     """Run the sweep of ``spec_path`` (``sweeps/<id>/sweep.yaml`` or its directory); see the module
-    docstring. ``tracking_uri`` "off" skips MLflow."""
+    docstring. ``tracking_uri`` "off" skips MLflow. ``ray_address``: each stage's candidates are
+    evaluated at once, one Ray job each (rlexp.stages.fanout), before the loops below read them."""
     from rlexp.core import sweep as rules
     from rlexp.stages.evaluate import load_problems
     from rlexp.storage.files import sha256_file
@@ -309,7 +310,10 @@ def sweep_models(spec_path: str | Path, *, tracking_uri: str | None = None,
 
     params = {c.name: c.params if c.params is not None else count_parameters(c.model) for c in spec.candidates}
     primary: dict[str, Any] = {}
-    for cand in spec.candidates:  # stage 1: a plain loop, one candidate at a time
+    if ray_address:
+        _on_ray(spec, [c.name for c in spec.candidates], [spec.stage1_set], spec.stage1_limit, ray_address,
+                "stage1", engine_factory, say)
+    for cand in spec.candidates:  # stage 1: a plain loop, one candidate at a time (records of Ray jobs reused)
         say(f"stage 1: {cand.name} on {spec.stage1_set}")
         done = evaluate_candidate(spec.spec_path, cand.name, [spec.stage1_set], limit=spec.stage1_limit,
                                   engine_factory=engine_factory)
@@ -318,6 +322,8 @@ def sweep_models(spec_path: str | Path, *, tracking_uri: str | None = None,
 
     finalists = rules.finalist_order(primary, params, spec.criteria)[: spec.finalists]
     stage2: dict[str, dict[str, Any]] = {}
+    if ray_address and spec.stage2_sets and finalists:
+        _on_ray(spec, finalists, list(spec.stage2_sets), None, ray_address, "stage2", engine_factory, say)
     for name in finalists:
         if not spec.stage2_sets:
             break
@@ -375,6 +381,17 @@ def sweep_models(spec_path: str | Path, *, tracking_uri: str | None = None,
 
         mlflow = log_sweep(ranking, spec.experiment_dir, report_path, ranking_path, tracking_uri)
     return SweepResult(ranking, ranking_path, report_path, tuple(evaluations), mlflow)
+
+
+def _on_ray(spec: Any, candidates: list[str], sets: list[str], limit: int | None, ray_address: str, stage: str,
+            engine_factory: EngineFactory | None, say: Callable[[str], None]) -> None:
+    from rlexp.stages.fanout import evaluate_candidates
+
+    if engine_factory is not None:
+        raise InputError(None, "--ray-address", "a sweep on Ray evaluates with the spec's engine (no engine_factory)")
+    say(f"{stage}: {len(candidates)} candidate(s) as Ray jobs at {ray_address}")
+    evaluate_candidates(spec.spec_path, candidates, sets, limit=limit, ray_address=ray_address,
+                        experiment_dir=spec.experiment_dir, batch=f"sweep-{spec.id}-{stage}")
 
 
 def _write_result(spec: Any, ranking: dict[str, Any]) -> tuple[Path, Path]:

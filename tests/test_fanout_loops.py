@@ -1,0 +1,132 @@
+"""The sweep and the ladder with ``--ray-address`` on a REAL local Ray head: a sweep's candidates as
+concurrent Ray jobs (their records then reused by the sweep's loop), and two ladder runners as
+concurrent Ray jobs on one Optuna study and one MLflow store.
+
+Marked ``ray`` and ``slow``; the head comes from ``tests/test_ray_jobs.py``'s fixture.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from pathlib import Path
+
+import pytest
+from test_fanout import _status, _submissions
+from test_ray_jobs import ray_head  # noqa: F401  (the session's Ray head fixture)
+
+REPO = Path(__file__).resolve().parents[1]
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+
+@pytest.fixture(autouse=True)
+def _forwarded_env(monkeypatch):
+    # the jobs import this tree's rlexp (PYTHONPATH is forwarded to Ray jobs), one torch thread each
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    monkeypatch.setenv("RLEXP_TORCH_THREADS", "1")
+
+
+def _overlap(jobs) -> float:
+    return (min(j.end_time for j in jobs) - max(j.start_time for j in jobs)) / 1000
+
+
+def test_a_sweeps_candidates_run_as_concurrent_ray_jobs(ray_head, tmp_path):  # noqa: F811
+    import yaml
+
+    from rlexp.adapters.tinymodel import build_tiny_model
+    from rlexp.stages.sweep import sweep_models
+    from rlexp.storage.datasets import build_task_datasets
+
+    exp = tmp_path / "exp"
+    files = build_task_datasets(exp / "data", seed=0, pool_size=10, monitor_size=10, primary_size=24, id_size=10,
+                                sanity_size=4)
+    names = ("c0", "c1", "c2")
+    for seed, name in enumerate(names):
+        build_tiny_model(exp / "models" / name, seed=seed)
+    spec = {"candidates": [{"name": n, "model": f"models/{n}"} for n in names],
+            "datasets": {r: {"path": f"data/{Path(files[r].path).name}"} for r in ("ood_primary", "id", "sanity")},
+            "eval": {"engine": "local", "max_tokens": 8, "batch_size": 24},
+            "stages": {"stage2": {"finalists": 2}}, "criteria": {"band": [0.0, 1.0]}}
+    path = exp / "sweeps" / "s1" / "sweep.yaml"
+    path.parent.mkdir(parents=True)
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+
+    result = sweep_models(path, tracking_uri="off", ray_address=ray_head)
+    # every candidate of stage 1 and every finalist of stage 2 was one Ray job; the loop loaded no engine
+    subs = _submissions(exp)
+    assert sorted(subs) == list(names)
+    stage1 = [jobs[0] for jobs in subs.values()]
+    assert all(_status(j) == "SUCCEEDED" and j.driver_exit_code == 0 for js in subs.values() for j in js)
+    assert _overlap(stage1) > 0, "stage 1's candidate jobs did not run at once"
+    assert sorted(n for n, js in subs.items() if len(js) == 2) == sorted(result.ranking["finalists"])
+    assert result.evaluations and not any(e.engine_loaded for e in result.evaluations)
+    # the same ranking as the sweep run here, one candidate after another, on a copy of the inputs
+    import shutil
+
+    here = tmp_path / "here"
+    shutil.copytree(exp, here, ignore=shutil.ignore_patterns("eval", "fanout", "ranking*", "*.md", "*.lock"))
+    local = sweep_models(here / "sweeps" / "s1" / "sweep.yaml", tracking_uri="off")
+    assert all(e.engine_loaded for e in local.evaluations)
+
+    def rows(ranking):
+        return [{k: r[k] for k in ("rank", "name", "primary", "finalist", "selected", "stage2")}
+                for r in ranking["candidates"]]
+
+    assert rows(result.ranking) == rows(local.ranking)
+    assert result.ranking["selection"] == local.ranking["selection"]
+
+
+def _ladder(root: Path) -> Path:
+    """The demo's d1 (fast recipe, small sets, an untrained tiny base) with a ladder over eps_clip."""
+    import dataclasses
+
+    from rlexp.adapters.tinymodel import build_tiny_model
+    from rlexp.stages.demo import DemoConfig, attempt_specs
+    from rlexp.storage.datasets import build_task_datasets
+
+    config = dataclasses.replace(DemoConfig.fast(), monitor_size=10, primary_size=24, id_size=12, sanity_size=4)
+    exp = root / "experiments" / "demo"
+    datasets = build_task_datasets(exp / "data", seed=0, pool_size=config.pool_size, monitor_size=config.monitor_size,
+                                   primary_size=config.primary_size, id_size=config.id_size,
+                                   sanity_size=config.sanity_size)
+    build_tiny_model(exp / "models" / "tiny-base", seed=0)
+    (exp / "d1").mkdir(parents=True)
+    (exp / "d1" / "attempt.yaml").write_text(attempt_specs(config, datasets)["d1"])
+    (exp / "ladder.yaml").write_text("root: d1\nvariables:\n  eps_clip: [0.1, 0.3]\nseeds: [42, 43]\nrungs: 3\n")
+    return exp
+
+
+def test_two_ladder_runners_run_rungs_at_once_on_ray_sharing_the_study(ray_head, tmp_path):  # noqa: F811
+    import optuna
+
+    from rlexp.cli import main
+
+    exp = _ladder(tmp_path)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    # each runner may run 2 rungs; the ladder spec caps the ladder at 3 (the root and two more)
+    assert main(["ladder", "run", str(exp), "--rungs", "2", "--runners", "2", "--ray-address", ray_head,
+                 "--tracking-uri", uri, "--json"]) == 0
+
+    # two runner jobs, both succeeded, on Ray
+    subs = _submissions(exp)
+    assert sorted(subs) == ["runner1", "runner2"]
+    assert all(_status(js[0]) == "SUCCEEDED" and js[0].driver_exit_code == 0 for js in subs.values())
+    assert _overlap([js[0] for js in subs.values()]) > 0
+    # the study (beside the MLflow store) holds three complete trials, no rung twice
+    study = optuna.load_study(study_name="ladder:demo", storage=f"sqlite:///{tmp_path / 'optuna.db'}")
+    trials = study.get_trials()
+    attempts = [t.user_attrs["attempt_id"] for t in trials]
+    assert len(trials) == 3 and len(set(attempts)) == 3 and attempts[0] == "d1"
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
+    for trial in trials:
+        decision = json.loads((exp / trial.user_attrs["attempt_id"] / "decision.json").read_text())
+        assert trial.user_attrs["decision"] == decision["decision"] and trial.user_attrs["mlflow_run_id"]
+    # after the root, the two rungs ran at the same time (their trials' start and end), one per runner
+    second, third = trials[1], trials[2]
+    assert max(second.datetime_start, third.datetime_start) < min(second.datetime_complete,
+                                                                  third.datetime_complete)
+    # both runners wrote to one MLflow store: a run per rung
+    db = sqlite3.connect(tmp_path / "mlflow.db")
+    runs = {name for (name,) in db.execute("select name from runs where lifecycle_stage = 'active'")}
+    assert set(attempts) <= runs
