@@ -130,6 +130,21 @@ def test_fanout_names_and_state_are_checked(tmp_path):
     assert "jobs.a.status" in err.value.one_line() and str(path) in err.value.one_line()
 
 
+def test_an_attempts_job_is_the_demos_sequence_with_absolute_paths(tmp_path):
+    from rlexp.stages.fanout import SOP_STEPS, attempt_job
+
+    attempt = tmp_path / "exp" / "d1"
+    job = attempt_job(attempt, "sqlite:////abs/mlflow.db", SOP_STEPS)
+    verbs = [" ".join(s.argv[: s.argv.index(str(attempt))]) for s in job.steps]
+    assert verbs == ["plan", "guard g0", "guard g2", "launch", "guard g1", "eval", "guard g4", "guard audit"]
+    launch = next(s for s in job.steps if s.argv[0] == "launch")
+    assert launch.argv[1:] == (str(attempt), "--backend", "local", "--resume", "--json", "--tracking-uri",
+                               "sqlite:////abs/mlflow.db") and launch.ok_codes == (0,)
+    # a guard's failed verdict (exit 1) is a record and the job goes on; bad input (2) stops it
+    assert {s.ok_codes for s in job.steps if s.argv[0] == "guard"} == {(0, 1)}
+    assert job.name == "d1" and Path(job.steps[0].argv[1]).is_absolute()
+
+
 def test_the_fanout_command_refuses_bad_attempts_in_one_line(tmp_path, capsys):
     from rlexp.cli import main
 
@@ -257,18 +272,21 @@ def _delta_pp(attempt: Path, checkpoint: str, set_role: str = "ood_primary") -> 
 
 @pytest.mark.ray
 @pytest.mark.slow
-def test_two_seeds_of_one_rung_run_concurrently_on_ray_and_gate_2_sees_both(ray_head, tmp_path):  # noqa: F811
+def test_two_seeds_of_one_rung_run_concurrently_on_ray_and_gate_2_sees_both(ray_head, tmp_path, capsys):  # noqa: F811
     import sqlite3
 
-    from rlexp.stages.fanout import run_attempts
+    from rlexp.cli import main
 
     exp = _demo_pair(tmp_path)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     started = time.monotonic()
-    result = run_attempts([exp / "d1", exp / "d1s2"], ray_address=ray_head, tracking_uri=uri, poll_s=0.5)
+    code = main(["fanout", str(exp / "d1"), str(exp / "d1s2"), "--ray-address", ray_head, "--tracking-uri", uri,
+                 "--json"])
     wall = time.monotonic() - started
-    tails = {r.name: r.log_tail[-1500:] for r in result.fanout.results}
-    assert result.ok, tails
+    out = capsys.readouterr().out
+    result = json.loads(out.strip().splitlines()[-1])
+    assert code == 0, {j["name"]: j["log_tail"][-1500:] for j in result["jobs"]}
+    assert result["mode"] == "ray" and result["ok"]
 
     # both Ray jobs succeeded and ran at the same time (Ray's own start and end times)
     subs = _submissions(exp)
@@ -276,7 +294,7 @@ def test_two_seeds_of_one_rung_run_concurrently_on_ray_and_gate_2_sees_both(ray_
     assert _status(d1) == _status(d1s2) == "SUCCEEDED" and d1.driver_exit_code == d1s2.driver_exit_code == 0
     assert max(d1.start_time, d1s2.start_time) < min(d1.end_time, d1s2.end_time), "the two jobs did not overlap"
     overlap = (min(d1.end_time, d1s2.end_time) - max(d1.start_time, d1s2.start_time)) / 1000
-    assert result.fanout.overlap_s() == pytest.approx(overlap, abs=0.01)
+    assert result["overlap_s"] == pytest.approx(overlap, abs=0.01)
     for attempt in ("d1", "d1s2"):
         st = json.loads((exp / attempt / "launch" / "state.json").read_text())
         assert st["state"] == "finished" and st["exit_code"] == 0
@@ -286,7 +304,7 @@ def test_two_seeds_of_one_rung_run_concurrently_on_ray_and_gate_2_sees_both(ray_
     runs = dict(db.execute("select r.name, count(distinct m.step) from runs r join metrics m on m.run_uuid = "
                            "r.run_uuid where m.key = 'reward' group by r.name").fetchall())
     assert runs == {"d1": 4, "d1s2": 4}
-    logs = "".join(Path(r.log_path).read_text() for r in result.fanout.results)
+    logs = "".join(Path(j["log"]).read_text() for j in result["jobs"])
     assert "database is locked" not in logs
 
     # decided in order: d1 alone (no sibling yet), then d1s2 with Gate-2 over both seeds
@@ -306,6 +324,7 @@ def test_two_seeds_of_one_rung_run_concurrently_on_ray_and_gate_2_sees_both(ray_
     # Gate-1b and Gate-2 pass
     assert second["decision"] != "CONFIRM"
     assert (second["decision"] == "STOP-1") == (second["gates"]["gate_1b"]["passed"] and gate2["passed"])
-    assert result.decisions["d1s2"].decision == second["decision"]
+    assert result["decisions"] == {"d1": {"decision": first["decision"], "reason": first["reason"]},
+                                   "d1s2": {"decision": second["decision"], "reason": second["reason"]}}
     print(f"two seeds on Ray: {wall:.1f} s wall, jobs overlapped {overlap:.1f} s; decisions "
           f"{first['decision']} / {second['decision']}")

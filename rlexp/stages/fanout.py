@@ -42,7 +42,7 @@ SOP_STEPS: tuple[tuple[tuple[str, ...], tuple[str, ...], tuple[int, ...]], ...] 
     (("launch",), ("--backend", "local", "--resume", "--json"), (0,)),
     (("guard", "g1"), (), (0, 1)),
     (("eval",), (), (0,)),
-    (("guard", "g4"), (), (0, 1)),
+    (("guard", "g4"), ("--limit", "200"), (0, 1)),
     (("guard", "audit"), ("--draw",), (0, 1)),
 )
 
