@@ -212,7 +212,7 @@ def test_ray_fanout_reports_every_job_and_resubmits_only_what_did_not_succeed(ra
 def test_a_killed_fanout_reattaches_to_its_running_jobs(ray_head, tmp_path):  # noqa: F811
     exp = tmp_path / "exp"
     code = ("import sys; from rlexp.backends.fanout import Job, Step, run_jobs\n"
-            "steps = (Step(('sop', 'calibrate', '--sims', '400', '--resamples', '400', '--json')),)\n"
+            "steps = (Step(('sop', 'calibrate', '--sims', '50000', '--json')),)  # some seconds\n"
             "r = run_jobs([Job('slow', steps)], experiment_dir=sys.argv[1], batch='k', ray_address=sys.argv[2],"
             " poll_s=0.2)\n"
             "print(r.result('slow').status, r.result('slow').reused)\n")
