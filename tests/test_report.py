@@ -263,7 +263,8 @@ def test_status_names_a_broken_spec_instead_of_hiding_it(tmp_path, capsys):
 
     attempt = tmp_path / "exp" / "a1"
     attempt.mkdir(parents=True)
-    (attempt / "attempt.yaml").write_text("id: a1\nrecipe: {eps_clipp: 0.1}\n")
+    (attempt / "attempt.yaml").write_text("id: a1\ntrainer: {name: openrlhf, version: '0.9.3'}\n"
+                                          "recipe: {eps_clipp: 0.1}\n")
     assert main(["status", str(attempt.parent), "--json"]) == 0
     row = json.loads(capsys.readouterr().out)["attempts"][0]
     assert row["state"] == "not launched"
