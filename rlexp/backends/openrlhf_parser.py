@@ -30,9 +30,7 @@ import argparse
 import ast
 import builtins
 import contextlib
-import hashlib
 import io
-import os
 import re
 import subprocess
 import sys
@@ -41,6 +39,9 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from rlexp.backends import pinned_wheels
+from rlexp.backends.pinned_wheels import ReleaseError, sha256_of
 
 FLAGS_DIR = Path(__file__).with_name("flags")
 VERSIONS_FILE = FLAGS_DIR / "versions.txt"
@@ -52,10 +53,6 @@ FETCH_SCRIPT = "scripts/fetch-openrlhf"
 # for the cp311 one whatever Python runs the download keeps the pinned sha256 valid everywhere.
 WHEEL_TAG = ("--python-version", "3.11", "--implementation", "cp", "--abi", "cp311",
              "--platform", "manylinux1_x86_64")
-
-
-class ReleaseError(Exception):
-    """A listed release whose wheel or parser cannot be used (missing wheel, changed layout)."""
 
 
 class NeedsDependency(Exception):
@@ -109,48 +106,18 @@ def format_versions_file(releases: list[Release]) -> str:
 
 def cache_dir() -> Path:
     """Where wheels are kept between runs: ``$RLEXP_OPENRLHF_CACHE`` or ``~/.cache/rlexp/openrlhf``."""
-    configured = os.environ.get(CACHE_ENV)
-    return Path(configured).expanduser() if configured else Path.home() / ".cache" / "rlexp" / "openrlhf"
+    return pinned_wheels.cache_dir(CACHE_ENV, "openrlhf")
 
 
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def download(version: str, dest: Path, python: str = sys.executable) -> Path:
+def download(version: str, dest: Path) -> Path:
     """``pip download --no-deps`` one release's wheel into ``dest``; returns the wheel's path."""
-    dest.mkdir(parents=True, exist_ok=True)
-    before = set(dest.glob("openrlhf-*.whl"))
-    argv = [python, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:", *WHEEL_TAG,
-            "--dest", str(dest), f"openrlhf=={version}"]
-    result = subprocess.run(argv, capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        tail = (result.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise ReleaseError(f"pip download openrlhf=={version} failed: {tail}")
-    wanted = [p for p in dest.glob(f"openrlhf-{version}-*.whl")]
-    if not wanted:
-        new = sorted(set(dest.glob("openrlhf-*.whl")) - before)
-        raise ReleaseError(f"pip download openrlhf=={version} left no such wheel (new files: {new})")
-    return wanted[0]
+    return pinned_wheels.download("openrlhf", version, dest, pip_args=WHEEL_TAG)
 
 
 def fetch(release: Release, dest: Path | None = None) -> Path:
     """The release's wheel in the cache, downloaded if absent; its sha256 must match the list."""
-    dest = dest or cache_dir()
-    path = dest / release.wheel
-    if not path.exists():
-        got = download(release.version, dest)
-        if got.name != release.wheel:
-            raise ReleaseError(f"openrlhf=={release.version}: pip chose {got.name}, the list pins {release.wheel}")
-    actual = sha256_of(path)
-    if actual != release.sha256:
-        raise ReleaseError(f"{path}: sha256 {actual} differs from the pinned {release.sha256} "
-                           f"(delete it to download again, or run {REFRESH_SCRIPT} if the release was replaced)")
-    return path
+    return pinned_wheels.fetch("openrlhf", release.version, release.wheel, release.sha256, dest or cache_dir(),
+                               refresh_script=REFRESH_SCRIPT, pip_args=WHEEL_TAG)
 
 
 def wheel_for(version: str, dest: Path | None = None) -> Path:

@@ -17,7 +17,6 @@ pinned by its sha256) into :func:`cache_dir` for the tests that compare the tabl
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import zipfile
@@ -25,7 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlexp.backends.openrlhf_parser import ReleaseError, sha256_of
+from rlexp.backends import pinned_wheels
+from rlexp.backends.pinned_wheels import ReleaseError, sha256_of
 
 KEYS_MODULE = Path(__file__).resolve().parents[1] / "core" / "trainers" / "verl_keys.py"
 CACHE_ENV = "RLEXP_VERL_CACHE"
@@ -71,8 +71,7 @@ def known_versions() -> list[str]:
 
 def cache_dir() -> Path:
     """``$RLEXP_VERL_CACHE`` or ``~/.cache/rlexp/verl``: the wheels and Hydra, outside the repository."""
-    configured = os.environ.get(CACHE_ENV)
-    return Path(configured).expanduser() if configured else Path.home() / ".cache" / "rlexp" / "verl"
+    return pinned_wheels.cache_dir(CACHE_ENV, "verl")
 
 
 def hydra_dir(dest: Path | None = None) -> Path:
@@ -80,34 +79,15 @@ def hydra_dir(dest: Path | None = None) -> Path:
     return (dest or cache_dir()) / HYDRA_REQUIREMENT.replace("==", "-")
 
 
-def download(version: str, dest: Path, python: str = sys.executable) -> Path:
+def download(version: str, dest: Path) -> Path:
     """``pip download --no-deps verl==<version>`` (a pure-Python wheel) into ``dest``."""
-    dest.mkdir(parents=True, exist_ok=True)
-    argv = [python, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:", "--dest", str(dest),
-            f"verl=={version}"]
-    result = subprocess.run(argv, capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        tail = (result.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise ReleaseError(f"pip download verl=={version} failed: {tail}")
-    wanted = sorted(dest.glob(f"verl-{version}-*.whl"))
-    if not wanted:
-        raise ReleaseError(f"pip download verl=={version} left no verl-{version}-*.whl in {dest}")
-    return wanted[0]
+    return pinned_wheels.download("verl", version, dest)
 
 
 def fetch(release: Release, dest: Path | None = None) -> Path:
     """The release's wheel in the cache, downloaded if absent; its sha256 must match the list."""
-    dest = dest or cache_dir()
-    path = dest / release.wheel
-    if not path.exists():
-        got = download(release.version, dest)
-        if got.name != release.wheel:
-            raise ReleaseError(f"verl=={release.version}: pip chose {got.name}, the list pins {release.wheel}")
-    actual = sha256_of(path)
-    if actual != release.sha256:
-        raise ReleaseError(f"{path}: sha256 {actual} differs from the pinned {release.sha256} "
-                           f"(delete it to download again, or run {REFRESH_SCRIPT} if the release was replaced)")
-    return path
+    return pinned_wheels.fetch("verl", release.version, release.wheel, release.sha256, dest or cache_dir(),
+                               refresh_script=REFRESH_SCRIPT)
 
 
 def fetch_hydra(dest: Path | None = None, python: str = sys.executable) -> Path:

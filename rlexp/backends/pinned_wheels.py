@@ -1,0 +1,67 @@
+"""Wheels of third-party releases pinned by sha256, kept in a cache outside the repository.
+
+The OpenRLHF parser tables and the verl key table are read from the releases' own wheels; those
+wheels are downloaded once (``pip download --no-deps``, never installed) into a cache directory
+and every later use checks the file against the sha256 the repository lists for it, so a wheel
+replaced upstream or damaged on disk is an error rather than a silent change of the tables.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+
+class ReleaseError(Exception):
+    """A listed release whose wheel or contents cannot be used (missing wheel, changed layout)."""
+
+
+def cache_dir(env: str, name: str) -> Path:
+    """``$<env>`` or ``~/.cache/rlexp/<name>``."""
+    configured = os.environ.get(env)
+    return Path(configured).expanduser() if configured else Path.home() / ".cache" / "rlexp" / name
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def download(package: str, version: str, dest: Path, *, python: str = sys.executable,
+             pip_args: Sequence[str] = ()) -> Path:
+    """``pip download --no-deps <package>==<version>`` (a wheel only) into ``dest``; its path."""
+    dest.mkdir(parents=True, exist_ok=True)
+    before = set(dest.glob(f"{package}-*.whl"))
+    argv = [python, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:", *pip_args,
+            "--dest", str(dest), f"{package}=={version}"]
+    result = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        tail = (result.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise ReleaseError(f"pip download {package}=={version} failed: {tail}")
+    wanted = sorted(dest.glob(f"{package}-{version}-*.whl"))
+    if not wanted:
+        new = sorted(set(dest.glob(f"{package}-*.whl")) - before)
+        raise ReleaseError(f"pip download {package}=={version} left no such wheel (new files: {new})")
+    return wanted[0]
+
+
+def fetch(package: str, version: str, wheel: str, sha256: str, dest: Path, *, refresh_script: str,
+          pip_args: Sequence[str] = ()) -> Path:
+    """The pinned wheel in ``dest``, downloaded if absent; its sha256 must equal the pinned one."""
+    path = dest / wheel
+    if not path.exists():
+        got = download(package, version, dest, pip_args=pip_args)
+        if got.name != wheel:
+            raise ReleaseError(f"{package}=={version}: pip chose {got.name}, the list pins {wheel}")
+    actual = sha256_of(path)
+    if actual != sha256:
+        raise ReleaseError(f"{path}: sha256 {actual} differs from the pinned {sha256} "
+                           f"(delete it to download again, or run {refresh_script} if the release was replaced)")
+    return path
