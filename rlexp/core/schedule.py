@@ -374,3 +374,16 @@ def checkpoint_plan(steps: Steps, recipe: Mapping[str, Any], mid: int | None) ->
     saved_set = set(saved)
     candidates = tuple(g for g in evaluated if g in saved_set)
     return CheckpointPlan(total, mid, tuple(saved), tuple(evaluated), candidates)
+
+
+def milestone_steps(att: Any, total: int, warmup_global: float) -> list[int]:
+    """Global steps worth a row in the LR table: start, end of warm-up, step 20 (the LR check),
+    quarters of the run, the mid checkpoint, the intended length, the final step."""
+    points = {1, min(total, 20), max(1, math.ceil(warmup_global)), total}
+    points |= {max(1, round(total * q)) for q in (0.25, 0.5, 0.75)}
+    if att.checkpoints_mid:
+        points.add(att.checkpoints_mid)
+    intent = att.intent.get("global_steps")
+    if intent:
+        points.add(intent)
+    return sorted(p for p in points if 1 <= p <= total)

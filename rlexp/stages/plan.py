@@ -11,6 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rlexp.core.numbers import jsonable
+from rlexp.core.schedule import milestone_steps
+
 if TYPE_CHECKING:
     from rlexp.core.spec import Attempt
 
@@ -94,10 +97,10 @@ def build_plan(att: Attempt) -> dict[str, Any]:
         "spec_chain_sha256": att.chain_sha256(),
         "trainer": {"name": att.trainer.name, "version": att.trainer.version, "gpus": att.trainer.gpus},
         **trainer_plan,
-        "intent": _jsonable(att.intent),
-        "change": _jsonable(att.change),
+        "intent": jsonable(att.intent),
+        "change": jsonable(att.change),
         "diff": [
-            {"key": d.key, "parent": _jsonable(d.parent), "value": _jsonable(d.value), "kind": d.kind}
+            {"key": d.key, "parent": jsonable(d.parent), "value": jsonable(d.value), "kind": d.kind}
             for d in diff_against_parent(att)
         ],
         "datasets": {
@@ -172,30 +175,3 @@ def trainer_details(att: Attempt, steps: Any) -> dict[str, Any]:
     if att.trainer.name == "trl":
         details["trl"] = steps.as_dict()
     return details
-
-
-def milestone_steps(att: Attempt, total: int, warmup_global: float) -> list[int]:
-    """Global steps worth a row in the LR table: start, end of warm-up, step 20 (the LR check),
-    quarters of the run, the mid checkpoint, the intended length, the final step."""
-    import math
-
-    points = {1, min(total, 20), max(1, math.ceil(warmup_global)), total}
-    points |= {max(1, round(total * q)) for q in (0.25, 0.5, 0.75)}
-    if att.checkpoints_mid:
-        points.add(att.checkpoints_mid)
-    intent = att.intent.get("global_steps")
-    if intent:
-        points.add(intent)
-    return sorted(p for p in points if 1 <= p <= total)
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, Path):
-        return str(value)
-    if isinstance(value, tuple | list):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if value is None or isinstance(value, str | int | float | bool):
-        return value
-    return str(value)  # YAML dates and the like

@@ -9,9 +9,10 @@ The ``steps`` section keeps the OpenRLHF plan's field names where the meaning ca
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rlexp.core.numbers import jsonable
+from rlexp.core.schedule import milestone_steps
 from rlexp.errors import InputError
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ def build_verl_plan(att: Attempt) -> dict[str, Any]:
     ckpt = verl_checkpoint_plan(steps, schedule, att.checkpoints_mid)
     power = primary_power(att)
     checks = verl_preflight(att, steps, schedule, power)
-    milestones = _milestones(att, steps.global_steps_total, steps.warmup_global_steps)
+    milestones = milestone_steps(att, steps.global_steps_total, steps.warmup_global_steps)
     rows, coverage = lr_rows_for_plan(steps, extra=milestones)  # reads only global_steps_total
     monitor = att.datasets.get("ood_monitor")
     power_json: dict[str, Any] = power.as_dict() if power else {"mde_pp": None, "power_at_win_threshold": None,
@@ -70,9 +71,9 @@ def build_verl_plan(att: Attempt) -> dict[str, Any]:
         "trainer": {"name": att.trainer.name, "version": version, "gpus": att.trainer.gpus},
         "openrlhf_command": None,
         "verl_command": command,
-        "intent": _jsonable(att.intent),
-        "change": _jsonable(att.change),
-        "diff": [{"key": d.key, "parent": _jsonable(d.parent), "value": _jsonable(d.value), "kind": d.kind}
+        "intent": jsonable(att.intent),
+        "change": jsonable(att.change),
+        "diff": [{"key": d.key, "parent": jsonable(d.parent), "value": jsonable(d.value), "kind": d.kind}
                  for d in diff_against_parent(att)],
         "datasets": {role: {"path": str(ref.path) if ref.path else None, "size": ref.size,
                             "stated_size": ref.stated_size, "exists": ref.exists, "prompt_suffix": ref.prompt_suffix}
@@ -127,28 +128,3 @@ def build_verl_plan(att: Attempt) -> dict[str, Any]:
         "checks": [c.to_dict() for c in checks],
         "power": power_json,
     }
-
-
-def _milestones(att: Attempt, total: int, warmup_global: float) -> list[int]:
-    """As rlexp.stages.plan.milestone_steps: start, end of warm-up, step 20, quarters, mid, intent, final."""
-    import math
-
-    points = {1, min(total, 20), max(1, math.ceil(warmup_global)), total}
-    points |= {max(1, round(total * q)) for q in (0.25, 0.5, 0.75)}
-    if att.checkpoints_mid:
-        points.add(att.checkpoints_mid)
-    if att.intent.get("global_steps"):
-        points.add(att.intent["global_steps"])
-    return sorted(p for p in points if 1 <= p <= total)
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, Path):
-        return str(value)
-    if isinstance(value, tuple | list):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if value is None or isinstance(value, str | int | float | bool):
-        return value
-    return str(value)
