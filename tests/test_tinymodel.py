@@ -28,7 +28,7 @@ def test_loads_with_auto_classes_and_has_the_ids_set(tiny):
     config = AutoConfig.from_pretrained(tiny)
     generation = GenerationConfig.from_pretrained(tiny)
     assert config.model_type == "llama" and config.num_hidden_layers == 3 and config.hidden_size == 128
-    assert 0.4e6 < sum(p.numel() for p in model.parameters()) < 1.0e6  # docs/trainer.md: 0.62 M
+    assert 0.4e6 < sum(p.numel() for p in model.parameters()) < 1.0e6  # docs/local-trainer.md: 0.62 M
     assert config.vocab_size == len(tokenizer) == 95 + 7
     for source in (config, generation):
         assert source.eos_token_id == tokenizer.eos_token_id == tokenizer.convert_tokens_to_ids("<|eos|>")

@@ -7,7 +7,7 @@ Two steps, each cached on disk:
   that loads with ``AutoModelForCausalLM`` / ``AutoTokenizer``. No hub access.
 - :func:`sft_tiny_model` supervises it briefly on the task's training distribution so that it
   answers ``\\boxed{N}`` — and stops early, around 45% greedy accuracy on held-out shifted
-  problems, so GRPO has real headroom (docs/trainer.md gives the measured numbers).
+  problems, so GRPO has real headroom (docs/local-trainer.md gives the measured numbers).
 
 The tokenizer is one token per character (printable ASCII) plus special tokens; arithmetic is
 far easier to learn digit by digit than through BPE merges. The chat template puts the BOS token
@@ -49,7 +49,7 @@ CHAT_TEMPLATE = (
 
 @dataclass(frozen=True)
 class TinyModelConfig:
-    """Shape of the tiny model. The defaults are the measured setting of docs/trainer.md (0.62 M
+    """Shape of the tiny model. The defaults are the measured setting of docs/local-trainer.md (0.62 M
     parameters): small enough for the CPU demo, large enough to learn the task."""
 
     num_hidden_layers: int = 3

@@ -32,7 +32,7 @@ EXPERIMENT = "demo"
 
 # The demo's training recipe (OpenRLHF v0.9.x key names). Measured on the 2-core machine: 64
 # global steps in ~80 s move OOD accuracy of the supervised tiny base from ~46% to ~66%
-# (docs/trainer.md). LoRA on all seven projections; one pass over a 1,024-prompt pool.
+# (docs/local-trainer.md). LoRA on all seven projections; one pass over a 1,024-prompt pool.
 DEMO_RECIPE: dict[str, Any] = {
     "advantage_estimator": "dr_grpo",
     "eps_clip": 0.2,
