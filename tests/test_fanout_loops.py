@@ -1,6 +1,7 @@
 """The sweep and the ladder with ``--ray-address`` on a REAL local Ray head: a sweep's candidates as
 concurrent Ray jobs (their records then reused by the sweep's loop), and two ladder runners as
-concurrent Ray jobs on one Optuna study and one MLflow store.
+concurrent Ray jobs on one Optuna study and one MLflow store, running two seeds of one rung at once
+(``seeds_at_once``) and deciding them in order so that Gate-2 sees both.
 
 Marked ``ray`` and ``slow``; the head comes from ``tests/test_ray_jobs.py``'s fixture.
 """
@@ -13,7 +14,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from test_fanout import _status, _submissions
+from test_fanout import _delta_pp, _status, _submissions
 from test_ray_jobs import ray_head  # noqa: F401  (the session's Ray head fixture)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -78,7 +79,8 @@ def test_a_sweeps_candidates_run_as_concurrent_ray_jobs(ray_head, tmp_path):  # 
 
 
 def _ladder(root: Path) -> Path:
-    """The demo's d1 (fast recipe, small sets, an untrained tiny base) with a ladder over eps_clip."""
+    """The demo's d1 (fast recipe, small sets, an untrained tiny base) with a ladder over eps_clip
+    whose rungs run with their confirmation seeds at once."""
     import dataclasses
 
     from rlexp.adapters.tinymodel import build_tiny_model
@@ -93,40 +95,65 @@ def _ladder(root: Path) -> Path:
     build_tiny_model(exp / "models" / "tiny-base", seed=0)
     (exp / "d1").mkdir(parents=True)
     (exp / "d1" / "attempt.yaml").write_text(attempt_specs(config, datasets)["d1"])
-    (exp / "ladder.yaml").write_text("root: d1\nvariables:\n  eps_clip: [0.1, 0.3]\nseeds: [42, 43]\nrungs: 3\n")
+    (exp / "ladder.yaml").write_text("root: d1\nvariables:\n  eps_clip: [0.1, 0.3]\nseeds: [42, 43]\nrungs: 3\n"
+                                        "seeds_at_once: true\n")
     return exp
 
 
-def test_two_ladder_runners_run_rungs_at_once_on_ray_sharing_the_study(ray_head, tmp_path):  # noqa: F811
+def test_two_ladder_runners_run_two_seeds_of_one_rung_at_once_on_ray_and_gate_2_sees_both(ray_head,  # noqa: F811
+                                                                                            tmp_path, capsys):
+    import time
+
     import optuna
 
     from rlexp.cli import main
+    from rlexp.core.spec import load_attempt
 
     exp = _ladder(tmp_path)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    # each runner may run 2 rungs; the ladder spec caps the ladder at 3 (the root and two more)
-    assert main(["ladder", "run", str(exp), "--rungs", "2", "--runners", "2", "--ray-address", ray_head,
-                 "--tracking-uri", uri, "--json"]) == 0
+    # each runner may run 2 rungs; the ladder spec caps the ladder at 3: the root d1 with its
+    # confirmation seed d1s2 (at once, seeds_at_once), then one grid rung once d1 is decided
+    started = time.monotonic()
+    code = main(["ladder", "run", str(exp), "--rungs", "2", "--runners", "2", "--ray-address", ray_head,
+                 "--tracking-uri", uri, "--json"])
+    wall = time.monotonic() - started
+    assert code == 0, capsys.readouterr()
 
-    # two runner jobs, both succeeded, on Ray
+    # two runner jobs, both succeeded, on Ray, at the same time
     subs = _submissions(exp)
     assert sorted(subs) == ["runner1", "runner2"]
     assert all(_status(js[0]) == "SUCCEEDED" and js[0].driver_exit_code == 0 for js in subs.values())
     assert _overlap([js[0] for js in subs.values()]) > 0
     # the study (beside the MLflow store) holds three complete trials, no rung twice
     study = optuna.load_study(study_name="ladder:demo", storage=f"sqlite:///{tmp_path / 'optuna.db'}")
-    trials = study.get_trials()
-    attempts = [t.user_attrs["attempt_id"] for t in trials]
-    assert len(trials) == 3 and len(set(attempts)) == 3 and attempts[0] == "d1"
-    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
-    for trial in trials:
-        decision = json.loads((exp / trial.user_attrs["attempt_id"] / "decision.json").read_text())
-        assert trial.user_attrs["decision"] == decision["decision"] and trial.user_attrs["mlflow_run_id"]
-    # after the root, the two rungs ran at the same time (their trials' start and end), one per runner
-    second, third = trials[1], trials[2]
-    assert max(second.datetime_start, third.datetime_start) < min(second.datetime_complete,
-                                                                  third.datetime_complete)
-    # both runners wrote to one MLflow store: a run per rung
+    trials = {t.user_attrs["attempt_id"]: t for t in study.get_trials()}
+    assert len(study.get_trials()) == 3 and sorted(trials) == ["d1", "d1-r1", "d1s2"]
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials.values())
+    # each trial carries its attempt's seed, decision and MLflow run; the two seeds of d1 differ
     db = sqlite3.connect(tmp_path / "mlflow.db")
-    runs = {name for (name,) in db.execute("select name from runs where lifecycle_stage = 'active'")}
-    assert set(attempts) <= runs
+    runs = dict(db.execute("select name, run_uuid from runs where lifecycle_stage = 'active'").fetchall())
+    for attempt, trial in trials.items():
+        decision = json.loads((exp / attempt / "decision.json").read_text())
+        assert trial.user_attrs["decision"] == decision["decision"]
+        assert trial.user_attrs["seed"] == load_attempt(exp / attempt).recipe["seed"]
+        assert trial.user_attrs["mlflow_run_id"] == runs[attempt]
+    seed, sibling = trials["d1"], trials["d1s2"]
+    assert (sibling.user_attrs["kind"], sibling.user_attrs["seed_of"], sibling.user_attrs["changed_variable"]) == (
+        "confirmation", "d1", "seed")
+    assert {seed.user_attrs["seed"], sibling.user_attrs["seed"]} == {42, 43}
+    # the two seeds ran at the same time: their trials (claim to record) and their MLflow runs
+    assert max(seed.datetime_start, sibling.datetime_start) < min(seed.datetime_complete, sibling.datetime_complete)
+    (s1, e1), (s2, e2) = (db.execute("select start_time, end_time from runs where run_uuid = ?", (runs[a],)).fetchone()
+                          for a in ("d1", "d1s2"))
+    assert max(s1, s2) < min(e1, e2), "the two seeds' MLflow runs did not overlap"
+    # decided in order: d1 alone, then d1s2 with Gate-2 over both seeds
+    first = json.loads((exp / "d1" / "decision.json").read_text())
+    second = json.loads((exp / "d1s2" / "decision.json").read_text())
+    assert first["gates"]["gate_2"]["numbers"]["siblings"] == []
+    gate2 = second["gates"]["gate_2"]["numbers"]
+    assert gate2["siblings"] == ["d1"] and gate2["seeds"] == 2
+    by_hand = [_delta_pp(exp / "d1s2", second["primary_checkpoint"]), _delta_pp(exp / "d1", first["primary_checkpoint"])]
+    assert gate2["seed_deltas_pp"] == pytest.approx(by_hand)
+    assert second["decision"] != "CONFIRM"  # its sibling decided: no third seed is asked for
+    print(f"ladder with seeds at once on Ray: {wall:.1f} s wall; decisions {first['decision']} / "
+          f"{second['decision']} / {trials['d1-r1'].user_attrs['decision']}")

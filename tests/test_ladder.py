@@ -46,6 +46,10 @@ def cli(*args, cwd):
     ({"root": "r", "variables": {"eps_clip": []}, "seeds": [1], "rungs": 3}, "variables.eps_clip", "list of 1"),
     ({"root": "r", "variables": {"eps_clip": [0.1]}, "seeds": [1, True], "rungs": 3}, "seeds", "integer"),
     ({"root": "r", "variables": {"eps_clip": [0.1]}, "seeds": [1], "rungs": 0}, "rungs", "[1, 1000]"),
+    ({"root": "r", "variables": {"eps_clip": [0.1]}, "seeds": [1, 2], "rungs": 3, "seeds_at_once": "yes"},
+     "seeds_at_once", "true or false"),
+    ({"root": "r", "variables": {"eps_clip": [0.1]}, "seeds": [1], "rungs": 3, "seeds_at_once": True},
+     "seeds_at_once", "at least two seeds"),
 ])
 def test_spec_refusals_name_the_file_and_the_field(raw, field, words):
     with pytest.raises(InputError) as err:
@@ -114,6 +118,34 @@ def test_confirm_asks_for_a_confirmation_seed_sibling():
     # the root's own confirmation seed has no parent
     p = next_of([root("CONFIRM")])
     assert (p.attempt, p.parent, p.seed, p.seed_of) == ("rs2", None, 43, "r")
+
+
+def test_seeds_at_once_proposes_each_rungs_confirmation_seed_with_it_before_any_decision():
+    import dataclasses
+
+    eager = dataclasses.replace(SPEC, seeds_at_once=True)
+    assert parse_ladder_spec({"root": "r", "variables": {"eps_clip": [0.1]}, "seeds": [42, 43], "rungs": 3,
+                              "seeds_at_once": True}, "l.yaml").seeds_at_once
+    assert not parse_ladder_spec({"root": "r", "variables": {"eps_clip": [0.1]}, "seeds": [42], "rungs": 3},
+                                 "l.yaml").seeds_at_once
+    # the root, undecided: without the setting everything waits; with it, its seed runs at once
+    assert next_of([root(None)]).action == "wait"
+    p = next_of([root(None)], spec=eager)
+    assert (p.action, p.kind, p.attempt, p.parent, p.seed, p.seed_of) == ("run", "confirmation", "rs2", None, 43, "r")
+    # both seeds claimed, the root undecided: the rest still waits for the root
+    both = [root(None), Rung("rs2", None, None, None, 43, "r")]
+    assert next_of(both, spec=eager).action == "wait"
+    # a grid rung being run (no decision) gets its seed next, ahead of the next grid value
+    rungs = [root("CONTINUE"), Rung("rs2", None, None, None, 43, "r", "CONTINUE"),
+             Rung("r-r1", "r", "eps_clip", 0.1, 42, None, None)]
+    p = next_of(rungs, spec=eager)
+    assert (p.kind, p.attempt, p.parent, p.variable, p.value, p.seed, p.seed_of) == (
+        "confirmation", "r-r1s2", "r", "eps_clip", 0.1, 43, "r-r1")
+    rungs.append(Rung("r-r1s2", "r", "eps_clip", 0.1, 43, "r-r1"))
+    assert (next_of(rungs, spec=eager).attempt, next_of(rungs, spec=eager).value) == ("r-r2", 0.3)
+    # the spec's rung count caps the seeds too, and a stopped ladder adds none
+    assert next_of(rungs[:3], spec=dataclasses.replace(eager, rungs=3)).kind == "complete"
+    assert next_of([root("STOP-3a")], spec=eager).kind == "STOP-3a"
 
 
 def test_after_stop_1_the_next_rung_starts_from_the_pinned_sota():

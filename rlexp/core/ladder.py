@@ -9,12 +9,16 @@ values per training variable, the seeds for confirmation runs and the number of 
       n_samples_per_prompt: [16]
     seeds: [42, 43, 44]       # the first is the ladder's; the others go to confirmation seeds
     rungs: 6                  # the ladder stops after this many rungs (the root counts)
+    seeds_at_once: false      # true: each rung's confirmation seed is proposed with it, not after CONFIRM
 
 :func:`propose` is the rule that picks the next rung from what the ladder has done so far; it is
 a pure function of the rungs (with their decisions) and the SOTA pin:
 
 - the root runs first, and nothing else runs before it is decided;
 - the next rung's parent is the pinned SOTA attempt when there is one, else the root;
+- with ``seeds_at_once``: a rung without a confirmation seed gets one next, decided or not (so a
+  second runner runs both seeds at once; the seed decides after its sibling, see
+  :func:`rlexp.stages.ladder.run_ladder`);
 - after CONFIRM: a confirmation seed (a sibling with the next unused seed, ``seed_of`` the rung);
 - after CONTINUE: the next untried grid value from the same parent — values of the variables the
   fault tree points at (:data:`FAULT_CLASS_VARIABLES`) first;
@@ -37,7 +41,7 @@ from rlexp.core.recipe import FLAG_VALUE, TRAINING, recipe_key
 from rlexp.core.spec import _ID_RE, Attempt, Difference, validate_recipe, values_equal
 from rlexp.errors import InputError
 
-LADDER_KEYS = ("root", "variables", "seeds", "rungs", "description")
+LADDER_KEYS = ("root", "variables", "seeds", "rungs", "description", "seeds_at_once")
 MAX_RUNGS = 1000
 MAX_VALUES = 100
 STOP_DECISIONS = ("STOP-3a", "STOP-3b")
@@ -59,6 +63,7 @@ class LadderSpec:
     rungs: int
     path: str = ""
     description: str = ""
+    seeds_at_once: bool = False   # propose each rung's confirmation seed with the rung, not after CONFIRM
 
     @property
     def variable_names(self) -> tuple[str, ...]:
@@ -116,7 +121,12 @@ def parse_ladder_spec(raw: Any, display: str) -> LadderSpec:
     description = raw.get("description") or ""
     if not isinstance(description, str):
         raise InputError(display, "description", "must be text")
-    return LadderSpec(root, tuple(grid), tuple(seeds), rungs, display, description)
+    seeds_at_once = raw.get("seeds_at_once", False)
+    if not isinstance(seeds_at_once, bool):
+        raise InputError(display, "seeds_at_once", f"must be true or false, got {seeds_at_once!r:.60}")
+    if seeds_at_once and len(seeds) < 2:
+        raise InputError(display, "seeds_at_once", "needs at least two seeds: the rung's and its confirmation seed's")
+    return LadderSpec(root, tuple(grid), tuple(seeds), rungs, display, description, seeds_at_once)
 
 
 # ----------------------------------------------------------------------------- rungs and proposals
@@ -188,6 +198,15 @@ def propose(spec: LadderSpec, rungs: Sequence[Rung], *, sota: str | None,
     if root is None:
         return Proposal("run", "root", f"the ladder starts with its root {spec.root}", attempt=spec.root,
                         seed=value_of(spec.root, "seed"))
+    stopped = any(r.decision in STOP_DECISIONS or r.decision == "DEBUG" for r in rungs)
+    if spec.seeds_at_once and not stopped and len(rungs) < spec.rungs:
+        for rung in rungs:
+            if rung.seed_of is None and not any(r.seed_of == rung.attempt for r in rungs):
+                free = [s for s in spec.seeds if s != rung.seed]
+                return Proposal("run", "confirmation", f"seeds_at_once: {rung.attempt}'s confirmation seed {free[0]} "
+                                                       f"runs with it (it decides after {rung.attempt})",
+                                attempt=f"{rung.attempt}s2", parent=rung.parent, variable=rung.variable,
+                                value=rung.value, seed=free[0], seed_of=rung.attempt)
     if root.decision is None:
         return Proposal("wait", "root", f"the root {spec.root} is not decided yet: every rung depends on it")
     for rung in rungs:

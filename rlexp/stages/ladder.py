@@ -225,9 +225,13 @@ class RungResult:
 
 
 def run_rung(experiment_dir: str | Path, attempt_id: str, *, tracking_uri: str | None = None,
-             console: Any = None, g1_limit: int | None = None, g4_limit: int = 200) -> RungResult:
+             console: Any = None, g1_limit: int | None = None, g4_limit: int = 200,
+             before_decide: Callable[[], None] | None = None) -> RungResult:
     """One rung through the SOP's sequence, calling the stages as ``rlexp demo`` does:
     plan → guard g0, g2 → launch (local backend) → guard g1 → eval → guard g4, audit draw → decide → report.
+
+    ``before_decide`` is called before decide: a confirmation seed run at once with its sibling
+    waits there for the sibling's decision, so that its Gate-2 sees both seeds.
 
     A failed guard is a verdict written to guards/ (shown in the report), as in the demo; a plan
     with error checks or a failed training run stops the rung (CheckFailed)."""
@@ -261,6 +265,8 @@ def run_rung(experiment_dir: str | Path, attempt_id: str, *, tracking_uri: str |
     evaluate(ad.root, show_progress=False)
     show(guard("g4", ad.root, limit=g4_limit))
     run_audit_draw(ad.root)
+    if before_decide is not None:
+        before_decide()
     decided = decide(ad.root)
     console.print(f"{name}: decision {decided.decision} — {decided.reason}", highlight=False)
     written = report(ad.root, tracking_uri=tracking_uri)
@@ -326,8 +332,13 @@ def run_ladder(experiment: str | Path, *, rungs: int, storage: str | None = None
         if number is None or study.trial_state(number) != "RUNNING":
             number = study.start_trial(attempt, _trial_attrs(attempt, claim.rung), _trial_params(spec, claim.rung))
         console.print(f"ladder: rung {attempt} ({step.kind}): {step.reason} [trial {number}]", highlight=False)
+        options = dict(rung_options)
+        base = claim.rung.get("seed_of")
+        if base and ExperimentDir(exp).attempt(base).read_decision() is None:
+            # run at once with its sibling (seeds_at_once): decide after it, in order, as Gate-2 needs
+            options["before_decide"] = _sibling_decided(exp, study, attempt, base, min(poll_s, 2.0), wait_s)
         try:
-            done = runner(exp, attempt, tracking_uri=tracking_uri, **rung_options)
+            done = runner(exp, attempt, tracking_uri=tracking_uri, **options)
         except BaseException:
             study.finish(number, None, failed=True)
             study.set_claim(attempt, state="failed")
@@ -338,6 +349,30 @@ def run_ladder(experiment: str | Path, *, rungs: int, storage: str | None = None
         study.set_claim(attempt, state="done")
         result.ran.append(done)
     return result
+
+
+def _sibling_decided(exp: Path, study: Any, attempt: str, base: str, poll_s: float,
+                     wait_s: float) -> Callable[[], None]:
+    """Wait until ``base``'s rung is done (decided, the SOTA pin moved on STOP-1, its trial recorded);
+    CheckFailed when its rung failed, its runner on this host died before deciding, or ``wait_s``
+    passed (this seed's trial fails; the next ladder run runs it again)."""
+    from rlexp.adapters.study import DONE, FAILED, owner_alive
+
+    def wait() -> None:
+        started = time.monotonic()
+        while True:
+            claim = next((c for c in study.claims() if c.attempt == base), None)
+            decided = ExperimentDir(exp).attempt(base).read_decision() is not None
+            if claim is not None and (claim.state == DONE or (decided and owner_alive(claim.owner) is False)):
+                return
+            if claim is None or claim.state == FAILED or owner_alive(claim.owner) is False:
+                raise CheckFailed(f"ladder: {attempt} decides after {base}, whose rung failed or whose runner "
+                                  f"stopped: run the ladder again")
+            if time.monotonic() - started > wait_s:
+                raise CheckFailed(f"ladder: {attempt} waited {wait_s:.0f} s for {base}'s decision")
+            time.sleep(poll_s)
+
+    return wait
 
 
 def _trial_attrs(attempt: str, rung: Mapping[str, Any]) -> dict[str, Any]:
