@@ -417,6 +417,68 @@ def test_a_killed_runner_is_resumed_without_redoing_finished_rungs(tmp_path):
     assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
 
 
+SEEDS_RUNNER = textwrap.dedent("""
+    import json, os, sys, time
+    from pathlib import Path
+    from rlexp.stages.ladder import RungResult, run_ladder
+    from rlexp.storage.files import atomic_write_json
+
+    exp, storage, log = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+
+    def note(text):
+        with open(log, "a") as fh:
+            fh.write(f"{text} {time.time():.3f}\\n")
+
+    def runner(experiment_dir, attempt_id, before_decide=None, **_):
+        # stands in for run_rung: the root trains longer than its seed, which must still decide after it
+        note(f"{attempt_id} start waits={before_decide is not None}")
+        time.sleep(6.0 if attempt_id == "r" else 0.1)
+        if attempt_id == "r" and os.environ.get("FAIL_ROOT"):
+            raise RuntimeError("the root's training failed")
+        if before_decide is not None:
+            before_decide()
+        atomic_write_json(experiment_dir / attempt_id / "decision.json",
+                          {"decision": "CONTINUE", "reason": "test", "checkpoints": {}, "fault_tree": None})
+        note(f"{attempt_id} decided")
+        return RungResult(attempt_id, "CONTINUE", "test", 0.5, None)
+
+    result = run_ladder(exp, rungs=1, storage=storage, runner=runner, poll_s=0.1)
+    print(json.dumps({"ran": [r.attempt for r in result.ran]}))
+""")
+
+
+@pytest.mark.parametrize("root_fails", [False, True])
+def test_with_seeds_at_once_the_seed_runs_beside_its_sibling_and_decides_after_it(tmp_path, root_fails):
+    import optuna
+
+    exp = experiment(tmp_path, "root: r\nvariables: {eps_clip: [0.1]}\nseeds: [42, 43]\nrungs: 2\n"
+                               "seeds_at_once: true\n")
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    script, log = tmp_path / "runner.py", tmp_path / "runs.log"
+    script.write_text(SEEDS_RUNNER)
+    env = {**os.environ, **({"FAIL_ROOT": "1"} if root_fails else {})}
+    procs = [subprocess.Popen([sys.executable, str(script), str(exp), storage, str(log)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env) for _ in range(2)]
+    done = [(p.wait(timeout=300), *p.communicate()) for p in procs]
+    events = {" ".join(line.split()[:-1]): float(line.split()[-1]) for line in log.read_text().splitlines()}
+    # one runner took the root, the other its seed at once (the root undecided: the seed waits to decide)
+    assert events.keys() >= {"r start waits=False", "rs2 start waits=True"}
+    assert events["rs2 start waits=True"] < events["r start waits=False"] + 6.0
+    trials = {t.user_attrs["attempt_id"]: t for t in
+              optuna.load_study(study_name="ladder:exp", storage=storage).get_trials()}
+    assert (trials["rs2"].user_attrs["seed_of"], trials["rs2"].user_attrs["seed"]) == ("r", 43)
+    if not root_fails:
+        assert sorted(code for code, _, _ in done) == [0, 0], [err[-2000:] for _, _, err in done]
+        assert events["rs2 decided"] > events["r decided"]  # in order, though the seed finished first
+        assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials.values())
+    else:
+        # the root's rung failed: its seed does not decide without it, and both trials fail
+        assert all(code != 0 for code, _, _ in done)
+        assert any("rs2 decides after r, whose rung failed" in err for _, _, err in done)
+        assert "rs2 decided" not in events and not (exp / "rs2" / "decision.json").exists()
+        assert all(t.state == optuna.trial.TrialState.FAIL for t in trials.values())
+
+
 def test_a_requested_rung_on_disk_keeps_its_name_when_the_ladder_runs(tmp_path):
     from rlexp.stages.ladder import RungResult, propose_rung, run_ladder
     from rlexp.storage.files import atomic_write_json

@@ -8,7 +8,8 @@
   store, so it can run in another process (a Ray task) for the same experiment.
 - :func:`run_ladder` is the loop around it: claim the next rung in the study (or take over a
   rung whose runner died), write its spec, run it, record the decision in its trial, until
-  ``rungs`` rungs ran or the ladder stops (STOP-3a/3b, DEBUG, grid exhausted, spec's rungs).
+  ``rungs`` rungs ran or the ladder stops (STOP-3a/3b, DEBUG, grid exhausted, spec's rungs). A
+  confirmation seed claimed while its sibling still runs (``seeds_at_once``) decides after it.
 
 Every stage resumes (training by its resume state, eval records by problem hash), so a killed
 ladder run continues where it stopped without redoing a finished rung.
