@@ -39,28 +39,57 @@ def wheel() -> Path:
     return pinned_wheel()
 
 
+# Hydra runs in a child process with only its own install (scripts/fetch-verl, pip --target) ahead
+# of site-packages: Hydra 1.3 needs antlr4 4.9, while math-verify's LaTeX parser, imported earlier in
+# the same test session, has loaded antlr4 4.13 into this process (a generated parser only runs on
+# the antlr4 release that generated it).
+_HYDRA_CHILD = """
+import json, sys
+request = json.load(sys.stdin)
+if request["kind"] == "compose":
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+    try:
+        with initialize_config_dir(config_dir=request["config_dir"], version_base=None):
+            cfg = compose(config_name="ppo_trainer", overrides=request["overrides"])
+        print(json.dumps({"config": OmegaConf.to_container(cfg, resolve=False)}))
+    except Exception as exc:
+        print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}))
+else:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    parser = OverridesParser.create()
+    print(json.dumps({"values": [parser.parse_override(o).value() for o in request["overrides"]]}))
+"""
+
+
+def run_hydra(request: dict) -> dict:
+    import subprocess
+
+    hydra_path = verl_config.hydra_dir()
+    if not (hydra_path / "hydra").is_dir():
+        pytest.skip(f"Hydra is not in {hydra_path}: run {verl_config.FETCH_SCRIPT}")
+    env = {**os.environ, "PYTHONPATH": str(hydra_path)}
+    done = subprocess.run([sys.executable, "-c", _HYDRA_CHILD], input=json.dumps(request), env=env,
+                          capture_output=True, text=True, check=False, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout)
+
+
 @pytest.fixture(scope="module")
 def hydra_compose(wheel, tmp_path_factory):
     """verl's ``main_ppo`` config (ppo_trainer.yaml and its defaults list, from the wheel) composed
     with a list of overrides by Hydra itself, as ``python -m verl.trainer.main_ppo`` would."""
-    hydra_path = verl_config.hydra_dir()
-    if not (hydra_path / "hydra").is_dir():
-        pytest.skip(f"Hydra is not in {hydra_path}: run {verl_config.FETCH_SCRIPT}")
     config_root = tmp_path_factory.mktemp("verl-config")
     with zipfile.ZipFile(wheel) as archive:
         members = [n for n in archive.namelist() if n.startswith(verl_config.CONFIG_DIR + "/") and n.endswith(".yaml")]
         archive.extractall(config_root, members)
-    sys.path.insert(0, str(hydra_path))
-    try:
-        from hydra import compose, initialize_config_dir
-        from omegaconf import OmegaConf
-    finally:
-        sys.path.remove(str(hydra_path))
 
     def run(overrides: list[str]) -> dict:
-        with initialize_config_dir(config_dir=str(config_root / verl_config.CONFIG_DIR), version_base=None):
-            cfg = compose(config_name="ppo_trainer", overrides=overrides)
-        return OmegaConf.to_container(cfg, resolve=False)
+        answer = run_hydra({"kind": "compose", "config_dir": str(config_root / verl_config.CONFIG_DIR),
+                            "overrides": overrides})
+        if "error" in answer:
+            raise RuntimeError(answer["error"])
+        return answer["config"]
 
     return run
 
@@ -90,21 +119,24 @@ def test_committed_keys_are_what_hydra_composes(hydra_compose):
 # ----------------------------------------------------------------------------- Hydra values
 
 
-@pytest.mark.parametrize("value", [
+HYDRA_VALUES = [
     1024, -1, 0, 1e-6, 5e-7, 0.5, 1.0, True, False, None, "constant", "Qwen/Qwen2.5-0.5B-Instruct",
     "/data/models/x y/model", "true", "null", "1e-6", "42", "a,b", "it's", "back\\slash", "${oc.env:HOME}", "end\\", "q\\'x", "\\\\'",
     ["console", "file"], [1, 2], {"temperature": 0.0, "n": 1}, "", "weird=value", "[x]",
-])  # fmt: skip
-def test_hydra_parses_each_value_back(hydra_compose, value):
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def hydra_parsed(wheel):
+    """What Hydra's own override parser reads back from each rendered value (one child process)."""
+    overrides = [f"trainer.project_name={verl.hydra_value(v)}" for v in HYDRA_VALUES]
+    return run_hydra({"kind": "parse", "overrides": overrides})["values"]
+
+
+@pytest.mark.parametrize("index", range(len(HYDRA_VALUES)), ids=[repr(v) for v in HYDRA_VALUES])
+def test_hydra_parses_each_value_back(hydra_parsed, index):
     """Hydra's own override parser reads every rendered value back to the same Python value."""
-    hydra_path = verl_config.hydra_dir()
-    sys.path.insert(0, str(hydra_path))
-    try:
-        from hydra.core.override_parser.overrides_parser import OverridesParser
-    finally:
-        sys.path.remove(str(hydra_path))
-    parsed = OverridesParser.create().parse_override(f"trainer.project_name={verl.hydra_value(value)}")
-    got = parsed.value()
+    value, got = HYDRA_VALUES[index], hydra_parsed[index]
     if isinstance(value, str):
         assert str(got) == value and not isinstance(got, bool | int | float)
     else:
