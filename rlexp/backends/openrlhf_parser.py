@@ -544,20 +544,12 @@ def _refresh(wanted: list[str], out) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rlexp.backends.openrlhf_parser", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("fetch", help=f"download the listed wheels into the cache ({FETCH_SCRIPT})")
-    refresh = sub.add_parser("refresh", help=f"rewrite versions.txt and the flag tables ({REFRESH_SCRIPT})")
-    refresh.add_argument("versions", nargs="*", help="releases to add or re-pin (default: all published from "
-                         f"{MIN_VERSION} on)")
-    args = parser.parse_args(argv)
-    try:
-        if args.command == "fetch":
-            return _fetch_all(sys.stdout)
-        return _refresh(list(args.versions), sys.stdout)
-    except ReleaseError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    return pinned_wheels.release_cli(
+        argv, prog="python -m rlexp.backends.openrlhf_parser", description=__doc__.split("\n")[0],
+        fetch_help=f"download the listed wheels into the cache ({FETCH_SCRIPT})",
+        refresh_help=f"rewrite versions.txt and the flag tables ({REFRESH_SCRIPT})",
+        versions_help=f"releases to add or re-pin (default: all published from {MIN_VERSION} on)",
+        fetch_all=_fetch_all, refresh=_refresh)
 
 
 if __name__ == "__main__":

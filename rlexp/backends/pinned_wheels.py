@@ -12,8 +12,9 @@ import hashlib
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TextIO
 
 
 class ReleaseError(Exception):
@@ -65,3 +66,24 @@ def fetch(package: str, version: str, wheel: str, sha256: str, dest: Path, *, re
         raise ReleaseError(f"{path}: sha256 {actual} differs from the pinned {sha256} "
                            f"(delete it to download again, or run {refresh_script} if the release was replaced)")
     return path
+
+
+def release_cli(argv: list[str] | None, *, prog: str, description: str, fetch_help: str, refresh_help: str,
+                versions_help: str, fetch_all: Callable[[TextIO], int],
+                refresh: Callable[[list[str], TextIO], int]) -> int:
+    """The ``fetch`` / ``refresh [VERSION...]`` command line of a module that keeps pinned wheels
+    (what ``scripts/fetch-*`` and ``scripts/refresh-*`` run); a :class:`ReleaseError` is one line, exit 1."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("fetch", help=fetch_help)
+    sub.add_parser("refresh", help=refresh_help).add_argument("versions", nargs="*", help=versions_help)
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "fetch":
+            return fetch_all(sys.stdout)
+        return refresh(list(args.versions), sys.stdout)
+    except ReleaseError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1

@@ -16,7 +16,6 @@ pinned by its sha256) into :func:`cache_dir` for the tests that compare the tabl
 
 from __future__ import annotations
 
-import argparse
 import subprocess
 import sys
 import zipfile
@@ -247,19 +246,11 @@ def _refresh(wanted: list[str], out) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rlexp.backends.verl_config", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("fetch", help=f"download the listed wheels and Hydra into the cache ({FETCH_SCRIPT})")
-    refresh = sub.add_parser("refresh", help=f"rewrite {KEYS_MODULE.name} from the wheels ({REFRESH_SCRIPT})")
-    refresh.add_argument("versions", nargs="*", help="releases to add or re-pin (default: the listed ones)")
-    args = parser.parse_args(argv)
-    try:
-        if args.command == "fetch":
-            return _fetch_all(sys.stdout)
-        return _refresh(list(args.versions), sys.stdout)
-    except ReleaseError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    return pinned_wheels.release_cli(
+        argv, prog="python -m rlexp.backends.verl_config", description=__doc__.split("\n")[0],
+        fetch_help=f"download the listed wheels and Hydra into the cache ({FETCH_SCRIPT})",
+        refresh_help=f"rewrite {KEYS_MODULE.name} from the wheels ({REFRESH_SCRIPT})",
+        versions_help="releases to add or re-pin (default: the listed ones)", fetch_all=_fetch_all, refresh=_refresh)
 
 
 if __name__ == "__main__":
