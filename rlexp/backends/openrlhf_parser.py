@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from rlexp.backends import pinned_wheels
-from rlexp.backends.pinned_wheels import ReleaseError, sha256_of
+from rlexp.backends.pinned_wheels import Release, ReleaseError, sha256_of  # noqa: F401  (re-exported)
 
 FLAGS_DIR = Path(__file__).with_name("flags")
 VERSIONS_FILE = FLAGS_DIR / "versions.txt"
@@ -73,15 +73,6 @@ class Rejected(Exception):
 
 
 # ----------------------------------------------------------------------------- the release list
-
-
-@dataclass(frozen=True)
-class Release:
-    """One line of ``flags/versions.txt``: a release, its wheel's file name and sha256."""
-
-    version: str
-    wheel: str
-    sha256: str
 
 
 def listed_releases(path: Path = VERSIONS_FILE) -> list[Release]:
@@ -116,8 +107,8 @@ def download(version: str, dest: Path) -> Path:
 
 def fetch(release: Release, dest: Path | None = None) -> Path:
     """The release's wheel in the cache, downloaded if absent; its sha256 must match the list."""
-    return pinned_wheels.fetch("openrlhf", release.version, release.wheel, release.sha256, dest or cache_dir(),
-                               refresh_script=REFRESH_SCRIPT, pip_args=WHEEL_TAG)
+    return pinned_wheels.fetch("openrlhf", release, dest or cache_dir(), refresh_script=REFRESH_SCRIPT,
+                               pip_args=WHEEL_TAG)
 
 
 def wheel_for(version: str, dest: Path | None = None) -> Path:
@@ -524,12 +515,8 @@ def _refresh(wanted: list[str], out) -> int:
     FLAGS_DIR.mkdir(exist_ok=True)
     releases = []
     for version in sorted(versions, key=version_key):
-        if version in listed and version not in wanted:
-            path = fetch(listed[version], dest)
-            release = listed[version]
-        else:
-            path = download(version, dest)
-            release = Release(version, path.name, sha256_of(path))
+        release, path = pinned_wheels.wheel_to_list("openrlhf", version, listed, wanted, dest,
+                                                    refresh_script=REFRESH_SCRIPT, pip_args=WHEEL_TAG)
         flags = ReleaseParser(version, path).flags()
         table_path(version).write_text(format_table(release, flags), encoding="utf-8")
         releases.append(release)

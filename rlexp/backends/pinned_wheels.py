@@ -13,12 +13,22 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
 
 class ReleaseError(Exception):
     """A listed release whose wheel or contents cannot be used (missing wheel, changed layout)."""
+
+
+@dataclass(frozen=True)
+class Release:
+    """A listed release: its version, its wheel's file name and the wheel's sha256."""
+
+    version: str
+    wheel: str
+    sha256: str
 
 
 def cache_dir(env: str, name: str) -> Path:
@@ -53,19 +63,29 @@ def download(package: str, version: str, dest: Path, *, python: str = sys.execut
     return wanted[0]
 
 
-def fetch(package: str, version: str, wheel: str, sha256: str, dest: Path, *, refresh_script: str,
-          pip_args: Sequence[str] = ()) -> Path:
-    """The pinned wheel in ``dest``, downloaded if absent; its sha256 must equal the pinned one."""
-    path = dest / wheel
+def fetch(package: str, release: Release, dest: Path, *, refresh_script: str, pip_args: Sequence[str] = ()) -> Path:
+    """The release's wheel in ``dest``, downloaded if absent; its sha256 must equal the pinned one."""
+    path = dest / release.wheel
     if not path.exists():
-        got = download(package, version, dest, pip_args=pip_args)
-        if got.name != wheel:
-            raise ReleaseError(f"{package}=={version}: pip chose {got.name}, the list pins {wheel}")
+        got = download(package, release.version, dest, pip_args=pip_args)
+        if got.name != release.wheel:
+            raise ReleaseError(f"{package}=={release.version}: pip chose {got.name}, the list pins {release.wheel}")
     actual = sha256_of(path)
-    if actual != sha256:
-        raise ReleaseError(f"{path}: sha256 {actual} differs from the pinned {sha256} "
+    if actual != release.sha256:
+        raise ReleaseError(f"{path}: sha256 {actual} differs from the pinned {release.sha256} "
                            f"(delete it to download again, or run {refresh_script} if the release was replaced)")
     return path
+
+
+def wheel_to_list(package: str, version: str, listed: dict[str, Release], wanted: Sequence[str], dest: Path, *,
+                  refresh_script: str, pip_args: Sequence[str] = ()) -> tuple[Release, Path]:
+    """For a refresh of the list: a listed release not asked for again keeps its pin (checked);
+    any other is downloaded and pinned by the sha256 of what was downloaded."""
+    if version in listed and version not in wanted:
+        release = listed[version]
+        return release, fetch(package, release, dest, refresh_script=refresh_script, pip_args=pip_args)
+    path = download(package, version, dest, pip_args=pip_args)
+    return Release(version, path.name, sha256_of(path)), path
 
 
 def release_cli(argv: list[str] | None, *, prog: str, description: str, fetch_help: str, refresh_help: str,

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from rlexp.backends import pinned_wheels
-from rlexp.backends.pinned_wheels import ReleaseError, sha256_of
+from rlexp.backends.pinned_wheels import Release, ReleaseError, sha256_of  # noqa: F401  (re-exported)
 
 KEYS_MODULE = Path(__file__).resolve().parents[1] / "core" / "trainers" / "verl_keys.py"
 CACHE_ENV = "RLEXP_VERL_CACHE"
@@ -38,15 +38,6 @@ HYDRA_REQUIREMENT = "hydra-core==1.3.2"
 
 # The types a key's default can have (the type of ``null`` defaults is open: any value is accepted).
 TYPES = ("int", "float", "bool", "str", "list", "dict", "null", "interpolation")
-
-
-@dataclass(frozen=True)
-class Release:
-    """A listed release: its wheel's file name and sha256."""
-
-    version: str
-    wheel: str
-    sha256: str
 
 
 @dataclass(frozen=True)
@@ -85,8 +76,7 @@ def download(version: str, dest: Path) -> Path:
 
 def fetch(release: Release, dest: Path | None = None) -> Path:
     """The release's wheel in the cache, downloaded if absent; its sha256 must match the list."""
-    return pinned_wheels.fetch("verl", release.version, release.wheel, release.sha256, dest or cache_dir(),
-                               refresh_script=REFRESH_SCRIPT)
+    return pinned_wheels.fetch("verl", release, dest or cache_dir(), refresh_script=REFRESH_SCRIPT)
 
 
 def fetch_hydra(dest: Path | None = None, python: str = sys.executable) -> Path:
@@ -231,12 +221,7 @@ def _refresh(wanted: list[str], out) -> int:
         raise ReleaseError(f"name the verl release(s) to list, e.g. {REFRESH_SCRIPT} 0.9.1")
     entries = []
     for version in sorted(set(listed) | set(wanted), key=lambda v: tuple(int(p) for p in v.split(".")[:3])):
-        if version in listed and version not in wanted:
-            release = listed[version]
-            path = fetch(release, dest)
-        else:
-            path = download(version, dest)
-            release = Release(version, path.name, sha256_of(path))
+        release, path = pinned_wheels.wheel_to_list("verl", version, listed, wanted, dest, refresh_script=REFRESH_SCRIPT)
         keys = wheel_keys(path)
         entries.append((release, keys))
         print(f"verl {version}: {len(keys)} keys", file=out)
