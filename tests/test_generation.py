@@ -40,6 +40,32 @@ def _argmax_loop(model, ids, steps):
     return out
 
 
+# Greedy decoding over different batch shapes (padded batch vs one prompt, KV cache vs full
+# forward) runs different matrix-multiply blockings: the logits agree to float32 rounding, not to
+# the bit (MKL picks its kernel by CPU and shape). Token identity therefore holds exactly except
+# where the two best logits are closer than that rounding: a divergence is accepted only at such a
+# near-tie of the reference, and only rarely. NEAR_TIE is ~100x the float32 error of logits of
+# magnitude ~10 summed over this model's 128-wide hidden states, and far below a real difference.
+NEAR_TIE = 1e-3
+
+
+def _assert_same_up_to_near_ties(model, tok, prompts, got, want, max_ties=1):
+    ties = 0
+    for prompt, a, b in zip(prompts, got, want, strict=True):
+        a, b = list(a), list(b)
+        k = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
+        if k is None:
+            assert a[: len(b)] == b[: len(a)]
+            continue
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([encode_prompt(tok, prompt) + b[:k]])).logits[0, -1]
+        top2 = torch.topk(logits, 2).values
+        margin = float(top2[0] - top2[1])
+        assert margin < NEAR_TIE, f"tokens differ at position {k} where the reference's margin is {margin:.2e}"
+        ties += 1
+    assert ties <= max_ties, f"{ties} prompts diverged at near-ties"
+
+
 def test_render_prompt_applies_chat_template_with_suffix(tiny):
     _model, tok = tiny
     text = render_prompt(tok, "2+2=", " Put the answer in \\boxed{}.")
@@ -68,7 +94,8 @@ def test_batched_greedy_is_token_identical_to_one_at_a_time(tiny):
     prompts = _prompts(tok)
     batched = generate(model, tok, prompts, max_new_tokens=10, batch_size=8)
     single = [generate(model, tok, [p], max_new_tokens=10)[0] for p in prompts]
-    assert [b[0].token_ids for b in batched] == [s[0].token_ids for s in single]
+    _assert_same_up_to_near_ties(model, tok, prompts, [b[0].token_ids for b in batched],
+                                 [s[0].token_ids for s in single])
     assert len({len(encode_prompt(tok, p)) for p in prompts}) > 3  # padding was exercised
 
 
@@ -76,10 +103,10 @@ def test_greedy_matches_a_no_cache_argmax_loop(tiny):
     model, tok = tiny
     prompts = _prompts(tok, 6)
     batched = generate(model, tok, prompts, max_new_tokens=6, batch_size=6)
-    for prompt, completions in zip(prompts, batched, strict=True):
-        ref = _argmax_loop(model, encode_prompt(tok, prompt), 6)
-        got = list(completions[0].token_ids)
-        assert got == ref[: len(got)]
+    refs = [_argmax_loop(model, encode_prompt(tok, prompt), 6) for prompt in prompts]
+    got = [list(completions[0].token_ids) for completions in batched]
+    assert all(len(g) <= len(r) for g, r in zip(got, refs, strict=True))  # stops early only at EOS
+    _assert_same_up_to_near_ties(model, tok, prompts, got, refs)
 
 
 def test_lengths_counts_and_finish_reasons(tiny):
