@@ -131,16 +131,19 @@ def build_tokenizer():
 
 @dataclass(frozen=True)
 class SftResult:
-    """What :func:`sft_tiny_model` did (also written to ``out_dir/sft.json``)."""
+    """What :func:`sft_tiny_model` did, as written to ``out_dir/sft.json``.
 
-    model_dir: str
+    Only what the inputs determine: ``sft.json`` is hashed with the model (``model_sha256`` of
+    every eval record), so the run's wall time and the directory it was written to stay out of it
+    — two builds with the same settings give the same bytes and the same hash.
+    """
+
     key: str
     sha256: str
     steps_run: int
     stopped_early: bool
     dev_acc: float
     history: tuple[tuple[int, float], ...]  # (step, greedy dev accuracy)
-    seconds: float
 
 
 def sft_tiny_model(
@@ -177,7 +180,6 @@ def sft_tiny_model(
     """
     import random
     import tempfile
-    import time
 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -185,21 +187,10 @@ def sft_tiny_model(
     model_dir, out = Path(model_dir), Path(out_dir)
     if not (model_dir / "config.json").exists():
         raise InputError(model_dir, "config.json", "not a model directory")
-    settings = {
-        "base_sha256": sha256_dir(model_dir),
-        "task": task.settings(),
-        "steps": steps,
-        "seed": seed,
-        "batch_size": batch_size,
-        "lr": lr,
-        "target_acc": target_acc,
-        "eval_every": eval_every,
-        "dev_size": dev_size,
-        "exclude": sha256_text("\n".join(sorted(exclude_hashes))),
-    }
-    if snapshots:  # only then, so that the keys of earlier caches stay valid
-        settings["snapshots"] = sorted(float(t) for t in snapshots)
-    key = sha256_text(repr(sorted(settings.items())))[:16]
+    settings = sft_settings(model_dir, task, steps=steps, seed=seed, batch_size=batch_size, lr=lr,
+                            target_acc=target_acc, eval_every=eval_every, dev_size=dev_size,
+                            exclude_hashes=exclude_hashes, snapshots=snapshots)
+    key = sft_key(settings)
     meta_path = out / "sft.json"
     if meta_path.exists():
         meta = read_json(meta_path)
@@ -207,15 +198,13 @@ def sft_tiny_model(
                 and all((Path(d) / "config.json").exists() for d in (snapshots or {}).values())):
             return out
 
-    started = time.perf_counter()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_pretrained(model_dir)
-        rng = random.Random(seed)  # the SFT's own stream: batches and the dev sample
+        rng = random.Random(seed)  # the SFT's own stream: the dev sample, then the batches
+        dev = dev_sample(task, rng, dev_size, exclude_hashes)
         train = [p for p in task.sft_problems() if p.problem_hash not in exclude_hashes]
-        dev_pool = [p for p in task.ood_problems() if p.problem_hash not in exclude_hashes]
-        dev = rng.sample(dev_pool, min(dev_size, len(dev_pool)))
         dev_hashes = {p.problem_hash for p in dev}
         train = [p for p in train if p.problem_hash not in dev_hashes]
         if not train:
@@ -257,18 +246,50 @@ def sft_tiny_model(
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp, save_jinja_files=False)
     result = SftResult(
-        model_dir=str(out),
         key=key,
         sha256=sha256_dir(tmp),
         steps_run=step,
         stopped_early=stopped_early,
         dev_acc=dev_acc,
         history=tuple(history),
-        seconds=round(time.perf_counter() - started, 2),
     )
     atomic_write_json(tmp / "sft.json", {**asdict(result), "settings": settings})
     replace_dir(tmp, out)
     return out
+
+
+def sft_settings(model_dir: str | Path, task: ArithmeticTask, *, steps: int = 2000, seed: int = 0,
+                 batch_size: int = 64, lr: float = 1e-3, target_acc: float = 0.45, eval_every: int = 25,
+                 dev_size: int = 200, exclude_hashes: frozenset[str] = frozenset(),
+                 snapshots: Mapping[float, str | Path] | None = None) -> dict[str, Any]:
+    """Every input of :func:`sft_tiny_model` that decides its result (the input model by SHA-256)."""
+    settings: dict[str, Any] = {
+        "base_sha256": sha256_dir(model_dir),
+        "task": task.settings(),
+        "steps": steps,
+        "seed": seed,
+        "batch_size": batch_size,
+        "lr": lr,
+        "target_acc": target_acc,
+        "eval_every": eval_every,
+        "dev_size": dev_size,
+        "exclude": sha256_text("\n".join(sorted(exclude_hashes))),
+    }
+    if snapshots:  # only then, so that the keys of earlier caches stay valid
+        settings["snapshots"] = sorted(float(t) for t in snapshots)
+    return settings
+
+
+def sft_key(settings: Mapping[str, Any]) -> str:
+    """The SFT cache key: ``sft.json`` records it, and a model built with other settings has another."""
+    return sha256_text(repr(sorted(settings.items())))[:16]
+
+
+def dev_sample(task: ArithmeticTask, rng: Any, dev_size: int, exclude_hashes: frozenset[str] = frozenset()) -> list:
+    """The held-out dev problems the SFT measures its greedy accuracy on (the first draws of ``rng``,
+    a ``random.Random(seed)``): OOD problems outside ``exclude_hashes``."""
+    dev_pool = [p for p in task.ood_problems() if p.problem_hash not in exclude_hashes]
+    return rng.sample(dev_pool, min(dev_size, len(dev_pool)))
 
 
 def _save_model(model, tokenizer, out: Path) -> None:

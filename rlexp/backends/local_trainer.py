@@ -111,6 +111,8 @@ def _config_fields() -> list[tuple[str, Any, Any]]:
     fields: list[tuple[str, Any, Any]] = [
         ("pretrain", Path, field()),
         ("pool_path", Path, field()),
+        # the base model as the recipe names it (written into each adapter's config, not the path)
+        ("base_name", str | None, field(default=None)),
         ("monitor_path", Path | None, field(default=None)),
         ("prompt_suffix", str, field(default="")),
         ("monitor_suffix", str, field(default="")),
@@ -158,6 +160,7 @@ def config_from_attempt(att: Any) -> TrainerConfig:
     global_steps = (att.intent or {}).get("global_steps")
     return TrainerConfig(
         pretrain=pretrain_path,
+        base_name=str(pretrain),
         pool_path=Path(pool.path),
         monitor_path=Path(monitor.path) if monitor is not None and monitor.path is not None else None,
         prompt_suffix=pool.prompt_suffix or "",
@@ -406,8 +409,23 @@ def save_adapter(model, tokenizer, attempt_dir: Path, global_step: int) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp, save_jinja_files=False)
+    sort_target_modules(tmp / "adapter_config.json")
     replace_dir(tmp, final)
     return final
+
+
+def sort_target_modules(path: Path) -> None:
+    """peft writes ``target_modules`` in the iteration order of a set, which follows Python's hash
+    seed: sorted, ``adapter_config.json`` (and so ``adapter_sha256``) is a function of the recipe.
+    Nothing that loads an adapter reads the list's order."""
+    import json
+
+    if not path.exists():  # a full fine-tune (lora_rank 0) writes a model, not an adapter
+        return
+    config = json.loads(path.read_text())
+    if isinstance(config.get("target_modules"), list):
+        config["target_modules"] = sorted(config["target_modules"])
+        path.write_text(json.dumps(config, indent=2, sort_keys=True))
 
 
 def save_state(
@@ -518,6 +536,10 @@ def train(cfg: TrainerConfig, attempt_dir: Path, *, resume: bool = False, log=pr
     monitor = read_dataset(cfg.monitor_path) if cfg.monitor_path is not None else []
     tokenizer = AutoTokenizer.from_pretrained(cfg.pretrain)
     base = AutoModelForCausalLM.from_pretrained(cfg.pretrain, dtype=torch.float32).to(torch_device())
+    if cfg.base_name is not None:
+        # peft names the base in every adapter it saves (adapter_config.json, the model card): the
+        # recipe's name for it, not the directory of this machine it was loaded from
+        base.config.name_or_path = base.name_or_path = cfg.base_name
     modules = cfg.target_modules
     lora = LoraConfig(
         r=max(1, cfg.lora_rank),
