@@ -115,6 +115,27 @@ def test_local_fanout_runs_one_after_another_reports_every_job_and_resumes(tmp_p
     assert not changed.result("good").reused and changed.ok
 
 
+def test_local_fanout_in_parallel_overlaps_echoes_and_keeps_each_log_apart(tmp_path):
+    exp = tmp_path / "exp"
+    jobs = [Job(name, (SOP_SHOW,)) for name in ("a", "b", "c")] + [Job("bad", (_missing_attempt(tmp_path),))]
+    echoed: list[tuple[str, str]] = []
+    done = run_jobs(jobs, experiment_dir=exp, batch="p", parallel=3, echo=lambda job, line: echoed.append((job, line)))
+    assert [r.name for r in done.results] == ["a", "b", "c", "bad"]  # the order given, whatever ended first
+    assert [r.status for r in done.results] == ["SUCCEEDED"] * 3 + ["FAILED"]
+    first_three = done.results[:3]
+    # three at once: each started before any of the three ended; the fourth waited for a free place
+    assert max(r.started_at for r in first_three) < min(r.ended_at for r in first_three)
+    assert done.results[3].started_at >= min(r.ended_at for r in first_three)
+    for r in done.results:
+        log = Path(r.log_path).read_text()
+        mine = [line for job, line in echoed if job == r.name]
+        assert mine and all(line in log for line in mine)  # echoed lines are the job's own log lines
+        assert ("no-such-attempt" in log) == (r.name == "bad")
+    assert run_jobs(jobs[:3], experiment_dir=exp, batch="p", parallel=2).result("b").reused
+    with pytest.raises(InputError, match="parallel"):
+        run_jobs(jobs, experiment_dir=exp, batch="q", parallel=0)
+
+
 def test_fanout_names_and_state_are_checked(tmp_path):
     exp = ExperimentDir(tmp_path / "exp")
     for bad in ("", "../x", "a/b", ".hidden", "x" * 101):

@@ -14,7 +14,8 @@ failed verdict is exit 1 and is a record, not a stop).
   entrypoint is the runner's argv joined with ``shlex.join``, the runtime env forwards
   ``PYTHONPATH`` and the thread counts), all submitted at once, so they run concurrently; each
   job's log is mirrored into ``fanout/<batch>/<job>.log`` while it runs;
-- **locally** (no address): one after another, each as a child process, its output in the same log.
+- **locally** (no address): each as a child process, its output in the same log; one after another,
+  or ``parallel`` at a time (the trainers of the local backend use one core each).
 
 It waits for every job and returns one :class:`JobResult` per job — status, exit code, start and
 end time (Ray's own ``start_time``/``end_time`` on Ray), the log's tail — whatever the others did:
@@ -36,7 +37,7 @@ import re
 import shlex
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -213,15 +214,20 @@ def _reused(job: Job, entry: Mapping[str, Any], log: Path, tail_lines: int) -> J
 
 
 def run_jobs(jobs: Sequence[Job], *, experiment_dir: str | Path, batch: str, ray_address: str | None = None,
-             poll_s: float = 1.0, tail_lines: int = TAIL_LINES, env: Mapping[str, str] | None = None) -> FanoutResult:
-    """Run ``jobs`` as concurrent Ray jobs on the cluster at ``ray_address``, or one after another
-    here when it is None; wait for all and return every job's result (see the module docstring)."""
+             poll_s: float = 1.0, tail_lines: int = TAIL_LINES, env: Mapping[str, str] | None = None,
+             parallel: int = 1, echo: Callable[[str, str], None] | None = None) -> FanoutResult:
+    """Run ``jobs`` as concurrent Ray jobs on the cluster at ``ray_address``, or here when it is None
+    (``parallel`` child processes at a time, one after another by default); wait for all and return
+    every job's result (see the module docstring). Locally, ``echo(job name, line)`` also receives
+    each line of a job's output as it is written to the job's log."""
     check_batch_name(batch)
     names = [j.name for j in jobs]
     for name in names:
         check_batch_name(name)
     if len(set(names)) != len(names):
         raise InputError(None, "jobs", f"job names must be unique in a batch, got {names}")
+    if parallel < 1:
+        raise InputError(None, "parallel", f"must be >= 1, got {parallel}")
     experiment = ExperimentDir(Path(experiment_dir).resolve())
     started = time.monotonic()
     if ray_address:
@@ -230,38 +236,81 @@ def run_jobs(jobs: Sequence[Job], *, experiment_dir: str | Path, batch: str, ray
         address = normalize_ray_address(ray_address)
         results = _run_on_ray(jobs, experiment, batch, address, poll_s, tail_lines)
         return FanoutResult(batch, "ray", address, tuple(results), time.monotonic() - started)
-    results = _run_locally(jobs, experiment, batch, tail_lines, env)
+    results = _run_locally(jobs, experiment, batch, tail_lines, env, parallel, echo)
     return FanoutResult(batch, "local", None, tuple(results), time.monotonic() - started)
 
 
-def _run_locally(jobs: Sequence[Job], experiment: ExperimentDir, batch: str, tail_lines: int,
-                 env: Mapping[str, str] | None) -> list[JobResult]:
-    import os
-    import subprocess
+@dataclass
+class _LocalRun:
+    """A job running here: its child process, where its log started, and the thread copying its output."""
 
+    job: Job
+    process: Any
+    submission_id: str
+    started_at: float
+    log_start: int
+    copier: Any
+
+
+def _run_locally(jobs: Sequence[Job], experiment: ExperimentDir, batch: str, tail_lines: int,
+                 env: Mapping[str, str] | None, parallel: int = 1,
+                 echo: Callable[[str, str], None] | None = None) -> list[JobResult]:
+    """Each job as a child process, at most ``parallel`` at a time, in the order given."""
     state = _State(experiment, batch, None)
-    results = []
+    results: dict[str, JobResult] = {}
+    waiting: list[Job] = []
     for job in jobs:
-        log = experiment.fanout_log(batch, job.name)
         entry = state.entry(job)
         if entry is not None and entry.get("status") == SUCCEEDED:
-            results.append(_reused(job, entry, log, tail_lines))
+            results[job.name] = _reused(job, entry, experiment.fanout_log(batch, job.name), tail_lines)
+        else:
+            waiting.append(job)
+    running: list[_LocalRun] = []
+    while waiting or running:
+        while waiting and len(running) < parallel:
+            running.append(_start_locally(waiting.pop(0), experiment, batch, state, env, echo))
+        done = next((r for r in running if r.process.poll() is not None), None)
+        if done is None:
+            time.sleep(0.1)
             continue
-        log.parent.mkdir(parents=True, exist_ok=True)
-        start = log.stat().st_size if log.exists() else 0
-        submission_id = f"local-{batch}-{job.name}-{int(time.time() * 1000)}"
-        t0 = time.time()
-        state.record(job, submission_id=submission_id, status="RUNNING", exit_code=None, started_at=t0,
-                     ended_at=None, ray_address=None, log_start=start)
-        with open(log, "ab") as out:
-            code = subprocess.call(job.argv(), stdout=out, stderr=subprocess.STDOUT,
-                                   env=dict(os.environ if env is None else env))
-        t1 = time.time()
+        running.remove(done)
+        done.copier.join()
+        code = done.process.returncode
         status = SUCCEEDED if code == 0 else FAILED
-        state.record(job, status=status, exit_code=code, ended_at=t1)
-        results.append(JobResult(job.name, submission_id, status, code, t0, t1, str(log),
-                                 _tail(log, start, tail_lines)))
-    return results
+        state.record(done.job, status=status, exit_code=code, ended_at=time.time())
+        log = experiment.fanout_log(batch, done.job.name)
+        results[done.job.name] = JobResult(done.job.name, done.submission_id, status, code, done.started_at,
+                                           time.time(), str(log), _tail(log, done.log_start, tail_lines))
+    return [results[job.name] for job in jobs]
+
+
+def _start_locally(job: Job, experiment: ExperimentDir, batch: str, state: _State,
+                   env: Mapping[str, str] | None, echo: Callable[[str, str], None] | None) -> _LocalRun:
+    import os
+    import subprocess
+    import threading
+
+    log = experiment.fanout_log(batch, job.name)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    start = log.stat().st_size if log.exists() else 0
+    submission_id = f"local-{batch}-{job.name}-{int(time.time() * 1000)}"
+    t0 = time.time()
+    state.record(job, submission_id=submission_id, status="RUNNING", exit_code=None, started_at=t0,
+                 ended_at=None, ray_address=None, log_start=start)
+    process = subprocess.Popen(job.argv(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               env=dict(os.environ if env is None else env))
+
+    def copy() -> None:  # the job's output into its log (and to echo), line by line as it comes
+        with open(log, "ab") as out:
+            for line in process.stdout:
+                out.write(line)
+                out.flush()
+                if echo is not None:
+                    echo(job.name, line.decode("utf-8", "replace").rstrip("\n"))
+
+    copier = threading.Thread(target=copy, name=f"fanout-{job.name}", daemon=True)
+    copier.start()
+    return _LocalRun(job, process, submission_id, t0, start, copier)
 
 
 def _run_on_ray(jobs: Sequence[Job], experiment: ExperimentDir, batch: str, address: str, poll_s: float,

@@ -20,7 +20,7 @@ def fanout(
                                                         "experiment, e.g. two seeds of one rung.")],
     ray_address: Annotated[str | None, typer.Option("--ray-address", help="Ray dashboard, e.g. http://127.0.0.1:8265: "
                                                     "one Ray job per attempt, all at once. Without it the "
-                                                    "attempts run one after another here.")] = None,
+                                                    "attempts run here, --parallel at a time.")] = None,
     tracking_uri: Annotated[str | None, typer.Option("--tracking-uri", help="MLflow store shared by every job "
                                                      "(default sqlite:///mlflow.db here).")] = None,
     batch: Annotated[str | None, typer.Option(help="Name of the batch (its state file under the experiment's "
@@ -30,12 +30,15 @@ def fanout(
     decide: Annotated[bool, typer.Option(help="Decide the attempts whose job succeeded, in the order given.")] = True,
     report: Annotated[bool, typer.Option("--report", help="Write each decided attempt's report too.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    parallel: Annotated[int, typer.Option("--parallel", min=1, max=64, help="Without --ray-address: run this "
+                                          "many jobs at once here (the local trainer uses one core).")] = 1,
 ) -> None:
     """Run attempts as concurrent Ray jobs (or one after another), then decide them in order."""
     from rlexp.stages.fanout import SOP_STEPS, TRAIN_AND_EVAL, run_attempts
 
     result = run_attempts(attempts, ray_address=ray_address, tracking_uri=tracking_uri, batch=batch,
-                          steps=SOP_STEPS if guards else TRAIN_AND_EVAL, decide=decide, report=report)
+                          steps=SOP_STEPS if guards else TRAIN_AND_EVAL, decide=decide, report=report,
+                          parallel=parallel)
     data = result.to_dict()
     if json_out:
         print(json.dumps(data))

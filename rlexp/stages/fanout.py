@@ -2,8 +2,8 @@
 
 :func:`run_attempts` builds one job per attempt — by default ``plan → launch (the local trainer) →
 eval``, or the SOP's sequence with its guards (:data:`SOP_STEPS`) — and runs the jobs through
-:func:`rlexp.backends.fanout.run_jobs`: as concurrent Ray jobs with ``ray_address``, one after
-another here without. Every job logs to one MLflow store (``tracking_uri``, made absolute so the
+:func:`rlexp.backends.fanout.run_jobs`: as concurrent Ray jobs with ``ray_address``, here without
+(one after another, or ``parallel`` at a time). Every job logs to one MLflow store (``tracking_uri``, made absolute so the
 jobs, which run in the Ray head's working directory, write the same one).
 
 The decisions come after all jobs, here, one attempt at a time in the order given: ``decide``
@@ -32,6 +32,10 @@ TRAIN_AND_EVAL: tuple[tuple[tuple[str, ...], tuple[str, ...], tuple[int, ...]], 
     (("plan",), (), (0,)),
     (("launch",), ("--backend", "local", "--resume", "--json"), (0,)),
     (("eval",), (), (0,)),
+)
+# Training alone (the demo launches its attempts at once, then evaluates and decides them in order)
+LAUNCH_ONLY: tuple[tuple[tuple[str, ...], tuple[str, ...], tuple[int, ...]], ...] = (
+    (("launch",), ("--backend", "local", "--resume"), (0,)),
 )
 # The demo's sequence: a guard's failed verdict (exit 1) is written to guards/ and the job goes on,
 # as the demo does; bad input (exit 2) stops it.
@@ -77,9 +81,10 @@ def attempt_job(attempt_dir: Path, tracking_uri: str, steps=TRAIN_AND_EVAL):
 
 def run_attempts(attempts: Sequence[str | Path], *, ray_address: str | None = None, tracking_uri: str | None = None,
                  batch: str | None = None, steps=TRAIN_AND_EVAL, decide: bool = True, report: bool = False,
-                 poll_s: float = 1.0) -> AttemptsResult:
-    """Run each attempt's ``steps`` as one job (concurrent Ray jobs with ``ray_address``), then
-    decide (and with ``report``, report) the attempts whose job succeeded, in the order given."""
+                 poll_s: float = 1.0, parallel: int = 1) -> AttemptsResult:
+    """Run each attempt's ``steps`` as one job (concurrent Ray jobs with ``ray_address``, else
+    ``parallel`` processes here at a time), then decide (and with ``report``, report) the attempts
+    whose job succeeded, in the order given."""
     from rlexp.adapters.tracking import resolve_tracking_uri
     from rlexp.backends.fanout import run_jobs
     from rlexp.core.spec import load_attempt
@@ -98,7 +103,8 @@ def run_attempts(attempts: Sequence[str | Path], *, ray_address: str | None = No
     uri = resolve_tracking_uri(tracking_uri)
     jobs = [attempt_job(d, uri, steps) for d in dirs]
     batch = batch or ("attempts-" + "_".join(ids))[:100]
-    fanout = run_jobs(jobs, experiment_dir=experiments.pop(), batch=batch, ray_address=ray_address, poll_s=poll_s)
+    fanout = run_jobs(jobs, experiment_dir=experiments.pop(), batch=batch, ray_address=ray_address, poll_s=poll_s,
+                      parallel=parallel)
 
     decisions: dict[str, Any] = {}
     if decide:
