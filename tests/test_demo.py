@@ -3,6 +3,7 @@ matching what the trainer actually logged (the whole point of `rlexp plan`)."""
 
 import json
 import math
+import re
 import sqlite3
 import subprocess
 import sys
@@ -41,21 +42,24 @@ def test_demo_specs_change_one_variable_and_plan_without_errors(tmp_path):
     assert DEMO_RECIPE["rollout_batch_size"] * d1.intent["global_steps"] == config.pool_size
 
 
-@pytest.mark.slow
-def test_demo_fast_end_to_end(tmp_path):
+@pytest.fixture(scope="module")
+def fast_demo(tmp_path_factory):
+    """`rlexp demo --fast > log.txt` (PYTHONHASHSEED=1), once for the module: (dir, log, stderr,
+    timestamped lines seen while it ran, exit code)."""
+    import os
     import re
     import time
 
-    env_secret = "sk-demo-secret-value-123"
+    tmp_path = tmp_path_factory.mktemp("demo-a")
     log = tmp_path / "log.txt"
-    # `rlexp demo --fast > log.txt`: not a terminal, so progress arrives as plain timestamped lines,
-    # flushed as written: poll the log while the demo runs
+    # not a terminal, so progress arrives as plain timestamped lines, flushed as written: poll the
+    # log while the demo runs
     stamp = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ ", re.M)
     with open(log, "w") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "rlexp.cli", "demo", "--fast", "--dir", str(tmp_path)],
             stdout=out, stderr=subprocess.PIPE, text=True,
-            env={**__import__("os").environ, "DEMO_API_KEY": env_secret, "COLUMNS": "200"},
+            env={**os.environ, "DEMO_API_KEY": ENV_SECRET, "COLUMNS": "200", "PYTHONHASHSEED": "1"},
         )
         seen_while_running: list[str] = []
         deadline = time.monotonic() + 1500
@@ -68,11 +72,20 @@ def test_demo_fast_end_to_end(tmp_path):
             proc.kill()
         stderr = proc.stderr.read()
         proc.wait()
-    text_log = log.read_text()
-    assert proc.returncode == 0, text_log[-3000:] + stderr[-3000:]
+    return tmp_path, log.read_text(), stderr, seen_while_running, proc.returncode
+
+
+ENV_SECRET = "sk-demo-secret-value-123"
+
+
+@pytest.mark.slow
+def test_demo_fast_end_to_end(fast_demo):
+    tmp_path, text_log, stderr, seen_while_running, returncode = fast_demo
+    env_secret = ENV_SECRET
+    assert returncode == 0, text_log[-3000:] + stderr[-3000:]
     assert len(seen_while_running) >= 3, "no progress lines in the log while the demo ran"
-    for phase in ("demo: datasets started", "supervising the base model: step", "demo: d1.launch started",
-                  "training global step ", "demo: d2.report done"):
+    for phase in ("demo: datasets started", "supervising the base model: step", "demo: launch started",
+                  "[d1] ", "[d1s2] ", "[d2] ", "training global step ", "demo: d2.report done"):
         assert phase in text_log, phase
     # third-party INFO (MLflow's table creation) stays out of the user's output
     assert "Creating initial MLflow database tables" not in text_log + stderr
@@ -155,3 +168,66 @@ def test_demo_fast_end_to_end(tmp_path):
     from_cli.pop("decided_at")
     assert from_library == from_cli
     assert len((exp / "ledger.jsonl").read_text().splitlines()) == len(ATTEMPTS)
+
+
+# What may differ between two runs of the same demo, and why; everything else must be identical.
+RUN_RECORDS = {  # where each run records itself: start times, process ids, host, run ids
+    "launch/launches.jsonl", "launch/provenance.json", "launch/state.json", "launch/stdout.log",
+}
+MAY_DIFFER = (
+    ("mlflow.db", "MLflow's run ids and times"),
+    ("mlartifacts/", "stored under MLflow run ids (the files are copies of the attempt's own)"),
+    ("experiments/demo/fanout/", "the launches' submission ids and start/end times"),
+    ("/eval/.hash_cache.json", "a cache of directory hashes keyed by file mtimes"),
+    *((f"/{name}", "the run's own record: times, pids, host") for name in sorted(RUN_RECORDS)),
+)
+WITHOUT_TIMES = {  # compared after dropping wall-clock fields
+    "metrics.jsonl": {"step_time_s", "time"},
+    "decision.json": {"decided_at"},
+    "ledger.jsonl": {"decided_at"},
+}
+
+
+def _comparable(path, root):
+    """The file's content with the run's directory written as <dir>, and its wall-clock fields dropped."""
+    text = path.read_bytes()
+    name = path.name
+    if name in WITHOUT_TIMES:
+        drop = WITHOUT_TIMES[name]
+        rows = [json.loads(line) for line in text.decode().splitlines() if line.strip()] if name.endswith(
+            ".jsonl") else [json.loads(text)]
+        text = json.dumps([{k: v for k, v in r.items() if k not in drop} for r in rows], sort_keys=True).encode()
+    return text.replace(str(root).encode(), b"<dir>")
+
+
+@pytest.mark.slow
+def test_two_fast_demos_are_identical_where_they_can_be(fast_demo, tmp_path):
+    """Two fast demos, in two directories under two hash seeds: every model and adapter hash equal,
+    every model, adapter, dataset and record file byte-identical, and every other file identical up
+    to the run's directory and its wall-clock fields, but for the run records listed in MAY_DIFFER."""
+    import os
+
+    first, _log, _err, _seen, returncode = fast_demo
+    assert returncode == 0
+    second = tmp_path / "demo-b"
+    done = subprocess.run([sys.executable, "-m", "rlexp.cli", "demo", "--fast", "--dir", str(second)],
+                          capture_output=True, text=True, timeout=1500,
+                          env={**os.environ, "PYTHONHASHSEED": "2"})
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+
+    files_a = {p.relative_to(first).as_posix() for p in first.rglob("*") if p.is_file() and p.name != "log.txt"}
+    files_b = {p.relative_to(second).as_posix() for p in second.rglob("*") if p.is_file()}
+    allowed = [prefix for prefix, _why in MAY_DIFFER]
+    kept = {f for f in files_a if not any(a in f or f.startswith(a) for a in allowed)}
+    assert kept == {f for f in files_b if not any(a in f or f.startswith(a) for a in allowed)}
+    hashed = [f for f in kept if "/models/" in f or "/checkpoints/" in f or "/data/" in f
+              or (f.endswith(".jsonl") and "/eval/" in f)]
+    assert any("adapter_model.safetensors" in f for f in hashed) and any("tiny-base/" in f for f in hashed)
+    for rel in sorted(hashed):  # what the provenance hashes: the bytes themselves, no normalisation
+        assert (first / rel).read_bytes() == (second / rel).read_bytes(), rel
+    for rel in sorted(kept):
+        assert _comparable(first / rel, first) == _comparable(second / rel, second), rel
+    hashes_a, hashes_b = ({p.relative_to(root).as_posix(): {k: v for k, v in json.loads(p.read_text()).items()
+                                                            if k in ("model_sha256", "adapter_sha256")}
+                           for p in root.rglob("*.meta.json")} for root in (first, second))
+    assert hashes_a == hashes_b and any(h.get("adapter_sha256") for h in hashes_a.values())

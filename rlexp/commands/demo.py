@@ -19,12 +19,14 @@ def demo(
     ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the task, the base model and the runs.")] = 0,
     json_output: Annotated[bool, typer.Option("--json", help="Print the summary as JSON at the end.")] = False,
+    build_base: Annotated[bool, typer.Option(
+        "--build-base", help="Supervise the base model here rather than copy the shipped one (same result).")] = False,
 ) -> None:
     """Run the whole protocol on a tiny model and a synthetic arithmetic task."""
     import json
 
     from rlexp.stages.demo import demo as demo_stage
 
-    result = demo_stage(directory, fast=fast, seed=seed, tracking_uri=tracking_uri)
+    result = demo_stage(directory, fast=fast, seed=seed, tracking_uri=tracking_uri, build_base=build_base)
     if json_output:
         print(json.dumps(result.to_dict(), indent=2))

@@ -28,6 +28,7 @@ from rlexp.storage.files import atomic_write_text
 from rlexp.storage.layout import AttemptDir, ExperimentDir
 
 EXPERIMENT = "demo"
+DEMO_LAUNCH_BATCH = "demo-launch"  # the fan-out batch of the three trainings (fanout/demo-launch.json)
 
 
 # The demo's training recipe (OpenRLHF v0.9.x key names). Measured on the 2-core machine: 64
@@ -69,6 +70,7 @@ class DemoConfig:
     sanity_size: int = 18
     sft_steps: int = 2000
     sft_target_acc: float = 0.45
+    use_shipped_base: bool = True  # start from the shipped base where its SFT key matches (shipped_base)
     mid_step: int = 32
     recipe: dict[str, Any] = field(default_factory=lambda: dict(DEMO_RECIPE))
 
@@ -149,17 +151,35 @@ class DemoResult:
 
 
 def demo(directory: str | Path = ".", *, fast: bool = False, seed: int = 0, tracking_uri: str | None = None,
-         console: Any = None) -> DemoResult:
-    """The whole protocol on a tiny model and a synthetic arithmetic task, under ``directory``."""
+         build_base: bool = False, console: Any = None) -> DemoResult:
+    """The whole protocol on a tiny model and a synthetic arithmetic task, under ``directory``.
+
+    ``build_base``: supervise the base model here even where the shipped one fits (see
+    :func:`shipped_base`); by default a shipped base whose settings match is copied instead.
+    """
     import dataclasses
 
-    config = dataclasses.replace(DemoConfig.fast() if fast else DemoConfig(), seed=seed)
+    config = dataclasses.replace(DemoConfig.fast() if fast else DemoConfig(), seed=seed, use_shipped_base=not build_base)
     root = Path(directory)
     blocking = next((p for p in (root, *root.parents) if p.exists()), None)
     if blocking is not None and not blocking.is_dir():  # refused before the first directory is made
         raise InputError(blocking, None, "is a file, expected a directory (--dir)")
     root.mkdir(parents=True, exist_ok=True)
     return DemoResult(run_demo(root, config=config, tracking_uri=tracking_uri, console=console))
+
+
+def demo_base(directory: str | Path = ".", *, fast: bool = False, seed: int = 0, build_base: bool = False,
+              console: Any = None) -> Path:
+    """The demo's datasets and its supervised base model (Baseline-S0) under ``directory``, built
+    exactly as ``rlexp demo`` builds them; returns the model directory (``scripts/build-demo-base``)."""
+    import dataclasses
+
+    from rich.console import Console
+
+    config = dataclasses.replace(DemoConfig.fast() if fast else DemoConfig(), seed=seed, use_shipped_base=not build_base)
+    experiment_dir = Path(directory).resolve() / "experiments" / EXPERIMENT
+    datasets = _build_datasets(experiment_dir / "data", config)
+    return _build_base_model(experiment_dir / "models", datasets, config, console or Console())
 
 
 def run_demo(root: Path, *, config: DemoConfig, tracking_uri: str | None = None, console: Any = None) -> dict:
@@ -209,9 +229,16 @@ def run_demo(root: Path, *, config: DemoConfig, tracking_uri: str | None = None,
             atomic_write_text(spec_path, text)
         attempts.append(spec_path.parent)
 
+    for attempt_dir in attempts:
+        _prepare_attempt(attempt_dir, console, timed)
+    # The three trainings are independent until their decisions: they run at once, each trainer on
+    # one core, as `rlexp fanout --parallel` runs attempts (the evaluations and decisions come after,
+    # in order: Gate-2 of d1s2 reads d1's ledger line, d2 is judged against the SOTA d1s2 pins).
+    console.rule("[bold]" + ", ".join(a.name for a in attempts) + "[/bold]: rlexp launch, all at once")
+    timed("launch", _launch_together, attempts, tracking_uri, console)
     runs_table = None
     for attempt_dir in attempts:
-        runs_table = _run_attempt(attempt_dir, config, tracking_uri, console, timed) or runs_table
+        runs_table = _evaluate_and_decide(attempt_dir, config, tracking_uri, console, timed) or runs_table
 
     timings["total"] = round(time.perf_counter() - started, 1)
     summary = _summary(root, experiment_dir, attempts, tracking_uri, timings)
@@ -220,51 +247,76 @@ def run_demo(root: Path, *, config: DemoConfig, tracking_uri: str | None = None,
     return summary
 
 
-def _run_attempt(attempt_dir: Path, config: DemoConfig, tracking_uri: str, console: Any, timed) -> str | None:
-    """One attempt through the SOP's sequence, calling the stages as a Python user would:
-    plan → guard g0, g2 → launch → guard g1 → eval → guard g4, audit draw → decide → report.
-
-    A guardrail reports a verdict; the demo shows it and goes on, as a researcher reading the SOP
-    would (a failed guard is written to guards/ and shows in the report). A stage that cannot
-    go on (plan errors, a failed run) stops the demo.
-    """
-    from rlexp.stages.decide import decide
-    from rlexp.stages.evaluate import evaluate
-    from rlexp.stages.guard import guard, run_audit_draw
-    from rlexp.stages.launch import launch
-    from rlexp.stages.plan import plan
-    from rlexp.stages.report import report
-
-    name = attempt_dir.name
-
+def _stepper(name: str, console: Any, timed):
     def step(label: str, fn, *args, **kwargs):
         console.rule(f"[bold]{name}[/bold]: rlexp {label}")
         return timed(f"{name}.{label}", fn, *args, **kwargs)
 
-    def show_verdict(verdict) -> None:
-        colour = "green" if verdict.passed else "yellow"
-        console.print(f"[{colour}]{verdict.name}: {verdict.status}[/{colour}] — {verdict.reason}", highlight=False)
+    return step
 
+
+def _show_verdict(console: Any, verdict) -> None:
+    colour = "green" if verdict.passed else "yellow"
+    console.print(f"[{colour}]{verdict.name}: {verdict.status}[/{colour}] — {verdict.reason}", highlight=False)
+
+
+def _prepare_attempt(attempt_dir: Path, console: Any, timed) -> None:
+    """Before training, as the SOP orders it: plan → guard g0 (prompt parity), g2 (parser ceiling).
+
+    A guardrail reports a verdict; the demo shows it and goes on, as a researcher reading the SOP
+    would (a failed guard is written to guards/ and shows in the report). A stage that cannot go on
+    (plan errors, a failed run) stops the demo.
+    """
+    from rlexp.stages.guard import guard
+    from rlexp.stages.plan import plan
+
+    name = attempt_dir.name
+    step = _stepper(name, console, timed)
     planned = step("plan", plan, attempt_dir)
     if not planned.ok:
         first = planned.errors[0]
         raise CheckFailed(f"demo: plan of {name} has error checks, first {first['name']}: {first['rule']}")
     console.print(f"{planned.data['steps']['global_steps_total']} global steps, checks: "
                   f"{len(planned.data['checks'])} ({len(planned.errors)} errors)")
-    show_verdict(step("guard g0", guard, "g0", attempt_dir))
-    show_verdict(step("guard g2", guard, "g2", attempt_dir))
-    # a second demo run continues (or just re-checks) the training
-    launched = step("launch", launch, attempt_dir, backend="local", tracking_uri=tracking_uri,
-                    resume=_started(attempt_dir))
-    console.print(f"training: {launched.state}" + (f" — {launched.run.get('reason')}"
-                                                   if launched.run.get("reason") else ""))
-    if launched.state == "failed":
-        raise CheckFailed(f"demo: the training run of {name} failed: {launched.run.get('reason')}")
-    show_verdict(step("guard g1", guard, "g1", attempt_dir, limit=config.monitor_size))
+    _show_verdict(console, step("guard g0", guard, "g0", attempt_dir))
+    _show_verdict(console, step("guard g2", guard, "g2", attempt_dir))
+
+
+def _launch_together(attempts: list[Path], tracking_uri: str, console: Any) -> None:
+    """``rlexp launch ATTEMPT --backend local --resume`` for every attempt at once, as child processes
+    (a second demo run continues, or just re-checks, each training); their lines shown as they come."""
+    from rlexp.backends.fanout import run_jobs
+    from rlexp.stages.fanout import LAUNCH_ONLY, attempt_job
+
+    def echo(job: str, line: str) -> None:
+        if line.strip():
+            console.print(f"[{job}] {line}", highlight=False, markup=False)
+
+    jobs = [attempt_job(a, tracking_uri, LAUNCH_ONLY) for a in attempts]
+    result = run_jobs(jobs, experiment_dir=attempts[0].parent, batch=DEMO_LAUNCH_BATCH, parallel=len(jobs),
+                      echo=echo)
+    for attempt_dir, job in zip(attempts, result.results, strict=True):
+        took = "done before" if job.reused else f"{(job.ended_at or 0) - (job.started_at or 0):.0f} s"
+        console.print(f"{job.name} training: {'finished' if job.ok else 'failed'} ({took})")
+        if not job.ok:
+            raise CheckFailed(f"demo: the training run of {job.name} failed (exit {job.exit_code}); "
+                              f"its output: {job.log_path}, its state: {AttemptDir(attempt_dir).state}")
+
+
+def _evaluate_and_decide(attempt_dir: Path, config: DemoConfig, tracking_uri: str, console: Any,
+                         timed) -> str | None:
+    """After training, in the SOP's order: guard g1 → eval → guard g4, audit draw → decide → report."""
+    from rlexp.stages.decide import decide
+    from rlexp.stages.evaluate import evaluate
+    from rlexp.stages.guard import guard, run_audit_draw
+    from rlexp.stages.report import report
+
+    step = _stepper(attempt_dir.name, console, timed)
+    _show_verdict(console, step("guard g1", guard, "g1", attempt_dir, limit=config.monitor_size))
     evaluated = step("eval", evaluate, attempt_dir)
     for f in evaluated.files:
         console.print(f"  {f.checkpoint:>16} {f.set_role:<12} acc {f.summary.accuracy:.1%}  (n={f.summary.n})")
-    show_verdict(step("guard g4", guard, "g4", attempt_dir, limit=200))
+    _show_verdict(console, step("guard g4", guard, "g4", attempt_dir, limit=200))
     review = step("guard audit", run_audit_draw, attempt_dir)
     console.print(f"parser audit: {review.drawn} cases drawn for review into {review.review_file}")
     decided = step("decide", decide, attempt_dir)
@@ -296,6 +348,8 @@ def _forget_stale_attempts(experiment_dir: Path, model_dir: Path, datasets: dict
             shutil.rmtree(experiment_dir / attempt_id, ignore_errors=True)
         for name in (ExperimentDir(experiment_dir).ledger.name, ExperimentDir(experiment_dir).sota.name):
             (experiment_dir / name).unlink(missing_ok=True)
+        # the launches' fan-out state would call the old trainings done
+        ExperimentDir(experiment_dir).fanout_state(DEMO_LAUNCH_BATCH).unlink(missing_ok=True)
     if previous != current:
         atomic_write_json(state_path, current)
 
@@ -355,6 +409,8 @@ def _build_base_model(models_dir: Path, datasets: dict[str, Any], config: DemoCo
     untrained = models_dir / "tiny-untrained"
     if not (untrained / "config.json").exists():
         build_tiny_model(untrained, seed=config.seed)
+    if config.use_shipped_base:
+        _seed_from_shipped(models_dir / "tiny-base")
     with Progress(
         TextColumn("supervising the base model"),
         BarColumn(),
@@ -383,6 +439,38 @@ def _build_base_model(models_dir: Path, datasets: dict[str, Any], config: DemoCo
             exclude_hashes=eval_hashes(datasets),
             progress=report,
         )
+
+
+def shipped_base() -> Path:
+    """The demo's supervised base model as shipped inside the package (a few MB).
+
+    It is exactly what :func:`_build_base_model` writes for the default demo (``rlexp demo
+    --build-base``; ``scripts/build-demo-base`` copies it here): the SFT's cache entry, with its
+    ``sft.json`` key over every setting, the untrained model's SHA-256 and the evaluation sets.
+    """
+    return Path(__file__).resolve().parents[1] / "assets" / "demo-base"
+
+
+def _seed_from_shipped(target: Path) -> None:
+    """Put the shipped base where the SFT looks for its cache, unless a base is already there.
+
+    The SFT then checks the key as for any cache entry: a demo whose settings, datasets or untrained
+    model differ from the shipped one's (another ``--seed``, the fast variant, another transformers
+    release writing another ``config.json``) supervises its own base as before. So the shipped copy
+    saves the supervision only where that would have produced this very model.
+    """
+    import shutil
+    import tempfile
+
+    from rlexp.storage.files import replace_dir
+
+    source = shipped_base()
+    if (target / "sft.json").exists() or not (source / "sft.json").exists():
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    shutil.copytree(source, tmp, dirs_exist_ok=True)
+    replace_dir(tmp, target)
 
 
 def _summary(root: Path, experiment_dir: Path, attempts: list[Path], tracking_uri: str, timings) -> dict:
