@@ -480,9 +480,9 @@ def newcombe_paired_ci_arrays(n11: Any, b: Any, c: Any, n00: Any, confidence: fl
     import numpy as np
     from scipy.special import ndtri
 
-    n11, b, c, n00 = (np.asarray(x, dtype=float) for x in (n11, b, c, n00))
+    n11, b, c, n00 = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (n11, b, c, n00)))
     n = n11 + b + c + n00
-    if np.any(n <= 0) or np.any(np.minimum.reduce([n11, b, c, n00]) < 0):
+    if np.any(n <= 0) or min(float(x.min(initial=0.0)) for x in (n11, b, c, n00)) < 0:
         raise ValueError("every table needs non-negative counts and at least one pair")
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
