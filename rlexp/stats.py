@@ -1092,6 +1092,15 @@ class ClusteredMean:
     n_clusters: int
     n_samples: int
 
+    @property
+    def se_cr1(self) -> float:
+        """CR1: ``se`` times ``sqrt(G / (G - 1))`` (the Stata/statsmodels small-sample factor
+        ``G/(G−1)·(N−1)/(N−K)`` with K = 1 regressor, the mean); to be used with G − 1 degrees of
+        freedom (Cameron & Miller 2015, "A Practitioner's Guide to Cluster-Robust Inference").
+        NaN with a single cluster."""
+        g = self.n_clusters
+        return self.se * math.sqrt(g / (g - 1)) if g > 1 else math.nan
+
 
 def cluster_robust_mean(values: ArrayLike, clusters: Sequence[Any]) -> ClusteredMean:
     """Mean of per-sample scores with a cluster-robust standard error.
