@@ -682,6 +682,10 @@ def render_markdown(inputs: ReportInputs, plots: Mapping[str, Path] | None = Non
     lines = [f"# {inputs.experiment} / {inputs.attempt_id}", ""]
     what, command = next_step(inputs)
     if decision:
+        from rlexp.core.decision import regression_lines
+
+        for line in regression_lines(decision) + _parent_regressions(inputs, decision):  # first, whatever the decision
+            lines += [f"**⚠ {line}.**", ""]
         lines.append(f"**Decision: {decision.get('decision', '?')}** — {decision.get('reason', '')}.")
     else:
         lines.append("**Decision: none yet** — `decision.json` is missing.")
@@ -689,6 +693,12 @@ def render_markdown(inputs: ReportInputs, plots: Mapping[str, Path] | None = Non
     headline = _headline(inputs)
     if headline:
         lines += [headline, ""]
+    if decision:
+        from rlexp.core.decision import selection_line
+
+        adjusted = selection_line(decision)
+        if adjusted:
+            lines += [adjusted, ""]
     siblings = [m["attempt"] for m in inputs.family if m["relation"] == "seed sibling"]
     facts = [f"parent {inputs.parent}" if inputs.parent else "root attempt (no parent)"]
     if siblings:
@@ -935,6 +945,20 @@ def write_report(attempt_dir: str | Path, reports_dir: str | Path | None = None)
     plots = render_plots(inputs, out_dir, inputs.attempt_id)
     text = render_markdown(inputs, plots)
     return atomic_write_text(out_dir / f"{inputs.attempt_id}.md", text)
+
+
+def _parent_regressions(inputs: ReportInputs, decision: Mapping[str, Any]) -> list[str]:
+    """Regressions against the parent for decision files written before ``decide`` flagged them
+    (it now records them in ``regressions``): the same rule, from the report's parent comparisons."""
+    if "regressions" in decision:
+        return []
+    from rlexp.core.decision import regression_lines
+
+    alpha = 1.0 - (inputs.sop.bootstrap.confidence if inputs.sop is not None else 0.95)
+    rows = [{"checkpoint": c["new"], "against": "parent", "set": "primary", "delta_pp": c["delta_pp"],
+             "mcnemar_p": c["mcnemar_p"], "ci_pp": c["ci_pp"]} for c in inputs.vs_parent.values()
+            if c["mcnemar_p"] < alpha and c["ci_pp"][1] < 0]
+    return regression_lines({"regressions": rows})
 
 
 def _power_lines(checkpoints: Mapping[str, Any]) -> list[str]:
