@@ -966,8 +966,8 @@ class PairedComparison:
     se_pp: float                       # CLT
     bootstrap_se_pp: float
     discordance: float                 # (b + c) / n
-    mde_pp: float | None               # minimal detectable effect at 80% power, alpha 0.05 (rlexp.core.power)
-    power_at_3pp: float | None         # power to detect rlexp.core.power.WIN_THRESHOLD_PP (+3pp) at this n and discordance
+    mde_pp: float | None               # minimal detectable effect at 80% power of the exact McNemar test, alpha 0.05
+    power_at_3pp: float | None         # exact McNemar power at rlexp.core.power.WIN_THRESHOLD_PP (+3pp), this n and discordance
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -1021,7 +1021,8 @@ def paired_comparison(y_base: ArrayLike, y_new: ArrayLike, **kwargs: Any) -> Pai
     Accuracies with Wilson intervals, ``delta_pp``, ``b``, ``c``, the exact McNemar p and its
     mid-p, a seeded paired-bootstrap interval (``resamples``, ``seed``, ``confidence``,
     ``method`` as keyword arguments), the CLT and bootstrap standard errors, and the minimal
-    detectable effect and power at the win threshold (:mod:`rlexp.core.power`).
+    detectable effect and power at the win threshold of the exact McNemar test
+    (:mod:`rlexp.core.gate_power`).
 
     Examples
     --------
@@ -1033,14 +1034,19 @@ def paired_comparison(y_base: ArrayLike, y_new: ArrayLike, **kwargs: Any) -> Pai
 
 
 def _power(n: int, discordance: float) -> tuple[float | None, float | None]:
-    """MDE and power at the win threshold from rlexp.core.power (Miller 2024); None where the
-    discordance makes them undefined. The threshold is ``rlexp.core.power.WIN_THRESHOLD_PP``, the
-    default that tests/test_sop.py keeps equal to the SOP's ``gate_1b.min_delta_pp``."""
-    from rlexp.core.power import WIN_THRESHOLD_PP, mde_pp, power_at
+    """MDE (80% power) and power at the win threshold of the exact two-sided McNemar test at α = 0.05,
+    the test the SOP runs (:func:`rlexp.core.gate_power.mcnemar_mde`, :func:`~rlexp.core.gate_power.mcnemar_power`;
+    the z approximation of :mod:`rlexp.core.power` overstates the power by about 2 points at N = 1000);
+    None where the discordance makes them undefined (no effect within it reaches 80%; a threshold
+    beyond it). The threshold is ``rlexp.core.power.WIN_THRESHOLD_PP``, the default that
+    tests/test_sop.py keeps equal to the SOP's ``gate_1b.min_delta_pp``."""
+    from rlexp.core.gate_power import mcnemar_mde, mcnemar_power
+    from rlexp.core.power import WIN_THRESHOLD_PP
 
     if discordance <= 0.0:
         return None, None
-    return float(mde_pp(n, discordance)), float(power_at(WIN_THRESHOLD_PP, n, discordance))
+    power = mcnemar_power(WIN_THRESHOLD_PP, n, discordance) if 100.0 * discordance >= WIN_THRESHOLD_PP else None
+    return mcnemar_mde(n, discordance), power
 
 
 # --------------------------------------------------------------------------- several samples per problem

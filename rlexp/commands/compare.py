@@ -96,11 +96,11 @@ def _print(r: dict[str, Any]) -> None:
             ("McNemar mid-p", f"{r['mcnemar_midp']:.4f}"),
             (boot, _interval(r["ci_pp"], "{:+.2f}", " pp")),
             ("SE (CLT)", f"{r['se_pp']:.2f} pp"),
-            (_mde_label(r), f"{r['mde_pp']:.2f} pp" if r["mde_pp"] is not None else "-"),
+            (_mde_label(r), f"{r['mde_pp']:.2f} pp" if r["mde_pp"] is not None else "none within the discordance"),
             ("power at +3 pp" + (" (clustered)" if clustered else " (exact McNemar, observed discordance)"),
              _pct(r["power_at_3pp"])),
             ("Gate-1b pass probability at a true +3 pp, one checkpoint", _pct(r["gate_1b_pass_power_at_3pp"])),
-            ("Gate-1b pass probability at a true +3 pp, best of 3 (ρ 0.3-0.9)", _range(r.get("gate_1b_best_of_3_at_3pp"))),
+            (_best_label(r.get("gate_1b_best_of_k_at_3pp")), _range(r.get("gate_1b_best_of_k_at_3pp"))),
             ("true effect passing Gate-1b with 80%, one checkpoint",
              f"{r['gate_1b_effect_80_pp']:.2f} pp" if r["gate_1b_effect_80_pp"] is not None else "none"),
         ]
@@ -158,8 +158,19 @@ def _mde_label(r: dict[str, Any]) -> str:
     return "MDE at 80% power, α=0.05" + (" (exact McNemar)" if r["mode"] == "binary" else "")
 
 
-def _range(values: list[float] | None) -> str:
-    return f"{min(values):.0%}–{max(values):.0%}" if values else "-"
+def _best_label(best: dict[str, Any] | None) -> str:
+    if not best:
+        return "Gate-1b pass probability at a true +3 pp, best of K"
+    rhos = best["correlations"]
+    return (f"Gate-1b pass probability at a true +3 pp, best of {best['k']} "
+            f"(checkpoint correlation ρ {rhos[-1]:g} to {rhos[0]:g})")
+
+
+def _range(best: dict[str, Any] | None) -> str:
+    if not best:
+        return "-"
+    rates = best["rates"]
+    return f"{rates[-1]:.0%}–{rates[0]:.0%}"
 
 
 def _pct(value: float | None) -> str:

@@ -499,3 +499,34 @@ def calibrate(sop: Sop, settings: CalibrationSettings | None = None, *, ci_metho
             below.append((rho, effect, _rate(np.concatenate(hits))))
     return Calibration(s, sop.version, sop.sha256, intervals.method, sop.bootstrap.resamples, tuple(rows),
                        float(np.mean(disc)), float(np.mean(accs)), len(intervals.cache), tuple(below))
+
+
+def gate_1b_best_of_k(effect_pp: float, n: int, discordance: float, *, k: int = 3,
+                      correlations: tuple[float, ...] = DEFAULT_CORRELATIONS, sims: int = 10_000, seed: int = 0,
+                      min_delta_pp: float = 3.0, max_mcnemar_p: float = 0.05) -> tuple[float, ...] | None:
+    """P(some checkpoint of K passes Gate-1b's Δ and McNemar clauses) at a true ``effect_pp``, one
+    rate per correlation, under this module's model with the baseline accuracy fixed at 0.7 (the
+    per-checkpoint rate, :func:`rlexp.core.gate_power.gate_1b_pass_probability`, does not depend
+    on it). What a decision on the best of K gets, beside the per-checkpoint rate. Simulated
+    (``sims`` studies, seeded: Monte-Carlo error at most 0.5/sqrt(sims)); the interval clause is left
+    out as there. None when the effect or discordance is not possible under the model."""
+    import numpy as np
+
+    s = CalibrationSettings(sims=sims, seed=seed, n=n, base_acc_low=0.7, base_acc_high=0.7,
+                            discordance=discordance, k=k, correlations=correlations, effect_pp=effect_pp)
+    try:
+        check_settings(s)
+    except ValueError:
+        return None
+    q1, q0 = flip_probabilities(s, effect_pp, np.float64(0.7))
+    bits = pattern_bits(k)
+    out = []
+    for index, rho in enumerate(correlations):  # simulate_counts for one run, with the patterns drawn once
+        rng = np.random.default_rng([seed, index])
+        right = rng.binomial(n, 0.7, size=sims)
+        b = rng.multinomial(right, pattern_probabilities(q1, k, rho)) @ bits
+        c = rng.multinomial(n - right, pattern_probabilities(q0, k, rho)) @ bits
+        delta = 100.0 * (c - b) / n
+        passes = (delta >= min_delta_pp - EPS) & (mcnemar_exact_vec(b, c) < max_mcnemar_p - EPS)
+        out.append(float(passes.any(axis=1).mean()))
+    return tuple(out)

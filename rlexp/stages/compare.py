@@ -229,16 +229,23 @@ def _binary(paired: PairedItems, **kwargs: Any) -> dict[str, Any]:
     return out
 
 
-def _gate_power(n: int, discordance: float) -> dict[str, float | None]:
+def _gate_power(n: int, discordance: float) -> dict[str, Any]:
     """Beside the test's power: the chance that a true +3 pp passes Gate-1b at this n and observed
-    discordance, and the true effect that passes it with 80% (:mod:`rlexp.core.gate_power`)."""
+    discordance for one checkpoint, and the true effect that passes it with 80%
+    (:mod:`rlexp.core.gate_power`); and for the best of the SOP's K checkpoints of one run, one
+    rate per latent correlation 0.3, 0.6, 0.9 (:func:`rlexp.core.calibrate.gate_1b_best_of_k`)."""
+    from rlexp.core.calibrate import DEFAULT_CORRELATIONS, gate_1b_best_of_k
     from rlexp.core.gate_power import gate_1b_effect_for_power, gate_1b_pass_probability
     from rlexp.core.sop import load_sop
 
     if discordance <= 0.0:
-        return {"gate_1b_pass_power_at_3pp": None, "gate_1b_effect_80_pp": None}
-    gate = load_sop().gate_1b
+        return {"gate_1b_pass_power_at_3pp": None, "gate_1b_effect_80_pp": None, "gate_1b_best_of_k_at_3pp": None}
+    sop = load_sop()
+    gate = sop.gate_1b
     limits = {"min_delta_pp": gate.min_delta_pp, "max_mcnemar_p": gate.max_mcnemar_p}
     at_3pp = gate_1b_pass_probability(3.0, n, discordance, **limits) if discordance >= 0.03 else None
+    best = gate_1b_best_of_k(3.0, n, discordance, k=sop.checkpoints.k, **limits) if discordance >= 0.03 else None
     return {"gate_1b_pass_power_at_3pp": at_3pp,
-            "gate_1b_effect_80_pp": gate_1b_effect_for_power(n, discordance, **limits)}
+            "gate_1b_effect_80_pp": gate_1b_effect_for_power(n, discordance, **limits),
+            "gate_1b_best_of_k_at_3pp": ({"k": sop.checkpoints.k, "correlations": list(DEFAULT_CORRELATIONS),
+                                          "rates": list(best)} if best is not None else None)}
