@@ -108,3 +108,18 @@ def test_best_of_k_gate_pass_rate_by_simulation():
     (identical,) = gate_1b_best_of_k(3.0, 1000, 0.12, correlations=(1.0,), sims=sims, seed=4)
     assert abs(identical - one) < 3 * math.sqrt(one * (1 - one) / sims)  # ρ = 1: three copies of one
     assert gate_1b_best_of_k(20.0, 1000, 0.12) is None
+
+
+@pytest.mark.parametrize("d", [0.12, 0.2])
+def test_the_standard_library_best_of_k_against_the_simulation(d):
+    from rlexp.core.calibrate import gate_1b_best_of_k
+    from rlexp.core.gate_power import DELTA_CORRELATION_OF_RHO, gate_1b_best_of_k_normal
+
+    simulated = gate_1b_best_of_k(3.0, 1000, d, sims=10_000, seed=6)  # MC error < 0.5 points
+    for rho, sim in zip(DELTA_CORRELATION_OF_RHO, simulated, strict=True):
+        approx = gate_1b_best_of_k_normal(3.0, 1000, d, delta_correlation=DELTA_CORRELATION_OF_RHO[rho])
+        assert approx == pytest.approx(sim, abs=0.03)
+    one = gate_1b_pass_probability(3.0, 1000, d)
+    assert gate_1b_best_of_k_normal(3.0, 1000, d, k=1, delta_correlation=0.5) == one
+    assert gate_1b_best_of_k_normal(3.0, 1000, d, delta_correlation=0.0) == pytest.approx(1 - (1 - one) ** 3)
+    assert gate_1b_best_of_k_normal(3.0, 1000, d, delta_correlation=1.0) == one

@@ -962,25 +962,43 @@ def _parent_regressions(inputs: ReportInputs, decision: Mapping[str, Any]) -> li
 
 
 def _power_lines(checkpoints: Mapping[str, Any]) -> list[str]:
-    """What each comparison could see: the test's MDE, and what a claim needs (rlexp.core.gate_power):
-    the chance that a true effect at Gate-1b's threshold (+3 pp) passes it at this n and discordance, and the effect that
-    passes it with 80%. Rows without n, b and c (older decision files) are left out."""
-    from rlexp.core.gate_power import gate_1b_effect_for_power, gate_1b_pass_probability
-    from rlexp.core.power import mde_pp
+    """What each comparison could see: the exact McNemar test's MDE, and what a claim needs
+    (rlexp.core.gate_power): the chance that a true effect at Gate-1b's threshold (+3 pp) passes it at
+    this n and discordance for that one checkpoint, and the effect that passes it with 80%; then, once,
+    the chance that the best of the SOP's K checkpoints passes it (rlexp.core.calibrate.gate_1b_best_of_k,
+    per checkpoint correlation), which is what a decision on K checkpoints gets. Rows without n, b and
+    c (older decision files) are left out."""
+    from rlexp.core.calibrate import DEFAULT_CORRELATIONS, gate_1b_best_of_k
+    from rlexp.core.gate_power import gate_1b_effect_for_power, gate_1b_pass_probability, mcnemar_mde
     from rlexp.core.sop import load_sop
 
-    gate = load_sop().gate_1b
+    sop = load_sop()
+    gate = sop.gate_1b
     limits = {"min_delta_pp": gate.min_delta_pp, "max_mcnemar_p": gate.max_mcnemar_p}
     out = []
+    shapes = []
+    threshold = gate.min_delta_pp
     for name, v in checkpoints.items():
         n, b, c = v.get("n"), v.get("b"), v.get("c")
         if not (isinstance(n, int) and isinstance(b, int) and isinstance(c, int)) or n <= 0 or b + c <= 0:
             continue
         d = (b + c) / n
-        threshold = gate.min_delta_pp
+        shapes.append((n, d))
         at = gate_1b_pass_probability(threshold, n, d, **limits) if threshold <= 100 * d else 0.0
         effect = gate_1b_effect_for_power(n, d, **limits)
-        out.append(f"- {name}: n {n}, discordance {d:.1%}: MDE {mde_pp(n, d):.2f} pp (80% power of the test); "
-                   f"a true +{threshold:g} pp passes Gate-1b {at:.0%} of the time; 80% needs "
+        mde = mcnemar_mde(n, d)
+        out.append(f"- {name}: n {n}, discordance {d:.1%}: MDE "
+                   + (f"{mde:.2f} pp" if mde is not None else "beyond the discordance")
+                   + " (80% power of the exact McNemar test); "
+                   f"a true +{threshold:g} pp passes Gate-1b {at:.0%} of the time for this one checkpoint; 80% needs "
                    + (f"{effect:.2f} pp" if effect is not None else "more than the discordance allows"))
+    if shapes and len(checkpoints) > 1:
+        n = shapes[0][0]
+        d = sum(x for _, x in shapes) / len(shapes)
+        best = gate_1b_best_of_k(threshold, n, d, k=len(checkpoints), **limits)
+        if best is not None:
+            out.append(f"- best of the {len(checkpoints)} checkpoints (mean discordance {d:.1%}): a true "
+                       f"+{threshold:g} pp passes Gate-1b on some checkpoint {min(best):.0%}–{max(best):.0%} of the "
+                       f"time (checkpoint correlation ρ {max(DEFAULT_CORRELATIONS):g} to {min(DEFAULT_CORRELATIONS):g}; "
+                       "simulated)")
     return [""] + out if out else []
