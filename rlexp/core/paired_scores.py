@@ -103,9 +103,9 @@ def paired_bootstrap_ci(d: Any, *, resamples: int, seed: int, confidence: float,
 # Below this many clusters ``compare --cluster`` warns. The CR1 t-test with G − 1 degrees of freedom is
 # exact for equal-size clusters with normal cluster means (it is then the t-test on the cluster
 # means) but over-rejects when cluster sizes differ: a simulation (half the clusters of 2 items, half
-# of 8, cluster and item effects N(0, 1), 20,000 studies each, seed 1; tests/test_compare_cli.py
-# repeats it at G = 5 and 30) measured a 5% test rejecting 8.3% of true nulls at G = 5, 7.4% at
-# 10, 6.6% at 20 and 5.7% at 30. Cameron & Miller (2015) put "few clusters" in the same range.
+# of 8, cluster and item effects N(0, 1), 20,000 studies each, seed 1; tests/test_sop_texts.py
+# repeats it) measured a 5% test rejecting 7.8% of true nulls at G = 5, 7.3% at
+# 10, 6.5% at 20 and 5.6% at 30. Cameron & Miller (2015) put "few clusters" in the same range.
 CLUSTER_WARN_BELOW = 30
 
 
