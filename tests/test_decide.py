@@ -497,3 +497,8 @@ def test_decide_prints_the_raw_best_of_three_and_its_selection_adjusted_delta(ex
     out = " ".join(capsys.readouterr().out.split())
     assert f"raw Δ {adj['raw_pp']:+.2f} pp" in out and "adjusted for that selection" in out
     assert f"{adj['adjusted_pp']:+.2f} pp" in out
+    from rlexp.adapters.rendering import gather, render_markdown
+
+    report = " ".join(render_markdown(gather(d)).split())
+    assert f"raw Δ {adj['raw_pp']:+.2f} pp" in report and f"{adj['adjusted_pp']:+.2f} pp" in report
+    assert "Andrews, Kitagawa & McCloskey 2024" in report

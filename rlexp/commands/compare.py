@@ -121,8 +121,12 @@ def _print(r: dict[str, Any]) -> None:
     rows.append(("samples per item (base / new)", f"{_spi(spi['base'])} / {_spi(spi['new'])}"))
     if clustered:
         rows.append((f"clusters ({r['cluster_field']})", str(g)))
-        rows.append(("SE clustered, CR0 / CR1", f"{r['se_clustered']:.4f} / "
-                     + (f"{r['se_clustered_cr1']:.4f}" if r["se_clustered_cr1"] is not None else "-")))
+        scale, unit, digits = (100.0, " pp", 2) if r["mode"] == "binary" else (1.0, "", 4)
+        cr1 = r["se_clustered_cr1"]
+        rows.append(("SE clustered, CR0 / CR1", f"{scale * r['se_clustered']:.{digits}f} / "
+                     + (f"{scale * cr1:.{digits}f}{unit}" if cr1 is not None else "-")))
+        if r["mode"] == "binary":
+            rows.append(("Gate-1b figures above", "items independent (McNemar)"))
         rows.append((f"cluster-robust t (CR1, df {df}) p",
                      f"{r['p_clustered']:.4f}" if r["p_clustered"] is not None else "-"))
     if "p_holm" in r:

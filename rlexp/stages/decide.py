@@ -171,7 +171,11 @@ def gather(attempt: str | Path, sop: Any) -> tuple[DecideInputs, dict[str, Any]]
     rows = read_metrics(ad.metrics) if ad.metrics.exists() else []
     from rlexp.adapters.rendering import compare_with_parent
 
-    vs_parent = {c["new"]: c for c in compare_with_parent(att.attempt_dir, sop).values()}
+    try:  # for the regression flags only: a parent that cannot be compared does not block the decision
+        vs_parent = {c["new"]: c for c in compare_with_parent(att.attempt_dir, sop).values()}
+    except InputError as exc:
+        vs_parent = {}
+        skipped.append(f"no comparison with the parent for the regression flags: {exc}")
     inputs = DecideInputs(
         attempt=facts, checkpoints=tuple(names), roles=roles, baselines=present, sets=sets, paired=paired,
         history=history, sota=pin.to_dict() if pin else None, pin_is_self=pin_is_self,
