@@ -184,8 +184,8 @@ def _clustered(out: dict[str, Any], paired: PairedItems, labels: list[Any], fiel
     out.update(res)
     out["cluster_field"] = field_name
     binary = out["mode"] == "binary"
-    naive = {"p_value": out["p_value"], "ci": out.get("ci"), "ci_pp": out.get("ci_pp"), "mde": out.get("mde"),
-             "mde_pp": out.get("mde_pp"), "power_at_3pp": out.get("power_at_3pp")}
+    naive = {"p_value": out["p_value"], "ci_method": out["ci_method"], "ci": out.get("ci"), "ci_pp": out.get("ci_pp"),
+             "mde": out.get("mde"), "mde_pp": out.get("mde_pp"), "power_at_3pp": out.get("power_at_3pp")}
     out.update({f"{k}_naive": v for k, v in naive.items() if k in out})
     g = res["n_clusters"]
     ci = res["ci_clustered"]
@@ -193,6 +193,7 @@ def _clustered(out: dict[str, Any], paired: PairedItems, labels: list[Any], fiel
     mde = res["mde_clustered"]
     out["p_value"] = res["p_clustered"] if res["p_clustered"] is not None else 1.0
     out["test"] = f"cluster-robust t (CR1, {g} clusters, df {res['cluster_df']})"
+    out["ci_method"] = "cluster-robust t"
     if binary:
         out["ci_pp"] = [ci[0] * 100.0, ci[1] * 100.0] if ci else None
         out["mde_pp"] = mde * 100.0 if mde is not None else None
