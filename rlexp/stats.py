@@ -480,9 +480,9 @@ def newcombe_paired_ci_arrays(n11: Any, b: Any, c: Any, n00: Any, confidence: fl
     import numpy as np
     from scipy.special import ndtri
 
-    n11, b, c, n00 = (np.asarray(x, dtype=float) for x in (n11, b, c, n00))
+    n11, b, c, n00 = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (n11, b, c, n00)))
     n = n11 + b + c + n00
-    if np.any(n <= 0) or np.any(np.minimum.reduce([n11, b, c, n00]) < 0):
+    if np.any(n <= 0) or min(float(x.min(initial=0.0)) for x in (n11, b, c, n00)) < 0:
         raise ValueError("every table needs non-negative counts and at least one pair")
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
@@ -966,8 +966,8 @@ class PairedComparison:
     se_pp: float                       # CLT
     bootstrap_se_pp: float
     discordance: float                 # (b + c) / n
-    mde_pp: float | None               # minimal detectable effect at 80% power, alpha 0.05 (rlexp.core.power)
-    power_at_3pp: float | None         # power to detect rlexp.core.power.WIN_THRESHOLD_PP (+3pp) at this n and discordance
+    mde_pp: float | None               # minimal detectable effect at 80% power of the exact McNemar test, alpha 0.05
+    power_at_3pp: float | None         # exact McNemar power at rlexp.core.power.WIN_THRESHOLD_PP (+3pp), this n and discordance
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -1021,7 +1021,8 @@ def paired_comparison(y_base: ArrayLike, y_new: ArrayLike, **kwargs: Any) -> Pai
     Accuracies with Wilson intervals, ``delta_pp``, ``b``, ``c``, the exact McNemar p and its
     mid-p, a seeded paired-bootstrap interval (``resamples``, ``seed``, ``confidence``,
     ``method`` as keyword arguments), the CLT and bootstrap standard errors, and the minimal
-    detectable effect and power at the win threshold (:mod:`rlexp.core.power`).
+    detectable effect and power at the win threshold of the exact McNemar test
+    (:mod:`rlexp.core.gate_power`).
 
     Examples
     --------
@@ -1033,14 +1034,19 @@ def paired_comparison(y_base: ArrayLike, y_new: ArrayLike, **kwargs: Any) -> Pai
 
 
 def _power(n: int, discordance: float) -> tuple[float | None, float | None]:
-    """MDE and power at the win threshold from rlexp.core.power (Miller 2024); None where the
-    discordance makes them undefined. The threshold is ``rlexp.core.power.WIN_THRESHOLD_PP``, the
-    default that tests/test_sop.py keeps equal to the SOP's ``gate_1b.min_delta_pp``."""
-    from rlexp.core.power import WIN_THRESHOLD_PP, mde_pp, power_at
+    """MDE (80% power) and power at the win threshold of the exact two-sided McNemar test at α = 0.05,
+    the test the SOP runs (:func:`rlexp.core.gate_power.mcnemar_mde`, :func:`~rlexp.core.gate_power.mcnemar_power`;
+    the z approximation of :mod:`rlexp.core.power` overstates the power by about 2 points at N = 1000);
+    None where the discordance makes them undefined (no effect within it reaches 80%; a threshold
+    beyond it). The threshold is ``rlexp.core.power.WIN_THRESHOLD_PP``, the default that
+    tests/test_sop.py keeps equal to the SOP's ``gate_1b.min_delta_pp``."""
+    from rlexp.core.gate_power import mcnemar_mde, mcnemar_power
+    from rlexp.core.power import WIN_THRESHOLD_PP
 
     if discordance <= 0.0:
         return None, None
-    return float(mde_pp(n, discordance)), float(power_at(WIN_THRESHOLD_PP, n, discordance))
+    power = mcnemar_power(WIN_THRESHOLD_PP, n, discordance) if 100.0 * discordance >= WIN_THRESHOLD_PP else None
+    return mcnemar_mde(n, discordance), power
 
 
 # --------------------------------------------------------------------------- several samples per problem
@@ -1091,6 +1097,15 @@ class ClusteredMean:
     se_naive: float     # as if every sample were independent
     n_clusters: int
     n_samples: int
+
+    @property
+    def se_cr1(self) -> float:
+        """CR1: ``se`` times ``sqrt(G / (G - 1))`` (the Stata/statsmodels small-sample factor
+        ``G/(G−1)·(N−1)/(N−K)`` with K = 1 regressor, the mean); to be used with G − 1 degrees of
+        freedom (Cameron & Miller 2015, "A Practitioner's Guide to Cluster-Robust Inference").
+        NaN with a single cluster."""
+        g = self.n_clusters
+        return self.se * math.sqrt(g / (g - 1)) if g > 1 else math.nan
 
 
 def cluster_robust_mean(values: ArrayLike, clusters: Sequence[Any]) -> ClusteredMean:

@@ -341,3 +341,36 @@ def test_cli_calibrate_json_and_bad_input(capsys):
     assert "--correlation" in capsys.readouterr().err
     assert main(["sop", "calibrate", "--sims", "100", "--ci-method", "wald"]) == 2
     assert "--ci-method" in capsys.readouterr().err
+
+
+def test_stop_1_below_the_bar_against_an_independent_simulation(capsys):
+    # the winner's curse: a true +2pp (below the +3pp bar) still reaches STOP-1. Reference: the model drawn
+    # problem by problem (cal.simulate_counts_per_problem) and the rule written out here with scipy's binomial
+    # test (Gate-1b: Δ >= 3 and p < 0.05 on some checkpoint of run 1; Gate-2: both runs' best Δ > 0 with mean
+    # >= 3; the interval clause, which almost always holds where p < 0.05, left out)
+    from scipy.stats import binom
+
+    sims = 3000
+    s = cal.CalibrationSettings(sims=sims, seed=2, correlations=(0.6,), below_bar_effects=(2.0,))
+    res = cal.calibrate(SOP, s)
+    rates = {effect: r for _, effect, r in res.stop_1_below_bar}
+    assert set(rates) == {0.0, 2.0}
+    null_stop_1 = next(r for r in res.rows if r.gate == "STOP-1 (1b + Gate-2)" and r.scenario == "null (0pp)")
+    assert rates[0.0] == null_stop_1.best_of_k
+    sim = cal.simulate_counts_per_problem(s, 2.0, 0.6, np.random.default_rng(99), sims)
+    b, c = sim["b"], sim["c"]
+    delta = 100.0 * (c - b) / s.n
+    m = b + c
+    p = np.minimum(1.0, 2 * binom.cdf(np.minimum(b, c), np.maximum(m, 1), 0.5))
+    gate_1b = ((delta[:, 0] >= 3.0 - 1e-9) & (p[:, 0] < 0.05)).any(axis=1)
+    best = delta.max(axis=2)
+    gate_2 = (best > 0).all(axis=1) & (best.mean(axis=1) >= 3.0 - 1e-9)
+    reference = float((gate_1b & gate_2).mean())
+    se = math.sqrt(reference * (1 - reference) / sims)
+    assert abs(rates[2.0].rate - reference) < 3 * math.sqrt(2) * se + 0.005  # two independent draws; CI clause
+    assert 0.15 < rates[2.0].rate < 0.35  # well above the 5% a "claimable effect" bar suggests
+    assert "below the +3pp bar" in res.markdown() and "true +2pp" in res.markdown()
+    assert main(["sop", "calibrate", "--sims", "200", "--correlation", "0.6", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [(r["correlation"], r["effect_pp"]) for r in out["stop_1_below_bar"]] == [(0.6, 0.0), (0.6, 1.0),
+                                                                                    (0.6, 2.0), (0.6, 2.5)]

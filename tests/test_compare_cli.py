@@ -140,3 +140,10 @@ def test_gate_pass_power_beside_the_test_power(tmp_path, capsys):
     assert out["power_at_3pp"] == pytest.approx(0.78, abs=0.02)
     assert out["gate_1b_pass_power_at_3pp"] == pytest.approx(0.52, abs=0.015)
     assert out["gate_1b_effect_80_pp"] == pytest.approx(3.87, abs=0.03)
+    # the best of K=3 checkpoints (what a decision on K gets) passes about 70-82% of the time by correlation
+    best = out["gate_1b_best_of_k_at_3pp"]
+    assert best["k"] == 3 and best["correlations"] == [0.3, 0.6, 0.9]
+    assert 0.67 < best["rates"][2] < best["rates"][1] < best["rates"][0] < 0.85
+    assert main(["compare", str(base), str(new)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "one checkpoint" in text and "best of 3" in text and "(exact McNemar" in text

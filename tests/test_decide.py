@@ -411,3 +411,94 @@ def test_a_failure_at_any_write_leaves_old_or_new_state_and_a_rerun_repairs(exp,
     clean_ledger = [json.loads(line) for line in new.pop("ledger.jsonl").splitlines()]
     assert [{**e, "decided_at": None} for e in ledger] == [{**e, "decided_at": None} for e in clean_ledger]
     assert repaired == new
+
+
+def test_a_checkpoint_significantly_worse_than_sota_is_flagged_first_whatever_the_decision(exp, capsys):
+    from rlexp.adapters.rendering import gather, render_markdown
+
+    (exp / "sota.json").write_text(json.dumps({"attempt": "a29", "checkpoint": "global_step200",
+                                               "path": "a29/checkpoints/global_step200_hf", "decided_at": NOW}))
+    d = make_attempt(exp, "r1", "a29", {"eps_clip": 0.15}, decide_steps=(200, 100))
+    # vs S0 (700 right): step 200 +1pp (flat), step 100 -2pp; SOTA gets 740 right (+4pp over S0)
+    evaluated(d, {"global_step200": (30, 40), "global_step100": (50, 30)})
+    sota, _ = outcome_vectors(1000, 740, 0, 0)
+    write_records(d, "baseline_sota", "ood_primary", sota)
+    res = decide_attempt(d, now=NOW)
+    flagged = {(r["checkpoint"], r["against"]) for r in res["regressions"]}
+    # the reference: McNemar exact (scipy's binomial test) and the sign of the interval, pair by pair
+    from scipy.stats import binomtest
+
+    expected = set()
+    for ck in ("global_step200", "global_step100"):
+        for baseline in ("baseline_s0", "baseline_sota"):
+            brief = res["checkpoints"][ck]["vs"][baseline]["ood_primary"]
+            p = binomtest(brief["c"], brief["b"] + brief["c"], 0.5).pvalue
+            assert brief["mcnemar_p"] == pytest.approx(p)
+            if p < 0.05 and brief["ci_pp"][1] < 0:
+                expected.add((ck, baseline))
+    assert expected == flagged and ("global_step100", "baseline_sota") in flagged
+    assert ("global_step200", "baseline_s0") not in flagged
+    assert res["decision"] == "CONTINUE"  # flagged whatever the decision
+    assert main(["decide", str(d)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert out.startswith("REGRESSION: ")
+    head = out.split("vs baseline_sota on ood_primary")[0]  # before the checkpoint table
+    assert "REGRESSION: global_step100 is significantly worse than sota on ood_primary: Δ" in head
+    report = render_markdown(gather(d))
+    first = report.split("**Decision:")[0]
+    assert "REGRESSION: global_step100 is significantly worse than sota" in first
+
+
+def test_a_healthy_attempt_flags_nothing(exp):
+    d = make_attempt(exp, "ok1", "a29", {"eps_clip": 0.1}, decide_steps=(200,))
+    evaluated(d, {"global_step200": (40, 80)})
+    assert decide_attempt(d, now=NOW)["regressions"] == []
+
+
+def family_records(d: Path, effect: float, rho: float, seed: int, n: int = 1000, k: int = 3) -> None:
+    """S0 and K correlated checkpoints drawn problem by problem under the calibration model (a true Δ of
+    ``effect`` for each), written as record files."""
+    import math
+
+    import numpy as np
+    from scipy.special import ndtri
+
+    rng = np.random.default_rng(seed)
+    p0 = 0.7
+    y0 = rng.random(n) < p0
+    threshold = np.where(y0, ndtri((0.12 - effect) / (2 * p0)), ndtri((0.12 + effect) / (2 * (1 - p0))))
+    flips = (math.sqrt(rho) * rng.standard_normal((n, 1)) + math.sqrt(1 - rho) * rng.standard_normal((n, k))
+             < threshold[:, None])
+    write_records(d, "baseline_s0", "ood_primary", [int(v) for v in y0])
+    for j, step in enumerate((300, 200, 100)):
+        write_records(d, f"global_step{step}", "ood_primary", [int(v) for v in np.where(flips[:, j], ~y0, y0)])
+
+
+def test_decide_prints_the_raw_best_of_three_and_its_selection_adjusted_delta(exp, capsys):
+    from rlexp.core.selection import adjusted_winner
+
+    d = make_attempt(exp, "w1", "a29", {"eps_clip": 0.1}, decide_steps=(300, 200, 100))
+    family_records(d, 0.02, 0.6, seed=3)
+    res = decide_attempt(d, now=NOW)
+    adj = res["selection_adjusted"]
+    ck = res["primary_checkpoint"]
+    assert adj["checkpoint"] == ck and adj["k"] == 3 and adj["raw_pp"] == pytest.approx(res["checkpoints"][ck]
+                                                                                          ["delta_pp"])
+    assert adj["adjusted_pp"] < adj["raw_pp"] and adj["ci_pp"][0] < adj["adjusted_pp"] < adj["ci_pp"][1]
+    # the same figure from the paired outcomes directly
+    from rlexp.storage.paired import pair_files
+
+    names = list(res["checkpoints"])
+    sets = [pair_files(d / "eval" / "baseline_s0" / "ood_primary.jsonl", d / "eval" / n / "ood_primary.jsonl")
+            for n in names]
+    ref = adjusted_winner(sets[0].y_baseline, [s.y_new for s in sets], names.index(ck))
+    assert adj["adjusted_pp"] == pytest.approx(ref.adjusted_pp)
+    assert main(["decide", str(d)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"raw Δ {adj['raw_pp']:+.2f} pp" in out and "adjusted for that selection" in out
+    assert f"{adj['adjusted_pp']:+.2f} pp" in out
+    from rlexp.adapters.rendering import gather, render_markdown
+
+    report = " ".join(render_markdown(gather(d)).split())
+    assert f"raw Δ {adj['raw_pp']:+.2f} pp" in report and f"{adj['adjusted_pp']:+.2f} pp" in report
+    assert "Andrews, Kitagawa & McCloskey 2024" in report

@@ -51,3 +51,75 @@ def test_equals_the_sum_over_scipy_binomials(delta_pp, n, d):
     c_need = np.maximum(c_test, np.ceil((m + n * 0.03) / 2 - 1e-9))
     reference = float(np.sum(binom.pmf(m, n, d) * binom.sf(c_need - 1, m, (d + delta_pp / 100) / (2 * d))))
     assert gate_1b_pass_probability(delta_pp, n, d) == pytest.approx(reference, rel=1e-9, abs=1e-12)
+
+
+def exact_mcnemar_power_by_loop(delta_pp: float, n: int, d: float, alpha: float = 0.05) -> float:
+    """Independent reference: sum over M ~ Bin(n, d) and C | M ~ Bin(M, (d + Δ)/(2d)) of the tables the
+    exact two-sided McNemar test rejects (p = min(1, 2 min(P(X <= k), P(X >= k))), X ~ Bin(m, 1/2): scipy's
+    binomtest p for a symmetric null, checked against it at one m)."""
+    from scipy.stats import binom, binomtest
+
+    win = (d + delta_pp / 100) / (2 * d)
+    total = 0.0
+    for m in range(1, n + 1):
+        pm = binom.pmf(m, n, d)
+        if pm < 1e-13:
+            continue
+        k = np.arange(m + 1)
+        p = np.minimum(1.0, 2 * np.minimum(binom.cdf(k, m, 0.5), binom.sf(k - 1, m, 0.5)))
+        total += pm * float(binom.pmf(k[p < alpha], m, win).sum())
+    assert [binomtest(int(k), 30, 0.5).pvalue for k in range(31)] == pytest.approx(
+        list(np.minimum(1.0, 2 * np.minimum(binom.cdf(range(31), 30, 0.5), binom.sf(np.arange(31) - 1, 30, 0.5)))))
+    return total
+
+
+@pytest.mark.parametrize(("delta_pp", "n", "d"), [(3.0, 1000, 0.12), (3.04, 1000, 0.118), (-2.0, 400, 0.2)])
+def test_exact_mcnemar_power_equals_the_loop(delta_pp, n, d):
+    from rlexp.core.gate_power import mcnemar_power
+
+    assert mcnemar_power(delta_pp, n, d) == pytest.approx(exact_mcnemar_power_by_loop(delta_pp, n, d), abs=1e-9)
+
+
+def test_exact_mde_and_the_z_approximation():
+    from rlexp.core.gate_power import mcnemar_mde, mcnemar_power
+    from rlexp.core.power import mde_pp
+
+    # at Miller's z MDE the exact test has 77.8-78.4% power, not 80% (N = 1000, 12-20% discordance)
+    for d in (0.118, 0.12, 0.15, 0.2):
+        z = mde_pp(1000, d)
+        assert 0.775 < exact_mcnemar_power_by_loop(z, 1000, d) < 0.79
+        exact = mcnemar_mde(1000, d)
+        assert exact > z and mcnemar_power(exact, 1000, d) == pytest.approx(0.8, abs=1e-4)
+    assert mcnemar_mde(20, 0.2) is None  # no effect within the discordance reaches 80%
+
+
+def test_best_of_k_gate_pass_rate_by_simulation():
+    import math
+
+    from rlexp.core.calibrate import gate_1b_best_of_k
+
+    sims = 10_000
+    one = gate_1b_pass_probability(3.0, 1000, 0.12)
+    (single,) = gate_1b_best_of_k(3.0, 1000, 0.12, k=1, correlations=(0.6,), sims=sims, seed=4)
+    assert abs(single - one) < 3 * math.sqrt(one * (1 - one) / sims)  # K = 1: the exact per-checkpoint sum
+    rates = gate_1b_best_of_k(3.0, 1000, 0.12, sims=sims, seed=4)
+    assert rates[0] > rates[1] > rates[2] > one  # the best of 3 passes more often; less so when correlated
+    assert rates[2] > 0.65 and rates[0] < 0.86  # about 70-82% against 52% for one checkpoint
+    (identical,) = gate_1b_best_of_k(3.0, 1000, 0.12, correlations=(1.0,), sims=sims, seed=4)
+    assert abs(identical - one) < 3 * math.sqrt(one * (1 - one) / sims)  # ρ = 1: three copies of one
+    assert gate_1b_best_of_k(20.0, 1000, 0.12) is None
+
+
+@pytest.mark.parametrize("d", [0.12, 0.2])
+def test_the_standard_library_best_of_k_against_the_simulation(d):
+    from rlexp.core.calibrate import gate_1b_best_of_k
+    from rlexp.core.gate_power import DELTA_CORRELATION_OF_RHO, gate_1b_best_of_k_normal
+
+    simulated = gate_1b_best_of_k(3.0, 1000, d, sims=10_000, seed=6)  # MC error < 0.5 points
+    for rho, sim in zip(DELTA_CORRELATION_OF_RHO, simulated, strict=True):
+        approx = gate_1b_best_of_k_normal(3.0, 1000, d, delta_correlation=DELTA_CORRELATION_OF_RHO[rho])
+        assert approx == pytest.approx(sim, abs=0.03)
+    one = gate_1b_pass_probability(3.0, 1000, d)
+    assert gate_1b_best_of_k_normal(3.0, 1000, d, k=1, delta_correlation=0.5) == one
+    assert gate_1b_best_of_k_normal(3.0, 1000, d, delta_correlation=0.0) == pytest.approx(1 - (1 - one) ** 3)
+    assert gate_1b_best_of_k_normal(3.0, 1000, d, delta_correlation=1.0) == one

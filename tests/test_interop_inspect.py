@@ -178,3 +178,33 @@ def test_several_models_holm_adjusted(capsys):
     assert ps[1] == 1.0  # the same run read as .json: b = c = 0
     expected = multipletests(ps, method="holm")[1]
     assert [c["p_holm"] for c in out["comparisons"]] == pytest.approx(list(expected))
+
+
+def statsmodels_cluster_fit(d: np.ndarray, groups: list[str]):
+    import statsmodels.api as sm
+
+    codes = np.unique(groups, return_inverse=True)[1]
+    return sm.OLS(d, np.ones(len(d))).fit(cov_type="cluster", cov_kwds={"groups": codes, "use_correction": True},
+                                          use_t=True)
+
+
+@needs_zstd
+def test_cluster_p_ci_and_mde_use_cr1_with_cluster_count_df(capsys):
+    base, new = epoch_means("epochs_a.eval"), epoch_means("epochs_b.eval")
+    group = {s["id"]: s["group"] for s in SAMPLES["epochs_a.eval"]}
+    ids = sorted(base)
+    d = np.array([new[k] - base[k] for k in ids])
+    fit = statsmodels_cluster_fit(d, [group[k] for k in ids])  # the reference: statsmodels, CR1, t with G - 1 df
+    out = run_json([str(DATA / "epochs_a.eval"), str(DATA / "epochs_b.eval"), "--cluster", "group"], capsys)
+    assert out["n_clusters"] == 5 and out["cluster_df"] == 4
+    assert out["se_clustered_cr1"] == pytest.approx(float(fit.bse[0]))
+    assert out["p_value"] == pytest.approx(float(fit.pvalues[0])) and 0.025 < out["p_value"] < 0.035
+    assert out["p_value_naive"] == pytest.approx(sps.ttest_1samp(d, 0).pvalue) and out["p_value_naive"] < 0.001
+    assert out["ci"] == pytest.approx([float(x) for x in fit.conf_int()[0]])
+    se = float(fit.bse[0])
+    assert out["mde"] == pytest.approx((sps.t.ppf(0.975, 4) + sps.t.ppf(0.8, 4)) * se)
+    assert any("only 5 clusters" in w for w in out["warnings"])
+    assert main(["compare", str(DATA / "epochs_a.eval"), str(DATA / "epochs_b.eval"), "--cluster", "group",
+                 "--resamples", "500"]) == 0
+    text = capsys.readouterr().out
+    assert "clusters (group)" in text and "0.0287" in text and "only 5 clusters" in text

@@ -135,3 +135,16 @@ def test_an_sop_may_choose_newcombe_and_the_rules_name_it(tmp_path, capsys):
     path.write_text(text.replace("  method: percentile", "  method: wald"))
     with pytest.raises(InputError, match="bootstrap.method"):
         load_sop(path)
+
+
+def test_newcombe_arrays_broadcast_a_scalar_with_arrays():
+    # as the docstring says: one shared n11 and n00 against arrays of b and c, each row equal to the scalar call
+    b, c = np.array([2, 3, 0]), np.array([12, 5, 1])
+    low, high = stats.newcombe_paired_ci_arrays(36, b, c, 0)
+    assert low.shape == high.shape == (3,)
+    for i in range(3):
+        ci = stats.newcombe_paired_ci(stats.PairedCounts(n11=36, b=int(b[i]), c=int(c[i]), n00=0))
+        assert (float(low[i]), float(high[i])) == pytest.approx((ci.low, ci.high), abs=1e-12)
+    assert (float(low[0]), float(high[0])) == pytest.approx((0.0569, 0.3404), abs=5e-5)  # Newcombe (1998) (a)
+    with pytest.raises(ValueError):
+        stats.newcombe_paired_ci_arrays(36, np.array([2, -1]), 12, 0)

@@ -63,7 +63,8 @@ def test_mean_score_option_and_cluster_on_rlexp_records(tmp_path, capsys):
     a, b = write_records(tmp_path / "a.jsonl", base, buckets), write_records(tmp_path / "b.jsonl", new, buckets)
     assert main(["compare", str(a), str(b), "--json", "--mean-score", "--cluster", "bucket", "--resamples", "500"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["mode"] == "mean-score" and out["p_value"] == pytest.approx(sps.ttest_rel(new, base).pvalue)
+    # with --cluster the item-level t-test is kept as p_value_naive; p_value is the clustered one (CR1, G - 1 df)
+    assert out["mode"] == "mean-score" and out["p_value_naive"] == pytest.approx(sps.ttest_rel(new, base).pvalue)
     d = np.array(new, float) - np.array(base, float)
     sums = {}
     for x, g in zip(d - d.mean(), buckets, strict=True):
@@ -99,3 +100,46 @@ def test_letters_partial_and_no_answer_in_an_inspect_log(tmp_path, capsys):
     assert out["mode"] == "mean-score" and out["sources"]["new"]["no_answer_counted_as_0"] == 2
     assert out["mean_new"] == pytest.approx(sum(changed.values()) / 20)
     assert out["delta"] == pytest.approx((sum(changed.values()) - sum(original.values())) / 20)
+
+
+def _size_of_cr1_test(sizes: list[int], studies: int, seed: int) -> float:
+    from rlexp.core.paired_scores import clustered_se
+
+    rng = np.random.default_rng(seed)
+    labels = np.repeat(np.arange(len(sizes)), sizes).tolist()
+    rejected = 0
+    for _ in range(studies):
+        d = rng.normal(size=len(sizes))[labels] + rng.normal(size=len(labels))  # cluster + item effects, true Δ = 0
+        res = clustered_se([0.0] * len(labels), list(d), labels, unit=False)
+        rejected += res["p_clustered"] < 0.05
+    return rejected / studies
+
+
+def test_cr1_t_test_holds_its_level_with_equal_clusters_and_over_rejects_with_few_unequal_ones():
+    # with equal-size clusters the CR1 t-statistic with G - 1 df is the one-sample t on the cluster means: exact
+    studies = 2000
+    mc = 3 * math.sqrt(0.05 * 0.95 / studies)  # three Monte-Carlo standard errors
+    assert abs(_size_of_cr1_test([4] * 5, studies, seed=3) - 0.05) < mc
+    # half the clusters of 2 items, half of 8 (the design behind CLUSTER_WARN_BELOW): above 5% at G = 6
+    assert _size_of_cr1_test([2, 2, 2, 8, 8, 8], studies, seed=4) > 0.05 + mc / 3
+
+
+def test_binary_scores_with_cluster_use_the_clustered_p_and_keep_mcnemar(tmp_path, capsys):
+    import statsmodels.api as sm
+
+    rng = np.random.default_rng(0)
+    base = [int(x) for x in rng.random(200) < 0.6]
+    new = [int(x) for x in rng.random(200) < 0.7]
+    buckets = [f"g{i % 12}" for i in range(200)]
+    a, b = write_records(tmp_path / "a.jsonl", base, buckets), write_records(tmp_path / "b.jsonl", new, buckets)
+    assert main(["compare", str(a), str(b), "--json", "--cluster", "bucket", "--resamples", "500"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    d = np.array(new, float) - np.array(base, float)
+    codes = np.unique(buckets, return_inverse=True)[1]
+    fit = sm.OLS(d, np.ones(len(d))).fit(cov_type="cluster", cov_kwds={"groups": codes, "use_correction": True},
+                                         use_t=True)
+    assert out["mode"] == "binary" and out["n_clusters"] == 12 and out["cluster_df"] == 11
+    assert out["p_value"] == pytest.approx(float(fit.pvalues[0]))
+    assert out["ci_pp"] == pytest.approx([100 * float(x) for x in fit.conf_int()[0]])
+    assert out["mcnemar_p"] == out["p_value_naive"]  # McNemar kept, as the items-independent test
+    assert any("only 12 clusters" in w for w in out["warnings"])

@@ -81,6 +81,13 @@ def test_example_a30_plans_clean(example, capsys):
     # (an independent simulation's figures at n=1000, 12% discordance; here 11.8%)
     assert data["power"]["gate_1b_pass_power_at_win_threshold"] == pytest.approx(0.52, abs=0.015)
     assert data["power"]["gate_1b_effect_80_pp"] == pytest.approx(3.87, abs=0.03)
+    # the exact McNemar test (what the SOP runs) needs a little more than Miller's z approximation
+    assert data["power"]["mde_exact_pp"] > data["power"]["mde_pp"]
+    assert data["power"]["power_exact_at_win_threshold"] < data["power"]["power_at_win_threshold"]
+    # the best of the K=3 checkpoints passes Gate-1b more often than one: about 70-82% by correlation
+    best = data["power"]["gate_1b_best_of_k_at_win_threshold"]
+    assert best["k"] == 3 and best["correlations"] == [0.3, 0.6, 0.9]
+    assert 0.67 < min(best["rates"]) < max(best["rates"]) < 0.85
     assert data["diff"] == [{"key": "micro_train_batch_size", "parent": 1, "value": 2, "kind": "training"}]
 
 

@@ -279,8 +279,11 @@ def test_report_prints_what_each_comparison_could_see(attempt, tmp_path):
     (attempt / "decision.json").write_text(json.dumps(decision))
     text = write_report(attempt, tmp_path / "reports").read_text()
     line = next(x for x in text.splitlines() if x.startswith("- global_step20: n 1000"))
-    # MDE 3.04pp; an independent simulation: a true +3pp passes Gate-1b ~52%, 80% needs ~3.87pp
-    assert "MDE 3.04 pp" in line and "passes Gate-1b 52% of the time" in line and "80% needs 3.8" in line
+    # the exact McNemar MDE, 3.12pp (Miller's z approximation: 3.04; tests/test_gate_power.py checks the exact
+    # power against an independent sum); an independent simulation: a true +3pp passes Gate-1b ~52%, 80% needs
+    # ~3.87pp
+    assert "MDE 3.12 pp (80% power of the exact McNemar test)" in line
+    assert "passes Gate-1b 52% of the time for this one checkpoint" in line and "80% needs 3.8" in line
 
 
 def test_plan_prints_the_parent_diff_as_a_person_reads_it(attempt, capsys):

@@ -154,9 +154,24 @@ def test_comparison_has_wilson_and_power_fields():
     cmp = stats.paired_comparison(base, new)
     assert cmp.acc_new_ci[0] < cmp.acc_new < cmp.acc_new_ci[1]
     assert cmp.discordance == pytest.approx(0.118)
-    # Miller 2024: N=1000 and ~12% discordance -> MDE ~ 3.0pp at 80% power
-    assert cmp.mde_pp == pytest.approx(3.0, abs=0.1)
-    assert 0.7 < cmp.power_at_3pp < 0.9
+    # Miller 2024's z approximation: N=1000 and ~12% discordance -> MDE ~ 3.0pp at 80% power; the printed
+    # MDE and power are the exact McNemar test's (the test the SOP runs), checked by an independent sum
+    from scipy.stats import binom
+
+    from rlexp.core.power import mde_pp, power_at
+
+    def exact_power(delta_pp: float, n: int = 1000, d: float = 0.118) -> float:
+        total = 0.0
+        for m in range(40, 200):
+            k = np.arange(m + 1)
+            p = np.minimum(1.0, 2 * np.minimum(binom.cdf(k, m, 0.5), binom.sf(k - 1, m, 0.5)))
+            total += binom.pmf(m, n, d) * float(binom.pmf(k[p < 0.05], m, (d + delta_pp / 100) / (2 * d)).sum())
+        return total
+
+    assert mde_pp(1000, 0.118) == pytest.approx(3.0, abs=0.1)
+    assert cmp.mde_pp > mde_pp(1000, 0.118) and exact_power(cmp.mde_pp) == pytest.approx(0.8, abs=1e-3)
+    assert cmp.power_at_3pp == pytest.approx(exact_power(3.0), abs=1e-6)
+    assert cmp.power_at_3pp < power_at(3.0, 1000, 0.118)  # the z approximation overstates it
     d = cmp.to_dict()
     assert d["ci_pp"] == list(cmp.ci_pp) and d["b"] == 61
 

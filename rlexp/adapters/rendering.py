@@ -682,6 +682,10 @@ def render_markdown(inputs: ReportInputs, plots: Mapping[str, Path] | None = Non
     lines = [f"# {inputs.experiment} / {inputs.attempt_id}", ""]
     what, command = next_step(inputs)
     if decision:
+        from rlexp.core.decision import regression_lines
+
+        for line in regression_lines(decision) + _parent_regressions(inputs, decision):  # first, whatever the decision
+            lines += [f"**⚠ {line}.**", ""]
         lines.append(f"**Decision: {decision.get('decision', '?')}** — {decision.get('reason', '')}.")
     else:
         lines.append("**Decision: none yet** — `decision.json` is missing.")
@@ -689,6 +693,12 @@ def render_markdown(inputs: ReportInputs, plots: Mapping[str, Path] | None = Non
     headline = _headline(inputs)
     if headline:
         lines += [headline, ""]
+    if decision:
+        from rlexp.core.decision import selection_line
+
+        adjusted = selection_line(decision)
+        if adjusted:
+            lines += [adjusted, ""]
     siblings = [m["attempt"] for m in inputs.family if m["relation"] == "seed sibling"]
     facts = [f"parent {inputs.parent}" if inputs.parent else "root attempt (no parent)"]
     if siblings:
@@ -937,26 +947,58 @@ def write_report(attempt_dir: str | Path, reports_dir: str | Path | None = None)
     return atomic_write_text(out_dir / f"{inputs.attempt_id}.md", text)
 
 
+def _parent_regressions(inputs: ReportInputs, decision: Mapping[str, Any]) -> list[str]:
+    """Regressions against the parent for decision files written before ``decide`` flagged them
+    (it now records them in ``regressions``): the same rule, from the report's parent comparisons."""
+    if "regressions" in decision:
+        return []
+    from rlexp.core.decision import regression_lines
+
+    alpha = 1.0 - (inputs.sop.bootstrap.confidence if inputs.sop is not None else 0.95)
+    rows = [{"checkpoint": c["new"], "against": "parent", "set": "primary", "delta_pp": c["delta_pp"],
+             "mcnemar_p": c["mcnemar_p"], "ci_pp": c["ci_pp"]} for c in inputs.vs_parent.values()
+            if c["mcnemar_p"] < alpha and c["ci_pp"][1] < 0]
+    return regression_lines({"regressions": rows})
+
+
 def _power_lines(checkpoints: Mapping[str, Any]) -> list[str]:
-    """What each comparison could see: the test's MDE, and what a claim needs (rlexp.core.gate_power):
-    the chance that a true effect at Gate-1b's threshold (+3 pp) passes it at this n and discordance, and the effect that
-    passes it with 80%. Rows without n, b and c (older decision files) are left out."""
-    from rlexp.core.gate_power import gate_1b_effect_for_power, gate_1b_pass_probability
-    from rlexp.core.power import mde_pp
+    """What each comparison could see: the exact McNemar test's MDE, and what a claim needs
+    (rlexp.core.gate_power): the chance that a true effect at Gate-1b's threshold (+3 pp) passes it at
+    this n and discordance for that one checkpoint, and the effect that passes it with 80%; then, once,
+    the chance that the best of the SOP's K checkpoints passes it (rlexp.core.calibrate.gate_1b_best_of_k,
+    per checkpoint correlation), which is what a decision on K checkpoints gets. Rows without n, b and
+    c (older decision files) are left out."""
+    from rlexp.core.calibrate import DEFAULT_CORRELATIONS, gate_1b_best_of_k
+    from rlexp.core.gate_power import gate_1b_effect_for_power, gate_1b_pass_probability, mcnemar_mde
     from rlexp.core.sop import load_sop
 
-    gate = load_sop().gate_1b
+    sop = load_sop()
+    gate = sop.gate_1b
     limits = {"min_delta_pp": gate.min_delta_pp, "max_mcnemar_p": gate.max_mcnemar_p}
     out = []
+    shapes = []
+    threshold = gate.min_delta_pp
     for name, v in checkpoints.items():
         n, b, c = v.get("n"), v.get("b"), v.get("c")
         if not (isinstance(n, int) and isinstance(b, int) and isinstance(c, int)) or n <= 0 or b + c <= 0:
             continue
         d = (b + c) / n
-        threshold = gate.min_delta_pp
+        shapes.append((n, d))
         at = gate_1b_pass_probability(threshold, n, d, **limits) if threshold <= 100 * d else 0.0
         effect = gate_1b_effect_for_power(n, d, **limits)
-        out.append(f"- {name}: n {n}, discordance {d:.1%}: MDE {mde_pp(n, d):.2f} pp (80% power of the test); "
-                   f"a true +{threshold:g} pp passes Gate-1b {at:.0%} of the time; 80% needs "
+        mde = mcnemar_mde(n, d)
+        out.append(f"- {name}: n {n}, discordance {d:.1%}: MDE "
+                   + (f"{mde:.2f} pp" if mde is not None else "beyond the discordance")
+                   + " (80% power of the exact McNemar test); "
+                   f"a true +{threshold:g} pp passes Gate-1b {at:.0%} of the time for this one checkpoint; 80% needs "
                    + (f"{effect:.2f} pp" if effect is not None else "more than the discordance allows"))
+    if shapes and len(checkpoints) > 1:
+        n = shapes[0][0]
+        d = sum(x for _, x in shapes) / len(shapes)
+        best = gate_1b_best_of_k(threshold, n, d, k=len(checkpoints), **limits)
+        if best is not None:
+            out.append(f"- best of the {len(checkpoints)} checkpoints (mean discordance {d:.1%}): a true "
+                       f"+{threshold:g} pp passes Gate-1b on some checkpoint {min(best):.0%}–{max(best):.0%} of the "
+                       f"time (checkpoint correlation ρ {max(DEFAULT_CORRELATIONS):g} to {min(DEFAULT_CORRELATIONS):g}; "
+                       "simulated)")
     return [""] + out if out else []

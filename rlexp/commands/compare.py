@@ -81,6 +81,10 @@ def _print(r: dict[str, Any]) -> None:
     boot = f"paired bootstrap {conf} CI ({r['ci_method']}, {r['resamples']} resamples, seed {r['seed']})"
     if r["ci_method"] == "newcombe":
         boot = f"Newcombe hybrid score {conf} CI"
+    clustered = "se_clustered" in r
+    if clustered:
+        g, df = r["n_clusters"], r["cluster_df"]
+        boot = f"{conf} CI, cluster-robust t (CR1, df {df})"
     if r["mode"] == "binary":
         rows = [
             ("acc baseline", f"{r['acc_base']:.2%}  (Wilson {conf} [{r['acc_base_ci'][0]:.2%}, {r['acc_base_ci'][1]:.2%}])"),
@@ -88,14 +92,16 @@ def _print(r: dict[str, Any]) -> None:
             ("Δ = new − baseline", f"{r['delta_pp']:+.2f} pp"),
             ("b (baseline right, new wrong)", str(r["b"])),
             ("c (baseline wrong, new right)", str(r["c"])),
-            ("McNemar exact p", f"{r['mcnemar_p']:.4f}"),
+            ("McNemar exact p" + (" (items independent)" if clustered else ""), f"{r['mcnemar_p']:.4f}"),
             ("McNemar mid-p", f"{r['mcnemar_midp']:.4f}"),
-            (boot, f"[{r['ci_pp'][0]:+.2f}, {r['ci_pp'][1]:+.2f}] pp"),
+            (boot, _interval(r["ci_pp"], "{:+.2f}", " pp")),
             ("SE (CLT)", f"{r['se_pp']:.2f} pp"),
-            ("MDE at 80% power, α=0.05", f"{r['mde_pp']:.2f} pp" if r["mde_pp"] is not None else "-"),
-            ("power at +3 pp (observed discordance)", _pct(r["power_at_3pp"])),
-            ("Gate-1b pass probability at a true +3 pp", _pct(r["gate_1b_pass_power_at_3pp"])),
-            ("true effect passing Gate-1b with 80%",
+            (_mde_label(r), f"{r['mde_pp']:.2f} pp" if r["mde_pp"] is not None else "none within the discordance"),
+            ("power at +3 pp" + (" (clustered)" if clustered else " (exact McNemar, observed discordance)"),
+             _pct(r["power_at_3pp"])),
+            ("Gate-1b pass probability at a true +3 pp, one checkpoint", _pct(r["gate_1b_pass_power_at_3pp"])),
+            (_best_label(r.get("gate_1b_best_of_k_at_3pp")), _range(r.get("gate_1b_best_of_k_at_3pp"))),
+            ("true effect passing Gate-1b with 80%, one checkpoint",
              f"{r['gate_1b_effect_80_pp']:.2f} pp" if r["gate_1b_effect_80_pp"] is not None else "none"),
         ]
     else:
@@ -104,16 +110,25 @@ def _print(r: dict[str, Any]) -> None:
             ("mean score new", f"{r['mean_new']:.4f}"),
             ("Δ = new − baseline", f"{r['delta']:+.4f}"),
             ("SE = sd(d)/√n", f"{r['se']:.4f}"),
-            (f"paired t (df {r['df']}) p", f"{r['p_value']:.4f}"),
-            (boot, f"[{r['ci'][0]:+.4f}, {r['ci'][1]:+.4f}]"),
+            (f"paired t (df {r['df']}) p" + (" (items independent)" if clustered else ""),
+             f"{r['p_value_naive' if clustered else 'p_value']:.4f}"),
+            (boot, _interval(r["ci"], "{:+.4f}", "")),
             ("items better / worse", f"{r['items_improved']} / {r['items_worse']}"),
-            ("MDE at 80% power, α=0.05", f"{r['mde']:.4f}" if r["mde"] is not None else "-"),
-            ("power at +3 pp", _pct(r["power_at_3pp"])),
+            (_mde_label(r), f"{r['mde']:.4f}" if r["mde"] is not None else "-"),
+            ("power at +3 pp" + (" (clustered)" if clustered else ""), _pct(r["power_at_3pp"])),
         ]
     spi = r["samples_per_item"]
     rows.append(("samples per item (base / new)", f"{_spi(spi['base'])} / {_spi(spi['new'])}"))
-    if "se_clustered" in r:
-        rows.append((f"SE clustered by {r['cluster_field']} ({r['n_clusters']} clusters)", f"{r['se_clustered']:.4f}"))
+    if clustered:
+        rows.append((f"clusters ({r['cluster_field']})", str(g)))
+        scale, unit, digits = (100.0, " pp", 2) if r["mode"] == "binary" else (1.0, "", 4)
+        cr1 = r["se_clustered_cr1"]
+        rows.append(("SE clustered, CR0 / CR1", f"{scale * r['se_clustered']:.{digits}f} / "
+                     + (f"{scale * cr1:.{digits}f}{unit}" if cr1 is not None else "-")))
+        if r["mode"] == "binary":
+            rows.append(("Gate-1b figures above", "items independent (McNemar)"))
+        rows.append((f"cluster-robust t (CR1, df {df}) p",
+                     f"{r['p_clustered']:.4f}" if r["p_clustered"] is not None else "-"))
     if "p_holm" in r:
         rows.append(("p, Holm-adjusted over the family", f"{r['p_holm']:.4f}"))
     for name, value in rows:
@@ -135,6 +150,31 @@ def _print(r: dict[str, Any]) -> None:
     if r["dropped"]:
         console.print(f"--intersect dropped {len(r['dropped'])} item(s) ({r['dropped_base_only']} only in the "
                       f"baseline, {r['dropped_new_only']} only in the new file); --json lists each with its reason")
+
+
+def _interval(ci: list[float] | None, fmt: str, unit: str) -> str:
+    return f"[{fmt.format(ci[0])}, {fmt.format(ci[1])}]{unit}" if ci is not None else "-"
+
+
+def _mde_label(r: dict[str, Any]) -> str:
+    if "se_clustered" in r:
+        return f"MDE at 80% power, α=0.05 (clustered, t with {r['cluster_df']} df)"
+    return "MDE at 80% power, α=0.05" + (" (exact McNemar)" if r["mode"] == "binary" else "")
+
+
+def _best_label(best: dict[str, Any] | None) -> str:
+    if not best:
+        return "Gate-1b pass probability at a true +3 pp, best of K"
+    rhos = best["correlations"]
+    return (f"Gate-1b pass probability at a true +3 pp, best of {best['k']} "
+            f"(checkpoint correlation ρ {rhos[-1]:g} to {rhos[0]:g})")
+
+
+def _range(best: dict[str, Any] | None) -> str:
+    if not best:
+        return "-"
+    rates = best["rates"]
+    return f"{rates[-1]:.0%}–{rates[0]:.0%}"
 
 
 def _pct(value: float | None) -> str:

@@ -32,7 +32,11 @@ def _print_summary(result: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from rlexp.core.decision import regression_lines, selection_line
+
     console = Console()
+    for line in regression_lines(result):  # first, whatever the decision
+        console.print(f"[bold red]{line}[/bold red]")
     table = Table(title=f"{result['attempt']} vs {result['baseline']} on {result['primary_set']} "
                         f"(SOP {result['sop_version']})")
     table.add_column("checkpoint", no_wrap=True, min_width=len(max(result["checkpoints"], key=len)))
@@ -44,6 +48,9 @@ def _print_summary(result: dict[str, Any]) -> None:
                       f"[{ck['ci_pp'][0]:+.2f}, {ck['ci_pp'][1]:+.2f}]",
                       "pass" if ck["gate_1a"] else "-", "pass" if ck["gate_1b"] else "-")
     console.print(table)
+    adjusted = selection_line(result)
+    if adjusted:
+        console.print(adjusted)
     g = result["gates"]
     for key in ("gate_2", "stop_3a", "stop_3b", "parser_audit"):
         verdict = {True: "PASS", False: "no", None: "not run"}[g[key]["passed"]]

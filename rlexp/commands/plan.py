@@ -115,17 +115,30 @@ def render(data: dict[str, Any]) -> None:
     p = data["power"]
     power = Table(title=f"Power of the planned comparison (paired, α={p.get('alpha', 0.05)}, 80% power)")
     threshold = f"+{p.get('win_threshold_pp', 3.0):.1f} pp"
-    for col in ("set", "n", "discordance", "MDE (pp)", f"power at {threshold}", "n for it",
-                f"Gate-1b passes a true {threshold}", "effect passing Gate-1b 80%"):  # fmt: skip
+    best = p.get("gate_1b_best_of_k_at_win_threshold")
+    k = best["k"] if best else 3
+    for col in ("set", "n", "discordance", "MDE (pp)", f"power at {threshold}", "n for it (z)",
+                f"Gate-1b passes a true {threshold}: one ckpt", f"best of {k}",
+                "effect passing Gate-1b 80%: one ckpt"):  # fmt: skip
         power.add_column(col, justify="right")
     for name, row in (("ood_primary", p if p.get("n") else None), ("ood_monitor", p.get("monitor"))):
         if row:
             gate_pass, gate_effect = row.get("gate_1b_pass_power_at_win_threshold"), row.get("gate_1b_effect_80_pp")
-            power.add_row(name, f"{row['n']:,}", f"{row['discordance']:.1%}", f"{row['mde_pp']:.1f}",
-                          f"{row['power_at_win_threshold']:.0%}", f"{row['n_for_win_threshold']:,}",
+            mde, exact = row.get("mde_exact_pp"), row.get("power_exact_at_win_threshold")
+            rates = (row.get("gate_1b_best_of_k_at_win_threshold") or {}).get("rates")
+            power.add_row(name, f"{row['n']:,}", f"{row['discordance']:.1%}",
+                          f"{mde:.1f}" if mde is not None else "beyond",
+                          f"{exact:.0%}" if exact is not None else "-", f"{row['n_for_win_threshold']:,}",
                           f"{gate_pass:.0%}" if gate_pass is not None else "-",
+                          f"{min(rates):.0%}–{max(rates):.0%}" if rates else "-",
                           f"{gate_effect:.2f} pp" if gate_effect is not None else "none")  # fmt: skip
     console.print(power)
+    console.print("MDE and power: the exact McNemar test the SOP runs; n for it: Miller's z approximation. One "
+                  "ckpt: a single pre-registered checkpoint.")
+    if best:
+        console.print(f"Best of {k}: some of the K={k} checkpoints passes Gate-1b, what a decision on K gets, over a "
+                      f"latent checkpoint correlation of {max(best['correlations']):g} to {min(best['correlations']):g} "
+                      "(rlexp sop calibrate's model, Gaussian-copula approximation).")
     errors = sum(c["severity"] == "error" for c in data["checks"])
     warnings = len(data["checks"]) - errors
     verdict = "[red]blocked[/red]" if errors else "[green]ready[/green]"

@@ -83,7 +83,12 @@ def calibrate(
     markdown: Annotated[bool, typer.Option("--markdown", help="Print the markdown table (for sop/README.md).")] = False,
 ) -> None:
     """Simulate paired studies like the SOP's final comparison: false-pass rate and power of every gate, per checkpoint and best-of-K, with Monte-Carlo errors, a row per correlation."""
-    from rlexp.core.calibrate import DEFAULT_CORRELATIONS, CalibrationSettings, check_settings
+    from rlexp.core.calibrate import (
+        BELOW_BAR_EFFECTS,
+        DEFAULT_CORRELATIONS,
+        CalibrationSettings,
+        check_settings,
+    )
     from rlexp.core.calibrate import calibrate as run
     from rlexp.core.sop import load_sop
     from rlexp.errors import InputError
@@ -98,7 +103,7 @@ def calibrate(
     if ci_method is not None and ci_method not in CI_METHODS:
         raise InputError(None, "--ci-method", f"must be one of {', '.join(CI_METHODS)}, got {ci_method!r}")
     settings = CalibrationSettings(sims=sims, seed=seed, n=n, discordance=discordance, correlations=correlations,
-                                   effect_pp=effect_pp, k=sop.checkpoints.k)
+                                   effect_pp=effect_pp, k=sop.checkpoints.k, below_bar_effects=BELOW_BAR_EFFECTS)
     try:
         check_settings(settings)
     except ValueError as exc:
@@ -128,3 +133,14 @@ def calibrate(
     console.print("Null rows are false-pass rates; the +effect rows are power. Best of K: any of the K "
                   "checkpoints passes, which is what choosing among them does to the error rate. CONFIRM is "
                   "decide's answer for a first seed; STOP-1 assumes the ID guardrail holds.")
+    if result.stop_1_below_bar:
+        effects = sorted({e for _, e, _ in result.stop_1_below_bar})
+        below = Table(title="STOP-1 (release candidate) at true effects below the +3pp bar: the best of K's raw Δ "
+                            "overstates its true effect (the winner's curse)")
+        below.add_column("rho", justify="right")
+        for e in effects:
+            below.add_column(f"true {e:+g}pp", justify="right")
+        rates = {(rho, e): r for rho, e, r in result.stop_1_below_bar}
+        for rho in sorted({rho for rho, _, _ in result.stop_1_below_bar}):
+            below.add_row(f"{rho:g}", *[rates[(rho, e)].pct() if (rho, e) in rates else "-" for e in effects])
+        console.print(below)

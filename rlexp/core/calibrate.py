@@ -41,6 +41,7 @@ from rlexp.core.gates import EPS
 from rlexp.core.sop import Sop
 
 DEFAULT_CORRELATIONS = (0.3, 0.6, 0.9)
+BELOW_BAR_EFFECTS = (1.0, 2.0, 2.5)
 GATES = ("gate_1a", "gate_1b", "mcnemar")
 GATE_LABELS = {"gate_1a": "Gate-1a", "gate_1b": "Gate-1b", "mcnemar": "McNemar p<0.05 alone",
                "confirm": "CONFIRM (decide, seed 1)", "stop_1": "STOP-1 (1b + Gate-2)"}
@@ -60,6 +61,10 @@ class CalibrationSettings:
     k: int = 3
     correlations: tuple[float, ...] = DEFAULT_CORRELATIONS  # latent flip correlation rho of two checkpoints
     effect_pp: float = 3.0           # the true effect of the alternative scenario
+    # true effects below the SOP's +3pp bar at which STOP-1's rate is reported too, with 0 (the null
+    # scenario): the winner's curse lets the best of K reach the bar when the truth is below it.
+    # `rlexp sop calibrate` asks for BELOW_BAR_EFFECTS; empty: not simulated (each costs a scenario)
+    below_bar_effects: tuple[float, ...] = ()
     chunk: int = 50_000              # studies drawn at once
 
 
@@ -96,6 +101,8 @@ class Calibration:
     mean_discordance: float
     mean_base_acc: float
     distinct_intervals: int = field(default=0, compare=False)  # distinct (b, c) whose interval was computed
+    # (correlation, true effect pp, STOP-1 rate) at 0 and each of settings.below_bar_effects
+    stop_1_below_bar: tuple[tuple[float, float, Rate], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         from dataclasses import asdict
@@ -108,7 +115,9 @@ class Calibration:
                 "mc_error": "binomial sqrt(p(1-p)/sims) for best of K, CONFIRM and STOP-1; for a single "
                             "checkpoint, the standard deviation of each study's mean over its K checkpoints "
                             "over sqrt(sims)",
-                "rows": [asdict(r) for r in self.rows]}
+                "rows": [asdict(r) for r in self.rows],
+                "stop_1_below_bar": [{"correlation": rho, "effect_pp": effect, "rate": r.rate, "se": r.se}
+                                     for rho, effect, r in self.stop_1_below_bar]}
 
     def markdown(self) -> str:
         s = self.settings
@@ -127,6 +136,18 @@ class Calibration:
             holm = r.holm_best_of_k.pct() if r.holm_best_of_k is not None else "-"
             lines.append(f"| {r.gate} | {r.scenario} | {r.correlation:g} ({r.delta_correlation:.2f}) | "
                          f"{r.per_checkpoint.pct()} | {r.best_of_k.pct()} | {holm} |")
+        if self.stop_1_below_bar:
+            effects = sorted({e for _, e, _ in self.stop_1_below_bar})
+            rhos = sorted({rho for rho, _, _ in self.stop_1_below_bar})
+            rate = {(rho, e): r for rho, e, r in self.stop_1_below_bar}
+            lines += ["", "STOP-1 (release candidate, SOTA moves) at true effects below the +3pp bar: the best "
+                      "of K's raw Δ overstates its true effect (the winner's curse; `rlexp decide` shows the "
+                      "selection-adjusted Δ beside it).", "",
+                      "| ρ | " + " | ".join(f"true {e:+g}pp" for e in effects) + " |",
+                      "|---|" + "---|" * len(effects)]
+            for rho in rhos:
+                lines.append(f"| {rho:g} | " + " | ".join(rate[(rho, e)].pct() if (rho, e) in rate else "-"
+                                                          for e in effects) + " |")
         return "\n".join(lines) + "\n"
 
 
@@ -430,6 +451,7 @@ def calibrate(sop: Sop, settings: CalibrationSettings | None = None, *, ci_metho
     check_settings(s)
     intervals = IntervalTable(sop, s.n, ci_method)
     rows: list[CalibrationRow] = []
+    below: list[tuple[float, float, Rate]] = []
     disc: list[float] = []
     accs: list[float] = []
     scenarios = (("null (0pp)", 0.0), (f"{s.effect_pp:+g}pp", s.effect_pp))
@@ -460,5 +482,51 @@ def calibrate(sop: Sop, settings: CalibrationSettings | None = None, *, ci_metho
             for family in ("confirm", "stop_1"):
                 rate = _rate(joined[family])
                 rows.append(CalibrationRow(rho, delta_corr, GATE_LABELS[family], scenario, rate, rate, None))
+            if scenario_index == 0 and s.below_bar_effects:
+                below.append((rho, 0.0, _rate(joined["stop_1"])))
+        for effect_index, effect in enumerate(s.below_bar_effects):
+            if effect / 100.0 >= s.discordance or (s.discordance + effect / 100.0) / 2 >= min(
+                    s.base_acc_low, 1 - s.base_acc_high):
+                continue  # not a possible effect at this discordance (as check_settings says of effect_pp)
+            rng = np.random.default_rng([s.seed, rho_index, 2 + effect_index])
+            hits = []
+            done = 0
+            while done < s.sims:
+                size = min(s.chunk, s.sims - done)
+                sim = simulate_counts(s, effect, rho, rng, size)
+                hits.append(judge(sim["b"], sim["c"], sim["right"], s.n, sop, intervals)["stop_1"])
+                done += size
+            below.append((rho, effect, _rate(np.concatenate(hits))))
     return Calibration(s, sop.version, sop.sha256, intervals.method, sop.bootstrap.resamples, tuple(rows),
-                       float(np.mean(disc)), float(np.mean(accs)), len(intervals.cache))
+                       float(np.mean(disc)), float(np.mean(accs)), len(intervals.cache), tuple(below))
+
+
+def gate_1b_best_of_k(effect_pp: float, n: int, discordance: float, *, k: int = 3,
+                      correlations: tuple[float, ...] = DEFAULT_CORRELATIONS, sims: int = 10_000, seed: int = 0,
+                      min_delta_pp: float = 3.0, max_mcnemar_p: float = 0.05) -> tuple[float, ...] | None:
+    """P(some checkpoint of K passes Gate-1b's Δ and McNemar clauses) at a true ``effect_pp``, one
+    rate per correlation, under this module's model with the baseline accuracy fixed at 0.7 (the
+    per-checkpoint rate, :func:`rlexp.core.gate_power.gate_1b_pass_probability`, does not depend
+    on it). What a decision on the best of K gets, beside the per-checkpoint rate. Simulated
+    (``sims`` studies, seeded: Monte-Carlo error at most 0.5/sqrt(sims)); the interval clause is left
+    out as there. None when the effect or discordance is not possible under the model."""
+    import numpy as np
+
+    s = CalibrationSettings(sims=sims, seed=seed, n=n, base_acc_low=0.7, base_acc_high=0.7,
+                            discordance=discordance, k=k, correlations=correlations, effect_pp=effect_pp)
+    try:
+        check_settings(s)
+    except ValueError:
+        return None
+    q1, q0 = flip_probabilities(s, effect_pp, np.float64(0.7))
+    bits = pattern_bits(k)
+    out = []
+    for index, rho in enumerate(correlations):  # simulate_counts for one run, with the patterns drawn once
+        rng = np.random.default_rng([seed, index])
+        right = rng.binomial(n, 0.7, size=sims)
+        b = rng.multinomial(right, pattern_probabilities(q1, k, rho)) @ bits
+        c = rng.multinomial(n - right, pattern_probabilities(q0, k, rho)) @ bits
+        delta = 100.0 * (c - b) / n
+        passes = (delta >= min_delta_pp - EPS) & (mcnemar_exact_vec(b, c) < max_mcnemar_p - EPS)
+        out.append(float(passes.any(axis=1).mean()))
+    return tuple(out)

@@ -730,7 +730,10 @@ def check_power(att: Attempt, power: PowerReport | None) -> list[Verdict]:
             f"MDE {power.mde_pp:.2f} pp at {power.power_target:.0%} power on ood_primary (n={power.n:,}, "
             f"{power.discordance:.1%} discordance) is above the +{power.win_threshold_pp:.1f} pp win threshold: power to "
             f"see +{power.win_threshold_pp:.1f} pp is {power.power_at_win_threshold:.0%}; "
-            f"n >= {power.n_for_win_threshold:,} needed",
+            f"n >= {power.n_for_win_threshold:,} needed (z approximation; the exact McNemar test: MDE "
+            + (f"{power.mde_exact_pp:.2f} pp" if power.mde_exact_pp is not None else "beyond the discordance")
+            + (f", power {power.power_exact_at_win_threshold:.0%}" if power.power_exact_at_win_threshold is not None
+               else "") + ")",
             "docs/plan.md#power-of-the-planned-comparison",
         )]  # fmt: skip
     return []

@@ -81,6 +81,9 @@ class DecideInputs:
     diagnostics: gates.Diagnostics
     selection_note: str | None = None             # the K=3 were selected under another SOP file
     skipped: tuple[str, ...] = ()                 # comparisons skipped because a set has no records
+    # checkpoint -> its comparison with the parent's checkpoint of the same role on the primary set
+    # (delta_pp, mcnemar_p, ci_pp, base, ...: rlexp.adapters.rendering.compare_with_parent), for the regression flags
+    vs_parent: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -221,6 +224,12 @@ def decide(inputs: DecideInputs, sop: Sop, *, decided_at: str) -> Decision:
         return {"passed": any(v.passed for v in per.values()), "rule": first.rule,
                 "per_checkpoint": {n: {k: v for k, v in per[n].to_dict().items() if k != "rule"} for n in names}}
 
+    adjusted = selection_adjusted(inputs, names, primary_ck, decision_baseline, primary_role,
+                                  sop.bootstrap.confidence)
+    if adjusted.get("note"):
+        notes.append(adjusted["note"])
+    flagged = regressions(comparisons, inputs.vs_parent, alpha=1.0 - sop.bootstrap.confidence)
+
     sota = dict(inputs.sota) if inputs.sota else None
     new_sota = None
     sota_moved = False
@@ -250,6 +259,8 @@ def decide(inputs: DecideInputs, sop: Sop, *, decided_at: str) -> Decision:
                                     dict(audit) if audit else {"misparse_rate": None}).to_dict(),
         },
         "checkpoints": checkpoints,
+        "selection_adjusted": adjusted,
+        "regressions": flagged,
         "sop_version": sop.version,
         "sop_sha256": sop.sha256,
         "fault_tree": tree.to_dict(),
@@ -263,6 +274,59 @@ def decide(inputs: DecideInputs, sop: Sop, *, decided_at: str) -> Decision:
         "decided_at": decided_at,
     }
     return Decision(att.id, decision, reason, record, new_sota)
+
+
+def selection_adjusted(inputs: DecideInputs, names: Sequence[str], winner: str, baseline: str, role: str,
+                       confidence: float) -> dict[str, Any]:
+    """The primary checkpoint's Δ adjusted for being the best of the K (:mod:`rlexp.core.selection`),
+    from the K paired outcome vectors against the decision baseline on the primary set. Shown beside
+    the raw Δ; the gates, STOP-3 and the ledger keep the raw Δ, as the SOP says."""
+    from rlexp.core.selection import METHOD, adjusted_winner
+
+    sets = [inputs.paired.get((baseline, name, role)) for name in names]
+    if any(ps is None for ps in sets):
+        return {"method": METHOD, "note": "selection-adjusted Δ not computed: a checkpoint has no paired records"}
+    bases = [list(ps.y_baseline) for ps in sets]  # type: ignore[union-attr]
+    if any(b != bases[0] for b in bases[1:]):
+        return {"method": METHOD, "note": "selection-adjusted Δ not computed: the checkpoints' paired records do "
+                                          "not share the baseline's problems in one order"}
+    est = adjusted_winner(bases[0], [list(ps.y_new) for ps in sets], names.index(winner),  # type: ignore[union-attr]
+                          confidence=confidence)
+    return {"checkpoint": winner, "baseline": baseline, "set": role, **est.to_dict()}
+
+
+def regressions(comparisons: Mapping[tuple[str, str, str], Any], vs_parent: Mapping[str, Mapping[str, Any]], *,
+                alpha: float) -> list[dict[str, Any]]:
+    """Every checkpoint significantly worse than a baseline (S0, SOTA) or the parent: McNemar exact
+    two-sided p < ``alpha`` and the interval of Δ entirely below 0. Flagged whatever the decision."""
+    out = []
+    rows = [(ck, baseline, role, cmp.delta_pp, cmp.mcnemar_p, list(cmp.ci_pp))
+            for (baseline, ck, role), cmp in comparisons.items()]
+    rows += [(ck, "parent", "primary", c["delta_pp"], c["mcnemar_p"], list(c["ci_pp"])) for ck, c in vs_parent.items()]
+    for ck, against, role, delta, p, ci in rows:
+        if p < alpha and ci[1] < 0:
+            out.append({"checkpoint": ck, "against": against, "set": role, "delta_pp": delta, "mcnemar_p": p,
+                        "ci_pp": ci})
+    return out
+
+
+def regression_lines(record: Mapping[str, Any]) -> list[str]:
+    """One sentence per flagged regression of a decision record (for ``decide`` and the report)."""
+    return [f"REGRESSION: {r['checkpoint']} is significantly worse than {r['against'].replace('baseline_', '')} on "
+            f"{r['set']}: Δ {r['delta_pp']:+.1f} pp, McNemar p {r['mcnemar_p']:.3g}, CI "
+            f"[{r['ci_pp'][0]:+.1f}, {r['ci_pp'][1]:+.1f}] pp" for r in record.get("regressions") or []]
+
+
+def selection_line(record: Mapping[str, Any]) -> str | None:
+    """The raw best-of-K Δ with its selection-adjusted estimate beside it, in one sentence."""
+    adj = record.get("selection_adjusted") or {}
+    if adj.get("adjusted_pp") is None:
+        return None
+    low, high = adj["ci_pp"]
+    return (f"{adj['checkpoint']} is the best of {adj['k']} checkpoints: raw Δ {adj['raw_pp']:+.2f} pp vs "
+            f"{str(adj['baseline']).replace('baseline_', '')}; adjusted for that selection (median-unbiased, "
+            f"Andrews, Kitagawa & McCloskey 2024) {adj['adjusted_pp']:+.2f} pp, {100 * adj['confidence']:g}% CI "
+            f"[{low:+.2f}, {high:+.2f}] pp. The SOP's gates use the raw Δ.")
 
 
 def diagnostics_from(rows: Sequence[Mapping[str, Any]], g4_numbers: Mapping[str, Any] | None, sop: Sop

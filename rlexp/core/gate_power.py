@@ -116,3 +116,89 @@ def gate_1b_effect_for_power(n: int, discordance: float, *, power: float = 0.8, 
         else:
             hi = mid
     return (lo + hi) / 2.0
+
+
+def mcnemar_power(delta_pp: float, n: int, discordance: float, *, alpha: float = 0.05) -> float:
+    """Power of the exact two-sided McNemar test at level ``alpha`` for a true ``delta_pp`` (same model as
+    above): it rejects when the wins C reach c_m or the losses M − C do (the two tails are disjoint, and
+    P(M − C ≥ c_m) at Δ is P(C ≥ c_m) at −Δ). Unlike :func:`rlexp.core.power.power_at` (the z
+    approximation, 80.0% at Miller's MDE for N = 1000 and 12% discordance) this is the test the SOP
+    runs (78.0% there)."""
+    no_delta_clause = -200.0  # Δ̂ ≥ −200 pp always holds: the McNemar clause alone
+    return min(1.0, gate_1b_pass_probability(delta_pp, n, discordance, min_delta_pp=no_delta_clause,
+                                             max_mcnemar_p=alpha)
+               + gate_1b_pass_probability(-delta_pp, n, discordance, min_delta_pp=no_delta_clause,
+                                          max_mcnemar_p=alpha))
+
+
+@lru_cache(maxsize=256)
+def mcnemar_mde(n: int, discordance: float, *, alpha: float = 0.05, power: float = 0.8,
+                tolerance_pp: float = 1e-3) -> float | None:
+    """The smallest true effect (pp, to ``tolerance_pp``) the exact McNemar test detects with
+    ``power``; None if no effect within the discordance can."""
+    def rejects(delta_pp: float) -> float:
+        return mcnemar_power(delta_pp, n, discordance, alpha=alpha)
+
+    lo, hi = 0.0, 100.0 * discordance * (1 - 1e-9)
+    if rejects(hi) < power:
+        return None
+    while hi - lo > tolerance_pp:  # the power increases with the effect
+        mid = (lo + hi) / 2.0
+        if rejects(mid) < power:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2.0
+
+
+# The correlation of two checkpoints' observed Δ at a true +3 pp under the model of `rlexp sop calibrate`
+# (N = 1000, 12% discordance, 20,000 studies, seed 0: its "ρ (Δ corr.)" column) for the latent flip
+# correlations ρ = 0.3, 0.6 and 0.9 that it tabulates.
+DELTA_CORRELATION_OF_RHO = {0.3: 0.29, 0.6: 0.46, 0.9: 0.73}
+
+
+def gate_1b_best_of_k_normal(delta_pp: float, n: int, discordance: float, *, k: int = 3,
+                             delta_correlation: float, min_delta_pp: float = 3.0,
+                             max_mcnemar_p: float = 0.05) -> float:
+    """P(some of K checkpoints passes Gate-1b's Δ and McNemar clauses), standard library only (for
+    ``rlexp plan``): the per-checkpoint probability p₁ (:func:`gate_1b_pass_probability`, exact)
+    carried to K checkpoints through a Gaussian copula with the checkpoints' Δ correlation r, i.e.
+    1 − ∫ φ(z) Φ((t − √r z)/√(1 − r))^K dz with Φ(t) = 1 − p₁ (exact for K = 1 and for r = 0 or
+    1). tests/test_gate_power.py checks it against the simulation of
+    :func:`rlexp.core.calibrate.gate_1b_best_of_k` (within 3 points; 1 at the SOP's 12% discordance)."""
+    from statistics import NormalDist
+
+    one = gate_1b_pass_probability(delta_pp, n, discordance, min_delta_pp=min_delta_pp, max_mcnemar_p=max_mcnemar_p)
+    r = delta_correlation
+    if not 0.0 <= r <= 1.0:
+        raise ValueError(f"delta_correlation must be in [0, 1], got {r}")
+    if one <= 0.0 or one >= 1.0 or r >= 1.0 or k == 1:
+        return one
+    if r <= 0.0:
+        return 1.0 - (1.0 - one) ** k
+    z_dist = NormalDist()
+    t = z_dist.inv_cdf(1.0 - one)
+    step, half = 0.01, 8.5
+    total = 0.0
+    for i in range(int(2 * half / step) + 1):
+        z = -half + i * step
+        weight = 0.5 if i in (0, int(2 * half / step)) else 1.0
+        total += weight * z_dist.pdf(z) * z_dist.cdf((t - math.sqrt(r) * z) / math.sqrt(1.0 - r)) ** k
+    return min(1.0, max(0.0, 1.0 - total * step))
+
+
+def add_best_of_k(power_json: dict, sop: object) -> None:
+    """Beside the per-checkpoint Gate-1b pass probability of a plan's power figures (``n``,
+    ``discordance``): the chance that the best of the SOP's K checkpoints passes Gate-1b at a true
+    effect at the threshold, one rate per latent checkpoint correlation ρ of ``rlexp sop calibrate``
+    (:func:`gate_1b_best_of_k_normal`), as ``gate_1b_best_of_k_at_win_threshold``."""
+    n, d = power_json.get("n"), power_json.get("discordance")
+    power_json["gate_1b_best_of_k_at_win_threshold"] = None
+    gate, k = sop.gate_1b, sop.checkpoints.k  # type: ignore[attr-defined]
+    if not n or not d or gate.min_delta_pp > 100.0 * d:
+        return
+    rates = [gate_1b_best_of_k_normal(gate.min_delta_pp, n, d, k=k, delta_correlation=r,
+                                      min_delta_pp=gate.min_delta_pp, max_mcnemar_p=gate.max_mcnemar_p)
+             for r in DELTA_CORRELATION_OF_RHO.values()]
+    power_json["gate_1b_best_of_k_at_win_threshold"] = {"k": k, "correlations": list(DELTA_CORRELATION_OF_RHO),
+                                                        "rates": rates}

@@ -169,11 +169,18 @@ def gather(attempt: str | Path, sop: Any) -> tuple[DecideInputs, dict[str, Any]]
         recipe_sha256=attempt_recipe_sha256(att), seed=seed)
     history = {k: v for k, v in latest_by_attempt(read_ledger(exp_dir)).items() if k != att.id}
     rows = read_metrics(ad.metrics) if ad.metrics.exists() else []
+    from rlexp.adapters.rendering import compare_with_parent
+
+    try:  # for the regression flags only: a parent that cannot be compared does not block the decision
+        vs_parent = {c["new"]: c for c in compare_with_parent(att.attempt_dir, sop).values()}
+    except InputError as exc:
+        vs_parent = {}
+        skipped.append(f"no comparison with the parent for the regression flags: {exc}")
     inputs = DecideInputs(
         attempt=facts, checkpoints=tuple(names), roles=roles, baselines=present, sets=sets, paired=paired,
         history=history, sota=pin.to_dict() if pin else None, pin_is_self=pin_is_self,
         parser_audit=_parser_audit(ad), diagnostics=diagnostics_from(rows, _g4_numbers(ad), sop),
-        selection_note=selection_note, skipped=tuple(skipped))
+        selection_note=selection_note, skipped=tuple(skipped), vs_parent=vs_parent)
     return inputs, {"attempt_dir": ad, "experiment_dir": exp_dir}
 
 

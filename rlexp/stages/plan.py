@@ -88,6 +88,10 @@ def build_plan(att: Attempt) -> dict[str, Any]:
         power.as_dict() if power else {"mde_pp": None, "power_at_win_threshold": None, "n": None}
     )
     power_json["monitor"] = monitor_power
+    from rlexp.core.gate_power import add_best_of_k
+    from rlexp.core.sop import load_sop
+
+    add_best_of_k(power_json, load_sop())
     return {
         "format": PLAN_FORMAT,
         "attempt": att.id,

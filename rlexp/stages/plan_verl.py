@@ -61,6 +61,10 @@ def build_verl_plan(att: Attempt) -> dict[str, Any]:
                                                                 "n": None}  # fmt: skip
     power_json["monitor"] = (power_report(monitor.size, att.baseline.discordance).as_dict()
                              if monitor and monitor.size else None)  # fmt: skip
+    from rlexp.core.gate_power import add_best_of_k
+    from rlexp.core.sop import load_sop
+
+    add_best_of_k(power_json, load_sop())
     return {
         "format": PLAN_FORMAT,
         "attempt": att.id,
