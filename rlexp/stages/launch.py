@@ -637,9 +637,7 @@ def _follower(p: Prepared, ad: AttemptDir) -> Any:
     if p.metrics_source == "verl":  # verl's file logger, one JSON line per step
         return ingest.MetricsFollower("verl", ad.verl_metrics, ad.metrics)
     if p.attempt.trainer.name == "trl":  # transformers' TensorBoard callback; TRL's names mapped
-        from rlexp.backends.trl import TRL_METRIC_ALIASES
-
-        return ingest.MetricsFollower("tensorboard", ad.tensorboard, ad.metrics, aliases=TRL_METRIC_ALIASES)
+        return ingest.MetricsFollower("tensorboard", ad.tensorboard, ad.metrics, trainer="trl")
     if p.metrics_source == "tensorboard":  # the argv logs scalars there (attempt_recipe: use_tensorboard)
         return ingest.MetricsFollower("tensorboard", ad.tensorboard, ad.metrics)
     return ingest.MetricsFollower("stdout", ad.stdout_log, ad.metrics)
