@@ -332,3 +332,17 @@ def test_strict_followers_still_refuse_bad_lines(tmp_path):
     path = write(tmp_path, "m.jsonl", ['{"step": 1}', "{bad"])
     with pytest.raises(InputError, match="line 2"):
         ingest.read_training_metrics_jsonl(path)
+
+
+def test_stdout_follower_counts_unreadable_lines_and_restarts(tmp_path):
+    lines = openrlhf_lines([(s, {"reward": 0.5, "kl": float("nan") if s == 3 else 0.1}) for s in (1, 2, 3)])
+    lines[1] = lines[1][:lines[1].index("Global step 2:")] + "Global step 2: <lost>"  # nothing readable
+    restart = openrlhf_lines([(1, {"reward": 0.9})])
+    log = write(tmp_path, "stdout.log", lines + restart)
+    follower = ingest.MetricsFollower("stdout", log, tmp_path / "metrics.jsonl")
+    rows = follower.close()
+    assert [r["global_step"] for r in rows] == [1, 3]
+    assert follower.stats.not_understood == [2] and follower.stats.restarts == [4]
+    assert follower.stats.nonfinite_steps == {3: ["kl"]} and "kl" not in rows[1]  # metrics.jsonl: finite only
+    rows, stats = ingest.read_stdout_log(log)
+    assert stats.runs == 2 and [r["global_step"] for r in rows] == [1] and rows[0]["reward"] == 0.9

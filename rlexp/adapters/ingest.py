@@ -26,7 +26,6 @@ row's ``time`` / ``timestamp`` / ``_timestamp``. A line without a time gives a r
 
 from __future__ import annotations
 
-import ast
 import datetime
 import json
 import math
@@ -46,14 +45,10 @@ from rlexp.storage.layout import STEP_TIME_KEY
 # In-run monitor accuracy (OOD-202 greedy pass@1) under the names trainers use for it.
 MONITOR_KEYS = ("monitor_acc", "greedy_pass_at_1", "greedy_pass@1", "pass1", "pass@1")
 
-STDOUT_LINE = re.compile(r"Global step (\d+):\s*(\{.*\})\s*$")
-# v0.9.3+ after an in-run eval: "✨ Evaluation completed in 0:01:02, global_step 10, eval_metrics: {...}"
-STDOUT_EVAL_LINE = re.compile(r"Evaluation completed.*?global_step (\d+), eval_metrics:\s*(\{.*\})\s*$")
+GLOBAL_STEP_TEXT = "Global step "
 # a logging prefix's time: ISO date (Python logging's asctime), or month-day without a year (OpenRLHF)
 _ISO_TIME = re.compile(r"(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,6}))?")
 _MONTH_DAY_TIME = re.compile(r"(?<![\d-])(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})(?![\d])")
-_TENSOR = re.compile(r"tensor\(\s*([^,()]+)[^()]*\)")
-_NONFINITE = re.compile(r"(?<![\w'\"])(nan|inf|-inf|NaN|Infinity|-Infinity)(?![\w'\"])")
 
 
 @dataclass
@@ -66,6 +61,7 @@ class IngestStats:
     nonfinite_steps: dict[int, list[str]] = field(default_factory=dict)  # step -> names that were NaN/inf
     not_understood: list[int] = field(default_factory=list)  # line numbers of metric lines not read
     runs: int = 1  # more than one: the step numbers restart in the file
+    restarts: list[int] = field(default_factory=list)  # lines where a followed log's steps went back
 
     def drop(self, key: str) -> None:
         self.dropped_values += 1
@@ -167,25 +163,27 @@ def line_time(prefix: str, reference: float | None = None) -> float | None:
     return None
 
 
-def parse_stdout_line(line: str, stats: IngestStats, reference: float | None = None) -> dict[str, Any] | None:
+def parse_stdout_line(line: str, stats: IngestStats, reference: float | None = None,
+                      number: int | None = None) -> dict[str, Any] | None:
     """``... Global step 12: {'policy_loss': 0.1, ...}`` -> a row; the in-run eval line
     ``... Evaluation completed in ..., global_step 12, eval_metrics: {'eval_x_pass1': 0.6}`` ->
     a row with ``eval_x_pass1`` and ``monitor_acc``; any other line -> None.
 
-    The dict is a Python repr (single quotes, ``nan``, ``tensor(0.5)``), read with
-    ``ast.literal_eval`` after turning non-finite numbers into strings so they are dropped
-    and counted like any other non-numeric value.
+    The dict is a Python repr (single quotes, ``nan``, ``tensor(0.5)``); a cut or abridged one is
+    read pair by pair (:mod:`rlexp.core.trainers.metric_logs`). A metrics line with nothing
+    readable is None and, given its ``number``, counted in ``stats.not_understood``. Names go
+    through OpenRLHF's table; a NaN is dropped and counted (metrics.jsonl holds finite numbers)
+    and its step flagged in ``stats.nonfinite_steps``.
     """
-    match = STDOUT_LINE.search(line) or STDOUT_EVAL_LINE.search(line)
+    from rlexp.core.trainers.metric_logs import EVAL_LINE, GLOBAL_STEP, dict_of
+
+    match = GLOBAL_STEP.search(line) or EVAL_LINE.search(line)
     if not match:
         return None
-    text = _TENSOR.sub(lambda m: m.group(1).strip(), match.group(2))
-    text = _NONFINITE.sub(lambda m: repr(m.group(1)), text)
-    try:
-        raw = ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return None  # a log line that only looks like a metrics line; never fatal mid-run
-    if not isinstance(raw, dict):
+    raw, _ = dict_of(match.group(2))
+    if raw is None:
+        if number is not None:
+            stats.not_understood.append(number)
         return None
     row = normalise(raw, stats, step=int(match.group(1)))
     stamp = line_time(line[: match.start()], reference)
@@ -203,18 +201,24 @@ def _join(row: dict[str, Any], later: Mapping[str, Any]) -> None:
 
 
 def read_stdout_log(path: str | Path) -> tuple[list[dict[str, Any]], IngestStats]:
-    path = Path(path)
-    if not path.exists():
-        raise InputError(path, None, "file not found")
-    stats = IngestStats()
-    by_step: dict[int, dict[str, Any]] = {}
-    reference = path.stat().st_mtime
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        for line in fh:
-            row = parse_stdout_line(line, stats, reference)
-            if row is not None:  # a step's eval line joins its training line
-                _join(by_step.setdefault(row["global_step"], {}), row)
-    return [by_step[s] for s in sorted(by_step)], stats
+    """The rows of an OpenRLHF console log as metrics.jsonl holds them (finite numbers only; a
+    NaN dropped, counted and its step flagged). Wrapped and abridged lines are read; where step
+    numbers restart (two runs in one file) the rows are the last run's and ``stats.runs`` says how
+    many there were; lines not understood are in ``stats.not_understood``."""
+    return finite_rows(read_log(path, "openrlhf", "openrlhf-console"))
+
+
+def finite_rows(read) -> tuple[list[dict[str, Any]], IngestStats]:
+    """A :func:`read_log` result as metrics.jsonl rows: the last run's, finite numbers only."""
+    stats = IngestStats(not_understood=list(read.not_understood), runs=max(1, len(read.runs)))
+    for key, count in read.dropped.items():
+        stats.dropped_keys[key] = stats.dropped_keys.get(key, 0) + count
+        stats.dropped_values += count
+    rows = []
+    for row in read.runs[-1].rows if read.runs else []:
+        if (kept := normalise(row, stats, trainer=read.trainer)) is not None:
+            rows.append(kept)
+    return rows, stats
 
 
 # --- a patched trainer's training_metrics.jsonl ---------------------------------------------------------
@@ -524,10 +528,13 @@ class MetricsFollower:
         if self.kind == "stdout":
             # OpenRLHF prints "Global step N" and only then evaluates step N: hold each step's row
             # until a later step (or the end) shows that no eval line is coming for it
-            for _, line in self._lines.new_lines():
-                row = parse_stdout_line(line, self.stats)
+            for number, line in self._lines.new_lines():
+                row = parse_stdout_line(line, self.stats, number=number)
                 if row is None:
                     continue
+                last = self._pending["global_step"] if self._pending is not None else max(self.known, default=None)
+                if last is not None and row["global_step"] < last and GLOBAL_STEP_TEXT in line:
+                    self.stats.restarts.append(number)  # a second run in the same log: its steps are not merged
                 if self._pending is not None and self._pending["global_step"] == row["global_step"]:
                     _join(self._pending, row)
                     continue

@@ -189,7 +189,7 @@ def _balance(text: str) -> int:
     return text.count("{") - text.count("}")
 
 
-def _dict_of(payload: str) -> tuple[dict[str, Any] | None, bool]:
+def dict_of(payload: str) -> tuple[dict[str, Any] | None, bool]:
     """A Python dict repr -> (dict, whole); an abridged or cut one read pair by pair (whole=False)."""
     text = _TENSOR.sub(lambda m: m.group(1).strip(), payload.strip())
     text = _NONFINITE.sub(lambda m: repr(m.group(1)), text)
@@ -237,7 +237,7 @@ def read_openrlhf_console(text: str, trainer: str = "openrlhf", reference_time=N
             j += 1
         if j > i + 1:
             read.rejoined.append(number_)
-        raw, whole = _dict_of(payload)
+        raw, whole = dict_of(payload)
         i = j
         if raw is None:
             read.not_understood.append(number_)
