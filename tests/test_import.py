@@ -203,3 +203,53 @@ def test_verl_overrides_and_trl_fields(tmp_path, capsys):
     assert spec["recipe"] == {"model_name_or_path": "Qwen/Qwen2.5-0.5B", "learning_rate": 1e-6,
                               "num_generations": 8, "bf16": True}
     assert "hf_secret" not in text and "hub_token" in out and "output_dir" in out
+
+
+# --- an existing run's logs and checkpoints ----------------------------------------------------------
+
+def test_existing_run_brought_into_the_protocol(eval_experiment, tmp_path, capsys):
+    """A run made outside rlexp (its OpenRLHF console log, its checkpoint folder) -> eval, decide, report."""
+    att = eval_experiment(steps=(2, 4), mid=2)
+    run = tmp_path / "old_run"
+    shutil.move(str(att / "checkpoints"), str(run / "ckpt") if run.mkdir() is None else "")
+    (att / "metrics.jsonl").unlink()
+    lines = []
+    for step in (1, 2, 3, 4):
+        lines.append(f"INFO 02-23 06:3{step}:01 ppo_trainer.py:551] ✨ Global step {step}: "
+                     f"{{'policy_loss': {0.01 * step}, 'actor_lr': 1e-06, 'reward': 0.5, 'kl': {'nan' if step == 3 else 0.1}}}")
+        if step % 2 == 0:
+            lines.append(f"INFO 02-23 06:3{step}:30 ppo_trainer.py:598] ✨ Evaluation completed in 0:00:05, "
+                         f"global_step {step}, eval_metrics: {{'eval_probe_pass1': {0.1 * step}}}")
+        if step == 2:
+            lines.append("INFO 02-23 06:32:40 ppo_trainer.py:551] ✨ Global step 2: <lost in a copy>")
+    log = run / "train.log"
+    log.write_text("\n".join(lines) + "\n")
+    rc, out, err = cli(["import-run", str(att), "--logs", str(log), "--format", "openrlhf-console",
+                        "--checkpoints", str(run / "ckpt")], capsys)
+    assert rc == 0, err
+    assert "4 steps into metrics.jsonl, 2 checkpoints (global steps 2, 4)" in out
+    assert "1 log lines not understood: 4" in out and "NaN/inf left out of metrics.jsonl at steps 3" in out
+    rows = [json.loads(x) for x in (att / "metrics.jsonl").read_text().splitlines()]
+    assert [r["global_step"] for r in rows] == [1, 2, 3, 4] and rows[3]["monitor_acc"] == pytest.approx(0.4)
+    assert (att / "checkpoints" / "global_step4_hf").resolve() == (run / "ckpt" / "global_step4_hf").resolve()
+    from rlexp.stages.decide import decide
+    from rlexp.stages.evaluate import evaluate
+    from rlexp.stages.report import report
+
+    out_eval = evaluate(att, show_progress=False)
+    assert {f.checkpoint for f in out_eval.files} == {"baseline_s0", "global_step4", "global_step2"}
+    decision = decide(att)
+    assert decision.decision
+    assert report(att, reports_dir=tmp_path / "reports")
+    rc, _, err = cli(["import-run", str(att), "--logs", str(log)], capsys)  # never twice
+    assert rc == 2 and "already exists" in err
+
+
+def test_run_log_with_two_runs_is_refused_naming_them(eval_experiment, tmp_path, capsys):
+    att = eval_experiment(steps=(2,), mid=2)
+    (att / "metrics.jsonl").unlink()
+    log = tmp_path / "train.log"
+    log.write_text("✨ Global step 1: {'reward': 0.1}\n✨ Global step 2: {'reward': 0.2}\n"
+                   "✨ Global step 1: {'reward': 0.3}\n")
+    rc, _, err = cli(["import-run", str(att), "--logs", str(log), "--format", "openrlhf-console"], capsys)
+    assert rc == 2 and "2 runs in one file" in err and "line 3" in err and not (att / "metrics.jsonl").exists()

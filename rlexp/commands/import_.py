@@ -37,3 +37,32 @@ def import_script(
     for note in result.notes:
         print(f"note: {note}")
     print(f"next: rlexp plan {attempt_dir}")
+
+
+def import_run(
+    attempt_dir: Annotated[Path, typer.Argument(help="An attempt directory with its attempt.yaml (from `rlexp import`).")],
+    logs: Annotated[Path | None, typer.Option("--logs", help="The run's metrics: console log, JSONL, verl file "
+                                              "logger, trainer_state.json or TensorBoard directory.")] = None,
+    log_format: Annotated[str | None, typer.Option("--format", help="The log's format, as `rlexp ingest --format`.")] = None,
+    checkpoints: Annotated[Path | None, typer.Option("--checkpoints", help="The run's checkpoint folder "
+                                                     "(global_step{N}_hf, checkpoint-{N} or global_step_{N} inside).")] = None,
+) -> None:
+    """Bring an existing run into the protocol: its log into metrics.jsonl, its checkpoints linked as
+    checkpoints/global_step{N}_hf, state finished; then `rlexp eval`, `decide` and `report` work on it."""
+    from rlexp.stages.importing import import_run as run
+
+    result = run(attempt_dir, logs=logs, log_format=log_format, checkpoints=checkpoints)
+    line = f"{attempt_dir}: {result.steps} steps into metrics.jsonl, {len(result.checkpoints)} checkpoints"
+    if result.checkpoints:
+        line += f" (global steps {', '.join(str(s) for s in result.checkpoints)})"
+    print(line)
+    if result.not_understood:
+        shown = ", ".join(str(n) for n in result.not_understood[:20])
+        print(f"{len(result.not_understood)} log lines not understood: {shown}")
+    if result.nonfinite_steps:
+        print(f"NaN/inf left out of metrics.jsonl at steps {', '.join(str(s) for s in result.nonfinite_steps[:20])}")
+    if result.not_numbers:
+        print("values that are not numbers (left out): " + ", ".join(f"{k} ({n})" for k, n in result.not_numbers.items()))
+    for note in result.notes:
+        print(f"note: {note}")
+    print(f"next: rlexp eval {attempt_dir}")

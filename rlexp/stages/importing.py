@@ -329,3 +329,107 @@ def _trl(script: Path, where: str, args: list[str]):
     if "pool" not in datasets:
         raise InputError(script, where, "no --dataset_name: the data the run trains on is needed for its steps")
     return recipe, datasets, left_out, []
+
+
+# --- an existing run's logs and checkpoints --------------------------------------------------------
+
+_CHECKPOINT_DIRS = (
+    re.compile(r"global_step(\d+)_hf"),   # OpenRLHF --save_hf_ckpt, rlexp's own layout
+    re.compile(r"checkpoint-(\d+)"),      # transformers / TRL output_dir
+    re.compile(r"global_step_(\d+)"),     # verl trainer.default_local_dir
+    re.compile(r"global_step(\d+)"),      # OpenRLHF --save_path per step
+)
+# inside a verl checkpoint, where the weights rlexp can evaluate are
+_VERL_INNER = ("actor/lora_adapter", "actor/huggingface", "actor")
+
+
+@dataclass
+class ImportedRun:
+    steps: int = 0
+    checkpoints: dict[int, str] = field(default_factory=dict)
+    not_understood: list[int] = field(default_factory=list)
+    not_numbers: dict[str, int] = field(default_factory=dict)
+    nonfinite_steps: list[int] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def find_checkpoints(root: Path) -> dict[int, Path]:
+    """``{global step: directory of evaluable weights}`` under ``root`` (the run's checkpoint folder),
+    by each trainer's folder names; a folder without weights (no ``adapter_config.json`` nor
+    ``config.json``) is not a checkpoint rlexp can evaluate and is left out."""
+    found: dict[int, Path] = {}
+    for child in sorted(p for p in root.iterdir() if p.is_dir()):
+        for pattern in _CHECKPOINT_DIRS:
+            m = pattern.fullmatch(child.name)
+            if not m:
+                continue
+            candidates = [child] + [child / inner for inner in _VERL_INNER]
+            weights = next((c for c in candidates if (c / "adapter_config.json").is_file()
+                            or (c / "config.json").is_file()), None)
+            if weights is not None and int(m.group(1)) not in found:
+                found[int(m.group(1))] = weights
+            break
+    return dict(sorted(found.items()))
+
+
+def import_run(attempt_dir: str | Path, *, logs: str | Path | None = None, log_format: str | None = None,
+               checkpoints: str | Path | None = None) -> ImportedRun:
+    """An existing run of an attempt (its ``attempt.yaml`` there already: ``rlexp import`` or by hand)
+    brought into the protocol: ``logs`` read into ``metrics.jsonl`` (the readers of ``rlexp ingest``:
+    lines not understood, NaN steps reported), the run's checkpoints linked as
+    ``checkpoints/global_step{N}_hf``, and ``state.json`` ``finished``, so ``rlexp eval``,
+    ``decide`` and ``report`` work on it. A log holding two runs is refused (which one is asked,
+    never guessed); nothing is written until everything is read."""
+    from rlexp.adapters.ingest import append_new_rows, finite_rows, read_log
+    from rlexp.core.spec import load_attempt
+    from rlexp.stages.launch import write_state
+    from rlexp.storage.layout import AttemptDir
+
+    attempt_dir = Path(attempt_dir)
+    ad = AttemptDir(attempt_dir)
+    att = load_attempt(attempt_dir)
+    if logs is None and checkpoints is None:
+        raise InputError(None, "--logs/--checkpoints", "name the run's metrics log, its checkpoint folder, or both")
+    out = ImportedRun()
+    rows: list[dict[str, Any]] = []
+    if logs is not None:
+        if ad.metrics.exists():
+            raise InputError(ad.metrics, None, "already exists: this attempt has metrics; import into a new attempt")
+        read = read_log(logs, att.trainer.name if att.trainer.name != "local" else "local", log_format)
+        runs = [r for r in read.runs if r.rows]
+        if len(runs) > 1:
+            starts = ", ".join(f"line {r.first_line} (steps {r.steps[0]}..{r.steps[-1]})" for r in runs)
+            raise InputError(logs, None, f"{len(runs)} runs in one file (step numbers restart): {starts}; cut the "
+                             "file to the run to import (`rlexp ingest` shows them)")
+        rows, stats = finite_rows(read)
+        if not rows:
+            raise InputError(logs, None, f"no metric steps found as {read.format}")
+        out.steps = len(rows)
+        out.not_understood = list(read.not_understood)
+        out.not_numbers = dict(stats.dropped_keys)
+        out.nonfinite_steps = sorted(stats.nonfinite_steps)
+    found: dict[int, Path] = {}
+    if checkpoints is not None:
+        root = Path(checkpoints)
+        if not root.is_dir():
+            raise InputError(root, None, "not a directory (the run's checkpoint folder)")
+        if ad.checkpoints():
+            raise InputError(ad.checkpoints_dir, None, "already holds checkpoints: import into a new attempt")
+        found = find_checkpoints(root)
+        if not found:
+            raise InputError(root, None, "no checkpoint folders with weights (global_step{N}_hf, checkpoint-{N}, "
+                             "global_step_{N}: each with adapter_config.json or config.json)")
+    # everything read: now write
+    if rows:
+        append_new_rows(ad.metrics, rows)
+    for step, source in found.items():
+        link = ad.adapter(step)
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(source.resolve(), target_is_directory=True)
+        out.checkpoints[step] = str(source.resolve())
+    if found:
+        out.notes.append("checkpoints are linked, not copied: keep the run's folder where it is")
+    last = max([r["global_step"] for r in rows] + list(found), default=0)
+    write_state(attempt_dir, "finished", exit_code=None, steps=last,
+                reason=f"imported by rlexp import-run (logs: {logs or '-'}; checkpoints: {checkpoints or '-'})")
+    return out
