@@ -253,3 +253,18 @@ def test_run_log_with_two_runs_is_refused_naming_them(eval_experiment, tmp_path,
                    "✨ Global step 1: {'reward': 0.3}\n")
     rc, _, err = cli(["import-run", str(att), "--logs", str(log), "--format", "openrlhf-console"], capsys)
     assert rc == 2 and "2 runs in one file" in err and "line 3" in err and not (att / "metrics.jsonl").exists()
+
+
+def test_import_fuzz_any_bytes_one_line(tmp_path, capsys):
+    import random
+
+    rng = random.Random(23)
+    seeds = [b"", b"\\\n", b"python -m openrlhf.cli.train_ppo_ray '\n", b"A=\"\npython -m x\n", b"${" * 1000,
+             b"ray job submit\n", b"torchrun -m\n", b"accelerate\n", b"\xff\xfe", b"x=1 y=2\n", b"# only\n"]
+    for i in range(60):
+        data = seeds[i] if i < len(seeds) else bytes(rng.randrange(256) for _ in range(rng.choice([1, 30, 500])))
+        script = tmp_path / f"s{i}.sh"
+        script.write_bytes(data)
+        rc, out, err = cli(["import", str(script), str(tmp_path / f"a{i}"), "--version", "0.9.3"], capsys)
+        assert rc == 2 and len(err.strip().splitlines()) == 1 and err.startswith("rlexp: "), (data[:40], err)
+        assert not (tmp_path / f"a{i}").exists()
