@@ -291,7 +291,7 @@ def test_ingest_verb_text_and_json(tmp_path, capsys):
     lines[1] = lines[1][:lines[1].index("Global step")] + "Global step 2: {broken"
     path = write(tmp_path, "train.log", lines)
     rc, out, err = cli(["ingest", str(path), "--trainer", "openrlhf"], capsys)
-    assert rc == 0 and "read 2 steps; 1 lines not understood: 2" in out and "entropy (2)" in out
+    assert rc == 0 and "read 2 steps; 1 line not understood: 2" in out and "entropy (2)" in out
     rc, out, _ = cli(["ingest", str(path), "--trainer", "openrlhf", "--json"], capsys)
     doc = json.loads(out)
     assert rc == 0 and doc["not_understood"] == [2] and [s["step"] for s in doc["steps"]] == [1, 3]

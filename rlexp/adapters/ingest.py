@@ -714,7 +714,8 @@ def _lines_list(numbers: list[int], limit: int = 20) -> str:
 def summary_lines(summary: Mapping[str, Any]) -> list[str]:
     """``rlexp ingest``'s text: what was read, what was not, and where."""
     bad = summary["not_understood"]
-    what = "entries" if summary["format"] == "trainer-state" else "lines"
+    what = "entr" + ("y" if len(bad) == 1 else "ies") if summary["format"] == "trainer-state" else \
+        "line" + ("" if len(bad) == 1 else "s")
     head = f"{summary['file']} ({summary['format']}, {summary['trainer']}): read {summary['steps_read']} steps"
     head += f"; {len(bad)} {what} not understood" + (f": {_lines_list(bad)}" if bad else "")
     out = [head]

@@ -58,7 +58,7 @@ def import_run(
     print(line)
     if result.not_understood:
         shown = ", ".join(str(n) for n in result.not_understood[:20])
-        print(f"{len(result.not_understood)} log lines not understood: {shown}")
+        print(f"{len(result.not_understood)} log line(s) not understood: {shown}")
     if result.nonfinite_steps:
         print(f"NaN/inf left out of metrics.jsonl at steps {', '.join(str(s) for s in result.nonfinite_steps[:20])}")
     if result.not_numbers:
