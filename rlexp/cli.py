@@ -18,6 +18,8 @@ from rlexp.commands import demo as demo_cmd
 from rlexp.commands import evaluate as eval_cmd
 from rlexp.commands import fanout as fanout_cmd
 from rlexp.commands import guard as guard_cmd
+from rlexp.commands import import_ as import_cmd
+from rlexp.commands import ingest as ingest_cmd
 from rlexp.commands import ladder as ladder_cmd
 from rlexp.commands import launch as launch_cmd
 from rlexp.commands import plan as plan_cmd
@@ -68,6 +70,9 @@ app.command("report")(report_cmd.report)
 app.command("status")(status_cmd.status)
 app.command("demo")(demo_cmd.demo)
 app.command("fanout")(fanout_cmd.fanout)
+app.command("ingest")(ingest_cmd.ingest)
+app.command("import")(import_cmd.import_script)
+app.command("import-run")(import_cmd.import_run)
 app.add_typer(guard_cmd.app, name="guard", help="SOP guardrails G0, G1, G2, G4 (G3 and G5 run inside launch) and the parser audit.")
 app.add_typer(sop_cmd.app, name="sop", help="The SOP in force: show it, calibrate its gates.")
 app.add_typer(sweep_cmd.app, name="sweep", help="Base-model sweeps: candidates ranked against a headroom band.")

@@ -26,9 +26,9 @@ row's ``time`` / ``timestamp`` / ``_timestamp``. A line without a time gives a r
 
 from __future__ import annotations
 
-import ast
 import datetime
 import json
+import math
 import re
 import time
 from collections.abc import Iterable, Mapping
@@ -36,35 +36,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlexp.core.trainers.metric_names import canonical_row
 from rlexp.errors import InputError
 from rlexp.storage.files import append_jsonl_many, finite_number, iter_jsonl, repair_torn_tail
 from rlexp.storage.files import parse_jsonl_line as strict_jsonl_line
 from rlexp.storage.layout import STEP_TIME_KEY
 
-# Source names -> the canonical names of docs/ARCHITECTURE.md "Metrics JSONL".
-ALIASES: dict[str, str] = {
-    "step": "global_step",
-    "actor_grad_norm": "grad_norm",
-    "grad_norm_actor": "grad_norm",
-    "step_time": "step_time_s",
-    "timing/step_total": "step_time_s",
-    "time/step": "step_time_s",
-    "ratio_max_actor": "ratio_max",
-    "clip_ratio": "ppo_clip_ratio",
-    "timestamp": STEP_TIME_KEY,
-    "_timestamp": STEP_TIME_KEY,
-}
 # In-run monitor accuracy (OOD-202 greedy pass@1) under the names trainers use for it.
 MONITOR_KEYS = ("monitor_acc", "greedy_pass_at_1", "greedy_pass@1", "pass1", "pass@1")
 
-STDOUT_LINE = re.compile(r"Global step (\d+):\s*(\{.*\})\s*$")
-# v0.9.3+ after an in-run eval: "✨ Evaluation completed in 0:01:02, global_step 10, eval_metrics: {...}"
-STDOUT_EVAL_LINE = re.compile(r"Evaluation completed.*?global_step (\d+), eval_metrics:\s*(\{.*\})\s*$")
+GLOBAL_STEP_TEXT = "Global step "
 # a logging prefix's time: ISO date (Python logging's asctime), or month-day without a year (OpenRLHF)
 _ISO_TIME = re.compile(r"(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,6}))?")
 _MONTH_DAY_TIME = re.compile(r"(?<![\d-])(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})(?![\d])")
-_TENSOR = re.compile(r"tensor\(\s*([^,()]+)[^()]*\)")
-_NONFINITE = re.compile(r"(?<![\w'\"])(nan|inf|-inf|NaN|Infinity|-Infinity)(?![\w'\"])")
 
 
 @dataclass
@@ -74,20 +58,28 @@ class IngestStats:
     rows: int = 0
     dropped_values: int = 0
     dropped_keys: dict[str, int] = field(default_factory=dict)
+    nonfinite_steps: dict[int, list[str]] = field(default_factory=dict)  # step -> names that were NaN/inf
+    not_understood: list[int] = field(default_factory=list)  # line numbers of metric lines not read
+    runs: int = 1  # more than one: the step numbers restart in the file
+    restarts: list[int] = field(default_factory=list)  # lines where a followed log's steps went back
 
     def drop(self, key: str) -> None:
         self.dropped_values += 1
         self.dropped_keys[key] = self.dropped_keys.get(key, 0) + 1
 
 
-def canonical_key(key: str, aliases: Mapping[str, str] | None = None) -> str:
-    """A source's metric name -> its metrics.jsonl name (``aliases``: a trainer's own names first)."""
+def canonical_key(key: str, aliases: Mapping[str, str] | None = None, trainer: str = "openrlhf") -> str:
+    """A source's metric name -> its metrics.jsonl name (``aliases``: extra names first; then the
+    trainer's table in :mod:`rlexp.core.trainers.metric_names`)."""
     key = key.strip()
     if key.startswith("train/"):
         key = key[len("train/") :]
     if aliases and key in aliases:
         return aliases[key]
-    return ALIASES.get(key, key)
+    if key in ("step", "global_step"):
+        return "global_step"
+    row = canonical_row({key: 0.0}, trainer)
+    return next(iter(row)) if len(row) == 1 else key
 
 
 def _is_monitor_key(key: str) -> bool:
@@ -96,25 +88,37 @@ def _is_monitor_key(key: str) -> bool:
 
 
 def normalise(raw: Mapping[str, Any], stats: IngestStats, *, step: int | None = None,
-              aliases: Mapping[str, str] | None = None) -> dict[str, Any] | None:
-    """One canonical row from a raw mapping: ``global_step`` first, finite numbers only.
+              aliases: Mapping[str, str] | None = None, trainer: str = "openrlhf") -> dict[str, Any] | None:
+    """One canonical row from a raw mapping: ``global_step`` first, finite numbers only (this row
+    goes to ``metrics.jsonl``, which holds finite numbers: a NaN or an infinity is dropped there,
+    counted by name and its step flagged in ``stats.nonfinite_steps``; :func:`read_log` keeps them).
 
-    Returns None when there is no usable integer global step.
+    Names go through the trainer's table (:mod:`rlexp.core.trainers.metric_names`), so a
+    metric has one name whichever reader ran. Returns None when there is no usable integer step.
     """
     values: dict[str, float] = {}
     raw_step = step
+    source: dict[str, Any] = {}
     for key, value in raw.items():
-        name = canonical_key(str(key), aliases)
-        if name == "global_step":
+        name = str(key).strip()
+        name = name[len("train/"):] if name.startswith("train/") else name
+        if aliases and name in aliases:
+            name = aliases[name]
+        if name in ("step", "global_step"):
             number = finite_number(value)
             if number is not None and number == int(number):
                 raw_step = int(number)
             continue
+        source.setdefault(name, value)
+    nonfinite = []
+    for name, value in canonical_row(source, trainer).items():
         if isinstance(value, dict | list):  # e.g. generated_samples; not a metric
             continue
         number = finite_number(value)
         if number is None:
             stats.drop(name)
+            if isinstance(value, float) or str(value).strip().lower() in ("nan", "inf", "-inf"):
+                nonfinite.append(name)
             continue
         if name.startswith("eval/") or name.startswith("eval_"):
             if _is_monitor_key(name):
@@ -131,6 +135,8 @@ def normalise(raw: Mapping[str, Any], stats: IngestStats, *, step: int | None = 
     if raw_step is None or raw_step < 0:
         return None
     stats.rows += 1
+    if nonfinite:
+        stats.nonfinite_steps.setdefault(raw_step, []).extend(nonfinite)
     return {"global_step": raw_step, **values}
 
 
@@ -157,25 +163,27 @@ def line_time(prefix: str, reference: float | None = None) -> float | None:
     return None
 
 
-def parse_stdout_line(line: str, stats: IngestStats, reference: float | None = None) -> dict[str, Any] | None:
+def parse_stdout_line(line: str, stats: IngestStats, reference: float | None = None,
+                      number: int | None = None) -> dict[str, Any] | None:
     """``... Global step 12: {'policy_loss': 0.1, ...}`` -> a row; the in-run eval line
     ``... Evaluation completed in ..., global_step 12, eval_metrics: {'eval_x_pass1': 0.6}`` ->
     a row with ``eval_x_pass1`` and ``monitor_acc``; any other line -> None.
 
-    The dict is a Python repr (single quotes, ``nan``, ``tensor(0.5)``), read with
-    ``ast.literal_eval`` after turning non-finite numbers into strings so they are dropped
-    and counted like any other non-numeric value.
+    The dict is a Python repr (single quotes, ``nan``, ``tensor(0.5)``); a cut or abridged one is
+    read pair by pair (:mod:`rlexp.core.trainers.metric_logs`). A metrics line with nothing
+    readable is None and, given its ``number``, counted in ``stats.not_understood``. Names go
+    through OpenRLHF's table; a NaN is dropped and counted (metrics.jsonl holds finite numbers)
+    and its step flagged in ``stats.nonfinite_steps``.
     """
-    match = STDOUT_LINE.search(line) or STDOUT_EVAL_LINE.search(line)
+    from rlexp.core.trainers.metric_logs import EVAL_LINE, GLOBAL_STEP, dict_of
+
+    match = GLOBAL_STEP.search(line) or EVAL_LINE.search(line)
     if not match:
         return None
-    text = _TENSOR.sub(lambda m: m.group(1).strip(), match.group(2))
-    text = _NONFINITE.sub(lambda m: repr(m.group(1)), text)
-    try:
-        raw = ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return None  # a log line that only looks like a metrics line; never fatal mid-run
-    if not isinstance(raw, dict):
+    raw, _ = dict_of(match.group(2))
+    if raw is None:
+        if number is not None:
+            stats.not_understood.append(number)
         return None
     row = normalise(raw, stats, step=int(match.group(1)))
     stamp = line_time(line[: match.start()], reference)
@@ -193,18 +201,24 @@ def _join(row: dict[str, Any], later: Mapping[str, Any]) -> None:
 
 
 def read_stdout_log(path: str | Path) -> tuple[list[dict[str, Any]], IngestStats]:
-    path = Path(path)
-    if not path.exists():
-        raise InputError(path, None, "file not found")
-    stats = IngestStats()
-    by_step: dict[int, dict[str, Any]] = {}
-    reference = path.stat().st_mtime
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        for line in fh:
-            row = parse_stdout_line(line, stats, reference)
-            if row is not None:  # a step's eval line joins its training line
-                _join(by_step.setdefault(row["global_step"], {}), row)
-    return [by_step[s] for s in sorted(by_step)], stats
+    """The rows of an OpenRLHF console log as metrics.jsonl holds them (finite numbers only; a
+    NaN dropped, counted and its step flagged). Wrapped and abridged lines are read; where step
+    numbers restart (two runs in one file) the rows are the last run's and ``stats.runs`` says how
+    many there were; lines not understood are in ``stats.not_understood``."""
+    return finite_rows(read_log(path, "openrlhf", "openrlhf-console"))
+
+
+def finite_rows(read) -> tuple[list[dict[str, Any]], IngestStats]:
+    """A :func:`read_log` result as metrics.jsonl rows: the last run's, finite numbers only."""
+    stats = IngestStats(not_understood=list(read.not_understood), runs=max(1, len(read.runs)))
+    for key, count in read.dropped.items():
+        stats.dropped_keys[key] = stats.dropped_keys.get(key, 0) + count
+        stats.dropped_values += count
+    rows = []
+    for row in read.runs[-1].rows if read.runs else []:
+        if (kept := normalise(row, stats, trainer=read.trainer)) is not None:
+            rows.append(kept)
+    return rows, stats
 
 
 # --- a patched trainer's training_metrics.jsonl ---------------------------------------------------------
@@ -242,21 +256,8 @@ def read_training_metrics_jsonl(path: str | Path) -> tuple[list[dict[str, Any]],
 
 # --- verl's file logger ------------------------------------------------------------------------
 
-# verl's metric names (0.9.1: verl/trainer/ppo/metric_utils.py, verl/workers/utils/losses.py,
-# verl/trainer/ppo/core_algos.py, verl/workers/engine_workers.py) -> the canonical names of
-# docs/ARCHITECTURE.md "Metrics JSONL"; every other numeric value keeps its own name.
-VERL_METRIC_NAMES = {
-    "critic/score/mean": "reward",
-    "actor/lr": "actor_lr",
-    "actor/grad_norm": "grad_norm",
-    "actor/pg_loss": "policy_loss",
-    "actor/pg_clipfrac": "ppo_clip_ratio",
-    "actor/kl_loss": "kl",
-    "actor/entropy": "entropy",
-    "response_length/mean": "response_length",
-    "response_length/clip_ratio": "truncated",
-    "timing_s/step": "step_time_s",
-}
+# verl's metric names -> canonical: rlexp.core.trainers.metric_names.VERL (one table for its
+# console, its file logger and TensorBoard).
 # greedy pass@1 on the in-run monitor set: rlexp's verl rows name it by this data_source
 # (rlexp.backends.verl.DATA_SOURCE_MONITOR) and its reward's float score is logged as "acc"
 VERL_MONITOR_METRIC = "val-core/rlexp_ood_monitor/acc/mean@1"
@@ -278,13 +279,8 @@ def parse_verl_line(path: Path, number: int, line: str, stats: IngestStats) -> d
     step = raw.get("step")
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise InputError(path, f"line {number}: step", f"expected an integer >= 0, got {step!r}")
-    renamed: dict[str, Any] = {}
-    for key, value in raw["data"].items():
-        if key == VERL_MONITOR_METRIC:
-            renamed["monitor_acc"] = value
-        if key != "training/global_step":  # the step itself, already the row's key
-            renamed[VERL_METRIC_NAMES.get(key, key)] = value
-    return normalise(renamed, stats, step=step)
+    renamed = {k: v for k, v in raw["data"].items() if k != "training/global_step"}  # the step: the row's key
+    return normalise(renamed, stats, step=step, trainer="verl")
 
 
 def read_verl_metrics(path: str | Path) -> tuple[list[dict[str, Any]], IngestStats]:
@@ -315,7 +311,7 @@ def event_dirs(root: str | Path) -> list[Path]:
     return sorted({p.parent for p in root.rglob("events.out.tfevents.*") if p.is_file()})
 
 
-def read_tensorboard(root: str | Path, aliases: Mapping[str, str] | None = None
+def read_tensorboard(root: str | Path, aliases: Mapping[str, str] | None = None, trainer: str = "openrlhf"
                      ) -> tuple[list[dict[str, Any]], IngestStats]:
     """All ``train/*`` and ``eval/*`` scalars under ``root``, merged into one row per step
     (``aliases``: the trainer's names -> metrics.jsonl names, e.g. TRL's ``learning_rate``)."""
@@ -335,7 +331,7 @@ def read_tensorboard(root: str | Path, aliases: Mapping[str, str] | None = None
                 wall[int(event.step)] = max(wall.get(int(event.step), 0.0), float(event.wall_time))
     stats = IngestStats()
     rows = [row for step in sorted(by_step)
-            if (row := normalise(by_step[step], stats, step=step, aliases=aliases)) is not None]
+            if (row := normalise(by_step[step], stats, step=step, aliases=aliases, trainer=trainer)) is not None]
     for row in rows:
         if row["global_step"] in wall and STEP_TIME_KEY not in row:
             row[STEP_TIME_KEY] = wall[row["global_step"]]
@@ -513,13 +509,14 @@ class MetricsFollower:
     """
 
     def __init__(self, kind: str, source: str | Path, metrics_path: str | Path,
-                 aliases: Mapping[str, str] | None = None):
+                 aliases: Mapping[str, str] | None = None, trainer: str | None = None):
         if kind not in ("stdout", "jsonl", "verl", "tensorboard"):
             raise InputError(None, "metrics source", f"unknown kind {kind!r}")
         self.kind = kind
         self.source = Path(source)
         self.metrics_path = Path(metrics_path)
         self.aliases = aliases
+        self.trainer = trainer or ("verl" if kind == "verl" else "openrlhf")
         self.stats = IngestStats()
         repair_torn_tail(self.metrics_path)
         self.known = written_steps(self.metrics_path)
@@ -531,10 +528,13 @@ class MetricsFollower:
         if self.kind == "stdout":
             # OpenRLHF prints "Global step N" and only then evaluates step N: hold each step's row
             # until a later step (or the end) shows that no eval line is coming for it
-            for _, line in self._lines.new_lines():
-                row = parse_stdout_line(line, self.stats)
+            for number, line in self._lines.new_lines():
+                row = parse_stdout_line(line, self.stats, number=number)
                 if row is None:
                     continue
+                last = self._pending["global_step"] if self._pending is not None else max(self.known, default=None)
+                if last is not None and row["global_step"] < last and GLOBAL_STEP_TEXT in line:
+                    self.stats.restarts.append(number)  # a second run in the same log: its steps are not merged
                 if self._pending is not None and self._pending["global_step"] == row["global_step"]:
                     _join(self._pending, row)
                     continue
@@ -553,7 +553,7 @@ class MetricsFollower:
         else:
             if not self.source.is_dir() or not event_dirs(self.source):
                 return []
-            all_rows, self.stats = read_tensorboard(self.source, self.aliases)
+            all_rows, self.stats = read_tensorboard(self.source, self.aliases, self.trainer)
             if all_rows and not final:
                 last = all_rows[-1]["global_step"]
                 all_rows = [r for r in all_rows if r["global_step"] < last]
@@ -562,3 +562,182 @@ class MetricsFollower:
 
     def close(self) -> list[dict[str, Any]]:
         return self.poll(final=True)
+
+
+# --- any trainer's file, read for `rlexp ingest` ------------------------------------------------
+
+CONSOLE_FORMAT = {"openrlhf": "openrlhf-console", "verl": "verl-console", "local": "jsonl"}
+
+
+def detect_format(path: Path, trainer: str) -> str:
+    """The format a file of ``trainer`` is read as, from its name and place (see :func:`read_log`)."""
+    from rlexp.core.trainers.metric_logs import FORMATS
+
+    if path.is_dir() or path.name.startswith("events.out.tfevents."):
+        return "tensorboard"
+    name = path.name.lower()
+    if name.endswith(".json"):
+        return "trainer-state"
+    if name.endswith(".jsonl"):
+        return "verl-file" if trainer == "verl" else "jsonl"
+    if trainer == "trl":
+        raise InputError(path, None, "TRL's console lines carry no step number: give its trainer_state.json "
+                         "(in each checkpoint), its TensorBoard directory, or --format")
+    fmt = CONSOLE_FORMAT[trainer]
+    assert fmt in FORMATS
+    return fmt
+
+
+def read_log(path: str | Path, trainer: str, fmt: str | None = None):
+    """Any metrics file of ``trainer`` (openrlhf, verl, trl, local) as a
+    :class:`rlexp.core.trainers.metric_logs.LogRead`: every step under canonical names, runs split
+    where steps restart, NaN/inf kept and flagged, and the line numbers of the lines that looked
+    like metrics but could not be read. A Git LFS pointer, a file that is not there, bytes that
+    are not UTF-8 in a JSON format, a file over 2 GiB: an :class:`InputError`."""
+    from rlexp.adapters.lfs import refuse_lfs_pointer
+    from rlexp.core.trainers import metric_logs
+    from rlexp.core.trainers.metric_names import TABLES
+    from rlexp.storage.files import MAX_JSONL_BYTES
+
+    path = Path(path)
+    if trainer not in TABLES:
+        raise InputError(None, "--trainer", f"expected one of {', '.join(TABLES)}, got {trainer!r}")
+    if fmt is not None and fmt not in metric_logs.FORMATS:
+        raise InputError(None, "--format", f"expected one of {', '.join(metric_logs.FORMATS)}, got {fmt!r}")
+    if not path.exists():
+        raise InputError(path, None, "file not found")
+    fmt = fmt or detect_format(path, trainer)
+    if fmt == "tensorboard":
+        return _read_tensorboard_log(path if path.is_dir() else path.parent, trainer)
+    if not path.is_file():
+        raise InputError(path, None, "not a file")
+    refuse_lfs_pointer(path)
+    if path.stat().st_size > MAX_JSONL_BYTES:
+        raise InputError(path, None, f"larger than the limit of {MAX_JSONL_BYTES} bytes")
+    data = path.read_bytes()
+    if fmt.endswith("console"):
+        text = data.decode("utf-8", errors="replace")  # a console log may hold any bytes
+    else:
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            line = data[: exc.start].count(b"\n") + 1
+            raise InputError(path, f"line {line}", f"not UTF-8 (byte {exc.start})") from None
+    if "\0" in text and not fmt.endswith("console"):
+        raise InputError(path, None, "a NUL byte: not a text file")
+    if fmt == "openrlhf-console":
+        reference = path.stat().st_mtime
+        return metric_logs.read_openrlhf_console(text, trainer, lambda prefix: line_time(prefix, reference))
+    if fmt == "trainer-state":
+        try:
+            return metric_logs.read_trainer_state(text, trainer)
+        except json.JSONDecodeError as exc:
+            raise InputError(path, f"line {exc.lineno}", f"malformed JSON: {exc.msg}") from None
+        except RecursionError:
+            raise InputError(path, None, "nested too deep") from None
+        except ValueError as exc:
+            raise InputError(path, "log_history", str(exc)) from None
+    return metric_logs.read_text(text, fmt, trainer)
+
+
+def _read_tensorboard_log(root: Path, trainer: str):
+    from rlexp.core.trainers.metric_logs import LogRead, Run, metrics_of
+
+    dirs = event_dirs(root)
+    if not dirs:
+        raise InputError(root, None, "no TensorBoard event files (events.out.tfevents.*)")
+    try:
+        from tensorboard.backend.event_processing import event_accumulator
+    except ImportError:
+        raise InputError(root, None, "reading TensorBoard files needs the tensorboard package") from None
+    by_step: dict[int, dict[str, float]] = {}
+    wall: dict[int, float] = {}
+    for directory in dirs:
+        acc = event_accumulator.EventAccumulator(str(directory), size_guidance={event_accumulator.SCALARS: 0})
+        try:
+            acc.Reload()
+        except Exception as exc:  # a corrupt event file: TensorBoard's own reader refused it
+            raise InputError(directory, None, f"TensorBoard could not read it: {' '.join(str(exc).split())[:200]}") \
+                from None
+        for tag in acc.Tags().get("scalars", []):
+            for event in acc.Scalars(tag):
+                by_step.setdefault(int(event.step), {})[tag] = float(event.value)
+                wall[int(event.step)] = max(wall.get(int(event.step), 0.0), float(event.wall_time))
+    read = LogRead("tensorboard", trainer)
+    run = Run(first_line=0)
+    for step in sorted(by_step):
+        row = {"global_step": step, **metrics_of(by_step[step], trainer, read, step)}
+        row.setdefault(STEP_TIME_KEY, wall[step])
+        run.rows.append(row)
+    read.runs = [run] if run.rows else []
+    read.lines = sum(len(v) for v in by_step.values())
+    return read
+
+
+def _json_number(value: float) -> float | str:
+    if math.isfinite(value):
+        return value
+    return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+
+
+def log_summary(path: str | Path, read) -> dict[str, Any]:
+    """``rlexp ingest --json``: every step (``{step, metrics}``; NaN/inf as the strings "NaN",
+    "Infinity", "-Infinity", flagged in ``nonfinite``), the metrics by canonical name (steps
+    holding each), the runs, and the line numbers not understood."""
+    counts: dict[str, int] = {}
+    steps = []
+    for index, run in enumerate(read.runs):
+        for row in run.rows:
+            metrics = {k: _json_number(v) for k, v in row.items() if k != "global_step"}
+            for k in metrics:
+                counts[k] = counts.get(k, 0) + 1
+            steps.append({"step": row["global_step"], "run": index + 1, "metrics": metrics})
+    return {
+        "file": str(path), "format": read.format, "trainer": read.trainer, "lines": read.lines,
+        "steps_read": len(steps), "steps": steps,
+        "metrics": dict(sorted(counts.items())),
+        "runs": [{"run": i + 1, "first_line": r.first_line, "first_step": r.steps[0], "last_step": r.steps[-1],
+                  "steps": len(r.rows)} for i, r in enumerate(read.runs) if r.rows],
+        "not_understood": list(read.not_understood),
+        "nonfinite": [{"step": s, "metric": m} for s, m in read.nonfinite],
+        "not_numbers": dict(sorted(read.dropped.items())),
+        "rejoined": list(read.rejoined), "abridged": list(read.abridged),
+        "steps_counted": read.steps_counted,
+    }
+
+
+def _lines_list(numbers: list[int], limit: int = 20) -> str:
+    shown = ", ".join(str(n) for n in numbers[:limit])
+    return shown + (f", … ({len(numbers) - limit} more)" if len(numbers) > limit else "")
+
+
+def summary_lines(summary: Mapping[str, Any]) -> list[str]:
+    """``rlexp ingest``'s text: what was read, what was not, and where."""
+    bad = summary["not_understood"]
+    what = "entr" + ("y" if len(bad) == 1 else "ies") if summary["format"] == "trainer-state" else \
+        "line" + ("" if len(bad) == 1 else "s")
+    head = f"{summary['file']} ({summary['format']}, {summary['trainer']}): read {summary['steps_read']} steps"
+    head += f"; {len(bad)} {what} not understood" + (f": {_lines_list(bad)}" if bad else "")
+    out = [head]
+    if summary["steps_counted"]:
+        out.append("  steps counted from 1 by rlexp: tqdm postfixes carry no step number")
+    runs = summary["runs"]
+    if len(runs) > 1:
+        out.append(f"  {len(runs)} runs in one file (step numbers restart), not merged:")
+        out += [f"    run {r['run']}: from line {r['first_line']}, steps {r['first_step']}..{r['last_step']} "
+                f"({r['steps']} steps)" for r in runs]
+    if summary["metrics"]:
+        out.append("  metrics (steps): " + ", ".join(f"{k} ({n})" for k, n in summary["metrics"].items()))
+    if summary["nonfinite"]:
+        flagged: dict[int, list[str]] = {}
+        for item in summary["nonfinite"]:
+            flagged.setdefault(item["step"], []).append(item["metric"])
+        out.append("  NaN/inf kept at " + "; ".join(f"step {s}: {', '.join(m)}" for s, m in list(flagged.items())[:20]))
+    if summary["not_numbers"]:
+        out.append("  values that are not numbers (left out): "
+                   + ", ".join(f"{k} ({n})" for k, n in summary["not_numbers"].items()))
+    if summary["rejoined"]:
+        out.append(f"  records wrapped over several lines, re-joined at lines {_lines_list(summary['rejoined'])}")
+    if summary["abridged"]:
+        out.append(f"  abridged or cut records read pair by pair at lines {_lines_list(summary['abridged'])}")
+    return out

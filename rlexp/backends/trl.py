@@ -19,19 +19,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlexp.core.trainers.metric_names import TRL as _TRL_NAMES
 from rlexp.errors import InputError
 from rlexp.storage.layout import ADAPTER_PATTERN, AttemptDir
 
 # rlexp sets these GRPOConfig fields itself (the layout and the metrics it follows)
 OWNED_FIELDS = ("output_dir", "report_to")
-# TRL's log keys (after transformers' "train/" prefix) -> the canonical metrics.jsonl names
-TRL_METRIC_ALIASES = {
-    "learning_rate": "actor_lr",
-    "completions/mean_length": "response_length",
-    "completions/clipped_ratio": "truncated",
-    "reward_std": "group_reward_std",
-    "clip_ratio/region_mean": "ppo_clip_ratio",
-}
+# TRL's log keys (after transformers' "train/" prefix) -> the canonical metrics.jsonl names: the
+# one table in rlexp.core.trainers.metric_names.TRL, flattened (source name -> canonical name)
+TRL_METRIC_ALIASES = {source: canonical for canonical, sources in _TRL_NAMES.items() for source in sources
+                      if source != canonical}
 
 
 @dataclass(frozen=True)

@@ -119,8 +119,7 @@ def pair_items(base: ItemSet, new: ItemSet, *, intersect: bool = False,
         b, n = base.items[key], new.items[key]
         if b.fingerprint != n.fingerprint:
             raise InputError(new.path, key, f"its content differs from the baseline's ({base.path}): the two runs "
-                             "scored different documents under one id (lm-eval's out-of-order --samples logs wrong "
-                             "doc_ids; a reordered dataset renumbers Inspect's positional ids); not comparable")
+                             f"scored different documents under one id ({_content_cause(new, key)}); not comparable")
         if b.prompt_hash is not None and n.prompt_hash is not None and b.prompt_hash != n.prompt_hash:
             changed.append(key)
     if changed and not allow_prompt_change:
@@ -131,6 +130,19 @@ def pair_items(base: ItemSet, new: ItemSet, *, intersect: bool = False,
                + [{"key": k, "reason": "only in the new file"} for k in new_only])
     return PairedItems(base, new, keys, [base.items[k] for k in keys], [new.items[k] for k in keys], dropped,
                        len(changed))
+
+
+def _content_cause(items: ItemSet, key: str) -> str:
+    """Why two runs' items under one id can hold different content, for this harness."""
+    if items.format == "lm-eval":
+        return "lm-eval's out-of-order --samples logs wrong doc_ids, or the task's documents changed"
+    if items.format == "inspect":
+        return ("the target differs" if not key.rsplit(":", 1)[-1].isdigit() else
+                "an int id may be a position Inspect assigned: a reordered dataset renumbers it, and an edited "
+                "prompt or target changes the item")
+    if items.format == "lighteval":
+        return "lighteval's ids are positions in the split: a reordered or edited dataset renumbers them"
+    return "the problem's content differs"
 
 
 def cluster_labels(paired: PairedItems, field_name: str) -> list[Any]:

@@ -621,10 +621,14 @@ def run(p: Prepared, *, tracking_uri: str | None = None, follow: bool = True, po
     if live is not None:
         live.finish()
     steps = max((r["global_step"] for r in run_monitor.rows), default=0)
-    dropped = getattr(getattr(follower, "stats", None), "dropped_keys", {})
+    stats = getattr(follower, "stats", None)
+    dropped = getattr(stats, "dropped_keys", {})
     return {"state": state["state"], "reason": state.get("reason"), "exit_code": code, "steps": steps,
             "attempt": p.attempt.id, "backend": p.backend, "spikes": len(run_monitor.logged_spikes),
-            "dropped_values": dict(dropped)}
+            "dropped_values": dict(dropped),
+            "not_understood": list(getattr(stats, "not_understood", []) or []),
+            "nonfinite_steps": sorted(getattr(stats, "nonfinite_steps", {}) or {}),
+            "restarts": list(getattr(stats, "restarts", []) or [])}
 
 
 def _follower(p: Prepared, ad: AttemptDir) -> Any:
@@ -637,9 +641,7 @@ def _follower(p: Prepared, ad: AttemptDir) -> Any:
     if p.metrics_source == "verl":  # verl's file logger, one JSON line per step
         return ingest.MetricsFollower("verl", ad.verl_metrics, ad.metrics)
     if p.attempt.trainer.name == "trl":  # transformers' TensorBoard callback; TRL's names mapped
-        from rlexp.backends.trl import TRL_METRIC_ALIASES
-
-        return ingest.MetricsFollower("tensorboard", ad.tensorboard, ad.metrics, aliases=TRL_METRIC_ALIASES)
+        return ingest.MetricsFollower("tensorboard", ad.tensorboard, ad.metrics, trainer="trl")
     if p.metrics_source == "tensorboard":  # the argv logs scalars there (attempt_recipe: use_tensorboard)
         return ingest.MetricsFollower("tensorboard", ad.tensorboard, ad.metrics)
     return ingest.MetricsFollower("stdout", ad.stdout_log, ad.metrics)

@@ -68,8 +68,10 @@ def read_items(path: str | Path, fmt: str | None = None, choice: Choice | None =
                intersect: bool = False) -> ItemSet:
     """Read one per-sample results file (see the module docstring)."""
     from rlexp.adapters.harnesses import inspect_log, lighteval, lm_eval, records
+    from rlexp.adapters.lfs import refuse_lfs_pointer
 
     choice = choice or Choice()
+    refuse_lfs_pointer(path)  # what a clone without `git lfs pull` holds: say so, not "format not recognised"
     if fmt is None:
         fmt = detect_format(path)
     readers = {"rlexp": records.read, "lm-eval": lm_eval.read, "inspect": inspect_log.read,

@@ -9,8 +9,10 @@ need nothing.
 
 Per sample: ``id`` (int or str; ids Inspect assigned itself are positions in the dataset),
 ``epoch``, ``input``, ``target``, ``scores{scorer: {value, ...}}``, ``metadata``, ``error``. Items
-are keyed ``<task>:<id>``; several epochs give several scores for one item. The fingerprint is a
-hash of the input (message roles and contents only: message ids are random per run) and target.
+are keyed ``<task>:<id>``; several epochs give several scores for one item. The prompt hash is a
+hash of the input (message roles and contents only: message ids are random per run); the
+fingerprint one of the target for an explicit string id (an edited prompt is then a prompt
+change), of input and target for an int id (it may be a position Inspect assigned).
 A log whose status is not ``success`` is partial.
 """
 
@@ -163,7 +165,7 @@ def read(path: str | Path, choice: Choice, *, intersect: bool) -> ItemSet:
     scorer = choose(path, "scorer", scorer_names, choice.scorer)
     tally = ScoreTally()
     scores: dict[str, list[tuple[int, float]]] = {}
-    info: dict[str, tuple[str, dict[str, Any], str | None]] = {}
+    info: dict[str, tuple[str, dict[str, Any], str | None, str]] = {}
     seen: set[tuple[str, int]] = set()
     bad: set[str] = set()
     for sample in samples:
@@ -195,20 +197,24 @@ def read(path: str | Path, choice: Choice, *, intersect: bool) -> ItemSet:
             problems.flag(key, where=where, reason=f"scorer {scorer!r}: {exc}")
             bad.add(key)
             continue
-        content = fingerprint(_content_of(_resolve(sample.get("input"), attachments)),
-                              _resolve(sample.get("target"), attachments))
+        # an explicit (string) id names the item: its target pairs it and its input is the prompt (an edit
+        # is a prompt change); an int id may be a position Inspect assigned, so the input pairs it too
+        target = _resolve(sample.get("target"), attachments)
+        prompt = fingerprint(_content_of(_resolve(sample.get("input"), attachments)))
+        content = fingerprint(target) if isinstance(sample.get("id"), str) else fingerprint(prompt, target)
         previous = info.get(key)
-        if previous is not None and previous[0] != content:
+        if previous is not None and (previous[0], previous[3]) != (content, prompt):
             raise InputError(path, where, "the same id has a different input or target in another epoch")
         output = ((sample.get("output") or {}).get("completion")) if isinstance(sample.get("output"), dict) else None
-        info[key] = (content, scalar_fields(sample.get("metadata")), output if isinstance(output, str) else None)
+        info[key] = (content, scalar_fields(sample.get("metadata")), output if isinstance(output, str) else None,
+                     prompt)
         scores.setdefault(key, []).append((epoch, number))
     items = {}
     for key, values in scores.items():
         if key in bad:  # an item with one unusable epoch is dropped whole: its mean would be biased
             continue
-        content, fields, output = info[key]
-        items[key] = Item(key, tuple(v for _, v in sorted(values)), content, None, fields, output)
+        content, fields, output, prompt = info[key]
+        items[key] = Item(key, tuple(v for _, v in sorted(values)), content, prompt, fields, output)
     if not items:
         raise InputError(path, None, f"no usable sample for scorer {scorer!r}")
     chosen: dict[str, str | None] = {"scorer": scorer}

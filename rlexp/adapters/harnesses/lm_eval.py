@@ -75,6 +75,25 @@ def harness_version(path: Path) -> str | None:
     return str(version) if version is not None else None
 
 
+def documents_reported(path: Path, task: str) -> tuple[int, str] | None:
+    """(documents, results file name): what the ``results_<date>.json`` beside the samples file says
+    the task was run on (``n-samples.<task>.effective``, lm-eval 0.4.2+), or None when it does not say."""
+    match = FILE_NAME.match(path.name)
+    if not match:
+        return None
+    results = path.with_name(f"results_{match['date']}.json")
+    try:
+        data = json.loads(results.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    counts = data.get("n-samples") if isinstance(data, dict) else None
+    entry = counts.get(task) if isinstance(counts, dict) else None
+    value = entry.get("effective") if isinstance(entry, dict) else None
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value, results.name
+    return None
+
+
 def read(path: str | Path, choice: Choice, *, intersect: bool) -> ItemSet:
     path = Path(path)
     lines = read_lines(path)
@@ -125,8 +144,13 @@ def read(path: str | Path, choice: Choice, *, intersect: bool) -> ItemSet:
                           str(record["prompt_hash"]), scalar_fields(record.get("doc")), output)
     if not items:
         raise InputError(path, None, f"no usable item under filter {filt!r}, metric {metric!r}")
+    notes = []
+    reported = documents_reported(path, task)
+    if reported is not None and len(first_line) < reported[0]:
+        notes.append(f"a subset: this samples file holds {len(first_line)} of the {reported[0]} documents its "
+                     f"{reported[1]} reports for {task} (cut, or copied in part?); only these are compared")
     return ItemSet(str(path), "lm-eval", "lm-evaluation-harness", harness_version(path), task,
-                   {"filter": filt, "metric": metric}, items, problems.dropped, [], tally.no_answer)
+                   {"filter": filt, "metric": metric}, items, problems.dropped, notes, tally.no_answer)
 
 
 def _first_response(value: Any) -> str | None:

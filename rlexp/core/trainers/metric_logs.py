@@ -1,0 +1,453 @@
+"""Reading trainers' metric logs from their text (pure: the caller reads the file).
+
+Every reader returns a :class:`LogRead`: the steps read (canonical names, see
+:mod:`rlexp.core.trainers.metric_names`), split into runs where step numbers restart, the line
+numbers of the lines that looked like metrics but could not be read (never dropped silently), the
+values that were not numbers (counted by name) and the steps with a NaN or an infinity (kept as
+float NaN/inf, and flagged). The formats, read from each trainer's own logging code:
+
+- ``openrlhf-console``: ``✨ Global step N: {python dict repr}`` (OpenRLHF 0.9.3-0.11.2
+  ``ppo_trainer.py``), with its in-run eval line ``✨ Evaluation completed in T, global_step N,
+  eval_metrics: {...}``; a dict wrapped over several lines is re-joined, an abridged one (``…``,
+  ``...``) read pair by pair. Where a log has no "Global step" line at all, the tqdm postfix of the
+  actor's ``Train epoch [e/E]`` bar (``act_loss=…, reward=…, gen_len=…, kl=…, act_lr=…``) is read, one
+  step per completed last epoch (the postfix carries no step number: steps are counted from 1).
+- ``verl-console``: ``step:N - key:value - key:value`` (verl's console logger,
+  ``concat_dict_to_str``); a record pasted over several lines (continuations starting ``- key:``)
+  is re-joined.
+- ``verl-file``: verl's ``file`` logger, ``{"step": N, "data": {...}}`` per line (orjson writes a
+  NaN as ``null``: read back as NaN).
+- ``jsonl``: one JSON object per line with ``global_step`` or ``step``.
+- ``trainer-state``: TRL's (transformers') ``trainer_state.json``, its ``log_history`` entries.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlexp.core.trainers.metric_names import STEP_KEYS, canonical_row
+
+FORMATS = ("openrlhf-console", "verl-console", "verl-file", "jsonl", "trainer-state", "tensorboard")
+MAX_JOIN = 64  # lines a wrapped record may span
+
+
+@dataclass
+class Run:
+    first_line: int
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def steps(self) -> list[int]:
+        return [r["global_step"] for r in self.rows]
+
+
+@dataclass
+class LogRead:
+    """What one read of one file gave, and what it could not read."""
+
+    format: str
+    trainer: str
+    lines: int = 0
+    runs: list[Run] = field(default_factory=list)
+    not_understood: list[int] = field(default_factory=list)  # line numbers (entry numbers: trainer-state)
+    rejoined: list[int] = field(default_factory=list)        # first lines of records wrapped over several lines
+    abridged: list[int] = field(default_factory=list)        # lines read pair by pair (cut or "…")
+    dropped: dict[str, int] = field(default_factory=dict)    # values that are not numbers, by name
+    nonfinite: list[tuple[int, str]] = field(default_factory=list)  # (step, name) kept as NaN/inf
+    steps_counted: bool = False  # steps numbered by rlexp (tqdm postfixes), not by the trainer
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        return [row for run in self.runs for row in run.rows]
+
+    def drop(self, name: str) -> None:
+        self.dropped[name] = self.dropped.get(name, 0) + 1
+
+
+# --- values -------------------------------------------------------------------------------------
+
+_NUMPY = re.compile(r"^(?:np|numpy)\.(?:float|int|uint)\d*\((.*)\)$")
+_TENSOR_TEXT = re.compile(r"^tensor\(\s*([^,()]+)[^()]*\)$")
+_NONFINITE_TEXT = {"nan": math.nan, "-nan": math.nan, "inf": math.inf, "+inf": math.inf, "-inf": -math.inf,
+                   "infinity": math.inf, "-infinity": -math.inf}
+
+
+def number(value: Any) -> float | None:
+    """A metric value as a float (NaN and infinities kept), or None when it is not a number."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        return text_number(value)
+    return None
+
+
+def text_number(text: str) -> float | None:
+    """``0.5``, ``1e-6``, ``nan``, ``np.float64(0.5)``, ``tensor(0.25, device='cuda:0')`` -> float."""
+    text = text.strip()
+    for pattern in (_NUMPY, _TENSOR_TEXT):
+        if m := pattern.match(text):
+            text = m.group(1).strip()
+    if text.lower() in _NONFINITE_TEXT:
+        return _NONFINITE_TEXT[text.lower()]
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def step_of(value: Any) -> int | None:
+    n = number(value)
+    if n is None or not math.isfinite(n) or n != int(n) or n < 0:
+        return None
+    return int(n)
+
+
+MONITOR_KEYS = ("monitor_acc", "greedy_pass_at_1", "greedy_pass@1", "pass1", "pass@1")
+
+
+def _is_monitor_key(key: str) -> bool:
+    tail = key.split("/")[-1].lower()
+    return any(tail == m or tail.endswith(m) for m in MONITOR_KEYS)
+
+
+def metrics_of(raw: Mapping[str, Any], trainer: str, read: LogRead, step: int) -> dict[str, float]:
+    """A raw mapping's metrics under canonical names; non-numbers counted, NaN/inf kept and flagged."""
+    out: dict[str, float] = {}
+    for name, value in canonical_row({k: v for k, v in raw.items() if k not in STEP_KEYS}, trainer).items():
+        if isinstance(value, dict | list):  # generated samples and the like: not metrics
+            continue
+        n = number(value)
+        if n is None:
+            read.drop(name)
+            continue
+        if not math.isfinite(n):
+            read.nonfinite.append((step, name))
+        if name.startswith(("eval/", "eval_")):  # in-run eval: eval_<set>_pass1 is also monitor_acc
+            if _is_monitor_key(name) and math.isfinite(n):
+                out["monitor_acc"] = n if n <= 1.0 else n / 100.0
+            name = name.replace("/", "_")
+        out[name] = n
+    return out
+
+
+# --- runs ---------------------------------------------------------------------------------------
+
+class _Steps:
+    """Rows in file order, split into runs where the step number goes back (or repeats, for
+    trainers that never log a step twice)."""
+
+    def __init__(self, read: LogRead):
+        self.read = read
+        self.last: int | None = None
+
+    def add(self, step: int, metrics: dict[str, float], line: int, *, repeat_restarts: bool) -> None:
+        runs = self.read.runs
+        restart = self.last is not None and (step < self.last or (repeat_restarts and step == self.last))
+        if not runs or restart:
+            runs.append(Run(first_line=line))
+        run = runs[-1]
+        if run.rows and run.rows[-1]["global_step"] == step:
+            run.rows[-1].update(metrics)
+        else:
+            run.rows.append({"global_step": step, **metrics})
+        self.last = step
+
+    def join(self, step: int, metrics: dict[str, float], line: int) -> None:
+        """An eval line: joins its step's row in the current run (the row keeps its own time)."""
+        run = self.read.runs[-1] if self.read.runs else None
+        row = next((r for r in reversed(run.rows) if r["global_step"] == step), None) if run else None
+        if row is None:
+            self.add(step, metrics, line, repeat_restarts=False)
+            return
+        stamp = row.get("time")
+        row.update(metrics)
+        if stamp is not None:
+            row["time"] = stamp
+
+
+# --- OpenRLHF console ---------------------------------------------------------------------------
+
+GLOBAL_STEP = re.compile(r"Global step (\d+)\s*:\s*(.*)$")
+EVAL_LINE = re.compile(r"Evaluation completed.*?global_step (\d+), eval_metrics:\s*(.*)$")
+# the OpenRLHF logging prefix its NewLineFormatter repeats on continuation lines
+_PREFIX = re.compile(r"^\s*(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\d\d-\d\d \d\d:\d\d:\d\d \S+:\d+\]\s?")
+_PAIR = re.compile(r"""['"]([^'"]+)['"]\s*:\s*(tensor\([^()]*\)|np\.\w+\([^()]*\)|[^,{}\s]+)""")
+_TENSOR = re.compile(r"tensor\(\s*([^,()]+)[^()]*\)")
+_NONFINITE = re.compile(r"(?<![\w'\"])(nan|inf|-inf|NaN|Infinity|-Infinity)(?![\w'\"])")
+_TRAIN_BAR = re.compile(r"Train epoch \[(\d+)/(\d+)\]:\s*100%.*?\[[^\]]*?,\s*([A-Za-z_]\w*=.*)\]\s*$")
+
+
+def _balance(text: str) -> int:
+    return text.count("{") - text.count("}")
+
+
+def dict_of(payload: str) -> tuple[dict[str, Any] | None, bool]:
+    """A Python dict repr -> (dict, whole); an abridged or cut one read pair by pair (whole=False)."""
+    text = _TENSOR.sub(lambda m: m.group(1).strip(), payload.strip())
+    text = _NONFINITE.sub(lambda m: repr(m.group(1)), text)
+    try:
+        raw = ast.literal_eval(text)
+        if isinstance(raw, dict):
+            return raw, True
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        pass
+    pairs = {k: v for k, v in _PAIR.findall(payload)}
+    return (pairs or None), False
+
+
+def _physical_lines(text: str) -> list[str]:
+    return text.split("\n")
+
+
+def read_openrlhf_console(text: str, trainer: str = "openrlhf", reference_time=None) -> LogRead:
+    """OpenRLHF's console (see the module doc). ``reference_time``: a function (prefix -> time or
+    None) for the logging prefix's time; left out, rows carry no time."""
+    read = LogRead("openrlhf-console", trainer)
+    lines = _physical_lines(text)
+    read.lines = len(lines) - (1 if lines and lines[-1] == "" else 0)
+    steps = _Steps(read)
+    i = 0
+    seen_global = False
+    while i < len(lines):
+        line = lines[i].rstrip("\r")
+        number_ = i + 1
+        match = GLOBAL_STEP.search(line)
+        is_eval = False
+        if not match:
+            match = EVAL_LINE.search(line)
+            is_eval = match is not None
+        if not match:
+            i += 1
+            continue
+        payload = match.group(2)
+        j = i + 1
+        while _balance(payload) > 0 and j < len(lines) and j - i < MAX_JOIN:
+            nxt = lines[j].rstrip("\r")
+            if GLOBAL_STEP.search(nxt) or EVAL_LINE.search(nxt) or not nxt.strip():
+                break
+            payload += _PREFIX.sub("", nxt).strip()
+            j += 1
+        if j > i + 1:
+            read.rejoined.append(number_)
+        raw, whole = dict_of(payload)
+        i = j
+        if raw is None:
+            read.not_understood.append(number_)
+            continue
+        if not whole:
+            read.abridged.append(number_)
+        step = int(match.group(1))
+        metrics = metrics_of(raw, trainer, read, step)
+        if reference_time is not None and (stamp := reference_time(line[: match.start()])) is not None:
+            metrics["time"] = stamp
+        if is_eval:
+            steps.join(step, metrics, number_)
+        else:
+            seen_global = True
+            steps.add(step, metrics, number_, repeat_restarts=True)
+    if not seen_global and not read.runs:
+        _read_tqdm_postfixes(lines, read)
+    return read
+
+
+def _read_tqdm_postfixes(lines: list[str], read: LogRead) -> None:
+    """Logs without a "Global step" line: the actor's Train epoch bar, one step per last epoch."""
+    steps = _Steps(read)
+    step = 0
+    for i, line in enumerate(lines):
+        if "Train epoch [" not in line:
+            continue
+        segments = [s for s in line.split("\r") if "Train epoch [" in s]
+        final = next((s for s in reversed(segments) if "100%" in s), None)
+        if final is None:
+            continue
+        m = _TRAIN_BAR.search(final.rstrip())
+        if not m:
+            read.not_understood.append(i + 1)
+            continue
+        if m.group(1) != m.group(2):
+            continue  # not the step's last epoch
+        pairs = {}
+        for item in m.group(3).split(", "):
+            key, eq, value = item.partition("=")
+            if eq:
+                pairs[key.strip()] = value.strip()
+        if not pairs:
+            read.not_understood.append(i + 1)
+            continue
+        step += 1
+        steps.add(step, metrics_of(pairs, read.trainer, read, step), i + 1, repeat_restarts=True)
+        read.steps_counted = True
+
+
+# --- verl console -------------------------------------------------------------------------------
+
+VERL_RECORD = re.compile(r"(?:^|[\s)\]>])step:(\d+)\s+-\s+(.*)$")
+VERL_CONTINUATION = re.compile(r"^\s*-\s+[^\s:]+:")
+_VERL_ITEM = re.compile(r"^([^\s:][^:]*?):\s*(.+)$")
+
+
+def read_verl_console(text: str, trainer: str = "verl") -> LogRead:
+    """verl's console logger, ``step:N - key:value - ...`` (see the module doc)."""
+    read = LogRead("verl-console", trainer)
+    lines = _physical_lines(text)
+    read.lines = len(lines) - (1 if lines and lines[-1] == "" else 0)
+    steps = _Steps(read)
+    i = 0
+    while i < len(lines):
+        line = lines[i].rstrip("\r")
+        match = VERL_RECORD.search(line)
+        if not match:
+            i += 1
+            continue
+        body = match.group(2)
+        j = i + 1
+        while j < len(lines) and j - i < MAX_JOIN and VERL_CONTINUATION.match(lines[j]):
+            body = body.rstrip() + " " + lines[j].strip()
+            j += 1
+        if j > i + 1:
+            read.rejoined.append(i + 1)
+        raw: dict[str, Any] = {}
+        cut = False
+        for item in re.split(r"\s+-\s+", body.strip()):
+            m = _VERL_ITEM.match(item.strip())
+            if m:
+                raw[m.group(1).strip()] = m.group(2).strip()
+            else:  # "…", "...", or an item cut in two
+                cut = True
+        step = int(match.group(1))
+        if not raw:
+            read.not_understood.append(i + 1)
+            i = j
+            continue
+        if cut:
+            read.abridged.append(i + 1)
+        steps.add(step, metrics_of(raw, trainer, read, step), i + 1, repeat_restarts=False)
+        i = j
+    return read
+
+
+# --- JSON lines ---------------------------------------------------------------------------------
+
+def _json_line(line: str) -> Any:
+    return json.loads(line)
+
+
+def read_verl_file(text: str, trainer: str = "verl") -> LogRead:
+    """verl's ``file`` logger: ``{"step": N, "data": {...}}`` per line; ``null`` (orjson's NaN) is NaN."""
+    read = LogRead("verl-file", trainer)
+    steps = _Steps(read)
+    for number_, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        read.lines = number_
+        try:
+            raw = _json_line(line)
+        except (ValueError, RecursionError):
+            read.not_understood.append(number_)
+            continue
+        step = step_of(raw.get("step")) if isinstance(raw, dict) else None
+        if step is None or not isinstance(raw.get("data"), dict):
+            read.not_understood.append(number_)
+            continue
+        data = {k: (math.nan if v is None else v) for k, v in raw["data"].items() if k != "training/global_step"}
+        steps.add(step, metrics_of(data, trainer, read, step), number_, repeat_restarts=False)
+    return read
+
+
+def read_jsonl(text: str, trainer: str) -> LogRead:
+    """One JSON object per line with ``global_step`` or ``step`` (the seed's training_metrics.jsonl,
+    rlexp's metrics.jsonl, a trainer's JSONL)."""
+    read = LogRead("jsonl", trainer)
+    steps = _Steps(read)
+    for number_, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        read.lines = number_
+        try:
+            raw = _json_line(line)
+        except (ValueError, RecursionError):
+            read.not_understood.append(number_)
+            continue
+        step = None
+        if isinstance(raw, dict):
+            step = next((step_of(raw[k]) for k in STEP_KEYS if k in raw), None)
+        if step is None:
+            read.not_understood.append(number_)
+            continue
+        steps.add(step, metrics_of(raw, trainer, read, step), number_, repeat_restarts=False)
+    return read
+
+
+# --- TRL trainer_state.json ---------------------------------------------------------------------
+
+def read_trainer_state(text: str, trainer: str = "trl") -> LogRead:
+    """transformers' ``trainer_state.json`` (what TRL leaves in every checkpoint): each
+    ``log_history`` entry with a ``step`` is a row (a step's train, eval and final-summary entries
+    merge); an entry without one is not understood, reported by its line in the file."""
+    read = LogRead("trainer-state", trainer)
+    read.lines = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
+    doc = json.loads(text)  # the caller turns a JSON error into an InputError
+    if not isinstance(doc, dict) or not isinstance(doc.get("log_history"), list):
+        raise ValueError('expected an object with a "log_history" list')
+    positions = _entry_lines(text)
+    steps = _Steps(read)
+    for index, entry in enumerate(doc["log_history"]):
+        line = positions[index] if index < len(positions) else index + 1
+        step = step_of(entry.get("step")) if isinstance(entry, dict) else None
+        if step is None:
+            read.not_understood.append(line)
+            continue
+        raw = {k: v for k, v in entry.items() if k != "epoch"}
+        steps.add(step, metrics_of(raw, trainer, read, step), line, repeat_restarts=False)
+    return read
+
+
+def _entry_lines(text: str) -> list[int]:
+    """The line on which each element of ``log_history`` starts."""
+    start = text.find('"log_history"')
+    if start < 0:
+        return []
+    pos = text.find("[", start)
+    decoder = json.JSONDecoder()
+    out: list[int] = []
+    pos += 1
+    while pos < len(text):
+        while pos < len(text) and text[pos] in " \t\r\n,":
+            pos += 1
+        if pos >= len(text) or text[pos] == "]":
+            break
+        out.append(text.count("\n", 0, pos) + 1)
+        try:
+            _, pos = decoder.raw_decode(text, pos)
+        except ValueError:
+            break
+    return out
+
+
+# --- any format by name -------------------------------------------------------------------------
+
+def read_text(text: str, fmt: str, trainer: str) -> LogRead:
+    if fmt == "openrlhf-console":
+        return read_openrlhf_console(text, trainer)
+    if fmt == "verl-console":
+        return read_verl_console(text, trainer)
+    if fmt == "verl-file":
+        return read_verl_file(text, trainer)
+    if fmt == "jsonl":
+        return read_jsonl(text, trainer)
+    if fmt == "trainer-state":
+        return read_trainer_state(text, trainer)
+    raise ValueError(f"unknown format {fmt!r}")
+
+
+def rows_from(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    return [dict(r) for r in rows]

@@ -1,0 +1,435 @@
+"""``rlexp import SCRIPT ATTEMPT_DIR``: an existing launch script -> an ``attempt.yaml``.
+
+The script is read, never run (:mod:`rlexp.core.launch_script`): its one launch command, with the
+script's own variables filled in, gives the trainer and its arguments.
+
+- **OpenRLHF**: the arguments are parsed by the named release's own ``train_ppo_ray`` parser
+  (:mod:`rlexp.backends.openrlhf_parser`, as ``rlexp plan`` does), so a flag that release does not
+  have, or a bad value, is refused as the trainer would refuse it. Each given flag becomes its recipe
+  key (the v0.9.x name, or the dotted name of a flag only newer releases have).
+- **verl**: ``key=value`` Hydra overrides become the recipe's dotted keys (values read as Hydra reads
+  them: YAML scalars and lists); ``rlexp plan`` checks them against the release's key table.
+- **TRL**: ``--field value`` arguments of a TRL script become ``GRPOConfig`` / ``ModelConfig``
+  fields; ``rlexp plan`` checks them against TRL's fields.
+
+What rlexp sets itself (output paths, the reward, the loggers) is left out and listed; a flag that
+carries a secret (an API key, a token) is left out and never written. The data the script trains
+on becomes ``datasets.pool`` (and OpenRLHF's ``--eval_dataset`` ``datasets.ood_monitor``); where such a
+file is not in the experiment directory its size is asked for by name (``--pool-size``), as is the
+release when the script does not state it (``--version``): nothing is guessed. ``--parent`` makes
+the attempt a child of an existing one: its recipe is then only what differs from the parent, and
+``change`` declares it, so ``rlexp plan`` checks the one-variable rule on what the script changed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlexp.errors import InputError
+
+
+def _secret(key: str) -> bool:
+    """A key whose value would be a credential (the spec's own rule; OpenRLHF's --use_wandb takes the key)."""
+    from rlexp.core.spec import is_credential_key
+
+    return is_credential_key(key) or key.startswith("wandb")
+
+
+OPENRLHF_OWNED = ("save_path", "ckpt_path", "remote_rm_url", "use_tensorboard", "load_checkpoint", "prompt_data",
+                  "eval_dataset", "reward_pretrain")
+# what rlexp launch sets when the recipe does not (rlexp.backends.openrlhf.attempt_recipe): the same value
+# in a script is no setting of its own
+OPENRLHF_LAUNCH_DEFAULTS = {"input_key": "prompt", "label_key": "answer", "apply_chat_template": True,
+                            "save_hf_ckpt": True}
+TRL_OWNED = ("output_dir", "report_to", "logging_dir")
+DATASET_FLAGS = {"openrlhf": ("prompt_data", "eval_dataset"), "verl": ("data.train_files", "data.val_files"),
+                 "trl": ("dataset_name", "dataset_path")}
+
+
+@dataclass
+class Imported:
+    spec: dict[str, Any]
+    trainer: str
+    spec_path: Path
+    left_out: list[str] = field(default_factory=list)   # keys rlexp sets itself, or secrets
+    notes: list[str] = field(default_factory=list)
+
+
+def import_script(script: str | Path, attempt_dir: str | Path, *, version: str | None = None,
+                  pool_size: int | None = None, monitor_size: int | None = None, parent: str | None = None,
+                  intent_steps: int | None = None, gpus: int | None = None, write: bool = True) -> Imported:
+    """Read ``script`` and write ``ATTEMPT_DIR/attempt.yaml`` (refused when one is there)."""
+    from rlexp.core.launch_script import ScriptError, launch_of, read_script
+    from rlexp.core.spec import values_equal
+    from rlexp.storage.files import read_text
+    from rlexp.storage.layout import AttemptDir
+
+    script = Path(script)
+    attempt_dir = Path(attempt_dir)
+    text = read_text(script)
+    try:
+        command = read_script(text)
+        launch = launch_of(command.argv)
+    except ScriptError as exc:
+        where = f"line {exc.line}" if exc.line else (f"line {command.line}" if "command" in locals() else None)
+        raise InputError(script, where, exc.message) from None
+    spec_path = AttemptDir(attempt_dir).spec
+    if spec_path.exists() and write:
+        raise InputError(spec_path, None, "already exists: import into a new attempt directory")
+    experiment = attempt_dir.resolve().parent
+    where = f"line {command.line}"
+    if launch.trainer == "openrlhf":
+        recipe, datasets, left_out, notes = _openrlhf(script, where, launch.args, version)
+    elif launch.trainer == "verl":
+        recipe, datasets, left_out, notes = _verl(script, where, launch.args)
+    else:
+        recipe, datasets, left_out, notes = _trl(script, where, launch.args)
+    notes = command.notes + notes
+    if launch.trainer != "openrlhf" and version is None:
+        raise InputError(script, None, f"the {launch.trainer} release is not stated in the script: give it with "
+                         "--version (the steps and keys depend on it)")
+    trainer: dict[str, Any] = {"name": launch.trainer, "version": str(version)}
+    if gpus is not None:
+        trainer["gpus"] = gpus
+    spec: dict[str, Any] = {"id": attempt_dir.name,
+                            "description": f"imported from {script.name} (rlexp import; the script was not run)"}
+    stated_sizes = {"pool": pool_size, "ood_monitor": monitor_size}
+    for role, entry in datasets.items():
+        path = experiment / entry["path"]
+        if not path.exists():
+            size = stated_sizes.get(role)
+            if size is None:
+                option = "--pool-size" if role == "pool" else "--monitor-size"
+                raise InputError(script, f"{where}: {entry['flag']}",
+                                 f"{entry['path']} is not in the experiment directory ({experiment}): give its size "
+                                 f"with {option} N (the plan's steps depend on it), or put the file there")
+            entry["size"] = size
+        entry.pop("flag")
+    if parent is not None:
+        spec["parent"] = parent
+        parent_stated, parent_recipe, parent_trainer, parent_datasets = _parent_of(experiment / parent)
+        differs = {k: v for k, v in recipe.items() if k not in parent_recipe or not values_equal(parent_recipe[k], v)}
+        missing = [k for k in parent_stated if k not in recipe
+                   and not (k in OPENRLHF_LAUNCH_DEFAULTS and OPENRLHF_LAUNCH_DEFAULTS[k] == parent_stated[k])]
+        if missing:
+            notes.append(f"keys the parent states that the script does not ({', '.join(missing)}): the parent's "
+                         "values are inherited")
+        spec["change"] = dict(differs)
+        if intent_steps is not None:
+            spec["intent"] = {"global_steps": intent_steps}
+        if trainer["name"] != parent_trainer.get("name") or trainer["version"] != str(parent_trainer.get("version")):
+            spec["trainer"] = trainer
+        spec["recipe"] = differs
+        changed = {r: d for r, d in datasets.items()
+                   if not _same_dataset(d, parent_datasets.get(r), experiment / parent)}
+        if changed:
+            spec["datasets"] = changed
+    else:
+        if intent_steps is not None:
+            spec["intent"] = {"global_steps": intent_steps}
+        spec["trainer"] = trainer
+        spec["recipe"] = recipe
+        spec["datasets"] = datasets
+        notes.append("the eval sets (ood_primary, id, sanity), checkpoints, budget and baseline are not in a launch "
+                     "script: add them to attempt.yaml (or import with --parent to inherit them)")
+    if write:
+        from rlexp.storage.files import atomic_write_text
+
+        attempt_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(spec_path, render(spec, script, left_out, notes))
+    return Imported(spec, launch.trainer, spec_path, left_out, notes)
+
+
+def _same_dataset(new: dict[str, Any], old: Any, parent_dir: Path) -> bool:
+    if not isinstance(old, dict):
+        return False
+    return (Path(str(old.get("path"))) == Path(new["path"])
+            and old.get("size", new.get("size")) == new.get("size", old.get("size")))
+
+
+def _parent_of(parent_dir: Path) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The parent's stated and resolved recipe, trainer and datasets (as its spec chain states them)."""
+    from rlexp.core.spec import load_attempt
+    from rlexp.storage.layout import AttemptDir
+
+    if not AttemptDir(parent_dir).spec.exists():
+        raise InputError(AttemptDir(parent_dir).spec, None, "file not found: --parent names an attempt of this "
+                         "experiment")
+    att = load_attempt(parent_dir)
+    datasets = {}
+    for role, ref in att.datasets.items():
+        stated = att.merged_raw.get("datasets", {}).get(role, {}) if isinstance(att.merged_raw, dict) else {}
+        datasets[role] = dict(stated) if isinstance(stated, dict) else {}
+        del ref
+    return (dict(att.recipe_stated), dict(att.recipe), {"name": att.trainer.name, "version": att.trainer.version},
+            datasets)
+
+
+def render(spec: dict[str, Any], script: Path, left_out: list[str], notes: list[str]) -> str:
+    import yaml
+
+    head = [f"# Imported by `rlexp import` from {script.name}; the script was read, not run.",
+            "# Check it with `rlexp plan` before launching."]
+    if left_out:
+        head.append(f"# Left out (rlexp sets these itself, or they carry a secret): {', '.join(left_out)}")
+    head += [f"# Note: {n}" for n in notes]
+    body = yaml.safe_dump(spec, sort_keys=False, allow_unicode=True, default_flow_style=False, width=100)
+    return "\n".join(head) + "\n" + body
+
+
+_INT = re.compile(r"^[-+]?\d+$")
+_FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
+
+
+def _scalar(raw: str) -> Any:
+    """A command-line value as Hydra and argparse-with-types read it: 1e-6 is a float (YAML 1.1 would
+    keep it a string), true/false, null, [a, b] lists; anything else the string itself."""
+    import yaml
+
+    text = raw.strip()
+    if _INT.match(text):
+        return int(text)
+    if _FLOAT.match(text):
+        return float(text)
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    if text.lower() in ("null", "none", "~"):
+        return None
+    if text.startswith("["):
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError:
+            return raw
+        return [_scalar(str(v)) if isinstance(v, str) else v for v in value] if isinstance(value, list) else raw
+    return raw
+
+
+def _dataset(path: str, flag: str) -> dict[str, Any]:
+    return {"path": path, "flag": flag}
+
+
+# --- OpenRLHF --------------------------------------------------------------------------------------
+
+def _openrlhf(script: Path, where: str, args: list[str], version: str | None):
+    from rlexp.backends import openrlhf, openrlhf_parser
+
+    if version is None:
+        raise InputError(script, None, "the OpenRLHF release is not stated in the script: give it with --version "
+                         f"(one of {', '.join(openrlhf.known_versions())}); its parser reads the flags")
+    version = openrlhf.check_version(version, script)
+    try:
+        parser = openrlhf_parser.load_release_parser(version)
+    except openrlhf_parser.ReleaseError as exc:
+        raise InputError(None, "--version", f"OpenRLHF {version}'s parser is not here ({exc}); run "
+                         f"{openrlhf_parser.FETCH_SCRIPT}") from None
+    try:
+        parsed = parser.parse(args, post_parse=False)
+    except openrlhf_parser.Rejected as exc:
+        raise InputError(script, where, f"OpenRLHF {version}'s parser refuses the command: {exc}") from None
+    table = openrlhf.load_flag_table(version)
+    reverse = {f"--{dotted}": key for key, dotted in openrlhf.DOTTED_NAMES.items()}
+    for key, names in openrlhf.SPLIT_NAMES.items():
+        for name in names:
+            reverse[f"--{name}"] = key
+    by_flag = {option: action for action in parser.parser._actions for option in action.option_strings}
+    recipe: dict[str, Any] = {}
+    datasets: dict[str, dict[str, Any]] = {}
+    left_out: list[str] = []
+    notes: list[str] = []
+    for token in args:
+        if not token.startswith("--"):
+            continue
+        flag = token.split("=", 1)[0]
+        action = by_flag.get(flag)
+        if action is None:  # an abbreviation argparse accepted: name the flag in full
+            raise InputError(script, where, f"{flag}: write the flag in full (argparse took it as an abbreviation)")
+        key = reverse.get(flag, flag[2:])
+        if "." in key and table.dialect == "underscore":
+            key = flag[2:]
+        value = getattr(parsed.args, action.dest)
+        if _secret(key):
+            left_out.append(key)
+            continue
+        if key in ("prompt_data", "eval_dataset"):
+            role = "pool" if key == "prompt_data" else "ood_monitor"
+            datasets[role] = _dataset(str(value), flag)
+            continue
+        if key in OPENRLHF_OWNED:
+            left_out.append(key)
+            continue
+        if key in OPENRLHF_LAUNCH_DEFAULTS and OPENRLHF_LAUNCH_DEFAULTS[key] == value:
+            continue  # what rlexp launch passes anyway
+        recipe[key] = list(value) if isinstance(value, tuple) else value
+    if "pool" not in datasets:
+        raise InputError(script, where, "no --prompt_data: the data the run trains on is needed for its steps")
+    if parsed.printed:
+        notes += parsed.printed
+    return recipe, datasets, left_out, notes
+
+
+# --- verl ------------------------------------------------------------------------------------------
+
+def _verl(script: Path, where: str, args: list[str]):
+    from rlexp.backends.verl import MANAGED_KEYS
+
+    recipe: dict[str, Any] = {}
+    datasets: dict[str, dict[str, Any]] = {}
+    left_out: list[str] = []
+    for token in args:
+        key, eq, raw = token.lstrip("+").partition("=")
+        if not eq or not re.match(r"^[A-Za-z_][\w.]*$", key):
+            raise InputError(script, where, f"{token!r}: not a Hydra override key=value")
+        value = _scalar(raw) if raw else ""
+        if _secret(key):
+            left_out.append(key)
+        elif key in ("data.train_files", "data.val_files"):
+            role = "pool" if key == "data.train_files" else "ood_monitor"
+            datasets[role] = _dataset(value[0] if isinstance(value, list) and len(value) == 1 else str(value), key)
+        elif key in MANAGED_KEYS or key == "trainer.logger":
+            left_out.append(key)
+        else:
+            recipe[key] = value
+    if "pool" not in datasets:
+        raise InputError(script, where, "no data.train_files: the data the run trains on is needed for its steps")
+    return recipe, datasets, left_out, []
+
+
+# --- TRL -------------------------------------------------------------------------------------------
+
+def _trl(script: Path, where: str, args: list[str]):
+    recipe: dict[str, Any] = {}
+    datasets: dict[str, dict[str, Any]] = {}
+    left_out: list[str] = []
+    i = 0
+    while i < len(args):
+        token = args[i]
+        if not token.startswith("--"):
+            raise InputError(script, where, f"{token!r}: expected --field value")
+        key, eq, raw = token[2:].partition("=")
+        if not eq:
+            if i + 1 < len(args) and not args[i + 1].startswith("--"):
+                raw = args[i + 1]
+                i += 1
+            else:
+                raw = "true"
+        i += 1
+        value = _scalar(raw)
+        key = key.replace("-", "_")
+        if _secret(key):
+            left_out.append(key)
+        elif key in DATASET_FLAGS["trl"]:
+            datasets["pool"] = _dataset(str(value), f"--{key}")
+        elif key in TRL_OWNED:
+            left_out.append(key)
+        else:
+            recipe[key] = value
+    if "pool" not in datasets:
+        raise InputError(script, where, "no --dataset_name: the data the run trains on is needed for its steps")
+    return recipe, datasets, left_out, []
+
+
+# --- an existing run's logs and checkpoints --------------------------------------------------------
+
+_CHECKPOINT_DIRS = (
+    re.compile(r"global_step(\d+)_hf"),   # OpenRLHF --save_hf_ckpt, rlexp's own layout
+    re.compile(r"checkpoint-(\d+)"),      # transformers / TRL output_dir
+    re.compile(r"global_step_(\d+)"),     # verl trainer.default_local_dir
+    re.compile(r"global_step(\d+)"),      # OpenRLHF --save_path per step
+)
+# inside a verl checkpoint, where the weights rlexp can evaluate are
+_VERL_INNER = ("actor/lora_adapter", "actor/huggingface", "actor")
+
+
+@dataclass
+class ImportedRun:
+    steps: int = 0
+    checkpoints: dict[int, str] = field(default_factory=dict)
+    not_understood: list[int] = field(default_factory=list)
+    not_numbers: dict[str, int] = field(default_factory=dict)
+    nonfinite_steps: list[int] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def find_checkpoints(root: Path) -> dict[int, Path]:
+    """``{global step: directory of evaluable weights}`` under ``root`` (the run's checkpoint folder),
+    by each trainer's folder names; a folder without weights (no ``adapter_config.json`` nor
+    ``config.json``) is not a checkpoint rlexp can evaluate and is left out."""
+    found: dict[int, Path] = {}
+    for child in sorted(p for p in root.iterdir() if p.is_dir()):
+        for pattern in _CHECKPOINT_DIRS:
+            m = pattern.fullmatch(child.name)
+            if not m:
+                continue
+            candidates = [child] + [child / inner for inner in _VERL_INNER]
+            weights = next((c for c in candidates if (c / "adapter_config.json").is_file()
+                            or (c / "config.json").is_file()), None)
+            if weights is not None and int(m.group(1)) not in found:
+                found[int(m.group(1))] = weights
+            break
+    return dict(sorted(found.items()))
+
+
+def import_run(attempt_dir: str | Path, *, logs: str | Path | None = None, log_format: str | None = None,
+               checkpoints: str | Path | None = None) -> ImportedRun:
+    """An existing run of an attempt (its ``attempt.yaml`` there already: ``rlexp import`` or by hand)
+    brought into the protocol: ``logs`` read into ``metrics.jsonl`` (the readers of ``rlexp ingest``:
+    lines not understood, NaN steps reported), the run's checkpoints linked as
+    ``checkpoints/global_step{N}_hf``, and ``state.json`` ``finished``, so ``rlexp eval``,
+    ``decide`` and ``report`` work on it. A log holding two runs is refused (which one is asked,
+    never guessed); nothing is written until everything is read."""
+    from rlexp.adapters.ingest import append_new_rows, finite_rows, read_log
+    from rlexp.core.spec import load_attempt
+    from rlexp.stages.launch import write_state
+    from rlexp.storage.layout import AttemptDir
+
+    attempt_dir = Path(attempt_dir)
+    ad = AttemptDir(attempt_dir)
+    att = load_attempt(attempt_dir)
+    if logs is None and checkpoints is None:
+        raise InputError(None, "--logs/--checkpoints", "name the run's metrics log, its checkpoint folder, or both")
+    out = ImportedRun()
+    rows: list[dict[str, Any]] = []
+    if logs is not None:
+        if ad.metrics.exists():
+            raise InputError(ad.metrics, None, "already exists: this attempt has metrics; import into a new attempt")
+        read = read_log(logs, att.trainer.name if att.trainer.name != "local" else "local", log_format)
+        runs = [r for r in read.runs if r.rows]
+        if len(runs) > 1:
+            starts = ", ".join(f"line {r.first_line} (steps {r.steps[0]}..{r.steps[-1]})" for r in runs)
+            raise InputError(logs, None, f"{len(runs)} runs in one file (step numbers restart): {starts}; cut the "
+                             "file to the run to import (`rlexp ingest` shows them)")
+        rows, stats = finite_rows(read)
+        if not rows:
+            raise InputError(logs, None, f"no metric steps found as {read.format}")
+        out.steps = len(rows)
+        out.not_understood = list(read.not_understood)
+        out.not_numbers = dict(stats.dropped_keys)
+        out.nonfinite_steps = sorted(stats.nonfinite_steps)
+    found: dict[int, Path] = {}
+    if checkpoints is not None:
+        root = Path(checkpoints)
+        if not root.is_dir():
+            raise InputError(root, None, "not a directory (the run's checkpoint folder)")
+        if ad.checkpoints():
+            raise InputError(ad.checkpoints_dir, None, "already holds checkpoints: import into a new attempt")
+        found = find_checkpoints(root)
+        if not found:
+            raise InputError(root, None, "no checkpoint folders with weights (global_step{N}_hf, checkpoint-{N}, "
+                             "global_step_{N}: each with adapter_config.json or config.json)")
+    # everything read: now write
+    if rows:
+        append_new_rows(ad.metrics, rows)
+    for step, source in found.items():
+        link = ad.adapter(step)
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(source.resolve(), target_is_directory=True)
+        out.checkpoints[step] = str(source.resolve())
+    if found:
+        out.notes.append("checkpoints are linked, not copied: keep the run's folder where it is")
+    last = max([r["global_step"] for r in rows] + list(found), default=0)
+    write_state(attempt_dir, "finished", exit_code=None, steps=last,
+                reason=f"imported by rlexp import-run (logs: {logs or '-'}; checkpoints: {checkpoints or '-'})")
+    return out
