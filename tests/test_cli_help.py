@@ -9,8 +9,7 @@ import sys
 import pytest
 
 from rlexp._cli_help import HELP
-from rlexp.commands.help_text import command_paths, render
-from rlexp.console import RENDERING_VARIABLES
+from rlexp.console import RENDERING_VARIABLES, command_paths, render
 
 CLEAN_ENV = {k: v for k, v in os.environ.items() if k not in RENDERING_VARIABLES}
 
@@ -41,6 +40,6 @@ def test_help_is_printed_without_typer():
 def test_a_rendering_variable_or_a_real_command_goes_to_typer():
     wide = _console(["--help"], {**CLEAN_ENV, "COLUMNS": "150"})
     assert wide.returncode == 0 and wide.stderr.strip() == "typer imported"
-    assert wide.stdout != HELP[""] and "Usage: rlexp" in wide.stdout
+    assert "Usage: " in wide.stdout and max(len(line) for line in wide.stdout.splitlines()) > 80  # typer's, 150 wide
     unknown = _console(["no-such-verb", "--help"], CLEAN_ENV)
     assert unknown.returncode == 2 and "typer imported" in unknown.stderr
