@@ -3,6 +3,7 @@ and its rates agree with values computed directly."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass
@@ -194,7 +195,7 @@ def decide_study(b, c, right, n, sop, *, with_sibling: bool):
 
 @pytest.mark.parametrize("method", ["percentile", "newcombe"])
 def test_vectorised_verdicts_equal_decide_study_by_study(method):
-    sop = SOP.model_copy(update={"bootstrap": SOP.bootstrap.model_copy(update={"method": method})})
+    sop = dataclasses.replace(SOP, bootstrap=dataclasses.replace(SOP.bootstrap, method=method))
     s = cal.CalibrationSettings()
     rng = np.random.default_rng(7)
     sims = [cal.simulate_counts(s, effect, 0.6, rng, 12) for effect in (0.0, 3.0, 4.5)]

@@ -8,8 +8,7 @@ Every number is the SOP file's (``guardrails.spikes``, ``guardrails.g3``, ``guar
 spikes are ``grad_norm > 50`` (the spike log); G3 and G5 are read at global step 10
 (the smoke run); the stop rule is ``rlexp.core.gates.early_stop`` with the SOP's ``early_stop``
 numbers. Each function takes them as optional arguments (or a ``sop``); left out, they come from
-the SOP in force. ``rlexp.core.sop`` (pydantic) is imported only then: ``rlexp launch`` imports this
-module, and ``rlexp.cli`` must start without pydantic. The first step is warm-up and excluded
+the SOP in force, read only then. The first step is warm-up and excluded
 from step-time stability (it includes model loading and compilation).
 """
 

@@ -25,7 +25,7 @@ def show(
     from rlexp.core.sop import load_sop
 
     sop = load_sop(sop_file)
-    data = sop.model_dump()
+    data = sop.to_dict()
     if json_out:
         typer.echo(json.dumps(data, indent=2))
         return

@@ -1,5 +1,5 @@
-"""The SOP's settings for code that must not import pydantic at module level (the guards, the
-in-run monitor): the SOP file is loaded, and pydantic imported, only when no SOP is handed in."""
+"""The SOP's settings for code that takes them as optional arguments (the guards, the in-run
+monitor): the SOP file is read only when no SOP is handed in."""
 
 from __future__ import annotations
 

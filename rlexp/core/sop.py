@@ -10,11 +10,11 @@ traced to the exact rules it was taken under. Changing a number means writing a 
 from __future__ import annotations
 
 import math
+from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
+from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Literal
-
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 from rlexp.errors import InputError
 from rlexp.storage.files import load_yaml, sha256_file
@@ -43,17 +43,20 @@ SOP_DIR = _sop_dir()
 DEFAULT_SOP = SOP_DIR / DEFAULT_SOP_NAME
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+@dataclass(frozen=True, kw_only=True)
+class _Section:
+    """A section of the SOP file: every key declared, typed strictly (an integer is no float's
+    stand-in the other way round, a bool is no number, a string no number), numbers finite.
 
-    @field_validator("*")
-    @classmethod
-    def _finite(cls, value):
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ValueError("must be a finite number")
-        return value
+    Built from the YAML mapping by :func:`_build`, which names the file and the key path of the
+    first thing wrong. (Standard library only: ``rlexp plan`` reads the SOP and must start fast.)
+    """
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
+@dataclass(frozen=True, kw_only=True)
 class PrimarySettings(_Section):
     set_role: str = "ood_primary"
     secondary_role: str = "id"
@@ -62,6 +65,7 @@ class PrimarySettings(_Section):
     fallback_baseline: Literal["baseline_sota", "baseline_s0"] = "baseline_s0"
 
 
+@dataclass(frozen=True, kw_only=True)
 class BootstrapSettings(_Section):
     resamples: int
     confidence: float
@@ -69,12 +73,14 @@ class BootstrapSettings(_Section):
     seed: int
 
 
+@dataclass(frozen=True, kw_only=True)
 class Gate1Thresholds(_Section):
     min_delta_pp: float
     max_mcnemar_p: float
     min_ci_low_pp: float
 
 
+@dataclass(frozen=True, kw_only=True)
 class Gate2Thresholds(_Section):
     min_seeds: int
     min_each_delta_pp: float
@@ -82,12 +88,14 @@ class Gate2Thresholds(_Section):
     gold_mean_delta_pp: float
 
 
+@dataclass(frozen=True, kw_only=True)
 class IdGuardrail(_Section):
     min_delta_pp: float
     relaxed_min_delta_pp: float
     relaxed_when_mean_ood_delta_pp: float
 
 
+@dataclass(frozen=True, kw_only=True)
 class Stop3Thresholds(_Section):
     max_delta_pp: float
     not_significant_p: float
@@ -96,31 +104,37 @@ class Stop3Thresholds(_Section):
     gray_zone_high_pp: float
 
 
+@dataclass(frozen=True, kw_only=True)
 class EarlyStopSettings(_Section):
     smoothing_window: int
     patience_evals: int
     min_improvement_pp: float
 
 
+@dataclass(frozen=True, kw_only=True)
 class CheckpointSettings(_Section):
     k: int
     multiplicity: Literal["holm"]
     decide_on: Literal["per_checkpoint", "holm"]
 
 
+@dataclass(frozen=True, kw_only=True)
 class ParserAuditSettings(_Section):
     max_misparse_rate: float
     sample_size: int
 
 
+@dataclass(frozen=True, kw_only=True)
 class G0Settings(_Section):
     samples: int
 
 
+@dataclass(frozen=True, kw_only=True)
 class G1Settings(_Section):
     max_discordant: int
 
 
+@dataclass(frozen=True, kw_only=True)
 class G2Settings(_Section):
     problems: int
     min_boxed: float
@@ -128,17 +142,20 @@ class G2Settings(_Section):
     max_truncation: float
 
 
+@dataclass(frozen=True, kw_only=True)
 class G3Settings(_Section):
     smoke_steps: int
     step_time_max_ratio: float
 
 
+@dataclass(frozen=True, kw_only=True)
 class G4Settings(_Section):
     k: int
     temperature: float
     min_pass_at_k: float
 
 
+@dataclass(frozen=True, kw_only=True)
 class G5Settings(_Section):
     at_step: int
     lr_rel_tolerance: float
@@ -146,10 +163,12 @@ class G5Settings(_Section):
     reward_stuck_high: float
 
 
+@dataclass(frozen=True, kw_only=True)
 class SpikeSettings(_Section):
     grad_norm: float
 
 
+@dataclass(frozen=True, kw_only=True)
 class GuardrailSettings(_Section):
     """The guardrails G0-G5 and the spike log: checks around a run, not decisions."""
 
@@ -162,6 +181,7 @@ class GuardrailSettings(_Section):
     spikes: SpikeSettings
 
 
+@dataclass(frozen=True, kw_only=True)
 class FaultTreeSettings(_Section):
     passk_gap_pp: float
     trend_min_pp: float
@@ -170,12 +190,11 @@ class FaultTreeSettings(_Section):
     ratio_tail_shrink: float
 
 
-class _SopFile(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-
+@dataclass(frozen=True, kw_only=True)
+class _SopFile(_Section):
     version: str
     source: str = ""
-    primary: PrimarySettings = PrimarySettings()
+    primary: PrimarySettings = field(default_factory=PrimarySettings)
     bootstrap: BootstrapSettings
     gate_1a: Gate1Thresholds
     gate_1b: Gate1Thresholds
@@ -189,11 +208,65 @@ class _SopFile(BaseModel):
     guardrails: GuardrailSettings
 
 
+@dataclass(frozen=True, kw_only=True)
 class Sop(_SopFile):
     """The validated SOP plus where it came from (``path``) and the SHA-256 of its bytes."""
 
     path: str
     sha256: str
+
+
+@cache
+def _hints(cls: type) -> dict[str, Any]:
+    return get_type_hints(cls)
+
+
+def _build(cls: type, data: Any, where: str | None, path: Path) -> Any:
+    """``cls`` from the mapping ``data`` (at key path ``where``), strictly: see :class:`_Section`."""
+    if not isinstance(data, dict):
+        raise InputError(path, where, f"expected a mapping, got {type(data).__name__}")
+    declared = [f for f in fields(cls) if f.name not in ("path", "sha256")]
+    names = {f.name for f in declared}
+    for key in data:
+        if key not in names:
+            raise InputError(path, _join(where, str(key)), "unknown key")
+    values = {}
+    for f in declared:
+        key = _join(where, f.name)
+        if f.name in data:
+            values[f.name] = _value(_hints(cls)[f.name], data[f.name], key, path)
+        elif f.default is MISSING and f.default_factory is MISSING:
+            raise InputError(path, key, "missing")
+    return cls(**values)
+
+
+def _value(kind: Any, value: Any, key: str, path: Path) -> Any:
+    if is_dataclass(kind):
+        return _build(kind, value, key, path)
+    if get_origin(kind) is Literal:
+        choices = get_args(kind)
+        if not isinstance(value, str) or value not in choices:
+            raise InputError(path, key, f"must be one of {', '.join(choices)}, got {str(value)[:40]!r}")
+        return value
+    if kind is int:
+        if type(value) is not int:
+            raise InputError(path, key, f"expected an integer, got {type(value).__name__}")
+        return value
+    if kind is float:
+        if type(value) not in (int, float):
+            raise InputError(path, key, f"expected a number, got {type(value).__name__}")
+        if not math.isfinite(value):
+            raise InputError(path, key, "must be a finite number")
+        return float(value)
+    if kind is str:
+        if type(value) is not str:
+            raise InputError(path, key, f"expected a string, got {type(value).__name__}")
+        return value
+    raise TypeError(f"SOP field {key}: no rule for {kind!r}")  # a declaration this module cannot check
+
+
+def _join(where: str | None, key: str) -> str:
+    return f"{where}.{key}" if where else key
 
 
 def load_sop(path: str | Path | None = None) -> Sop:
@@ -208,14 +281,10 @@ def load_sop(path: str | Path | None = None) -> Sop:
         raise InputError(path, None, "expected a mapping at the top level")
     if "path" in data or "sha256" in data:
         raise InputError(path, "path" if "path" in data else "sha256", "reserved key: computed by rlexp")
-    try:
-        parsed = _SopFile.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(p) for p in err["loc"]) or None
-        raise InputError(path, field, err["msg"]) from None
+    parsed = _build(_SopFile, data, None, path)
     _check_consistency(parsed, path)
-    return Sop(**parsed.model_dump(), path=str(path), sha256=sha256_file(path))
+    return Sop(**{f.name: getattr(parsed, f.name) for f in fields(_SopFile)}, path=str(path),
+               sha256=sha256_file(path))
 
 
 def _check_consistency(sop: _SopFile, path: Path) -> None:

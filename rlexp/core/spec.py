@@ -187,7 +187,7 @@ class Difference:
 # ----------------------------------------------------------------------------- schema
 #
 # A small declarative schema, checked with the standard library: pydantic would cost ~0.1 s of
-# `rlexp plan`'s 0.5 s start-up budget for a dozen flat sections. Every section is a mapping
+# `rlexp plan`'s start-up for a dozen flat sections (the SOP file is read the same way, rlexp.core.sop). Every section is a mapping
 # with a closed set of keys (unknown keys are errors with a "did you mean"); leaves are
 # checkers that return the value or raise with a one-line reason, and carry the JSON Schema of
 # what they accept (for attempt_json_schema). ``None`` means "not stated".

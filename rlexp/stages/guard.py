@@ -18,7 +18,7 @@ Every number (5 samples, 0 discordants, 98% / 0% / 5% on 200 problems, k=8 at T=
 50 audit cases, 5% mis-parsed) is data: the SOP file's ``guardrails`` and ``parser_audit``
 sections, read through :func:`rlexp.core.sop.load_sop`. Each function takes the values (or a ``sop``)
 as optional arguments so a test or a caller can override them; left out, they come from the SOP
-in force. ``rlexp.core.sop`` (pydantic) is imported only when a default is needed.
+in force, read only when a default is needed.
 """
 
 from __future__ import annotations
