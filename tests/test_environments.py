@@ -1,0 +1,250 @@
+"""Environment tasks: the interface, rows, grouping and caching, and episodes token-in/token-out."""
+
+from __future__ import annotations
+
+import pytest
+
+from rlexp.core.environments import (
+    BaseEnvironment,
+    Budgets,
+    EnvironmentCache,
+    ExactMatchEnv,
+    StepResult,
+    TrajectoryBuilder,
+    episode_metrics,
+    group_rows,
+    parse_rows,
+    register,
+    resolve,
+)
+from rlexp.errors import InputError
+
+
+@register("test_counter")
+class CounterEnv(BaseEnvironment):
+    """Ends after ``config.turns`` steps; the reward of step k is k; feedback says which step."""
+
+    instances = 0
+
+    def __init__(self, config=None):
+        super().__init__(config)
+        CounterEnv.instances += 1
+        self.steps = 0
+
+    def reset(self, task):
+        self.steps = 0
+        return f"go {task['name']}"
+
+    def step(self, action_text):
+        self.steps += 1
+        done = self.steps >= int(self.config.get("turns", 2))
+        return StepResult(feedback=f"f{self.steps}", reward=float(self.steps), done=done,
+                          info={"tool_call": not done})
+
+
+class BrokenEnv(BaseEnvironment):
+    def reset(self, task):
+        return "q"
+
+    def step(self, action_text):
+        raise RuntimeError("tool crashed")
+
+
+# ------------------------------------------------------------------------------------ pure core
+
+
+def test_exact_match_is_the_one_step_environment():
+    env = ExactMatchEnv({"suffix": " Answer:"})
+    assert env.reset({"prompt": "2+3=", "answer": "5"}) == "2+3= Answer:"
+    hit = env.step("\\boxed{5}")
+    assert (hit.reward, hit.done) == (1.0, True)
+    env.reset({"prompt": "2+2=", "answer": "4"})  # reused across episodes: reset forgets the old gold
+    assert env.step("\\boxed{5}").reward == 0.0
+    assert env.step("\\boxed{4}").reward == 1.0
+
+
+def test_registry_by_name_and_import_path():
+    assert resolve("exact_match") is ExactMatchEnv
+    assert resolve("test_environments:BrokenEnv").__name__ == "BrokenEnv"
+    assert resolve("rlexp.core.environments.ExactMatchEnv") is ExactMatchEnv
+    with pytest.raises(InputError, match="data.jsonl: env: cannot import"):
+        resolve("no_such_module_xyz:Env", "data.jsonl")
+    with pytest.raises(InputError, match="neither a registered"):
+        resolve("unknown", "data.jsonl")
+
+
+def test_rows_group_by_env_and_config_and_each_group_builds_once():
+    raw = [
+        {"env": "test_counter", "config": {"turns": 2, "seed": 1}, "task": {"name": "a"}},
+        {"env": "exact_match", "config": {}, "task": {"prompt": "1+1=", "answer": "2"}},
+        {"env": "test_counter", "config": {"seed": 1, "turns": 2}, "task": {"name": "b"}},  # same config, keys reordered
+        {"env": "test_counter", "config": {"turns": 3}, "task": {"name": "c"}},
+    ]
+    rows = parse_rows(raw, "data.jsonl")
+    groups = group_rows(rows)
+    assert list(groups.values()) == [[0, 2], [1], [3]]
+    cache = EnvironmentCache()
+    before = CounterEnv.instances
+    for _ in range(3):  # three "steps" over the same rows
+        envs = [cache.get(r) for r in rows]
+    assert cache.builds == 3 and CounterEnv.instances - before == 2
+    assert envs[0] is envs[2] and envs[0] is not envs[3]
+
+
+@pytest.mark.parametrize(
+    ("row", "field"),
+    [
+        ({"env": "", "task": {}}, "row 0: env"),
+        ({"env": "x", "config": [1], "task": {}}, "row 0: config"),
+        ({"env": "x", "config": {"a": float("nan")}, "task": {}}, "row 0: config"),
+        ({"env": "x", "task": "t"}, "row 0: task"),
+        ({"env": "x", "task": {}, "extra": 1}, "row 0: extra"),
+    ],
+)
+def test_bad_rows_name_file_and_field(row, field):
+    with pytest.raises(InputError) as err:
+        parse_rows([row], "data.jsonl")
+    assert err.value.one_line().startswith(f"data.jsonl: {field}:")
+    assert "\n" not in err.value.one_line()
+
+
+def test_builder_places_each_turn_reward_at_its_last_agent_token():
+    b = TrajectoryBuilder([1, 2, 3])
+    b.add_agent([10, 11])
+    b.set_turn_reward(0.5)
+    b.add_env([20, 21, 22])
+    b.add_agent([12])
+    b.set_turn_reward(2.0)
+    t = b.finish("stop")
+    assert t.token_ids == (1, 2, 3, 10, 11, 20, 21, 22, 12)
+    assert t.agent_mask == (0, 0, 0, 1, 1, 0, 0, 0, 1)
+    assert t.token_rewards == (0, 0, 0, 0, 0.5, 0, 0, 0, 2.0)
+    assert t.episode_return == 2.5
+    with pytest.raises(ValueError):
+        b.finish("timeout")
+    with pytest.raises(InputError, match="budgets.max_turns"):
+        Budgets(max_turns=0)
+
+
+# ------------------------------------------------------------------------------- the episode runner
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from rlexp.adapters.tinymodel import build_tokenizer
+
+    return build_tokenizer()
+
+
+class ScriptedModel:
+    """Stands in for generate_ids: answers every turn with the next text of a script (+ EOS), or
+    with ``n`` tokens and no EOS for the entry ``("cut", n)``."""
+
+    def __init__(self, tokenizer, script):
+        self.tok, self.script, self.inputs = tokenizer, list(script), []
+
+    def __call__(self, model, tokenizer, encoded, *, max_new_tokens, **_):
+        from rlexp.adapters.generation import Completion
+
+        self.inputs.append([list(x) for x in encoded])
+        item = self.script.pop(0)
+        out = []
+        for prompt in encoded:
+            if isinstance(item, tuple):
+                ids = self.tok("9" * item[1], add_special_tokens=False)["input_ids"][:max_new_tokens]
+                finish = "length"
+            else:
+                ids = self.tok(item, add_special_tokens=False)["input_ids"] + [self.tok.eos_token_id]
+                finish = "stop" if len(ids) <= max_new_tokens else "length"
+                ids = ids[:max_new_tokens]
+            out.append([Completion(self.tok.decode(ids, skip_special_tokens=True), tuple(ids), finish, len(prompt), len(ids))])
+        return out
+
+
+def _play(monkeypatch, tokenizer, script, rows, budgets, **kw):
+    from rlexp.adapters import episodes, generation
+
+    fake = ScriptedModel(tokenizer, script)
+    monkeypatch.setattr(generation, "generate_ids", fake)
+    cache = episodes.SlotCache()
+    out = episodes.run_episodes(None, tokenizer, parse_rows(rows), budgets=budgets, cache=cache, **kw)
+    return out, fake, cache
+
+
+def test_multi_turn_episode_token_in_token_out(monkeypatch, tokenizer):
+    from rlexp.adapters.episodes import render_user_turn
+    from rlexp.adapters.generation import encode_prompt, render_prompt
+
+    rows = [{"env": "test_counter", "config": {"turns": 2}, "task": {"name": "a"}}]
+    (traj,), fake, _ = _play(monkeypatch, tokenizer, ["ab", "c"], rows, Budgets(4, 8, 64))
+    (t,) = traj
+    prompt = encode_prompt(tokenizer, render_prompt(tokenizer, "go a", ""))
+    eos = tokenizer.eos_token_id
+    a, b, c = (tokenizer.convert_tokens_to_ids(x) for x in "abc")
+    feedback = encode_prompt(tokenizer, render_user_turn(tokenizer, "f1"))
+    assert render_user_turn(tokenizer, "f1") == "<|user|>f1<|assistant|>"
+    assert list(t.token_ids) == prompt + [a, b, eos] + feedback + [c, eos]
+    assert list(t.agent_mask) == [0] * len(prompt) + [1, 1, 1] + [0] * len(feedback) + [1, 1]
+    rewards = [0.0] * len(t.token_ids)
+    rewards[len(prompt) + 2] = 1.0  # turn 1's reward at its EOS
+    rewards[-1] = 2.0
+    assert list(t.token_rewards) == rewards and t.episode_return == 3.0
+    assert t.finish_reason == "stop" and t.tool_calls == 1
+    # the second turn's input is exactly the ids held so far: nothing re-tokenised
+    assert fake.inputs[1] == [prompt + [a, b, eos] + feedback]
+
+
+@pytest.mark.parametrize(
+    ("script", "budgets", "reason", "turns"),
+    [
+        (["x", "y", "z"], Budgets(max_turns=2, max_tokens_per_turn=8, max_total_tokens=64), "max_turns", 2),
+        ([("cut", 8)], Budgets(max_turns=4, max_tokens_per_turn=5, max_total_tokens=64), "length", 1),
+        (["xxxx", "yyyy"], Budgets(max_turns=4, max_tokens_per_turn=8, max_total_tokens=12), "length", 2),
+    ],
+)
+def test_finish_reasons_and_budgets(monkeypatch, tokenizer, script, budgets, reason, turns):
+    rows = [{"env": "test_counter", "config": {"turns": 9}, "task": {"name": "a"}}]
+    ((t,),), _, _ = _play(monkeypatch, tokenizer, script, rows, budgets)
+    assert t.finish_reason == reason and len(t.turns) == turns
+    per_turn = [turn.action_tokens for turn in t.turns]
+    assert max(per_turn) <= budgets.max_tokens_per_turn
+    assert len(t.token_ids) - t.prompt_len <= budgets.max_total_tokens
+
+
+def test_env_error_is_a_finish_reason_and_counted(monkeypatch, tokenizer):
+    rows = [
+        {"env": "test_environments:BrokenEnv", "task": {}},
+        {"env": "test_counter", "config": {"turns": 1}, "task": {"name": "a"}},
+    ]
+    out, _, cache = _play(monkeypatch, tokenizer, ["x"], rows, Budgets(2, 8, 64), num_samples=2)
+    assert [t.finish_reason for t in out[0]] == ["env_error", "env_error"]
+    assert "tool crashed" in out[0][0].error
+    assert [t.finish_reason for t in out[1]] == ["stop", "stop"]
+    assert cache.builds == 4  # two groups × two concurrent episodes
+    m = episode_metrics([t for row in out for t in row])
+    assert m["env_errors"] == 0.5 and m["finish_stop"] == 0.5 and m["turns_per_episode"] == 1.0
+    # agent tokens: "x" + EOS in each of the 4 episodes; nothing else after the prompts
+    assert m["agent_token_fraction"] == 1.0
+
+
+def test_one_step_environment_on_the_tiny_model_matches_the_single_turn_path(tiny_base_model):
+    """ExactMatchEnv through the episode runner gives the single-turn path's ids and rewards:
+    the same greedy completion of the same rendered prompt, graded by the same extractor."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rlexp.adapters.episodes import run_episodes
+    from rlexp.adapters.generation import generate, render_prompt
+    from rlexp.backends.local_trainer import reward_of
+
+    tok = AutoTokenizer.from_pretrained(tiny_base_model)
+    model = AutoModelForCausalLM.from_pretrained(tiny_base_model)
+    problems = [{"prompt": f"{a}+{b}=", "answer": str(a + b)} for a, b in [(1, 2), (13, 4), (7, 70)]]
+    rows = parse_rows([{"env": "exact_match", "config": {"suffix": " ="}, "task": p} for p in problems])
+    trajs = run_episodes(model, tok, rows, budgets=Budgets(1, 6, 6))
+    single = generate(model, tok, [render_prompt(tok, p["prompt"], " =") for p in problems], max_new_tokens=6)
+    for p, (t,), (c,) in zip(problems, trajs, single, strict=True):
+        assert list(t.token_ids[t.prompt_len:]) == list(c.token_ids)
+        expected = "stop" if c.finish_reason == "stop" else "length"
+        assert t.finish_reason == expected
+        if expected == "stop":
+            assert t.episode_return == reward_of(c.text, p["answer"])
