@@ -248,3 +248,43 @@ def test_one_step_environment_on_the_tiny_model_matches_the_single_turn_path(tin
         assert t.finish_reason == expected
         if expected == "stop":
             assert t.episode_return == reward_of(c.text, p["answer"])
+
+
+# ------------------------------------------------------------------------------- the calculator tool
+
+
+def test_calculator_tool_calls_answers_and_limits():
+    from rlexp.core.environments import CalculatorEnv
+
+    env = resolve("calculator")({"max_calls": 2})
+    assert isinstance(env, CalculatorEnv)
+    assert env.reset({"prompt": "123*45=", "answer": "5535"}) == "123*45="
+    r = env.step("calc 123*45")
+    assert (r.feedback, r.reward, r.done, r.info["tool_call"]) == ("5535", 0.0, False, True)
+    assert env.step("calc 7+8").feedback == "15" and env.step("calc 7-8").done  # third call: over the limit
+    env.reset({"prompt": "123*45=", "answer": "5535"})  # reset clears the call count
+    assert env.step("calc 2-9").feedback == "-7"
+    assert env.step("\\boxed{5535}").reward == 1.0
+    env.reset({"prompt": "2*2=", "answer": "4"})
+    for bad in ("calc 1234567*2", "calc __import__('os')", "hello"):
+        env.reset({"prompt": "2*2=", "answer": "4"})
+        r = env.step(bad)
+        assert (r.reward, r.done) == (0.0, True) and "invalid" in r.info
+    env.reset({"prompt": "2*2=", "answer": "4"})
+    assert env.step("\\boxed{5}").reward == 0.0
+
+
+def test_calculator_episode_with_the_scripted_policy(monkeypatch, tokenizer):
+    rows = [{"env": "calculator", "task": {"prompt": "123*45=", "answer": "5535"}},
+            {"env": "exact_match", "task": {"prompt": "2+2=", "answer": "4"}}]  # fmt: skip
+    out, fake, cache = _play(monkeypatch, tokenizer, ["calc 123*45", "\\boxed{5535}"], rows, Budgets(3, 16, 100))
+    calc, single = out[0][0], out[1][0]
+    assert calc.finish_reason == "stop" and calc.episode_return == 1.0 and calc.tool_calls == 1
+    assert [t.feedback for t in calc.turns] == ["5535", ""]
+    fb = tokenizer.decode([i for i, m in zip(calc.token_ids, calc.agent_mask, strict=True) if not m][calc.prompt_len:])
+    assert fb == "<|user|>5535<|assistant|>"  # the only non-agent tokens after the prompt: the tool's answer
+    # the one-step environment finished after its first turn (its answer "calc 123*45" is wrong)
+    assert single.finish_reason == "stop" and len(single.turns) == 1 and single.episode_return == 0.0
+    assert len(fake.inputs[1]) == 1  # only the calculator episode played turn 2
+    rec = calc.to_record()
+    assert rec["turns"][0]["tool_call"] and rec["finish_reason"] == "stop" and rec["return"] == 1.0

@@ -340,3 +340,47 @@ def episode_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
     for reason in FINISH_REASONS:
         out[f"finish_{reason}"] = sum(1 for t in trajectories if t.finish_reason == reason) / n
     return out
+
+
+# =============================================================================== a calculator tool
+
+
+@register("calculator")
+class CalculatorEnv(BaseEnvironment):
+    """Products (or sums, differences) the model may delegate to a calculator tool.
+
+    Task: ``{"prompt": "123*45=", "answer": "5535"}``. Each model turn is either
+
+    - a tool call ``calc A*B`` (also ``+``, ``-``; non-negative integers of at most ``max_digits``
+      digits): the feedback is the result, the turn's reward 0, ``info["tool_call"]`` true;
+    - an answer ``\\boxed{N}``: graded by exact match with the shared extractor, the episode ends.
+
+    Anything else, or more than ``max_calls`` tool calls, ends the episode with reward 0. Nothing is
+    ever evaluated as code: the expression is matched by a regular expression and computed on ints.
+    """
+
+    def reset(self, task: Mapping[str, Any]) -> str:
+        self._gold = str(task["answer"])
+        self._calls = 0
+        return str(task["prompt"]) + str(self.config.get("suffix", ""))
+
+    def step(self, action_text: str) -> StepResult:
+        import re
+
+        from rlexp.core.answers import extract_answer, is_correct
+
+        text = action_text.strip()
+        max_digits = int(self.config.get("max_digits", 6))
+        number = rf"(\d{{1,{max_digits}}})"
+        call = re.fullmatch(rf"calc\s*{number}\s*([*+-])\s*{number}", text)
+        if call:
+            self._calls += 1
+            if self._calls > int(self.config.get("max_calls", 2)):
+                return StepResult("", 0.0, True, {"tool_call": True, "invalid": "too many calls"})
+            a, op, b = int(call.group(1)), call.group(2), int(call.group(3))
+            value = a * b if op == "*" else a + b if op == "+" else a - b
+            return StepResult(str(value), 0.0, False, {"tool_call": True})
+        answer, _ = extract_answer(text)
+        if answer is None:
+            return StepResult("", 0.0, True, {"invalid": "neither a tool call nor an answer"})
+        return StepResult("", 1.0 if is_correct(answer, self._gold) else 0.0, True, {"answer": answer})
