@@ -296,3 +296,57 @@ def test_env_rollout_and_a_training_step_on_two_environments(tiny_base_model):
         # exact_match: 2 rows × 2 samples = 4 concurrent episodes; BrokenOnReset: 2; the second step
         # reuses every instance the first built
         assert cache.builds == 6
+
+
+# ----------------------------------------------------------------------------- the single-turn task
+
+
+def test_one_step_environment_reproduces_the_single_turn_rollout(tiny_base_model, monkeypatch):
+    """The single-turn trainer keeps its own code (its outputs stay byte-identical); the exact-match
+    task played as the one-step environment gives the same samples, rewards and advantages exactly,
+    and the same log-probs and loss up to float32 rounding (the two pack the rows differently:
+    prompts left-padded there, whole trajectories right-padded here, so the matrix shapes differ)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rlexp.backends.env_trainer import collect_env_rollout
+    from rlexp.backends.local_trainer import collect_rollout, train_on_rollout
+    from rlexp.core import answers
+    from rlexp.core.environments import Budgets, parse_rows
+
+    # the untrained model never writes a right answer; so that rewards (and advantages) vary, both
+    # paths grade through the shared extractor patched here: "correct" = an even-length completion
+    monkeypatch.setattr(answers, "extract_answer", lambda text: (text, "patched"))
+    monkeypatch.setattr(answers, "is_correct", lambda answer, gold, mode="exact": len(answer) % 2 == 0)
+    tok = AutoTokenizer.from_pretrained(tiny_base_model)
+    base = AutoModelForCausalLM.from_pretrained(tiny_base_model)
+    reference = copy.deepcopy(base).eval().requires_grad_(False)
+    problems = [{"prompt": f"{a}+{b}=", "answer": str(a + b)} for a, b in [(1, 2), (13, 4), (7, 70), (5, 5)]]
+    cfg = types.SimpleNamespace(n_samples_per_prompt=4, temperature=1.0, advantage_estimator="group_norm",
+                                micro_train_batch_size=8, max_epochs=1, eps_clip=0.2, init_kl_coef=0.01,
+                                max_norm=1.0, prompt_suffix=" =", generate_max_len=8)  # fmt: skip
+    rows = parse_rows([{"env": "exact_match", "config": {"suffix": " ="}, "task": p} for p in problems])
+    options = EnvTrainingOptions(budgets=Budgets(1, 8, 8))
+    old_model, new_model = copy.deepcopy(base), copy.deepcopy(base)
+    old = collect_rollout(old_model, tok, problems, cfg, seed=11, reference=reference)
+    new, played = collect_env_rollout(new_model, tok, rows, cfg, options, seed=11, reference=reference)
+
+    n = old.input_ids.shape[0]
+    for i in range(n):
+        o, w = old.action_mask[i].bool(), new.action_mask[i].bool()
+        assert torch.equal(old.input_ids[i, 1:][o], new.input_ids[i, 1:][w])  # the same sampled ids
+        assert torch.equal(old.advantages[i][o], new.advantages[i][w])
+        # float32 rounding across batch shapes: a few ulps of |log p| <= ~10
+        torch.testing.assert_close(old.old_logp[i][o], new.old_logp[i][w], rtol=0, atol=1e-5)
+        torch.testing.assert_close(old.ref_logp[i][o], new.ref_logp[i][w], rtol=0, atol=1e-5)
+    assert torch.equal(old.rewards, new.rewards)
+    assert 0 < old.rewards.mean() < 1 and old.advantages.abs().sum() > 0  # not vacuous
+    assert {t.finish_reason for g in played for t in g} <= {"stop", "length"}
+    steps = types.SimpleNamespace(micro_batches_per_optimizer_step=2)
+    rows_out = []
+    for model, rollout in ((old_model, old), (new_model, new)):
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
+        rows_out.append(train_on_rollout(model, opt, sched, rollout, cfg, steps))
+    for key in ("policy_loss", "kl", "ppo_clip_ratio"):
+        # means of O(1) float32 terms computed on differently padded batches
+        assert rows_out[0][key] == pytest.approx(rows_out[1][key], abs=1e-5), key

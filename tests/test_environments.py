@@ -244,10 +244,8 @@ def test_one_step_environment_on_the_tiny_model_matches_the_single_turn_path(tin
     single = generate(model, tok, [render_prompt(tok, p["prompt"], " =") for p in problems], max_new_tokens=6)
     for p, (t,), (c,) in zip(problems, trajs, single, strict=True):
         assert list(t.token_ids[t.prompt_len:]) == list(c.token_ids)
-        expected = "stop" if c.finish_reason == "stop" else "length"
-        assert t.finish_reason == expected
-        if expected == "stop":
-            assert t.episode_return == reward_of(c.text, p["answer"])
+        assert t.finish_reason == ("stop" if c.finish_reason == "stop" else "length")
+        assert t.episode_return == reward_of(c.text, p["answer"])  # a cut answer is graded too
 
 
 # ------------------------------------------------------------------------------- the calculator tool

@@ -10,8 +10,9 @@ exactly the ids the model saw and produced.
 An episode ends with a finish reason:
 
 - ``stop``: the environment said ``done``;
-- ``length``: a model turn hit ``max_tokens_per_turn`` without an end-of-sequence token (the action
-  is incomplete and is not sent to the environment), or the episode ran out of ``max_total_tokens``;
+- ``length``: a model turn hit ``max_tokens_per_turn`` without an end-of-sequence token (the cut
+  action is still sent to the environment and its reward counts, as the single-turn trainer grades
+  a cut completion; then the episode ends), or the episode ran out of ``max_total_tokens``;
 - ``max_turns``: ``max_turns`` model turns were played and the environment never said ``done``;
 - ``env_error``: the environment raised; the message is kept on the trajectory.
 
@@ -59,6 +60,15 @@ def render_user_turn(tokenizer: Any, content: str) -> str:
     if not full.startswith(base):
         raise ValueError("the chat template does not render a further user turn as a suffix")
     return full[len(base):]
+
+
+def turn_seed(seed: int | None, turn: int) -> int | None:
+    """The sampling seed of a turn: the episode batch's own seed for the first turn (so a one-step
+    environment samples exactly what the single-turn trainer samples with that seed), a derived one
+    after."""
+    if seed is None:
+        return None
+    return seed if turn == 0 else seed * 7_919 + turn
 
 
 def run_episodes(
@@ -112,7 +122,7 @@ def run_episodes(
         width = max(lim for _, lim in playing)
         outputs = generate_ids(
             model, tokenizer, [list(e["builder"].ids) for e, _ in playing], max_new_tokens=width,
-            temperature=temperature, seed=None if seed is None else seed * 7_919 + turn,
+            temperature=temperature, seed=turn_seed(seed, turn),
             batch_size=len(playing),
         )
         for (e, lim), (completion,) in zip(playing, outputs, strict=True):
@@ -137,10 +147,6 @@ def _advance(e: dict[str, Any], completion: Any, limit: int, tokenizer: Any, bud
     stopped = completion.finish_reason == "stop" and len(completion.token_ids) <= limit
     builder.add_agent(ids)
     text = tokenizer.decode(ids, skip_special_tokens=True)
-    if not stopped:
-        builder.turns.append(Turn(text, len(ids), "", 0, 0.0, {}, 0.0))
-        e["done"] = builder.finish("length")
-        return
     started = time.perf_counter()
     try:
         result = e["env"].step(text)
@@ -152,6 +158,10 @@ def _advance(e: dict[str, Any], completion: Any, limit: int, tokenizer: Any, bud
     latency = time.perf_counter() - started
     builder.set_turn_reward(result.reward)
     info: Mapping[str, Any] = dict(result.info or {})
+    if not stopped:  # graded as it stands (as the single-turn trainer grades a cut completion), then ended
+        builder.turns.append(Turn(text, len(ids), "", 0, float(result.reward), info, latency))
+        e["done"] = builder.finish("length")
+        return
     if result.done:
         builder.turns.append(Turn(text, len(ids), result.feedback, 0, float(result.reward), info, latency))
         e["done"] = builder.finish("stop")
