@@ -350,3 +350,31 @@ def test_one_step_environment_reproduces_the_single_turn_rollout(tiny_base_model
     for key in ("policy_loss", "kl", "ppo_clip_ratio"):
         # means of O(1) float32 terms computed on differently padded batches
         assert rows_out[0][key] == pytest.approx(rows_out[1][key], abs=1e-5), key
+
+
+# ----------------------------------------------------------------------------- GSPO on the trainers
+
+
+def test_gspo_settings_for_every_listed_openrlhf_release_and_the_other_trainers():
+    from rlexp.backends.env_trainer import gspo_trainer_settings
+    from rlexp.backends.openrlhf import known_versions, load_flag_table
+    from rlexp.backends.openrlhf_parser import version_key
+
+    for version in known_versions():
+        settings = gspo_trainer_settings("openrlhf", version)
+        table = load_flag_table(version)
+        dotted = version_key(version) >= version_key("0.10.2")
+        loss_flag = "--actor.policy_loss_type" if dotted else "--policy_loss_type"
+        assert settings[loss_flag] == "gspo" and "gspo" in table.flags[loss_flag].choices
+        clip_flag = "--actor.eps_clip_low_high" if dotted else "--eps_clip_low_high"
+        assert settings[clip_flag] == [3e-4, 4e-4] and table.flags[clip_flag].nargs == "2"
+        assert all(f in table for f in settings), version
+        if "--actor.loss_agg_mode" in table:
+            assert settings["--actor.loss_agg_mode"] == "seq-mean-token-mean"
+    verl = gspo_trainer_settings("verl")
+    assert verl["actor_rollout_ref.actor.policy_loss.loss_mode"] == "gspo"
+    assert verl["actor_rollout_ref.actor.loss_agg_mode"] == "seq-mean-token-mean"
+    trl = gspo_trainer_settings("trl")
+    assert trl["importance_sampling_level"] == "sequence" and trl["loss_type"] == "grpo"
+    with pytest.raises(ValueError):
+        gspo_trainer_settings("openrlhf")

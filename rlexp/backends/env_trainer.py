@@ -218,3 +218,55 @@ def collect_env_rollout(
     }
     rollout = Rollout(input_ids, attention_mask, action_mask, returns, advantages, old_logp, ref_logp, stats)
     return rollout, played
+
+
+# =============================================================================== GSPO on the trainers
+
+
+def gspo_trainer_settings(trainer: str, version: str | None = None, *, eps_low: float = 3e-4,
+                          eps_high: float = 4e-4) -> dict[str, Any]:  # fmt: skip
+    """The settings that select GSPO, with its aggregation and its clip range, on each trainer:
+
+    - ``openrlhf`` (``version`` required; flags read from that release's flag table):
+      ``--policy_loss_type gspo`` before 0.10.2, ``--actor.policy_loss_type gspo`` after (GSPO forces
+      the sequence-mean aggregation there; ``--actor.loss_agg_mode seq-mean-token-mean`` is stated too
+      where the release has the flag), the clip range through ``eps_clip_low_high``;
+    - ``verl``: ``actor_rollout_ref.actor.policy_loss.loss_mode=gspo`` with
+      ``loss_agg_mode=seq-mean-token-mean`` and ``clip_ratio_low/high``;
+    - ``trl``: ``importance_sampling_level="sequence"`` with ``loss_type="grpo"`` (TRL's default
+      ``dapo`` aggregates differently and is not GSPO) and ``epsilon`` / ``epsilon_high``.
+
+    The KL coefficient stays its own recipe choice (GSPO's paper trains without one).
+    """
+    if trainer == "openrlhf":
+        from rlexp.backends.openrlhf import load_flag_table
+
+        if version is None:
+            raise ValueError("openrlhf needs its release version")
+        table = load_flag_table(version)
+
+        def flag(name: str) -> str | None:
+            for candidate in (f"--actor.{name}", f"--{name}"):
+                if candidate in table:
+                    return candidate
+            return None
+
+        loss_flag, clip_flag = flag("policy_loss_type"), flag("eps_clip_low_high")
+        if loss_flag is None or "gspo" not in table.flags[loss_flag].choices or clip_flag is None:
+            raise ValueError(f"OpenRLHF {version} has no GSPO policy loss")
+        out: dict[str, Any] = {loss_flag: "gspo", clip_flag: [eps_low, eps_high]}
+        agg = flag("loss_agg_mode")
+        if agg is not None:
+            out[agg] = "seq-mean-token-mean"
+        return out
+    if trainer == "verl":
+        return {
+            "actor_rollout_ref.actor.policy_loss.loss_mode": "gspo",
+            "actor_rollout_ref.actor.loss_agg_mode": "seq-mean-token-mean",
+            "actor_rollout_ref.actor.clip_ratio_low": eps_low,
+            "actor_rollout_ref.actor.clip_ratio_high": eps_high,
+        }
+    if trainer == "trl":
+        return {"importance_sampling_level": "sequence", "loss_type": "grpo", "epsilon": eps_low,
+                "epsilon_high": eps_high}  # fmt: skip
+    raise ValueError(f"unknown trainer {trainer!r}")
