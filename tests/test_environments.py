@@ -286,3 +286,34 @@ def test_calculator_episode_with_the_scripted_policy(monkeypatch, tokenizer):
     assert len(fake.inputs[1]) == 1  # only the calculator episode played turn 2
     rec = calc.to_record()
     assert rec["turns"][0]["tool_call"] and rec["finish_reason"] == "stop" and rec["return"] == 1.0
+
+
+# ------------------------------------------------------------------------------- eval records
+
+
+def test_episode_records_hold_trajectories_and_pass_the_record_checks(monkeypatch, tokenizer, tmp_path):
+    from rlexp.core.environments import episode_record
+    from rlexp.storage.files import append_jsonl
+    from rlexp.storage.records import RECORD_FIELDS, iter_records, make_record
+
+    tasks = [{"prompt": "123*45=", "answer": "5535", "bucket": "b1"}, {"prompt": "2+2=", "answer": "4"}]
+    rows = [{"env": "calculator", "task": tasks[0]}, {"env": "exact_match", "task": tasks[1]}]
+    out, _, _ = _play(monkeypatch, tokenizer, ["calc 123*45", "\\boxed{5535}"], rows, Budgets(3, 16, 100))
+    records = [episode_record(task, group[0], problem_hash=f"h{i}", include_tokens=True)
+               for i, (task, group) in enumerate(zip(tasks, out, strict=True))]  # fmt: skip
+    path = tmp_path / "ood_primary.jsonl"
+    for r in records:
+        append_jsonl(path, r)
+    lines = list(iter_records(path))
+    assert [(x.problem_hash, x.correct) for x in lines] == [("h0", 1), ("h1", 0)]
+    calc = lines[0].record
+    assert set(RECORD_FIELDS) <= set(calc) and calc["reward"] == 1.0 and calc["bucket"] == "b1"
+    assert [t["feedback"] for t in calc["trajectory"]["turns"]] == ["5535", ""]
+    assert calc["trajectory"]["turns"][0]["tool_call"] and calc["output"] == "\\boxed{5535}"
+    assert sum(calc["trajectory"]["agent_mask"]) == calc["completion_tokens"]
+    # the one-step environment's record is the single-turn record plus reward and trajectory
+    single = out[1][0]
+    expected = make_record({"problem_hash": "h1", "answer": "4"}, single.turns[0].action, single.finish_reason,
+                           single.prompt_len, single.agent_tokens)  # fmt: skip
+    got = {k: v for k, v in records[1].items() if k not in ("reward", "trajectory")}
+    assert got == expected

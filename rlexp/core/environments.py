@@ -319,6 +319,41 @@ class TrajectoryBuilder:
                           tuple(self.turns), reason, error)  # fmt: skip
 
 
+def episode_record(
+    task: Mapping[str, Any], trajectory: Trajectory, *, problem_hash: str, success_threshold: float = 1.0,
+    include_tokens: bool = False,
+) -> dict[str, Any]:
+    """An eval record of one episode: the fields every eval record has (``problem_hash, gold,
+    output, answer, parse_method, correct, finish_reason, prompt_tokens, completion_tokens,
+    bucket``) — ``output`` the final model turn, ``correct`` the success flag (``return >=
+    success_threshold``), ``completion_tokens`` the agent tokens — plus ``reward`` (the return) and
+    ``trajectory`` (turns, tool calls, feedback, finish reason; the token ids and agent mask too with
+    ``include_tokens``). For the one-step exact-match environment it is the single-turn record plus
+    those two keys."""
+    from rlexp.core.answers import extract_answer
+
+    output = trajectory.turns[-1].action if trajectory.turns else ""
+    answer, method = extract_answer(output)
+    episode = trajectory.to_record()
+    if include_tokens:
+        episode.update(token_ids=list(trajectory.token_ids), agent_mask=list(trajectory.agent_mask),
+                       prompt_len=trajectory.prompt_len)  # fmt: skip
+    return {
+        "problem_hash": problem_hash,
+        "gold": task.get("answer"),
+        "output": output,
+        "answer": answer,
+        "parse_method": method,
+        "correct": int(trajectory.episode_return >= success_threshold),
+        "finish_reason": trajectory.finish_reason,
+        "prompt_tokens": trajectory.prompt_len,
+        "completion_tokens": trajectory.agent_tokens,
+        "bucket": task.get("bucket"),
+        "reward": trajectory.episode_return,
+        "trajectory": episode,
+    }
+
+
 def episode_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
     """Per-step episode metrics: turns per episode, tool calls per episode, environment errors (a
     fraction of episodes), the fraction of agent tokens among the tokens after the prompt, the mean
