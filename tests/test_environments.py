@@ -317,3 +317,18 @@ def test_episode_records_hold_trajectories_and_pass_the_record_checks(monkeypatc
                            single.prompt_len, single.agent_tokens)  # fmt: skip
     got = {k: v for k, v in records[1].items() if k not in ("reward", "trajectory")}
     assert got == expected
+
+
+def test_rows_from_an_ordinary_dataset_file(tmp_path):
+    from rlexp.core.environments import rows_from_dataset
+    from rlexp.storage.datasets import problem_hash, read_dataset
+    from rlexp.storage.files import append_jsonl
+
+    path = tmp_path / "pool.jsonl"
+    for prompt, answer, extra in [("2+2=", "4", {}), ("123*45=", "5535", {"env": "calculator", "config": {"max_calls": 1}})]:
+        append_jsonl(path, {"prompt": prompt, "answer": answer, "problem_hash": problem_hash(prompt), **extra})
+    rows = rows_from_dataset(read_dataset(path), str(path), default_config={"suffix": " ="})  # the dataset checks pass
+    assert [(r.env, dict(r.config)) for r in rows] == [("exact_match", {"suffix": " ="}), ("calculator", {"max_calls": 1})]
+    assert rows[1].task == {"prompt": "123*45=", "answer": "5535", "problem_hash": problem_hash("123*45=")}
+    with pytest.raises(InputError, match=r"pool.jsonl: row 0: config"):
+        rows_from_dataset([{"prompt": "x", "answer": "1", "config": 3}], "pool.jsonl")

@@ -178,6 +178,24 @@ def parse_rows(rows: Iterable[Mapping[str, Any]], where: str | None = None) -> l
     return out
 
 
+def rows_from_dataset(
+    records: Iterable[Mapping[str, Any]], where: str | None = None, *, default_env: str = "exact_match",
+    default_config: Mapping[str, Any] | None = None,
+) -> list[EnvRow]:
+    """Rows of an ordinary dataset file (``prompt``, ``answer``, ``problem_hash``, ...) that may also
+    name ``env`` and ``config``: the record itself is the task, so the dataset checks (hashes,
+    leakage, disjoint sets) apply unchanged. A record without ``env`` is the one-step exact-match
+    task (``default_env``) with ``default_config`` (e.g. the pool's prompt suffix)."""
+    raw = []
+    for record in records:
+        if not isinstance(record, Mapping):
+            raise InputError(where, f"row {len(raw)}", "expected a mapping")
+        task = {k: v for k, v in record.items() if k not in ("env", "config")}
+        raw.append({"env": record.get("env", default_env),
+                    "config": record.get("config", dict(default_config or {})), "task": task})  # fmt: skip
+    return parse_rows(raw, where)
+
+
 def group_rows(rows: list[EnvRow]) -> dict[tuple[str, str], list[int]]:
     """Row indices grouped by ``(env, config)``, groups in order of first appearance."""
     groups: dict[tuple[str, str], list[int]] = {}
