@@ -332,3 +332,27 @@ def test_rows_from_an_ordinary_dataset_file(tmp_path):
     assert rows[1].task == {"prompt": "123*45=", "answer": "5535", "problem_hash": problem_hash("123*45=")}
     with pytest.raises(InputError, match=r"pool.jsonl: row 0: config"):
         rows_from_dataset([{"prompt": "x", "answer": "1", "config": 3}], "pool.jsonl")
+
+
+class NoisyEnv(BaseEnvironment):
+    """Draws its observation from its seed: shows the runner seeds each episode repeatably."""
+
+    def reset(self, task):
+        import random
+
+        return f"n{random.Random(self.seed_value).randint(0, 10**6)}"
+
+    def step(self, action_text):
+        return StepResult("", 0.0, True)
+
+
+def test_episodes_are_seeded_repeatably(monkeypatch, tokenizer):
+    rows = [{"env": "test_environments:NoisyEnv", "task": {}}]
+
+    def observations(seed):
+        out, fake, _ = _play(monkeypatch, tokenizer, ["x"], rows, Budgets(1, 4, 4), num_samples=3, seed=seed)
+        return [tuple(ids) for ids in fake.inputs[0]]
+
+    first, again, other = observations(5), observations(5), observations(6)
+    assert first == again and first != other
+    assert len(set(first)) == 3  # the samples of one row get different seeds
