@@ -88,8 +88,6 @@ def generate(
     ``temperature > 0`` samples from the plain softmax (no top-k/top-p). ``seed`` makes sampling
     repeatable for the same prompts and ``batch_size``. ``batch_size`` counts rows (prompt × sample).
     """
-    import torch
-
     if max_new_tokens < 1:
         raise ValueError("max_new_tokens must be >= 1")
     if num_samples < 1:
@@ -98,9 +96,37 @@ def generate(
         raise ValueError("temperature must be >= 0")
     if not prompts:
         return []
+    encoded = [encode_prompt(tokenizer, p) for p in prompts]
+    return generate_ids(model, tokenizer, encoded, max_new_tokens=max_new_tokens, temperature=temperature,
+                        num_samples=num_samples, seed=seed, batch_size=batch_size)
+
+
+def generate_ids(
+    model: Any,
+    tokenizer: Any,
+    encoded: list[list[int]],
+    *,
+    max_new_tokens: int,
+    temperature: float = 0.0,
+    num_samples: int = 1,
+    seed: int | None = None,
+    batch_size: int = 64,
+) -> list[list[Completion]]:
+    """:func:`generate` on token ids already encoded (token-in/token-out: an episode's later turns
+    continue from the ids it holds, never from re-tokenised text). Same decoding, same result."""
+    import torch
+
+    if max_new_tokens < 1:
+        raise ValueError("max_new_tokens must be >= 1")
+    if num_samples < 1:
+        raise ValueError("num_samples must be >= 1")
+    if temperature < 0:
+        raise ValueError("temperature must be >= 0")
+    if not encoded:
+        return []
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     stop_ids = eos_token_ids(model, tokenizer)
-    encoded = [encode_prompt(tokenizer, p) for p in prompts]
+    prompts = encoded
     rows = [(i, s) for i in range(len(prompts)) for s in range(num_samples)]
     # Longest first: similar lengths share a batch (less padding), and the first batch shows OOM early.
     rows.sort(key=lambda r: (-len(encoded[r[0]]), r[0], r[1]))

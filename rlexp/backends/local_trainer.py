@@ -636,12 +636,14 @@ def train(cfg: TrainerConfig, attempt_dir: Path, *, resume: bool = False, log=pr
 
 
 def train_on_rollout(
-    model, optimizer, scheduler, rollout: Rollout, cfg: TrainerConfig, steps: Steps
+    model, optimizer, scheduler, rollout: Rollout, cfg: TrainerConfig, steps: Steps, *, loss=None
 ) -> dict[str, float]:
     """``max_epochs`` passes over the rollout in micro-batches; an optimizer step every
-    ``train_batch_size`` samples. Returns the step's metrics (means over micro-batches / steps)."""
+    ``train_batch_size`` samples. Returns the step's metrics (means over micro-batches / steps).
+    ``loss`` replaces :func:`grpo_loss` (same signature; environment tasks pass GSPO's)."""
     import torch
 
+    loss_fn = grpo_loss if loss is None else loss
     model.train()
     n = rollout.input_ids.shape[0]
     micro = cfg.micro_train_batch_size
@@ -655,7 +657,7 @@ def train_on_rollout(
             sl = slice(start, start + micro)
             logp, _ = token_logprobs(model, rollout.input_ids[sl], rollout.attention_mask[sl])
             mask = rollout.action_mask[sl]
-            parts = grpo_loss(
+            parts = loss_fn(
                 logp,
                 rollout.old_logp[sl],
                 rollout.ref_logp[sl],

@@ -1,0 +1,179 @@
+"""Play environment episodes with a local Hugging Face model, token-in/token-out.
+
+All episodes of a batch advance together, one model turn at a time, through the one decoding path
+(:func:`rlexp.adapters.generation.generate_ids`): each active episode's ids so far are the input,
+the sampled ids are appended as they come (agent tokens), the environment's feedback is rendered
+through the model's own chat template as the next user turn and tokenised *once* (environment
+tokens). Nothing is ever decoded and re-encoded across turns, so the ids the trainer scores are
+exactly the ids the model saw and produced.
+
+An episode ends with a finish reason:
+
+- ``stop``: the environment said ``done``;
+- ``length``: a model turn hit ``max_tokens_per_turn`` without an end-of-sequence token (the cut
+  action is still sent to the environment and its reward counts, as the single-turn trainer grades
+  a cut completion; then the episode ends), or the episode ran out of ``max_total_tokens``;
+- ``max_turns``: ``max_turns`` model turns were played and the environment never said ``done``;
+- ``env_error``: the environment raised; the message is kept on the trajectory.
+
+Environments come from an :class:`~rlexp.core.environments.EnvironmentCache`. Episodes that run at
+the same time need their own instance (an environment holds one episode's state), so the cache is
+keyed by ``(environment, config, slot)``, slot = the episode's position within its group in the
+batch: an instance is built the first time a slot is needed and reused, after ``reset``, by every
+later episode in that slot.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from rlexp.core.environments import Budgets, EnvRow, Trajectory, TrajectoryBuilder, Turn, resolve
+
+
+class SlotCache:
+    """Environment instances by ``(env, config, slot)``, built once and reused across episodes."""
+
+    def __init__(self, where: str | None = None) -> None:
+        self.where = where
+        self._instances: dict[tuple[str, str, int], Any] = {}
+        self.builds = 0
+
+    def get(self, row: EnvRow, slot: int) -> Any:
+        key = (*row.group_key, slot)
+        if key not in self._instances:
+            self._instances[key] = resolve(row.env, self.where)(dict(row.config))
+            self.builds += 1
+        return self._instances[key]
+
+
+def render_user_turn(tokenizer: Any, content: str) -> str:
+    """The text the chat template adds for one more user message after an assistant turn, with the
+    generation prompt: the difference between the template applied to ``[user, assistant, user]``
+    and to ``[user, assistant]``. Raises ValueError when the template does not extend that way."""
+    head = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]
+    base = tokenizer.apply_chat_template(head, tokenize=False, add_generation_prompt=False)
+    full = tokenizer.apply_chat_template(
+        [*head, {"role": "user", "content": content}], tokenize=False, add_generation_prompt=True
+    )
+    if not full.startswith(base):
+        raise ValueError("the chat template does not render a further user turn as a suffix")
+    return full[len(base):]
+
+
+def turn_seed(seed: int | None, turn: int) -> int | None:
+    """The sampling seed of a turn: the episode batch's own seed for the first turn (so a one-step
+    environment samples exactly what the single-turn trainer samples with that seed), a derived one
+    after."""
+    if seed is None:
+        return None
+    return seed if turn == 0 else seed * 7_919 + turn
+
+
+def run_episodes(
+    model: Any,
+    tokenizer: Any,
+    rows: list[EnvRow],
+    *,
+    budgets: Budgets,
+    cache: SlotCache | None = None,
+    num_samples: int = 1,
+    temperature: float = 0.0,
+    seed: int | None = None,
+) -> list[list[Trajectory]]:
+    """Play ``num_samples`` episodes of every row; result ``[row][sample]``."""
+    from rlexp.adapters.generation import encode_prompt, generate_ids, render_prompt
+
+    cache = cache or SlotCache()
+    episodes: list[dict[str, Any]] = []
+    slots: dict[tuple[str, str], int] = {}
+    for r, row in enumerate(rows):
+        for s in range(num_samples):
+            slot = slots.get(row.group_key, 0)
+            slots[row.group_key] = slot + 1
+            env = cache.get(row, slot)
+            if seed is not None and hasattr(env, "seed"):
+                env.seed(seed * 1_000_003 + r * 1_009 + s)
+            episode: dict[str, Any] = {"row": r, "sample": s, "env": env, "done": None}
+            try:
+                observation = env.reset(row.task)
+            except Exception as exc:  # noqa: BLE001 - an environment failure is an outcome, not a crash
+                episode["builder"] = TrajectoryBuilder(encode_prompt(tokenizer, render_prompt(tokenizer, "", "")))
+                episode["done"] = episode["builder"].finish("env_error", f"reset: {type(exc).__name__}: {exc}")
+            else:
+                episode["builder"] = TrajectoryBuilder(encode_prompt(tokenizer, render_prompt(tokenizer, observation, "")))
+            episodes.append(episode)
+
+    for turn in range(budgets.max_turns):
+        active = [e for e in episodes if e["done"] is None]
+        if not active:
+            break
+        limits = []
+        for e in active:
+            left = budgets.max_total_tokens - e["builder"].generated
+            limits.append(min(budgets.max_tokens_per_turn, left))
+        playing = [(e, lim) for e, lim in zip(active, limits, strict=True) if lim >= 1]
+        for e, lim in zip(active, limits, strict=True):
+            if lim < 1:
+                e["done"] = e["builder"].finish("length")
+        if not playing:
+            break
+        width = max(lim for _, lim in playing)
+        outputs = generate_ids(
+            model, tokenizer, [list(e["builder"].ids) for e, _ in playing], max_new_tokens=width,
+            temperature=temperature, seed=turn_seed(seed, turn),
+            batch_size=len(playing),
+        )
+        for (e, lim), (completion,) in zip(playing, outputs, strict=True):
+            _advance(e, completion, lim, tokenizer, budgets, last_turn=turn == budgets.max_turns - 1)
+    for e in episodes:
+        if e["done"] is None:  # only reachable when the loop broke early
+            e["done"] = e["builder"].finish("max_turns")
+    out: list[list[Trajectory]] = [[None] * num_samples for _ in rows]  # type: ignore[list-item]
+    for e in episodes:
+        out[e["row"]][e["sample"]] = e["done"]
+    return out
+
+
+def _advance(e: dict[str, Any], completion: Any, limit: int, tokenizer: Any, budgets: Budgets, *, last_turn: bool) -> None:
+    """Append one model turn (cut to this episode's own ``limit``), step the environment, append
+    its feedback; set ``e["done"]`` when the episode ends."""
+    from rlexp.adapters.generation import encode_prompt
+
+    builder: TrajectoryBuilder = e["builder"]
+    ids = list(completion.token_ids)[:limit]
+    # a turn decoded wider than this episode's limit counts as stopped only if it stopped within it
+    stopped = completion.finish_reason == "stop" and len(completion.token_ids) <= limit
+    builder.add_agent(ids)
+    text = tokenizer.decode(ids, skip_special_tokens=True)
+    started = time.perf_counter()
+    try:
+        result = e["env"].step(text)
+    except Exception as exc:  # noqa: BLE001 - recorded as env_error
+        latency = time.perf_counter() - started
+        builder.turns.append(Turn(text, len(ids), "", 0, 0.0, {"error": str(exc)}, latency))
+        e["done"] = builder.finish("env_error", f"step: {type(exc).__name__}: {exc}")
+        return
+    latency = time.perf_counter() - started
+    builder.set_turn_reward(result.reward)
+    info: Mapping[str, Any] = dict(result.info or {})
+    if not stopped:  # graded as it stands (as the single-turn trainer grades a cut completion), then ended
+        builder.turns.append(Turn(text, len(ids), "", 0, float(result.reward), info, latency))
+        e["done"] = builder.finish("length")
+        return
+    if result.done:
+        builder.turns.append(Turn(text, len(ids), result.feedback, 0, float(result.reward), info, latency))
+        e["done"] = builder.finish("stop")
+        return
+    feedback_ids = encode_prompt(tokenizer, render_user_turn(tokenizer, result.feedback))
+    if last_turn:
+        builder.turns.append(Turn(text, len(ids), result.feedback, 0, float(result.reward), info, latency))
+        e["done"] = builder.finish("max_turns")
+        return
+    if builder.generated + len(feedback_ids) >= budgets.max_total_tokens:
+        builder.turns.append(Turn(text, len(ids), result.feedback, 0, float(result.reward), info, latency))
+        e["done"] = builder.finish("length")
+        return
+    builder.add_env(feedback_ids)
+    builder.turns.append(Turn(text, len(ids), result.feedback, len(feedback_ids), float(result.reward), info, latency))

@@ -1,0 +1,272 @@
+"""The local trainer on environment tasks: multi-turn trajectories, the agent mask, and GSPO.
+
+A trajectory interleaves model tokens and environment tokens (rlexp.core.environments). Training
+on the environment's tokens — teaching the policy to *produce* tool output it was given — is the
+classic bug of agentic RL; here every loss term goes through the agent mask:
+
+- :func:`pack_trajectories` right-pads trajectories into ``input_ids`` / ``attention_mask`` and
+  shifts the agent mask onto the positions that *predict* a token (``action_mask[i, t]`` is 1 where
+  position ``t`` predicts a model token ``t + 1``), the same convention as the single-turn trainer;
+- old, reference and current log-probs are computed over the full trajectories;
+- the policy loss and the KL are masked means over those positions, so an environment position's
+  log-prob receives exactly zero gradient (tests/test_env_trainer.py checks it, and that without
+  the mask the policy learns to reproduce environment tokens).
+
+Advantages: ``return`` (default) = the group-normalised episode return (GRPO's estimator, the
+function the single-turn trainer uses) broadcast to the agent tokens; ``token_rewards`` = each
+token's reward used directly as its advantage (dense rewards; local trainer only — for external
+trainers a trajectory's rewards are summed into its one scalar reward).
+
+GSPO (Zheng et al. 2025, "Group Sequence Policy Optimization") replaces the token-level ratio by
+a sequence-level one, ``s_i = exp(mean over agent tokens of (log π − log π_old))``, clipped with its
+own, much smaller range, and aggregates by sequence (token mean within a sequence, then mean over
+sequences). :func:`gspo_policy_loss` computes it in the per-token form ``exp(sg[log s_i] + log π_t −
+sg[log π_t])``: the same value as ``s_i`` at every token, and the same gradient as the sequence form
+when the advantage is the sequence's (``s_i · A_i · mean_t ∇log π_t``) — and with per-token
+advantages it stays defined. With one agent token per sequence it is PPO's token-level loss.
+
+The single-turn trainer (rlexp.backends.local_trainer) is untouched by this module: its rollouts,
+loss and metrics are computed by its own code, operation for operation as before.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from rlexp.core.environments import Budgets, EnvRow, Trajectory, episode_metrics
+
+if TYPE_CHECKING:
+    import torch
+
+LOSS_TYPES = ("grpo", "gspo")
+ADVANTAGE_MODES = ("return", "token_rewards")
+
+
+@dataclass(frozen=True)
+class EnvTrainingOptions:
+    """What environment tasks add to the local trainer's recipe."""
+
+    budgets: Budgets = Budgets()
+    loss_type: str = "grpo"  # grpo: token-level ratio | gspo: sequence-level ratio
+    advantage_mode: str = "return"  # return | token_rewards
+    # GSPO's clip range (its paper uses 3e-4 / 4e-4: the sequence ratio moves far less than a token's)
+    gspo_eps_low: float = 3e-4
+    gspo_eps_high: float = 4e-4
+
+    def __post_init__(self) -> None:
+        if self.loss_type not in LOSS_TYPES:
+            raise ValueError(f"loss_type must be one of {LOSS_TYPES}")
+        if self.advantage_mode not in ADVANTAGE_MODES:
+            raise ValueError(f"advantage_mode must be one of {ADVANTAGE_MODES}")
+        if not (self.gspo_eps_low > 0 and self.gspo_eps_high > 0):
+            raise ValueError("GSPO clip ranges must be > 0")
+
+
+# =============================================================================== packing (tensors)
+
+
+def pack_trajectories(trajectories: list[Trajectory], pad: int):
+    """Trajectories → ``(input_ids, attention_mask, action_mask, token_rewards)``.
+
+    Rows are right-padded (position ids count real tokens, so padding changes nothing scored).
+    ``action_mask`` and ``token_rewards`` have shape ``[N, T-1]``: entry ``t`` belongs to the token at
+    ``t + 1`` — 1 where that token is a model token, and that token's reward.
+    """
+    import torch
+
+    width = max(len(t.token_ids) for t in trajectories)
+    ids, attn, action, rewards = [], [], [], []
+    for t in trajectories:
+        right = width - len(t.token_ids)
+        ids.append(list(t.token_ids) + [pad] * right)
+        attn.append([1] * len(t.token_ids) + [0] * right)
+        action.append(list(t.agent_mask[1:]) + [0] * right)
+        rewards.append(list(t.token_rewards[1:]) + [0.0] * right)
+    return (
+        torch.tensor(ids),
+        torch.tensor(attn),
+        torch.tensor(action, dtype=torch.float32),
+        torch.tensor(rewards, dtype=torch.float32),
+    )
+
+
+def trajectory_advantages(
+    returns: torch.Tensor, action_mask: torch.Tensor, token_rewards: torch.Tensor, *, estimator: str, mode: str
+) -> torch.Tensor:
+    """Per-position advantages ``[N, T-1]`` (zero off the agent mask). ``returns`` is ``[B, G]``,
+    rows of ``action_mask`` are ordered prompt-major like it."""
+    from rlexp.backends.local_trainer import group_advantages
+
+    if mode == "return":
+        seq = group_advantages(returns, estimator).reshape(-1, 1)
+        return seq.expand_as(action_mask) * action_mask
+    if mode == "token_rewards":
+        return token_rewards * action_mask
+    raise ValueError(f"unknown advantage mode {mode!r}")
+
+
+# =============================================================================== GSPO (pure)
+
+
+def sequence_log_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``[N]``: the mean over each row's agent tokens of ``log π − log π_old`` (0 for a row with none)."""
+    return ((logp - old_logp) * mask).sum(-1) / mask.sum(-1).clamp(min=1)
+
+
+def gspo_policy_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    eps_low: float,
+    eps_high: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GSPO's clipped surrogate, aggregated token mean within a sequence then mean over the
+    sequences that hold an agent token; returns ``(loss, clip_fraction)`` (clip fraction over agent
+    tokens)."""
+    import torch
+
+    seq = sequence_log_ratio(logp, old_logp, mask).detach().unsqueeze(-1)
+    ratio = torch.exp(seq + logp - logp.detach())
+    surrogate = ratio * advantages
+    clipped = ratio.clamp(1.0 - eps_low, 1.0 + eps_high) * advantages
+    per_token = -torch.min(surrogate, clipped) * mask
+    counts = mask.sum(-1)
+    has_tokens = counts > 0
+    per_sequence = per_token.sum(-1) / counts.clamp(min=1)
+    loss = per_sequence[has_tokens].sum() / has_tokens.sum().clamp(min=1)
+    clip_fraction = ((clipped < surrogate).float() * mask).sum() / mask.sum().clamp(min=1)
+    return loss, clip_fraction.detach()
+
+
+def gspo_loss(
+    logp, old_logp, ref_logp, advantages, mask, *, eps_low: float, eps_high: float, kl_coef: float,
+    eps_clip: float | None = None,
+):
+    """GSPO's policy loss + ``kl_coef`` × the token-mean k3 KL over agent tokens (the KL term as the
+    GRPO loss has it); a :class:`~rlexp.backends.local_trainer.LossParts`. ``eps_clip`` (the
+    token-level range the training loop passes to every loss) is not used: GSPO clips with its own."""
+    del eps_clip
+    from rlexp.backends.local_trainer import LossParts, k3_kl, masked_mean
+
+    pg, clip_fraction = gspo_policy_loss(logp, old_logp, advantages, mask, eps_low, eps_high)
+    kl = masked_mean(k3_kl(logp, ref_logp), mask)
+    loss = pg + kl_coef * kl if kl_coef != 0 else pg
+    return LossParts(loss=loss, policy_loss=pg.detach(), kl=kl.detach(), clip_fraction=clip_fraction)
+
+
+def loss_for(options: EnvTrainingOptions):
+    """The loss function ``train_on_rollout`` calls for these options (GRPO's own for ``grpo``)."""
+    from functools import partial
+
+    from rlexp.backends.local_trainer import grpo_loss
+
+    if options.loss_type == "gspo":
+        return partial(gspo_loss, eps_low=options.gspo_eps_low, eps_high=options.gspo_eps_high)
+    return grpo_loss
+
+
+# =============================================================================== rollouts
+
+
+def collect_env_rollout(
+    model, tokenizer, rows: list[EnvRow], cfg: Any, options: EnvTrainingOptions, *, seed: int,
+    cache=None, reference=None,
+):
+    """Play B × G episodes (``cfg.n_samples_per_prompt`` per row, ``cfg.temperature``), pack them,
+    and precompute advantages and the old-policy and reference log-probs over the full
+    trajectories; a :class:`~rlexp.backends.local_trainer.Rollout` whose ``action_mask`` is the agent
+    mask. ``stats`` holds the episode metrics."""
+    import torch
+
+    from rlexp.adapters.episodes import run_episodes
+    from rlexp.backends.local_trainer import (
+        Rollout,
+        _logprobs_in_chunks,
+        masked_mean,
+        reference_logprobs,
+    )
+
+    G = cfg.n_samples_per_prompt
+    started = time.perf_counter()
+    played = run_episodes(
+        model, tokenizer, rows, budgets=options.budgets, cache=cache, num_samples=G,
+        temperature=cfg.temperature, seed=seed,
+    )
+    rollout_s = time.perf_counter() - started
+    flat = [t for group in played for t in group]
+    device = next(model.parameters()).device
+    input_ids, attention_mask, action_mask, token_rewards = (
+        x.to(device) for x in pack_trajectories(flat, tokenizer.pad_token_id)
+    )
+    returns = torch.tensor([[t.episode_return for t in group] for group in played], dtype=torch.float32, device=device)
+    advantages = trajectory_advantages(
+        returns, action_mask, token_rewards, estimator=cfg.advantage_estimator, mode=options.advantage_mode
+    )
+    with torch.no_grad():
+        old_logp, entropy = _logprobs_in_chunks(model, input_ids, attention_mask, cfg.micro_train_batch_size)
+        ref_logp = reference_logprobs(model, input_ids, attention_mask, cfg.micro_train_batch_size, reference)
+    stats = {
+        "reward": returns.mean().item(),
+        "group_reward_std": returns.std(dim=-1).nan_to_num(0.0).mean().item() if G > 1 else 0.0,
+        "response_length": float(action_mask.sum(-1).mean().item()),
+        "entropy": masked_mean(entropy, action_mask).item(),
+        "rollout_s": rollout_s,
+        **episode_metrics(flat),
+    }
+    rollout = Rollout(input_ids, attention_mask, action_mask, returns, advantages, old_logp, ref_logp, stats)
+    return rollout, played
+
+
+# =============================================================================== GSPO on the trainers
+
+
+def gspo_trainer_settings(trainer: str, version: str | None = None, *, eps_low: float = 3e-4,
+                          eps_high: float = 4e-4) -> dict[str, Any]:  # fmt: skip
+    """The settings that select GSPO, with its aggregation and its clip range, on each trainer:
+
+    - ``openrlhf`` (``version`` required; flags read from that release's flag table):
+      ``--policy_loss_type gspo`` before 0.10.2, ``--actor.policy_loss_type gspo`` after (GSPO forces
+      the sequence-mean aggregation there; ``--actor.loss_agg_mode seq-mean-token-mean`` is stated too
+      where the release has the flag), the clip range through ``eps_clip_low_high``;
+    - ``verl``: ``actor_rollout_ref.actor.policy_loss.loss_mode=gspo`` with
+      ``loss_agg_mode=seq-mean-token-mean`` and ``clip_ratio_low/high``;
+    - ``trl``: ``importance_sampling_level="sequence"`` with ``loss_type="grpo"`` (TRL's default
+      ``dapo`` aggregates differently and is not GSPO) and ``epsilon`` / ``epsilon_high``.
+
+    The KL coefficient stays its own recipe choice (GSPO's paper trains without one).
+    """
+    if trainer == "openrlhf":
+        from rlexp.backends.openrlhf import load_flag_table
+
+        if version is None:
+            raise ValueError("openrlhf needs its release version")
+        table = load_flag_table(version)
+
+        def flag(name: str) -> str | None:
+            for candidate in (f"--actor.{name}", f"--{name}"):
+                if candidate in table:
+                    return candidate
+            return None
+
+        loss_flag, clip_flag = flag("policy_loss_type"), flag("eps_clip_low_high")
+        if loss_flag is None or "gspo" not in table.flags[loss_flag].choices or clip_flag is None:
+            raise ValueError(f"OpenRLHF {version} has no GSPO policy loss")
+        out: dict[str, Any] = {loss_flag: "gspo", clip_flag: [eps_low, eps_high]}
+        agg = flag("loss_agg_mode")
+        if agg is not None:
+            out[agg] = "seq-mean-token-mean"
+        return out
+    if trainer == "verl":
+        return {
+            "actor_rollout_ref.actor.policy_loss.loss_mode": "gspo",
+            "actor_rollout_ref.actor.loss_agg_mode": "seq-mean-token-mean",
+            "actor_rollout_ref.actor.clip_ratio_low": eps_low,
+            "actor_rollout_ref.actor.clip_ratio_high": eps_high,
+        }
+    if trainer == "trl":
+        return {"importance_sampling_level": "sequence", "loss_type": "grpo", "epsilon": eps_low,
+                "epsilon_high": eps_high}  # fmt: skip
+    raise ValueError(f"unknown trainer {trainer!r}")

@@ -1,0 +1,165 @@
+"""Rewards beyond exact match: NDCG against independent references, weighted composition, and the
+LLM judge's cache and failure accounting against a stub OpenAI-compatible server on loopback."""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from rlexp.core.rewards import (
+    JUDGE_ERROR,
+    RewardError,
+    combine,
+    judge_cache_key,
+    ndcg,
+    parse_judge_reply,
+)
+
+# ----------------------------------------------------------------------------- NDCG
+
+
+def test_ndcg_by_hand():
+    # gold {a, c}; ranking [a, b, c]: DCG = 1/log2(2) + 1/log2(4) = 1.5; IDCG = 1 + 1/log2(3)
+    assert ndcg(["a", "b", "c"], ["a", "c"]) == pytest.approx(1.5 / (1 + 1 / math.log2(3)), rel=1e-12)
+    assert ndcg(["c", "a"], {"a", "c"}) == 1.0
+    assert ndcg(["x", "y"], ["a"]) == 0.0
+    assert ndcg([], ["a"]) == 0.0 and ndcg(["a"], []) == 0.0
+    assert ndcg(["a", "a", "c"], ["a", "c"]) == 1.0  # a repeated id counts once
+    # cut at k=1: only the first rank counts, the ideal holds one gold document
+    assert ndcg(["b", "a"], ["a", "c"], k=1) == 0.0 and ndcg(["a", "b"], ["a", "c"], k=1) == 1.0
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_ndcg_matches_sklearn(seed):
+    sklearn_metrics = pytest.importorskip("sklearn.metrics")
+    import random
+
+    rng = random.Random(seed)
+    docs = [f"d{i}" for i in range(12)]
+    retrieved = rng.sample(docs, 8)
+    graded = seed % 2 == 1
+    gold_ids = rng.sample(docs, rng.randint(1, 6))
+    gold = {d: float(rng.randint(1, 3)) for d in gold_ids} if graded else gold_ids
+    gains = gold if graded else {d: 1.0 for d in gold_ids}
+    # sklearn ranks every candidate by score: retrieved docs by rank, the rest below all of them;
+    # cutting at k <= len(retrieved) leaves the rest out of the DCG and keeps them in the ideal
+    universe = docs
+    y_true = [[gains.get(d, 0.0) for d in universe]]
+    y_score = [[(len(retrieved) - retrieved.index(d)) if d in retrieved else -1.0 - i for i, d in enumerate(universe)]]
+    for k in (1, 3, 8):
+        expected = sklearn_metrics.ndcg_score(y_true, y_score, k=k)
+        # both compute the same float64 sums in possibly different orders: 1e-12 is ~1e4 ulps
+        assert ndcg(retrieved, gold, k=k) == pytest.approx(expected, abs=1e-12)
+
+
+def test_combine_weights_and_explicit_failure():
+    c = combine({"em": 1.0, "ndcg": 0.5, "judge": 0.0}, {"em": 0.5, "ndcg": 0.3, "judge": 0.2})
+    assert c.value == pytest.approx(0.5 + 0.15) and c.error is None
+    err = RewardError(JUDGE_ERROR, "HTTP 500")
+    failed = combine({"em": 1.0, "judge": err}, {"em": 0.5, "judge": 0.5})
+    assert failed.value is None and failed.error is err  # not 0.5, not 0
+    with pytest.raises(KeyError):
+        combine({"em": 1.0}, {"judge": 1.0})
+
+
+def test_parse_judge_reply():
+    assert parse_judge_reply("Yes.") == 1.0 and parse_judge_reply("no") == 0.0
+    assert parse_judge_reply("0.75") == 0.75
+    assert parse_judge_reply("Correct") == 1.0
+    for bad in ("", "maybe", "7"):
+        out = parse_judge_reply(bad)
+        assert isinstance(out, RewardError) and out.kind == JUDGE_ERROR
+    assert judge_cache_key("m", "p", "a") != judge_cache_key("m", "p", "b")
+    assert judge_cache_key("m", "p", "a") != judge_cache_key("m2", "p", "a")
+
+
+# ----------------------------------------------------------------------------- the judge on loopback
+
+
+class StubJudge:
+    """An OpenAI-compatible ``/v1/chat/completions`` on 127.0.0.1: replies ``yes`` when the answer
+    contains "42", ``no`` otherwise; ``mode`` "fail" answers HTTP 500, "garbage" an unreadable reply."""
+
+    def __init__(self, mode="ok"):
+        self.mode, self.requests, self.lock = mode, [], threading.Lock()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with outer.lock:
+                    outer.requests.append((self.path, body))
+                if outer.mode == "fail":
+                    data, code = b'{"error": {"message": "boom"}}', 500
+                else:
+                    user = body["messages"][-1]["content"]
+                    answer = user.split("Answer:\n", 1)[1]
+                    text = "banana" if outer.mode == "garbage" else ("yes" if "42" in answer else "no")
+                    data = json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": text}}]}).encode()
+                    code = 200
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+ANSWERS = [("6*7?", "42"), ("6*7?", "41"), ("what is life?", "42"), ("6*7?", "42")]  # the last repeats the first
+
+
+def test_judge_caches_so_a_rerun_makes_no_call(tmp_path):
+    from rlexp.adapters.judge import Judge
+
+    with StubJudge() as server:
+        judge = Judge(server.url, "judge-m", cache_path=tmp_path / "cache.jsonl", log_path=tmp_path / "calls.jsonl")
+        first = [judge.score(p, a) for p, a in ANSWERS]
+        assert first == [1.0, 0.0, 1.0, 1.0]
+        assert len(server.requests) == 3 and judge.cache_hits == 1  # the repeat is served from the cache
+        assert all(path == "/v1/chat/completions" for path, _ in server.requests)
+        assert {b["model"] for _, b in server.requests} == {"judge-m"}
+        rerun = Judge(server.url, "judge-m", cache_path=tmp_path / "cache.jsonl")
+        assert [rerun.score(p, a) for p, a in ANSWERS] == first
+        assert len(server.requests) == 3 and rerun.calls == [] and rerun.cache_hits == 4  # zero calls
+        other_model = Judge(server.url, "judge-2", cache_path=tmp_path / "cache.jsonl")
+        other_model.score(*ANSWERS[0])
+        assert len(server.requests) == 4  # the key holds the judge model
+    log = [json.loads(line) for line in (tmp_path / "calls.jsonl").read_text().splitlines()]
+    assert len(log) == 3 and all(r["ok"] and r["latency_s"] >= 0 for r in log)
+
+
+@pytest.mark.parametrize("mode", ["fail", "garbage"])
+def test_a_failing_judge_is_an_explicit_counted_error(tmp_path, mode):
+    from rlexp.adapters.judge import Judge
+
+    with StubJudge(mode) as server:
+        judge = Judge(server.url, "judge-m", cache_path=tmp_path / "cache.jsonl", log_path=tmp_path / "calls.jsonl",
+                      retries=2, backoff_s=0.0, timeout_s=5.0)  # fmt: skip
+        out = [judge.score(p, a) for p, a in ANSWERS[:2]]
+        assert all(isinstance(o, RewardError) and o.kind == JUDGE_ERROR for o in out)
+        assert judge.errors == 2 and len(judge.calls) == 2
+        # bounded: a failing server sees retries + 1 requests per call, then the call is an error
+        assert len(server.requests) == (6 if mode == "fail" else 2)
+        assert not (tmp_path / "cache.jsonl").exists()  # failures are never cached (nor scored 0)
+        log = [json.loads(line) for line in (tmp_path / "calls.jsonl").read_text().splitlines()]
+        assert [r["ok"] for r in log] == [False, False] and all(r["error"] for r in log)
+        combined = combine({"em": 1.0, "judge": out[0]}, {"em": 0.5, "judge": 0.5})
+        assert combined.value is None and combined.error.kind == JUDGE_ERROR
