@@ -140,3 +140,24 @@ def test_gate_pass_power_beside_the_test_power(tmp_path, capsys):
     assert out["power_at_3pp"] == pytest.approx(0.78, abs=0.02)
     assert out["gate_1b_pass_power_at_3pp"] == pytest.approx(0.52, abs=0.015)
     assert out["gate_1b_effect_80_pp"] == pytest.approx(3.87, abs=0.03)
+
+
+@pytest.mark.parametrize("how", ["same", "dotted", "symlink", "hardlink", "new-file"])
+def test_paired_out_onto_an_input_is_refused_and_the_input_kept(tmp_path, capsys, how):
+    base = write(tmp_path / "b.jsonl", [1, 0, 1, 1])
+    new = write(tmp_path / "n.jsonl", [1, 1, 0, 1])
+    target = new if how != "new-file" else base
+    out = {"same": target, "dotted": tmp_path / "sub" / ".." / target.name,
+           "symlink": tmp_path / "link.jsonl", "hardlink": tmp_path / "hard.jsonl",
+           "new-file": tmp_path / "b.jsonl"}[how]
+    (tmp_path / "sub").mkdir()
+    if how == "symlink":
+        out.symlink_to(target)
+    if how == "hardlink":
+        out.hardlink_to(target)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    assert main(["compare", str(base), str(new), "--paired-out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--paired-out" in err and "input file" in err
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*before, "sub"])  # no temp file left

@@ -68,6 +68,38 @@ def check_path(path: str | Path) -> Path:
     return Path(path)
 
 
+def same_file(a: str | Path, b: str | Path) -> bool:
+    """Whether ``a`` and ``b`` name one file: the same resolved path (through symlinks, ``..``)
+    or, both existing, the same inode (a hard link, a bind mount)."""
+    a, b = Path(a), Path(b)
+    try:
+        if a.resolve() == b.resolve():
+            return True
+    except (OSError, RuntimeError):  # a symlink loop: it cannot be a file we read
+        return False
+    try:
+        return os.path.samefile(a, b)
+    except (OSError, ValueError):
+        return False
+
+
+def refuse_output_onto_inputs(out: str | Path, inputs: Iterable[str | Path], option: str) -> Path:
+    """``out`` unless it names one of ``inputs`` (by path, symlink or hard link): writing there
+    would destroy an input. Checked before anything is read or written."""
+    out = check_path(out)
+    for source in inputs:
+        if same_file(out, source):
+            raise InputError(_short(str(out)), option, f"is an input file of this command ({_short(str(source))}); "
+                             "writing there would overwrite it: name another file")
+    if out.is_dir():
+        raise InputError(_short(str(out)), option, "is a directory, expected a file path")
+    return out
+
+
+def _short(text: str, limit: int = 200) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def read_text(path: str | Path, *, limit: int | None = None) -> str:
     """The whole text of a file rlexp reads, strictly: a missing file, a directory, a file over
     ``limit`` bytes (default :data:`MAX_DOCUMENT_BYTES`) and bytes that are not UTF-8 are
