@@ -13,9 +13,12 @@ Rules every stage follows:
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
+import re
+import stat
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -59,6 +62,8 @@ def atomic_write_json(path: str | Path, obj: Any) -> Path:
 MAX_DOCUMENT_BYTES = 64 << 20   # a JSON or YAML document (plan, state, spec, verdicts...)
 MAX_JSONL_BYTES = 2 << 30       # a JSONL file (datasets, records, metrics)
 MAX_DEPTH = 64                  # nesting of lists and mappings in any document or line
+MAX_INT_DIGITS = 4300           # an integer's digits (Python's own int-string limit: past it int() fails)
+MAX_MEMBER_BYTES = MAX_DOCUMENT_BYTES  # one archive member, counted as it is decompressed
 
 
 def check_path(path: str | Path) -> Path:
@@ -100,28 +105,68 @@ def _short(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def read_text(path: str | Path, *, limit: int | None = None) -> str:
-    """The whole text of a file rlexp reads, strictly: a missing file, a directory, a file over
-    ``limit`` bytes (default :data:`MAX_DOCUMENT_BYTES`) and bytes that are not UTF-8 are
-    :class:`InputError` naming the file."""
-    limit = MAX_DOCUMENT_BYTES if limit is None else limit
+_SPECIAL = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+            (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def check_regular_file(path: str | Path) -> Path:
+    """``path`` if it names a regular file (through symlinks); a missing file, a directory, a symlink
+    loop, a FIFO, a device or a socket is :class:`InputError` — before anything opens it (opening a
+    FIFO blocks until a writer comes; reading a device never ends)."""
     path = check_path(path)
-    if path.is_dir():
-        raise InputError(path, None, "is a directory, expected a file")
-    if not path.exists():
-        raise InputError(path, None, "file not found")
     try:
-        with open(path, "rb") as fh:
+        info = os.stat(path)
+    except FileNotFoundError:
+        raise InputError(path, None, "file not found") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise InputError(path, None, "a symlink loop, expected a file") from None
+        raise InputError(path, None, f"cannot read: {exc.strerror or exc}") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise InputError(path, None, "is a directory, expected a file")
+    for test, kind in _SPECIAL:
+        if test(info.st_mode):
+            raise InputError(path, None, f"is {kind}, expected a regular file")
+    return path
+
+
+def read_bytes(path: str | Path, *, limit: int | None = None) -> bytes:
+    """The bytes of a regular file, at most ``limit`` (default :data:`MAX_DOCUMENT_BYTES`): see
+    :func:`check_regular_file`; the file is opened non-blocking and checked again once open, so a
+    FIFO swapped in between cannot block the read."""
+    limit = MAX_DOCUMENT_BYTES if limit is None else limit
+    path = check_regular_file(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        raise InputError(path, None, f"cannot read: {exc.strerror or exc}") from None
+    try:
+        with os.fdopen(fd, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                raise InputError(path, None, "is not a regular file")
             data = fh.read(limit + 1)
     except OSError as exc:
         raise InputError(path, None, f"cannot read: {exc.strerror or exc}") from None
     if len(data) > limit:
         raise InputError(path, None, f"larger than the limit of {limit} bytes")
+    return data
+
+
+def decode_utf8(path: str | Path, data: bytes) -> str:
+    """``data`` as UTF-8 text; bad bytes are :class:`InputError` naming the line and byte."""
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
         raise InputError(path, f"line {line}", f"not UTF-8 text (byte {exc.start}: {data[exc.start]:#04x})") from None
+
+
+def read_text(path: str | Path, *, limit: int | None = None) -> str:
+    """The whole text of a file rlexp reads, strictly: a missing file, a directory, a special file
+    (FIFO, device, socket, symlink loop), a file over ``limit`` bytes (default
+    :data:`MAX_DOCUMENT_BYTES`) and bytes that are not UTF-8 are :class:`InputError` naming the file."""
+    path = check_path(path)
+    return decode_utf8(path, read_bytes(path, limit=limit))
 
 
 def check_depth(value: Any, path: str | Path, field: str | None = None, *, limit: int = MAX_DEPTH) -> Any:
@@ -133,15 +178,78 @@ def check_depth(value: Any, path: str | Path, field: str | None = None, *, limit
         if isinstance(item, dict | list):
             if depth > limit:
                 raise InputError(path, field, f"nested deeper than the limit of {limit} levels")
+            if isinstance(item, dict):
+                for key in item:
+                    if isinstance(key, str):
+                        _check_surrogates(key, path, field)
             stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+        elif isinstance(item, str):
+            _check_surrogates(item, path, field)
     return value
 
 
-def _loads(text: str) -> Any:
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _check_surrogates(text: str, path: str | Path, field: str | None) -> None:
+    """A JSON ``\\ud800`` escape decodes to a lone surrogate: no UTF-8 encodes it, so writing it
+    anywhere later would fail; refused where it is read."""
+    if not text.isascii() and (match := _SURROGATE.search(text)):
+        raise InputError(path, field, f"a lone surrogate (U+{ord(match.group()):04X}) in a string: not valid Unicode text")
+
+
+def _parse_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise ValueError(f"number too large (more than {MAX_INT_DIGITS} digits)")
+    return int(text)
+
+
+def _parse_float(text: str) -> float:
+    value = float(text)
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ValueError(f"number too large ({_short(text, 24)} is not a finite number)")
+    return value
+
+
+def _loads(text: str, *, allow_nan: bool = False) -> Any:
+    """JSON with every integer under :data:`MAX_INT_DIGITS` digits and (unless ``allow_nan``, for
+    harness logs whose metrics may be NaN) every number finite."""
     try:
-        return json.loads(text, parse_constant=_reject_constant)
+        if allow_nan:
+            return json.loads(text, parse_int=_parse_int)
+        return json.loads(text, parse_constant=_reject_constant, parse_int=_parse_int, parse_float=_parse_float)
     except RecursionError:
         raise ValueError(f"nested deeper than the limit of {MAX_DEPTH} levels") from None
+
+
+def loads_text(path: str | Path, text: str, field: str | None = None, *, allow_nan: bool = False) -> Any:
+    """One JSON document from ``text`` (read from ``path``), strictly: malformed JSON, NaN/Infinity,
+    numbers too large and nesting deeper than :data:`MAX_DEPTH` are :class:`InputError` naming
+    ``path`` and the line (or ``field``)."""
+    try:
+        return check_depth(_loads(text, allow_nan=allow_nan), path, field)
+    except json.JSONDecodeError as exc:
+        raise InputError(path, field or f"line {exc.lineno}", f"malformed JSON: {exc.msg}") from None
+    except ValueError as exc:
+        raise InputError(path, _where_bad_number(text, field), str(exc)) from None
+
+
+_BAD_NUMBER = re.compile(rf"\d{{{MAX_INT_DIGITS + 1}}}|\d[eE]\+?\d{{3,}}|\bNaN\b|-?\bInfinity\b")
+_KEY_BEFORE = re.compile(r'"((?:[^"\\]|\\.){0,200})"\s*:\s*[-+]?$')
+
+
+def _where_bad_number(text: str, field: str | None) -> str | None:
+    """``line N: key`` of the first number JSON refused (too many digits, not finite), the key
+    when the number is an object's value; ``field`` (the line of a JSONL file) replaces the line."""
+    match = _BAD_NUMBER.search(text)
+    if not match:
+        return field
+    start = match.start()
+    while start and (text[start - 1].isdigit() or text[start - 1] in ".-+"):
+        start -= 1
+    line = field or f"line {text.count(chr(10), 0, start) + 1}"
+    key = _KEY_BEFORE.search(text[max(0, start - 400):start])
+    return f"{line}: {key.group(1)}" if key else line
 
 
 def loads_line(line: bytes) -> Any:
@@ -155,13 +263,7 @@ def loads_line(line: bytes) -> Any:
 
 def read_json(path: str | Path) -> Any:
     path = Path(path)
-    text = read_text(path)
-    try:
-        return check_depth(_loads(text), path)
-    except json.JSONDecodeError as exc:
-        raise InputError(path, f"line {exc.lineno}", f"malformed JSON: {exc.msg}") from None
-    except ValueError as exc:
-        raise InputError(path, None, str(exc)) from None
+    return loads_text(path, read_text(path))
 
 
 def read_json_object(path: str | Path) -> dict[str, Any]:
@@ -250,12 +352,7 @@ def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
 def parse_jsonl_line(path: str | Path, number: int, line: str) -> dict[str, Any]:
     """One complete JSONL line, strictly: bad JSON, NaN/Infinity and a non-object are
     :class:`InputError` naming ``path`` and line ``number``."""
-    try:
-        record = _loads(line)
-    except json.JSONDecodeError as exc:
-        raise InputError(path, f"line {number}", f"malformed JSON: {exc.msg}") from None
-    except ValueError as exc:
-        raise InputError(path, f"line {number}", str(exc)) from None
+    record = loads_text(path, line, f"line {number}")
     if not isinstance(record, dict):
         raise InputError(path, f"line {number}", f"expected a JSON object, got {_json_type(record)}")
     return check_depth(record, path, f"line {number}")
@@ -274,7 +371,7 @@ def load_yaml(path: str | Path) -> Any:
     path = Path(path)
     text = read_text(path)
     try:
-        return _strict_loader(yaml)(text).get_single_data_and_dispose()
+        return check_depth(_strict_loader(yaml)(text).get_single_data_and_dispose(), path)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else None
@@ -319,6 +416,13 @@ def _strict_loader(yaml: Any) -> Any:
             finally:
                 self.depth -= 1
 
+        def construct_yaml_int(self, node: Any) -> Any:
+            digits = sum(ch.isalnum() for ch in str(node.value))
+            if digits > MAX_INT_DIGITS:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"number too large (more than {MAX_INT_DIGITS} digits)", node.start_mark)
+            return super().construct_yaml_int(node)
+
         def construct_mapping(self, node: Any, deep: bool = False) -> Any:
             seen: set[Any] = set()
             for key_node, _ in node.value:
@@ -333,6 +437,7 @@ def _strict_loader(yaml: Any) -> Any:
                                                             key_node.start_mark)
             return super().construct_mapping(node, deep=deep)
 
+    StrictLoader.add_constructor("tag:yaml.org,2002:int", StrictLoader.construct_yaml_int)
     _LOADER = StrictLoader
     return _LOADER
 
