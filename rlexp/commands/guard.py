@@ -14,6 +14,8 @@ from typing import Annotated
 
 import typer
 
+from rlexp.commands import SEED
+
 app = typer.Typer(no_args_is_help=True)
 
 AttemptArg = Annotated[Path, typer.Argument(help="Attempt directory or its attempt.yaml.")]
@@ -119,7 +121,7 @@ def audit(
     checkpoint: Annotated[str | None, typer.Option(help="Default: best-by-monitor, else final.")] = None,
     n: Annotated[int | None, typer.Option(min=1, help="Cases to draw (default: the SOP's "
                                           "parser_audit.sample_size, 50).")] = None,
-    seed: Annotated[int, typer.Option()] = 0,
+    seed: Annotated[int, typer.Option(**SEED)] = 0,
     sop_file: SopOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
