@@ -117,6 +117,11 @@ def main(argv: list[str] | None = None) -> int:
         text = " ".join(exc.format_message().split())
         print(f"rlexp: {where}: {text}" if where else f"rlexp: {text}", file=sys.stderr)
         return 2
+    except RuntimeError as exc:  # pathlib's resolve() on a symlink loop in a path given on the command line
+        if not str(exc).startswith("Symlink loop"):
+            raise
+        print(f"rlexp: {' '.join(str(exc).split())[:300]}: a path that is a symlink loop", file=sys.stderr)
+        return 2
     except typer.Abort:
         print("rlexp: aborted", file=sys.stderr)
         return 130

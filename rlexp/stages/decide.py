@@ -147,6 +147,7 @@ def gather(attempt: str | Path, sop: Any) -> tuple[DecideInputs, dict[str, Any]]
             raise InputError(ad.records(name, primary_role), None,
                              "file not found: every pre-registered checkpoint must be evaluated (run `rlexp eval`)")
 
+    _check_record_metadata(ad, present, names, sets)
     paired: dict[tuple[str, str, str], Any] = {}
     skipped: list[str] = []
     for baseline in present:
@@ -175,6 +176,52 @@ def gather(attempt: str | Path, sop: Any) -> tuple[DecideInputs, dict[str, Any]]
         parser_audit=_parser_audit(ad), diagnostics=diagnostics_from(rows, _g4_numbers(ad), sop),
         selection_note=selection_note, skipped=tuple(skipped))
     return inputs, {"attempt_dir": ad, "experiment_dir": exp_dir}
+
+
+# What every record file of one set shares (rlexp.stages.evaluate writes them for all targets alike):
+# records made under different values of these are not comparable.
+SHARED_META_KEYS = ("decoding", "model_sha256", "dataset_sha256", "prompt_suffix", "chat_template_sha256",
+                    "grading", "parser_version")
+
+
+def _check_record_metadata(ad: AttemptDir, baselines: tuple[str, ...], names: list[str], sets: tuple[str, ...]) -> None:
+    """The ``.meta.json`` beside each record file the decision reads: a JSON object naming what produced
+    the records; within one set, every file's decoding, base model, dataset, prompt, template, grading and
+    parser agree; a set where some files have metadata and others lack it is refused."""
+    from rlexp.storage.records import meta_path, read_meta
+
+    for role in sets:
+        metas: dict[Path, dict[str, Any]] = {}
+        missing: list[Path] = []
+        for name in (*baselines, *names):
+            records = ad.records(name, role)
+            if not records.exists():
+                continue
+            mpath = meta_path(records)
+            if not mpath.exists() and not mpath.is_symlink():
+                missing.append(mpath)
+                continue
+            meta = read_meta(records)
+            for key in SHARED_META_KEYS:
+                if key not in meta:
+                    raise InputError(mpath, key, "missing: the metadata of eval records names what produced them")
+            metas[mpath] = meta
+        if metas and missing:
+            raise InputError(missing[0], None, f"file not found: the other record files of set {role} have their "
+                                               "metadata; re-run `rlexp eval` for this checkpoint")
+        if len(metas) > 1:
+            (first_path, first), *rest = metas.items()
+            for mpath, meta in rest:
+                for key in SHARED_META_KEYS:
+                    if meta[key] != first[key]:
+                        raise InputError(mpath, key, f"{_short(meta[key])} differs from {first_path.parent.name}'s "
+                                                     f"{_short(first[key])}: records made under other settings are "
+                                                     "not comparable (re-run `rlexp eval`)")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def record(decision: Decision, inputs: DecideInputs, context: dict[str, Any]) -> None:

@@ -366,20 +366,26 @@ def load_yaml(path: str | Path) -> Any:
     """Read YAML with a safe loader that also refuses aliases (``*name``: a few hundred bytes of
     nested aliases expand to billions of nodes), duplicate keys (the last would silently win)
     and nesting deeper than :data:`MAX_DEPTH`; every error names the file and line."""
-    import yaml  # pyyaml is light (~20 ms) but only the commands that read YAML need it
 
     path = Path(path)
-    text = read_text(path)
+    return loads_yaml(path, read_text(path))
+
+
+def loads_yaml(path: str | Path | None, text: str, field: str | None = None) -> Any:
+    """YAML ``text`` (read from ``path``, or given as an option's value named ``field``) with the
+    strict loader of :func:`load_yaml`; every error is an :class:`InputError`."""
+    import yaml
+
     try:
-        return check_depth(_strict_loader(yaml)(text).get_single_data_and_dispose(), path)
+        return check_depth(_strict_loader(yaml)(text).get_single_data_and_dispose(), path or "", field)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else None
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark and field is None else field
         raise InputError(path, where, f"malformed YAML: {exc.problem or exc}") from None
     except yaml.YAMLError as exc:
-        raise InputError(path, None, f"malformed YAML: {exc}") from None
+        raise InputError(path, field, f"malformed YAML: {exc}") from None
     except RecursionError:
-        raise InputError(path, None, f"nested deeper than the limit of {MAX_DEPTH} levels") from None
+        raise InputError(path, field, f"nested deeper than the limit of {MAX_DEPTH} levels") from None
 
 
 _LOADER: Any = None
