@@ -86,7 +86,7 @@ def resolve_tracking_uri(uri: str | None = None) -> str:
 # Schemes MLflow stores live at (a bare path is a local file store); the network ones are probed
 # with a short TCP connect before MLflow is asked (its HTTP client retries for minutes, and a
 # database driver may wait on a dead port far longer).
-TRACKING_SCHEMES = ("sqlite", "postgresql", "postgres", "mysql", "mssql", "http", "https", "file", "databricks")
+TRACKING_SCHEMES = ("sqlite", "postgresql", "postgres", "mysql", "mssql", "http", "https", "databricks")
 DEFAULT_PORTS = {"postgresql": 5432, "postgres": 5432, "mysql": 3306, "mssql": 1433, "http": 80, "https": 443}
 CONNECT_TIMEOUT_S = 3.0
 _reachable: set[str] = set()
@@ -130,11 +130,12 @@ def check_tracking_uri(uri: str | None, option: str = "--tracking-uri", *, probe
     """The resolved store URI once its scheme is one MLflow serves and (``probe``), for a server or
     a database, its address answers; else a one-line :class:`InputError` (before anything is written)."""
     resolved = resolve_tracking_uri(uri)
-    if "://" in resolved:
-        scheme = resolved.split("://", 1)[0].split("+")[0].lower()
-        if scheme not in TRACKING_SCHEMES:
-            raise InputError(None, option, f"{scrub_url(resolved)[:80]}: not an MLflow tracking store (sqlite:///FILE, "
-                                           "http(s)://HOST:PORT, postgresql://..., mysql://..., file:///DIR, or off)")
+    scheme = resolved.split(":", 1)[0].split("+")[0].lower() if ":" in resolved else ""
+    if scheme not in TRACKING_SCHEMES or "://" not in resolved:
+        # a bare path or file: is MLflow's file store, which MLflow 3 no longer serves (an exception
+        # deep in MLflow); anything else is not a store at all
+        raise InputError(None, option, f"{scrub_url(resolved)[:80]}: not an MLflow tracking store (sqlite:///FILE, "
+                                       "http(s)://HOST:PORT, postgresql://..., mysql://..., or off)")
     if probe:
         check_reachable(resolved, option)
     if resolved.startswith(("http://", "https://")):  # MLflow's own default retries for minutes
@@ -379,7 +380,18 @@ def _param_value(value: Any) -> str:
 
 
 def log_attempt(attempt_dir: str | Path, tracking_uri: str | None = None, *, report_path: str | Path | None = None) -> str:
-    """Mirror one attempt directory into MLflow; returns the run id (the same on every call)."""
+    """Mirror one attempt directory into MLflow; returns the run id (the same on every call).
+
+    The whole mirror is one turn under the store lock: parallel ``report``s of one attempt each
+    read what is logged and add the rest (params, dataset inputs, tags), and MLflow's SQL store
+    inserts those after a check that two processes can pass at once (a UNIQUE constraint failure
+    on ``params`` or ``datasets``). A SQLite store serialises writes anyway; others take no lock."""
+    with store_lock(check_tracking_uri(tracking_uri)):
+        return _log_attempt(attempt_dir, tracking_uri, report_path=report_path)
+
+
+def _log_attempt(attempt_dir: str | Path, tracking_uri: str | None = None, *,
+                 report_path: str | Path | None = None) -> str:
     from mlflow.entities import Param, RunTag
 
     ad = AttemptDir(attempt_dir)

@@ -29,6 +29,10 @@ def report(attempt: str | Path, *, reports_dir: str | Path | None = None,
     from rlexp.storage.layout import AttemptDir
 
     ad = AttemptDir(attempt)
+    if reports_dir is not None:
+        from rlexp.storage.files import check_output_dir
+
+        check_output_dir(reports_dir, "--reports-dir")
     if not (tracking_uri and tracking_uri.lower() in ("off", "none")):
         from rlexp.adapters.tracking import check_tracking_uri
 

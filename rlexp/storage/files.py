@@ -35,7 +35,8 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    clean_stale_temps(path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path), suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -47,6 +48,79 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
             os.unlink(tmp)
         raise
     return path
+
+
+# Temporary files and directories are named ``.<final name>.<pid>-<random>[.tmp]`` beside what they
+# become, so the next writer in that directory can tell one a killed process left (its pid is gone)
+# from one being written now, and remove it: a kill never leaves them behind for good.
+_TEMP_NAME = re.compile(r"\.(?P<name>.+)\.(?P<pid>\d+)-[A-Za-z0-9_]+(?:\.tmp)?")
+# what earlier versions named them (no pid): removed once they are an hour old
+_LEGACY_TEMP_NAME = re.compile(r"\.(?P<name>.+)\.[A-Za-z0-9_]{8}(?:\.tmp)?")
+LEGACY_TEMP_AGE_S = 3600
+
+
+def _temp_prefix(final: Path) -> str:
+    return f".{final.name}.{os.getpid()}-"
+
+
+def make_temp_dir(final: str | Path) -> Path:
+    """A fresh directory beside ``final`` to write it in before :func:`replace_dir`; what killed
+    writers left in that directory is removed first (:func:`clean_stale_temps`)."""
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    clean_stale_temps(final.parent)
+    return Path(tempfile.mkdtemp(prefix=_temp_prefix(final), dir=final.parent))
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return True
+    return True
+
+
+def clean_stale_temps(directory: str | Path) -> list[Path]:
+    """Remove the temporary files and directories in ``directory`` whose writer is dead (its pid in
+    the name no longer runs; an unnamed one of an earlier version once it is an hour old). Returns
+    what was removed."""
+    import shutil
+    import time
+
+    removed = []
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return removed
+    now = time.time()
+    for entry in entries:
+        if not entry.name.startswith("."):
+            continue
+        match = _TEMP_NAME.fullmatch(entry.name)
+        if match:
+            stale = not _pid_alive(int(match["pid"]))
+        else:
+            if not _LEGACY_TEMP_NAME.fullmatch(entry.name):
+                continue
+            try:
+                stale = now - entry.stat(follow_symlinks=False).st_mtime > LEGACY_TEMP_AGE_S
+            except OSError:
+                continue
+        if not stale:
+            continue
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                os.unlink(entry.path)
+            removed.append(Path(entry.path))
+        except OSError:
+            continue
+    return removed
 
 
 def to_json(obj: Any) -> str:
@@ -99,6 +173,30 @@ def refuse_output_onto_inputs(out: str | Path, inputs: Iterable[str | Path], opt
     if out.is_dir():
         raise InputError(_short(str(out)), option, "is a directory, expected a file path")
     return out
+
+
+def check_output_dir(path: str | Path, option: str) -> Path:
+    """``path``, a directory rlexp will write into (created if missing), if it can be one: it and
+    its nearest existing ancestor are directories (not a file, a device, a FIFO or a symlink loop)."""
+    path = check_path(path)
+    if not str(path).strip():
+        raise InputError(None, option, "an empty path")
+    probe = path
+    while True:
+        try:
+            info = os.stat(probe)
+        except FileNotFoundError:
+            if probe.parent == probe:
+                break
+            probe = probe.parent
+            continue
+        except OSError as exc:
+            reason = "a symlink loop" if exc.errno == errno.ELOOP else (exc.strerror or str(exc))
+            raise InputError(_short(str(probe)), option, f"cannot be a directory: {reason}") from None
+        if not stat.S_ISDIR(info.st_mode):
+            raise InputError(_short(str(probe)), option, "is not a directory: reports cannot be written there")
+        break
+    return path
 
 
 def _short(text: str, limit: int = 200) -> str:
