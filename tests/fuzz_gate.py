@@ -222,6 +222,20 @@ def make_special(path: Path, kind: str) -> None:
     elif kind == "dangling":
         path.symlink_to(path.name + ".missing")
     else:
+        make_device(path)
+
+
+def make_device(path: Path) -> None:
+    """A private character device reading like /dev/zero (never the system's own node: a writer that
+    wrongly replaced it, run as root, would replace /dev/zero for the whole machine); where mknod is
+    not permitted, a link to /dev/zero, which such a user cannot replace."""
+    import stat as stat_module
+
+    try:
+        os.mknod(path, stat_module.S_IFCHR | 0o666, os.makedev(1, 5))
+    except (PermissionError, OSError):
+        if os.geteuid() == 0:
+            raise
         path.symlink_to("/dev/zero")
 
 
@@ -443,7 +457,7 @@ NUMERIC_VALUES = ["nan", "inf", "-inf", "-1", "0", "1", "1e999", str(2**31), str
 def path_values(work: Path) -> list[str]:
     specials = work / "specials"
     return [str(specials / "fifo"), str(specials / "loop"), str(specials / "dir"), str(specials / "missing"),
-            str(specials / "dangling"), "/dev/zero", "", "x" * 5000, "a\0b", str(work / "exp" / "a2"),
+            str(specials / "dangling"), str(specials / "zero"), str(specials / "zero-link"), "", "x" * 5000, "a\0b", str(work / "exp" / "a2"),
             str(work / "exp" / "a2" / "eval" / "global_step2" / "ood_primary.jsonl"), "..", "-"]
 
 
@@ -652,6 +666,8 @@ class Fuzzer:
         (specials / "loop").symlink_to("loop")
         (specials / "dir").mkdir()
         (specials / "dangling").symlink_to("nowhere")
+        make_device(specials / "zero")
+        (specials / "zero-link").symlink_to("zero")
         return work
 
     def _main(self, argv: list[str], work: Path, allow_verdict: bool = True) -> tuple[str, str]:

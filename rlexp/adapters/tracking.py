@@ -136,6 +136,10 @@ def check_tracking_uri(uri: str | None, option: str = "--tracking-uri", *, probe
         # deep in MLflow); anything else is not a store at all
         raise InputError(None, option, f"{scrub_url(resolved)[:80]}: not an MLflow tracking store (sqlite:///FILE, "
                                        "http(s)://HOST:PORT, postgresql://..., mysql://..., or off)")
+    if resolved.startswith("sqlite:///"):
+        from rlexp.storage.files import check_store_file
+
+        check_store_file(resolved[len("sqlite:///"):], option)
     if probe:
         check_reachable(resolved, option)
     if resolved.startswith(("http://", "https://")):  # MLflow's own default retries for minutes

@@ -34,6 +34,7 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
     path = Path(path)
+    _refuse_special_target(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     clean_stale_temps(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path), suffix=".tmp", dir=path.parent)
@@ -123,6 +124,21 @@ def clean_stale_temps(directory: str | Path) -> list[Path]:
     return removed
 
 
+def _refuse_special_target(path: Path) -> None:
+    """An atomic write renames a new file over ``path``: where ``path`` is a device, a FIFO or a socket
+    (``--paired-out /dev/null``), that would replace the node itself (run as root: the system's
+    ``/dev/null`` becomes a file). Refused; a symlink is replaced as a link, never followed."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return
+    if stat.S_ISDIR(mode):
+        raise InputError(_short(str(path)), None, "is a directory, expected a file path to write")
+    for test, kind in _SPECIAL:
+        if test(mode):
+            raise InputError(_short(str(path)), None, f"is {kind}: rlexp writes regular files only")
+
+
 def to_json(obj: Any) -> str:
     """Canonical JSON for files we write: sorted keys off (keep author order), no NaN."""
     return json.dumps(obj, indent=2, allow_nan=False, ensure_ascii=False) + "\n"
@@ -144,6 +160,9 @@ def check_path(path: str | Path) -> Path:
     """A path rlexp is about to read: no NUL byte (the OS cannot name it)."""
     if "\0" in str(path):
         raise InputError(repr(str(path)), None, "a NUL byte in the path")
+    if len(os.fsencode(str(path))) > 4096 or any(len(os.fsencode(p)) > 255 for p in Path(path).parts):
+        raise InputError(_short(str(path)), None, "a path too long for the file system (a name over 255 bytes, "
+                                                  "or over 4096 in all)")
     return Path(path)
 
 
@@ -166,6 +185,7 @@ def refuse_output_onto_inputs(out: str | Path, inputs: Iterable[str | Path], opt
     """``out`` unless it names one of ``inputs`` (by path, symlink or hard link): writing there
     would destroy an input. Checked before anything is read or written."""
     out = check_path(out)
+    _refuse_special_target(Path(os.path.realpath(out)) if os.path.islink(out) else out)
     for source in inputs:
         if same_file(out, source):
             raise InputError(_short(str(out)), option, f"is an input file of this command ({_short(str(source))}); "
@@ -186,6 +206,8 @@ def check_output_dir(path: str | Path, option: str) -> Path:
         try:
             info = os.stat(probe)
         except FileNotFoundError:
+            if os.path.islink(probe):
+                raise InputError(_short(str(probe)), option, "a dangling symlink: cannot be a directory") from None
             if probe.parent == probe:
                 break
             probe = probe.parent
@@ -196,6 +218,19 @@ def check_output_dir(path: str | Path, option: str) -> Path:
         if not stat.S_ISDIR(info.st_mode):
             raise InputError(_short(str(probe)), option, "is not a directory: reports cannot be written there")
         break
+    return path
+
+
+def check_store_file(path: str | Path, option: str) -> Path:
+    """``path``, a database file rlexp will open or create (a SQLite store): a regular file if it
+    exists, in a directory that is (or can be made) one."""
+    path = check_path(path)
+    if os.path.lexists(path):
+        try:
+            check_regular_file(path)
+        except InputError as exc:
+            raise InputError(exc.file, option, f"{exc.message}: not a database file") from None
+    check_output_dir(path.parent, option)
     return path
 
 

@@ -73,11 +73,14 @@ def checkpoint_step(name: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
+PID_MAX = 2**31 - 1  # pid_t is a signed 32-bit integer; Linux hands out at most 2**22
+
+
 def pid_alive(pid: Any) -> bool:
     """Whether a process with ``pid`` exists and has not exited (a zombie waiting to be reaped
     by its parent has exited: Linux shows it as state ``Z`` in ``/proc/<pid>/stat``)."""
-    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
-        return False
+    if isinstance(pid, bool) or not isinstance(pid, int) or not 0 < pid <= PID_MAX:
+        return False  # past any pid the kernel hands out (os.kill would raise OverflowError)
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
