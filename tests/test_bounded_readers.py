@@ -164,19 +164,23 @@ def test_the_next_writer_removes_what_a_killed_writer_left(tmp_path):
                           text=True, check=True).stdout.strip()
     paired = tmp_path / "paired"
     paired.mkdir()
-    left_file = paired / f".a__b__ood_primary.jsonl.{dead}-k3x9_q.tmp"
+    left_file = paired / f".a__b__ood_primary.jsonl.{dead}-k3x9_q7a.tmp"
     left_file.write_text("half")
-    left_dir = paired / f".global_step16_hf.{dead}-a8b2"
+    left_dir = paired / f".global_step16_hf.{dead}-a8b2c4d6"
     left_dir.mkdir()
     (left_dir / "adapter.bin").write_bytes(b"x")
     legacy = paired / ".global_step8_hf.abcd1234"  # an earlier version's name: removed once an hour old
     legacy.mkdir()
     os.utime(legacy, (time.time() - 7200, time.time() - 7200))
-    live = paired / f".other.jsonl.{os.getpid()}-zz.tmp"  # a writer that still runs: kept
+    live = paired / f".other.jsonl.{os.getpid()}-zz000000.tmp"  # a writer that still runs: kept
     live.write_text("in progress")
-    young_legacy = paired / ".c.json.efgh5678.tmp"
+    young_legacy = paired / ".c.json.efgh5678.tmp"  # an hour not yet passed: kept
     young_legacy.write_text("maybe in progress")
+    user_file = paired / ".env.backup01"  # not a name rlexp gives a temporary: never removed
+    user_file.write_text("keep")
+    os.utime(user_file, (time.time() - 7200, time.time() - 7200))
     F.atomic_write_json(paired / "x.json", {"a": 1})
-    assert sorted(p.name for p in paired.iterdir()) == sorted([live.name, young_legacy.name, "x.json"])
+    assert sorted(p.name for p in paired.iterdir()) == sorted([live.name, young_legacy.name, user_file.name,
+                                                               "x.json"])
     made = F.make_temp_dir(paired / "global_step2_hf")
     assert made.name.startswith(f".global_step2_hf.{os.getpid()}-") and made.is_dir()

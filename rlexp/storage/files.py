@@ -54,9 +54,11 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
 # Temporary files and directories are named ``.<final name>.<pid>-<random>[.tmp]`` beside what they
 # become, so the next writer in that directory can tell one a killed process left (its pid is gone)
 # from one being written now, and remove it: a kill never leaves them behind for good.
-_TEMP_NAME = re.compile(r"\.(?P<name>.+)\.(?P<pid>\d+)-[A-Za-z0-9_]+(?:\.tmp)?")
-# what earlier versions named them (no pid): removed once they are an hour old
-_LEGACY_TEMP_NAME = re.compile(r"\.(?P<name>.+)\.[A-Za-z0-9_]{8}(?:\.tmp)?")
+_TEMP_NAME = re.compile(r"\.(?P<name>.+)\.(?P<pid>\d+)-[a-z0-9_]{8}(?:\.tmp)?")
+# what earlier versions named them (no pid; tempfile's 8 random characters): an atomic write's
+# ``.<name>.<random>.tmp`` file, a checkpoint's ``.global_stepN[_hf].<random>`` directory; removed once
+# they are an hour old
+_LEGACY_TEMP_NAME = re.compile(r"\.(?:.+\.[a-z0-9_]{8}\.tmp|global_step\d+(?:_hf)?\.[a-z0-9_]{8})")
 LEGACY_TEMP_AGE_S = 3600
 
 
