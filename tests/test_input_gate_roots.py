@@ -197,3 +197,16 @@ def test_compare_input_that_is_a_fifo_does_not_hang(exp, capsys):
     fifo = exp / "pipe.jsonl"
     os.mkfifo(fifo)
     refused(["compare", str(fifo), str(exp / "a2/eval/global_step2/ood_primary.jsonl")], capsys, exp, "FIFO")
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    ({"final": -1}, "final"),                                 # old: blamed eval/global_step-1/ood_primary.jsonl
+    ({"best_by_monitor": 10**30}, "best_by_monitor"),
+    ({"mid": 99}, "mid"),                                     # not among the listed checkpoints
+    ({"checkpoints": ["global_step2", "global_step2"]}, "checkpoints"),
+    ({"checkpoints": ["global_step../x"]}, "checkpoints"),
+])
+def test_a_bad_selection_is_blamed_on_selection_json(exp, capsys, change, field):
+    path = exp / "a2/eval/selection.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **change}))
+    refused(["decide", str(exp / "a2")], capsys, exp, f"selection.json: {field}")

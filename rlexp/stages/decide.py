@@ -23,13 +23,14 @@ that a rerun of ``rlexp decide`` completes to the new one:
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from rlexp.core.decision import BASELINES, ROLE_ORDER, AttemptFacts, DecideInputs, Decision
 from rlexp.errors import InputError
-from rlexp.storage.layout import AttemptDir, checkpoint_name
+from rlexp.storage.layout import MAX_GLOBAL_STEP, AttemptDir, checkpoint_name
 
 
 def decide(attempt: str | Path, *, sop_path: str | Path | None = None, now: str | None = None) -> Decision:
@@ -49,6 +50,9 @@ def decide(attempt: str | Path, *, sop_path: str | Path | None = None, now: str 
     return decision
 
 
+_CHECKPOINT = re.compile(r"global_step(0|[1-9][0-9]{0,6})")
+
+
 def _read_selection(ad: AttemptDir) -> tuple[list[str], dict[str, str], str | None]:
     """Checkpoint names in role order, name -> role(s), and the SHA-256 of the SOP file the
     selection was made under, from eval/selection.json."""
@@ -62,16 +66,22 @@ def _read_selection(ad: AttemptDir) -> tuple[list[str], dict[str, str], str | No
         step = data.get(role)
         if step is None:
             continue
-        if isinstance(step, bool) or not isinstance(step, int):
-            raise InputError(path, role, f"must be a global step (integer) or null, got {step!r}")
+        if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= MAX_GLOBAL_STEP:
+            raise InputError(path, role, f"must be a global step (an integer from 0 to {MAX_GLOBAL_STEP}) or null, "
+                                         f"got {str(step)[:24]!r}")
         name = checkpoint_name(step)
         if name not in names:
             names.append(name)
         roles[name] = f"{roles[name]}+{role}" if name in roles else role
     listed = data.get("checkpoints")
     if listed is not None:
-        if not (isinstance(listed, list) and all(isinstance(x, str) and x.startswith("global_step") for x in listed)):
+        if not (isinstance(listed, list) and all(isinstance(x, str) and _CHECKPOINT.fullmatch(x) for x in listed)):
             raise InputError(path, "checkpoints", "must be a list of 'global_step{N}' names")
+        if len(set(listed)) != len(listed):
+            raise InputError(path, "checkpoints", "a checkpoint is listed twice")
+        for name, role in roles.items():  # a role's checkpoint is one of the pre-registered ones
+            if name not in listed:
+                raise InputError(path, role.split("+")[0], f"{name} is not among the checkpoints listed")
         for name in listed:
             if name not in names:
                 names.append(name)
