@@ -210,3 +210,15 @@ def test_a_bad_selection_is_blamed_on_selection_json(exp, capsys, change, field)
     path = exp / "a2/eval/selection.json"
     path.write_text(json.dumps({**json.loads(path.read_text()), **change}))
     refused(["decide", str(exp / "a2")], capsys, exp, f"selection.json: {field}")
+
+
+@pytest.mark.parametrize(("doc", "field"), [
+    ({"git": {"sha": 100, "dirty": False}}, "git.sha"),   # found by the fuzzer: a TypeError in report
+    ({"git": "abc"}, "git"),
+    ({"datasets": {"pool": {"sha256": ["x"]}}}, "datasets.pool.sha256"),
+    ({"datasets": {"pool": 5}}, "datasets.pool"),
+])
+def test_provenance_nested_fields_are_typed(exp, capsys, doc, field):
+    (exp / "a2/launch/provenance.json").write_text(json.dumps(doc))
+    refused(["report", str(exp / "a2"), "--tracking-uri", "off", "--reports-dir", str(exp / "reports")],
+            capsys, exp, f"provenance.json: {field}")
