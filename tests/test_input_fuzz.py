@@ -25,7 +25,7 @@ from input_fixture import build_experiment
 
 from rlexp.cli import main
 
-EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "150"))
+EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "100"))  # tests/fuzz_gate.py covers more below
 
 # Every kind of file the verbs read (the tiny model's files are not rlexp's input format).
 FILES = [
