@@ -187,7 +187,10 @@ def refuse_output_onto_inputs(out: str | Path, inputs: Iterable[str | Path], opt
     """``out`` unless it names one of ``inputs`` (by path, symlink or hard link): writing there
     would destroy an input. Checked before anything is read or written."""
     out = check_path(out)
-    _refuse_special_target(Path(os.path.realpath(out)) if os.path.islink(out) else out)
+    try:
+        _refuse_special_target(Path(os.path.realpath(out)) if os.path.islink(out) else out)
+    except InputError as exc:
+        raise InputError(exc.file, option, exc.message) from None
     for source in inputs:
         if same_file(out, source):
             raise InputError(_short(str(out)), option, f"is an input file of this command ({_short(str(source))}); "
