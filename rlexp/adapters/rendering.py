@@ -138,7 +138,11 @@ def gather(attempt_dir: str | Path) -> ReportInputs:
         for path in sorted(guards.glob("*.json")):
             doc = read_json(path)
             # verdict files only (rlexp.stages.guard.Verdict: name, passed, rule, numbers, notes,
-            # details): guards/ also holds samples' metadata (e.g. g4_samples.meta.json)
+            # details): guards/ also holds samples' metadata (e.g. g4_samples.meta.json); a file
+            # named like a verdict must be one
+            if not path.name.endswith(".meta.json") and not (isinstance(doc, dict)
+                                                             and {"name", "passed", "rule"} <= doc.keys()):
+                raise InputError(path, None, "not a guard verdict (an object with name, passed and rule)")
             if isinstance(doc, dict) and {"name", "passed", "rule"} <= doc.keys():
                 if doc["passed"] not in (True, False, None):
                     raise InputError(path, "passed", f"must be true, false or null, got {doc['passed']!r}")

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 from rlexp.core.recipe import RECIPE_KEYS, local_trainer_keys, local_trainer_value
 from rlexp.core.schedule import LOCAL_TRAINER_VERSION, fires
 from rlexp.errors import InputError
-from rlexp.storage.files import append_jsonl, iter_jsonl, repair_torn_tail, replace_dir
+from rlexp.storage.files import append_jsonl, iter_jsonl, make_temp_dir, repair_torn_tail, replace_dir
 from rlexp.storage.layout import STEP_TIME_KEY, AttemptDir
 
 if TYPE_CHECKING:
@@ -402,11 +402,10 @@ def state_dir(attempt_dir: Path, global_step: int) -> Path:
 def save_adapter(model, tokenizer, attempt_dir: Path, global_step: int) -> Path:
     """``checkpoints/global_step{N}_hf``: the LoRA adapter (or the full model when lora_rank is 0)
     and the tokenizer, written to a temporary directory and renamed into place."""
-    import tempfile
 
     final = adapter_dir(attempt_dir, global_step)
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+    tmp = make_temp_dir(final)  # also removes what a killed run left here
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp, save_jinja_files=False)
     sort_target_modules(tmp / "adapter_config.json")
@@ -433,13 +432,12 @@ def save_state(
 ) -> Path:
     """Everything ``--resume`` needs: trainable weights, optimizer, scheduler, RNG states, position."""
     import random
-    import tempfile
 
     import torch
 
     final = state_dir(attempt_dir, global_step)
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+    tmp = make_temp_dir(final)  # also removes what a killed run left here
     trainable = {k: v.detach().clone() for k, v in model.named_parameters() if v.requires_grad}
     torch.save(
         {

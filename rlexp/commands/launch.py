@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
+from rlexp.commands import finite
 from rlexp.errors import CheckFailed
 
 
@@ -25,7 +26,8 @@ def launch(
     tracking_uri: Annotated[str | None, typer.Option("--tracking-uri", help="MLflow store (default "
                                                      "sqlite:///mlflow.db here); 'off' disables MLflow.")] = None,
     no_follow: Annotated[bool, typer.Option("--no-follow", help="Start the run and return at once.")] = False,
-    poll_s: Annotated[float, typer.Option(help="Seconds between metric polls while following.")] = 2.0,
+    poll_s: Annotated[float, typer.Option(callback=finite(0.01, 3600),
+                                          help="Seconds between metric polls while following.")] = 2.0,
     metrics_source: Annotated[str | None, typer.Option(
         "--metrics-source", help="OpenRLHF backends: follow the trainer's stdout 'Global step N' lines, or its "
                                  "TensorBoard scalars in ATTEMPT/tensorboard (default: stdout; --resume: "

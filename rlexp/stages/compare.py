@@ -49,6 +49,10 @@ def compare_files(files: list[Path], *, fmt: str | None = None, choice: Choice |
         raise InputError(None, "--format", f"must be one of {', '.join(FORMATS)}, got {fmt!r}")
     if len(files) < 2:
         raise InputError(None, "FILES", "need the baseline and at least one file to compare with it")
+    if paired_out is not None:
+        from rlexp.storage.files import refuse_output_onto_inputs
+
+        paired_out = refuse_output_onto_inputs(paired_out, files, "--paired-out")
     sets = [read_items(path, fmt, choice, intersect=intersect) for path in files]
     pairs = [pair_items(sets[0], new, intersect=intersect, allow_prompt_change=allow_prompt_change)
              for new in sets[1:]]
