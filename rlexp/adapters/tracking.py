@@ -31,6 +31,7 @@ other stores a run created twice by a race is resolved to the oldest one.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import re
 import threading
@@ -283,8 +284,13 @@ def rewound(rows: list[Mapping[str, Any]], logged: Mapping[str, Mapping[int, flo
         for key, value in row.items():
             if key not in NOT_METRICS:
                 in_file.setdefault(metric_name(key), {})[int(row["global_step"])] = float(value)
-    return any(step not in in_file.get(name, {}) or in_file[name][step] != value
+    return any(step not in in_file.get(name, {}) or not _same(in_file[name][step], value)
                for name, steps in logged.items() for step, value in steps.items())
+
+
+def _same(a: float, b: float) -> bool:
+    """Equal values, a NaN equal to a NaN (MLflow holds the NaN metrics.jsonl holds)."""
+    return a == b or (math.isnan(a) and math.isnan(b))
 
 
 def sync_metric_rows(client, run_id: str, rows: list[Mapping[str, Any]], uri: str) -> int:
