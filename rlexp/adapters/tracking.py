@@ -34,6 +34,7 @@ import contextlib
 import math
 import os
 import re
+import sys
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -288,9 +289,12 @@ def rewound(rows: list[Mapping[str, Any]], logged: Mapping[str, Mapping[int, flo
                for name, steps in logged.items() for step, value in steps.items())
 
 
-def _same(a: float, b: float) -> bool:
-    """Equal values, a NaN equal to a NaN (MLflow holds the NaN metrics.jsonl holds)."""
-    return a == b or (math.isnan(a) and math.isnan(b))
+def _same(in_file: float, logged: float) -> bool:
+    """The file's value is the one the run holds: a NaN equals a NaN (MLflow keeps NaN), and an
+    infinity equals the largest float of its sign (MLflow's SQL store keeps an infinity as that)."""
+    if math.isinf(in_file) and abs(logged) in (math.inf, sys.float_info.max):
+        return math.copysign(1.0, in_file) == math.copysign(1.0, logged)
+    return in_file == logged or (math.isnan(in_file) and math.isnan(logged))
 
 
 def sync_metric_rows(client, run_id: str, rows: list[Mapping[str, Any]], uri: str) -> int:
