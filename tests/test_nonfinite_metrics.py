@@ -179,3 +179,11 @@ def test_early_stop_ignores_a_nan_accuracy_and_does_not_crash(tmp_path):
     rows[9]["monitor_acc"], rows[19]["monitor_acc"], rows[29]["monitor_acc"] = 0.5, math.nan, 0.6
     assert run.update(rows) is None
     assert monitor.monitor_points(rows) == [(10, 0.5), (30, 0.6)]
+
+
+def test_status_counts_the_steps_of_a_run_with_nan(nan_attempt, capsys):
+    from rlexp.cli import main
+
+    assert main(["status", str(nan_attempt.parent), "--json"]) == 0
+    rows = {r["attempt"]: r for r in json.loads(capsys.readouterr().out)["attempts"]}
+    assert rows["a2"]["steps"] == 20  # the NaN step is a step like any other
