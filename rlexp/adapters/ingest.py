@@ -271,9 +271,9 @@ VERL_MONITOR_METRIC = "val-core/rlexp_ood_monitor/acc/mean@1"
 def parse_verl_line(path: Path, number: int, line: str, stats: IngestStats) -> dict[str, Any] | None:
     """One line of verl's ``file`` logger, ``{"step": N, "data": {...}}`` (``FileLogger.log`` in
     verl/utils/tracking.py), as a canonical row; a blank line is None. A line that is not such an
-    object is an :class:`InputError` naming file and line; a NaN/inf is kept and flagged; a value
-    that is not a number (orjson writes NaN as null, so verl's NaN arrives as null) is dropped
-    and counted."""
+    object is an :class:`InputError` naming file and line. orjson writes NaN and inf as ``null``:
+    a null is read as NaN and flagged (as :func:`rlexp.core.trainers.metric_logs.read_text` does
+    for ``rlexp ingest``); a value that is not a number is dropped and counted."""
     if not line.strip():
         return None
     try:
@@ -285,7 +285,8 @@ def parse_verl_line(path: Path, number: int, line: str, stats: IngestStats) -> d
     step = raw.get("step")
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise InputError(path, f"line {number}: step", f"expected an integer >= 0, got {step!r}")
-    renamed = {k: v for k, v in raw["data"].items() if k != "training/global_step"}  # the step: the row's key
+    renamed = {k: (math.nan if v is None else v)  # orjson's NaN/inf
+               for k, v in raw["data"].items() if k != "training/global_step"}  # the step: the row's key
     return normalise(renamed, stats, step=step, trainer="verl")
 
 
