@@ -187,3 +187,15 @@ def test_status_counts_the_steps_of_a_run_with_nan(nan_attempt, capsys):
     assert main(["status", str(nan_attempt.parent), "--json"]) == 0
     rows = {r["attempt"]: r for r in json.loads(capsys.readouterr().out)["attempts"]}
     assert rows["a2"]["steps"] == 20  # the NaN step is a step like any other
+
+
+def test_checkpoint_selection_skips_a_nan_monitor_accuracy(tmp_path):
+    from rlexp.stages.evaluate import monitor_points
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"global_step": 5, "monitor_acc": 0.4}\n{"global_step": 10, "monitor_acc": "NaN"}\n'
+                    '{"global_step": 15, "monitor_acc": 0.5, "grad_norm": "Infinity"}\n')
+    assert monitor_points(tmp_path) == ([(5, 0.4), (15, 0.5)], 15)
+    path.write_text('{"global_step": 5, "monitor_acc": "nan"}\n')  # not the file's spelling: an error
+    with pytest.raises(InputError, match="line 1: monitor_acc"):
+        monitor_points(tmp_path)
