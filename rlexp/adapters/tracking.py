@@ -31,8 +31,10 @@ other stores a run created twice by a race is resolved to the oldest one.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import re
+import sys
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -348,8 +350,16 @@ def rewound(rows: list[Mapping[str, Any]], logged: Mapping[str, Mapping[int, flo
         for key, value in row.items():
             if key not in NOT_METRICS:
                 in_file.setdefault(metric_name(key), {})[int(row["global_step"])] = float(value)
-    return any(step not in in_file.get(name, {}) or in_file[name][step] != value
+    return any(step not in in_file.get(name, {}) or not _same(in_file[name][step], value)
                for name, steps in logged.items() for step, value in steps.items())
+
+
+def _same(in_file: float, logged: float) -> bool:
+    """The file's value is the one the run holds: a NaN equals a NaN (MLflow keeps NaN), and an
+    infinity equals the largest float of its sign (MLflow's SQL store keeps an infinity as that)."""
+    if math.isinf(in_file) and abs(logged) in (math.inf, sys.float_info.max):
+        return math.copysign(1.0, in_file) == math.copysign(1.0, logged)
+    return in_file == logged or (math.isnan(in_file) and math.isnan(logged))
 
 
 def sync_metric_rows(client, run_id: str, rows: list[Mapping[str, Any]], uri: str) -> int:

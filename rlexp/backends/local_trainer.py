@@ -43,6 +43,7 @@ from dataclasses import dataclass, field, make_dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rlexp.core.numbers import json_row
 from rlexp.core.recipe import RECIPE_KEYS, local_trainer_keys, local_trainer_value
 from rlexp.core.schedule import LOCAL_TRAINER_VERSION, fires
 from rlexp.errors import InputError
@@ -617,7 +618,8 @@ def train(cfg: TrainerConfig, attempt_dir: Path, *, resume: bool = False, log=pr
                 row["monitor_acc"] = monitor_accuracy(model, tokenizer, monitor, cfg)
             row["step_time_s"] = round(time.perf_counter() - started, 4)
             row[STEP_TIME_KEY] = round(time.time(), 3)  # the step's own time: MLflow's timestamp of its metrics
-            append_jsonl(metrics_path, {"global_step": global_step, **row})
+            # a NaN/inf loss is data: strict JSON's "NaN"/"Infinity" (rlexp.core.numbers.json_row)
+            append_jsonl(metrics_path, json_row({"global_step": global_step, **row}))
             log(_progress_line(global_step, global_steps_total, row))
 
             last = global_step == global_steps_total

@@ -73,7 +73,7 @@ def _print_result(result: dict[str, Any]) -> None:
     if dropped:
         line += f" ({sum(dropped.values())} non-numeric metric values dropped: {', '.join(sorted(dropped))})"
     for key, text in (("not_understood", "metric lines not understood at lines"),
-                      ("nonfinite_steps", "NaN/inf at steps"),
+                      ("nonfinite_steps", "steps with NaN/inf, kept in metrics.jsonl:"),
                       ("restarts", "step numbers restarted (a second run in the log) at lines")):
         if result.get(key):
             shown = ", ".join(str(n) for n in result[key][:20]) + (", …" if len(result[key]) > 20 else "")
