@@ -619,7 +619,7 @@ def read_log(path: str | Path, trainer: str, fmt: str | None = None):
     from rlexp.adapters.lfs import refuse_lfs_pointer
     from rlexp.core.trainers import metric_logs
     from rlexp.core.trainers.metric_names import TABLES
-    from rlexp.storage.files import MAX_JSONL_BYTES
+    from rlexp.storage.files import MAX_JSONL_BYTES, check_regular_file
 
     path = Path(path)
     if trainer not in TABLES:
@@ -628,6 +628,8 @@ def read_log(path: str | Path, trainer: str, fmt: str | None = None):
         raise InputError(None, "--format", f"expected one of {', '.join(metric_logs.FORMATS)}, got {fmt!r}")
     if not path.exists():
         raise InputError(path, None, "file not found")
+    if not path.is_dir():  # a TensorBoard run is a directory; anything else must be a regular file
+        check_regular_file(path)  # before anything opens it: a FIFO would block, a device never end
     fmt = fmt or detect_format(path, trainer)
     if fmt == "tensorboard":
         return _read_tensorboard_log(path if path.is_dir() else path.parent, trainer)
