@@ -193,6 +193,8 @@ def _comparable(path, root):
     """The file's content with the run's directory written as <dir>, and its wall-clock fields dropped."""
     text = path.read_bytes()
     name = path.name
+    if name == "launch.sh":  # its header says when it was written
+        text = re.sub(rb"written: \S+", b"written: <time>", text)
     if name in WITHOUT_TIMES:
         drop = WITHOUT_TIMES[name]
         rows = [json.loads(line) for line in text.decode().splitlines() if line.strip()] if name.endswith(

@@ -126,7 +126,7 @@ def test_tensorboard_dir_without_events_is_one_line_error(tmp_path):
 
 @pytest.mark.parametrize(("line", "field"), [
     ('{"global_step": 1, "reward": "0.5"}', "line 1: reward"),
-    ('{"global_step": 1, "reward": NaN}', "line 1"),
+    ('{"global_step": 1, "reward": NaN}', "line 1: reward"),
     ('{"global_step": "1", "reward": 0.5}', "line 1: global_step"),
     ('{"global_step": 1, "reward": true}', "line 1: reward"),
 ])

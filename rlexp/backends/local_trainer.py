@@ -462,6 +462,16 @@ def latest_state(attempt_dir: Path) -> Path | None:
     return latest[1] if latest else None
 
 
+def drop_stop_checkpoint(attempt_dir: Path, step: int, save_steps: int, total: int) -> None:
+    """A run stopped by SIGTERM saves its adapter at the step it stopped on, which may be off the
+    save schedule; resumed, that step is no longer the end of the run, so its adapter goes: the
+    resumed run's checkpoints are the uninterrupted run's, none more."""
+    import shutil
+
+    if 0 < step < total and not fires(step, save_steps):
+        shutil.rmtree(adapter_dir(attempt_dir, step), ignore_errors=True)
+
+
 def truncate_metrics(path: Path, last_step: int) -> None:
     """Keep metric rows up to ``last_step``: a resumed run re-does later steps, never duplicates."""
     from rlexp.storage.files import atomic_write_text
@@ -593,6 +603,7 @@ def train(cfg: TrainerConfig, attempt_dir: Path, *, resume: bool = False, log=pr
         log(f"resumed from {latest.name}")
     if resume:
         truncate_metrics(metrics_path, start_step)
+        drop_stop_checkpoint(attempt_dir, start_step, cfg.save_steps, global_steps_total)
 
     # ---- the loop: one global step = rollout B×G, then train in micro-batches
     steps_per_episode = steps.global_steps_per_episode
