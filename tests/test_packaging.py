@@ -22,12 +22,25 @@ PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 SETUPTOOLS = PYPROJECT["tool"]["setuptools"]
 
 
+def data_folders() -> set[Path]:
+    """Folders of data (no Python) shipped through a package's ``package-data`` pattern with a
+    folder in it, e.g. ``"rlexp" = ["assets/demo-base/*"]``: files, not packages."""
+    out = set()
+    for package, patterns in SETUPTOOLS["package-data"].items():
+        for pattern in patterns:
+            if "/" in pattern:
+                out.add(REPO.joinpath(*package.split("."), *pattern.split("/")[:-1]))
+    return out
+
+
 def test_every_folder_of_the_package_is_listed_and_the_sop_folder_is_mapped():
     on_disk = {"rlexp"}
+    data = data_folders()
     for folder in (REPO / "rlexp").rglob("*"):
-        if folder.is_dir() and folder.name != "__pycache__" and any(
+        if folder.is_dir() and folder.name != "__pycache__" and folder not in data and any(
                 f.is_file() for f in folder.iterdir()):
             on_disk.add(".".join(folder.relative_to(REPO).parts))
+    assert all(not any(f.suffix == ".py" for f in d.iterdir()) for d in data), "a data folder holds Python"
     listed = set(SETUPTOOLS["packages"])
     assert (on_disk | {"rlexp.sopdata"}) - listed == set(), "missing from [tool.setuptools] packages in pyproject.toml"
     assert listed - on_disk - {"rlexp.sopdata"} == set(), "listed in pyproject.toml but not in rlexp/"
@@ -43,6 +56,12 @@ def test_every_data_file_is_package_data():
         for path in folder.iterdir():
             if path.is_file() and path.suffix not in (".py", ".pyc"):
                 assert any(fnmatch.fnmatch(path.name, p) for p in patterns.get(package, [])), path
+    for folder in data_folders():  # and every file of a data folder matches its pattern
+        package_root = next(REPO.joinpath(*p.split(".")) for p in patterns if folder.is_relative_to(
+            REPO.joinpath(*p.split("."))))
+        for path in folder.iterdir():
+            rel = path.relative_to(package_root).as_posix()
+            assert any(fnmatch.fnmatch(rel, p) for ps in patterns.values() for p in ps if "/" in p), path
 
 
 def test_the_sop_in_force_is_read_through_importlib_resources():
