@@ -70,6 +70,22 @@ def test_eval_plays_episodes_for_every_target_and_resumes(env_attempt, capsys):
     decision = json.loads((env_attempt / "decision.json").read_text())
     assert decision["decision"]
 
+    reports = env_attempt.parent.parent / "reports"
+    assert main(["report", str(env_attempt), "--tracking-uri", "off", "--reports-dir", str(reports)]) == 0
+    text = (reports / env_attempt.parent.name / f"{env_attempt.name}.md").read_text()
+    section = text[text.index("## Environment task: episodes"):]
+    assert "Primary metric: **success**" in section
+    for name in ("baseline_s0", "global_step2", "global_step4"):
+        assert f"| {name} | 8 |" in section
+    assert "Discordant trajectories, baseline_s0 vs " in section
+    # the primary metric is the spec's: mean reward → the paired mean-score statistics (paired t);
+    # it is not part of the records' identity, so the same records serve
+    spec = env_attempt / "attempt.yaml"
+    spec.write_text(spec.read_text().replace("primary_metric: success", "primary_metric: mean_reward"))
+    assert main(["report", str(env_attempt), "--tracking-uri", "off", "--reports-dir", str(reports)]) == 0
+    section = (reports / env_attempt.parent.name / f"{env_attempt.name}.md").read_text().split("## Environment")[1]
+    assert "Primary metric: **mean_reward**" in section and "| paired t |" in section
+
 
 def test_other_budgets_do_not_mix_into_existing_records(env_attempt):
     from rlexp.stages.evaluate import evaluate
@@ -91,3 +107,40 @@ def test_engines_other_than_local_are_refused_in_one_line(env_attempt):
         evaluate(env_attempt, show_progress=False)
     assert "eval.engine" in info.value.one_line()
     assert not (env_attempt / "eval" / "selection.json").exists()
+
+
+def _rec(h, reward, turns):
+    return {"problem_hash": h, "gold": "5", "reward": reward, "correct": int(reward >= 1.0),
+            "trajectory": {"finish_reason": "stop", "turns": [
+                {"action": a, "feedback": f, "reward": 0.0, "tool_call": a.startswith("calc")} for a, f in turns]}}
+
+
+def test_episode_summary_comparison_and_discordant_pairs_by_hand():
+    from scipy import stats as sps
+
+    from rlexp.adapters.episode_report import (
+        discordant_pairs,
+        episode_summary,
+        primary_comparison,
+        trajectory_table,
+    )
+
+    base = [_rec("h1", 1.0, [("\\boxed{5}", "")]), _rec("h2", 0.0, [("calc 2+3", "5"), ("x", "")]),
+            _rec("h3", 1.0, [("\\boxed{5}", "")]), _rec("h4", 0.5, [("y", "")])]
+    new = [_rec("h4", 1.0, [("calc 2+3", "5"), ("\\boxed{5}", "")]), _rec("h3", 0.0, [("z", "")]),
+           _rec("h2", 1.0, [("\\boxed{5}", "")]), _rec("h1", 1.0, [("\\boxed{5}", "")])]
+    s = episode_summary(base)
+    # by hand: success 2/4, rewards (1+0+1+0.5)/4, turns (1+2+1+1)/4, one tool call in 4 episodes
+    assert (s["success"], s["mean_reward"], s["turns_per_episode"], s["tool_calls_per_episode"]) == \
+        (0.5, 0.625, 1.25, 0.25)
+    c = primary_comparison(base, new, "success", resamples=200)
+    # base correct (h1..h4) 1,0,1,0; new 1,1,0,1: b = 1 (h3), c = 2 (h2, h4), Δ = +1/4
+    assert (c["b"], c["c"], c["n"]) == (1, 2, 4) and c["delta_pp"] == pytest.approx(25.0)
+    m = primary_comparison(base, new, "mean_reward", resamples=200)
+    ref = sps.ttest_rel([1.0, 1.0, 0.0, 1.0], [1.0, 0.0, 1.0, 0.5])  # new vs base, aligned by hash
+    assert m["delta"] == pytest.approx(0.125) and m["p_value"] == pytest.approx(ref.pvalue, rel=1e-9)
+    lost, won = discordant_pairs(base, new)
+    assert lost[0]["problem_hash"] == "h3" and won[0]["problem_hash"] == "h2"
+    table = trajectory_table("baseline_s0", "global_step4", *won)
+    assert table[2].startswith("| 1 | `calc 2+3` (tool) → `5` | `\\\\boxed{5}` → ``")
+    assert table[-1] == "| reward / finish | 0 / stop | 1 / stop |"
