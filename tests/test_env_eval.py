@@ -86,6 +86,26 @@ def test_eval_plays_episodes_for_every_target_and_resumes(env_attempt, capsys):
     section = (reports / env_attempt.parent.name / f"{env_attempt.name}.md").read_text().split("## Environment")[1]
     assert "Primary metric: **mean_reward**" in section and "| paired t |" in section
 
+    # decide on mean reward: give global_step4 three solved episodes (records edited by hand), so the
+    # expected numbers are known: Δ = 3/8 of a reward = 37.5 pp, 0 fell, 3 rose, p of a paired t-test
+    from scipy import stats as sps
+
+    path = record_path(env_attempt, "global_step4", "ood_primary")
+    records = read_records(path)
+    for r in records[:3]:
+        r["reward"], r["correct"] = 1.0, 1
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    base = {r["problem_hash"]: r["reward"] for r in read_records(record_path(env_attempt, "baseline_s0",
+                                                                             "ood_primary"))}
+    assert set(base.values()) == {0.0}  # the untrained base solves none
+    assert main(["decide", str(env_attempt), "--json"]) == 0
+    decision = json.loads((env_attempt / "decision.json").read_text())
+    assert decision["primary_metric"] == {"name": "mean_reward", "test": "paired t"}
+    ck = decision["checkpoints"]["global_step4"]
+    ref = sps.ttest_rel([r["reward"] for r in records], [base[r["problem_hash"]] for r in records])
+    assert ck["delta_pp"] == pytest.approx(37.5) and (ck["b"], ck["c"]) == (0, 3)
+    assert ck["mcnemar_p"] == pytest.approx(ref.pvalue, rel=1e-9)
+
 
 def test_other_budgets_do_not_mix_into_existing_records(env_attempt):
     from rlexp.stages.evaluate import evaluate

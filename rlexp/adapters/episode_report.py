@@ -6,7 +6,7 @@ and Baseline-S0 on the primary set (their ``trajectory``, ``reward`` and ``corre
 ``metrics.jsonl`` (the per-step episode metrics, first and last step). The primary metric is the
 spec's ``environment.primary_metric``: ``success`` (0/1 per episode: McNemar, rlexp.stats) or
 ``mean_reward`` (the return per episode: the paired mean-score statistics of
-rlexp.core.paired_scores). The SOP gates of ``rlexp decide`` are taken on success.
+rlexp.core.paired_scores), on which ``rlexp decide`` takes the SOP gates too.
 """
 
 from __future__ import annotations
@@ -111,8 +111,8 @@ def episode_section(attempt_dir: str | Path, primary_role: str = "ood_primary") 
            f"Environment `{settings.name}` (config `{json.dumps(settings.config, sort_keys=True)}`), budgets "
            f"{settings.max_turns} turns × {settings.max_tokens_per_turn} tokens, {settings.max_total_tokens} in all; "
            f"loss `{settings.loss}`, advantages `{settings.advantage_mode}`. Primary metric: **{metric}** "
-           f"(success = return ≥ {settings.success_threshold:g}). The SOP gates of the decision are taken on "
-           "success; the table below gives both.", ""]
+           f"(success = return ≥ {settings.success_threshold:g}); the decision's gates are taken on it. "
+           "The table gives both.", ""]
     if ad.metrics.exists():
         rows = [row for _, row in iter_jsonl(ad.metrics)]
         rows = [r for r in rows if any(k in r for k in TRAINING_KEYS)]
