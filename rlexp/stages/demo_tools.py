@@ -145,6 +145,7 @@ def run_tools_demo(root: Path, *, fast: bool = False, seed: int = 0, tracking_ur
     from rlexp.stages.plan import plan
     from rlexp.stages.report import report
     from rlexp.storage.files import atomic_write_text
+    from rlexp.storage.layout import AttemptDir
 
     config = dataclasses.replace(ToolsDemoConfig.fast() if fast else ToolsDemoConfig(), seed=seed)
     root = Path(root).resolve()
@@ -164,13 +165,13 @@ def run_tools_demo(root: Path, *, fast: bool = False, seed: int = 0, tracking_ur
     timed("base_model", build_base, experiment / "models", datasets["pool"], config)
     attempt = experiment / "t1"
     attempt.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(attempt / "attempt.yaml", attempt_spec(config, datasets))
+    atomic_write_text(AttemptDir(attempt).spec, attempt_spec(config, datasets))
     planned = timed("plan", plan, attempt)
     if not planned.ok:
         first = planned.errors[0]
         raise CheckFailed(f"demo tools: plan of t1 has error checks, first {first['name']}: {first['rule']}")
     run = timed("launch", launch, attempt, backend="local", tracking_uri=tracking_uri, poll_s=0.5,
-                resume=(attempt / "metrics.jsonl").exists())
+                resume=AttemptDir(attempt).metrics.exists())
     if run.run and run.run.get("state") != "finished":
         raise CheckFailed(f"demo tools: the training run of t1 ended {run.run.get('state')}: {run.run.get('reason')}")
     evaluated = timed("eval", evaluate, attempt, show_progress=False)
