@@ -162,5 +162,5 @@ def test_episode_summary_comparison_and_discordant_pairs_by_hand():
     lost, won = discordant_pairs(base, new)
     assert lost[0]["problem_hash"] == "h3" and won[0]["problem_hash"] == "h2"
     table = trajectory_table("baseline_s0", "global_step4", *won)
-    assert table[2].startswith("| 1 | `calc 2+3` (tool) → `5` | `\\\\boxed{5}` → ``")
+    assert table[2].startswith("| 1 | `calc 2+3` (tool) → `5` | `\\boxed{5}` → ``")
     assert table[-1] == "| reward / finish | 0 / stop | 1 / stop |"

@@ -72,7 +72,8 @@ def discordant_pairs(base: Sequence[Mapping[str, Any]], new: Sequence[Mapping[st
 
 
 def _cell(text: Any) -> str:
-    return "`" + json.dumps(str(text), ensure_ascii=False)[1:-1].replace("|", "\\|").replace("`", "'") + "`"
+    flat = str(text).replace("\r", "\\r").replace("\n", "\\n")  # one table row per turn
+    return "`" + flat.replace("|", "\\|").replace("`", "'") + "`"
 
 
 def trajectory_table(base_name: str, new_name: str, b: Mapping[str, Any], n: Mapping[str, Any]) -> list[str]:
