@@ -8,6 +8,7 @@ heavy (torch, mlflow, pandas, scipy, vllm) is imported inside the function that 
 
 from __future__ import annotations
 
+import errno
 import sys
 
 import typer
@@ -89,6 +90,11 @@ def _run_first(exc: InputError) -> str:
     return f" (run `{producer}` first)" if producer else ""
 
 
+# OSErrors that a bad path causes (a name too long, a symlink loop, a file where a directory must be,
+# a dangling symlink where a directory is created): exit 2 like any bad input
+_BAD_PATH_ERRNOS = {errno.ENAMETOOLONG, errno.ELOOP, errno.ENOTDIR, errno.EISDIR, errno.EEXIST, errno.ENXIO}
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console entry point (the generated script calls ``sys.exit(main())``).
 
@@ -122,10 +128,20 @@ def main(argv: list[str] | None = None) -> int:
         text = " ".join(exc.format_message().split())
         print(f"rlexp: {where}: {text}" if where else f"rlexp: {text}", file=sys.stderr)
         return 2
+    except RuntimeError as exc:  # pathlib's resolve() on a symlink loop in a path given on the command line
+        if not str(exc).startswith("Symlink loop"):
+            raise
+        print(f"rlexp: {' '.join(str(exc).split())[:300]}: a path that is a symlink loop", file=sys.stderr)
+        return 2
     except typer.Abort:
         print("rlexp: aborted", file=sys.stderr)
         return 130
-    except OSError as exc:  # disk full, permissions: one line; the stages' write order makes a rerun repair it
+    except OSError as exc:
+        if exc.errno in _BAD_PATH_ERRNOS:  # a path given as input that no file can have: bad input, not the disk
+            where = f"{InputError(exc.filename, None, '').one_line().rstrip(': ')}: " if exc.filename else ""
+            print(f"rlexp: {where}{exc.strerror or exc}", file=sys.stderr)
+            return 2
+        # disk full, permissions: one line; the stages' write order makes a rerun repair it
         where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
         print(f"rlexp: {where}{exc.strerror or exc} (nothing half-written; rerun the command once fixed)",
               file=sys.stderr)

@@ -20,10 +20,30 @@ class InputError(Exception):
         super().__init__(self.one_line())
 
     def one_line(self) -> str:
-        parts = [p for p in (self.file, self.field) if p]
+        """``file: field: message`` on one line, each part cut to a readable length (a value quoted
+        from the input may be megabytes long)."""
+        parts = [shorten(p, limit) for p, limit in ((self.file, MAX_PATH_CHARS), (self.field, MAX_FIELD_CHARS)) if p]
         where = ": ".join(parts)
-        text = f"{where}: {self.message}" if where else self.message
-        return " ".join(text.split())  # always exactly one line
+        message = shorten(self.message, MAX_MESSAGE_CHARS)
+        return f"{where}: {message}" if where else message
+
+
+MAX_PATH_CHARS = 300
+MAX_FIELD_CHARS = 200
+MAX_MESSAGE_CHARS = 600
+
+
+def shorten(text: str, limit: int) -> str:
+    """``text`` on one line (whitespace runs become one space), at most ``limit`` characters: a
+    longer one keeps its start and end around "…[N chars]…"."""
+    text = " ".join(str(text).split())
+    if len(text) <= limit:
+        return text
+    keep = max(limit - 16 - len(str(len(text))), 2)
+    cut = f"…[{len(text) - keep} chars]…"
+    head = keep * 2 // 3
+    tail = keep - head
+    return text[:head] + cut + text[len(text) - tail:]
 
 
 class ServiceError(Exception):

@@ -84,4 +84,8 @@ def build_experiment(root: Path, tiny_base_model: Path) -> Path:
     for argv in (["plan", str(a2)], ["guard", "g2", str(a2)], ["decide", str(a2)]):
         if main(argv) not in (0, 1):
             raise RuntimeError(f"building the input-gate experiment: rlexp {' '.join(argv)} failed")
+        if argv[:2] == ["guard", "g2"]:  # the checkpoints' records get metadata like the baseline's (decide reads it)
+            meta = json.loads((a2 / "eval" / "baseline_s0" / "ood_primary.meta.json").read_text())
+            for name in ("global_step1", "global_step2"):
+                (a2 / "eval" / name / "ood_primary.meta.json").write_text(json.dumps({**meta, "checkpoint": name}))
     return exp

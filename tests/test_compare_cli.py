@@ -147,3 +147,54 @@ def test_gate_pass_power_beside_the_test_power(tmp_path, capsys):
     assert main(["compare", str(base), str(new)]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "one checkpoint" in text and "best of 3" in text and "(exact McNemar" in text
+
+
+@pytest.mark.parametrize("how", ["same", "dotted", "symlink", "hardlink", "new-file"])
+def test_paired_out_onto_an_input_is_refused_and_the_input_kept(tmp_path, capsys, how):
+    base = write(tmp_path / "b.jsonl", [1, 0, 1, 1])
+    new = write(tmp_path / "n.jsonl", [1, 1, 0, 1])
+    target = new if how != "new-file" else base
+    out = {"same": target, "dotted": tmp_path / "sub" / ".." / target.name,
+           "symlink": tmp_path / "link.jsonl", "hardlink": tmp_path / "hard.jsonl",
+           "new-file": tmp_path / "b.jsonl"}[how]
+    (tmp_path / "sub").mkdir()
+    if how == "symlink":
+        out.symlink_to(target)
+    if how == "hardlink":
+        out.hardlink_to(target)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    assert main(["compare", str(base), str(new), "--paired-out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--paired-out" in err and "input file" in err
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*before, "sub"])  # no temp file left
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "link-to-device"])
+def test_paired_out_onto_a_special_file_is_refused_and_the_node_kept(tmp_path, capsys, kind):
+    """An atomic write renames over its target: onto /dev/null or /dev/zero, run as root, it would
+    replace the system's device node with a file (the fuzzer found it)."""
+    import os
+    import stat
+
+    base = write(tmp_path / "b.jsonl", [1, 0, 1, 1])
+    new = write(tmp_path / "n.jsonl", [1, 1, 0, 1])
+    node = tmp_path / "node"
+    if kind == "fifo":
+        os.mkfifo(node)
+    else:
+        try:
+            os.mknod(node, stat.S_IFCHR | 0o666, os.makedev(1, 5))  # a private /dev/zero
+        except PermissionError:
+            pytest.skip("mknod needs root")
+    out = node
+    if kind == "link-to-device":
+        out = tmp_path / "link"
+        out.symlink_to(node)
+    assert main(["compare", str(base), str(new), "--paired-out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--paired-out" in err and ("FIFO" in err or "character device" in err), err
+    mode = os.lstat(node).st_mode
+    assert stat.S_ISFIFO(mode) if kind == "fifo" else stat.S_ISCHR(mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["b.jsonl", "n.jsonl", "node"]
+                                                                + (["link"] if kind == "link-to-device" else []))

@@ -185,6 +185,7 @@ WITHOUT_TIMES = {  # compared after dropping wall-clock fields
     "metrics.jsonl": {"step_time_s", "time"},
     "decision.json": {"decided_at"},
     "ledger.jsonl": {"decided_at"},
+    "argv.json": {"created_at"},
 }
 
 

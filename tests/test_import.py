@@ -228,9 +228,10 @@ def test_existing_run_brought_into_the_protocol(eval_experiment, tmp_path, capsy
                         "--checkpoints", str(run / "ckpt")], capsys)
     assert rc == 0, err
     assert "4 steps into metrics.jsonl, 2 checkpoints (global steps 2, 4)" in out
-    assert "1 log line(s) not understood: 4" in out and "NaN/inf left out of metrics.jsonl at steps 3" in out
+    assert "1 log line(s) not understood: 4" in out and "NaN/inf kept in metrics.jsonl (flagged) at steps 3" in out
     rows = [json.loads(x) for x in (att / "metrics.jsonl").read_text().splitlines()]
     assert [r["global_step"] for r in rows] == [1, 2, 3, 4] and rows[3]["monitor_acc"] == pytest.approx(0.4)
+    assert rows[2]["kl"] == "NaN"  # the step where kl diverged still shows it (strict JSON's spelling)
     assert (att / "checkpoints" / "global_step4_hf").resolve() == (run / "ckpt" / "global_step4_hf").resolve()
     from rlexp.stages.decide import decide
     from rlexp.stages.evaluate import evaluate

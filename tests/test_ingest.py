@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
 import os
 
 import pytest
@@ -20,13 +21,15 @@ STDOUT = (
 )
 
 
-def test_stdout_line_normalised_and_bad_values_dropped_with_count():
+def test_stdout_line_normalised_nan_kept_and_strings_dropped_with_count():
     stats = ingest.IngestStats()
     row = ingest.parse_stdout_line(STDOUT, stats)
+    assert math.isnan(row.pop("kl"))  # a NaN is data: kept, its step flagged
     assert row == {"global_step": 3, "policy_loss": 0.0123, "actor_lr": 5e-07, "reward": 0.546875,
                    "response_length": 1834.5, "group_reward_std": 0.25, "grad_norm": 39.06,
                    "time": datetime.datetime(2026, 2, 23, 6, 30, 1).timestamp()}  # the line's own time
-    assert stats.dropped_values == 2 and stats.dropped_keys == {"kl": 1, "ppo_clip_ratio": 1}
+    assert stats.dropped_values == 1 and stats.dropped_keys == {"ppo_clip_ratio": 1}
+    assert stats.nonfinite_steps == {3: ["kl"]}
     assert ingest.parse_stdout_line("Episode [1/1]: 3%|█ | 3/200\n", stats) is None
 
 
@@ -35,7 +38,7 @@ def test_read_stdout_log(tmp_path):
     log.write_text("noise\n" + STDOUT + STDOUT.replace("step 3", "step 4").replace("0.0123", "0.02"))
     rows, stats = ingest.read_stdout_log(log)
     assert [r["global_step"] for r in rows] == [3, 4] and rows[1]["policy_loss"] == 0.02
-    assert stats.rows == 2 and stats.dropped_values == 4
+    assert stats.rows == 2 and stats.dropped_values == 2 and stats.nonfinite_steps == {3: ["kl"], 4: ["kl"]}
 
 
 def test_openrlhf_log_prefix_without_a_year_gives_the_step_time(tmp_path):
@@ -54,16 +57,17 @@ def test_openrlhf_log_prefix_without_a_year_gives_the_step_time(tmp_path):
     assert ingest.line_time("INFO 02-30 10:00:00 x.py:1] ") is None  # not a date
 
 
-def test_training_metrics_jsonl_drops_nan_and_strings(tmp_path):
+def test_training_metrics_jsonl_keeps_nan_and_drops_strings(tmp_path):
     path = tmp_path / "training_metrics.jsonl"
     path.write_text(
         '{"step": 1, "reward": 0.5, "grad_norm": 5.16, "log_ratio_abs_p99": 1.71}\n'
         '{"step": 2, "reward": NaN, "grad_norm": "171.4", "entropy": 1.31}\n'
     )
     rows, stats = ingest.read_training_metrics_jsonl(path)
+    assert math.isnan(rows[1].pop("reward"))
     assert rows == [{"global_step": 1, "reward": 0.5, "grad_norm": 5.16, "log_ratio_abs_p99": 1.71},
                     {"global_step": 2, "entropy": 1.31}]
-    assert stats.dropped_keys == {"reward": 1, "grad_norm": 1}
+    assert stats.dropped_keys == {"grad_norm": 1} and stats.nonfinite_steps == {2: ["reward"]}
 
 
 @pytest.mark.parametrize(("text", "field"), [

@@ -25,7 +25,7 @@ from input_fixture import build_experiment
 
 from rlexp.cli import main
 
-EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "150"))
+EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "100"))  # tests/fuzz_gate.py covers more below
 
 # Every kind of file the verbs read (the tiny model's files are not rlexp's input format).
 FILES = [
@@ -202,3 +202,37 @@ def test_every_mutation_of_every_file_under_every_verb(base, tmp_path_factory):
 def _is_library_log(line: str) -> bool:
     """Progress bars and log lines that libraries (transformers, MLflow) print to stderr."""
     return "Loading weights" in line or " INFO " in line or " WARNING " in line or not line.strip()
+
+
+# --------------------------------------------------------------------------------------------------
+# The grammar and mutation fuzzer (tests/fuzz_gate.py) over every reader, the verbs and the options:
+# a fixed-seed slice here; scripts/fuzz_input_gate.py runs 10,000 inputs and more.
+
+GATE_INPUTS = int(os.environ.get("FUZZ_GATE_INPUTS", "400"))
+
+
+@pytest.fixture(scope="module")
+def gate_base(tmp_path_factory, tiny_base_model):
+    from fuzz_gate import build_base
+
+    return build_base(tmp_path_factory.mktemp("fuzz-gate-base"), tiny_base_model)
+
+
+def test_grammar_and_mutation_fuzzer_slice(gate_base, tmp_path, monkeypatch):
+    from fuzz_gate import Fuzzer, report_lines
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("RLEXP_STUDY_STORAGE", raising=False)
+    start = time.perf_counter()
+    fuzzer = Fuzzer(gate_base, tmp_path / "scratch", seed=20261126, verb_share=0.15, option_share=0.08,
+                    reader_bound_s=10, verb_bound_s=60, shrink=True)
+    tally = fuzzer.run_many(GATE_INPUTS)
+    lines = report_lines(tally, time.perf_counter() - start)
+    print("\n" + "\n".join(lines))
+    assert not tally.bad, "\n".join(line for line in lines if line.startswith(("FAIL", "  shrunk")))
+    counts = tally.counts()
+    assert counts["refusal"] > GATE_INPUTS // 3 and counts["ok"] > 0  # both sides of the gate are reached
+    levels = {o.case.level for o in tally.outcomes}
+    assert levels == {"reader", "verb", "option"}
+    assert len(tally.coverage()) >= 25  # files reached by readers or verbs

@@ -113,3 +113,66 @@ def test_duplicate_rows_exit_2_or_dropped(tmp_path, capsys):
     assert "duplicate doc.id" in err
     out = run_json([str(details("model_a")), str(path), "--metric", "em", "--intersect"], capsys)
     assert out["n"] == 28 and out["dropped_base_only"] == 2
+
+
+def _retemplate(rs):
+    """The same documents under another prompt template (what an edited prompt function writes)."""
+    for r in rs:
+        r["doc"]["query"] = r["doc"]["query"].replace("Question: ", "Q: ").replace("\nAnswer:", "\nA:")
+    return rs
+
+
+def rewrite_with_text(src: Path, dst: Path, edit) -> Path:
+    """:func:`rewrite`, the doc's ``original_query`` typed as text (lighteval's files of a task that
+    never sets it type that column null)."""
+    table = pq.read_table(src)
+    doc = table.schema.field("doc").type
+    fields = [pa.field(f.name, pa.string()) if f.name == "original_query" else f for f in doc]
+    schema = table.schema.set(table.schema.get_field_index("doc"), pa.field("doc", pa.struct(fields)))
+    dst.mkdir(parents=True, exist_ok=True)
+    out = dst / src.name
+    pq.write_table(pa.Table.from_pylist(edit(table.to_pylist()), schema=schema), out)
+    return out
+
+
+def _with_original_query(rs):
+    """A prompt function that also stores the document's own text (lighteval's Doc.original_query)."""
+    for r in rs:
+        question = r["doc"]["query"].split(": ", 1)[1].rsplit("\n", 1)[0]  # "What is 54 + 34?"
+        r["doc"]["original_query"] = question
+    return rs
+
+
+def test_prompt_change_without_original_query_is_refused_saying_why(tmp_path, capsys):
+    new = rewrite(details("model_b"), tmp_path, _retemplate)
+    for extra in ([], ["--allow-prompt-change"], ["--allow-prompt-change", "--intersect"]):
+        err = fail([str(details("model_a")), str(new), "--metric", "acc", *extra], capsys)
+        assert "a prompt-template change or another document" in err
+        assert "--allow-prompt-change cannot pair them" in err and "Doc.original_query" in err
+    # a gold answer that moved is a different document, named as such (not a prompt change)
+    err = fail([str(details("model_a")), str(rewrite(details("model_b"), tmp_path / "gold", lambda rs: [
+        {**r, "doc": {**r["doc"], "gold_index": (r["doc"]["gold_index"] + 1) % 4}} for r in rs])), "--metric", "acc"],
+        capsys)
+    assert "positions in the split" in err and "prompt-template" not in err
+
+
+def test_prompt_change_with_original_query_pairs_and_is_counted(tmp_path, capsys):
+    base = rewrite_with_text(details("model_a"), tmp_path / "a", _with_original_query)
+    new = rewrite_with_text(details("model_b"), tmp_path / "b", lambda rs: _retemplate(_with_original_query(rs)))
+    assert rows(new)[0]["doc"]["original_query"].startswith("What is ")
+    err = fail([str(base), str(new), "--metric", "acc"], capsys)
+    assert "30 of 30 items were asked with a different prompt" in err and "--allow-prompt-change" in err
+    out = run_json([str(base), str(new), "--metric", "acc", "--allow-prompt-change"], capsys)
+    assert out["n"] == 30 and out["prompt_changed"] == 30
+    # the scores are the runs' own: Δ is what lighteval printed for each model (0.6667 - 0.5333)
+    assert out["delta_pp"] == pytest.approx(100 * (printed("model_b")["acc"] - printed("model_a")["acc"]), abs=0.01)
+    # same template on both sides: no prompt change, and the same figures as the files unedited
+    same = rewrite_with_text(details("model_b"), tmp_path / "b2", _with_original_query)
+    out2 = run_json([str(base), str(same), "--metric", "acc"], capsys)
+    assert out2["prompt_changed"] == 0 and out2["b"] == out["b"] and out2["c"] == out["c"]
+
+
+def test_original_query_on_one_side_only_is_named(tmp_path, capsys):
+    new = rewrite_with_text(details("model_b"), tmp_path, _with_original_query)
+    err = fail([str(details("model_a")), str(new), "--metric", "acc", "--allow-prompt-change"], capsys)
+    assert "one run's details set doc.original_query and the other's do not" in err

@@ -8,6 +8,7 @@ local trainer's documented contract (docs/ARCHITECTURE.md): append ``metrics.jso
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -337,7 +338,10 @@ def test_process_backend_parses_stdout_into_metrics(tmp_path, monkeypatch):
     result = launch_cmd.run(prepared, tracking_uri="off", poll_s=0.05)
     assert result["state"] == "finished" and result["steps"] == 3
     rows = read_metrics(experiment / "a2" / "metrics.jsonl")
+    assert math.isnan(rows[0].pop("kl"))  # the trainer's kl: nan is kept (strict JSON "NaN" on disk), flagged
     assert rows[0] == {"global_step": 1, "policy_loss": 0.1, "reward": 0.5, "actor_lr": 1e-06}
+    assert result["nonfinite_steps"] == [1, 2, 3] and not result["dropped_values"]
+    assert '"kl": "NaN"' in (experiment / "a2" / "metrics.jsonl").read_text()
 
 
 def test_launch_sh_quotes_every_argument(tmp_path, monkeypatch):

@@ -343,6 +343,8 @@ def test_stdout_follower_counts_unreadable_lines_and_restarts(tmp_path):
     rows = follower.close()
     assert [r["global_step"] for r in rows] == [1, 3]
     assert follower.stats.not_understood == [2] and follower.stats.restarts == [4]
-    assert follower.stats.nonfinite_steps == {3: ["kl"]} and "kl" not in rows[1]  # metrics.jsonl: finite only
+    assert follower.stats.nonfinite_steps == {3: ["kl"]} and math.isnan(rows[1]["kl"])  # kept, flagged
+    assert '"kl": "NaN"' in (tmp_path / "metrics.jsonl").read_text()  # strict JSON's spelling on disk
+    assert math.isnan(ingest.read_metrics(tmp_path / "metrics.jsonl")[1]["kl"])
     rows, stats = ingest.read_stdout_log(log)
     assert stats.runs == 2 and [r["global_step"] for r in rows] == [1] and rows[0]["reward"] == 0.9

@@ -8,6 +8,7 @@ skip without them (CI runs the script first, from scripts/run-tests).
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import zipfile
@@ -286,8 +287,8 @@ def test_file_logger_lines_become_metrics_rows(tmp_path):
     assert rows[1]["policy_loss"] == -0.01 and rows[1]["kl"] == 0.001 and rows[1]["ppo_clip_ratio"] == 0.01
     assert rows[1]["response_length"] == 212.5 and rows[1]["truncated"] == 0.02 and rows[1]["step_time_s"] == 41.3
     assert rows[1]["critic/rewards/mean"] == 0.31 and "training/global_step" not in rows[1]
-    assert rows[2]["monitor_acc"] == 0.3 and "grad_norm" not in rows[2]  # orjson's null for a NaN: dropped
-    assert stats.dropped_keys == {"grad_norm": 1}
+    assert rows[2]["monitor_acc"] == 0.3 and math.isnan(rows[2]["grad_norm"])  # orjson's null for a NaN: kept
+    assert stats.dropped_keys == {} and stats.nonfinite_steps == {2: ["grad_norm"]}
 
 
 def test_follower_appends_new_steps_once(tmp_path):

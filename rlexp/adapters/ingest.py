@@ -7,11 +7,14 @@ OpenRLHF writes no JSONL of its own. It logs (read from its source at v0.9.3 and
 - a stdout line ``✨ Global step N: {python dict repr}`` after every global step;
 - and a patched trainer of a real campaign appended ``training_metrics.jsonl``.
 
-Raw sources are forgiving about values and strict about structure: a value that is not a finite
-number (a string, ``nan``, a tensor repr we cannot read) is dropped and counted — a real
-run once crashed its metrics pipeline on one ``"nan"`` string — while a line that is not JSON at all is an
-:class:`InputError` naming file and line. The normalised ``metrics.jsonl`` is ours, so its reader
-(:func:`read_metrics`) is strict: anything non-numeric there is an error.
+Raw sources are forgiving about values and strict about structure: a value that is not a number
+(a string, a tensor repr we cannot read) is dropped and counted — a real run once crashed its
+metrics pipeline on one ``"nan"`` string — while a line that is not JSON at all is an
+:class:`InputError` naming file and line. A NaN or an infinity is data (the step where a run
+diverged): it is kept, and its step flagged in ``IngestStats.nonfinite_steps``. The normalised
+``metrics.jsonl`` is strict JSON, so it holds them as the strings "NaN", "Infinity", "-Infinity"
+(:data:`rlexp.core.numbers.NONFINITE_JSON`); its reader (:func:`read_metrics`) gives them back as
+floats and is strict otherwise: any other non-numeric value there is an error.
 
 Rows are keyed by ``global_step``: :func:`append_new_rows` never writes a step twice, so a resumed
 run or a re-read log continues the file instead of duplicating it.
@@ -36,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlexp.core.numbers import NONFINITE_JSON, json_row, nonfinite_value
 from rlexp.core.trainers.metric_names import canonical_row
 from rlexp.errors import InputError
 from rlexp.storage.files import append_jsonl_many, finite_number, iter_jsonl, repair_torn_tail
@@ -89,9 +93,9 @@ def _is_monitor_key(key: str) -> bool:
 
 def normalise(raw: Mapping[str, Any], stats: IngestStats, *, step: int | None = None,
               aliases: Mapping[str, str] | None = None, trainer: str = "openrlhf") -> dict[str, Any] | None:
-    """One canonical row from a raw mapping: ``global_step`` first, finite numbers only (this row
-    goes to ``metrics.jsonl``, which holds finite numbers: a NaN or an infinity is dropped there,
-    counted by name and its step flagged in ``stats.nonfinite_steps``; :func:`read_log` keeps them).
+    """One canonical row from a raw mapping: ``global_step`` first, numbers only (this row goes to
+    ``metrics.jsonl``: a NaN or an infinity is kept as a float and its step flagged, by name, in
+    ``stats.nonfinite_steps``; a value that is not a number is dropped and counted).
 
     Names go through the trainer's table (:mod:`rlexp.core.trainers.metric_names`), so a
     metric has one name whichever reader ran. Returns None when there is no usable integer step.
@@ -116,10 +120,11 @@ def normalise(raw: Mapping[str, Any], stats: IngestStats, *, step: int | None = 
             continue
         number = finite_number(value)
         if number is None:
-            stats.drop(name)
-            if isinstance(value, float) or str(value).strip().lower() in ("nan", "inf", "-inf"):
-                nonfinite.append(name)
-            continue
+            number = nonfinite_value(value)
+            if number is None or name == STEP_TIME_KEY:  # not a number, or a time of day that is none
+                stats.drop(name)
+                continue
+            nonfinite.append(name)
         if name.startswith("eval/") or name.startswith("eval_"):
             if _is_monitor_key(name):
                 values["monitor_acc"] = number if number <= 1.0 else number / 100.0
@@ -172,8 +177,7 @@ def parse_stdout_line(line: str, stats: IngestStats, reference: float | None = N
     The dict is a Python repr (single quotes, ``nan``, ``tensor(0.5)``); a cut or abridged one is
     read pair by pair (:mod:`rlexp.core.trainers.metric_logs`). A metrics line with nothing
     readable is None and, given its ``number``, counted in ``stats.not_understood``. Names go
-    through OpenRLHF's table; a NaN is dropped and counted (metrics.jsonl holds finite numbers)
-    and its step flagged in ``stats.nonfinite_steps``.
+    through OpenRLHF's table; a NaN is kept and its step flagged in ``stats.nonfinite_steps``.
     """
     from rlexp.core.trainers.metric_logs import EVAL_LINE, GLOBAL_STEP, dict_of
 
@@ -201,15 +205,16 @@ def _join(row: dict[str, Any], later: Mapping[str, Any]) -> None:
 
 
 def read_stdout_log(path: str | Path) -> tuple[list[dict[str, Any]], IngestStats]:
-    """The rows of an OpenRLHF console log as metrics.jsonl holds them (finite numbers only; a
-    NaN dropped, counted and its step flagged). Wrapped and abridged lines are read; where step
+    """The rows of an OpenRLHF console log as metrics.jsonl holds them (a NaN kept as a float
+    and its step flagged). Wrapped and abridged lines are read; where step
     numbers restart (two runs in one file) the rows are the last run's and ``stats.runs`` says how
     many there were; lines not understood are in ``stats.not_understood``."""
     return finite_rows(read_log(path, "openrlhf", "openrlhf-console"))
 
 
 def finite_rows(read) -> tuple[list[dict[str, Any]], IngestStats]:
-    """A :func:`read_log` result as metrics.jsonl rows: the last run's, finite numbers only."""
+    """A :func:`read_log` result as metrics.jsonl rows: the last run's; NaN/inf kept, their steps
+    flagged in ``stats.nonfinite_steps`` (the name is older than that)."""
     stats = IngestStats(not_understood=list(read.not_understood), runs=max(1, len(read.runs)))
     for key, count in read.dropped.items():
         stats.dropped_keys[key] = stats.dropped_keys.get(key, 0) + count
@@ -227,7 +232,7 @@ def parse_jsonl_line(path: Path, number: int, line: str, stats: IngestStats) -> 
     if not line.strip():
         return None
     try:
-        raw = json.loads(line)  # Python's json accepts NaN/Infinity; normalise drops them, counted
+        raw = json.loads(line)  # Python's json accepts NaN/Infinity; normalise keeps them, flagged
     except json.JSONDecodeError as exc:
         raise InputError(path, f"line {number}", f"malformed JSON: {exc.msg}") from None
     if not isinstance(raw, dict):
@@ -266,8 +271,9 @@ VERL_MONITOR_METRIC = "val-core/rlexp_ood_monitor/acc/mean@1"
 def parse_verl_line(path: Path, number: int, line: str, stats: IngestStats) -> dict[str, Any] | None:
     """One line of verl's ``file`` logger, ``{"step": N, "data": {...}}`` (``FileLogger.log`` in
     verl/utils/tracking.py), as a canonical row; a blank line is None. A line that is not such an
-    object is an :class:`InputError` naming file and line; a value that is not a finite number
-    (orjson writes NaN as null) is dropped and counted."""
+    object is an :class:`InputError` naming file and line. orjson writes NaN and inf as ``null``:
+    a null is read as NaN and flagged (as :func:`rlexp.core.trainers.metric_logs.read_text` does
+    for ``rlexp ingest``); a value that is not a number is dropped and counted."""
     if not line.strip():
         return None
     try:
@@ -279,7 +285,8 @@ def parse_verl_line(path: Path, number: int, line: str, stats: IngestStats) -> d
     step = raw.get("step")
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise InputError(path, f"line {number}: step", f"expected an integer >= 0, got {step!r}")
-    renamed = {k: v for k, v in raw["data"].items() if k != "training/global_step"}  # the step: the row's key
+    renamed = {k: (math.nan if v is None else v)  # orjson's NaN/inf
+               for k, v in raw["data"].items() if k != "training/global_step"}  # the step: the row's key
     return normalise(renamed, stats, step=step, trainer="verl")
 
 
@@ -341,7 +348,8 @@ def read_tensorboard(root: str | Path, aliases: Mapping[str, str] | None = None,
 # --- the normalised file -----------------------------------------------------------------------
 
 def read_metrics(path: str | Path, *, allow_torn_tail: bool = False) -> list[dict[str, Any]]:
-    """``metrics.jsonl`` strictly: every row an int ``global_step`` and finite numbers only.
+    """``metrics.jsonl`` strictly: every row an int ``global_step`` and numbers only (the strings
+    "NaN", "Infinity", "-Infinity" read back as those floats).
 
     ``allow_torn_tail``: a last line without its newline (a trainer appending right now, or
     killed mid-append) is left out instead of being an error; it is never repaired here."""
@@ -393,13 +401,14 @@ def cut_metrics(path: str | Path, last_step: int) -> int:
     kept = [r for r in rows if r["global_step"] <= last_step]
     if len(kept) == len(rows) and (not data or data.endswith(b"\n")):
         return 0
-    atomic_write_text(path, "".join(json.dumps(r, allow_nan=False) + "\n" for r in kept))
+    atomic_write_text(path, "".join(json.dumps(json_row(r), allow_nan=False) + "\n" for r in kept))
     return len(rows) - len(kept)
 
 
 def check_metrics_row(path: str | Path, number: int, record: Mapping[str, Any]) -> int:
-    """One ``metrics.jsonl`` row: an int ``global_step`` >= 0 (returned) and finite numbers only,
-    or an :class:`InputError` naming file, line and key."""
+    """One ``metrics.jsonl`` row: an int ``global_step`` >= 0 (returned) and numbers only, or an
+    :class:`InputError` naming file, line and key. The strings "NaN", "Infinity", "-Infinity" are
+    decoded in place to the floats they stand for."""
     from rlexp.storage.layout import MAX_GLOBAL_STEP
 
     step = record.get("global_step")
@@ -407,9 +416,19 @@ def check_metrics_row(path: str | Path, number: int, record: Mapping[str, Any]) 
         raise InputError(path, f"line {number}: global_step",
                          f"expected an integer from 0 to {MAX_GLOBAL_STEP}, got {step!r}")
     for key, value in record.items():
-        if key != "global_step" and finite_number(value) is None:
-            raise InputError(path, f"line {number}: {key}", f"expected a finite number, got {value!r}")
+        if key == "global_step" or finite_number(value) is not None:
+            continue
+        if isinstance(value, str) and value in NONFINITE_JSON and key != STEP_TIME_KEY:
+            record[key] = NONFINITE_JSON[value]  # type: ignore[index]
+            continue
+        raise InputError(path, f"line {number}: {key}",
+                         f'expected a finite number or "NaN", "Infinity", "-Infinity", got {value!r}')
     return step
+
+
+def nonfinite_names(row: Mapping[str, Any]) -> list[str]:
+    """The names of a row's NaN/inf values (its step is flagged where they are reported)."""
+    return [k for k, v in row.items() if isinstance(v, float) and not math.isfinite(v)]
 
 
 def written_steps(path: str | Path) -> set[int]:
@@ -433,7 +452,7 @@ def append_new_rows(path: str | Path, rows: Iterable[Mapping[str, Any]], known: 
         if row["global_step"] not in known:
             fresh.append(dict(row))
             known.add(row["global_step"])
-    append_jsonl_many(path, fresh)
+    append_jsonl_many(path, [json_row(r) for r in fresh])  # NaN/inf as strict JSON's strings
     return fresh
 
 
@@ -482,6 +501,7 @@ class MetricsFileFollower:
     def __init__(self, path: str | Path, after_step: int = 0):
         self.path = Path(path)
         self.last_step = after_step
+        self.stats = IngestStats()  # nonfinite_steps: the steps whose rows hold NaN/inf
 
     def poll(self, final: bool = False) -> list[dict[str, Any]]:
         if not self.path.exists():
@@ -491,6 +511,8 @@ class MetricsFileFollower:
             step = check_metrics_row(self.path, number, row)
             if step > self.last_step:
                 rows.append(row)
+                if names := nonfinite_names(row):
+                    self.stats.nonfinite_steps[step] = names
         rows.sort(key=lambda r: r["global_step"])
         if rows:
             self.last_step = rows[-1]["global_step"]
@@ -597,7 +619,7 @@ def read_log(path: str | Path, trainer: str, fmt: str | None = None):
     from rlexp.adapters.lfs import refuse_lfs_pointer
     from rlexp.core.trainers import metric_logs
     from rlexp.core.trainers.metric_names import TABLES
-    from rlexp.storage.files import MAX_JSONL_BYTES
+    from rlexp.storage.files import MAX_JSONL_BYTES, check_regular_file
 
     path = Path(path)
     if trainer not in TABLES:
@@ -606,6 +628,8 @@ def read_log(path: str | Path, trainer: str, fmt: str | None = None):
         raise InputError(None, "--format", f"expected one of {', '.join(metric_logs.FORMATS)}, got {fmt!r}")
     if not path.exists():
         raise InputError(path, None, "file not found")
+    if not path.is_dir():  # a TensorBoard run is a directory; anything else must be a regular file
+        check_regular_file(path)  # before anything opens it: a FIFO would block, a device never end
     fmt = fmt or detect_format(path, trainer)
     if fmt == "tensorboard":
         return _read_tensorboard_log(path if path.is_dir() else path.parent, trainer)

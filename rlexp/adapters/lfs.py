@@ -28,7 +28,9 @@ def lfs_pointer_size(head: bytes) -> int | None:
 
 def refuse_lfs_pointer(path: str | Path) -> None:
     """An :class:`InputError` naming ``path`` as a Git LFS pointer, with the command that fetches it."""
-    path = Path(path)
+    from rlexp.storage.files import check_regular_file
+
+    path = check_regular_file(path)  # a FIFO or a device would block here, before any reader's own check
     try:
         with open(path, "rb") as fh:
             head = fh.read(1024)

@@ -10,18 +10,27 @@ spikes are ``grad_norm > 50`` (the spike log); G3 and G5 are read at global step
 numbers. Each function takes them as optional arguments (or a ``sop``); left out, they come from
 the SOP in force, read only then. The first step is warm-up and excluded
 from step-time stability (it includes model loading and compilation).
+
+A NaN or an infinity in a row (kept by the readers: the step where a run diverged) is a signal,
+never averaged: a non-finite ``grad_norm`` is a spike (the gradient blew past any threshold; the
+spike log writes its value as "NaN"/"Infinity"); a non-finite ``reward`` or ``actor_lr`` up to
+G5's step fails G5 and says so; a non-finite step time fails G3; a non-finite ``monitor_acc`` is
+no point for the early-stop rule (it judges accuracies). Maxima, medians and means are over the
+finite values; :attr:`StabilitySummary.nonfinite_steps` lists the steps that held any.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rlexp.core.numbers import json_row
 from rlexp.core.settings import guard_settings, sop_or_default
 from rlexp.core.verdict import Verdict
 from rlexp.errors import InputError
@@ -51,6 +60,7 @@ class StabilitySummary:
     ratio_max: float | None  # largest importance ratio seen
     log_ratio_abs_p99_max: float | None
     log_ratio_abs_p99_median: float | None
+    nonfinite_steps: tuple[int, ...] = ()  # steps whose row holds a NaN/inf (any metric)
 
     @property
     def spike_count(self) -> int:
@@ -62,16 +72,35 @@ class StabilitySummary:
         return d
 
 
-def _series(rows: Sequence[Mapping[str, Any]], key: str) -> list[tuple[int, float]]:
+def _all(rows: Sequence[Mapping[str, Any]], key: str) -> list[tuple[int, float]]:
+    """(step, value) of every row holding ``key``, NaN/inf included."""
     return [(int(r["global_step"]), float(r[key])) for r in rows if key in r and r[key] is not None]
+
+
+def _series(rows: Sequence[Mapping[str, Any]], key: str) -> list[tuple[int, float]]:
+    """(step, value) of the finite values of ``key`` (what maxima, medians and means are over)."""
+    return [(s, v) for s, v in _all(rows, key) if math.isfinite(v)]
+
+
+def _nonfinite(rows: Sequence[Mapping[str, Any]], key: str) -> list[int]:
+    """The steps where ``key`` is NaN/inf."""
+    return [s for s, v in _all(rows, key) if not math.isfinite(v)]
+
+
+def nonfinite_steps(rows: Sequence[Mapping[str, Any]]) -> list[int]:
+    """The steps whose row holds a NaN/inf in any metric."""
+    return [int(r["global_step"]) for r in rows
+            if any(isinstance(v, float) and not math.isfinite(v) for v in r.values())]
 
 
 def spikes(rows: Sequence[Mapping[str, Any]], threshold: float | None = None, *,
            sop: Sop | None = None) -> list[Spike]:  # fmt: skip
-    """Steps whose grad norm is strictly above ``threshold`` (the SOP's ``guardrails.spikes.grad_norm``)."""
+    """Steps whose grad norm is strictly above ``threshold`` (the SOP's ``guardrails.spikes.grad_norm``),
+    or NaN/inf (a divergence: a spike whatever the threshold)."""
     if threshold is None:
         threshold = guard_settings(sop).spikes.grad_norm
-    return [Spike(s, "grad_norm", v, threshold) for s, v in _series(rows, "grad_norm") if v > threshold]
+    return [Spike(s, "grad_norm", v, threshold) for s, v in _all(rows, "grad_norm")
+            if v > threshold or not math.isfinite(v)]
 
 
 def stability(rows: Sequence[Mapping[str, Any]], threshold: float | None = None, *,
@@ -91,6 +120,7 @@ def stability(rows: Sequence[Mapping[str, Any]], threshold: float | None = None,
         ratio_max=max(ratio) if ratio else None,
         log_ratio_abs_p99_max=max(p99) if p99 else None,
         log_ratio_abs_p99_median=statistics.median(p99) if p99 else None,
+        nonfinite_steps=tuple(nonfinite_steps(rows)),
     )
 
 
@@ -124,6 +154,10 @@ def g3_smoke(
                      {"steps_done": done, "exit_code": exit_code})
     if done < steps:
         return _gate("g3", None, f"{done} of {steps} smoke steps done", criteria, {"steps_done": done})
+    bad = [s for s in _nonfinite(first, "step_time_s") if s >= 2]
+    if bad:
+        return _gate("g3", False, f"step time NaN/inf at step {', '.join(map(str, bad))}", criteria,
+                     {"steps_done": done, "nonfinite_step_time_steps": bad})
     times = [v for s, v in _series(first, "step_time_s") if s >= 2]
     if len(times) < 2:
         return _gate("g3", True, "no crash; step_time_s not logged, stability not checked", criteria,
@@ -210,15 +244,21 @@ def g5_runtime(
         problems.append("plan has no LR for this step")
     elif logged is None:
         problems.append("actor_lr not logged")
+    elif not math.isfinite(float(logged)):
+        details["logged_lr"] = None  # guards/*.json are strict JSON
+        problems.append(f"actor_lr is {float(logged)}")
     elif expected > 0 and abs(float(logged) / expected - 1.0) > lr_tolerance:
         problems.append(f"actor_lr {float(logged):.3g} is {float(logged) / expected:.0%} of planned {expected:.3g}")
     rewards = [v for s, v in _series(rows, "reward") if s <= at_step]
+    if bad := [s for s in _nonfinite(rows, "reward") if s <= at_step]:
+        details["reward_nonfinite_steps"] = bad  # a diverged reward is not "not stuck": G5 fails
+        problems.append(f"reward NaN/inf at step {', '.join(map(str, bad))}")
     if rewards:
         mean = statistics.fmean(rewards)
         details["reward_mean"] = mean
         if mean < reward_low or mean > reward_high:
             problems.append(f"reward stuck at {mean:.3f}")
-    else:
+    elif not bad:
         problems.append("reward not logged")
     grad = [v for s, v in _series(rows, "grad_norm") if s <= at_step]
     if grad:
@@ -230,7 +270,8 @@ def g5_runtime(
 
 
 def monitor_points(rows: Sequence[Mapping[str, Any]]) -> list[tuple[int, float]]:
-    """(global_step, monitor_acc) for the steps where the in-run OOD monitor fired."""
+    """(global_step, monitor_acc) for the steps where the in-run OOD monitor fired (a NaN/inf
+    accuracy is no point: the early-stop rule judges accuracies)."""
     return _series(rows, "monitor_acc")
 
 
@@ -295,7 +336,7 @@ class RunMonitor:
         self.rows = [by_step[s] for s in sorted(by_step)]
         for spike in spikes(new_rows, self.spike_threshold):
             if spike.global_step not in self.logged_spikes:
-                append_jsonl(AttemptDir(self.attempt_dir).spikes, asdict(spike))
+                append_jsonl(AttemptDir(self.attempt_dir).spikes, json_row(asdict(spike)))
                 self.logged_spikes.add(spike.global_step)
         self._write(g3_smoke(self.rows, sop=self.sop))
         self._write(g5_runtime(self.rows, self.plan, sop=self.sop))

@@ -12,6 +12,7 @@ Plots use matplotlib's Agg backend (no display), imported inside :func:`render_p
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -138,7 +139,11 @@ def gather(attempt_dir: str | Path) -> ReportInputs:
         for path in sorted(guards.glob("*.json")):
             doc = read_json(path)
             # verdict files only (rlexp.stages.guard.Verdict: name, passed, rule, numbers, notes,
-            # details): guards/ also holds samples' metadata (e.g. g4_samples.meta.json)
+            # details): guards/ also holds samples' metadata (e.g. g4_samples.meta.json); a file
+            # named like a verdict must be one
+            if not path.name.endswith(".meta.json") and not (isinstance(doc, dict)
+                                                             and {"name", "passed", "rule"} <= doc.keys()):
+                raise InputError(path, None, "not a guard verdict (an object with name, passed and rule)")
             if isinstance(doc, dict) and {"name", "passed", "rule"} <= doc.keys():
                 if doc["passed"] not in (True, False, None):
                     raise InputError(path, "passed", f"must be true, false or null, got {doc['passed']!r}")
@@ -343,7 +348,8 @@ def render_plots(inputs: ReportInputs, out_dir: Path, stem: str) -> dict[str, Pa
         made[name] = path
 
     planned = planned_lr_table(inputs.plan)
-    logged = [(r["global_step"], r["actor_lr"]) for r in inputs.metrics if "actor_lr" in r]
+    logged = [(r["global_step"], r["actor_lr"]) for r in inputs.metrics
+              if "actor_lr" in r and math.isfinite(r["actor_lr"])]  # a NaN LR: in the stability section
     if planned or logged:
         fig, ax = figure()
         if planned:
@@ -386,11 +392,16 @@ def render_plots(inputs: ReportInputs, out_dir: Path, stem: str) -> dict[str, Pa
         ax.set(xlabel="global step", ylabel="monitor accuracy (%)", title="In-run OOD monitor: the family")
         save(fig, ax, "family")
 
-    grad = [(r["global_step"], r["grad_norm"]) for r in inputs.metrics if "grad_norm" in r]
+    grad = [(r["global_step"], r["grad_norm"]) for r in inputs.metrics
+            if "grad_norm" in r and math.isfinite(r["grad_norm"])]
+    grad_nonfinite = [r["global_step"] for r in inputs.metrics
+                      if "grad_norm" in r and not math.isfinite(r["grad_norm"])]
     if grad:
         fig, ax = figure()
         values = [v for _, v in grad]
         ax.plot([s for s, _ in grad], values, lw=1, color=PALETTE[0], label="grad norm")
+        for i, step in enumerate(grad_nonfinite[:20]):  # a NaN/inf grad norm: a spike with no height
+            ax.axvline(step, color=PALETTE[3], lw=1, ls="--", label="grad norm NaN/inf" if i == 0 else None)
         high = [(s, v) for s, v in grad if v > spike_grad_norm]
         if high:
             ax.plot([s for s, _ in high], [v for _, v in high], "v", color=PALETTE[3], ms=6,
@@ -806,6 +817,13 @@ def render_markdown(inputs: ReportInputs, plots: Mapping[str, Path] | None = Non
                      + f" · max grad norm {_fmt(st.max_grad_norm, 2)} (step {_fmt(st.max_grad_norm_step)})"
                      + f" · ratio_max {_fmt(st.ratio_max, 3)} · log_ratio_abs_p99 max {_fmt(st.log_ratio_abs_p99_max, 3)},"
                      + f" median {_fmt(st.log_ratio_abs_p99_median, 3)}")
+        if st.nonfinite_steps:
+            flagged = [f"step {r['global_step']}: "
+                       + ", ".join(k for k, v in r.items() if isinstance(v, float) and not math.isfinite(v))
+                       for r in inputs.metrics if r["global_step"] in set(st.nonfinite_steps)]
+            lines.append(f"\n**NaN/inf** in {len(flagged)} of {st.steps} steps (kept in metrics.jsonl; "
+                         f"means and maxima above are over the finite values): " + "; ".join(flagged[:10])
+                         + ("; …" if len(flagged) > 10 else ""))
     else:
         lines.append(NA + " (no metrics.jsonl)")
     run_guards = [(g, inputs.guards[g]) for g in IN_RUN_GATES if g in inputs.guards]

@@ -144,6 +144,13 @@ class LadderStudy:
             Path(self.url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
             engine_kwargs = {"connect_args": {"timeout": 120}}  # runners wait for each other's writes
         optuna.logging.set_verbosity(optuna.logging.WARNING)
+        from rlexp.adapters.tracking import check_reachable
+
+        check_reachable(self.url, "--storage")  # a dead database port: one line now, not a driver's long wait
+        if self.url.startswith("sqlite:///"):
+            from rlexp.storage.files import check_store_file
+
+            check_store_file(self.url[len("sqlite:///"):], "--storage")
         # runners starting together must not both create the schema
         with schema_lock(self.url, engine_kwargs):
             self._open(engine_kwargs)

@@ -24,7 +24,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlexp.errors import InputError
-from rlexp.storage.files import atomic_write_json, read_json, replace_dir, sha256_dir, sha256_text
+from rlexp.storage.files import (
+    atomic_write_json,
+    make_temp_dir,
+    read_json,
+    replace_dir,
+    sha256_dir,
+    sha256_text,
+)
 
 if TYPE_CHECKING:  # the task module is pure; imported for type names only
     from rlexp.core.task import ArithmeticTask
@@ -179,7 +186,6 @@ def sft_tiny_model(
     stalls instead).
     """
     import random
-    import tempfile
 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -242,7 +248,7 @@ def sft_tiny_model(
     model.eval()
     # Write into a fresh directory then swap: a killed build never leaves a half model cached.
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    tmp = make_temp_dir(out)
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp, save_jinja_files=False)
     result = SftResult(
@@ -294,10 +300,9 @@ def dev_sample(task: ArithmeticTask, rng: Any, dev_size: int, exclude_hashes: fr
 
 def _save_model(model, tokenizer, out: Path) -> None:
     """Save into a fresh directory then swap: a killed run never leaves a half model."""
-    import tempfile
 
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    tmp = make_temp_dir(out)
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp, save_jinja_files=False)
     replace_dir(tmp, out)

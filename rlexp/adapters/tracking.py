@@ -31,8 +31,10 @@ other stores a run created twice by a race is resolved to the oldest one.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import re
+import sys
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -83,6 +85,71 @@ def resolve_tracking_uri(uri: str | None = None) -> str:
     return uri
 
 
+# Schemes MLflow stores live at (a bare path is a local file store); the network ones are probed
+# with a short TCP connect before MLflow is asked (its HTTP client retries for minutes, and a
+# database driver may wait on a dead port far longer).
+TRACKING_SCHEMES = ("sqlite", "postgresql", "postgres", "mysql", "mssql", "http", "https", "databricks")
+DEFAULT_PORTS = {"postgresql": 5432, "postgres": 5432, "mysql": 3306, "mssql": 1433, "http": 80, "https": 443}
+CONNECT_TIMEOUT_S = 3.0
+_reachable: set[str] = set()
+
+
+def scrub_url(url: str) -> str:
+    """The URL without its password (for messages)."""
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        creds, _, host = rest.rpartition("@")
+        return f"{scheme}://{creds.split(':')[0]}@{host}"
+    return url
+
+
+def check_reachable(url: str, option: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    """A network store's host and port accept a TCP connection within ``timeout_s`` (once per
+    process and URL); otherwise a one-line :class:`InputError` naming ``option``. Local stores pass."""
+    import socket
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        scheme = parts.scheme.split("+")[0].lower()
+        if scheme not in DEFAULT_PORTS or url in _reachable:
+            return
+        host, port = parts.hostname, parts.port or DEFAULT_PORTS[scheme]
+    except ValueError as exc:
+        raise InputError(None, option, f"{scrub_url(url)}: not a valid address ({exc})") from None
+    if not host:
+        raise InputError(None, option, f"{scrub_url(url)}: no host")
+    try:
+        socket.create_connection((host, port), timeout=timeout_s).close()
+    except (OSError, UnicodeError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+        raise InputError(None, option, f"{scrub_url(url)}: cannot connect to {host}:{port} within "
+                                       f"{timeout_s:g} s ({reason})") from None
+    _reachable.add(url)
+
+
+def check_tracking_uri(uri: str | None, option: str = "--tracking-uri", *, probe: bool = True) -> str:
+    """The resolved store URI once its scheme is one MLflow serves and (``probe``), for a server or
+    a database, its address answers; else a one-line :class:`InputError` (before anything is written)."""
+    resolved = resolve_tracking_uri(uri)
+    scheme = resolved.split(":", 1)[0].split("+")[0].lower() if ":" in resolved else ""
+    if scheme not in TRACKING_SCHEMES or "://" not in resolved:
+        # a bare path or file: is MLflow's file store, which MLflow 3 no longer serves (an exception
+        # deep in MLflow); anything else is not a store at all
+        raise InputError(None, option, f"{scrub_url(resolved)[:80]}: not an MLflow tracking store (sqlite:///FILE, "
+                                       "http(s)://HOST:PORT, postgresql://..., mysql://..., or off)")
+    if resolved.startswith("sqlite:///"):
+        from rlexp.storage.files import check_store_file
+
+        check_store_file(resolved[len("sqlite:///"):], option)
+    if probe:
+        check_reachable(resolved, option)
+    if resolved.startswith(("http://", "https://")):  # MLflow's own default retries for minutes
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
+    return resolved
+
+
 _held_locks: dict[str, int] = {}  # store lock file -> how deep this process holds it (re-entrant)
 _held_guard = threading.RLock()
 
@@ -123,7 +190,7 @@ def ensure_store(uri: str) -> None:
     """Create the tracking store once, under an exclusive lock for SQLite files."""
     from mlflow.tracking import MlflowClient
 
-    uri = resolve_tracking_uri(uri)
+    uri = check_tracking_uri(uri)
     with store_lock(uri):
         MlflowClient(uri).search_experiments(max_results=1)
 
@@ -283,8 +350,16 @@ def rewound(rows: list[Mapping[str, Any]], logged: Mapping[str, Mapping[int, flo
         for key, value in row.items():
             if key not in NOT_METRICS:
                 in_file.setdefault(metric_name(key), {})[int(row["global_step"])] = float(value)
-    return any(step not in in_file.get(name, {}) or in_file[name][step] != value
+    return any(step not in in_file.get(name, {}) or not _same(in_file[name][step], value)
                for name, steps in logged.items() for step, value in steps.items())
+
+
+def _same(in_file: float, logged: float) -> bool:
+    """The file's value is the one the run holds: a NaN equals a NaN (MLflow keeps NaN), and an
+    infinity equals the largest float of its sign (MLflow's SQL store keeps an infinity as that)."""
+    if math.isinf(in_file) and abs(logged) in (math.inf, sys.float_info.max):
+        return math.copysign(1.0, in_file) == math.copysign(1.0, logged)
+    return in_file == logged or (math.isnan(in_file) and math.isnan(logged))
 
 
 def sync_metric_rows(client, run_id: str, rows: list[Mapping[str, Any]], uri: str) -> int:
@@ -319,7 +394,18 @@ def _param_value(value: Any) -> str:
 
 
 def log_attempt(attempt_dir: str | Path, tracking_uri: str | None = None, *, report_path: str | Path | None = None) -> str:
-    """Mirror one attempt directory into MLflow; returns the run id (the same on every call)."""
+    """Mirror one attempt directory into MLflow; returns the run id (the same on every call).
+
+    The whole mirror is one turn under the store lock: parallel ``report``s of one attempt each
+    read what is logged and add the rest (params, dataset inputs, tags), and MLflow's SQL store
+    inserts those after a check that two processes can pass at once (a UNIQUE constraint failure
+    on ``params`` or ``datasets``). A SQLite store serialises writes anyway; others take no lock."""
+    with store_lock(check_tracking_uri(tracking_uri)):
+        return _log_attempt(attempt_dir, tracking_uri, report_path=report_path)
+
+
+def _log_attempt(attempt_dir: str | Path, tracking_uri: str | None = None, *,
+                 report_path: str | Path | None = None) -> str:
     from mlflow.entities import Param, RunTag
 
     ad = AttemptDir(attempt_dir)
@@ -346,7 +432,6 @@ def log_attempt(attempt_dir: str | Path, tracking_uri: str | None = None, *, rep
     if argv_doc.get("backend"):
         params["launch.backend"] = str(argv_doc["backend"])
     existing = run.data.params
-    new_params = [Param(k, v) for k, v in params.items() if k not in existing]
     changed = sorted(k for k, v in params.items() if k in existing and existing[k] != v)
 
     pool = (provenance.get("datasets") or {}).get("pool") or {}
@@ -368,8 +453,14 @@ def log_attempt(attempt_dir: str | Path, tracking_uri: str | None = None, *, rep
     if changed:
         tags["rlexp.params_changed_after_logging"] = ",".join(changed)
     tag_list = [RunTag(k, scrub(v)) for k, v in tags.items()]
-    for start in range(0, max(len(new_params), 1), 100):  # MLflow: at most 100 params per call
-        client.log_batch(run_id, params=new_params[start : start + 100], tags=tag_list if start == 0 else [])
+    # Parallel `report`s of one attempt: each reads the params logged so far and logs the rest; two
+    # that read before either wrote would both insert a param (a UNIQUE constraint failure in
+    # the SQL store), so the read and the write happen under the store lock, the read fresh.
+    with store_lock(uri):
+        existing = client.get_run(run_id).data.params
+        new_params = [Param(k, v) for k, v in params.items() if k not in existing]
+        for start in range(0, max(len(new_params), 1), 100):  # MLflow: at most 100 params per call
+            client.log_batch(run_id, params=new_params[start : start + 100], tags=tag_list if start == 0 else [])
 
     metrics_path = ad.metrics
     rows: list[dict[str, Any]] = []

@@ -43,10 +43,11 @@ from dataclasses import dataclass, field, make_dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rlexp.core.numbers import json_row
 from rlexp.core.recipe import RECIPE_KEYS, local_trainer_keys, local_trainer_value
 from rlexp.core.schedule import LOCAL_TRAINER_VERSION, fires
 from rlexp.errors import InputError
-from rlexp.storage.files import append_jsonl, iter_jsonl, repair_torn_tail, replace_dir
+from rlexp.storage.files import append_jsonl, iter_jsonl, make_temp_dir, repair_torn_tail, replace_dir
 from rlexp.storage.layout import STEP_TIME_KEY, AttemptDir
 
 if TYPE_CHECKING:
@@ -406,11 +407,10 @@ def state_dir(attempt_dir: Path, global_step: int) -> Path:
 def save_adapter(model, tokenizer, attempt_dir: Path, global_step: int) -> Path:
     """``checkpoints/global_step{N}_hf``: the LoRA adapter (or the full model when lora_rank is 0)
     and the tokenizer, written to a temporary directory and renamed into place."""
-    import tempfile
 
     final = adapter_dir(attempt_dir, global_step)
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+    tmp = make_temp_dir(final)  # also removes what a killed run left here
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp, save_jinja_files=False)
     sort_target_modules(tmp / "adapter_config.json")
@@ -437,13 +437,12 @@ def save_state(
 ) -> Path:
     """Everything ``--resume`` needs: trainable weights, optimizer, scheduler, RNG states, position."""
     import random
-    import tempfile
 
     import torch
 
     final = state_dir(attempt_dir, global_step)
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+    tmp = make_temp_dir(final)  # also removes what a killed run left here
     trainable = {k: v.detach().clone() for k, v in model.named_parameters() if v.requires_grad}
     torch.save(
         {
@@ -636,7 +635,8 @@ def train(cfg: TrainerConfig, attempt_dir: Path, *, resume: bool = False, log=pr
                     row["monitor_acc"] = env_task.monitor_success(model, tokenizer, monitor)
             row["step_time_s"] = round(time.perf_counter() - started, 4)
             row[STEP_TIME_KEY] = round(time.time(), 3)  # the step's own time: MLflow's timestamp of its metrics
-            append_jsonl(metrics_path, {"global_step": global_step, **row})
+            # a NaN/inf loss is data: strict JSON's "NaN"/"Infinity" (rlexp.core.numbers.json_row)
+            append_jsonl(metrics_path, json_row({"global_step": global_step, **row}))
             log(_progress_line(global_step, global_steps_total, row))
 
             last = global_step == global_steps_total

@@ -22,6 +22,8 @@ from typing import Annotated, Any
 
 import typer
 
+from rlexp.commands import SEED, finite
+
 
 def compare(
     files: Annotated[list[Path], typer.Argument(help="BASE NEW [NEW...]: per-item results; the first is the "
@@ -42,10 +44,10 @@ def compare(
                                                 "cluster-robust SE of Δ over its values.")] = None,
     mean_score: Annotated[bool, typer.Option("--mean-score", help="Use the mean-score mode (paired t) even "
                                              "for 0/1 scores.")] = False,
-    seed: Annotated[int, typer.Option("--seed", help="Bootstrap seed.")] = 0,
+    seed: Annotated[int, typer.Option("--seed", **SEED, help="Bootstrap seed.")] = 0,
     resamples: Annotated[int, typer.Option("--resamples", min=100, max=1_000_000,
                                             help="Bootstrap resamples.")] = 10_000,
-    confidence: Annotated[float, typer.Option("--confidence", min=0.5, max=0.999)] = 0.95,
+    confidence: Annotated[float, typer.Option("--confidence", callback=finite(0.5, 0.999))] = 0.95,
     method: Annotated[str, typer.Option("--method", help="CI of Δ: paired bootstrap percentile, basic or bca; or "
                                         "newcombe (Newcombe's hybrid score interval, 0/1 scores).")] = "percentile",
     paired_out: Annotated[Path | None, typer.Option("--paired-out", help="Also write the paired records "

@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from rlexp.commands import SEED
+
 
 def demo(
     directory: Annotated[
@@ -17,7 +19,7 @@ def demo(
     tracking_uri: Annotated[
         str | None, typer.Option("--tracking-uri", help="MLflow store (default sqlite:///<dir>/mlflow.db).")
     ] = None,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the task, the base model and the runs.")] = 0,
+    seed: Annotated[int, typer.Option("--seed", **SEED, help="Seed of the task, the base model and the runs.")] = 0,
     json_output: Annotated[bool, typer.Option("--json", help="Print the summary as JSON at the end.")] = False,
     build_base: Annotated[bool, typer.Option(
         "--build-base", help="Supervise the base model here rather than copy the shipped one (same result).")] = False,

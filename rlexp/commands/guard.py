@@ -14,6 +14,8 @@ from typing import Annotated
 
 import typer
 
+from rlexp.commands import SEED
+
 app = typer.Typer(no_args_is_help=True)
 
 AttemptArg = Annotated[Path, typer.Argument(help="Attempt directory or its attempt.yaml.")]
@@ -50,7 +52,7 @@ def _report(verdict, as_json: bool) -> None:
 @app.command("g0")
 def g0(
     attempt: AttemptArg,
-    samples: Annotated[int | None, typer.Option(min=1, help="Default: the SOP's guardrails.g0.samples (5).")] = None,
+    samples: Annotated[int | None, typer.Option(min=1, max=10_000, help="Default: the SOP's guardrails.g0.samples (5).")] = None,
     sop_file: SopOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -85,7 +87,7 @@ def g1(
 @app.command("g2")
 def g2(
     attempt: AttemptArg,
-    problems: Annotated[int | None, typer.Option(min=1, help="Default: the SOP's guardrails.g2.problems (200).")] = None,
+    problems: Annotated[int | None, typer.Option(min=1, max=10_000_000, help="Default: the SOP's guardrails.g2.problems (200).")] = None,
     sop_file: SopOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -98,7 +100,7 @@ def g2(
 @app.command("g4")
 def g4(
     attempt: AttemptArg,
-    k: Annotated[int | None, typer.Option(min=1, help="Default: the SOP's guardrails.g4.k (8).")] = None,
+    k: Annotated[int | None, typer.Option(min=1, max=10_000, help="Default: the SOP's guardrails.g4.k (8).")] = None,
     limit: Annotated[int | None, typer.Option(min=1, help="At most N baseline-wrong problems.")] = None,
     sop_file: SopOpt = None,
     as_json: JsonOpt = False,
@@ -119,7 +121,7 @@ def audit(
     checkpoint: Annotated[str | None, typer.Option(help="Default: best-by-monitor, else final.")] = None,
     n: Annotated[int | None, typer.Option(min=1, help="Cases to draw (default: the SOP's "
                                           "parser_audit.sample_size, 50).")] = None,
-    seed: Annotated[int, typer.Option()] = 0,
+    seed: Annotated[int, typer.Option(**SEED)] = 0,
     sop_file: SopOpt = None,
     as_json: JsonOpt = False,
 ) -> None:

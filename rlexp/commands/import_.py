@@ -60,7 +60,7 @@ def import_run(
         shown = ", ".join(str(n) for n in result.not_understood[:20])
         print(f"{len(result.not_understood)} log line(s) not understood: {shown}")
     if result.nonfinite_steps:
-        print(f"NaN/inf left out of metrics.jsonl at steps {', '.join(str(s) for s in result.nonfinite_steps[:20])}")
+        print(f"NaN/inf kept in metrics.jsonl (flagged) at steps {', '.join(str(s) for s in result.nonfinite_steps[:20])}")
     if result.not_numbers:
         print("values that are not numbers (left out): " + ", ".join(f"{k} ({n})" for k, n in result.not_numbers.items()))
     for note in result.notes:

@@ -27,17 +27,15 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print the result as JS
 
 def parse_changes(items: list[str]) -> dict[str, Any]:
     """``KEY=VALUE`` options as a mapping; VALUE is read as a YAML scalar or list (0.1, 16, [a, b])."""
-    import yaml
+    from rlexp.storage.files import loads_yaml
 
     out: dict[str, Any] = {}
     for item in items:
         key, sep, text = item.partition("=")
         if not sep or not key.strip():
             raise InputError(None, "--change", f"{item!r:.60}: expected KEY=VALUE")
-        try:
-            out[key.strip()] = yaml.safe_load(text)
-        except yaml.YAMLError:
-            raise InputError(None, f"--change {key.strip()}", f"{text!r:.60} is not a value") from None
+        # the strict loader: no aliases, no deep nesting, no integer past 4300 digits
+        out[key.strip()] = loads_yaml(None, text, f"--change {key.strip()[:60]}")
     return out
 
 

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
+from rlexp.commands import finite
 from rlexp.errors import CheckFailed
 
 
@@ -25,7 +26,8 @@ def launch(
     tracking_uri: Annotated[str | None, typer.Option("--tracking-uri", help="MLflow store (default "
                                                      "sqlite:///mlflow.db here); 'off' disables MLflow.")] = None,
     no_follow: Annotated[bool, typer.Option("--no-follow", help="Start the run and return at once.")] = False,
-    poll_s: Annotated[float, typer.Option(help="Seconds between metric polls while following.")] = 2.0,
+    poll_s: Annotated[float, typer.Option(callback=finite(0.01, 3600),
+                                          help="Seconds between metric polls while following.")] = 2.0,
     metrics_source: Annotated[str | None, typer.Option(
         "--metrics-source", help="OpenRLHF backends: follow the trainer's stdout 'Global step N' lines, or its "
                                  "TensorBoard scalars in ATTEMPT/tensorboard (default: stdout; --resume: "
@@ -71,7 +73,7 @@ def _print_result(result: dict[str, Any]) -> None:
     if dropped:
         line += f" ({sum(dropped.values())} non-numeric metric values dropped: {', '.join(sorted(dropped))})"
     for key, text in (("not_understood", "metric lines not understood at lines"),
-                      ("nonfinite_steps", "NaN/inf at steps"),
+                      ("nonfinite_steps", "steps with NaN/inf, kept in metrics.jsonl:"),
                       ("restarts", "step numbers restarted (a second run in the log) at lines")):
         if result.get(key):
             shown = ", ".join(str(n) for n in result[key][:20]) + (", …" if len(result[key]) > 20 else "")

@@ -8,6 +8,8 @@ from typing import Annotated
 
 import typer
 
+from rlexp.commands import SEED, finite
+
 app = typer.Typer(no_args_is_help=True)
 
 MAX_SIMULATED_OUTCOMES = 1_000_000_000  # --sims x --n: bounds the distinct tables whose CI is computed
@@ -68,13 +70,13 @@ def rule_sentences(sop) -> list[str]:
 def calibrate(
     sims: Annotated[int, typer.Option("--sims", min=100, max=1_000_000,
                                       help="Simulated studies per scenario and correlation.")] = 20_000,
-    seed: Annotated[int, typer.Option("--seed")] = 0,
+    seed: Annotated[int, typer.Option("--seed", **SEED)] = 0,
     n: Annotated[int, typer.Option("--n", min=50, max=100_000, help="Problems per paired study.")] = 1000,
-    discordance: Annotated[float, typer.Option("--discordance", min=0.01, max=0.5)] = 0.12,
+    discordance: Annotated[float, typer.Option("--discordance", callback=finite(0.01, 0.5))] = 0.12,
     correlation: Annotated[list[float] | None, typer.Option(
-        "--correlation", help="Latent correlation rho of two checkpoints' flips, in [0, 0.99] or 1; repeat for a "
+        "--correlation", callback=finite(0, 1), help="Latent correlation rho of two checkpoints' flips, in [0, 0.99] or 1; repeat for a "
                               "row per value (default: 0.3, 0.6 and 0.9).")] = None,
-    effect_pp: Annotated[float, typer.Option("--effect-pp", help="True effect of the alternative.")] = 3.0,
+    effect_pp: Annotated[float, typer.Option("--effect-pp", callback=finite(-50, 50), help="True effect of the alternative.")] = 3.0,
     ci_method: Annotated[str | None, typer.Option(
         "--ci-method", help="The gates' CI: percentile, bca or newcombe (default: the SOP's bootstrap.method).")
     ] = None,

@@ -319,6 +319,24 @@ def _check_consistency(sop: _SopFile, path: Path) -> None:
     for key, (value, low) in at_least.items():
         if value < low:
             raise InputError(path, key, f"must be >= {low}")
+    # Upper bounds: a count drives an allocation or a loop (resamples x n indices), a seed feeds
+    # numpy's seeding (0 .. 2**32-1); past these the run exhausts memory or fails deep inside.
+    at_most = {"bootstrap.resamples": (sop.bootstrap.resamples, 1_000_000),
+               "checkpoints.k": (sop.checkpoints.k, 1000),
+               "gate_2.min_seeds": (sop.gate_2.min_seeds, 1000),
+               "early_stop.smoothing_window": (sop.early_stop.smoothing_window, 1_000_000),
+               "early_stop.patience_evals": (sop.early_stop.patience_evals, 1_000_000),
+               "parser_audit.sample_size": (sop.parser_audit.sample_size, 1_000_000),
+               "guardrails.g0.samples": (g.g0.samples, 10_000),
+               "guardrails.g2.problems": (g.g2.problems, 10_000_000),
+               "guardrails.g3.smoke_steps": (g.g3.smoke_steps, 1_000_000),
+               "guardrails.g4.k": (g.g4.k, 10_000),
+               "guardrails.g5.at_step": (g.g5.at_step, 1_000_000_000)}
+    for key, (value, high) in at_most.items():
+        if value > high:
+            raise InputError(path, key, f"must be at most {high}, got {str(value)[:24]}")
+    if not 0 <= sop.bootstrap.seed <= 2**32 - 1:
+        raise InputError(path, "bootstrap.seed", f"must be an integer from 0 to {2**32 - 1}, got {str(sop.bootstrap.seed)[:24]}")
     fractions = {"guardrails.g2.min_boxed": g.g2.min_boxed, "guardrails.g2.max_fail": g.g2.max_fail,
                  "guardrails.g2.max_truncation": g.g2.max_truncation,
                  "guardrails.g4.min_pass_at_k": g.g4.min_pass_at_k,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -45,7 +46,7 @@ from rlexp.core.recipe import (
 from rlexp.core.recipe import LATER_UNDERSCORE_KEYS as LATER_UNDERSCORE_KEYS  # re-exported
 from rlexp.core.recipe import is_dotted_recipe_key as is_dotted_recipe_key  # re-exported
 from rlexp.errors import InputError
-from rlexp.storage.files import load_yaml
+from rlexp.storage.files import check_regular_file, load_yaml
 from rlexp.storage.layout import SPEC_NAME
 
 ROLES = ("pool", "ood_monitor", "ood_primary", "id", "sanity")
@@ -802,6 +803,11 @@ def _dataset_ref(
         path = Path(entry["path"])
         if not path.is_absolute():
             path = experiment_dir / path
+        if os.path.lexists(path) and not path.is_dir():  # a FIFO, a device, a symlink loop: refused now,
+            try:  # not when launch's trainer blocks on it (and before resolve() trips on a loop)
+                check_regular_file(path)
+            except InputError as exc:
+                raise InputError(display, where, f"{entry['path']}: {exc.message}") from None
         path = path.resolve()
         if not entry.get("allow_outside") and not path.is_relative_to(experiment_dir.resolve()):
             raise InputError(display, where, f"{entry['path']} is outside the experiment directory; state "

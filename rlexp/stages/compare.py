@@ -49,6 +49,10 @@ def compare_files(files: list[Path], *, fmt: str | None = None, choice: Choice |
         raise InputError(None, "--format", f"must be one of {', '.join(FORMATS)}, got {fmt!r}")
     if len(files) < 2:
         raise InputError(None, "FILES", "need the baseline and at least one file to compare with it")
+    if paired_out is not None:
+        from rlexp.storage.files import refuse_output_onto_inputs
+
+        paired_out = refuse_output_onto_inputs(paired_out, files, "--paired-out")
     sets = [read_items(path, fmt, choice, intersect=intersect) for path in files]
     pairs = [pair_items(sets[0], new, intersect=intersect, allow_prompt_change=allow_prompt_change)
              for new in sets[1:]]
@@ -119,7 +123,7 @@ def pair_items(base: ItemSet, new: ItemSet, *, intersect: bool = False,
         b, n = base.items[key], new.items[key]
         if b.fingerprint != n.fingerprint:
             raise InputError(new.path, key, f"its content differs from the baseline's ({base.path}): the two runs "
-                             f"scored different documents under one id ({_content_cause(new, key)}); not comparable")
+                             f"scored different documents under one id ({_content_cause(new, key, b)}); not comparable")
         if b.prompt_hash is not None and n.prompt_hash is not None and b.prompt_hash != n.prompt_hash:
             changed.append(key)
     if changed and not allow_prompt_change:
@@ -132,7 +136,7 @@ def pair_items(base: ItemSet, new: ItemSet, *, intersect: bool = False,
                        len(changed))
 
 
-def _content_cause(items: ItemSet, key: str) -> str:
+def _content_cause(items: ItemSet, key: str, base_item: Item | None = None) -> str:
     """Why two runs' items under one id can hold different content, for this harness."""
     if items.format == "lm-eval":
         return "lm-eval's out-of-order --samples logs wrong doc_ids, or the task's documents changed"
@@ -141,6 +145,10 @@ def _content_cause(items: ItemSet, key: str) -> str:
                 "an int id may be a position Inspect assigned: a reordered dataset renumbers it, and an edited "
                 "prompt or target changes the item")
     if items.format == "lighteval":
+        from rlexp.adapters.harnesses.lighteval import content_cause
+
+        if base_item is not None:
+            return content_cause(base_item, items.items[key])
         return "lighteval's ids are positions in the split: a reordered or edited dataset renumbers them"
     return "the problem's content differs"
 

@@ -23,13 +23,14 @@ that a rerun of ``rlexp decide`` completes to the new one:
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from rlexp.core.decision import BASELINES, ROLE_ORDER, AttemptFacts, DecideInputs, Decision
 from rlexp.errors import InputError
-from rlexp.storage.layout import AttemptDir, checkpoint_name
+from rlexp.storage.layout import MAX_GLOBAL_STEP, AttemptDir, checkpoint_name
 
 
 def decide(attempt: str | Path, *, sop_path: str | Path | None = None, now: str | None = None) -> Decision:
@@ -49,6 +50,9 @@ def decide(attempt: str | Path, *, sop_path: str | Path | None = None, now: str 
     return decision
 
 
+_CHECKPOINT = re.compile(r"global_step(0|[1-9][0-9]{0,6})")
+
+
 def _read_selection(ad: AttemptDir) -> tuple[list[str], dict[str, str], str | None]:
     """Checkpoint names in role order, name -> role(s), and the SHA-256 of the SOP file the
     selection was made under, from eval/selection.json."""
@@ -62,16 +66,22 @@ def _read_selection(ad: AttemptDir) -> tuple[list[str], dict[str, str], str | No
         step = data.get(role)
         if step is None:
             continue
-        if isinstance(step, bool) or not isinstance(step, int):
-            raise InputError(path, role, f"must be a global step (integer) or null, got {step!r}")
+        if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= MAX_GLOBAL_STEP:
+            raise InputError(path, role, f"must be a global step (an integer from 0 to {MAX_GLOBAL_STEP}) or null, "
+                                         f"got {str(step)[:24]!r}")
         name = checkpoint_name(step)
         if name not in names:
             names.append(name)
         roles[name] = f"{roles[name]}+{role}" if name in roles else role
     listed = data.get("checkpoints")
     if listed is not None:
-        if not (isinstance(listed, list) and all(isinstance(x, str) and x.startswith("global_step") for x in listed)):
+        if not (isinstance(listed, list) and all(isinstance(x, str) and _CHECKPOINT.fullmatch(x) for x in listed)):
             raise InputError(path, "checkpoints", "must be a list of 'global_step{N}' names")
+        if len(set(listed)) != len(listed):
+            raise InputError(path, "checkpoints", "a checkpoint is listed twice")
+        for name, role in roles.items():  # a role's checkpoint is one of the pre-registered ones
+            if name not in listed:
+                raise InputError(path, role.split("+")[0], f"{name} is not among the checkpoints listed")
         for name in listed:
             if name not in names:
                 names.append(name)
@@ -147,6 +157,7 @@ def gather(attempt: str | Path, sop: Any) -> tuple[DecideInputs, dict[str, Any]]
             raise InputError(ad.records(name, primary_role), None,
                              "file not found: every pre-registered checkpoint must be evaluated (run `rlexp eval`)")
 
+    _check_record_metadata(ad, present, names, sets)
     paired: dict[tuple[str, str, str], Any] = {}
     skipped: list[str] = []
     for baseline in present:
@@ -213,6 +224,52 @@ def _episode_rewards(ad: AttemptDir, paired: dict[tuple[str, str, str], Any]) ->
         result[(baseline, name, role)] = ([base[r.problem_hash] for r in ps.records],
                                           [new[r.problem_hash] for r in ps.records])
     return result
+
+
+# What every record file of one set shares (rlexp.stages.evaluate writes them for all targets alike):
+# records made under different values of these are not comparable.
+SHARED_META_KEYS = ("decoding", "model_sha256", "dataset_sha256", "prompt_suffix", "chat_template_sha256",
+                    "grading", "parser_version")
+
+
+def _check_record_metadata(ad: AttemptDir, baselines: tuple[str, ...], names: list[str], sets: tuple[str, ...]) -> None:
+    """The ``.meta.json`` beside each record file the decision reads: a JSON object naming what produced
+    the records; within one set, every file's decoding, base model, dataset, prompt, template, grading and
+    parser agree; a set where some files have metadata and others lack it is refused."""
+    from rlexp.storage.records import meta_path, read_meta
+
+    for role in sets:
+        metas: dict[Path, dict[str, Any]] = {}
+        missing: list[Path] = []
+        for name in (*baselines, *names):
+            records = ad.records(name, role)
+            if not records.exists():
+                continue
+            mpath = meta_path(records)
+            if not mpath.exists() and not mpath.is_symlink():
+                missing.append(mpath)
+                continue
+            meta = read_meta(records)
+            for key in SHARED_META_KEYS:
+                if key not in meta:
+                    raise InputError(mpath, key, "missing: the metadata of eval records names what produced them")
+            metas[mpath] = meta
+        if metas and missing:
+            raise InputError(missing[0], None, f"file not found: the other record files of set {role} have their "
+                                               "metadata; re-run `rlexp eval` for this checkpoint")
+        if len(metas) > 1:
+            (first_path, first), *rest = metas.items()
+            for mpath, meta in rest:
+                for key in SHARED_META_KEYS:
+                    if meta[key] != first[key]:
+                        raise InputError(mpath, key, f"{_short(meta[key])} differs from {first_path.parent.name}'s "
+                                                     f"{_short(first[key])}: records made under other settings are "
+                                                     "not comparable (re-run `rlexp eval`)")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def record(decision: Decision, inputs: DecideInputs, context: dict[str, Any]) -> None:

@@ -460,15 +460,13 @@ def _seed_from_shipped(target: Path) -> None:
     saves the supervision only where that would have produced this very model.
     """
     import shutil
-    import tempfile
 
-    from rlexp.storage.files import replace_dir
+    from rlexp.storage.files import make_temp_dir, replace_dir
 
     source = shipped_base()
     if (target / "sft.json").exists() or not (source / "sft.json").exists():
         return
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    tmp = make_temp_dir(target)
     shutil.copytree(source, tmp, dirs_exist_ok=True)
     replace_dir(tmp, target)
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlexp.core.numbers import NONFINITE_JSON
 from rlexp.engines.base import Decoding, Engine, Request, close_engine
 from rlexp.errors import InputError
 from rlexp.storage.files import atomic_write_json, iter_jsonl, read_json, sha256_dir, sha256_file, sha256_text
@@ -90,6 +91,8 @@ def monitor_points(attempt_dir: Path) -> tuple[list[tuple[int, float]], int | No
         last = step if last is None else max(last, step)
         if "monitor_acc" in row:
             value = row["monitor_acc"]
+            if isinstance(value, str) and value in NONFINITE_JSON:
+                continue  # a NaN/inf accuracy (flagged where the run's NaN steps are): no point to select by
             if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
                 raise InputError(path, f"line {number}: monitor_acc", f"not a finite number: {value!r}")
             points.append((step, float(value)))

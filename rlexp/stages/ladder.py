@@ -165,13 +165,17 @@ def propose_rung(experiment: str | Path, *, change: Mapping[str, Any] | None = N
 
     exp = ExperimentDir(experiment).root.resolve()
     spec = load_ladder(exp)
-    study = LadderStudy(exp, storage, tracking_uri)
-    rungs = ladder_rungs(exp, study.claims())
     sota = _sota(exp)
-    if change:
+    if change:  # checked before the study is opened: a refused --change creates no optuna.db
+        if "seed" in change:
+            raise InputError(None, "--change", "seeds are replications, not a rung's variable: list them under "
+                                               "seeds in ladder.yaml")
         parent = sota or spec.root
         parent_att = load_attempt(ExperimentDir(exp).attempt(parent).root)
         diff = check_one_variable(parent_att, change, None, "--change")
+    study = LadderStudy(exp, storage, tracking_uri)
+    rungs = ladder_rungs(exp, study.claims())
+    if change:
         proposal = Proposal("run", "requested", f"requested: {diff.key} {diff.parent} -> {diff.value} from {parent}",
                             attempt=next_attempt_id(spec.root, rungs), parent=parent, variable=diff.key,
                             value=diff.value, seed=parent_att.recipe.get("seed"))

@@ -72,6 +72,12 @@ def launch(attempt: str | Path, *, backend: str | None = None, ray_address: str 
     """
     if force and not (reason and reason.strip()):
         raise InputError(None, "--reason", "--force needs --reason \"why\" (it is recorded)")
+    if not dry_run and not (tracking_uri and tracking_uri.lower() in ("off", "none")):
+        from rlexp.adapters.tracking import check_tracking_uri
+
+        # a store rlexp cannot name is refused before any file is written; a store that is down is
+        # not: MLflow is a mirror of the run, which goes on without it (a warning)
+        check_tracking_uri(tracking_uri, probe=False)
     prepared = prepare(attempt, backend=backend, ray_address=ray_address, resume=resume, force=force,
                        reason=reason, dry_run=dry_run, metrics_source=metrics_source)
     if dry_run:
@@ -163,6 +169,8 @@ def prepare(attempt: Path, *, backend: str | None = None, ray_address: str | Non
                                                         "script in .venv-trl); the Ray path is OpenRLHF's")
     if backend == "ray" and not ray_address:
         raise InputError(None, "--ray-address", "the ray backend needs --ray-address http://HOST:8265")
+    if backend == "ray" and not dry_run:
+        openrlhf.check_ray_dashboard(ray_address)  # before plan.json: a dead cluster writes nothing
     resume_rows: list[dict[str, Any]] = []
     if resume:
         metrics_source = _resume_metrics_source(attempt_dir, metrics_source)
@@ -273,8 +281,6 @@ def prepare(attempt: Path, *, backend: str | None = None, ray_address: str | Non
     if backend == "ray":
         from rlexp.backends import ray_jobs
 
-        if not dry_run:
-            openrlhf.check_ray_dashboard(ray_address)
         ray_job = ray_jobs.plan_job(att.id, attempt_dir.resolve(), argv, ray_address,
                                     local_trainer=att.trainer.name == "local", resume=resume,
                                     env=verl_launch.env if verl_launch is not None else None)

@@ -60,8 +60,26 @@ def plan(attempt: str | Path) -> PlanResult:
     return PlanResult(att.id, path, data)
 
 
+def check_datasets(att: Attempt) -> None:
+    """Every row of every dataset file the attempt names (``plan`` reads them all, so a bad row is
+    refused here and not by the trainer after ``launch`` has written its files). The training sets
+    of an OpenRLHF-style trainer are read through the recipe's ``input_key``/``label_key``."""
+    from rlexp.core.spec import TRAINER_GRADED_ROLES
+    from rlexp.storage.datasets import check_dataset_rows
+
+    for role, ref in att.datasets.items():
+        if ref.path is None or not ref.exists:
+            continue
+        keys = {}
+        if role in TRAINER_GRADED_ROLES and att.trainer.name != "local":
+            keys = {"prompt_key": str(att.recipe.get("input_key") or "prompt"),
+                    "answer_key": str(att.recipe.get("label_key") or "answer")}
+        check_dataset_rows(ref.path, **keys)
+
+
 def build_plan(att: Attempt) -> dict[str, Any]:
     """The plan of an attempt as a JSON-ready dict (what ``plan.json`` holds)."""
+    check_datasets(att)
     if att.trainer.name == "verl":  # verl counts its own way: rlexp.core.trainers.verl
         from rlexp.stages.plan_verl import build_verl_plan
 

@@ -29,6 +29,14 @@ def report(attempt: str | Path, *, reports_dir: str | Path | None = None,
     from rlexp.storage.layout import AttemptDir
 
     ad = AttemptDir(attempt)
+    if reports_dir is not None:
+        from rlexp.storage.files import check_output_dir
+
+        check_output_dir(reports_dir, "--reports-dir")
+    if not (tracking_uri and tracking_uri.lower() in ("off", "none")):
+        from rlexp.adapters.tracking import check_tracking_uri
+
+        check_tracking_uri(tracking_uri)  # a bad or dead store is refused before the report is written
     path = write_report(ad.root, reports_dir)
     scrub_finished_log(ad.root)  # a --no-follow run's log
     run_id = url = None

@@ -398,15 +398,14 @@ def _write_result(spec: Any, ranking: dict[str, Any]) -> tuple[Path, Path]:
     """``result/ranking.json`` and ``result/report.md`` together: written into a temporary
     directory beside ``result/`` and swapped in whole, so a reader never sees one without the other."""
     import os
-    import tempfile
 
     from rlexp.adapters.sweep_report import render_sweep_report
-    from rlexp.storage.files import atomic_write_json, atomic_write_text, replace_dir
+    from rlexp.storage.files import atomic_write_json, atomic_write_text, make_temp_dir, replace_dir
 
     sweep = SweepDir(spec.sweep_dir)
     final = sweep.result_dir
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+    tmp = make_temp_dir(final)  # also removes what a killed run left here
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(tmp, 0o777 & ~umask)  # mkdtemp's 0700 would make result/ the one private folder of the sweep

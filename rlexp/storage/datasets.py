@@ -63,6 +63,45 @@ def read_dataset(path: str | Path) -> list[dict[str, Any]]:
     return records
 
 
+def check_dataset_rows(path: str | Path, *, prompt_key: str = "prompt", answer_key: str = "answer",
+                       display: str | Path | None = None) -> int:
+    """Every row of a dataset file a run will read, checked at ``plan`` (before ``launch`` writes or
+    starts anything): an object whose ``prompt_key`` is a non-empty string and whose ``answer_key``
+    is a non-empty string or a finite number, prompts unique, and a ``problem_hash``, where a row has
+    one, equal to ``sha256(prompt.strip())``. Returns the row count; an :class:`InputError` names the
+    file, the line and the field."""
+    path = Path(path)
+    seen: dict[str, int] = {}
+    rows = 0
+    for number, record in iter_jsonl(path):
+        prompt = record.get(prompt_key)
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise InputError(path, f"line {number}: {prompt_key}", f"missing or not a non-empty string "
+                                                                   f"(got {_kind(record, prompt_key)})")
+        answer = record.get(answer_key)
+        if not (isinstance(answer, str) and answer.strip()) and (isinstance(answer, bool)
+                                                                 or not isinstance(answer, int | float)):
+            raise InputError(path, f"line {number}: {answer_key}", f"missing or not a non-empty string "
+                                                                   f"(got {_kind(record, answer_key)})")
+        digest = problem_hash(prompt)
+        if "problem_hash" in record and record["problem_hash"] != digest:
+            raise InputError(path, f"line {number}: problem_hash", "is not sha256(prompt.strip())")
+        if digest in seen:
+            raise InputError(path, f"line {number}: {prompt_key}", f"duplicate of the prompt of line {seen[digest]}")
+        seen[digest] = number
+        rows += 1
+    return rows
+
+
+def _kind(record: dict[str, Any], key: str) -> str:
+    if key not in record:
+        return "missing"
+    value = record[key]
+    names = {type(None): "null", bool: "a boolean", int: "a number", float: "a number", list: "a list",
+             dict: "an object", str: "an empty string"}
+    return names.get(type(value), type(value).__name__)
+
+
 def check_dataset_files(files: dict[str, str | Path]) -> dict[str, list[dict[str, Any]]]:
     """Read every dataset file of an experiment and check they are pairwise disjoint by hash."""
     records = {role: read_dataset(path) for role, path in files.items()}

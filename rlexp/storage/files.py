@@ -13,9 +13,12 @@ Rules every stage follows:
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
+import re
+import stat
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -31,8 +34,10 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
     path = Path(path)
+    _refuse_special_target(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    clean_stale_temps(path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path), suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -44,6 +49,96 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
             os.unlink(tmp)
         raise
     return path
+
+
+# Temporary files and directories are named ``.<final name>.<pid>-<random>[.tmp]`` beside what they
+# become, so the next writer in that directory can tell one a killed process left (its pid is gone)
+# from one being written now, and remove it: a kill never leaves them behind for good.
+_TEMP_NAME = re.compile(r"\.(?P<name>.+)\.(?P<pid>\d+)-[a-z0-9_]{8}(?:\.tmp)?")
+# what earlier versions named them (no pid; tempfile's 8 random characters): an atomic write's
+# ``.<name>.<random>.tmp`` file, a checkpoint's ``.global_stepN[_hf].<random>`` directory; removed once
+# they are an hour old
+_LEGACY_TEMP_NAME = re.compile(r"\.(?:.+\.[a-z0-9_]{8}\.tmp|global_step\d+(?:_hf)?\.[a-z0-9_]{8})")
+LEGACY_TEMP_AGE_S = 3600
+
+
+def _temp_prefix(final: Path) -> str:
+    return f".{final.name}.{os.getpid()}-"
+
+
+def make_temp_dir(final: str | Path) -> Path:
+    """A fresh directory beside ``final`` to write it in before :func:`replace_dir`; what killed
+    writers left in that directory is removed first (:func:`clean_stale_temps`)."""
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    clean_stale_temps(final.parent)
+    return Path(tempfile.mkdtemp(prefix=_temp_prefix(final), dir=final.parent))
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return True
+    return True
+
+
+def clean_stale_temps(directory: str | Path) -> list[Path]:
+    """Remove the temporary files and directories in ``directory`` whose writer is dead (its pid in
+    the name no longer runs; an unnamed one of an earlier version once it is an hour old). Returns
+    what was removed."""
+    import shutil
+    import time
+
+    removed = []
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return removed
+    now = time.time()
+    for entry in entries:
+        if not entry.name.startswith("."):
+            continue
+        match = _TEMP_NAME.fullmatch(entry.name)
+        if match:
+            stale = not _pid_alive(int(match["pid"]))
+        else:
+            if not _LEGACY_TEMP_NAME.fullmatch(entry.name):
+                continue
+            try:
+                stale = now - entry.stat(follow_symlinks=False).st_mtime > LEGACY_TEMP_AGE_S
+            except OSError:
+                continue
+        if not stale:
+            continue
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                os.unlink(entry.path)
+            removed.append(Path(entry.path))
+        except OSError:
+            continue
+    return removed
+
+
+def _refuse_special_target(path: Path) -> None:
+    """An atomic write renames a new file over ``path``: where ``path`` is a device, a FIFO or a socket
+    (``--paired-out /dev/null``), that would replace the node itself (run as root: the system's
+    ``/dev/null`` becomes a file). Refused; a symlink is replaced as a link, never followed."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return
+    if stat.S_ISDIR(mode):
+        raise InputError(_short(str(path)), None, "is a directory, expected a file path to write")
+    for test, kind in _SPECIAL:
+        if test(mode):
+            raise InputError(_short(str(path)), None, f"is {kind}: rlexp writes regular files only")
 
 
 def to_json(obj: Any) -> str:
@@ -59,37 +154,157 @@ def atomic_write_json(path: str | Path, obj: Any) -> Path:
 MAX_DOCUMENT_BYTES = 64 << 20   # a JSON or YAML document (plan, state, spec, verdicts...)
 MAX_JSONL_BYTES = 2 << 30       # a JSONL file (datasets, records, metrics)
 MAX_DEPTH = 64                  # nesting of lists and mappings in any document or line
+MAX_INT_DIGITS = 4300           # an integer's digits (Python's own int-string limit: past it int() fails)
+MAX_MEMBER_BYTES = MAX_DOCUMENT_BYTES  # one archive member, counted as it is decompressed
 
 
 def check_path(path: str | Path) -> Path:
     """A path rlexp is about to read: no NUL byte (the OS cannot name it)."""
     if "\0" in str(path):
         raise InputError(repr(str(path)), None, "a NUL byte in the path")
+    if len(os.fsencode(str(path))) > 4096 or any(len(os.fsencode(p)) > 255 for p in Path(path).parts):
+        raise InputError(_short(str(path)), None, "a path too long for the file system (a name over 255 bytes, "
+                                                  "or over 4096 in all)")
     return Path(path)
 
 
-def read_text(path: str | Path, *, limit: int | None = None) -> str:
-    """The whole text of a file rlexp reads, strictly: a missing file, a directory, a file over
-    ``limit`` bytes (default :data:`MAX_DOCUMENT_BYTES`) and bytes that are not UTF-8 are
-    :class:`InputError` naming the file."""
-    limit = MAX_DOCUMENT_BYTES if limit is None else limit
-    path = check_path(path)
-    if path.is_dir():
-        raise InputError(path, None, "is a directory, expected a file")
-    if not path.exists():
-        raise InputError(path, None, "file not found")
+def same_file(a: str | Path, b: str | Path) -> bool:
+    """Whether ``a`` and ``b`` name one file: the same resolved path (through symlinks, ``..``)
+    or, both existing, the same inode (a hard link, a bind mount)."""
+    a, b = Path(a), Path(b)
     try:
-        with open(path, "rb") as fh:
+        if a.resolve() == b.resolve():
+            return True
+    except (OSError, RuntimeError):  # a symlink loop: it cannot be a file we read
+        return False
+    try:
+        return os.path.samefile(a, b)
+    except (OSError, ValueError):
+        return False
+
+
+def refuse_output_onto_inputs(out: str | Path, inputs: Iterable[str | Path], option: str) -> Path:
+    """``out`` unless it names one of ``inputs`` (by path, symlink or hard link): writing there
+    would destroy an input. Checked before anything is read or written."""
+    out = check_path(out)
+    try:
+        _refuse_special_target(Path(os.path.realpath(out)) if os.path.islink(out) else out)
+    except InputError as exc:
+        raise InputError(exc.file, option, exc.message) from None
+    for source in inputs:
+        if same_file(out, source):
+            raise InputError(_short(str(out)), option, f"is an input file of this command ({_short(str(source))}); "
+                             "writing there would overwrite it: name another file")
+    if out.is_dir():
+        raise InputError(_short(str(out)), option, "is a directory, expected a file path")
+    return out
+
+
+def check_output_dir(path: str | Path, option: str) -> Path:
+    """``path``, a directory rlexp will write into (created if missing), if it can be one: it and
+    its nearest existing ancestor are directories (not a file, a device, a FIFO or a symlink loop)."""
+    path = check_path(path)
+    if not str(path).strip():
+        raise InputError(None, option, "an empty path")
+    probe = path
+    while True:
+        try:
+            info = os.stat(probe)
+        except FileNotFoundError:
+            if os.path.islink(probe):
+                raise InputError(_short(str(probe)), option, "a dangling symlink: cannot be a directory") from None
+            if probe.parent == probe:
+                break
+            probe = probe.parent
+            continue
+        except OSError as exc:
+            reason = "a symlink loop" if exc.errno == errno.ELOOP else (exc.strerror or str(exc))
+            raise InputError(_short(str(probe)), option, f"cannot be a directory: {reason}") from None
+        if not stat.S_ISDIR(info.st_mode):
+            raise InputError(_short(str(probe)), option, "is not a directory: reports cannot be written there")
+        break
+    return path
+
+
+def check_store_file(path: str | Path, option: str) -> Path:
+    """``path``, a database file rlexp will open or create (a SQLite store): a regular file if it
+    exists, in a directory that is (or can be made) one."""
+    path = check_path(path)
+    if os.path.lexists(path):
+        try:
+            check_regular_file(path)
+        except InputError as exc:
+            raise InputError(exc.file, option, f"{exc.message}: not a database file") from None
+    check_output_dir(path.parent, option)
+    return path
+
+
+def _short(text: str, limit: int = 200) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+_SPECIAL = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+            (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def check_regular_file(path: str | Path) -> Path:
+    """``path`` if it names a regular file (through symlinks); a missing file, a directory, a symlink
+    loop, a FIFO, a device or a socket is :class:`InputError` — before anything opens it (opening a
+    FIFO blocks until a writer comes; reading a device never ends)."""
+    path = check_path(path)
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        raise InputError(path, None, "file not found") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise InputError(path, None, "a symlink loop, expected a file") from None
+        raise InputError(path, None, f"cannot read: {exc.strerror or exc}") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise InputError(path, None, "is a directory, expected a file")
+    for test, kind in _SPECIAL:
+        if test(info.st_mode):
+            raise InputError(path, None, f"is {kind}, expected a regular file")
+    return path
+
+
+def read_bytes(path: str | Path, *, limit: int | None = None) -> bytes:
+    """The bytes of a regular file, at most ``limit`` (default :data:`MAX_DOCUMENT_BYTES`): see
+    :func:`check_regular_file`; the file is opened non-blocking and checked again once open, so a
+    FIFO swapped in between cannot block the read."""
+    limit = MAX_DOCUMENT_BYTES if limit is None else limit
+    path = check_regular_file(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        raise InputError(path, None, f"cannot read: {exc.strerror or exc}") from None
+    try:
+        with os.fdopen(fd, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                raise InputError(path, None, "is not a regular file")
             data = fh.read(limit + 1)
     except OSError as exc:
         raise InputError(path, None, f"cannot read: {exc.strerror or exc}") from None
     if len(data) > limit:
         raise InputError(path, None, f"larger than the limit of {limit} bytes")
+    return data
+
+
+def decode_utf8(path: str | Path, data: bytes) -> str:
+    """``data`` as UTF-8 text; bad bytes are :class:`InputError` naming the line and byte."""
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
         raise InputError(path, f"line {line}", f"not UTF-8 text (byte {exc.start}: {data[exc.start]:#04x})") from None
+
+
+def read_text(path: str | Path, *, limit: int | None = None) -> str:
+    """The whole text of a file rlexp reads, strictly: a missing file, a directory, a special file
+    (FIFO, device, socket, symlink loop), a file over ``limit`` bytes (default
+    :data:`MAX_DOCUMENT_BYTES`) and bytes that are not UTF-8 are :class:`InputError` naming the file."""
+    path = check_path(path)
+    return decode_utf8(path, read_bytes(path, limit=limit))
 
 
 def check_depth(value: Any, path: str | Path, field: str | None = None, *, limit: int = MAX_DEPTH) -> Any:
@@ -101,15 +316,78 @@ def check_depth(value: Any, path: str | Path, field: str | None = None, *, limit
         if isinstance(item, dict | list):
             if depth > limit:
                 raise InputError(path, field, f"nested deeper than the limit of {limit} levels")
+            if isinstance(item, dict):
+                for key in item:
+                    if isinstance(key, str):
+                        _check_surrogates(key, path, field)
             stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+        elif isinstance(item, str):
+            _check_surrogates(item, path, field)
     return value
 
 
-def _loads(text: str) -> Any:
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _check_surrogates(text: str, path: str | Path, field: str | None) -> None:
+    """A JSON ``\\ud800`` escape decodes to a lone surrogate: no UTF-8 encodes it, so writing it
+    anywhere later would fail; refused where it is read."""
+    if not text.isascii() and (match := _SURROGATE.search(text)):
+        raise InputError(path, field, f"a lone surrogate (U+{ord(match.group()):04X}) in a string: not valid Unicode text")
+
+
+def _parse_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise ValueError(f"number too large (more than {MAX_INT_DIGITS} digits)")
+    return int(text)
+
+
+def _parse_float(text: str) -> float:
+    value = float(text)
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ValueError(f"number too large ({_short(text, 24)} is not a finite number)")
+    return value
+
+
+def _loads(text: str, *, allow_nan: bool = False) -> Any:
+    """JSON with every integer under :data:`MAX_INT_DIGITS` digits and (unless ``allow_nan``, for
+    harness logs whose metrics may be NaN) every number finite."""
     try:
-        return json.loads(text, parse_constant=_reject_constant)
+        if allow_nan:
+            return json.loads(text, parse_int=_parse_int)
+        return json.loads(text, parse_constant=_reject_constant, parse_int=_parse_int, parse_float=_parse_float)
     except RecursionError:
         raise ValueError(f"nested deeper than the limit of {MAX_DEPTH} levels") from None
+
+
+def loads_text(path: str | Path, text: str, field: str | None = None, *, allow_nan: bool = False) -> Any:
+    """One JSON document from ``text`` (read from ``path``), strictly: malformed JSON, NaN/Infinity,
+    numbers too large and nesting deeper than :data:`MAX_DEPTH` are :class:`InputError` naming
+    ``path`` and the line (or ``field``)."""
+    try:
+        return check_depth(_loads(text, allow_nan=allow_nan), path, field)
+    except json.JSONDecodeError as exc:
+        raise InputError(path, field or f"line {exc.lineno}", f"malformed JSON: {exc.msg}") from None
+    except ValueError as exc:
+        raise InputError(path, _where_bad_number(text, field), str(exc)) from None
+
+
+_BAD_NUMBER = re.compile(rf"\d{{{MAX_INT_DIGITS + 1}}}|\d[eE]\+?\d{{3,}}|\bNaN\b|-?\bInfinity\b")
+_KEY_BEFORE = re.compile(r'"((?:[^"\\]|\\.){0,200})"\s*:\s*[-+]?$')
+
+
+def _where_bad_number(text: str, field: str | None) -> str | None:
+    """``line N: key`` of the first number JSON refused (too many digits, not finite), the key
+    when the number is an object's value; ``field`` (the line of a JSONL file) replaces the line."""
+    match = _BAD_NUMBER.search(text)
+    if not match:
+        return field
+    start = match.start()
+    while start and (text[start - 1].isdigit() or text[start - 1] in ".-+"):
+        start -= 1
+    line = field or f"line {text.count(chr(10), 0, start) + 1}"
+    key = _KEY_BEFORE.search(text[max(0, start - 400):start])
+    return f"{line}: {key.group(1)}" if key else line
 
 
 def loads_line(line: bytes) -> Any:
@@ -123,13 +401,7 @@ def loads_line(line: bytes) -> Any:
 
 def read_json(path: str | Path) -> Any:
     path = Path(path)
-    text = read_text(path)
-    try:
-        return check_depth(_loads(text), path)
-    except json.JSONDecodeError as exc:
-        raise InputError(path, f"line {exc.lineno}", f"malformed JSON: {exc.msg}") from None
-    except ValueError as exc:
-        raise InputError(path, None, str(exc)) from None
+    return loads_text(path, read_text(path))
 
 
 def read_json_object(path: str | Path) -> dict[str, Any]:
@@ -218,12 +490,7 @@ def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
 def parse_jsonl_line(path: str | Path, number: int, line: str) -> dict[str, Any]:
     """One complete JSONL line, strictly: bad JSON, NaN/Infinity and a non-object are
     :class:`InputError` naming ``path`` and line ``number``."""
-    try:
-        record = _loads(line)
-    except json.JSONDecodeError as exc:
-        raise InputError(path, f"line {number}", f"malformed JSON: {exc.msg}") from None
-    except ValueError as exc:
-        raise InputError(path, f"line {number}", str(exc)) from None
+    record = loads_text(path, line, f"line {number}")
     if not isinstance(record, dict):
         raise InputError(path, f"line {number}", f"expected a JSON object, got {_json_type(record)}")
     return check_depth(record, path, f"line {number}")
@@ -237,20 +504,26 @@ def load_yaml(path: str | Path) -> Any:
     """Read YAML with a safe loader that also refuses aliases (``*name``: a few hundred bytes of
     nested aliases expand to billions of nodes), duplicate keys (the last would silently win)
     and nesting deeper than :data:`MAX_DEPTH`; every error names the file and line."""
-    import yaml  # pyyaml is light (~20 ms) but only the commands that read YAML need it
 
     path = Path(path)
-    text = read_text(path)
+    return loads_yaml(path, read_text(path))
+
+
+def loads_yaml(path: str | Path | None, text: str, field: str | None = None) -> Any:
+    """YAML ``text`` (read from ``path``, or given as an option's value named ``field``) with the
+    strict loader of :func:`load_yaml`; every error is an :class:`InputError`."""
+    import yaml
+
     try:
-        return _strict_loader(yaml)(text).get_single_data_and_dispose()
+        return check_depth(_strict_loader(yaml)(text).get_single_data_and_dispose(), path or "", field)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else None
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark and field is None else field
         raise InputError(path, where, f"malformed YAML: {exc.problem or exc}") from None
     except yaml.YAMLError as exc:
-        raise InputError(path, None, f"malformed YAML: {exc}") from None
+        raise InputError(path, field, f"malformed YAML: {exc}") from None
     except RecursionError:
-        raise InputError(path, None, f"nested deeper than the limit of {MAX_DEPTH} levels") from None
+        raise InputError(path, field, f"nested deeper than the limit of {MAX_DEPTH} levels") from None
 
 
 _LOADER: Any = None
@@ -287,6 +560,13 @@ def _strict_loader(yaml: Any) -> Any:
             finally:
                 self.depth -= 1
 
+        def construct_yaml_int(self, node: Any) -> Any:
+            digits = sum(ch.isalnum() for ch in str(node.value))
+            if digits > MAX_INT_DIGITS:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"number too large (more than {MAX_INT_DIGITS} digits)", node.start_mark)
+            return super().construct_yaml_int(node)
+
         def construct_mapping(self, node: Any, deep: bool = False) -> Any:
             seen: set[Any] = set()
             for key_node, _ in node.value:
@@ -301,6 +581,7 @@ def _strict_loader(yaml: Any) -> Any:
                                                             key_node.start_mark)
             return super().construct_mapping(node, deep=deep)
 
+    StrictLoader.add_constructor("tag:yaml.org,2002:int", StrictLoader.construct_yaml_int)
     _LOADER = StrictLoader
     return _LOADER
 

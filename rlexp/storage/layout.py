@@ -73,11 +73,14 @@ def checkpoint_step(name: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
+PID_MAX = 2**31 - 1  # pid_t is a signed 32-bit integer; Linux hands out at most 2**22
+
+
 def pid_alive(pid: Any) -> bool:
     """Whether a process with ``pid`` exists and has not exited (a zombie waiting to be reaped
     by its parent has exited: Linux shows it as state ``Z`` in ``/proc/<pid>/stat``)."""
-    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
-        return False
+    if isinstance(pid, bool) or not isinstance(pid, int) or not 0 < pid <= PID_MAX:
+        return False  # past any pid the kernel hands out (os.kill would raise OverflowError)
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -116,7 +119,7 @@ def producer_of(path: str | Path) -> str | None:
         return "rlexp launch"
     return None
 
-def _read_object(path: Path, fields: dict[str, tuple[type, ...]] | None = None) -> dict[str, Any] | None:
+def _read_object(path: Path, fields: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """A JSON object from ``path``, or None when the file does not exist. ``fields`` maps the
     keys whose type is known to the types allowed (``type(None)`` for null): a key of another
     type is an InputError naming the file and the key, not a traceback in a later stage."""
@@ -125,11 +128,26 @@ def _read_object(path: Path, fields: dict[str, tuple[type, ...]] | None = None) 
     if not check_path(path).exists() and not path.is_symlink():
         return None
     data = read_json_object(path)
-    for key, kinds in (fields or {}).items():
-        if key in data and not _is_kind(data[key], kinds):
-            names = " or ".join(_KIND_NAMES[k] for k in kinds)
-            raise InputError(path, key, f"must be {names}, got {data[key]!r:.60}")
+    _check_fields(path, data, fields or {}, "")
     return data
+
+
+def _check_fields(path: Path, data: dict[str, Any], fields: dict[str, Any], prefix: str) -> None:
+    """Each known key of ``data`` of its type; a nested spec (a dict) types the keys of an object
+    value (``"*"``: of every value of a mapping)."""
+    for key, kinds in fields.items():
+        values = data.items() if key == "*" else [(key, data[key])] if key in data else []
+        for name, value in values:
+            where = f"{prefix}{name}"
+            if isinstance(kinds, dict):
+                if value is None:
+                    continue
+                if not isinstance(value, dict):
+                    raise InputError(path, where, f"must be an object or null, got {value!r:.60}")
+                _check_fields(path, value, kinds, where + ".")
+            elif not _is_kind(value, kinds):
+                names = " or ".join(_KIND_NAMES[k] for k in kinds)
+                raise InputError(path, where, f"must be {names}, got {value!r:.60}")
 
 
 def _is_kind(value: Any, kinds: tuple[type, ...]) -> bool:
@@ -150,9 +168,10 @@ STATE_FIELDS: dict[str, tuple[type, ...]] = {
     "state": (str,), "pid": _OPT_INT, "launcher_pid": _OPT_INT, "exit_code": _OPT_INT, "reason": _OPT_STR,
     "metrics_source": _OPT_STR, "early_stop": (dict, _NULL), "updated_at": _OPT_STR,
 }
-PROVENANCE_FIELDS: dict[str, tuple[type, ...]] = {
-    "attempt_id": _OPT_STR, "started_at": _OPT_STR, "host": _OPT_STR, "git": (dict, _NULL), "seed": _OPT_INT,
-    "datasets": (dict, _NULL), "model": (dict, _NULL), "versions": (dict, _NULL), "trainer": (dict, _NULL),
+PROVENANCE_FIELDS: dict[str, Any] = {
+    "attempt_id": _OPT_STR, "started_at": _OPT_STR, "host": _OPT_STR, "seed": _OPT_INT,
+    "git": {"sha": _OPT_STR, "dirty": (bool, _NULL)},
+    "datasets": {"*": {"path": _OPT_STR, "sha256": _OPT_STR, "size": _OPT_INT}}, "model": (dict, _NULL), "versions": (dict, _NULL), "trainer": (dict, _NULL),
     "argv": (list, _NULL), "env": (dict, _NULL), "extra": (dict, _NULL),
 }
 ARGV_FIELDS: dict[str, tuple[type, ...]] = {

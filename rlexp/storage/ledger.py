@@ -12,6 +12,7 @@ Gate-1b and Gate-2 both pass (STOP-1).
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -148,6 +149,9 @@ class SotaPin:
         return asdict(self)
 
 
+_PIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,199}")
+
+
 def read_sota(experiment_dir: str | Path) -> SotaPin | None:
     path = ExperimentDir(experiment_dir).sota
     if not path.exists():
@@ -161,6 +165,13 @@ def read_sota(experiment_dir: str | Path) -> SotaPin | None:
     unknown = sorted(set(data) - {"attempt", "checkpoint", "path", "decided_at"})
     if unknown:
         raise InputError(path, unknown[0], "unknown key")
+    # the attempt and checkpoint name directories of this experiment: bare names, never a path
+    for key in ("attempt", "checkpoint"):
+        if not _PIN_NAME.fullmatch(data[key]):
+            raise InputError(path, key, f"not an attempt or checkpoint name ({data[key]!r:.60}): letters, digits, "
+                                        "'_', '.', '-', no path")
+    if len(data["path"]) > 4096 or len(data["decided_at"]) > 64:
+        raise InputError(path, "path" if len(data["path"]) > 4096 else "decided_at", "longer than a path or a time")
     return SotaPin(data["attempt"], data["checkpoint"], data["path"], data["decided_at"])
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from rlexp.core.answers import PARSE_METHODS
 from rlexp.errors import InputError
 from rlexp.storage.files import (
     MAX_JSONL_BYTES,
@@ -194,7 +195,33 @@ def check_record(path: Path, number: int, record: dict[str, Any]) -> tuple[str, 
     if correct is None:
         raise InputError(path, f"line {number}: correct",
                          f"must be 0/1 or true/false, got {record.get('correct')!r}")
+    _check_optional_fields(path, number, record)
     return h, correct
+
+
+# The other fields of a record, as make_record writes them: checked where present (records made by
+# other tools may carry only problem_hash and correct), so no guard or report reads a wrong type.
+
+
+def _check_optional_fields(path: Path, number: int, record: dict[str, Any]) -> None:
+    def bad(key: str, what: str) -> InputError:
+        return InputError(path, f"line {number}: {key}", f"must be {what}, got {_short(record[key])}")
+
+    if "output" in record and not isinstance(record["output"], str):
+        raise bad("output", "the generated text (a string)")
+    if "finish_reason" in record and (not isinstance(record["finish_reason"], str)
+                                      or not 0 < len(record["finish_reason"]) <= 64):
+        raise bad("finish_reason", "a short string (stop, length...)")
+    if "parse_method" in record and record["parse_method"] not in PARSE_METHODS:
+        raise bad("parse_method", f"one of {', '.join(PARSE_METHODS)}")
+    for key in ("prompt_tokens", "completion_tokens"):
+        value = record.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 10**9):
+            raise bad(key, "a token count (an integer from 0) or null")
+    for key in ("answer", "gold", "bucket"):
+        value = record.get(key)
+        if value is not None and not isinstance(value, str | int | float) or isinstance(value, bool):
+            raise bad(key, "a string or null")
 
 
 def iter_records(path: str | Path, *, complete_lines_only: bool = False) -> Iterator[RecordLine]:

@@ -23,13 +23,9 @@ __all__ = ["FORMATS", "Choice", "Item", "ItemSet", "detect_format", "read_items"
 def detect_format(path: str | Path) -> str:
     """The format of ``path`` from its content; an InputError when it is none of :data:`FORMATS`."""
     from rlexp.adapters.harnesses import inspect_log, lighteval, lm_eval, records
-    from rlexp.storage.files import check_path
+    from rlexp.storage.files import check_regular_file, read_text
 
-    path = check_path(path)
-    if path.is_dir():
-        raise InputError(path, None, "is a directory, expected a file")
-    if not path.exists():
-        raise InputError(path, None, "file not found")
+    path = check_regular_file(path)  # a FIFO or a device would block or never end
     with open(path, "rb") as fh:
         head = fh.read(4)
     if head == inspect_log.ZIP_MAGIC:
@@ -54,8 +50,8 @@ def detect_format(path: str | Path) -> str:
         return "rlexp"  # an empty file is the record reader's to refuse, with its own message
     if first is None and first_line.strip() == "{":
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (ValueError, RecursionError):  # deep nesting: the strict reader names it
+            data = json.loads(read_text(path))
+        except (ValueError, RecursionError, InputError):  # the strict reader names what is wrong
             data = None
         if inspect_log.looks_like_json_log(data):
             return "inspect"

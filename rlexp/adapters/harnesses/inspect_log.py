@@ -39,6 +39,7 @@ from rlexp.adapters.harnesses.items import (
     to_score,
 )
 from rlexp.errors import InputError
+from rlexp.storage.files import MAX_JSONL_BYTES
 
 ZIP_MAGIC = b"PK\x03\x04"
 ZSTD = 93  # the ZIP compression method number of zstandard
@@ -50,15 +51,17 @@ def looks_like_json_log(data: Any) -> bool:
 
 def load(path: Path) -> dict[str, Any]:
     """The log as plain JSON-like data (header fields plus ``samples``)."""
-    if not path.exists():
-        raise InputError(path, None, "file not found")
+    from rlexp.storage.files import check_regular_file, loads_text, read_text
+
+    check_regular_file(path)  # a FIFO would block the open below
     with open(path, "rb") as fh:
         zipped = fh.read(4) == ZIP_MAGIC
     if not zipped:
+        text = read_text(path, limit=MAX_JSONL_BYTES)
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise InputError(path, None, f"not a JSON Inspect log: {exc}") from None
+            data = loads_text(path, text, allow_nan=True)
+        except InputError as exc:
+            raise InputError(path, exc.field, f"not a JSON Inspect log: {exc.message}") from None
         if not looks_like_json_log(data):
             raise InputError(path, None, "not an Inspect log (no eval/status/version)")
         return data
@@ -78,7 +81,13 @@ def use_inspect_ai() -> bool:
 
 def _load_zip_without_inspect(path: Path) -> dict[str, Any]:
     """Read ``header.json`` and ``samples/*.json`` from the archive; zstd members (Inspect
-    0.3.206+) are decompressed with ``zstandard`` when it is installed."""
+    0.3.206+) are decompressed with ``zstandard`` when it is installed. Each member is bounded by
+    :data:`~rlexp.storage.files.MAX_MEMBER_BYTES` as it is decompressed (not by what its header
+    declares), all members together by ``MAX_JSONL_BYTES``; a damaged stream, an unknown compression
+    method or an encrypted member is :class:`InputError` naming the member."""
+    from rlexp.storage.files import MAX_MEMBER_BYTES, decode_utf8, loads_text
+
+    total = 0
     try:
         with zipfile.ZipFile(path) as archive, open(path, "rb") as raw:
             members = {info.filename: info for info in archive.infolist()}
@@ -87,19 +96,42 @@ def _load_zip_without_inspect(path: Path) -> dict[str, Any]:
                                  "finished writing it")
 
             def member(name: str) -> Any:
+                nonlocal total
                 info = members[name]
-                if info.compress_type != ZSTD:
-                    return json.loads(archive.read(name))
-                return json.loads(_zstd_member(path, raw, info))
+                where = f"{path}: {name}"
+                if info.flag_bits & 0x1:
+                    raise InputError(path, name, "an encrypted member: not an Inspect log")
+                try:
+                    if info.compress_type == ZSTD:
+                        data = _zstd_member(path, raw, info)
+                    else:
+                        with archive.open(info) as fh:
+                            data = fh.read(MAX_MEMBER_BYTES + 1)
+                except InputError:
+                    raise
+                except (zipfile.BadZipFile, zlib.error, EOFError, OSError, RuntimeError, ValueError,
+                        NotImplementedError, struct.error) as exc:
+                    raise InputError(path, name, f"cannot decompress this member: {exc}") from None
+                if len(data) > MAX_MEMBER_BYTES:
+                    raise InputError(path, name, f"decompresses to more than the limit of {MAX_MEMBER_BYTES} bytes")
+                total += len(data)
+                if total > MAX_JSONL_BYTES:
+                    raise InputError(path, name, f"the members decompress to more than {MAX_JSONL_BYTES} bytes")
+                value = loads_text(where, decode_utf8(where, data), allow_nan=True)
+                if not isinstance(value, dict):
+                    raise InputError(path, name, f"expected a JSON object, got {type(value).__name__}")
+                return value
 
             data = member("header.json")
             data["samples"] = [member(n) for n in sorted(members) if n.startswith("samples/") and n.endswith(".json")]
             return data
-    except zipfile.BadZipFile as exc:
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError, ValueError) as exc:
         raise InputError(path, None, f"not a readable .eval archive: {exc}") from None
 
 
 def _zstd_member(path: Path, raw: Any, info: zipfile.ZipInfo) -> bytes:
+    from rlexp.storage.files import MAX_MEMBER_BYTES
+
     try:
         import zstandard
     except ImportError:
@@ -113,8 +145,13 @@ def _zstd_member(path: Path, raw: Any, info: zipfile.ZipInfo) -> bytes:
     name_len, extra_len = struct.unpack("<HH", local[26:30])
     raw.seek(info.header_offset + 30 + name_len + extra_len)
     compressed = raw.read(info.compress_size)
-    with zstandard.ZstdDecompressor().stream_reader(compressed) as reader:
-        data = reader.read()
+    try:
+        with zstandard.ZstdDecompressor().stream_reader(compressed) as reader:
+            data = reader.read(MAX_MEMBER_BYTES + 1)
+    except zstandard.ZstdError as exc:
+        raise InputError(path, info.filename, f"damaged zstd stream: {exc}") from None
+    if len(data) > MAX_MEMBER_BYTES:
+        return data  # the caller names the limit
     if len(data) != info.file_size or zlib.crc32(data) != info.CRC:
         raise InputError(path, info.filename, "zstd member fails its size or CRC check")
     return data
@@ -147,6 +184,8 @@ def harness_version(data: dict[str, Any]) -> str | None:
 def read(path: str | Path, choice: Choice, *, intersect: bool) -> ItemSet:
     path = Path(path)
     data = load(path)
+    if not isinstance(data.get("eval") or {}, dict):
+        raise InputError(path, "eval", f"must be an object, got {type(data['eval']).__name__}")
     task = str((data.get("eval") or {}).get("task") or "")
     if not task:
         raise InputError(path, "eval.task", "missing")
@@ -161,6 +200,8 @@ def read(path: str | Path, choice: Choice, *, intersect: bool) -> ItemSet:
     samples = data.get("samples")
     if not isinstance(samples, list) or not samples:
         raise InputError(path, "samples", "no samples in this log (written with --no-log-samples?)")
+    for number, sample in enumerate(samples):
+        _check_sample(path, number, sample)
     scorer_names = {name for s in samples for name in (s.get("scores") or {})}
     scorer = choose(path, "scorer", scorer_names, choice.scorer)
     tally = ScoreTally()
@@ -179,7 +220,8 @@ def read(path: str | Path, choice: Choice, *, intersect: bool) -> ItemSet:
         seen.add((key, epoch))
         attachments = sample.get("attachments") or {}
         if sample.get("error"):
-            message = str((sample["error"] or {}).get("message", "error")).splitlines()[0][:80]
+            error = sample["error"]
+            message = (str(error.get("message", "error")) if isinstance(error, dict) else error).splitlines()[0][:80]
             problems.flag(key, where=where, reason=f"errored sample ({message})")
             bad.add(key)
             continue
@@ -222,6 +264,23 @@ def read(path: str | Path, choice: Choice, *, intersect: bool) -> ItemSet:
         chosen["metric"] = choice.metric
     return ItemSet(str(path), "inspect", "inspect_ai", harness_version(data), task, chosen, items,
                    problems.dropped, notes, tally.no_answer)
+
+
+def _check_sample(path: Path, number: int, sample: Any) -> None:
+    """The fields of a sample this reader uses, of the types Inspect writes."""
+    where = f"samples[{number}]"
+    if not isinstance(sample, dict):
+        raise InputError(path, where, f"must be an object, got {type(sample).__name__}")
+    checks = (("id", (int, str), "an integer or a string"), ("epoch", int, "an integer from 1"),
+              ("scores", dict, "an object {scorer: score}"), ("error", (dict, str), "an object or a string"),
+              ("attachments", dict, "an object"), ("metadata", dict, "an object"))
+    for key, kinds, what in checks:
+        value = sample.get(key)
+        if value is not None and (not isinstance(value, kinds) or isinstance(value, bool)):
+            raise InputError(path, f"{where}.{key}", f"must be {what}, got {type(value).__name__}")
+    epoch = sample.get("epoch")
+    if epoch is not None and not 1 <= epoch <= 1_000_000:
+        raise InputError(path, f"{where}.epoch", f"must be an integer from 1 to 1000000, got {str(epoch)[:20]}")
 
 
 def _dict_value(path: Path, where: str, value: dict[str, Any], key: str | None) -> Any:

@@ -5,8 +5,19 @@ specific, ...}``, ``model_response{text[], logprobs[], ...}`` and ``metric{<name
 task whose metrics need several sampling methods (loglikelihood and generation) gets one row per
 document and method, each row holding only its own metrics (the others are null): the rows of the
 chosen metric are those where it is not null. Items are keyed ``<task>:<doc.id>`` (``doc.id`` is
-the document's position in the evaluation split, assigned by lighteval); the fingerprint is a
-hash of query, choices and gold_index. lighteval records no version of itself in its outputs
+the document's position in the evaluation split, assigned by lighteval).
+
+What tells the document from the prompt template: in lighteval 0.13 the task's prompt function
+builds the whole ``Doc`` from a dataset row, so ``query`` and ``choices`` are the document as
+that template formatted it; the details carry no hash of the dataset row (the per-sample hash
+lighteval computes, ``Hash.example``, is of ``query`` and is not written to the details), and
+``specific`` is whatever the prompt function chose to put there. Only ``original_query`` ("the
+query before any preprocessing", set by a prompt function that stores it) is the document's own
+text. So: where a row sets ``original_query``, the content fingerprint is a hash of it and
+``gold_index``, and the prompt hash one of ``query``, ``instruction`` and ``choices`` (a template
+change is then a prompt change, which ``--allow-prompt-change`` lets through, counted);
+otherwise the fingerprint is a hash of query, choices and gold_index, no prompt hash, and any
+edit of the template is a content difference that ``rlexp compare`` refuses, saying why. lighteval records no version of itself in its outputs
 (``config_general.lighteval_sha`` is "?" for an installed package), so the harness version is
 reported only when a results file beside the details names one. Older versions wrote flat columns and no id: such a file cannot be
 paired safely and is refused. Sampled metrics (several samples per document) are already
@@ -89,6 +100,34 @@ def harness_version(path: Path) -> str | None:
     return None
 
 
+def _hashes(doc: dict[str, Any]) -> tuple[str, str | None]:
+    """(content fingerprint, prompt hash) of a details row's doc (see the module's docstring)."""
+    original = doc.get("original_query")
+    if isinstance(original, str) and original.strip():
+        return (fingerprint("original_query", original, doc.get("gold_index")),
+                fingerprint(doc.get("query"), doc.get("instruction"), doc.get("choices")))
+    return fingerprint(doc.get("query"), doc.get("choices"), doc.get("gold_index")), None
+
+
+def content_cause(base: Item, new: Item) -> str:
+    """Why one ``doc.id`` holds different content in two runs, as precisely as the details allow."""
+    b, n = base.fields, new.fields
+    b_orig, n_orig = (isinstance(f.get("original_query"), str) and bool(f["original_query"].strip()) for f in (b, n))
+    if b_orig != n_orig:
+        return ("one run's details set doc.original_query and the other's do not, so there is no document text to "
+                "pair the two by; rerun the one without it with a prompt function that sets it")
+    if b_orig:
+        return "doc.original_query or gold_index differs: another document under this position in the split"
+    if b.get("gold_index") == n.get("gold_index") and b.get("query") != n.get("query"):
+        return ("the query differs with the same gold_index: a prompt-template change or another document, which "
+                "lighteval's details cannot tell apart (query holds the document as the prompt function formatted "
+                "it, doc.id is a position in the split, no hash of the dataset row is written), so "
+                "--allow-prompt-change cannot pair them; to compare across a prompt change, have the task's prompt "
+                "function set Doc.original_query to the document's own text in both runs (rlexp then pairs by it "
+                "and counts the prompt change), or rerun both with one prompt")
+    return "lighteval's ids are positions in the split: a reordered or edited dataset renumbers them"
+
+
 def read(path: str | Path, choice: Choice, *, intersect: bool) -> ItemSet:
     path = Path(path)
     rows = read_rows(path)
@@ -130,8 +169,7 @@ def read(path: str | Path, choice: Choice, *, intersect: bool) -> ItemSet:
         texts = (row.get("model_response") or {}).get("text")
         output = texts[0] if isinstance(texts, list) and texts and isinstance(texts[0], str) else None
         fields = {**scalar_fields(doc.get("specific")), **scalar_fields(doc)}
-        items[key] = Item(key, (score,), fingerprint(doc.get("query"), doc.get("choices"), doc.get("gold_index")),
-                          None, fields, output)
+        items[key] = Item(key, (score,), *_hashes(doc), fields, output)
     if not items:
         raise InputError(path, None, f"no usable row for task {task!r}, metric {metric!r}")
     return ItemSet(str(path), "lighteval", "lighteval", harness_version(path), task, {"metric": metric}, items,

@@ -30,6 +30,7 @@ from rlexp.adapters.harnesses.items import (
     to_score,
 )
 from rlexp.errors import InputError
+from rlexp.storage.files import MAX_JSONL_BYTES, loads_text, read_text
 
 FILE_NAME = re.compile(r"^samples_(?P<task>.+)_(?P<date>\d{4}-\d{2}-\d{2}T[0-9.\-]+)\.jsonl$")
 REQUIRED = ("doc_id", "filter", "metrics", "doc_hash", "prompt_hash", "target_hash")
@@ -41,19 +42,18 @@ def looks_like(first: Any) -> bool:
 
 def read_lines(path: Path) -> list[tuple[int, dict[str, Any]]]:
     """Every line, strictly (NaN allowed: a metric may be NaN); a truncated last line is an error."""
-    if not path.exists():
-        raise InputError(path, None, "file not found")
-    text = path.read_text(encoding="utf-8")
+    text = read_text(path, limit=MAX_JSONL_BYTES)
     out = []
     lines = text.splitlines()
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            last = number == len(lines) and not text.endswith("\n")
-            raise InputError(path, f"line {number}", "truncated last line" if last else f"malformed JSON: {exc.msg}") from None
+            record = loads_text(path, line, f"line {number}", allow_nan=True)
+        except InputError as exc:
+            if number == len(lines) and not text.endswith("\n") and exc.message.startswith("malformed JSON"):
+                raise InputError(path, f"line {number}", "truncated last line") from None
+            raise
         if not isinstance(record, dict):
             raise InputError(path, f"line {number}", "expected a JSON object")
         out.append((number, record))
@@ -103,6 +103,13 @@ def read(path: str | Path, choice: Choice, *, intersect: bool) -> ItemSet:
             why = ("this lm-eval version logs no content hashes, so pairing cannot be checked"
                    if missing[0].endswith("_hash") else "not an lm-eval samples line")
             raise InputError(path, f"line {number}: {missing[0]}", f"missing ({why})")
+        for key, kinds, what in (("doc_id", (int, str), "an integer or a string"), ("filter", str, "a string"),
+                                 ("metrics", list, "a list of metric names"), ("doc_hash", str, "a string"),
+                                 ("prompt_hash", str, "a string"), ("target_hash", str, "a string")):
+            if not isinstance(record[key], kinds) or isinstance(record[key], bool):
+                raise InputError(path, f"line {number}: {key}", f"must be {what}, got {type(record[key]).__name__}")
+        if not all(isinstance(m, str) for m in record["metrics"]):
+            raise InputError(path, f"line {number}: metrics", "must be a list of metric names (strings)")
     match = FILE_NAME.match(path.name)
     if choice.task is not None:
         task = choice.task
