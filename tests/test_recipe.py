@@ -86,8 +86,8 @@ def test_local_trainer_config_has_one_field_per_marked_key_and_the_tables_defaul
     names = {f.name for f in fields(TrainerConfig)}
     recipe_names = {k.name for k in local_trainer_keys()}
     assert recipe_names <= names
-    assert names - recipe_names == {"pool_path", "monitor_path", "prompt_suffix", "monitor_suffix",
-                                    "eval_max_len", "max_global_steps", "trainer_version"}  # fmt: skip
+    assert names - recipe_names == {"pool_path", "monitor_path", "prompt_suffix", "monitor_suffix", "base_name",
+                                    "eval_max_len", "max_global_steps", "trainer_version", "environment"}  # fmt: skip
     cfg = TrainerConfig(pretrain=Path("m"), pool_path=Path("p"))
     # OpenRLHF v0.9.3 argparse defaults, one per key whichever trainer runs the recipe
     assert (cfg.lora_rank, cfg.advantage_estimator, cfg.rollout_batch_size, cfg.eval_steps) == (0, "gae", 1024, -1)

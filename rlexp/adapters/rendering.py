@@ -962,6 +962,9 @@ def write_report(attempt_dir: str | Path, reports_dir: str | Path | None = None)
     out_dir = Path(reports_dir) / inputs.experiment
     plots = render_plots(inputs, out_dir, inputs.attempt_id)
     text = render_markdown(inputs, plots)
+    from rlexp.adapters.episode_report import episode_section
+
+    text += episode_section(attempt_dir)  # empty unless the attempt is an environment task
     return atomic_write_text(out_dir / f"{inputs.attempt_id}.md", text)
 
 

@@ -220,6 +220,60 @@ def collect_env_rollout(
     return rollout, played
 
 
+# =============================================================================== the local trainer's hook
+
+
+class EnvTask:
+    """What ``train()`` of the local trainer uses on an environment task (``cfg.environment``, a
+    rlexp.core.spec.EnvironmentSettings): the rows of each step's problems, one slot cache for the
+    whole run (each environment built once, reset between episodes), the rollout, the loss, the
+    monitor's greedy success."""
+
+    def __init__(self, cfg: Any, options: EnvTrainingOptions, where: str | None = None) -> None:
+        from rlexp.adapters.episodes import SlotCache
+
+        self.cfg, self.options, self.where = cfg, options, where
+        self.cache = SlotCache(str(cfg.pool_path))
+        self.loss = loss_for(options)
+
+    @classmethod
+    def from_config(cls, cfg: Any, where: Any = None) -> EnvTask:
+        from rlexp.core.environments import budgets_of, resolve
+        from rlexp.errors import InputError
+
+        settings = cfg.environment
+        try:
+            resolve(settings.name)
+        except InputError as exc:
+            raise InputError(where, "environment.name", exc.message) from None
+        options = EnvTrainingOptions(budgets=budgets_of(settings), loss_type=settings.loss,
+                                     advantage_mode=settings.advantage_mode, gspo_eps_low=settings.gspo_eps_low,
+                                     gspo_eps_high=settings.gspo_eps_high)  # fmt: skip
+        return cls(cfg, options, None if where is None else str(where))
+
+    def rows(self, problems: list[dict], suffix: str, path: Any) -> list[EnvRow]:
+        from rlexp.core.environments import rows_for_task
+
+        return rows_for_task(problems, self.cfg.environment, prompt_suffix=suffix, where=str(path))
+
+    def rollout(self, model, tokenizer, problems: list[dict], *, seed: int, reference=None):
+        rows = self.rows(problems, self.cfg.prompt_suffix, self.cfg.pool_path)
+        rollout, _ = collect_env_rollout(model, tokenizer, rows, self.cfg, self.options, seed=seed,
+                                         cache=self.cache, reference=reference)  # fmt: skip
+        return rollout
+
+    def monitor_success(self, model, tokenizer, problems: list[dict]) -> float:
+        """Greedy episodes on the in-run monitor set: the share that succeed (return >= threshold)."""
+        from rlexp.adapters.episodes import run_episodes
+
+        rows = self.rows(problems, self.cfg.monitor_suffix, self.cfg.monitor_path)
+        played = run_episodes(model, tokenizer, rows, budgets=self.options.budgets, cache=self.cache,
+                              temperature=0.0)  # fmt: skip
+        threshold = self.cfg.environment.success_threshold
+        hits = sum(1 for (t,) in played if t.episode_return >= threshold)
+        return hits / len(rows) if rows else 0.0
+
+
 # =============================================================================== GSPO on the trainers
 
 
@@ -270,3 +324,45 @@ def gspo_trainer_settings(trainer: str, version: str | None = None, *, eps_low: 
         return {"importance_sampling_level": "sequence", "loss_type": "grpo", "epsilon": eps_low,
                 "epsilon_high": eps_high}  # fmt: skip
     raise ValueError(f"unknown trainer {trainer!r}")
+
+
+# =============================================================================== entry point
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m rlexp.backends.env_trainer ATTEMPT_DIR [--resume]``: the local trainer on the
+    attempt's environment task (what ``rlexp launch --backend local`` runs for one)."""
+    import argparse
+    import os
+    import sys
+    from pathlib import Path
+
+    from rlexp.errors import InputError
+
+    parser = argparse.ArgumentParser(prog="python -m rlexp.backends.env_trainer", description=main.__doc__)
+    parser.add_argument("attempt_dir", type=Path)
+    parser.add_argument("--resume", action="store_true", help="continue from the latest saved state")
+    args = parser.parse_args(argv)
+    try:
+        import torch
+
+        from rlexp.backends.local_trainer import config_from_attempt, train
+        from rlexp.core.spec import load_attempt
+
+        torch.set_num_threads(max(1, int(os.environ.get("RLEXP_TORCH_THREADS", "1"))))
+        att = load_attempt(args.attempt_dir)
+        if att.environment is None:
+            raise InputError(att.spec_path, "environment", "missing: this attempt has no environment task")
+        cfg = config_from_attempt(att)
+        task = EnvTask.from_config(cfg, att.spec_path)
+        train(cfg, Path(att.attempt_dir), resume=args.resume, log=lambda s: print(s, flush=True), env_task=task)
+    except InputError as exc:
+        print(f"rlexp: {exc.one_line()}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())

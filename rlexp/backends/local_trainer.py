@@ -121,6 +121,9 @@ def _config_fields() -> list[tuple[str, Any, Any]]:
         # stop early (intent.global_steps); None = the whole schedule
         ("max_global_steps", int | None, field(default=None)),
         ("trainer_version", str, field(default=LOCAL_TRAINER_VERSION)),
+        # an environment task (rlexp.core.spec.EnvironmentSettings); None = single-turn prompts,
+        # trained by the code path below exactly as before (rlexp.backends.env_trainer otherwise)
+        ("environment", Any, field(default=None)),
     ]
     for key in local_trainer_keys():
         if key.name != "pretrain":  # a path here, resolved against the experiment directory
@@ -169,6 +172,7 @@ def config_from_attempt(att: Any) -> TrainerConfig:
         eval_max_len=int(recipe.get("generate_max_len") or 16),
         max_global_steps=int(global_steps) if global_steps else None,
         trainer_version=str(att.trainer.version),
+        environment=getattr(att, "environment", None),
         **values,
     )
 
@@ -515,8 +519,10 @@ class _StopFlag:
         self.requested = True
 
 
-def train(cfg: TrainerConfig, attempt_dir: Path, *, resume: bool = False, log=print) -> int:
-    """Run (or resume) the GRPO training described by ``cfg``; returns the last global step done."""
+def train(cfg: TrainerConfig, attempt_dir: Path, *, resume: bool = False, log=print, env_task=None) -> int:
+    """Run (or resume) the GRPO training described by ``cfg``; returns the last global step done.
+    ``env_task`` (rlexp.backends.env_trainer.EnvTask, which ``python -m rlexp.backends.env_trainer``
+    passes) plays an environment task's episodes instead of the single-turn rollout."""
     import random
 
     import torch
@@ -573,6 +579,9 @@ def train(cfg: TrainerConfig, attempt_dir: Path, *, resume: bool = False, log=pr
     global_steps_total = steps.global_steps_total
     if cfg.max_global_steps is not None:
         global_steps_total = min(global_steps_total, cfg.max_global_steps)
+    if cfg.environment is not None and env_task is None:
+        raise InputError(AttemptDir(attempt_dir).spec, "environment",
+                         "an environment task trains through python -m rlexp.backends.env_trainer")
     optimizer = torch.optim.AdamW(
         [p for p in model.parameters() if p.requires_grad],
         lr=cfg.actor_learning_rate,
@@ -619,14 +628,22 @@ def train(cfg: TrainerConfig, attempt_dir: Path, *, resume: bool = False, log=pr
             problems = [pool[i] for i in chosen]
 
             model.eval()
-            rollout = collect_rollout(
-                model, tokenizer, problems, cfg, seed=cfg.seed * 1_000_003 + global_step, reference=reference
-            )
-            row = train_on_rollout(model, optimizer, scheduler, rollout, cfg, steps)
+            if env_task is None:
+                rollout = collect_rollout(
+                    model, tokenizer, problems, cfg, seed=cfg.seed * 1_000_003 + global_step, reference=reference
+                )
+                row = train_on_rollout(model, optimizer, scheduler, rollout, cfg, steps)
+            else:
+                rollout = env_task.rollout(model, tokenizer, problems, seed=cfg.seed * 1_000_003 + global_step,
+                                           reference=reference)
+                row = train_on_rollout(model, optimizer, scheduler, rollout, cfg, steps, loss=env_task.loss)
             row.update(rollout.stats)
 
             if fires(global_step, cfg.eval_steps) and monitor:
-                row["monitor_acc"] = monitor_accuracy(model, tokenizer, monitor, cfg)
+                if env_task is None:
+                    row["monitor_acc"] = monitor_accuracy(model, tokenizer, monitor, cfg)
+                else:
+                    row["monitor_acc"] = env_task.monitor_success(model, tokenizer, monitor)
             row["step_time_s"] = round(time.perf_counter() - started, 4)
             row[STEP_TIME_KEY] = round(time.time(), 3)  # the step's own time: MLflow's timestamp of its metrics
             # a NaN/inf loss is data: strict JSON's "NaN"/"Infinity" (rlexp.core.numbers.json_row)

@@ -23,10 +23,24 @@ def demo(
     json_output: Annotated[bool, typer.Option("--json", help="Print the summary as JSON at the end.")] = False,
     build_base: Annotated[bool, typer.Option(
         "--build-base", help="Supervise the base model here rather than copy the shipped one (same result).")] = False,
+    task: Annotated[str, typer.Option(
+        "--task", help="arithmetic (default) | tools: the calculator environment task (docs/environments.md).")
+    ] = "arithmetic",
 ) -> None:
     """Run the whole protocol on a tiny model and a synthetic arithmetic task."""
     import json
 
+    if task == "tools":
+        from rlexp.stages.demo_tools import run_tools_demo
+
+        summary = run_tools_demo(directory, fast=fast, seed=seed, tracking_uri=tracking_uri)
+        print(json.dumps(summary, indent=2) if json_output else
+              f"demo tools: decision {summary['decision']}; report {summary['report']}")
+        return
+    if task != "arithmetic":
+        from rlexp.errors import InputError
+
+        raise InputError(None, "--task", f"{task!r}: arithmetic or tools")
     from rlexp.stages.demo import demo as demo_stage
 
     result = demo_stage(directory, fast=fast, seed=seed, tracking_uri=tracking_uri, build_base=build_base)

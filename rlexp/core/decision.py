@@ -84,6 +84,46 @@ class DecideInputs:
     # checkpoint -> its comparison with the parent's checkpoint of the same role on the primary set
     # (delta_pp, mcnemar_p, ci_pp, base, ...: rlexp.adapters.rendering.compare_with_parent), for the regression flags
     vs_parent: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # an environment task's primary metric (rlexp.core.spec.EnvironmentSettings.primary_metric):
+    # "success" decides on the 0/1 outcomes above (McNemar); "mean_reward" on ``rewards``, the
+    # per-episode rewards (baseline, new) of each paired key, aligned as ``paired``'s records
+    primary_metric: str = "success"
+    rewards: Mapping[tuple[str, str, str], tuple[Sequence[float], Sequence[float]]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class MeanRewardComparison:
+    """A paired comparison of per-episode rewards in [0, 1] (rlexp.core.paired_scores), in the
+    fields the gates read: Δ and its paired bootstrap CI in points of reward × 100 (pp), the paired
+    t-test's p where the gates read McNemar's (``mcnemar_p``), ``b``/``c`` = episodes whose reward
+    fell / rose. ``test`` says which test it is."""
+
+    n: int
+    acc_base: float  # mean reward
+    acc_new: float
+    delta_pp: float
+    b: int
+    c: int
+    mcnemar_p: float  # the paired t-test's two-sided p
+    mcnemar_midp: float
+    ci_pp: tuple[float, float]
+    se_pp: float
+    mde_pp: float | None
+    test: str = "paired t"
+
+
+def mean_reward_comparison(base: Sequence[float], new: Sequence[float], *, resamples: int, seed: int,
+                           confidence: float, method: str) -> MeanRewardComparison:
+    """:func:`rlexp.core.paired_scores.mean_score_comparison` as a :class:`MeanRewardComparison`."""
+    from rlexp.core.paired_scores import mean_score_comparison
+
+    if not all(0.0 <= x <= 1.0 for x in [*base, *new]):
+        raise ValueError("the mean-reward primary metric needs rewards in [0, 1]")
+    r = mean_score_comparison(base, new, resamples=resamples, seed=seed, confidence=confidence, method=method)
+    return MeanRewardComparison(n=r["n"], acc_base=r["mean_base"], acc_new=r["mean_new"], delta_pp=r["delta_pp"],
+                                b=r["items_worse"], c=r["items_improved"], mcnemar_p=r["p_value"],
+                                mcnemar_midp=r["p_value"], ci_pp=(r["ci_pp"][0], r["ci_pp"][1]), se_pp=r["se_pp"],
+                                mde_pp=r["mde_pp"])  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -136,9 +176,16 @@ def decide(inputs: DecideInputs, sop: Sop, *, decided_at: str) -> Decision:
     notes.extend(inputs.skipped)
 
     b = sop.bootstrap
-    comparisons = {key: paired_comparison(ps.y_baseline, ps.y_new, resamples=b.resamples, seed=b.seed,
-                                          confidence=b.confidence, method=b.method)
-                   for key, ps in inputs.paired.items()}
+    if inputs.primary_metric == "mean_reward":
+        comparisons = {key: mean_reward_comparison(*inputs.rewards[key], resamples=b.resamples, seed=b.seed,
+                                                   confidence=b.confidence, method=b.method)
+                       for key in inputs.paired}
+        notes.append("primary metric: mean reward per episode (paired t-test and paired bootstrap CI on the "
+                     "rewards, read by the gates in place of McNemar's p and the accuracy CI)")
+    else:
+        comparisons = {key: paired_comparison(ps.y_baseline, ps.y_new, resamples=b.resamples, seed=b.seed,
+                                              confidence=b.confidence, method=b.method)
+                       for key, ps in inputs.paired.items()}
     primary = {name: comparisons[(decision_baseline, name, primary_role)] for name in names}
     family = gates.family_gates(primary, sop)
     holm_mode = sop.checkpoints.decide_on == "holm"
@@ -273,6 +320,8 @@ def decide(inputs: DecideInputs, sop: Sop, *, decided_at: str) -> Decision:
         "notes": notes,
         "decided_at": decided_at,
     }
+    if inputs.primary_metric != "success":  # a success decision's record is as it always was
+        record["primary_metric"] = {"name": inputs.primary_metric, "test": "paired t"}
     return Decision(att.id, decision, reason, record, new_sota)
 
 

@@ -196,6 +196,27 @@ def rows_from_dataset(
     return parse_rows(raw, where)
 
 
+def rows_for_task(
+    records: Iterable[Mapping[str, Any]], settings: Any, *, prompt_suffix: str = "", where: str | None = None,
+) -> list[EnvRow]:
+    """The rows of an attempt's environment task (``settings``: rlexp.core.spec.EnvironmentSettings)
+    from one of its dataset files: a record naming no ``env`` plays ``settings.name`` with
+    ``settings.config`` (the exact-match environment takes the dataset's prompt suffix unless the
+    config sets one). Every environment named is resolved here, so a bad name stops before a run."""
+    default_config = dict(settings.config or {})
+    if settings.name == "exact_match":
+        default_config.setdefault("suffix", prompt_suffix)
+    rows = rows_from_dataset(records, where, default_env=settings.name, default_config=default_config)
+    for name in sorted({row.env for row in rows}):
+        resolve(name, where)
+    return rows
+
+
+def budgets_of(settings: Any) -> Budgets:
+    """The episode budgets of an attempt's environment settings."""
+    return Budgets(settings.max_turns, settings.max_tokens_per_turn, settings.max_total_tokens)
+
+
 def group_rows(rows: list[EnvRow]) -> dict[tuple[str, str], list[int]]:
     """Row indices grouped by ``(env, config)``, groups in order of first appearance."""
     groups: dict[tuple[str, str], list[int]] = {}

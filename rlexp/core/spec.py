@@ -113,6 +113,31 @@ class EvalSettings:
     api_key_env: str | None = None
 
 
+ENV_LOSSES = ("grpo", "gspo")  # rlexp.backends.env_trainer.LOSS_TYPES
+ENV_ADVANTAGE_MODES = ("return", "token_rewards")  # rlexp.backends.env_trainer.ADVANTAGE_MODES
+ENV_PRIMARY_METRICS = ("success", "mean_reward")
+
+
+@dataclass(frozen=True)
+class EnvironmentSettings:
+    """An environment task (docs/environments.md): dataset rows play episodes in ``name`` (rows may
+    name their own ``env``/``config``), bounded by the budgets, trained with ``loss`` and
+    ``advantage_mode``, evaluated on ``primary_metric`` (``success`` = return >= success_threshold,
+    McNemar; ``mean_reward`` = the paired mean-score statistics)."""
+
+    name: str = "exact_match"  # the environment of a row that names none (registered name or import path)
+    config: dict[str, Any] = field(default_factory=dict)  # that environment's config
+    max_turns: int = 4
+    max_tokens_per_turn: int = 16
+    max_total_tokens: int = 96
+    loss: str = "grpo"  # grpo: token-level ratio | gspo: sequence-level ratio, own clip range
+    gspo_eps_low: float = 3e-4
+    gspo_eps_high: float = 4e-4
+    advantage_mode: str = "return"  # return | token_rewards
+    primary_metric: str = "success"  # success | mean_reward
+    success_threshold: float = 1.0
+
+
 @dataclass(frozen=True)
 class Budget:
     free_disk_gb: float | None = None
@@ -147,6 +172,7 @@ class Attempt:
     display_path: str = ""  # the spec path as the user wrote it (for messages)
     raw: dict[str, Any] = field(default_factory=dict, repr=False)  # this file's own content
     merged_raw: dict[str, Any] = field(default_factory=dict, repr=False)  # chain-merged sections
+    environment: EnvironmentSettings | None = None  # an environment task (None: single-turn prompts)
 
     def chain(self) -> list[Attempt]:
         """This attempt and its ancestors, nearest first."""
@@ -353,6 +379,19 @@ _SCHEMA: dict[str, Any] = {
     "checkpoints": {"mid": _POS_INT, "extra": _list_of(_POS_INT)},
     "budget": {"free_disk_gb": _number(0), "checkpoint_size_gb": _number(0, low_open=True)},
     "baseline": {"accuracy": _number(0, 1), "discordance": _number(0, 1, low_open=True)},
+    "environment": {
+        "name": _STR,
+        "config": _Leaf(_mapping, {"type": "object"}),
+        "max_turns": _POS_INT,
+        "max_tokens_per_turn": _POS_INT,
+        "max_total_tokens": _POS_INT,
+        "loss": _one_of(*ENV_LOSSES),
+        "gspo_eps_low": _number(0, 1, low_open=True),
+        "gspo_eps_high": _number(0, 1, low_open=True),
+        "advantage_mode": _one_of(*ENV_ADVANTAGE_MODES),
+        "primary_metric": _one_of(*ENV_PRIMARY_METRICS),
+        "success_threshold": _number(),
+    },
 }
 
 
@@ -370,6 +409,7 @@ _DESCRIPTIONS = {
     "checkpoints": "the pre-registered mid checkpoint and extra ones",
     "budget": "disk budget of the checkpoints",
     "baseline": "expected baseline accuracy and discordance, for the power section",
+    "environment": "an environment task (docs/environments.md): default environment, budgets, loss, primary metric",
 }
 SCHEMA_DRAFT = "https://json-schema.org/draft/2020-12/schema"
 
@@ -636,7 +676,8 @@ def _resolve(
 ) -> Attempt:
     p_raw: dict[str, Any] = parent.merged_raw if parent is not None else {}
     merged: dict[str, Any] = {}
-    for section in ("intent", "trainer", "recipe", "datasets", "eval", "checkpoints", "budget", "baseline"):
+    for section in ("intent", "trainer", "recipe", "datasets", "eval", "checkpoints", "budget", "baseline",
+                    "environment"):
         merged[section] = _merge(p_raw.get(section), own.get(section))
     # A child pointing a dataset at another file must not inherit the old file's size.
     for role, entry in (own.get("datasets") or {}).items():
@@ -720,8 +761,22 @@ def _resolve(
         display_path=display,
         raw=own,
         merged_raw=merged,
+        environment=_environment(merged["environment"], display),
     )
     return attempt
+
+
+def _environment(merged: dict[str, Any], display: str) -> EnvironmentSettings | None:
+    """The attempt's environment task, or None when no spec of the chain has an ``environment:``."""
+    if not merged:
+        return None
+    settings = EnvironmentSettings(**merged)
+    if settings.max_tokens_per_turn > settings.max_total_tokens:
+        raise InputError(display, "environment.max_tokens_per_turn",
+                         f"{settings.max_tokens_per_turn} exceeds max_total_tokens {settings.max_total_tokens}")
+    if not settings.name.strip():
+        raise InputError(display, "environment.name", "empty: a registered name or an import path")
+    return settings
 
 
 def _dataset_ref(

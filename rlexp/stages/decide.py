@@ -187,12 +187,43 @@ def gather(attempt: str | Path, sop: Any) -> tuple[DecideInputs, dict[str, Any]]
     except InputError as exc:
         vs_parent = {}
         skipped.append(f"no comparison with the parent for the regression flags: {exc}")
+    primary_metric = att.environment.primary_metric if getattr(att, "environment", None) is not None else "success"
+    rewards = _episode_rewards(ad, paired) if primary_metric == "mean_reward" else {}
     inputs = DecideInputs(
+        primary_metric=primary_metric, rewards=rewards,
         attempt=facts, checkpoints=tuple(names), roles=roles, baselines=present, sets=sets, paired=paired,
         history=history, sota=pin.to_dict() if pin else None, pin_is_self=pin_is_self,
         parser_audit=_parser_audit(ad), diagnostics=diagnostics_from(rows, _g4_numbers(ad), sop),
         selection_note=selection_note, skipped=tuple(skipped), vs_parent=vs_parent)
     return inputs, {"attempt_dir": ad, "experiment_dir": exp_dir}
+
+
+def _episode_rewards(ad: AttemptDir, paired: dict[tuple[str, str, str], Any]) -> dict[tuple[str, str, str], Any]:
+    """Each paired key's per-episode rewards (baseline, new), aligned as its paired records; a
+    record without a reward in [0, 1] is one InputError naming its file."""
+    from rlexp.storage.records import read_records
+
+    cache: dict[str, dict[str, float]] = {}
+
+    def rewards_of(name: str, role: str) -> dict[str, float]:
+        path = ad.records(name, role)
+        if str(path) not in cache:
+            out = {}
+            for i, r in enumerate(read_records(path), 1):
+                value = r.get("reward")
+                if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
+                    raise InputError(path, f"record {i}: reward", "the mean_reward primary metric needs a reward in "
+                                                                  f"[0, 1] per episode, got {value!r}")
+                out[r["problem_hash"]] = float(value)
+            cache[str(path)] = out
+        return cache[str(path)]
+
+    result = {}
+    for (baseline, name, role), ps in paired.items():
+        base, new = rewards_of(baseline, role), rewards_of(name, role)
+        result[(baseline, name, role)] = ([base[r.problem_hash] for r in ps.records],
+                                          [new[r.problem_hash] for r in ps.records])
+    return result
 
 
 # What every record file of one set shares (rlexp.stages.evaluate writes them for all targets alike):

@@ -409,6 +409,10 @@ def evaluate(
     base = att.base_model()
     # the lock first: a second `rlexp eval` exits at once instead of after loading a model
     with eval_lock(attempt_dir):
+        if getattr(att, "environment", None) is not None:  # episodes instead of single generations
+            from rlexp.stages.evaluate_env import evaluate_episodes
+
+            return evaluate_episodes(att, attempt_dir, roles, selection, targets, base, limit, show_progress)
         return _evaluate_locked(att, attempt_dir, roles, selection, targets, base, limit, show_progress, engine)
 
 

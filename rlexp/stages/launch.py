@@ -36,6 +36,9 @@ from rlexp.storage.layout import AttemptDir
 BACKENDS = ("local", "process", "ray")
 METRICS_SOURCES = ("stdout", "tensorboard", "verl")  # verl: its file logger's JSONL (the only one for verl)
 LOCAL_TRAINER_MODULE = "rlexp.backends.local_trainer"
+# an attempt with an environment task (rlexp.core.spec.EnvironmentSettings): the same trainer,
+# entered through the module that adds episodes, the agent mask and GSPO (docs/environments.md)
+ENV_TRAINER_MODULE = "rlexp.backends.env_trainer"
 
 
 @dataclass(frozen=True)
@@ -251,7 +254,8 @@ def prepare(attempt: Path, *, backend: str | None = None, ray_address: str | Non
     elif att.trainer.name == "local":
         # absolute: a Ray job runs in the head's working directory; sys.executable: the Python
         # that has rlexp and the trainer's stack (docs/launch.md, "The job's Python")
-        argv = [sys.executable, "-m", LOCAL_TRAINER_MODULE, str(attempt_dir.resolve())] + (
+        module = LOCAL_TRAINER_MODULE if getattr(att, "environment", None) is None else ENV_TRAINER_MODULE
+        argv = [sys.executable, "-m", module, str(attempt_dir.resolve())] + (
             ["--resume"] if resume else [])
     else:
         ad = AttemptDir(attempt_dir)

@@ -1,0 +1,172 @@
+"""The report's section on an environment task: episode metrics, the primary metric's paired
+statistics, and discordant trajectories side by side.
+
+Read from what ``rlexp eval`` and the trainer wrote: the episode records of the K=3 checkpoints
+and Baseline-S0 on the primary set (their ``trajectory``, ``reward`` and ``correct`` = success), and
+``metrics.jsonl`` (the per-step episode metrics, first and last step). The primary metric is the
+spec's ``environment.primary_metric``: ``success`` (0/1 per episode: McNemar, rlexp.stats) or
+``mean_reward`` (the return per episode: the paired mean-score statistics of
+rlexp.core.paired_scores), on which ``rlexp decide`` takes the SOP gates too.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+TRAINING_KEYS = ("episode_return", "turns_per_episode", "tool_calls_per_episode", "env_errors",
+                 "agent_token_fraction", "env_latency_s")
+
+
+def episode_summary(records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """Success rate, mean reward, turns and tool calls per episode, finish reasons of eval records."""
+    n = len(records)
+    if n == 0:
+        return {"n": 0}
+    turns = [r["trajectory"]["turns"] for r in records]
+    out: dict[str, float] = {
+        "n": n,
+        "success": sum(int(r["correct"]) for r in records) / n,
+        "mean_reward": sum(float(r["reward"]) for r in records) / n,
+        "turns_per_episode": sum(len(t) for t in turns) / n,
+        "tool_calls_per_episode": sum(1 for t in turns for turn in t if turn.get("tool_call")) / n,
+    }
+    for r in records:
+        key = f"finish_{r['trajectory']['finish_reason']}"
+        out[key] = out.get(key, 0.0) + 1.0 / n
+    return out
+
+
+def primary_comparison(base: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any]], metric: str,
+                       *, resamples: int = 2000, seed: int = 0) -> dict[str, Any]:
+    """The paired comparison of two record lists on ``metric`` (joined by problem hash)."""
+    by_hash = {r["problem_hash"]: r for r in new}
+    pairs = [(b, by_hash[b["problem_hash"]]) for b in base if b["problem_hash"] in by_hash]
+    if metric == "mean_reward":
+        from rlexp.core.paired_scores import mean_score_comparison
+
+        return mean_score_comparison([float(b["reward"]) for b, _ in pairs], [float(n["reward"]) for _, n in pairs],
+                                     resamples=resamples, seed=seed)
+    from rlexp.stats import paired_comparison
+
+    cmp = paired_comparison([int(b["correct"]) for b, _ in pairs], [int(n["correct"]) for _, n in pairs],
+                            resamples=resamples, seed=seed)
+    return {"mode": "0/1", "test": "McNemar", "n": len(pairs), "delta_pp": cmp.delta_pp, "b": cmp.b, "c": cmp.c,
+            "p_value": cmp.mcnemar_p, "ci_pp": list(cmp.ci_pp)}
+
+
+def discordant_pairs(base: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any]]):
+    """``(baseline right / new wrong, baseline wrong / new right)``: the first such pair of records
+    each (by success; by reward where no success differs), or None."""
+    by_hash = {r["problem_hash"]: r for r in new}
+    pairs = [(b, by_hash[b["problem_hash"]]) for b in base if b["problem_hash"] in by_hash]
+
+    def first(test):
+        return next(((b, n) for b, n in pairs if test(b, n)), None)
+
+    lost = first(lambda b, n: b["correct"] > n["correct"]) or first(lambda b, n: b["reward"] > n["reward"])
+    won = first(lambda b, n: b["correct"] < n["correct"]) or first(lambda b, n: b["reward"] < n["reward"])
+    return lost, won
+
+
+def _cell(text: Any) -> str:
+    flat = str(text).replace("\r", "\\r").replace("\n", "\\n")  # one table row per turn
+    return "`" + flat.replace("|", "\\|").replace("`", "'") + "`"
+
+
+def trajectory_table(base_name: str, new_name: str, b: Mapping[str, Any], n: Mapping[str, Any]) -> list[str]:
+    """Two trajectories side by side, turn by turn (action → feedback), then reward and finish."""
+    lines = [f"| turn | {base_name} | {new_name} |", "|---|---|---|"]
+    tb, tn = b["trajectory"]["turns"], n["trajectory"]["turns"]
+    for i in range(max(len(tb), len(tn))):
+        cells = []
+        for turns in (tb, tn):
+            if i < len(turns):
+                turn = turns[i]
+                tool = " (tool)" if turn.get("tool_call") else ""
+                cells.append(f"{_cell(turn['action'])}{tool} → {_cell(turn['feedback'])}")
+            else:
+                cells.append("")
+        lines.append(f"| {i + 1} | {cells[0]} | {cells[1]} |")
+    lines.append(f"| reward / finish | {b['reward']:g} / {b['trajectory']['finish_reason']} | "
+                 f"{n['reward']:g} / {n['trajectory']['finish_reason']} |")
+    return lines
+
+
+def episode_section(attempt_dir: str | Path, primary_role: str = "ood_primary") -> str:
+    """The markdown section (empty for an attempt without an environment task)."""
+    from rlexp.core.spec import load_attempt
+    from rlexp.storage.files import iter_jsonl, read_json
+    from rlexp.storage.layout import AttemptDir
+    from rlexp.storage.records import BASELINE_S0, read_records
+
+    att = load_attempt(attempt_dir)
+    settings = att.environment
+    if settings is None:
+        return ""
+    ad = AttemptDir(att.attempt_dir)
+    metric = settings.primary_metric
+    out = ["", "## Environment task: episodes", "",
+           f"Environment `{settings.name}` (config `{json.dumps(settings.config, sort_keys=True)}`), budgets "
+           f"{settings.max_turns} turns × {settings.max_tokens_per_turn} tokens, {settings.max_total_tokens} in all; "
+           f"loss `{settings.loss}`, advantages `{settings.advantage_mode}`. Primary metric: **{metric}** "
+           f"(success = return ≥ {settings.success_threshold:g}); the decision's gates are taken on it. "
+           "The table gives both.", ""]
+    if ad.metrics.exists():
+        rows = [row for _, row in iter_jsonl(ad.metrics)]
+        rows = [r for r in rows if any(k in r for k in TRAINING_KEYS)]
+        if rows:
+            out += ["Training (first → last step):", "", "| metric | first | last |", "|---|---|---|"]
+            for key in TRAINING_KEYS:
+                if key in rows[0] and key in rows[-1]:
+                    out.append(f"| {key} | {rows[0][key]:.3f} | {rows[-1][key]:.3f} |")
+            out.append("")
+    names: list[str] = []
+    if ad.selection.exists():
+        from rlexp.core.decision import ROLE_ORDER
+        from rlexp.storage.layout import checkpoint_name
+
+        selection = read_json(ad.selection)
+        steps = [selection.get(role) for role in ROLE_ORDER]
+        listed = [checkpoint_name(s) for s in steps if isinstance(s, int) and not isinstance(s, bool)]
+        listed += [c for c in selection.get("checkpoints") or [] if isinstance(c, str)]
+        names = list(dict.fromkeys(listed))
+    names = [n for n in names if ad.records(n, primary_role).exists()]
+    if not ad.records(BASELINE_S0, primary_role).exists():
+        out += [f"No episode records of {BASELINE_S0} on {primary_role} yet (run `rlexp eval`).", ""]
+        return "\n".join(out) + "\n"
+    base = read_records(ad.records(BASELINE_S0, primary_role))
+    out += [f"Eval episodes on {primary_role} (greedy):", "",
+            "| model | n | success | mean reward | turns/episode | tool calls/episode | "
+            f"Δ {metric} vs S0 | test | p | CI |", "|---|---|---|---|---|---|---|---|---|---|"]
+    s = episode_summary(base)
+    out.append(f"| {BASELINE_S0} | {s['n']} | {s['success']:.3f} | {s['mean_reward']:.3f} | "
+               f"{s['turns_per_episode']:.2f} | {s['tool_calls_per_episode']:.2f} | | | | |")
+    news = {}
+    for name in names:
+        news[name] = read_records(ad.records(name, primary_role))
+        s = episode_summary(news[name])
+        c = primary_comparison(base, news[name], metric)
+        delta = c["delta_pp"] if c.get("delta_pp") is not None else c["delta"]
+        unit = " pp" if c.get("delta_pp") is not None else ""
+        ci = c.get("ci_pp") or c.get("ci")
+        out.append(f"| {name} | {s['n']} | {s['success']:.3f} | {s['mean_reward']:.3f} | "
+                   f"{s['turns_per_episode']:.2f} | {s['tool_calls_per_episode']:.2f} | {delta:+.2f}{unit} | "
+                   f"{c['test']} | {c['p_value']:.3g} | [{ci[0]:+.2f}, {ci[1]:+.2f}] |")
+    out.append("")
+    decision = read_json(ad.decision) if ad.decision.exists() else {}
+    shown = decision.get("primary_checkpoint") if decision.get("primary_checkpoint") in news else (
+        names[-1] if names else None)
+    if shown is not None:
+        lost, won = discordant_pairs(base, news[shown])
+        out += [f"Discordant trajectories, {BASELINE_S0} vs {shown}:", ""]
+        for title, pair in (("baseline right, new wrong", lost), ("baseline wrong, new right", won)):
+            if pair is None:
+                out += [f"*{title}*: none.", ""]
+                continue
+            b, n = pair
+            out += [f"*{title}* — problem `{b['problem_hash'][:12]}`, gold {_cell(b.get('gold'))}:", ""]
+            out += trajectory_table(BASELINE_S0, shown, b, n) + [""]
+    return "\n".join(out) + "\n"

@@ -1,0 +1,184 @@
+"""`rlexp demo --task tools`: the protocol on an environment task — products the tiny model cannot
+compute but can delegate to the calculator tool (``calc A*B``, then ``\\boxed{N}``).
+
+1. datasets: products of a 3-digit and a 2-digit number, five roles disjoint by hash, ordinary
+   dataset files (the spec's ``environment.name: calculator`` plays every row);
+2. a supervised base (Baseline-S0): the untrained tiny model supervised on agent tokens only, on
+   episodes that call the tool (``tool_share`` of them) or answer at once (a guess: the model
+   cannot multiply), so it uses the tool sometimes and RL has headroom;
+3. one attempt ``t1`` with an ``environment:`` section: plan → launch (the local trainer on
+   episodes, the agent mask) → eval (K=3 + S0, greedy episodes) → decide → report.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+EXPERIMENT = "demo-tools"
+ROLES = ("pool", "ood_monitor", "ood_primary", "id", "sanity")
+
+
+@dataclass(frozen=True)
+class ToolsDemoConfig:
+    seed: int = 0
+    sizes: tuple[int, int, int, int, int] = (256, 32, 96, 32, 16)  # in ROLES order
+    sft_steps: int = 150
+    sft_batch: int = 32
+    tool_share: float = 0.5  # share of supervised episodes that call the tool
+    global_steps: int = 8
+    mid_step: int = 4
+
+    @classmethod
+    def fast(cls) -> ToolsDemoConfig:
+        """Plumbing only (tests): small sets, a short supervision, 2 global steps."""
+        return cls(sizes=(16, 4, 8, 4, 4), sft_steps=8, sft_batch=16, global_steps=2, mid_step=1)
+
+
+def build_datasets(data_dir: Path, config: ToolsDemoConfig) -> dict[str, Path]:
+    """Five disjoint sets of products ``A*B=`` (A 3 digits, B 2 digits)."""
+    from rlexp.core.task import problem_hash
+
+    rng = random.Random(config.seed)
+    seen: set[str] = set()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    out = {}
+    for role, size in zip(ROLES, config.sizes, strict=True):
+        lines = []
+        while len(lines) < size:
+            a, b = rng.randint(100, 999), rng.randint(10, 99)
+            prompt = f"{a}*{b}="
+            if prompt in seen:
+                continue
+            seen.add(prompt)
+            lines.append(json.dumps({"prompt": prompt, "answer": str(a * b), "problem_hash": problem_hash(prompt)}))
+        path = data_dir / f"{role}_{size}.jsonl"
+        path.write_text("\n".join(lines) + "\n")
+        out[role] = path
+    return out
+
+
+def build_base(models_dir: Path, pool: Path, config: ToolsDemoConfig) -> Path:
+    """Supervise the untrained tiny model on the pool's episodes (agent tokens only)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rlexp.adapters.episodes import render_user_turn
+    from rlexp.adapters.generation import encode_prompt, render_prompt
+    from rlexp.adapters.tinymodel import build_tiny_model
+    from rlexp.backends.env_trainer import pack_trajectories
+    from rlexp.backends.local_trainer import masked_mean, token_logprobs
+    from rlexp.core.environments import TrajectoryBuilder
+    from rlexp.storage.datasets import read_dataset
+
+    out = models_dir / "tools-base"
+    if (out / "config.json").exists():
+        return out
+    untrained = build_tiny_model(models_dir / "tiny-untrained", seed=config.seed)
+    tok = AutoTokenizer.from_pretrained(untrained)
+    torch.manual_seed(config.seed)
+    model = AutoModelForCausalLM.from_pretrained(untrained, dtype=torch.float32)
+    problems = read_dataset(pool)
+    rng = random.Random(config.seed)
+
+    def episode(p: dict[str, Any]):
+        b = TrajectoryBuilder(encode_prompt(tok, render_prompt(tok, p["prompt"], "")))
+        if rng.random() < config.tool_share:
+            b.add_agent(encode_prompt(tok, "calc " + p["prompt"].rstrip("=")) + [tok.eos_token_id])
+            b.add_env(encode_prompt(tok, render_user_turn(tok, p["answer"])))
+        b.add_agent(encode_prompt(tok, f"\\boxed{{{p['answer']}}}") + [tok.eos_token_id])
+        return b.finish("stop")
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    model.train()
+    for _ in range(config.sft_steps):
+        batch = [episode(p) for p in rng.sample(problems, min(config.sft_batch, len(problems)))]
+        ids, attn, mask, _ = pack_trajectories(batch, tok.pad_token_id)
+        logp, _ = token_logprobs(model, ids, attn)
+        loss = -masked_mean(logp, mask)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.eval()
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+def attempt_spec(config: ToolsDemoConfig, datasets: dict[str, Path]) -> str:
+    import yaml
+
+    spec = {
+        "id": "t1",
+        "description": "Demo environment task: GRPO with the agent mask on calculator episodes.",
+        "intent": {"global_steps": config.global_steps},
+        "trainer": {"name": "local", "version": "0.11.0", "gpus": 0},
+        "recipe": {"pretrain": "models/tools-base", "advantage_estimator": "group_norm", "n_samples_per_prompt": 8,
+                   "rollout_batch_size": 8, "train_batch_size": 32, "micro_train_batch_size": 16,
+                   "actor_learning_rate": 2e-4, "lora_rank": 0, "init_kl_coef": 0.01, "eps_clip": 0.2,
+                   "temperature": 0.6, "generate_max_len": 14, "eval_steps": 1, "save_steps": config.mid_step,
+                   "num_episodes": 1, "max_samples": config.global_steps * 8, "seed": config.seed},
+        "datasets": {role: {"path": f"data/{p.name}", "size": config.sizes[i], "prompt_suffix": ""}
+                     for i, (role, p) in enumerate(datasets.items())},
+        "eval": {"engine": "local", "prompt_suffix": "", "max_tokens": 14},
+        "checkpoints": {"mid": config.mid_step},
+        "environment": {"name": "calculator", "config": {"max_calls": 2}, "max_turns": 3,
+                        "max_tokens_per_turn": 14, "max_total_tokens": 48, "loss": "grpo",
+                        "primary_metric": "success"},
+    }
+    return "# Written by `rlexp demo --task tools`.\n" + yaml.safe_dump(spec, sort_keys=False)
+
+
+def run_tools_demo(root: Path, *, fast: bool = False, seed: int = 0, tracking_uri: str | None = None,
+                   log=print) -> dict[str, Any]:
+    """Build, train, evaluate, decide and report ``t1`` under ``root``; a summary with timings."""
+    import dataclasses
+    import time
+
+    from rlexp.errors import CheckFailed
+    from rlexp.stages.decide import decide
+    from rlexp.stages.evaluate import evaluate
+    from rlexp.stages.launch import launch
+    from rlexp.stages.plan import plan
+    from rlexp.stages.report import report
+    from rlexp.storage.files import atomic_write_text
+    from rlexp.storage.layout import AttemptDir
+
+    config = dataclasses.replace(ToolsDemoConfig.fast() if fast else ToolsDemoConfig(), seed=seed)
+    root = Path(root).resolve()
+    experiment = root / "experiments" / EXPERIMENT
+    tracking_uri = tracking_uri or f"sqlite:///{root / 'mlflow.db'}"
+    timings: dict[str, float] = {}
+    started = time.perf_counter()
+
+    def timed(name: str, fn, *args, **kwargs):
+        t0 = time.perf_counter()
+        log(f"demo tools: {name}")
+        result = fn(*args, **kwargs)
+        timings[name] = round(time.perf_counter() - t0, 1)
+        return result
+
+    datasets = timed("datasets", build_datasets, experiment / "data", config)
+    timed("base_model", build_base, experiment / "models", datasets["pool"], config)
+    attempt = experiment / "t1"
+    attempt.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(AttemptDir(attempt).spec, attempt_spec(config, datasets))
+    planned = timed("plan", plan, attempt)
+    if not planned.ok:
+        first = planned.errors[0]
+        raise CheckFailed(f"demo tools: plan of t1 has error checks, first {first['name']}: {first['rule']}")
+    run = timed("launch", launch, attempt, backend="local", tracking_uri=tracking_uri, poll_s=0.5,
+                resume=AttemptDir(attempt).metrics.exists())
+    # "stopped" by the SOP's early-stop rule is a run that ended as the SOP says: its checkpoints are evaluated
+    if run.run and run.run.get("state") not in ("finished", "stopped"):
+        raise CheckFailed(f"demo tools: the training run of t1 ended {run.run.get('state')}: {run.run.get('reason')}")
+    evaluated = timed("eval", evaluate, attempt, show_progress=False)
+    decided = timed("decide", decide, attempt)
+    written = timed("report", report, attempt, tracking_uri=tracking_uri)
+    timings["total"] = round(time.perf_counter() - started, 1)
+    success = {f"{f.checkpoint}/{f.set_role}": round(f.summary.accuracy, 4) for f in evaluated.files}
+    return {"experiment": str(experiment), "attempt": str(attempt), "decision": decided.decision,
+            "reason": decided.reason, "report": str(written.report), "success": success, "timings": timings}
