@@ -30,7 +30,7 @@ class InputError(Exception):
 
 MAX_PATH_CHARS = 300
 MAX_FIELD_CHARS = 200
-MAX_MESSAGE_CHARS = 1000  # rlexp's own longest explanations fit; a quoted megabyte does not
+MAX_MESSAGE_CHARS = 600
 
 
 def shorten(text: str, limit: int) -> str:

@@ -119,12 +119,12 @@ def content_cause(base: Item, new: Item) -> str:
     if b_orig:
         return "doc.original_query or gold_index differs: another document under this position in the split"
     if b.get("gold_index") == n.get("gold_index") and b.get("query") != n.get("query"):
+        # the details hold the document only as the prompt function formatted it (query), doc.id is a
+        # position in the split and no hash of the dataset row is written: nothing else to pair by
         return ("the query differs with the same gold_index: a prompt-template change or another document, which "
-                "lighteval's details cannot tell apart (query holds the document as the prompt function formatted "
-                "it, doc.id is a position in the split, no hash of the dataset row is written), so "
-                "--allow-prompt-change cannot pair them; to compare across a prompt change, have the task's prompt "
-                "function set Doc.original_query to the document's own text in both runs (rlexp then pairs by it "
-                "and counts the prompt change), or rerun both with one prompt")
+                "lighteval's details cannot tell apart, so --allow-prompt-change cannot pair them; set "
+                "Doc.original_query to the document's own text in both runs (rlexp then pairs by it), or rerun "
+                "both with one prompt")
     return "lighteval's ids are positions in the split: a reordered or edited dataset renumbers them"
 
 
