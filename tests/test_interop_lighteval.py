@@ -176,3 +176,30 @@ def test_original_query_on_one_side_only_is_named(tmp_path, capsys):
     new = rewrite_with_text(details("model_b"), tmp_path, _with_original_query)
     err = fail([str(details("model_a")), str(new), "--metric", "acc", "--allow-prompt-change"], capsys)
     assert "one run's details set doc.original_query and the other's do not" in err
+
+
+def test_a_parquet_whose_columns_decompress_past_the_limit_is_refused_before_decoding(tmp_path, monkeypatch):
+    """The bound applies to what the columns decompress to (the footer says), not to the file's size:
+    a small file of a highly compressible column is refused without decoding it."""
+    import os
+
+    from rlexp.adapters.harnesses.lighteval import read_rows
+    from rlexp.errors import InputError
+    from rlexp.storage import files
+
+    path = tmp_path / "details_bomb|0_2026-01-01T00-00-00.parquet"
+    pq.write_table(pa.table({"doc": ["x" * 100_000] * 50, "metric": [{"acc": 1.0}] * 50}), path,
+                   compression="zstd")
+    meta = pq.ParquetFile(path).metadata
+    decoded = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+    size = path.stat().st_size
+    assert decoded > 100 * size  # the premise: a small file of large columns
+    monkeypatch.setattr(files, "MAX_JSONL_BYTES", size + 1)  # the file itself passes the size check
+    with pytest.raises(InputError) as err:
+        read_rows(path)
+    assert "decompress" in err.value.one_line() and str(decoded) in err.value.one_line()
+    fifo = tmp_path / "fifo.parquet"
+    os.mkfifo(fifo)
+    with pytest.raises(InputError) as err:
+        read_rows(fifo)  # refused before opening: it would block
+    assert "FIFO" in err.value.one_line()

@@ -62,10 +62,22 @@ def _plain(value: Any) -> Any:
 
 
 def read_rows(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        raise InputError(path, None, "file not found")
-    import pandas as pd
+    from rlexp.storage.files import MAX_JSONL_BYTES, check_regular_file
 
+    path = check_regular_file(path)  # a FIFO or a device would block or never end
+    if path.stat().st_size > MAX_JSONL_BYTES:
+        raise InputError(path, None, f"larger than the limit of {MAX_JSONL_BYTES} bytes")
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    try:  # the footer states what the columns decompress to: bounded before anything is decoded
+        metadata = pq.ParquetFile(path).metadata
+        decoded = sum(metadata.row_group(i).total_byte_size for i in range(metadata.num_row_groups))
+    except Exception as exc:  # pyarrow raises several types for a damaged file
+        raise InputError(path, None, f"unreadable parquet: {str(exc).splitlines()[0]}") from None
+    if decoded > MAX_JSONL_BYTES:
+        raise InputError(path, None, f"its columns decompress to {decoded} bytes, over the limit of "
+                                     f"{MAX_JSONL_BYTES}")
     try:
         frame = pd.read_parquet(path)
     except Exception as exc:  # pyarrow raises several types for a damaged file
