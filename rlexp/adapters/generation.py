@@ -88,15 +88,7 @@ def generate(
     ``temperature > 0`` samples from the plain softmax (no top-k/top-p). ``seed`` makes sampling
     repeatable for the same prompts and ``batch_size``. ``batch_size`` counts rows (prompt × sample).
     """
-    if max_new_tokens < 1:
-        raise ValueError("max_new_tokens must be >= 1")
-    if num_samples < 1:
-        raise ValueError("num_samples must be >= 1")
-    if temperature < 0:
-        raise ValueError("temperature must be >= 0")
-    if not prompts:
-        return []
-    encoded = [encode_prompt(tokenizer, p) for p in prompts]
+    encoded = [encode_prompt(tokenizer, p) for p in prompts]  # generate_ids checks the arguments
     return generate_ids(model, tokenizer, encoded, max_new_tokens=max_new_tokens, temperature=temperature,
                         num_samples=num_samples, seed=seed, batch_size=batch_size)
 

@@ -332,34 +332,16 @@ def gspo_trainer_settings(trainer: str, version: str | None = None, *, eps_low: 
 def main(argv: list[str] | None = None) -> int:
     """``python -m rlexp.backends.env_trainer ATTEMPT_DIR [--resume]``: the local trainer on the
     attempt's environment task (what ``rlexp launch --backend local`` runs for one)."""
-    import argparse
-    import os
-    import sys
-    from pathlib import Path
+    from rlexp.backends.local_trainer import run_trainer
 
-    from rlexp.errors import InputError
+    def task_of(att, cfg):
+        from rlexp.errors import InputError
 
-    parser = argparse.ArgumentParser(prog="python -m rlexp.backends.env_trainer", description=main.__doc__)
-    parser.add_argument("attempt_dir", type=Path)
-    parser.add_argument("--resume", action="store_true", help="continue from the latest saved state")
-    args = parser.parse_args(argv)
-    try:
-        import torch
-
-        from rlexp.backends.local_trainer import config_from_attempt, train
-        from rlexp.core.spec import load_attempt
-
-        torch.set_num_threads(max(1, int(os.environ.get("RLEXP_TORCH_THREADS", "1"))))
-        att = load_attempt(args.attempt_dir)
         if att.environment is None:
             raise InputError(att.spec_path, "environment", "missing: this attempt has no environment task")
-        cfg = config_from_attempt(att)
-        task = EnvTask.from_config(cfg, att.spec_path)
-        train(cfg, Path(att.attempt_dir), resume=args.resume, log=lambda s: print(s, flush=True), env_task=task)
-    except InputError as exc:
-        print(f"rlexp: {exc.one_line()}", file=sys.stderr)
-        return 2
-    return 0
+        return EnvTask.from_config(cfg, att.spec_path)
+
+    return run_trainer("python -m rlexp.backends.env_trainer", main.__doc__, argv, task_of)
 
 
 if __name__ == "__main__":

@@ -740,12 +740,17 @@ def _progress_line(step: int, total: int, row: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    return run_trainer("python -m rlexp.backends.local_trainer", __doc__.split("\n")[0], argv)
+
+
+def run_trainer(prog: str, description: str, argv: list[str] | None, task_of=None) -> int:
+    """The trainer processes' command line (``ATTEMPT_DIR [--resume]``): thread count, attempt,
+    configuration, :func:`train`; bad input is one line, exit 2. ``task_of(att, cfg)`` returns the
+    environment task of an environment trainer (``rlexp.backends.env_trainer``), None for this one."""
     import argparse
     import os
 
-    parser = argparse.ArgumentParser(
-        prog="python -m rlexp.backends.local_trainer", description=__doc__.split("\n")[0]
-    )
+    parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("attempt_dir", type=Path)
     parser.add_argument("--resume", action="store_true", help="continue from the latest saved state")
     args = parser.parse_args(argv)
@@ -757,7 +762,8 @@ def main(argv: list[str] | None = None) -> int:
 
         att = load_attempt(args.attempt_dir)
         cfg = config_from_attempt(att)
-        train(cfg, Path(att.attempt_dir), resume=args.resume, log=lambda s: print(s, flush=True))
+        extra = {} if task_of is None else {"env_task": task_of(att, cfg)}
+        train(cfg, Path(att.attempt_dir), resume=args.resume, log=lambda s: print(s, flush=True), **extra)
     except InputError as exc:
         print(f"rlexp: {exc.one_line()}", file=sys.stderr)
         return 2

@@ -430,9 +430,9 @@ def _evaluate_locked(att, attempt_dir, roles, selection, targets, base, limit, s
         close_engine(engine)
 
 
-def _evaluate_with(att, attempt_dir, roles, selection, targets, base, limit, show_progress, engine,
-                   tokenizer) -> EvalOutcome:
-    decoding = Decoding.greedy(int(att.eval.max_tokens), seed=int(att.eval.seed))
+def load_eval_sets(att, roles, limit) -> dict[str, tuple[Any, Path, str]]:
+    """``role -> (problems, path, sha256)`` of every eval set the attempt names a path for; the
+    primary set must have one."""
     datasets = {}
     for role in roles:
         loaded = load_problems(att, role, limit)
@@ -441,6 +441,13 @@ def _evaluate_with(att, attempt_dir, roles, selection, targets, base, limit, sho
                 raise InputError(att.spec_path, "datasets.ood_primary", "the primary eval set has no path")
             continue
         datasets[role] = loaded
+    return datasets
+
+
+def _evaluate_with(att, attempt_dir, roles, selection, targets, base, limit, show_progress, engine,
+                   tokenizer) -> EvalOutcome:
+    decoding = Decoding.greedy(int(att.eval.max_tokens), seed=int(att.eval.seed))
+    datasets = load_eval_sets(att, roles, limit)
 
     for role, (_problems, _path, digest) in datasets.items():  # every set checked before the first write
         ref = att.datasets[role]

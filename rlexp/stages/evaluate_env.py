@@ -42,7 +42,7 @@ def evaluate_episodes(att: Any, attempt_dir: Path, roles, selection, targets, ba
         FileOutcome,
         build_engine,
         check_record_files,
-        load_problems,
+        load_eval_sets,
         record_metas,
         write_paired,
     )
@@ -58,13 +58,7 @@ def evaluate_episodes(att: Any, attempt_dir: Path, roles, selection, targets, ba
     # "grading" is an identity key of a record file: the environment and its budgets are part of it
     grading = "episode:" + sha256_text(json.dumps(extra["environment"], sort_keys=True))[:16]
     datasets = {}
-    for role in roles:
-        loaded = load_problems(att, role, limit)
-        if loaded is None:
-            if role == "ood_primary":
-                raise InputError(att.spec_path, "datasets.ood_primary", "the primary eval set has no path")
-            continue
-        problems, path, digest = loaded
+    for role, (problems, path, digest) in load_eval_sets(att, roles, limit).items():
         ref = att.datasets[role]
         rows = rows_for_task(problems, settings, prompt_suffix=ref.prompt_suffix or "", where=str(path))
         datasets[role] = (problems, rows, digest)

@@ -62,15 +62,24 @@ def read_lines(path: Path) -> list[tuple[int, dict[str, Any]]]:
     return out
 
 
-def harness_version(path: Path) -> str | None:
+def _results_beside(path: Path) -> tuple[Any, str] | None:
+    """The ``results_<date>.json`` written with a samples file, parsed, and its name; None when it
+    is not there or not JSON (it only adds what a samples file does not say)."""
     match = FILE_NAME.match(path.name)
     if not match:
         return None
     results = path.with_name(f"results_{match['date']}.json")
     try:
-        data = json.loads(results.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        return json.loads(results.read_text(encoding="utf-8")), results.name
+    except (OSError, ValueError, RecursionError):
         return None
+
+
+def harness_version(path: Path) -> str | None:
+    found = _results_beside(path)
+    if found is None:
+        return None
+    data = found[0]
     version = data.get("lm_eval_version") if isinstance(data, dict) else None
     return str(version) if version is not None else None
 
@@ -78,19 +87,15 @@ def harness_version(path: Path) -> str | None:
 def documents_reported(path: Path, task: str) -> tuple[int, str] | None:
     """(documents, results file name): what the ``results_<date>.json`` beside the samples file says
     the task was run on (``n-samples.<task>.effective``, lm-eval 0.4.2+), or None when it does not say."""
-    match = FILE_NAME.match(path.name)
-    if not match:
+    found = _results_beside(path)
+    if found is None:
         return None
-    results = path.with_name(f"results_{match['date']}.json")
-    try:
-        data = json.loads(results.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
-        return None
+    data, name = found
     counts = data.get("n-samples") if isinstance(data, dict) else None
     entry = counts.get(task) if isinstance(counts, dict) else None
     value = entry.get("effective") if isinstance(entry, dict) else None
     if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        return value, results.name
+        return value, name
     return None
 
 
