@@ -13,33 +13,62 @@ import sys
 
 import typer
 
-from rlexp.commands import compare as compare_cmd
-from rlexp.commands import decide as decide_cmd
-from rlexp.commands import demo as demo_cmd
-from rlexp.commands import evaluate as eval_cmd
-from rlexp.commands import fanout as fanout_cmd
-from rlexp.commands import guard as guard_cmd
-from rlexp.commands import import_ as import_cmd
-from rlexp.commands import ingest as ingest_cmd
-from rlexp.commands import ladder as ladder_cmd
-from rlexp.commands import launch as launch_cmd
-from rlexp.commands import plan as plan_cmd
-from rlexp.commands import report as report_cmd
-from rlexp.commands import sop as sop_cmd
-from rlexp.commands import status as status_cmd
-from rlexp.commands import sweep as sweep_cmd
 from rlexp.errors import CheckFailed, InputError, ServiceError
 
-app = typer.Typer(
-    name="rlexp",
-    help="GRPO fine-tuning experiments as a protocol: plan, launch, eval, decide, report.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode="rich",  # panels, and command summaries are not cut at 45 characters
-)
+# Every command: its name, the module that declares it and the function (or typer group) there. The
+# app is built from this table when it is needed, and a run builds only the command it runs: typer
+# turns each function's signature into options when the app is called, which costs more for the
+# whole table than `rlexp plan` spends planning (benchmarks/bench_cli_startup.py).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "plan": ("rlexp.commands.plan", "plan"),
+    "launch": ("rlexp.commands.launch", "launch"),
+    "eval": ("rlexp.commands.evaluate", "evaluate"),
+    "compare": ("rlexp.commands.compare", "compare"),
+    "decide": ("rlexp.commands.decide", "decide"),
+    "report": ("rlexp.commands.report", "report"),
+    "status": ("rlexp.commands.status", "status"),
+    "demo": ("rlexp.commands.demo", "demo"),
+    "fanout": ("rlexp.commands.fanout", "fanout"),
+    "ingest": ("rlexp.commands.ingest", "ingest"),
+    "import": ("rlexp.commands.import_", "import_script"),
+    "import-run": ("rlexp.commands.import_", "import_run"),
+}
+GROUPS: dict[str, tuple[str, str]] = {
+    "guard": ("rlexp.commands.guard", "SOP guardrails G0, G1, G2, G4 (G3 and G5 run inside launch) and the parser audit."),
+    "sop": ("rlexp.commands.sop", "The SOP in force: show it, calibrate its gates."),
+    "sweep": ("rlexp.commands.sweep", "Base-model sweeps: candidates ranked against a headroom band."),
+    "ladder": ("rlexp.commands.ladder", "A single-variable ladder as an Optuna study: propose and run rungs."),
+}
 
-@app.callback()
+
+def build_app(only: str | None = None) -> typer.Typer:
+    """The typer app with every command, or with the one command (or group) named ``only``."""
+    import importlib
+
+    new_app = typer.Typer(
+        name="rlexp",
+        help="GRPO fine-tuning experiments as a protocol: plan, launch, eval, decide, report.",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        rich_markup_mode="rich",  # panels, and command summaries are not cut at 45 characters
+    )
+    new_app.callback()(_options)
+    for name, (module, function) in COMMANDS.items():
+        if only in (None, name):
+            new_app.command(name)(getattr(importlib.import_module(module), function))
+    for name, (module, summary) in GROUPS.items():
+        if only in (None, name):
+            new_app.add_typer(importlib.import_module(module).app, name=name, help=summary)
+    return new_app
+
+
+def __getattr__(name: str):  # PEP 562: `from rlexp.cli import app` builds the whole app
+    if name == "app":
+        return build_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def _options(verbose: bool = typer.Option(False, "--verbose", help="Let libraries (MLflow, transformers, torch) "
                                           "log INFO and warnings too.")) -> None:
     """Third-party logging is silenced unless --verbose: rlexp's own output says what runs."""
@@ -62,22 +91,16 @@ def quiet_libraries(verbose: bool) -> None:
     warnings.filterwarnings("ignore", category=DeprecationWarning)
 
 
-app.command("plan")(plan_cmd.plan)
-app.command("launch")(launch_cmd.launch)
-app.command("eval")(eval_cmd.evaluate)
-app.command("compare")(compare_cmd.compare)
-app.command("decide")(decide_cmd.decide)
-app.command("report")(report_cmd.report)
-app.command("status")(status_cmd.status)
-app.command("demo")(demo_cmd.demo)
-app.command("fanout")(fanout_cmd.fanout)
-app.command("ingest")(ingest_cmd.ingest)
-app.command("import")(import_cmd.import_script)
-app.command("import-run")(import_cmd.import_run)
-app.add_typer(guard_cmd.app, name="guard", help="SOP guardrails G0, G1, G2, G4 (G3 and G5 run inside launch) and the parser audit.")
-app.add_typer(sop_cmd.app, name="sop", help="The SOP in force: show it, calibrate its gates.")
-app.add_typer(sweep_cmd.app, name="sweep", help="Base-model sweeps: candidates ranked against a headroom band.")
-app.add_typer(ladder_cmd.app, name="ladder", help="A single-variable ladder as an Optuna study: propose and run rungs.")
+def _invoked(args: list[str]) -> str | None:
+    """The command a command line runs, when it runs one and asks for no help: only that command is
+    built. Anything else (no command, an unknown one, a help request) gets the whole app, so usage
+    errors and help list every command."""
+    rest = [a for a in args if a != "--verbose"]
+    if not rest or rest[0] not in (COMMANDS.keys() | GROUPS.keys()):
+        return None
+    if any(a in ("--help", "-h") for a in rest):
+        return None
+    return rest[0]
 
 
 def _run_first(exc: InputError) -> str:
@@ -107,10 +130,11 @@ def main(argv: list[str] | None = None) -> int:
         from click.exceptions import ClickException
 
     try:
-        for position, arg in enumerate(sys.argv[1:] if argv is None else argv, start=1):
+        args = list(sys.argv[1:] if argv is None else argv)
+        for position, arg in enumerate(args, start=1):
             if "\0" in arg:  # the OS cannot name such a path; click would fail on it deep inside
                 raise InputError(None, f"argument {position}", f"a NUL byte in {arg!r:.80}")
-        result = app(args=argv, standalone_mode=False)
+        result = build_app(_invoked(args))(args=args, standalone_mode=False)
     except InputError as exc:
         print(f"rlexp: {exc.one_line()}{_run_first(exc)}", file=sys.stderr)
         return 2

@@ -123,3 +123,15 @@ def test_the_standard_library_best_of_k_against_the_simulation(d):
     assert gate_1b_best_of_k_normal(3.0, 1000, d, k=1, delta_correlation=0.5) == one
     assert gate_1b_best_of_k_normal(3.0, 1000, d, delta_correlation=0.0) == pytest.approx(1 - (1 - one) ** 3)
     assert gate_1b_best_of_k_normal(3.0, 1000, d, delta_correlation=1.0) == one
+
+
+@pytest.mark.parametrize("m", [1, 2, 5, 6, 17, 100, 1074, 1075, 3000, 20000])
+def test_mcnemar_critical_wins_against_scipy(m):
+    """The fewest wins that reject, from scipy's binomial tail: the pmf-ratio sum must hold beyond
+    m = 1074, where 2^-m underflows."""
+    from scipy.stats import binom
+
+    from rlexp.core.gate_power import _mcnemar_critical_wins
+
+    rejecting = [c for c in range(m + 1) if 2 * binom.sf(c - 1, m, 0.5) < 0.05 - 1e-9]
+    assert _mcnemar_critical_wins(m, 0.05) == (min(rejecting) if rejecting else m + 1)

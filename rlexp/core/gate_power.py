@@ -73,16 +73,28 @@ def _thresholds(n: int, d: float, min_delta_pp: float, max_mcnemar_p: float) -> 
         pm = math.exp(_log_pmf(m, n, d))
         if pm < _NEGLIGIBLE:
             continue
-        # fewest wins c with the exact two-sided McNemar p = 2 P(X >= c), X ~ Bin(m, 1/2), below the limit
-        c_test, tail = m + 1, 0.0
-        for k in range(m, (m - 1) // 2, -1):
-            tail += math.exp(_log_pmf(k, m, 0.5))
-            if 2.0 * tail >= max_mcnemar_p - EPS:
-                break
-            c_test = k
         c_delta = math.ceil((m + n * min_delta_pp / 100.0) / 2.0 - EPS)
-        out.append((m, pm, max(c_test, c_delta)))
+        out.append((m, pm, max(_mcnemar_critical_wins(m, max_mcnemar_p), c_delta)))
     return tuple(out)
+
+
+@lru_cache(maxsize=4096)
+def _mcnemar_critical_wins(m: int, max_mcnemar_p: float) -> int:
+    """The fewest wins c among ``m`` discordant problems with the exact two-sided McNemar
+    p = 2 P(X >= c), X ~ Bin(m, 1/2), below the limit (m + 1 when no c is). It depends on m alone,
+    so every n, discordance and Δ clause shares it; the tail is summed downward from k = m with the
+    pmf ratio P(X = k - 1) = P(X = k) k / (m - k + 1), from the exact value wherever it is too
+    small for the ratio (2^-m underflows beyond m = 1074)."""
+    c_test, term, tail = m + 1, 0.0, 0.0
+    for k in range(m, (m - 1) // 2, -1):
+        if term < 1e-250:
+            term = math.exp(_log_pmf(k, m, 0.5))
+        tail += term
+        if 2.0 * tail >= max_mcnemar_p - EPS:
+            break
+        c_test = k
+        term *= k / (m - k + 1)
+    return c_test
 
 
 def gate_1b_pass_probability(delta_pp: float, n: int, discordance: float, *, min_delta_pp: float = 3.0,
