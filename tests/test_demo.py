@@ -170,37 +170,17 @@ def test_demo_fast_end_to_end(fast_demo):
     assert len((exp / "ledger.jsonl").read_text().splitlines()) == len(ATTEMPTS)
 
 
-# What may differ between two runs of the same demo, and why; everything else must be identical.
-RUN_RECORDS = {  # where each run records itself: start times, process ids, host, run ids
-    "launch/launches.jsonl", "launch/provenance.json", "launch/state.json", "launch/stdout.log",
-}
-MAY_DIFFER = (
-    ("mlflow.db", "MLflow's run ids and times"),
-    ("mlartifacts/", "stored under MLflow run ids (the files are copies of the attempt's own)"),
-    ("experiments/demo/fanout/", "the launches' submission ids and start/end times"),
-    ("/eval/.hash_cache.json", "a cache of directory hashes keyed by file mtimes"),
-    *((f"/{name}", "the run's own record: times, pids, host") for name in sorted(RUN_RECORDS)),
-)
-WITHOUT_TIMES = {  # compared after dropping wall-clock fields
-    "metrics.jsonl": {"step_time_s", "time"},
-    "decision.json": {"decided_at"},
-    "ledger.jsonl": {"decided_at"},
-    "argv.json": {"created_at"},
-}
+def _identity_check():
+    """scripts/compare_demo_dirs.py: what two runs of the demo must share (also run by hand to compare a
+    demo before and after a refactor)."""
+    import importlib.util
+    from pathlib import Path
 
-
-def _comparable(path, root):
-    """The file's content with the run's directory written as <dir>, and its wall-clock fields dropped."""
-    text = path.read_bytes()
-    name = path.name
-    if name == "launch.sh":  # its header says when it was written
-        text = re.sub(rb"written: \S+", b"written: <time>", text)
-    if name in WITHOUT_TIMES:
-        drop = WITHOUT_TIMES[name]
-        rows = [json.loads(line) for line in text.decode().splitlines() if line.strip()] if name.endswith(
-            ".jsonl") else [json.loads(text)]
-        text = json.dumps([{k: v for k, v in r.items() if k not in drop} for r in rows], sort_keys=True).encode()
-    return text.replace(str(root).encode(), b"<dir>")
+    path = Path(__file__).resolve().parents[1] / "scripts" / "compare_demo_dirs.py"
+    spec = importlib.util.spec_from_file_location("compare_demo_dirs", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.mark.slow
@@ -218,18 +198,11 @@ def test_two_fast_demos_are_identical_where_they_can_be(fast_demo, tmp_path):
                           env={**os.environ, "PYTHONHASHSEED": "2"})
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
 
-    files_a = {p.relative_to(first).as_posix() for p in first.rglob("*") if p.is_file() and p.name != "log.txt"}
-    files_b = {p.relative_to(second).as_posix() for p in second.rglob("*") if p.is_file()}
-    allowed = [prefix for prefix, _why in MAY_DIFFER]
-    kept = {f for f in files_a if not any(a in f or f.startswith(a) for a in allowed)}
-    assert kept == {f for f in files_b if not any(a in f or f.startswith(a) for a in allowed)}
-    hashed = [f for f in kept if "/models/" in f or "/checkpoints/" in f or "/data/" in f
-              or (f.endswith(".jsonl") and "/eval/" in f)]
+    check = _identity_check()
+    kept = check.compared_files(first)
+    hashed = [f for f in kept if check.is_hashed(f)]
     assert any("adapter_model.safetensors" in f for f in hashed) and any("tiny-base/" in f for f in hashed)
-    for rel in sorted(hashed):  # what the provenance hashes: the bytes themselves, no normalisation
-        assert (first / rel).read_bytes() == (second / rel).read_bytes(), rel
-    for rel in sorted(kept):
-        assert _comparable(first / rel, first) == _comparable(second / rel, second), rel
+    assert check.differences(first, second) == []
     metas = sorted(f for f in kept if f.endswith(".meta.json"))  # MLflow's copies live under run ids
     hashes_a, hashes_b = ([{k: v for k, v in json.loads((root / rel).read_text()).items()
                             if k in ("model_sha256", "adapter_sha256")} for rel in metas] for root in (first, second))
