@@ -83,3 +83,56 @@ def test_sha256_file_matches_hashlib(tmp_path):
     path = tmp_path / "d.jsonl"
     path.write_text(json.dumps({"q": "1+1"}) + "\n")
     assert sha256_file(path) == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_libyaml_and_the_pure_python_loader_agree():
+    """rlexp reads YAML with libyaml (faster) and refuses what the pure-Python strict loader refuses:
+    on 1,000 fuzzed documents (the input-gate fuzzer's grammar, and mutations of the example specs
+    and the SOP) both return the same value or both refuse, but for escapes of lone surrogates
+    ("\\ud800"), which only libyaml refuses (no such string can be written as UTF-8 later)."""
+    import random
+    import sys
+    from pathlib import Path
+
+    import yaml
+
+    from rlexp.storage import files
+
+    root = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(root / "tests"))
+    from fuzz_gate import grammar_document, mutate
+
+    loaders = files._strict_loaders(yaml)
+    if "c" not in loaders:
+        pytest.skip("PyYAML without libyaml")
+
+    def outcome(text: str, which: str):
+        try:
+            if which == "c":
+                source = text.encode()
+                files._refuse_aliases_and_depth(yaml, source, loaders["c"])
+                return "value", repr(loaders["c"](source).get_single_data_and_dispose())
+            return "value", repr(loaders["python"](text).get_single_data_and_dispose())
+        except yaml.YAMLError:
+            return "refused", None
+
+    seeds = [p.read_bytes() for p in (root / "experiments/seed-a30/a30/attempt.yaml",
+                                      root / "experiments/seed-a30/a29b/attempt.yaml", root / "sop/sop-v2.1-final.yaml")]
+    rng = random.Random(0)
+    compared = surrogates = 0
+    for i in range(1000):
+        data = grammar_document(rng, "yaml") if i % 2 else mutate(rng, rng.choice(seeds), "a/attempt.yaml",
+                                                                    rng.choice(["bytes", "type", "key", "bound"]))
+        try:
+            text = data.decode("utf-8")
+            text.encode("utf-8")
+        except UnicodeError:
+            continue
+        python, c = outcome(text, "python"), outcome(text, "c")
+        if python != c and c[0] == "refused" and any(0xD800 <= ord(ch) <= 0xDFFF for ch in (python[1] or "")
+                                                     .encode().decode("unicode_escape", "ignore")):
+            surrogates += 1
+            continue
+        assert python == c, text[:300]
+        compared += 1
+    assert compared > 600 and surrogates < compared / 20

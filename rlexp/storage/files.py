@@ -515,7 +515,7 @@ def loads_yaml(path: str | Path | None, text: str, field: str | None = None) -> 
     import yaml
 
     try:
-        return check_depth(_strict_loader(yaml)(text).get_single_data_and_dispose(), path or "", field)
+        return check_depth(_load_strict(yaml, text), path or "", field)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark and field is None else field
@@ -526,39 +526,65 @@ def loads_yaml(path: str | Path | None, text: str, field: str | None = None) -> 
         raise InputError(path, field, f"nested deeper than the limit of {MAX_DEPTH} levels") from None
 
 
-_LOADER: Any = None
+def _load_strict(yaml: Any, text: str) -> Any:
+    """The one document of ``text``, parsed by libyaml where PyYAML has it (a few times faster than
+    the pure-Python parser: ``rlexp plan`` reads three YAML files before it prints) and by the
+    pure-Python loader otherwise; both refuse the same things."""
+    loaders = _strict_loaders(yaml)
+    if "c" in loaders:
+        try:
+            source = text.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: libyaml takes bytes, the pure-Python reader refuses it
+            source = None
+        if source is not None:
+            _refuse_aliases_and_depth(yaml, source, loaders["c"])
+            return loaders["c"](source).get_single_data_and_dispose()
+    return loaders["python"](text).get_single_data_and_dispose()
 
 
-def _strict_loader(yaml: Any) -> Any:
-    """yaml.SafeLoader without aliases, duplicate keys or deep nesting (built once)."""
-    global _LOADER
-    if _LOADER is not None:
-        return _LOADER
+def _refuse_aliases_and_depth(yaml: Any, source: bytes, loader: Any) -> None:
+    """What the pure-Python loader refuses while it composes, checked on libyaml's events (its
+    composer is C code): an alias, and a node nested deeper than :data:`MAX_DEPTH`."""
+    depth = 0
+    events = yaml.parse(source, Loader=loader)
+    while True:
+        try:
+            event = next(events, None)
+        except yaml.MarkedYAMLError as exc:  # libyaml's own nesting limit (1,000), met while it scans ahead
+            if "nesting depth" not in str(exc.problem):
+                raise
+            raise yaml.composer.ComposerError(None, None, f"nested deeper than the limit of {MAX_DEPTH} levels",
+                                              exc.problem_mark) from None
+        if event is None:
+            return
+        if isinstance(event, yaml.AliasEvent):
+            raise yaml.composer.ComposerError(None, None, f"aliases (*{event.anchor}) are not allowed",
+                                              event.start_mark)
+        if isinstance(event, yaml.NodeEvent) and depth + 1 > MAX_DEPTH:
+            raise yaml.composer.ComposerError(None, None, f"nested deeper than the limit of {MAX_DEPTH} levels",
+                                              event.start_mark)
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
 
-    class StrictLoader(yaml.SafeLoader):
-        def __init__(self, stream: Any) -> None:
-            super().__init__(stream)
-            self.depth = 0
 
+_LOADERS: dict[str, Any] = {}
+
+
+def _strict_loaders(yaml: Any) -> dict[str, Any]:
+    """yaml.SafeLoader (``"python"``) and, where PyYAML was built with libyaml, yaml.CSafeLoader
+    (``"c"``), each without duplicate keys or integers too long to convert (built once); the
+    Python one also refuses aliases and deep nesting while it composes."""
+    if _LOADERS:
+        return _LOADERS
+
+    class StrictConstruction:
         def get_single_data_and_dispose(self) -> Any:
             try:
                 return self.get_single_data()
             finally:
                 self.dispose()
-
-        def compose_node(self, parent: Any, index: Any) -> Any:
-            if self.check_event(yaml.AliasEvent):
-                event = self.peek_event()
-                raise yaml.composer.ComposerError(None, None, f"aliases (*{event.anchor}) are not allowed",
-                                                  event.start_mark)
-            self.depth += 1
-            if self.depth > MAX_DEPTH:
-                raise yaml.composer.ComposerError(None, None, f"nested deeper than the limit of {MAX_DEPTH} levels",
-                                                  self.peek_event().start_mark)
-            try:
-                return super().compose_node(parent, index)
-            finally:
-                self.depth -= 1
 
         def construct_yaml_int(self, node: Any) -> Any:
             digits = sum(ch.isalnum() for ch in str(node.value))
@@ -581,9 +607,34 @@ def _strict_loader(yaml: Any) -> Any:
                                                             key_node.start_mark)
             return super().construct_mapping(node, deep=deep)
 
+    class StrictLoader(StrictConstruction, yaml.SafeLoader):
+        def __init__(self, stream: Any) -> None:
+            super().__init__(stream)
+            self.depth = 0
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                event = self.peek_event()
+                raise yaml.composer.ComposerError(None, None, f"aliases (*{event.anchor}) are not allowed",
+                                                  event.start_mark)
+            self.depth += 1
+            if self.depth > MAX_DEPTH:
+                raise yaml.composer.ComposerError(None, None, f"nested deeper than the limit of {MAX_DEPTH} levels",
+                                                  self.peek_event().start_mark)
+            try:
+                return super().compose_node(parent, index)
+            finally:
+                self.depth -= 1
+
     StrictLoader.add_constructor("tag:yaml.org,2002:int", StrictLoader.construct_yaml_int)
-    _LOADER = StrictLoader
-    return _LOADER
+    _LOADERS["python"] = StrictLoader
+    if getattr(yaml, "CSafeLoader", None) is not None:
+        class StrictCLoader(StrictConstruction, yaml.CSafeLoader):
+            pass
+
+        StrictCLoader.add_constructor("tag:yaml.org,2002:int", StrictCLoader.construct_yaml_int)
+        _LOADERS["c"] = StrictCLoader
+    return _LOADERS
 
 
 def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
