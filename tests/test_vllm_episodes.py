@@ -73,14 +73,8 @@ def _say(text: str) -> None:
         print(f"\n[vllm episodes] {text}", flush=True)
 
 
-def test_vllm_plays_the_tool_demo_episodes_like_the_local_engine(local_episodes, monkeypatch):
-    from transformers import AutoTokenizer
-
-    from rlexp.adapters.episodes import engine_turns, play_episodes
+def _rows(local_episodes: dict):
     from rlexp.core.environments import Budgets, rows_from_dataset
-    from rlexp.engines.base import Decoding
-    from rlexp.engines.vllm import VllmEngine
-    from rlexp.stages.guard import episode_integrity
     from rlexp.storage.datasets import read_dataset
 
     env = local_episodes["environment"]
@@ -90,52 +84,130 @@ def test_vllm_plays_the_tool_demo_episodes_like_the_local_engine(local_episodes,
         problems = read_dataset(local_episodes["data"][role])
         rows += rows_from_dataset(problems, role, default_env=env["name"], default_config=env["config"])
         hashes += [p["problem_hash"] for p in problems]
+    return budgets, rows, hashes
+
+
+def test_vllm_plays_the_tool_demo_episodes_like_the_local_engine(local_episodes, monkeypatch):
+    """Token level: Baseline-S0 and the K=3 adapters, every episode's ids compared turn by turn."""
+    from transformers import AutoTokenizer
+
+    from rlexp.adapters.episodes import engine_turns, play_episodes
+    from rlexp.engines.base import Decoding
+    from rlexp.engines.vllm import VllmEngine
+    from rlexp.stages.guard import episode_integrity
+    from rlexp.storage.records import BASELINE_S0
+
+    budgets, rows, hashes = _rows(local_episodes)
     local = local_episodes["episodes"]
-    assert [e["problem_hash"] for e in local] == hashes and len(hashes) >= MIN_EPISODES
+    adapters = local_episodes["adapters"]
+    assert sorted(local) == sorted([BASELINE_S0, *adapters]) and len(adapters) == 3
+    assert all([e["problem_hash"] for e in local[t]] == hashes for t in local) and len(hashes) >= MIN_EPISODES
+    # the adapters are real: each changes some episodes of the base (so the check is not the base 4 times)
+    assert all(any(a["token_ids"] != b["token_ids"] for a, b in zip(local[t], local[BASELINE_S0], strict=True))
+               for t in adapters)
 
     calls = []
     real_generate = vllm.LLM.generate
 
     def recording_generate(self, prompts, sampling_params=None, **kwargs):
+        loras = kwargs.get("lora_request")
         calls.append({"prompts": [list(p["prompt_token_ids"]) for p in prompts],
+                      "loras": sorted({None if r is None else r.lora_name for r in loras} if loras else {None}, key=str),
                       "max_tokens": sampling_params.max_tokens, "temperature": sampling_params.temperature})
         return real_generate(self, prompts, sampling_params, **kwargs)
 
     monkeypatch.setattr(vllm.LLM, "generate", recording_generate)
     tokenizer = AutoTokenizer.from_pretrained(local_episodes["base"])
     started = time.perf_counter()
-    engine = VllmEngine(local_episodes["base"], tokenizer=tokenizer,
+    engine = VllmEngine(local_episodes["base"], adapters, max_lora_rank=16, tokenizer=tokenizer,
                         llm_kwargs={"dtype": "float32", "max_model_len": 128, "enforce_eager": True})
     up = time.perf_counter() - started
+    played, seconds = {}, {}
     with engine:
-        t0 = time.perf_counter()
-        played = play_episodes(engine_turns(engine, None, Decoding.greedy(budgets.max_tokens_per_turn)), tokenizer,
-                               rows, budgets=budgets, seed=0)
-        seconds = time.perf_counter() - t0
-    ours = [{"problem_hash": h, "token_ids": list(t.token_ids), "agent_mask": list(t.agent_mask)}
-            for h, (t,) in zip(hashes, played, strict=True)]
+        for target in local:
+            first_call = len(calls)
+            t0 = time.perf_counter()
+            adapter = None if target == BASELINE_S0 else target
+            played[target] = [t for (t,) in play_episodes(
+                engine_turns(engine, adapter, Decoding.greedy(budgets.max_tokens_per_turn)), tokenizer, rows,
+                budgets=budgets, seed=0)]
+            seconds[target] = time.perf_counter() - t0
+            mine = calls[first_call:]
+            # one generate call per turn, every active episode in it, greedy, the turn budget as
+            # max_tokens, this target's adapter only; later turns continue from the ids the episodes hold
+            assert len(mine) == max(len(e["actions"]) for e in local[target]) and len(mine[0]["prompts"]) == len(rows)
+            assert all(c["temperature"] == 0 and c["max_tokens"] == budgets.max_tokens_per_turn
+                       and c["loras"] == [adapter] for c in mine)
+            finals = [tuple(t.token_ids) for t in played[target]]
+            for call in mine[1:]:
+                assert all(any(f[:len(p)] == tuple(p) for f in finals) for p in call["prompts"])
 
-    # one generate call per turn, every active episode in it, greedy, the turn budget as max_tokens;
-    # the first turn's inputs are the rendered prompts, later ones the ids the episodes held
-    assert len(calls) == max(len(e["actions"]) for e in local) and len(calls[0]["prompts"]) == len(rows)
-    assert all(c["temperature"] == 0 and c["max_tokens"] == budgets.max_tokens_per_turn for c in calls)
-    finals = [tuple(t.token_ids) for (t,) in played]
-    for call in calls[1:]:
-        assert all(any(f[:len(p)] == tuple(p) for f in finals) for p in call["prompts"])
-    multi_turn = sum(1 for (t,) in played if len(t.turns) > 1)
-    tool_calls = sum(t.tool_calls for (t,) in played)
-    assert multi_turn >= MIN_EPISODES // 2, "the episodes are not multi-turn: the check would be single-turn"
-    # an episode that stopped ends on the model's EOS id (kept as generated, so the trainer learns to stop)
     eos = tokenizer.eos_token_id
-    assert all(t.token_ids[-1] == eos for (t,) in played if t.finish_reason == "stop" and t.turns[-1].action)
+    lines, verdicts = [], {}
+    for target in local:
+        ours = [{"problem_hash": h, "token_ids": list(t.token_ids), "agent_mask": list(t.agent_mask)}
+                for h, t in zip(hashes, played[target], strict=True)]
+        # an episode that stopped ends on the model's EOS id (kept as generated: the trainer learns to stop)
+        assert all(t.token_ids[-1] == eos for t in played[target] if t.finish_reason == "stop")
+        multi = sum(1 for t in played[target] if len(t.turns) > 1)
+        assert multi >= MIN_EPISODES // 2, "the episodes are not multi-turn: the check would be single-turn"
+        v = verdicts[target] = episode_integrity(local[target], ours, labels=("local", "vllm"),
+                                                 min_identical=MIN_IDENTICAL)
+        n = v.numbers
+        lines.append(f"  {target:<12} {n['identical_episodes']:>3}/{n['episodes']} identical ({n['identical_rate']:.1%}); "
+                     f"first turn agrees {n['first_turn_agrees']}, later-turn differences {n['later_turn_differences']}, "
+                     f"turn-input differences {n['turn_input_differences']} / {n['turns_compared']} turns; "
+                     f"{multi} multi-turn; success local {sum(e['return'] for e in local[target]):.0f} "
+                     f"vllm {sum(t.episode_return for t in played[target]):.0f}; {seconds[target]:.1f} s")
+    total = sum(v.numbers["episodes"] for v in verdicts.values())
+    same = sum(v.numbers["identical_episodes"] for v in verdicts.values())
+    _say(f"vLLM {vllm.__version__} (CPU), LLM with {len(adapters)} LoRA adapters up in {up:.0f} s; "
+         f"episodes vs the local engine, per target:\n" + "\n".join(lines)
+         + f"\n  overall: {same}/{total} episodes identical ({same / total:.1%})")
+    assert all(v.passed for v in verdicts.values()), {t: (v.numbers, v.notes) for t, v in verdicts.items()}
+    assert same / total >= MIN_IDENTICAL
 
-    verdict = episode_integrity(local, ours, labels=("local", "vllm"), min_identical=MIN_IDENTICAL)
-    n = verdict.numbers
-    _say(f"vLLM {vllm.__version__} (CPU): LLM up in {up:.0f} s; {n['episodes']} episodes "
-         f"({multi_turn} multi-turn, {tool_calls} tool calls) in {seconds:.1f} s over {len(calls)} generate calls; "
-         f"identical episodes {n['identical_episodes']}/{n['episodes']} = {n['identical_rate']:.1%}; "
-         f"first turn agrees on {n['first_turn_agrees']}, of which later-turn differences "
-         f"{n['later_turn_differences']}; turn-input (G0) differences {n['turn_input_differences']} "
-         f"over {n['turns_compared']} turns compared; local success {sum(e['return'] for e in local):.0f}, "
-         f"vllm success {sum(t.episode_return for (t,) in played):.0f}")
-    assert verdict.passed, verdict
+
+def test_rlexp_eval_on_vllm_plays_the_same_episodes_as_on_local(local_episodes):
+    """`rlexp eval` of the trained tool attempt with `engine: vllm`: K=3 + S0, every eval set; its
+    episode records agree with the local engine's turn by turn (G1 compares every turn's action and
+    feedback: `rlexp guard g1 --records LOCAL --records VLLM` passes on every file)."""
+    import shutil
+
+    import yaml
+
+    from rlexp.cli import main
+    from rlexp.storage.records import read_meta, read_records
+
+    attempt = Path(local_episodes["attempt"])
+    variant = attempt.parent / "t1v"
+    shutil.rmtree(variant, ignore_errors=True)
+    shutil.copytree(attempt, variant, ignore=shutil.ignore_patterns("eval", "guards"))
+    spec = yaml.safe_load((variant / "attempt.yaml").read_text())
+    spec["id"] = "t1v"
+    spec["eval"] = {**spec["eval"], "engine": "vllm", "dtype": "float32", "max_model_len": 128,
+                    "enforce_eager": True, "max_lora_rank": 16}
+    (variant / "attempt.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    started = time.perf_counter()
+    assert main(["eval", str(variant), "--json"]) == 0
+    seconds = time.perf_counter() - started
+    files = sorted(p.relative_to(attempt / "eval") for p in (attempt / "eval").glob("*/*.jsonl") if p.parent.name != "paired")
+    assert len(files) == 4 * 3
+    results, same_turns, total = [], 0, 0
+    for rel in files:
+        assert read_meta(variant / "eval" / rel)["engine"] == "vllm"
+        a = {r["problem_hash"]: r for r in read_records(attempt / "eval" / rel)}
+        b = {r["problem_hash"]: r for r in read_records(variant / "eval" / rel)}
+        assert set(a) == set(b) and a
+        turns = lambda r: [(t["action"], t["feedback"]) for t in r["trajectory"]["turns"]]  # noqa: E731
+        same_turns += sum(turns(a[h]) == turns(b[h]) for h in a)
+        total += len(a)
+        code = main(["guard", "g1", str(variant), "--records", str(attempt / "eval" / rel),
+                     "--records", str(variant / "eval" / rel)])
+        verdict = json.loads((variant / "guards" / "g1.json").read_text())
+        results.append((str(rel), code, verdict["passed"], verdict["numbers"]["output_differences"]))
+    _say(f"`rlexp eval` (engine vllm) of the tool attempt: 4 targets x 3 sets in {seconds:.0f} s (engine start "
+         f"included); {same_turns}/{total} episode records identical turn by turn ({same_turns / total:.1%}); "
+         "G1 per file: " + "; ".join(f"{f} {'PASS' if p else 'FAIL'} ({d} differ)" for f, _, p, d in results))
+    assert all(code == 0 and passed for _, code, passed, _ in results), results
+    assert same_turns / total >= MIN_IDENTICAL
