@@ -12,6 +12,11 @@ the ids each episode holds, turn by turn. The two sides must agree as
 :func:`rlexp.stages.guard.episode_integrity` says: equal input ids on every turn compared (G0 per
 turn), every turn token-equal on the episodes whose first turn agrees (G1 per turn), and >= 99%
 of the episodes identical. The rates are printed to the log.
+
+Three paths, all with Baseline-S0 and the K=3 LoRA checkpoints of the demo's attempt trained with
+an adapter (``t1l``, built by the same script): the engine directly (token level), `rlexp eval`
+with ``engine: vllm`` (records, G1 per file), and `vllm serve` + the openai engine (token ids as
+the prompt, ``return_token_ids``; token level).
 """
 
 from __future__ import annotations
@@ -166,6 +171,72 @@ def test_vllm_plays_the_tool_demo_episodes_like_the_local_engine(local_episodes,
          + f"\n  overall: {same}/{total} episodes identical ({same / total:.1%})")
     assert all(v.passed for v in verdicts.values()), {t: (v.numbers, v.notes) for t, v in verdicts.items()}
     assert same / total >= MIN_IDENTICAL
+
+
+def test_vllm_serve_and_the_openai_engine_play_the_same_episodes(local_episodes, tmp_path):
+    """`vllm serve BASE --enable-lora --lora-modules ...` and the openai engine's token path:
+    prompts as token ids, ids back through `return_token_ids`; episodes compared token by token."""
+    import subprocess
+    import sys
+
+    from test_vllm_real import SERVER_START_TIMEOUT_S, _free_port, _served_models, _stop
+    from transformers import AutoTokenizer
+
+    from rlexp.adapters.episodes import engine_turns, play_episodes
+    from rlexp.engines.base import Decoding
+    from rlexp.engines.openai import OpenAIEngine
+    from rlexp.stages.guard import episode_integrity
+    from rlexp.storage.records import BASELINE_S0
+
+    budgets, rows, hashes = _rows(local_episodes)
+    adapters = local_episodes["adapters"]
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}/v1"
+    argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", local_episodes["base"],
+            "--host", "127.0.0.1", "--port", str(port), "--served-model-name", "tools-base", "--dtype", "float32",
+            "--max-model-len", "128", "--enforce-eager", "--seed", "0", "--enable-lora", "--max-lora-rank", "16",
+            "--max-loras", str(len(adapters) + 1),  # an empty last slot (rlexp.engines.vllm.on_cpu_platform)
+            "--lora-modules", *[f"{name}={path}" for name, path in adapters.items()]]
+    log_path = tmp_path / "vllm-serve.log"
+    started = time.perf_counter()
+    with open(log_path, "w") as log:
+        server = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=tmp_path)
+    played, seconds = {}, {}
+    try:
+        deadline = time.monotonic() + SERVER_START_TIMEOUT_S
+        served = None
+        while time.monotonic() < deadline and server.poll() is None:
+            served = _served_models(url)
+            if served:
+                break
+            time.sleep(2)
+        assert served == {"tools-base", *adapters}, (served, server.poll(), log_path.read_text()[-4000:])
+        up = time.perf_counter() - started
+        tokenizer = AutoTokenizer.from_pretrained(local_episodes["base"])
+        with OpenAIEngine(url, "tools-base", {name: name for name in adapters}, concurrency=16) as engine:
+            for target in local_episodes["episodes"]:
+                t0 = time.perf_counter()
+                turns = engine_turns(engine, None if target == BASELINE_S0 else target,
+                                     Decoding.greedy(budgets.max_tokens_per_turn))
+                played[target] = [t for (t,) in play_episodes(turns, tokenizer, rows, budgets=budgets, seed=0)]
+                seconds[target] = time.perf_counter() - t0
+    finally:
+        _stop(server)
+    assert server.poll() is not None
+    lines, same, total = [], 0, 0
+    for target, local in local_episodes["episodes"].items():
+        ours = [{"problem_hash": h, "token_ids": list(t.token_ids), "agent_mask": list(t.agent_mask)}
+                for h, t in zip(hashes, played[target], strict=True)]
+        v = episode_integrity(local, ours, labels=("local", "openai"), min_identical=MIN_IDENTICAL)
+        n = v.numbers
+        same, total = same + n["identical_episodes"], total + n["episodes"]
+        lines.append(f"  {target:<12} {n['identical_episodes']:>3}/{n['episodes']} identical ({n['identical_rate']:.1%}); "
+                     f"later-turn differences {n['later_turn_differences']}, turn-input differences "
+                     f"{n['turn_input_differences']}; {seconds[target]:.1f} s")
+        assert v.passed, (target, n, v.notes)
+    _say(f"`vllm serve` {vllm.__version__} (CPU) up in {up:.0f} s; episodes through the openai engine "
+         "(token-id prompts, return_token_ids) vs the local engine:\n" + "\n".join(lines)
+         + f"\n  overall: {same}/{total} episodes identical ({same / total:.1%})")
 
 
 def test_rlexp_eval_on_vllm_plays_the_same_episodes_as_on_local(local_episodes):
