@@ -1,13 +1,14 @@
 """Play environment episodes token-in/token-out, on a local Hugging Face model or on any eval engine.
 
-All episodes of a batch advance together, one model turn at a time, through one *turn generator*:
-ids in, ids out. The trainer's is the local decoding path
+All episodes of a batch advance together, one model turn at a time, through one *turn generator*
+(:func:`play_episodes`): ids in, ids out. The trainer's is the local decoding path
 (:func:`rlexp.adapters.generation.generate_ids`, :func:`run_episodes`); eval's is an engine's
-``generate_tokens`` (local, vLLM, OpenAI-compatible: :func:`engine_turns`). Each active episode's
-ids so far are the input, the generated ids are appended as they come (agent tokens), the environment's feedback is rendered
-through the model's own chat template as the next user turn and tokenised *once* (environment
-tokens). Nothing is ever decoded and re-encoded across turns, so the ids the trainer scores are
-exactly the ids the model saw and produced.
+``generate_tokens`` (local, vLLM, OpenAI-compatible: :func:`engine_turns`). Each active
+episode's ids so far are the input, the generated ids are appended as they come (agent tokens),
+the environment's feedback is rendered through the model's own chat template as the next user
+turn and tokenised *once* (environment tokens). Nothing is ever decoded and re-encoded across
+turns, so the ids the trainer scores are exactly the ids the model saw and produced, and every
+engine is given the same ids turn by turn.
 
 An episode ends with a finish reason:
 
