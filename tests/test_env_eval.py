@@ -1,5 +1,5 @@
 """``rlexp eval`` / ``decide`` on an environment task: K=3 checkpoints + Baseline-S0 play the same
-greedy episodes on the local engine; records hold the trajectory, the reward and the success flag."""
+greedy episodes on the local engine (the other engines: tests/test_env_engines.py); records hold the trajectory, the reward and the success flag."""
 
 from __future__ import annotations
 
@@ -118,9 +118,14 @@ def test_other_budgets_do_not_mix_into_existing_records(env_attempt):
     assert "grading" in info.value.one_line() and "refusing to mix" in info.value.one_line()
 
 
-def test_engines_other_than_local_are_refused_in_one_line(env_attempt):
+def test_vllm_engine_without_vllm_is_refused_in_one_line_before_any_write(env_attempt, monkeypatch):
+    """Episodes run on every engine (tests/test_env_engines.py, tests/test_vllm_episodes.py); where
+    vllm does not import, `engine: vllm` stops in one line naming eval.engine, nothing written."""
+    import sys
+
     from rlexp.stages.evaluate import evaluate
 
+    monkeypatch.setitem(sys.modules, "vllm", None)  # import vllm -> ImportError, even where it is installed
     spec = env_attempt / "attempt.yaml"
     spec.write_text(spec.read_text().replace("engine: local", "engine: vllm"))
     with pytest.raises(InputError) as info:

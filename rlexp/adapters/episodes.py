@@ -1,11 +1,14 @@
-"""Play environment episodes with a local Hugging Face model, token-in/token-out.
+"""Play environment episodes token-in/token-out, on a local Hugging Face model or on any eval engine.
 
-All episodes of a batch advance together, one model turn at a time, through the one decoding path
-(:func:`rlexp.adapters.generation.generate_ids`): each active episode's ids so far are the input,
-the sampled ids are appended as they come (agent tokens), the environment's feedback is rendered
-through the model's own chat template as the next user turn and tokenised *once* (environment
-tokens). Nothing is ever decoded and re-encoded across turns, so the ids the trainer scores are
-exactly the ids the model saw and produced.
+All episodes of a batch advance together, one model turn at a time, through one *turn generator*
+(:func:`play_episodes`): ids in, ids out. The trainer's is the local decoding path
+(:func:`rlexp.adapters.generation.generate_ids`, :func:`run_episodes`); eval's is an engine's
+``generate_tokens`` (local, vLLM, OpenAI-compatible: :func:`engine_turns`). Each active
+episode's ids so far are the input, the generated ids are appended as they come (agent tokens),
+the environment's feedback is rendered through the model's own chat template as the next user
+turn and tokenised *once* (environment tokens). Nothing is ever decoded and re-encoded across
+turns, so the ids the trainer scores are exactly the ids the model saw and produced, and every
+engine is given the same ids turn by turn.
 
 An episode ends with a finish reason:
 
@@ -26,7 +29,7 @@ later episode in that slot.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from rlexp.core.environments import Budgets, EnvRow, Trajectory, TrajectoryBuilder, Turn, resolve
@@ -71,6 +74,12 @@ def turn_seed(seed: int | None, turn: int) -> int | None:
     return seed if turn == 0 else seed * 7_919 + turn
 
 
+# (the ids of every active episode, the most new tokens any of them may take, the turn's seed) ->
+# one continuation per episode, in order, each with ``token_ids`` (EOS included on a stop) and
+# ``finish_reason`` ("stop" | "length")
+TurnGenerator = Callable[[list[list[int]], int, int | None], Sequence[Any]]
+
+
 def run_episodes(
     model: Any,
     tokenizer: Any,
@@ -82,8 +91,45 @@ def run_episodes(
     temperature: float = 0.0,
     seed: int | None = None,
 ) -> list[list[Trajectory]]:
-    """Play ``num_samples`` episodes of every row; result ``[row][sample]``."""
-    from rlexp.adapters.generation import encode_prompt, generate_ids, render_prompt
+    """Play ``num_samples`` episodes of every row on ``model`` (the trainer's path); result
+    ``[row][sample]``."""
+    from rlexp.adapters import generation
+
+    def turns(batch: list[list[int]], width: int, turn_seed_: int | None) -> list[Any]:
+        outputs = generation.generate_ids(model, tokenizer, batch, max_new_tokens=width, temperature=temperature,
+                                          seed=turn_seed_, batch_size=len(batch))
+        return [completion for (completion,) in outputs]
+
+    return play_episodes(turns, tokenizer, rows, budgets=budgets, cache=cache, num_samples=num_samples, seed=seed)
+
+
+def engine_turns(engine: Any, adapter: str | None, decoding: Any) -> TurnGenerator:
+    """The turn generator of an eval engine serving ``adapter`` (None = the base model): its
+    ``generate_tokens`` with ``decoding`` (greedy for eval), the turn's width as ``max_tokens``."""
+    import dataclasses
+
+    def turns(batch: list[list[int]], width: int, turn_seed_: int | None) -> Sequence[Any]:
+        turn_decoding = dataclasses.replace(decoding, max_tokens=width,
+                                            seed=decoding.seed if turn_seed_ is None else turn_seed_)
+        return engine.generate_tokens(batch, turn_decoding, adapter=adapter)
+
+    return turns
+
+
+def play_episodes(
+    turns: TurnGenerator,
+    tokenizer: Any,
+    rows: list[EnvRow],
+    *,
+    budgets: Budgets,
+    cache: SlotCache | None = None,
+    num_samples: int = 1,
+    seed: int | None = None,
+) -> list[list[Trajectory]]:
+    """Play ``num_samples`` episodes of every row, each model turn through ``turns``; result
+    ``[row][sample]``. ``tokenizer`` renders the prompt and the feedback (once each) and decodes
+    each turn's ids into the action text the environment reads."""
+    from rlexp.adapters.generation import encode_prompt, render_prompt
 
     cache = cache or SlotCache()
     episodes: list[dict[str, Any]] = []
@@ -120,12 +166,10 @@ def run_episodes(
         if not playing:
             break
         width = max(lim for _, lim in playing)
-        outputs = generate_ids(
-            model, tokenizer, [list(e["builder"].ids) for e, _ in playing], max_new_tokens=width,
-            temperature=temperature, seed=turn_seed(seed, turn),
-            batch_size=len(playing),
-        )
-        for (e, lim), (completion,) in zip(playing, outputs, strict=True):
+        outputs = turns([list(e["builder"].ids) for e, _ in playing], width, turn_seed(seed, turn))
+        if len(outputs) != len(playing):
+            raise RuntimeError(f"the turn generator answered {len(outputs)} of {len(playing)} episodes")
+        for (e, lim), completion in zip(playing, outputs, strict=True):
             _advance(e, completion, lim, tokenizer, budgets, last_turn=turn == budgets.max_turns - 1)
     for e in episodes:
         if e["done"] is None:  # only reachable when the loop broke early

@@ -91,6 +91,20 @@ class Result:
     samples: tuple[Sample, ...]  # decoding.n of them
 
 
+@dataclass(frozen=True)
+class TokenSample:
+    """One continuation of a prompt given as token ids (the token-in/token-out contract episodes
+    use): ``token_ids`` are the generated ids as the engine produced them, the end-of-sequence id
+    included when ``finish_reason == "stop"`` (the trainer learns to stop, and the next turn
+    continues after it); ``text`` is the engine's own decoding, for display only."""
+
+    text: str
+    token_ids: tuple[int, ...]
+    finish_reason: str  # "stop" | "length"
+    prompt_tokens: int
+    completion_tokens: int
+
+
 Progress = Callable[[int], None]  # called with the number of requests just finished
 
 
@@ -104,6 +118,14 @@ class Engine(Protocol):
         self, requests: Sequence[Request], decoding: Decoding, progress: Progress | None = None
     ) -> list[Result]:
         """Results in request order; each with ``decoding.n`` samples."""
+        ...
+
+    def generate_tokens(
+        self, prompts: Sequence[Sequence[int]], decoding: Decoding, adapter: str | None = None
+    ) -> list[TokenSample]:
+        """Token-in/token-out: one continuation of each prompt (already token ids, never
+        re-tokenised) by ``adapter`` (None = the base model), in prompt order; ``decoding.n`` is 1.
+        Episode turns go through here (:mod:`rlexp.adapters.episodes`)."""
         ...
 
     def describe(self) -> dict[str, Any]:
@@ -135,6 +157,15 @@ def close_engine(engine: object) -> None:
     close = getattr(engine, "close", None)
     if callable(close):
         close()
+
+
+def check_token_request(prompts: Sequence[Sequence[int]], decoding: Decoding) -> None:
+    """What every ``generate_tokens`` refuses: more than one sample per prompt, an empty prompt."""
+    if decoding.n != 1:
+        raise ValueError("generate_tokens plays one continuation per prompt (decoding.n must be 1)")
+    for ids in prompts:
+        if not ids:
+            raise ValueError("generate_tokens needs prompts of at least one token id")
 
 
 def normalise_finish_reason(reason: object) -> str:

@@ -16,7 +16,17 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from rlexp.engines.base import ClosingMixin, Decoding, EngineClosed, Progress, Request, Result, Sample
+from rlexp.engines.base import (
+    ClosingMixin,
+    Decoding,
+    EngineClosed,
+    Progress,
+    Request,
+    Result,
+    Sample,
+    TokenSample,
+    check_token_request,
+)
 from rlexp.errors import InputError
 
 
@@ -126,6 +136,27 @@ class LocalEngine(ClosingMixin):
                     if progress is not None:
                         progress(len(chunk))
         return [r for r in results if r is not None]
+
+    def generate_tokens(
+        self, prompts: Sequence[Sequence[int]], decoding: Decoding, adapter: str | None = None
+    ) -> list[TokenSample]:
+        """Token-in/token-out through :func:`rlexp.adapters.generation.generate_ids`, all prompts in
+        one batch (an episode turn's prompts are short; one batch is how the episode runner has
+        always decoded a turn, so records stay what they were)."""
+        from rlexp.adapters.generation import generate_ids
+
+        if self.closed:
+            raise EngineClosed("the local engine was closed (its models are released); build a new one")
+        if adapter is not None and adapter not in self.adapters:
+            raise InputError(None, "adapter", f"unknown adapter {adapter!r}")
+        check_token_request(prompts, decoding)
+        if not prompts:
+            return []
+        with self._serving(adapter) as model:
+            outputs = generate_ids(model, self.tokenizer, [list(p) for p in prompts], max_new_tokens=decoding.max_tokens,
+                                   temperature=decoding.temperature, seed=decoding.seed, batch_size=len(prompts))
+        return [TokenSample(c.text, c.token_ids, c.finish_reason, c.prompt_tokens, c.completion_tokens)
+                for (c,) in outputs]
 
     def close(self) -> None:
         """Drop every model reference (base, peft wrapper, separate/merged models) and collect, so

@@ -11,6 +11,13 @@ variable NAMED by ``api_key_env`` (the spec's ``eval.api_key_env``) and never wr
 variable named, no ``Authorization`` header: an ambient ``OPENAI_API_KEY`` is never sent to whatever
 ``base_url`` a spec points at unless the spec asks for it by name.
 
+Episode turns (:meth:`OpenAIEngine.generate_tokens`) are token-in/token-out on the same endpoint:
+the prompt is sent as a list of token ids (the completions API takes a token array as ``prompt``)
+with ``return_token_ids: true`` (a vLLM extra parameter, vLLM >= 0.10.2), and the generated ids
+are read from ``choices[0].token_ids``. A server that answers without token ids is refused with
+:class:`ServerError`: the engine never re-tokenises the returned text, since text → ids is not
+the inverse of ids → text and the next turn would continue from ids the model never produced.
+
 Each request opens and closes its own connection (``urllib``), so there is no connection pool to
 leak; ``close()`` marks the engine closed (later ``generate`` calls raise :class:`EngineClosed`).
 """
@@ -34,6 +41,8 @@ from rlexp.engines.base import (
     Request,
     Result,
     Sample,
+    TokenSample,
+    check_token_request,
     normalise_finish_reason,
 )
 from rlexp.errors import InputError, ServiceError
@@ -106,6 +115,38 @@ class OpenAIEngine(ClosingMixin):
                 if progress is not None and finished_per_request[job[0]] == decoding.n:
                     progress(1)
         return [Result(r, tuple(samples[(i, j)] for j in range(decoding.n))) for i, r in enumerate(requests)]
+
+    def generate_tokens(
+        self, prompts: Sequence[Sequence[int]], decoding: Decoding, adapter: str | None = None
+    ) -> list[TokenSample]:
+        """Token-in/token-out on ``/v1/completions``: token ids as the prompt, the generated ids
+        from the answer (``return_token_ids``); bounded concurrency and retries as ``generate``."""
+        if self.closed:
+            raise EngineClosed(f"the openai engine for {self.base_url} was closed; build a new one")
+        if adapter is not None and adapter not in self.adapters:
+            raise InputError(None, "adapter", f"unknown adapter {adapter!r}")
+        check_token_request(prompts, decoding)
+        model = self.model if adapter is None else self.adapters[adapter]
+
+        def run(ids: Sequence[int]) -> TokenSample:
+            body = {"model": model, "prompt": [int(t) for t in ids], "max_tokens": decoding.max_tokens,
+                    "temperature": decoding.temperature, "top_p": 1.0, "n": 1, "seed": decoding.seed,
+                    **self.extra_body, "return_token_ids": True}
+            data = self._post("/completions", body)
+            try:
+                choice = data["choices"][0]
+                token_ids = choice.get("token_ids")
+                if token_ids is None:
+                    raise ServerError(f"{self.base_url}/completions answered without token_ids: episodes need "
+                                      "a server that returns them (vLLM >= 0.10.2 with return_token_ids)")
+                out = tuple(int(t) for t in token_ids)
+                return TokenSample(str(choice.get("text") or ""), out,
+                                   normalise_finish_reason(choice.get("finish_reason")), len(ids), len(out))
+            except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+                raise ServerError(f"unusable completion response from {self.base_url}: {exc!r}") from None
+
+        with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
+            return list(pool.map(run, prompts))
 
     def _complete(self, request: Request, decoding: Decoding, seed: int) -> Sample:
         body = {

@@ -15,6 +15,10 @@ Checked against vLLM's source (``vllm/entrypoints/llm.py``, ``vllm/sampling_para
   rendered chat template, so vLLM adds no second BOS and the ids equal the training path's (G0).
 - ``LoRARequest(lora_name, lora_int_id, lora_path)``; ids start at 1 and are unique per adapter.
 - ``RequestOutput.outputs[i].finish_reason`` is ``"length"`` when max_tokens cut the output.
+- episode turns (:meth:`VllmEngine.generate_tokens`) send the ids an episode holds as
+  ``prompt_token_ids`` and keep ``CompletionOutput.token_ids`` as generated (the end-of-sequence
+  id included, as vLLM appends it to the output before its stop check ends the request): feedback
+  is tokenised once by the episode runner, nothing is decoded and re-encoded between turns.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ from rlexp.engines.base import (
     Request,
     Result,
     Sample,
+    TokenSample,
+    check_token_request,
     normalise_finish_reason,
 )
 from rlexp.errors import InputError
@@ -177,6 +183,42 @@ class VllmEngine(ClosingMixin):
 
         return {"prompt_token_ids": encode_prompt(self.tokenizer, text)}
 
+    def _params(self, decoding: Decoding, n: int) -> Any:
+        return self._SamplingParams(
+            n=n,
+            temperature=decoding.temperature,
+            top_p=1.0,
+            top_k=0,
+            max_tokens=decoding.max_tokens,
+            seed=decoding.seed if decoding.temperature > 0 else None,
+            skip_special_tokens=True,
+        )
+
+    def generate_tokens(
+        self, prompts: Sequence[Sequence[int]], decoding: Decoding, adapter: str | None = None
+    ) -> list[TokenSample]:
+        """Token-in/token-out: every prompt in one ``generate`` call, the ids as
+        ``prompt_token_ids``, ``adapter``'s ``LoRARequest`` on each (none for the base)."""
+        if self.closed:
+            raise EngineClosed("the vllm engine was closed (its LLM is freed); build a new one")
+        if adapter is not None and adapter not in self.lora_requests:
+            raise InputError(None, "adapter", f"unknown adapter {adapter!r}")
+        check_token_request(prompts, decoding)
+        if not prompts:
+            return []
+        lora = None if adapter is None else [self.lora_requests[adapter]] * len(prompts)
+        outputs = self.llm.generate([{"prompt_token_ids": [int(t) for t in p]} for p in prompts],
+                                    self._params(decoding, 1), use_tqdm=False, lora_request=lora)
+        if len(outputs) != len(prompts):
+            raise RuntimeError(f"vLLM returned {len(outputs)} outputs for {len(prompts)} prompts")
+        samples = []
+        for prompt, out in zip(prompts, outputs, strict=True):
+            (choice,) = out.outputs
+            ids = tuple(int(t) for t in choice.token_ids)
+            samples.append(TokenSample(choice.text, ids, normalise_finish_reason(choice.finish_reason),
+                                       len(prompt), len(ids)))
+        return samples
+
     def generate(
         self, requests: Sequence[Request], decoding: Decoding, progress: Progress | None = None
     ) -> list[Result]:
@@ -189,15 +231,7 @@ class VllmEngine(ClosingMixin):
                 raise InputError(None, "adapter", f"unknown adapter {r.adapter!r}")
         copies = decoding.n if decoding.mode == NONDET_PROXY else 1  # greedy with n>1 raises in vLLM
         per_call_n = 1 if decoding.mode == NONDET_PROXY else decoding.n
-        params = self._SamplingParams(
-            n=per_call_n,
-            temperature=decoding.temperature,
-            top_p=1.0,
-            top_k=0,
-            max_tokens=decoding.max_tokens,
-            seed=decoding.seed if decoding.temperature > 0 else None,
-            skip_special_tokens=True,
-        )
+        params = self._params(decoding, per_call_n)
         prompts, loras = [], []
         for r in requests:
             for _ in range(copies):

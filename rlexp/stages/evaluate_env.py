@@ -1,14 +1,20 @@
 """``rlexp eval`` on an environment task: the same K=3 checkpoints + Baseline-S0 (+ SOTA) play the
-same episodes, greedy, on the local engine.
+same episodes, greedy, on the spec's engine (local, vllm or openai).
 
 The targets, the selection, the record files and their metadata, the resumability and the paired
 records are :mod:`rlexp.stages.evaluate`'s: only what a target produces differs — an episode
-(:func:`rlexp.adapters.episodes.run_episodes`, token-in/token-out, the attempt's budgets) written
+(:func:`rlexp.adapters.episodes.play_episodes` driven by the engine's ``generate_tokens``:
+token-in/token-out, every turn's ids as the engine produced them, the feedback rendered and
+tokenised once by the base model's tokenizer, so every engine is given the same ids turn by turn;
+the attempt's budgets) written
 as an eval record by :func:`rlexp.core.environments.episode_record` (the fields every record has,
 ``correct`` = the success flag, plus ``reward`` and the ``trajectory``: turns, tool calls,
 feedback, finish reason). The record metadata holds the environment settings and its ``grading``
 (an identity key) is ``episode:`` + their digest, so records of other budgets or another
 environment are never mixed into a file.
+
+On the vllm engine every checkpoint must be a LoRA adapter (what :class:`~rlexp.engines.vllm.VllmEngine`
+serves); full-weight checkpoints are evaluated on the local engine.
 """
 
 from __future__ import annotations
@@ -28,12 +34,46 @@ def environment_meta(settings: Any) -> dict[str, Any]:
     return {k: v for k, v in asdict(settings).items() if k in keep}
 
 
+def episode_settings(att: Any) -> tuple[Any, Any, str, dict[str, Any]]:
+    """``(budgets, decoding, grading, extra_meta)`` of an attempt's episode eval: greedy, one
+    sample, the per-turn budget as ``max_tokens``; ``grading`` (an identity key of a record file)
+    is ``episode:`` + the digest of the environment settings."""
+    from rlexp.core.environments import budgets_of
+    from rlexp.engines.base import Decoding
+    from rlexp.storage.files import sha256_text
+
+    settings = att.environment
+    decoding = Decoding.greedy(int(settings.max_tokens_per_turn), seed=int(att.eval.seed))
+    extra = {"environment": environment_meta(settings)}
+    grading = "episode:" + sha256_text(json.dumps(extra["environment"], sort_keys=True))[:16]
+    return budgets_of(settings), decoding, grading, extra
+
+
+def play_into(writer: Any, engine: Any, tokenizer: Any, target: Any, problems: list[dict[str, Any]],
+              rows: list[Any], *, budgets: Any, decoding: Any, cache: Any, success_threshold: float) -> int:
+    """Play the episodes ``writer`` does not hold yet with ``target`` on ``engine``, append their
+    records; the number appended."""
+    from rlexp.adapters.episodes import engine_turns, play_episodes
+    from rlexp.core.environments import episode_record
+
+    todo = [i for i, p in enumerate(problems) if p["problem_hash"] not in writer.done]
+    if not todo:
+        return 0
+    turns = engine_turns(engine, target.name if target.adapter_path else None, decoding)
+    played = play_episodes(turns, tokenizer, [rows[i] for i in todo], budgets=budgets, cache=cache,
+                           seed=decoding.seed)
+    for i, (trajectory,) in zip(todo, played, strict=True):
+        writer.append(episode_record(problems[i], trajectory, problem_hash=problems[i]["problem_hash"],
+                                     success_threshold=success_threshold))
+    return len(todo)
+
+
 def evaluate_episodes(att: Any, attempt_dir: Path, roles, selection, targets, base, limit, show_progress):
     """Evaluate every target on every set's episodes; an :class:`~rlexp.stages.evaluate.EvalOutcome`."""
-    from rlexp.adapters.episodes import SlotCache, run_episodes
-    from rlexp.core.environments import budgets_of, episode_record, rows_for_task
-    from rlexp.engines.base import Decoding, close_engine
-    from rlexp.storage.files import atomic_write_json, sha256_text
+    from rlexp.adapters.episodes import SlotCache
+    from rlexp.core.environments import rows_for_task
+    from rlexp.engines.base import close_engine
+    from rlexp.storage.files import atomic_write_json
     from rlexp.storage.layout import AttemptDir
     from rlexp.storage.records import RecordWriter, read_records, summarize
 
@@ -48,15 +88,7 @@ def evaluate_episodes(att: Any, attempt_dir: Path, roles, selection, targets, ba
     )
 
     settings = att.environment
-    if att.eval.engine != "local":
-        raise InputError(att.spec_path, "eval.engine", f"{att.eval.engine!r}: environment tasks are evaluated on "
-                                                       "the local engine (vllm and openai episodes are not built yet)")
-    budgets = budgets_of(settings)
-    # the budgets per turn as the decoding every turn uses: greedy, one sample
-    decoding = Decoding.greedy(int(settings.max_tokens_per_turn), seed=int(att.eval.seed))
-    extra = {"environment": environment_meta(settings)}
-    # "grading" is an identity key of a record file: the environment and its budgets are part of it
-    grading = "episode:" + sha256_text(json.dumps(extra["environment"], sort_keys=True))[:16]
+    budgets, decoding, grading, extra = episode_settings(att)
     datasets = {}
     for role, (problems, path, digest) in load_eval_sets(att, roles, limit).items():
         ref = att.datasets[role]
@@ -78,21 +110,47 @@ def evaluate_episodes(att: Any, attempt_dir: Path, roles, selection, targets, ba
                                  suffix=att.datasets[role].prompt_suffix or "", **where)
             for target, path, meta in metas:
                 writer = RecordWriter.open(path, meta)
-                todo = [i for i, p in enumerate(problems) if p["problem_hash"] not in writer.done]
-                new = 0
-                if todo:
-                    with engine._serving(target.name if target.adapter_path else None) as model:
-                        played = run_episodes(model, tokenizer, [rows[i] for i in todo], budgets=budgets,
-                                              cache=cache, temperature=0.0, seed=int(att.eval.seed))
-                    for i, (trajectory,) in zip(todo, played, strict=True):
-                        writer.append(episode_record(problems[i], trajectory,
-                                                     problem_hash=problems[i]["problem_hash"],
-                                                     success_threshold=settings.success_threshold))
-                        new += 1
-                    if show_progress:
-                        print(f"eval {role} {target.name}: {new} episodes", flush=True)
+                new = play_into(writer, engine, tokenizer, target, problems, rows, budgets=budgets,
+                                decoding=decoding, cache=cache, success_threshold=settings.success_threshold)
+                if new and show_progress:
+                    print(f"eval {role} {target.name}: {new} episodes", flush=True)
                 files.append(FileOutcome(target.name, role, writer.path, new, summarize(read_records(writer.path))))
     finally:
         close_engine(engine)
     paired = write_paired(attempt_dir, [t.name for t in targets], list(datasets))
     return EvalOutcome(selection, tuple(files), tuple(paired))
+
+
+def baseline_episode_records(att: Any, limit: int | None) -> list[dict[str, Any]]:
+    """Baseline-S0's greedy episodes on the primary set through the eval pipeline (written to
+    ``eval/baseline_s0/ood_primary.jsonl``, so a later ``rlexp eval`` resumes from them): what G2
+    grades on an environment task (the final answer of each episode)."""
+    from rlexp.adapters.episodes import SlotCache
+    from rlexp.core.environments import rows_for_task
+    from rlexp.storage.records import BASELINE_S0, RecordWriter, read_records
+
+    from .evaluate import Target, build_engine, check_record_files, eval_lock, load_problems, record_metas
+
+    loaded = load_problems(att, "ood_primary", limit)
+    if loaded is None:
+        raise InputError(att.spec_path, "datasets.ood_primary", "no path")
+    problems, path, digest = loaded
+    budgets, decoding, grading, extra = episode_settings(att)
+    rows = rows_for_task(problems, att.environment, prompt_suffix=att.datasets["ood_primary"].prompt_suffix or "",
+                         where=str(path))
+    base = att.base_model()
+    target = Target(BASELINE_S0, None)
+    attempt_dir = Path(att.attempt_dir)
+    where = {"attempt_dir": attempt_dir, "set_role": "ood_primary", "dataset_sha256": digest, "targets": [target],
+             "base": base, "decoding": decoding, "suffix": att.datasets["ood_primary"].prompt_suffix or "",
+             "grading": grading, "extra_meta": extra}
+    engine, tokenizer = build_engine(att, base, [target])
+    with engine:
+        check_record_files(engine, tokenizer, **where)
+        with eval_lock(attempt_dir):
+            ((_, out, meta),) = record_metas(engine, tokenizer, **where)
+            writer = RecordWriter.open(out, meta)
+            play_into(writer, engine, tokenizer, target, problems, rows, budgets=budgets, decoding=decoding,
+                      cache=SlotCache(), success_threshold=att.environment.success_threshold)
+    wanted = {p["problem_hash"] for p in problems}
+    return [r for r in read_records(out) if r["problem_hash"] in wanted]

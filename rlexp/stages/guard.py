@@ -14,6 +14,10 @@
   bold answer, a trailing number in prose); verdicts give the mis-parse rate; ``decide`` blocks
   when it exceeds the SOP's ``parser_audit.max_misparse_rate`` (5%).
 
+On an environment task the records are episodes: G1 compares every turn (action and feedback),
+G2 grades the final answer of Baseline-S0's greedy episodes, the audit's cases carry the whole
+trajectory, and :func:`episode_integrity` is G0 and G1 per turn between two paths' token ids.
+
 Every number (5 samples, 0 discordants, 98% / 0% / 5% on 200 problems, k=8 at T=0.6 and 15%,
 50 audit cases, 5% mis-parsed) is data: the SOP file's ``guardrails`` and ``parser_audit``
 sections, read through :func:`rlexp.core.sop.load_sop`. Each function takes the values (or a ``sop``)
@@ -160,7 +164,7 @@ def pipeline_integrity(
         raise InputError(None, "problem_hash", f"G1 needs the same problems on both paths ({only_a} only in "
                          f"{labels[0]}, {only_b} only in {labels[1]})")
     discordant = [h for h in a if int(bool(a[h]["correct"])) != int(bool(b[h]["correct"]))]
-    text_diff = [h for h in a if a[h].get("output") != b[h].get("output")]
+    text_diff = [h for h in a if _compared_output(a[h]) != _compared_output(b[h])]
     acc_a = sum(int(bool(r["correct"])) for r in a.values()) / len(a) if a else 0.0
     acc_b = sum(int(bool(r["correct"])) for r in b.values()) / len(b) if b else 0.0
     exact = not text_diff
@@ -181,6 +185,88 @@ def pipeline_integrity(
         notes=tuple(notes),
         details=tuple({"problem_hash": h, "correct_" + labels[0]: a[h]["correct"],
                        "correct_" + labels[1]: b[h]["correct"]} for h in discordant[:50]),
+    )
+
+
+def _compared_output(record: dict[str, Any]) -> Any:
+    """What G1 compares of a record: its output; for an episode record every turn (action and
+    the feedback it got), so two paths that end alike after different turns still differ."""
+    trajectory = record.get("trajectory")
+    if isinstance(trajectory, dict) and isinstance(trajectory.get("turns"), list):
+        turns = [(t.get("action"), t.get("feedback")) for t in trajectory["turns"] if isinstance(t, dict)]
+        return record.get("output"), turns
+    return record.get("output")
+
+
+def turn_segments(token_ids: Sequence[int], agent_mask: Sequence[int]) -> list[tuple[list[int], list[int]]]:
+    """``(input ids, generated ids)`` of each model turn of an episode: the maximal runs of agent
+    tokens, each with every id before it (the prompt, earlier turns and feedback) as its input."""
+    out, start = [], None
+    for i, m in enumerate([*agent_mask, 0]):
+        if m and start is None:
+            start = i
+        elif not m and start is not None:
+            out.append((list(token_ids[:start]), list(token_ids[start:i])))
+            start = None
+    return out
+
+
+def episode_integrity(
+    episodes_a: Sequence[dict[str, Any]],
+    episodes_b: Sequence[dict[str, Any]],
+    *,
+    labels: tuple[str, str] = ("a", "b"),
+    min_identical: float = 0.99,
+) -> Verdict:
+    """G0 and G1 per turn between two paths that played the same episodes (two engines, say),
+    from ``{"problem_hash", "token_ids", "agent_mask"}`` of each episode (a trajectory's ids).
+
+    Walking each pair of episodes turn by turn while they agree: every turn's input ids must be
+    equal on both paths (G0 per turn: the feedback rendered and tokenised alike); on the episodes
+    whose first turn agrees every turn must be token-equal (G1 per turn); and at least
+    ``min_identical`` of all episodes must be identical. A first turn that differs is the
+    engines' numerical noise on the first decode (reported, not a per-turn failure)."""
+    a = {e["problem_hash"]: e for e in episodes_a}
+    b = {e["problem_hash"]: e for e in episodes_b}
+    if set(a) != set(b) or len(a) != len(episodes_a) or len(b) != len(episodes_b):
+        raise InputError(None, "problem_hash", "episode G0/G1 needs the same episodes, once each, on both paths")
+    identical = first_agree = later_diff = input_diff = turns_compared = 0
+    details = []
+    for h in sorted(a):
+        sa, sb = (turn_segments(e["token_ids"], e["agent_mask"]) for e in (a[h], b[h]))
+        same = list(a[h]["token_ids"]) == list(b[h]["token_ids"]) and list(a[h]["agent_mask"]) == list(b[h]["agent_mask"])
+        identical += same
+        first = bool(sa and sb and sa[0] == sb[0])
+        first_agree += first
+        differing_turn = None
+        for k, (ta, tb) in enumerate(zip(sa, sb, strict=False)):
+            turns_compared += 1
+            if ta[0] != tb[0]:
+                input_diff += 1
+                differing_turn = k
+                break
+            if ta[1] != tb[1]:
+                differing_turn = k
+                break
+        if first and not same:
+            later_diff += 1
+        if not same:
+            details.append({"problem_hash": h, "first_differing_turn": differing_turn,
+                            f"turns_{labels[0]}": len(sa), f"turns_{labels[1]}": len(sb)})
+    n = len(a)
+    rate = identical / n if n else 0.0
+    passed = n > 0 and input_diff == 0 and later_diff == 0 and rate >= min_identical
+    return Verdict(
+        name="g1",
+        passed=passed,
+        rule=f"per turn: equal input ids (G0) and, on episodes whose first turn agrees, token-equal turns (G1); "
+        f">= {min_identical:.0%} of episodes identical",
+        numbers={"episodes": n, "identical_episodes": identical, "identical_rate": rate,
+                 "first_turn_agrees": first_agree, "later_turn_differences": later_diff,
+                 "turn_input_differences": input_diff, "turns_compared": turns_compared},
+        notes=tuple(f"{k} check failed" for k, bad in (("turn input (G0)", input_diff), ("later turn (G1)", later_diff),
+                                                        ("identical rate", rate < min_identical)) if bad),
+        details=tuple(details[:50]),
     )
 
 
@@ -316,7 +402,12 @@ def run_g2(attempt: str | Path, problems: int | None = None, *, sop: Sop | None 
 
     att = load_attempt(attempt)
     g2 = guard_settings(sop).g2
-    records = _baseline_records(att, problems or g2.problems)
+    if getattr(att, "environment", None) is not None:  # episodes: G2 grades each episode's final answer
+        from rlexp.stages.evaluate_env import baseline_episode_records
+
+        records = baseline_episode_records(att, problems or g2.problems)
+    else:
+        records = _baseline_records(att, problems or g2.problems)
     verdict = parser_ceiling(records, g2)
     verdicts.write_verdict(att.attempt_dir, verdict)
     return verdict
@@ -437,7 +528,9 @@ def audit_draw(records: Sequence[dict[str, Any]], n: int | None = None, seed: in
     return [
         {"problem_hash": r["problem_hash"], "gold": r.get("gold"), "answer": r.get("answer"),
          "parse_method": r.get("parse_method"), "finish_reason": r.get("finish_reason"),
-         "flags": suspicion_flags(r), "output": r.get("output"), "verdict": None, "note": ""}
+         "flags": suspicion_flags(r), "output": r.get("output"), "verdict": None, "note": "",
+         # an episode record: the reviewer sees every turn, tool calls and feedback, not only the last
+         **({"trajectory": r["trajectory"]} if r.get("trajectory") is not None else {})}
         for r in drawn
     ]
 
