@@ -16,6 +16,13 @@ An episode ends with a finish reason:
 - ``max_turns``: ``max_turns`` model turns were played and the environment never said ``done``;
 - ``env_error``: the environment raised; the message is kept on the trajectory.
 
+With ``max_length`` (OpenRLHF's budget semantics, the ``MultiTurnAgentExecutor`` of
+``openrlhf/utils/agent.py``): every turn may generate up to the room left, ``max_length`` minus
+all ids so far, the prompt included, with no per-turn cap (``max_tokens_per_turn`` and
+``max_total_tokens`` are not used); a cut turn's action still steps the environment; the
+feedback is appended without a length check, and the episode ends (``length``) once no room is
+left. This is the rollout rlexp's OpenRLHF agent file reproduces, token for token.
+
 Environments come from an :class:`~rlexp.core.environments.EnvironmentCache`. Episodes that run at
 the same time need their own instance (an environment holds one episode's state), so the cache is
 keyed by ``(environment, config, slot)``, slot = the episode's position within its group in the
@@ -81,8 +88,10 @@ def run_episodes(
     num_samples: int = 1,
     temperature: float = 0.0,
     seed: int | None = None,
+    max_length: int | None = None,
 ) -> list[list[Trajectory]]:
-    """Play ``num_samples`` episodes of every row; result ``[row][sample]``."""
+    """Play ``num_samples`` episodes of every row; result ``[row][sample]``. ``max_length``: the
+    remaining-room budget of OpenRLHF (module docstring) instead of ``budgets``' token limits."""
     from rlexp.adapters.generation import encode_prompt, generate_ids, render_prompt
 
     cache = cache or SlotCache()
@@ -111,6 +120,9 @@ def run_episodes(
             break
         limits = []
         for e in active:
+            if max_length is not None:  # OpenRLHF: the room left, prompt included, no per-turn cap
+                limits.append(max_length - len(e["builder"].ids))
+                continue
             left = budgets.max_total_tokens - e["builder"].generated
             limits.append(min(budgets.max_tokens_per_turn, left))
         playing = [(e, lim) for e, lim in zip(active, limits, strict=True) if lim >= 1]
@@ -126,7 +138,8 @@ def run_episodes(
             batch_size=len(playing),
         )
         for (e, lim), (completion,) in zip(playing, outputs, strict=True):
-            _advance(e, completion, lim, tokenizer, budgets, last_turn=turn == budgets.max_turns - 1)
+            _advance(e, completion, lim, tokenizer, budgets, last_turn=turn == budgets.max_turns - 1,
+                     remaining_room=max_length is not None)
     for e in episodes:
         if e["done"] is None:  # only reachable when the loop broke early
             e["done"] = e["builder"].finish("max_turns")
@@ -136,9 +149,11 @@ def run_episodes(
     return out
 
 
-def _advance(e: dict[str, Any], completion: Any, limit: int, tokenizer: Any, budgets: Budgets, *, last_turn: bool) -> None:
+def _advance(e: dict[str, Any], completion: Any, limit: int, tokenizer: Any, budgets: Budgets, *, last_turn: bool,
+             remaining_room: bool = False) -> None:
     """Append one model turn (cut to this episode's own ``limit``), step the environment, append
-    its feedback; set ``e["done"]`` when the episode ends."""
+    its feedback; set ``e["done"]`` when the episode ends. ``remaining_room``: OpenRLHF's order
+    (module docstring)."""
     from rlexp.adapters.generation import encode_prompt
 
     builder: TrajectoryBuilder = e["builder"]
@@ -158,6 +173,10 @@ def _advance(e: dict[str, Any], completion: Any, limit: int, tokenizer: Any, bud
     latency = time.perf_counter() - started
     builder.set_turn_reward(result.reward)
     info: Mapping[str, Any] = dict(result.info or {})
+    if remaining_room:
+        _advance_remaining_room(e, builder, text, ids, result, info, latency, tokenizer, stopped=stopped,
+                                last_turn=last_turn)
+        return
     if not stopped:  # graded as it stands (as the single-turn trainer grades a cut completion), then ended
         builder.turns.append(Turn(text, len(ids), "", 0, float(result.reward), info, latency))
         e["done"] = builder.finish("length")
@@ -177,3 +196,23 @@ def _advance(e: dict[str, Any], completion: Any, limit: int, tokenizer: Any, bud
         return
     builder.add_env(feedback_ids)
     builder.turns.append(Turn(text, len(ids), result.feedback, len(feedback_ids), float(result.reward), info, latency))
+
+
+def _advance_remaining_room(e: dict[str, Any], builder: TrajectoryBuilder, text: str, ids: list[int], result: Any,
+                            info: Mapping[str, Any], latency: float, tokenizer: Any, *, stopped: bool,
+                            last_turn: bool) -> None:
+    """The rest of a turn under OpenRLHF's budget: ``done`` or the last turn end the episode with
+    no feedback (what rlexp's agent file answers there); otherwise the feedback is appended with
+    no length check, and a cut turn (it used all the room left) ends the episode after it."""
+    from rlexp.adapters.generation import encode_prompt
+
+    reward = float(result.reward)
+    if result.done or last_turn:
+        builder.turns.append(Turn(text, len(ids), result.feedback, 0, reward, info, latency))
+        e["done"] = builder.finish("length" if not stopped else "stop" if result.done else "max_turns")
+        return
+    feedback_ids = encode_prompt(tokenizer, render_user_turn(tokenizer, result.feedback))
+    builder.add_env(feedback_ids)
+    builder.turns.append(Turn(text, len(ids), result.feedback, len(feedback_ids), reward, info, latency))
+    if not stopped:
+        e["done"] = builder.finish("length")
