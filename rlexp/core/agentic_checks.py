@@ -149,3 +149,8 @@ def check_agentic(att: Any) -> list[Verdict]:
                                    limit_name="max_completion_length")
         found += check_gspo_clip(env.loss, recipe.get("epsilon", TOKEN_CLIP_DEFAULT), "recipe.epsilon")
     return sorted(found, key=lambda c: c.severity != ERROR)
+
+
+def with_agentic_checks(checks: list[Verdict], att: Any) -> list[Verdict]:
+    """``checks`` plus :func:`check_agentic` of the attempt, errors first (the plan's hook)."""
+    return sorted([*checks, *check_agentic(att)], key=lambda c: c.severity != ERROR)

@@ -1,0 +1,146 @@
+"""Plan rules for agentic recipes (rlexp.core.agentic_checks) and ``rlexp plan`` on such recipes.
+
+Reference numbers come from the trainers' sources: OpenRLHF's ``max_length`` (``max_len``,
+default 2048, from 0.9.8; ``prompt_max_len + generate_max_len``, 1024 each, before —
+``experience_maker.py``), the multi-turn executor's ``max_length - max_tokens`` on None (checked
+against the real executors in tests/test_agent_openrlhf.py).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rlexp.core import agentic_checks as ac
+
+
+def names(verdicts):
+    return [v.name for v in verdicts]
+
+
+def test_release_keys_order_post_releases():
+    assert ac.release_key("0.10.1") < ac.release_key("0.10.1.post2") < ac.release_key("0.10.2")
+    assert ac.release_key("v0.9.10") > ac.release_key("0.9.9")
+
+
+@pytest.mark.parametrize(("trainer", "version", "refused"), [
+    ("openrlhf", "0.8.6", True), ("openrlhf", "0.8.7", False), ("openrlhf", "0.9.3", False),
+    ("verl", "0.5.0", True), ("verl", "0.9.1", False), ("trl", "0.27.2", True), ("trl", "1.16.0", False),
+])  # fmt: skip
+def test_releases_before_the_agent_api_are_refused_in_one_line(trainer, version, refused):
+    found = ac.check_release(trainer, version)
+    assert bool(found) == refused
+    if refused:
+        [v] = found
+        assert v.severity == "error" and "\n" not in v.rule and version in v.rule and trainer in v.rule
+
+
+def test_openrlhf_max_length_per_release():
+    assert ac.openrlhf_max_length("0.9.3", {}) == (2048, "prompt_max_len 1024 + generate_max_len 1024")
+    assert ac.openrlhf_max_length("0.9.7", {"prompt_max_len": 100, "generate_max_len": 50, "max_len": 9999})[0] == 150
+    assert ac.openrlhf_max_length("0.9.8", {}) == (2048, "max_len")
+    assert ac.openrlhf_max_length("0.11.2", {"max_len": 300}) == (300, "max_len")
+
+
+def test_turn_budget_names_both_numbers():
+    [v] = ac.check_turn_budget("openrlhf", prompt_tokens=64, max_turns=4, max_tokens_per_turn=128, limit=512,
+                               limit_name="max_len")
+    # 64 + 4 × 128 = 576 > 512
+    assert v.severity == "error" and "576" in v.rule and "512" in v.rule and "max_len" in v.rule
+    assert ac.check_turn_budget("openrlhf", prompt_tokens=0, max_turns=4, max_tokens_per_turn=128, limit=512,
+                                limit_name="max_len") == []  # 512 fits exactly
+    # verl/TRL limits hold the response only: the prompt does not count
+    assert ac.check_turn_budget("verl", prompt_tokens=10_000, max_turns=2, max_tokens_per_turn=256, limit=512,
+                                limit_name="response_length") == []
+    [v] = ac.check_turn_budget("trl", prompt_tokens=0, max_turns=3, max_tokens_per_turn=200, limit=512,
+                               limit_name="max_completion_length")
+    assert "600" in v.rule and "512" in v.rule
+
+
+@pytest.mark.parametrize(("version", "needs"), [
+    ("0.9.3", False), ("0.9.7", False), ("0.9.8", True), ("0.10.1.post2", True), ("0.10.2", False), ("0.11.2", False),
+])  # fmt: skip
+def test_max_new_tokens_required_where_the_executor_needs_it(version, needs):
+    assert ac.openrlhf_needs_max_new_tokens(version) == needs
+    assert bool(ac.check_openrlhf_max_new_tokens(version, {})) == needs
+    assert ac.check_openrlhf_max_new_tokens(version, {"generate_max_len": 64}) == []
+
+
+def test_gspo_left_at_the_token_clip_is_a_warning():
+    [v] = ac.check_gspo_clip("gspo", 0.2, "recipe.eps_clip")
+    assert v.severity == "warning" and "0.2" in v.rule
+    assert ac.check_gspo_clip("gspo", 4e-4, "recipe.eps_clip") == []
+    assert ac.check_gspo_clip("grpo", 0.2, "recipe.eps_clip") == []
+
+
+def test_group_baseline_with_one_sample_is_refused():
+    [v] = ac.check_group_samples("dr_grpo", 1)
+    assert v.severity == "error"
+    assert ac.check_group_samples("dr_grpo", 2) == [] and ac.check_group_samples("reinforce", 1) == []
+
+
+# ----------------------------------------------------------------------------- rlexp plan
+
+
+def _experiment(tmp_path: Path, trainer: dict, recipe: dict, environment: dict) -> Path:
+    data = tmp_path / "exp" / "data"
+    data.mkdir(parents=True)
+    from rlexp.core.task import problem_hash
+
+    sizes = {"pool": 64, "ood_monitor": 8, "ood_primary": 40, "id": 8, "sanity": 4}
+    n = 0
+    datasets = {}
+    for role, size in sizes.items():
+        lines = []
+        for _ in range(size):
+            prompt = f"{100 + n}*{10 + n % 90}="
+            lines.append(json.dumps({"prompt": prompt, "answer": str((100 + n) * (10 + n % 90)),
+                                     "problem_hash": problem_hash(prompt)}))
+            n += 1
+        (data / f"{role}.jsonl").write_text("\n".join(lines) + "\n")
+        datasets[role] = {"path": f"data/{role}.jsonl", "size": size, "prompt_suffix": ""}
+    attempt = tmp_path / "exp" / "t1"
+    attempt.mkdir()
+    spec = {"id": "t1", "description": "agentic", "intent": {"global_steps": 4}, "trainer": trainer,
+            "recipe": recipe, "datasets": datasets, "eval": {"engine": "local", "prompt_suffix": "", "max_tokens": 16},
+            "checkpoints": {"mid": 2}, "environment": environment}
+    (attempt / "attempt.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    return attempt
+
+
+OPENRLHF_RECIPE = {"pretrain": "models/base", "advantage_estimator": "group_norm", "n_samples_per_prompt": 4,
+                   "rollout_batch_size": 16, "train_batch_size": 64, "micro_train_batch_size": 8,
+                   "actor_learning_rate": 1e-6, "num_episodes": 1, "eval_steps": 2, "save_steps": 2,
+                   "prompt_max_len": 64, "generate_max_len": 192, "max_len": 256, "init_kl_coef": 0.0,
+                   "actor_num_gpus_per_node": 1, "vllm_num_engines": 1, "input_key": "prompt", "label_key": "answer"}  # fmt: skip
+
+
+def test_plan_of_an_openrlhf_recipe_whose_turns_exceed_max_len_is_an_error(tmp_path, capsys):
+    from rlexp.cli import main
+
+    env = {"name": "calculator", "max_turns": 4, "max_tokens_per_turn": 64, "max_total_tokens": 256}
+    attempt = _experiment(tmp_path, {"name": "openrlhf", "version": "0.11.2", "gpus": 2}, OPENRLHF_RECIPE, env)
+    main(["plan", str(attempt), "--json"])
+    checks = json.loads((attempt / "plan.json").read_text())["checks"]
+    [budget] = [c for c in checks if c["name"] == "agent.turn_budget"]
+    # prompt 64 + 4 turns × 64 = 320 > max_len 256
+    assert budget["severity"] == "error" and "320" in budget["rule"] and "max_len 256" in budget["rule"]
+    [cap] = [c for c in checks if c["name"] == "agent.openrlhf_turn_cap"]
+    assert cap["severity"] == "warning" and "room left in max_len (256" in cap["rule"]
+    capsys.readouterr()
+
+
+def test_plan_of_a_fitting_openrlhf_recipe_only_notes_the_turn_cap(tmp_path, capsys):
+    from rlexp.cli import main
+
+    env = {"name": "calculator", "max_turns": 3, "max_tokens_per_turn": 64, "max_total_tokens": 192, "loss": "gspo"}
+    attempt = _experiment(tmp_path, {"name": "openrlhf", "version": "0.10.1", "gpus": 2}, OPENRLHF_RECIPE, env)
+    main(["plan", str(attempt), "--json"])
+    checks = json.loads((attempt / "plan.json").read_text())["checks"]
+    agentic = {c["name"]: c["severity"] for c in checks if c["name"].startswith("agent.")}
+    # 64 + 3 × 64 = 256 fits; generate_max_len is set (0.10.1 needs it); eps_clip left at 0.2 with GSPO
+    assert agentic == {"agent.openrlhf_turn_cap": "warning", "agent.gspo_clip": "warning"}
+    capsys.readouterr()
