@@ -144,3 +144,62 @@ def test_plan_of_a_fitting_openrlhf_recipe_only_notes_the_turn_cap(tmp_path, cap
     # 64 + 3 × 64 = 256 fits; generate_max_len is set (0.10.1 needs it); eps_clip left at 0.2 with GSPO
     assert agentic == {"agent.openrlhf_turn_cap": "warning", "agent.gspo_clip": "warning"}
     capsys.readouterr()
+
+
+# ----------------------------------------------------------------------------- the committed examples
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "experiments" / "tools-cluster"
+
+
+@pytest.mark.parametrize(("attempt_id", "expected"), [
+    ("o1", ["--train.agent_func_path", "launch/agent_func.py"]),
+    ("v1", ["actor_rollout_ref.rollout.agent.agent_loop_config_path=", "launch/agent_loop/agent_loop.yaml",
+            "actor_rollout_ref.rollout.agent.default_agent_loop=rlexp_env"]),
+])  # fmt: skip
+def test_the_tool_task_examples_plan_and_dry_run(attempt_id, expected, tmp_path, capsys):
+    """``rlexp plan`` has no error on the committed examples, and ``rlexp launch --dry-run`` shows
+    the argv naming the generated adapter (and writes nothing)."""
+    import shutil
+
+    from rlexp.cli import main
+
+    copy = tmp_path / "experiments" / "tools-cluster" / attempt_id
+    shutil.copytree(EXAMPLES / attempt_id, copy)
+    assert main(["plan", str(copy), "--json"]) == 0
+    assert not [c for c in json.loads((copy / "plan.json").read_text())["checks"] if c["severity"] == "error"]
+    (copy / "plan.json").unlink()
+    capsys.readouterr()
+    assert main(["launch", str(copy), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    for piece in expected:
+        assert piece in out
+    assert "remote_rm_url" not in out and sorted(p.name for p in copy.iterdir()) == ["attempt.yaml"]
+
+
+def test_launch_writes_the_adapter_files_beside_the_argv(tmp_path):
+    """What ``rlexp launch`` writes before starting the trainer (the start itself needs a cluster):
+    the agent file OpenRLHF loads — by the release's own loader rules — and verl's loop and YAML."""
+    import shutil
+
+    from rlexp.backends import agent_openrlhf, agent_verl
+    from rlexp.stages.demo_tools import ToolsDemoConfig, build_datasets
+    from rlexp.stages.launch import prepare, write_launch_files
+    from rlexp.storage.layout import AttemptDir
+
+    root = tmp_path / "experiments" / "tools-cluster"
+    build_datasets(root / "data", ToolsDemoConfig())  # the sizes the examples state
+    for attempt_id in ("o1", "v1"):
+        shutil.copytree(EXAMPLES / attempt_id, root / attempt_id)
+        write_launch_files(prepare(root / attempt_id))
+    o1, v1 = AttemptDir(root / "o1"), AttemptDir(root / "v1")
+    argv = json.loads(o1.argv.read_text())["argv"]
+    assert argv[argv.index("--train.agent_func_path") + 1] == str(o1.agent_func)
+    assert not o1.reward_func.exists()  # OpenRLHF sets remote_rm_url to "agent" with an agent file
+    with agent_openrlhf.release_agent_module("0.11.2"):
+        executor = agent_openrlhf.load_agent_executor(o1.agent_func)
+        assert type(executor).__name__ == "AgentExecutor"
+    loop_dir = v1.agent_loop_dir
+    assert (loop_dir / f"{agent_verl.MODULE_NAME}.py").exists()
+    assert yaml.safe_load((loop_dir / agent_verl.CONFIG_FILE).read_text())[0]["name"] == agent_verl.AGENT_NAME
+    argv = json.loads(v1.argv.read_text())["argv"]
+    assert f"actor_rollout_ref.rollout.agent.agent_loop_config_path={loop_dir / agent_verl.CONFIG_FILE}" in argv

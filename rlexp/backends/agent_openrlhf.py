@@ -244,3 +244,11 @@ def load_agent_executor(agent_file: str | Path) -> Any:
     if not issubclass(module.AgentExecutor, base):
         raise ValueError(f"{agent_file}: AgentExecutor does not subclass this release's AgentExecutorBase")
     return module.AgentExecutor()
+
+
+def launch_files(att: Any, recipe: Mapping[str, Any], agent_file: Path) -> tuple[dict[str, Any], dict[Path, str]]:
+    """``rlexp launch`` on an environment task: the recipe with the agent file in it, and the file
+    to write beside the argv (the attempt's environment, its config and turn limit)."""
+    env = att.environment
+    text = render_agent_file(env.name, env.config, max_turns=env.max_turns, version=att.trainer.version)
+    return agent_recipe(recipe, agent_file), {Path(agent_file): text}

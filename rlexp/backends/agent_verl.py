@@ -193,3 +193,27 @@ def write_agent_loop(directory: str | Path, env: str, config: Mapping[str, Any],
     module = atomic_write_text(directory / f"{MODULE_NAME}.py", render_agent_loop(
         env, config, max_turns=max_turns, max_tokens_per_turn=max_tokens_per_turn, max_total_tokens=max_total_tokens))
     return module, atomic_write_text(directory / CONFIG_FILE, render_agent_loop_config())
+
+
+def launch_files(att: Any, launch: Any, directory: Path) -> tuple[Any, dict[Path, str]]:
+    """``rlexp launch`` on an environment task: verl's launch (rlexp.backends.verl.VerlLaunch) with
+    the agent keys added to its argv and the loop's directory on ``PYTHONPATH``, and the two files
+    to write. A recipe that states one of the agent keys itself is refused (Hydra would see it twice)."""
+    import dataclasses
+    import os
+
+    from rlexp.backends.verl import overrides
+    from rlexp.errors import InputError
+
+    env = att.environment
+    directory = Path(directory)
+    keys = agent_keys(directory / CONFIG_FILE, max_turns=env.max_turns)
+    for key in keys:
+        if key in (getattr(att, "recipe_stated", None) or {}):
+            raise InputError(getattr(att, "display_path", None) or att.spec_path, f"recipe.{key}",
+                             "set by rlexp for an environment task (the generated agent loop)")
+    module = render_agent_loop(env.name, env.config, max_turns=env.max_turns,
+                               max_tokens_per_turn=env.max_tokens_per_turn, max_total_tokens=env.max_total_tokens)
+    path = os.pathsep.join(p for p in (str(directory), os.environ.get("PYTHONPATH", "")) if p)
+    launch = dataclasses.replace(launch, argv=[*launch.argv, *overrides(keys)], env={**launch.env, "PYTHONPATH": path})
+    return launch, {directory / f"{MODULE_NAME}.py": module, directory / CONFIG_FILE: render_agent_loop_config()}
