@@ -203,3 +203,23 @@ def test_launch_writes_the_adapter_files_beside_the_argv(tmp_path):
     assert yaml.safe_load((loop_dir / agent_verl.CONFIG_FILE).read_text())[0]["name"] == agent_verl.AGENT_NAME
     argv = json.loads(v1.argv.read_text())["argv"]
     assert f"actor_rollout_ref.rollout.agent.agent_loop_config_path={loop_dir / agent_verl.CONFIG_FILE}" in argv
+
+
+@pytest.mark.parametrize("attempt_id", ["o1", "v1"])
+def test_a_row_naming_another_environment_is_refused_at_launch(attempt_id, tmp_path):
+    import shutil
+
+    from rlexp.errors import InputError
+    from rlexp.stages.demo_tools import ToolsDemoConfig, build_datasets
+    from rlexp.stages.launch import prepare
+
+    root = tmp_path / "experiments" / "tools-cluster"
+    pool = build_datasets(root / "data", ToolsDemoConfig())["pool"]
+    lines = pool.read_text().splitlines()
+    lines[2] = json.dumps({**json.loads(lines[2]), "env": "exact_match"})
+    pool.write_text("\n".join(lines) + "\n")
+    shutil.copytree(EXAMPLES / attempt_id, root / attempt_id)
+    with pytest.raises(InputError) as caught:
+        prepare(root / attempt_id)
+    assert "line 3: env" in str(caught.value) and pool.name in str(caught.value)
+    assert not (root / attempt_id / "launch").exists()

@@ -246,9 +246,29 @@ def load_agent_executor(agent_file: str | Path) -> Any:
     return module.AgentExecutor()
 
 
+def check_one_environment(att: Any) -> None:
+    """The generated adapters play the attempt's one environment (the trainers hand the agent a
+    prompt and a label, not a row's ``env``/``config``): a training-set row naming another one is
+    refused here (file and line) rather than silently played in the wrong environment."""
+    from rlexp.errors import InputError
+    from rlexp.storage.files import iter_jsonl
+
+    env = att.environment
+    for role in ("pool", "ood_monitor"):
+        ref = att.datasets.get(role)
+        if ref is None or ref.path is None or not Path(ref.path).exists():
+            continue
+        for line, record in iter_jsonl(ref.path):
+            if record.get("env", env.name) != env.name or dict(record.get("config", env.config) or {}) != dict(env.config):
+                raise InputError(ref.path, f"line {line}: env",
+                                 f"this row names its own environment; on {att.trainer.name} every row plays the "
+                                 f"attempt's environment.name {env.name!r} with its config")
+
+
 def launch_files(att: Any, recipe: Mapping[str, Any], agent_file: Path) -> tuple[dict[str, Any], dict[Path, str]]:
     """``rlexp launch`` on an environment task: the recipe with the agent file in it, and the file
     to write beside the argv (the attempt's environment, its config and turn limit)."""
+    check_one_environment(att)
     env = att.environment
     text = render_agent_file(env.name, env.config, max_turns=env.max_turns, version=att.trainer.version)
     return agent_recipe(recipe, agent_file), {Path(agent_file): text}

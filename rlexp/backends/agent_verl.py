@@ -202,9 +202,11 @@ def launch_files(att: Any, launch: Any, directory: Path) -> tuple[Any, dict[Path
     import dataclasses
     import os
 
+    from rlexp.backends.agent_openrlhf import check_one_environment
     from rlexp.backends.verl import overrides
     from rlexp.errors import InputError
 
+    check_one_environment(att)
     env = att.environment
     directory = Path(directory)
     keys = agent_keys(directory / CONFIG_FILE, max_turns=env.max_turns)
