@@ -158,6 +158,21 @@ SHAPED_ENV = textwrap.dedent('''
             if result.info.get("tool_call"):
                 return StepResult(result.feedback, result.reward + 0.25, result.done, result.info)
             return result
+
+
+    class FlakyCalculator(CalculatorEnv):
+        # fails on any turn after a tool call: an environment error ends the episode
+
+        def reset(self, task):
+            self.calls = 0
+            return CalculatorEnv.reset(self, task)
+
+        def step(self, action_text):
+            if self.calls:
+                raise RuntimeError("calculator backend down")
+            result = CalculatorEnv.step(self, action_text)
+            self.calls += int(bool(result.info.get("tool_call")))
+            return result
 ''')
 
 
@@ -193,11 +208,12 @@ CASES = {
     "tight": ("shaped_env_mod:ShapedCalculator", {"max_calls": 2}, 3, 25),
     "cut": ("shaped_env_mod:ShapedCalculator", {"max_calls": 2}, 3, 21),
     "one_turn": ("shaped_env_mod:ShapedCalculator", {"max_calls": 2}, 1, 64),
+    "env_error": ("shaped_env_mod:FlakyCalculator", {"max_calls": 2}, 3, 96),
 }
 # The first request's max_tokens (OpenRLHF: generate_max_len / max_new_tokens). The executor
 # left-truncates a prompt longer than max_length minus it (the plan's length.max_len rule keeps
 # prompt_max_len + generate_max_len within max_len); later turns get the room left.
-MAX_NEW_TOKENS = {"roomy": 14, "tight": 14, "cut": 11, "one_turn": 14
+MAX_NEW_TOKENS = {"roomy": 14, "tight": 14, "cut": 11, "one_turn": 14, "env_error": 14
 }
 
 
@@ -233,7 +249,7 @@ def references(demo):
 def test_the_reference_episodes_end_every_way(references):
     """Guards the test itself: the compared episodes cover each ending and both kinds of turn."""
     reasons = Counter(t.finish_reason for trajs in references.values() for t in trajs)
-    assert reasons["stop"] and reasons["length"] and reasons["max_turns"]
+    assert reasons["stop"] and reasons["length"] and reasons["max_turns"] and reasons["env_error"]
     assert any(t.tool_calls and len(t.turns) >= 2 for t in references["roomy"])
     tight = references["tight"]
     assert any(len(t.token_ids) > CASES["tight"][3] for t in tight)  # feedback appended past max_length
@@ -262,6 +278,9 @@ def test_real_executor_reproduces_rlexp_rollout(version, demo, references, tmp_p
             assert out["reward"] == pytest.approx(ref.episode_return, abs=1e-6), where
             assert float(out["scores"]) == pytest.approx(ref.episode_return, abs=1e-6), where
             assert out["label"] == demo["records"][i]["answer"]
+            logs = {k: float(v) for k, v in out["extra_logs"].items()}
+            assert logs == {"turns_per_episode": len(ref.turns), "tool_calls_per_episode": ref.tool_calls,
+                            "env_errors": float(ref.finish_reason == "env_error")}, where
         # the executor's max_tokens is the room left, never a per-turn cap: the first turn gets it all
         prompt_lens = {len(r.token_ids) - sum(t.action_tokens + t.feedback_tokens for t in r.turns)
                        for r in references[name]}  # fmt: skip

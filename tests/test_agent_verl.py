@@ -236,7 +236,8 @@ def test_the_loop_plays_rlexps_episodes(verl_module, generated, demo):
         assert float(as_dict["rm_scores"][-1]) == pytest.approx(ref.episode_return, abs=1e-6)
         assert float(as_dict["rm_scores"][:-1].abs().sum()) == 0.0
         assert out.extra_fields["finish_reason"] == ref.finish_reason
-        assert out.extra_fields["tool_calls"] == ref.tool_calls
+        assert out.extra_fields["tool_calls_per_episode"] == ref.tool_calls
+        assert out.extra_fields["turns_per_episode"] == len(ref.turns)
 
 
 # ----------------------------------------------------------------------------- the keys, under Hydra

@@ -120,7 +120,8 @@ class Agent(AgentInstanceBase):
 
     async def step(self, states, **kwargs):
         self.turns += 1
-        logs = {{"turns": self.turns, "tool_calls": self.tool_calls, "env_errors": 0}}
+        # the local trainer's metric names; the executor keeps the last step's logs: the episode's counts
+        logs = {{"turns_per_episode": self.turns, "tool_calls_per_episode": self.tool_calls, "env_errors": 0}}
         try:
             result = self.env.step(_action_text(states["action_text"]))
         except Exception:  # an environment failure ends the episode with reward 0, counted
@@ -130,7 +131,7 @@ class Agent(AgentInstanceBase):
         self.total += float(result.reward)
         if (result.info or {{}}).get("tool_call"):
             self.tool_calls += 1
-            logs["tool_calls"] = self.tool_calls
+            logs["tool_calls_per_episode"] = self.tool_calls
         done = bool(result.done) or self.turns >= MAX_TURNS
         feedback = "" if done else render_user_turn(_TOKENIZER, result.feedback)
         if done:

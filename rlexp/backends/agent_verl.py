@@ -133,7 +133,8 @@ class {class_name}(AgentLoopBase):
             reward_score=total,  # verl puts it on the last response token (rm_scores[-1])
             num_turns=2 * turns,
             metrics={{}},
-            extra_fields={{"turns": turns, "tool_calls": tool_calls, "env_errors": errors, "finish_reason": finish}},
+            extra_fields={{"turns_per_episode": turns, "tool_calls_per_episode": tool_calls, "env_errors": errors,
+                          "finish_reason": finish}},  # the local trainer's metric names
         )
 '''
 
