@@ -106,7 +106,9 @@ class {class_name}(AgentLoopBase):
             output = await self.server_manager.generate(request_id=uuid4().hex, prompt_ids=prompt_ids + response,
                                                         sampling_params=params)
             ids = list(output.token_ids)[:room]
-            stopped = bool(ids) and ids[-1] in stop_ids
+            # fewer tokens than allowed: the server stopped on a stop token (any the model's
+            # generation config names); at the cap, only the tokenizer's EOS says so
+            stopped = bool(ids) and (len(ids) < room or ids[-1] in stop_ids)
             response += ids
             mask += [1] * len(ids)
             turns += 1
