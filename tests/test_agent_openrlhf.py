@@ -381,3 +381,20 @@ def test_agent_recipe_argv_parses_in_each_release(tmp_path):
         assert argv[argv.index(flag) + 1] == str(tmp_path / "agent.py")
         assert not any("remote_rm_url" in a or a == "--reward.remote_url" for a in argv)
         assert not any(a.endswith("apply_chat_template") for a in argv)
+
+
+def test_special_tokens_in_the_sampled_text_never_reach_the_environment(demo, tmp_path):
+    """OpenRLHF samples with skip_special_tokens=False: a special token the model emits mid-turn is
+    in the action text; the environment sees the text as rlexp decodes it (skipping them)."""
+    tok = demo["tokenizer"]
+    agent_file = agent_openrlhf.write_agent_file(tmp_path / "agent.py", "calculator", {}, max_turns=2, version="0.11.2")
+    with agent_openrlhf.release_agent_module("0.11.2"):
+        executor = agent_openrlhf.load_agent_executor(agent_file)
+    namespace = type(executor).execute.__globals__
+    namespace["_TOKENIZER"] = tok
+    ids = tok("calc 12*3", add_special_tokens=False)["input_ids"]
+    raw = tok.decode([tok.pad_token_id, *ids[:4], tok.bos_token_id, *ids[4:], tok.eos_token_id],
+                     skip_special_tokens=False)
+    assert raw != "calc 12*3"
+    assert namespace["_action_text"](raw) == tok.decode(tok(raw, add_special_tokens=False)["input_ids"],
+                                                        skip_special_tokens=True) == "calc 12*3"
