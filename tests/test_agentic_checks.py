@@ -223,3 +223,37 @@ def test_a_row_naming_another_environment_is_refused_at_launch(attempt_id, tmp_p
         prepare(root / attempt_id)
     assert "line 3: env" in str(caught.value) and pool.name in str(caught.value)
     assert not (root / attempt_id / "launch").exists()
+
+
+def _att(trainer, version, recipe, **env):
+    from types import SimpleNamespace
+
+    from rlexp.core.spec import EnvironmentSettings
+
+    settings = EnvironmentSettings(**{"name": "calculator", "max_turns": 3, "max_tokens_per_turn": 100,
+                                      "max_total_tokens": 300, **env})
+    return SimpleNamespace(environment=settings, trainer=SimpleNamespace(name=trainer, version=version), recipe=recipe)
+
+
+def test_check_agentic_per_trainer():
+    # no environment, or the local trainer (rlexp's own budgets): nothing
+    assert ac.check_agentic(_att("local", "0.11.0", {})) == []
+    plain = _att("openrlhf", "0.11.2", {})
+    plain.environment = None
+    assert ac.check_agentic(plain) == []
+    # OpenRLHF: GSPO chosen by the trainer's own flag counts too; max_len default 2048 holds 3 × 100
+    found = ac.check_agentic(_att("openrlhf", "0.11.2", {"actor.policy_loss_type": "gspo", "eps_clip": 0.2}))
+    assert names(found) == ["agent.openrlhf_turn_cap", "agent.gspo_clip"]
+    # verl: the turns against data.max_response_length; GSPO's two clip keys at their 0.2 defaults
+    recipe = {"data.max_response_length": 256, "actor_rollout_ref.actor.policy_loss.loss_mode": "gspo",
+              "actor_rollout_ref.actor.clip_ratio_low": 0.2, "actor_rollout_ref.actor.clip_ratio_high": 0.2}
+    found = ac.check_agentic(_att("verl", "0.9.1", recipe))
+    assert names(found) == ["agent.turn_budget", "agent.gspo_clip", "agent.gspo_clip"]
+    assert "300" in found[0].rule and "256" in found[0].rule
+    recipe.update({"actor_rollout_ref.actor.clip_ratio_low": 3e-4, "actor_rollout_ref.actor.clip_ratio_high": 4e-4})
+    assert names(ac.check_agentic(_att("verl", "0.9.1", recipe))) == ["agent.turn_budget"]
+    # TRL: sequence-level importance sampling is GSPO; max_completion_length 512 holds 3 × 100
+    found = ac.check_agentic(_att("trl", "1.16.0", {"importance_sampling_level": "sequence"}))
+    assert names(found) == ["agent.gspo_clip"] and "recipe.epsilon" in found[0].rule
+    # a release before the agent API: that one line only
+    assert names(ac.check_agentic(_att("trl", "0.20.0", {"max_completion_length": 10}))) == ["agent.release"]

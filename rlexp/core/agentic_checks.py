@@ -131,7 +131,8 @@ def check_agentic(att: Any) -> list[Verdict]:
                                    limit=max_length, limit_name=name)
         found += check_openrlhf_max_new_tokens(version, recipe)
         found += check_openrlhf_turn_cap(env.max_tokens_per_turn, max_length, name)
-        found += check_gspo_clip(env.loss, recipe.get("eps_clip", TOKEN_CLIP_DEFAULT), "recipe.eps_clip")
+        loss = "gspo" if "gspo" in (env.loss, recipe.get("policy_loss_type"), recipe.get("actor.policy_loss_type")) else env.loss
+        found += check_gspo_clip(loss, recipe.get("eps_clip", TOKEN_CLIP_DEFAULT), "recipe.eps_clip")
         found += check_group_samples(recipe.get("advantage_estimator"), recipe.get("n_samples_per_prompt"))
     elif trainer == "verl":
         limit = recipe.get("data.max_response_length")
@@ -139,15 +140,22 @@ def check_agentic(att: Any) -> list[Verdict]:
             found += check_turn_budget(trainer, prompt_tokens=0, max_turns=env.max_turns,
                                        max_tokens_per_turn=env.max_tokens_per_turn, limit=int(limit),
                                        limit_name="data.max_response_length (rollout.response_length)")
-        found += check_gspo_clip(env.loss, recipe.get("actor_rollout_ref.actor.clip_ratio", TOKEN_CLIP_DEFAULT),
-                                 "actor_rollout_ref.actor.clip_ratio")
+        # verl's GSPO loss clips with clip_ratio_low/high (clip_ratio when they are null)
+        loss = "gspo" if recipe.get("actor_rollout_ref.actor.policy_loss.loss_mode") == "gspo" else env.loss
+        for side in ("low", "high"):
+            key = f"actor_rollout_ref.actor.clip_ratio_{side}"
+            clip = recipe.get(key, TOKEN_CLIP_DEFAULT)
+            if clip is None:
+                key, clip = "actor_rollout_ref.actor.clip_ratio", recipe.get("actor_rollout_ref.actor.clip_ratio", 0.2)
+            found += check_gspo_clip(loss, clip, key)
         found += check_group_samples(recipe.get("algorithm.adv_estimator"), recipe.get("actor_rollout_ref.rollout.n"))
     else:
         found += check_turn_budget(trainer, prompt_tokens=0, max_turns=env.max_turns,
                                    max_tokens_per_turn=env.max_tokens_per_turn,
                                    limit=int(recipe.get("max_completion_length") or 512),
                                    limit_name="max_completion_length")
-        found += check_gspo_clip(env.loss, recipe.get("epsilon", TOKEN_CLIP_DEFAULT), "recipe.epsilon")
+        loss = "gspo" if recipe.get("importance_sampling_level") == "sequence" else env.loss
+        found += check_gspo_clip(loss, recipe.get("epsilon", TOKEN_CLIP_DEFAULT), "recipe.epsilon")
     return sorted(found, key=lambda c: c.severity != ERROR)
 
 
