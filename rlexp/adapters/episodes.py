@@ -10,6 +10,13 @@ turn and tokenised *once* (environment tokens). Nothing is ever decoded and re-e
 turns, so the ids the trainer scores are exactly the ids the model saw and produced, and every
 engine is given the same ids turn by turn.
 
+With ``max_length`` (OpenRLHF's budget semantics, the ``MultiTurnAgentExecutor`` of
+``openrlhf/utils/agent.py``): every turn may generate up to the room left, ``max_length`` minus
+all ids so far, the prompt included, with no per-turn cap (``max_tokens_per_turn`` and
+``max_total_tokens`` are not used); a cut turn's action still steps the environment; the
+feedback is appended without a length check, and the episode ends (``length``) once no room is
+left. This is the rollout rlexp's OpenRLHF agent file reproduces, token for token.
+
 An episode ends with a finish reason:
 
 - ``stop``: the environment said ``done``;
@@ -90,9 +97,11 @@ def run_episodes(
     num_samples: int = 1,
     temperature: float = 0.0,
     seed: int | None = None,
+    max_length: int | None = None,
 ) -> list[list[Trajectory]]:
     """Play ``num_samples`` episodes of every row on ``model`` (the trainer's path); result
-    ``[row][sample]``."""
+    ``[row][sample]``. ``max_length``: the remaining-room budget of OpenRLHF (module docstring)
+    instead of ``budgets``' token limits."""
     from rlexp.adapters import generation
 
     def turns(batch: list[list[int]], width: int, turn_seed_: int | None) -> list[Any]:
@@ -100,7 +109,8 @@ def run_episodes(
                                           seed=turn_seed_, batch_size=len(batch))
         return [completion for (completion,) in outputs]
 
-    return play_episodes(turns, tokenizer, rows, budgets=budgets, cache=cache, num_samples=num_samples, seed=seed)
+    return play_episodes(turns, tokenizer, rows, budgets=budgets, cache=cache, num_samples=num_samples, seed=seed,
+                         max_length=max_length)
 
 
 def engine_turns(engine: Any, adapter: str | None, decoding: Any) -> TurnGenerator:
@@ -125,10 +135,12 @@ def play_episodes(
     cache: SlotCache | None = None,
     num_samples: int = 1,
     seed: int | None = None,
+    max_length: int | None = None,
 ) -> list[list[Trajectory]]:
     """Play ``num_samples`` episodes of every row, each model turn through ``turns``; result
     ``[row][sample]``. ``tokenizer`` renders the prompt and the feedback (once each) and decodes
-    each turn's ids into the action text the environment reads."""
+    each turn's ids into the action text the environment reads. ``max_length``: OpenRLHF's
+    remaining-room budget (module docstring) instead of ``budgets``' token limits."""
     from rlexp.adapters.generation import encode_prompt, render_prompt
 
     cache = cache or SlotCache()
@@ -157,6 +169,9 @@ def play_episodes(
             break
         limits = []
         for e in active:
+            if max_length is not None:  # OpenRLHF: the room left, prompt included, no per-turn cap
+                limits.append(max_length - len(e["builder"].ids))
+                continue
             left = budgets.max_total_tokens - e["builder"].generated
             limits.append(min(budgets.max_tokens_per_turn, left))
         playing = [(e, lim) for e, lim in zip(active, limits, strict=True) if lim >= 1]
@@ -170,7 +185,8 @@ def play_episodes(
         if len(outputs) != len(playing):
             raise RuntimeError(f"the turn generator answered {len(outputs)} of {len(playing)} episodes")
         for (e, lim), completion in zip(playing, outputs, strict=True):
-            _advance(e, completion, lim, tokenizer, budgets, last_turn=turn == budgets.max_turns - 1)
+            _advance(e, completion, lim, tokenizer, budgets, last_turn=turn == budgets.max_turns - 1,
+                     remaining_room=max_length is not None)
     for e in episodes:
         if e["done"] is None:  # only reachable when the loop broke early
             e["done"] = e["builder"].finish("max_turns")
@@ -180,9 +196,11 @@ def play_episodes(
     return out
 
 
-def _advance(e: dict[str, Any], completion: Any, limit: int, tokenizer: Any, budgets: Budgets, *, last_turn: bool) -> None:
+def _advance(e: dict[str, Any], completion: Any, limit: int, tokenizer: Any, budgets: Budgets, *, last_turn: bool,
+             remaining_room: bool = False) -> None:
     """Append one model turn (cut to this episode's own ``limit``), step the environment, append
-    its feedback; set ``e["done"]`` when the episode ends."""
+    its feedback; set ``e["done"]`` when the episode ends. ``remaining_room``: OpenRLHF's order
+    (module docstring)."""
     from rlexp.adapters.generation import encode_prompt
 
     builder: TrajectoryBuilder = e["builder"]
@@ -202,6 +220,10 @@ def _advance(e: dict[str, Any], completion: Any, limit: int, tokenizer: Any, bud
     latency = time.perf_counter() - started
     builder.set_turn_reward(result.reward)
     info: Mapping[str, Any] = dict(result.info or {})
+    if remaining_room:
+        _advance_remaining_room(e, builder, text, ids, result, info, latency, tokenizer, stopped=stopped,
+                                last_turn=last_turn)
+        return
     if not stopped:  # graded as it stands (as the single-turn trainer grades a cut completion), then ended
         builder.turns.append(Turn(text, len(ids), "", 0, float(result.reward), info, latency))
         e["done"] = builder.finish("length")
@@ -221,3 +243,23 @@ def _advance(e: dict[str, Any], completion: Any, limit: int, tokenizer: Any, bud
         return
     builder.add_env(feedback_ids)
     builder.turns.append(Turn(text, len(ids), result.feedback, len(feedback_ids), float(result.reward), info, latency))
+
+
+def _advance_remaining_room(e: dict[str, Any], builder: TrajectoryBuilder, text: str, ids: list[int], result: Any,
+                            info: Mapping[str, Any], latency: float, tokenizer: Any, *, stopped: bool,
+                            last_turn: bool) -> None:
+    """The rest of a turn under OpenRLHF's budget: ``done`` or the last turn end the episode with
+    no feedback (what rlexp's agent file answers there); otherwise the feedback is appended with
+    no length check, and a cut turn (it used all the room left) ends the episode after it."""
+    from rlexp.adapters.generation import encode_prompt
+
+    reward = float(result.reward)
+    if result.done or last_turn:
+        builder.turns.append(Turn(text, len(ids), result.feedback, 0, reward, info, latency))
+        e["done"] = builder.finish("length" if not stopped else "stop" if result.done else "max_turns")
+        return
+    feedback_ids = encode_prompt(tokenizer, render_user_turn(tokenizer, result.feedback))
+    builder.add_env(feedback_ids)
+    builder.turns.append(Turn(text, len(ids), result.feedback, len(feedback_ids), reward, info, latency))
+    if not stopped:
+        e["done"] = builder.finish("length")

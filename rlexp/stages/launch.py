@@ -250,6 +250,11 @@ def prepare(attempt: Path, *, backend: str | None = None, ray_address: str | Non
         from rlexp.backends import verl
 
         verl_launch = verl.prepare_launch(att, resume=resume, must_exist=not dry_run)
+        if getattr(att, "environment", None) is not None:  # hook (issue 25): the generated agent loop
+            from rlexp.backends import agent_verl
+
+            verl_launch, agent_files = agent_verl.launch_files(att, verl_launch, AttemptDir(attempt_dir).agent_loop_dir)
+            files.update(agent_files)
         argv, reward_file = verl_launch.argv, verl_launch.reward_file
     elif att.trainer.name == "local":
         # absolute: a Ray job runs in the head's working directory; sys.executable: the Python
@@ -274,9 +279,14 @@ def prepare(attempt: Path, *, backend: str | None = None, ray_address: str | Non
             reward_file=reward_file,
             tensorboard_dir=ad.tensorboard,
         )
-        recipe = _stated_recipe(att, openrlhf)
-        built = openrlhf.build_train_argv(openrlhf.attempt_recipe(recipe, paths, resume=resume),
-                                          att.trainer.version, spec_file=att.display_path or att.spec_path)
+        recipe = openrlhf.attempt_recipe(_stated_recipe(att, openrlhf), paths, resume=resume)
+        if getattr(att, "environment", None) is not None:  # hook (issue 25): the agent file replaces the reward file
+            from rlexp.backends import agent_openrlhf
+
+            recipe, agent_files = agent_openrlhf.launch_files(att, recipe, ad.agent_func)
+            files.update(agent_files)
+            reward_file = None
+        built = openrlhf.build_train_argv(recipe, att.trainer.version, spec_file=att.display_path or att.spec_path)
         argv, dropped = built.argv, built.dropped
     if backend == "ray":
         from rlexp.backends import ray_jobs

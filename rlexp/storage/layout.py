@@ -11,7 +11,8 @@ or for a strictly read document, in the spirit of Optuna's storage behind a stud
       <attempt_id>/                      AttemptDir
         attempt.yaml  plan.json  metrics.jsonl  decision.json
         launch/{argv.json, launch.sh, provenance.json, reward_func.py, launches.jsonl,
-                spikes.jsonl, stdout.log, state.json, data/, train_trl.py, verl_metrics.jsonl}
+                spikes.jsonl, stdout.log, state.json, data/, train_trl.py, verl_metrics.jsonl,
+                agent_func.py, agent_loop/}
         checkpoints/global_step{N}_hf/   (adapters, for evaluation)
         checkpoints/state/global_step{N}/  (the local trainer's resumable state)
         checkpoints/_actor/global_step{N}/ (OpenRLHF's DeepSpeed state)
@@ -345,6 +346,17 @@ class AttemptDir:
     @property
     def reward_func(self) -> Path:
         return self.launch_dir / "reward_func.py"
+
+    @property
+    def agent_func(self) -> Path:
+        """OpenRLHF on an environment task: the generated agent file (rlexp.backends.agent_openrlhf)."""
+        return self.launch_dir / "agent_func.py"
+
+    @property
+    def agent_loop_dir(self) -> Path:
+        """verl on an environment task: the generated agent loop module and its config YAML
+        (rlexp.backends.agent_verl names the files inside)."""
+        return self.launch_dir / "agent_loop"
 
     @property
     def trl_script(self) -> Path:

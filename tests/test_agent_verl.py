@@ -1,0 +1,296 @@
+"""verl's generated agent loop against the pinned wheel's own classes, and its keys under Hydra.
+
+verl itself does not run here (it needs GPUs, Ray and vLLM/SGLang). What runs is verl's own code
+for the contract: ``AgentLoopMetrics``, ``AgentLoopOutput`` (a pydantic model: field names and
+types are validated), ``AgentLoopBase`` (its ``__init__``, ``_cap_text_prompt_length``), the
+``register`` decorator and its registry, ``DictConfigWrap`` — taken from the wheel's
+``verl/experimental/agent_loop/agent_loop.py`` by AST (the module's other imports — Ray, tensordict,
+vLLM — do not install on this CPU box) and executed. The generated loop, built as verl's worker
+builds it (``hydra.utils.instantiate`` of the registry entry with the worker's keyword
+arguments), plays the demo tool task against the local engine behind verl's
+``server_manager.generate(request_id, prompt_ids=, sampling_params=)``; its output must equal
+rlexp's own rollout (prompt, response ids, response mask, reward on the last token).
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import dataclasses
+import importlib
+import inspect
+import json
+import logging
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from rlexp.backends import agent_verl, verl_config
+
+VERSION = "0.9.1"
+AGENT_LOOP = "verl/experimental/agent_loop/agent_loop.py"
+KEEP = ("AgentLoopMetrics", "AgentLoopOutput", "DictConfigWrap", "ToolListWrap", "AgentLoopBase", "register",
+        "_agent_loop_registry")
+N_EPISODES = 24
+
+
+@pytest.fixture(scope="module")
+def wheel() -> Path:
+    if os.environ.get("CI"):
+        return verl_config.fetch(verl_config.listed_releases()[0])
+    try:
+        return verl_config.wheel_for(VERSION)
+    except verl_config.ReleaseError as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="module")
+def verl_source(wheel) -> str:
+    with zipfile.ZipFile(wheel) as archive:
+        return archive.read(AGENT_LOOP).decode()
+
+
+class Cfg(dict):
+    """An attribute-access mapping standing in for OmegaConf's DictConfig (``.get`` and ``.x``)."""
+
+    def __getattr__(self, name):
+        try:
+            value = self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+        return Cfg(value) if isinstance(value, dict) else value
+
+
+@pytest.fixture(scope="module")
+def verl_module(verl_source):
+    """The wheel's contract classes, executed, installed as ``verl.experimental.agent_loop.agent_loop``."""
+    pytest.importorskip("pydantic")
+    import torch
+    from pydantic import BaseModel, ConfigDict
+
+    tree = ast.parse(verl_source)
+    kept = [node for node in tree.body
+            if (isinstance(node, ast.ClassDef | ast.FunctionDef) and node.name in KEEP)
+            or (isinstance(node, ast.AnnAssign) and getattr(node.target, "id", None) in KEEP)]  # fmt: skip
+    assert {getattr(n, "name", None) or n.target.id for n in kept} == set(KEEP)
+    module = ModuleType("verl.experimental.agent_loop.agent_loop")
+    stub = object  # type names used only in annotations of the kept code
+    module.__dict__.update({
+        "ABC": __import__("abc").ABC, "abstractmethod": __import__("abc").abstractmethod, "Any": Any,
+        "Optional": __import__("typing").Optional, "BaseModel": BaseModel, "ConfigDict": ConfigDict, "torch": torch,
+        "DictConfig": stub, "LLMServerClient": stub, "AutoTokenizer": stub, "AutoProcessor": stub, "RLHFDataset": stub,
+        "logger": logging.getLogger("verl-agent-loop"),
+        # AgentLoopBase.__init__ builds verl's tokenisation helper and takes the event loop: not used by the loop
+        "create_continuous_token_builder": lambda *a, **k: None, "get_event_loop": lambda: None,
+    })  # fmt: skip
+    exec(compile(ast.Module(body=kept, type_ignores=[]), f"{VERSION}/{AGENT_LOOP}", "exec"), module.__dict__)  # noqa: S102
+    names = ["verl", "verl.experimental", "verl.experimental.agent_loop", module.__name__]
+    saved = {name: sys.modules.get(name) for name in names}
+    for package in names[:-1]:
+        sys.modules[package] = ModuleType(package)
+        sys.modules[package].__path__ = []
+    sys.modules[module.__name__] = module
+    yield module
+    for name, old in saved.items():
+        if old is None:
+            sys.modules.pop(name, None)
+        else:
+            sys.modules[name] = old
+
+
+@pytest.fixture(scope="module")
+def generated(verl_module, tmp_path_factory):
+    directory = tmp_path_factory.mktemp("agent-loop")
+    module_path, config_path = agent_verl.write_agent_loop(directory, "calculator", {"max_calls": 2}, max_turns=3,
+                                                           max_tokens_per_turn=12, max_total_tokens=30)
+    sys.path.insert(0, str(directory))
+    try:
+        module = importlib.import_module(agent_verl.MODULE_NAME)
+        yield {"module": module, "dir": directory, "config": config_path, "path": module_path}
+    finally:
+        sys.path.remove(str(directory))
+        sys.modules.pop(agent_verl.MODULE_NAME, None)
+
+
+def test_the_loop_subclasses_the_wheels_base_and_matches_run(verl_module, generated):
+    cls = getattr(generated["module"], agent_verl.CLASS_NAME)
+    assert issubclass(cls, verl_module.AgentLoopBase) and not inspect.isabstract(cls)
+    base, ours = inspect.signature(verl_module.AgentLoopBase.run), inspect.signature(cls.run)
+    assert list(base.parameters) == list(ours.parameters) == ["self", "sampling_params", "kwargs"]
+    assert ours.parameters["kwargs"].kind is inspect.Parameter.VAR_KEYWORD
+    assert inspect.iscoroutinefunction(cls.run)
+
+
+def test_registered_by_name_as_the_yaml_says(verl_module, generated):
+    target = f"{agent_verl.MODULE_NAME}.{agent_verl.CLASS_NAME}"
+    assert verl_module._agent_loop_registry[agent_verl.AGENT_NAME] == {"_target_": target}
+    import yaml
+
+    assert yaml.safe_load(generated["config"].read_text()) == [{"name": agent_verl.AGENT_NAME, "_target_": target}]
+
+
+def test_output_fields_are_the_wheels(verl_source):
+    """Every keyword the loop passes to AgentLoopOutput is a field of the wheel's model, and every
+    required field is passed (read by AST: the test above executes the same model)."""
+    tree = ast.parse(verl_source)
+    [output] = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "AgentLoopOutput"]
+    fields = {n.target.id: n.value is not None for n in output.body if isinstance(n, ast.AnnAssign)}
+    required = {name for name, has_default in fields.items() if not has_default}
+    loop = ast.parse(agent_verl.render_agent_loop("calculator", {}, max_turns=2, max_tokens_per_turn=8,
+                                                  max_total_tokens=16))
+    [call] = [n for n in ast.walk(loop) if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "AgentLoopOutput"]
+    passed = {k.arg for k in call.keywords}
+    assert required == {"prompt_ids", "response_ids", "response_mask", "metrics"}
+    assert required <= passed <= set(fields)
+
+
+# ----------------------------------------------------------------------------- played for real
+
+
+@dataclasses.dataclass
+class TokenOutput:  # verl/workers/rollout/replica.py: the fields the loop reads
+    token_ids: list[int]
+    log_probs: list[float] | None = None
+    stop_reason: str | None = "completed"
+
+
+class LocalServer:
+    """The local engine (greedy) behind verl's ``server_manager.generate``."""
+
+    def __init__(self, model, tokenizer, response_length):
+        self.model, self.tokenizer, self.response_length = model, tokenizer, response_length
+
+    async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs):
+        from rlexp.adapters.generation import generate_ids
+
+        await asyncio.sleep(0)
+        assert sampling_params["temperature"] == 0
+        # vLLM's server: max_tokens from the request, capped by response_length
+        max_tokens = min(sampling_params.get("max_tokens", self.response_length), self.response_length)
+        [[completion]] = generate_ids(self.model, self.tokenizer, [list(prompt_ids)], max_new_tokens=max_tokens)
+        return TokenOutput(list(completion.token_ids))
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    pytest.importorskip("transformers")
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rlexp.stages.demo_tools import ToolsDemoConfig, build_base, build_datasets
+    from rlexp.storage.datasets import read_dataset
+
+    root = tmp_path_factory.mktemp("tools")
+    config = dataclasses.replace(ToolsDemoConfig.fast(), sft_steps=40, sft_batch=16, sizes=(64, 4, N_EPISODES, 4, 4))
+    datasets = build_datasets(root / "data", config)
+    base = build_base(root / "models", datasets["pool"], config)
+    return {"model": AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32),
+            "tokenizer": AutoTokenizer.from_pretrained(base), "records": read_dataset(datasets["ood_primary"])}
+
+
+def test_the_loop_plays_rlexps_episodes(verl_module, generated, demo):
+    from rlexp.adapters.episodes import run_episodes
+    from rlexp.backends.verl import verl_row
+    from rlexp.core.environments import Budgets, rows_from_dataset
+
+    rows = rows_from_dataset(demo["records"], default_env="calculator", default_config={"max_calls": 2})
+    references = [t for [t] in run_episodes(demo["model"], demo["tokenizer"], rows, budgets=Budgets(3, 12, 30))]
+    assert {t.finish_reason for t in references} >= {"stop", "length"} and any(t.tool_calls for t in references)
+
+    response_length = 64
+    config = Cfg({"actor_rollout_ref": {"rollout": {"prompt_length": 32, "response_length": response_length}},
+                  "data": {}})
+    server = LocalServer(demo["model"], demo["tokenizer"], response_length)
+
+    async def play():
+        outs = []
+        for i, record in enumerate(demo["records"]):
+            row = agent_verl.agent_row(verl_row(record, "ood_primary.jsonl", "rlexp_pool", i),
+                                       {"prompt": record["prompt"], "answer": record["answer"]})
+            # what AgentLoopWorker._run_agent_loop does: instantiate the registry entry, run with the row's fields
+            entry = verl_module._agent_loop_registry[row["agent_name"]]
+            module_name, _, cls_name = entry["_target_"].rpartition(".")
+            loop = getattr(importlib.import_module(module_name), cls_name)(
+                trainer_config=verl_module.DictConfigWrap(config), server_manager=server,
+                tokenizer=demo["tokenizer"], processor=None, hf_model_type=None, dataset_cls=None,
+                data_config=verl_module.DictConfigWrap(config.data), tools=verl_module.ToolListWrap([]))
+            kwargs = {"raw_prompt": row["prompt"], **{k: v for k, v in row.items() if k != "prompt"}}
+            outs.append(await loop.run({"temperature": 0, "top_p": 1.0, "top_k": -1}, **kwargs))
+        return outs
+
+    outputs = asyncio.run(play())
+    for i, (out, ref) in enumerate(zip(outputs, references, strict=True)):
+        assert isinstance(out, verl_module.AgentLoopOutput), i
+        p = ref.prompt_len
+        assert out.prompt_ids == list(ref.token_ids[:p]), i
+        assert out.response_ids == list(ref.token_ids[p:]), i
+        assert out.response_mask == list(ref.agent_mask[p:]), i  # the response only, 1 = model token
+        assert out.reward_score == pytest.approx(ref.episode_return, abs=1e-9)
+        as_dict = out.as_dict()  # verl's own conversion: the reward on the last response token
+        assert float(as_dict["rm_scores"][-1]) == pytest.approx(ref.episode_return, abs=1e-6)
+        assert float(as_dict["rm_scores"][:-1].abs().sum()) == 0.0
+        assert out.extra_fields["finish_reason"] == ref.finish_reason
+        assert out.extra_fields["tool_calls_per_episode"] == ref.tool_calls
+        assert out.extra_fields["turns_per_episode"] == len(ref.turns)
+
+
+# ----------------------------------------------------------------------------- the keys, under Hydra
+
+
+_HYDRA_CHILD = """
+import json, sys
+request = json.load(sys.stdin)
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+with initialize_config_dir(config_dir=request["config_dir"], version_base=None):
+    cfg = compose(config_name="ppo_trainer", overrides=request["overrides"])
+loops = OmegaConf.load(request["agent_loop_config"])
+print(json.dumps({"config": OmegaConf.to_container(cfg, resolve=False),
+                  "loops": [{"name": c.name, "_target_": c._target_} for c in loops]}))
+"""
+
+
+def test_agent_keys_compose_with_verls_config(wheel, tmp_path):
+    """The keys are in the release's key table, and Hydra composes them with the wheel's
+    ppo_trainer.yaml (as ``python -m verl.trainer.main_ppo`` would); verl's loader reads the YAML."""
+    from rlexp.backends.verl import overrides
+
+    hydra_path = verl_config.hydra_dir()
+    if not (hydra_path / "hydra").is_dir():
+        pytest.skip(f"Hydra is not in {hydra_path}: run {verl_config.FETCH_SCRIPT}")
+    _, config_path = agent_verl.write_agent_loop(tmp_path, "calculator", {}, max_turns=3, max_tokens_per_turn=14,
+                                                 max_total_tokens=40)
+    keys = agent_verl.agent_keys(config_path, max_turns=3)
+    table = verl_config.read_table(VERSION)
+    assert set(keys) <= set(table)
+    with zipfile.ZipFile(wheel) as archive:
+        members = [n for n in archive.namelist() if n.startswith(verl_config.CONFIG_DIR + "/") and n.endswith(".yaml")]
+        archive.extractall(tmp_path / "cfg", members)
+    request = {"config_dir": str(tmp_path / "cfg" / verl_config.CONFIG_DIR), "overrides": overrides(keys),
+               "agent_loop_config": str(config_path)}
+    done = subprocess.run([sys.executable, "-c", _HYDRA_CHILD], input=json.dumps(request),
+                          env={**os.environ, "PYTHONPATH": str(hydra_path)}, capture_output=True, text=True,
+                          check=False, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    answer = json.loads(done.stdout)
+    rollout = answer["config"]["actor_rollout_ref"]["rollout"]
+    assert rollout["agent"]["agent_loop_config_path"] == str(config_path)
+    assert rollout["agent"]["default_agent_loop"] == agent_verl.AGENT_NAME
+    assert rollout["multi_turn"]["enable"] is True and rollout["multi_turn"]["max_assistant_turns"] == 3
+    assert answer["loops"] == [{"name": agent_verl.AGENT_NAME,
+                                "_target_": f"{agent_verl.MODULE_NAME}.{agent_verl.CLASS_NAME}"}]
+
+
+def test_agent_row_keeps_the_task_whole():
+    from rlexp.backends.verl import verl_row
+
+    task = {"prompt": "12*3=", "answer": "36", "gold_docs": [1, 2]}
+    row = agent_verl.agent_row(verl_row(task, "pool.jsonl", "rlexp_pool", 0), task)
+    assert row["agent_name"] == agent_verl.AGENT_NAME and json.loads(row["extra_info"]["rlexp_task"]) == task
+    assert row["extra_info"]["problem_hash"] is None and row["reward_model"]["ground_truth"] == "36"
