@@ -16,7 +16,6 @@ import pytest
 import yaml
 
 from rlexp.core.environments import BaseEnvironment, StepResult, TrajectoryBuilder, register
-from rlexp.errors import InputError
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "experiments" / "tools-trl"
