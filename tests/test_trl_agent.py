@@ -122,7 +122,6 @@ def test_rollout_output_is_trl_s_contract_of_the_trajectories():
     assert {"turns_per_episode", "tool_calls_per_episode", "env_latency_s"} <= set(metrics)
 
 
-@pytest.mark.slow
 def test_the_generated_rollout_func_plays_one_episode_per_prompt(tmp_path):
     import importlib.util
 

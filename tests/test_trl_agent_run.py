@@ -81,8 +81,7 @@ def trained(tmp_path_factory):
     attempt = root / "t1"
     attempt.mkdir()
     (attempt / "attempt.yaml").write_text(SPEC)
-    result = launch(attempt, tracking_uri=f"sqlite:///{root / 'mlflow.db'}", poll_s=0.2, force=True,
-                    reason="a 4-step CPU check of the TRL adapter")
+    result = launch(attempt, tracking_uri=f"sqlite:///{root / 'mlflow.db'}", poll_s=0.2)
     return attempt, result
 
 
