@@ -196,3 +196,11 @@ def test_eval_and_decide_work_on_its_checkpoints(trained):
     decision = decide(attempt).to_dict()
     assert decision["decision"] in ("STOP-1", "CONFIRM", "CONTINUE", "STOP-3a", "STOP-3b", "DEBUG")
     assert (attempt / "decision.json").exists()
+    # the report's environment section reads the TRL run's episode metrics from metrics.jsonl
+    from rlexp.stages.report import report
+
+    written = report(attempt, tracking_uri=f"sqlite:///{attempt.parent / 'mlflow.db'}")
+    text = Path(written.report).read_text()
+    first, last = _metrics(attempt)[1], _metrics(attempt)[4]
+    assert (f"| tool_calls_per_episode | {first['tool_calls_per_episode']:.3f} | "
+            f"{last['tool_calls_per_episode']:.3f} |") in text
