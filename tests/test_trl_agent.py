@@ -94,6 +94,16 @@ def test_what_the_adapter_cannot_serve_is_refused_naming_the_field(example, caps
     assert not (example / "launch").exists()
 
 
+def test_plan_refuses_what_the_adapter_cannot_serve(example, capsys):
+    from rlexp.cli import main
+
+    _edit(example, recipe={"repetition_penalty": 1.1})
+    assert main(["plan", str(example)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "recipe.repetition_penalty" in line and "attempt.yaml" in line
+    assert not (example / "plan.json").exists()
+
+
 def test_gspo_is_served_when_the_recipe_selects_sequence_ratios(example, capsys):
     from rlexp.cli import main
 
