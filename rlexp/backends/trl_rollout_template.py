@@ -72,7 +72,7 @@ def rollout_func(prompts, trainer):
     pad = tokenizer.pad_token_id
     logprobs = trl_agent.sampling_logprobs(model, trajectories, float(trainer.temperature), pad)
     output = trl_agent.rollout_output(trajectories, pad_id=pad, logprobs=logprobs)
-    if trainer.accelerator.is_main_process:
+    if trainer.accelerator.is_main_process:  # one writer (on several processes: process 0's episodes)
         for i, t in enumerate(trajectories):
             append_jsonl(CONFIG["episodes_path"], trl_agent.episode_record(t, output, i, step + 1))
     return output
