@@ -199,7 +199,8 @@ def test_eval_and_decide_work_on_its_checkpoints(trained):
     # the report's environment section reads the TRL run's episode metrics from metrics.jsonl
     from rlexp.stages.report import report
 
-    written = report(attempt, tracking_uri=f"sqlite:///{attempt.parent / 'mlflow.db'}")
+    written = report(attempt, reports_dir=attempt.parent / "reports",
+                     tracking_uri=f"sqlite:///{attempt.parent / 'mlflow.db'}")
     text = Path(written.report).read_text()
     first, last = _metrics(attempt)[1], _metrics(attempt)[4]
     assert (f"| tool_calls_per_episode | {first['tool_calls_per_episode']:.3f} | "
