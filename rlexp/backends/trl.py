@@ -15,7 +15,7 @@ docs/ARCHITECTURE.md "Metrics JSONL" where one exists (:data:`TRL_METRIC_ALIASES
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,9 @@ class TrlLaunch:
     argv: list[str]
     script: Path
     script_text: str
+    # generated files a dry run writes too, for a reader to open (an environment task: the script and
+    # its rollout module, rlexp.backends.trl_agent); empty for single-turn prompts
+    adapters: dict[Path, str] = field(default_factory=dict)
 
 
 def trl_python(*, must_exist: bool = True) -> Path:
@@ -100,4 +103,9 @@ def prepare_launch(att: Any, ad: AttemptDir, *, resume: bool, must_exist: bool =
     text = render_training_script(att.id, att.trainer.version, config)
     script = ad.trl_script
     argv = [str(trl_python(must_exist=must_exist)), str(script)] + (["--resume"] if resume else [])
+    if getattr(att, "environment", None) is not None:  # an environment task: TRL's rollout_func adapter
+        from rlexp.backends.trl_agent import rollout_adapter
+
+        adapter = rollout_adapter(att, ad, kwargs, config["rlexp_root"])
+        return TrlLaunch(argv + list(adapter.argv_tail), script, text, {script: text, adapter.path: adapter.text})
     return TrlLaunch(argv, script, text)

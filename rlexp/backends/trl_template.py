@@ -20,7 +20,9 @@ have to trust blindly, and a human can rerun it by hand. It:
   ``get_peft_config`` when ``use_peft``);
 - exports the model (or its LoRA adapter) to ``checkpoints/global_step{N}_hf`` at every save transformers makes (its
   own ``checkpoint-N`` folders, for ``--resume``, stay under ``checkpoints/trl``);
-- on SIGTERM finishes the current step, saves it and exits 0 (the local trainer's contract).
+- on SIGTERM finishes the current step, saves it and exits 0 (the local trainer's contract);
+- on an environment task (``--rollout-module launch/trl_rollout.py``, :mod:`rlexp.backends.trl_agent`)
+  takes its rows, ``rollout_func``, reward functions and monitor score from that module instead.
 """
 
 from __future__ import annotations
@@ -42,6 +44,18 @@ import sys
 CONFIG = json.loads(r"""
 {config}
 """)
+
+
+def rollout_module(argv):
+    """An environment task's rollout module, named by --rollout-module (None: single-turn prompts)."""
+    if "--rollout-module" not in argv:
+        return None
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("rlexp_trl_rollout", argv[argv.index("--rollout-module") + 1])
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def main(argv):
@@ -66,8 +80,11 @@ def main(argv):
           flush=True)
     set_seed(int(CONFIG["grpo_config"].get("seed", 42)))
     tokenizer = AutoTokenizer.from_pretrained(CONFIG["model_config"]["model_name_or_path"])
+    agent = rollout_module(argv)  # an environment task: episodes through TRL's rollout_func
 
     def rows(ref):
+        if agent is not None:
+            return agent.train_rows(read_jsonl(ref["path"]), ref["suffix"], ref["path"])
         return [{{"prompt": render_prompt(tokenizer, str(r["prompt"]), ref["suffix"]), "answer": str(r["answer"])}}
                 for r in read_jsonl(ref["path"])]
 
@@ -100,10 +117,13 @@ def main(argv):
                 if monitor:
                     model.eval()
                     with torch.no_grad():
-                        outs = generate(model, tokenizer, [r["prompt"] for r in monitor],
-                                        max_new_tokens=CONFIG["monitor_max_new_tokens"], temperature=0.0)
+                        if agent is not None:  # greedy episodes: the share that succeed
+                            acc = agent.monitor_score(model, tokenizer, monitor)
+                        else:
+                            outs = generate(model, tokenizer, [r["prompt"] for r in monitor],
+                                            max_new_tokens=CONFIG["monitor_max_new_tokens"], temperature=0.0)
+                            acc = sum(grade(o[0].text, r["answer"])[0] for o, r in zip(outs, monitor)) / len(monitor)
                     model.train()
-                    acc = sum(grade(o[0].text, r["answer"])[0] for o, r in zip(outs, monitor)) / len(monitor)
                     writer.add_scalar("train/monitor_acc", acc, state.global_step)
                     writer.flush()
             if stop["asked"]:
@@ -125,7 +145,8 @@ def main(argv):
     config.model_init_kwargs = model_init_kwargs
     trainer = GRPOTrainer(
         model=model_args.model_name_or_path,
-        reward_funcs=[exact_match],
+        reward_funcs=agent.REWARD_FUNCS if agent is not None else [exact_match],
+        rollout_func=agent.rollout_func if agent is not None else None,
         args=config,
         train_dataset=Dataset.from_list(pool),
         eval_dataset=Dataset.from_list(monitor) if monitor else None,

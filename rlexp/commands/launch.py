@@ -49,6 +49,8 @@ def launch(
             import shlex
 
             print(f"# backend: {outcome.backend}")
+            for path in outcome.adapters:
+                print(f"# adapter written: {path}")
             print(shlex.join(outcome.argv))
         return
     result = outcome.to_dict()

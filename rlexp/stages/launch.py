@@ -50,6 +50,7 @@ class LaunchResult:
     argv: tuple[str, ...]
     dry_run: bool
     run: dict[str, Any] | None = None   # state, reason, exit_code, steps, spikes, dropped_values (None: dry run)
+    adapters: tuple[str, ...] = ()  # generated adapter files a dry run wrote (an environment task's)
 
     @property
     def state(self) -> str | None:
@@ -57,7 +58,8 @@ class LaunchResult:
 
     def to_dict(self) -> dict[str, Any]:
         if self.run is None:
-            return {"argv": list(self.argv), "backend": self.backend}
+            return {"argv": list(self.argv), "backend": self.backend,
+                    **({"adapters": list(self.adapters)} if self.adapters else {})}
         return dict(self.run)
 
 
@@ -80,8 +82,13 @@ def launch(attempt: str | Path, *, backend: str | None = None, ray_address: str 
         check_tracking_uri(tracking_uri, probe=False)
     prepared = prepare(attempt, backend=backend, ray_address=ray_address, resume=resume, force=force,
                        reason=reason, dry_run=dry_run, metrics_source=metrics_source)
-    if dry_run:
-        return LaunchResult(prepared.attempt.id, prepared.backend, tuple(prepared.argv), True)
+    if dry_run:  # writes only the generated adapters the argv names, for a reader to open
+        from rlexp.storage.files import atomic_write_text
+
+        for path, text in prepared.adapters.items():
+            atomic_write_text(path, text)
+        return LaunchResult(prepared.attempt.id, prepared.backend, tuple(prepared.argv), True,
+                            adapters=tuple(str(p) for p in prepared.adapters))
     write_launch_files(prepared)
     result = run(prepared, tracking_uri=tracking_uri, follow=follow, poll_s=poll_s)
     return LaunchResult(prepared.attempt.id, prepared.backend, tuple(prepared.argv), False, result)
@@ -110,6 +117,7 @@ class Prepared:
     resume_step: int = 0  # --resume: the checkpoint it continues from (0: none, it starts over)
     keep_metrics: bool = False  # a re-attach to a live job: its metrics.jsonl is not cut
     files: dict[Path, str] = field(default_factory=dict)  # generated files to write (TRL's training script)
+    adapters: dict[Path, str] = field(default_factory=dict)  # of those, the ones a dry run writes too
     verl: Any = None  # rlexp.backends.verl.VerlLaunch for trainer verl: datasets, reward file, environment
 
 
@@ -240,12 +248,14 @@ def prepare(attempt: Path, *, backend: str | None = None, ray_address: str | Non
     dropped: tuple[str, ...] = ()
     ray_job = None
     files: dict[Path, str] = {}
+    adapters: dict[Path, str] = {}
     verl_launch = None
     if att.trainer.name == "trl":
         from rlexp.backends.trl import prepare_launch
 
         built_trl = prepare_launch(att, AttemptDir(attempt_dir), resume=resume, must_exist=not dry_run)
-        argv, files = built_trl.argv, {built_trl.script: built_trl.script_text}
+        argv, files = built_trl.argv, {built_trl.script: built_trl.script_text, **built_trl.adapters}
+        adapters = built_trl.adapters
     elif att.trainer.name == "verl":
         from rlexp.backends import verl
 
@@ -299,7 +309,7 @@ def prepare(attempt: Path, *, backend: str | None = None, ray_address: str | Non
                     force_reason=reason if force else None, plan=plan, reward_file=reward_file,
                     suffixed=suffixed, dropped=dropped, ray_address=ray_address, submission_id=submission_id,
                     metrics_source=metrics_source, ray_job=ray_job, resume_step=resume_step, files=files,
-                    verl=verl_launch)
+                    adapters=adapters, verl=verl_launch)
 
 
 def _saved_argv(attempt_dir: Path) -> list[str]:

@@ -199,4 +199,8 @@ def trainer_details(att: Attempt, steps: Any) -> dict[str, Any]:
     details: dict[str, Any] = {"openrlhf_command": command}
     if att.trainer.name == "trl":
         details["trl"] = steps.as_dict()
+        if getattr(att, "environment", None) is not None:  # what the rollout adapter cannot serve: exit 2 here
+            from rlexp.backends.trl_agent import check_recipe
+
+            check_recipe(att, dict(att.recipe_stated or {}))
     return details

@@ -364,6 +364,16 @@ class AttemptDir:
         return self.launch_dir / "train_trl.py"
 
     @property
+    def trl_rollout_module(self) -> Path:
+        """TRL on an environment task: the generated rollout_func module (rlexp.backends.trl_rollout_template)."""
+        return self.launch_dir / "trl_rollout.py"
+
+    @property
+    def trl_episodes(self) -> Path:
+        """TRL on an environment task: every training episode as the rollout handed it to TRL (ids, env_mask, turns)."""
+        return self.launch_dir / "trl_episodes.jsonl"
+
+    @property
     def monitor_tensorboard(self) -> Path:
         """TRL backend: the event directory of the in-run monitor's ``train/monitor_acc``."""
         return self.tensorboard / "rlexp_monitor"

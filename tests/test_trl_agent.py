@@ -1,0 +1,190 @@
+"""The TRL rollout adapter without TRL: what `rlexp launch` writes for an environment attempt on
+TRL (the committed example's dry run), what it refuses, how played episodes become TRL's
+``prompt_ids``/``completion_ids``/``env_mask``/``logprobs``, and the generated ``rollout_func`` run
+against a stand-in for the trainer on the tiny model. The real GRPOTrainer run is
+tests/test_trl_agent_run.py."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+from rlexp.core.environments import BaseEnvironment, StepResult, TrajectoryBuilder, register
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE = REPO / "experiments" / "tools-trl"
+
+
+@register("trl_test_echo")
+class EchoEnv(BaseEnvironment):
+    """Answers the first turn with feedback (a tool call), ends the episode at the second."""
+
+    def reset(self, task):
+        self._turn = 0
+        return str(task["prompt"])
+
+    def step(self, action_text):
+        self._turn += 1
+        if self._turn == 1:
+            return StepResult("seven", 0.0, False, {"tool_call": True})
+        return StepResult("", 1.0, True, {})
+
+
+@pytest.fixture()
+def example(tmp_path, monkeypatch):
+    exp = tmp_path / "tools-trl"
+    shutil.copytree(EXAMPLE, exp, ignore=shutil.ignore_patterns("launch", "plan.json"))
+    monkeypatch.setenv("RLEXP_TRL_PYTHON", str(tmp_path / "no-venv" / "python"))  # a dry run needs none
+    return exp / "t1"
+
+
+def _edit(attempt: Path, **sections):
+    spec = yaml.safe_load((attempt / "attempt.yaml").read_text())
+    for section, values in sections.items():
+        spec[section] = {**spec[section], **values}
+    (attempt / "attempt.yaml").write_text(yaml.safe_dump(spec))
+
+
+def test_dry_run_of_the_committed_example_writes_the_adapters_it_names(example, capsys):
+    from rlexp.cli import main
+
+    assert main(["launch", str(example), "--dry-run", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    launch = example.resolve() / "launch"
+    assert doc["argv"][1:] == [str(launch / "train_trl.py"), "--rollout-module", str(launch / "trl_rollout.py")]
+    assert doc["adapters"] == [str(launch / "train_trl.py"), str(launch / "trl_rollout.py")]
+    assert sorted(p.name for p in example.iterdir()) == ["attempt.yaml", "launch"]  # no plan.json, no run files
+    assert sorted(p.name for p in launch.iterdir()) == ["train_trl.py", "trl_rollout.py"]
+    module = (launch / "trl_rollout.py").read_text()
+    compile(module, "trl_rollout.py", "exec")
+    compile((launch / "train_trl.py").read_text(), "train_trl.py", "exec")
+    # the environment is imported from its own module, not copied
+    assert "from rlexp.core.environments import CalculatorEnv as Env0" in module
+    assert "class CalculatorEnv" not in module
+    config = json.loads(module.split('CONFIG = json.loads(r"""', 1)[1].split('""")', 1)[0])
+    assert config["environment"]["max_total_tokens"] == 48 and config["environment"]["config"] == {"max_calls": 2}
+    assert config["episodes_path"] == str(launch / "trl_episodes.jsonl")
+    # the text form names the adapters too
+    assert main(["launch", str(example), "--dry-run"]) == 0
+    assert f"# adapter written: {launch / 'trl_rollout.py'}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("section", "values", "field", "words"), [
+    ("recipe", {"top_p": 0.9}, "recipe.top_p", "plain softmax"),
+    ("recipe", {"use_vllm": True}, "recipe.use_vllm", "plain softmax"),
+    ("recipe", {"max_completion_length": 32}, "environment.max_total_tokens", "48 exceeds the recipe's "
+                                                                              "max_completion_length 32"),
+    ("environment", {"advantage_mode": "token_rewards"}, "environment.advantage_mode", "one scalar reward"),
+    ("environment", {"loss": "gspo"}, "environment.loss", "importance_sampling_level: sequence"),
+    ("environment", {"name": "no_such_env"}, "environment.name", "no_such_env"),
+])  # fmt: skip
+def test_what_the_adapter_cannot_serve_is_refused_naming_the_field(example, capsys, section, values, field, words):
+    from rlexp.cli import main
+
+    _edit(example, **{section: values})
+    assert main(["launch", str(example), "--dry-run", "--force", "--reason", "adapter check"]) == 2
+    err = capsys.readouterr().err
+    assert field in err and words in err, err
+    assert not (example / "launch").exists()
+
+
+def test_plan_refuses_what_the_adapter_cannot_serve(example, capsys):
+    from rlexp.cli import main
+
+    _edit(example, recipe={"repetition_penalty": 1.1})
+    assert main(["plan", str(example)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "recipe.repetition_penalty" in line and "attempt.yaml" in line
+    assert not (example / "plan.json").exists()
+
+
+def test_gspo_is_served_when_the_recipe_selects_sequence_ratios(example, capsys):
+    from rlexp.cli import main
+
+    _edit(example, environment={"loss": "gspo"}, recipe={"importance_sampling_level": "sequence"})
+    assert main(["launch", str(example), "--dry-run", "--json", "--force", "--reason", "gspo"]) == 0
+
+
+def test_rollout_output_is_trl_s_contract_of_the_trajectories():
+    from rlexp.backends.trl_agent import rollout_output
+
+    b = TrajectoryBuilder([1, 2, 3])
+    b.add_agent([4, 5])
+    b.add_env([6, 7, 8])
+    b.add_agent([9, 2])
+    b.set_turn_reward(1.0)
+    played = b.finish("stop")
+    failed = TrajectoryBuilder([1, 2]).finish("env_error", "reset: boom")
+    out = rollout_output([played, failed], pad_id=0, logprobs=[[-0.5, -0.25, None, None, None, -1.0, -2.0], []])
+    assert out["prompt_ids"] == [[1, 2, 3], [1, 2]]
+    assert out["completion_ids"] == [[4, 5, 6, 7, 8, 9, 2], [0]]  # an empty completion: one masked pad
+    assert out["env_mask"] == [[1, 1, 0, 0, 0, 1, 1], [0]]
+    assert out["logprobs"] == [[-0.5, -0.25, None, None, None, -1.0, -2.0], [None]]
+    assert out["episode_return"] == [1.0, 0.0]
+    metrics = out["episode_metrics"]
+    assert metrics["env_errors"] == 0.5 and metrics["agent_token_fraction"] == 4 / 7
+    assert {"turns_per_episode", "tool_calls_per_episode", "env_latency_s"} <= set(metrics)
+
+
+def test_the_generated_rollout_func_plays_one_episode_per_prompt(tmp_path):
+    import importlib.util
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rlexp.adapters.tinymodel import build_tiny_model
+    from rlexp.backends.trl_agent import encode_row
+    from rlexp.backends.trl_rollout_template import render_rollout_module
+    from rlexp.core.environments import EnvRow
+
+    config = {"rlexp_root": str(REPO), "episodes_path": str(tmp_path / "episodes.jsonl"),
+              "environment": {"name": "trl_test_echo", "config": {}, "max_turns": 2, "max_tokens_per_turn": 6,
+                              "max_total_tokens": 40, "success_threshold": 1.0}}  # fmt: skip
+    path = tmp_path / "trl_rollout.py"
+    path.write_text(render_rollout_module("t", {"trl_test_echo": (EchoEnv.__module__, "EchoEnv")}, config))
+    spec = importlib.util.spec_from_file_location("rollout_under_test", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    model_dir = build_tiny_model(tmp_path / "tiny", seed=0)
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    # the untrained model rarely stops by itself: its last token of a turn is made EOS, so turns end
+    # "stop" and the environment answers (feedback = environment tokens)
+    model.generation_config.forced_eos_token_id = tok.eos_token_id
+    trainer = SimpleNamespace(
+        model=model, processing_class=tok, temperature=1.0, args=SimpleNamespace(seed=3),
+        state=SimpleNamespace(global_step=5),
+        accelerator=SimpleNamespace(unwrap_model=lambda m: m, is_main_process=True))  # fmt: skip
+    rows = [EnvRow("trl_test_echo", {}, {"prompt": p}) for p in ("1+1=", "22+3=")]
+    prompts = [encode_row(r) for r in rows for _ in range(2)]  # as RepeatSampler lays them out, G = 2
+    out = module.rollout_func(prompts, trainer)
+    assert len(out["completion_ids"]) == len(out["env_mask"]) == len(out["logprobs"]) == 4
+    assert out["prompt_ids"][0] == out["prompt_ids"][1] != out["prompt_ids"][2]
+    records = [json.loads(line) for line in (tmp_path / "episodes.jsonl").read_text().splitlines()]
+    assert [r["global_step"] for r in records] == [6] * 4
+    for i, (ids, mask, lps) in enumerate(zip(out["completion_ids"], out["env_mask"], out["logprobs"], strict=True)):
+        assert (records[i]["completion_ids"], records[i]["env_mask"]) == (ids, mask)
+        assert [lp is None for lp in lps] == [m == 0 for m in mask]
+        # the sampler's log-probs, recomputed here one unpadded trajectory at a time
+        full = torch.tensor([out["prompt_ids"][i] + ids])
+        with torch.no_grad():
+            logp = torch.log_softmax(model(full).logits[0, :-1].float(), -1)
+        start = len(out["prompt_ids"][i])
+        for k, (token, lp) in enumerate(zip(ids, lps, strict=True)):
+            if lp is not None:
+                assert math.isclose(lp, logp[start + k - 1, token].item(), rel_tol=1e-4, abs_tol=1e-5)
+        if any(m == 0 for m in mask):  # the echo environment's feedback sits where the mask is 0
+            first_turn = records[i]["turns"][0]
+            assert first_turn["feedback"] == "seven" and mask.count(0) == first_turn["feedback_tokens"]
+    assert sum(0 in m for m in out["env_mask"]) >= 1
+    logged: dict[str, float] = {}
+    rewards = module.episode_return(prompts, None, out["episode_return"], [out["episode_metrics"]] * 4,
+                                    log_metric=lambda name, value: logged.setdefault(name, value))
+    assert rewards == out["episode_return"] and logged == out["episode_metrics"]
