@@ -93,7 +93,7 @@ class DecideInputs:
 
 @dataclass(frozen=True)
 class MeanRewardComparison:
-    """A paired comparison of per-episode rewards in [0, 1] (rlexp.core.paired_scores), in the
+    """A paired comparison of per-episode rewards in [0, 1] (rlexp.stats.mean_score_comparison), in the
     fields the gates read: Δ and its paired bootstrap CI in points of reward × 100 (pp), the paired
     t-test's p where the gates read McNemar's (``mcnemar_p``), ``b``/``c`` = episodes whose reward
     fell / rose. ``test`` says which test it is."""
@@ -114,8 +114,8 @@ class MeanRewardComparison:
 
 def mean_reward_comparison(base: Sequence[float], new: Sequence[float], *, resamples: int, seed: int,
                            confidence: float, method: str) -> MeanRewardComparison:
-    """:func:`rlexp.core.paired_scores.mean_score_comparison` as a :class:`MeanRewardComparison`."""
-    from rlexp.core.paired_scores import mean_score_comparison
+    """:func:`rlexp.stats.mean_score_comparison` as a :class:`MeanRewardComparison`."""
+    from rlexp.stats import mean_score_comparison
 
     if not all(0.0 <= x <= 1.0 for x in [*base, *new]):
         raise ValueError("the mean-reward primary metric needs rewards in [0, 1]")
