@@ -82,7 +82,7 @@ class DecideInputs:
     selection_note: str | None = None             # the K=3 were selected under another SOP file
     skipped: tuple[str, ...] = ()                 # comparisons skipped because a set has no records
     # checkpoint -> its comparison with the parent's checkpoint of the same role on the primary set
-    # (delta_pp, mcnemar_p, ci_pp, base, ...: rlexp.adapters.rendering.compare_with_parent), for the regression flags
+    # (delta_pp, mcnemar_p, ci_pp, base, ...: rlexp.adapters.report.compare_with_parent), for the regression flags
     vs_parent: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     # an environment task's primary metric (rlexp.core.spec.EnvironmentSettings.primary_metric):
     # "success" decides on the 0/1 outcomes above (McNemar); "mean_reward" on ``rewards``, the
