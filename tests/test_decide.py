@@ -414,7 +414,8 @@ def test_a_failure_at_any_write_leaves_old_or_new_state_and_a_rerun_repairs(exp,
 
 
 def test_a_checkpoint_significantly_worse_than_sota_is_flagged_first_whatever_the_decision(exp, capsys):
-    from rlexp.adapters.rendering import gather, render_markdown
+    from rlexp.adapters.report import render_markdown
+    from rlexp.stages.report import gather
 
     (exp / "sota.json").write_text(json.dumps({"attempt": "a29", "checkpoint": "global_step200",
                                                "path": "a29/checkpoints/global_step200_hf", "decided_at": NOW}))
@@ -497,7 +498,8 @@ def test_decide_prints_the_raw_best_of_three_and_its_selection_adjusted_delta(ex
     out = " ".join(capsys.readouterr().out.split())
     assert f"raw Δ {adj['raw_pp']:+.2f} pp" in out and "adjusted for that selection" in out
     assert f"{adj['adjusted_pp']:+.2f} pp" in out
-    from rlexp.adapters.rendering import gather, render_markdown
+    from rlexp.adapters.report import render_markdown
+    from rlexp.stages.report import gather
 
     report = " ".join(render_markdown(gather(d)).split())
     assert f"raw Δ {adj['raw_pp']:+.2f} pp" in report and f"{adj['adjusted_pp']:+.2f} pp" in report

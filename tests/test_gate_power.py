@@ -1,4 +1,4 @@
-"""Gate-1b pass power (rlexp.core.gate_power) against the published simulation figures and against
+"""Gate-1b pass power (rlexp.stats.gate_1b_pass_probability) against the published simulation figures and against
 rlexp.core.calibrate's own simulation of the gates."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rlexp.core.gate_power import gate_1b_effect_for_power, gate_1b_pass_probability
+from rlexp.stats import gate_1b_effect_for_power, gate_1b_pass_probability
 
 
 def test_the_figures_of_the_independent_check():
@@ -75,14 +75,13 @@ def exact_mcnemar_power_by_loop(delta_pp: float, n: int, d: float, alpha: float 
 
 @pytest.mark.parametrize(("delta_pp", "n", "d"), [(3.0, 1000, 0.12), (3.04, 1000, 0.118), (-2.0, 400, 0.2)])
 def test_exact_mcnemar_power_equals_the_loop(delta_pp, n, d):
-    from rlexp.core.gate_power import mcnemar_power
+    from rlexp.stats import mcnemar_power
 
     assert mcnemar_power(delta_pp, n, d) == pytest.approx(exact_mcnemar_power_by_loop(delta_pp, n, d), abs=1e-9)
 
 
 def test_exact_mde_and_the_z_approximation():
-    from rlexp.core.gate_power import mcnemar_mde, mcnemar_power
-    from rlexp.core.power import mde_pp
+    from rlexp.stats import mcnemar_mde, mcnemar_power, mde_pp
 
     # at Miller's z MDE the exact test has 77.8-78.4% power, not 80% (N = 1000, 12-20% discordance)
     for d in (0.118, 0.12, 0.15, 0.2):
@@ -113,7 +112,7 @@ def test_best_of_k_gate_pass_rate_by_simulation():
 @pytest.mark.parametrize("d", [0.12, 0.2])
 def test_the_standard_library_best_of_k_against_the_simulation(d):
     from rlexp.core.calibrate import gate_1b_best_of_k
-    from rlexp.core.gate_power import DELTA_CORRELATION_OF_RHO, gate_1b_best_of_k_normal
+    from rlexp.stats import DELTA_CORRELATION_OF_RHO, gate_1b_best_of_k_normal
 
     simulated = gate_1b_best_of_k(3.0, 1000, d, sims=10_000, seed=6)  # MC error < 0.5 points
     for rho, sim in zip(DELTA_CORRELATION_OF_RHO, simulated, strict=True):
@@ -131,7 +130,7 @@ def test_mcnemar_critical_wins_against_scipy(m):
     m = 1074, where 2^-m underflows."""
     from scipy.stats import binom
 
-    from rlexp.core.gate_power import _mcnemar_critical_wins
+    from rlexp.stats._gate_power import _mcnemar_critical_wins
 
     rejecting = [c for c in range(m + 1) if 2 * binom.sf(c - 1, m, 0.5) < 0.05 - 1e-9]
     assert _mcnemar_critical_wins(m, 0.05) == (min(rejecting) if rejecting else m + 1)

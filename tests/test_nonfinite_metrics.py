@@ -110,7 +110,7 @@ def test_mlflow_holds_nan_at_that_step_and_a_relog_is_no_rewind(nan_attempt, sql
 
 
 def test_report_renders_and_flags_the_step(nan_attempt, tmp_path):
-    from rlexp.adapters.rendering import write_report
+    from rlexp.stages.report import write_report
 
     text = write_report(nan_attempt, tmp_path / "reports").read_text()
     # a NaN grad norm is a spike (a divergence); the max is over the finite values (3.0 everywhere else)

@@ -1,4 +1,4 @@
-"""The statistics beyond 0/1 (rlexp.core.paired_scores) against reference implementations, and the
+"""The statistics beyond 0/1 (rlexp.stats.mean_score_comparison) against reference implementations, and the
 compare options around them (--mean-score, --cluster on records, --paired-out limits, letters)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from scipy import stats as sps
 
 from rlexp.cli import main
-from rlexp.core.paired_scores import mean_score_comparison, paired_bootstrap_ci
+from rlexp.stats import mean_score_comparison, paired_bootstrap_ci
 
 INSPECT = Path(__file__).parent / "data" / "interop" / "inspect"
 
@@ -103,7 +103,7 @@ def test_letters_partial_and_no_answer_in_an_inspect_log(tmp_path, capsys):
 
 
 def _size_of_cr1_test(sizes: list[int], studies: int, seed: int) -> float:
-    from rlexp.core.paired_scores import clustered_se
+    from rlexp.stats import clustered_se
 
     rng = np.random.default_rng(seed)
     labels = np.repeat(np.arange(len(sizes)), sizes).tolist()

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from rlexp.core.power import mde_pp, n_for_mde, power_at, power_report
+from rlexp.stats import mde_pp, n_for_mde, power_at, power_report
 
 
 def test_sop_figure_n1000_12pct_discordance_is_about_3pp():

@@ -94,7 +94,8 @@ def attempt(tmp_path):
 
 
 def test_report_has_all_eight_deliverables_and_plots(attempt, tmp_path):
-    from rlexp.adapters.rendering import DELIVERABLES, write_report
+    from rlexp.adapters.report import DELIVERABLES
+    from rlexp.stages.report import write_report
 
     path = write_report(attempt, tmp_path / "reports")
     assert path == tmp_path / "reports" / "exp" / "a2.md"
@@ -124,8 +125,9 @@ def test_report_has_all_eight_deliverables_and_plots(attempt, tmp_path):
 
 def test_in_run_gates_and_guardrails_read_the_one_verdict_schema(attempt, tmp_path):
     from rlexp.adapters import monitor
-    from rlexp.adapters.rendering import DELIVERABLES, write_report
+    from rlexp.adapters.report import DELIVERABLES
     from rlexp.core.verdict import Verdict
+    from rlexp.stages.report import write_report
     from rlexp.storage.verdicts import write_verdict
 
     # in-run gates as `rlexp launch` writes them: g3 decided, g5 still pending
@@ -152,7 +154,7 @@ def test_in_run_gates_and_guardrails_read_the_one_verdict_schema(attempt, tmp_pa
 
 
 def test_missing_pieces_render_as_not_available(tmp_path):
-    from rlexp.adapters.rendering import write_report
+    from rlexp.stages.report import write_report
 
     exp = make_experiment(tmp_path)
     text = write_report(exp / "a1", tmp_path / "reports").read_text()
@@ -163,7 +165,7 @@ def test_missing_pieces_render_as_not_available(tmp_path):
 
 
 def test_bad_eval_record_is_one_line_error_and_nothing_written(attempt, tmp_path):
-    from rlexp.adapters.rendering import write_report
+    from rlexp.stages.report import write_report
 
     bad = attempt / "eval" / "global_step20" / "ood_primary.jsonl"
     bad.write_text(bad.read_text().replace('"correct": 1', '"correct": "yes"', 1))
@@ -205,7 +207,7 @@ def test_status_table_shows_every_attempt(attempt, capsys):
 
 
 def test_report_shows_exact_command_and_flags_changed_data(attempt, tmp_path):
-    from rlexp.adapters.rendering import write_report
+    from rlexp.stages.report import write_report
 
     (attempt / "launch").mkdir()
     (attempt / "launch" / "argv.json").write_text(json.dumps(
@@ -272,7 +274,7 @@ def test_status_names_a_broken_spec_instead_of_hiding_it(tmp_path, capsys):
 
 
 def test_report_prints_what_each_comparison_could_see(attempt, tmp_path):
-    from rlexp.adapters.rendering import write_report
+    from rlexp.stages.report import write_report
 
     decision = json.loads((attempt / "decision.json").read_text())
     decision["checkpoints"]["global_step20"].update(n=1000, b=61, c=57)  # discordance 11.8%
@@ -297,7 +299,8 @@ def test_plan_prints_the_parent_diff_as_a_person_reads_it(attempt, capsys):
 
 
 def test_report_html_inlines_the_plots_for_mlflow(attempt, tmp_path):
-    from rlexp.adapters.rendering import report_html, write_report
+    from rlexp.adapters.report import report_html
+    from rlexp.stages.report import write_report
 
     path = write_report(attempt, tmp_path / "reports")
     html = report_html(path)
@@ -326,7 +329,7 @@ def test_report_verdict_first_with_named_baselines_family_and_no_machine_paths(t
     import re
     import shutil
 
-    from rlexp.adapters.rendering import write_report
+    from rlexp.stages.report import write_report
 
     exp = make_experiment(tmp_path)
     fill_attempt(exp / "a1")

@@ -50,13 +50,13 @@ def test_default_sop_has_the_documented_guardrail_numbers():
 
 
 def test_power_default_threshold_is_the_sops_gate_1b_bar():
-    from rlexp.core.power import WIN_THRESHOLD_PP
+    from rlexp.stats import WIN_THRESHOLD_PP
 
     assert load_sop().gate_1b.min_delta_pp == WIN_THRESHOLD_PP
 
 
 def test_guardrail_modules_import_without_pydantic():
-    code = ("import sys, rlexp.adapters.monitor, rlexp.stages.guard, rlexp.core.power, rlexp.stats; "
+    code = ("import sys, rlexp.adapters.monitor, rlexp.stages.guard; from rlexp.stats import paired_test, power_report; "
             "print(sorted(m for m in ('pydantic', 'rlexp.core.sop') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -55,7 +55,7 @@ def test_unpaired_intervals_are_about_1_9_times_as_wide():
 
 
 def test_the_mde_sentences_z_and_exact():
-    says(SOP, "3.07pp by Miller's (2024) z approximation (`rlexp.core.power`), 3.14pp for the exact McNemar test")
+    says(SOP, "3.07pp by Miller's (2024) z approximation (`rlexp.stats.mde_pp`), 3.14pp for the exact McNemar test")
     says(PLAN, "N = 1,000 at 12 % gives an MDE of 3.07 pp and 78 % power to see +3.0 pp by this z approximation")
     says(PLAN, "it needs 3.14 pp for 80 % and has 76 % at +3.0 pp")
     says(PLAN, "The in-run OOD-202 monitor has an MDE of 7.0 pp (6.8 pp by the z approximation)")
@@ -68,15 +68,15 @@ def test_the_mde_sentences_z_and_exact():
     assert mcnemar_power_by_sum(3.14, 1000, 0.12) < 0.8 < mcnemar_power_by_sum(3.15, 1000, 0.12)
     assert round(mcnemar_power_by_sum(3.0, 1000, 0.12), 2) == 0.76
     assert mcnemar_power_by_sum(6.95, 202, 0.12) < 0.8 < mcnemar_power_by_sum(7.05, 202, 0.12)
-    # docstrings of rlexp.core.gate_power.mcnemar_power and rlexp.core.power.PowerReport: 78.0% at Miller's MDE
-    from rlexp.core import gate_power, power
+    # docstrings of rlexp.stats.mcnemar_power and rlexp.stats.PowerReport: 78.0% at Miller's MDE
+    from rlexp import stats
 
-    says(gate_power.mcnemar_power.__doc__ or "", "80.0% at Miller's MDE for N = 1000 and 12% discordance) this "
+    says(stats.mcnemar_power.__doc__ or "", "80.0% at Miller's MDE for N = 1000 and 12% discordance) this "
                                                  "is the test the SOP runs (78.0% there)")
-    says((ROOT / "rlexp" / "core" / "power.py").read_text(), "(80.0% vs 78.0% at its MDE, 12% discordance)")
+    says((ROOT / "rlexp" / "stats" / "_power.py").read_text(), "(80.0% vs 78.0% at its MDE, 12% discordance)")
     assert f"{100 * mcnemar_power_by_sum(z_mde(1000, 0.12), 1000, 0.12):.0f}" == "78"
     assert abs(mcnemar_power_by_sum(z_mde(1000, 0.12), 1000, 0.12) - 0.780) < 0.0006
-    assert power.WIN_THRESHOLD_PP == 3.0
+    assert stats.WIN_THRESHOLD_PP == 3.0
 
 
 def test_three_independent_looks_at_the_per_checkpoint_rates():
@@ -159,9 +159,9 @@ def test_the_few_clusters_warning_figures():
     # N(0, 1), 20,000 studies per G, seed 1: written out here with numpy and scipy
     from scipy import stats as sps
 
-    from rlexp.core.paired_scores import CLUSTER_WARN_BELOW
+    from rlexp.stats import CLUSTER_WARN_BELOW
 
-    source = (ROOT / "rlexp" / "core" / "paired_scores.py").read_text()
+    source = (ROOT / "rlexp" / "stats" / "_mean_scores.py").read_text()
     says(source, "measured a 5% test rejecting 7.8% of true nulls at G = 5, 7.3% at 10, 6.5% at 20 and 5.6% at 30")
     says(COMPARE, "measured a 5% test rejecting 7.8% of true nulls at G = 5, 7.3% at 10, 6.5% at 20, 5.6% at 30")
     says((ROOT / "rlexp" / "stages" / "compare.py").read_text(), "(a 5% test rejected 7.8% of true nulls "

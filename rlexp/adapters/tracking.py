@@ -516,7 +516,7 @@ def _log_attempt(attempt_dir: str | Path, tracking_uri: str | None = None, *,
             client.log_artifact(run_id, str(png), artifact_path="report")
         import tempfile
 
-        from rlexp.adapters.rendering import report_html
+        from rlexp.adapters.report import report_html
 
         with tempfile.TemporaryDirectory() as tmp:  # the HTML view MLflow's artifact pane renders
             html = Path(tmp) / f"{report_path.stem}.html"
@@ -577,7 +577,7 @@ def role_metrics(attempt_dir: Path, selection: Mapping[str, Any], decision: Mapp
         if chosen in checkpoints:
             numbers_of("primary", checkpoints[chosen])
             tags["rlexp.primary_checkpoint"] = chosen
-        from rlexp.adapters.rendering import compare_with_parent
+        from rlexp.adapters.report import compare_with_parent
 
         for role, cmp in compare_with_parent(attempt_dir).items():
             point[f"primary/{role}/vs_parent/delta_pp"] = cmp["delta_pp"]

@@ -506,7 +506,7 @@ def gate_1b_best_of_k(effect_pp: float, n: int, discordance: float, *, k: int = 
                       min_delta_pp: float = 3.0, max_mcnemar_p: float = 0.05) -> tuple[float, ...] | None:
     """P(some checkpoint of K passes Gate-1b's Δ and McNemar clauses) at a true ``effect_pp``, one
     rate per correlation, under this module's model with the baseline accuracy fixed at 0.7 (the
-    per-checkpoint rate, :func:`rlexp.core.gate_power.gate_1b_pass_probability`, does not depend
+    per-checkpoint rate, :func:`rlexp.stats.gate_1b_pass_probability`, does not depend
     on it). What a decision on the best of K gets, beside the per-checkpoint rate. Simulated
     (``sims`` studies, seeded: Monte-Carlo error at most 0.5/sqrt(sims)); the interval clause is left
     out as there. None when the effect or discordance is not possible under the model."""

@@ -82,7 +82,7 @@ class DecideInputs:
     selection_note: str | None = None             # the K=3 were selected under another SOP file
     skipped: tuple[str, ...] = ()                 # comparisons skipped because a set has no records
     # checkpoint -> its comparison with the parent's checkpoint of the same role on the primary set
-    # (delta_pp, mcnemar_p, ci_pp, base, ...: rlexp.adapters.rendering.compare_with_parent), for the regression flags
+    # (delta_pp, mcnemar_p, ci_pp, base, ...: rlexp.adapters.report.compare_with_parent), for the regression flags
     vs_parent: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     # an environment task's primary metric (rlexp.core.spec.EnvironmentSettings.primary_metric):
     # "success" decides on the 0/1 outcomes above (McNemar); "mean_reward" on ``rewards``, the
@@ -93,7 +93,7 @@ class DecideInputs:
 
 @dataclass(frozen=True)
 class MeanRewardComparison:
-    """A paired comparison of per-episode rewards in [0, 1] (rlexp.core.paired_scores), in the
+    """A paired comparison of per-episode rewards in [0, 1] (rlexp.stats.mean_score_comparison), in the
     fields the gates read: Δ and its paired bootstrap CI in points of reward × 100 (pp), the paired
     t-test's p where the gates read McNemar's (``mcnemar_p``), ``b``/``c`` = episodes whose reward
     fell / rose. ``test`` says which test it is."""
@@ -114,8 +114,8 @@ class MeanRewardComparison:
 
 def mean_reward_comparison(base: Sequence[float], new: Sequence[float], *, resamples: int, seed: int,
                            confidence: float, method: str) -> MeanRewardComparison:
-    """:func:`rlexp.core.paired_scores.mean_score_comparison` as a :class:`MeanRewardComparison`."""
-    from rlexp.core.paired_scores import mean_score_comparison
+    """:func:`rlexp.stats.mean_score_comparison` as a :class:`MeanRewardComparison`."""
+    from rlexp.stats import mean_score_comparison
 
     if not all(0.0 <= x <= 1.0 for x in [*base, *new]):
         raise ValueError("the mean-reward primary metric needs rewards in [0, 1]")

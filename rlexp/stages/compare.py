@@ -15,7 +15,7 @@ reported.
 Analysis: when every item of both runs has one 0/1 score (C/I, booleans, 0/1), the SOP's paired
 binary analysis (:func:`rlexp.stats.compare_counts`: McNemar, paired bootstrap, Wilson CIs, MDE).
 Otherwise — partial credit, several epochs or samples per item — the mean-score mode of
-:mod:`rlexp.core.paired_scores` on per-item means. ``cluster`` makes p, the CI of Δ, the MDE and
+:mod:`rlexp.stats` (:func:`~rlexp.stats.mean_score_comparison`) on per-item means. ``cluster`` makes p, the CI of Δ, the MDE and
 the power cluster-robust (CR1 SE, t with G − 1 degrees of freedom); the item-level figures are
 kept beside them with the suffix ``_naive``.
 """
@@ -180,7 +180,7 @@ def analyse(paired: PairedItems, *, resamples: int = 10_000, seed: int = 0, conf
         if method == "newcombe":
             raise InputError(paired.new.path, "--method", "newcombe is an interval for 0/1 outcomes scored once per "
                                                           "item; the mean-score mode takes percentile, basic or bca")
-        from rlexp.core.paired_scores import mean_score_comparison
+        from rlexp.stats import mean_score_comparison
 
         out = mean_score_comparison([i.mean for i in paired.base_items], [i.mean for i in paired.new_items],
                                     resamples=resamples, seed=seed, confidence=confidence, method=method)
@@ -193,9 +193,9 @@ def analyse(paired: PairedItems, *, resamples: int = 10_000, seed: int = 0, conf
 def _clustered(out: dict[str, Any], paired: PairedItems, labels: list[Any], field_name: str,
                confidence: float) -> None:
     """With ``--cluster``: p, CI, MDE and power from the CR1 clustered SE with G − 1 degrees of freedom
-    (:func:`rlexp.core.paired_scores.clustered_se`); the item-level figures stay beside them as
+    (:func:`rlexp.stats.clustered_se`); the item-level figures stay beside them as
     ``*_naive``, and a warning below ``CLUSTER_WARN_BELOW`` clusters."""
-    from rlexp.core.paired_scores import CLUSTER_WARN_BELOW, clustered_se
+    from rlexp.stats import CLUSTER_WARN_BELOW, clustered_se
 
     base = [b.mean for b in paired.base_items]
     new = [n.mean for n in paired.new_items]
@@ -253,11 +253,11 @@ def _binary(paired: PairedItems, **kwargs: Any) -> dict[str, Any]:
 def _gate_power(n: int, discordance: float) -> dict[str, Any]:
     """Beside the test's power: the chance that a true +3 pp passes Gate-1b at this n and observed
     discordance for one checkpoint, and the true effect that passes it with 80%
-    (:mod:`rlexp.core.gate_power`); and for the best of the SOP's K checkpoints of one run, one
+    (:func:`rlexp.stats.gate_1b_pass_probability`); and for the best of the SOP's K checkpoints of one run, one
     rate per latent correlation 0.3, 0.6, 0.9 (:func:`rlexp.core.calibrate.gate_1b_best_of_k`)."""
     from rlexp.core.calibrate import DEFAULT_CORRELATIONS, gate_1b_best_of_k
-    from rlexp.core.gate_power import gate_1b_effect_for_power, gate_1b_pass_probability
     from rlexp.core.sop import load_sop
+    from rlexp.stats import gate_1b_effect_for_power, gate_1b_pass_probability
 
     if discordance <= 0.0:
         return {"gate_1b_pass_power_at_3pp": None, "gate_1b_effect_80_pp": None, "gate_1b_best_of_k_at_3pp": None}

@@ -1,0 +1,48 @@
+"""This attempt against its parent, paired by problem at the same checkpoint roles: read by the
+report, by ``rlexp decide`` (its regression flags) and by the MLflow mirror."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rlexp.adapters.report.inputs import ROLES, role_checkpoints
+from rlexp.storage.layout import AttemptDir
+
+
+def compare_with_parent(attempt_dir: str | Path, sop: Any = None) -> dict[str, dict[str, Any]]:
+    """This attempt against its parent at the same checkpoint roles (final vs final, ...) on the
+    primary set, paired by problem: the effect of the one changed variable, without the seed gap
+    that a comparison with SOTA (another attempt's seed) carries. role -> comparison; empty when
+    there is no parent or either side is not evaluated."""
+    from rlexp.core.spec import load_attempt
+    from rlexp.stats import paired_comparison
+    from rlexp.storage.paired import pair_files
+
+    att = load_attempt(attempt_dir)
+    if att.parent is None:
+        return {}
+    if sop is None:
+        from rlexp.core.sop import load_sop
+
+        sop = load_sop()
+    primary = sop.primary.set_role
+    parent_dir, mine_dir = AttemptDir(att.parent.attempt_dir), AttemptDir(att.attempt_dir)
+    parent_roles = role_checkpoints(parent_dir.read_selection() if parent_dir.selection.exists() else None)
+    mine = role_checkpoints(mine_dir.read_selection() if mine_dir.selection.exists() else None)
+    b = sop.bootstrap
+    out: dict[str, dict[str, Any]] = {}
+    for role in ROLES:
+        if role not in mine or role not in parent_roles:
+            continue
+        base_path = parent_dir.records(parent_roles[role], primary)
+        new_path = mine_dir.records(mine[role], primary)
+        if not (base_path.exists() and new_path.exists()):
+            continue
+        paired = pair_files(base_path, new_path)
+        cmp = paired_comparison(paired.y_baseline, paired.y_new, resamples=b.resamples, seed=b.seed,
+                                confidence=b.confidence, method=b.method)
+        out[role] = {"base": parent_roles[role], "new": mine[role], "acc_base": cmp.acc_base,
+                     "acc_new": cmp.acc_new, "delta_pp": cmp.delta_pp, "b": cmp.b, "c": cmp.c,
+                     "mcnemar_p": cmp.mcnemar_p, "ci_pp": list(cmp.ci_pp), "n": cmp.n}
+    return out
