@@ -1,0 +1,141 @@
+"""Eval episodes as MLflow traces: one trace per episode, a span per model turn, a tool span under
+each turn that called a tool — what a reader opens in the run's Traces tab.
+
+Read from the episode records ``rlexp eval`` wrote (``eval/<checkpoint>/<set>.jsonl``, each with
+its ``trajectory``); the prompt of each episode comes from the set's dataset file (a record holds
+its hash, not its text). A trace is tagged with the attempt, checkpoint, set and problem hash, and
+``rlexp.episode`` = ``<checkpoint>/<set>/<problem hash>``: a later ``rlexp report`` logs only the
+episodes not yet traced in the run, so reporting twice never duplicates a trace.
+
+The records hold no wall-clock times, only each environment step's latency: the spans are laid
+out one after another from the time of logging, a tool span lasting its step's latency, so the
+timeline shows the order of turns, not when they ran.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+EPISODE_TAG = "rlexp.episode"
+TRACE_NAME = "episode"
+
+
+def episode_key(checkpoint: str, set_role: str, problem_hash: str) -> str:
+    return f"{checkpoint}/{set_role}/{problem_hash}"
+
+
+@contextlib.contextmanager
+def _tracing_to(uri: str) -> Iterator[None]:
+    """MLflow's tracer exports to the *global* tracking URI: point it at ``uri`` for the block,
+    flush what was queued before leaving, and put the previous URI back."""
+    import mlflow
+    from mlflow.tracking._tracking_service.utils import _use_tracking_uri
+
+    with _use_tracking_uri(uri):
+        try:
+            yield
+        finally:
+            mlflow.flush_trace_async_logging()
+
+
+def traced_episodes(client: Any, experiment_id: str, run_id: str) -> set[str]:
+    """The ``rlexp.episode`` keys already traced in the run."""
+    seen: set[str] = set()
+    token = None
+    while True:
+        page = client.search_traces(locations=[experiment_id], run_id=run_id, include_spans=False,
+                                    max_results=500, page_token=token)  # fmt: skip
+        seen.update(t.info.tags[EPISODE_TAG] for t in page if EPISODE_TAG in t.info.tags)
+        token = page.token
+        if not token:
+            return seen
+
+
+def _prompts(att: Any, set_role: str) -> dict[str, str]:
+    ref = att.datasets.get(set_role)
+    if ref is None or ref.path is None or not Path(ref.path).is_file():
+        return {}
+    from rlexp.storage.datasets import read_dataset
+
+    try:
+        return {str(p["problem_hash"]): str(p["prompt"]) + (ref.prompt_suffix or "") for p in read_dataset(ref.path)}
+    except Exception:  # noqa: BLE001 - the prompt is a convenience of the view; the trace stands without it
+        return {}
+
+
+def log_episode_traces(client: Any, uri: str, experiment_id: str, run_id: str, attempt_dir: str | Path) -> int:
+    """Log every eval episode of an environment attempt not yet traced in ``run_id``; the number
+    of traces logged (0 for an attempt without an environment task)."""
+    from rlexp.core.spec import load_attempt
+    from rlexp.storage.layout import AttemptDir
+    from rlexp.storage.records import read_records
+
+    att = load_attempt(attempt_dir)
+    if att.environment is None:
+        return 0
+    ad = AttemptDir(att.attempt_dir)
+    files = [(c, s, p) for c, s, p in ad.record_files()]
+    if not files:
+        return 0
+    done = traced_episodes(client, experiment_id, run_id)
+    clock = [time.time_ns()]
+
+    def tick(seconds: float = 0.0) -> int:
+        clock[0] += max(1_000, int(seconds * 1e9))  # at least 1 µs: spans keep their order
+        return clock[0]
+
+    logged = 0
+    with _tracing_to(uri):
+        for checkpoint, set_role, path in files:
+            records = [r for r in read_records(path) if isinstance(r.get("trajectory"), Mapping)]
+            todo = [r for r in records if episode_key(checkpoint, set_role, r["problem_hash"]) not in done]
+            if not todo:
+                continue
+            prompts = _prompts(att, set_role)
+            for record in todo:
+                _log_one(client, experiment_id, run_id, att, checkpoint, set_role, record,
+                         prompts.get(record["problem_hash"]), tick)  # fmt: skip
+                logged += 1
+    return logged
+
+
+def _log_one(client: Any, experiment_id: str, run_id: str, att: Any, checkpoint: str, set_role: str,
+             record: Mapping[str, Any], prompt: str | None, tick) -> None:
+    from mlflow.entities import SpanType
+
+    trajectory = record["trajectory"]
+    env_name = att.environment.name
+    tags = {EPISODE_TAG: episode_key(checkpoint, set_role, record["problem_hash"]),
+            "rlexp.attempt": att.id, "rlexp.checkpoint": checkpoint, "rlexp.set": set_role,
+            "rlexp.problem_hash": str(record["problem_hash"]), "rlexp.success": str(int(record["correct"])),
+            "rlexp.finish_reason": str(trajectory["finish_reason"])}  # fmt: skip
+    root = client.start_trace(TRACE_NAME, span_type=SpanType.AGENT,
+                              inputs={"prompt": prompt, "gold": record.get("gold")},
+                              attributes={"checkpoint": checkpoint, "set": set_role, "environment": env_name},
+                              tags=tags, experiment_id=experiment_id, run_id=run_id, start_time_ns=tick())  # fmt: skip
+    observation = prompt
+    for i, turn in enumerate(trajectory["turns"], start=1):
+        span = client.start_span(f"turn {i}", trace_id=root.trace_id, parent_id=root.span_id,
+                                 span_type=SpanType.LLM, inputs={"observation": observation},
+                                 start_time_ns=tick())  # fmt: skip
+        if turn.get("tool_call"):
+            tool = client.start_span(f"tool: {env_name}", trace_id=root.trace_id, parent_id=span.span_id,
+                                     span_type=SpanType.TOOL, inputs={"call": turn["action"]},
+                                     start_time_ns=tick())  # fmt: skip
+            client.end_span(root.trace_id, tool.span_id, outputs={"result": turn["feedback"]},
+                            end_time_ns=tick(float(turn.get("latency_s") or 0.0)))  # fmt: skip
+        client.end_span(root.trace_id, span.span_id, outputs={"action": turn["action"]},
+                        attributes={"reward": float(turn["reward"]), "tool_call": bool(turn.get("tool_call"))},
+                        end_time_ns=tick())  # fmt: skip
+        observation = turn["feedback"]
+    error = trajectory.get("error")
+    client.end_trace(root.trace_id,
+                     outputs={"answer": record.get("answer"), "reward": float(record["reward"]),
+                              "success": int(record["correct"]), "finish_reason": trajectory["finish_reason"],
+                              **({"error": error} if error else {})},
+                     status="ERROR" if trajectory["finish_reason"] == "env_error" else "OK",
+                     end_time_ns=tick())  # fmt: skip
