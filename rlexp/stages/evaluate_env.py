@@ -25,17 +25,23 @@ def environment_meta(settings: Any) -> dict[str, Any]:
     """What of the environment settings decides an episode's outcome (the record metadata's
     ``environment``): the environment, its config, the budgets, the success threshold."""
     keep = ("name", "config", "max_turns", "max_tokens_per_turn", "max_total_tokens", "success_threshold")
-    return {k: v for k, v in asdict(settings).items() if k in keep}
+    out = {k: v for k, v in asdict(settings).items() if k in keep}
+    if getattr(settings, "reward", None):  # a composed reward: its weights and the judge model grade the records
+        out["reward"] = dict(settings.reward)
+        if settings.reward.get("judge"):
+            out["judge_model"] = settings.judge.get("model")
+    return out
 
 
 def evaluate_episodes(att: Any, attempt_dir: Path, roles, selection, targets, base, limit, show_progress):
     """Evaluate every target on every set's episodes; an :class:`~rlexp.stages.evaluate.EvalOutcome`."""
+    from rlexp.adapters.episode_rewards import EpisodeRewarder
     from rlexp.adapters.episodes import SlotCache, run_episodes
     from rlexp.core.environments import budgets_of, episode_record, rows_for_task
     from rlexp.engines.base import Decoding, close_engine
     from rlexp.storage.files import atomic_write_json, sha256_text
     from rlexp.storage.layout import AttemptDir
-    from rlexp.storage.records import RecordWriter, read_records, summarize
+    from rlexp.storage.records import RecordWriter, drop_records, read_records, summarize
 
     from .evaluate import (
         EvalOutcome,
@@ -72,11 +78,14 @@ def evaluate_episodes(att: Any, attempt_dir: Path, roles, selection, targets, ba
                                suffix=att.datasets[role].prompt_suffix or "", **where)
         atomic_write_json(AttemptDir(attempt_dir).selection, selection)
         cache = SlotCache()
+        rewarder = EpisodeRewarder(settings, attempt_dir)  # environment.reward: the judge, NDCG (or nothing)
         files = []
         for role, (problems, rows, digest) in datasets.items():
             metas = record_metas(engine, tokenizer, set_role=role, dataset_sha256=digest,
                                  suffix=att.datasets[role].prompt_suffix or "", **where)
             for target, path, meta in metas:
+                # episodes whose reward failed (a judge_error) are played and judged again
+                drop_records(path, lambda r: bool(r.get("reward_error")))
                 writer = RecordWriter.open(path, meta)
                 todo = [i for i, p in enumerate(problems) if p["problem_hash"] not in writer.done]
                 new = 0
@@ -85,14 +94,17 @@ def evaluate_episodes(att: Any, attempt_dir: Path, roles, selection, targets, ba
                         played = run_episodes(model, tokenizer, [rows[i] for i in todo], budgets=budgets,
                                               cache=cache, temperature=0.0, seed=int(att.eval.seed))
                     for i, (trajectory,) in zip(todo, played, strict=True):
-                        writer.append(episode_record(problems[i], trajectory,
-                                                     problem_hash=problems[i]["problem_hash"],
-                                                     success_threshold=settings.success_threshold))
+                        writer.append(rewarder.apply(episode_record(problems[i], trajectory,
+                                                                    problem_hash=problems[i]["problem_hash"],
+                                                                    success_threshold=settings.success_threshold),
+                                                     problems[i]))
                         new += 1
                     if show_progress:
                         print(f"eval {role} {target.name}: {new} episodes", flush=True)
                 files.append(FileOutcome(target.name, role, writer.path, new, summarize(read_records(writer.path))))
     finally:
         close_engine(engine)
+    if rewarder.judge is not None and show_progress:
+        print("judge: " + ", ".join(f"{k} {v}" for k, v in rewarder.summary().items()), flush=True)
     paired = write_paired(attempt_dir, [t.name for t in targets], list(datasets))
     return EvalOutcome(selection, tuple(files), tuple(paired))
