@@ -55,6 +55,14 @@ def episode_summary(records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
         "turns_per_episode": sum(len(t) for t in turns) / n,
         "tool_calls_per_episode": sum(1 for t in turns for turn in t if turn.get("tool_call")) / n,
     }
+    retrieval = [r for r in records if r.get("gold_docs")]
+    if retrieval:  # a retrieval task: NDCG of the documents fetched against the gold ones
+        from rlexp.adapters.episode_rewards import retrieved_documents
+        from rlexp.core.rewards import ndcg
+
+        out["retrieval_episodes"] = len(retrieval)
+        out["retrieval_ndcg"] = sum(ndcg(retrieved_documents(r), r["gold_docs"]) for r in retrieval) / len(retrieval)
+        out["retrieval_success"] = sum(int(r["correct"]) for r in retrieval) / len(retrieval)
     for r in records:
         key = f"finish_{r['trajectory']['finish_reason']}"
         out[key] = out.get(key, 0.0) + 1.0 / n
@@ -211,6 +219,13 @@ def episode_section(attempt_dir: str | Path, primary_role: str = "ood_primary") 
                    f"{s['turns_per_episode']:.2f} | {s['tool_calls_per_episode']:.2f} | {delta:+.2f}{unit} | "
                    f"{c['test']} | {c['p_value']:.3g} | [{ci[0]:+.2f}, {ci[1]:+.2f}] |")
     out.append("")
+    summaries = {BASELINE_S0: episode_summary(base), **{name: episode_summary(recs) for name, recs in news.items()}}
+    if any("retrieval_ndcg" in v for v in summaries.values()):
+        out += ["Retrieval (episodes whose task names gold documents; NDCG of the documents the search tool "
+                "returned, in rank order):", "", "| model | episodes | NDCG | success |", "|---|---|---|---|"]
+        out += [f"| {name} | {v['retrieval_episodes']} | {v['retrieval_ndcg']:.3f} | {v['retrieval_success']:.3f} |"
+                for name, v in summaries.items() if "retrieval_ndcg" in v]
+        out.append("")
     errors = {name: sum(1 for r in recs if r.get("reward_error")) for name, recs in [(BASELINE_S0, base), *news.items()]}
     if any(errors.values()):
         listed = ", ".join(f"{name} {k}" for name, k in errors.items() if k)

@@ -903,6 +903,9 @@ def _check_change_key(ckey: str, display: str, trainer: str = "openrlhf") -> Non
     parts = ckey.split(".")
     if len(parts) == 3 and parts[0] == "environment" and parts[1] in _ENV_MAPPINGS and parts[2]:
         return  # a key of the environment's config, reward weights or judge
+    if parts[0] == "environment" and ckey not in change_keys():  # never a trainer flag
+        raise InputError(display, f"change.{ckey}", "not an environment field" + _suggest(
+            ckey, [k for k in change_keys() if k.startswith("environment.")]))
     if recipe_key_for(trainer, ckey) is None and ckey not in change_keys():
         candidates = [
             *key_table(trainer).keys,
@@ -990,7 +993,9 @@ def values_equal(a: Any, b: Any) -> bool:
 
 
 def change_value(att: Attempt, key: str) -> Any:
-    """The resolved value of a ``change`` key (recipe key or dotted datasets/trainer/eval field)."""
+    """The resolved value of a ``change`` key (recipe key or dotted datasets/trainer/eval/environment field)."""
+    if key.startswith("environment."):  # before the recipe: a dotted name would read as a trainer flag
+        return _environment_values(att).get(key)
     if recipe_key_for(att.trainer.name, key) is not None:
         return att.recipe.get(key)
     parts = key.split(".")
@@ -1002,8 +1007,6 @@ def change_value(att: Attempt, key: str) -> Any:
         return value
     if parts[0] == "trainer":
         return getattr(att.trainer, parts[1])
-    if parts[0] == "environment":
-        return _environment_values(att).get(key)
     return getattr(att.eval, parts[1])
 
 
