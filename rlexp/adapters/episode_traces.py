@@ -21,6 +21,10 @@ from pathlib import Path
 from typing import Any
 
 EPISODE_TAG = "rlexp.episode"
+# MLflow exports traces on worker threads through a queue that *drops* export tasks once it holds
+# 1,000 (a few per trace): the queue is flushed after every FLUSH_EVERY traces, and the traces
+# found missing afterwards are logged once more.
+FLUSH_EVERY = 100
 TRACE_NAME = "episode"
 
 
@@ -31,7 +35,7 @@ def episode_key(checkpoint: str, set_role: str, problem_hash: str) -> str:
 @contextlib.contextmanager
 def _tracing_to(uri: str) -> Iterator[None]:
     """MLflow's tracer exports to the *global* tracking URI: point it at ``uri`` for the block,
-    flush what was queued before leaving, and put the previous URI back."""
+    flush MLflow's export queue before leaving, and put the previous URI back."""
     import mlflow
     from mlflow.tracking._tracking_service.utils import _use_tracking_uri
 
@@ -81,26 +85,36 @@ def log_episode_traces(client: Any, uri: str, experiment_id: str, run_id: str, a
     files = [(c, s, p) for c, s, p in ad.record_files()]
     if not files:
         return 0
-    done = traced_episodes(client, experiment_id, run_id)
     clock = [time.time_ns()]
 
     def tick(seconds: float = 0.0) -> int:
         clock[0] += max(1_000, int(seconds * 1e9))  # at least 1 µs: spans keep their order
         return clock[0]
 
-    logged = 0
-    with _tracing_to(uri):
+    import mlflow
+
+    def pending(done: set[str]) -> list[tuple[str, str, Mapping[str, Any], str | None]]:
+        todo = []
         for checkpoint, set_role, path in files:
             records = [r for r in read_records(path) if isinstance(r.get("trajectory"), Mapping)]
-            todo = [r for r in records if episode_key(checkpoint, set_role, r["problem_hash"]) not in done]
-            if not todo:
-                continue
-            prompts = _prompts(att, set_role)
-            for record in todo:
-                _log_one(client, experiment_id, run_id, att, checkpoint, set_role, record,
-                         prompts.get(record["problem_hash"]), tick)  # fmt: skip
-                logged += 1
-    return logged
+            new = [r for r in records if episode_key(checkpoint, set_role, r["problem_hash"]) not in done]
+            if new:
+                prompts = _prompts(att, set_role)
+                todo += [(checkpoint, set_role, r, prompts.get(r["problem_hash"])) for r in new]
+        return todo
+
+    before = done = traced_episodes(client, experiment_id, run_id)
+    for _pass in range(2):  # the second pass logs what the export queue may have dropped
+        todo = pending(done)
+        if not todo:
+            break
+        with _tracing_to(uri):
+            for i, (checkpoint, set_role, record, prompt) in enumerate(todo, 1):
+                _log_one(client, experiment_id, run_id, att, checkpoint, set_role, record, prompt, tick)
+                if i % FLUSH_EVERY == 0:
+                    mlflow.flush_trace_async_logging()
+        done = traced_episodes(client, experiment_id, run_id)
+    return len(done - before)
 
 
 def _log_one(client: Any, experiment_id: str, run_id: str, att: Any, checkpoint: str, set_role: str,
