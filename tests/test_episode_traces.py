@@ -118,3 +118,25 @@ def test_single_turn_attempts_log_no_traces(tmp_path, migrated_db):
     client = MlflowClient(uri)
     exp_id = client.get_run(run_id).info.experiment_id
     assert len(client.search_traces(locations=[exp_id], max_results=10)) == 0
+
+
+def test_sparkline_by_hand():
+    from rlexp.adapters.episode_report import sparkline
+
+    assert sparkline([0, 1, 2, 3, 4, 5, 6, 7]) == "▁▂▃▄▅▆▇█"  # (v - 0) / 7 * 8 → bins 0, 1, 2, ..., 7
+    assert sparkline([2.0, 2.0, 2.0]) == "▄▄▄"
+    assert sparkline([0.0, 1.0] * 40, width=40) == "▄" * 40  # each bin averages one 0 and one 1
+    assert sparkline([]) == ""
+
+
+def test_report_section_draws_training_curves_and_counts_tool_calls(env_experiment):
+    from rlexp.adapters.episode_report import episode_section
+
+    rows = [{"global_step": s, "turns_per_episode": t, "tool_calls_per_episode": c, "episode_return": 0.1 * s}
+            for s, t, c in [(1, 1.0, 0.0), (2, 1.5, 0.5), (3, 2.0, 1.0)]]
+    (env_experiment / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    text = episode_section(env_experiment)
+    assert "| turns_per_episode | 1.000 | 2.000 | 1.000 | 2.000 | `▁▅█` |" in text
+    assert "| tool_calls_per_episode | 0.000 | 1.000 | 0.000 | 1.000 | `▁▅█` |" in text
+    # S0's 3 episodes: 6 turns, 3 tool calls (hand-counted from EPISODES)
+    assert "| baseline_s0 | 3 | 0.333 | 0.333 | 2.00 | 1.00 |" in text
