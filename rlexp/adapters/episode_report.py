@@ -149,6 +149,25 @@ def trajectory_table(base_name: str, new_name: str, b: Mapping[str, Any], n: Map
     return lines
 
 
+def _rows_by_environment(att: Any, role: str) -> dict[str, int]:
+    """How many rows of a set each environment plays (empty when the set cannot be read)."""
+    from rlexp.core.environments import rows_from_dataset
+    from rlexp.errors import InputError
+    from rlexp.storage.datasets import read_dataset
+
+    ref = att.datasets.get(role)
+    if ref is None or ref.path is None or not Path(ref.path).is_file():
+        return {}
+    try:
+        rows = rows_from_dataset(read_dataset(ref.path), default_env=att.environment.name)
+    except InputError:
+        return {}
+    out: dict[str, int] = {}
+    for row in rows:
+        out[row.env] = out.get(row.env, 0) + 1
+    return out
+
+
 def episode_section(attempt_dir: str | Path, primary_role: str = "ood_primary") -> str:
     """The markdown section (empty for an attempt without an environment task)."""
     from rlexp.core.spec import load_attempt
@@ -166,8 +185,14 @@ def episode_section(attempt_dir: str | Path, primary_role: str = "ood_primary") 
            f"Environment `{settings.name}` (config `{json.dumps(settings.config, sort_keys=True)}`), budgets "
            f"{settings.max_turns} turns × {settings.max_tokens_per_turn} tokens, {settings.max_total_tokens} in all; "
            f"loss `{settings.loss}`, advantages `{settings.advantage_mode}`. Primary metric: **{metric}** "
-           f"(success = return ≥ {settings.success_threshold:g}); the decision's gates are taken on it. "
+           f"(success = reward ≥ {settings.success_threshold:g}; the reward is "
+           + (f"the weighted sum {json.dumps(settings.reward, sort_keys=True)}" if settings.reward else
+              "the episode's return") + "); the decision's gates are taken on it. "
            "The table gives both.", ""]
+    played = _rows_by_environment(att, primary_role)
+    if len(played) > 1:  # several environment classes in one dataset
+        out += [f"Rows of {primary_role} by environment: " + ", ".join(f"`{k}` {v}" for k, v in played.items())
+                + " (grouped by environment and config, each group's environment built once).", ""]
     if ad.metrics.exists():
         rows = [row for _, row in iter_jsonl(ad.metrics)]
         rows = [r for r in rows if any(k in r for k in TRAINING_KEYS)]

@@ -31,8 +31,9 @@ ROLES = ("pool", "ood_monitor", "ood_primary", "id", "sanity")
 class ToolsDemoConfig:
     seed: int = 0
     sizes: tuple[int, int, int, int, int] = (256, 32, 96, 32, 16)  # in ROLES order
-    sft_steps: int = 150
+    sft_steps: int = 300
     sft_batch: int = 32
+    sft_lr: float = 3e-3
     tool_share: float = 0.5  # share of supervised episodes that call the tool
     search_share: float = 0.5  # share of rows that are corpus lookups (the search environment)
     corpus_size: int = 400  # documents of the generated corpus (keys k100..k999)
@@ -121,7 +122,9 @@ def build_base(models_dir: Path, pool: Path, config: ToolsDemoConfig) -> Path:
         b.add_agent(encode_prompt(tok, f"\\boxed{{{p['answer']}}}") + [tok.eos_token_id])
         return b.finish("stop")
 
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.sft_lr)
+    # linear decay to a tenth: two tasks share the tiny model, and a constant rate keeps it noisy
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: 1.0 - 0.9 * i / max(1, config.sft_steps))
     model.train()
     for _ in range(config.sft_steps):
         batch = [episode(p) for p in rng.sample(problems, min(config.sft_batch, len(problems)))]
@@ -131,6 +134,7 @@ def build_base(models_dir: Path, pool: Path, config: ToolsDemoConfig) -> Path:
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
+        schedule.step()
     model.eval()
     model.save_pretrained(out)
     tok.save_pretrained(out)
