@@ -140,3 +140,17 @@ def test_report_section_draws_training_curves_and_counts_tool_calls(env_experime
     assert "| tool_calls_per_episode | 0.000 | 1.000 | 0.000 | 1.000 | `▁▅█` |" in text
     # S0's 3 episodes: 6 turns, 3 tool calls (hand-counted from EPISODES)
     assert "| baseline_s0 | 3 | 0.333 | 0.333 | 2.00 | 1.00 |" in text
+
+
+def test_tracing_leaves_the_global_tracking_uri_as_it_was(tmp_path, monkeypatch):
+    import os
+
+    import mlflow
+
+    from rlexp.adapters.episode_traces import _tracing_to
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'elsewhere.db'}")
+    before = mlflow.get_tracking_uri()
+    with _tracing_to(f"sqlite:///{tmp_path / 'traces.db'}"):
+        assert mlflow.get_tracking_uri().endswith("traces.db")
+    assert mlflow.get_tracking_uri() == before and os.environ["MLFLOW_TRACKING_URI"].endswith("elsewhere.db")

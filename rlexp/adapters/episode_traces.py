@@ -36,14 +36,21 @@ def episode_key(checkpoint: str, set_role: str, problem_hash: str) -> str:
 def _tracing_to(uri: str) -> Iterator[None]:
     """MLflow's tracer exports to the *global* tracking URI: point it at ``uri`` for the block,
     flush MLflow's export queue before leaving, and put the previous URI back."""
+    import os
+
     import mlflow
     from mlflow.tracking._tracking_service.utils import _use_tracking_uri
 
-    with _use_tracking_uri(uri):
-        try:
-            yield
-        finally:
-            mlflow.flush_trace_async_logging()
+    stated = os.environ.get("MLFLOW_TRACKING_URI")  # restoring an unset global URI unsets the variable too
+    try:
+        with _use_tracking_uri(uri):
+            try:
+                yield
+            finally:
+                mlflow.flush_trace_async_logging()
+    finally:
+        if stated is not None:
+            os.environ["MLFLOW_TRACKING_URI"] = stated
 
 
 def traced_episodes(client: Any, experiment_id: str, run_id: str) -> set[str]:
