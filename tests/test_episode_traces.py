@@ -154,3 +154,27 @@ def test_tracing_leaves_the_global_tracking_uri_as_it_was(tmp_path, monkeypatch)
     with _tracing_to(f"sqlite:///{tmp_path / 'traces.db'}"):
         assert mlflow.get_tracking_uri().endswith("traces.db")
     assert mlflow.get_tracking_uri() == before and os.environ["MLFLOW_TRACKING_URI"].endswith("elsewhere.db")
+
+
+def test_a_judge_error_episode_is_an_error_trace_with_its_reason(env_experiment, tmp_path, migrated_db):
+    from mlflow import MlflowClient
+
+    record = _record("11*11=", "121", [_turn("\\boxed{121}", reward=1.0)])
+    record.update(reward=None, correct=0, reward_parts={"env": 1.0, "judge": {"error": "judge_error", "reason": "boom"}},
+                  reward_error={"kind": "judge_error", "reason": "boom"})
+    folder = env_experiment / "eval" / "global_step9"
+    folder.mkdir()
+    (folder / "ood_primary.jsonl").write_text(json.dumps(record) + "\n")
+    (folder / "ood_primary.meta.json").write_text("{}")
+    shutil.copy(migrated_db, tmp_path / "mlflow.db")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    run_id = tracking.log_attempt(env_experiment, uri)
+    client = MlflowClient(uri)
+    exp_id = client.get_run(run_id).info.experiment_id
+    traces = client.search_traces(locations=[exp_id], run_id=run_id, max_results=100,
+                                  filter_string="tags.`rlexp.checkpoint` = 'global_step9'")
+    assert len(traces) == 1
+    (trace,) = traces
+    root = next(s for s in trace.data.spans if s.parent_id is None)
+    assert trace.info.state.value == "ERROR" and root.outputs["reward"] is None
+    assert root.outputs["reward_error"] == {"kind": "judge_error", "reason": "boom"}

@@ -154,9 +154,12 @@ def _log_one(client: Any, experiment_id: str, run_id: str, att: Any, checkpoint:
                         end_time_ns=tick())  # fmt: skip
         observation = turn["feedback"]
     error = trajectory.get("error")
+    reward = record.get("reward")
     client.end_trace(root.trace_id,
-                     outputs={"answer": record.get("answer"), "reward": float(record["reward"]),
+                     outputs={"answer": record.get("answer"), "reward": None if reward is None else float(reward),
                               "success": int(record["correct"]), "finish_reason": trajectory["finish_reason"],
-                              **({"error": error} if error else {})},
-                     status="ERROR" if trajectory["finish_reason"] == "env_error" else "OK",
+                              **({"error": error} if error else {}),
+                              # a composed reward: its parts, and the failure that left it unknown
+                              **{k: record[k] for k in ("reward_parts", "reward_error") if k in record}},
+                     status="ERROR" if trajectory["finish_reason"] == "env_error" or record.get("reward_error") else "OK",
                      end_time_ns=tick())  # fmt: skip
