@@ -104,6 +104,14 @@ def test_one_trace_per_episode_with_turn_and_tool_spans(env_experiment, tmp_path
     (extra / "ood_primary.meta.json").write_text("{}")
     tracking.log_attempt(env_experiment, uri)
     assert len(client.search_traces(locations=[exp_id], run_id=run_id, max_results=100)) == 6
+    # an episode played again (its record replaced) is traced as it now stands, once
+    replayed = _record("12*34=", "408", [_turn("\\boxed{407}")])
+    (extra / "ood_primary.jsonl").write_text(json.dumps(replayed) + "\n")
+    tracking.log_attempt(env_experiment, uri)
+    traces = client.search_traces(locations=[exp_id], run_id=run_id, max_results=100)
+    assert len(traces) == 6
+    (mine,) = [t for t in traces if t.info.tags["rlexp.checkpoint"] == "global_step4"]
+    assert [s.outputs for s in mine.data.spans if s.name == "turn 1"] == [{"action": "\\boxed{407}"}]
 
 
 def test_single_turn_attempts_log_no_traces(tmp_path, migrated_db):

@@ -4,8 +4,10 @@ each turn that called a tool — what a reader opens in the run's Traces tab.
 Read from the episode records ``rlexp eval`` wrote (``eval/<checkpoint>/<set>.jsonl``, each with
 its ``trajectory``); the prompt of each episode comes from the set's dataset file (a record holds
 its hash, not its text). A trace is tagged with the attempt, checkpoint, set and problem hash, and
-``rlexp.episode`` = ``<checkpoint>/<set>/<problem hash>``: a later ``rlexp report`` logs only the
-episodes not yet traced in the run, so reporting twice never duplicates a trace.
+``rlexp.episode`` = ``<checkpoint>/<set>/<problem hash>`` with ``rlexp.record`` = the record's
+digest: a later ``rlexp report`` logs only the episodes not yet traced in the run, so reporting
+twice never duplicates a trace, and an episode played again (a judge_error retried) replaces its
+trace.
 
 The records hold no wall-clock times, only each environment step's latency: the spans are laid
 out one after another from the time of logging, a tool span lasting its step's latency, so the
@@ -15,12 +17,15 @@ timeline shows the order of turns, not when they ran.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 EPISODE_TAG = "rlexp.episode"
+RECORD_TAG = "rlexp.record"  # the record's digest: which version of the episode the trace shows
 # MLflow exports traces on worker threads through a queue that *drops* export tasks once it holds
 # 1,000 (a few per trace): the queue is flushed after every FLUSH_EVERY traces, and the traces
 # found missing afterwards are logged once more.
@@ -53,14 +58,23 @@ def _tracing_to(uri: str) -> Iterator[None]:
             os.environ["MLFLOW_TRACKING_URI"] = stated
 
 
-def traced_episodes(client: Any, experiment_id: str, run_id: str) -> set[str]:
-    """The ``rlexp.episode`` keys already traced in the run."""
-    seen: set[str] = set()
+def record_digest(record: Mapping[str, Any]) -> str:
+    """A short digest of an eval record: a record played again (a judge_error retried) is traced anew."""
+    text = json.dumps(record, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def traced_episodes(client: Any, experiment_id: str, run_id: str) -> dict[tuple[str, str], list[str]]:
+    """The run's episode traces: ``(rlexp.episode, rlexp.record)`` → their trace ids."""
+    seen: dict[tuple[str, str], list[str]] = {}
     token = None
     while True:
         page = client.search_traces(locations=[experiment_id], run_id=run_id, include_spans=False,
                                     max_results=500, page_token=token)  # fmt: skip
-        seen.update(t.info.tags[EPISODE_TAG] for t in page if EPISODE_TAG in t.info.tags)
+        for t in page:
+            if EPISODE_TAG in t.info.tags:
+                key = (t.info.tags[EPISODE_TAG], t.info.tags.get(RECORD_TAG, ""))
+                seen.setdefault(key, []).append(t.info.trace_id)
         token = page.token
         if not token:
             return seen
@@ -100,37 +114,43 @@ def log_episode_traces(client: Any, uri: str, experiment_id: str, run_id: str, a
 
     import mlflow
 
-    def pending(done: set[str]) -> list[tuple[str, str, Mapping[str, Any], str | None]]:
-        todo = []
-        for checkpoint, set_role, path in files:
-            records = [r for r in read_records(path) if isinstance(r.get("trajectory"), Mapping)]
-            new = [r for r in records if episode_key(checkpoint, set_role, r["problem_hash"]) not in done]
-            if new:
-                prompts = _prompts(att, set_role)
-                todo += [(checkpoint, set_role, r, prompts.get(r["problem_hash"])) for r in new]
-        return todo
-
+    current: dict[tuple[str, str], tuple[str, str, Mapping[str, Any]]] = {}
+    for checkpoint, set_role, path in files:
+        for r in read_records(path):
+            if isinstance(r.get("trajectory"), Mapping):
+                current[(episode_key(checkpoint, set_role, r["problem_hash"]), record_digest(r))] = (checkpoint,
+                                                                                                     set_role, r)
     before = done = traced_episodes(client, experiment_id, run_id)
+    # traces of records since replaced (an episode played again) go: one trace per episode as it stands
+    episodes = {key for key, _ in current}
+    stale = [tid for (key, digest), tids in done.items() if key in episodes and (key, digest) not in current
+             for tid in tids]
+    if stale:
+        client.delete_traces(experiment_id, trace_ids=stale)
+    prompts: dict[str, dict[str, str]] = {}
     for _pass in range(2):  # the second pass logs what the export queue may have dropped
-        todo = pending(done)
+        todo = [(ident, item) for ident, item in current.items() if ident not in done]
         if not todo:
             break
         with _tracing_to(uri):
-            for i, (checkpoint, set_role, record, prompt) in enumerate(todo, 1):
-                _log_one(client, experiment_id, run_id, att, checkpoint, set_role, record, prompt, tick)
+            for i, ((_, digest), (checkpoint, set_role, record)) in enumerate(todo, 1):
+                if set_role not in prompts:
+                    prompts[set_role] = _prompts(att, set_role)
+                _log_one(client, experiment_id, run_id, att, checkpoint, set_role, record,
+                         prompts[set_role].get(record["problem_hash"]), digest, tick)  # fmt: skip
                 if i % FLUSH_EVERY == 0:
                     mlflow.flush_trace_async_logging()
         done = traced_episodes(client, experiment_id, run_id)
-    return len(done - before)
+    return len(set(done) - set(before))
 
 
 def _log_one(client: Any, experiment_id: str, run_id: str, att: Any, checkpoint: str, set_role: str,
-             record: Mapping[str, Any], prompt: str | None, tick) -> None:
+             record: Mapping[str, Any], prompt: str | None, digest: str, tick) -> None:
     from mlflow.entities import SpanType
 
     trajectory = record["trajectory"]
     env_name = att.environment.name
-    tags = {EPISODE_TAG: episode_key(checkpoint, set_role, record["problem_hash"]),
+    tags = {EPISODE_TAG: episode_key(checkpoint, set_role, record["problem_hash"]), RECORD_TAG: digest,
             "rlexp.attempt": att.id, "rlexp.checkpoint": checkpoint, "rlexp.set": set_role,
             "rlexp.problem_hash": str(record["problem_hash"]), "rlexp.success": str(int(record["correct"])),
             "rlexp.finish_reason": str(trajectory["finish_reason"])}  # fmt: skip
