@@ -32,6 +32,21 @@ def test_demo_tools_fast_end_to_end(tmp_path, monkeypatch, capsys):
     assert json.loads((attempt / "decision.json").read_text())["decision"]
     report = (tmp_path / "reports" / "demo-tools" / "t1.md").read_text()
     assert "## Environment task: episodes" in report and "Discordant trajectories" in report
+    # two environment classes in one dataset: lookups carry their gold documents and retrieval ids
+    assert {bool(r.get("gold_docs")) for r in records} == {True, False}
+    looked = [t for r in records if r.get("gold_docs") for t in r["trajectory"]["turns"] if t["tool_call"]]
+    assert all(t["action"].startswith("look k") and len(t["retrieved"]) == 2 for t in looked)
+    assert "Rows of ood_primary by environment:" in report and "| NDCG |" in report
+    # every eval episode is one MLflow trace of the attempt's run
+    from mlflow import MlflowClient
+
+    from rlexp.storage.layout import AttemptDir
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    episodes = sum(len(read_records(p)) for _, _, p in AttemptDir(attempt).record_files())
+    (experiment,) = [e for e in client.search_experiments() if e.name != "Default"]
+    traces = client.search_traces(locations=[experiment.experiment_id], max_results=1000, include_spans=False)
+    assert len(traces) == episodes
 
 
 def test_demo_unknown_task_is_one_line_exit_2(tmp_path, capsys):

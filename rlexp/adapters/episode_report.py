@@ -20,19 +20,49 @@ TRAINING_KEYS = ("episode_return", "turns_per_episode", "tool_calls_per_episode"
                  "agent_token_fraction", "env_latency_s")
 
 
+SPARK = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: Sequence[float], width: int = 40) -> str:
+    """A one-line text plot of ``values`` (at most ``width`` characters: longer series are averaged
+    in ``width`` consecutive bins), each scaled within the series' own min..max; a flat series is
+    drawn at mid height."""
+    values = [float(v) for v in values]
+    if not values:
+        return ""
+    if len(values) > width:
+        edges = [round(i * len(values) / width) for i in range(width + 1)]
+        values = [sum(values[a:b]) / (b - a) for a, b in zip(edges, edges[1:], strict=False) if b > a]
+    low, high = min(values), max(values)
+    if high == low:
+        return SPARK[3] * len(values)
+    return "".join(SPARK[min(7, int((v - low) / (high - low) * 8))] for v in values)
+
+
 def episode_summary(records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     """Success rate, mean reward, turns and tool calls per episode, finish reasons of eval records."""
     n = len(records)
     if n == 0:
         return {"n": 0}
     turns = [r["trajectory"]["turns"] for r in records]
+    rewards = [float(r["reward"]) for r in records if r.get("reward") is not None]
     out: dict[str, float] = {
         "n": n,
         "success": sum(int(r["correct"]) for r in records) / n,
-        "mean_reward": sum(float(r["reward"]) for r in records) / n,
+        # a reward that failed (judge_error) is unknown, not 0: left out of the mean and counted
+        "mean_reward": sum(rewards) / len(rewards) if rewards else float("nan"),
+        "reward_errors": sum(1 for r in records if r.get("reward_error")),
         "turns_per_episode": sum(len(t) for t in turns) / n,
         "tool_calls_per_episode": sum(1 for t in turns for turn in t if turn.get("tool_call")) / n,
     }
+    retrieval = [r for r in records if r.get("gold_docs")]
+    if retrieval:  # a retrieval task: NDCG of the documents fetched against the gold ones
+        from rlexp.adapters.episode_rewards import retrieved_documents
+        from rlexp.core.rewards import ndcg
+
+        out["retrieval_episodes"] = len(retrieval)
+        out["retrieval_ndcg"] = sum(ndcg(retrieved_documents(r), r["gold_docs"]) for r in retrieval) / len(retrieval)
+        out["retrieval_success"] = sum(int(r["correct"]) for r in retrieval) / len(retrieval)
     for r in records:
         key = f"finish_{r['trajectory']['finish_reason']}"
         out[key] = out.get(key, 0.0) + 1.0 / n
@@ -45,6 +75,7 @@ def primary_comparison(base: Sequence[Mapping[str, Any]], new: Sequence[Mapping[
     by_hash = {r["problem_hash"]: r for r in new}
     pairs = [(b, by_hash[b["problem_hash"]]) for b in base if b["problem_hash"] in by_hash]
     if metric == "mean_reward":
+        pairs = [(b, n) for b, n in pairs if b.get("reward") is not None and n.get("reward") is not None]
         from rlexp.core.paired_scores import mean_score_comparison
 
         return mean_score_comparison([float(b["reward"]) for b, _ in pairs], [float(n["reward"]) for _, n in pairs],
@@ -61,7 +92,8 @@ def discordant_pairs(base: Sequence[Mapping[str, Any]], new: Sequence[Mapping[st
     """``(baseline right / new wrong, baseline wrong / new right)``: the first such pair of records
     each (by success; by reward where no success differs), or None."""
     by_hash = {r["problem_hash"]: r for r in new}
-    pairs = [(b, by_hash[b["problem_hash"]]) for b in base if b["problem_hash"] in by_hash]
+    pairs = [(b, by_hash[b["problem_hash"]]) for b in base if b["problem_hash"] in by_hash
+             and b.get("reward") is not None and by_hash[b["problem_hash"]].get("reward") is not None]
 
     def first(test):
         return next(((b, n) for b, n in pairs if test(b, n)), None)
@@ -74,6 +106,28 @@ def discordant_pairs(base: Sequence[Mapping[str, Any]], new: Sequence[Mapping[st
 def _cell(text: Any) -> str:
     flat = str(text).replace("\r", "\\r").replace("\n", "\\n")  # one table row per turn
     return "`" + flat.replace("|", "\\|").replace("`", "'") + "`"
+
+
+def _reward_text(record: Mapping[str, Any]) -> str:
+    if record.get("reward") is None:
+        return str((record.get("reward_error") or {}).get("kind") or "no reward")
+    return f"{float(record['reward']):g}"
+
+
+def judge_calls_line(log_path: Path) -> str | None:
+    """One line on the judge calls of an eval (``eval/judge_calls.jsonl``), or None without any."""
+    from rlexp.storage.files import iter_jsonl
+
+    if not log_path.exists():
+        return None
+    calls = [row for _, row in iter_jsonl(log_path)]
+    if not calls:
+        return None
+    failed = sum(1 for c in calls if not c.get("ok"))
+    latency = sorted(float(c.get("latency_s") or 0.0) for c in calls)
+    return (f"LLM judge: {len(calls)} calls reached the server ({failed} failed: judge_error, counted and "
+            f"retried by the next `rlexp eval`, never scored 0); median latency {latency[len(latency) // 2]:.3f} s; "
+            "answers already judged come from the cache and make no call.")
 
 
 def trajectory_table(base_name: str, new_name: str, b: Mapping[str, Any], n: Mapping[str, Any]) -> list[str]:
@@ -90,9 +144,28 @@ def trajectory_table(base_name: str, new_name: str, b: Mapping[str, Any], n: Map
             else:
                 cells.append("")
         lines.append(f"| {i + 1} | {cells[0]} | {cells[1]} |")
-    lines.append(f"| reward / finish | {b['reward']:g} / {b['trajectory']['finish_reason']} | "
-                 f"{n['reward']:g} / {n['trajectory']['finish_reason']} |")
+    lines.append(f"| reward / finish | {_reward_text(b)} / {b['trajectory']['finish_reason']} | "
+                 f"{_reward_text(n)} / {n['trajectory']['finish_reason']} |")
     return lines
+
+
+def _rows_by_environment(att: Any, role: str) -> dict[str, int]:
+    """How many rows of a set each environment plays (empty when the set cannot be read)."""
+    from rlexp.core.environments import rows_from_dataset
+    from rlexp.errors import InputError
+    from rlexp.storage.datasets import read_dataset
+
+    ref = att.datasets.get(role)
+    if ref is None or ref.path is None or not Path(ref.path).is_file():
+        return {}
+    try:
+        rows = rows_from_dataset(read_dataset(ref.path), default_env=att.environment.name)
+    except InputError:
+        return {}
+    out: dict[str, int] = {}
+    for row in rows:
+        out[row.env] = out.get(row.env, 0) + 1
+    return out
 
 
 def episode_section(attempt_dir: str | Path, primary_role: str = "ood_primary") -> str:
@@ -112,16 +185,26 @@ def episode_section(attempt_dir: str | Path, primary_role: str = "ood_primary") 
            f"Environment `{settings.name}` (config `{json.dumps(settings.config, sort_keys=True)}`), budgets "
            f"{settings.max_turns} turns × {settings.max_tokens_per_turn} tokens, {settings.max_total_tokens} in all; "
            f"loss `{settings.loss}`, advantages `{settings.advantage_mode}`. Primary metric: **{metric}** "
-           f"(success = return ≥ {settings.success_threshold:g}); the decision's gates are taken on it. "
+           f"(success = reward ≥ {settings.success_threshold:g}; the reward is "
+           + (f"the weighted sum {json.dumps(settings.reward, sort_keys=True)}" if settings.reward else
+              "the episode's return") + "); the decision's gates are taken on it. "
            "The table gives both.", ""]
+    played = _rows_by_environment(att, primary_role)
+    if len(played) > 1:  # several environment classes in one dataset
+        out += [f"Rows of {primary_role} by environment: " + ", ".join(f"`{k}` {v}" for k, v in played.items())
+                + " (grouped by environment and config, each group's environment built once).", ""]
     if ad.metrics.exists():
         rows = [row for _, row in iter_jsonl(ad.metrics)]
         rows = [r for r in rows if any(k in r for k in TRAINING_KEYS)]
         if rows:
-            out += ["Training (first → last step):", "", "| metric | first | last |", "|---|---|---|"]
+            out += ["Training (first → last step; the curve over every step, low ▁ to high █ within its own "
+                    "range; MLflow charts the same metrics by step):", "",
+                    "| metric | first | last | min | max | over training |", "|---|---|---|---|---|---|"]
             for key in TRAINING_KEYS:
                 if key in rows[0] and key in rows[-1]:
-                    out.append(f"| {key} | {rows[0][key]:.3f} | {rows[-1][key]:.3f} |")
+                    series = [float(r[key]) for r in rows if isinstance(r.get(key), int | float)]
+                    out.append(f"| {key} | {rows[0][key]:.3f} | {rows[-1][key]:.3f} | {min(series):.3f} | "
+                               f"{max(series):.3f} | `{sparkline(series)}` |")
             out.append("")
     names: list[str] = []
     if ad.selection.exists():
@@ -148,7 +231,12 @@ def episode_section(attempt_dir: str | Path, primary_role: str = "ood_primary") 
     for name in names:
         news[name] = read_records(ad.records(name, primary_role))
         s = episode_summary(news[name])
-        c = primary_comparison(base, news[name], metric)
+        try:
+            c = primary_comparison(base, news[name], metric)
+        except ValueError as exc:  # too few episodes with a known reward on both sides
+            out.append(f"| {name} | {s['n']} | {s['success']:.3f} | {s['mean_reward']:.3f} | "
+                       f"{s['turns_per_episode']:.2f} | {s['tool_calls_per_episode']:.2f} | n/a ({exc}) | | | |")
+            continue
         delta = c["delta_pp"] if c.get("delta_pp") is not None else c["delta"]
         unit = " pp" if c.get("delta_pp") is not None else ""
         ci = c.get("ci_pp") or c.get("ci")
@@ -156,6 +244,20 @@ def episode_section(attempt_dir: str | Path, primary_role: str = "ood_primary") 
                    f"{s['turns_per_episode']:.2f} | {s['tool_calls_per_episode']:.2f} | {delta:+.2f}{unit} | "
                    f"{c['test']} | {c['p_value']:.3g} | [{ci[0]:+.2f}, {ci[1]:+.2f}] |")
     out.append("")
+    summaries = {BASELINE_S0: episode_summary(base), **{name: episode_summary(recs) for name, recs in news.items()}}
+    if any("retrieval_ndcg" in v for v in summaries.values()):
+        out += ["Retrieval (episodes whose task names gold documents; NDCG of the documents the search tool "
+                "returned, in rank order):", "", "| model | episodes | NDCG | success |", "|---|---|---|---|"]
+        out += [f"| {name} | {v['retrieval_episodes']} | {v['retrieval_ndcg']:.3f} | {v['retrieval_success']:.3f} |"
+                for name, v in summaries.items() if "retrieval_ndcg" in v]
+        out.append("")
+    errors = {name: sum(1 for r in recs if r.get("reward_error")) for name, recs in [(BASELINE_S0, base), *news.items()]}
+    if any(errors.values()):
+        listed = ", ".join(f"{name} {k}" for name, k in errors.items() if k)
+        out += [f"Episodes whose reward failed (judge_error; reward unknown, not 0): {listed}.", ""]
+    line = judge_calls_line(ad.judge_log)
+    if line:
+        out += [line, ""]
     decision = read_json(ad.decision) if ad.decision.exists() else {}
     shown = decision.get("primary_checkpoint") if decision.get("primary_checkpoint") in news else (
         names[-1] if names else None)

@@ -483,6 +483,11 @@ def _log_attempt(attempt_dir: str | Path, tracking_uri: str | None = None, *,
         last = sync_metric_rows(client, run_id, rows, uri)
         client.set_tag(run_id, LOGGED_STEP_TAG, str(last))
 
+    from rlexp.adapters.episode_traces import log_episode_traces
+
+    # an environment task's eval episodes, one trace each (nothing for single-turn attempts)
+    log_episode_traces(client, uri, run.info.experiment_id, run_id, attempt_dir)
+
     selection = _maybe_json(ad.selection) or {}
     point, role_tags = role_metrics(attempt_dir, selection, decision)
     with store_lock(uri):  # parallel loggers: each point value once

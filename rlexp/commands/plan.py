@@ -43,6 +43,18 @@ def render(data: dict[str, Any]) -> None:
         if training != 1:
             console.print(f"[yellow]{training} training variables changed (the SOP allows one)[/yellow]")
 
+    env = data.get("environment")
+    if env:  # an environment task: the episode budgets and the loss (GSPO's own clip and trainer settings)
+        console.print(f"environment [bold]{env['name']}[/bold] {env['config']}: {env['max_turns']} turns × "
+                      f"{env['max_tokens_per_turn']} tokens, {env['max_total_tokens']} in all; loss "
+                      f"[bold]{env['loss']}[/bold], advantages {env['advantage_mode']}; primary metric "
+                      f"{env['primary_metric']}" + (f"; eval reward {env['reward']}" if env.get("reward") else ""))
+        gspo = env.get("gspo")
+        if gspo:
+            console.print(f"GSPO: {gspo['ratio']}, clip [{gspo['clip'][0]:g}, {gspo['clip'][1]:g}]")
+            for trainer, settings in gspo["trainer_settings"].items():
+                console.print(f"  {trainer}: " + ", ".join(f"{k}={v}" for k, v in settings.items()))
+
     steps = Table(title="Steps (as the trainer counts them)", show_header=False)
     steps.add_column("what")
     steps.add_column("value", justify="right")

@@ -310,7 +310,9 @@ class Trajectory:
             "error": self.error,
             "turns": [
                 {"action": t.action, "feedback": t.feedback, "reward": t.reward,
-                 "tool_call": bool(t.info.get("tool_call")), "latency_s": t.latency_s}
+                 "tool_call": bool(t.info.get("tool_call")), "latency_s": t.latency_s,
+                 # the documents a search tool returned, in rank order (scored by NDCG)
+                 **({"retrieved": [str(d) for d in t.info["retrieved"]]} if "retrieved" in t.info else {})}
                 for t in self.turns
             ],
         }  # fmt: skip
@@ -367,8 +369,8 @@ def episode_record(
     bucket``) — ``output`` the final model turn, ``correct`` the success flag (``return >=
     success_threshold``), ``completion_tokens`` the agent tokens — plus ``reward`` (the return) and
     ``trajectory`` (turns, tool calls, feedback, finish reason; the token ids and agent mask too with
-    ``include_tokens``). For the one-step exact-match environment it is the single-turn record plus
-    those two keys."""
+    ``include_tokens``), and the task's ``gold_docs`` where it names some (a retrieval task). For the
+    one-step exact-match environment it is the single-turn record plus those two keys."""
     from rlexp.core.answers import extract_answer
 
     output = trajectory.turns[-1].action if trajectory.turns else ""
@@ -377,7 +379,7 @@ def episode_record(
     if include_tokens:
         episode.update(token_ids=list(trajectory.token_ids), agent_mask=list(trajectory.agent_mask),
                        prompt_len=trajectory.prompt_len)  # fmt: skip
-    return {
+    record = {
         "problem_hash": problem_hash,
         "gold": task.get("answer"),
         "output": output,
@@ -391,6 +393,9 @@ def episode_record(
         "reward": trajectory.episode_return,
         "trajectory": episode,
     }
+    if task.get("gold_docs") is not None:
+        record["gold_docs"] = [str(d) for d in task["gold_docs"]]
+    return record
 
 
 def episode_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
@@ -457,4 +462,71 @@ class CalculatorEnv(BaseEnvironment):
         answer, _ = extract_answer(text)
         if answer is None:
             return StepResult("", 0.0, True, {"invalid": "neither a tool call nor an answer"})
+        return StepResult("", 1.0 if is_correct(answer, self._gold) else 0.0, True, {"answer": answer})
+
+
+# =============================================================================== a search tool
+
+
+def search_corpus(seed: int, size: int) -> dict[str, str]:
+    """The generated corpus of the search environment: ``size`` documents ``kNNN=VV`` (a 3-digit
+    key, a 2-digit value), the key being the document id; the same for the same ``(seed, size)``."""
+    import random
+
+    if not 1 <= size <= 900:
+        raise ValueError("corpus_size must be in 1..900 (the keys k100..k999)")
+    rng = random.Random(f"search-corpus-{seed}")
+    keys = rng.sample(range(100, 1000), size)
+    return {f"k{k}": str(rng.randint(10, 99)) for k in keys}
+
+
+@register("search")
+class SearchEnv(BaseEnvironment):
+    """Lookups in a small generated corpus (:func:`search_corpus` of ``corpus_seed`` and
+    ``corpus_size``) through a search tool.
+
+    Task: ``{"prompt": "k417?", "answer": "83", "gold_docs": ["k417"]}``. Each model turn is either
+
+    - a search ``look kNNN``: the feedback is the ``top_k`` documents nearest the query (the most
+      digits in place first, then by key) as ``kNNN=VV`` separated by spaces, ``info["retrieved"]``
+      their ids in rank order (what NDCG scores against ``gold_docs``), ``info["tool_call"]`` true;
+    - an answer ``\\boxed{VV}``: graded by exact match, the episode ends.
+
+    Anything else, or more than ``max_calls`` searches, ends the episode with reward 0. The corpus
+    is built once per instance, so the environment cache builds it once per ``(env, config)``.
+    """
+
+    def __init__(self, config: Mapping[str, Any] | None = None) -> None:
+        super().__init__(config)
+        self.corpus = search_corpus(int(self.config.get("corpus_seed", 0)), int(self.config.get("corpus_size", 400)))
+
+    def reset(self, task: Mapping[str, Any]) -> str:
+        self._gold = str(task["answer"])
+        self._calls = 0
+        return str(task["prompt"]) + str(self.config.get("suffix", ""))
+
+    def search(self, query: str) -> list[str]:
+        """Document ids nearest ``query`` (a key ``kNNN``), best first."""
+        def score(key: str) -> tuple[int, str]:
+            return (-sum(a == b for a, b in zip(key, query, strict=False)), key)
+
+        return sorted(self.corpus, key=score)[: int(self.config.get("top_k", 2))]
+
+    def step(self, action_text: str) -> StepResult:
+        import re
+
+        from rlexp.core.answers import extract_answer, is_correct
+
+        text = action_text.strip()
+        call = re.fullmatch(r"look\s*(k\d{3})", text)
+        if call:
+            self._calls += 1
+            if self._calls > int(self.config.get("max_calls", 2)):
+                return StepResult("", 0.0, True, {"tool_call": True, "invalid": "too many calls"})
+            found = self.search(call.group(1))
+            feedback = " ".join(f"{key}={self.corpus[key]}" for key in found)
+            return StepResult(feedback, 0.0, False, {"tool_call": True, "retrieved": found})
+        answer, _ = extract_answer(text)
+        if answer is None:
+            return StepResult("", 0.0, True, {"invalid": "neither a search nor an answer"})
         return StepResult("", 1.0 if is_correct(answer, self._gold) else 0.0, True, {"answer": answer})

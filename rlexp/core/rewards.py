@@ -113,3 +113,19 @@ def judge_cache_key(model: str, prompt: str, answer: str) -> str:
     """The cache key of one judge call: a hash of ``(judge model, prompt, answer)``."""
     text = json.dumps([model, prompt, answer], ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+# =============================================================================== accounting
+
+
+def reward_error_counts(records: Iterable[Mapping[str, object]]) -> dict[str, int]:
+    """Eval records whose composite reward failed, by kind (``{"episodes": n, "judge_error": k}``):
+    what the report shows and ``rlexp decide`` refuses to score, as G2 counts parse failures."""
+    out = {"episodes": 0, JUDGE_ERROR: 0}
+    for record in records:
+        out["episodes"] += 1
+        error = record.get("reward_error")
+        if isinstance(error, Mapping):
+            kind = str(error.get("kind") or JUDGE_ERROR)
+            out[kind] = out.get(kind, 0) + 1
+    return out

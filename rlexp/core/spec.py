@@ -22,7 +22,7 @@ import math
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +116,10 @@ class EvalSettings:
 ENV_LOSSES = ("grpo", "gspo")  # rlexp.backends.env_trainer.LOSS_TYPES
 ENV_ADVANTAGE_MODES = ("return", "token_rewards")  # rlexp.backends.env_trainer.ADVANTAGE_MODES
 ENV_PRIMARY_METRICS = ("success", "mean_reward")
+ENV_REWARD_PARTS = ("env", "judge", "ndcg")  # the weighted parts of environment.reward (rlexp.core.rewards.combine)
+ENV_JUDGE_DEFAULTS = {"max_tokens": 8, "timeout_s": 60.0, "retries": 2}
+# environment fields that decide what is evaluated, not what is trained (the rest shape the training)
+ENV_EVAL_FIELDS = ("primary_metric", "success_threshold", "reward", "judge")
 
 
 @dataclass(frozen=True)
@@ -136,6 +140,11 @@ class EnvironmentSettings:
     advantage_mode: str = "return"  # return | token_rewards
     primary_metric: str = "success"  # success | mean_reward
     success_threshold: float = 1.0
+    # the eval reward as a weighted sum of parts (env: the episode's return, judge: the LLM judge's
+    # score of the final answer, ndcg: the retrieval score of the documents the episode fetched);
+    # empty: the return alone. A failed judge call makes the reward an explicit judge_error.
+    reward: dict[str, float] = field(default_factory=dict)
+    judge: dict[str, Any] = field(default_factory=dict)  # base_url, model, api_key_env, max_tokens, timeout_s, retries
 
 
 @dataclass(frozen=True)
@@ -391,6 +400,9 @@ _SCHEMA: dict[str, Any] = {
         "advantage_mode": _one_of(*ENV_ADVANTAGE_MODES),
         "primary_metric": _one_of(*ENV_PRIMARY_METRICS),
         "success_threshold": _number(),
+        "reward": {part: _number(0) for part in ENV_REWARD_PARTS},
+        "judge": {"base_url": _STR, "model": _STR, "api_key_env": _STR, "max_tokens": _POS_INT,
+                  "timeout_s": _number(0, low_open=True), "retries": _int(0, 10)},
     },
 }
 
@@ -776,6 +788,15 @@ def _environment(merged: dict[str, Any], display: str) -> EnvironmentSettings | 
                          f"{settings.max_tokens_per_turn} exceeds max_total_tokens {settings.max_total_tokens}")
     if not settings.name.strip():
         raise InputError(display, "environment.name", "empty: a registered name or an import path")
+    if settings.reward and not any(settings.reward.values()):
+        raise InputError(display, "environment.reward", "every weight is 0: state at least one positive weight")
+    if settings.reward.get("judge"):
+        for key in ("base_url", "model"):
+            if not settings.judge.get(key):
+                raise InputError(display, f"environment.judge.{key}",
+                                 "required when environment.reward.judge is weighted (an OpenAI-compatible server)")
+    if settings.judge:
+        settings = replace(settings, judge={**ENV_JUDGE_DEFAULTS, **settings.judge})
     return settings
 
 
@@ -851,10 +872,40 @@ def change_keys() -> list[str]:
           if not (fname == "answer_mode" and role in TRAINER_GRADED_ROLES)),  # always exact there
         *(f"trainer.{fname}" for fname in TrainerSettings.__dataclass_fields__),
         *(f"eval.{fname}" for fname in EvalSettings.__dataclass_fields__),
+        *(f"environment.{fname}" for fname in EnvironmentSettings.__dataclass_fields__),
     ]
 
 
+# environment fields holding a mapping: change and the diff name their keys (environment.config.max_calls)
+_ENV_MAPPINGS = ("config", "reward", "judge")
+
+
+def _environment_values(att: Attempt) -> dict[str, Any]:
+    """The attempt's environment settings as dotted keys (``environment.max_turns``,
+    ``environment.config.max_calls``); empty without an environment task."""
+    if att.environment is None:
+        return {}
+    out: dict[str, Any] = {}
+    for fname in EnvironmentSettings.__dataclass_fields__:
+        value = getattr(att.environment, fname)
+        if fname in _ENV_MAPPINGS:
+            out.update({f"environment.{fname}.{k}": v for k, v in value.items()})
+        else:
+            out[f"environment.{fname}"] = value
+    return out
+
+
+def _environment_kind(key: str) -> str:
+    return INSTRUMENTATION if key.split(".")[1] in ENV_EVAL_FIELDS else TRAINING
+
+
 def _check_change_key(ckey: str, display: str, trainer: str = "openrlhf") -> None:
+    parts = ckey.split(".")
+    if len(parts) == 3 and parts[0] == "environment" and parts[1] in _ENV_MAPPINGS and parts[2]:
+        return  # a key of the environment's config, reward weights or judge
+    if parts[0] == "environment" and ckey not in change_keys():  # never a trainer flag
+        raise InputError(display, f"change.{ckey}", "not an environment field" + _suggest(
+            ckey, [k for k in change_keys() if k.startswith("environment.")]))
     if recipe_key_for(trainer, ckey) is None and ckey not in change_keys():
         candidates = [
             *key_table(trainer).keys,
@@ -865,7 +916,7 @@ def _check_change_key(ckey: str, display: str, trainer: str = "openrlhf") -> Non
         raise InputError(
             display,
             f"change.{ckey}",
-            "not a recipe key or datasets/trainer/eval field" + _suggest(ckey, candidates),
+            "not a recipe key or datasets/trainer/eval/environment field" + _suggest(ckey, candidates),
         )
 
 
@@ -886,7 +937,9 @@ def attempt_recipe_sha256(att: Attempt) -> str:
     training_keys = [k for k, meta in table.keys.items() if meta.kind == TRAINING]
     # newer releases' flags stated under their own names (a recipe without them keeps its digest)
     training_keys += sorted(k for k in att.recipe if k not in table.keys and table.lookup(k).kind == TRAINING)
-    return recipe_sha256(att.recipe, training_keys, (att.trainer.name, att.trainer.version))
+    # an environment task's training settings are part of the recipe (a single-turn recipe keeps its digest)
+    env = {k: v for k, v in _environment_values(att).items() if _environment_kind(k) == TRAINING}
+    return recipe_sha256({**att.recipe, **env}, [*training_keys, *sorted(env)], (att.trainer.name, att.trainer.version))
 
 
 def diff_against_parent(att: Attempt) -> list[Difference]:
@@ -920,6 +973,10 @@ def diff_against_parent(att: Attempt) -> list[Difference]:
         a, b = getattr(par.eval, fname), getattr(att.eval, fname)
         if a != b:
             out.append(Difference(f"eval.{fname}", a, b, INSTRUMENTATION))
+    env_a, env_b = _environment_values(par), _environment_values(att)
+    for key in sorted({*env_a, *env_b}):
+        if not values_equal(env_a.get(key), env_b.get(key)):
+            out.append(Difference(key, env_a.get(key), env_b.get(key), _environment_kind(key)))
     return out
 
 
@@ -936,7 +993,9 @@ def values_equal(a: Any, b: Any) -> bool:
 
 
 def change_value(att: Attempt, key: str) -> Any:
-    """The resolved value of a ``change`` key (recipe key or dotted datasets/trainer/eval field)."""
+    """The resolved value of a ``change`` key (recipe key or dotted datasets/trainer/eval/environment field)."""
+    if key.startswith("environment."):  # before the recipe: a dotted name would read as a trainer flag
+        return _environment_values(att).get(key)
     if recipe_key_for(att.trainer.name, key) is not None:
         return att.recipe.get(key)
     parts = key.split(".")

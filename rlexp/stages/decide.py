@@ -188,6 +188,8 @@ def gather(attempt: str | Path, sop: Any) -> tuple[DecideInputs, dict[str, Any]]
         vs_parent = {}
         skipped.append(f"no comparison with the parent for the regression flags: {exc}")
     primary_metric = att.environment.primary_metric if getattr(att, "environment", None) is not None else "success"
+    if getattr(att, "environment", None) is not None:
+        _refuse_reward_errors(ad)
     rewards = _episode_rewards(ad, paired) if primary_metric == "mean_reward" else {}
     inputs = DecideInputs(
         primary_metric=primary_metric, rewards=rewards,
@@ -196,6 +198,22 @@ def gather(attempt: str | Path, sop: Any) -> tuple[DecideInputs, dict[str, Any]]
         parser_audit=_parser_audit(ad), diagnostics=diagnostics_from(rows, _g4_numbers(ad), sop),
         selection_note=selection_note, skipped=tuple(skipped), vs_parent=vs_parent)
     return inputs, {"attempt_dir": ad, "experiment_dir": exp_dir}
+
+
+def _refuse_reward_errors(ad: AttemptDir) -> None:
+    """Episode records whose composed reward failed (a judge_error) are counted and refused, never
+    scored: one InputError naming the first such file and the count."""
+    from rlexp.core.rewards import reward_error_counts
+    from rlexp.storage.records import read_records
+
+    for _checkpoint, _role, path in ad.record_files():
+        counts = reward_error_counts(read_records(path, allow_empty=True))
+        failed = {k: v for k, v in counts.items() if k != "episodes" and v}
+        if failed:
+            listed = ", ".join(f"{v} {k}" for k, v in sorted(failed.items()))
+            raise InputError(path, "reward_error", f"{listed} of {counts['episodes']} episodes: their reward is "
+                                                   "unknown, not 0; rerun `rlexp eval` (failed judge calls are "
+                                                   "asked again, judged answers come from the cache)")
 
 
 def _episode_rewards(ad: AttemptDir, paired: dict[tuple[str, str, str], Any]) -> dict[tuple[str, str, str], Any]:

@@ -1,11 +1,16 @@
-"""`rlexp demo --task tools`: the protocol on an environment task — products the tiny model cannot
-compute but can delegate to the calculator tool (``calc A*B``, then ``\\boxed{N}``).
+"""`rlexp demo --task tools`: the protocol on an environment task with two environment classes in
+one dataset — products the tiny model cannot compute but can delegate to the calculator tool
+(``calc A*B``, then ``\\boxed{N}``), and lookups in a generated corpus it cannot know but can search
+(``look kNNN``, then ``\\boxed{VV}``; answer graded by exact match, retrieval by NDCG).
 
-1. datasets: products of a 3-digit and a 2-digit number, five roles disjoint by hash, ordinary
-   dataset files (the spec's ``environment.name: calculator`` plays every row);
+1. datasets: five roles disjoint by hash, ordinary dataset files; a row is a product of a 3-digit
+   and a 2-digit number (played by the spec's ``environment.name: calculator``) or, for
+   ``search_share`` of them, a lookup row naming ``env: search`` and its corpus ``config`` with
+   its ``gold_docs``: the rows group by (environment, config), each group's environment (the
+   corpus) built once;
 2. a supervised base (Baseline-S0): the untrained tiny model supervised on agent tokens only, on
    episodes that call the tool (``tool_share`` of them) or answer at once (a guess: the model
-   cannot multiply), so it uses the tool sometimes and RL has headroom;
+   cannot multiply nor know the corpus), so it uses the tools sometimes and RL has headroom;
 3. one attempt ``t1`` with an ``environment:`` section: plan → launch (the local trainer on
    episodes, the agent mask) → eval (K=3 + S0, greedy episodes) → decide → report.
 """
@@ -26,9 +31,12 @@ ROLES = ("pool", "ood_monitor", "ood_primary", "id", "sanity")
 class ToolsDemoConfig:
     seed: int = 0
     sizes: tuple[int, int, int, int, int] = (256, 32, 96, 32, 16)  # in ROLES order
-    sft_steps: int = 150
+    sft_steps: int = 300
     sft_batch: int = 32
+    sft_lr: float = 3e-3
     tool_share: float = 0.5  # share of supervised episodes that call the tool
+    search_share: float = 0.5  # share of rows that are corpus lookups (the search environment)
+    corpus_size: int = 400  # documents of the generated corpus (keys k100..k999)
     global_steps: int = 8
     mid_step: int = 4
 
@@ -38,17 +46,33 @@ class ToolsDemoConfig:
         return cls(sizes=(16, 4, 8, 4, 4), sft_steps=8, sft_batch=16, global_steps=2, mid_step=1)
 
 
+def search_config(config: ToolsDemoConfig) -> dict[str, Any]:
+    """The search environment's config on the demo's lookup rows (its corpus)."""
+    return {"corpus_seed": config.seed, "corpus_size": config.corpus_size, "max_calls": 2}
+
+
 def build_datasets(data_dir: Path, config: ToolsDemoConfig) -> dict[str, Path]:
-    """Five disjoint sets of products ``A*B=`` (A 3 digits, B 2 digits)."""
+    """Five disjoint sets of products ``A*B=`` (A 3 digits, B 2 digits) and corpus lookups ``kNNN?``."""
+    from rlexp.core.environments import search_corpus
     from rlexp.core.task import problem_hash
 
     rng = random.Random(config.seed)
+    corpus = search_corpus(config.seed, config.corpus_size)
+    keys = sorted(corpus)
+    rng.shuffle(keys)
     seen: set[str] = set()
     data_dir.mkdir(parents=True, exist_ok=True)
     out = {}
     for role, size in zip(ROLES, config.sizes, strict=True):
         lines = []
         while len(lines) < size:
+            if keys and rng.random() < config.search_share:
+                key = keys.pop()
+                prompt = f"{key}?"
+                seen.add(prompt)
+                lines.append(json.dumps({"prompt": prompt, "answer": corpus[key], "problem_hash": problem_hash(prompt),
+                                         "env": "search", "config": search_config(config), "gold_docs": [key]}))
+                continue
             a, b = rng.randint(100, 999), rng.randint(10, 99)
             prompt = f"{a}*{b}="
             if prompt in seen:
@@ -71,7 +95,7 @@ def build_base(models_dir: Path, pool: Path, config: ToolsDemoConfig) -> Path:
     from rlexp.adapters.tinymodel import build_tiny_model
     from rlexp.backends.env_trainer import pack_trajectories
     from rlexp.backends.local_trainer import masked_mean, token_logprobs
-    from rlexp.core.environments import TrajectoryBuilder
+    from rlexp.core.environments import SearchEnv, TrajectoryBuilder
     from rlexp.storage.datasets import read_dataset
 
     out = models_dir / "tools-base"
@@ -83,16 +107,24 @@ def build_base(models_dir: Path, pool: Path, config: ToolsDemoConfig) -> Path:
     model = AutoModelForCausalLM.from_pretrained(untrained, dtype=torch.float32)
     problems = read_dataset(pool)
     rng = random.Random(config.seed)
+    search = SearchEnv(search_config(config))
 
     def episode(p: dict[str, Any]):
         b = TrajectoryBuilder(encode_prompt(tok, render_prompt(tok, p["prompt"], "")))
         if rng.random() < config.tool_share:
-            b.add_agent(encode_prompt(tok, "calc " + p["prompt"].rstrip("=")) + [tok.eos_token_id])
-            b.add_env(encode_prompt(tok, render_user_turn(tok, p["answer"])))
+            if p.get("env") == "search":  # the search tool's own answer to the right query
+                key = p["prompt"].rstrip("?")
+                call, feedback = f"look {key}", " ".join(f"{k}={search.corpus[k]}" for k in search.search(key))
+            else:
+                call, feedback = "calc " + p["prompt"].rstrip("="), p["answer"]
+            b.add_agent(encode_prompt(tok, call) + [tok.eos_token_id])
+            b.add_env(encode_prompt(tok, render_user_turn(tok, feedback)))
         b.add_agent(encode_prompt(tok, f"\\boxed{{{p['answer']}}}") + [tok.eos_token_id])
         return b.finish("stop")
 
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.sft_lr)
+    # linear decay to a tenth: two tasks share the tiny model, and a constant rate keeps it noisy
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: 1.0 - 0.9 * i / max(1, config.sft_steps))
     model.train()
     for _ in range(config.sft_steps):
         batch = [episode(p) for p in rng.sample(problems, min(config.sft_batch, len(problems)))]
@@ -102,6 +134,7 @@ def build_base(models_dir: Path, pool: Path, config: ToolsDemoConfig) -> Path:
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
+        schedule.step()
     model.eval()
     model.save_pretrained(out)
     tok.save_pretrained(out)
@@ -113,7 +146,7 @@ def attempt_spec(config: ToolsDemoConfig, datasets: dict[str, Path]) -> str:
 
     spec = {
         "id": "t1",
-        "description": "Demo environment task: GRPO with the agent mask on calculator episodes.",
+        "description": "Demo environment task: GRPO with the agent mask on calculator and search episodes.",
         "intent": {"global_steps": config.global_steps},
         "trainer": {"name": "local", "version": "0.11.0", "gpus": 0},
         "recipe": {"pretrain": "models/tools-base", "advantage_estimator": "group_norm", "n_samples_per_prompt": 8,

@@ -31,7 +31,12 @@ def environment_meta(settings: Any) -> dict[str, Any]:
     """What of the environment settings decides an episode's outcome (the record metadata's
     ``environment``): the environment, its config, the budgets, the success threshold."""
     keep = ("name", "config", "max_turns", "max_tokens_per_turn", "max_total_tokens", "success_threshold")
-    return {k: v for k, v in asdict(settings).items() if k in keep}
+    out = {k: v for k, v in asdict(settings).items() if k in keep}
+    if getattr(settings, "reward", None):  # a composed reward: its weights and the judge model grade the records
+        out["reward"] = dict(settings.reward)
+        if settings.reward.get("judge"):
+            out["judge_model"] = settings.judge.get("model")
+    return out
 
 
 def episode_settings(att: Any) -> tuple[Any, Any, str, dict[str, Any]]:
@@ -50,9 +55,11 @@ def episode_settings(att: Any) -> tuple[Any, Any, str, dict[str, Any]]:
 
 
 def play_into(writer: Any, engine: Any, tokenizer: Any, target: Any, problems: list[dict[str, Any]],
-              rows: list[Any], *, budgets: Any, decoding: Any, cache: Any, success_threshold: float) -> int:
+              rows: list[Any], *, budgets: Any, decoding: Any, cache: Any, success_threshold: float,
+              rewarder: Any = None) -> int:
     """Play the episodes ``writer`` does not hold yet with ``target`` on ``engine``, append their
-    records; the number appended."""
+    records (graded by ``rewarder``, the attempt's ``environment.reward``, when given); the number
+    appended."""
     from rlexp.adapters.episodes import engine_turns, play_episodes
     from rlexp.core.environments import episode_record
 
@@ -63,19 +70,21 @@ def play_into(writer: Any, engine: Any, tokenizer: Any, target: Any, problems: l
     played = play_episodes(turns, tokenizer, [rows[i] for i in todo], budgets=budgets, cache=cache,
                            seed=decoding.seed)
     for i, (trajectory,) in zip(todo, played, strict=True):
-        writer.append(episode_record(problems[i], trajectory, problem_hash=problems[i]["problem_hash"],
-                                     success_threshold=success_threshold))
+        record = episode_record(problems[i], trajectory, problem_hash=problems[i]["problem_hash"],
+                                success_threshold=success_threshold)
+        writer.append(rewarder.apply(record, problems[i]) if rewarder is not None else record)
     return len(todo)
 
 
 def evaluate_episodes(att: Any, attempt_dir: Path, roles, selection, targets, base, limit, show_progress):
     """Evaluate every target on every set's episodes; an :class:`~rlexp.stages.evaluate.EvalOutcome`."""
+    from rlexp.adapters.episode_rewards import EpisodeRewarder
     from rlexp.adapters.episodes import SlotCache
     from rlexp.core.environments import rows_for_task
     from rlexp.engines.base import close_engine
     from rlexp.storage.files import atomic_write_json
     from rlexp.storage.layout import AttemptDir
-    from rlexp.storage.records import RecordWriter, read_records, summarize
+    from rlexp.storage.records import RecordWriter, drop_records, read_records, summarize
 
     from .evaluate import (
         EvalOutcome,
@@ -104,19 +113,25 @@ def evaluate_episodes(att: Any, attempt_dir: Path, roles, selection, targets, ba
                                suffix=att.datasets[role].prompt_suffix or "", **where)
         atomic_write_json(AttemptDir(attempt_dir).selection, selection)
         cache = SlotCache()
+        rewarder = EpisodeRewarder(settings, attempt_dir)  # environment.reward: the judge, NDCG (or nothing)
         files = []
         for role, (problems, rows, digest) in datasets.items():
             metas = record_metas(engine, tokenizer, set_role=role, dataset_sha256=digest,
                                  suffix=att.datasets[role].prompt_suffix or "", **where)
             for target, path, meta in metas:
+                # episodes whose reward failed (a judge_error) are played and judged again
+                drop_records(path, lambda r: bool(r.get("reward_error")))
                 writer = RecordWriter.open(path, meta)
                 new = play_into(writer, engine, tokenizer, target, problems, rows, budgets=budgets,
-                                decoding=decoding, cache=cache, success_threshold=settings.success_threshold)
+                                decoding=decoding, cache=cache, success_threshold=settings.success_threshold,
+                                rewarder=rewarder)
                 if new and show_progress:
                     print(f"eval {role} {target.name}: {new} episodes", flush=True)
                 files.append(FileOutcome(target.name, role, writer.path, new, summarize(read_records(writer.path))))
     finally:
         close_engine(engine)
+    if rewarder.judge is not None and show_progress:
+        print("judge: " + ", ".join(f"{k} {v}" for k, v in rewarder.summary().items()), flush=True)
     paired = write_paired(attempt_dir, [t.name for t in targets], list(datasets))
     return EvalOutcome(selection, tuple(files), tuple(paired))
 
@@ -125,9 +140,10 @@ def baseline_episode_records(att: Any, limit: int | None) -> list[dict[str, Any]
     """Baseline-S0's greedy episodes on the primary set through the eval pipeline (written to
     ``eval/baseline_s0/ood_primary.jsonl``, so a later ``rlexp eval`` resumes from them): what G2
     grades on an environment task (the final answer of each episode)."""
+    from rlexp.adapters.episode_rewards import EpisodeRewarder
     from rlexp.adapters.episodes import SlotCache
     from rlexp.core.environments import rows_for_task
-    from rlexp.storage.records import BASELINE_S0, RecordWriter, read_records
+    from rlexp.storage.records import BASELINE_S0, RecordWriter, drop_records, read_records
 
     from .evaluate import Target, build_engine, check_record_files, eval_lock, load_problems, record_metas
 
@@ -149,8 +165,11 @@ def baseline_episode_records(att: Any, limit: int | None) -> list[dict[str, Any]
         check_record_files(engine, tokenizer, **where)
         with eval_lock(attempt_dir):
             ((_, out, meta),) = record_metas(engine, tokenizer, **where)
+            # graded as `rlexp eval` grades them (environment.reward), since eval resumes from these records
+            drop_records(out, lambda r: bool(r.get("reward_error")))
             writer = RecordWriter.open(out, meta)
             play_into(writer, engine, tokenizer, target, problems, rows, budgets=budgets, decoding=decoding,
-                      cache=SlotCache(), success_threshold=att.environment.success_threshold)
+                      cache=SlotCache(), success_threshold=att.environment.success_threshold,
+                      rewarder=EpisodeRewarder(att.environment, attempt_dir))
     wanted = {p["problem_hash"] for p in problems}
     return [r for r in read_records(out) if r["problem_hash"] in wanted]

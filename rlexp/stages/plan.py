@@ -113,7 +113,7 @@ def build_plan(att: Attempt) -> dict[str, Any]:
     from rlexp.core.sop import load_sop
 
     add_best_of_k(power_json, load_sop())
-    return {
+    plan = {
         "format": PLAN_FORMAT,
         "attempt": att.id,
         "parent": att.parent_id,
@@ -185,6 +185,36 @@ def build_plan(att: Attempt) -> dict[str, Any]:
         "checks": [c.to_dict() for c in checks],
         "power": power_json,
     }
+    if att.environment is not None:  # single-turn plans stay as they were
+        plan["environment"] = environment_plan(att)
+    return plan
+
+
+def environment_plan(att: Attempt) -> dict[str, Any]:
+    """An environment task's settings as the plan shows them: the environment, budgets, loss and
+    advantages, the primary metric and the eval reward; with GSPO, its clip range and the settings
+    that select it on each trainer (the attempt's own where it is not the local trainer)."""
+    from dataclasses import asdict
+
+    from rlexp.backends.env_trainer import gspo_trainer_settings
+
+    env = att.environment
+    out = {k: jsonable(v) for k, v in asdict(env).items() if k != "judge"}
+    out["judge_model"] = env.judge.get("model") if env.reward.get("judge") else None
+    if env.loss == "gspo":
+        mapped: dict[str, Any] = {}
+        trainers = [("openrlhf", att.trainer.version), ("verl", None), ("trl", None)]
+        if att.trainer.name != "local":
+            trainers = [(att.trainer.name, att.trainer.version)]
+        for name, version in trainers:
+            try:
+                mapped[name] = gspo_trainer_settings(name, version, eps_low=env.gspo_eps_low,
+                                                     eps_high=env.gspo_eps_high)  # fmt: skip
+            except ValueError as exc:
+                mapped[name] = {"unavailable": str(exc)}
+        out["gspo"] = {"ratio": "sequence-level: exp(mean over agent tokens of the token log-ratios)",
+                       "clip": [env.gspo_eps_low, env.gspo_eps_high], "trainer_settings": mapped}
+    return out
 
 
 def trainer_details(att: Attempt, steps: Any) -> dict[str, Any]:

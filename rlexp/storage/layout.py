@@ -480,6 +480,16 @@ class AttemptDir:
         return self.eval_dir / "selection.json"
 
     @property
+    def judge_cache(self) -> Path:
+        """``eval/judge_cache.jsonl``: the LLM judge's scores by (judge model, prompt, answer)."""
+        return self.eval_dir / "judge_cache.jsonl"
+
+    @property
+    def judge_log(self) -> Path:
+        """``eval/judge_calls.jsonl``: one line per call that reached the judge (latency, ok or error)."""
+        return self.eval_dir / "judge_calls.jsonl"
+
+    @property
     def hash_cache(self) -> Path:
         return self.eval_dir / ".hash_cache.json"
 

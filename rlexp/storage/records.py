@@ -14,6 +14,7 @@ Each record is appended as one complete line (``rlexp.storage.files.append_jsonl
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -160,6 +161,21 @@ class RecordWriter:
             raise ValueError(f"problem {h[:12]} already has a record in {self.path}")
         append_jsonl(self.path, record)
         self.done[h] = record
+
+
+def drop_records(path: str | Path, drop) -> int:
+    """Rewrite a record file without the records for which ``drop(record)`` is true (atomically;
+    the metadata untouched), so a resumed eval produces them again; the number dropped."""
+    from rlexp.storage.files import atomic_write_text
+
+    path = Path(path)
+    if not path.exists():
+        return 0
+    records = read_records(path, allow_empty=True)
+    keep = [r for r in records if not drop(r)]
+    if len(keep) < len(records):
+        atomic_write_text(path, "".join(json.dumps(r, allow_nan=False, ensure_ascii=False) + "\n" for r in keep))
+    return len(records) - len(keep)
 
 
 def _short(value: Any) -> str:

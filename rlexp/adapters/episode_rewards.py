@@ -1,0 +1,83 @@
+"""The eval reward of an episode as the spec composes it (``environment.reward``): a weighted sum
+of the episode's return (``env``), the LLM judge's score of its final answer (``judge``) and the
+NDCG of the documents it retrieved against the task's ``gold_docs`` (``ndcg``).
+
+The judge goes through :class:`rlexp.adapters.judge.Judge` with the attempt's cache
+(``eval/judge_cache.jsonl``: a rerun makes no call for an answer already judged) and its call log
+(``eval/judge_calls.jsonl``). A judge call that fails leaves the record's ``reward`` null and names
+the failure in ``reward_error`` (``{"kind": "judge_error", "reason": ...}``): counted, never a
+silent 0. ``rlexp decide`` refuses such records and a resumed ``rlexp eval`` plays those episodes
+again (failures are not cached, so the judge is asked again).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from rlexp.core.rewards import RewardError, combine, ndcg
+
+
+def retrieved_documents(record: Mapping[str, Any]) -> list[str]:
+    """The document ids an episode retrieved, in order (every turn's ``retrieved``)."""
+    return [str(d) for turn in record["trajectory"]["turns"] for d in turn.get("retrieved") or ()]
+
+
+class EpisodeRewarder:
+    """Composes the eval reward of episode records for one attempt (``settings``: its
+    EnvironmentSettings); ``active`` is False when the spec states no ``reward`` weights (the
+    record's reward stays the episode's return)."""
+
+    def __init__(self, settings: Any, attempt_dir: str | Path) -> None:
+        from rlexp.storage.layout import AttemptDir
+
+        self.settings = settings
+        self.weights = {k: float(v) for k, v in (settings.reward or {}).items() if float(v) > 0}
+        self.judge = None
+        if "judge" in self.weights:
+            from rlexp.adapters.judge import Judge
+
+            j = settings.judge
+            ad = AttemptDir(attempt_dir)
+            self.judge = Judge(j["base_url"], j["model"], cache_path=ad.judge_cache, log_path=ad.judge_log,
+                               retries=int(j["retries"]), timeout_s=float(j["timeout_s"]),
+                               max_tokens=int(j["max_tokens"]), api_key_env=j.get("api_key_env"))  # fmt: skip
+
+    @property
+    def active(self) -> bool:
+        return bool(self.weights)
+
+    def apply(self, record: dict[str, Any], task: Mapping[str, Any]) -> dict[str, Any]:
+        """``record`` with ``reward`` the composite, ``correct`` = reward >= the success threshold,
+        ``reward_parts`` each part's value (or its error), and ``reward_error`` when a part failed."""
+        if not self.active:
+            return record
+        parts: dict[str, float | RewardError] = {}
+        if "env" in self.weights:
+            parts["env"] = float(record["trajectory"]["return"])
+        if "ndcg" in self.weights:
+            parts["ndcg"] = ndcg(retrieved_documents(record), [str(d) for d in task.get("gold_docs") or ()])
+        if "judge" in self.weights:
+            gold = task.get("answer")
+            parts["judge"] = self.judge.score(str(task.get("prompt", "")), str(record["output"]),  # type: ignore[union-attr]
+                                              reference=None if gold is None else str(gold))
+        combined = combine(parts, self.weights)
+        out = dict(record)
+        out["reward_parts"] = {k: ({"error": v.kind, "reason": v.reason} if isinstance(v, RewardError) else v)
+                               for k, v in parts.items()}  # fmt: skip
+        if combined.error is not None:
+            out["reward"] = None
+            out["correct"] = 0  # the records format needs 0/1; decide refuses records with a reward_error
+            out["reward_error"] = {"kind": combined.error.kind, "reason": combined.error.reason}
+        else:
+            out["reward"] = combined.value
+            out["correct"] = int(combined.value >= self.settings.success_threshold)
+        return out
+
+    def summary(self) -> dict[str, int]:
+        """Judge calls made, cache hits and failed calls of this eval."""
+        if self.judge is None:
+            return {}
+        return {"judge_calls": len(self.judge.calls), "judge_cache_hits": self.judge.cache_hits,
+                "judge_errors": self.judge.errors}
