@@ -187,7 +187,8 @@ def demo(tmp_path_factory):
     from rlexp.storage.datasets import read_dataset
 
     root = tmp_path_factory.mktemp("tools")
-    config = dataclasses.replace(ToolsDemoConfig.fast(), sft_steps=40, sft_batch=16, sizes=(64, 4, N_EPISODES, 4, 4))
+    config = dataclasses.replace(ToolsDemoConfig.fast(), sft_steps=100, sft_batch=16, sizes=(64, 4, N_EPISODES, 4, 4),
+                                 search_share=0.0)  # the calculator task alone: its episodes are the ones compared
     datasets = build_datasets(root / "data", config)
     base = build_base(root / "models", datasets["pool"], config)
     return {"model": AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32),
