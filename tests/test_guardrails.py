@@ -211,6 +211,36 @@ def test_g2_on_real_baseline_records(eval_experiment):
     assert main(["guard", "g2", str(att), "--problems", "10"]) == (0 if verdict.passed else 1)
 
 
+def test_g2_records_at_eval_seed_7_are_resumed_by_eval(eval_experiment):
+    """G2 writes Baseline-S0's records for ``rlexp eval`` to resume from; with ``eval.seed: 7`` both must
+    record the same decoding (G2 once left the seed out, and eval refused its records)."""
+    from rlexp.stages.evaluate import evaluate
+    from rlexp.stages.guard import run_g2
+    from rlexp.storage.records import read_meta
+
+    att = eval_experiment(extra_eval=", seed: 7")
+    run_g2(att, problems=4)
+    path = record_path(att, "baseline_s0", "ood_primary")
+    g2_lines = path.read_bytes().splitlines(keepends=True)
+    assert len(g2_lines) == 4 and read_meta(path)["decoding"]["seed"] == 7
+    out = evaluate(att, sets=["ood_primary"], show_progress=False)
+    baseline = next(f for f in out.files if f.checkpoint == "baseline_s0")
+    assert baseline.new_records == 12 - 4  # the four G2 wrote are reused, not redone
+    assert path.read_bytes().splitlines(keepends=True)[:4] == g2_lines
+
+
+def test_changed_decoding_is_refused_naming_the_setting(eval_experiment):
+    from rlexp.stages.evaluate import evaluate
+    from rlexp.stages.guard import run_g2
+
+    att = eval_experiment()
+    run_g2(att, problems=2)
+    spec = att / "attempt.yaml"
+    spec.write_text(spec.read_text().replace("engine: local,", "engine: local, seed: 7,"))
+    with pytest.raises(InputError, match=r"decoding\.seed: changed since these records were written \(0 → 7\)"):
+        evaluate(att, sets=["ood_primary"], show_progress=False)
+
+
 # --------------------------------------------------------------------------- G4
 
 

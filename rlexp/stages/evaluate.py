@@ -446,7 +446,7 @@ def load_eval_sets(att, roles, limit) -> dict[str, tuple[Any, Path, str]]:
 
 def _evaluate_with(att, attempt_dir, roles, selection, targets, base, limit, show_progress, engine,
                    tokenizer) -> EvalOutcome:
-    decoding = Decoding.greedy(int(att.eval.max_tokens), seed=int(att.eval.seed))
+    decoding = Decoding.for_eval(att.eval)
     datasets = load_eval_sets(att, roles, limit)
 
     for role, (_problems, _path, digest) in datasets.items():  # every set checked before the first write

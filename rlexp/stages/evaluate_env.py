@@ -53,7 +53,7 @@ def evaluate_episodes(att: Any, attempt_dir: Path, roles, selection, targets, ba
                                                        "the local engine (vllm and openai episodes are not built yet)")
     budgets = budgets_of(settings)
     # the budgets per turn as the decoding every turn uses: greedy, one sample
-    decoding = Decoding.greedy(int(settings.max_tokens_per_turn), seed=int(att.eval.seed))
+    decoding = Decoding.for_eval(att.eval, max_tokens=int(settings.max_tokens_per_turn))
     extra = {"environment": environment_meta(settings)}
     # "grading" is an identity key of a record file: the environment and its budgets are part of it
     grading = "episode:" + sha256_text(json.dumps(extra["environment"], sort_keys=True))[:16]

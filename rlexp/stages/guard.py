@@ -227,7 +227,7 @@ def run_g1(
         problems, _, digest = loaded
         base = att.base_model()
         target = Target(name, saved[step])
-        decoding = Decoding.greedy(int(att.eval.max_tokens))
+        decoding = Decoding.for_eval(att.eval)
         suffix = att.datasets[role].prompt_suffix or ""
         paths = {}
         for label, merge in (("adapter", False), ("merged", True)):
@@ -300,7 +300,7 @@ def _baseline_records(att: Any, limit: int | None, *, show_progress: bool = Fals
     target = Target(BASELINE_S0, None)
     engine, tokenizer = build_engine(att, base, [target])
     where = {"attempt_dir": Path(att.attempt_dir), "set_role": "ood_primary", "dataset_sha256": digest,
-             "targets": [target], "base": base, "decoding": Decoding.greedy(int(att.eval.max_tokens)),
+             "targets": [target], "base": base, "decoding": Decoding.for_eval(att.eval),
              "suffix": att.datasets["ood_primary"].prompt_suffix or "",
              "grading": att.datasets["ood_primary"].answer_mode}  # eval resumes this file
     with engine:
@@ -374,7 +374,7 @@ def run_g4(attempt: str | Path, *, k: int | None = None, limit: int | None = Non
     with engine:
         eval_records(engine, tokenizer, attempt_dir=Path(att.attempt_dir), set_role="ood_primary",
                      problems=problems, dataset_sha256=loaded[2], targets=[target], base=base,
-                     decoding=Decoding.sampling(k, int(att.eval.max_tokens), g4.temperature),
+                     decoding=Decoding.for_eval(att.eval, samples=k, temperature=g4.temperature),
                      suffix=att.datasets["ood_primary"].prompt_suffix or "",
                      grading=att.datasets["ood_primary"].answer_mode, records_path=lambda _t: out)
     wanted = {p["problem_hash"] for p in problems}
