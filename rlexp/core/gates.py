@@ -24,6 +24,7 @@ from rlexp.core.numbers import finite_number
 from rlexp.core.sop import Sop
 from rlexp.core.verdict import Verdict
 from rlexp.errors import InputError
+from rlexp.storage.layout import checkpoint_name
 
 EPS = 1e-9
 
@@ -410,7 +411,7 @@ class Selection:
         return {"final": self.final, "mid": self.mid, "best_by_monitor": self.best_by_monitor}
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.roles, "checkpoints": [f"global_step{s}" for s in self.steps], "notes": list(self.notes)}
+        return {**self.roles, "checkpoints": [checkpoint_name(s) for s in self.steps], "notes": list(self.notes)}
 
 
 def select_k3(monitor_points: Iterable[tuple[int, float]], final_step: int, mid_step: int | None,

@@ -23,14 +23,19 @@ that a rerun of ``rlexp decide`` completes to the new one:
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from rlexp.core.decision import BASELINES, ROLE_ORDER, AttemptFacts, DecideInputs, Decision
 from rlexp.errors import InputError
-from rlexp.storage.layout import MAX_GLOBAL_STEP, AttemptDir, checkpoint_name
+from rlexp.storage.layout import (
+    MAX_GLOBAL_STEP,
+    AttemptDir,
+    canonical_checkpoint_step,
+    checkpoint_name,
+    checkpoint_step,
+)
 
 
 def decide(attempt: str | Path, *, sop_path: str | Path | None = None, now: str | None = None) -> Decision:
@@ -48,9 +53,6 @@ def decide(attempt: str | Path, *, sop_path: str | Path | None = None, now: str 
     decision = decide_pure(inputs, sop, decided_at=now or datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
     record(decision, inputs, context)
     return decision
-
-
-_CHECKPOINT = re.compile(r"global_step(0|[1-9][0-9]{0,6})")
 
 
 def _read_selection(ad: AttemptDir) -> tuple[list[str], dict[str, str], str | None]:
@@ -75,7 +77,7 @@ def _read_selection(ad: AttemptDir) -> tuple[list[str], dict[str, str], str | No
         roles[name] = f"{roles[name]}+{role}" if name in roles else role
     listed = data.get("checkpoints")
     if listed is not None:
-        if not (isinstance(listed, list) and all(isinstance(x, str) and _CHECKPOINT.fullmatch(x) for x in listed)):
+        if not (isinstance(listed, list) and all(canonical_checkpoint_step(x) is not None for x in listed)):
             raise InputError(path, "checkpoints", "must be a list of 'global_step{N}' names")
         if len(set(listed)) != len(listed):
             raise InputError(path, "checkpoints", "a checkpoint is listed twice")
@@ -283,7 +285,8 @@ def record(decision: Decision, inputs: DecideInputs, context: dict[str, Any]) ->
     exp_dir: Path = context["experiment_dir"]
     rec = decision.record
     if decision.new_sota_checkpoint is not None:
-        step = int(decision.new_sota_checkpoint.removeprefix("global_step"))
+        step = checkpoint_step(decision.new_sota_checkpoint)
+        assert step is not None  # decide() pins one of the selected checkpoints
         ck_dir = ad.adapter(step)
         pin = SotaPin(decision.attempt, decision.new_sota_checkpoint,
                       str(ck_dir.relative_to(exp_dir)) if ck_dir.is_relative_to(exp_dir) else str(ck_dir),

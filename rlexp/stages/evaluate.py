@@ -24,7 +24,7 @@ from rlexp.core.numbers import NONFINITE_JSON
 from rlexp.engines.base import Decoding, Engine, Request, close_engine
 from rlexp.errors import InputError
 from rlexp.storage.files import atomic_write_json, iter_jsonl, read_json, sha256_dir, sha256_file, sha256_text
-from rlexp.storage.layout import ADAPTER_PATTERN, AttemptDir, ExperimentDir
+from rlexp.storage.layout import ADAPTER_PATTERN, AttemptDir, ExperimentDir, checkpoint_name, checkpoint_step
 from rlexp.storage.records import (
     BASELINE_S0,
     BASELINE_SOTA,
@@ -142,14 +142,14 @@ def plan_targets(att: Any, selection: dict[str, Any], only: Sequence[str] | None
         if not path.exists():
             raise InputError(ExperimentDir(att.experiment_dir).sota, "path", f"pinned checkpoint {path} does not exist")
         targets.append(Target(BASELINE_SOTA, path))
-    steps = [int(name.removeprefix("global_step")) for name in selection["checkpoints"]]
+    steps = [checkpoint_step(name) for name in selection["checkpoints"]]
     for step in getattr(att, "checkpoints_extra", ()) or ():  # pre-registered extras (sop/README.md#k3-checkpoints)
         if step not in saved:
             raise InputError(att.spec_path, "checkpoints.extra", f"pre-registered step {step} was not saved")
         if step not in steps:
             steps.append(step)
     for step in steps:
-        targets.append(Target(f"global_step{step}", saved[step]))
+        targets.append(Target(checkpoint_name(step), saved[step]))
     if only:
         known = {t.name for t in targets}
         unknown = [n for n in only if n not in known]

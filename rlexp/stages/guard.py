@@ -35,7 +35,7 @@ from rlexp.core.verdict import Verdict
 from rlexp.errors import InputError
 from rlexp.storage import verdicts
 from rlexp.storage.files import atomic_write_text, iter_jsonl
-from rlexp.storage.layout import ADAPTER_PATTERN, AttemptDir, checkpoint_name
+from rlexp.storage.layout import ADAPTER_PATTERN, AttemptDir, checkpoint_name, checkpoint_step
 
 if TYPE_CHECKING:
     from rlexp.core.sop import G2Settings, G4Settings, Sop
@@ -215,9 +215,9 @@ def run_g1(
         saved = AttemptDir(attempt_dir).checkpoints()
         if not saved:
             raise InputError(AttemptDir(attempt_dir).checkpoints_dir, ADAPTER_PATTERN, "no checkpoint to check")
-        name = checkpoint or f"global_step{min(saved)}"
-        step = int(name.removeprefix("global_step")) if name.startswith("global_step") else -1
-        if step not in saved:
+        name = checkpoint or checkpoint_name(min(saved))
+        step = checkpoint_step(name)
+        if step is None or step not in saved:
             raise InputError(AttemptDir(attempt_dir).checkpoints_dir, name, "no such saved checkpoint")
         role = set_role or ("ood_monitor" if att.datasets.get("ood_monitor") is not None
                             and att.datasets["ood_monitor"].path is not None else "ood_primary")
