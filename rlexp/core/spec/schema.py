@@ -1,0 +1,467 @@
+"""The attempt spec's schema: one declaration per field gives the loader's check, its error line and
+the JSON Schema (``docs/attempt.schema.json``)."""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from rlexp.core.recipe import (
+    ADVANTAGE_ESTIMATORS,
+    DOTTED_KEY_PATTERN,
+    FLAG_VALUE,
+    JSON_VALUE,
+    KL_ESTIMATORS,
+    RECIPE_KEYS,
+    RecipeKey,
+    json_number,
+    key_table,
+    recipe_json_schema,
+    recipe_key_for,
+    table_json_schema,
+)
+from rlexp.errors import InputError
+
+from .model import (
+    ANSWER_MODES,
+    DATASET_FIELDS,
+    ENGINES,
+    ENV_ADVANTAGE_MODES,
+    ENV_LOSSES,
+    ENV_PRIMARY_METRICS,
+    ROLES,
+    TRAINER_GRADED_ROLES,
+    TRAINERS,
+    EvalSettings,
+    TrainerSettings,
+)
+
+# ----------------------------------------------------------------------------- schema
+#
+# A small declarative schema, checked with the standard library: pydantic would cost ~0.1 s of
+# `rlexp plan`'s start-up for a dozen flat sections (the SOP file is read the same way, rlexp.core.sop). Every section is a mapping
+# with a closed set of keys (unknown keys are errors with a "did you mean"); leaves are
+# checkers that return the value or raise with a one-line reason, and carry the JSON Schema of
+# what they accept (for attempt_json_schema). ``None`` means "not stated".
+
+
+# Recipe keys whose value is a credential: v0.9.x's ``use_wandb`` takes the W&B key itself; any
+# key naming an API key, a token, a secret or a password (``hf_token``, ``wandb_api_key``). Whole
+# words only: ``max_tokens_per_gpu`` and ``disable_fast_tokenizer`` are not credentials.
+CREDENTIAL_RECIPE_KEYS = frozenset({"use_wandb", "wandb_key", "logger.wandb.key"})
+_CREDENTIAL_WORD = re.compile(r"(?:^|[._-])(?:api[._-]?key|apikey|token|secret|password|passwd|credentials?)(?:$|[._-])",
+                              re.IGNORECASE)
+
+
+def _counts_something(key: RecipeKey | None) -> bool:
+    """A trainer's key whose default is a number names a count, never a credential (verl's
+    ``ppo_max_token_len_per_gpu`` is a number of tokens)."""
+    return key is not None and isinstance(key.default, int | float) and not isinstance(key.default, bool)
+
+
+def is_credential_key(key: str) -> bool:
+    """Whether a recipe key's value would be a credential (refused in specs)."""
+    return key in CREDENTIAL_RECIPE_KEYS or bool(_CREDENTIAL_WORD.search(key))
+
+
+class _Invalid(Exception):
+    """A leaf value is wrong; the caller adds file and key path."""
+
+
+# Bounds of the input gate: every number a spec states is finite and at most this large, so
+# no later computation (the schedule, a dataset size) can run out of time or memory on it.
+MAX_SPEC_INT = 10**9
+MAX_SPEC_FLOAT = 1e12
+
+
+@dataclass(frozen=True)
+class _Leaf:
+    """A checker and the JSON Schema of the values it accepts."""
+
+    check: Callable[[Any], Any]
+    json: dict[str, Any]
+
+    def __call__(self, value: Any) -> Any:
+        return self.check(value)
+
+
+def _int(minimum: int | None = None, maximum: int = MAX_SPEC_INT) -> _Leaf:
+    def check(value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _Invalid(f"must be an integer (got {value!r:.60})")
+        if minimum is not None and value < minimum:
+            raise _Invalid(f"must be > {minimum - 1} (got {value!r})" if minimum == 1 else
+                           f"must be >= {minimum} (got {value!r})")  # fmt: skip
+        if abs(value) > maximum:
+            raise _Invalid(f"must be at most {maximum} in size, the limit (got {value})")
+        return value
+
+    return _Leaf(check, {"type": "integer"} | ({} if minimum is None else {"minimum": minimum}))
+
+
+def _number(low: float | None = None, high: float | None = None, *, low_open: bool = False) -> _Leaf:
+    def check(value: Any) -> float:
+        number = _to_float(value)
+        if low is not None and (number <= low if low_open else number < low):
+            raise _Invalid(f"must be {'>' if low_open else '>='} {low:g} (got {value!r})")
+        if high is not None and number > high:
+            raise _Invalid(f"must be <= {high:g} (got {value!r})")
+        return number
+
+    return _Leaf(check, json_number(low, high, low_open=low_open))
+
+
+def _to_float(value: Any) -> float:
+    # PyYAML reads 5e-7 (no dot) as a string: accept numeric strings, like a command line would
+    if isinstance(value, bool):
+        raise _Invalid(f"must be a number (got {value!r})")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise _Invalid(f"must be a number (got {value!r})") from None
+    if not math.isfinite(number):
+        raise _Invalid(f"must be a finite number (got {value!r:.60})")
+    if abs(number) > MAX_SPEC_FLOAT:
+        raise _Invalid(f"must be at most {MAX_SPEC_FLOAT:g} in size, the limit (got {value!r:.60})")
+    return number
+
+
+def _str(value: Any) -> str:
+    if not isinstance(value, str):
+        hint = ' (quote versions: "0.10")' if isinstance(value, float) else ""
+        raise _Invalid(f"must be a string (got {value!r}){hint}")
+    return value
+
+
+def _bool(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise _Invalid(f"must be true or false (got {value!r})")
+    return value
+
+
+def _one_of(*choices: str) -> _Leaf:
+    def check(value: Any) -> str:
+        if value not in choices:
+            raise _Invalid(f"must be one of {', '.join(choices)} (got {value!r})")
+        return value
+
+    return _Leaf(check, {"enum": list(choices)})
+
+
+def _list_of(item: _Leaf) -> _Leaf:
+    def check(value: Any) -> list[Any]:
+        if not isinstance(value, list):
+            raise _Invalid(f"must be a list (got {value!r})")
+        return [item(v) for v in value]
+
+    return _Leaf(check, {"type": "array", "items": item.json})
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise _Invalid(f"must be a mapping (got {value!r})")
+    return dict(value)
+
+
+_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_STR = _Leaf(_str, {"type": "string"})
+_BOOL = _Leaf(_bool, {"type": "boolean"})
+_ID = _Leaf(_str, {"type": "string", "pattern": _ID_RE.pattern})  # the pattern is checked on load
+_POS_INT = _int(1)
+_DATASET = {"path": _STR, "size": _POS_INT, "prompt_suffix": _STR, "answer_mode": _one_of(*ANSWER_MODES),
+            "allow_outside": _Leaf(_bool, {"type": "boolean"})}  # a path outside the experiment, on purpose
+_SCHEMA: dict[str, Any] = {
+    "id": _ID,
+    "parent": _ID,
+    "seed_of": _ID,
+    "description": _STR,
+    "change": _Leaf(_mapping, {"type": "object"}),  # keys checked by _check_change_key
+    "intent": {"global_steps": _POS_INT, "max_warmup_share": _number(0, 1, low_open=True), "note": _STR},
+    "trainer": {"name": _one_of(*TRAINERS), "version": _STR, "gpus": _int(0)},
+    "recipe": "recipe",  # checked against RECIPE_KEYS
+    "datasets": {role: _DATASET for role in ROLES},
+    "eval": {
+        "engine": _one_of(*ENGINES),
+        "prompt_suffix": _STR,
+        "answer_mode": _one_of(*ANSWER_MODES),
+        "max_tokens": _POS_INT,
+        "max_lora_rank": _POS_INT,
+        "temperature": _number(0),
+        "top_p": _number(0, 1, low_open=True),
+        "num_samples": _POS_INT,
+        "seed": _int(),
+        "batch_size": _POS_INT,
+        "max_model_len": _POS_INT,
+        "tensor_parallel_size": _POS_INT,
+        "gpu_memory_utilization": _number(0, 1, low_open=True),
+        "max_loras": _POS_INT,
+        "dtype": _one_of("auto", "float32", "float16", "bfloat16"),
+        "enforce_eager": _BOOL,
+        "base_url": _STR,
+        "model": _STR,
+        "api_key_env": _STR,
+    },
+    "checkpoints": {"mid": _POS_INT, "extra": _list_of(_POS_INT)},
+    "budget": {"free_disk_gb": _number(0), "checkpoint_size_gb": _number(0, low_open=True)},
+    "baseline": {"accuracy": _number(0, 1), "discordance": _number(0, 1, low_open=True)},
+    "environment": {
+        "name": _STR,
+        "config": _Leaf(_mapping, {"type": "object"}),
+        "max_turns": _POS_INT,
+        "max_tokens_per_turn": _POS_INT,
+        "max_total_tokens": _POS_INT,
+        "loss": _one_of(*ENV_LOSSES),
+        "gspo_eps_low": _number(0, 1, low_open=True),
+        "gspo_eps_high": _number(0, 1, low_open=True),
+        "advantage_mode": _one_of(*ENV_ADVANTAGE_MODES),
+        "primary_metric": _one_of(*ENV_PRIMARY_METRICS),
+        "success_threshold": _number(),
+    },
+}
+
+
+_DESCRIPTIONS = {
+    "id": "the attempt id; must equal the directory name (defaults to it)",
+    "parent": "the id of the parent attempt in the same experiment; everything is inherited",
+    "seed_of": "a confirmation seed of this sibling attempt (same parent and change, another recipe.seed)",
+    "description": "free text",
+    "change": "the one training variable this attempt changes: {key: value}",
+    "intent": "what you mean to run",
+    "trainer": "which trainer runs the recipe",
+    "recipe": None,  # the recipe table's own
+    "datasets": "paths relative to the experiment directory; a file's line count wins over size",
+    "eval": "how checkpoints and baselines are evaluated (one pipeline for all of them)",
+    "checkpoints": "the pre-registered mid checkpoint and extra ones",
+    "budget": "disk budget of the checkpoints",
+    "baseline": "expected baseline accuracy and discordance, for the power section",
+    "environment": "an environment task (docs/environments.md): default environment, budgets, loss, primary metric",
+}
+SCHEMA_DRAFT = "https://json-schema.org/draft/2020-12/schema"
+
+
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    """``None`` means "not stated" in every section but the recipe."""
+    if isinstance(schema.get("type"), str) and not {"anyOf", "enum", "const"} & set(schema):
+        # the other keywords (minimum, pattern, items, properties...) do not apply to null
+        return {**schema, "type": [schema["type"], "null"]}
+    if "enum" in schema:
+        return {**schema, "enum": [*schema["enum"], None]}
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+def _section_json(section: dict[str, Any]) -> dict[str, Any]:
+    properties = {}
+    for name, rule in section.items():
+        if isinstance(rule, dict):
+            properties[name] = _nullable(_section_json(rule))
+        else:
+            properties[name] = _nullable(rule.json)
+    return {"type": "object", "additionalProperties": False, "properties": properties}
+
+
+def attempt_json_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of ``attempt.yaml``, derived from :data:`_SCHEMA` and the
+    recipe table: editors complete and check keys with it. It accepts what :func:`load_attempt`
+    accepts, except what JSON Schema cannot say: the bounds of a number written as text, an id
+    matching its directory, the parent chain, the files. ``docs/attempt.schema.json`` holds it
+    (regenerate with ``scripts/write-attempt-schema``; a test checks it is current)."""
+    top = _section_json({k: v for k, v in _SCHEMA.items() if k != "recipe"})
+    properties: dict[str, Any] = {}
+    for name in _SCHEMA:
+        if name == "recipe":  # its keys depend on trainer.name: see allOf below
+            properties[name] = {"description": "the trainer's own key names (trainer.name picks the table)",
+                                "type": ["object", "null"]}
+            continue
+        properties[name] = top["properties"][name]
+        if name == "change":
+            names = {"anyOf": [{"enum": change_keys()}, {"pattern": DOTTED_KEY_PATTERN}]}
+            properties[name] = _nullable({"type": "object", "propertyNames": names})
+        if name == "datasets":  # the sets the trainer grades in-run take no answer_mode
+            for role in TRAINER_GRADED_ROLES:
+                properties[name]["properties"][role]["properties"].pop("answer_mode")
+        if _DESCRIPTIONS[name]:
+            properties[name] = {"description": _DESCRIPTIONS[name], **properties[name]}
+    # each trainer has its own recipe keys: the recipe's schema follows trainer.name (a child that
+    # inherits its trainer without stating it is checked as OpenRLHF's by editors; rlexp plan knows)
+    others = [t for t in TRAINERS if key_table(t).keys is not RECIPE_KEYS]
+    by_trainer = [_when_trainer([t], table_json_schema(key_table(t))) for t in others]
+    openrlhf = _when_trainer([t for t in TRAINERS if t not in others], recipe_json_schema(), negate=others)
+    return {
+        "$schema": SCHEMA_DRAFT,
+        "title": "rlexp attempt spec (attempt.yaml)",
+        "description": "One attempt of an experiment: its directory holds this spec and what the stages write",
+        "type": "object",
+        "additionalProperties": False,
+        "properties": properties,
+        "allOf": [openrlhf, *by_trainer],
+    }
+
+
+def _when_trainer(names: list[str], recipe: dict[str, Any], negate: list[str] | None = None) -> dict[str, Any]:
+    """``recipe`` applies when trainer.name is one of ``names`` (or, with ``negate``, none of those)."""
+    if negate is not None:
+        condition = {"not": {"properties": {"trainer": {"properties": {"name": {"enum": negate}},
+                                                        "required": ["name"]}}, "required": ["trainer"]}}
+    else:
+        condition = {"properties": {"trainer": {"properties": {"name": {"enum": names}}, "required": ["name"]}},
+                     "required": ["trainer"]}
+    return {"if": condition, "then": {"properties": {"recipe": _nullable(recipe)}}}
+
+
+def attempt_json_schema_text() -> str:
+    """:func:`attempt_json_schema` as the committed file's text."""
+    import json
+
+    return json.dumps(attempt_json_schema(), indent=2, ensure_ascii=False) + "\n"
+
+
+def _suggest(word: str, candidates: list[str] | tuple[str, ...]) -> str:
+    close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
+    return f"; did you mean '{close[0]}'?" if close else ""
+
+
+def _validate(raw: Any, display: str) -> dict[str, Any]:
+    """Validate one file's content; return the keys it states (nested, after coercion)."""
+    if not isinstance(raw, dict):
+        what = "empty file" if raw is None else f"a {type(raw).__name__}"
+        raise InputError(display, None, f"expected a mapping of spec keys at the top level, got {what}")
+    return _validate_section(raw, _SCHEMA, display, "")
+
+
+def _validate_section(
+    raw: dict[Any, Any], schema: dict[str, Any], display: str, prefix: str
+) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, value in raw.items():
+        where = f"{prefix}{name}"
+        if not isinstance(name, str):
+            raise InputError(display, where, f"keys must be strings, got {type(name).__name__} {name!r:.40}")
+        rule = schema.get(name)
+        if rule is None:
+            raise InputError(display, where, "unknown key" + _suggest(str(name), list(schema)))
+        if value is None:
+            continue  # not stated
+        if rule == "recipe":  # checked by _load once the trainer (maybe a parent's) is known
+            if not isinstance(value, dict):
+                raise InputError(display, where, f"must be a mapping (got {value!r})")
+            out[name] = dict(value)
+        elif isinstance(rule, dict):
+            if not isinstance(value, dict):
+                raise InputError(display, where, f"must be a mapping (got {value!r})")
+            out[name] = _validate_section(value, rule, display, f"{where}.")
+        else:
+            try:
+                out[name] = rule(value)
+            except _Invalid as exc:
+                raise InputError(display, where, str(exc)) from None
+    return out
+
+
+def validate_recipe(recipe: dict[str, Any], display: str, trainer: str = "openrlhf") -> dict[str, Any]:
+    """Check recipe keys and values as a spec's ``recipe`` section does; returns them coerced."""
+    return _validate_recipe(recipe, display, trainer)
+
+
+def _validate_recipe(recipe: dict[str, Any], display: str, trainer: str = "openrlhf") -> dict[str, Any]:
+    """Check each recipe key against ``trainer``'s key table (:data:`RECIPE_KEYS` for OpenRLHF and
+    the local trainer); return the values, coerced."""
+    table = key_table(trainer)
+    out: dict[str, Any] = {}
+    for name, value in recipe.items():
+        where = f"recipe.{name}"
+        if not isinstance(name, str):
+            raise InputError(display, where, f"keys must be strings, got {type(name).__name__} {name!r:.40}")
+        if (is_credential_key(name) and value is not None and value is not False
+                and not _counts_something(table.lookup(name))):
+            raise InputError(display, where, "a credential does not go in a spec (it would reach plan.json, the "
+                                             "report and MLflow): set it in an environment variable instead "
+                                             "(e.g. WANDB_API_KEY, HF_TOKEN)")
+        key = table.lookup(name)
+        if key is None:
+            spelling = "" if table.keys is RECIPE_KEYS else f" (trainer {trainer}: {table.spelling})"
+            raise InputError(display, where, "unknown key" + _suggest(str(name), list(table.keys)) + spelling)
+        if value is None:
+            if not key.nullable:
+                raise InputError(display, where, f"must not be null (a {key.type.replace('_', ' ')})")
+            out[name] = None
+            continue
+        try:
+            value = _coerce(key, value)
+            _check_constraint(key, value)
+        except _Invalid as exc:
+            raise InputError(display, where, str(exc)) from None
+        out[name] = value
+    return out
+
+
+def _coerce(key: RecipeKey, value: Any) -> Any:
+    if key.type == "int":
+        return _int()(value)
+    if key.type == "float":
+        return _to_float(value)
+    if key.type == "bool":
+        return _bool(value)
+    if key.type == "str":
+        return _str(value)
+    if key.type == JSON_VALUE:  # a composite TRL field (a dict, a union): TRL's own config checks it at launch
+        return value
+    if key.type == FLAG_VALUE:  # a newer release's flag: the argv builder checks it against that parser
+        scalar = bool | int | float | str
+        if isinstance(value, scalar) or (isinstance(value, list) and value and all(
+                isinstance(v, scalar) and not isinstance(v, bool) for v in value)):
+            return value
+        raise _Invalid(f"must be a switch, a number, a string or a list of them (got {value!r})")
+    if key.type == "str_list":
+        if isinstance(value, str) or (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+            return value
+        raise _Invalid(f"must be a string or a list of strings (got {value!r})")
+    # float_pair
+    if not isinstance(value, list | tuple) or len(value) != 2:
+        raise _Invalid(f"must be a list of two numbers (got {value!r})")
+    return tuple(_to_float(v) for v in value)
+
+
+def _check_constraint(key: RecipeKey, value: Any) -> None:
+    rule = key.constraint
+    if rule == "advantage" and value not in ADVANTAGE_ESTIMATORS:
+        raise _Invalid(f"must be one of {', '.join(ADVANTAGE_ESTIMATORS)} (got {value!r})")
+    if rule == "kl_estimator" and value not in KL_ESTIMATORS:
+        raise _Invalid(f"must be one of {', '.join(KL_ESTIMATORS)} (got {value!r})")
+    if rule in ("gt0", "ge1") and not value > 0:
+        raise _Invalid(f"must be > 0 (got {value!r})")
+    if rule == "ge0" and not value >= 0:
+        raise _Invalid(f"must be >= 0 (got {value!r})")
+    if rule == "ratio" and not 0 <= value <= 1:
+        raise _Invalid(f"must be between 0 and 1 (got {value!r})")
+    if rule == "steps" and not (value == -1 or value >= 1):
+        raise _Invalid(f"must be -1 (never) or >= 1 (got {value!r})")
+
+
+def change_keys() -> list[str]:
+    """Every key ``change`` may name: a recipe key or a datasets/trainer/eval field, dotted."""
+    return [
+        *RECIPE_KEYS,
+        *(f"datasets.{role}.{fname}" for role in ROLES for fname in DATASET_FIELDS
+          if not (fname == "answer_mode" and role in TRAINER_GRADED_ROLES)),  # always exact there
+        *(f"trainer.{fname}" for fname in TrainerSettings.__dataclass_fields__),
+        *(f"eval.{fname}" for fname in EvalSettings.__dataclass_fields__),
+    ]
+
+
+def _check_change_key(ckey: str, display: str, trainer: str = "openrlhf") -> None:
+    if recipe_key_for(trainer, ckey) is None and ckey not in change_keys():
+        candidates = [
+            *key_table(trainer).keys,
+            *(f"datasets.pool.{f}" for f in ("path", "size", "prompt_suffix")),
+            "trainer.version",
+            "trainer.name",
+        ]
+        raise InputError(
+            display,
+            f"change.{ckey}",
+            "not a recipe key or datasets/trainer/eval field" + _suggest(ckey, candidates),
+        )
