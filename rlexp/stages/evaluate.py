@@ -101,7 +101,7 @@ def monitor_points(attempt_dir: Path) -> tuple[list[tuple[int, float]], int | No
 
 def select_checkpoints(att: Any, *, write: bool = True) -> dict[str, Any]:
     """Run the SOP's K=3 selection and (``write``) write ``eval/selection.json``."""
-    from rlexp.core.gates import select_k3
+    from rlexp.core.gates import RegisteredSelection, select_k3
     from rlexp.core.sop import load_sop
 
     attempt_dir = Path(att.attempt_dir)
@@ -112,15 +112,9 @@ def select_checkpoints(att: Any, *, write: bool = True) -> dict[str, Any]:
     final_step = last if last is not None else max(saved)
     sop = load_sop()
     selection = select_k3(points, final_step, att.checkpoints_mid, list(saved), sop)
-    payload = {
-        **selection.to_dict(),
-        "final_step_trained": final_step,
-        "mid_preregistered": att.checkpoints_mid,
-        "saved_steps": list(saved),
-        "monitor_points": len(points),
-        "sop_version": sop.version,
-        "sop_sha256": sop.sha256,
-    }
+    payload = RegisteredSelection.of(selection, final_step_trained=final_step, mid_preregistered=att.checkpoints_mid,
+                                     saved_steps=list(saved), monitor_points=len(points), sop_version=sop.version,
+                                     sop_sha256=sop.sha256).to_dict()
     if write:
         atomic_write_json(AttemptDir(attempt_dir).selection, payload)
     return payload

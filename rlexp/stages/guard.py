@@ -489,11 +489,13 @@ def run_audit_draw(attempt: str | Path, *, checkpoint: str | None = None, set_ro
     att = load_attempt(attempt)
     attempt_dir = Path(att.attempt_dir)
     if checkpoint is None:
-        selection = AttemptDir(attempt_dir).read_selection()
+        from rlexp.storage.results import read_selection
+
+        selection = read_selection(attempt_dir)
         if selection is None:  # the CLI adds which command writes it
             raise InputError(AttemptDir(attempt_dir).selection, None, "file not found")
-        step = selection.get("best_by_monitor") or selection.get("final")
-        if not isinstance(step, int):
+        step = selection.best_by_monitor or selection.final
+        if step is None:
             raise InputError(AttemptDir(attempt_dir).selection, "final", "no checkpoint selected")
         checkpoint = checkpoint_name(step)
     items = audit_draw(read_records(record_path(attempt_dir, checkpoint, set_role)), n, seed, sop=sop)
