@@ -86,15 +86,16 @@ def _parser_audit(ad: AttemptDir) -> dict[str, Any] | None:
     """guards/parser_audit.json (written by ``rlexp guard audit``) → {"misparse_rate", "audit_passed",
     "file"}; None when the audit was not run."""
     from rlexp.core.numbers import finite_number
-    from rlexp.storage.verdicts import read_verdict
+    from rlexp.core.verdict import Verdict
 
     path = ad.guard("parser_audit")
-    verdict = read_verdict(ad.root, "parser_audit")
-    if verdict is None:
+    data = ad.read_guard("parser_audit")
+    if data is None:
         return None
-    passed, numbers = verdict.passed, verdict.numbers
-    if not isinstance(passed, bool):
+    passed = data.get("passed")
+    if not isinstance(passed, bool):  # first: an audit is decided, never pending
         raise InputError(path, "passed", f"must be true or false, got {passed!r}")
+    numbers = Verdict.from_dict(data, path).numbers
     if "mis_parse_rate" not in numbers:
         raise InputError(path, "numbers.mis_parse_rate", "missing (write the file with `rlexp guard audit ATTEMPT "
                          "--verdicts FILE`)")

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlexp.core.fields import BOOLEAN, POSITIVE_INT, STRING, declared, integer, number, one_of
 from rlexp.core.recipe import (
     key_table,
 )
@@ -50,29 +51,29 @@ class DatasetRef:
 class EvalSettings:
     """How checkpoints and baselines are evaluated (one pipeline for all of them)."""
 
-    engine: str = "local"  # local | vllm | openai
-    prompt_suffix: str = ""
-    answer_mode: str = "exact"  # exact | math_verify: the default grading of ood_primary, id, sanity
-    max_tokens: int = 2048
-    max_lora_rank: int = 16  # vLLM's default; adapters of a higher rank are refused
-    temperature: float = 0.0
-    top_p: float = 1.0
-    num_samples: int = 1
-    seed: int = 0
-    batch_size: int | None = None
-    max_model_len: int | None = None
-    tensor_parallel_size: int = 1
-    gpu_memory_utilization: float = 0.9
-    max_loras: int | None = None
+    engine: str = declared("local", one_of(*ENGINES))
+    prompt_suffix: str = declared("", STRING)
+    answer_mode: str = declared("exact", one_of(*ANSWER_MODES))  # the default grading of ood_primary, id, sanity
+    max_tokens: int = declared(2048, POSITIVE_INT)
+    max_lora_rank: int = declared(16, POSITIVE_INT)  # vLLM's default; adapters of a higher rank are refused
+    temperature: float = declared(0.0, number(0))
+    top_p: float = declared(1.0, number(0, 1, low_open=True))
+    num_samples: int = declared(1, POSITIVE_INT)
+    seed: int = declared(0, integer())
+    batch_size: int | None = declared(None, POSITIVE_INT)
+    max_model_len: int | None = declared(None, POSITIVE_INT)
+    tensor_parallel_size: int = declared(1, POSITIVE_INT)
+    gpu_memory_utilization: float = declared(0.9, number(0, 1, low_open=True))
+    max_loras: int | None = declared(None, POSITIVE_INT)
     # vllm engine: the weights' dtype (vLLM's "auto" runs a float32 checkpoint in half precision)
     # and eager mode (no CUDA graphs / torch.compile); None/False leave vLLM's defaults
-    dtype: str | None = None
-    enforce_eager: bool = False
-    base_url: str | None = None  # openai engine: the server (vLLM's OpenAI-compatible API)
-    model: str | None = None  # openai engine: served model name
+    dtype: str | None = declared(None, one_of("auto", "float32", "float16", "bfloat16"))
+    enforce_eager: bool = declared(False, BOOLEAN)
+    base_url: str | None = declared(None, STRING)  # openai engine: the server (vLLM's OpenAI-compatible API)
+    model: str | None = declared(None, STRING)  # openai engine: served model name
     # openai engine: the NAME of the env var with the key, never the key; None = no Authorization header
     # (the engine's default too: an ambient OPENAI_API_KEY is never sent unless named here)
-    api_key_env: str | None = None
+    api_key_env: str | None = declared(None, STRING)
 
 
 ENV_LOSSES = ("grpo", "gspo")  # rlexp.backends.env_trainer.LOSS_TYPES
@@ -102,14 +103,16 @@ class EnvironmentSettings:
 
 @dataclass(frozen=True)
 class Budget:
-    free_disk_gb: float | None = None
-    checkpoint_size_gb: float | None = None  # one saved checkpoint (LoRA adapter or full model)
+    free_disk_gb: float | None = declared(None, number(0))
+    # one saved checkpoint (LoRA adapter or full model)
+    checkpoint_size_gb: float | None = declared(None, number(0, low_open=True))
 
 
 @dataclass(frozen=True)
 class Baseline:
-    accuracy: float | None = None  # baseline accuracy on the primary set, fraction 0..1
-    discordance: float = 0.12  # expected share of discordant problems (11.8% in the campaign's final comparison)
+    accuracy: float | None = declared(None, number(0, 1))  # baseline accuracy on the primary set, fraction 0..1
+    # expected share of discordant problems (11.8% in the campaign's final comparison)
+    discordance: float = declared(0.12, number(0, 1, low_open=True))
 
 
 @dataclass(frozen=True)

@@ -3,13 +3,26 @@ the JSON Schema (``docs/attempt.schema.json``)."""
 
 from __future__ import annotations
 
-import difflib
-import math
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
+from rlexp.core.fields import (
+    BOOLEAN,
+    MAPPING,
+    POSITIVE_INT,
+    STRING,
+    Field,
+    Invalid,
+    integer,
+    list_of,
+    number,
+    one_of,
+    section_of,
+    suggest,
+    to_float,
+)
+from rlexp.core.fields import MAX_SPEC_FLOAT as MAX_SPEC_FLOAT  # re-exported
+from rlexp.core.fields import MAX_SPEC_INT as MAX_SPEC_INT  # re-exported
 from rlexp.core.recipe import (
     ADVANTAGE_ESTIMATORS,
     DOTTED_KEY_PATTERN,
@@ -18,7 +31,6 @@ from rlexp.core.recipe import (
     KL_ESTIMATORS,
     RECIPE_KEYS,
     RecipeKey,
-    json_number,
     key_table,
     recipe_json_schema,
     recipe_key_for,
@@ -29,24 +41,24 @@ from rlexp.errors import InputError
 from .model import (
     ANSWER_MODES,
     DATASET_FIELDS,
-    ENGINES,
     ENV_ADVANTAGE_MODES,
     ENV_LOSSES,
     ENV_PRIMARY_METRICS,
     ROLES,
     TRAINER_GRADED_ROLES,
     TRAINERS,
+    Baseline,
+    Budget,
     EvalSettings,
     TrainerSettings,
 )
 
 # ----------------------------------------------------------------------------- schema
 #
-# A small declarative schema, checked with the standard library: pydantic would cost ~0.1 s of
-# `rlexp plan`'s start-up for a dozen flat sections (the SOP file is read the same way, rlexp.core.sop). Every section is a mapping
-# with a closed set of keys (unknown keys are errors with a "did you mean"); leaves are
-# checkers that return the value or raise with a one-line reason, and carry the JSON Schema of
-# what they accept (for attempt_json_schema). ``None`` means "not stated".
+# Every section is a mapping with a closed set of keys (unknown keys are errors with a "did you
+# mean"); leaves are rlexp.core.fields rules, which check a value and carry the JSON Schema of what
+# they accept (for attempt_json_schema). ``None`` means "not stated". The settings dataclasses
+# (eval, budget, baseline) declare their rules on their fields: their sections are read from them.
 
 
 # Recipe keys whose value is a credential: v0.9.x's ``use_wandb`` takes the W&B key itself; any
@@ -68,158 +80,38 @@ def is_credential_key(key: str) -> bool:
     return key in CREDENTIAL_RECIPE_KEYS or bool(_CREDENTIAL_WORD.search(key))
 
 
-class _Invalid(Exception):
-    """A leaf value is wrong; the caller adds file and key path."""
-
-
-# Bounds of the input gate: every number a spec states is finite and at most this large, so
-# no later computation (the schedule, a dataset size) can run out of time or memory on it.
-MAX_SPEC_INT = 10**9
-MAX_SPEC_FLOAT = 1e12
-
-
-@dataclass(frozen=True)
-class _Leaf:
-    """A checker and the JSON Schema of the values it accepts."""
-
-    check: Callable[[Any], Any]
-    json: dict[str, Any]
-
-    def __call__(self, value: Any) -> Any:
-        return self.check(value)
-
-
-def _int(minimum: int | None = None, maximum: int = MAX_SPEC_INT) -> _Leaf:
-    def check(value: Any) -> int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise _Invalid(f"must be an integer (got {value!r:.60})")
-        if minimum is not None and value < minimum:
-            raise _Invalid(f"must be > {minimum - 1} (got {value!r})" if minimum == 1 else
-                           f"must be >= {minimum} (got {value!r})")  # fmt: skip
-        if abs(value) > maximum:
-            raise _Invalid(f"must be at most {maximum} in size, the limit (got {value})")
-        return value
-
-    return _Leaf(check, {"type": "integer"} | ({} if minimum is None else {"minimum": minimum}))
-
-
-def _number(low: float | None = None, high: float | None = None, *, low_open: bool = False) -> _Leaf:
-    def check(value: Any) -> float:
-        number = _to_float(value)
-        if low is not None and (number <= low if low_open else number < low):
-            raise _Invalid(f"must be {'>' if low_open else '>='} {low:g} (got {value!r})")
-        if high is not None and number > high:
-            raise _Invalid(f"must be <= {high:g} (got {value!r})")
-        return number
-
-    return _Leaf(check, json_number(low, high, low_open=low_open))
-
-
-def _to_float(value: Any) -> float:
-    # PyYAML reads 5e-7 (no dot) as a string: accept numeric strings, like a command line would
-    if isinstance(value, bool):
-        raise _Invalid(f"must be a number (got {value!r})")
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise _Invalid(f"must be a number (got {value!r})") from None
-    if not math.isfinite(number):
-        raise _Invalid(f"must be a finite number (got {value!r:.60})")
-    if abs(number) > MAX_SPEC_FLOAT:
-        raise _Invalid(f"must be at most {MAX_SPEC_FLOAT:g} in size, the limit (got {value!r:.60})")
-    return number
-
-
-def _str(value: Any) -> str:
-    if not isinstance(value, str):
-        hint = ' (quote versions: "0.10")' if isinstance(value, float) else ""
-        raise _Invalid(f"must be a string (got {value!r}){hint}")
-    return value
-
-
-def _bool(value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise _Invalid(f"must be true or false (got {value!r})")
-    return value
-
-
-def _one_of(*choices: str) -> _Leaf:
-    def check(value: Any) -> str:
-        if value not in choices:
-            raise _Invalid(f"must be one of {', '.join(choices)} (got {value!r})")
-        return value
-
-    return _Leaf(check, {"enum": list(choices)})
-
-
-def _list_of(item: _Leaf) -> _Leaf:
-    def check(value: Any) -> list[Any]:
-        if not isinstance(value, list):
-            raise _Invalid(f"must be a list (got {value!r})")
-        return [item(v) for v in value]
-
-    return _Leaf(check, {"type": "array", "items": item.json})
-
-
-def _mapping(value: Any) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise _Invalid(f"must be a mapping (got {value!r})")
-    return dict(value)
-
-
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-_STR = _Leaf(_str, {"type": "string"})
-_BOOL = _Leaf(_bool, {"type": "boolean"})
-_ID = _Leaf(_str, {"type": "string", "pattern": _ID_RE.pattern})  # the pattern is checked on load
-_POS_INT = _int(1)
-_DATASET = {"path": _STR, "size": _POS_INT, "prompt_suffix": _STR, "answer_mode": _one_of(*ANSWER_MODES),
-            "allow_outside": _Leaf(_bool, {"type": "boolean"})}  # a path outside the experiment, on purpose
+STRING = Field(STRING.check, {"type": "string"})
+BOOLEAN = BOOLEAN
+_ID = Field(STRING.check, {"type": "string", "pattern": _ID_RE.pattern})  # the pattern is checked on load
+_DATASET = {"path": STRING, "size": POSITIVE_INT, "prompt_suffix": STRING, "answer_mode": one_of(*ANSWER_MODES),
+            "allow_outside": BOOLEAN}  # a path outside the experiment, on purpose
 _SCHEMA: dict[str, Any] = {
     "id": _ID,
     "parent": _ID,
     "seed_of": _ID,
-    "description": _STR,
-    "change": _Leaf(_mapping, {"type": "object"}),  # keys checked by _check_change_key
-    "intent": {"global_steps": _POS_INT, "max_warmup_share": _number(0, 1, low_open=True), "note": _STR},
-    "trainer": {"name": _one_of(*TRAINERS), "version": _STR, "gpus": _int(0)},
+    "description": STRING,
+    "change": MAPPING,  # keys checked by _check_change_key
+    "intent": {"global_steps": POSITIVE_INT, "max_warmup_share": number(0, 1, low_open=True), "note": STRING},
+    "trainer": {"name": one_of(*TRAINERS), "version": STRING, "gpus": integer(0)},
     "recipe": "recipe",  # checked against RECIPE_KEYS
     "datasets": {role: _DATASET for role in ROLES},
-    "eval": {
-        "engine": _one_of(*ENGINES),
-        "prompt_suffix": _STR,
-        "answer_mode": _one_of(*ANSWER_MODES),
-        "max_tokens": _POS_INT,
-        "max_lora_rank": _POS_INT,
-        "temperature": _number(0),
-        "top_p": _number(0, 1, low_open=True),
-        "num_samples": _POS_INT,
-        "seed": _int(),
-        "batch_size": _POS_INT,
-        "max_model_len": _POS_INT,
-        "tensor_parallel_size": _POS_INT,
-        "gpu_memory_utilization": _number(0, 1, low_open=True),
-        "max_loras": _POS_INT,
-        "dtype": _one_of("auto", "float32", "float16", "bfloat16"),
-        "enforce_eager": _BOOL,
-        "base_url": _STR,
-        "model": _STR,
-        "api_key_env": _STR,
-    },
-    "checkpoints": {"mid": _POS_INT, "extra": _list_of(_POS_INT)},
-    "budget": {"free_disk_gb": _number(0), "checkpoint_size_gb": _number(0, low_open=True)},
-    "baseline": {"accuracy": _number(0, 1), "discordance": _number(0, 1, low_open=True)},
+    "eval": section_of(EvalSettings),
+    "checkpoints": {"mid": POSITIVE_INT, "extra": list_of(POSITIVE_INT)},
+    "budget": section_of(Budget),
+    "baseline": section_of(Baseline),
     "environment": {
-        "name": _STR,
-        "config": _Leaf(_mapping, {"type": "object"}),
-        "max_turns": _POS_INT,
-        "max_tokens_per_turn": _POS_INT,
-        "max_total_tokens": _POS_INT,
-        "loss": _one_of(*ENV_LOSSES),
-        "gspo_eps_low": _number(0, 1, low_open=True),
-        "gspo_eps_high": _number(0, 1, low_open=True),
-        "advantage_mode": _one_of(*ENV_ADVANTAGE_MODES),
-        "primary_metric": _one_of(*ENV_PRIMARY_METRICS),
-        "success_threshold": _number(),
+        "name": STRING,
+        "config": MAPPING,
+        "max_turns": POSITIVE_INT,
+        "max_tokens_per_turn": POSITIVE_INT,
+        "max_total_tokens": POSITIVE_INT,
+        "loss": one_of(*ENV_LOSSES),
+        "gspo_eps_low": number(0, 1, low_open=True),
+        "gspo_eps_high": number(0, 1, low_open=True),
+        "advantage_mode": one_of(*ENV_ADVANTAGE_MODES),
+        "primary_metric": one_of(*ENV_PRIMARY_METRICS),
+        "success_threshold": number(),
     },
 }
 
@@ -319,11 +211,6 @@ def attempt_json_schema_text() -> str:
     return json.dumps(attempt_json_schema(), indent=2, ensure_ascii=False) + "\n"
 
 
-def _suggest(word: str, candidates: list[str] | tuple[str, ...]) -> str:
-    close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
-    return f"; did you mean '{close[0]}'?" if close else ""
-
-
 def _validate(raw: Any, display: str) -> dict[str, Any]:
     """Validate one file's content; return the keys it states (nested, after coercion)."""
     if not isinstance(raw, dict):
@@ -342,7 +229,7 @@ def _validate_section(
             raise InputError(display, where, f"keys must be strings, got {type(name).__name__} {name!r:.40}")
         rule = schema.get(name)
         if rule is None:
-            raise InputError(display, where, "unknown key" + _suggest(str(name), list(schema)))
+            raise InputError(display, where, "unknown key" + suggest(str(name), list(schema)))
         if value is None:
             continue  # not stated
         if rule == "recipe":  # checked by _load once the trainer (maybe a parent's) is known
@@ -356,7 +243,7 @@ def _validate_section(
         else:
             try:
                 out[name] = rule(value)
-            except _Invalid as exc:
+            except Invalid as exc:
                 raise InputError(display, where, str(exc)) from None
     return out
 
@@ -383,7 +270,7 @@ def _validate_recipe(recipe: dict[str, Any], display: str, trainer: str = "openr
         key = table.lookup(name)
         if key is None:
             spelling = "" if table.keys is RECIPE_KEYS else f" (trainer {trainer}: {table.spelling})"
-            raise InputError(display, where, "unknown key" + _suggest(str(name), list(table.keys)) + spelling)
+            raise InputError(display, where, "unknown key" + suggest(str(name), list(table.keys)) + spelling)
         if value is None:
             if not key.nullable:
                 raise InputError(display, where, f"must not be null (a {key.type.replace('_', ' ')})")
@@ -392,7 +279,7 @@ def _validate_recipe(recipe: dict[str, Any], display: str, trainer: str = "openr
         try:
             value = _coerce(key, value)
             _check_constraint(key, value)
-        except _Invalid as exc:
+        except Invalid as exc:
             raise InputError(display, where, str(exc)) from None
         out[name] = value
     return out
@@ -400,13 +287,13 @@ def _validate_recipe(recipe: dict[str, Any], display: str, trainer: str = "openr
 
 def _coerce(key: RecipeKey, value: Any) -> Any:
     if key.type == "int":
-        return _int()(value)
+        return integer()(value)
     if key.type == "float":
-        return _to_float(value)
+        return to_float(value)
     if key.type == "bool":
-        return _bool(value)
+        return BOOLEAN(value)
     if key.type == "str":
-        return _str(value)
+        return STRING(value)
     if key.type == JSON_VALUE:  # a composite TRL field (a dict, a union): TRL's own config checks it at launch
         return value
     if key.type == FLAG_VALUE:  # a newer release's flag: the argv builder checks it against that parser
@@ -414,31 +301,31 @@ def _coerce(key: RecipeKey, value: Any) -> Any:
         if isinstance(value, scalar) or (isinstance(value, list) and value and all(
                 isinstance(v, scalar) and not isinstance(v, bool) for v in value)):
             return value
-        raise _Invalid(f"must be a switch, a number, a string or a list of them (got {value!r})")
+        raise Invalid(f"must be a switch, a number, a string or a list of them (got {value!r})")
     if key.type == "str_list":
         if isinstance(value, str) or (isinstance(value, list) and all(isinstance(v, str) for v in value)):
             return value
-        raise _Invalid(f"must be a string or a list of strings (got {value!r})")
+        raise Invalid(f"must be a string or a list of strings (got {value!r})")
     # float_pair
     if not isinstance(value, list | tuple) or len(value) != 2:
-        raise _Invalid(f"must be a list of two numbers (got {value!r})")
-    return tuple(_to_float(v) for v in value)
+        raise Invalid(f"must be a list of two numbers (got {value!r})")
+    return tuple(to_float(v) for v in value)
 
 
 def _check_constraint(key: RecipeKey, value: Any) -> None:
     rule = key.constraint
     if rule == "advantage" and value not in ADVANTAGE_ESTIMATORS:
-        raise _Invalid(f"must be one of {', '.join(ADVANTAGE_ESTIMATORS)} (got {value!r})")
+        raise Invalid(f"must be one of {', '.join(ADVANTAGE_ESTIMATORS)} (got {value!r})")
     if rule == "kl_estimator" and value not in KL_ESTIMATORS:
-        raise _Invalid(f"must be one of {', '.join(KL_ESTIMATORS)} (got {value!r})")
+        raise Invalid(f"must be one of {', '.join(KL_ESTIMATORS)} (got {value!r})")
     if rule in ("gt0", "ge1") and not value > 0:
-        raise _Invalid(f"must be > 0 (got {value!r})")
+        raise Invalid(f"must be > 0 (got {value!r})")
     if rule == "ge0" and not value >= 0:
-        raise _Invalid(f"must be >= 0 (got {value!r})")
+        raise Invalid(f"must be >= 0 (got {value!r})")
     if rule == "ratio" and not 0 <= value <= 1:
-        raise _Invalid(f"must be between 0 and 1 (got {value!r})")
+        raise Invalid(f"must be between 0 and 1 (got {value!r})")
     if rule == "steps" and not (value == -1 or value >= 1):
-        raise _Invalid(f"must be -1 (never) or >= 1 (got {value!r})")
+        raise Invalid(f"must be -1 (never) or >= 1 (got {value!r})")
 
 
 def change_keys() -> list[str]:
@@ -463,5 +350,5 @@ def _check_change_key(ckey: str, display: str, trainer: str = "openrlhf") -> Non
         raise InputError(
             display,
             f"change.{ckey}",
-            "not a recipe key or datasets/trainer/eval field" + _suggest(ckey, candidates),
+            "not a recipe key or datasets/trainer/eval field" + suggest(ckey, candidates),
         )
