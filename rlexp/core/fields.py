@@ -166,10 +166,11 @@ def check_keys(value: Any, display: Any, where: str, keys: Sequence[str]) -> dic
     if not isinstance(value, dict):
         raise InputError(display, where, f"must be a mapping (got {value!r:.60})")
     for key in value:
+        field = f"{where}.{key}" if where else str(key)  # where "": the file's top level
         if not isinstance(key, str):
-            raise InputError(display, f"{where}.{key}", f"keys must be strings, got {type(key).__name__}")
+            raise InputError(display, field, f"keys must be strings, got {type(key).__name__}")
         if key not in keys:
-            raise InputError(display, f"{where}.{key}", "unknown key" + suggest(key, keys))
+            raise InputError(display, field, "unknown key" + suggest(key, keys))
     return value
 
 
