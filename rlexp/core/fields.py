@@ -55,6 +55,7 @@ def check(rule: Field, value: Any, display: Any, where: str) -> Any:
 def integer(minimum: int | None = None, maximum: int = MAX_SPEC_INT) -> Field:
     """An integer from ``minimum``; ``maximum`` other than the input gate's limit is a bound of the
     field itself, and the message says the range."""
+
     def check_int(value: Any) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise Invalid(f"must be an integer (got {value!r:.60})")
@@ -70,9 +71,14 @@ def integer(minimum: int | None = None, maximum: int = MAX_SPEC_INT) -> Field:
     return Field(check_int, {"type": "integer"} | ({} if minimum is None else {"minimum": minimum}))
 
 
-def number(low: float | None = None, high: float | None = None, *, low_open: bool = False) -> Field:
-    """A finite number in [low, high] (``low_open``: above ``low``); numeric text is read as a number."""
+def number(low: float | None = None, high: float | None = None, *, low_open: bool = False,
+           text: bool = True) -> Field:
+    """A finite number in [low, high] (``low_open``: above ``low``); numeric text is read as a number
+    unless ``text`` is False (a file rlexp ships, as the SOP, states its numbers as numbers)."""
+
     def check_number(value: Any) -> float:
+        if not text and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise Invalid(f"must be a number (got {value!r:.60})")
         out = to_float(value)
         if low is not None and (out <= low if low_open else out < low):
             raise Invalid(f"must be {'>' if low_open else '>='} {low:g} (got {value!r})")
