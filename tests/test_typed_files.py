@@ -53,6 +53,10 @@ def test_the_selection_reads_back_as_the_one_registered(eval_experiment):
     assert (read.final, read.mid, read.best_by_monitor) == (6, 2, 6)
     assert read.checkpoints == ("global_step6", "global_step2") and read.saved_steps == (2, 4, 6)
     assert RegisteredSelection.from_dict(read.to_dict()) == read
+    assert [(c.name, c.role) for c in read.selected()] == [("global_step6", "final+best_by_monitor"),
+                                                           ("global_step2", "mid")]
+    extra = RegisteredSelection.from_dict({**written, "checkpoints": [*written["checkpoints"], "global_step4"]})
+    assert [(c.step, c.role) for c in extra.selected()][-1] == (4, "pre-registered")
     (att / "eval" / "selection.json").write_text(json.dumps({**written, "checkpoints": ["global_step06"]}))
     with pytest.raises(InputError, match="checkpoints: must be a list of 'global_step{N}' names"):
         read_selection(att)

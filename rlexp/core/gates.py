@@ -24,7 +24,13 @@ from rlexp.core.numbers import finite_number
 from rlexp.core.sop import Sop
 from rlexp.core.verdict import Verdict
 from rlexp.errors import InputError
-from rlexp.storage.layout import MAX_GLOBAL_STEP, canonical_checkpoint_step, checkpoint_name
+from rlexp.storage.layout import (
+    MAX_GLOBAL_STEP,
+    Checkpoint,
+    canonical_checkpoint_step,
+    checkpoint_name,
+    checkpoint_step,
+)
 
 EPS = 1e-9
 
@@ -447,6 +453,17 @@ class RegisteredSelection:
     @property
     def roles(self) -> dict[str, int | None]:
         return {"final": self.final, "mid": self.mid, "best_by_monitor": self.best_by_monitor}
+
+    def selected(self) -> tuple[Checkpoint, ...]:
+        """Each checkpoint to evaluate once: the roles' in role order (a step that holds two roles
+        names both, ``final+best_by_monitor``), then a listed one no role holds (``pre-registered``)."""
+        roles: dict[int, str] = {}
+        for role, step in self.roles.items():
+            if step is not None:
+                roles[step] = f"{roles[step]}+{role}" if step in roles else role
+        for name in self.checkpoints:
+            roles.setdefault(checkpoint_step(name), "pre-registered")  # type: ignore[arg-type]  (checked names)
+        return tuple(Checkpoint(step, role) for step, role in roles.items())
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.roles, "checkpoints": list(self.checkpoints), "notes": list(self.notes),

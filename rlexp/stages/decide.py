@@ -27,11 +27,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from rlexp.core.decision import BASELINES, ROLE_ORDER, AttemptFacts, DecideInputs, Decision
+from rlexp.core.decision import BASELINES, AttemptFacts, DecideInputs, Decision
 from rlexp.errors import InputError
 from rlexp.storage.layout import (
     AttemptDir,
-    checkpoint_name,
     checkpoint_step,
 )
 
@@ -63,20 +62,9 @@ def _read_selection(ad: AttemptDir) -> tuple[list[str], dict[str, str], str | No
 
     selection = read_selection(ad.root)
     assert selection is not None  # it exists (above)
-    names: list[str] = []
-    roles: dict[str, str] = {}
-    for role in ROLE_ORDER:
-        step = selection.roles[role]
-        if step is None:
-            continue
-        name = checkpoint_name(step)
-        if name not in names:
-            names.append(name)
-        roles[name] = f"{roles[name]}+{role}" if name in roles else role
-    for name in selection.checkpoints:
-        if name not in names:
-            names.append(name)
-            roles[name] = "pre-registered"
+    selected = selection.selected()
+    names = [c.name for c in selected]
+    roles = {c.name: c.role or "" for c in selected}
     if not names:
         raise InputError(path, "checkpoints", "no checkpoint selected")
     return names, roles, selection.sop_sha256
