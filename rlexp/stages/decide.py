@@ -29,10 +29,7 @@ from typing import Any
 
 from rlexp.core.decision import BASELINES, AttemptFacts, DecideInputs, Decision
 from rlexp.errors import InputError
-from rlexp.storage.layout import (
-    AttemptDir,
-    checkpoint_step,
-)
+from rlexp.storage.layout import AttemptDir, checkpoint_step
 
 
 def decide(attempt: str | Path, *, sop_path: str | Path | None = None, now: str | None = None) -> Decision:
