@@ -229,6 +229,19 @@ def test_g2_records_at_eval_seed_7_are_resumed_by_eval(eval_experiment):
     assert path.read_bytes().splitlines(keepends=True)[:4] == g2_lines
 
 
+def test_g1_and_g4_record_the_eval_seed_too(eval_experiment):
+    """Every record file an attempt writes carries its eval settings' seed (G1 and G4 once left it out)."""
+    from rlexp.stages.guard import run_g1, run_g4
+    from rlexp.storage.records import read_meta
+
+    att = eval_experiment(extra_eval=", seed: 7")
+    run_g1(att, set_role="id", limit=2)
+    run_g4(att, k=2, limit=2)
+    written = sorted((att / "guards").rglob("*.jsonl"))
+    assert {p.name for p in written} >= {"g4_samples.jsonl"} and len(written) >= 3  # two G1 files and G4's
+    assert {read_meta(p)["decoding"]["seed"] for p in written} == {7}
+
+
 def test_changed_decoding_is_refused_naming_the_setting(eval_experiment):
     from rlexp.stages.evaluate import evaluate
     from rlexp.stages.guard import run_g2
