@@ -19,7 +19,9 @@ def test_a_settings_class_declares_each_field_once_for_loader_and_schema():
         rules = section_of(cls)
         assert list(rules) == [f.name for f in dataclasses.fields(cls)]
         assert list(schema[section]["properties"]) == list(rules)
-    assert schema["eval"]["properties"]["max_tokens"] == {"type": ["integer", "null"], "minimum": 1}
+    # the declaration's bounds and description are the schema's
+    assert schema["eval"]["properties"]["max_tokens"] == {
+        "description": "the completion budget of every eval sample", "type": ["integer", "null"], "minimum": 1}
     assert EvalSettings().max_tokens == 2048 and Baseline().discordance == 0.12  # the declared defaults
 
 
@@ -65,3 +67,9 @@ def test_rules_accept_what_they_declare():
         k: int = declared(3, integer(1))
 
     assert Settings().k == 3 and section_of(Settings)["k"].json == {"type": "integer", "minimum": 1}
+
+    @dataclasses.dataclass(frozen=True)
+    class Described:
+        k: int = declared(3, integer(1), "how many")
+
+    assert section_of(Described)["k"].json == {"description": "how many", "type": "integer", "minimum": 1}

@@ -43,6 +43,10 @@ class Field:
     def __call__(self, value: Any) -> Any:
         return self.check(value)
 
+    def described(self, description: str | None) -> Field:
+        """The same rule with its description in the JSON Schema (what editors show on hover)."""
+        return self if not description else Field(self.check, {"description": description, **self.json})
+
 
 def check(rule: Field, value: Any, display: Any, where: str) -> Any:
     """``value`` checked by ``rule``; a wrong one is an InputError naming the file and the field."""
@@ -183,9 +187,10 @@ def check_keys(value: Any, display: Any, where: str, keys: Sequence[str]) -> dic
 # --------------------------------------------------------------------------- declared on a dataclass
 
 
-def declared(default: Any, rule: Field) -> Any:
-    """A settings dataclass field with its default and the rule a file's value of it must pass."""
-    return dataclasses.field(default=default, metadata={"rule": rule})
+def declared(default: Any, rule: Field, description: str | None = None) -> Any:
+    """A settings dataclass field: its default, the rule a file's value of it must pass, and what it
+    means (the JSON Schema's description)."""
+    return dataclasses.field(default=default, metadata={"rule": rule.described(description)})
 
 
 def section_of(cls: type) -> dict[str, Field]:

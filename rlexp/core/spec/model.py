@@ -51,29 +51,29 @@ class DatasetRef:
 class EvalSettings:
     """How checkpoints and baselines are evaluated (one pipeline for all of them)."""
 
-    engine: str = declared("local", one_of(*ENGINES))
-    prompt_suffix: str = declared("", STRING)
-    answer_mode: str = declared("exact", one_of(*ANSWER_MODES))  # the default grading of ood_primary, id, sanity
-    max_tokens: int = declared(2048, POSITIVE_INT)
-    max_lora_rank: int = declared(16, POSITIVE_INT)  # vLLM's default; adapters of a higher rank are refused
+    engine: str = declared("local", one_of(*ENGINES), "the eval engine: local (transformers), vllm, openai (a server)")
+    prompt_suffix: str = declared("", STRING, "appended to every eval prompt (a set's own prompt_suffix wins)")
+    answer_mode: str = declared("exact", one_of(*ANSWER_MODES), "the default grading of ood_primary, id and sanity")
+    max_tokens: int = declared(2048, POSITIVE_INT, "the completion budget of every eval sample")
+    max_lora_rank: int = declared(16, POSITIVE_INT, "vLLM's max_lora_rank: adapters of a higher rank are refused")
     temperature: float = declared(0.0, number(0))
     top_p: float = declared(1.0, number(0, 1, low_open=True))
     num_samples: int = declared(1, POSITIVE_INT)
-    seed: int = declared(0, integer())
-    batch_size: int | None = declared(None, POSITIVE_INT)
-    max_model_len: int | None = declared(None, POSITIVE_INT)
-    tensor_parallel_size: int = declared(1, POSITIVE_INT)
-    gpu_memory_utilization: float = declared(0.9, number(0, 1, low_open=True))
-    max_loras: int | None = declared(None, POSITIVE_INT)
-    # vllm engine: the weights' dtype (vLLM's "auto" runs a float32 checkpoint in half precision)
-    # and eager mode (no CUDA graphs / torch.compile); None/False leave vLLM's defaults
-    dtype: str | None = declared(None, one_of("auto", "float32", "float16", "bfloat16"))
-    enforce_eager: bool = declared(False, BOOLEAN)
-    base_url: str | None = declared(None, STRING)  # openai engine: the server (vLLM's OpenAI-compatible API)
-    model: str | None = declared(None, STRING)  # openai engine: served model name
-    # openai engine: the NAME of the env var with the key, never the key; None = no Authorization header
-    # (the engine's default too: an ambient OPENAI_API_KEY is never sent unless named here)
-    api_key_env: str | None = declared(None, STRING)
+    seed: int = declared(0, integer(), "the decoding seed, recorded with every record file")
+    batch_size: int | None = declared(None, POSITIVE_INT, "local engine: prompts per generate call (default 64)")
+    max_model_len: int | None = declared(None, POSITIVE_INT, "vllm engine: the context length")
+    tensor_parallel_size: int = declared(1, POSITIVE_INT, "vllm engine: GPUs per model")
+    gpu_memory_utilization: float = declared(0.9, number(0, 1, low_open=True), "vllm engine: the GPU memory share")
+    max_loras: int | None = declared(None, POSITIVE_INT, "vllm engine: adapters held at once")
+    dtype: str | None = declared(None, one_of("auto", "float32", "float16", "bfloat16"),
+                                 "vllm engine: the weights' dtype (vLLM's auto runs a float32 checkpoint in half "
+                                 "precision); unset: vLLM's default")
+    enforce_eager: bool = declared(False, BOOLEAN, "vllm engine: eager mode (no CUDA graphs, no torch.compile)")
+    base_url: str | None = declared(None, STRING, "openai engine: the server (vLLM's OpenAI-compatible API)")
+    model: str | None = declared(None, STRING, "openai engine: the served model name")
+    # never the key itself: an ambient OPENAI_API_KEY is never sent unless named here
+    api_key_env: str | None = declared(None, STRING, "openai engine: the NAME of the environment variable with "
+                                                     "the key; unset: no Authorization header")
 
 
 ENV_LOSSES = ("grpo", "gspo")  # rlexp.backends.env_trainer.LOSS_TYPES
@@ -103,16 +103,17 @@ class EnvironmentSettings:
 
 @dataclass(frozen=True)
 class Budget:
-    free_disk_gb: float | None = declared(None, number(0))
-    # one saved checkpoint (LoRA adapter or full model)
-    checkpoint_size_gb: float | None = declared(None, number(0, low_open=True))
+    free_disk_gb: float | None = declared(None, number(0), "disk free for the run's checkpoints, GB")
+    checkpoint_size_gb: float | None = declared(None, number(0, low_open=True),
+                                                "one saved checkpoint (LoRA adapter or full model), GB")
 
 
 @dataclass(frozen=True)
 class Baseline:
-    accuracy: float | None = declared(None, number(0, 1))  # baseline accuracy on the primary set, fraction 0..1
-    # expected share of discordant problems (11.8% in the campaign's final comparison)
-    discordance: float = declared(0.12, number(0, 1, low_open=True))
+    accuracy: float | None = declared(None, number(0, 1), "baseline accuracy on the primary set, a fraction")
+    # 11.8% in the campaign's final comparison
+    discordance: float = declared(0.12, number(0, 1, low_open=True),
+                                  "expected share of discordant problems, a fraction")
 
 
 @dataclass(frozen=True)
