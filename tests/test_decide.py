@@ -504,3 +504,29 @@ def test_decide_prints_the_raw_best_of_three_and_its_selection_adjusted_delta(ex
     report = " ".join(render_markdown(gather(d)).split())
     assert f"raw Δ {adj['raw_pp']:+.2f} pp" in report and f"{adj['adjusted_pp']:+.2f} pp" in report
     assert "Andrews, Kitagawa & McCloskey 2024" in report
+
+
+def test_decision_json_reads_back_as_the_decision_recorded(exp):
+    """decision.json read back is the Decision that was recorded (the STOP-1 pin's checkpoint included);
+    its gates are verdicts; a file of another shape is refused naming the field."""
+    from rlexp.core.decision import Decision
+    from rlexp.storage.results import read_decision
+
+    s1 = make_attempt(exp, "lr1", "a29", {"actor_learning_rate": 2e-6, "seed": 1}, decide_steps=(200, 100))
+    evaluated(s1, {"global_step200": (40, 80), "global_step100": (55, 60)})
+    decide(s1, now=NOW)
+    s2 = make_attempt(exp, "lr2", "a29", {"actor_learning_rate": 2e-6, "seed": 2}, decide_steps=(200, 100))
+    evaluated(s2, {"global_step200": (45, 80), "global_step100": (50, 60)}, id_bc=(12, 8))
+    decided = decide(s2, now=NOW)
+    written = json.loads((s2 / "decision.json").read_text())
+    read = read_decision(s2)
+    assert read is not None and read.to_dict() == written
+    assert (read.attempt, read.decision, read.reason) == ("lr2", "STOP-1", decided.reason)
+    assert read.new_sota_checkpoint == "global_step200" == decided.new_sota_checkpoint
+    assert Decision.from_dict(read.to_dict()) == read
+    gate2 = read.gate("gate_2")
+    assert gate2.name == "gate_2" and gate2.passed is True and gate2.numbers["siblings"] == ["lr1"]
+    assert read_decision(exp / "a29") is None
+    (s2 / "decision.json").write_text(json.dumps({**written, "sota_moved": "yes"}))
+    with pytest.raises(InputError, match="sota_moved: must be true or false"):
+        read_decision(s2)

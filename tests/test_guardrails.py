@@ -211,6 +211,49 @@ def test_g2_on_real_baseline_records(eval_experiment):
     assert main(["guard", "g2", str(att), "--problems", "10"]) == (0 if verdict.passed else 1)
 
 
+def test_g2_records_at_eval_seed_7_are_resumed_by_eval(eval_experiment):
+    """G2 writes Baseline-S0's records for ``rlexp eval`` to resume from; with ``eval.seed: 7`` both must
+    record the same decoding (G2 once left the seed out, and eval refused its records)."""
+    from rlexp.stages.evaluate import evaluate
+    from rlexp.stages.guard import run_g2
+    from rlexp.storage.records import read_meta
+
+    att = eval_experiment(extra_eval=", seed: 7")
+    run_g2(att, problems=4)
+    path = record_path(att, "baseline_s0", "ood_primary")
+    g2_lines = path.read_bytes().splitlines(keepends=True)
+    assert len(g2_lines) == 4 and read_meta(path)["decoding"]["seed"] == 7
+    out = evaluate(att, sets=["ood_primary"], show_progress=False)
+    baseline = next(f for f in out.files if f.checkpoint == "baseline_s0")
+    assert baseline.new_records == 12 - 4  # the four G2 wrote are reused, not redone
+    assert path.read_bytes().splitlines(keepends=True)[:4] == g2_lines
+
+
+def test_g1_and_g4_record_the_eval_seed_too(eval_experiment):
+    """Every record file an attempt writes carries its eval settings' seed (G1 and G4 once left it out)."""
+    from rlexp.stages.guard import run_g1, run_g4
+    from rlexp.storage.records import read_meta
+
+    att = eval_experiment(extra_eval=", seed: 7")
+    run_g1(att, set_role="id", limit=2)
+    run_g4(att, k=2, limit=2)
+    written = sorted((att / "guards").rglob("*.jsonl"))
+    assert {p.name for p in written} >= {"g4_samples.jsonl"} and len(written) >= 3  # two G1 files and G4's
+    assert {read_meta(p)["decoding"]["seed"] for p in written} == {7}
+
+
+def test_changed_decoding_is_refused_naming_the_setting(eval_experiment):
+    from rlexp.stages.evaluate import evaluate
+    from rlexp.stages.guard import run_g2
+
+    att = eval_experiment()
+    run_g2(att, problems=2)
+    spec = att / "attempt.yaml"
+    spec.write_text(spec.read_text().replace("engine: local,", "engine: local, seed: 7,"))
+    with pytest.raises(InputError, match=r"decoding\.seed: changed since these records were written \(0 → 7\)"):
+        evaluate(att, sets=["ood_primary"], show_progress=False)
+
+
 # --------------------------------------------------------------------------- G4
 
 

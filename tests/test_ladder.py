@@ -45,7 +45,7 @@ def cli(*args, cwd):
      "twice"),
     ({"root": "r", "variables": {"eps_clip": []}, "seeds": [1], "rungs": 3}, "variables.eps_clip", "list of 1"),
     ({"root": "r", "variables": {"eps_clip": [0.1]}, "seeds": [1, True], "rungs": 3}, "seeds", "integer"),
-    ({"root": "r", "variables": {"eps_clip": [0.1]}, "seeds": [1], "rungs": 0}, "rungs", "[1, 1000]"),
+    ({"root": "r", "variables": {"eps_clip": [0.1]}, "seeds": [1], "rungs": 0}, "rungs", "between 1 and 1000"),
     ({"root": "r", "variables": {"eps_clip": [0.1]}, "seeds": [1, 2], "rungs": 3, "seeds_at_once": "yes"},
      "seeds_at_once", "true or false"),
     ({"root": "r", "variables": {"eps_clip": [0.1]}, "seeds": [1], "rungs": 3, "seeds_at_once": True},

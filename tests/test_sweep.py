@@ -500,7 +500,7 @@ def test_changed_settings_are_refused_not_mixed(sweep_experiment):
             "stages": {"stage1": {"limit": 10}, "stage2": {"finalists": 1, "sets": ["sanity"]}}}
     sweep_models(write(**base), tracking_uri="off", engine_factory=scripted_factory([], []))
     ranking = (exp / "sweeps" / "s1" / "result" / "ranking.json").read_bytes()
-    with pytest.raises(InputError, match="decoding: changed since these records were written"):
+    with pytest.raises(InputError, match=r"decoding\.max_tokens: changed since these records were written \(16 → 12\)"):
         sweep_models(write(**base, eval={"engine": "local", "max_tokens": 12}), tracking_uri="off",
                      engine_factory=scripted_factory([], []))
     assert (exp / "sweeps" / "s1" / "result" / "ranking.json").read_bytes() == ranking  # the old result stands

@@ -45,7 +45,7 @@ from rlexp.adapters.provenance import scrub
 from rlexp.core.spec import is_credential_key
 from rlexp.errors import InputError
 from rlexp.storage.files import read_json
-from rlexp.storage.layout import STEP_TIME_KEY, AttemptDir
+from rlexp.storage.layout import STEP_TIME_KEY, AttemptDir, checkpoint_name, checkpoint_step
 from rlexp.storage.records import eval_accuracies
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
@@ -552,11 +552,11 @@ def role_metrics(attempt_dir: Path, selection: Mapping[str, Any], decision: Mapp
     step_of = {role: selection[role] for role in ROLES if isinstance(selection.get(role), int)}
     roles_of: dict[str, list[str]] = {}
     for role, step in step_of.items():
-        roles_of.setdefault(f"global_step{step}", []).append(role)
+        roles_of.setdefault(checkpoint_name(step), []).append(role)
     point: dict[str, float] = {}
     tags = {f"rlexp.step.{role}": str(step) for role, step in step_of.items()}
     for (checkpoint, set_name), acc in eval_accuracies(attempt_dir).items():
-        for name in roles_of.get(checkpoint, [checkpoint] if not checkpoint.startswith("global_step") else []):
+        for name in roles_of.get(checkpoint, [checkpoint] if checkpoint_step(checkpoint) is None else []):
             point[f"eval/{set_name}/{name}/acc"] = acc["acc"]
             point[f"eval/{set_name}/{name}/n"] = acc["n"]
 
@@ -586,7 +586,7 @@ def role_metrics(attempt_dir: Path, selection: Mapping[str, Any], decision: Mapp
 
         for role, cmp in compare_with_parent(attempt_dir).items():
             point[f"primary/{role}/vs_parent/delta_pp"] = cmp["delta_pp"]
-            if step_of.get(role) is not None and chosen == f"global_step{step_of[role]}":
+            if step_of.get(role) is not None and chosen == checkpoint_name(step_of[role]):
                 point["primary/vs_parent/delta_pp"] = cmp["delta_pp"]
     return point, tags
 

@@ -10,18 +10,22 @@ Module level imports only typer: ``rlexp --help`` imports every command module.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+if TYPE_CHECKING:
+    from rlexp.core.plan import PlanResult
 
-def render(data: dict[str, Any]) -> None:
+
+def render(result: PlanResult) -> None:
     """Human output: rich tables, one per section."""
     from rich.console import Console
     from rich.table import Table
 
     console = Console()
-    s = data["steps"]
+    data = result.data
+    s = result.steps
     tr = data["trainer"]
     console.print(
         f"[bold]plan[/bold] {data['attempt']}"
@@ -65,7 +69,7 @@ def render(data: dict[str, Any]) -> None:
     )
     steps.add_row("optimizer steps per global step", f"{s['optimizer_steps_per_global_step']:g}")
     steps.add_row("global steps per episode", f"{s['global_steps_per_episode']:,}")
-    steps.add_row("global steps total", f"[bold]{s['global_steps_total']:,}[/bold]")
+    steps.add_row("global steps total", f"[bold]{result.global_steps_total:,}[/bold]")
     if data["intent"].get("global_steps"):
         steps.add_row("intended global steps", f"{data['intent']['global_steps']:,}")
     steps.add_row("optimizer steps the trainer runs", f"{s['optimizer_steps_run']:,}")
@@ -117,10 +121,10 @@ def render(data: dict[str, Any]) -> None:
     checks = Table(title="Preflight checks")
     for col in ("severity", "id", "message", "SOP"):
         checks.add_column(col, overflow="fold")
-    for c in data["checks"]:
-        colour = "red" if c["severity"] == "error" else "yellow"
-        checks.add_row(f"[{colour}]{c['severity']}[/{colour}]", c["name"], c["rule"], c["ref"])
-    if not data["checks"]:
+    for c in result.checks:
+        colour = "red" if c.severity == "error" else "yellow"
+        checks.add_row(f"[{colour}]{c.severity}[/{colour}]", c.name, c.rule, c.ref)
+    if not result.checks:
         checks.add_row("[green]ok[/green]", "-", "no findings", "")
     console.print(checks)
 
@@ -151,8 +155,8 @@ def render(data: dict[str, Any]) -> None:
         console.print(f"Best of {k}: some of the K={k} checkpoints passes Gate-1b, what a decision on K gets, over a "
                       f"latent checkpoint correlation of {max(best['correlations']):g} to {min(best['correlations']):g} "
                       "(rlexp sop calibrate's model, Gaussian-copula approximation).")
-    errors = sum(c["severity"] == "error" for c in data["checks"])
-    warnings = len(data["checks"]) - errors
+    errors = sum(c.severity == "error" for c in result.checks)
+    warnings = len(result.checks) - errors
     verdict = "[red]blocked[/red]" if errors else "[green]ready[/green]"
     console.print(f"{verdict}: {errors} error(s), {warnings} warning(s); plan.json written")
 
@@ -196,10 +200,9 @@ def plan(
     from rlexp.storage.files import to_json
 
     result = plan_stage(spec)
-    data = result.data
     if json_output:
-        typer.echo(to_json(data), nl=False)
+        typer.echo(to_json(result.to_dict()), nl=False)
     else:
-        render(data)
+        render(result)
     if not result.ok:
         raise typer.Exit(1)

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 from rlexp.core import gates
 from rlexp.core.sop import Sop
 from rlexp.core.verdict import Verdict
+from rlexp.errors import InputError
 
 BASELINES = ("baseline_s0", "baseline_sota")
 ROLE_ORDER = ("final", "mid", "best_by_monitor")
@@ -142,6 +143,34 @@ class Decision:
 
     def to_dict(self) -> dict[str, Any]:
         return json.loads(json.dumps(self.record))
+
+    @classmethod
+    def from_dict(cls, data: Any, source: Any = None, *, attempt: str | None = None) -> Decision:
+        """``decision.json`` as :meth:`to_dict` wrote it (``attempt``: the id when the file names
+        none); a field of another type is an InputError naming ``source`` and the field."""
+        if not isinstance(data, Mapping):
+            raise InputError(source, None, f"must be an object (a decision), got {data!r:.60}")
+        name, decision, reason = data.get("attempt", attempt), data.get("decision"), data.get("reason")
+        for key, value in (("attempt", name), ("decision", decision)):
+            if not isinstance(value, str):
+                raise InputError(source, key, f"must be a string, got {value!r:.60}")
+        if reason is not None and not isinstance(reason, str):
+            raise InputError(source, "reason", f"must be a string, got {reason!r:.60}")
+        for key in ("gates", "checkpoints", "fault_tree"):
+            if data.get(key) is not None and not isinstance(data.get(key), Mapping):
+                raise InputError(source, key, f"must be an object or null, got {data.get(key)!r:.60}")
+        sota, moved = data.get("sota"), data.get("sota_moved")
+        if moved is not None and not isinstance(moved, bool):
+            raise InputError(source, "sota_moved", f"must be true or false, got {moved!r:.60}")
+        if moved and not (isinstance(sota, Mapping) and isinstance(sota.get("checkpoint"), str)):
+            raise InputError(source, "sota.checkpoint", "must name the pinned checkpoint when sota_moved is true")
+        return cls(name, decision, reason or "", json.loads(json.dumps(dict(data))),
+                   sota["checkpoint"] if moved else None)  # type: ignore[index]
+
+    def gate(self, name: str) -> Verdict:
+        """One gate or STOP rule of the record (``gate_2``, ``stop_3a``, ``parser_audit`` ...) as a verdict."""
+        gates = self.record.get("gates") or {}
+        return Verdict.from_dict(gates.get(name), None, f"gates.{name}.")
 
 
 def recipe_sha256(recipe: Mapping[str, Any], training_keys: Sequence[str], trainer: tuple[str, Any]) -> str:

@@ -17,13 +17,20 @@ whatever the floating-point rounding of (c - b) / N.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from rlexp.core.numbers import finite_number
 from rlexp.core.sop import Sop
 from rlexp.core.verdict import Verdict
 from rlexp.errors import InputError
+from rlexp.storage.layout import (
+    MAX_GLOBAL_STEP,
+    Checkpoint,
+    canonical_checkpoint_step,
+    checkpoint_name,
+    checkpoint_step,
+)
 
 EPS = 1e-9
 
@@ -394,7 +401,7 @@ class Selection:
     mid: int | None
     best_by_monitor: int | None
     notes: tuple[str, ...]
-    smoothed: tuple[tuple[int, float | None], ...] = ()
+    smoothed: tuple[tuple[int, float | None], ...] = field(default=(), compare=False)  # evidence, not written
 
     @property
     def steps(self) -> list[int]:
@@ -410,7 +417,100 @@ class Selection:
         return {"final": self.final, "mid": self.mid, "best_by_monitor": self.best_by_monitor}
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.roles, "checkpoints": [f"global_step{s}" for s in self.steps], "notes": list(self.notes)}
+        return {**self.roles, "checkpoints": [checkpoint_name(s) for s in self.steps], "notes": list(self.notes)}
+
+
+SELECTION_ROLES = ("final", "mid", "best_by_monitor")
+
+
+@dataclass(frozen=True)
+class RegisteredSelection:
+    """``eval/selection.json``: the K=3 checkpoints pre-registered before any is evaluated (their
+    roles, the names evaluated, the notes), what the selection was made from and the SOP file it was
+    made under. ``to_dict`` writes the file; ``from_dict`` reads it back, each field checked.
+
+    ``checkpoints`` is the list of names in the file: a role's checkpoint is always among them, and
+    a name in it that no role holds is pre-registered as well."""
+
+    final: int | None
+    mid: int | None
+    best_by_monitor: int | None
+    checkpoints: tuple[str, ...]
+    notes: tuple[str, ...] = ()
+    final_step_trained: int | None = None
+    mid_preregistered: int | None = None
+    saved_steps: tuple[int, ...] = ()
+    monitor_points: int | None = None
+    sop_version: str | None = None
+    sop_sha256: str | None = None
+
+    @classmethod
+    def of(cls, selection: Selection, **facts: Any) -> RegisteredSelection:
+        listed = tuple(selection.to_dict()["checkpoints"])
+        return cls(selection.final, selection.mid, selection.best_by_monitor, listed, tuple(selection.notes),
+                   **{k: tuple(v) if k == "saved_steps" else v for k, v in facts.items()})
+
+    @property
+    def roles(self) -> dict[str, int | None]:
+        return {"final": self.final, "mid": self.mid, "best_by_monitor": self.best_by_monitor}
+
+    def selected(self) -> tuple[Checkpoint, ...]:
+        """Each checkpoint to evaluate once: the roles' in role order (a step that holds two roles
+        names both, ``final+best_by_monitor``), then a listed one no role holds (``pre-registered``)."""
+        roles: dict[int, str] = {}
+        for role, step in self.roles.items():
+            if step is not None:
+                roles[step] = f"{roles[step]}+{role}" if step in roles else role
+        for name in self.checkpoints:
+            roles.setdefault(checkpoint_step(name), "pre-registered")  # type: ignore[arg-type]  (checked names)
+        return tuple(Checkpoint(step, role) for step, role in roles.items())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.roles, "checkpoints": list(self.checkpoints), "notes": list(self.notes),
+                "final_step_trained": self.final_step_trained, "mid_preregistered": self.mid_preregistered,
+                "saved_steps": list(self.saved_steps), "monitor_points": self.monitor_points,
+                "sop_version": self.sop_version, "sop_sha256": self.sop_sha256}
+
+    @classmethod
+    def from_dict(cls, data: Any, source: Any = None) -> RegisteredSelection:
+        """selection.json as :meth:`to_dict` wrote it; a field of another type is an InputError naming
+        ``source`` and the field."""
+        if not isinstance(data, Mapping):
+            raise InputError(source, None, f"must be an object (the K=3 selection), got {data!r:.60}")
+        steps: dict[str, int | None] = {}
+        for role in (*SELECTION_ROLES, "final_step_trained", "mid_preregistered"):
+            step = data.get(role)
+            if step is not None and (isinstance(step, bool) or not isinstance(step, int)
+                                     or not 0 <= step <= MAX_GLOBAL_STEP):
+                raise InputError(source, role, f"must be a global step (an integer from 0 to {MAX_GLOBAL_STEP}) "
+                                               f"or null, got {str(step)[:24]!r}")
+            steps[role] = step
+        listed = data.get("checkpoints")
+        if listed is None:
+            listed = [checkpoint_name(s) for s in dict.fromkeys(
+                steps[r] for r in SELECTION_ROLES if steps[r] is not None)]
+        if not (isinstance(listed, list) and all(canonical_checkpoint_step(x) is not None for x in listed)):
+            raise InputError(source, "checkpoints", "must be a list of 'global_step{N}' names")
+        if len(set(listed)) != len(listed):
+            raise InputError(source, "checkpoints", "a checkpoint is listed twice")
+        for role in SELECTION_ROLES:  # a role's checkpoint is one of the pre-registered ones
+            if steps[role] is not None and checkpoint_name(steps[role]) not in listed:
+                raise InputError(source, role, f"{checkpoint_name(steps[role])} is not among the checkpoints listed")
+        notes, saved = data.get("notes"), data.get("saved_steps")
+        notes, saved = [] if notes is None else notes, [] if saved is None else saved
+        if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
+            raise InputError(source, "notes", f"must be a list of strings, got {notes!r:.60}")
+        if not isinstance(saved, list) or not all(isinstance(s, int) and not isinstance(s, bool) for s in saved):
+            raise InputError(source, "saved_steps", f"must be a list of global steps, got {saved!r:.60}")
+        points = data.get("monitor_points")
+        if points is not None and (isinstance(points, bool) or not isinstance(points, int)):
+            raise InputError(source, "monitor_points", f"must be an integer, got {points!r:.60}")
+        for key in ("sop_version", "sop_sha256"):
+            if data.get(key) is not None and not isinstance(data.get(key), str):
+                raise InputError(source, key, f"must be a string, got {data.get(key)!r:.60}")
+        return cls(steps["final"], steps["mid"], steps["best_by_monitor"], tuple(listed), tuple(notes),
+                   steps["final_step_trained"], steps["mid_preregistered"], tuple(saved), points,
+                   data.get("sop_version"), data.get("sop_sha256"))
 
 
 def select_k3(monitor_points: Iterable[tuple[int, float]], final_step: int, mid_step: int | None,

@@ -37,6 +37,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rlexp.core.fields import BOOLEAN, STRING, check, check_keys, integer, list_of
 from rlexp.core.recipe import FLAG_VALUE, TRAINING, recipe_key
 from rlexp.core.spec import _ID_RE, Attempt, Difference, validate_recipe, values_equal
 from rlexp.errors import InputError
@@ -75,9 +76,7 @@ def parse_ladder_spec(raw: Any, display: str) -> LadderSpec:
     if not isinstance(raw, dict):
         what = "an empty file" if raw is None else f"a {type(raw).__name__}"
         raise InputError(display, None, f"expected a mapping with {', '.join(LADDER_KEYS)}, got {what}")
-    for key in raw:
-        if not isinstance(key, str) or key not in LADDER_KEYS:
-            raise InputError(display, str(key), f"unknown key (known: {', '.join(LADDER_KEYS)})")
+    check_keys(raw, display, "", LADDER_KEYS)
     for key in ("root", "variables", "seeds", "rungs"):
         if raw.get(key) is None:
             raise InputError(display, key, "required")
@@ -109,21 +108,14 @@ def parse_ladder_spec(raw: Any, display: str) -> LadderSpec:
             if any(values_equal(value, other) for other in checked[:i]):
                 raise InputError(display, f"{where}[{i}]", f"{value!r} is listed twice")
         grid.append((name, tuple(checked)))
-    seeds = raw["seeds"]
-    if (not isinstance(seeds, list) or not seeds
-            or any(isinstance(s, bool) or not isinstance(s, int) or not 0 <= s <= 2**31 - 1 for s in seeds)):
-        raise InputError(display, "seeds", "must be a non-empty list of integer seeds in [0, 2^31)")
+    seeds = check(list_of(integer(0, 2**31 - 1)), raw["seeds"], display, "seeds")
+    if not seeds:
+        raise InputError(display, "seeds", "must be a non-empty list of integer seeds")
     if len(set(seeds)) != len(seeds):
         raise InputError(display, "seeds", "a seed is listed twice")
-    rungs = raw["rungs"]
-    if isinstance(rungs, bool) or not isinstance(rungs, int) or not 1 <= rungs <= MAX_RUNGS:
-        raise InputError(display, "rungs", f"must be an integer in [1, {MAX_RUNGS}]")
-    description = raw.get("description") or ""
-    if not isinstance(description, str):
-        raise InputError(display, "description", "must be text")
-    seeds_at_once = raw.get("seeds_at_once", False)
-    if not isinstance(seeds_at_once, bool):
-        raise InputError(display, "seeds_at_once", f"must be true or false, got {seeds_at_once!r:.60}")
+    rungs = check(integer(1, MAX_RUNGS), raw["rungs"], display, "rungs")
+    description = check(STRING, raw.get("description") or "", display, "description")
+    seeds_at_once = check(BOOLEAN, raw.get("seeds_at_once", False), display, "seeds_at_once")
     if seeds_at_once and len(seeds) < 2:
         raise InputError(display, "seeds_at_once", "needs at least two seeds: the rung's and its confirmation seed's")
     return LadderSpec(root, tuple(grid), tuple(seeds), rungs, display, description, seeds_at_once)

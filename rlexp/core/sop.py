@@ -9,13 +9,13 @@ traced to the exact rules it was taken under. Changing a number means writing a 
 
 from __future__ import annotations
 
-import math
 from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin, get_type_hints
 
+from rlexp.core.fields import STRING, Field, check, integer, number, one_of, suggest
 from rlexp.errors import InputError
 from rlexp.storage.files import load_yaml, sha256_file
 
@@ -229,7 +229,7 @@ def _build(cls: type, data: Any, where: str | None, path: Path) -> Any:
     names = {f.name for f in declared}
     for key in data:
         if key not in names:
-            raise InputError(path, _join(where, str(key)), "unknown key")
+            raise InputError(path, _join(where, str(key)), "unknown key" + suggest(str(key), sorted(names)))
     values = {}
     for f in declared:
         key = _join(where, f.name)
@@ -243,25 +243,19 @@ def _build(cls: type, data: Any, where: str | None, path: Path) -> Any:
 def _value(kind: Any, value: Any, key: str, path: Path) -> Any:
     if is_dataclass(kind):
         return _build(kind, value, key, path)
+    return check(_rule(kind, key), value, path, key)
+
+
+_RULES = {int: integer(), float: number(text=False), str: STRING}
+
+
+def _rule(kind: Any, key: str) -> Field:
+    """The rule of a SOP field, from its type: the rules every user-written file is checked with
+    (rlexp.core.fields), strict as the SOP is (no numeric text, no bool for a number)."""
     if get_origin(kind) is Literal:
-        choices = get_args(kind)
-        if not isinstance(value, str) or value not in choices:
-            raise InputError(path, key, f"must be one of {', '.join(choices)}, got {str(value)[:40]!r}")
-        return value
-    if kind is int:
-        if type(value) is not int:
-            raise InputError(path, key, f"expected an integer, got {type(value).__name__}")
-        return value
-    if kind is float:
-        if type(value) not in (int, float):
-            raise InputError(path, key, f"expected a number, got {type(value).__name__}")
-        if not math.isfinite(value):
-            raise InputError(path, key, "must be a finite number")
-        return float(value)
-    if kind is str:
-        if type(value) is not str:
-            raise InputError(path, key, f"expected a string, got {type(value).__name__}")
-        return value
+        return one_of(*get_args(kind))
+    if kind in _RULES:
+        return _RULES[kind]
     raise TypeError(f"SOP field {key}: no rule for {kind!r}")  # a declaration this module cannot check
 
 

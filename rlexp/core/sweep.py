@@ -22,7 +22,6 @@ stage writes a file.
 
 from __future__ import annotations
 
-import difflib
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -31,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from rlexp.core.answers import PARSE_FAILURES
+from rlexp.core.fields import FRACTION, MAX_SPEC_INT, check, check_keys, integer, suggest
 from rlexp.core.spec import (
     DatasetRef,
     EvalSettings,
@@ -111,7 +111,7 @@ class SweepSpec:
             if candidate.name == name:
                 return candidate
         raise InputError(self.display_path or self.spec_path, "candidates",
-                         f"no candidate named {name!r}" + _suggest(name, [c.name for c in self.candidates]))
+                         f"no candidate named {name!r}" + suggest(name, [c.name for c in self.candidates]))
 
 
 def resolve_sweep_path(path: str | Path) -> Path:
@@ -120,39 +120,8 @@ def resolve_sweep_path(path: str | Path) -> Path:
     return path / SWEEP_SPEC_NAME if path.is_dir() else path
 
 
-def _suggest(word: str, candidates: Sequence[str]) -> str:
-    close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
-    return f"; did you mean '{close[0]}'?" if close else ""
-
-
-def _int(value: Any, display: str, where: str, minimum: int = 1, maximum: int = 10**9) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InputError(display, where, f"must be an integer (got {value!r:.60})")
-    if not minimum <= value <= maximum:
-        raise InputError(display, where, f"must be between {minimum} and {maximum} (got {value})")
-    return value
-
-
-def _fraction(value: Any, display: str, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise InputError(display, where, f"must be a number (got {value!r:.60})")
-    if not 0.0 <= value <= 1.0:
-        hint = f" ({value:g}% is {value / 100:g})" if 1 < value <= 100 else ""
-        raise InputError(display, where, f"must be a fraction between 0 and 1{hint} (got {value!r})")
-    return float(value)
-
-
-def _mapping(value: Any, display: str, where: str, keys: Sequence[str]) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise InputError(display, where, f"must be a mapping (got {value!r:.60})")
-    for key in value:
-        if not isinstance(key, str):
-            raise InputError(display, f"{where}.{key}", f"keys must be strings, got {type(key).__name__}")
-        if key not in keys:
-            raise InputError(display, f"{where}.{key}", "unknown key" + _suggest(key, keys))
-    return value
+def _int(value: Any, display: str, where: str, minimum: int = 1, maximum: int = MAX_SPEC_INT) -> int:
+    return check(integer(minimum, maximum), value, display, where)
 
 
 def load_sweep(path: str | Path) -> SweepSpec:
@@ -169,7 +138,7 @@ def load_sweep(path: str | Path) -> SweepSpec:
         if not isinstance(key, str):
             raise InputError(display, str(key), f"keys must be strings, got {type(key).__name__}")
         if key not in _TOP_KEYS:
-            raise InputError(display, key, "unknown key" + _suggest(key, _TOP_KEYS))
+            raise InputError(display, key, "unknown key" + suggest(key, _TOP_KEYS))
 
     sweep_dir = SweepDir(spec_path.parent)
     experiment_dir = sweep_dir.experiment.root.resolve()
@@ -200,9 +169,9 @@ def load_sweep(path: str | Path) -> SweepSpec:
             raise InputError(display, f"datasets.{role}.path", f"{ref.path} does not exist")
         datasets[role] = ref
 
-    stages = _mapping(raw.get("stages"), display, "stages", ("stage1", "stage2"))
-    stage1 = _mapping(stages.get("stage1"), display, "stages.stage1", ("set", "limit"))
-    stage2 = _mapping(stages.get("stage2"), display, "stages.stage2", ("sets", "finalists"))
+    stages = check_keys(raw.get("stages"), display, "stages", ("stage1", "stage2"))
+    stage1 = check_keys(stages.get("stage1"), display, "stages.stage1", ("set", "limit"))
+    stage2 = check_keys(stages.get("stage2"), display, "stages.stage2", ("sets", "finalists"))
     stage1_set = stage1.get("set", "ood_primary")
     _known_set(stage1_set, datasets, display, "stages.stage1.set")
     limit = stage1.get("limit")
@@ -218,13 +187,13 @@ def load_sweep(path: str | Path) -> SweepSpec:
     finalists = _int(stage2.get("finalists", min(2, len(candidates))), display, "stages.stage2.finalists",
                      maximum=len(candidates))
 
-    criteria_raw = _mapping(raw.get("criteria"), display, "criteria",
+    criteria_raw = check_keys(raw.get("criteria"), display, "criteria",
                             ("band", "format_tolerance_pp", "min_sanity_acc"))
     band = criteria_raw.get("band")
     if not isinstance(band, list) or len(band) != 2:
         raise InputError(display, "criteria.band", f"required: [low, high] accuracy fractions, e.g. [0.60, 0.70] "
                                                    f"(got {band!r:.60})")
-    low, high = (_fraction(v, display, f"criteria.band[{i}]") for i, v in enumerate(band))
+    low, high = (check(FRACTION, v, display, f"criteria.band[{i}]") for i, v in enumerate(band))
     if not low < high:
         raise InputError(display, "criteria.band", f"low must be below high (got [{low:g}, {high:g}])")
     tolerance = criteria_raw.get("format_tolerance_pp", 2.0)
@@ -233,7 +202,7 @@ def load_sweep(path: str | Path) -> SweepSpec:
                                                                   f"between 0 and 100 (got {tolerance!r:.60})")
     min_sanity = criteria_raw.get("min_sanity_acc")
     if min_sanity is not None:
-        min_sanity = _fraction(min_sanity, display, "criteria.min_sanity_acc")
+        min_sanity = check(FRACTION, min_sanity, display, "criteria.min_sanity_acc")
         if "sanity" not in sets:
             raise InputError(display, "criteria.min_sanity_acc", "needs the sanity set in stages.stage2.sets")
     criteria = Criteria((low, high), float(tolerance), min_sanity)
@@ -263,7 +232,7 @@ def _candidates(raw: Any, display: str, experiment_dir: Path, settings: EvalSett
     seen: set[str] = set()
     for i, entry in enumerate(raw):
         where = f"candidates[{i}]"
-        entry = _mapping(entry, display, where, ("name", "model", "params"))
+        entry = check_keys(entry, display, where, ("name", "model", "params"))
         name = entry.get("name")
         if not isinstance(name, str) or not _NAME_RE.match(name):
             raise InputError(display, f"{where}.name", f"{name!r:.60} is not a valid name (letters, digits, _ . -)")
@@ -292,7 +261,7 @@ def _truncation(raw: Any, display: str, datasets: Mapping[str, DatasetRef], cand
     if raw is None:
         return None
     where = "truncation_check"
-    raw = _mapping(raw, display, where, ("max_tokens", "subset", "set", "candidate", "resamples", "seed"))
+    raw = check_keys(raw, display, where, ("max_tokens", "subset", "set", "candidate", "resamples", "seed"))
     tokens = raw.get("max_tokens")
     if not isinstance(tokens, list) or len(tokens) != 2:
         raise InputError(display, f"{where}.max_tokens", f"required: two values, e.g. [2048, 4096] (got {tokens!r:.60})")
@@ -305,7 +274,7 @@ def _truncation(raw: Any, display: str, datasets: Mapping[str, DatasetRef], cand
     candidate = raw.get("candidate")
     if candidate is not None and candidate not in [c.name for c in candidates]:
         raise InputError(display, f"{where}.candidate", f"no candidate named {candidate!r:.60}"
-                         + _suggest(str(candidate), [c.name for c in candidates]))
+                         + suggest(str(candidate), [c.name for c in candidates]))
     resamples = _int(raw.get("resamples", 10_000), display, f"{where}.resamples", minimum=100, maximum=MAX_RESAMPLES)
     seed = _int(raw.get("seed", 0), display, f"{where}.seed", minimum=0)
     return TruncationCheck((min(short, long), max(short, long)), subset, role, candidate, resamples, seed)

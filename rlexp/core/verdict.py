@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlexp.errors import InputError
+
 SEVERITIES = ("error", "warning")
 
 
@@ -46,6 +48,39 @@ class Verdict:
     def reason(self) -> str:
         """The first note, else the rule."""
         return self.notes[0] if self.notes else self.rule
+
+    @classmethod
+    def from_dict(cls, data: Any, source: Any = None, where: str = "") -> Verdict:
+        """The verdict :meth:`to_dict` wrote (``guards/<name>.json``, a plan's checks, a decision's
+        gates), each field of its type; else an InputError naming ``source`` (the file) and the field
+        (under ``where``, the verdict's place in that file). ``details`` items written from tuples
+        (a smoothed curve's points) come back as tuples."""
+        def bad(field: str, what: str, value: Any) -> InputError:
+            return InputError(source, f"{where}{field}", f"must be {what}, got {value!r:.60}")
+
+        if not isinstance(data, Mapping):
+            raise InputError(source, where.rstrip(".") or None, f"must be an object (a verdict), got {data!r:.60}")
+        name, passed, rule = data.get("name"), data.get("passed"), data.get("rule")
+        if not isinstance(name, str):
+            raise bad("name", "a string", name)
+        if passed is not None and not isinstance(passed, bool):
+            raise bad("passed", "true, false or null", passed)
+        if not isinstance(rule, str):
+            raise bad("rule", "a string", rule)
+        numbers, notes, details = data.get("numbers", {}), data.get("notes", []), data.get("details", [])
+        if not isinstance(numbers, Mapping):
+            raise bad("numbers", "an object", numbers)
+        if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
+            raise bad("notes", "a list of strings", notes)
+        if not isinstance(details, list):
+            raise bad("details", "a list", details)
+        severity, ref = data.get("severity"), data.get("ref")
+        if severity is not None and severity not in SEVERITIES:
+            raise bad("severity", f"one of {', '.join(SEVERITIES)}", severity)
+        if ref is not None and not isinstance(ref, str):
+            raise bad("ref", "a string", ref)
+        return cls(name, passed, rule, dict(numbers), tuple(notes),
+                   tuple(tuple(d) if isinstance(d, list) else d for d in details), severity, ref)
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"name": self.name, "passed": self.passed, "rule": self.rule,

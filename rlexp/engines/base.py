@@ -59,6 +59,21 @@ class Decoding:
     def nondet_proxy(cls, k: int, max_tokens: int, seed: int = 0) -> Decoding:
         return cls(NONDET_PROXY, 0.0, k, max_tokens, seed)
 
+    @classmethod
+    def for_eval(cls, settings: Any, *, samples: int | None = None, temperature: float = SAMPLING_TEMPERATURE,
+                 max_tokens: int | None = None) -> Decoding:
+        """The decoding of an attempt's evaluations, from its ``eval`` settings: greedy, or ``samples``
+        samples at ``temperature`` (G4); ``max_tokens`` and ``seed`` from the settings unless given.
+
+        Every record file of an attempt (eval, G1, G2, G4) takes its decoding from here: the decoding is
+        an identity key of a record file, so one built by hand with a setting left out (the seed, once)
+        made ``rlexp eval`` refuse the records G2 had written for it to resume from."""
+        tokens = int(settings.max_tokens if max_tokens is None else max_tokens)
+        seed = int(settings.seed)
+        if samples is None:
+            return cls.greedy(tokens, seed=seed)
+        return cls.sampling(int(samples), tokens, float(temperature), seed=seed)
+
     @property
     def metric_name(self) -> str:
         """MLflow-safe name: no ``@`` (``greedy_pass_at_1``, ``sampling_pass_at_8``)."""

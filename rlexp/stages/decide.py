@@ -23,14 +23,13 @@ that a rerun of ``rlexp decide`` completes to the new one:
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from rlexp.core.decision import BASELINES, ROLE_ORDER, AttemptFacts, DecideInputs, Decision
+from rlexp.core.decision import BASELINES, AttemptFacts, DecideInputs, Decision
 from rlexp.errors import InputError
-from rlexp.storage.layout import MAX_GLOBAL_STEP, AttemptDir, checkpoint_name
+from rlexp.storage.layout import AttemptDir, checkpoint_step
 
 
 def decide(attempt: str | Path, *, sop_path: str | Path | None = None, now: str | None = None) -> Decision:
@@ -50,62 +49,39 @@ def decide(attempt: str | Path, *, sop_path: str | Path | None = None, now: str 
     return decision
 
 
-_CHECKPOINT = re.compile(r"global_step(0|[1-9][0-9]{0,6})")
-
-
 def _read_selection(ad: AttemptDir) -> tuple[list[str], dict[str, str], str | None]:
     """Checkpoint names in role order, name -> role(s), and the SHA-256 of the SOP file the
     selection was made under, from eval/selection.json."""
     path = ad.selection
     if not path.exists():
         raise InputError(path, None, "file not found: run `rlexp eval` first (it pre-registers the K=3 checkpoints)")
-    data = ad.read_selection()
-    names: list[str] = []
-    roles: dict[str, str] = {}
-    for role in ROLE_ORDER:
-        step = data.get(role)
-        if step is None:
-            continue
-        if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= MAX_GLOBAL_STEP:
-            raise InputError(path, role, f"must be a global step (an integer from 0 to {MAX_GLOBAL_STEP}) or null, "
-                                         f"got {str(step)[:24]!r}")
-        name = checkpoint_name(step)
-        if name not in names:
-            names.append(name)
-        roles[name] = f"{roles[name]}+{role}" if name in roles else role
-    listed = data.get("checkpoints")
-    if listed is not None:
-        if not (isinstance(listed, list) and all(isinstance(x, str) and _CHECKPOINT.fullmatch(x) for x in listed)):
-            raise InputError(path, "checkpoints", "must be a list of 'global_step{N}' names")
-        if len(set(listed)) != len(listed):
-            raise InputError(path, "checkpoints", "a checkpoint is listed twice")
-        for name, role in roles.items():  # a role's checkpoint is one of the pre-registered ones
-            if name not in listed:
-                raise InputError(path, role.split("+")[0], f"{name} is not among the checkpoints listed")
-        for name in listed:
-            if name not in names:
-                names.append(name)
-                roles[name] = "pre-registered"
+    from rlexp.storage.results import read_selection
+
+    selection = read_selection(ad.root)
+    assert selection is not None  # it exists (above)
+    selected = selection.selected()
+    names = [c.name for c in selected]
+    roles = {c.name: c.role or "" for c in selected}
     if not names:
         raise InputError(path, "checkpoints", "no checkpoint selected")
-    under = data.get("sop_sha256")
-    return names, roles, under if isinstance(under, str) else None
+    return names, roles, selection.sop_sha256
 
 
 def _parser_audit(ad: AttemptDir) -> dict[str, Any] | None:
     """guards/parser_audit.json (written by ``rlexp guard audit``) → {"misparse_rate", "audit_passed",
     "file"}; None when the audit was not run."""
     from rlexp.core.numbers import finite_number
+    from rlexp.core.verdict import Verdict
 
     path = ad.guard("parser_audit")
     data = ad.read_guard("parser_audit")
     if data is None:
         return None
     passed = data.get("passed")
-    if not isinstance(passed, bool):
+    if not isinstance(passed, bool):  # first: an audit is decided, never pending
         raise InputError(path, "passed", f"must be true or false, got {passed!r}")
-    numbers = data.get("numbers")
-    if not isinstance(numbers, dict) or "mis_parse_rate" not in numbers:
+    numbers = Verdict.from_dict(data, path).numbers
+    if "mis_parse_rate" not in numbers:
         raise InputError(path, "numbers.mis_parse_rate", "missing (write the file with `rlexp guard audit ATTEMPT "
                          "--verdicts FILE`)")
     rate = finite_number(numbers["mis_parse_rate"])
@@ -116,9 +92,10 @@ def _parser_audit(ad: AttemptDir) -> dict[str, Any] | None:
 
 
 def _g4_numbers(ad: AttemptDir) -> dict[str, Any] | None:
-    data = ad.read_guard("g4")
-    numbers = data.get("numbers") if data else None
-    return numbers if isinstance(numbers, dict) else None
+    from rlexp.storage.verdicts import read_verdict
+
+    verdict = read_verdict(ad.root, "g4")
+    return dict(verdict.numbers) if verdict is not None else None
 
 
 def gather(attempt: str | Path, sop: Any) -> tuple[DecideInputs, dict[str, Any]]:
@@ -301,7 +278,8 @@ def record(decision: Decision, inputs: DecideInputs, context: dict[str, Any]) ->
     exp_dir: Path = context["experiment_dir"]
     rec = decision.record
     if decision.new_sota_checkpoint is not None:
-        step = int(decision.new_sota_checkpoint.removeprefix("global_step"))
+        step = checkpoint_step(decision.new_sota_checkpoint)
+        assert step is not None  # decide() pins one of the selected checkpoints
         ck_dir = ad.adapter(step)
         pin = SotaPin(decision.attempt, decision.new_sota_checkpoint,
                       str(ck_dir.relative_to(exp_dir)) if ck_dir.is_relative_to(exp_dir) else str(ck_dir),

@@ -276,8 +276,8 @@ def _prepare_attempt(attempt_dir: Path, console: Any, timed) -> None:
     if not planned.ok:
         first = planned.errors[0]
         raise CheckFailed(f"demo: plan of {name} has error checks, first {first['name']}: {first['rule']}")
-    console.print(f"{planned.data['steps']['global_steps_total']} global steps, checks: "
-                  f"{len(planned.data['checks'])} ({len(planned.errors)} errors)")
+    console.print(f"{planned.global_steps_total} global steps, checks: "
+                  f"{len(planned.checks)} ({len(planned.errors)} errors)")
     _show_verdict(console, step("guard g0", guard, "g0", attempt_dir))
     _show_verdict(console, step("guard g2", guard, "g2", attempt_dir))
 

@@ -24,7 +24,7 @@ from rlexp.core.numbers import NONFINITE_JSON
 from rlexp.engines.base import Decoding, Engine, Request, close_engine
 from rlexp.errors import InputError
 from rlexp.storage.files import atomic_write_json, iter_jsonl, read_json, sha256_dir, sha256_file, sha256_text
-from rlexp.storage.layout import ADAPTER_PATTERN, AttemptDir, ExperimentDir
+from rlexp.storage.layout import ADAPTER_PATTERN, AttemptDir, ExperimentDir, checkpoint_name, checkpoint_step
 from rlexp.storage.records import (
     BASELINE_S0,
     BASELINE_SOTA,
@@ -101,7 +101,7 @@ def monitor_points(attempt_dir: Path) -> tuple[list[tuple[int, float]], int | No
 
 def select_checkpoints(att: Any, *, write: bool = True) -> dict[str, Any]:
     """Run the SOP's K=3 selection and (``write``) write ``eval/selection.json``."""
-    from rlexp.core.gates import select_k3
+    from rlexp.core.gates import RegisteredSelection, select_k3
     from rlexp.core.sop import load_sop
 
     attempt_dir = Path(att.attempt_dir)
@@ -112,15 +112,9 @@ def select_checkpoints(att: Any, *, write: bool = True) -> dict[str, Any]:
     final_step = last if last is not None else max(saved)
     sop = load_sop()
     selection = select_k3(points, final_step, att.checkpoints_mid, list(saved), sop)
-    payload = {
-        **selection.to_dict(),
-        "final_step_trained": final_step,
-        "mid_preregistered": att.checkpoints_mid,
-        "saved_steps": list(saved),
-        "monitor_points": len(points),
-        "sop_version": sop.version,
-        "sop_sha256": sop.sha256,
-    }
+    payload = RegisteredSelection.of(selection, final_step_trained=final_step, mid_preregistered=att.checkpoints_mid,
+                                     saved_steps=list(saved), monitor_points=len(points), sop_version=sop.version,
+                                     sop_sha256=sop.sha256).to_dict()
     if write:
         atomic_write_json(AttemptDir(attempt_dir).selection, payload)
     return payload
@@ -142,14 +136,14 @@ def plan_targets(att: Any, selection: dict[str, Any], only: Sequence[str] | None
         if not path.exists():
             raise InputError(ExperimentDir(att.experiment_dir).sota, "path", f"pinned checkpoint {path} does not exist")
         targets.append(Target(BASELINE_SOTA, path))
-    steps = [int(name.removeprefix("global_step")) for name in selection["checkpoints"]]
+    steps = [checkpoint_step(name) for name in selection["checkpoints"]]
     for step in getattr(att, "checkpoints_extra", ()) or ():  # pre-registered extras (sop/README.md#k3-checkpoints)
         if step not in saved:
             raise InputError(att.spec_path, "checkpoints.extra", f"pre-registered step {step} was not saved")
         if step not in steps:
             steps.append(step)
     for step in steps:
-        targets.append(Target(f"global_step{step}", saved[step]))
+        targets.append(Target(checkpoint_name(step), saved[step]))
     if only:
         known = {t.name for t in targets}
         unknown = [n for n in only if n not in known]
@@ -446,7 +440,7 @@ def load_eval_sets(att, roles, limit) -> dict[str, tuple[Any, Path, str]]:
 
 def _evaluate_with(att, attempt_dir, roles, selection, targets, base, limit, show_progress, engine,
                    tokenizer) -> EvalOutcome:
-    decoding = Decoding.greedy(int(att.eval.max_tokens), seed=int(att.eval.seed))
+    decoding = Decoding.for_eval(att.eval)
     datasets = load_eval_sets(att, roles, limit)
 
     for role, (_problems, _path, digest) in datasets.items():  # every set checked before the first write

@@ -48,7 +48,7 @@ def episode_settings(att: Any) -> tuple[Any, Any, str, dict[str, Any]]:
     from rlexp.storage.files import sha256_text
 
     settings = att.environment
-    decoding = Decoding.greedy(int(settings.max_tokens_per_turn), seed=int(att.eval.seed))
+    decoding = Decoding.for_eval(att.eval, max_tokens=int(settings.max_tokens_per_turn))
     extra = {"environment": environment_meta(settings)}
     grading = "episode:" + sha256_text(json.dumps(extra["environment"], sort_keys=True))[:16]
     return budgets_of(settings), decoding, grading, extra

@@ -39,7 +39,7 @@ from rlexp.core.verdict import Verdict
 from rlexp.errors import InputError
 from rlexp.storage import verdicts
 from rlexp.storage.files import atomic_write_text, iter_jsonl
-from rlexp.storage.layout import ADAPTER_PATTERN, AttemptDir, checkpoint_name
+from rlexp.storage.layout import ADAPTER_PATTERN, AttemptDir, checkpoint_name, checkpoint_step
 
 if TYPE_CHECKING:
     from rlexp.core.sop import G2Settings, G4Settings, Sop
@@ -301,9 +301,9 @@ def run_g1(
         saved = AttemptDir(attempt_dir).checkpoints()
         if not saved:
             raise InputError(AttemptDir(attempt_dir).checkpoints_dir, ADAPTER_PATTERN, "no checkpoint to check")
-        name = checkpoint or f"global_step{min(saved)}"
-        step = int(name.removeprefix("global_step")) if name.startswith("global_step") else -1
-        if step not in saved:
+        name = checkpoint or checkpoint_name(min(saved))
+        step = checkpoint_step(name)
+        if step is None or step not in saved:
             raise InputError(AttemptDir(attempt_dir).checkpoints_dir, name, "no such saved checkpoint")
         role = set_role or ("ood_monitor" if att.datasets.get("ood_monitor") is not None
                             and att.datasets["ood_monitor"].path is not None else "ood_primary")
@@ -313,7 +313,7 @@ def run_g1(
         problems, _, digest = loaded
         base = att.base_model()
         target = Target(name, saved[step])
-        decoding = Decoding.greedy(int(att.eval.max_tokens))
+        decoding = Decoding.for_eval(att.eval)
         suffix = att.datasets[role].prompt_suffix or ""
         paths = {}
         for label, merge in (("adapter", False), ("merged", True)):
@@ -386,7 +386,7 @@ def _baseline_records(att: Any, limit: int | None, *, show_progress: bool = Fals
     target = Target(BASELINE_S0, None)
     engine, tokenizer = build_engine(att, base, [target])
     where = {"attempt_dir": Path(att.attempt_dir), "set_role": "ood_primary", "dataset_sha256": digest,
-             "targets": [target], "base": base, "decoding": Decoding.greedy(int(att.eval.max_tokens)),
+             "targets": [target], "base": base, "decoding": Decoding.for_eval(att.eval),
              "suffix": att.datasets["ood_primary"].prompt_suffix or "",
              "grading": att.datasets["ood_primary"].answer_mode}  # eval resumes this file
     with engine:
@@ -465,7 +465,7 @@ def run_g4(attempt: str | Path, *, k: int | None = None, limit: int | None = Non
     with engine:
         eval_records(engine, tokenizer, attempt_dir=Path(att.attempt_dir), set_role="ood_primary",
                      problems=problems, dataset_sha256=loaded[2], targets=[target], base=base,
-                     decoding=Decoding.sampling(k, int(att.eval.max_tokens), g4.temperature),
+                     decoding=Decoding.for_eval(att.eval, samples=k, temperature=g4.temperature),
                      suffix=att.datasets["ood_primary"].prompt_suffix or "",
                      grading=att.datasets["ood_primary"].answer_mode, records_path=lambda _t: out)
     wanted = {p["problem_hash"] for p in problems}
@@ -582,11 +582,13 @@ def run_audit_draw(attempt: str | Path, *, checkpoint: str | None = None, set_ro
     att = load_attempt(attempt)
     attempt_dir = Path(att.attempt_dir)
     if checkpoint is None:
-        selection = AttemptDir(attempt_dir).read_selection()
+        from rlexp.storage.results import read_selection
+
+        selection = read_selection(attempt_dir)
         if selection is None:  # the CLI adds which command writes it
             raise InputError(AttemptDir(attempt_dir).selection, None, "file not found")
-        step = selection.get("best_by_monitor") or selection.get("final")
-        if not isinstance(step, int):
+        step = selection.best_by_monitor or selection.final
+        if step is None:
             raise InputError(AttemptDir(attempt_dir).selection, "final", "no checkpoint selected")
         checkpoint = checkpoint_name(step)
     items = audit_draw(read_records(record_path(attempt_dir, checkpoint, set_role)), n, seed, sop=sop)

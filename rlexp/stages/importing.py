@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from rlexp.errors import InputError
+from rlexp.storage.layout import FOREIGN_CHECKPOINT_DIRS, FOREIGN_CHECKPOINT_PATTERNS
 
 
 def _secret(key: str) -> bool:
@@ -333,12 +334,6 @@ def _trl(script: Path, where: str, args: list[str]):
 
 # --- an existing run's logs and checkpoints --------------------------------------------------------
 
-_CHECKPOINT_DIRS = (
-    re.compile(r"global_step(\d+)_hf"),   # OpenRLHF --save_hf_ckpt, rlexp's own layout
-    re.compile(r"checkpoint-(\d+)"),      # transformers / TRL output_dir
-    re.compile(r"global_step_(\d+)"),     # verl trainer.default_local_dir
-    re.compile(r"global_step(\d+)"),      # OpenRLHF --save_path per step
-)
 # inside a verl checkpoint, where the weights rlexp can evaluate are
 _VERL_INNER = ("actor/lora_adapter", "actor/huggingface", "actor")
 
@@ -359,7 +354,7 @@ def find_checkpoints(root: Path) -> dict[int, Path]:
     ``config.json``) is not a checkpoint rlexp can evaluate and is left out."""
     found: dict[int, Path] = {}
     for child in sorted(p for p in root.iterdir() if p.is_dir()):
-        for pattern in _CHECKPOINT_DIRS:
+        for pattern in FOREIGN_CHECKPOINT_DIRS:
             m = pattern.fullmatch(child.name)
             if not m:
                 continue
@@ -417,8 +412,8 @@ def import_run(attempt_dir: str | Path, *, logs: str | Path | None = None, log_f
             raise InputError(ad.checkpoints_dir, None, "already holds checkpoints: import into a new attempt")
         found = find_checkpoints(root)
         if not found:
-            raise InputError(root, None, "no checkpoint folders with weights (global_step{N}_hf, checkpoint-{N}, "
-                             "global_step_{N}: each with adapter_config.json or config.json)")
+            raise InputError(root, None, f"no checkpoint folders with weights ({FOREIGN_CHECKPOINT_PATTERNS}: "
+                             "each with adapter_config.json or config.json)")
     # everything read: now write
     if rows:
         append_new_rows(ad.metrics, rows)

@@ -62,13 +62,15 @@ def _value_of(experiment_dir: Path) -> Callable[[str, str], Any]:
 def ladder_rungs(experiment_dir: Path, claims: list[Any]) -> list[Any]:
     """The claimed rungs in claim order, each with the decision its ``decision.json`` holds now."""
     from rlexp.core.ladder import Rung, fault_class_of
+    from rlexp.storage.results import read_decision
 
     rungs = []
     for c in claims:
-        decision = ExperimentDir(experiment_dir).attempt(c.attempt).read_decision()
+        decision = read_decision(ExperimentDir(experiment_dir).attempt(c.attempt).root)
         rungs.append(Rung(c.attempt, c.rung.get("parent"), c.rung.get("variable"), c.rung.get("value"),
                           c.rung.get("seed"), c.rung.get("seed_of"),
-                          decision.get("decision") if decision else None, fault_class_of(decision)))
+                          decision.decision if decision else None,
+                          fault_class_of(decision.record if decision else None)))
     return rungs
 
 

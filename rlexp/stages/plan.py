@@ -7,44 +7,15 @@ comparison, and writes ``plan.json`` next to the spec (atomically).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlexp.core.numbers import jsonable
+from rlexp.core.plan import PLAN_FORMAT, PlanResult, error_checks  # noqa: F401  (re-exported)
 from rlexp.core.schedule import milestone_steps
 
 if TYPE_CHECKING:
     from rlexp.core.spec import Attempt
-
-PLAN_FORMAT = 1
-
-
-@dataclass(frozen=True)
-class PlanResult:
-    """The plan of one attempt; ``data`` is what ``plan.json`` holds."""
-
-    attempt: str
-    path: Path
-    data: dict[str, Any]
-
-    @property
-    def errors(self) -> list[dict[str, Any]]:
-        """The preflight checks of severity error."""
-        return error_checks(self.data["checks"])
-
-    @property
-    def ok(self) -> bool:
-        return not self.errors
-
-    def to_dict(self) -> dict[str, Any]:
-        return self.data
-
-
-def error_checks(checks: Any) -> list[dict[str, Any]]:
-    """The checks of severity error among plan.json ``checks`` (verdict dicts, rlexp.core.verdict)."""
-    return [c for c in checks or [] if isinstance(c, dict) and c.get("severity") == "error"
-            and c.get("passed") is not True]
 
 
 def plan(attempt: str | Path) -> PlanResult:

@@ -8,6 +8,7 @@ from typing import Any
 
 from rlexp.errors import InputError
 from rlexp.storage.layout import AttemptDir, ExperimentDir
+from rlexp.storage.results import read_decision
 
 
 @dataclass(frozen=True)
@@ -58,8 +59,8 @@ def attempt_status(attempt_dir: str | Path) -> AttemptStatus:
                 state_name = "lost"
                 reason = "no live process; continue with rlexp launch --resume"
     steps = ad.last_metrics_step()
-    decision = ad.read_decision()
-    return AttemptStatus(ad.id, parent, state_name, steps, decision.get("decision") if decision else None,
+    decision = read_decision(ad.root)
+    return AttemptStatus(ad.id, parent, state_name, steps, decision.decision if decision else None,
                          reason if reason is None else str(reason))
 
 

@@ -55,9 +55,49 @@ RESUME_STATE_DIRS = {"local": "state", "openrlhf": "_actor", "trl": "trl"}
 _TRANSFORMERS_CHECKPOINT = re.compile(r"checkpoint-(\d+)")
 
 
+# checkpoint folders of runs rlexp did not launch (``rlexp import-run``), by how likely they hold
+# what eval loads: OpenRLHF's --save_hf_ckpt (rlexp's own layout), transformers/TRL's output_dir,
+# verl's trainer.default_local_dir, OpenRLHF's --save_path per step
+FOREIGN_CHECKPOINT_DIRS = (_ADAPTER_DIR, _TRANSFORMERS_CHECKPOINT, re.compile(r"global_step_(\d+)"), _CHECKPOINT_NAME)
+FOREIGN_CHECKPOINT_PATTERNS = "global_step{N}_hf, checkpoint-{N}, global_step_{N}"  # how messages name them
+
+
 def checkpoint_name(step: int) -> str:
     """``global_step{N}``: the name a checkpoint has in records, selections and decisions."""
     return f"{CHECKPOINT_PREFIX}{int(step)}"
+
+
+def canonical_checkpoint_step(name: Any) -> int | None:
+    """The step of a checkpoint name as rlexp writes it (``global_step{N}``, N from 0 to
+    :data:`MAX_GLOBAL_STEP`, no leading zero); None for anything else."""
+    step = checkpoint_step(name) if isinstance(name, str) else None
+    return step if step is not None and step <= MAX_GLOBAL_STEP and checkpoint_name(step) == name else None
+
+
+def checkpoint_label(name: str) -> str:
+    """How reports show a checkpoint: ``step 64`` for ``global_step64``, a baseline by its name."""
+    step = checkpoint_step(name)
+    return name if step is None else f"step {step}"
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A saved checkpoint: its global step, the role it was selected for (``final``, ``mid``,
+    ``best_by_monitor``; None when not selected) and the adapter folder eval loads (None when unknown)."""
+
+    step: int
+    role: str | None = None
+    path: Path | None = None
+
+    @property
+    def name(self) -> str:
+        return checkpoint_name(self.step)
+
+    @classmethod
+    def named(cls, name: str, *, role: str | None = None, path: Path | None = None) -> Checkpoint | None:
+        """The checkpoint a ``global_step{N}`` name names; None for any other name (a baseline)."""
+        step = checkpoint_step(name)
+        return None if step is None else cls(step, role, path)
 
 
 def check_batch_name(name: str) -> str:
@@ -417,7 +457,7 @@ class AttemptDir:
         steps = []
         if self.verl_checkpoints.is_dir():
             for child in self.verl_checkpoints.iterdir():
-                match = re.fullmatch(r"global_step_(\d+)", child.name)
+                match = FOREIGN_CHECKPOINT_DIRS[2].fullmatch(child.name)
                 if match and (child / "actor").is_dir():
                     steps.append(int(match.group(1)))
         return max(steps, default=None)

@@ -128,11 +128,12 @@ class RecordWriter:
                         "or use a new attempt",
                     )
                 if old.get(key) != meta[key]:
+                    field, before, after = _first_difference(key, old.get(key), meta[key])
                     raise InputError(
                         mpath,
-                        key,
-                        f"changed since these records were written ({_short(old.get(key))} → "
-                        f"{_short(meta[key])}); refusing to mix — remove {path.parent} or use a new attempt",
+                        field,
+                        f"changed since these records were written ({_short(before)} → "
+                        f"{_short(after)}); refusing to mix — remove {path.parent} or use a new attempt",
                     )
         elif path.exists() and path.stat().st_size > 0:
             raise InputError(path, None, f"records without their metadata file {mpath.name}; refusing to append")
@@ -176,6 +177,17 @@ def drop_records(path: str | Path, drop) -> int:
     if len(keep) < len(records):
         atomic_write_text(path, "".join(json.dumps(r, allow_nan=False, ensure_ascii=False) + "\n" for r in keep))
     return len(records) - len(keep)
+
+
+def _first_difference(field: str, old: Any, new: Any) -> tuple[str, Any, Any]:
+    """The first setting that differs, by dotted name: two decodings that differ in their seed read
+    ``decoding.seed: 0 → 7``, not two cut-off dicts whose shared start hides the difference."""
+    while isinstance(old, dict) and isinstance(new, dict):
+        key = next((k for k in (*old, *(k for k in new if k not in old)) if old.get(k) != new.get(k)), None)
+        if key is None:
+            break
+        field, old, new = f"{field}.{key}", old.get(key), new.get(key)
+    return field, old, new
 
 
 def _short(value: Any) -> str:

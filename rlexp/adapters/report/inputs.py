@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlexp.storage import layout
+from rlexp.storage.layout import checkpoint_name
 from rlexp.storage.records import checkpoint_step
 
 ROLES = ("final", "mid", "best_by_monitor")
@@ -49,7 +51,7 @@ class ReportInputs:
 
 def role_checkpoints(selection: Mapping[str, Any] | None) -> dict[str, str]:
     """role -> checkpoint name (final, mid, best_by_monitor), from eval/selection.json."""
-    return {role: f"global_step{selection[role]}" for role in ROLES
+    return {role: checkpoint_name(selection[role]) for role in ROLES
             if isinstance((selection or {}).get(role), int)}
 
 
@@ -67,11 +69,11 @@ def checkpoint_items(inputs: ReportInputs) -> list[tuple[str, Mapping[str, Any]]
 def roles_of(inputs: ReportInputs) -> dict[str, list[str]]:
     roles: dict[str, list[str]] = {}
     for role, step in selected_roles(inputs.selection):
-        roles.setdefault(f"global_step{step}", []).append(role.replace("_", " "))
+        roles.setdefault(checkpoint_name(step), []).append(role.replace("_", " "))
     return roles
 
 
 def checkpoint_label(inputs: ReportInputs, name: str) -> str:
     roles = roles_of(inputs).get(name)
-    short = name.replace("global_step", "step ")
+    short = layout.checkpoint_label(name)
     return f"{short} ({', '.join(roles)})" if roles else short

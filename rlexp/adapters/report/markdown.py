@@ -29,6 +29,8 @@ from rlexp.adapters.report.inputs import (
     checkpoint_label,
     role_checkpoints,
 )
+from rlexp.storage import layout
+from rlexp.storage.layout import checkpoint_name
 from rlexp.storage.records import checkpoint_step
 
 NA = "not available"
@@ -95,7 +97,7 @@ def _sota_label(inputs: ReportInputs) -> str:
     named = inputs.sota_name
     if not named:
         return "SOTA (pin not recorded)"
-    ck = str(named.get("checkpoint") or "?").replace("global_step", "step ")
+    ck = layout.checkpoint_label(str(named.get("checkpoint") or "?"))
     return f"SOTA = {named['attempt']} {ck}" + (f" ({pct(named.get('acc'))})" if named.get("acc") is not None else "")
 
 
@@ -111,7 +113,7 @@ def _delta_rows(inputs: ReportInputs) -> list[tuple[Any, ...]]:
         if sota is None and (inputs.decision or {}).get("baseline") == "baseline_sota":
             sota = v
         for who, cmp in ((_sota_label(inputs), sota),
-                         (f"parent {inputs.parent} {str((inputs.vs_parent.get(role_of.get(name, '')) or {}).get('base', '')).replace('global_step', 'step ')}".strip()
+                         (f"parent {inputs.parent} {layout.checkpoint_label(str((inputs.vs_parent.get(role_of.get(name, '')) or {}).get('base', '')))}".strip()
                           if inputs.parent else None, inputs.vs_parent.get(role_of.get(name, ""))),
                          ("S0 (base model)", (vs.get("baseline_s0") or {}).get(primary))):
             if who is None or not cmp:
@@ -305,7 +307,7 @@ def render_markdown(inputs: ReportInputs, plots: Mapping[str, Path] | None = Non
                           m["relation"], ", ".join(f"{k}={v}" for k, v in m["change"].items()) or "—",
                           m["seed"], m["decision"] or "not decided",
                           f"{signed_pp(m['delta_pp'])} ({str(m.get('baseline') or '—').replace('baseline_', '')}, "
-                          f"{str(m.get('checkpoint') or '—').replace('global_step', 'step ')})"
+                          f"{layout.checkpoint_label(str(m.get('checkpoint') or '—'))})"
                           if m["delta_pp"] is not None else "—")
                          for m in inputs.family])
         if "family" in plots:
@@ -441,7 +443,7 @@ def _accuracy_table(inputs: ReportInputs) -> list[str]:
     for role in ("final", "mid", "best_by_monitor"):
         step = (inputs.selection or {}).get(role)
         if isinstance(step, int):
-            roles.setdefault(f"global_step{step}", []).append(role.replace("_", " "))
+            roles.setdefault(checkpoint_name(step), []).append(role.replace("_", " "))
     names = sorted({c for c, _ in inputs.accuracies},
                    key=lambda c: (0 if checkpoint_step(c) is None else 1, checkpoint_step(c) or 0, c))
     rows = []

@@ -1,0 +1,188 @@
+"""The resolved attempt: what ``attempt.yaml`` (and its parent chain) becomes once checked."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlexp.core.fields import BOOLEAN, POSITIVE_INT, STRING, declared, integer, number, one_of
+from rlexp.core.recipe import (
+    key_table,
+)
+from rlexp.errors import InputError
+
+ROLES = ("pool", "ood_monitor", "ood_primary", "id", "sanity")
+EVAL_ROLES = ("ood_monitor", "ood_primary", "id", "sanity")
+TRAINERS = ("openrlhf", "local", "trl", "verl")  # each has its key table: rlexp.core.recipe.TRAINER_KEY_TABLES
+ENGINES = ("local", "vllm", "openai")
+ANSWER_MODES = ("exact", "math_verify")  # rlexp.core.answers.is_correct's modes
+# Sets graded in-run by the trainer's reward (exact match): their grading is not a spec choice.
+TRAINER_GRADED_ROLES = ("pool", "ood_monitor")
+DATASET_FIELDS = ("path", "size", "prompt_suffix", "answer_mode")  # a dataset's resolved fields
+
+# ----------------------------------------------------------------------------- resolved objects
+
+
+@dataclass(frozen=True)
+class TrainerSettings:
+    name: str  # openrlhf | local | trl | verl
+    version: str  # "0.9.3", "0.11.0"; the local trainer follows OpenRLHF 0.11 step semantics
+    gpus: int | None  # GPUs available to the run (None: not stated)
+
+
+@dataclass(frozen=True)
+class DatasetRef:
+    """A dataset of the attempt. ``size`` is the file's line count when the file exists, else the
+    stated size; ``stated_size`` keeps what the spec said (a mismatch is a preflight check)."""
+
+    role: str
+    path: Path | None  # absolute
+    size: int | None
+    prompt_suffix: str
+    stated_size: int | None = None
+    exists: bool = False
+    # how rlexp eval and the guards grade this set: the set's own, else eval.answer_mode; always
+    # "exact" for the sets the trainer grades in-run (pool, ood_monitor)
+    answer_mode: str = "exact"
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """How checkpoints and baselines are evaluated (one pipeline for all of them)."""
+
+    engine: str = declared("local", one_of(*ENGINES), "the eval engine: local (transformers), vllm, openai (a server)")
+    prompt_suffix: str = declared("", STRING, "appended to every eval prompt (a set's own prompt_suffix wins)")
+    answer_mode: str = declared("exact", one_of(*ANSWER_MODES), "the default grading of ood_primary, id and sanity")
+    max_tokens: int = declared(2048, POSITIVE_INT, "the completion budget of every eval sample")
+    max_lora_rank: int = declared(16, POSITIVE_INT, "vLLM's max_lora_rank: adapters of a higher rank are refused")
+    temperature: float = declared(0.0, number(0))
+    top_p: float = declared(1.0, number(0, 1, low_open=True))
+    num_samples: int = declared(1, POSITIVE_INT)
+    seed: int = declared(0, integer(), "the decoding seed, recorded with every record file")
+    batch_size: int | None = declared(None, POSITIVE_INT, "local engine: prompts per generate call (default 64)")
+    max_model_len: int | None = declared(None, POSITIVE_INT, "vllm engine: the context length")
+    tensor_parallel_size: int = declared(1, POSITIVE_INT, "vllm engine: GPUs per model")
+    gpu_memory_utilization: float = declared(0.9, number(0, 1, low_open=True), "vllm engine: the GPU memory share")
+    max_loras: int | None = declared(None, POSITIVE_INT, "vllm engine: adapters held at once")
+    dtype: str | None = declared(None, one_of("auto", "float32", "float16", "bfloat16"),
+                                 "vllm engine: the weights' dtype (vLLM's auto runs a float32 checkpoint in half "
+                                 "precision); unset: vLLM's default")
+    enforce_eager: bool = declared(False, BOOLEAN, "vllm engine: eager mode (no CUDA graphs, no torch.compile)")
+    base_url: str | None = declared(None, STRING, "openai engine: the server (vLLM's OpenAI-compatible API)")
+    model: str | None = declared(None, STRING, "openai engine: the served model name")
+    # never the key itself: an ambient OPENAI_API_KEY is never sent unless named here
+    api_key_env: str | None = declared(None, STRING, "openai engine: the NAME of the environment variable with "
+                                                     "the key; unset: no Authorization header")
+
+
+ENV_LOSSES = ("grpo", "gspo")  # rlexp.backends.env_trainer.LOSS_TYPES
+ENV_ADVANTAGE_MODES = ("return", "token_rewards")  # rlexp.backends.env_trainer.ADVANTAGE_MODES
+ENV_PRIMARY_METRICS = ("success", "mean_reward")
+ENV_REWARD_PARTS = ("env", "judge", "ndcg")  # the weighted parts of environment.reward (rlexp.core.rewards.combine)
+ENV_JUDGE_DEFAULTS = {"max_tokens": 8, "timeout_s": 60.0, "retries": 2}
+# environment fields that decide what is evaluated, not what is trained (the rest shape the training)
+ENV_EVAL_FIELDS = ("primary_metric", "success_threshold", "reward", "judge")
+
+
+@dataclass(frozen=True)
+class EnvironmentSettings:
+    """An environment task (docs/environments.md): dataset rows play episodes in ``name`` (rows may
+    name their own ``env``/``config``), bounded by the budgets, trained with ``loss`` and
+    ``advantage_mode``, evaluated on ``primary_metric`` (``success`` = return >= success_threshold,
+    McNemar; ``mean_reward`` = the paired mean-score statistics)."""
+
+    name: str = "exact_match"  # the environment of a row that names none (registered name or import path)
+    config: dict[str, Any] = field(default_factory=dict)  # that environment's config
+    max_turns: int = 4
+    max_tokens_per_turn: int = 16
+    max_total_tokens: int = 96
+    loss: str = "grpo"  # grpo: token-level ratio | gspo: sequence-level ratio, own clip range
+    gspo_eps_low: float = 3e-4
+    gspo_eps_high: float = 4e-4
+    advantage_mode: str = "return"  # return | token_rewards
+    primary_metric: str = "success"  # success | mean_reward
+    success_threshold: float = 1.0
+    # the eval reward as a weighted sum of parts (env: the episode's return, judge: the LLM judge's
+    # score of the final answer, ndcg: the retrieval score of the documents the episode fetched);
+    # empty: the return alone. A failed judge call makes the reward an explicit judge_error.
+    reward: dict[str, float] = field(default_factory=dict)
+    judge: dict[str, Any] = field(default_factory=dict)  # base_url, model, api_key_env, max_tokens, timeout_s, retries
+
+
+@dataclass(frozen=True)
+class Budget:
+    free_disk_gb: float | None = declared(None, number(0), "disk free for the run's checkpoints, GB")
+    checkpoint_size_gb: float | None = declared(None, number(0, low_open=True),
+                                                "one saved checkpoint (LoRA adapter or full model), GB")
+
+
+@dataclass(frozen=True)
+class Baseline:
+    accuracy: float | None = declared(None, number(0, 1), "baseline accuracy on the primary set, a fraction")
+    # 11.8% in the campaign's final comparison
+    discordance: float = declared(0.12, number(0, 1, low_open=True),
+                                  "expected share of discordant problems, a fraction")
+
+
+@dataclass(frozen=True)
+class Attempt:
+    id: str
+    parent_id: str | None
+    change: dict[str, Any]
+    intent: dict[str, Any]
+    trainer: TrainerSettings
+    recipe: dict[str, Any]  # fully resolved: parent chain merged, defaults applied
+    recipe_stated: dict[str, Any]  # only the keys some spec in the chain states
+    datasets: dict[str, DatasetRef]
+    eval: EvalSettings
+    checkpoints_mid: int | None
+    checkpoints_extra: tuple[int, ...]
+    budget: Budget
+    baseline: Baseline
+    attempt_dir: Path
+    experiment_dir: Path
+    spec_path: Path
+    parent: Attempt | None = None
+    display_path: str = ""  # the spec path as the user wrote it (for messages)
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)  # this file's own content
+    merged_raw: dict[str, Any] = field(default_factory=dict, repr=False)  # chain-merged sections
+    environment: EnvironmentSettings | None = None  # an environment task (None: single-turn prompts)
+
+    def chain(self) -> list[Attempt]:
+        """This attempt and its ancestors, nearest first."""
+        out, node = [], self
+        while node is not None:
+            out.append(node)
+            node = node.parent
+        return out
+
+    def chain_sha256(self) -> str:
+        """One digest of every spec file in the chain: editing a parent changes the child's plan."""
+        from rlexp.storage.files import sha256_file, sha256_text
+
+        return sha256_text("\n".join(f"{a.id}:{sha256_file(a.spec_path)}" for a in self.chain()))
+
+    def base_model(self) -> Path | str:
+        """The base model (``recipe.pretrain``; the trainer's model key, TRL's ``model_name_or_path``),
+        resolved once for every stage: a directory (a relative path resolves against the experiment
+        directory) when it exists, else the name as written (a hub id, which vLLM, an
+        OpenAI-compatible server or the trainer resolve themselves)."""
+        model_key = key_table(self.trainer.name).model_key  # pretrain; TRL: model_name_or_path
+        pretrain = self.recipe.get(model_key)
+        if not isinstance(pretrain, str) or not pretrain:
+            raise InputError(self.spec_path, f"recipe.{model_key}", "missing: the base model (a directory or a hub id)")
+        path = Path(pretrain)
+        if not path.is_absolute():
+            path = self.experiment_dir / path
+        return path if path.exists() else pretrain
+
+
+@dataclass(frozen=True)
+class Difference:
+    key: str  # recipe key, or datasets.<role>.<field>, trainer.<field>, eval.<field>
+    parent: Any
+    value: Any
+    kind: str  # training | instrumentation | infrastructure
+
+
