@@ -32,6 +32,8 @@ def test_demo_tools_fast_end_to_end(tmp_path, monkeypatch, capsys):
     assert json.loads((attempt / "decision.json").read_text())["decision"]
     report = (tmp_path / "reports" / "demo-tools" / "t1.md").read_text()
     assert "## Environment task: episodes" in report and "Discordant trajectories" in report
+    # tool calls and turns per episode over training, plotted from metrics.jsonl
+    assert "(t1_episodes.png)" in report and (tmp_path / "reports" / "demo-tools" / "t1_episodes.png").stat().st_size
     # two environment classes in one dataset: lookups carry their gold documents and retrieval ids
     assert {bool(r.get("gold_docs")) for r in records} == {True, False}
     looked = [t for r in records if r.get("gold_docs") for t in r["trajectory"]["turns"] if t["tool_call"]]

@@ -168,8 +168,10 @@ def _rows_by_environment(att: Any, role: str) -> dict[str, int]:
     return out
 
 
-def episode_section(attempt_dir: str | Path, primary_role: str = "ood_primary") -> str:
-    """The markdown section (empty for an attempt without an environment task)."""
+def episode_section(attempt_dir: str | Path, primary_role: str = "ood_primary",
+                    plots: Mapping[str, Path] | None = None) -> str:
+    """The markdown section (empty for an attempt without an environment task); ``plots``: the
+    report's PNGs by name (its ``episodes`` plot is shown under the training table)."""
     from rlexp.core.spec import load_attempt
     from rlexp.storage.files import iter_jsonl, read_json
     from rlexp.storage.layout import AttemptDir
@@ -206,6 +208,8 @@ def episode_section(attempt_dir: str | Path, primary_role: str = "ood_primary") 
                     out.append(f"| {key} | {rows[0][key]:.3f} | {rows[-1][key]:.3f} | {min(series):.3f} | "
                                f"{max(series):.3f} | `{sparkline(series)}` |")
             out.append("")
+            if plots and "episodes" in plots:
+                out += [f"![tool calls and turns per episode over training]({plots['episodes'].name})", ""]
     names: list[str] = []
     if ad.selection.exists():
         from rlexp.core.decision import ROLE_ORDER

@@ -259,5 +259,5 @@ def write_report(attempt_dir: str | Path, reports_dir: str | Path | None = None)
     text = render_markdown(inputs, plots)
     from rlexp.adapters.episode_report import episode_section
 
-    text += episode_section(attempt_dir)  # empty unless the attempt is an environment task
+    text += episode_section(attempt_dir, plots=plots)  # empty unless the attempt is an environment task
     return atomic_write_text(out_dir / f"{inputs.attempt_id}.md", text)

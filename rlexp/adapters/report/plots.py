@@ -1,5 +1,6 @@
 """The report's plots as PNGs: learning rate (planned vs logged), gradient norm, the in-run
-monitor, the attempt's family, and the discordant pairs of each comparison.
+monitor, the attempt's family, an environment task's tool calls and turns per episode over
+training, and the discordant pairs of each comparison.
 
 matplotlib's Agg backend (no display), imported inside :func:`render_plots`.
 """
@@ -123,6 +124,19 @@ def render_plots(inputs: ReportInputs, out_dir: Path, stem: str) -> dict[str, Pa
             title += f" (spike threshold {spike_grad_norm:g}, far above the data)"
         ax.set(xlabel="global step", ylabel="grad norm", title=title)
         save(fig, ax, "grad_norm")
+
+    # an environment task: how the policy's use of its tools moves over training
+    episode_series = {key: [(r["global_step"], float(r[key])) for r in inputs.metrics
+                            if isinstance(r.get(key), int | float) and math.isfinite(r[key]) and "global_step" in r]
+                      for key in ("tool_calls_per_episode", "turns_per_episode")}
+    if any(episode_series.values()):
+        fig, ax = figure()
+        for i, (key, pts) in enumerate(episode_series.items()):
+            if pts:
+                ax.plot([s for s, _ in pts], [v for _, v in pts], ".-", lw=1.4, ms=4, color=PALETTE[i],
+                        label=key.replace("_", " "))
+        ax.set(xlabel="global step", ylabel="per training episode", title="Tool calls and turns over training")
+        save(fig, ax, "episodes")
 
     bars = [(name, v.get("b"), v.get("c")) for name, v in checkpoint_items(inputs)
             if isinstance(v.get("b"), int) and isinstance(v.get("c"), int)]
