@@ -220,6 +220,7 @@ def test_vllm_serve_and_the_openai_engine_play_the_same_episodes(local_episodes,
                                      Decoding.greedy(budgets.max_tokens_per_turn))
                 played[target] = [t for (t,) in play_episodes(turns, tokenizer, rows, budgets=budgets, seed=0)]
                 seconds[target] = time.perf_counter() - t0
+        judged = _judge_smoke(url, tmp_path, rows, played[BASELINE_S0])
     finally:
         _stop(server)
     assert server.poll() is not None
@@ -234,9 +235,41 @@ def test_vllm_serve_and_the_openai_engine_play_the_same_episodes(local_episodes,
                      f"later-turn differences {n['later_turn_differences']}, turn-input differences "
                      f"{n['turn_input_differences']}; {seconds[target]:.1f} s")
         assert v.passed, (target, n, v.notes)
+    _say(judged)
     _say(f"`vllm serve` {vllm.__version__} (CPU) up in {up:.0f} s; episodes through the openai engine "
          "(token-id prompts, return_token_ids) vs the local engine:\n" + "\n".join(lines)
          + f"\n  overall: {same}/{total} episodes identical ({same / total:.1%})")
+
+
+def _judge_smoke(url: str, tmp_path, rows, trajectories) -> str:
+    """The judge against a vLLM-served model (the tiny base judging its own answers: plumbing, not
+    judgement): every call reaches vLLM's /chat/completions and comes back as a score in [0, 1] or
+    an explicit judge_error (never a silent 0), each call is logged, and a second judge on the same
+    cache calls again only for the errors. The tiny model's 128-token context cannot hold the judge's
+    instructions, so vLLM refuses the request (HTTP 400, prompt too long) and every call here is a
+    counted judge_error: the scoring path itself is tested against the stub server of
+    tests/test_env_judge.py."""
+    from rlexp.adapters.judge import Judge
+    from rlexp.core.rewards import RewardError
+
+    pairs = [(row.task["prompt"], t.turns[-1].action if t.turns else "") for row, t in zip(rows, trajectories,
+                                                                                            strict=True)][:12]
+    cache, log = tmp_path / "judge_cache.jsonl", tmp_path / "judge_calls.jsonl"
+    first = Judge(url, "tools-base", cache_path=cache, log_path=log, max_tokens=8, timeout_s=60.0)
+    results = [first.score(prompt, answer) for prompt, answer in pairs]
+    errors = [r for r in results if isinstance(r, RewardError)]
+    assert all(isinstance(r, float) and 0.0 <= r <= 1.0 for r in results if not isinstance(r, RewardError))
+    readable = ("unreadable reply", "score ")
+    assert all(e.kind == "judge_error" and (e.reason.startswith(readable) or "HTTP 400" in e.reason
+                                            and "length" in e.reason) for e in errors), errors
+    assert len(log.read_text().splitlines()) == len(pairs) == len(first.calls)
+    again = Judge(url, "tools-base", cache_path=cache, log_path=log, max_tokens=8, timeout_s=60.0)
+    for prompt, answer in pairs:
+        again.score(prompt, answer)
+    assert len(again.calls) == len(errors) and again.cache_hits == len(pairs) - len(errors)
+    return (f"judge served by vLLM (smoke test): {len(pairs)} calls, {len(pairs) - len(errors)} scored, "
+            f"{len(errors)} judge_error ({errors[0].reason[:60] if errors else '-'}…); a rerun called "
+            f"{len(again.calls)} times (the errors only)")
 
 
 def test_rlexp_eval_on_vllm_plays_the_same_episodes_as_on_local(local_episodes):
