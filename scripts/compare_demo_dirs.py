@@ -36,11 +36,14 @@ WITHOUT_TIMES = {  # compared after dropping wall-clock fields
 
 
 def comparable(path: Path, root: Path) -> bytes:
-    """The file's content with the run's directory written as <dir>, and its wall-clock fields dropped."""
+    """The file's content with the run's directory written as <dir>, its wall-clock fields dropped,
+    and a report's commit written as <commit>."""
     text = path.read_bytes()
     name = path.name
     if name == "launch.sh":  # its header says when it was written
         text = re.sub(rb"written: \S+", b"written: <time>", text)
+    if name.endswith(".md"):  # a report names the commit of the code that wrote it: two checkouts differ there
+        text = re.sub(rb"\bgit [0-9a-f]{7,40}\b", b"git <commit>", text)
     if name in WITHOUT_TIMES:
         drop = WITHOUT_TIMES[name]
         rows = [json.loads(line) for line in text.decode().splitlines() if line.strip()] if name.endswith(
