@@ -61,6 +61,7 @@ from rlexp.core.task import problem_hash
 from rlexp.core.verdict import Verdict, check
 from rlexp.errors import InputError
 from rlexp.storage.files import iter_jsonl
+from rlexp.trainers import rules as trainer_rules
 
 ERROR = "error"
 WARNING = "warning"
@@ -86,15 +87,7 @@ def steps_for(att: Attempt) -> Steps:
         raise InputError(
             att.display_path, "datasets.pool", "the training pool (path or size) is needed to plan"
         )
-    if att.trainer.name == "trl":
-        from rlexp.core.trainers.trl import TrlRecipeError, trl_steps
-
-        try:
-            steps = trl_steps(att.recipe, pool.size, att.trainer.version, att.trainer.gpus or 1)
-        except TrlRecipeError as exc:
-            raise InputError(att.display_path, f"recipe.{exc.field}", str(exc)) from None
-    else:
-        steps = compute_steps(att.recipe, pool.size, att.trainer.version, trainer=att.trainer.name)
+    steps = trainer_rules(att.trainer.name).steps(att)
     # the LR table and the monitor schedule hold one entry per step: bound them before building them
     for count, limit, what in ((steps.global_steps_total, MAX_GLOBAL_STEPS, "global"),
                                (steps.optimizer_steps_total, MAX_OPTIMIZER_STEPS, "optimizer")):
@@ -120,7 +113,7 @@ def preflight(att: Attempt, steps: Steps | None = None, power: PowerReport | Non
     for findings in (
         check_lr(att, steps),
         check_step_counts(att, steps),
-        check_batches(att, steps) if att.trainer.name != "trl" else [],  # TRL's own rules: rlexp.core.trainers.trl
+        check_batches(att, steps) if trainer_rules(att.trainer.name).openrlhf_batches else [],  # TRL: its own rules
         check_schedule(att, steps, ckpt),
         check_single_variable(att),
         check_gpu_layout(att),
@@ -180,7 +173,7 @@ def check_lr(att: Attempt, steps: Steps) -> list[Verdict]:
             ))  # fmt: skip
     stated = att.recipe_stated.get("min_lr_ratio")
     if (
-        att.trainer.name != "trl"
+        trainer_rules(att.trainer.name).openrlhf_batches
         and stated is not None
         and not min_lr_is_configurable(steps.trainer_version)
         and not values_equal(stated, 0.1)
@@ -506,7 +499,7 @@ def gpu_layout(recipe: dict[str, Any]) -> GpuLayout:
 
 
 def check_gpu_layout(att: Attempt) -> list[Verdict]:
-    if att.trainer.name != "openrlhf":
+    if not trainer_rules(att.trainer.name).gpu_layout:
         return []
     r = att.recipe
     out: list[Verdict] = []
@@ -687,7 +680,8 @@ def check_disk(att: Attempt, ckpt: CheckpointPlan) -> list[Verdict]:
     out: list[Verdict] = []
     saves = len(ckpt.saved)
     r = att.recipe
-    if att.trainer.name == "openrlhf" and saves and not r.get("save_hf_ckpt"):
+    deepspeed = trainer_rules(att.trainer.name).deepspeed_checkpoints
+    if deepspeed and saves and not r.get("save_hf_ckpt"):
         out.append(check(
             "disk.hf_ckpt", WARNING,
             f"save_hf_ckpt is off: the {saves} saves write DeepSpeed checkpoints only, no "
@@ -704,7 +698,7 @@ def check_disk(att: Attempt, ckpt: CheckpointPlan) -> list[Verdict]:
         return out
     need = saves * size
     ds_note = ""
-    if att.trainer.name == "openrlhf" and not r.get("disable_ds_ckpt"):
+    if deepspeed and not r.get("disable_ds_ckpt"):
         ds_note = f" plus up to max_ckpt_num {r['max_ckpt_num']} DeepSpeed checkpoints (rotated, not sized)"
     if need > free:
         out.append(check(

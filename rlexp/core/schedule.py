@@ -140,8 +140,12 @@ def _get(recipe: Mapping[str, Any], key: str, default: Any) -> Any:
 def compute_steps(
     recipe: Mapping[str, Any], pool_size: int, trainer_version: str, *, trainer: str = "openrlhf"
 ) -> Steps:
-    """Step counts for a resolved recipe (OpenRLHF v0.9.x key names) and a pool of ``pool_size``."""
-    version = LOCAL_TRAINER_VERSION if trainer == "local" else trainer_version
+    """Step counts for a resolved recipe (OpenRLHF v0.9.x key names) and a pool of ``pool_size``;
+    ``trainer`` (a name of rlexp.trainers) may fix the release's step semantics and run one process."""
+    from rlexp.trainers import rules
+
+    how = rules(trainer)
+    version = how.step_version(trainer_version)
     if pool_size < 0:
         raise ValueError(f"pool_size must be >= 0, got {pool_size}")
     n = int(_get(recipe, "n_samples_per_prompt", 1))
@@ -161,7 +165,7 @@ def compute_steps(
     actor_gpus = int(_get(recipe, "actor_num_nodes", 1)) * int(_get(recipe, "actor_num_gpus_per_node", 8))
     model_parallel = int(_get(recipe, "ring_attn_size", 1)) * int(_get(recipe, "ds_tensor_parallel_size", 1))
     dp = max(1, actor_gpus // max(1, model_parallel))
-    if trainer == "local":
+    if how.single_process:
         dp = 1
 
     prompts = min(pool_size, max_samples)

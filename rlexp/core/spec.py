@@ -45,13 +45,14 @@ from rlexp.core.recipe import (
 )
 from rlexp.core.recipe import LATER_UNDERSCORE_KEYS as LATER_UNDERSCORE_KEYS  # re-exported
 from rlexp.core.recipe import is_dotted_recipe_key as is_dotted_recipe_key  # re-exported
+from rlexp.trainers import names as trainer_names
 from rlexp.errors import InputError
 from rlexp.storage.files import check_regular_file, load_yaml
 from rlexp.storage.layout import SPEC_NAME
 
 ROLES = ("pool", "ood_monitor", "ood_primary", "id", "sanity")
 EVAL_ROLES = ("ood_monitor", "ood_primary", "id", "sanity")
-TRAINERS = ("openrlhf", "local", "trl", "verl")  # each has its key table: rlexp.core.recipe.TRAINER_KEY_TABLES
+TRAINERS = trainer_names()  # the registry rlexp.trainers; each has its key table (rlexp.core.recipe)
 ENGINES = ("local", "vllm", "openai")
 ANSWER_MODES = ("exact", "math_verify")  # rlexp.core.answers.is_correct's modes
 # Sets graded in-run by the trainer's reward (exact match): their grading is not a spec choice.
@@ -696,11 +697,12 @@ def _resolve(
     table = key_table(trainer_raw["name"])
     version = trainer_raw.get("version")
     if version is None:
-        if trainer_raw["name"] == "local":
-            version = "0.11.0"  # the local trainer follows OpenRLHF 0.11 step semantics
-        elif table.versions:
+        from rlexp.trainers import rules as trainer_rules
+
+        version = trainer_rules(trainer_raw["name"]).default_version  # local: OpenRLHF 0.11's step semantics
+        if version is None and table.versions:
             version = table.versions[0]  # the one release whose keys the table lists
-        else:
+        elif version is None:
             raise InputError(display, "trainer.version", 'required for openrlhf (e.g. "0.9.3" or "0.11.0")')
     if not re.match(r"^\d+\.\d+", version):
         raise InputError(display, "trainer.version", f'{version!r} is not a version like "0.9.3"')

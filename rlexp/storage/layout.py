@@ -52,6 +52,8 @@ ADAPTER_PATTERN = "global_step{N}_hf"  # how messages name the adapter folders
 RESUME_STATE_DIRS = {"local": "state", "openrlhf": "_actor", "trl": "trl"}
 # transformers' Trainer (TRL) names its resumable checkpoints checkpoint-{N} under output_dir
 _TRANSFORMERS_CHECKPOINT = re.compile(r"checkpoint-(\d+)")
+# a trainer whose resumable states have names of their own besides global_step{N} (TRL: transformers')
+_OWN_STATE_NAMES = {"trl": _TRANSFORMERS_CHECKPOINT}
 
 
 def checkpoint_name(step: int) -> str:
@@ -440,7 +442,8 @@ class AttemptDir:
         if folder.is_dir():
             for child in folder.iterdir():
                 step = checkpoint_step(child.name)
-                if step is None and trainer == "trl" and (match := _TRANSFORMERS_CHECKPOINT.fullmatch(child.name)):
+                own = _OWN_STATE_NAMES.get(trainer)
+                if step is None and own is not None and (match := own.fullmatch(child.name)):
                     step = int(match.group(1))
                 if step is None or not child.is_dir() or (complete and not (child / complete).exists()):
                     continue

@@ -1,5 +1,6 @@
 """``rlexp plan`` for a verl attempt: verl's step counts, LR at every step, validation and save
-schedule, the preflight checks and power, in the shape of ``plan.json`` (rlexp.stages.plan).
+schedule, the preflight checks and power, in the shape of ``plan.json`` (rlexp.stages.plan, which
+calls it through rlexp.trainers.verl.launch).
 
 The recipe is checked against the pinned release's config first (rlexp.backends.verl): an unknown
 key or a value of the wrong type is one line naming the spec and the key, exit 2, nothing written.
@@ -18,10 +19,10 @@ from rlexp.errors import InputError
 if TYPE_CHECKING:
     from rlexp.core.spec import Attempt
 
-PLAN_FORMAT = 1  # rlexp.stages.plan.PLAN_FORMAT (not imported: plan imports this module)
 
-
-def build_verl_plan(att: Attempt) -> dict[str, Any]:
+def build_verl_plan(att: Attempt, plan_format: int) -> dict[str, Any]:
+    """plan.json for a verl attempt; ``plan_format`` is rlexp.stages.plan.PLAN_FORMAT (handed in:
+    the stage plan calls this module)."""
     from rlexp.backends import verl as backend
     from rlexp.core.checks import MAX_GLOBAL_STEPS, primary_power
     from rlexp.core.power import power_report
@@ -66,7 +67,7 @@ def build_verl_plan(att: Attempt) -> dict[str, Any]:
 
     add_best_of_k(power_json, load_sop())
     return {
-        "format": PLAN_FORMAT,
+        "format": plan_format,
         "attempt": att.id,
         "parent": att.parent_id,
         "spec": str(att.spec_path),

@@ -1,0 +1,82 @@
+"""What a trainer is to rlexp's pure rules (in the spirit of Optuna's ``samplers/_base.py``).
+
+A trainer's package (``rlexp.trainers.<name>``) exposes ``RULES``, an instance of a subclass of
+:class:`TrainerRules`; its ``launch`` module adds the work with processes and files
+(:class:`rlexp.trainers.launch.TrainerLaunch`). Everything here is a pure function of the spec:
+no file is read or written.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rlexp.core.recipe import TrainerKeyTable
+    from rlexp.core.spec import Attempt
+    from rlexp.core.verdict import Verdict
+
+
+class TrainerRules:
+    """One trainer's rules: its key table, steps and LR, preflight checks, metrics sources,
+    checkpoint layout and resume state, and the backends that run it.
+
+    Subclasses set the class attributes and override the methods whose default does not fit."""
+
+    #: the ``trainer.name`` value
+    name: str = ""
+    #: the backends (rlexp.backends.registry) that run it; the first is the default without --ray-address
+    backends: tuple[str, ...] = ("process", "ray")
+    #: why a backend outside :attr:`backends` is refused (appended to "trainer X runs on the ... backend")
+    backend_note: str = ""
+    #: what ``--metrics-source`` may name for it; the first is the default
+    metrics_sources: tuple[str, ...] = ("stdout",)
+    #: the message when ``--metrics-source`` names another source
+    metrics_source_note: str = ""
+    #: ``trainer.version`` when the spec states none (None: the key table's first listed release)
+    default_version: str | None = None
+    #: it reads its training sets through the recipe's ``input_key``/``label_key``
+    graded_by_recipe_keys: bool = True
+    #: its prompts always go through the chat template (else: the recipe's ``apply_chat_template``)
+    always_chat_template: bool = False
+    #: ``rlexp import --logs`` reads its logs as this trainer's (rlexp.core.trainers.metric_names.TABLES)
+    log_trainer: str = ""
+    #: it runs as rlexp's own Python module (a Ray job then forwards this process's environment)
+    runs_rlexp_python: bool = False
+
+    def key_table(self) -> TrainerKeyTable:
+        """The recipe keys a spec for this trainer may state (rlexp.core.recipe)."""
+        from rlexp.core.recipe import key_table
+
+        return key_table(self.name)
+
+    def recipe_reads(self, recipe: Any, role: str) -> dict[str, str]:
+        """How it reads the rows of a training set (``check_dataset_rows`` keywords)."""
+        if not self.graded_by_recipe_keys:
+            return {}
+        return {"prompt_key": str(recipe.get("input_key") or "prompt"),
+                "answer_key": str(recipe.get("label_key") or "answer")}
+
+    def uses_chat_template(self, recipe: Any) -> bool:
+        return self.always_chat_template or bool(recipe.get("apply_chat_template", False))
+
+    # ---- steps and LR
+    #: one data-parallel rank whatever the GPU layout says
+    single_process: bool = False
+
+    def step_version(self, trainer_version: str) -> str:
+        """The release whose step semantics the step math follows."""
+        return trainer_version
+
+    def steps(self, att: Attempt) -> Any:
+        """The attempt's step counts (rlexp.core.schedule.Steps or a subclass): OpenRLHF's step math."""
+        from rlexp.core.schedule import compute_steps
+
+        return compute_steps(att.recipe, att.datasets["pool"].size, att.trainer.version, trainer=self.name)
+
+    # ---- preflight checks (rlexp.core.checks): which parts of the catalogue apply
+    #: OpenRLHF's batch rules and its fixed min LR before v0.9.8 (check_batches, lr.min_lr_ratio_fixed)
+    openrlhf_batches: bool = True
+    #: OpenRLHF's GPU layout (actor, ref, reward, critic, vLLM engines)
+    gpu_layout: bool = False
+    #: DeepSpeed checkpoints beside the HF saves (disk.hf_ckpt; --resume needs them)
+    deepspeed_checkpoints: bool = False

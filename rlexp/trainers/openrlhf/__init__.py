@@ -1,0 +1,22 @@
+"""OpenRLHF (``trainer.name: openrlhf``): ``train_ppo_ray`` in any listed release's flag dialect.
+
+Its pure rules live here; the argv builder and the flag tables are :mod:`rlexp.backends.openrlhf`,
+the launch :mod:`rlexp.trainers.openrlhf.launch`.
+"""
+
+from __future__ import annotations
+
+from rlexp.trainers.base import TrainerRules
+
+
+class OpenRLHFRules(TrainerRules):
+    name = "openrlhf"
+    backends = ("process", "ray")
+    metrics_sources = ("stdout", "tensorboard")  # its `Global step N` lines, or its TensorBoard scalars
+    metrics_source_note = "OpenRLHF is followed through its stdout or its TensorBoard scalars"
+    log_trainer = "openrlhf"
+    gpu_layout = True
+    deepspeed_checkpoints = True
+
+
+RULES = OpenRLHFRules()

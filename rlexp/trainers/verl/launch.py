@@ -1,0 +1,46 @@
+"""verl's plan and launch: its own plan.json (rlexp.trainers.verl.plan), the Hydra argv,
+its data rows and reward file, its file logger's path in the environment, and ``--resume`` from
+its latest save (``resume_mode: auto``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlexp.storage.layout import AttemptDir
+from rlexp.trainers.launch import LaunchPlan, TrainerLaunch
+from rlexp.trainers.verl import RULES
+
+
+class VerlLaunch(TrainerLaunch):
+    rules = RULES
+
+    def own_plan(self, att: Any, plan_format: int) -> dict[str, Any] | None:
+        from rlexp.trainers.verl.plan import build_verl_plan
+
+        return build_verl_plan(att, plan_format)
+
+    def prepare(self, att: Any, ad: AttemptDir, *, resume: bool, must_exist: bool) -> LaunchPlan:
+        from rlexp.backends import verl
+
+        built = verl.prepare_launch(att, resume=resume, must_exist=must_exist)
+        return LaunchPlan(built.argv, reward_file=built.reward_file, env=built.env, own=built)
+
+    def write_files(self, plan: LaunchPlan) -> None:
+        # verl reads its own row format and calls compute_score
+        from rlexp.backends.reward_template import write_verl_reward_file
+        from rlexp.backends.verl import write_verl_dataset
+
+        for source, target, suffix, data_source in plan.own.datasets:
+            write_verl_dataset(source, target, suffix, data_source)
+        write_verl_reward_file(plan.reward_file)
+
+    def resume_step(self, att: Any, ad: AttemptDir) -> int:
+        return ad.latest_verl_checkpoint() or 0  # verl resumes itself (resume_mode auto) from its latest save
+
+    def follower(self, ad: AttemptDir, source: str, *, resume_step: int) -> Any:
+        from rlexp.adapters import ingest
+
+        return ingest.MetricsFollower("verl", ad.verl_metrics, ad.metrics)  # one JSON line per step
+
+
+LAUNCH = VerlLaunch()
