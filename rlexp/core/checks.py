@@ -38,12 +38,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlexp.core.engines import engine_traits
 from rlexp.core.power import PowerReport, power_report
 from rlexp.core.schedule import (
     CheckpointPlan,
     Steps,
     checkpoint_plan,
-    compute_steps,
     lr_for_global_step,
     max_fraction_through,
     min_lr_is_configurable,
@@ -593,7 +593,8 @@ def check_suffix(att: Attempt) -> list[Verdict]:
 
 def check_lora_rank(att: Attempt) -> list[Verdict]:
     rank = int(att.recipe.get("lora_rank") or 0)
-    if att.eval.engine not in ("vllm", "openai") or rank == 0:
+    traits = engine_traits(att.eval.engine)
+    if traits is None or not traits.serves_lora_up_to_max_rank or rank == 0:
         return []
     if rank > att.eval.max_lora_rank:
         return [check(

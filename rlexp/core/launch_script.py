@@ -169,6 +169,8 @@ class Launch:
 
 OPENRLHF_MODULES = ("openrlhf.cli.train_ppo_ray",)
 VERL_MODULES = ("verl.trainer.main_ppo",)
+CLI_TRAINERS = {"trl": "trl"}  # a console script that is a trainer's launcher -> trainer.name
+RAY_JOB_SUBMIT = ("ray", "job", "submit")  # the launcher in front of a Ray job's entrypoint
 
 
 def launch_of(argv: list[str]) -> Launch:
@@ -176,7 +178,7 @@ def launch_of(argv: list[str]) -> Launch:
     the launcher or the module is not one rlexp knows."""
     rest = list(argv)
     launcher: list[str] = []
-    if rest[:3] == ["ray", "job", "submit"]:
+    if tuple(rest[:3]) == RAY_JOB_SUBMIT:
         if "--" not in rest:
             raise ScriptError(None, "ray job submit without `--` before the entrypoint")
         cut = rest.index("--")
@@ -186,8 +188,8 @@ def launch_of(argv: list[str]) -> Launch:
     head = rest[0].rsplit("/", 1)[-1]
     if head in ("torchrun", "deepspeed", "accelerate") or re.match(r"^python(\d(\.\d+)?)?$", head):
         module, index = _module_after(rest)
-    elif head == "trl" and len(rest) > 1:
-        return Launch("trl", f"trl {rest[1]}", rest[2:], launcher + rest[:2])
+    elif head in CLI_TRAINERS and len(rest) > 1:  # a trainer's own command line: `trl grpo ...`
+        return Launch(CLI_TRAINERS[head], f"{head} {rest[1]}", rest[2:], launcher + rest[:2])
     else:
         raise ScriptError(None, f"{rest[0]!r}: not a launcher rlexp can read (python -m, torchrun, deepspeed, "
                           "accelerate launch, ray job submit -- ...)")

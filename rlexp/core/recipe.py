@@ -472,6 +472,7 @@ class TrainerKeyTable:
     lookup: Callable[[str], RecipeKey | None]
     versions: tuple[str, ...] = ()  # the versions the keys were read from; () = any version
     model_key: str = "pretrain"  # the key naming the base model (Attempt.base_model reads it)
+    names_only_schema: bool = False  # the JSON Schema lists the keys by name only (verl's ~900 keys)
 
 
 def _openrlhf_table(trainer: str) -> TrainerKeyTable:
@@ -562,7 +563,7 @@ def _verl_table() -> TrainerKeyTable:
         keys[name] = RecipeKey(name, recipe_type, default, verl_kind(name), recipe_type == JSON_VALUE)
     return TrainerKeyTable("verl", f"verl {versions[-1]} config keys (dotted Hydra paths)", keys,
                            {k.name: k.default for k in keys.values()}, keys.get, versions,
-                           model_key="actor_rollout_ref.model.path")  # fmt: skip
+                           model_key="actor_rollout_ref.model.path", names_only_schema=True)  # fmt: skip
 
 
 def _trainer_tables() -> dict[str, TrainerKeyTable]:
@@ -608,7 +609,7 @@ def table_json_schema(table: TrainerKeyTable) -> dict[str, Any]:
     """The JSON Schema of the ``recipe`` section for a trainer whose keys are all described
     (TRL's GRPOConfig fields): each key with its type and default, nothing else. verl's ~900 keys
     would make the schema file ten times larger: its keys are listed by name only."""
-    if table.trainer == "verl":
+    if table.names_only_schema:
         return {"type": "object", "description": f"{table.spelling}; unstated keys take verl's default; the "
                 "keys are rlexp/core/trainers/verl_keys.py's (types checked by rlexp plan)",
                 "propertyNames": {"enum": list(table.keys)}}

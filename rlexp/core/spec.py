@@ -45,10 +45,10 @@ from rlexp.core.recipe import (
 )
 from rlexp.core.recipe import LATER_UNDERSCORE_KEYS as LATER_UNDERSCORE_KEYS  # re-exported
 from rlexp.core.recipe import is_dotted_recipe_key as is_dotted_recipe_key  # re-exported
-from rlexp.trainers import names as trainer_names
 from rlexp.errors import InputError
 from rlexp.storage.files import check_regular_file, load_yaml
 from rlexp.storage.layout import SPEC_NAME
+from rlexp.trainers import names as trainer_names
 
 ROLES = ("pool", "ood_monitor", "ood_primary", "id", "sanity")
 EVAL_ROLES = ("ood_monitor", "ood_primary", "id", "sanity")

@@ -48,7 +48,9 @@ def evaluate_episodes(att: Any, attempt_dir: Path, roles, selection, targets, ba
     )
 
     settings = att.environment
-    if att.eval.engine != "local":
+    from rlexp.core.engines import engine_traits
+
+    if not getattr(engine_traits(att.eval.engine), "plays_episodes", False):
         raise InputError(att.spec_path, "eval.engine", f"{att.eval.engine!r}: environment tasks are evaluated on "
                                                        "the local engine (vllm and openai episodes are not built yet)")
     budgets = budgets_of(settings)

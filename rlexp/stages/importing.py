@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from rlexp.errors import InputError
+from rlexp.trainers import rules as trainer_rules
 
 
 def _secret(key: str) -> bool:
@@ -81,14 +82,10 @@ def import_script(script: str | Path, attempt_dir: str | Path, *, version: str |
         raise InputError(spec_path, None, "already exists: import into a new attempt directory")
     experiment = attempt_dir.resolve().parent
     where = f"line {command.line}"
-    if launch.trainer == "openrlhf":
-        recipe, datasets, left_out, notes = _openrlhf(script, where, launch.args, version)
-    elif launch.trainer == "verl":
-        recipe, datasets, left_out, notes = _verl(script, where, launch.args)
-    else:
-        recipe, datasets, left_out, notes = _trl(script, where, launch.args)
+    reader, reads_version = _READERS[launch.trainer]
+    recipe, datasets, left_out, notes = reader(script, where, launch.args, version)
     notes = command.notes + notes
-    if launch.trainer != "openrlhf" and version is None:
+    if version is None and not reads_version:
         raise InputError(script, None, f"the {launch.trainer} release is not stated in the script: give it with "
                          "--version (the steps and keys depend on it)")
     trainer: dict[str, Any] = {"name": launch.trainer, "version": str(version)}
@@ -272,7 +269,7 @@ def _openrlhf(script: Path, where: str, args: list[str], version: str | None):
 
 # --- verl ------------------------------------------------------------------------------------------
 
-def _verl(script: Path, where: str, args: list[str]):
+def _verl(script: Path, where: str, args: list[str], version: str | None = None):
     from rlexp.backends.verl import MANAGED_KEYS
 
     recipe: dict[str, Any] = {}
@@ -299,7 +296,7 @@ def _verl(script: Path, where: str, args: list[str]):
 
 # --- TRL -------------------------------------------------------------------------------------------
 
-def _trl(script: Path, where: str, args: list[str]):
+def _trl(script: Path, where: str, args: list[str], version: str | None = None):
     recipe: dict[str, Any] = {}
     datasets: dict[str, dict[str, Any]] = {}
     left_out: list[str] = []
@@ -341,6 +338,11 @@ _CHECKPOINT_DIRS = (
 )
 # inside a verl checkpoint, where the weights rlexp can evaluate are
 _VERL_INNER = ("actor/lora_adapter", "actor/huggingface", "actor")
+
+
+# a launch script's trainer (rlexp.core.launch_script.launch_of) -> (its reader, whether the
+# script states the release: OpenRLHF's version comes from its flags)
+_READERS = {"openrlhf": (_openrlhf, True), "verl": (_verl, False), "trl": (_trl, False)}
 
 
 @dataclass
@@ -395,7 +397,7 @@ def import_run(attempt_dir: str | Path, *, logs: str | Path | None = None, log_f
     if logs is not None:
         if ad.metrics.exists():
             raise InputError(ad.metrics, None, "already exists: this attempt has metrics; import into a new attempt")
-        read = read_log(logs, att.trainer.name if att.trainer.name != "local" else "local", log_format)
+        read = read_log(logs, trainer_rules(att.trainer.name).log_trainer, log_format)
         runs = [r for r in read.runs if r.rows]
         if len(runs) > 1:
             starts = ", ".join(f"line {r.first_line} (steps {r.steps[0]}..{r.steps[-1]})" for r in runs)

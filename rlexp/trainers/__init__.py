@@ -15,10 +15,7 @@ Adding a trainer: a package ``rlexp/trainers/<name>/`` (copy an existing one) an
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from rlexp.trainers.base import TrainerRules
+from typing import Any
 
 # trainer.name -> its package. tests/test_architecture.py reads this table: each package (and its
 # ``launch`` module, loaded by rlexp.trainers.launch) counts as an import edge of the registry
@@ -43,8 +40,9 @@ def package(name: str) -> str:
         raise ValueError(f"unknown trainer {name!r}; expected one of {', '.join(TRAINERS)}") from None
 
 
-def rules(name: str) -> TrainerRules:
-    """The pure rules of trainer ``name`` (its package's ``RULES``)."""
+def rules(name: str) -> Any:
+    """The pure rules of trainer ``name`` (its package's ``RULES``, a rlexp.trainers.base.TrainerRules;
+    the registry imports no trainer module but by name, so that any core module may ask it)."""
     return importlib.import_module(package(name)).RULES
 
 

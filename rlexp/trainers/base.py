@@ -8,12 +8,7 @@ no file is read or written.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from rlexp.core.recipe import TrainerKeyTable
-    from rlexp.core.spec import Attempt
-    from rlexp.core.verdict import Verdict
+from typing import Any
 
 
 class TrainerRules:
@@ -43,7 +38,7 @@ class TrainerRules:
     #: it runs as rlexp's own Python module (a Ray job then forwards this process's environment)
     runs_rlexp_python: bool = False
 
-    def key_table(self) -> TrainerKeyTable:
+    def key_table(self) -> Any:
         """The recipe keys a spec for this trainer may state (rlexp.core.recipe)."""
         from rlexp.core.recipe import key_table
 
@@ -67,7 +62,7 @@ class TrainerRules:
         """The release whose step semantics the step math follows."""
         return trainer_version
 
-    def steps(self, att: Attempt) -> Any:
+    def steps(self, att: Any) -> Any:
         """The attempt's step counts (rlexp.core.schedule.Steps or a subclass): OpenRLHF's step math."""
         from rlexp.core.schedule import compute_steps
 

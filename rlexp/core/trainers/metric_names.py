@@ -68,6 +68,10 @@ VERL: dict[str, tuple[str, ...]] = {
 }
 VERL_KEEP_SOURCE = ("val-core/rlexp_ood_monitor/acc/mean@1",)  # also kept under its own name
 VERL_TIMING_PREFIXES = ("timing_s/", "timing/")
+# per trainer: source names also kept under their own name, and the phase timings that add up to
+# step_time_s when the trainer logs no step time of its own (verl: timing/step)
+KEEP_SOURCE: dict[str, tuple[str, ...]] = {"verl": VERL_KEEP_SOURCE}
+STEP_TIME_PARTS: dict[str, tuple[str, ...]] = {"verl": VERL_TIMING_PREFIXES}
 
 # TRL 1.16 GRPOTrainer (self._metrics + transformers' loss/grad_norm/learning_rate) and older
 # TRL's completion_length; "loss" is the policy loss only where no policy_loss is logged
@@ -131,11 +135,12 @@ def canonical_row(raw: Mapping[str, Any], trainer: str) -> dict[str, Any]:
                 taken.add(source)
                 break
     for name, value in flat.items():
-        if name in taken and not (trainer == "verl" and name in VERL_KEEP_SOURCE):
+        if name in taken and name not in KEEP_SOURCE.get(trainer, ()):
             continue
         out.setdefault(name, value)
-    if trainer == "verl" and "step_time_s" not in out:
-        values = (_unscaled(v, 1.0) for k, v in flat.items() if k.startswith(VERL_TIMING_PREFIXES))
+    parts_of = STEP_TIME_PARTS.get(trainer)
+    if parts_of and "step_time_s" not in out:
+        values = (_unscaled(v, 1.0) for k, v in flat.items() if k.startswith(parts_of))
         parts = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)]
         if parts:  # no timing/step: the phases of the step, added up (what timing/step is)
             out["step_time_s"] = float(sum(parts))
