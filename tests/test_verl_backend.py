@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 
 from rlexp.adapters import ingest
-from rlexp.backends import verl, verl_config
-from rlexp.core.trainers.verl import verl_kind
 from rlexp.errors import InputError
+from rlexp.trainers.verl import hydra as verl
+from rlexp.trainers.verl import releases as verl_config
+from rlexp.trainers.verl.steps import verl_kind
 
 VERSION = "0.9.1"
 

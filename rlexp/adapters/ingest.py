@@ -264,7 +264,7 @@ def read_training_metrics_jsonl(path: str | Path) -> tuple[list[dict[str, Any]],
 # verl's metric names -> canonical: rlexp.core.trainers.metric_names.VERL (one table for its
 # console, its file logger and TensorBoard).
 # greedy pass@1 on the in-run monitor set: rlexp's verl rows name it by this data_source
-# (rlexp.backends.verl.DATA_SOURCE_MONITOR) and its reward's float score is logged as "acc"
+# (rlexp.trainers.verl.hydra.DATA_SOURCE_MONITOR) and its reward's float score is logged as "acc"
 VERL_MONITOR_METRIC = "val-core/rlexp_ood_monitor/acc/mean@1"
 
 

@@ -44,8 +44,6 @@ from rlexp.core.schedule import (
     CheckpointPlan,
     Steps,
     checkpoint_plan,
-    lr_for_global_step,
-    max_fraction_through,
     min_lr_is_configurable,
 )
 from rlexp.core.spec import (
@@ -139,18 +137,21 @@ def primary_power(att: Attempt) -> PowerReport | None:
 
 
 def check_lr(att: Attempt, steps: Steps) -> list[Verdict]:
+    """The LR checks of every trainer: its step math (``steps``: rlexp.core.schedule.Steps, TRL's or
+    verl's) names its LR unit, how many of them the run takes, and the LR at each global step."""
     out: list[Verdict] = []
     total = steps.global_steps_total
-    if total >= 1 and steps.optimizer_steps_total >= 1:
+    unit, run = steps.lr_unit, steps.lr_steps_run
+    if total >= 1 and run >= 1:
         at = min(LR_CHECK_GLOBAL_STEP, total)
-        best = max_fraction_through(at, steps)
-        now = lr_for_global_step(at, steps).fraction_of_peak
+        best = steps.best_fraction_through(at)
+        now = steps.lr_at(at).fraction_of_peak
         if best < LR_CHECK_MIN_FRACTION:
             out.append(check(
                 "lr.low_early", ERROR,
                 f"LR reaches only {best:.1%} of peak by global step {at} ({now:.1%} at step {at}): warm-up is "
-                f"{steps.warmup_steps:,} optimizer steps = {steps.warmup_global_steps:,.0f} global steps of "
-                f"{total:,} (max_steps {steps.optimizer_steps_total:,}); >= {LR_CHECK_MIN_FRACTION:.0%} required",
+                f"{steps.warmup_steps:,} {unit} steps = {steps.warmup_global_steps:,.0f} global steps of "
+                f"{total:,} ({steps.lr_horizon}); >= {LR_CHECK_MIN_FRACTION:.0%} required",
                 "docs/plan.md#warm-up-and-early-lr",
             ))  # fmt: skip
         share = att.intent.get("max_warmup_share") or DEFAULT_MAX_WARMUP_SHARE
@@ -160,15 +161,16 @@ def check_lr(att: Attempt, steps: Steps) -> list[Verdict]:
             out.append(check(
                 "lr.warmup_share", ERROR,
                 f"warm-up lasts {steps.warmup_global_steps:,.1f} global steps "
-                f"({steps.warmup_steps:,} optimizer steps = {steps.warmup_rule(att.recipe)}), more than {share:.0%} of the "
+                f"({steps.warmup_steps:,} {unit} steps = {steps.warmup_rule(att.recipe)}), more than {share:.0%} of the "
                 f"{'intended' if att.intent.get('global_steps') else 'planned'} {horizon:,} global steps",
                 "docs/plan.md#warm-up-and-early-lr",
             ))  # fmt: skip
-        if steps.warmup_steps >= steps.optimizer_steps_total:
+        if steps.warmup_steps >= run:
             out.append(check(
                 "lr.warmup_never_ends", ERROR,
-                f"warm-up never ends: {steps.warmup_steps:,} warm-up steps ({steps.warmup_rule(att.recipe)}) >= the "
-                f"{steps.optimizer_steps_total:,} optimizer steps of the run: the LR never reaches its peak",
+                f"warm-up never ends: {steps.warmup_steps:,} {unit} steps ({steps.warmup_rule(att.recipe)}) >= the "
+                f"{run:,} {unit} steps of the run: the LR never reaches its peak (the last step trains at "
+                f"{steps.lr_at(total).fraction_of_peak:.1%} of peak)",
                 "docs/plan.md#warm-up-and-early-lr",
             ))  # fmt: skip
     stated = att.recipe_stated.get("min_lr_ratio")

@@ -544,17 +544,17 @@ def _trl_table() -> TrainerKeyTable:
 
 
 # verl: the dotted Hydra keys of the pinned release's trainer config, as listed by
-# scripts/refresh-verl-keys in rlexp/core/trainers/verl_keys.py (read from the wheel's
-# _generated_ppo_trainer.yaml). A key's kind: rlexp.core.trainers.verl.verl_kind. Float and bool and
+# scripts/refresh-verl-keys in rlexp/trainers/verl/keys.py (read from the wheel's
+# _generated_ppo_trainer.yaml). A key's kind: rlexp.trainers.verl.steps.verl_kind. Float and bool and
 # str defaults type their key; an int default does not (verl's YAML writes temperature: 0 for a
 # float field), nor a list, a mapping, null or an interpolation: those keys take any value here, and
-# rlexp.backends.verl checks them against the release (numbers, lists) at plan time.
+# rlexp.trainers.verl.hydra checks them against the release (numbers, lists) at plan time.
 _VERL_TYPES = {"float": "float", "bool": "bool", "str": "str"}
 
 
 def _verl_table() -> TrainerKeyTable:
-    from rlexp.core.trainers.verl import verl_kind
-    from rlexp.core.trainers.verl_keys import VERL_CONFIG_KEYS
+    from rlexp.trainers.verl.keys import VERL_CONFIG_KEYS
+    from rlexp.trainers.verl.steps import verl_kind
 
     versions = tuple(VERL_CONFIG_KEYS)
     keys: dict[str, RecipeKey] = {}
@@ -611,7 +611,7 @@ def table_json_schema(table: TrainerKeyTable) -> dict[str, Any]:
     would make the schema file ten times larger: its keys are listed by name only."""
     if table.names_only_schema:
         return {"type": "object", "description": f"{table.spelling}; unstated keys take verl's default; the "
-                "keys are rlexp/core/trainers/verl_keys.py's (types checked by rlexp plan)",
+                "keys are rlexp/trainers/verl/keys.py's (types checked by rlexp plan)",
                 "propertyNames": {"enum": list(table.keys)}}
     properties = {}
     for name, key in table.keys.items():

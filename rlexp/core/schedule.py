@@ -98,6 +98,24 @@ class Steps:
         """How ``warmup_steps`` was computed, for messages."""
         return f"ceil({self.optimizer_steps_total:,} × {recipe.get('lr_warmup_ratio')})"
 
+    # ---- what the LR checks (rlexp.core.checks.check_lr) ask of every trainer's step math
+    lr_unit = "optimizer"  # the steps its LR scheduler counts (a class attribute, not a field)
+
+    @property
+    def lr_steps_run(self) -> int:
+        """Scheduler steps of the run (``max_steps``: the scheduler is built with them)."""
+        return self.optimizer_steps_total
+
+    @property
+    def lr_horizon(self) -> str:
+        return f"max_steps {self.optimizer_steps_total:,}"
+
+    def lr_at(self, global_step: int) -> GlobalStepLR:
+        return lr_for_global_step(global_step, self)
+
+    def best_fraction_through(self, global_step: int) -> float:
+        return max_fraction_through(global_step, self)
+
     def eval_save_steps(self, recipe: Mapping[str, Any]) -> tuple[list[int], list[int]]:
         """Global steps with an in-run eval, and with a saved checkpoint (OpenRLHF: multiples only)."""
         total = self.global_steps_total

@@ -270,7 +270,7 @@ def _openrlhf(script: Path, where: str, args: list[str], version: str | None):
 # --- verl ------------------------------------------------------------------------------------------
 
 def _verl(script: Path, where: str, args: list[str], version: str | None = None):
-    from rlexp.backends.verl import MANAGED_KEYS
+    from rlexp.trainers.verl.hydra import MANAGED_KEYS
 
     recipe: dict[str, Any] = {}
     datasets: dict[str, dict[str, Any]] = {}

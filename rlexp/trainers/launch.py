@@ -26,7 +26,7 @@ class LaunchPlan:
     dropped: tuple[str, ...] = ()
     files: dict[Path, str] = field(default_factory=dict)  # generated files to write (TRL's training script)
     env: dict[str, str] | None = None  # what the trainer's process must see (verl's file logger path)
-    own: Any = None  # the trainer's own launch object (rlexp.backends.verl.VerlLaunch)
+    own: Any = None  # the trainer's own launch object (rlexp.trainers.verl.hydra.VerlLaunch)
 
 
 class TrainerLaunch:

@@ -1,8 +1,8 @@
 """verl (``trainer.name: verl``): dotted Hydra keys of the pinned release, its own step count.
 
-Its pure rules live here (steps, LR and schedule: :mod:`rlexp.core.trainers.verl`; checks:
-:mod:`rlexp.core.trainers.verl_checks`); the release's config and the Hydra argv are
-:mod:`rlexp.backends.verl`, the plan and the launch :mod:`rlexp.trainers.verl.launch`.
+Its pure rules live here (steps, LR and schedule: :mod:`rlexp.trainers.verl.steps`; checks:
+:mod:`rlexp.trainers.verl.checks`); the release's config and the Hydra argv are
+:mod:`rlexp.trainers.verl.hydra`, the plan and the launch :mod:`rlexp.trainers.verl.launch`.
 """
 
 from __future__ import annotations

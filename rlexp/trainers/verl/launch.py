@@ -20,7 +20,7 @@ class VerlLaunch(TrainerLaunch):
         return build_verl_plan(att, plan_format)
 
     def prepare(self, att: Any, ad: AttemptDir, *, resume: bool, must_exist: bool) -> LaunchPlan:
-        from rlexp.backends import verl
+        from rlexp.trainers.verl import hydra as verl
 
         built = verl.prepare_launch(att, resume=resume, must_exist=must_exist)
         return LaunchPlan(built.argv, reward_file=built.reward_file, env=built.env, own=built)
@@ -28,7 +28,7 @@ class VerlLaunch(TrainerLaunch):
     def write_files(self, plan: LaunchPlan) -> None:
         # verl reads its own row format and calls compute_score
         from rlexp.backends.reward_template import write_verl_reward_file
-        from rlexp.backends.verl import write_verl_dataset
+        from rlexp.trainers.verl.hydra import write_verl_dataset
 
         for source, target, suffix, data_source in plan.own.datasets:
             write_verl_dataset(source, target, suffix, data_source)
