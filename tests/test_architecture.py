@@ -275,7 +275,7 @@ REGISTRIES = {"rlexp.trainers", "rlexp.trainers.launch", "rlexp.backends.registr
               "rlexp.core.engines"}
 # a thing's own modules outside rlexp.trainers: the Ray backend, TRL's script generator, the
 # metrics readers (each source's reader in rlexp.adapters.ingest)
-OWN_MODULES = {"rlexp.backends.ray_jobs", "rlexp.backends.trl", "rlexp.adapters.ingest"}
+OWN_MODULES = {"rlexp.backends.ray_jobs", "rlexp.adapters.ingest"}
 
 
 def _seam_comparisons(path: Path) -> list[str]:

@@ -238,7 +238,7 @@ def check_step_counts(att: Attempt, steps: Steps) -> list[Verdict]:
 
 def _trl_messages(steps: Steps) -> Any:
     """The module of TRL's step messages when ``steps`` are a TRL run's, else None."""
-    from rlexp.core.trainers import trl
+    from rlexp.trainers.trl import steps as trl
 
     return trl if isinstance(steps, trl.TrlSteps) else None
 

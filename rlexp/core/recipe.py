@@ -472,118 +472,35 @@ class TrainerKeyTable:
     lookup: Callable[[str], RecipeKey | None]
     versions: tuple[str, ...] = ()  # the versions the keys were read from; () = any version
     model_key: str = "pretrain"  # the key naming the base model (Attempt.base_model reads it)
-    names_only_schema: bool = False  # the JSON Schema lists the keys by name only (verl's ~900 keys)
+    names_only_schema: bool = False  # the JSON Schema lists the keys by name only (~900 keys would bloat it)
+    schema_note: str = ""  # the rest of that schema's description: where the keys and their defaults are
 
 
-def _openrlhf_table(trainer: str) -> TrainerKeyTable:
+def openrlhf_key_table(trainer: str) -> TrainerKeyTable:
+    """OpenRLHF's argument names (the table above), the table of every trainer that reads them
+    (OpenRLHF, the local trainer: rlexp.trainers.base.TrainerRules.build_key_table's default)."""
     return TrainerKeyTable(trainer, "OpenRLHF v0.9.x argument names without the dashes", RECIPE_KEYS,
                            RECIPE_DEFAULTS, recipe_key)  # fmt: skip
 
 
-# TRL: the fields of GRPOConfig (with transformers' TrainingArguments) of the pinned release, as
-# listed by scripts/refresh-trl-fields in rlexp/core/trainers/trl_fields.py. A field's kind is
-# training unless its name says it is instrumentation (logging, eval, checkpoints, hub) or
-# infrastructure (processes, kernels, memory, the vLLM server): exempt kinds follow the same
-# exemption table as OpenRLHF's keys.
-_TRL_INSTRUMENTATION_PREFIXES = (
-    "logging_", "log_", "eval_", "save_", "hub_", "push_to_hub", "report_to", "output_dir", "run_name",
-    "project", "trackio_", "load_best_model_at_end", "metric_for_best_model", "greater_is_better",
-    "do_eval", "do_predict", "do_train", "prediction_loss_only", "per_device_eval_batch_size",
-    "num_generations_eval", "disable_tqdm", "include_", "resume_from_checkpoint", "ignore_data_skip",
-    "restore_callback_states_from_checkpoint", "num_completions_to_print", "wandb_", "skip_memory_metrics",
-    "batch_eval_metrics", "label_names", "past_index", "overwrite_output_dir", "full_determinism_",
-)
-_TRL_INFRASTRUCTURE_PREFIXES = (
-    "dataloader_", "ddp_", "fsdp", "deepspeed", "accelerator_config", "parallelism_config", "use_vllm",
-    "vllm_mode", "vllm_server_", "vllm_gpu_memory_utilization", "vllm_tensor_parallel_size",
-    "vllm_enable_sleep_mode", "vllm_model_impl", "vllm_max_model_length", "vllm_group_port",
-    "gradient_checkpointing", "torch_compile", "use_cpu", "no_cuda", "tf32", "local_rank", "tpu_",
-    "torch_empty_cache_steps", "use_liger_kernel", "liger_kernel_config", "ds3_gather_for_generation",
-    "use_transformers_paged", "use_transformers_continuous_batching", "cache_implementation",
-    "half_precision_backend", "auto_find_batch_size", "jit_mode_eval", "use_ipex", "ray_scope",
-    "debug", "hub_always_push",
-)
-_TRL_TYPES = {"int": "int", "float": "float", "bool": "bool", "str": "str", "list[str]": "str_list"}
-JSON_VALUE = "json"  # a TRL field of a composite type (a dict, a union): any YAML value, checked by TRL at launch
-
-
-def trl_kind(name: str) -> str:
-    """The kind of a GRPOConfig field for the one-variable rule (see the prefixes above)."""
-    if name.startswith(_TRL_INFRASTRUCTURE_PREFIXES):
-        return INFRASTRUCTURE
-    if name.startswith(_TRL_INSTRUMENTATION_PREFIXES):
-        return INSTRUMENTATION
-    return TRAINING
-
-
-def _trl_type(annotation: str) -> tuple[str, bool]:
-    """A field's annotation as listed ("int | None", "float", "dict | str | None") → recipe type, nullable."""
-    parts = [p.strip() for p in annotation.split("|")]
-    nullable = "None" in parts
-    parts = [p for p in parts if p != "None"]
-    if parts == ["float", "int"] or parts == ["int", "float"]:
-        return "float", nullable
-    if len(parts) == 1 and parts[0] in _TRL_TYPES:
-        return _TRL_TYPES[parts[0]], nullable
-    return JSON_VALUE, True
-
-
-def _trl_table() -> TrainerKeyTable:
-    """GRPOConfig's fields, then ModelConfig's (the model and LoRA settings of ``trl grpo``)."""
-    from rlexp.core.trainers.trl_fields import GRPO_CONFIG_FIELDS, MODEL_CONFIG_FIELDS, TRL_VERSION
-
-    keys: dict[str, RecipeKey] = {}
-    for name, annotation, default in (*GRPO_CONFIG_FIELDS, *MODEL_CONFIG_FIELDS):
-        if name in keys:  # a field both dataclasses have (GRPOConfig's is listed first)
-            continue
-        type_, nullable = _trl_type(annotation)
-        keys[name] = RecipeKey(name, type_, default, trl_kind(name), nullable or default is None)
-    return TrainerKeyTable("trl", f"TRL {TRL_VERSION} GRPOConfig and ModelConfig fields", keys,
-                           {k.name: k.default for k in keys.values()}, keys.get, (TRL_VERSION,),
-                           model_key="model_name_or_path")  # fmt: skip
-
-
-# verl: the dotted Hydra keys of the pinned release's trainer config, as listed by
-# scripts/refresh-verl-keys in rlexp/trainers/verl/keys.py (read from the wheel's
-# _generated_ppo_trainer.yaml). A key's kind: rlexp.trainers.verl.steps.verl_kind. Float and bool and
-# str defaults type their key; an int default does not (verl's YAML writes temperature: 0 for a
-# float field), nor a list, a mapping, null or an interpolation: those keys take any value here, and
-# rlexp.trainers.verl.hydra checks them against the release (numbers, lists) at plan time.
-_VERL_TYPES = {"float": "float", "bool": "bool", "str": "str"}
-
-
-def _verl_table() -> TrainerKeyTable:
-    from rlexp.trainers.verl.keys import VERL_CONFIG_KEYS
-    from rlexp.trainers.verl.steps import verl_kind
-
-    versions = tuple(VERL_CONFIG_KEYS)
-    keys: dict[str, RecipeKey] = {}
-    for name, type_, default in VERL_CONFIG_KEYS[versions[-1]]:  # the newest listed release's keys
-        recipe_type = _VERL_TYPES.get(type_, JSON_VALUE)
-        keys[name] = RecipeKey(name, recipe_type, default, verl_kind(name), recipe_type == JSON_VALUE)
-    return TrainerKeyTable("verl", f"verl {versions[-1]} config keys (dotted Hydra paths)", keys,
-                           {k.name: k.default for k in keys.values()}, keys.get, versions,
-                           model_key="actor_rollout_ref.model.path", names_only_schema=True)  # fmt: skip
-
-
-def _trainer_tables() -> dict[str, TrainerKeyTable]:
-    return {"openrlhf": _openrlhf_table("openrlhf"), "local": _openrlhf_table("local"), "trl": _trl_table()}
+JSON_VALUE = "json"  # a key of a composite type (a dict, a union): any YAML value, checked by the trainer at launch
 
 
 class _TrainerTables(dict):
-    """The tables, verl's built on first use: its ~900 keys take tens of milliseconds to import,
-    which every command (``rlexp --help`` included) would otherwise pay."""
-
-    _LAZY = {"verl": _verl_table}
+    """Each trainer's table, built on first use by its package (``rules(name).build_key_table()``,
+    rlexp.trainers): some take tens of milliseconds to import (verl's ~900 keys), which every command
+    (``rlexp --help`` included) would otherwise pay."""
 
     def __missing__(self, trainer: str) -> TrainerKeyTable:
-        if trainer not in self._LAZY:
+        from rlexp.trainers import TRAINERS, rules
+
+        if trainer not in TRAINERS:
             raise KeyError(trainer)
-        table = self[trainer] = self._LAZY[trainer]()
+        table = self[trainer] = rules(trainer).build_key_table()
         return table
 
 
-TRAINER_KEY_TABLES: dict[str, TrainerKeyTable] = _TrainerTables(_trainer_tables())
+TRAINER_KEY_TABLES: dict[str, TrainerKeyTable] = _TrainerTables()
 
 
 def key_table(trainer: str) -> TrainerKeyTable:
@@ -607,11 +524,10 @@ def recipe_kind_for(trainer: str, name: str) -> str | None:
 
 def table_json_schema(table: TrainerKeyTable) -> dict[str, Any]:
     """The JSON Schema of the ``recipe`` section for a trainer whose keys are all described
-    (TRL's GRPOConfig fields): each key with its type and default, nothing else. verl's ~900 keys
-    would make the schema file ten times larger: its keys are listed by name only."""
+    (TRL's GRPOConfig fields): each key with its type and default, nothing else. A table of ~900 keys
+    (``names_only_schema``) would make the schema file ten times larger: its keys are listed by name only."""
     if table.names_only_schema:
-        return {"type": "object", "description": f"{table.spelling}; unstated keys take verl's default; the "
-                "keys are rlexp/trainers/verl/keys.py's (types checked by rlexp plan)",
+        return {"type": "object", "description": f"{table.spelling}; {table.schema_note}",
                 "propertyNames": {"enum": list(table.keys)}}
     properties = {}
     for name, key in table.keys.items():

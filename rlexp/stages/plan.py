@@ -185,7 +185,7 @@ def build_plan(att: Attempt) -> dict[str, Any]:
 def trainer_details(att: Attempt, steps: Any) -> dict[str, Any]:
     """What only one trainer's plan holds, by ``trainer.name``: OpenRLHF's argv checked against the
     release's flag table (an unknown release or a key it has no flag for exits 2 here), TRL's step
-    quantities (rlexp.core.trainers.trl)."""
+    quantities (rlexp.trainers.trl.steps)."""
     details: dict[str, Any] = {"openrlhf_command": None}
     details.update(launcher(att.trainer.name).plan_details(att, steps))
     return details

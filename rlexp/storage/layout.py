@@ -350,7 +350,7 @@ class AttemptDir:
 
     @property
     def trl_script(self) -> Path:
-        """TRL backend: the generated training script (rlexp.backends.trl_template)."""
+        """TRL backend: the generated training script (rlexp.trainers.trl.template)."""
         return self.launch_dir / "train_trl.py"
 
     @property

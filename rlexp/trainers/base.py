@@ -39,10 +39,17 @@ class TrainerRules:
     runs_rlexp_python: bool = False
 
     def key_table(self) -> Any:
-        """The recipe keys a spec for this trainer may state (rlexp.core.recipe)."""
+        """The recipe keys a spec for this trainer may state (rlexp.core.recipe.key_table: built once)."""
         from rlexp.core.recipe import key_table
 
         return key_table(self.name)
+
+    def build_key_table(self) -> Any:
+        """Its key table (rlexp.core.recipe.TrainerKeyTable), built on first use: OpenRLHF's argument
+        names unless the trainer has its own (TRL's fields, verl's Hydra keys)."""
+        from rlexp.core.recipe import openrlhf_key_table
+
+        return openrlhf_key_table(self.name)
 
     def recipe_reads(self, recipe: Any, role: str) -> dict[str, str]:
         """How it reads the rows of a training set (``check_dataset_rows`` keywords)."""

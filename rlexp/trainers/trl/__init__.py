@@ -1,7 +1,9 @@
 """TRL's ``GRPOTrainer`` (``trainer.name: trl``): GRPOConfig field names, in a venv of its own.
 
-Its pure rules live here (steps and LR: :mod:`rlexp.core.trainers.trl`); the generated training
-script is :mod:`rlexp.backends.trl`, the launch :mod:`rlexp.trainers.trl.launch`.
+Its pure rules live here and in the package's core modules (steps and LR: :mod:`.steps`; the
+pinned release's fields: :mod:`.fields`, as recipe keys: :mod:`.keys`); the adapters: the generated
+training script (:mod:`.script`, from :mod:`.template`), the launch (:mod:`.launch`) and the writer
+of :mod:`.fields`, run in TRL's venv (:mod:`.write_fields`).
 """
 
 from __future__ import annotations
@@ -18,11 +20,16 @@ class TrlRules(TrainerRules):
     metrics_sources = ("tensorboard",)  # transformers' TensorBoard callback
     metrics_source_note = "trainer trl is followed through its TensorBoard events"
     log_trainer = "trl"
-    openrlhf_batches = False  # TRL's own rules: rlexp.core.trainers.trl
+    openrlhf_batches = False  # TRL's own rules: rlexp.trainers.trl.steps
+
+    def build_key_table(self) -> Any:
+        from rlexp.trainers.trl.keys import trl_key_table
+
+        return trl_key_table()
 
     def steps(self, att: Any) -> Any:
-        from rlexp.core.trainers.trl import TrlRecipeError, trl_steps
         from rlexp.errors import InputError
+        from rlexp.trainers.trl.steps import TrlRecipeError, trl_steps
 
         try:
             return trl_steps(att.recipe, att.datasets["pool"].size, att.trainer.version, att.trainer.gpus or 1)

@@ -14,10 +14,10 @@ class TrlLaunch(TrainerLaunch):
     rules = RULES
 
     def plan_details(self, att: Any, steps: Any) -> dict[str, Any]:
-        return {"trl": steps.as_dict()}  # TRL's step quantities (rlexp.core.trainers.trl)
+        return {"trl": steps.as_dict()}  # TRL's step quantities (rlexp.trainers.trl.steps)
 
     def prepare(self, att: Any, ad: AttemptDir, *, resume: bool, must_exist: bool) -> LaunchPlan:
-        from rlexp.backends.trl import prepare_launch
+        from rlexp.trainers.trl.script import prepare_launch
 
         built = prepare_launch(att, ad, resume=resume, must_exist=must_exist)
         return LaunchPlan(built.argv, files={built.script: built.script_text})
@@ -29,7 +29,7 @@ class TrlLaunch(TrainerLaunch):
 
     def provenance_extra(self, argv: list[str]) -> dict[str, Any]:
         # TRL runs in .venv-trl, whose versions the main venv cannot see
-        from rlexp.core.trainers.trl_fields import TRANSFORMERS_VERSION, TRL_VERSION
+        from rlexp.trainers.trl.fields import TRANSFORMERS_VERSION, TRL_VERSION
 
         return {"trl_venv": {"python": argv[0], "trl": TRL_VERSION, "transformers": TRANSFORMERS_VERSION}}
 

@@ -1,7 +1,7 @@
 """Launching TRL's ``GRPOTrainer``: the generated training script, its argv and where it writes.
 
 ``rlexp launch`` on an attempt with ``trainer.name: trl`` writes ``launch/train_trl.py`` (from
-:mod:`rlexp.backends.trl_template`) and runs ``[<.venv-trl python>, launch/train_trl.py]`` as a
+:mod:`rlexp.trainers.trl.template`) and runs ``[<.venv-trl python>, launch/train_trl.py]`` as a
 process. TRL is not installed in the main venv (it moves the torch/transformers pins): the
 Python is ``$RLEXP_TRL_PYTHON`` when set, else ``.venv-trl/bin/python`` of the rlexp checkout
 (``scripts/setup-trl`` builds it). The recipe's stated GRPOConfig fields reach ``GRPOConfig``
@@ -52,7 +52,7 @@ def trl_python(*, must_exist: bool = True) -> Path:
 def config_kwargs(att: Any, ad: AttemptDir) -> tuple[dict[str, Any], dict[str, Any]]:
     """The GRPOConfig and ModelConfig keyword arguments: the fields some spec in the chain states,
     plus the ones rlexp owns (output paths, TensorBoard, the resolved model path)."""
-    from rlexp.core.trainers.trl_fields import GRPO_CONFIG_FIELDS, MODEL_CONFIG_FIELDS
+    from rlexp.trainers.trl.fields import GRPO_CONFIG_FIELDS, MODEL_CONFIG_FIELDS
 
     stated = dict(getattr(att, "recipe_stated", None) or {})
     grpo_names = {row[0] for row in GRPO_CONFIG_FIELDS}
@@ -71,7 +71,7 @@ def config_kwargs(att: Any, ad: AttemptDir) -> tuple[dict[str, Any], dict[str, A
 
 def prepare_launch(att: Any, ad: AttemptDir, *, resume: bool, must_exist: bool = True) -> TrlLaunch:
     """The script and argv of a TRL run of ``att`` (nothing is written here)."""
-    from rlexp.backends.trl_template import render_training_script
+    from rlexp.trainers.trl.template import render_training_script
 
     spec = att.display_path or att.spec_path
     pool = att.datasets.get("pool")
