@@ -137,8 +137,8 @@ def primary_power(att: Attempt) -> PowerReport | None:
 
 
 def check_lr(att: Attempt, steps: Steps) -> list[Verdict]:
-    """The LR checks of every trainer: its step math (``steps``: rlexp.core.schedule.Steps, TRL's or
-    verl's) names its LR unit, how many of them the run takes, and the LR at each global step."""
+    """The LR checks of every trainer: its step math (``steps``: rlexp.core.schedule.Steps or a
+    trainer's own) names its LR unit, how many of them the run takes, and the LR at each global step."""
     out: list[Verdict] = []
     total = steps.global_steps_total
     unit, run = steps.lr_unit, steps.lr_steps_run
@@ -193,13 +193,14 @@ def check_lr(att: Attempt, steps: Steps) -> list[Verdict]:
 
 
 def check_step_counts(att: Attempt, steps: Steps) -> list[Verdict]:
+    """The step checks of every trainer whose step math is a :class:`Steps` (OpenRLHF's, the local
+    trainer's, TRL's); the wording is the trainer's own where its step math says so (``step_message``)."""
     out: list[Verdict] = []
     total = steps.global_steps_total
-    trl = _trl_messages(steps)
     if total == 0:
         out.append(check(
             "steps.empty", ERROR,
-            trl.empty_message(steps) if trl else
+            steps.step_message("steps.empty") or
             f"no global step runs: {steps.prompts:,} prompts < rollout_batch_size {steps.rollout_batch_size}",
             "docs/plan.md#optimizer-steps-and-global-steps",
         ))  # fmt: skip
@@ -214,11 +215,11 @@ def check_step_counts(att: Attempt, steps: Steps) -> list[Verdict]:
     intent = att.intent.get("global_steps")
     if intent and intent != total:
         out.append(check("steps.intent", ERROR,
-                         trl.intent_message(intent, steps) if trl else _intent_message(intent, steps),
+                         steps.step_message("steps.intent", intent) or _intent_message(intent, steps),
                          "docs/plan.md#optimizer-steps-and-global-steps"))  # fmt: skip
-    if steps.partial_batch_prompts and total and trl:
-        out.append(check("steps.partial_batch", WARNING, trl.partial_batch_message(steps),
-                         "docs/trainers.md#trl-grpotrainer"))
+    own = steps.step_message("steps.partial_batch")
+    if steps.partial_batch_prompts and total and own:
+        out.append(check("steps.partial_batch", WARNING, own, steps.partial_batch_ref))
     elif steps.partial_batch_prompts and total:
         kept = steps.prompts - steps.partial_batch_prompts
         if steps.drops_partial_batch:
@@ -234,13 +235,6 @@ def check_step_counts(att: Attempt, steps: Steps) -> list[Verdict]:
             "docs/plan.md#optimizer-steps-and-global-steps",
         ))  # fmt: skip
     return out
-
-
-def _trl_messages(steps: Steps) -> Any:
-    """The module of TRL's step messages when ``steps`` are a TRL run's, else None."""
-    from rlexp.trainers.trl import steps as trl
-
-    return trl if isinstance(steps, trl.TrlSteps) else None
 
 
 def _intent_message(intent: int, steps: Steps) -> str:
@@ -295,7 +289,7 @@ def check_batches(att: Attempt, steps: Steps) -> list[Verdict]:
 
 def check_schedule(att: Attempt, steps: Steps, ckpt: CheckpointPlan, *, eval_key: str = "eval_steps",
                    save_key: str = "save_steps", fires_rule: str = "global_step % eval_steps == 0 only") -> list[Verdict]:
-    """The K=3 schedule checks; the keys and the firing rule name the trainer's own (verl: test_freq, save_freq)."""
+    """The K=3 schedule checks; the keys and the firing rule name the trainer's own (e.g. a trainer package's own eval_key and save_key)."""
     out: list[Verdict] = []
     final = ckpt.final
     if final < 1:

@@ -453,7 +453,7 @@ def recipe_json_schema() -> dict[str, Any]:
 # ----------------------------------------------------------------------------- per-trainer key tables
 #
 # Each trainer keeps its own key names in the recipe: OpenRLHF's argument names (the table above,
-# shared by the local trainer), TRL's GRPOConfig fields, verl's dotted Hydra paths. One
+# shared by the local trainer), or a trainer's own (its package builds its table). One
 # TrainerKeyTable per trainer says which keys a recipe for that trainer may state, with each key's
 # type, default and kind, so that the spec's validation, its defaults and the one-variable rule
 # (rlexp.core.spec.diff_against_parent) work the same way for every trainer.
@@ -488,7 +488,7 @@ JSON_VALUE = "json"  # a key of a composite type (a dict, a union): any YAML val
 
 class _TrainerTables(dict):
     """Each trainer's table, built on first use by its package (``rules(name).build_key_table()``,
-    rlexp.trainers): some take tens of milliseconds to import (verl's ~900 keys), which every command
+    rlexp.trainers): some take tens of milliseconds to import (~900 keys), which every command
     (``rlexp --help`` included) would otherwise pay."""
 
     def __missing__(self, trainer: str) -> TrainerKeyTable:
