@@ -35,6 +35,11 @@ class TrainerRules:
     always_chat_template: bool = False
     #: ``rlexp import --logs`` reads its logs as this trainer's (rlexp.core.trainers.metric_names.TABLES)
     log_trainer: str = ""
+    #: ``rlexp ingest``'s format (rlexp.core.trainers.metric_logs.FORMATS) for its console log (None: it
+    #: has none with step numbers, :attr:`console_log_note` says what to give instead) and for a .jsonl
+    console_log_format: str | None = "openrlhf-console"
+    console_log_note: str = ""
+    jsonl_log_format: str = "jsonl"
     #: it runs as rlexp's own Python module (a Ray job then forwards this process's environment)
     runs_rlexp_python: bool = False
 

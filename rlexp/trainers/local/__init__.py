@@ -21,6 +21,7 @@ class LocalRules(TrainerRules):
     graded_by_recipe_keys = False  # the demo's rows: prompt and answer
     always_chat_template = True
     log_trainer = "local"
+    console_log_format = "jsonl"  # its console lines are metrics.jsonl's
     runs_rlexp_python = True
     single_process = True
 

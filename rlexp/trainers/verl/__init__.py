@@ -20,6 +20,8 @@ class VerlRules(TrainerRules):
     metrics_source_note = "verl's metrics come from its file logger (--metrics-source verl), and only verl's"
     log_trainer = "verl"
     openrlhf_batches = False
+    console_log_format = "verl-console"
+    jsonl_log_format = "verl-file"  # its file logger
 
     def build_key_table(self) -> Any:
         """The dotted Hydra keys of the newest listed release's trainer config (:mod:`.keys`, read

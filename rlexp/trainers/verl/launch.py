@@ -38,9 +38,9 @@ class VerlLaunch(TrainerLaunch):
         return ad.latest_verl_checkpoint() or 0  # verl resumes itself (resume_mode auto) from its latest save
 
     def follower(self, ad: AttemptDir, source: str, *, resume_step: int) -> Any:
-        from rlexp.adapters import ingest
+        from rlexp.trainers.verl.file_logger import follower
 
-        return ingest.MetricsFollower("verl", ad.verl_metrics, ad.metrics)  # one JSON line per step
+        return follower(ad.verl_metrics, ad.metrics)  # its file logger: one JSON line per step
 
 
 LAUNCH = VerlLaunch()
