@@ -92,11 +92,13 @@ def test_every_module_has_a_layer():
 
 def registry_edges() -> dict[str, set[str]]:
     """The modules a registry loads by name (importlib), as import edges of the registry: the
-    trainer packages (rlexp.trainers.TRAINERS) and their launch modules."""
+    trainer packages (rlexp.trainers.TRAINERS), their launch modules and their launch-script readers."""
     from rlexp.trainers import TRAINERS
 
+    known = modules()
     return {"rlexp.trainers": set(TRAINERS.values()),
-            "rlexp.trainers.launch": {f"{package}.launch" for package in TRAINERS.values()}}
+            "rlexp.trainers.launch": {f"{package}.launch" for package in TRAINERS.values()}
+            | {f"{package}.script_args" for package in TRAINERS.values() if f"{package}.script_args" in known}}
 
 
 IMPORTS_BY_NAME = {"rlexp", "rlexp.backends.fanout", "rlexp.core.environments", "rlexp.trainers",

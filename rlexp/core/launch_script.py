@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import dataclass, field
+from typing import Any
 
 _ASSIGN = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
 _VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}|([A-Za-z_][A-Za-z0-9_]*))")
@@ -233,3 +234,45 @@ def _module_after(argv: list[str]) -> tuple[str, int]:
             continue
         return token, i
     raise ScriptError(None, "no module or script after the launcher")
+
+
+# ----------------------------------------------------------------------------- a trainer's arguments
+# (each trainer's reader, rlexp.trainers.<name>.script_args, turns its launch arguments into recipe keys)
+
+def secret_argument(key: str) -> bool:
+    """A key whose value would be a credential (the spec's own rule; OpenRLHF's --use_wandb takes the key)."""
+    from rlexp.core.spec import is_credential_key
+
+    return is_credential_key(key) or key.startswith("wandb")
+
+
+_INT = re.compile(r"^[-+]?\d+$")
+_FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
+
+
+def argument_value(raw: str) -> Any:
+    """A command-line value as Hydra and argparse-with-types read it: 1e-6 is a float (YAML 1.1 would
+    keep it a string), true/false, null, [a, b] lists; anything else the string itself."""
+    import yaml
+
+    text = raw.strip()
+    if _INT.match(text):
+        return int(text)
+    if _FLOAT.match(text):
+        return float(text)
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    if text.lower() in ("null", "none", "~"):
+        return None
+    if text.startswith("["):
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError:
+            return raw
+        return [argument_value(str(v)) if isinstance(v, str) else v for v in value] if isinstance(value, list) else raw
+    return raw
+
+
+def dataset_argument(path: str, flag: str) -> dict[str, Any]:
+    """A training set named by a launch argument: its path, and the flag (for messages; dropped once read)."""
+    return {"path": path, "flag": flag}

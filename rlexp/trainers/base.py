@@ -40,6 +40,10 @@ class TrainerRules:
     console_log_format: str | None = "openrlhf-console"
     console_log_note: str = ""
     jsonl_log_format: str = "jsonl"
+    #: its checkpoint folders' names (regular expressions, the step as group 1: ``rlexp import
+    #: --checkpoints``), and the folders inside one where its weights may be
+    checkpoint_dirs: tuple[str, ...] = (r"global_step(\d+)_hf", r"global_step(\d+)")  # --save_hf_ckpt, --save_path
+    weights_inside: tuple[str, ...] = ()
     #: it runs as rlexp's own Python module (a Ray job then forwards this process's environment)
     runs_rlexp_python: bool = False
 

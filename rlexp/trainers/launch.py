@@ -62,6 +62,11 @@ class TrainerLaunch:
         """The reader of the run's metrics into ``metrics.jsonl`` (rlexp.adapters.ingest)."""
         raise NotImplementedError
 
+    def script_args(self) -> Any:
+        """The reader of its launch scripts' arguments for ``rlexp import`` (the package's
+        ``script_args`` module: ``read_args``, ``CHECKS_VERSION``, ``LAUNCH_DEFAULTS``)."""
+        return importlib.import_module(package(self.rules.name) + ".script_args")
+
     def provenance_extra(self, argv: list[str]) -> dict[str, Any]:
         """What the trainer adds to ``launch/provenance.json``."""
         return {}

@@ -21,6 +21,7 @@ class TrlRules(TrainerRules):
     metrics_source_note = "trainer trl is followed through its TensorBoard events"
     log_trainer = "trl"
     console_log_format = None
+    checkpoint_dirs = (r"checkpoint-(\d+)",)  # transformers' output_dir
     console_log_note = ("TRL's console lines carry no step number: give its trainer_state.json (in each "
                         "checkpoint), its TensorBoard directory, or --format")
     openrlhf_batches = False  # TRL's own rules: rlexp.trainers.trl.steps

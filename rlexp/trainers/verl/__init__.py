@@ -22,6 +22,8 @@ class VerlRules(TrainerRules):
     openrlhf_batches = False
     console_log_format = "verl-console"
     jsonl_log_format = "verl-file"  # its file logger
+    checkpoint_dirs = (r"global_step_(\d+)",)  # trainer.default_local_dir
+    weights_inside = ("actor/lora_adapter", "actor/huggingface", "actor")
 
     def build_key_table(self) -> Any:
         """The dotted Hydra keys of the newest listed release's trainer config (:mod:`.keys`, read
