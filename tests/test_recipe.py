@@ -181,6 +181,7 @@ ROOT = {"trainer": {"name": "openrlhf", "version": "0.9.3"}, "datasets": {"pool"
         ({"recipe": {"eps_clip": "abc"}}, "recipe.eps_clip"),
         ({"recipe": {"lora_dropout": 1.5}}, "recipe.lora_dropout"),
         ({"recipe": {"rollout_batch_size": 0}}, "recipe.rollout_batch_size"),
+        ({"recipe": {"rollout_batch_size": 0.5}}, "recipe.rollout_batch_size"),  # ge1: not an integer >= 1
         ({"recipe": {"eval_steps": 0}}, "recipe.eval_steps"),
         ({"recipe": {"advantage_estimator": "ppo2"}}, "recipe.advantage_estimator"),
         ({"recipe": {"use_kl_loss": "yes"}}, "recipe.use_kl_loss"),
@@ -229,3 +230,21 @@ def test_the_schema_accepts_what_the_loader_accepts(tmp_path, patch):
     (d / "attempt.yaml").write_text(yaml.safe_dump(spec))
     load_attempt(d)
     assert [e.message for e in validator().iter_errors(yaml.safe_load((d / "attempt.yaml").read_text()))] == []
+
+
+@pytest.mark.parametrize("value, refused", [(0.5, True), (0.999, True), (0, True), (1, False), (1.0, False), (2.5, False)])
+def test_ge1_means_at_least_one(value, refused):
+    """``ge1`` is >= 1, in the loader's check and in the JSON Schema alike (a float key too: 0.5 is
+    above 0 but below 1). By hand: 0.5 < 1 and 0.999 < 1 are refused, 1 and 2.5 pass."""
+    from rlexp.core.recipe import TRAINING, RecipeKey, key_json_schema
+    from rlexp.core.spec import _check_constraint, _Invalid
+
+    key = RecipeKey(name="k", type="float", default=1.0, kind=TRAINING, constraint="ge1")
+    if refused:
+        with pytest.raises(_Invalid, match=">= 1"):
+            _check_constraint(key, value)
+    else:
+        _check_constraint(key, value)
+    errors = list(jsonschema.Draft202012Validator(key_json_schema(key)).iter_errors(value))
+    assert bool(errors) is refused
+
