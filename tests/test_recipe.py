@@ -92,6 +92,13 @@ def test_local_trainer_config_has_one_field_per_marked_key_and_the_tables_defaul
     # OpenRLHF v0.9.3 argparse defaults, one per key whichever trainer runs the recipe
     assert (cfg.lora_rank, cfg.advantage_estimator, cfg.rollout_batch_size, cfg.eval_steps) == (0, "gae", 1024, -1)
     assert cfg.target_modules == ("all-linear",) and cfg.adam_betas == (0.9, 0.95)
+    # the explicit fields follow the table: its order, its default for each key
+    from rlexp.core.recipe import local_trainer_value
+
+    marked = [k for k in local_trainer_keys() if k.name != "pretrain"]
+    assert [f.name for f in fields(TrainerConfig) if f.name in recipe_names and f.name != "pretrain"] == \
+        [k.name for k in marked]
+    assert {k.name: getattr(cfg, k.name) for k in marked} == {k.name: local_trainer_value(k, k.default) for k in marked}
 
 
 def test_a_local_spec_reaches_the_trainer_with_the_values_the_plan_shows(tmp_path):
