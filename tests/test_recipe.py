@@ -10,7 +10,6 @@ import jsonschema
 import pytest
 import yaml
 
-from rlexp.backends import openrlhf
 from rlexp.core.recipe import (
     ADVANTAGE_ESTIMATORS,
     KL_ESTIMATORS,
@@ -20,6 +19,7 @@ from rlexp.core.recipe import (
 )
 from rlexp.core.spec import attempt_json_schema, attempt_json_schema_text, load_attempt
 from rlexp.errors import InputError
+from rlexp.trainers.openrlhf import argv as openrlhf
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA_FILE = REPO / "docs" / "attempt.schema.json"

@@ -299,7 +299,7 @@ def gspo_trainer_settings(trainer: str, version: str | None = None, *, eps_low: 
 
 
 def _gspo_openrlhf(version: str | None, eps_low: float, eps_high: float) -> dict[str, Any]:
-    from rlexp.backends.openrlhf import load_flag_table
+    from rlexp.trainers.openrlhf.argv import load_flag_table
 
     if version is None:
         raise ValueError("openrlhf needs its release version")

@@ -88,7 +88,7 @@ class RayJobBackend(ProcessBackend):
         if not address:
             raise InputError(None, "--ray-address", f"the {self.name} backend needs --ray-address http://HOST:8265")
         if not dry_run:
-            from rlexp.backends.openrlhf import check_ray_dashboard
+            from rlexp.backends.ray_jobs import check_ray_dashboard
 
             check_ray_dashboard(address)  # before plan.json: a dead cluster writes nothing
 

@@ -16,7 +16,7 @@ Each row of :data:`RECIPE_TABLE` gives
   closed set of values (``advantage``, ``kl_estimator``);
 - ``dotted``: the flag of the v0.10.2+ dialect (``--actor.eps_clip``), None where that dialect
   has none. Built by matching the two parsers' help texts and defaults at v0.10.1 and v0.10.2;
-  tests check both sides against the flag tables of ``rlexp/backends/flags``.
+  tests check both sides against the flag tables of ``rlexp/trainers/openrlhf/flags``.
 
 Derived from it: the spec schema (:mod:`rlexp.core.spec`, and the JSON Schema of ``attempt.yaml``
 through :func:`recipe_json_schema`), the local trainer's configuration (the keys of

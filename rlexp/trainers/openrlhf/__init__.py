@@ -1,6 +1,6 @@
 """OpenRLHF (``trainer.name: openrlhf``): ``train_ppo_ray`` in any listed release's flag dialect.
 
-Its pure rules live here; the argv builder and the flag tables are :mod:`rlexp.backends.openrlhf`,
+Its pure rules live here; the argv builder and the flag tables are :mod:`rlexp.trainers.openrlhf.argv`,
 the launch :mod:`rlexp.trainers.openrlhf.launch`.
 """
 

@@ -34,7 +34,7 @@ def training_data(att: Any, ad: AttemptDir, must_exist: bool = True) -> tuple[st
 def stated_recipe(att: Any) -> dict[str, Any]:
     """The keys some spec in the chain states (the trainer's own defaults cover the rest).
 
-    What a release lacks is the builder's business (:func:`rlexp.backends.openrlhf.build_train_argv`):
+    What a release lacks is the builder's business (:func:`rlexp.trainers.openrlhf.argv.build_train_argv`):
     a planning-only key or ``min_lr_ratio`` 0.1 on v0.9.x is left out with a note, anything else is
     an error naming the key.
     """
@@ -45,12 +45,12 @@ class OpenRLHFLaunch(TrainerLaunch):
     rules = RULES
 
     def plan_details(self, att: Any, steps: Any) -> dict[str, Any]:
-        from rlexp.backends.openrlhf import plan_train_command
+        from rlexp.trainers.openrlhf.argv import plan_train_command
 
         return {"openrlhf_command": plan_train_command(att)}
 
     def prepare(self, att: Any, ad: AttemptDir, *, resume: bool, must_exist: bool) -> LaunchPlan:
-        from rlexp.backends import openrlhf
+        from rlexp.trainers.openrlhf import argv as openrlhf
 
         reward_file = ad.reward_func
         prompt_data, suffixed = training_data(att, ad, must_exist=must_exist)

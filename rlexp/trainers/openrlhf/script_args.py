@@ -1,5 +1,5 @@
 """``rlexp import`` of an OpenRLHF launch script: the arguments are parsed by the named release's own
-``train_ppo_ray`` parser (:mod:`rlexp.backends.openrlhf_parser`, as ``rlexp plan`` does), so a flag
+``train_ppo_ray`` parser (:mod:`rlexp.trainers.openrlhf.parser`, as ``rlexp plan`` does), so a flag
 that release does not have, or a bad value, is refused as the trainer would refuse it. Each given
 flag becomes its recipe key (the v0.9.x name, or the dotted name of a flag only newer releases have)."""
 
@@ -15,7 +15,7 @@ from rlexp.errors import InputError
 CHECKS_VERSION = True
 OWNED = ("save_path", "ckpt_path", "remote_rm_url", "use_tensorboard", "load_checkpoint", "prompt_data",
          "eval_dataset", "reward_pretrain")
-# what rlexp launch sets when the recipe does not (rlexp.backends.openrlhf.attempt_recipe): the same value
+# what rlexp launch sets when the recipe does not (rlexp.trainers.openrlhf.argv.attempt_recipe): the same value
 # in a script is no setting of its own
 LAUNCH_DEFAULTS = {"input_key": "prompt", "label_key": "answer", "apply_chat_template": True,
                    "save_hf_ckpt": True}
@@ -24,7 +24,8 @@ LAUNCH_DEFAULTS = {"input_key": "prompt", "label_key": "answer", "apply_chat_tem
 def read_args(script: Path, where: str, args: list[str], version: str | None):
     """The recipe, datasets, left-out keys and notes of ``train_ppo_ray`` arguments, parsed by the
     release's own parser."""
-    from rlexp.backends import openrlhf, openrlhf_parser
+    from rlexp.trainers.openrlhf import argv as openrlhf
+    from rlexp.trainers.openrlhf import parser as openrlhf_parser
 
     if version is None:
         raise InputError(script, None, "the OpenRLHF release is not stated in the script: give it with --version "
