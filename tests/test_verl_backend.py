@@ -250,7 +250,7 @@ def test_verl_rows(tmp_path):
 
 
 def test_reward_file_grades_with_rlexp_answers(tmp_path):
-    from rlexp.backends.reward_template import write_verl_reward_file
+    from rlexp.trainers.verl.reward import write_verl_reward_file
 
     path = write_verl_reward_file(tmp_path / "reward_func.py")
     namespace: dict = {}

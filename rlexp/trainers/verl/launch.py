@@ -27,8 +27,8 @@ class VerlLaunch(TrainerLaunch):
 
     def write_files(self, plan: LaunchPlan) -> None:
         # verl reads its own row format and calls compute_score
-        from rlexp.backends.reward_template import write_verl_reward_file
         from rlexp.trainers.verl.hydra import write_verl_dataset
+        from rlexp.trainers.verl.reward import write_verl_reward_file
 
         for source, target, suffix, data_source in plan.own.datasets:
             write_verl_dataset(source, target, suffix, data_source)
