@@ -585,12 +585,12 @@ def read_log(path: str | Path, trainer: str, fmt: str | None = None):
     are not UTF-8 in a JSON format, a file over 2 GiB: an :class:`InputError`."""
     from rlexp.adapters.lfs import refuse_lfs_pointer
     from rlexp.core.trainers import metric_logs
-    from rlexp.core.trainers.metric_names import TABLES
+    from rlexp.core.trainers.metric_names import trainers
     from rlexp.storage.files import MAX_JSONL_BYTES, check_regular_file
 
     path = Path(path)
-    if trainer not in TABLES:
-        raise InputError(None, "--trainer", f"expected one of {', '.join(TABLES)}, got {trainer!r}")
+    if trainer not in trainers():
+        raise InputError(None, "--trainer", f"expected one of {', '.join(trainers())}, got {trainer!r}")
     if fmt is not None and fmt not in metric_logs.FORMATS:
         raise InputError(None, "--format", f"expected one of {', '.join(metric_logs.FORMATS)}, got {fmt!r}")
     if not path.exists():

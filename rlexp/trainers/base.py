@@ -33,7 +33,7 @@ class TrainerRules:
     graded_by_recipe_keys: bool = True
     #: its prompts always go through the chat template (else: the recipe's ``apply_chat_template``)
     always_chat_template: bool = False
-    #: ``rlexp import --logs`` reads its logs as this trainer's (rlexp.core.trainers.metric_names.TABLES)
+    #: ``rlexp import --logs`` reads its logs as this trainer's (rlexp.core.trainers.metric_names.vocabulary)
     log_trainer: str = ""
     #: ``rlexp ingest``'s format (rlexp.core.trainers.metric_logs.FORMATS) for its console log (None: it
     #: has none with step numbers, :attr:`console_log_note` says what to give instead) and for a .jsonl
@@ -52,6 +52,13 @@ class TrainerRules:
         from rlexp.core.recipe import key_table
 
         return key_table(self.name)
+
+    def metric_vocabulary(self) -> Any:
+        """Its metric names -> rlexp's canonical names (rlexp.core.trainers.metric_names.Vocabulary):
+        rlexp's own unless the trainer logs its own (its package's ``metrics`` module)."""
+        from rlexp.core.trainers.metric_names import COMMON_VOCABULARY
+
+        return COMMON_VOCABULARY
 
     def build_key_table(self) -> Any:
         """Its key table (rlexp.core.recipe.TrainerKeyTable), built on first use: OpenRLHF's argument

@@ -6,6 +6,8 @@ the launch :mod:`rlexp.trainers.openrlhf.launch`.
 
 from __future__ import annotations
 
+from typing import Any
+
 from rlexp.trainers.base import TrainerRules
 
 
@@ -17,6 +19,11 @@ class OpenRLHFRules(TrainerRules):
     log_trainer = "openrlhf"
     gpu_layout = True
     deepspeed_checkpoints = True
+
+    def metric_vocabulary(self) -> Any:
+        from rlexp.trainers.openrlhf.metrics import VOCABULARY
+
+        return VOCABULARY
 
 
 RULES = OpenRLHFRules()

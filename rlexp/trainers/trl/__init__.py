@@ -40,5 +40,10 @@ class TrlRules(TrainerRules):
         except TrlRecipeError as exc:
             raise InputError(att.display_path, f"recipe.{exc.field}", str(exc)) from None
 
+    def metric_vocabulary(self) -> Any:
+        from rlexp.trainers.trl.metrics import VOCABULARY
+
+        return VOCABULARY
+
 
 RULES = TrlRules()

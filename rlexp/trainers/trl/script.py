@@ -19,14 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlexp.core.trainers.metric_names import TRL as _TRL_NAMES
 from rlexp.errors import InputError
 from rlexp.storage.layout import ADAPTER_PATTERN, AttemptDir
+from rlexp.trainers.trl.metrics import NAMES as _TRL_NAMES
 
 # rlexp sets these GRPOConfig fields itself (the layout and the metrics it follows)
 OWNED_FIELDS = ("output_dir", "report_to")
 # TRL's log keys (after transformers' "train/" prefix) -> the canonical metrics.jsonl names: the
-# one table in rlexp.core.trainers.metric_names.TRL, flattened (source name -> canonical name)
+# one table in rlexp.trainers.trl.metrics.NAMES, flattened (source name -> canonical name)
 TRL_METRIC_ALIASES = {source: canonical for canonical, sources in _TRL_NAMES.items() for source in sources
                       if source != canonical}
 

@@ -25,6 +25,11 @@ class VerlRules(TrainerRules):
     checkpoint_dirs = (r"global_step_(\d+)",)  # trainer.default_local_dir
     weights_inside = ("actor/lora_adapter", "actor/huggingface", "actor")
 
+    def metric_vocabulary(self) -> Any:
+        from rlexp.trainers.verl.metrics import VOCABULARY
+
+        return VOCABULARY
+
     def build_key_table(self) -> Any:
         """The dotted Hydra keys of the newest listed release's trainer config (:mod:`.keys`, read
         from the wheel's _generated_ppo_trainer.yaml by scripts/refresh-verl-keys), each with its kind

@@ -12,7 +12,7 @@ from typing import Any
 from rlexp.adapters.ingest import IngestStats, normalise
 from rlexp.errors import InputError
 
-# verl's metric names -> canonical: rlexp.core.trainers.metric_names.VERL (one table for its
+# verl's metric names -> canonical: rlexp.trainers.verl.metrics.NAMES (one table for its
 # console, its file logger and TensorBoard).
 # greedy pass@1 on the in-run monitor set: rlexp's verl rows name it by this data_source
 # (rlexp.trainers.verl.hydra.DATA_SOURCE_MONITOR) and its reward's float score is logged as "acc"
