@@ -480,7 +480,7 @@ class MetricsFollower:
     ``training_metrics.jsonl``), ``tensorboard`` (an event directory; a step is written once a later
     step exists, or at :meth:`close`, so its scalars are complete), or any other name with ``parse``:
     a JSON-lines file of a trainer's own format, each line read by ``parse(path, number, line, stats)``
-    (verl's file logger: rlexp.trainers.verl.file_logger).
+    (a trainer's own file logger, read by its package).
     """
 
     def __init__(self, kind: str, source: str | Path, metrics_path: str | Path,
@@ -578,7 +578,7 @@ def detect_format(path: Path, trainer: str) -> str:
 
 
 def read_log(path: str | Path, trainer: str, fmt: str | None = None):
-    """Any metrics file of ``trainer`` (openrlhf, verl, trl, local) as a
+    """Any metrics file of ``trainer`` (a ``trainer.name``) as a
     :class:`rlexp.core.trainers.metric_logs.LogRead`: every step under canonical names, runs split
     where steps restart, NaN/inf kept and flagged, and the line numbers of the lines that looked
     like metrics but could not be read. A Git LFS pointer, a file that is not there, bytes that

@@ -303,7 +303,7 @@ class RayJobPlan:
 def plan_job(attempt_id: str, attempt_dir: Path, train_argv: Sequence[str], address: str, *, local_trainer: bool,
              resume: bool, env: Mapping[str, str] | None = None) -> RayJobPlan:
     """A new submission: a fresh submission id, the runtime env (plus ``env``: what the trainer must
-    see, e.g. verl's ``VERL_FILE_LOGGER_PATH``), metadata naming the attempt."""
+    see, e.g. where its file logger writes), metadata naming the attempt."""
     job_env = runtime_env(forward_env=local_trainer)
     job_env["env_vars"].update(env or {})
     return RayJobPlan(

@@ -3,8 +3,8 @@
 The script is read, never run (:mod:`rlexp.core.launch_script`): its one launch command, with the
 script's own variables filled in, gives the trainer and its arguments.
 
-Each trainer reads its own arguments (its package's ``script_args``: OpenRLHF's through the named
-release's own parser, verl's ``key=value`` Hydra overrides, TRL's ``--field value`` arguments);
+Each trainer reads its own arguments (its package's ``script_args``, e.g. OpenRLHF's through the
+named release's own parser);
 ``rlexp plan`` then checks them against the trainer's key table.
 
 What rlexp sets itself (output paths, the reward, the loggers) is left out and listed; a flag that

@@ -37,7 +37,7 @@ from rlexp.storage.layout import AttemptDir
 from rlexp.trainers.launch import launcher
 
 BACKENDS = tuple(_backends.BACKENDS)  # the registry rlexp.backends.registry
-METRICS_SOURCES = _trainers.metrics_sources()  # every trainer's (rlexp.trainers): stdout, tensorboard, verl
+METRICS_SOURCES = _trainers.metrics_sources()  # every trainer's (rlexp.trainers.metrics_sources)
 
 
 @dataclass(frozen=True)
@@ -276,7 +276,7 @@ def write_launch_files(p: Prepared) -> None:
         atomic_write_text(target, "\n".join(lines) + "\n")
     trainer = launcher(p.attempt.trainer.name)
     if p.built is not None:
-        trainer.write_files(p.built)  # its reward function (verl: its data rows too)
+        trainer.write_files(p.built)  # its reward function (and what else its launch writes)
     for path, text in p.files.items():
         atomic_write_text(path, text)
     argv = [provenance.scrub(a) for a in p.argv]

@@ -80,7 +80,7 @@ def build_plan(att: Attempt) -> dict[str, Any]:
     """The plan of an attempt as a JSON-ready dict (what ``plan.json`` holds)."""
     check_datasets(att)
     own = launcher(att.trainer.name).own_plan(att, PLAN_FORMAT)
-    if own is not None:  # verl counts its own way: rlexp.trainers.verl.steps
+    if own is not None:  # a trainer that counts its own way writes its own plan (TrainerLaunch.own_plan)
         return own
     from rlexp.core.checks import gpu_layout, preflight, primary_power, steps_for
     from rlexp.core.power import power_report

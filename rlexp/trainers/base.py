@@ -62,7 +62,7 @@ class TrainerRules:
 
     def build_key_table(self) -> Any:
         """Its key table (rlexp.core.recipe.TrainerKeyTable), built on first use: OpenRLHF's argument
-        names unless the trainer has its own (TRL's fields, verl's Hydra keys)."""
+        names unless the trainer has its own (e.g. TRL's GRPOConfig fields)."""
         from rlexp.core.recipe import openrlhf_key_table
 
         return openrlhf_key_table(self.name)

@@ -25,8 +25,8 @@ class LaunchPlan:
     suffixed: dict[str, tuple[Path, Path, str]] = field(default_factory=dict)  # role -> (source, copy, suffix)
     dropped: tuple[str, ...] = ()
     files: dict[Path, str] = field(default_factory=dict)  # generated files to write (TRL's training script)
-    env: dict[str, str] | None = None  # what the trainer's process must see (verl's file logger path)
-    own: Any = None  # the trainer's own launch object (rlexp.trainers.verl.hydra.VerlLaunch)
+    env: dict[str, str] | None = None  # what the trainer's process must see (e.g. where its logger writes)
+    own: Any = None  # the trainer's own launch object (what its write_files needs)
 
 
 class TrainerLaunch:
@@ -36,7 +36,7 @@ class TrainerLaunch:
     rules: TrainerRules
 
     def own_plan(self, att: Any, plan_format: int) -> dict[str, Any] | None:
-        """The whole plan.json when the trainer counts its own way (verl); None: the common plan."""
+        """The whole plan.json when the trainer counts its own way; None: the common plan."""
         return None
 
     def plan_details(self, att: Any, steps: Any) -> dict[str, Any]:
