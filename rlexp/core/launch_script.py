@@ -162,15 +162,12 @@ def _strip_output(argv: list[str]) -> tuple[list[str], list[str]]:
 
 @dataclass(frozen=True)
 class Launch:
-    trainer: str            # openrlhf | verl | trl
+    trainer: str            # a trainer.name (rlexp.trainers)
     module: str             # the Python module or script the launcher runs
     args: list[str]         # the trainer's own arguments
     launcher: list[str]     # what ran it (python, torchrun ..., ray job submit ... --)
 
 
-OPENRLHF_MODULES = ("openrlhf.cli.train_ppo_ray",)
-VERL_MODULES = ("verl.trainer.main_ppo",)
-CLI_TRAINERS = {"trl": "trl"}  # a console script that is a trainer's launcher -> trainer.name
 RAY_JOB_SUBMIT = ("ray", "job", "submit")  # the launcher in front of a Ray job's entrypoint
 
 
@@ -186,24 +183,31 @@ def launch_of(argv: list[str]) -> Launch:
         launcher, rest = rest[: cut + 1], rest[cut + 1:]
     if not rest:
         raise ScriptError(None, "no command to run")
+    from rlexp.trainers import names, rules
+
     head = rest[0].rsplit("/", 1)[-1]
+    # a trainer's own command line (`trl grpo ...`): its rules' launch_commands
+    by_command = {command: name for name in names() for command in rules(name).launch_commands}
     if head in ("torchrun", "deepspeed", "accelerate") or re.match(r"^python(\d(\.\d+)?)?$", head):
         module, index = _module_after(rest)
-    elif head in CLI_TRAINERS and len(rest) > 1:  # a trainer's own command line: `trl grpo ...`
-        return Launch(CLI_TRAINERS[head], f"{head} {rest[1]}", rest[2:], launcher + rest[:2])
+    elif head in by_command and len(rest) > 1:
+        return Launch(by_command[head], f"{head} {rest[1]}", rest[2:], launcher + rest[:2])
     else:
         raise ScriptError(None, f"{rest[0]!r}: not a launcher rlexp can read (python -m, torchrun, deepspeed, "
                           "accelerate launch, ray job submit -- ...)")
     args = rest[index + 1:]
     launcher = launcher + rest[: index + 1]
-    if module in OPENRLHF_MODULES:
-        return Launch("openrlhf", module, args, launcher)
-    if module in VERL_MODULES or module.startswith("verl."):
-        return Launch("verl", module, args, launcher)
-    if module.endswith(".py") or module.startswith("trl"):
-        return Launch("trl", module, args, launcher)
-    raise ScriptError(None, f"module {module!r}: not a trainer rlexp imports (OpenRLHF's "
-                      f"{OPENRLHF_MODULES[0]}, verl's {VERL_MODULES[0]}, a TRL script)")
+    # the module a trainer runs through (its rules' launch_modules: a name, or a prefix ending in a
+    # dot), else a Python script of the trainer that runs as one (runs_scripts)
+    for name in names():
+        if any(module == m or (m.endswith(".") and module.startswith(m)) for m in rules(name).launch_modules):
+            return Launch(name, module, args, launcher)
+    for name in names():
+        if rules(name).runs_scripts and (module.endswith(".py") or module.startswith(rules(name).launch_commands)):
+            return Launch(name, module, args, launcher)
+    known = ", ".join(f"{rules(n).launch_modules[0]}" for n in names() if rules(n).launch_modules)
+    scripts = ", ".join(f"a {n} script" for n in names() if rules(n).runs_scripts)
+    raise ScriptError(None, f"module {module!r}: not a trainer rlexp imports ({known}, {scripts})")
 
 
 _VALUE_OPTIONS = {"--nproc_per_node", "--nproc-per-node", "--nnodes", "--node_rank", "--master_addr",

@@ -44,6 +44,12 @@ class TrainerRules:
     #: --checkpoints``), and the folders inside one where its weights may be
     checkpoint_dirs: tuple[str, ...] = (r"global_step(\d+)_hf", r"global_step(\d+)")  # --save_hf_ckpt, --save_path
     weights_inside: tuple[str, ...] = ()
+    #: how ``rlexp import`` recognises its launch script (rlexp.core.launch_script.launch_of): the
+    #: Python modules it is run as (a module name, or a prefix ending in a dot), the console scripts
+    #: that launch it (``trl grpo ...``), and whether any Python script (``*.py``) is one of its
+    launch_modules: tuple[str, ...] = ()
+    launch_commands: tuple[str, ...] = ()
+    runs_scripts: bool = False
     #: it runs as rlexp's own Python module (a Ray job then forwards this process's environment)
     runs_rlexp_python: bool = False
 

@@ -19,6 +19,7 @@ class OpenRLHFRules(TrainerRules):
     log_trainer = "openrlhf"
     gpu_layout = True
     deepspeed_checkpoints = True
+    launch_modules = ("openrlhf.cli.train_ppo_ray",)
 
     def metric_vocabulary(self) -> Any:
         from rlexp.trainers.openrlhf.metrics import VOCABULARY

@@ -22,6 +22,8 @@ class TrlRules(TrainerRules):
     log_trainer = "trl"
     console_log_format = None
     checkpoint_dirs = (r"checkpoint-(\d+)",)  # transformers' output_dir
+    launch_commands = ("trl",)  # `trl grpo ...`; `python -m trl...` and a training script too
+    runs_scripts = True
     console_log_note = ("TRL's console lines carry no step number: give its trainer_state.json (in each "
                         "checkpoint), its TensorBoard directory, or --format")
     openrlhf_batches = False  # TRL's own rules: rlexp.trainers.trl.steps

@@ -24,6 +24,7 @@ class VerlRules(TrainerRules):
     jsonl_log_format = "verl-file"  # its file logger
     checkpoint_dirs = (r"global_step_(\d+)",)  # trainer.default_local_dir
     weights_inside = ("actor/lora_adapter", "actor/huggingface", "actor")
+    launch_modules = ("verl.trainer.main_ppo", "verl.")
 
     def metric_vocabulary(self) -> Any:
         from rlexp.trainers.verl.metrics import VOCABULARY
