@@ -560,7 +560,7 @@ LINE_PARSERS = {"jsonl": parse_jsonl_line}
 def detect_format(path: Path, trainer: str) -> str:
     """The format a file of ``trainer`` is read as, from its name and place (see :func:`read_log`);
     a trainer's own formats are its rules' (rlexp.trainers: ``console_log_format``, ``jsonl_log_format``)."""
-    from rlexp.core.trainers.metric_logs import FORMATS
+    from rlexp.core.trainers.metric_logs import formats
     from rlexp.trainers import rules
 
     if path.is_dir() or path.name.startswith("events.out.tfevents."):
@@ -573,7 +573,7 @@ def detect_format(path: Path, trainer: str) -> str:
         return own.jsonl_log_format
     if own.console_log_format is None:
         raise InputError(path, None, own.console_log_note)
-    assert own.console_log_format in FORMATS
+    assert own.console_log_format in formats()
     return own.console_log_format
 
 
@@ -591,8 +591,8 @@ def read_log(path: str | Path, trainer: str, fmt: str | None = None):
     path = Path(path)
     if trainer not in trainers():
         raise InputError(None, "--trainer", f"expected one of {', '.join(trainers())}, got {trainer!r}")
-    if fmt is not None and fmt not in metric_logs.FORMATS:
-        raise InputError(None, "--format", f"expected one of {', '.join(metric_logs.FORMATS)}, got {fmt!r}")
+    if fmt is not None and fmt not in metric_logs.formats():
+        raise InputError(None, "--format", f"expected one of {', '.join(metric_logs.formats())}, got {fmt!r}")
     if not path.exists():
         raise InputError(path, None, "file not found")
     if not path.is_dir():  # a TensorBoard run is a directory; anything else must be a regular file

@@ -35,7 +35,7 @@ class TrainerRules:
     always_chat_template: bool = False
     #: ``rlexp import --logs`` reads its logs as this trainer's (rlexp.core.trainers.metric_names.vocabulary)
     log_trainer: str = ""
-    #: ``rlexp ingest``'s format (rlexp.core.trainers.metric_logs.FORMATS) for its console log (None: it
+    #: ``rlexp ingest``'s format (rlexp.core.trainers.metric_logs.formats()) for its console log (None: it
     #: has none with step numbers, :attr:`console_log_note` says what to give instead) and for a .jsonl
     console_log_format: str | None = "openrlhf-console"
     console_log_note: str = ""
@@ -65,6 +65,11 @@ class TrainerRules:
         from rlexp.core.trainers.metric_names import COMMON_VOCABULARY
 
         return COMMON_VOCABULARY
+
+    def log_readers(self) -> dict[str, Any]:
+        """The log formats it reads its own way (name -> ``reader(text, trainer)``, returning a
+        rlexp.core.trainers.metric_logs.LogRead): none unless its package has them."""
+        return {}
 
     def build_key_table(self) -> Any:
         """Its key table (rlexp.core.recipe.TrainerKeyTable), built on first use: OpenRLHF's argument

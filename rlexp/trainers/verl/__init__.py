@@ -31,6 +31,11 @@ class VerlRules(TrainerRules):
 
         return VOCABULARY
 
+    def log_readers(self) -> dict[str, Any]:
+        from rlexp.trainers.verl.metrics import LOG_READERS
+
+        return LOG_READERS
+
     def build_key_table(self) -> Any:
         """The dotted Hydra keys of the newest listed release's trainer config (:mod:`.keys`, read
         from the wheel's _generated_ppo_trainer.yaml by scripts/refresh-verl-keys), each with its kind
