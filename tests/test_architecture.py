@@ -5,7 +5,9 @@ Layers, lowest first; a module may import its own layer and the layers below it,
     foundation  rlexp.errors, rlexp.storage.files, rlexp.storage.layout  (errors, strict readers, paths)
     core        rlexp.core.*, rlexp.stats                                (the protocol's rules, pure)
     storage     rlexp.storage.*                                          (the experiment directory on disk)
-    adapters    rlexp.adapters.*, rlexp.engines.*, rlexp.backends.*      (MLflow, models, trainers, engines)
+    adapters    rlexp.adapters.*, rlexp.engines.*, rlexp.backends.*      (MLflow, models, backends, engines)
+    (trainers)  rlexp.trainers and each package rlexp.trainers.<name> are core, and so are the
+                package's TRAINER_CORE_MODULES; its other modules and rlexp.trainers.launch are adapters
     stages      rlexp.stages.*  (the package root `rlexp` re-exports them lazily and counts as foundation)
     commands    rlexp.commands.*                                          (CLI options and rendering)
     cli         rlexp.cli, rlexp.console, rlexp._cli_help                 (the entry point: the console
