@@ -28,8 +28,8 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from rlexp.backends import agent_openrlhf  # noqa: E402
-from rlexp.backends.openrlhf_parser import fetch, listed_releases  # noqa: E402
+from rlexp.trainers.openrlhf import agent as agent_openrlhf  # noqa: E402
+from rlexp.trainers.openrlhf.parser import fetch, listed_releases  # noqa: E402
 
 pytestmark = pytest.mark.openrlhf_wheels
 
@@ -136,7 +136,7 @@ class LocalEngineMultiModal(LocalEngine):
 
 
 def engine_for(version: str, model, tokenizer) -> LocalEngine:
-    from rlexp.backends.openrlhf_parser import version_key
+    from rlexp.trainers.openrlhf.parser import version_key
 
     cls = LocalEngineMultiModal if version_key(version) >= version_key("0.10.1") else LocalEngine
     return cls(model, tokenizer)
@@ -332,8 +332,8 @@ def test_unset_max_new_tokens_breaks_the_executor_before_0_10_2(version, demo, t
     """OpenRLHF 0.9.8 made ``max_new_tokens`` optional (None: "dynamic"); the multi-turn executor
     computes ``max_length - max_tokens`` and fails on None until 0.10.2 (``... or 1``). rlexp's
     plan requires the flag on those releases (rlexp.core.agentic_checks)."""
-    from rlexp.backends.openrlhf_parser import version_key
-    from rlexp.core.agentic_checks import openrlhf_needs_max_new_tokens
+    from rlexp.trainers.openrlhf.checks import openrlhf_needs_max_new_tokens
+    from rlexp.trainers.openrlhf.parser import version_key
 
     agent_file = agent_openrlhf.write_agent_file(tmp_path / "agent.py", "calculator", {}, max_turns=2, version=version)
     record = demo["records"][0]
@@ -362,7 +362,7 @@ def test_agent_file_imports_the_environment_and_names_the_flag():
 
 
 def test_agent_flag_per_release():
-    from rlexp.backends.openrlhf_parser import version_key
+    from rlexp.trainers.openrlhf.parser import version_key
 
     for version in RELEASES:
         expected = "--train.agent_func_path" if version_key(version) >= version_key("0.10.2") else "--agent_func_path"
@@ -372,7 +372,7 @@ def test_agent_flag_per_release():
 def test_agent_recipe_argv_parses_in_each_release(tmp_path):
     """The recipe with the agent file builds an argv every release's flag table accepts, with the
     agent flag and without a reward file (OpenRLHF sets remote_rm_url to "agent" itself)."""
-    from rlexp.backends.openrlhf import build_train_argv
+    from rlexp.trainers.openrlhf.argv import build_train_argv
 
     recipe = {"pretrain": "m", "remote_rm_url": "/x/reward_func.py", "advantage_estimator": "group_norm",
               "n_samples_per_prompt": 4, "generate_max_len": 48, "prompt_data": "d.jsonl"}

@@ -31,7 +31,8 @@ from typing import Any
 
 import pytest
 
-from rlexp.backends import agent_verl, verl_config
+from rlexp.trainers.verl import agent as agent_verl
+from rlexp.trainers.verl import verl_config
 
 VERSION = "0.9.1"
 AGENT_LOOP = "verl/experimental/agent_loop/agent_loop.py"
@@ -197,8 +198,8 @@ def demo(tmp_path_factory):
 
 def test_the_loop_plays_rlexps_episodes(verl_module, generated, demo):
     from rlexp.adapters.episodes import run_episodes
-    from rlexp.backends.verl import verl_row
     from rlexp.core.environments import Budgets, rows_from_dataset
+    from rlexp.trainers.verl.hydra import verl_row
 
     rows = rows_from_dataset(demo["records"], default_env="calculator", default_config={"max_calls": 2})
     references = [t for [t] in run_episodes(demo["model"], demo["tokenizer"], rows, budgets=Budgets(3, 12, 30))]
@@ -260,7 +261,7 @@ print(json.dumps({"config": OmegaConf.to_container(cfg, resolve=False),
 def test_agent_keys_compose_with_verls_config(wheel, tmp_path):
     """The keys are in the release's key table, and Hydra composes them with the wheel's
     ppo_trainer.yaml (as ``python -m verl.trainer.main_ppo`` would); verl's loader reads the YAML."""
-    from rlexp.backends.verl import overrides
+    from rlexp.trainers.verl.hydra import overrides
 
     hydra_path = verl_config.hydra_dir()
     if not (hydra_path / "hydra").is_dir():
@@ -289,7 +290,7 @@ def test_agent_keys_compose_with_verls_config(wheel, tmp_path):
 
 
 def test_agent_row_keeps_the_task_whole():
-    from rlexp.backends.verl import verl_row
+    from rlexp.trainers.verl.hydra import verl_row
 
     task = {"prompt": "12*3=", "answer": "36", "gold_docs": [1, 2]}
     row = agent_verl.agent_row(verl_row(task, "pool.jsonl", "rlexp_pool", 0), task)

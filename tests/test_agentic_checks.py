@@ -8,6 +8,7 @@ against the real executors in tests/test_agent_openrlhf.py).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -15,6 +16,8 @@ import pytest
 import yaml
 
 from rlexp.core import agentic_checks as ac
+from rlexp.trainers import rules as trainer_rules
+from rlexp.trainers.openrlhf import checks as openrlhf_checks
 
 
 def names(verdicts):
@@ -31,7 +34,7 @@ def test_release_keys_order_post_releases():
     ("verl", "0.5.0", True), ("verl", "0.9.1", False), ("trl", "0.27.2", True), ("trl", "1.16.0", False),
 ])  # fmt: skip
 def test_releases_before_the_agent_api_are_refused_in_one_line(trainer, version, refused):
-    found = ac.check_release(trainer, version)
+    found = ac.check_release(trainer, version, trainer_rules(trainer).agent_api_since)
     assert bool(found) == refused
     if refused:
         [v] = found
@@ -39,24 +42,24 @@ def test_releases_before_the_agent_api_are_refused_in_one_line(trainer, version,
 
 
 def test_openrlhf_max_length_per_release():
-    assert ac.openrlhf_max_length("0.9.3", {}) == (2048, "prompt_max_len 1024 + generate_max_len 1024")
-    assert ac.openrlhf_max_length("0.9.7", {"prompt_max_len": 100, "generate_max_len": 50, "max_len": 9999})[0] == 150
-    assert ac.openrlhf_max_length("0.9.8", {}) == (2048, "max_len")
-    assert ac.openrlhf_max_length("0.11.2", {"max_len": 300}) == (300, "max_len")
+    assert openrlhf_checks.openrlhf_max_length("0.9.3", {}) == (2048, "prompt_max_len 1024 + generate_max_len 1024")
+    assert openrlhf_checks.openrlhf_max_length("0.9.7", {"prompt_max_len": 100, "generate_max_len": 50, "max_len": 9999})[0] == 150
+    assert openrlhf_checks.openrlhf_max_length("0.9.8", {}) == (2048, "max_len")
+    assert openrlhf_checks.openrlhf_max_length("0.11.2", {"max_len": 300}) == (300, "max_len")
 
 
 def test_turn_budget_names_both_numbers():
     [v] = ac.check_turn_budget("openrlhf", prompt_tokens=64, max_turns=4, max_tokens_per_turn=128, limit=512,
-                               limit_name="max_len")
+                               limit_name="max_len", prompt_included=True)
     # 64 + 4 × 128 = 576 > 512
     assert v.severity == "error" and "576" in v.rule and "512" in v.rule and "max_len" in v.rule
     assert ac.check_turn_budget("openrlhf", prompt_tokens=0, max_turns=4, max_tokens_per_turn=128, limit=512,
-                                limit_name="max_len") == []  # 512 fits exactly
+                                limit_name="max_len", prompt_included=True) == []  # 512 fits exactly
     # verl/TRL limits hold the response only: the prompt does not count
     assert ac.check_turn_budget("verl", prompt_tokens=10_000, max_turns=2, max_tokens_per_turn=256, limit=512,
-                                limit_name="response_length") == []
+                                limit_name="response_length", prompt_included=False) == []
     [v] = ac.check_turn_budget("trl", prompt_tokens=0, max_turns=3, max_tokens_per_turn=200, limit=512,
-                               limit_name="max_completion_length")
+                               limit_name="max_completion_length", prompt_included=False)
     assert "600" in v.rule and "512" in v.rule
 
 
@@ -64,9 +67,9 @@ def test_turn_budget_names_both_numbers():
     ("0.9.3", False), ("0.9.7", False), ("0.9.8", True), ("0.10.1.post2", True), ("0.10.2", False), ("0.11.2", False),
 ])  # fmt: skip
 def test_max_new_tokens_required_where_the_executor_needs_it(version, needs):
-    assert ac.openrlhf_needs_max_new_tokens(version) == needs
-    assert bool(ac.check_openrlhf_max_new_tokens(version, {})) == needs
-    assert ac.check_openrlhf_max_new_tokens(version, {"generate_max_len": 64}) == []
+    assert openrlhf_checks.openrlhf_needs_max_new_tokens(version) == needs
+    assert bool(openrlhf_checks.check_openrlhf_max_new_tokens(version, {})) == needs
+    assert openrlhf_checks.check_openrlhf_max_new_tokens(version, {"generate_max_len": 64}) == []
 
 
 def test_gspo_left_at_the_token_clip_is_a_warning():
@@ -158,7 +161,7 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "experiments" / "tools-clust
 ])  # fmt: skip
 def test_the_tool_task_examples_plan_and_dry_run(attempt_id, expected, tmp_path, capsys):
     """``rlexp plan`` has no error on the committed examples, and ``rlexp launch --dry-run`` shows
-    the argv naming the generated adapter (and writes nothing)."""
+    the argv naming the generated adapter and writes that adapter (nothing else), for a reader to open."""
     import shutil
 
     from rlexp.cli import main
@@ -173,7 +176,11 @@ def test_the_tool_task_examples_plan_and_dry_run(attempt_id, expected, tmp_path,
     out = capsys.readouterr().out
     for piece in expected:
         assert piece in out
-    assert "remote_rm_url" not in out and sorted(p.name for p in copy.iterdir()) == ["attempt.yaml"]
+    assert "remote_rm_url" not in out and sorted(p.name for p in copy.iterdir()) == ["attempt.yaml", "launch"]
+    written = sorted(p.relative_to(copy / "launch").as_posix() for p in (copy / "launch").rglob("*") if p.is_file())
+    assert written == (["agent_func.py"] if attempt_id == "o1" else
+                       ["agent_loop/agent_loop.yaml", "agent_loop/rlexp_verl_agent_loop.py"])
+    assert all(f"# adapter written: {copy / 'launch' / w}" in out for w in written)
 
 
 def test_launch_writes_the_adapter_files_beside_the_argv(tmp_path):
@@ -181,13 +188,15 @@ def test_launch_writes_the_adapter_files_beside_the_argv(tmp_path):
     the agent file OpenRLHF loads — by the release's own loader rules — and verl's loop and YAML."""
     import shutil
 
-    from rlexp.backends import agent_openrlhf, agent_verl
     from rlexp.stages.demo_tools import ToolsDemoConfig, build_datasets
     from rlexp.stages.launch import prepare, write_launch_files
     from rlexp.storage.layout import AttemptDir
+    from rlexp.trainers.openrlhf import agent as agent_openrlhf
+    from rlexp.trainers.verl import agent as agent_verl
 
     root = tmp_path / "experiments" / "tools-cluster"
-    build_datasets(root / "data", ToolsDemoConfig())  # the sizes the examples state
+    # the sizes the examples state; the calculator task alone (an OpenRLHF or verl run plays one environment)
+    build_datasets(root / "data", dataclasses.replace(ToolsDemoConfig(), search_share=0.0))
     for attempt_id in ("o1", "v1"):
         shutil.copytree(EXAMPLES / attempt_id, root / attempt_id)
         write_launch_files(prepare(root / attempt_id))
@@ -214,7 +223,7 @@ def test_a_row_naming_another_environment_is_refused_at_launch(attempt_id, tmp_p
     from rlexp.stages.launch import prepare
 
     root = tmp_path / "experiments" / "tools-cluster"
-    pool = build_datasets(root / "data", ToolsDemoConfig())["pool"]
+    pool = build_datasets(root / "data", dataclasses.replace(ToolsDemoConfig(), search_share=0.0))["pool"]
     lines = pool.read_text().splitlines()
     lines[2] = json.dumps({**json.loads(lines[2]), "env": "exact_match"})
     pool.write_text("\n".join(lines) + "\n")

@@ -5,7 +5,9 @@ Layers, lowest first; a module may import its own layer and the layers below it,
     foundation  rlexp.errors, rlexp.storage.files, rlexp.storage.layout  (errors, strict readers, paths)
     core        rlexp.core.*, rlexp.stats.*                              (the protocol's rules, pure)
     storage     rlexp.storage.*                                          (the experiment directory on disk)
-    adapters    rlexp.adapters.*, rlexp.engines.*, rlexp.backends.*      (MLflow, models, trainers, engines)
+    adapters    rlexp.adapters.*, rlexp.engines.*, rlexp.backends.*      (MLflow, models, backends, engines)
+    (trainers)  rlexp.trainers and each package rlexp.trainers.<name> are core, and so are the
+                package's TRAINER_CORE_MODULES; its other modules and rlexp.trainers.launch are adapters
     stages      rlexp.stages.*  (the package root `rlexp` re-exports them lazily and counts as foundation)
     commands    rlexp.commands.*                                          (CLI options and rendering)
     cli         rlexp.cli, rlexp.console, rlexp._cli_help                 (the entry point: the console
@@ -28,11 +30,23 @@ LAYERS = ["foundation", "core", "storage", "adapters", "stages", "commands", "cl
 # at module level), so importing it pulls in nothing above the foundation
 FOUNDATION = {"rlexp", "rlexp.errors", "rlexp.storage.files", "rlexp.storage.layout", "rlexp.core.numbers"}
 CLI = {"rlexp.cli", "rlexp.console", "rlexp._cli_help"}
+# the pure modules of a trainer's package (rlexp.trainers.<name>.<module>): its step math and LR
+# (steps), its preflight checks (checks), its config keys or fields as data (keys, fields), its metric
+# names and log readers (metrics); each is core, imports nothing above it and writes nothing
+TRAINER_CORE_MODULES = {"steps", "checks", "keys", "fields", "metrics"}
 
 
 def layer_of(module: str) -> str:
     if module in FOUNDATION:
         return "foundation"
+    if module.split(".")[1:2] == ["trainers"]:
+        # a trainer's package is layered as the whole is: the package and its pure modules
+        # (TRAINER_CORE_MODULES) are its rules (core); its other modules, and the registry of their
+        # launch side, do its work with processes and files (adapters)
+        parts = module.split(".")
+        if module == "rlexp.trainers.launch" or (len(parts) >= 4 and parts[3] not in TRAINER_CORE_MODULES):
+            return "adapters"
+        return "core"
     if module.split(".")[1:2] in (["core"], ["stats"]):
         return "core"
     if module.split(".")[1:2] == ["storage"]:
@@ -57,8 +71,9 @@ def modules() -> dict[str, Path]:
     return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 
-def imports_of(path: Path) -> set[str]:
-    """Every rlexp module a file imports, at module level or inside functions."""
+def imports_of(path: Path, *, by_name: bool = True) -> set[str]:
+    """Every rlexp module a file imports, at module level or inside functions; ``by_name``: with the
+    modules it names as strings (a registry's table, loaded by importlib)."""
     found: set[str] = set()
     known = modules()
     tree = ast.parse(path.read_text())
@@ -72,7 +87,7 @@ def imports_of(path: Path) -> set[str]:
             # "from rlexp.core import gates" imports rlexp.core.gates
             names = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in known else node.module
                      for a in node.names]
-        elif (isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in known
+        elif (by_name and isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in known
               and id(node) not in run_as_process):
             # a module named as a string is imported by name (importlib, a registry such as the CLI's
             # command table): the edge counts like an import statement
@@ -88,11 +103,45 @@ def test_every_module_has_a_layer():
         layer_of(name)
 
 
+def registry_edges() -> dict[str, set[str]]:
+    """The modules a registry loads by name (importlib), as import edges of the registry: the
+    trainer packages (rlexp.trainers.TRAINERS), their launch modules and their launch-script readers."""
+    from rlexp.trainers import TRAINERS
+
+    known = modules()
+    return {"rlexp.trainers": set(TRAINERS.values()),
+            "rlexp.trainers.launch": {f"{package}.launch" for package in TRAINERS.values()}
+            | {f"{package}.script_args" for package in TRAINERS.values() if f"{package}.script_args" in known}}
+
+
+IMPORTS_BY_NAME = {"rlexp", "rlexp.backends.fanout", "rlexp.core.environments", "rlexp.trainers",
+                   "rlexp.trainers.launch", "rlexp.cli", "rlexp.stats"}
+
+
+def test_imports_by_name_only_in_known_registries():
+    """importlib.import_module hides an edge from the layer test: only the registries above use it
+    (the stage re-exports of the root, fanout's steps, the environments' entry points, the trainers,
+    the CLI's command table, the stats namespace's private modules)."""
+    found = set()
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr == "import_module":
+                found.add(name)
+    assert found <= IMPORTS_BY_NAME, found - IMPORTS_BY_NAME
+
+
+def test_every_registered_trainer_is_a_package_with_a_launch_module():
+    for registry, targets in registry_edges().items():
+        for target in targets:
+            assert target in modules(), f"{registry} names {target}, which does not exist"
+
+
 def test_imports_flow_one_way():
     wrong = []
+    edges = registry_edges()
     for name, path in modules().items():
         mine = LAYERS.index(layer_of(name))
-        for target in imports_of(path):
+        for target in imports_of(path) | edges.get(name, set()):
             if target not in modules():
                 continue
             if LAYERS.index(layer_of(target)) > mine:
@@ -126,7 +175,10 @@ def test_the_cli_registers_every_command_module_by_name():
 
 
 def test_no_import_cycle():
-    graph = {name: {t for t in imports_of(path) if t in modules() and t != name} for name, path in modules().items()}
+    # a registry's by-name loads are plugin dispatch (the core asks the registry; the trainer packages
+    # import the core): edges of the layer test, not of this one
+    graph = {name: {t for t in imports_of(path, by_name=False) if t in modules() and t != name}
+             for name, path in modules().items()}
     # "rlexp" (the root) only re-exports the stages lazily through __getattr__: not an import edge
     graph["rlexp"] = set()
     state: dict[str, int] = {}
@@ -182,7 +234,9 @@ WRITERS = {"atomic_write_json", "atomic_write_text", "atomic_write_bytes", "appe
 
 def test_the_core_writes_nothing():
     wrong = []
-    for path in sorted((PACKAGE / "core").glob("*.py")) + sorted((PACKAGE / "stats").glob("*.py")):
+    trainer_core = [path for name, path in modules().items()
+                    if name.startswith("rlexp.trainers.") and layer_of(name) == "core"]
+    for path in sorted((PACKAGE / "core").rglob("*.py")) + sorted((PACKAGE / "stats").glob("*.py")) + trainer_core:
         for node in ast.walk(ast.parse(path.read_text())):
             name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
             if name in WRITERS:
@@ -292,7 +346,7 @@ def test_stage_functions_are_the_package_attributes():
     import rlexp
 
     for name in modules():
-        if name.startswith("rlexp.") and not name.startswith("rlexp.backends.flags"):
+        if name.startswith("rlexp.") and not name.startswith("rlexp.trainers.openrlhf.flags"):
             try:
                 importlib.import_module(name)
             except ImportError:  # an optional engine (vllm) is not installed here
@@ -300,3 +354,49 @@ def test_stage_functions_are_the_package_attributes():
     for stage in ("plan", "launch", "evaluate", "guard", "decide", "report", "status", "demo"):
         assert callable(getattr(rlexp, stage)), stage
         assert getattr(rlexp, stage).__module__ == f"rlexp.stages.{stage}"
+
+
+# ---------------------------------------------------------------------------- the trainer seam
+
+# names of trainers, backends, eval engines and metrics sources: a module compares a value with one
+# of them only inside that thing's own package or in a registry (docs/ARCHITECTURE.md, "The trainer seam")
+SEAM_NAMES = {"openrlhf", "verl", "trl", "local", "process", "ray", "vllm", "openai", "stdout", "tensorboard"}
+REGISTRIES = {"rlexp.trainers", "rlexp.trainers.launch", "rlexp.backends.registry", "rlexp.engines.registry",
+              "rlexp.core.engines"}
+# a thing's own modules outside rlexp.trainers: the Ray backend's (a trainer's own readers, scripts and
+# argv live in its package; the metrics readers pick a follower or format from tables)
+OWN_MODULES = {"rlexp.backends.ray_jobs"}
+
+
+def _seam_comparisons(path: Path) -> list[str]:
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.Compare):
+            continue
+        for side in (node.left, *node.comparators):
+            values = side.elts if isinstance(side, ast.Tuple | ast.List | ast.Set) else [side]
+            if any(isinstance(v, ast.Constant) and v.value in SEAM_NAMES for v in values):
+                out.append(f"{node.lineno}: {ast.unparse(node)}")
+                break
+    return out
+
+
+def _inside_the_seam(name: str) -> bool:
+    return name.startswith("rlexp.trainers.") or name in REGISTRIES or name in OWN_MODULES
+
+
+def test_no_branch_on_a_trainer_backend_engine_or_source_name_outside_the_seam():
+    wrong = [f"{name}:{hit}" for name, path in modules().items() if not _inside_the_seam(name)
+             for hit in _seam_comparisons(path)]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_seam_counter_sees_a_branch():
+    """The counter itself: each shape of comparison it must catch."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "m.py"
+        path.write_text('if att.trainer.name == "verl":\n    pass\nok = backend in ("local", "ray")\n'
+                        'x = "vllm" != engine\ny = name == "other"\n')
+        assert [h.split(":")[0] for h in _seam_comparisons(path)] == ["1", "3", "4"]

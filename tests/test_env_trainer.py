@@ -357,8 +357,8 @@ def test_one_step_environment_reproduces_the_single_turn_rollout(tiny_base_model
 
 def test_gspo_settings_for_every_listed_openrlhf_release_and_the_other_trainers():
     from rlexp.backends.env_trainer import gspo_trainer_settings
-    from rlexp.backends.openrlhf import known_versions, load_flag_table
-    from rlexp.backends.openrlhf_parser import version_key
+    from rlexp.trainers.openrlhf.argv import known_versions, load_flag_table
+    from rlexp.trainers.openrlhf.parser import version_key
 
     for version in known_versions():
         settings = gspo_trainer_settings("openrlhf", version)

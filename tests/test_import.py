@@ -24,7 +24,7 @@ IDENTITY = {"attempt", "spec", "spec_sha256", "spec_chain_sha256"}
 
 @pytest.fixture(scope="module")
 def wheel_093():
-    from rlexp.backends.openrlhf_parser import fetch, listed_releases
+    from rlexp.trainers.openrlhf.parser import fetch, listed_releases
 
     [release] = [r for r in listed_releases() if r.version == "0.9.3"]
     return fetch(release)

@@ -24,6 +24,7 @@ from rlexp.backends.process import pid_alive, wait_for
 from rlexp.cli import main
 from rlexp.errors import InputError
 from rlexp.stages import launch as launch_cmd
+from rlexp.trainers.local import launch as local_launch
 
 FAKE_TRAINER = r'''
 import json, os, signal, sys, time
@@ -76,8 +77,8 @@ sys.exit(0)
 
 RUNNER = r'''
 import sys
-import rlexp.stages.launch as launch_cmd
-launch_cmd.LOCAL_TRAINER_MODULE = "fake_trainer"
+import rlexp.trainers.local.launch as local_launch
+local_launch.LOCAL_TRAINER_MODULE = "fake_trainer"
 from rlexp.cli import main
 sys.exit(main(sys.argv[1:]))
 '''
@@ -90,7 +91,7 @@ def exp(tmp_path, monkeypatch):
     tools.mkdir()
     (tools / "fake_trainer.py").write_text(FAKE_TRAINER)
     (tools / "runner.py").write_text(RUNNER)
-    monkeypatch.setattr(launch_cmd, "LOCAL_TRAINER_MODULE", "fake_trainer")
+    monkeypatch.setattr(local_launch, "LOCAL_TRAINER_MODULE", "fake_trainer")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tools), str(Path(__file__).resolve().parents[1])]))
     monkeypatch.chdir(tmp_path)
     return experiment

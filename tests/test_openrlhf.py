@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from rlexp.backends import openrlhf
+from rlexp.backends import ray_jobs
 from rlexp.backends.reward_template import render_reward_file, write_reward_file
 from rlexp.errors import InputError
+from rlexp.trainers.openrlhf import argv as openrlhf
 
 # The A30 recipe of the campaign behind the SOP (experiments/seed-a30 holds it as specs): A29B plus
 # micro_train_batch_size 2, LoRA on an 8-GPU layout (vLLM 2 engines x TP 2, the reference model
@@ -284,16 +285,16 @@ def test_float_formatting_matches_the_seed_script():
 
 def test_ray_job_submit_wraps_the_train_argv():
     train = build("0.9.3").argv
-    argv = openrlhf.ray_job_argv(train, "127.0.0.1:8265", runtime_env={"env_vars": {"A": "1"}},
+    argv = ray_jobs.ray_job_argv(train, "127.0.0.1:8265", runtime_env={"env_vars": {"A": "1"}},
                                  submission_id="rlexp-a30-1")
     assert argv[:5] == ["ray", "job", "submit", "--address", "http://127.0.0.1:8265"]
     assert argv[5:7] == ["--runtime-env-json", '{"env_vars":{"A":"1"}}']
     assert argv[7:9] == ["--submission-id", "rlexp-a30-1"]
     assert argv[9] == "--" and argv[10:] == train
-    assert openrlhf.ray_stop_argv("http://h:8265/", "rlexp-a30-1") == [
+    assert ray_jobs.ray_stop_argv("http://h:8265/", "rlexp-a30-1") == [
         "ray", "job", "stop", "--address", "http://h:8265", "rlexp-a30-1"]
     with pytest.raises(InputError):
-        openrlhf.normalize_ray_address("ray://127.0.0.1:10001")
+        ray_jobs.normalize_ray_address("ray://127.0.0.1:10001")
 
 
 def _free_port() -> int:
@@ -305,7 +306,7 @@ def _free_port() -> int:
 def test_unreachable_ray_address_is_one_line():
     port = _free_port()  # nothing listens there
     with pytest.raises(InputError) as info:
-        openrlhf.check_ray_dashboard(f"http://127.0.0.1:{port}", timeout_s=2)
+        ray_jobs.check_ray_dashboard(f"http://127.0.0.1:{port}", timeout_s=2)
     assert info.value.field == "--ray-address" and "unreachable" in info.value.message
     assert "\n" not in info.value.one_line()
 
@@ -325,7 +326,7 @@ def test_reachable_ray_dashboard_answers_version():
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        info = openrlhf.check_ray_dashboard(f"http://127.0.0.1:{server.server_address[1]}")
+        info = ray_jobs.check_ray_dashboard(f"http://127.0.0.1:{server.server_address[1]}")
         assert info["ray_version"] == "2.40.0"
     finally:
         server.shutdown()

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from rlexp.backends.openrlhf_parser import (
+from rlexp.trainers.openrlhf.parser import (
     NeedsDependency,
     Rejected,
     Release,
@@ -189,13 +189,13 @@ def test_release_order_and_files_round_trip():
         "0.9.3", "0.9.10", "0.10.1", "0.10.1.post1", "0.10.1.post2", "0.10.2", "0.11.2"]
     releases = listed_releases()
     assert [r.version for r in releases] == sorted((r.version for r in releases), key=version_key)
-    from rlexp.backends.openrlhf_parser import VERSIONS_FILE
+    from rlexp.trainers.openrlhf.parser import VERSIONS_FILE
 
     assert format_versions_file(releases) == VERSIONS_FILE.read_text(encoding="utf-8")
 
 
 def test_table_text_round_trips(parser, tmp_path, monkeypatch):
-    import rlexp.backends.openrlhf_parser as module
+    import rlexp.trainers.openrlhf.parser as module
 
     monkeypatch.setattr(module, "FLAGS_DIR", tmp_path)
     release = Release("9.9.9", "w.whl", "a" * 64)

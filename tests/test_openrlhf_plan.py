@@ -59,7 +59,7 @@ def test_unknown_version_is_a_plan_error(example, capsys, version, words):
 
 
 def test_every_listed_release_plans_the_seed(example, capsys):
-    from rlexp.backends.openrlhf import known_versions
+    from rlexp.trainers.openrlhf.argv import known_versions
 
     for version in known_versions():
         attempt = with_root(example, version)
@@ -119,8 +119,8 @@ def test_bad_dotted_keys_are_spec_errors(example, capsys, recipe, words):
 
 
 def test_later_underscore_keys_are_the_tables_underscore_flags_not_in_the_v093_table():
-    from rlexp.backends.openrlhf import known_versions, load_flag_table
     from rlexp.core.spec import LATER_UNDERSCORE_KEYS, RECIPE_KEYS
+    from rlexp.trainers.openrlhf.argv import known_versions, load_flag_table
 
     underscore = set()
     for version in known_versions():

@@ -14,8 +14,9 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from rlexp.backends import openrlhf
-from rlexp.backends.openrlhf_parser import (
+from rlexp.errors import InputError
+from rlexp.trainers.openrlhf import argv as openrlhf
+from rlexp.trainers.openrlhf.parser import (
     Rejected,
     ReleaseParser,
     fetch,
@@ -23,7 +24,6 @@ from rlexp.backends.openrlhf_parser import (
     listed_releases,
     table_path,
 )
-from rlexp.errors import InputError
 
 pytestmark = pytest.mark.openrlhf_wheels
 
@@ -237,7 +237,7 @@ def test_renamed_and_split_flags_parse(parsers, version):
 
 
 def test_a_post_parse_statement_needing_a_gpu_stack_library_is_reported_not_faked(parsers):
-    from rlexp.backends.openrlhf_parser import NeedsDependency
+    from rlexp.trainers.openrlhf.parser import NeedsDependency
 
     argv = openrlhf.build_train_argv({**BASE, "use_ms": True}, "0.11.2").argv
     with pytest.raises(NeedsDependency) as info:
@@ -253,7 +253,7 @@ def test_parsers_are_built_without_torch_ray_vllm_or_deepspeed():
     import subprocess
     import sys
 
-    code = ("import sys; from rlexp.backends.openrlhf_parser import load_release_parser;"
+    code = ("import sys; from rlexp.trainers.openrlhf.parser import load_release_parser;"
             "p = load_release_parser('0.11.2'); p.parse(['--actor.model_name_or_path', 'm', '--reward.remote_url', 'r',"
             "'--algo.advantage.estimator', 'dr_grpo', '--rollout.n_samples_per_prompt', '4']);"
             "heavy = {'torch', 'ray', 'vllm', 'deepspeed', 'transformers'};"

@@ -160,7 +160,7 @@ ROOT = 'trainer: {name: openrlhf, version: "0.9.3"}\ndatasets: {pool: {size: 320
         ),
         (
             ROOT + "recipe: {micro_train_batch_size: -1}\n",
-            "attempt.yaml: recipe.micro_train_batch_size: must be > 0",
+            "attempt.yaml: recipe.micro_train_batch_size: must be >= 1",
         ),
         (ROOT + "parent: a28\n", "attempt.yaml: parent: attempt 'a28' not found"),
         (ROOT + "parent: bad\n", "attempt.yaml: parent: cyclic parent chain"),

@@ -10,7 +10,6 @@ import jsonschema
 import pytest
 import yaml
 
-from rlexp.backends import openrlhf
 from rlexp.core.recipe import (
     ADVANTAGE_ESTIMATORS,
     KL_ESTIMATORS,
@@ -20,6 +19,7 @@ from rlexp.core.recipe import (
 )
 from rlexp.core.spec import attempt_json_schema, attempt_json_schema_text, load_attempt
 from rlexp.errors import InputError
+from rlexp.trainers.openrlhf import argv as openrlhf
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA_FILE = REPO / "docs" / "attempt.schema.json"
@@ -92,6 +92,13 @@ def test_local_trainer_config_has_one_field_per_marked_key_and_the_tables_defaul
     # OpenRLHF v0.9.3 argparse defaults, one per key whichever trainer runs the recipe
     assert (cfg.lora_rank, cfg.advantage_estimator, cfg.rollout_batch_size, cfg.eval_steps) == (0, "gae", 1024, -1)
     assert cfg.target_modules == ("all-linear",) and cfg.adam_betas == (0.9, 0.95)
+    # the explicit fields follow the table: its order, its default for each key
+    from rlexp.core.recipe import local_trainer_value
+
+    marked = [k for k in local_trainer_keys() if k.name != "pretrain"]
+    assert [f.name for f in fields(TrainerConfig) if f.name in recipe_names and f.name != "pretrain"] == \
+        [k.name for k in marked]
+    assert {k.name: getattr(cfg, k.name) for k in marked} == {k.name: local_trainer_value(k, k.default) for k in marked}
 
 
 def test_a_local_spec_reaches_the_trainer_with_the_values_the_plan_shows(tmp_path):
@@ -181,6 +188,7 @@ ROOT = {"trainer": {"name": "openrlhf", "version": "0.9.3"}, "datasets": {"pool"
         ({"recipe": {"eps_clip": "abc"}}, "recipe.eps_clip"),
         ({"recipe": {"lora_dropout": 1.5}}, "recipe.lora_dropout"),
         ({"recipe": {"rollout_batch_size": 0}}, "recipe.rollout_batch_size"),
+        ({"recipe": {"rollout_batch_size": 0.5}}, "recipe.rollout_batch_size"),  # ge1: not an integer >= 1
         ({"recipe": {"eval_steps": 0}}, "recipe.eval_steps"),
         ({"recipe": {"advantage_estimator": "ppo2"}}, "recipe.advantage_estimator"),
         ({"recipe": {"use_kl_loss": "yes"}}, "recipe.use_kl_loss"),
@@ -229,3 +237,21 @@ def test_the_schema_accepts_what_the_loader_accepts(tmp_path, patch):
     (d / "attempt.yaml").write_text(yaml.safe_dump(spec))
     load_attempt(d)
     assert [e.message for e in validator().iter_errors(yaml.safe_load((d / "attempt.yaml").read_text()))] == []
+
+
+@pytest.mark.parametrize("value, refused", [(0.5, True), (0.999, True), (0, True), (1, False), (1.0, False), (2.5, False)])
+def test_ge1_means_at_least_one(value, refused):
+    """``ge1`` is >= 1, in the loader's check and in the JSON Schema alike (a float key too: 0.5 is
+    above 0 but below 1). By hand: 0.5 < 1 and 0.999 < 1 are refused, 1 and 2.5 pass."""
+    from rlexp.core.recipe import TRAINING, RecipeKey, key_json_schema
+    from rlexp.core.spec import _check_constraint, _Invalid
+
+    key = RecipeKey(name="k", type="float", default=1.0, kind=TRAINING, constraint="ge1")
+    if refused:
+        with pytest.raises(_Invalid, match=">= 1"):
+            _check_constraint(key, value)
+    else:
+        _check_constraint(key, value)
+    errors = list(jsonschema.Draft202012Validator(key_json_schema(key)).iter_errors(value))
+    assert bool(errors) is refused
+

@@ -201,8 +201,8 @@ def test_wrong_type(tmp_path):
 
 def test_negative_batch_size(tmp_path):
     path = write(tmp_path / "exp", "a1", {**ROOT, "recipe": {"micro_train_batch_size": -2}})
-    err = expect_error(path, "recipe.micro_train_batch_size", "must be > 0")
-    assert err.one_line().endswith("recipe.micro_train_batch_size: must be > 0 (got -2)")
+    err = expect_error(path, "recipe.micro_train_batch_size", "must be >= 1")
+    assert err.one_line().endswith("recipe.micro_train_batch_size: must be >= 1 (got -2)")
 
 
 def test_unknown_advantage_estimator(tmp_path):

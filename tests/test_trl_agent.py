@@ -112,7 +112,7 @@ def test_gspo_is_served_when_the_recipe_selects_sequence_ratios(example, capsys)
 
 
 def test_rollout_output_is_trl_s_contract_of_the_trajectories():
-    from rlexp.backends.trl_agent import rollout_output
+    from rlexp.trainers.trl.agent import rollout_output
 
     b = TrajectoryBuilder([1, 2, 3])
     b.add_agent([4, 5])
@@ -139,9 +139,9 @@ def test_the_generated_rollout_func_plays_one_episode_per_prompt(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from rlexp.adapters.tinymodel import build_tiny_model
-    from rlexp.backends.trl_agent import encode_row
-    from rlexp.backends.trl_rollout_template import render_rollout_module
     from rlexp.core.environments import EnvRow
+    from rlexp.trainers.trl.agent import encode_row
+    from rlexp.trainers.trl.rollout_template import render_rollout_module
 
     config = {"rlexp_root": str(REPO), "episodes_path": str(tmp_path / "episodes.jsonl"),
               "environment": {"name": "trl_test_echo", "config": {}, "max_turns": 2, "max_tokens_per_turn": 6,

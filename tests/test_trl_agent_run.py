@@ -1,5 +1,5 @@
 """TRL's GRPOTrainer on the demo's tool task, for real on CPU: `rlexp launch` writes the rollout
-module (rlexp.backends.trl_agent), TRL 1.16 trains the calculator episodes through its
+module (rlexp.trainers.trl.agent), TRL 1.16 trains the calculator episodes through its
 ``rollout_func``/``env_mask`` for a few steps, the environment's tokens are masked where the
 rollout's own records put them, TRL read that mask, the episode metrics reach metrics.jsonl and
 MLflow under the local trainer's names, and `rlexp eval` + `rlexp decide` run on its checkpoints.

@@ -9,9 +9,9 @@ import json
 import pytest
 import yaml
 
-from rlexp.core.trainers.trl_fields import TRANSFORMERS_VERSION
 from rlexp.errors import InputError
 from rlexp.stages.plan import build_plan
+from rlexp.trainers.trl.fields import TRANSFORMERS_VERSION
 
 
 def write_attempt(root, recipe, *, pool=25, gpus=None, intent=None, mid=None, attempt="t1", parent=None,
@@ -295,12 +295,12 @@ def test_the_committed_field_list_is_grpo_config(tmp_path):
         if os.environ.get("CI"):
             pytest.fail(".venv-trl is missing: scripts/run-tests builds it with scripts/setup-trl")
         pytest.skip(".venv-trl not built (scripts/setup-trl)")
-    code = "import sys; from rlexp.backends.trl_fields import module_text; sys.stdout.write(module_text())"
+    code = "import sys; from rlexp.trainers.trl.write_fields import module_text; sys.stdout.write(module_text())"
     out = subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=True, cwd=repo,
                          env={**os.environ, "PYTHONPATH": str(repo)})  # fmt: skip
-    committed = repo / "rlexp" / "core" / "trainers" / "trl_fields.py"
+    committed = repo / "rlexp" / "trainers" / "trl" / "fields.py"
     assert out.stdout == committed.read_text(), "stale: run scripts/refresh-trl-fields"
-    from rlexp.core.trainers.trl_fields import GRPO_CONFIG_FIELDS, MODEL_CONFIG_FIELDS
+    from rlexp.trainers.trl.fields import GRPO_CONFIG_FIELDS, MODEL_CONFIG_FIELDS
 
     names = {row[0] for row in GRPO_CONFIG_FIELDS}
     assert {"num_generations", "steps_per_generation", "warmup_steps", "max_steps"} <= names
@@ -327,9 +327,9 @@ def test_dry_run_is_the_trl_venv_running_the_generated_script(tmp_path):
 
 
 def test_the_generated_script_holds_the_stated_fields_and_rlexp_paths(tmp_path):
-    from rlexp.backends.trl import prepare_launch
     from rlexp.core.spec import load_attempt
     from rlexp.storage.layout import AttemptDir
+    from rlexp.trainers.trl.script import prepare_launch
 
     d = write_attempt(tmp_path, {**BASE, "model_name_or_path": "models/m", "use_peft": True, "lora_r": 4,
                                  "report_to": "none"})  # fmt: skip

@@ -17,9 +17,11 @@ from pathlib import Path
 import pytest
 
 from rlexp.adapters import ingest
-from rlexp.backends import verl, verl_config
-from rlexp.core.trainers.verl import verl_kind
 from rlexp.errors import InputError
+from rlexp.trainers.verl import file_logger
+from rlexp.trainers.verl import hydra as verl
+from rlexp.trainers.verl import releases as verl_config
+from rlexp.trainers.verl.steps import verl_kind
 
 VERSION = "0.9.1"
 
@@ -248,7 +250,7 @@ def test_verl_rows(tmp_path):
 
 
 def test_reward_file_grades_with_rlexp_answers(tmp_path):
-    from rlexp.backends.reward_template import write_verl_reward_file
+    from rlexp.trainers.verl.reward import write_verl_reward_file
 
     path = write_verl_reward_file(tmp_path / "reward_func.py")
     namespace: dict = {}
@@ -280,7 +282,7 @@ VERL_LINES = [
 def test_file_logger_lines_become_metrics_rows(tmp_path):
     source = tmp_path / "verl_metrics.jsonl"
     source.write_text("".join(json.dumps(line) + "\n" for line in VERL_LINES))
-    rows, stats = ingest.read_verl_metrics(source)
+    rows, stats = file_logger.read_verl_metrics(source)
     assert [r["global_step"] for r in rows] == [0, 1, 2]
     assert rows[0]["monitor_acc"] == 0.25
     assert rows[1]["actor_lr"] == 2e-7 and rows[1]["grad_norm"] == 0.8 and rows[1]["reward"] == 0.31
@@ -293,7 +295,7 @@ def test_file_logger_lines_become_metrics_rows(tmp_path):
 
 def test_follower_appends_new_steps_once(tmp_path):
     source, metrics = tmp_path / "verl_metrics.jsonl", tmp_path / "metrics.jsonl"
-    follower = ingest.MetricsFollower("verl", source, metrics)
+    follower = file_logger.follower(source, metrics)
     assert follower.poll() == []
     source.write_text(json.dumps(VERL_LINES[0]) + "\n" + json.dumps(VERL_LINES[1]) + "\n" + '{"step": 2, "da')
     assert [r["global_step"] for r in follower.poll()] == [0, 1]  # the torn line waits
@@ -312,5 +314,5 @@ def test_bad_file_logger_lines_name_file_and_line(tmp_path, line):
     source = tmp_path / "verl_metrics.jsonl"
     source.write_text(json.dumps(VERL_LINES[0]) + "\n" + line + "\n")
     with pytest.raises(InputError) as err:
-        ingest.read_verl_metrics(source)
+        file_logger.read_verl_metrics(source)
     assert "verl_metrics.jsonl" in err.value.one_line() and "line 2" in err.value.one_line()

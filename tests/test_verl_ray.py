@@ -26,7 +26,7 @@ def ray_head():
     if not ADDRESS:
         pytest.skip("no Ray head: set RLEXP_TEST_RAY_ADDRESS (scripts/start-ray)")
     pytest.importorskip("ray")
-    from rlexp.backends.openrlhf import check_ray_dashboard
+    from rlexp.backends.ray_jobs import check_ray_dashboard
 
     check_ray_dashboard(ADDRESS)  # set but dead fails loudly
     return ADDRESS

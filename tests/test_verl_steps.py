@@ -1,4 +1,4 @@
-"""verl's step math and LR schedule (rlexp.core.trainers.verl) against hand-computed values.
+"""verl's step math and LR schedule (rlexp.trainers.verl.steps) against hand-computed values.
 
 Every expected number below is worked out by hand from the formulas of verl 0.9.1 (quoted in
 docs/trainers.md with file and line), not taken from the code under test. The last tests build
@@ -13,8 +13,8 @@ import math
 
 import pytest
 
-from rlexp.backends import verl_config
-from rlexp.core.trainers.verl import (
+from rlexp.trainers.verl import releases as verl_config
+from rlexp.trainers.verl.steps import (
     VerlConfigError,
     compute_verl_steps,
     lr_for_global_step,

@@ -110,7 +110,7 @@ def test_the_wheel_carries_the_package_the_sop_and_the_flag_tables(wheel):
     sources = {p.relative_to(REPO).as_posix() for p in (REPO / "rlexp").rglob("*.py")
                if "__pycache__" not in p.parts}
     assert sources - names == set()
-    flag_tables = {p.relative_to(REPO).as_posix() for p in (REPO / "rlexp" / "backends" / "flags").glob("*.txt")}
+    flag_tables = {p.relative_to(REPO).as_posix() for p in (REPO / "rlexp" / "trainers" / "openrlhf" / "flags").glob("*.txt")}
     assert flag_tables and flag_tables <= names
 
 

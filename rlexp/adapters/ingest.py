@@ -34,7 +34,7 @@ import json
 import math
 import re
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -259,55 +259,6 @@ def read_training_metrics_jsonl(path: str | Path) -> tuple[list[dict[str, Any]],
     return rows, stats
 
 
-# --- verl's file logger ------------------------------------------------------------------------
-
-# verl's metric names -> canonical: rlexp.core.trainers.metric_names.VERL (one table for its
-# console, its file logger and TensorBoard).
-# greedy pass@1 on the in-run monitor set: rlexp's verl rows name it by this data_source
-# (rlexp.backends.verl.DATA_SOURCE_MONITOR) and its reward's float score is logged as "acc"
-VERL_MONITOR_METRIC = "val-core/rlexp_ood_monitor/acc/mean@1"
-
-
-def parse_verl_line(path: Path, number: int, line: str, stats: IngestStats) -> dict[str, Any] | None:
-    """One line of verl's ``file`` logger, ``{"step": N, "data": {...}}`` (``FileLogger.log`` in
-    verl/utils/tracking.py), as a canonical row; a blank line is None. A line that is not such an
-    object is an :class:`InputError` naming file and line. orjson writes NaN and inf as ``null``:
-    a null is read as NaN and flagged (as :func:`rlexp.core.trainers.metric_logs.read_text` does
-    for ``rlexp ingest``); a value that is not a number is dropped and counted."""
-    if not line.strip():
-        return None
-    try:
-        raw = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise InputError(path, f"line {number}", f"malformed JSON: {exc.msg}") from None
-    if not isinstance(raw, dict) or not isinstance(raw.get("data"), dict):
-        raise InputError(path, f"line {number}", 'expected verl\'s {"step": N, "data": {...}}')
-    step = raw.get("step")
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        raise InputError(path, f"line {number}: step", f"expected an integer >= 0, got {step!r}")
-    renamed = {k: (math.nan if v is None else v)  # orjson's NaN/inf
-               for k, v in raw["data"].items() if k != "training/global_step"}  # the step: the row's key
-    return normalise(renamed, stats, step=step, trainer="verl")
-
-
-def read_verl_metrics(path: str | Path) -> tuple[list[dict[str, Any]], IngestStats]:
-    """Every complete line of a verl ``file`` logger JSONL; a step logged twice (the validation of
-    step 0, or a line per logger call) is merged into one row."""
-    path = Path(path)
-    if not path.exists():
-        raise InputError(path, None, "file not found")
-    stats = IngestStats()
-    by_step: dict[int, dict[str, Any]] = {}
-    with open(path, encoding="utf-8") as fh:
-        for number, line in enumerate(fh, start=1):
-            if not line.endswith("\n"):
-                break  # still being written
-            row = parse_verl_line(path, number, line, stats)
-            if row is not None:
-                by_step.setdefault(row["global_step"], {}).update(row)
-    return [by_step[s] for s in sorted(by_step)], stats
-
-
 # --- TensorBoard -------------------------------------------------------------------------------
 
 def event_dirs(root: str | Path) -> list[Path]:
@@ -526,113 +477,130 @@ class MetricsFollower:
     """Tails one metrics source while the run lives and appends new steps to ``metrics.jsonl``.
 
     ``kind`` is ``stdout`` (a log with ``Global step N: {...}`` lines), ``jsonl`` (a patched trainer's
-    ``training_metrics.jsonl``), ``verl`` (verl's ``file`` logger: one line per step) or ``tensorboard`` (an event directory; a step is written once a
-    later step exists, or at :meth:`close`, so its scalars are complete).
+    ``training_metrics.jsonl``), ``tensorboard`` (an event directory; a step is written once a later
+    step exists, or at :meth:`close`, so its scalars are complete), or any other name with ``parse``:
+    a JSON-lines file of a trainer's own format, each line read by ``parse(path, number, line, stats)``
+    (a trainer's own file logger, read by its package).
     """
 
     def __init__(self, kind: str, source: str | Path, metrics_path: str | Path,
-                 aliases: Mapping[str, str] | None = None, trainer: str | None = None):
-        if kind not in ("stdout", "jsonl", "verl", "tensorboard"):
+                 aliases: Mapping[str, str] | None = None, trainer: str | None = None,
+                 parse: Callable[[Path, int, str, IngestStats], dict[str, Any] | None] | None = None):
+        poll = self._POLLS.get(kind) or (MetricsFollower._poll_lines if parse or kind in LINE_PARSERS else None)
+        if poll is None:
             raise InputError(None, "metrics source", f"unknown kind {kind!r}")
         self.kind = kind
+        self._poll = poll
+        self._parse = parse or LINE_PARSERS.get(kind)
         self.source = Path(source)
         self.metrics_path = Path(metrics_path)
         self.aliases = aliases
-        self.trainer = trainer or ("verl" if kind == "verl" else "openrlhf")
+        self.trainer = trainer or "openrlhf"
         self.stats = IngestStats()
         repair_torn_tail(self.metrics_path)
         self.known = written_steps(self.metrics_path)
-        self._lines = LineFollower(source) if kind != "tensorboard" else None
+        self._lines = LineFollower(source) if poll is not MetricsFollower._poll_tensorboard else None
         self._pending: dict[str, Any] | None = None  # stdout: the last step, until its eval can't follow
 
     def poll(self, final: bool = False) -> list[dict[str, Any]]:
+        return append_new_rows(self.metrics_path, self._poll(self, final), self.known)
+
+    def _poll_stdout(self, final: bool) -> list[dict[str, Any]]:
+        # OpenRLHF prints "Global step N" and only then evaluates step N: hold each step's row
+        # until a later step (or the end) shows that no eval line is coming for it
         rows: list[dict[str, Any]] = []
-        if self.kind == "stdout":
-            # OpenRLHF prints "Global step N" and only then evaluates step N: hold each step's row
-            # until a later step (or the end) shows that no eval line is coming for it
-            for number, line in self._lines.new_lines():
-                row = parse_stdout_line(line, self.stats, number=number)
-                if row is None:
-                    continue
-                last = self._pending["global_step"] if self._pending is not None else max(self.known, default=None)
-                if last is not None and row["global_step"] < last and GLOBAL_STEP_TEXT in line:
-                    self.stats.restarts.append(number)  # a second run in the same log: its steps are not merged
-                if self._pending is not None and self._pending["global_step"] == row["global_step"]:
-                    _join(self._pending, row)
-                    continue
-                if self._pending is not None:
-                    rows.append(self._pending)
-                self._pending = row
-            if final and self._pending is not None:
+        for number, line in self._lines.new_lines():
+            row = parse_stdout_line(line, self.stats, number=number)
+            if row is None:
+                continue
+            last = self._pending["global_step"] if self._pending is not None else max(self.known, default=None)
+            if last is not None and row["global_step"] < last and GLOBAL_STEP_TEXT in line:
+                self.stats.restarts.append(number)  # a second run in the same log: its steps are not merged
+            if self._pending is not None and self._pending["global_step"] == row["global_step"]:
+                _join(self._pending, row)
+                continue
+            if self._pending is not None:
                 rows.append(self._pending)
-                self._pending = None
-        elif self.kind in ("jsonl", "verl"):
-            parse = parse_verl_line if self.kind == "verl" else parse_jsonl_line
-            for number, line in self._lines.new_lines():
-                row = parse(self.source, number, line, self.stats)
-                if row is not None:
-                    rows.append(row)
-        else:
-            if not self.source.is_dir() or not event_dirs(self.source):
-                return []
-            all_rows, self.stats = read_tensorboard(self.source, self.aliases, self.trainer)
-            if all_rows and not final:
-                last = all_rows[-1]["global_step"]
-                all_rows = [r for r in all_rows if r["global_step"] < last]
-            rows = all_rows
-        return append_new_rows(self.metrics_path, rows, self.known)
+            self._pending = row
+        if final and self._pending is not None:
+            rows.append(self._pending)
+            self._pending = None
+        return rows
+
+    def _poll_lines(self, final: bool) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = []
+        for number, line in self._lines.new_lines():
+            row = self._parse(self.source, number, line, self.stats)
+            if row is not None:
+                rows.append(row)
+        return rows
+
+    def _poll_tensorboard(self, final: bool) -> list[dict[str, Any]]:
+        if not self.source.is_dir() or not event_dirs(self.source):
+            return []
+        all_rows, self.stats = read_tensorboard(self.source, self.aliases, self.trainer)
+        if all_rows and not final:
+            last = all_rows[-1]["global_step"]
+            all_rows = [r for r in all_rows if r["global_step"] < last]
+        return all_rows
+
+    # the kinds read their own way (the others are JSON-lines files: LINE_PARSERS or ``parse``)
+    _POLLS = {"stdout": _poll_stdout, "tensorboard": _poll_tensorboard}
 
     def close(self) -> list[dict[str, Any]]:
         return self.poll(final=True)
 
 
+# a JSON-lines source's kind -> the reader of one of its lines (MetricsFollower)
+LINE_PARSERS = {"jsonl": parse_jsonl_line}
+
+
 # --- any trainer's file, read for `rlexp ingest` ------------------------------------------------
 
-CONSOLE_FORMAT = {"openrlhf": "openrlhf-console", "verl": "verl-console", "local": "jsonl"}
-
-
 def detect_format(path: Path, trainer: str) -> str:
-    """The format a file of ``trainer`` is read as, from its name and place (see :func:`read_log`)."""
-    from rlexp.core.trainers.metric_logs import FORMATS
+    """The format a file of ``trainer`` is read as, from its name and place (see :func:`read_log`);
+    a trainer's own formats are its rules' (rlexp.trainers: ``console_log_format``, ``jsonl_log_format``)."""
+    from rlexp.core.trainers.metric_logs import formats
+    from rlexp.trainers import rules
 
     if path.is_dir() or path.name.startswith("events.out.tfevents."):
         return "tensorboard"
     name = path.name.lower()
     if name.endswith(".json"):
         return "trainer-state"
+    own = rules(trainer)
     if name.endswith(".jsonl"):
-        return "verl-file" if trainer == "verl" else "jsonl"
-    if trainer == "trl":
-        raise InputError(path, None, "TRL's console lines carry no step number: give its trainer_state.json "
-                         "(in each checkpoint), its TensorBoard directory, or --format")
-    fmt = CONSOLE_FORMAT[trainer]
-    assert fmt in FORMATS
-    return fmt
+        return own.jsonl_log_format
+    if own.console_log_format is None:
+        raise InputError(path, None, own.console_log_note)
+    assert own.console_log_format in formats()
+    return own.console_log_format
 
 
 def read_log(path: str | Path, trainer: str, fmt: str | None = None):
-    """Any metrics file of ``trainer`` (openrlhf, verl, trl, local) as a
+    """Any metrics file of ``trainer`` (a ``trainer.name``) as a
     :class:`rlexp.core.trainers.metric_logs.LogRead`: every step under canonical names, runs split
     where steps restart, NaN/inf kept and flagged, and the line numbers of the lines that looked
     like metrics but could not be read. A Git LFS pointer, a file that is not there, bytes that
     are not UTF-8 in a JSON format, a file over 2 GiB: an :class:`InputError`."""
     from rlexp.adapters.lfs import refuse_lfs_pointer
     from rlexp.core.trainers import metric_logs
-    from rlexp.core.trainers.metric_names import TABLES
+    from rlexp.core.trainers.metric_names import trainers
     from rlexp.storage.files import MAX_JSONL_BYTES, check_regular_file
 
     path = Path(path)
-    if trainer not in TABLES:
-        raise InputError(None, "--trainer", f"expected one of {', '.join(TABLES)}, got {trainer!r}")
-    if fmt is not None and fmt not in metric_logs.FORMATS:
-        raise InputError(None, "--format", f"expected one of {', '.join(metric_logs.FORMATS)}, got {fmt!r}")
+    if trainer not in trainers():
+        raise InputError(None, "--trainer", f"expected one of {', '.join(trainers())}, got {trainer!r}")
+    if fmt is not None and fmt not in metric_logs.formats():
+        raise InputError(None, "--format", f"expected one of {', '.join(metric_logs.formats())}, got {fmt!r}")
     if not path.exists():
         raise InputError(path, None, "file not found")
     if not path.is_dir():  # a TensorBoard run is a directory; anything else must be a regular file
         check_regular_file(path)  # before anything opens it: a FIFO would block, a device never end
     fmt = fmt or detect_format(path, trainer)
-    if fmt == "tensorboard":
-        return _read_tensorboard_log(path if path.is_dir() else path.parent, trainer)
+    directory_reader = DIRECTORY_READERS.get(fmt)
+    if directory_reader is not None:
+        return directory_reader(path if path.is_dir() else path.parent, trainer)
     if not path.is_file():
         raise InputError(path, None, "not a file")
     refuse_lfs_pointer(path)
@@ -765,3 +733,7 @@ def summary_lines(summary: Mapping[str, Any]) -> list[str]:
     if summary["abridged"]:
         out.append(f"  abridged or cut records read pair by pair at lines {_lines_list(summary['abridged'])}")
     return out
+
+
+# the formats read from a directory (a file inside names its directory), not as one text file
+DIRECTORY_READERS = {"tensorboard": _read_tensorboard_log}

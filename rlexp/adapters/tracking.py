@@ -425,7 +425,7 @@ def _log_attempt(attempt_dir: str | Path, tracking_uri: str | None = None, *,
 
     # params: immutable in MLflow, so only the missing ones are logged; a value that changed
     # since (an edited spec) is flagged in a tag instead of failing the whole log.
-    # a credential-named key that the spec let through holds a count (verl's ppo_max_token_len_per_gpu)
+    # a credential-named key that the spec let through holds a count (e.g. a trainer's *_token_len_* key)
     params = {f"recipe.{k}": _param_value(v) for k, v in info["recipe"].items()
               if not is_credential_key(k) or (isinstance(v, int | float) and not isinstance(v, bool))}
     params.update({f"trainer.{k}": _param_value(v) for k, v in info["trainer"].items()})

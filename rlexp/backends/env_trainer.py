@@ -292,38 +292,51 @@ def gspo_trainer_settings(trainer: str, version: str | None = None, *, eps_low: 
 
     The KL coefficient stays its own recipe choice (GSPO's paper trains without one).
     """
-    if trainer == "openrlhf":
-        from rlexp.backends.openrlhf import load_flag_table
+    settings = _GSPO_SETTINGS.get(trainer)
+    if settings is None:
+        raise ValueError(f"unknown trainer {trainer!r}")
+    return settings(version, eps_low, eps_high)
 
-        if version is None:
-            raise ValueError("openrlhf needs its release version")
-        table = load_flag_table(version)
 
-        def flag(name: str) -> str | None:
-            for candidate in (f"--actor.{name}", f"--{name}"):
-                if candidate in table:
-                    return candidate
-            return None
+def _gspo_openrlhf(version: str | None, eps_low: float, eps_high: float) -> dict[str, Any]:
+    from rlexp.trainers.openrlhf.argv import load_flag_table
 
-        loss_flag, clip_flag = flag("policy_loss_type"), flag("eps_clip_low_high")
-        if loss_flag is None or "gspo" not in table.flags[loss_flag].choices or clip_flag is None:
-            raise ValueError(f"OpenRLHF {version} has no GSPO policy loss")
-        out: dict[str, Any] = {loss_flag: "gspo", clip_flag: [eps_low, eps_high]}
-        agg = flag("loss_agg_mode")
-        if agg is not None:
-            out[agg] = "seq-mean-token-mean"
-        return out
-    if trainer == "verl":
-        return {
-            "actor_rollout_ref.actor.policy_loss.loss_mode": "gspo",
-            "actor_rollout_ref.actor.loss_agg_mode": "seq-mean-token-mean",
-            "actor_rollout_ref.actor.clip_ratio_low": eps_low,
-            "actor_rollout_ref.actor.clip_ratio_high": eps_high,
-        }
-    if trainer == "trl":
-        return {"importance_sampling_level": "sequence", "loss_type": "grpo", "epsilon": eps_low,
-                "epsilon_high": eps_high}  # fmt: skip
-    raise ValueError(f"unknown trainer {trainer!r}")
+    if version is None:
+        raise ValueError("openrlhf needs its release version")
+    table = load_flag_table(version)
+
+    def flag(name: str) -> str | None:
+        for candidate in (f"--actor.{name}", f"--{name}"):
+            if candidate in table:
+                return candidate
+        return None
+
+    loss_flag, clip_flag = flag("policy_loss_type"), flag("eps_clip_low_high")
+    if loss_flag is None or "gspo" not in table.flags[loss_flag].choices or clip_flag is None:
+        raise ValueError(f"OpenRLHF {version} has no GSPO policy loss")
+    out: dict[str, Any] = {loss_flag: "gspo", clip_flag: [eps_low, eps_high]}
+    agg = flag("loss_agg_mode")
+    if agg is not None:
+        out[agg] = "seq-mean-token-mean"
+    return out
+
+
+def _gspo_verl(version: str | None, eps_low: float, eps_high: float) -> dict[str, Any]:
+    return {
+        "actor_rollout_ref.actor.policy_loss.loss_mode": "gspo",
+        "actor_rollout_ref.actor.loss_agg_mode": "seq-mean-token-mean",
+        "actor_rollout_ref.actor.clip_ratio_low": eps_low,
+        "actor_rollout_ref.actor.clip_ratio_high": eps_high,
+    }
+
+
+def _gspo_trl(version: str | None, eps_low: float, eps_high: float) -> dict[str, Any]:
+    return {"importance_sampling_level": "sequence", "loss_type": "grpo", "epsilon": eps_low,
+            "epsilon_high": eps_high}  # fmt: skip
+
+
+# trainer.name -> its GSPO settings (each trainer's own spelling of the same loss)
+_GSPO_SETTINGS = {"openrlhf": _gspo_openrlhf, "verl": _gspo_verl, "trl": _gspo_trl}
 
 
 # =============================================================================== entry point

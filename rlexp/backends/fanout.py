@@ -231,7 +231,7 @@ def run_jobs(jobs: Sequence[Job], *, experiment_dir: str | Path, batch: str, ray
     experiment = ExperimentDir(Path(experiment_dir).resolve())
     started = time.monotonic()
     if ray_address:
-        from rlexp.backends.openrlhf import normalize_ray_address
+        from rlexp.backends.ray_jobs import normalize_ray_address
 
         address = normalize_ray_address(ray_address)
         results = _run_on_ray(jobs, experiment, batch, address, poll_s, tail_lines)

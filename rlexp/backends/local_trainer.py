@@ -39,7 +39,7 @@ import signal
 import sys
 import time
 import warnings
-from dataclasses import dataclass, field, make_dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -59,11 +59,62 @@ if TYPE_CHECKING:
 # =============================================================================== configuration
 
 
-class _TrainerConfigRules:
-    """What the local trainer checks and derives on top of its fields (see :data:`TrainerConfig`)."""
+def _default(name: str) -> Any:
+    """The recipe table's default of key ``name`` as the trainer holds it (its one default)."""
+    key = RECIPE_KEYS[name]
+    return local_trainer_value(key, key.default)
+
+
+@dataclass(frozen=True)
+class TrainerConfig:
+    """The local trainer's configuration: where it reads and writes, then the recipe keys it reads.
+
+    The recipe fields are the rows rlexp.core.recipe marks for the local trainer
+    (``LOCAL_TRAINER_KEYS``), in table order, named as OpenRLHF names them (v0.9.x spelling, no
+    dashes), each with the table's default; tests/test_recipe.py checks the two agree."""
+
+    pretrain: Path
+    pool_path: Path
+    # the base model as the recipe names it (written into each adapter's config, not the path)
+    base_name: str | None = None
+    monitor_path: Path | None = None
+    prompt_suffix: str = ""
+    monitor_suffix: str = ""
+    eval_max_len: int = _default("generate_max_len")
+    # stop early (intent.global_steps); None = the whole schedule
+    max_global_steps: int | None = None
+    trainer_version: str = LOCAL_TRAINER_VERSION
+    # an environment task (rlexp.core.spec.EnvironmentSettings); None = single-turn prompts,
+    # trained by the code path below exactly as before (rlexp.backends.env_trainer otherwise)
+    environment: Any = None
+    # ---- the recipe keys (rlexp.core.recipe.LOCAL_TRAINER_KEYS; ``pretrain`` is the path above)
+    advantage_estimator: str = _default("advantage_estimator")
+    eps_clip: float = _default("eps_clip")
+    init_kl_coef: float = _default("init_kl_coef")
+    n_samples_per_prompt: int = _default("n_samples_per_prompt")
+    temperature: float = _default("temperature")
+    generate_max_len: int = _default("generate_max_len")
+    max_samples: int = _default("max_samples")
+    num_episodes: int = _default("num_episodes")
+    max_epochs: int = _default("max_epochs")
+    rollout_batch_size: int = _default("rollout_batch_size")
+    train_batch_size: int = _default("train_batch_size")
+    micro_train_batch_size: int = _default("micro_train_batch_size")
+    seed: int = _default("seed")
+    actor_learning_rate: float = _default("actor_learning_rate")
+    lr_warmup_ratio: float = _default("lr_warmup_ratio")
+    min_lr_ratio: float = _default("min_lr_ratio")
+    max_norm: float = _default("max_norm")
+    l2: float = _default("l2")
+    adam_betas: tuple[float, float] = _default("adam_betas")
+    lora_rank: int = _default("lora_rank")
+    lora_alpha: int = _default("lora_alpha")
+    target_modules: tuple[str, ...] = _default("target_modules")
+    eval_steps: int = _default("eval_steps")
+    save_steps: int = _default("save_steps")
 
     def validate(self, where: str | Path | None = None) -> None:
-        cfg: Any = self  # its fields are declared by make_dataclass below
+        cfg = self
         samples = cfg.rollout_batch_size * cfg.n_samples_per_prompt
         if cfg.advantage_estimator not in ("group_norm", "dr_grpo"):
             raise InputError(
@@ -100,43 +151,7 @@ class _TrainerConfigRules:
         source of the trainer's step math (optimizer steps, warm-up, global steps)."""
         from rlexp.core.schedule import compute_steps
 
-        cfg: Any = self
-        return compute_steps(self.recipe(), pool_size, cfg.trainer_version, trainer="local")
-
-
-def _config_fields() -> list[tuple[str, Any, Any]]:
-    """The configuration's fields: where the trainer reads and writes, then every recipe key the
-    table marks for the local trainer, with the table's default (its one default)."""
-    python_types = {"int": int, "float": float, "bool": bool, "str": str,
-                    "str_list": tuple[str, ...], "float_pair": tuple[float, float]}  # fmt: skip
-    fields: list[tuple[str, Any, Any]] = [
-        ("pretrain", Path, field()),
-        ("pool_path", Path, field()),
-        # the base model as the recipe names it (written into each adapter's config, not the path)
-        ("base_name", str | None, field(default=None)),
-        ("monitor_path", Path | None, field(default=None)),
-        ("prompt_suffix", str, field(default="")),
-        ("monitor_suffix", str, field(default="")),
-        ("eval_max_len", int, field(default=RECIPE_KEYS["generate_max_len"].default)),
-        # stop early (intent.global_steps); None = the whole schedule
-        ("max_global_steps", int | None, field(default=None)),
-        ("trainer_version", str, field(default=LOCAL_TRAINER_VERSION)),
-        # an environment task (rlexp.core.spec.EnvironmentSettings); None = single-turn prompts,
-        # trained by the code path below exactly as before (rlexp.backends.env_trainer otherwise)
-        ("environment", Any, field(default=None)),
-    ]
-    for key in local_trainer_keys():
-        if key.name != "pretrain":  # a path here, resolved against the experiment directory
-            default = local_trainer_value(key, key.default)
-            fields.append((key.name, python_types[key.type], field(default=default)))
-    return fields
-
-
-# The recipe as the trainer reads it: names are OpenRLHF's (v0.9.x spelling, no dashes), fields
-# and defaults come from the recipe table (rlexp.core.recipe), so no key is declared twice.
-TrainerConfig = make_dataclass("TrainerConfig", _config_fields(), bases=(_TrainerConfigRules,), frozen=True)
-TrainerConfig.__doc__ = "The local trainer's configuration: paths, then the recipe keys of rlexp.core.recipe."
-TrainerConfig.__module__ = __name__
+        return compute_steps(self.recipe(), pool_size, self.trainer_version, trainer="local")
 
 
 def config_from_attempt(att: Any) -> TrainerConfig:

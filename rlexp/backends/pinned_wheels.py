@@ -1,7 +1,7 @@
 """Wheels of third-party releases pinned by sha256, kept in a cache outside the repository.
 
-The OpenRLHF parser tables and the verl key table are read from the releases' own wheels; those
-wheels are downloaded once (``pip download --no-deps``, never installed) into a cache directory
+Trainers' flag and key tables (OpenRLHF's parsers, other trainers' config keys) are read from the
+releases' own wheels; those wheels are downloaded once (``pip download --no-deps``, never installed) into a cache directory
 and every later use checks the file against the sha256 the repository lists for it, so a wheel
 replaced upstream or damaged on disk is an error rather than a silent change of the tables.
 """

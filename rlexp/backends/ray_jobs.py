@@ -23,6 +23,7 @@ Ray is imported only inside functions; only the ``ray`` backend imports this mod
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shlex
@@ -89,8 +90,6 @@ def runtime_env(*, forward_env: bool, environ: Mapping[str, str] | None = None) 
 def client(address: str):
     """A ``JobSubmissionClient`` for the dashboard at ``address``; one line (exit 2) when Ray's job
     client is not installed or the dashboard does not answer."""
-    from rlexp.backends.openrlhf import normalize_ray_address
-
     url = normalize_ray_address(address)
     try:
         from ray.job_submission import JobSubmissionClient
@@ -297,8 +296,6 @@ class RayJobPlan:
     def display_argv(self) -> list[str]:
         """The same submission as a ``ray job submit`` command (for ``--dry-run``, ``argv.json``
         and ``launch.sh``; rlexp itself submits through the Job API)."""
-        from rlexp.backends.openrlhf import ray_job_argv
-
         return ray_job_argv(list(self.argv), self.address, runtime_env=self.runtime_env,
                             submission_id=self.submission_id)
 
@@ -306,9 +303,7 @@ class RayJobPlan:
 def plan_job(attempt_id: str, attempt_dir: Path, train_argv: Sequence[str], address: str, *, local_trainer: bool,
              resume: bool, env: Mapping[str, str] | None = None) -> RayJobPlan:
     """A new submission: a fresh submission id, the runtime env (plus ``env``: what the trainer must
-    see, e.g. verl's ``VERL_FILE_LOGGER_PATH``), metadata naming the attempt."""
-    from rlexp.backends.openrlhf import normalize_ray_address
-
+    see, e.g. where its file logger writes), metadata naming the attempt."""
     job_env = runtime_env(forward_env=local_trainer)
     job_env["env_vars"].update(env or {})
     return RayJobPlan(
@@ -342,8 +337,6 @@ def live_submission(state: Mapping[str, Any] | None, address: str | None, *, res
     if not resume:
         raise InputError(state_path, "ray_submission_id", f"{view.summary()} is still training this attempt; "
                          "rlexp launch --resume re-attaches to it (or stop it first)")
-    from rlexp.backends.openrlhf import normalize_ray_address
-
     return RayJobPlan(address=normalize_ray_address(where), submission_id=submission_id, argv=(), runtime_env={},
                       metadata={}, reattach=True)
 
@@ -378,3 +371,60 @@ def status_row(state: Mapping[str, Any]) -> tuple[str, str]:
     if state.get("launcher_pid") is None:
         return "exited", f"started with --no-follow; {view.summary()}"
     return "lost", f"{view.summary()}; its launcher died: continue with rlexp launch --resume"
+
+
+# ----------------------------------------------------------------------------- the Ray address and CLI
+
+
+def ray_job_argv(
+    train_argv: list[str],
+    address: str,
+    *,
+    runtime_env: Mapping[str, Any] | None = None,
+    submission_id: str | None = None,
+) -> list[str]:
+    """``ray job submit --address URL --runtime-env-json JSON [--submission-id ID] -- <train argv>``."""
+    argv = ["ray", "job", "submit", "--address", normalize_ray_address(address)]
+    argv += ["--runtime-env-json", json.dumps(dict(runtime_env or {}), sort_keys=True, separators=(",", ":"))]
+    if submission_id:
+        argv += ["--submission-id", submission_id]
+    return [*argv, "--", *train_argv]
+
+
+def ray_stop_argv(address: str, submission_id: str) -> list[str]:
+    """``ray job stop --address URL ID``: stopping the submit client does not stop the job."""
+    return ["ray", "job", "stop", "--address", normalize_ray_address(address), submission_id]
+
+
+def normalize_ray_address(address: str) -> str:
+    """The Ray dashboard's HTTP address (``ray job submit`` talks to the dashboard, port 8265)."""
+    address = address.strip()
+    if not address:
+        raise InputError(None, "--ray-address", "empty address")
+    if "://" not in address:
+        address = f"http://{address}"
+    if not address.startswith(("http://", "https://")):
+        raise InputError(None, "--ray-address", f"expected the dashboard's http:// address, got {address}")
+    return address.rstrip("/")
+
+
+def check_ray_dashboard(address: str, timeout_s: float = 3.0) -> dict[str, Any]:
+    """GET ``<address>/api/version`` before submitting: an unreachable cluster is one clear line
+    now instead of a stack trace from ``ray job submit`` later."""
+    import urllib.error
+    import urllib.request
+
+    url = normalize_ray_address(address) + "/api/version"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:  # noqa: S310 (http only, checked)
+            body = response.read(65536).decode("utf-8", "replace")
+    except urllib.error.HTTPError as exc:
+        raise InputError(None, "--ray-address", f"Ray dashboard at {address} answered HTTP {exc.code}") from None
+    except (urllib.error.URLError, OSError, TimeoutError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise InputError(None, "--ray-address", f"Ray dashboard unreachable at {address}: {reason}") from None
+    try:
+        info = json.loads(body)
+    except ValueError:
+        raise InputError(None, "--ray-address", f"{url} did not answer like a Ray dashboard") from None
+    return info if isinstance(info, dict) else {"version": info}

@@ -62,7 +62,7 @@ def render(result: PlanResult) -> None:
     steps = Table(title="Steps (as the trainer counts them)", show_header=False)
     steps.add_column("what")
     steps.add_column("value", justify="right")
-    verl = s.get("verl")  # verl: the scheduler counts global steps (rlexp.core.trainers.verl)
+    verl = s.get("verl")  # verl: the scheduler counts global steps (rlexp.trainers.verl.steps)
     steps.add_row(
         "optimizer steps (mini-batch updates of the actor)" if verl else
         "optimizer steps (max_steps, the LR scheduler's horizon)", f"{s['optimizer_steps_total']:,}"

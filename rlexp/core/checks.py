@@ -38,14 +38,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlexp.core.engines import engine_traits
 from rlexp.core.power import PowerReport, power_report
 from rlexp.core.schedule import (
     CheckpointPlan,
     Steps,
     checkpoint_plan,
-    compute_steps,
-    lr_for_global_step,
-    max_fraction_through,
     min_lr_is_configurable,
 )
 from rlexp.core.spec import (
@@ -61,6 +59,7 @@ from rlexp.core.task import problem_hash
 from rlexp.core.verdict import Verdict, check
 from rlexp.errors import InputError
 from rlexp.storage.files import iter_jsonl
+from rlexp.trainers import rules as trainer_rules
 
 ERROR = "error"
 WARNING = "warning"
@@ -86,15 +85,7 @@ def steps_for(att: Attempt) -> Steps:
         raise InputError(
             att.display_path, "datasets.pool", "the training pool (path or size) is needed to plan"
         )
-    if att.trainer.name == "trl":
-        from rlexp.core.trainers.trl import TrlRecipeError, trl_steps
-
-        try:
-            steps = trl_steps(att.recipe, pool.size, att.trainer.version, att.trainer.gpus or 1)
-        except TrlRecipeError as exc:
-            raise InputError(att.display_path, f"recipe.{exc.field}", str(exc)) from None
-    else:
-        steps = compute_steps(att.recipe, pool.size, att.trainer.version, trainer=att.trainer.name)
+    steps = trainer_rules(att.trainer.name).steps(att)
     # the LR table and the monitor schedule hold one entry per step: bound them before building them
     for count, limit, what in ((steps.global_steps_total, MAX_GLOBAL_STEPS, "global"),
                                (steps.optimizer_steps_total, MAX_OPTIMIZER_STEPS, "optimizer")):
@@ -120,7 +111,7 @@ def preflight(att: Attempt, steps: Steps | None = None, power: PowerReport | Non
     for findings in (
         check_lr(att, steps),
         check_step_counts(att, steps),
-        check_batches(att, steps) if att.trainer.name != "trl" else [],  # TRL's own rules: rlexp.core.trainers.trl
+        check_batches(att, steps) if trainer_rules(att.trainer.name).openrlhf_batches else [],  # TRL: its own rules
         check_schedule(att, steps, ckpt),
         check_single_variable(att),
         check_gpu_layout(att),
@@ -146,18 +137,21 @@ def primary_power(att: Attempt) -> PowerReport | None:
 
 
 def check_lr(att: Attempt, steps: Steps) -> list[Verdict]:
+    """The LR checks of every trainer: its step math (``steps``: rlexp.core.schedule.Steps or a
+    trainer's own) names its LR unit, how many of them the run takes, and the LR at each global step."""
     out: list[Verdict] = []
     total = steps.global_steps_total
-    if total >= 1 and steps.optimizer_steps_total >= 1:
+    unit, run = steps.lr_unit, steps.lr_steps_run
+    if total >= 1 and run >= 1:
         at = min(LR_CHECK_GLOBAL_STEP, total)
-        best = max_fraction_through(at, steps)
-        now = lr_for_global_step(at, steps).fraction_of_peak
+        best = steps.best_fraction_through(at)
+        now = steps.lr_at(at).fraction_of_peak
         if best < LR_CHECK_MIN_FRACTION:
             out.append(check(
                 "lr.low_early", ERROR,
                 f"LR reaches only {best:.1%} of peak by global step {at} ({now:.1%} at step {at}): warm-up is "
-                f"{steps.warmup_steps:,} optimizer steps = {steps.warmup_global_steps:,.0f} global steps of "
-                f"{total:,} (max_steps {steps.optimizer_steps_total:,}); >= {LR_CHECK_MIN_FRACTION:.0%} required",
+                f"{steps.warmup_steps:,} {unit} steps = {steps.warmup_global_steps:,.0f} global steps of "
+                f"{total:,} ({steps.lr_horizon}); >= {LR_CHECK_MIN_FRACTION:.0%} required",
                 "docs/plan.md#warm-up-and-early-lr",
             ))  # fmt: skip
         share = att.intent.get("max_warmup_share") or DEFAULT_MAX_WARMUP_SHARE
@@ -167,20 +161,21 @@ def check_lr(att: Attempt, steps: Steps) -> list[Verdict]:
             out.append(check(
                 "lr.warmup_share", ERROR,
                 f"warm-up lasts {steps.warmup_global_steps:,.1f} global steps "
-                f"({steps.warmup_steps:,} optimizer steps = {steps.warmup_rule(att.recipe)}), more than {share:.0%} of the "
+                f"({steps.warmup_steps:,} {unit} steps = {steps.warmup_rule(att.recipe)}), more than {share:.0%} of the "
                 f"{'intended' if att.intent.get('global_steps') else 'planned'} {horizon:,} global steps",
                 "docs/plan.md#warm-up-and-early-lr",
             ))  # fmt: skip
-        if steps.warmup_steps >= steps.optimizer_steps_total:
+        if steps.warmup_steps >= run:
             out.append(check(
                 "lr.warmup_never_ends", ERROR,
-                f"warm-up never ends: {steps.warmup_steps:,} warm-up steps ({steps.warmup_rule(att.recipe)}) >= the "
-                f"{steps.optimizer_steps_total:,} optimizer steps of the run: the LR never reaches its peak",
+                f"warm-up never ends: {steps.warmup_steps:,} {unit} steps ({steps.warmup_rule(att.recipe)}) >= the "
+                f"{run:,} {unit} steps of the run: the LR never reaches its peak (the last step trains at "
+                f"{steps.lr_at(total).fraction_of_peak:.1%} of peak)",
                 "docs/plan.md#warm-up-and-early-lr",
             ))  # fmt: skip
     stated = att.recipe_stated.get("min_lr_ratio")
     if (
-        att.trainer.name != "trl"
+        trainer_rules(att.trainer.name).openrlhf_batches
         and stated is not None
         and not min_lr_is_configurable(steps.trainer_version)
         and not values_equal(stated, 0.1)
@@ -198,13 +193,14 @@ def check_lr(att: Attempt, steps: Steps) -> list[Verdict]:
 
 
 def check_step_counts(att: Attempt, steps: Steps) -> list[Verdict]:
+    """The step checks of every trainer whose step math is a :class:`Steps` (OpenRLHF's, the local
+    trainer's, TRL's); the wording is the trainer's own where its step math says so (``step_message``)."""
     out: list[Verdict] = []
     total = steps.global_steps_total
-    trl = _trl_messages(steps)
     if total == 0:
         out.append(check(
             "steps.empty", ERROR,
-            trl.empty_message(steps) if trl else
+            steps.step_message("steps.empty") or
             f"no global step runs: {steps.prompts:,} prompts < rollout_batch_size {steps.rollout_batch_size}",
             "docs/plan.md#optimizer-steps-and-global-steps",
         ))  # fmt: skip
@@ -219,11 +215,11 @@ def check_step_counts(att: Attempt, steps: Steps) -> list[Verdict]:
     intent = att.intent.get("global_steps")
     if intent and intent != total:
         out.append(check("steps.intent", ERROR,
-                         trl.intent_message(intent, steps) if trl else _intent_message(intent, steps),
+                         steps.step_message("steps.intent", intent) or _intent_message(intent, steps),
                          "docs/plan.md#optimizer-steps-and-global-steps"))  # fmt: skip
-    if steps.partial_batch_prompts and total and trl:
-        out.append(check("steps.partial_batch", WARNING, trl.partial_batch_message(steps),
-                         "docs/trainers.md#trl-grpotrainer"))
+    own = steps.step_message("steps.partial_batch")
+    if steps.partial_batch_prompts and total and own:
+        out.append(check("steps.partial_batch", WARNING, own, steps.partial_batch_ref))
     elif steps.partial_batch_prompts and total:
         kept = steps.prompts - steps.partial_batch_prompts
         if steps.drops_partial_batch:
@@ -239,13 +235,6 @@ def check_step_counts(att: Attempt, steps: Steps) -> list[Verdict]:
             "docs/plan.md#optimizer-steps-and-global-steps",
         ))  # fmt: skip
     return out
-
-
-def _trl_messages(steps: Steps) -> Any:
-    """The module of TRL's step messages when ``steps`` are a TRL run's, else None."""
-    from rlexp.core.trainers import trl
-
-    return trl if isinstance(steps, trl.TrlSteps) else None
 
 
 def _intent_message(intent: int, steps: Steps) -> str:
@@ -300,7 +289,7 @@ def check_batches(att: Attempt, steps: Steps) -> list[Verdict]:
 
 def check_schedule(att: Attempt, steps: Steps, ckpt: CheckpointPlan, *, eval_key: str = "eval_steps",
                    save_key: str = "save_steps", fires_rule: str = "global_step % eval_steps == 0 only") -> list[Verdict]:
-    """The K=3 schedule checks; the keys and the firing rule name the trainer's own (verl: test_freq, save_freq)."""
+    """The K=3 schedule checks; the keys and the firing rule name the trainer's own (e.g. a trainer package's own eval_key and save_key)."""
     out: list[Verdict] = []
     final = ckpt.final
     if final < 1:
@@ -506,7 +495,7 @@ def gpu_layout(recipe: dict[str, Any]) -> GpuLayout:
 
 
 def check_gpu_layout(att: Attempt) -> list[Verdict]:
-    if att.trainer.name != "openrlhf":
+    if not trainer_rules(att.trainer.name).gpu_layout:
         return []
     r = att.recipe
     out: list[Verdict] = []
@@ -600,7 +589,8 @@ def check_suffix(att: Attempt) -> list[Verdict]:
 
 def check_lora_rank(att: Attempt) -> list[Verdict]:
     rank = int(att.recipe.get("lora_rank") or 0)
-    if att.eval.engine not in ("vllm", "openai") or rank == 0:
+    traits = engine_traits(att.eval.engine)
+    if traits is None or not traits.serves_lora_up_to_max_rank or rank == 0:
         return []
     if rank > att.eval.max_lora_rank:
         return [check(
@@ -687,7 +677,8 @@ def check_disk(att: Attempt, ckpt: CheckpointPlan) -> list[Verdict]:
     out: list[Verdict] = []
     saves = len(ckpt.saved)
     r = att.recipe
-    if att.trainer.name == "openrlhf" and saves and not r.get("save_hf_ckpt"):
+    deepspeed = trainer_rules(att.trainer.name).deepspeed_checkpoints
+    if deepspeed and saves and not r.get("save_hf_ckpt"):
         out.append(check(
             "disk.hf_ckpt", WARNING,
             f"save_hf_ckpt is off: the {saves} saves write DeepSpeed checkpoints only, no "
@@ -704,7 +695,7 @@ def check_disk(att: Attempt, ckpt: CheckpointPlan) -> list[Verdict]:
         return out
     need = saves * size
     ds_note = ""
-    if att.trainer.name == "openrlhf" and not r.get("disable_ds_ckpt"):
+    if deepspeed and not r.get("disable_ds_ckpt"):
         ds_note = f" plus up to max_ckpt_num {r['max_ckpt_num']} DeepSpeed checkpoints (rotated, not sized)"
     if need > free:
         out.append(check(

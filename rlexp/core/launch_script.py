@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import dataclass, field
+from typing import Any
 
 _ASSIGN = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
 _VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}|([A-Za-z_][A-Za-z0-9_]*))")
@@ -161,14 +162,13 @@ def _strip_output(argv: list[str]) -> tuple[list[str], list[str]]:
 
 @dataclass(frozen=True)
 class Launch:
-    trainer: str            # openrlhf | verl | trl
+    trainer: str            # a trainer.name (rlexp.trainers)
     module: str             # the Python module or script the launcher runs
     args: list[str]         # the trainer's own arguments
     launcher: list[str]     # what ran it (python, torchrun ..., ray job submit ... --)
 
 
-OPENRLHF_MODULES = ("openrlhf.cli.train_ppo_ray",)
-VERL_MODULES = ("verl.trainer.main_ppo",)
+RAY_JOB_SUBMIT = ("ray", "job", "submit")  # the launcher in front of a Ray job's entrypoint
 
 
 def launch_of(argv: list[str]) -> Launch:
@@ -176,31 +176,38 @@ def launch_of(argv: list[str]) -> Launch:
     the launcher or the module is not one rlexp knows."""
     rest = list(argv)
     launcher: list[str] = []
-    if rest[:3] == ["ray", "job", "submit"]:
+    if tuple(rest[:3]) == RAY_JOB_SUBMIT:
         if "--" not in rest:
             raise ScriptError(None, "ray job submit without `--` before the entrypoint")
         cut = rest.index("--")
         launcher, rest = rest[: cut + 1], rest[cut + 1:]
     if not rest:
         raise ScriptError(None, "no command to run")
+    from rlexp.trainers import names, rules
+
     head = rest[0].rsplit("/", 1)[-1]
+    # a trainer's own command line (`trl grpo ...`): its rules' launch_commands
+    by_command = {command: name for name in names() for command in rules(name).launch_commands}
     if head in ("torchrun", "deepspeed", "accelerate") or re.match(r"^python(\d(\.\d+)?)?$", head):
         module, index = _module_after(rest)
-    elif head == "trl" and len(rest) > 1:
-        return Launch("trl", f"trl {rest[1]}", rest[2:], launcher + rest[:2])
+    elif head in by_command and len(rest) > 1:
+        return Launch(by_command[head], f"{head} {rest[1]}", rest[2:], launcher + rest[:2])
     else:
         raise ScriptError(None, f"{rest[0]!r}: not a launcher rlexp can read (python -m, torchrun, deepspeed, "
                           "accelerate launch, ray job submit -- ...)")
     args = rest[index + 1:]
     launcher = launcher + rest[: index + 1]
-    if module in OPENRLHF_MODULES:
-        return Launch("openrlhf", module, args, launcher)
-    if module in VERL_MODULES or module.startswith("verl."):
-        return Launch("verl", module, args, launcher)
-    if module.endswith(".py") or module.startswith("trl"):
-        return Launch("trl", module, args, launcher)
-    raise ScriptError(None, f"module {module!r}: not a trainer rlexp imports (OpenRLHF's "
-                      f"{OPENRLHF_MODULES[0]}, verl's {VERL_MODULES[0]}, a TRL script)")
+    # the module a trainer runs through (its rules' launch_modules: a name, or a prefix ending in a
+    # dot), else a Python script of the trainer that runs as one (runs_scripts)
+    for name in names():
+        if any(module == m or (m.endswith(".") and module.startswith(m)) for m in rules(name).launch_modules):
+            return Launch(name, module, args, launcher)
+    for name in names():
+        if rules(name).runs_scripts and (module.endswith(".py") or module.startswith(rules(name).launch_commands)):
+            return Launch(name, module, args, launcher)
+    known = ", ".join(f"{rules(n).launch_modules[0]}" for n in names() if rules(n).launch_modules)
+    scripts = ", ".join(f"a {n} script" for n in names() if rules(n).runs_scripts)
+    raise ScriptError(None, f"module {module!r}: not a trainer rlexp imports ({known}, {scripts})")
 
 
 _VALUE_OPTIONS = {"--nproc_per_node", "--nproc-per-node", "--nnodes", "--node_rank", "--master_addr",
@@ -231,3 +238,45 @@ def _module_after(argv: list[str]) -> tuple[str, int]:
             continue
         return token, i
     raise ScriptError(None, "no module or script after the launcher")
+
+
+# ----------------------------------------------------------------------------- a trainer's arguments
+# (each trainer's reader, rlexp.trainers.<name>.script_args, turns its launch arguments into recipe keys)
+
+def secret_argument(key: str) -> bool:
+    """A key whose value would be a credential (the spec's own rule; OpenRLHF's --use_wandb takes the key)."""
+    from rlexp.core.spec import is_credential_key
+
+    return is_credential_key(key) or key.startswith("wandb")
+
+
+_INT = re.compile(r"^[-+]?\d+$")
+_FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
+
+
+def argument_value(raw: str) -> Any:
+    """A command-line value as Hydra and argparse-with-types read it: 1e-6 is a float (YAML 1.1 would
+    keep it a string), true/false, null, [a, b] lists; anything else the string itself."""
+    import yaml
+
+    text = raw.strip()
+    if _INT.match(text):
+        return int(text)
+    if _FLOAT.match(text):
+        return float(text)
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    if text.lower() in ("null", "none", "~"):
+        return None
+    if text.startswith("["):
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError:
+            return raw
+        return [argument_value(str(v)) if isinstance(v, str) else v for v in value] if isinstance(value, list) else raw
+    return raw
+
+
+def dataset_argument(path: str, flag: str) -> dict[str, Any]:
+    """A training set named by a launch argument: its path, and the flag (for messages; dropped once read)."""
+    return {"path": path, "flag": flag}

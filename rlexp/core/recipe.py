@@ -16,7 +16,7 @@ Each row of :data:`RECIPE_TABLE` gives
   closed set of values (``advantage``, ``kl_estimator``);
 - ``dotted``: the flag of the v0.10.2+ dialect (``--actor.eps_clip``), None where that dialect
   has none. Built by matching the two parsers' help texts and defaults at v0.10.1 and v0.10.2;
-  tests check both sides against the flag tables of ``rlexp/backends/flags``.
+  tests check both sides against the flag tables of ``rlexp/trainers/openrlhf/flags``.
 
 Derived from it: the spec schema (:mod:`rlexp.core.spec`, and the JSON Schema of ``attempt.yaml``
 through :func:`recipe_json_schema`), the local trainer's configuration (the keys of
@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 TRAINING = "training"
@@ -69,160 +69,161 @@ class RecipeKey:
 
 T, I, X = TRAINING, INSTRUMENTATION, INFRASTRUCTURE  # noqa: E741 (short names keep the table readable)
 
-# name, type, default (OpenRLHF v0.9.3 argparse), kind, nullable, constraint, v0.10.2+ dotted flag
-RECIPE_TABLE: list[tuple[str, str, Any, str, bool, str | None, str | None]] = [
+# one row per key, its fields named (RecipeKey): type, default (OpenRLHF v0.9.3 argparse), kind, nullable,
+# constraint, the v0.10.2+ dotted flag; ``local`` is derived from LOCAL_TRAINER_KEYS below
+RECIPE_TABLE: list[RecipeKey] = [
     # ---- model, reward, data
-    ("pretrain", "str", None, T, True, None, "actor.model_name_or_path"),
-    ("reward_pretrain", "str", None, T, True, None, "reward.model_name_or_path"),
-    ("remote_rm_url", "str", None, T, True, None, "reward.remote_url"),
-    ("critic_pretrain", "str", None, T, True, None, "critic.model_name_or_path"),
-    ("value_head_prefix", "str", "score", T, False, None, "ds.value_head_prefix"),
-    ("agent_func_path", "str", None, T, True, None, "train.agent_func_path"),
-    ("prompt_data", "str", None, T, True, None, "data.prompt_dataset"),
-    ("prompt_data_probs", "str", None, T, True, None, "data.prompt_probs"),
-    ("prompt_split", "str", "train", T, False, None, "data.prompt_split"),
-    ("input_key", "str", "input", T, False, None, "data.input_key"),
-    ("label_key", "str", None, T, True, None, "data.label_key"),
-    ("input_template", "str", None, T, True, None, "data.input_template"),
-    ("apply_chat_template", "bool", False, T, False, None, "data.apply_chat_template"),
+    RecipeKey(name="pretrain", type="str", default=None, kind=T, nullable=True, dotted="actor.model_name_or_path"),
+    RecipeKey(name="reward_pretrain", type="str", default=None, kind=T, nullable=True, dotted="reward.model_name_or_path"),
+    RecipeKey(name="remote_rm_url", type="str", default=None, kind=T, nullable=True, dotted="reward.remote_url"),
+    RecipeKey(name="critic_pretrain", type="str", default=None, kind=T, nullable=True, dotted="critic.model_name_or_path"),
+    RecipeKey(name="value_head_prefix", type="str", default="score", kind=T, dotted="ds.value_head_prefix"),
+    RecipeKey(name="agent_func_path", type="str", default=None, kind=T, nullable=True, dotted="train.agent_func_path"),
+    RecipeKey(name="prompt_data", type="str", default=None, kind=T, nullable=True, dotted="data.prompt_dataset"),
+    RecipeKey(name="prompt_data_probs", type="str", default=None, kind=T, nullable=True, dotted="data.prompt_probs"),
+    RecipeKey(name="prompt_split", type="str", default="train", kind=T, dotted="data.prompt_split"),
+    RecipeKey(name="input_key", type="str", default="input", kind=T, dotted="data.input_key"),
+    RecipeKey(name="label_key", type="str", default=None, kind=T, nullable=True, dotted="data.label_key"),
+    RecipeKey(name="input_template", type="str", default=None, kind=T, nullable=True, dotted="data.input_template"),
+    RecipeKey(name="apply_chat_template", type="bool", default=False, kind=T, dotted="data.apply_chat_template"),
     # ---- algorithm
-    ("advantage_estimator", "str", "gae", T, False, "advantage", "algo.advantage.estimator"),
-    ("policy_loss_type", "str", "ppo", T, False, None, "actor.policy_loss_type"),
-    ("eps_clip", "float", 0.2, T, False, "gt0", "actor.eps_clip"),
-    ("eps_clip_low_high", "float_pair", None, T, True, None, "actor.eps_clip_low_high"),
-    ("dual_clip", "float", None, T, True, None, "actor.dual_clip"),
-    ("value_clip", "float", 0.5, T, False, None, "critic.value_clip"),
-    ("lambd", "float", 1.0, T, False, None, "algo.advantage.lambd"),
-    ("gamma", "float", 1.0, T, False, None, "algo.advantage.gamma"),
-    ("init_kl_coef", "float", 0.01, T, False, "ge0", "algo.kl.init_coef"),
-    ("use_kl_loss", "bool", False, T, False, None, "algo.kl.use_loss"),
-    ("kl_estimator", "str", "k1", T, False, "kl_estimator", "algo.kl.estimator"),
-    ("kl_target", "float", None, T, True, None, "algo.kl.target"),
-    ("kl_horizon", "int", 10000, T, False, None, "algo.kl.horizon"),
-    ("entropy_loss_coef", "float", None, T, True, None, "actor.entropy_coef"),
-    ("aux_loss_coef", "float", 0.0, T, False, None, "actor.aux_loss_coef"),
-    ("ptx_coef", "float", 0.05, T, False, None, None),
-    ("normalize_reward", "bool", False, T, False, None, "reward.normalize_enable"),
-    ("no_advantage_std_norm", "bool", False, T, False, None, "algo.advantage.no_std_norm"),
-    ("reward_clip_range", "float_pair", (-10.0, 10.0), T, False, None, "reward.clip_range"),
-    ("overlong_buffer_len", "float", None, T, True, None, "reward.overlong_buffer_len"),
-    ("overlong_penalty_factor", "float", 1.0, T, False, None, "reward.overlong_penalty_factor"),
-    ("stop_properly_penalty_coef", "float", None, T, True, None, "reward.stop_properly_penalty_coef"),
-    ("dynamic_filtering", "bool", False, T, False, None, "algo.dynamic_filtering_enable"),
-    ("dynamic_filtering_reward_range", "float_pair", (0.0, 1.0), T, False, None, "algo.dynamic_filtering_range"),
-    ("async_train", "bool", False, T, False, None, "train.async_enable"),
-    ("enable_vllm_is_correction", "bool", False, T, False, None, "algo.advantage.is_correction_enable"),
-    ("vllm_is_truncated_threshold", "float_pair", (0.5, 5.0), T, False, None, "algo.advantage.is_correction_threshold"),
-    ("vllm_is_correction_type", "str", "tis", T, False, None, "algo.advantage.is_correction_type"),
+    RecipeKey(name="advantage_estimator", type="str", default="gae", kind=T, constraint="advantage", dotted="algo.advantage.estimator"),
+    RecipeKey(name="policy_loss_type", type="str", default="ppo", kind=T, dotted="actor.policy_loss_type"),
+    RecipeKey(name="eps_clip", type="float", default=0.2, kind=T, constraint="gt0", dotted="actor.eps_clip"),
+    RecipeKey(name="eps_clip_low_high", type="float_pair", default=None, kind=T, nullable=True, dotted="actor.eps_clip_low_high"),
+    RecipeKey(name="dual_clip", type="float", default=None, kind=T, nullable=True, dotted="actor.dual_clip"),
+    RecipeKey(name="value_clip", type="float", default=0.5, kind=T, dotted="critic.value_clip"),
+    RecipeKey(name="lambd", type="float", default=1.0, kind=T, dotted="algo.advantage.lambd"),
+    RecipeKey(name="gamma", type="float", default=1.0, kind=T, dotted="algo.advantage.gamma"),
+    RecipeKey(name="init_kl_coef", type="float", default=0.01, kind=T, constraint="ge0", dotted="algo.kl.init_coef"),
+    RecipeKey(name="use_kl_loss", type="bool", default=False, kind=T, dotted="algo.kl.use_loss"),
+    RecipeKey(name="kl_estimator", type="str", default="k1", kind=T, constraint="kl_estimator", dotted="algo.kl.estimator"),
+    RecipeKey(name="kl_target", type="float", default=None, kind=T, nullable=True, dotted="algo.kl.target"),
+    RecipeKey(name="kl_horizon", type="int", default=10000, kind=T, dotted="algo.kl.horizon"),
+    RecipeKey(name="entropy_loss_coef", type="float", default=None, kind=T, nullable=True, dotted="actor.entropy_coef"),
+    RecipeKey(name="aux_loss_coef", type="float", default=0.0, kind=T, dotted="actor.aux_loss_coef"),
+    RecipeKey(name="ptx_coef", type="float", default=0.05, kind=T),
+    RecipeKey(name="normalize_reward", type="bool", default=False, kind=T, dotted="reward.normalize_enable"),
+    RecipeKey(name="no_advantage_std_norm", type="bool", default=False, kind=T, dotted="algo.advantage.no_std_norm"),
+    RecipeKey(name="reward_clip_range", type="float_pair", default=(-10.0, 10.0), kind=T, dotted="reward.clip_range"),
+    RecipeKey(name="overlong_buffer_len", type="float", default=None, kind=T, nullable=True, dotted="reward.overlong_buffer_len"),
+    RecipeKey(name="overlong_penalty_factor", type="float", default=1.0, kind=T, dotted="reward.overlong_penalty_factor"),
+    RecipeKey(name="stop_properly_penalty_coef", type="float", default=None, kind=T, nullable=True, dotted="reward.stop_properly_penalty_coef"),
+    RecipeKey(name="dynamic_filtering", type="bool", default=False, kind=T, dotted="algo.dynamic_filtering_enable"),
+    RecipeKey(name="dynamic_filtering_reward_range", type="float_pair", default=(0.0, 1.0), kind=T, dotted="algo.dynamic_filtering_range"),
+    RecipeKey(name="async_train", type="bool", default=False, kind=T, dotted="train.async_enable"),
+    RecipeKey(name="enable_vllm_is_correction", type="bool", default=False, kind=T, dotted="algo.advantage.is_correction_enable"),
+    RecipeKey(name="vllm_is_truncated_threshold", type="float_pair", default=(0.5, 5.0), kind=T, dotted="algo.advantage.is_correction_threshold"),
+    RecipeKey(name="vllm_is_correction_type", type="str", default="tis", kind=T, dotted="algo.advantage.is_correction_type"),
     # 0.10.2 renamed it and kept its meaning (freeze the actor for N steps while the critic warms up)
-    ("freezing_actor_steps", "int", -1, T, False, None, "critic.freezing_steps"),
+    RecipeKey(name="freezing_actor_steps", type="int", default=-1, kind=T, dotted="critic.freezing_steps"),
     # ---- sampling and lengths
-    ("n_samples_per_prompt", "int", 1, T, False, "ge1", "rollout.n_samples_per_prompt"),
-    ("temperature", "float", 1.0, T, False, "ge0", "rollout.temperature"),
-    ("top_p", "float", 1.0, T, False, "gt0", "rollout.top_p"),
-    ("prompt_max_len", "int", 1024, T, False, "ge1", None),
-    ("generate_max_len", "int", 1024, T, False, "ge1", "rollout.max_new_tokens"),
-    ("max_len", "int", None, T, True, "ge1", "data.max_len"),
-    ("max_samples", "int", 100_000_000, T, False, "ge1", "data.max_samples"),
+    RecipeKey(name="n_samples_per_prompt", type="int", default=1, kind=T, constraint="ge1", dotted="rollout.n_samples_per_prompt"),
+    RecipeKey(name="temperature", type="float", default=1.0, kind=T, constraint="ge0", dotted="rollout.temperature"),
+    RecipeKey(name="top_p", type="float", default=1.0, kind=T, constraint="gt0", dotted="rollout.top_p"),
+    RecipeKey(name="prompt_max_len", type="int", default=1024, kind=T, constraint="ge1"),
+    RecipeKey(name="generate_max_len", type="int", default=1024, kind=T, constraint="ge1", dotted="rollout.max_new_tokens"),
+    RecipeKey(name="max_len", type="int", default=None, kind=T, nullable=True, constraint="ge1", dotted="data.max_len"),
+    RecipeKey(name="max_samples", type="int", default=100_000_000, kind=T, constraint="ge1", dotted="data.max_samples"),
     # ---- batches, epochs, steps
-    ("num_episodes", "int", 1, T, False, "ge1", "train.num_episodes"),
-    ("max_epochs", "int", 1, T, False, "ge1", "train.max_epochs"),
-    ("rollout_batch_size", "int", 1024, T, False, "ge1", "rollout.batch_size"),
-    ("micro_rollout_batch_size", "int", 8, X, False, "ge1", "rollout.micro_batch_size"),
-    ("train_batch_size", "int", 128, T, False, "ge1", "train.batch_size"),
-    ("micro_train_batch_size", "int", 4, T, False, "ge1", "train.micro_batch_size"),
-    ("use_dynamic_batch", "bool", False, T, False, None, "train.dynamic_batch_enable"),
-    ("seed", "int", 42, T, False, None, "train.seed"),
-    ("full_determinism", "bool", False, T, False, None, "train.full_determinism_enable"),
+    RecipeKey(name="num_episodes", type="int", default=1, kind=T, constraint="ge1", dotted="train.num_episodes"),
+    RecipeKey(name="max_epochs", type="int", default=1, kind=T, constraint="ge1", dotted="train.max_epochs"),
+    RecipeKey(name="rollout_batch_size", type="int", default=1024, kind=T, constraint="ge1", dotted="rollout.batch_size"),
+    RecipeKey(name="micro_rollout_batch_size", type="int", default=8, kind=X, constraint="ge1", dotted="rollout.micro_batch_size"),
+    RecipeKey(name="train_batch_size", type="int", default=128, kind=T, constraint="ge1", dotted="train.batch_size"),
+    RecipeKey(name="micro_train_batch_size", type="int", default=4, kind=T, constraint="ge1", dotted="train.micro_batch_size"),
+    RecipeKey(name="use_dynamic_batch", type="bool", default=False, kind=T, dotted="train.dynamic_batch_enable"),
+    RecipeKey(name="seed", type="int", default=42, kind=T, dotted="train.seed"),
+    RecipeKey(name="full_determinism", type="bool", default=False, kind=T, dotted="train.full_determinism_enable"),
     # ---- optimiser and LR schedule
-    ("actor_learning_rate", "float", 1e-6, T, False, "gt0", "actor.adam.lr"),
-    ("critic_learning_rate", "float", 9e-6, T, False, "gt0", "critic.adam.lr"),
-    ("lr_warmup_ratio", "float", 0.03, T, False, "ratio", "actor.lr_warmup_ratio"),
-    ("min_lr_ratio", "float", 0.1, T, False, "ratio", "actor.min_lr_ratio"),  # v0.11 name; v0.9.x fixes it at 0.1
-    ("lr_scheduler", "str", "cosine_with_min_lr", T, False, None, "actor.lr_scheduler"),
-    ("max_norm", "float", 1.0, T, False, "gt0", "actor.max_norm"),
-    ("l2", "float", 0.0, T, False, "ge0", "actor.adam.weight_decay"),
-    ("adam_betas", "float_pair", (0.9, 0.95), T, False, None, "actor.adam.betas"),
-    ("enable_ema", "bool", False, T, False, None, "train.enable_ema"),
-    ("ema_beta", "float", 0.992, T, False, None, "train.ema_beta"),
+    RecipeKey(name="actor_learning_rate", type="float", default=1e-6, kind=T, constraint="gt0", dotted="actor.adam.lr"),
+    RecipeKey(name="critic_learning_rate", type="float", default=9e-6, kind=T, constraint="gt0", dotted="critic.adam.lr"),
+    RecipeKey(name="lr_warmup_ratio", type="float", default=0.03, kind=T, constraint="ratio", dotted="actor.lr_warmup_ratio"),
+    RecipeKey(name="min_lr_ratio", type="float", default=0.1, kind=T, constraint="ratio", dotted="actor.min_lr_ratio"),  # v0.11 name; v0.9.x fixes it at 0.1
+    RecipeKey(name="lr_scheduler", type="str", default="cosine_with_min_lr", kind=T, dotted="actor.lr_scheduler"),
+    RecipeKey(name="max_norm", type="float", default=1.0, kind=T, constraint="gt0", dotted="actor.max_norm"),
+    RecipeKey(name="l2", type="float", default=0.0, kind=T, constraint="ge0", dotted="actor.adam.weight_decay"),
+    RecipeKey(name="adam_betas", type="float_pair", default=(0.9, 0.95), kind=T, dotted="actor.adam.betas"),
+    RecipeKey(name="enable_ema", type="bool", default=False, kind=T, dotted="train.enable_ema"),
+    RecipeKey(name="ema_beta", type="float", default=0.992, kind=T, dotted="train.ema_beta"),
     # ---- LoRA and precision
-    ("lora_rank", "int", 0, T, False, "ge0", "ds.lora.rank"),
-    ("lora_alpha", "int", 16, T, False, "ge0", "ds.lora.alpha"),
-    ("target_modules", "str_list", "all-linear", T, False, None, "ds.lora.target_modules"),
-    ("lora_dropout", "float", 0.0, T, False, "ratio", "ds.lora.dropout"),
-    ("load_in_4bit", "bool", False, T, False, None, "ds.load_in_4bit"),
-    ("param_dtype", "str", "bf16", T, False, None, "ds.param_dtype"),
-    ("bf16", "bool", False, T, False, None, None),  # flag of releases before param_dtype
-    ("grad_accum_dtype", "str", None, T, True, None, "ds.grad_accum_dtype"),
+    RecipeKey(name="lora_rank", type="int", default=0, kind=T, constraint="ge0", dotted="ds.lora.rank"),
+    RecipeKey(name="lora_alpha", type="int", default=16, kind=T, constraint="ge0", dotted="ds.lora.alpha"),
+    RecipeKey(name="target_modules", type="str_list", default="all-linear", kind=T, dotted="ds.lora.target_modules"),
+    RecipeKey(name="lora_dropout", type="float", default=0.0, kind=T, constraint="ratio", dotted="ds.lora.dropout"),
+    RecipeKey(name="load_in_4bit", type="bool", default=False, kind=T, dotted="ds.load_in_4bit"),
+    RecipeKey(name="param_dtype", type="str", default="bf16", kind=T, dotted="ds.param_dtype"),
+    RecipeKey(name="bf16", type="bool", default=False, kind=T),  # flag of releases before param_dtype
+    RecipeKey(name="grad_accum_dtype", type="str", default=None, kind=T, nullable=True, dotted="ds.grad_accum_dtype"),
     # ---- GPU layout (infrastructure)
-    ("actor_num_nodes", "int", 1, X, False, "ge1", "actor.num_nodes"),
-    ("actor_num_gpus_per_node", "int", 8, X, False, "ge1", "actor.num_gpus_per_node"),
-    ("ref_num_nodes", "int", 1, X, False, "ge1", "ref.num_nodes"),
-    ("ref_num_gpus_per_node", "int", 8, X, False, "ge1", "ref.num_gpus_per_node"),
-    ("reward_num_nodes", "int", 1, X, False, "ge1", "reward.num_nodes"),
-    ("reward_num_gpus_per_node", "int", 8, X, False, "ge1", "reward.num_gpus_per_node"),
-    ("critic_num_nodes", "int", 1, X, False, "ge1", "critic.num_nodes"),
-    ("critic_num_gpus_per_node", "int", 8, X, False, "ge1", "critic.num_gpus_per_node"),
-    ("colocate_actor_ref", "bool", False, X, False, None, "train.colocate_actor_ref"),
-    ("colocate_critic_reward", "bool", False, X, False, None, "train.colocate_critic_reward"),
-    ("colocate_all_models", "bool", False, X, False, None, "train.colocate_all"),
-    ("vllm_num_engines", "int", None, X, True, "ge0", "vllm.num_engines"),
-    ("vllm_tensor_parallel_size", "int", 1, X, False, "ge1", "vllm.tensor_parallel_size"),
-    ("vllm_gpu_memory_utilization", "float", 0.95, X, False, "ratio", "vllm.gpu_memory_utilization"),
-    ("vllm_sync_backend", "str", "nccl", X, False, None, "vllm.sync_backend"),
-    ("vllm_sync_with_ray", "bool", False, X, False, None, "vllm.sync_with_ray"),
-    ("vllm_enable_sleep", "bool", False, X, False, None, "vllm.enable_sleep"),
-    ("vllm_generate_batch_size", "int", None, X, True, "ge1", "rollout.vllm_generate_batch_size"),
-    ("enable_prefix_caching", "bool", False, X, False, None, "vllm.enable_prefix_caching"),
-    ("enforce_eager", "bool", False, X, False, None, "vllm.enforce_eager"),
-    ("async_queue_size", "int", 1, X, False, "ge1", "train.async_queue_size"),
-    ("zero_stage", "int", 2, X, False, "ge0", "ds.zero_stage"),
-    ("gradient_checkpointing", "bool", False, X, False, None, "actor.gradient_checkpointing_enable"),
-    ("gradient_checkpointing_use_reentrant", "bool", False, X, False, None, "actor.gradient_checkpointing_reentrant"),
-    ("deepcompile", "bool", False, X, False, None, "ds.deepcompile"),
-    ("zpg", "int", 1, X, False, "ge1", "ds.zpg"),
-    ("adam_offload", "bool", False, X, False, None, "ds.adam_offload"),
-    ("offload", "bool", False, X, False, None, None),  # flag of releases before 0.9
-    ("actor_init_on_gpu", "bool", False, X, False, None, None),
-    ("attn_implementation", "str", "flash_attention_2", X, False, None, "ds.attn_implementation"),
-    ("flash_attn", "bool", False, X, False, None, None),  # flag of releases before attn_implementation
-    ("use_liger_kernel", "bool", False, X, False, None, "ds.use_liger_kernel"),
-    ("overlap_comm", "bool", False, X, False, None, "ds.overlap_comm"),
-    ("disable_fast_tokenizer", "bool", False, X, False, None, "data.disable_fast_tokenizer"),
-    ("deepspeed_enable_sleep", "bool", False, X, False, None, "ds.enable_sleep"),
-    ("ds_tensor_parallel_size", "int", 1, X, False, "ge1", "ds.tensor_parallel_size"),
-    ("ring_attn_size", "int", 1, X, False, "ge1", "ds.ring_attn_size"),
-    ("ring_head_stride", "int", 1, X, False, "ge1", "ds.ring_attn_head_stride"),
-    ("packing_samples", "bool", False, X, False, None, "ds.packing_samples"),
-    ("rollout_max_tokens_per_gpu", "int", None, X, True, "ge1", "rollout.max_tokens_per_gpu"),
-    ("train_max_tokens_per_gpu", "int", 16192, X, False, "ge1", "train.max_tokens_per_gpu"),
-    ("ref_reward_offload", "bool", False, X, False, None, None),
-    ("local_rank", "int", -1, X, False, None, None),
+    RecipeKey(name="actor_num_nodes", type="int", default=1, kind=X, constraint="ge1", dotted="actor.num_nodes"),
+    RecipeKey(name="actor_num_gpus_per_node", type="int", default=8, kind=X, constraint="ge1", dotted="actor.num_gpus_per_node"),
+    RecipeKey(name="ref_num_nodes", type="int", default=1, kind=X, constraint="ge1", dotted="ref.num_nodes"),
+    RecipeKey(name="ref_num_gpus_per_node", type="int", default=8, kind=X, constraint="ge1", dotted="ref.num_gpus_per_node"),
+    RecipeKey(name="reward_num_nodes", type="int", default=1, kind=X, constraint="ge1", dotted="reward.num_nodes"),
+    RecipeKey(name="reward_num_gpus_per_node", type="int", default=8, kind=X, constraint="ge1", dotted="reward.num_gpus_per_node"),
+    RecipeKey(name="critic_num_nodes", type="int", default=1, kind=X, constraint="ge1", dotted="critic.num_nodes"),
+    RecipeKey(name="critic_num_gpus_per_node", type="int", default=8, kind=X, constraint="ge1", dotted="critic.num_gpus_per_node"),
+    RecipeKey(name="colocate_actor_ref", type="bool", default=False, kind=X, dotted="train.colocate_actor_ref"),
+    RecipeKey(name="colocate_critic_reward", type="bool", default=False, kind=X, dotted="train.colocate_critic_reward"),
+    RecipeKey(name="colocate_all_models", type="bool", default=False, kind=X, dotted="train.colocate_all"),
+    RecipeKey(name="vllm_num_engines", type="int", default=None, kind=X, nullable=True, constraint="ge0", dotted="vllm.num_engines"),
+    RecipeKey(name="vllm_tensor_parallel_size", type="int", default=1, kind=X, constraint="ge1", dotted="vllm.tensor_parallel_size"),
+    RecipeKey(name="vllm_gpu_memory_utilization", type="float", default=0.95, kind=X, constraint="ratio", dotted="vllm.gpu_memory_utilization"),
+    RecipeKey(name="vllm_sync_backend", type="str", default="nccl", kind=X, dotted="vllm.sync_backend"),
+    RecipeKey(name="vllm_sync_with_ray", type="bool", default=False, kind=X, dotted="vllm.sync_with_ray"),
+    RecipeKey(name="vllm_enable_sleep", type="bool", default=False, kind=X, dotted="vllm.enable_sleep"),
+    RecipeKey(name="vllm_generate_batch_size", type="int", default=None, kind=X, nullable=True, constraint="ge1", dotted="rollout.vllm_generate_batch_size"),
+    RecipeKey(name="enable_prefix_caching", type="bool", default=False, kind=X, dotted="vllm.enable_prefix_caching"),
+    RecipeKey(name="enforce_eager", type="bool", default=False, kind=X, dotted="vllm.enforce_eager"),
+    RecipeKey(name="async_queue_size", type="int", default=1, kind=X, constraint="ge1", dotted="train.async_queue_size"),
+    RecipeKey(name="zero_stage", type="int", default=2, kind=X, constraint="ge0", dotted="ds.zero_stage"),
+    RecipeKey(name="gradient_checkpointing", type="bool", default=False, kind=X, dotted="actor.gradient_checkpointing_enable"),
+    RecipeKey(name="gradient_checkpointing_use_reentrant", type="bool", default=False, kind=X, dotted="actor.gradient_checkpointing_reentrant"),
+    RecipeKey(name="deepcompile", type="bool", default=False, kind=X, dotted="ds.deepcompile"),
+    RecipeKey(name="zpg", type="int", default=1, kind=X, constraint="ge1", dotted="ds.zpg"),
+    RecipeKey(name="adam_offload", type="bool", default=False, kind=X, dotted="ds.adam_offload"),
+    RecipeKey(name="offload", type="bool", default=False, kind=X),  # flag of releases before 0.9
+    RecipeKey(name="actor_init_on_gpu", type="bool", default=False, kind=X),
+    RecipeKey(name="attn_implementation", type="str", default="flash_attention_2", kind=X, dotted="ds.attn_implementation"),
+    RecipeKey(name="flash_attn", type="bool", default=False, kind=X),  # flag of releases before attn_implementation
+    RecipeKey(name="use_liger_kernel", type="bool", default=False, kind=X, dotted="ds.use_liger_kernel"),
+    RecipeKey(name="overlap_comm", type="bool", default=False, kind=X, dotted="ds.overlap_comm"),
+    RecipeKey(name="disable_fast_tokenizer", type="bool", default=False, kind=X, dotted="data.disable_fast_tokenizer"),
+    RecipeKey(name="deepspeed_enable_sleep", type="bool", default=False, kind=X, dotted="ds.enable_sleep"),
+    RecipeKey(name="ds_tensor_parallel_size", type="int", default=1, kind=X, constraint="ge1", dotted="ds.tensor_parallel_size"),
+    RecipeKey(name="ring_attn_size", type="int", default=1, kind=X, constraint="ge1", dotted="ds.ring_attn_size"),
+    RecipeKey(name="ring_head_stride", type="int", default=1, kind=X, constraint="ge1", dotted="ds.ring_attn_head_stride"),
+    RecipeKey(name="packing_samples", type="bool", default=False, kind=X, dotted="ds.packing_samples"),
+    RecipeKey(name="rollout_max_tokens_per_gpu", type="int", default=None, kind=X, nullable=True, constraint="ge1", dotted="rollout.max_tokens_per_gpu"),
+    RecipeKey(name="train_max_tokens_per_gpu", type="int", default=16192, kind=X, constraint="ge1", dotted="train.max_tokens_per_gpu"),
+    RecipeKey(name="ref_reward_offload", type="bool", default=False, kind=X),
+    RecipeKey(name="local_rank", type="int", default=-1, kind=X),
     # ---- eval, checkpoints, logging (instrumentation)
-    ("eval_steps", "int", -1, I, False, "steps", "eval.steps"),
-    ("save_steps", "int", -1, I, False, "steps", "ckpt.save_steps"),
-    ("logging_steps", "int", 1, I, False, "ge1", "logger.logging_steps"),
-    ("eval_dataset", "str", None, I, True, None, "eval.dataset"),
-    ("eval_split", "str", "train", I, False, None, "eval.split"),
-    ("eval_temperature", "float", 0.6, I, False, "ge0", "eval.temperature"),
-    ("eval_n_samples_per_prompt", "int", 4, I, False, "ge1", "eval.n_samples_per_prompt"),
-    ("ckpt_path", "str", "./ckpt/checkpoints_ppo_ray", I, False, None, "ckpt.path"),
-    ("save_path", "str", "./ckpt", I, False, None, "ckpt.output_dir"),
-    ("save_hf_ckpt", "bool", False, I, False, None, "ckpt.save_hf"),
-    ("disable_ds_ckpt", "bool", False, I, False, None, "ckpt.disable_ds"),
-    ("max_ckpt_num", "int", 3, I, False, "ge1", "ckpt.max_num"),
-    ("max_ckpt_mem", "int", 100_000_000, I, False, "ge1", "ckpt.max_mem"),
-    ("load_checkpoint", "bool", False, I, False, None, "ckpt.load_enable"),
-    ("use_ds_universal_ckpt", "bool", False, I, False, None, "ds.use_universal_ckpt"),
-    ("save_value_network", "bool", False, I, False, None, "critic.save_value_network"),
-    ("use_wandb", "str", None, I, True, None, None),
-    ("wandb_org", "str", None, I, True, None, "logger.wandb.org"),
-    ("wandb_group", "str", None, I, True, None, "logger.wandb.group"),
-    ("wandb_project", "str", "openrlhf_train_ppo", I, False, None, "logger.wandb.project"),
-    ("wandb_run_name", "str", None, I, True, None, "logger.wandb.run_name"),
-    ("use_tensorboard", "str", None, I, True, None, "logger.tensorboard_dir"),
-    ("perf", "bool", False, I, False, None, None),
-    ("use_ms", "bool", False, I, False, None, None),
+    RecipeKey(name="eval_steps", type="int", default=-1, kind=I, constraint="steps", dotted="eval.steps"),
+    RecipeKey(name="save_steps", type="int", default=-1, kind=I, constraint="steps", dotted="ckpt.save_steps"),
+    RecipeKey(name="logging_steps", type="int", default=1, kind=I, constraint="ge1", dotted="logger.logging_steps"),
+    RecipeKey(name="eval_dataset", type="str", default=None, kind=I, nullable=True, dotted="eval.dataset"),
+    RecipeKey(name="eval_split", type="str", default="train", kind=I, dotted="eval.split"),
+    RecipeKey(name="eval_temperature", type="float", default=0.6, kind=I, constraint="ge0", dotted="eval.temperature"),
+    RecipeKey(name="eval_n_samples_per_prompt", type="int", default=4, kind=I, constraint="ge1", dotted="eval.n_samples_per_prompt"),
+    RecipeKey(name="ckpt_path", type="str", default="./ckpt/checkpoints_ppo_ray", kind=I, dotted="ckpt.path"),
+    RecipeKey(name="save_path", type="str", default="./ckpt", kind=I, dotted="ckpt.output_dir"),
+    RecipeKey(name="save_hf_ckpt", type="bool", default=False, kind=I, dotted="ckpt.save_hf"),
+    RecipeKey(name="disable_ds_ckpt", type="bool", default=False, kind=I, dotted="ckpt.disable_ds"),
+    RecipeKey(name="max_ckpt_num", type="int", default=3, kind=I, constraint="ge1", dotted="ckpt.max_num"),
+    RecipeKey(name="max_ckpt_mem", type="int", default=100_000_000, kind=I, constraint="ge1", dotted="ckpt.max_mem"),
+    RecipeKey(name="load_checkpoint", type="bool", default=False, kind=I, dotted="ckpt.load_enable"),
+    RecipeKey(name="use_ds_universal_ckpt", type="bool", default=False, kind=I, dotted="ds.use_universal_ckpt"),
+    RecipeKey(name="save_value_network", type="bool", default=False, kind=I, dotted="critic.save_value_network"),
+    RecipeKey(name="use_wandb", type="str", default=None, kind=I, nullable=True),
+    RecipeKey(name="wandb_org", type="str", default=None, kind=I, nullable=True, dotted="logger.wandb.org"),
+    RecipeKey(name="wandb_group", type="str", default=None, kind=I, nullable=True, dotted="logger.wandb.group"),
+    RecipeKey(name="wandb_project", type="str", default="openrlhf_train_ppo", kind=I, dotted="logger.wandb.project"),
+    RecipeKey(name="wandb_run_name", type="str", default=None, kind=I, nullable=True, dotted="logger.wandb.run_name"),
+    RecipeKey(name="use_tensorboard", type="str", default=None, kind=I, nullable=True, dotted="logger.tensorboard_dir"),
+    RecipeKey(name="perf", type="bool", default=False, kind=I),
+    RecipeKey(name="use_ms", type="bool", default=False, kind=I),
 ]
 
 # The keys the local trainer reads; it ignores the others (GPU layout, vLLM, critic, ...). It
@@ -285,16 +286,16 @@ _DOTTED_INSTRUMENTATION = ("logger.", "ckpt.")
 FLAG_VALUE = "flag_value"  # the type of a key the table does not describe: checked by the argv builder
 
 
-def _build(rows: list[tuple[str, str, Any, str, bool, str | None, str | None]]) -> dict[str, RecipeKey]:
+def _build(rows: list[RecipeKey]) -> dict[str, RecipeKey]:
     keys: dict[str, RecipeKey] = {}
     local = set(LOCAL_TRAINER_KEYS)
-    for name, type_, default, kind, nullable, constraint, dotted in rows:
+    for row in rows:
         # the table is code: a typo in it must fail at import, not as a wrong schema later
-        if name in keys or type_ not in TYPES or kind not in KINDS or constraint not in CONSTRAINTS:
-            raise ValueError(f"recipe table: bad row {name!r}")
-        if default is None and not nullable:
-            raise ValueError(f"recipe table: {name!r} has no default and is not nullable")
-        keys[name] = RecipeKey(name, type_, default, kind, nullable, constraint, dotted, name in local)
+        if row.name in keys or row.type not in TYPES or row.kind not in KINDS or row.constraint not in CONSTRAINTS:
+            raise ValueError(f"recipe table: bad row {row.name!r}")
+        if row.default is None and not row.nullable:
+            raise ValueError(f"recipe table: {row.name!r} has no default and is not nullable")
+        keys[row.name] = replace(row, local=row.name in local)
     unknown = local - set(keys)
     if unknown:
         raise ValueError(f"LOCAL_TRAINER_KEYS names no table row: {sorted(unknown)}")
@@ -397,7 +398,7 @@ def key_json_schema(key: RecipeKey) -> dict[str, Any]:
             schema["anyOf"] = [{"const": -1}, {"minimum": 1}]
     elif key.type == "float":
         low, high, low_open = {
-            "gt0": (0, None, True), "ge1": (0, None, True), "ge0": (0, None, False), "ratio": (0, 1, False),
+            "gt0": (0, None, True), "ge1": (1, None, False), "ge0": (0, None, False), "ratio": (0, 1, False),
         }.get(rule or "", (None, None, False))  # fmt: skip
         schema = json_number(low, high, low_open=low_open)
     elif key.type == "bool":
@@ -453,7 +454,7 @@ def recipe_json_schema() -> dict[str, Any]:
 # ----------------------------------------------------------------------------- per-trainer key tables
 #
 # Each trainer keeps its own key names in the recipe: OpenRLHF's argument names (the table above,
-# shared by the local trainer), TRL's GRPOConfig fields, verl's dotted Hydra paths. One
+# shared by the local trainer), or a trainer's own (its package builds its table). One
 # TrainerKeyTable per trainer says which keys a recipe for that trainer may state, with each key's
 # type, default and kind, so that the spec's validation, its defaults and the one-variable rule
 # (rlexp.core.spec.diff_against_parent) work the same way for every trainer.
@@ -472,117 +473,35 @@ class TrainerKeyTable:
     lookup: Callable[[str], RecipeKey | None]
     versions: tuple[str, ...] = ()  # the versions the keys were read from; () = any version
     model_key: str = "pretrain"  # the key naming the base model (Attempt.base_model reads it)
+    names_only_schema: bool = False  # the JSON Schema lists the keys by name only (~900 keys would bloat it)
+    schema_note: str = ""  # the rest of that schema's description: where the keys and their defaults are
 
 
-def _openrlhf_table(trainer: str) -> TrainerKeyTable:
+def openrlhf_key_table(trainer: str) -> TrainerKeyTable:
+    """OpenRLHF's argument names (the table above), the table of every trainer that reads them
+    (OpenRLHF, the local trainer: rlexp.trainers.base.TrainerRules.build_key_table's default)."""
     return TrainerKeyTable(trainer, "OpenRLHF v0.9.x argument names without the dashes", RECIPE_KEYS,
                            RECIPE_DEFAULTS, recipe_key)  # fmt: skip
 
 
-# TRL: the fields of GRPOConfig (with transformers' TrainingArguments) of the pinned release, as
-# listed by scripts/refresh-trl-fields in rlexp/core/trainers/trl_fields.py. A field's kind is
-# training unless its name says it is instrumentation (logging, eval, checkpoints, hub) or
-# infrastructure (processes, kernels, memory, the vLLM server): exempt kinds follow the same
-# exemption table as OpenRLHF's keys.
-_TRL_INSTRUMENTATION_PREFIXES = (
-    "logging_", "log_", "eval_", "save_", "hub_", "push_to_hub", "report_to", "output_dir", "run_name",
-    "project", "trackio_", "load_best_model_at_end", "metric_for_best_model", "greater_is_better",
-    "do_eval", "do_predict", "do_train", "prediction_loss_only", "per_device_eval_batch_size",
-    "num_generations_eval", "disable_tqdm", "include_", "resume_from_checkpoint", "ignore_data_skip",
-    "restore_callback_states_from_checkpoint", "num_completions_to_print", "wandb_", "skip_memory_metrics",
-    "batch_eval_metrics", "label_names", "past_index", "overwrite_output_dir", "full_determinism_",
-)
-_TRL_INFRASTRUCTURE_PREFIXES = (
-    "dataloader_", "ddp_", "fsdp", "deepspeed", "accelerator_config", "parallelism_config", "use_vllm",
-    "vllm_mode", "vllm_server_", "vllm_gpu_memory_utilization", "vllm_tensor_parallel_size",
-    "vllm_enable_sleep_mode", "vllm_model_impl", "vllm_max_model_length", "vllm_group_port",
-    "gradient_checkpointing", "torch_compile", "use_cpu", "no_cuda", "tf32", "local_rank", "tpu_",
-    "torch_empty_cache_steps", "use_liger_kernel", "liger_kernel_config", "ds3_gather_for_generation",
-    "use_transformers_paged", "use_transformers_continuous_batching", "cache_implementation",
-    "half_precision_backend", "auto_find_batch_size", "jit_mode_eval", "use_ipex", "ray_scope",
-    "debug", "hub_always_push",
-)
-_TRL_TYPES = {"int": "int", "float": "float", "bool": "bool", "str": "str", "list[str]": "str_list"}
-JSON_VALUE = "json"  # a TRL field of a composite type (a dict, a union): any YAML value, checked by TRL at launch
-
-
-def trl_kind(name: str) -> str:
-    """The kind of a GRPOConfig field for the one-variable rule (see the prefixes above)."""
-    if name.startswith(_TRL_INFRASTRUCTURE_PREFIXES):
-        return INFRASTRUCTURE
-    if name.startswith(_TRL_INSTRUMENTATION_PREFIXES):
-        return INSTRUMENTATION
-    return TRAINING
-
-
-def _trl_type(annotation: str) -> tuple[str, bool]:
-    """A field's annotation as listed ("int | None", "float", "dict | str | None") → recipe type, nullable."""
-    parts = [p.strip() for p in annotation.split("|")]
-    nullable = "None" in parts
-    parts = [p for p in parts if p != "None"]
-    if parts == ["float", "int"] or parts == ["int", "float"]:
-        return "float", nullable
-    if len(parts) == 1 and parts[0] in _TRL_TYPES:
-        return _TRL_TYPES[parts[0]], nullable
-    return JSON_VALUE, True
-
-
-def _trl_table() -> TrainerKeyTable:
-    """GRPOConfig's fields, then ModelConfig's (the model and LoRA settings of ``trl grpo``)."""
-    from rlexp.core.trainers.trl_fields import GRPO_CONFIG_FIELDS, MODEL_CONFIG_FIELDS, TRL_VERSION
-
-    keys: dict[str, RecipeKey] = {}
-    for name, annotation, default in (*GRPO_CONFIG_FIELDS, *MODEL_CONFIG_FIELDS):
-        if name in keys:  # a field both dataclasses have (GRPOConfig's is listed first)
-            continue
-        type_, nullable = _trl_type(annotation)
-        keys[name] = RecipeKey(name, type_, default, trl_kind(name), nullable or default is None)
-    return TrainerKeyTable("trl", f"TRL {TRL_VERSION} GRPOConfig and ModelConfig fields", keys,
-                           {k.name: k.default for k in keys.values()}, keys.get, (TRL_VERSION,),
-                           model_key="model_name_or_path")  # fmt: skip
-
-
-# verl: the dotted Hydra keys of the pinned release's trainer config, as listed by
-# scripts/refresh-verl-keys in rlexp/core/trainers/verl_keys.py (read from the wheel's
-# _generated_ppo_trainer.yaml). A key's kind: rlexp.core.trainers.verl.verl_kind. Float and bool and
-# str defaults type their key; an int default does not (verl's YAML writes temperature: 0 for a
-# float field), nor a list, a mapping, null or an interpolation: those keys take any value here, and
-# rlexp.backends.verl checks them against the release (numbers, lists) at plan time.
-_VERL_TYPES = {"float": "float", "bool": "bool", "str": "str"}
-
-
-def _verl_table() -> TrainerKeyTable:
-    from rlexp.core.trainers.verl import verl_kind
-    from rlexp.core.trainers.verl_keys import VERL_CONFIG_KEYS
-
-    versions = tuple(VERL_CONFIG_KEYS)
-    keys: dict[str, RecipeKey] = {}
-    for name, type_, default in VERL_CONFIG_KEYS[versions[-1]]:  # the newest listed release's keys
-        recipe_type = _VERL_TYPES.get(type_, JSON_VALUE)
-        keys[name] = RecipeKey(name, recipe_type, default, verl_kind(name), recipe_type == JSON_VALUE)
-    return TrainerKeyTable("verl", f"verl {versions[-1]} config keys (dotted Hydra paths)", keys,
-                           {k.name: k.default for k in keys.values()}, keys.get, versions,
-                           model_key="actor_rollout_ref.model.path")  # fmt: skip
-
-
-def _trainer_tables() -> dict[str, TrainerKeyTable]:
-    return {"openrlhf": _openrlhf_table("openrlhf"), "local": _openrlhf_table("local"), "trl": _trl_table()}
+JSON_VALUE = "json"  # a key of a composite type (a dict, a union): any YAML value, checked by the trainer at launch
 
 
 class _TrainerTables(dict):
-    """The tables, verl's built on first use: its ~900 keys take tens of milliseconds to import,
-    which every command (``rlexp --help`` included) would otherwise pay."""
-
-    _LAZY = {"verl": _verl_table}
+    """Each trainer's table, built on first use by its package (``rules(name).build_key_table()``,
+    rlexp.trainers): some take tens of milliseconds to import (~900 keys), which every command
+    (``rlexp --help`` included) would otherwise pay."""
 
     def __missing__(self, trainer: str) -> TrainerKeyTable:
-        if trainer not in self._LAZY:
+        from rlexp.trainers import TRAINERS, rules
+
+        if trainer not in TRAINERS:
             raise KeyError(trainer)
-        table = self[trainer] = self._LAZY[trainer]()
+        table = self[trainer] = rules(trainer).build_key_table()
         return table
 
 
-TRAINER_KEY_TABLES: dict[str, TrainerKeyTable] = _TrainerTables(_trainer_tables())
+TRAINER_KEY_TABLES: dict[str, TrainerKeyTable] = _TrainerTables()
 
 
 def key_table(trainer: str) -> TrainerKeyTable:
@@ -606,11 +525,10 @@ def recipe_kind_for(trainer: str, name: str) -> str | None:
 
 def table_json_schema(table: TrainerKeyTable) -> dict[str, Any]:
     """The JSON Schema of the ``recipe`` section for a trainer whose keys are all described
-    (TRL's GRPOConfig fields): each key with its type and default, nothing else. verl's ~900 keys
-    would make the schema file ten times larger: its keys are listed by name only."""
-    if table.trainer == "verl":
-        return {"type": "object", "description": f"{table.spelling}; unstated keys take verl's default; the "
-                "keys are rlexp/core/trainers/verl_keys.py's (types checked by rlexp plan)",
+    (TRL's GRPOConfig fields): each key with its type and default, nothing else. A table of ~900 keys
+    (``names_only_schema``) would make the schema file ten times larger: its keys are listed by name only."""
+    if table.names_only_schema:
+        return {"type": "object", "description": f"{table.spelling}; {table.schema_note}",
                 "propertyNames": {"enum": list(table.keys)}}
     properties = {}
     for name, key in table.keys.items():

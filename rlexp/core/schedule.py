@@ -98,6 +98,31 @@ class Steps:
         """How ``warmup_steps`` was computed, for messages."""
         return f"ceil({self.optimizer_steps_total:,} × {recipe.get('lr_warmup_ratio')})"
 
+    # ---- what the step checks (rlexp.core.checks.check_step_counts) ask: a trainer whose step math
+    # differs from OpenRLHF's words the findings its own way (None: the catalogue's OpenRLHF wording)
+    partial_batch_ref = "docs/plan.md#optimizer-steps-and-global-steps"  # a class attribute, not a field
+
+    def step_message(self, check_id: str, intent: int | None = None) -> str | None:
+        return None
+
+    # ---- what the LR checks (rlexp.core.checks.check_lr) ask of every trainer's step math
+    lr_unit = "optimizer"  # the steps its LR scheduler counts (a class attribute, not a field)
+
+    @property
+    def lr_steps_run(self) -> int:
+        """Scheduler steps of the run (``max_steps``: the scheduler is built with them)."""
+        return self.optimizer_steps_total
+
+    @property
+    def lr_horizon(self) -> str:
+        return f"max_steps {self.optimizer_steps_total:,}"
+
+    def lr_at(self, global_step: int) -> GlobalStepLR:
+        return lr_for_global_step(global_step, self)
+
+    def best_fraction_through(self, global_step: int) -> float:
+        return max_fraction_through(global_step, self)
+
     def eval_save_steps(self, recipe: Mapping[str, Any]) -> tuple[list[int], list[int]]:
         """Global steps with an in-run eval, and with a saved checkpoint (OpenRLHF: multiples only)."""
         total = self.global_steps_total
@@ -140,8 +165,12 @@ def _get(recipe: Mapping[str, Any], key: str, default: Any) -> Any:
 def compute_steps(
     recipe: Mapping[str, Any], pool_size: int, trainer_version: str, *, trainer: str = "openrlhf"
 ) -> Steps:
-    """Step counts for a resolved recipe (OpenRLHF v0.9.x key names) and a pool of ``pool_size``."""
-    version = LOCAL_TRAINER_VERSION if trainer == "local" else trainer_version
+    """Step counts for a resolved recipe (OpenRLHF v0.9.x key names) and a pool of ``pool_size``;
+    ``trainer`` (a name of rlexp.trainers) may fix the release's step semantics and run one process."""
+    from rlexp.trainers import rules
+
+    how = rules(trainer)
+    version = how.step_version(trainer_version)
     if pool_size < 0:
         raise ValueError(f"pool_size must be >= 0, got {pool_size}")
     n = int(_get(recipe, "n_samples_per_prompt", 1))
@@ -161,7 +190,7 @@ def compute_steps(
     actor_gpus = int(_get(recipe, "actor_num_nodes", 1)) * int(_get(recipe, "actor_num_gpus_per_node", 8))
     model_parallel = int(_get(recipe, "ring_attn_size", 1)) * int(_get(recipe, "ds_tensor_parallel_size", 1))
     dp = max(1, actor_gpus // max(1, model_parallel))
-    if trainer == "local":
+    if how.single_process:
         dp = 1
 
     prompts = min(pool_size, max_samples)

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from rlexp.core.answers import PARSE_FAILURES
+from rlexp.core.engines import engine_traits
 from rlexp.core.fields import FRACTION, MAX_SPEC_INT, check, check_keys, integer, suggest
 from rlexp.core.spec import (
     DatasetRef,
@@ -246,7 +247,7 @@ def _candidates(raw: Any, display: str, experiment_dir: Path, settings: EvalSett
         if not path.is_absolute():
             path = experiment_dir / path
         resolved: Path | str = path.resolve() if path.exists() else model
-        if settings.engine == "local" and not (isinstance(resolved, Path) and (resolved / "config.json").is_file()):
+        if getattr(engine_traits(settings.engine), "needs_local_model", False) and not (isinstance(resolved, Path) and (resolved / "config.json").is_file()):
             raise InputError(display, f"{where}.model", f"{model} is not a local model directory (config.json), "
                                                         "which the local engine needs")
         params = entry.get("params")

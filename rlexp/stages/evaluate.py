@@ -164,47 +164,10 @@ def plan_targets(att: Any, selection: dict[str, Any], only: Sequence[str] | None
 def build_engine(att: Any, base: Path | str, targets: Sequence[Target]) -> tuple[Engine, Any]:
     """The engine the spec names, serving the base and each target's adapter; plus a tokenizer
     for rendering prompts (the base model's own, so its chat template)."""
-    settings = att.eval
+    from rlexp.engines.registry import open_engine
+
     adapters = {t.name: t.adapter_path for t in targets if t.adapter_path is not None}
-    engine_name = settings.engine
-    if engine_name == "local":
-        from rlexp.engines.local import LocalEngine
-
-        if not isinstance(base, Path):
-            raise InputError(att.spec_path, "recipe.pretrain", f"{base!r} is not a local model directory")
-        engine = LocalEngine(base, adapters, batch_size=int(settings.batch_size or 64))
-        return engine, engine.tokenizer
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(str(base))
-    if engine_name == "vllm":
-        from rlexp.engines.vllm import VllmEngine
-
-        llm_kwargs = {
-            "tensor_parallel_size": settings.tensor_parallel_size,
-            "gpu_memory_utilization": settings.gpu_memory_utilization,
-        }
-        if settings.max_model_len:
-            llm_kwargs["max_model_len"] = settings.max_model_len
-        if settings.dtype:
-            llm_kwargs["dtype"] = settings.dtype
-        if settings.enforce_eager:
-            llm_kwargs["enforce_eager"] = True
-        engine = VllmEngine(str(base), adapters, max_lora_rank=int(settings.max_lora_rank), tokenizer=tokenizer,
-                            seed=int(settings.seed), max_loras=settings.max_loras, llm_kwargs=llm_kwargs)
-        return engine, tokenizer
-    if engine_name == "openai":
-        from rlexp.engines.openai import OpenAIEngine
-
-        if not settings.base_url:
-            raise InputError(att.spec_path, "eval.base_url", "the openai engine needs the server's base URL")
-        if settings.api_key_env and not os.environ.get(settings.api_key_env):
-            raise InputError(att.spec_path, "eval.api_key_env",
-                             f"names the environment variable {settings.api_key_env}, which is not set")
-        engine = OpenAIEngine(settings.base_url, settings.model or str(base), {name: name for name in adapters},
-                              api_key_env=settings.api_key_env)
-        return engine, tokenizer
-    raise InputError(att.spec_path, "eval.engine", f"unknown engine {engine_name!r} (local | vllm | openai)")
+    return open_engine(att, base, adapters)
 
 
 def engine_chunk(engine: Engine) -> int | None:

@@ -115,7 +115,9 @@ def run_g0(attempt: str | Path, samples: int | None = None, *, sop: Sop | None =
         if (last / "tokenizer_config.json").exists():
             eval_source = str(last)
     eval_tok = AutoTokenizer.from_pretrained(eval_source)
-    uses_template = att.trainer.name == "local" or bool(att.recipe.get("apply_chat_template", False))
+    from rlexp.trainers import rules as trainer_rules
+
+    uses_template = trainer_rules(att.trainer.name).uses_chat_template(att.recipe)
     train_suffix = getattr(source, "prompt_suffix", "") or ""
     primary = att.datasets.get("ood_primary")
     eval_suffix = (primary.prompt_suffix if primary is not None else att.eval.prompt_suffix) or ""

@@ -3,14 +3,9 @@
 The script is read, never run (:mod:`rlexp.core.launch_script`): its one launch command, with the
 script's own variables filled in, gives the trainer and its arguments.
 
-- **OpenRLHF**: the arguments are parsed by the named release's own ``train_ppo_ray`` parser
-  (:mod:`rlexp.backends.openrlhf_parser`, as ``rlexp plan`` does), so a flag that release does not
-  have, or a bad value, is refused as the trainer would refuse it. Each given flag becomes its recipe
-  key (the v0.9.x name, or the dotted name of a flag only newer releases have).
-- **verl**: ``key=value`` Hydra overrides become the recipe's dotted keys (values read as Hydra reads
-  them: YAML scalars and lists); ``rlexp plan`` checks them against the release's key table.
-- **TRL**: ``--field value`` arguments of a TRL script become ``GRPOConfig`` / ``ModelConfig``
-  fields; ``rlexp plan`` checks them against TRL's fields.
+Each trainer reads its own arguments (its package's ``script_args``, e.g. OpenRLHF's through the
+named release's own parser);
+``rlexp plan`` then checks them against the trainer's key table.
 
 What rlexp sets itself (output paths, the reward, the loggers) is left out and listed; a flag that
 carries a secret (an API key, a token) is left out and never written. The data the script trains
@@ -29,25 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from rlexp.errors import InputError
-from rlexp.storage.layout import FOREIGN_CHECKPOINT_DIRS, FOREIGN_CHECKPOINT_PATTERNS
-
-
-def _secret(key: str) -> bool:
-    """A key whose value would be a credential (the spec's own rule; OpenRLHF's --use_wandb takes the key)."""
-    from rlexp.core.spec import is_credential_key
-
-    return is_credential_key(key) or key.startswith("wandb")
-
-
-OPENRLHF_OWNED = ("save_path", "ckpt_path", "remote_rm_url", "use_tensorboard", "load_checkpoint", "prompt_data",
-                  "eval_dataset", "reward_pretrain")
-# what rlexp launch sets when the recipe does not (rlexp.backends.openrlhf.attempt_recipe): the same value
-# in a script is no setting of its own
-OPENRLHF_LAUNCH_DEFAULTS = {"input_key": "prompt", "label_key": "answer", "apply_chat_template": True,
-                            "save_hf_ckpt": True}
-TRL_OWNED = ("output_dir", "report_to", "logging_dir")
-DATASET_FLAGS = {"openrlhf": ("prompt_data", "eval_dataset"), "verl": ("data.train_files", "data.val_files"),
-                 "trl": ("dataset_name", "dataset_path")}
+from rlexp.storage.layout import FOREIGN_CHECKPOINT_PATTERNS
+from rlexp.trainers import names as trainer_names
+from rlexp.trainers import rules as trainer_rules
+from rlexp.trainers.launch import launcher
 
 
 @dataclass
@@ -82,14 +62,11 @@ def import_script(script: str | Path, attempt_dir: str | Path, *, version: str |
         raise InputError(spec_path, None, "already exists: import into a new attempt directory")
     experiment = attempt_dir.resolve().parent
     where = f"line {command.line}"
-    if launch.trainer == "openrlhf":
-        recipe, datasets, left_out, notes = _openrlhf(script, where, launch.args, version)
-    elif launch.trainer == "verl":
-        recipe, datasets, left_out, notes = _verl(script, where, launch.args)
-    else:
-        recipe, datasets, left_out, notes = _trl(script, where, launch.args)
+    # the launch script's trainer (rlexp.core.launch_script.launch_of) reads its own arguments
+    reader = launcher(launch.trainer).script_args()
+    recipe, datasets, left_out, notes = reader.read_args(script, where, launch.args, version)
     notes = command.notes + notes
-    if launch.trainer != "openrlhf" and version is None:
+    if version is None and not reader.CHECKS_VERSION:
         raise InputError(script, None, f"the {launch.trainer} release is not stated in the script: give it with "
                          "--version (the steps and keys depend on it)")
     trainer: dict[str, Any] = {"name": launch.trainer, "version": str(version)}
@@ -114,7 +91,7 @@ def import_script(script: str | Path, attempt_dir: str | Path, *, version: str |
         parent_stated, parent_recipe, parent_trainer, parent_datasets = _parent_of(experiment / parent)
         differs = {k: v for k, v in recipe.items() if k not in parent_recipe or not values_equal(parent_recipe[k], v)}
         missing = [k for k in parent_stated if k not in recipe
-                   and not (k in OPENRLHF_LAUNCH_DEFAULTS and OPENRLHF_LAUNCH_DEFAULTS[k] == parent_stated[k])]
+                   and not (k in reader.LAUNCH_DEFAULTS and reader.LAUNCH_DEFAULTS[k] == parent_stated[k])]
         if missing:
             notes.append(f"keys the parent states that the script does not ({', '.join(missing)}): the parent's "
                          "values are inherited")
@@ -181,161 +158,17 @@ def render(spec: dict[str, Any], script: Path, left_out: list[str], notes: list[
     return "\n".join(head) + "\n" + body
 
 
-_INT = re.compile(r"^[-+]?\d+$")
-_FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
-
-
-def _scalar(raw: str) -> Any:
-    """A command-line value as Hydra and argparse-with-types read it: 1e-6 is a float (YAML 1.1 would
-    keep it a string), true/false, null, [a, b] lists; anything else the string itself."""
-    import yaml
-
-    text = raw.strip()
-    if _INT.match(text):
-        return int(text)
-    if _FLOAT.match(text):
-        return float(text)
-    if text.lower() in ("true", "false"):
-        return text.lower() == "true"
-    if text.lower() in ("null", "none", "~"):
-        return None
-    if text.startswith("["):
-        try:
-            value = yaml.safe_load(text)
-        except yaml.YAMLError:
-            return raw
-        return [_scalar(str(v)) if isinstance(v, str) else v for v in value] if isinstance(value, list) else raw
-    return raw
-
-
-def _dataset(path: str, flag: str) -> dict[str, Any]:
-    return {"path": path, "flag": flag}
-
-
-# --- OpenRLHF --------------------------------------------------------------------------------------
-
-def _openrlhf(script: Path, where: str, args: list[str], version: str | None):
-    from rlexp.backends import openrlhf, openrlhf_parser
-
-    if version is None:
-        raise InputError(script, None, "the OpenRLHF release is not stated in the script: give it with --version "
-                         f"(one of {', '.join(openrlhf.known_versions())}); its parser reads the flags")
-    version = openrlhf.check_version(version, script)
-    try:
-        parser = openrlhf_parser.load_release_parser(version)
-    except openrlhf_parser.ReleaseError as exc:
-        raise InputError(None, "--version", f"OpenRLHF {version}'s parser is not here ({exc}); run "
-                         f"{openrlhf_parser.FETCH_SCRIPT}") from None
-    try:
-        parsed = parser.parse(args, post_parse=False)
-    except openrlhf_parser.Rejected as exc:
-        raise InputError(script, where, f"OpenRLHF {version}'s parser refuses the command: {exc}") from None
-    table = openrlhf.load_flag_table(version)
-    reverse = {f"--{dotted}": key for key, dotted in openrlhf.DOTTED_NAMES.items()}
-    for key, names in openrlhf.SPLIT_NAMES.items():
-        for name in names:
-            reverse[f"--{name}"] = key
-    by_flag = {option: action for action in parser.parser._actions for option in action.option_strings}
-    recipe: dict[str, Any] = {}
-    datasets: dict[str, dict[str, Any]] = {}
-    left_out: list[str] = []
-    notes: list[str] = []
-    for token in args:
-        if not token.startswith("--"):
-            continue
-        flag = token.split("=", 1)[0]
-        action = by_flag.get(flag)
-        if action is None:  # an abbreviation argparse accepted: name the flag in full
-            raise InputError(script, where, f"{flag}: write the flag in full (argparse took it as an abbreviation)")
-        key = reverse.get(flag, flag[2:])
-        if "." in key and table.dialect == "underscore":
-            key = flag[2:]
-        value = getattr(parsed.args, action.dest)
-        if _secret(key):
-            left_out.append(key)
-            continue
-        if key in ("prompt_data", "eval_dataset"):
-            role = "pool" if key == "prompt_data" else "ood_monitor"
-            datasets[role] = _dataset(str(value), flag)
-            continue
-        if key in OPENRLHF_OWNED:
-            left_out.append(key)
-            continue
-        if key in OPENRLHF_LAUNCH_DEFAULTS and OPENRLHF_LAUNCH_DEFAULTS[key] == value:
-            continue  # what rlexp launch passes anyway
-        recipe[key] = list(value) if isinstance(value, tuple) else value
-    if "pool" not in datasets:
-        raise InputError(script, where, "no --prompt_data: the data the run trains on is needed for its steps")
-    if parsed.printed:
-        notes += parsed.printed
-    return recipe, datasets, left_out, notes
-
-
-# --- verl ------------------------------------------------------------------------------------------
-
-def _verl(script: Path, where: str, args: list[str]):
-    from rlexp.backends.verl import MANAGED_KEYS
-
-    recipe: dict[str, Any] = {}
-    datasets: dict[str, dict[str, Any]] = {}
-    left_out: list[str] = []
-    for token in args:
-        key, eq, raw = token.lstrip("+").partition("=")
-        if not eq or not re.match(r"^[A-Za-z_][\w.]*$", key):
-            raise InputError(script, where, f"{token!r}: not a Hydra override key=value")
-        value = _scalar(raw) if raw else ""
-        if _secret(key):
-            left_out.append(key)
-        elif key in ("data.train_files", "data.val_files"):
-            role = "pool" if key == "data.train_files" else "ood_monitor"
-            datasets[role] = _dataset(value[0] if isinstance(value, list) and len(value) == 1 else str(value), key)
-        elif key in MANAGED_KEYS or key == "trainer.logger":
-            left_out.append(key)
-        else:
-            recipe[key] = value
-    if "pool" not in datasets:
-        raise InputError(script, where, "no data.train_files: the data the run trains on is needed for its steps")
-    return recipe, datasets, left_out, []
-
-
-# --- TRL -------------------------------------------------------------------------------------------
-
-def _trl(script: Path, where: str, args: list[str]):
-    recipe: dict[str, Any] = {}
-    datasets: dict[str, dict[str, Any]] = {}
-    left_out: list[str] = []
-    i = 0
-    while i < len(args):
-        token = args[i]
-        if not token.startswith("--"):
-            raise InputError(script, where, f"{token!r}: expected --field value")
-        key, eq, raw = token[2:].partition("=")
-        if not eq:
-            if i + 1 < len(args) and not args[i + 1].startswith("--"):
-                raw = args[i + 1]
-                i += 1
-            else:
-                raw = "true"
-        i += 1
-        value = _scalar(raw)
-        key = key.replace("-", "_")
-        if _secret(key):
-            left_out.append(key)
-        elif key in DATASET_FLAGS["trl"]:
-            datasets["pool"] = _dataset(str(value), f"--{key}")
-        elif key in TRL_OWNED:
-            left_out.append(key)
-        else:
-            recipe[key] = value
-    if "pool" not in datasets:
-        raise InputError(script, where, "no --dataset_name: the data the run trains on is needed for its steps")
-    return recipe, datasets, left_out, []
-
-
 # --- an existing run's logs and checkpoints --------------------------------------------------------
 
-# inside a verl checkpoint, where the weights rlexp can evaluate are
-_VERL_INNER = ("actor/lora_adapter", "actor/huggingface", "actor")
+def _checkpoint_layouts() -> tuple[list[re.Pattern[str]], list[str]]:
+    """Every trainer's checkpoint folder names (``global_step{N}_hf``, ``checkpoint-{N}``, ...) and the
+    folders inside one where its weights may be (rlexp.trainers: ``checkpoint_dirs``, ``weights_inside``)."""
+    patterns: dict[str, None] = {}
+    inside: dict[str, None] = {}
+    for name in trainer_names():
+        patterns.update(dict.fromkeys(trainer_rules(name).checkpoint_dirs))
+        inside.update(dict.fromkeys(trainer_rules(name).weights_inside))
+    return [re.compile(p) for p in patterns], list(inside)
 
 
 @dataclass
@@ -353,12 +186,13 @@ def find_checkpoints(root: Path) -> dict[int, Path]:
     by each trainer's folder names; a folder without weights (no ``adapter_config.json`` nor
     ``config.json``) is not a checkpoint rlexp can evaluate and is left out."""
     found: dict[int, Path] = {}
+    patterns, inside = _checkpoint_layouts()
     for child in sorted(p for p in root.iterdir() if p.is_dir()):
-        for pattern in FOREIGN_CHECKPOINT_DIRS:
+        for pattern in patterns:
             m = pattern.fullmatch(child.name)
             if not m:
                 continue
-            candidates = [child] + [child / inner for inner in _VERL_INNER]
+            candidates = [child] + [child / inner for inner in inside]
             weights = next((c for c in candidates if (c / "adapter_config.json").is_file()
                             or (c / "config.json").is_file()), None)
             if weights is not None and int(m.group(1)) not in found:
@@ -390,7 +224,7 @@ def import_run(attempt_dir: str | Path, *, logs: str | Path | None = None, log_f
     if logs is not None:
         if ad.metrics.exists():
             raise InputError(ad.metrics, None, "already exists: this attempt has metrics; import into a new attempt")
-        read = read_log(logs, att.trainer.name if att.trainer.name != "local" else "local", log_format)
+        read = read_log(logs, trainer_rules(att.trainer.name).log_trainer, log_format)
         runs = [r for r in read.runs if r.rows]
         if len(runs) > 1:
             starts = ", ".join(f"line {r.first_line} (steps {r.steps[0]}..{r.steps[-1]})" for r in runs)

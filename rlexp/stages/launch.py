@@ -30,15 +30,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlexp import trainers as _trainers
+from rlexp.backends import registry as _backends
 from rlexp.errors import CheckFailed, InputError
 from rlexp.storage.layout import AttemptDir
+from rlexp.trainers.launch import launcher
 
-BACKENDS = ("local", "process", "ray")
-METRICS_SOURCES = ("stdout", "tensorboard", "verl")  # verl: its file logger's JSONL (the only one for verl)
-LOCAL_TRAINER_MODULE = "rlexp.backends.local_trainer"
-# an attempt with an environment task (rlexp.core.spec.EnvironmentSettings): the same trainer,
-# entered through the module that adds episodes, the agent mask and GSPO (docs/environments.md)
-ENV_TRAINER_MODULE = "rlexp.backends.env_trainer"
+BACKENDS = tuple(_backends.BACKENDS)  # the registry rlexp.backends.registry
+METRICS_SOURCES = _trainers.metrics_sources()  # every trainer's (rlexp.trainers.metrics_sources)
 
 
 @dataclass(frozen=True)
@@ -117,8 +116,8 @@ class Prepared:
     resume_step: int = 0  # --resume: the checkpoint it continues from (0: none, it starts over)
     keep_metrics: bool = False  # a re-attach to a live job: its metrics.jsonl is not cut
     files: dict[Path, str] = field(default_factory=dict)  # generated files to write (TRL's training script)
-    adapters: dict[Path, str] = field(default_factory=dict)  # of those, the ones a dry run writes too
-    verl: Any = None  # rlexp.backends.verl.VerlLaunch for trainer verl: datasets, reward file, environment
+    adapters: dict[Path, str] = field(default_factory=dict)  # of those, the ones a dry run writes too (environment adapters)
+    built: Any = None  # rlexp.trainers.launch.LaunchPlan: the trainer's argv, files and environment
 
 
 def load_plan(att, *, write: bool = True) -> dict[str, Any]:
@@ -146,39 +145,29 @@ def load_plan(att, *, write: bool = True) -> dict[str, Any]:
 
 
 
-def _default_backend(att, ray_address: str | None) -> str:
-    if ray_address:
-        return "ray"
-    return "local" if att.trainer.name == "local" else "process"
-
-
 def prepare(attempt: Path, *, backend: str | None = None, ray_address: str | None = None, resume: bool = False,
             force: bool = False, reason: str | None = None, dry_run: bool = False,
             metrics_source: str | None = None) -> Prepared:
     """Decide everything (argv, paths, plan verdict) and check what can be checked; write nothing
-    except a missing plan.json (not in a dry run).
+    except a missing plan.json (not in a dry run). The trainer (rlexp.trainers) builds its argv,
+    files and follower; the backend (rlexp.backends.registry) runs them.
 
-    ``metrics_source`` None: "stdout" for a new launch; a resume reuses the original launch's
+    ``metrics_source`` None: the trainer's first for a new launch; a resume reuses the original launch's
     (``launch/argv.json``, else ``launch/state.json``) and refuses a different one."""
-    from rlexp.backends import openrlhf
+    from rlexp.backends.registry import backend as backend_named
+    from rlexp.backends.registry import default_backend
     from rlexp.core.spec import load_attempt
 
     att = load_attempt(attempt)
     attempt_dir = Path(att.attempt_dir)
-    backend = backend or _default_backend(att, ray_address)
-    if backend not in BACKENDS:
-        raise InputError(None, "--backend", f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
-    if backend == "local" and att.trainer.name != "local":
-        raise InputError(att.spec_path, "trainer.name", "the local backend runs only trainer name: local")
-    if backend == "process" and att.trainer.name == "local":
-        raise InputError(att.spec_path, "trainer.name", "trainer 'local' runs on the local or the ray backend")
-    if backend == "ray" and att.trainer.name == "trl":
-        raise InputError(att.spec_path, "trainer.name", "trainer 'trl' runs on the process backend (the generated "
-                                                        "script in .venv-trl); the Ray path is OpenRLHF's")
-    if backend == "ray" and not ray_address:
-        raise InputError(None, "--ray-address", "the ray backend needs --ray-address http://HOST:8265")
-    if backend == "ray" and not dry_run:
-        openrlhf.check_ray_dashboard(ray_address)  # before plan.json: a dead cluster writes nothing
+    trainer = launcher(att.trainer.name)
+    rules = trainer.rules
+    backend = backend or default_backend(rules.backends, ray_address)
+    runner = backend_named(backend)
+    if backend not in rules.backends:
+        raise InputError(att.spec_path, "trainer.name", f"trainer {rules.name!r} runs on the "
+                         f"{' or the '.join(rules.backends)} backend{rules.backend_note}")
+    runner.check(ray_address, dry_run=dry_run)
     resume_rows: list[dict[str, Any]] = []
     if resume:
         metrics_source = _resume_metrics_source(attempt_dir, metrics_source)
@@ -186,20 +175,12 @@ def prepare(attempt: Path, *, backend: str | None = None, ray_address: str | Non
         from rlexp.adapters.ingest import metrics_resume_point
 
         resume_rows = metrics_resume_point(AttemptDir(attempt_dir).metrics)
-    if att.trainer.name == "trl":  # TRL logs through transformers' TensorBoard callback
-        if metrics_source not in (None, "tensorboard"):
-            raise InputError(None, "--metrics-source", "trainer trl is followed through its TensorBoard events")
-        metrics_source = "tensorboard"
-    metrics_source = metrics_source or ("verl" if att.trainer.name == "verl" else "stdout")
-    if (metrics_source == "verl") != (att.trainer.name == "verl"):
-        raise InputError(None, "--metrics-source", "verl's metrics come from its file logger (--metrics-source "
-                         "verl), and only verl's")
+    metrics_source = metrics_source or rules.metrics_sources[0]
     if metrics_source not in METRICS_SOURCES:
         raise InputError(None, "--metrics-source", f"unknown source {metrics_source!r}; expected one of "
                          f"{', '.join(METRICS_SOURCES)}")
-    if att.trainer.name == "local" and metrics_source != "stdout":
-        raise InputError(None, "--metrics-source", "the local trainer writes metrics.jsonl itself; "
-                         "--metrics-source is for the OpenRLHF backends (process, ray)")
+    if metrics_source not in rules.metrics_sources:
+        raise InputError(None, "--metrics-source", rules.metrics_source_note)
 
     plan = load_plan(att, write=not dry_run)
     from rlexp.stages.plan import error_checks
@@ -210,106 +191,32 @@ def prepare(attempt: Path, *, backend: str | None = None, ray_address: str | Non
         raise CheckFailed(f"plan has {len(errors)} error check(s), first {first.get('name', '?')}: "
                           f"{first.get('rule', '')} (fix the spec, or --force --reason \"...\")")
 
-    state = AttemptDir(attempt_dir).read_state()
-    if AttemptDir(attempt_dir).is_running(state or {}):
-        raise InputError(AttemptDir(attempt_dir).state, "state",
-                         f"already running (pid {state.get('pid')}); stop it first")
-    reattach = None  # ray: a submission of this attempt that is still alive (re-attached to on --resume)
-    if backend == "ray" and not dry_run:
-        from rlexp.backends import ray_jobs
-
-        reattach = ray_jobs.live_submission(state, ray_address, resume=resume, state_path=AttemptDir(attempt_dir).state)
+    ad = AttemptDir(attempt_dir)
+    state = ad.read_state()
+    if ad.is_running(state or {}):
+        raise InputError(ad.state, "state", f"already running (pid {state.get('pid')}); stop it first")
+    # a run of this attempt that is still alive (a Ray job): re-attached to on --resume
+    reattach = None if dry_run else runner.live_submission(state, ray_address, resume=resume, state_path=ad.state)
     if reattach is not None:
         return Prepared(attempt=att, attempt_dir=attempt_dir, backend=backend, argv=_saved_argv(attempt_dir),
                         resume=resume, force_reason=reason if force else None, plan=plan, reward_file=None,
                         suffixed={}, dropped=(), ray_address=ray_address, submission_id=reattach.submission_id,
                         metrics_source=metrics_source, ray_job=reattach, keep_metrics=True,
                         resume_step=max((r["global_step"] for r in resume_rows), default=0))
-    resume_step = 0
-    if resume and att.trainer.name == "verl":  # verl resumes itself (resume_mode auto) from its latest save
-        resume_step = AttemptDir(attempt_dir).latest_verl_checkpoint() or 0
-    elif resume:
-        latest = AttemptDir(attempt_dir).latest_resume_state(att.trainer.name)
-        if latest is not None:
-            resume_step = latest[0]
-        elif att.trainer.name != "local" and att.recipe.get("disable_ds_ckpt"):
-            # OpenRLHF keeps no resumable state at all: --resume would always start over
-            raise InputError(AttemptDir(attempt_dir).resume_state_dir(att.trainer.name), None,
-                             "no checkpoint to resume from (recipe.disable_ds_ckpt is set: OpenRLHF keeps no "
-                             "resumable state)")
-        # else: killed before its first checkpoint; the resume starts over from step 0
-    if not resume and AttemptDir(attempt_dir).has_metrics():
-        raise InputError(AttemptDir(attempt_dir).metrics, None, "attempt already has training metrics; "
+    resume_step = trainer.resume_step(att, ad) if resume else 0
+    if not resume and ad.has_metrics():
+        raise InputError(ad.metrics, None, "attempt already has training metrics; "
                          "use --resume to continue it, or a new attempt to start over")
 
-    reward_file = None
-    submission_id = None
-    suffixed: dict[str, tuple[Path, Path, str]] = {}
-    dropped: tuple[str, ...] = ()
-    ray_job = None
-    files: dict[Path, str] = {}
-    adapters: dict[Path, str] = {}
-    verl_launch = None
-    if att.trainer.name == "trl":
-        from rlexp.backends.trl import prepare_launch
-
-        built_trl = prepare_launch(att, AttemptDir(attempt_dir), resume=resume, must_exist=not dry_run)
-        argv, files = built_trl.argv, {built_trl.script: built_trl.script_text, **built_trl.adapters}
-        adapters = built_trl.adapters
-    elif att.trainer.name == "verl":
-        from rlexp.backends import verl
-
-        verl_launch = verl.prepare_launch(att, resume=resume, must_exist=not dry_run)
-        if getattr(att, "environment", None) is not None:  # hook (issue 25): the generated agent loop
-            from rlexp.backends import agent_verl
-
-            verl_launch, agent_files = agent_verl.launch_files(att, verl_launch, AttemptDir(attempt_dir).agent_loop_dir)
-            files.update(agent_files)
-        argv, reward_file = verl_launch.argv, verl_launch.reward_file
-    elif att.trainer.name == "local":
-        # absolute: a Ray job runs in the head's working directory; sys.executable: the Python
-        # that has rlexp and the trainer's stack (docs/launch.md, "The job's Python")
-        module = LOCAL_TRAINER_MODULE if getattr(att, "environment", None) is None else ENV_TRAINER_MODULE
-        argv = [sys.executable, "-m", module, str(attempt_dir.resolve())] + (
-            ["--resume"] if resume else [])
-    else:
-        ad = AttemptDir(attempt_dir)
-        reward_file = ad.reward_func
-        prompt_data, suffixed = _training_data(att, ad, must_exist=not dry_run)
-        monitor = att.datasets.get("ood_monitor")
-        eval_dataset = None
-        if monitor is not None and monitor.path is not None:
-            eval_dataset = str(suffixed["ood_monitor"][1]) if "ood_monitor" in suffixed else str(monitor.path)
-        paths = openrlhf.AttemptPaths(
-            pretrain=str(att.base_model()),
-            prompt_data=prompt_data,
-            eval_dataset=eval_dataset,
-            save_path=ad.final_model,
-            ckpt_path=ad.checkpoints_dir,
-            reward_file=reward_file,
-            tensorboard_dir=ad.tensorboard,
-        )
-        recipe = openrlhf.attempt_recipe(_stated_recipe(att, openrlhf), paths, resume=resume)
-        if getattr(att, "environment", None) is not None:  # hook (issue 25): the agent file replaces the reward file
-            from rlexp.backends import agent_openrlhf
-
-            recipe, agent_files = agent_openrlhf.launch_files(att, recipe, ad.agent_func)
-            files.update(agent_files)
-            reward_file = None
-        built = openrlhf.build_train_argv(recipe, att.trainer.version, spec_file=att.display_path or att.spec_path)
-        argv, dropped = built.argv, built.dropped
-    if backend == "ray":
-        from rlexp.backends import ray_jobs
-
-        ray_job = ray_jobs.plan_job(att.id, attempt_dir.resolve(), argv, ray_address,
-                                    local_trainer=att.trainer.name == "local", resume=resume,
-                                    env=verl_launch.env if verl_launch is not None else None)
-        submission_id, argv = ray_job.submission_id, ray_job.display_argv()
+    built = trainer.prepare(att, ad, resume=resume, must_exist=not dry_run)
+    argv, job, submission_id = runner.plan(att.id, attempt_dir.resolve(), built.argv, ray_address,
+                                           forward_env=rules.runs_rlexp_python, resume=resume, env=built.env)
     return Prepared(attempt=att, attempt_dir=attempt_dir, backend=backend, argv=argv, resume=resume,
-                    force_reason=reason if force else None, plan=plan, reward_file=reward_file,
-                    suffixed=suffixed, dropped=dropped, ray_address=ray_address, submission_id=submission_id,
-                    metrics_source=metrics_source, ray_job=ray_job, resume_step=resume_step, files=files,
-                    adapters=adapters, verl=verl_launch)
+                    force_reason=reason if force else None, plan=plan, reward_file=built.reward_file,
+                    suffixed=built.suffixed, dropped=built.dropped, ray_address=ray_address,
+                    submission_id=submission_id, metrics_source=metrics_source, ray_job=job,
+                    resume_step=resume_step, files={**built.files, **built.adapters}, adapters=built.adapters,
+                    built=built)
 
 
 def _saved_argv(attempt_dir: Path) -> list[str]:
@@ -319,36 +226,6 @@ def _saved_argv(attempt_dir: Path) -> list[str]:
     path = AttemptDir(attempt_dir).argv
     doc = read_json(path) if path.exists() else None
     return list(doc.get("argv") or []) if isinstance(doc, dict) else []
-
-
-def _stated_recipe(att, openrlhf) -> dict[str, Any]:
-    """The keys some spec in the chain states (the trainer's own defaults cover the rest).
-
-    What a release lacks is the builder's business (:func:`openrlhf.build_train_argv`): a
-    planning-only key or ``min_lr_ratio`` 0.1 on v0.9.x is left out with a note, anything else is
-    an error naming the key.
-    """
-    return dict(getattr(att, "recipe_stated", None) or att.recipe)
-
-
-
-def _training_data(att, ad: AttemptDir, must_exist: bool = True) -> tuple[str, dict[str, tuple[Path, Path, str]]]:
-    """The pool path for ``--prompt_data``. Prompts are stored without their suffix (the spec
-    holds it), and OpenRLHF ignores ``--input_template`` under ``--apply_chat_template``, so a
-    suffixed copy is written under ``launch/data/`` when a suffix is set — the hand-made
-    ``*_boxed.jsonl`` copies of a real campaign, made reproducible."""
-    pool = att.datasets.get("pool")
-    if pool is None or pool.path is None:
-        raise InputError(att.spec_path, "datasets.pool.path", "required to launch training")
-    if must_exist and not pool.path.exists():
-        raise InputError(pool.path, None, "training pool file not found")
-    suffixed = {}
-    for role in ("pool", "ood_monitor"):
-        ref = att.datasets.get(role)
-        if ref is not None and ref.path is not None and ref.prompt_suffix:
-            suffixed[role] = (ref.path, ad.derived_dataset(ref.path), ref.prompt_suffix)
-    prompt_data = str(suffixed["pool"][1]) if "pool" in suffixed else str(pool.path)
-    return prompt_data, suffixed
 
 
 def _resume_metrics_source(attempt_dir: Path, asked: str | None) -> str | None:
@@ -406,17 +283,9 @@ def write_launch_files(p: Prepared) -> None:
             record["prompt"] = str(record.get("prompt", "")) + suffix
             lines.append(json.dumps(record, ensure_ascii=False))
         atomic_write_text(target, "\n".join(lines) + "\n")
-    if p.verl is not None:  # verl reads its own row format and calls compute_score
-        from rlexp.backends.reward_template import write_verl_reward_file
-        from rlexp.backends.verl import write_verl_dataset
-
-        for source, target, suffix, data_source in p.verl.datasets:
-            write_verl_dataset(source, target, suffix, data_source)
-        write_verl_reward_file(p.reward_file)
-    elif p.reward_file is not None:
-        from rlexp.backends.reward_template import write_reward_file
-
-        write_reward_file(p.reward_file)
+    trainer = launcher(p.attempt.trainer.name)
+    if p.built is not None:
+        trainer.write_files(p.built)  # its reward function (and what else its launch writes)
     for path, text in p.files.items():
         atomic_write_text(path, text)
     argv = [provenance.scrub(a) for a in p.argv]
@@ -445,10 +314,7 @@ def write_launch_files(p: Prepared) -> None:
         from rlexp.storage.files import sha256_text
 
         extra["reward_parser_sha256"] = sha256_text(answers_source())
-    if att.trainer.name == "trl":  # TRL runs in .venv-trl, whose versions the main venv cannot see
-        from rlexp.core.trainers.trl_fields import TRANSFORMERS_VERSION, TRL_VERSION
-
-        extra["trl_venv"] = {"python": p.argv[0], "trl": TRL_VERSION, "transformers": TRANSFORMERS_VERSION}
+    extra.update(trainer.provenance_extra(p.argv))
     if p.ray_address:
         extra["ray_address"] = p.ray_address
     if p.ray_job is not None:
@@ -535,37 +401,31 @@ def run(p: Prepared, *, tracking_uri: str | None = None, follow: bool = True, po
 
     from rlexp.adapters import ingest, monitor, provenance
     from rlexp.backends import process
+    from rlexp.backends.registry import backend as backend_named
 
     attempt_dir = p.attempt_dir
     ad = AttemptDir(attempt_dir)
     live = _live_logger(attempt_dir, tracking_uri)
     base = {"pid": None, "launcher_pid": os.getpid() if follow else None, "backend": p.backend,
             "resume": p.resume, "metrics_source": p.metrics_source, "force_reason": p.force_reason}
-    if p.backend == "ray":
-        # a Ray job, through the Job API: it outlives this process (a SIGKILL here leaves it
-        # running; --resume re-attaches); its status, exit code and stop come from the cluster
-        from rlexp.backends import ray_jobs
+    runner = backend_named(p.backend)
 
-        def record(fields: dict[str, Any]) -> None:
-            base.update(fields)
-            write_state(attempt_dir, "running", **base, reason=None)
+    def record(fields: dict[str, Any]) -> None:  # what state.json must hold before the run exists (a Ray job)
+        base.update(fields)
+        write_state(attempt_dir, "running", **base, reason=None)
 
-        previous_state = AttemptDir(attempt_dir).read_state() or {}
-        try:
-            proc = ray_jobs.open_run(p.ray_job, log_path=ad.stdout_log, record=record,
-                                     log_start=previous_state.get("ray_log_start") if p.ray_job.reattach else None)
-        except InputError as exc:  # the cluster refused the job: nothing runs, say so in state.json
-            write_state(attempt_dir, "failed", **base, exit_code=None, reason=exc.one_line())
-            raise
-    else:
-        # following: the child dies with us (SIGTERM -> it saves its step), so a killed launcher never
-        # leaves an unwatched trainer behind; --no-follow: the child outlives us by design
-        env = {**os.environ, **p.verl.env} if p.verl is not None else None  # verl: its file logger's path
-        proc = process.start(p.argv, log_path=ad.stdout_log, cwd=attempt_dir, env=env, die_with_parent=follow)
-        base["pid"] = proc.pid
+    previous_state = AttemptDir(attempt_dir).read_state() or {}
+    try:
+        proc = runner.start(p.argv, p.ray_job, log_path=ad.stdout_log, cwd=attempt_dir,
+                            env=p.built.env if p.built is not None else None, follow=follow,
+                            log_start=previous_state.get("ray_log_start"), record=record)
+    except InputError as exc:  # the cluster refused the job: nothing runs, say so in state.json
+        write_state(attempt_dir, "failed", **base, exit_code=None, reason=exc.one_line())
+        raise
+    base.update(runner.state_fields(proc))
 
     def stop_child() -> int:
-        return proc.stop() if p.backend == "ray" else process.stop(proc)
+        return proc.stop()
     write_state(attempt_dir, "running", **base, reason=None)
     if not follow:
         return {"state": "running", "pid": proc.pid, "backend": p.backend, "attempt": p.attempt.id}
@@ -624,7 +484,7 @@ def run(p: Prepared, *, tracking_uri: str | None = None, follow: bool = True, po
             signal.signal(signum, handler)
     code = proc.wait()
     ended = f"trainer {process.describe_exit(code)}"
-    job_end = proc.view() if p.backend == "ray" else None  # the Job API's word on how the job ended
+    job_end = proc.view()  # a Ray job: the Job API's word on how the job ended (a process: None)
     if job_end is not None:
         code = job_end.exit_code  # the trainer's own code; Ray records none for a stopped job
         ended = job_end.summary() if code is None else f"trainer exit code {code} ({job_end.summary()})"
@@ -662,19 +522,8 @@ def run(p: Prepared, *, tracking_uri: str | None = None, follow: bool = True, po
 
 
 def _follower(p: Prepared, ad: AttemptDir) -> Any:
-    """The reader of the run's metrics, by trainer and metrics source."""
-    from rlexp.adapters import ingest
-
-    if p.attempt.trainer.name == "local":  # local or ray backend
-        # the local trainer writes metrics.jsonl itself; rows up to the resume point are known
-        return ingest.MetricsFileFollower(ad.metrics, after_step=p.resume_step if p.resume else 0)
-    if p.metrics_source == "verl":  # verl's file logger, one JSON line per step
-        return ingest.MetricsFollower("verl", ad.verl_metrics, ad.metrics)
-    if p.attempt.trainer.name == "trl":  # transformers' TensorBoard callback; TRL's names mapped
-        return ingest.MetricsFollower("tensorboard", ad.tensorboard, ad.metrics, trainer="trl")
-    if p.metrics_source == "tensorboard":  # the argv logs scalars there (attempt_recipe: use_tensorboard)
-        return ingest.MetricsFollower("tensorboard", ad.tensorboard, ad.metrics)
-    return ingest.MetricsFollower("stdout", ad.stdout_log, ad.metrics)
+    """The reader of the run's metrics: the trainer's, for the launch's metrics source."""
+    return launcher(p.attempt.trainer.name).follower(ad, p.metrics_source, resume_step=p.resume_step if p.resume else 0)
 
 
 class _Live:

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 from rlexp.core.numbers import jsonable
 from rlexp.core.plan import PLAN_FORMAT, PlanResult, error_checks  # noqa: F401  (re-exported)
 from rlexp.core.schedule import milestone_steps
+from rlexp.trainers import rules as trainer_rules
+from rlexp.trainers.launch import launcher
 
 if TYPE_CHECKING:
     from rlexp.core.spec import Attempt
@@ -41,20 +43,16 @@ def check_datasets(att: Attempt) -> None:
     for role, ref in att.datasets.items():
         if ref.path is None or not ref.exists:
             continue
-        keys = {}
-        if role in TRAINER_GRADED_ROLES and att.trainer.name != "local":
-            keys = {"prompt_key": str(att.recipe.get("input_key") or "prompt"),
-                    "answer_key": str(att.recipe.get("label_key") or "answer")}
+        keys = trainer_rules(att.trainer.name).recipe_reads(att.recipe, role) if role in TRAINER_GRADED_ROLES else {}
         check_dataset_rows(ref.path, **keys)
 
 
 def build_plan(att: Attempt) -> dict[str, Any]:
     """The plan of an attempt as a JSON-ready dict (what ``plan.json`` holds)."""
     check_datasets(att)
-    if att.trainer.name == "verl":  # verl counts its own way: rlexp.core.trainers.verl
-        from rlexp.stages.plan_verl import build_verl_plan
-
-        return build_verl_plan(att)
+    own = launcher(att.trainer.name).own_plan(att, PLAN_FORMAT)
+    if own is not None:  # a trainer that counts its own way writes its own plan (TrainerLaunch.own_plan)
+        return own
     from rlexp.core.checks import gpu_layout, preflight, primary_power, steps_for
     from rlexp.core.power import power_report
     from rlexp.core.schedule import checkpoint_plan, lr_for_global_step, lr_rows_for_plan
@@ -74,7 +72,7 @@ def build_plan(att: Attempt) -> dict[str, Any]:
     monitor_power = (
         power_report(monitor.size, att.baseline.discordance).as_dict() if monitor and monitor.size else None
     )
-    layout = gpu_layout(att.recipe) if att.trainer.name == "openrlhf" else None
+    layout = gpu_layout(att.recipe) if trainer_rules(att.trainer.name).gpu_layout else None
     trainer_plan = trainer_details(att, steps)
     power_json: dict[str, Any] = (
         power.as_dict() if power else {"mde_pp": None, "power_at_win_threshold": None, "n": None}
@@ -174,12 +172,16 @@ def environment_plan(att: Attempt) -> dict[str, Any]:
     out["judge_model"] = env.judge.get("model") if env.reward.get("judge") else None
     if env.loss == "gspo":
         mapped: dict[str, Any] = {}
-        trainers = [("openrlhf", att.trainer.version), ("verl", None), ("trl", None)]
-        if att.trainer.name != "local":
-            trainers = [(att.trainer.name, att.trainer.version)]
-        for name, version in trainers:
+        from rlexp.trainers import names as trainer_names
+        from rlexp.trainers import rules as trainer_rules
+
+        # a trainer with an agent interface: its own settings; the local trainer (whose release numbers
+        # are OpenRLHF's): how each of those trainers would take the same GSPO
+        trainers = ([att.trainer.name] if trainer_rules(att.trainer.name).agent_api_since is not None
+                    else [n for n in trainer_names() if trainer_rules(n).agent_api_since is not None])
+        for name in trainers:
             try:
-                mapped[name] = gspo_trainer_settings(name, version, eps_low=env.gspo_eps_low,
+                mapped[name] = gspo_trainer_settings(name, att.trainer.version, eps_low=env.gspo_eps_low,
                                                      eps_high=env.gspo_eps_high)  # fmt: skip
             except ValueError as exc:
                 mapped[name] = {"unavailable": str(exc)}
@@ -191,17 +193,7 @@ def environment_plan(att: Attempt) -> dict[str, Any]:
 def trainer_details(att: Attempt, steps: Any) -> dict[str, Any]:
     """What only one trainer's plan holds, by ``trainer.name``: OpenRLHF's argv checked against the
     release's flag table (an unknown release or a key it has no flag for exits 2 here), TRL's step
-    quantities (rlexp.core.trainers.trl)."""
-    command = None
-    if att.trainer.name == "openrlhf":
-        from rlexp.backends.openrlhf import plan_train_command
-
-        command = plan_train_command(att)
-    details: dict[str, Any] = {"openrlhf_command": command}
-    if att.trainer.name == "trl":
-        details["trl"] = steps.as_dict()
-        if getattr(att, "environment", None) is not None:  # what the rollout adapter cannot serve: exit 2 here
-            from rlexp.backends.trl_agent import check_recipe
-
-            check_recipe(att, dict(att.recipe_stated or {}))
+    quantities (rlexp.trainers.trl.steps)."""
+    details: dict[str, Any] = {"openrlhf_command": None}
+    details.update(launcher(att.trainer.name).plan_details(att, steps))
     return details

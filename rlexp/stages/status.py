@@ -47,11 +47,13 @@ def attempt_status(attempt_dir: str | Path) -> AttemptStatus:
         state_name = str(state.get("state", "?"))
         reason = state.get("reason")
         if state_name == "running" and not ad.is_running(state):
-            if state.get("backend") == "ray" and state.get("ray_submission_id"):
-                # the job outlives its launcher: only the cluster knows whether it still runs
-                from rlexp.backends.ray_jobs import status_row
+            from rlexp.backends.registry import BACKENDS
 
-                state_name, reason = status_row(state)
+            runner = BACKENDS.get(str(state.get("backend")))
+            # a Ray job outlives its launcher: only the cluster knows whether it still runs
+            row = runner.status_row(state) if runner is not None else None
+            if row is not None:
+                state_name, reason = row
             elif state.get("launcher_pid") is None:  # started with --no-follow: nobody saw the exit
                 state_name = "exited"
                 reason = "started with --no-follow; the trainer has exited (see launch/stdout.log)"

@@ -53,12 +53,20 @@ ADAPTER_PATTERN = "global_step{N}_hf"  # how messages name the adapter folders
 RESUME_STATE_DIRS = {"local": "state", "openrlhf": "_actor", "trl": "trl"}
 # transformers' Trainer (TRL) names its resumable checkpoints checkpoint-{N} under output_dir
 _TRANSFORMERS_CHECKPOINT = re.compile(r"checkpoint-(\d+)")
+# a trainer whose resumable states have names of their own besides global_step{N} (TRL: transformers')
+_OWN_STATE_NAMES = {"trl": _TRANSFORMERS_CHECKPOINT}
 
 
 # checkpoint folders of runs rlexp did not launch (``rlexp import-run``), by how likely they hold
 # what eval loads: OpenRLHF's --save_hf_ckpt (rlexp's own layout), transformers/TRL's output_dir,
 # verl's trainer.default_local_dir, OpenRLHF's --save_path per step
-FOREIGN_CHECKPOINT_DIRS = (_ADAPTER_DIR, _TRANSFORMERS_CHECKPOINT, re.compile(r"global_step_(\d+)"), _CHECKPOINT_NAME)
+_VERL_CHECKPOINT = re.compile(r"global_step_(\d+)")
+FOREIGN_CHECKPOINT_DIRS = (_ADAPTER_DIR, _TRANSFORMERS_CHECKPOINT, _VERL_CHECKPOINT, _CHECKPOINT_NAME)
+# the same folder names as patterns (the step as group 1), by whose layout they are: each trainer's
+# rules (rlexp.trainers) name the ones it writes
+CHECKPOINT_DIR_PATTERNS = {"hf_checkpoint": _ADAPTER_DIR.pattern, "save_path": _CHECKPOINT_NAME.pattern,
+                           "default_local_dir": _VERL_CHECKPOINT.pattern,
+                           "output_dir": _TRANSFORMERS_CHECKPOINT.pattern}
 FOREIGN_CHECKPOINT_PATTERNS = "global_step{N}_hf, checkpoint-{N}, global_step_{N}"  # how messages name them
 
 
@@ -389,23 +397,23 @@ class AttemptDir:
 
     @property
     def agent_func(self) -> Path:
-        """OpenRLHF on an environment task: the generated agent file (rlexp.backends.agent_openrlhf)."""
+        """OpenRLHF on an environment task: the generated agent file (rlexp.trainers.openrlhf.agent)."""
         return self.launch_dir / "agent_func.py"
 
     @property
     def agent_loop_dir(self) -> Path:
         """verl on an environment task: the generated agent loop module and its config YAML
-        (rlexp.backends.agent_verl names the files inside)."""
+        (rlexp.trainers.verl.agent names the files inside)."""
         return self.launch_dir / "agent_loop"
 
     @property
     def trl_script(self) -> Path:
-        """TRL backend: the generated training script (rlexp.backends.trl_template)."""
+        """TRL backend: the generated training script (rlexp.trainers.trl.template)."""
         return self.launch_dir / "train_trl.py"
 
     @property
     def trl_rollout_module(self) -> Path:
-        """TRL on an environment task: the generated rollout_func module (rlexp.backends.trl_rollout_template)."""
+        """TRL on an environment task: the generated rollout_func module (rlexp.trainers.trl.rollout_template)."""
         return self.launch_dir / "trl_rollout.py"
 
     @property
@@ -502,7 +510,8 @@ class AttemptDir:
         if folder.is_dir():
             for child in folder.iterdir():
                 step = checkpoint_step(child.name)
-                if step is None and trainer == "trl" and (match := _TRANSFORMERS_CHECKPOINT.fullmatch(child.name)):
+                own = _OWN_STATE_NAMES.get(trainer)
+                if step is None and own is not None and (match := own.fullmatch(child.name)):
                     step = int(match.group(1))
                 if step is None or not child.is_dir() or (complete and not (child / complete).exists()):
                     continue

@@ -125,11 +125,12 @@ def _resolve(
     table = key_table(trainer_raw["name"])
     version = trainer_raw.get("version")
     if version is None:
-        if trainer_raw["name"] == "local":
-            version = "0.11.0"  # the local trainer follows OpenRLHF 0.11 step semantics
-        elif table.versions:
+        from rlexp.trainers import rules as trainer_rules
+
+        version = trainer_rules(trainer_raw["name"]).default_version  # local: OpenRLHF 0.11's step semantics
+        if version is None and table.versions:
             version = table.versions[0]  # the one release whose keys the table lists
-        else:
+        elif version is None:
             raise InputError(display, "trainer.version", 'required for openrlhf (e.g. "0.9.3" or "0.11.0")')
     if not re.match(r"^\d+\.\d+", version):
         raise InputError(display, "trainer.version", f'{version!r} is not a version like "0.9.3"')

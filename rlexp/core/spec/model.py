@@ -11,10 +11,11 @@ from rlexp.core.recipe import (
     key_table,
 )
 from rlexp.errors import InputError
+from rlexp.trainers import names as trainer_names
 
 ROLES = ("pool", "ood_monitor", "ood_primary", "id", "sanity")
 EVAL_ROLES = ("ood_monitor", "ood_primary", "id", "sanity")
-TRAINERS = ("openrlhf", "local", "trl", "verl")  # each has its key table: rlexp.core.recipe.TRAINER_KEY_TABLES
+TRAINERS = trainer_names()  # the registry rlexp.trainers; each has its key table (rlexp.core.recipe)
 ENGINES = ("local", "vllm", "openai")
 ANSWER_MODES = ("exact", "math_verify")  # rlexp.core.answers.is_correct's modes
 # Sets graded in-run by the trainer's reward (exact match): their grading is not a spec choice.

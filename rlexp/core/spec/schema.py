@@ -323,8 +323,10 @@ def _check_constraint(key: RecipeKey, value: Any) -> None:
         raise Invalid(f"must be one of {', '.join(ADVANTAGE_ESTIMATORS)} (got {value!r})")
     if rule == "kl_estimator" and value not in KL_ESTIMATORS:
         raise Invalid(f"must be one of {', '.join(KL_ESTIMATORS)} (got {value!r})")
-    if rule in ("gt0", "ge1") and not value > 0:
+    if rule == "gt0" and not value > 0:
         raise Invalid(f"must be > 0 (got {value!r})")
+    if rule == "ge1" and not value >= 1:
+        raise Invalid(f"must be >= 1 (got {value!r})")
     if rule == "ge0" and not value >= 0:
         raise Invalid(f"must be >= 0 (got {value!r})")
     if rule == "ratio" and not 0 <= value <= 1:

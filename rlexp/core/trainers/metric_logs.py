@@ -12,13 +12,11 @@ float NaN/inf, and flagged). The formats, read from each trainer's own logging c
   ``...``) read pair by pair. Where a log has no "Global step" line at all, the tqdm postfix of the
   actor's ``Train epoch [e/E]`` bar (``act_loss=…, reward=…, gen_len=…, kl=…, act_lr=…``) is read, one
   step per completed last epoch (the postfix carries no step number: steps are counted from 1).
-- ``verl-console``: ``step:N - key:value - key:value`` (verl's console logger,
-  ``concat_dict_to_str``); a record pasted over several lines (continuations starting ``- key:``)
-  is re-joined.
-- ``verl-file``: verl's ``file`` logger, ``{"step": N, "data": {...}}`` per line (orjson writes a
-  NaN as ``null``: read back as NaN).
 - ``jsonl``: one JSON object per line with ``global_step`` or ``step``.
 - ``trainer-state``: TRL's (transformers') ``trainer_state.json``, its ``log_history`` entries.
+
+A trainer with formats of its own declares their readers in its package (``TrainerRules.log_readers``,
+e.g. its ``metrics`` module): :func:`formats` and :func:`read_text` include them.
 """
 
 from __future__ import annotations
@@ -27,13 +25,14 @@ import ast
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from rlexp.core.trainers.metric_names import STEP_KEYS, canonical_row
 
-FORMATS = ("openrlhf-console", "verl-console", "verl-file", "jsonl", "trainer-state", "tensorboard")
+# the formats every trainer's logs may come in; a trainer's own formats come after the console's
+COMMON_FORMATS = ("jsonl", "trainer-state", "tensorboard")
 MAX_JOIN = 64  # lines a wrapped record may span
 
 
@@ -140,7 +139,7 @@ def metrics_of(raw: Mapping[str, Any], trainer: str, read: LogRead, step: int) -
 
 # --- runs ---------------------------------------------------------------------------------------
 
-class _Steps:
+class StepRows:
     """Rows in file order, split into runs where the step number goes back (or repeats, for
     trainers that never log a step twice)."""
 
@@ -203,7 +202,7 @@ def dict_of(payload: str) -> tuple[dict[str, Any] | None, bool]:
     return (pairs or None), False
 
 
-def _physical_lines(text: str) -> list[str]:
+def physical_lines(text: str) -> list[str]:
     return text.split("\n")
 
 
@@ -211,9 +210,9 @@ def read_openrlhf_console(text: str, trainer: str = "openrlhf", reference_time=N
     """OpenRLHF's console (see the module doc). ``reference_time``: a function (prefix -> time or
     None) for the logging prefix's time; left out, rows carry no time."""
     read = LogRead("openrlhf-console", trainer)
-    lines = _physical_lines(text)
+    lines = physical_lines(text)
     read.lines = len(lines) - (1 if lines and lines[-1] == "" else 0)
-    steps = _Steps(read)
+    steps = StepRows(read)
     i = 0
     seen_global = False
     while i < len(lines):
@@ -260,7 +259,7 @@ def read_openrlhf_console(text: str, trainer: str = "openrlhf", reference_time=N
 
 def _read_tqdm_postfixes(lines: list[str], read: LogRead) -> None:
     """Logs without a "Global step" line: the actor's Train epoch bar, one step per last epoch."""
-    steps = _Steps(read)
+    steps = StepRows(read)
     step = 0
     for i, line in enumerate(lines):
         if "Train epoch [" not in line:
@@ -288,92 +287,23 @@ def _read_tqdm_postfixes(lines: list[str], read: LogRead) -> None:
         read.steps_counted = True
 
 
-# --- verl console -------------------------------------------------------------------------------
-
-VERL_RECORD = re.compile(r"(?:^|[\s)\]>])step:(\d+)\s+-\s+(.*)$")
-VERL_CONTINUATION = re.compile(r"^\s*-\s+[^\s:]+:")
-_VERL_ITEM = re.compile(r"^([^\s:][^:]*?):\s*(.+)$")
-
-
-def read_verl_console(text: str, trainer: str = "verl") -> LogRead:
-    """verl's console logger, ``step:N - key:value - ...`` (see the module doc)."""
-    read = LogRead("verl-console", trainer)
-    lines = _physical_lines(text)
-    read.lines = len(lines) - (1 if lines and lines[-1] == "" else 0)
-    steps = _Steps(read)
-    i = 0
-    while i < len(lines):
-        line = lines[i].rstrip("\r")
-        match = VERL_RECORD.search(line)
-        if not match:
-            i += 1
-            continue
-        body = match.group(2)
-        j = i + 1
-        while j < len(lines) and j - i < MAX_JOIN and VERL_CONTINUATION.match(lines[j]):
-            body = body.rstrip() + " " + lines[j].strip()
-            j += 1
-        if j > i + 1:
-            read.rejoined.append(i + 1)
-        raw: dict[str, Any] = {}
-        cut = False
-        for item in re.split(r"\s+-\s+", body.strip()):
-            m = _VERL_ITEM.match(item.strip())
-            if m:
-                raw[m.group(1).strip()] = m.group(2).strip()
-            else:  # "…", "...", or an item cut in two
-                cut = True
-        step = int(match.group(1))
-        if not raw:
-            read.not_understood.append(i + 1)
-            i = j
-            continue
-        if cut:
-            read.abridged.append(i + 1)
-        steps.add(step, metrics_of(raw, trainer, read, step), i + 1, repeat_restarts=False)
-        i = j
-    return read
-
-
 # --- JSON lines ---------------------------------------------------------------------------------
 
-def _json_line(line: str) -> Any:
+def json_line(line: str) -> Any:
     return json.loads(line)
-
-
-def read_verl_file(text: str, trainer: str = "verl") -> LogRead:
-    """verl's ``file`` logger: ``{"step": N, "data": {...}}`` per line; ``null`` (orjson's NaN) is NaN."""
-    read = LogRead("verl-file", trainer)
-    steps = _Steps(read)
-    for number_, line in enumerate(text.split("\n"), start=1):
-        if not line.strip():
-            continue
-        read.lines = number_
-        try:
-            raw = _json_line(line)
-        except (ValueError, RecursionError):
-            read.not_understood.append(number_)
-            continue
-        step = step_of(raw.get("step")) if isinstance(raw, dict) else None
-        if step is None or not isinstance(raw.get("data"), dict):
-            read.not_understood.append(number_)
-            continue
-        data = {k: (math.nan if v is None else v) for k, v in raw["data"].items() if k != "training/global_step"}
-        steps.add(step, metrics_of(data, trainer, read, step), number_, repeat_restarts=False)
-    return read
 
 
 def read_jsonl(text: str, trainer: str) -> LogRead:
     """One JSON object per line with ``global_step`` or ``step`` (the seed's training_metrics.jsonl,
     rlexp's metrics.jsonl, a trainer's JSONL)."""
     read = LogRead("jsonl", trainer)
-    steps = _Steps(read)
+    steps = StepRows(read)
     for number_, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         read.lines = number_
         try:
-            raw = _json_line(line)
+            raw = json_line(line)
         except (ValueError, RecursionError):
             read.not_understood.append(number_)
             continue
@@ -399,7 +329,7 @@ def read_trainer_state(text: str, trainer: str = "trl") -> LogRead:
     if not isinstance(doc, dict) or not isinstance(doc.get("log_history"), list):
         raise ValueError('expected an object with a "log_history" list')
     positions = _entry_lines(text)
-    steps = _Steps(read)
+    steps = StepRows(read)
     for index, entry in enumerate(doc["log_history"]):
         line = positions[index] if index < len(positions) else index + 1
         step = step_of(entry.get("step")) if isinstance(entry, dict) else None
@@ -435,18 +365,28 @@ def _entry_lines(text: str) -> list[int]:
 
 # --- any format by name -------------------------------------------------------------------------
 
+def trainer_readers() -> dict[str, Callable[[str, str], LogRead]]:
+    """The formats the trainers read their own way (their rules' ``log_readers``), by name."""
+    from rlexp.trainers import names, rules
+
+    out: dict[str, Callable[[str, str], LogRead]] = {}
+    for name in names():
+        out.update(rules(name).log_readers())
+    return out
+
+
+def formats() -> tuple[str, ...]:
+    """Every format ``rlexp ingest`` reads."""
+    return ("openrlhf-console", *trainer_readers(), *COMMON_FORMATS)
+
+
 def read_text(text: str, fmt: str, trainer: str) -> LogRead:
-    if fmt == "openrlhf-console":
-        return read_openrlhf_console(text, trainer)
-    if fmt == "verl-console":
-        return read_verl_console(text, trainer)
-    if fmt == "verl-file":
-        return read_verl_file(text, trainer)
-    if fmt == "jsonl":
-        return read_jsonl(text, trainer)
-    if fmt == "trainer-state":
-        return read_trainer_state(text, trainer)
-    raise ValueError(f"unknown format {fmt!r}")
+    readers: dict[str, Callable[[str, str], LogRead]] = {
+        "openrlhf-console": read_openrlhf_console, "jsonl": read_jsonl, "trainer-state": read_trainer_state,
+        **trainer_readers()}  # fmt: skip
+    if fmt not in readers:
+        raise ValueError(f"unknown format {fmt!r}")
+    return readers[fmt](text, trainer)
 
 
 def rows_from(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -1,4 +1,4 @@
-"""Writes ``rlexp/core/trainers/trl_fields.py``: the fields of TRL's ``GRPOConfig`` (name, type,
+"""Writes ``rlexp/trainers/trl/fields.py``: the fields of TRL's ``GRPOConfig`` (name, type,
 default) of the installed release, read from the dataclass itself. It runs in ``.venv-trl`` (the
 main venv has no TRL): ``scripts/refresh-trl-fields``. The spec validates TRL recipes against the
 written list, so the main venv never imports TRL.

@@ -3,7 +3,7 @@ datasets and reward file it reads, and its ``file`` logger's JSONL as metrics.
 
 A verl recipe states verl's own dotted Hydra keys (``data.train_batch_size``,
 ``actor_rollout_ref.actor.optim.lr``). :func:`check_recipe` holds each one against the key table of
-the pinned release (:mod:`rlexp.backends.verl_config`, read from its wheel): an unknown key is one
+the pinned release (:mod:`rlexp.trainers.verl.releases`, read from its wheel): an unknown key is one
 line naming the spec and the key with a "did you mean", a value of the wrong type likewise.
 
 The command is ``python3 -m verl.trainer.main_ppo key=value ...``: one Hydra override per argv
@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlexp.backends import verl_config
 from rlexp.errors import InputError
+from rlexp.trainers.verl import releases
 
 ENTRYPOINT = ("python3", "-m", "verl.trainer.main_ppo")
 FILE_LOGGER_ENV = "VERL_FILE_LOGGER_PATH"
@@ -49,10 +49,10 @@ MODEL_KEY = "actor_rollout_ref.model.path"
 
 
 def check_version(version: str, spec_file: str | Path | None) -> str:
-    listed = verl_config.known_versions()
+    listed = releases.known_versions()
     if version not in listed:
         raise InputError(spec_file, "trainer.version", f"verl {version} is not a listed release (listed: "
-                         f"{', '.join(listed)}; add one with {verl_config.REFRESH_SCRIPT} <version>)")
+                         f"{', '.join(listed)}; add one with {releases.REFRESH_SCRIPT} <version>)")
     return version
 
 
@@ -65,7 +65,7 @@ def _suggest(name: str, candidates: list[str]) -> str:
     return f"; did you mean '{close[0]}'?" if close else ""
 
 
-def _check_value(key: verl_config.ConfigKey, value: Any) -> str | None:
+def _check_value(key: releases.ConfigKey, value: Any) -> str | None:
     """Why ``value`` does not fit the key's type (the type of verl's default), or None."""
     kind = key.type
     if kind in ("null", "interpolation"):
@@ -74,7 +74,7 @@ def _check_value(key: verl_config.ConfigKey, value: Any) -> str | None:
         return None if isinstance(value, bool) else f"must be true or false (got {value!r})"
     if kind in ("int", "float"):
         # an int default does not make a key integral: verl's YAML writes temperature: 0 where the
-        # field is a float (rlexp.core.trainers.verl checks the step math's integers itself)
+        # field is a float (rlexp.trainers.verl.steps checks the step math's integers itself)
         if isinstance(value, bool):
             return f"must be a number (got {value!r})"
         try:
@@ -89,7 +89,7 @@ def _check_value(key: verl_config.ConfigKey, value: Any) -> str | None:
     return None if isinstance(value, dict) or value is None else f"must be a mapping (got {value!r})"
 
 
-def _coerce(key: verl_config.ConfigKey, value: Any) -> Any:
+def _coerce(key: releases.ConfigKey, value: Any) -> Any:
     if key.type == "float" and value is not None:
         return float(value)  # a YAML 1e-6 without a dot reads as a string
     return value
@@ -97,7 +97,7 @@ def _coerce(key: verl_config.ConfigKey, value: Any) -> Any:
 
 def check_recipe(stated: Mapping[str, Any], version: str, spec_file: str | Path | None) -> dict[str, Any]:
     """The stated recipe checked against verl ``version``'s config; returns it with numbers coerced."""
-    keys = verl_config.read_table(check_version(version, spec_file))
+    keys = releases.read_table(check_version(version, spec_file))
     names = list(keys)
     out: dict[str, Any] = {}
     for name, value in stated.items():
@@ -108,7 +108,7 @@ def check_recipe(stated: Mapping[str, Any], version: str, spec_file: str | Path 
         key = keys.get(name)
         if key is None:
             raise InputError(spec_file, where, f"not a key of verl {version}'s config "
-                             f"({verl_config.GENERATED_CONFIG})" + _suggest(name, names))
+                             f"({releases.GENERATED_CONFIG})" + _suggest(name, names))
         if value is not None:
             problem = _check_value(key, value)
             if problem:
@@ -120,7 +120,7 @@ def check_recipe(stated: Mapping[str, Any], version: str, spec_file: str | Path 
 def resolved_config(stated: Mapping[str, Any], version: str, spec_file: str | Path | None = None) -> dict[str, Any]:
     """Every key of the release's config: its default, or the stated value."""
     checked = check_recipe(stated, version, spec_file)
-    return {**{name: key.default for name, key in verl_config.read_table(version).items()}, **checked}
+    return {**{name: key.default for name, key in releases.read_table(version).items()}, **checked}
 
 
 # ----------------------------------------------------------------------------- Hydra values
@@ -195,7 +195,7 @@ def attempt_config(stated: Mapping[str, Any], paths: VerlPaths, attempt_id: str,
 
 def build_argv(config: Mapping[str, Any], version: str, spec_file: str | Path | None = None) -> list[str]:
     """``python3 -m verl.trainer.main_ppo key=value ...``, every key checked against ``version``."""
-    keys = verl_config.read_table(check_version(version, spec_file))
+    keys = releases.read_table(check_version(version, spec_file))
     for name in config:
         if name not in keys:
             raise InputError(spec_file, f"recipe.{name}", f"not a key of verl {version}'s config")
@@ -237,7 +237,7 @@ def plan_command(att: Any) -> dict[str, Any]:
     stated = check_recipe(att.recipe_stated, att.trainer.version, spec_file)
     argv = build_argv(attempt_config(stated, attempt_paths(att), att.id, resume=False), att.trainer.version, spec_file)
     return {"version": att.trainer.version, "entrypoint": list(ENTRYPOINT), "overrides": len(argv) - len(ENTRYPOINT),
-            "config": verl_config.GENERATED_CONFIG}
+            "config": releases.GENERATED_CONFIG}
 
 
 def verl_row(record: Mapping[str, Any], source: str, data_source: str, index: int) -> dict[str, Any]:

@@ -179,7 +179,7 @@ def agent_env(directory: str | Path) -> dict[str, str]:
 
 
 def agent_row(row: Mapping[str, Any], task: Mapping[str, Any]) -> dict[str, Any]:
-    """A verl dataset row (:func:`rlexp.backends.verl.verl_row`) that plays the generated loop on
+    """A verl dataset row (:func:`rlexp.trainers.verl.hydra.verl_row`) that plays the generated loop on
     ``task`` (kept whole, as JSON text in ``extra_info``: a parquet column of mixed mappings would
     not round-trip)."""
     out = dict(row)
@@ -199,15 +199,15 @@ def write_agent_loop(directory: str | Path, env: str, config: Mapping[str, Any],
 
 
 def launch_files(att: Any, launch: Any, directory: Path) -> tuple[Any, dict[Path, str]]:
-    """``rlexp launch`` on an environment task: verl's launch (rlexp.backends.verl.VerlLaunch) with
+    """``rlexp launch`` on an environment task: verl's launch (rlexp.trainers.verl.hydra.VerlLaunch) with
     the agent keys added to its argv and the loop's directory on ``PYTHONPATH``, and the two files
     to write. A recipe that states one of the agent keys itself is refused (Hydra would see it twice)."""
     import dataclasses
     import os
 
-    from rlexp.backends.agent_openrlhf import check_one_environment
-    from rlexp.backends.verl import overrides
     from rlexp.errors import InputError
+    from rlexp.trainers.openrlhf.agent import check_one_environment
+    from rlexp.trainers.verl.hydra import overrides
 
     check_one_environment(att)
     env = att.environment

@@ -532,7 +532,7 @@ def _refresh(wanted: list[str], out) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     return pinned_wheels.release_cli(
-        argv, prog="python -m rlexp.backends.openrlhf_parser", description=__doc__.split("\n")[0],
+        argv, prog="python -m rlexp.trainers.openrlhf.parser", description=__doc__.split("\n")[0],
         fetch_help=f"download the listed wheels into the cache ({FETCH_SCRIPT})",
         refresh_help=f"rewrite versions.txt and the flag tables ({REFRESH_SCRIPT})",
         versions_help=f"releases to add or re-pin (default: all published from {MIN_VERSION} on)",

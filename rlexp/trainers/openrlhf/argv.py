@@ -2,7 +2,7 @@
 
 rlexp supports the OpenRLHF releases listed in ``flags/versions.txt`` (0.9.3 to 0.11.2 today),
 each with a flag table ``flags/v<version>.txt`` generated from that release's own argparse parser
-by ``scripts/refresh-openrlhf-flags`` (:mod:`rlexp.backends.openrlhf_parser`). A version that is
+by ``scripts/refresh-openrlhf-flags`` (:mod:`rlexp.trainers.openrlhf.parser`). A version that is
 not listed is refused: its flags are unknown, and guessing them from the newest table would launch
 an argv nobody checked.
 
@@ -26,7 +26,6 @@ The result is always a list of strings: each value is one argv element, never sh
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Mapping
@@ -35,7 +34,10 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from rlexp.backends.openrlhf_parser import (
+from rlexp.core.recipe import dotted_names
+from rlexp.core.spec import is_credential_key
+from rlexp.errors import InputError
+from rlexp.trainers.openrlhf.parser import (
     FLAGS_DIR,
     REFRESH_SCRIPT,
     FlagSpec,
@@ -43,9 +45,6 @@ from rlexp.backends.openrlhf_parser import (
     read_table,
     version_key,
 )
-from rlexp.core.recipe import dotted_names
-from rlexp.core.spec import is_credential_key
-from rlexp.errors import InputError
 
 __all__ = ["FLAGS_DIR"]
 
@@ -468,57 +467,3 @@ def plan_train_command(att: Any) -> dict[str, Any]:
     built = build_train_argv(attempt_recipe(recipe, paths), version, spec_file=spec_file)
     return {"version": built.version, "dialect": built.dialect, "flags": len(built.flag_values),
             "dropped_recipe_keys": list(built.dropped), "notes": list(built.notes)}
-
-
-def ray_job_argv(
-    train_argv: list[str],
-    address: str,
-    *,
-    runtime_env: Mapping[str, Any] | None = None,
-    submission_id: str | None = None,
-) -> list[str]:
-    """``ray job submit --address URL --runtime-env-json JSON [--submission-id ID] -- <train argv>``."""
-    argv = ["ray", "job", "submit", "--address", normalize_ray_address(address)]
-    argv += ["--runtime-env-json", json.dumps(dict(runtime_env or {}), sort_keys=True, separators=(",", ":"))]
-    if submission_id:
-        argv += ["--submission-id", submission_id]
-    return [*argv, "--", *train_argv]
-
-
-def ray_stop_argv(address: str, submission_id: str) -> list[str]:
-    """``ray job stop --address URL ID``: stopping the submit client does not stop the job."""
-    return ["ray", "job", "stop", "--address", normalize_ray_address(address), submission_id]
-
-
-def normalize_ray_address(address: str) -> str:
-    """The Ray dashboard's HTTP address (``ray job submit`` talks to the dashboard, port 8265)."""
-    address = address.strip()
-    if not address:
-        raise InputError(None, "--ray-address", "empty address")
-    if "://" not in address:
-        address = f"http://{address}"
-    if not address.startswith(("http://", "https://")):
-        raise InputError(None, "--ray-address", f"expected the dashboard's http:// address, got {address}")
-    return address.rstrip("/")
-
-
-def check_ray_dashboard(address: str, timeout_s: float = 3.0) -> dict[str, Any]:
-    """GET ``<address>/api/version`` before submitting: an unreachable cluster is one clear line
-    now instead of a stack trace from ``ray job submit`` later."""
-    import urllib.error
-    import urllib.request
-
-    url = normalize_ray_address(address) + "/api/version"
-    try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as response:  # noqa: S310 (http only, checked)
-            body = response.read(65536).decode("utf-8", "replace")
-    except urllib.error.HTTPError as exc:
-        raise InputError(None, "--ray-address", f"Ray dashboard at {address} answered HTTP {exc.code}") from None
-    except (urllib.error.URLError, OSError, TimeoutError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise InputError(None, "--ray-address", f"Ray dashboard unreachable at {address}: {reason}") from None
-    try:
-        info = json.loads(body)
-    except ValueError:
-        raise InputError(None, "--ray-address", f"{url} did not answer like a Ray dashboard") from None
-    return info if isinstance(info, dict) else {"version": info}

@@ -1,7 +1,7 @@
 """Launching TRL's ``GRPOTrainer``: the generated training script, its argv and where it writes.
 
 ``rlexp launch`` on an attempt with ``trainer.name: trl`` writes ``launch/train_trl.py`` (from
-:mod:`rlexp.backends.trl_template`) and runs ``[<.venv-trl python>, launch/train_trl.py]`` as a
+:mod:`rlexp.trainers.trl.template`) and runs ``[<.venv-trl python>, launch/train_trl.py]`` as a
 process. TRL is not installed in the main venv (it moves the torch/transformers pins): the
 Python is ``$RLEXP_TRL_PYTHON`` when set, else ``.venv-trl/bin/python`` of the rlexp checkout
 (``scripts/setup-trl`` builds it). The recipe's stated GRPOConfig fields reach ``GRPOConfig``
@@ -19,14 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlexp.core.trainers.metric_names import TRL as _TRL_NAMES
 from rlexp.errors import InputError
 from rlexp.storage.layout import ADAPTER_PATTERN, AttemptDir
+from rlexp.trainers.trl.metrics import NAMES as _TRL_NAMES
 
 # rlexp sets these GRPOConfig fields itself (the layout and the metrics it follows)
 OWNED_FIELDS = ("output_dir", "report_to")
 # TRL's log keys (after transformers' "train/" prefix) -> the canonical metrics.jsonl names: the
-# one table in rlexp.core.trainers.metric_names.TRL, flattened (source name -> canonical name)
+# one table in rlexp.trainers.trl.metrics.NAMES, flattened (source name -> canonical name)
 TRL_METRIC_ALIASES = {source: canonical for canonical, sources in _TRL_NAMES.items() for source in sources
                       if source != canonical}
 
@@ -39,7 +39,7 @@ class TrlLaunch:
     script: Path
     script_text: str
     # generated files a dry run writes too, for a reader to open (an environment task: the script and
-    # its rollout module, rlexp.backends.trl_agent); empty for single-turn prompts
+    # its rollout module, rlexp.trainers.trl.agent); empty for single-turn prompts
     adapters: dict[Path, str] = field(default_factory=dict)
 
 
@@ -55,7 +55,7 @@ def trl_python(*, must_exist: bool = True) -> Path:
 def config_kwargs(att: Any, ad: AttemptDir) -> tuple[dict[str, Any], dict[str, Any]]:
     """The GRPOConfig and ModelConfig keyword arguments: the fields some spec in the chain states,
     plus the ones rlexp owns (output paths, TensorBoard, the resolved model path)."""
-    from rlexp.core.trainers.trl_fields import GRPO_CONFIG_FIELDS, MODEL_CONFIG_FIELDS
+    from rlexp.trainers.trl.fields import GRPO_CONFIG_FIELDS, MODEL_CONFIG_FIELDS
 
     stated = dict(getattr(att, "recipe_stated", None) or {})
     grpo_names = {row[0] for row in GRPO_CONFIG_FIELDS}
@@ -74,7 +74,7 @@ def config_kwargs(att: Any, ad: AttemptDir) -> tuple[dict[str, Any], dict[str, A
 
 def prepare_launch(att: Any, ad: AttemptDir, *, resume: bool, must_exist: bool = True) -> TrlLaunch:
     """The script and argv of a TRL run of ``att`` (nothing is written here)."""
-    from rlexp.backends.trl_template import render_training_script
+    from rlexp.trainers.trl.template import render_training_script
 
     spec = att.display_path or att.spec_path
     pool = att.datasets.get("pool")
@@ -104,7 +104,7 @@ def prepare_launch(att: Any, ad: AttemptDir, *, resume: bool, must_exist: bool =
     script = ad.trl_script
     argv = [str(trl_python(must_exist=must_exist)), str(script)] + (["--resume"] if resume else [])
     if getattr(att, "environment", None) is not None:  # an environment task: TRL's rollout_func adapter
-        from rlexp.backends.trl_agent import rollout_adapter
+        from rlexp.trainers.trl.agent import rollout_adapter
 
         adapter = rollout_adapter(att, ad, kwargs, config["rlexp_root"])
         return TrlLaunch(argv + list(adapter.argv_tail), script, text, {script: text, adapter.path: adapter.text})

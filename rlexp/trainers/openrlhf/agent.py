@@ -158,7 +158,7 @@ class AgentExecutor(MultiTurnAgentExecutor):
 
 def agent_flag(version: str) -> str:
     """The agent-file flag of a listed release, read from its flag table."""
-    from rlexp.backends.openrlhf import load_flag_table
+    from rlexp.trainers.openrlhf.argv import load_flag_table
 
     table = load_flag_table(version)
     for flag in (AGENT_FLAG_DOTTED, AGENT_FLAG_UNDERSCORE):
@@ -200,7 +200,7 @@ def release_agent_module(version: str, wheel: Path | None = None) -> Iterator[Mo
     own ``logging_utils``; ``agent.py`` imports nothing else of OpenRLHF, plus ``asyncio`` and
     ``aiohttp``). Installed in ``sys.modules`` for the duration, so an agent file's
     ``from openrlhf.utils.agent import ...`` gets this release; the previous modules are restored."""
-    from rlexp.backends.openrlhf_parser import _Wheel, fetch, listed_releases
+    from rlexp.trainers.openrlhf.parser import _Wheel, fetch, listed_releases
 
     if wheel is None:
         release = next((r for r in listed_releases() if r.version == version), None)

@@ -1,7 +1,8 @@
 """``rlexp plan`` for a verl attempt: verl's step counts, LR at every step, validation and save
-schedule, the preflight checks and power, in the shape of ``plan.json`` (rlexp.stages.plan).
+schedule, the preflight checks and power, in the shape of ``plan.json`` (rlexp.stages.plan, which
+calls it through rlexp.trainers.verl.launch).
 
-The recipe is checked against the pinned release's config first (rlexp.backends.verl): an unknown
+The recipe is checked against the pinned release's config first (rlexp.trainers.verl.hydra): an unknown
 key or a value of the wrong type is one line naming the spec and the key, exit 2, nothing written.
 The ``steps`` section keeps the OpenRLHF plan's field names where the meaning carries over
 (global steps, optimizer steps, warm-up, partial batch) and adds verl's own under ``verl``.
@@ -18,23 +19,23 @@ from rlexp.errors import InputError
 if TYPE_CHECKING:
     from rlexp.core.spec import Attempt
 
-PLAN_FORMAT = 1  # rlexp.stages.plan.PLAN_FORMAT (not imported: plan imports this module)
 
-
-def build_verl_plan(att: Attempt) -> dict[str, Any]:
-    from rlexp.backends import verl as backend
+def build_verl_plan(att: Attempt, plan_format: int) -> dict[str, Any]:
+    """plan.json for a verl attempt; ``plan_format`` is rlexp.stages.plan.PLAN_FORMAT (handed in:
+    the stage plan calls this module)."""
     from rlexp.core.checks import MAX_GLOBAL_STEPS, primary_power
     from rlexp.core.power import power_report
     from rlexp.core.schedule import lr_rows_for_plan
     from rlexp.core.spec import diff_against_parent
-    from rlexp.core.trainers.verl import (
+    from rlexp.storage.files import sha256_file
+    from rlexp.trainers.verl import hydra as backend
+    from rlexp.trainers.verl.checks import verl_checkpoint_plan, verl_preflight
+    from rlexp.trainers.verl.steps import (
         VerlConfigError,
         compute_verl_steps,
         lr_for_global_step,
         verl_schedule,
     )
-    from rlexp.core.trainers.verl_checks import verl_checkpoint_plan, verl_preflight
-    from rlexp.storage.files import sha256_file
 
     spec_file = att.display_path or att.spec_path
     version = att.trainer.version
@@ -69,7 +70,7 @@ def build_verl_plan(att: Attempt) -> dict[str, Any]:
 
     add_best_of_k(power_json, load_sop())
     return {
-        "format": PLAN_FORMAT,
+        "format": plan_format,
         "attempt": att.id,
         "parent": att.parent_id,
         "spec": str(att.spec_path),

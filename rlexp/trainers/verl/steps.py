@@ -2,7 +2,7 @@
 
 Pure functions of a resolved verl config (dotted Hydra keys, every key the math reads present: the
 plan stage merges the stated keys over the defaults of the release's key table,
-:mod:`rlexp.backends.verl_config`). Read from verl 0.9.1's wheel; docs/trainers.md cites file and line:
+:mod:`rlexp.trainers.verl.releases`). Read from verl 0.9.1's wheel; docs/trainers.md cites file and line:
 
 - ``python -m verl.trainer.main_ppo`` runs the V1 trainer (``trainer.use_v1``, true by default;
   ``verl/trainer/ppo/v1/trainer_base.py``), else the legacy ``RayPPOTrainer``
@@ -119,6 +119,31 @@ class VerlSteps:
     def warmup_global_steps(self) -> float:
         """Global steps until the LR first reaches its peak (warm-up counted in scheduler steps)."""
         return self.warmup_steps / self.scheduler_steps_per_global_step + self.first_update_step - 1
+
+    # ---- what the LR checks (rlexp.core.checks.check_lr) ask of every trainer's step math
+    lr_unit = "scheduler"  # verl's scheduler counts its own steps (k per global step)
+
+    @property
+    def lr_steps_run(self) -> int:
+        return self.scheduler_steps_run
+
+    @property
+    def lr_horizon(self) -> str:
+        return f"scheduler horizon {self.scheduler_total:,}"
+
+    def warmup_rule(self, recipe: Mapping[str, Any]) -> str:
+        """How ``warmup_steps`` was computed, for messages."""
+        stated = recipe.get(f"{ACTOR_OPTIM}.lr_warmup_steps")
+        if isinstance(stated, int) and stated > 0:
+            return f"lr_warmup_steps {stated}"
+        ratio = recipe.get(f"{ACTOR_OPTIM}.lr_warmup_steps_ratio")
+        return f"int({ratio} × {self.scheduler_total:,} scheduler steps)"
+
+    def lr_at(self, global_step: int) -> VerlStepLR:
+        return lr_for_global_step(global_step, self)
+
+    def best_fraction_through(self, global_step: int) -> float:
+        return max_fraction_through(global_step, self)
 
     def update_index(self, global_step: int) -> int | None:
         """0-based index of the actor update made at ``global_step``; None when none is made."""

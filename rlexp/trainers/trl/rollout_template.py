@@ -8,7 +8,7 @@ hands ``GRPOTrainer``: ``train_rows`` (the dataset's ``prompt`` column: each row
 ``rollout_func`` (episodes played by rlexp's runner, returned with TRL's ``env_mask``),
 ``REWARD_FUNCS`` (the episode return, and the episode metrics through ``log_metric``) and
 ``monitor_score`` (greedy episode success for the in-run monitor). The contract it meets is spelled
-out in :mod:`rlexp.backends.trl_agent`.
+out in :mod:`rlexp.trainers.trl.agent`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ GRPOTrainer(rollout_func=rollout_func, reward_funcs=REWARD_FUNCS): every prompt 
 repeated num_generations times) is one episode played by rlexp's episode runner with the policy being
 trained; completion_ids are the model and environment tokens after the prompt, env_mask marks the
 model's tokens 1 and the environment's 0 (TRL drops the 0s from the loss). The reward is the
-episode's return. Template: rlexp/backends/trl_rollout_template.py. Edit the attempt spec, not this file.
+episode's return. Template: rlexp/trainers/trl/rollout_template.py. Edit the attempt spec, not this file.
 """
 
 import json
@@ -37,7 +37,7 @@ sys.path.insert(0, CONFIG["rlexp_root"])  # the rlexp that launched this run
 {imports}
 
 from rlexp.adapters.episodes import SlotCache, run_episodes  # noqa: E402
-from rlexp.backends import trl_agent  # noqa: E402
+from rlexp.trainers.trl import agent as trl_agent  # noqa: E402
 from rlexp.core.environments import Budgets, resolve, rows_for_task  # noqa: E402
 from rlexp.core.spec import EnvironmentSettings  # noqa: E402
 from rlexp.storage.files import append_jsonl  # noqa: E402

@@ -75,6 +75,15 @@ class TrlSteps(Steps):
     def eval_save_steps(self, recipe: Mapping[str, Any]) -> tuple[list[int], list[int]]:
         return eval_save_steps(recipe, self)
 
+    partial_batch_ref = "docs/trainers.md#trl-grpotrainer"
+
+    def step_message(self, check_id: str, intent: int | None = None) -> str | None:
+        """TRL's wording of the catalogue's step checks (its quantities: P, B, W, GA, L)."""
+        if check_id == "steps.intent":
+            return intent_message(intent or 0, self)
+        message = {"steps.empty": empty_message, "steps.partial_batch": partial_batch_message}.get(check_id)
+        return message(self) if message else None
+
     def as_dict(self) -> dict[str, Any]:
         """The TRL quantities of ``plan.json`` (``steps.trl``)."""
         return {

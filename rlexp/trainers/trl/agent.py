@@ -103,7 +103,7 @@ def environment_imports(att: Any) -> dict[str, tuple[str, str]]:
 
 def rollout_adapter(att: Any, ad: Any, grpo_kwargs: Mapping[str, Any], rlexp_root: str) -> RolloutAdapter:
     """The rollout module of an environment attempt (nothing is written here)."""
-    from rlexp.backends.trl_rollout_template import render_rollout_module
+    from rlexp.trainers.trl.rollout_template import render_rollout_module
 
     check_recipe(att, grpo_kwargs)
     settings = att.environment

@@ -1,8 +1,9 @@
-"""The preflight catalogue for a verl attempt: verl's own step and LR checks under the catalogue's
-ids and thresholds (rlexp.core.checks), then the catalogue's checks that do not depend on how a
+"""The preflight catalogue for a verl attempt: the catalogue's LR checks (rlexp.core.checks.check_lr,
+one implementation for every trainer) on verl's step math, verl's own step checks under the
+catalogue's ids, then the catalogue's checks that do not depend on how a
 trainer counts steps (schedule, one variable, suffix, datasets, power).
 
-Kept apart from rlexp.core.trainers.verl, which the recipe-key table imports (for the kinds of
+Kept apart from rlexp.trainers.verl.steps, which the recipe-key table imports (for the kinds of
 verl's keys): the catalogue imports the spec, which imports that table.
 """
 
@@ -10,13 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlexp.core.trainers.verl import (
-    ACTOR_OPTIM,
-    VerlSchedule,
-    VerlSteps,
-    lr_for_global_step,
-    max_fraction_through,
-)
+from rlexp.trainers.verl.steps import VerlSchedule, VerlSteps
 
 VERL_REF = "docs/trainers.md#verl"
 
@@ -31,70 +26,19 @@ def verl_checkpoint_plan(steps: VerlSteps, schedule: VerlSchedule, mid: int | No
 
 
 def verl_preflight(att: Any, steps: VerlSteps, schedule: VerlSchedule, power: Any) -> list[Any]:
-    """The preflight catalogue for a verl attempt: verl's own step and LR checks under the catalogue's
-    ids and thresholds, then the catalogue's trainer-independent checks (rlexp.core.checks)."""
+    """The preflight catalogue for a verl attempt: the catalogue's LR checks on verl's step math,
+    verl's own step checks under the catalogue's ids, then the catalogue's trainer-independent checks
+    (rlexp.core.checks)."""
     from rlexp.core import checks as catalogue
 
     ckpt = verl_checkpoint_plan(steps, schedule, att.checkpoints_mid)
-    found = [*_lr_checks(att, steps), *_step_checks(att, steps)]
+    found = [*catalogue.check_lr(att, steps), *_step_checks(att, steps)]
     found += catalogue.check_schedule(att, steps, ckpt, eval_key="trainer.test_freq", save_key="trainer.save_freq",
                                       fires_rule="every multiple of the frequency and the last step")
     for findings in (catalogue.check_single_variable(att), catalogue.check_suffix(att),
                      catalogue.check_datasets(att), catalogue.check_power(att, power)):  # fmt: skip
         found.extend(findings)
     return sorted(found, key=lambda c: c.severity != catalogue.ERROR)
-
-
-def _warmup_rule(steps: VerlSteps, att: Any) -> str:
-    stated = att.recipe.get(f"{ACTOR_OPTIM}.lr_warmup_steps")
-    if isinstance(stated, int) and stated > 0:
-        return f"lr_warmup_steps {stated}"
-    ratio = att.recipe.get(f"{ACTOR_OPTIM}.lr_warmup_steps_ratio")
-    return f"int({ratio} × {steps.scheduler_total:,} scheduler steps)"
-
-
-def _lr_checks(att: Any, steps: VerlSteps) -> list[Any]:
-    from rlexp.core.checks import (
-        DEFAULT_MAX_WARMUP_SHARE,
-        ERROR,
-        LR_CHECK_GLOBAL_STEP,
-        LR_CHECK_MIN_FRACTION,
-    )
-    from rlexp.core.verdict import check
-
-    out = []
-    total = steps.global_steps_total
-    if total < 1 or steps.actor_updates < 1:
-        return out
-    if steps.warmup_steps > 0 and steps.warmup_steps >= steps.scheduler_steps_run:
-        last = lr_for_global_step(total, steps)
-        out.append(check(
-            "lr.warmup_never_ends", ERROR,
-            f"warm-up never ends: {steps.warmup_steps:,} scheduler steps ({_warmup_rule(steps, att)}) but the run "
-            f"steps the scheduler {steps.scheduler_steps_run:,} times: the last step trains at "
-            f"{last.fraction_of_peak:.1%} of peak",
-            VERL_REF,
-        ))  # fmt: skip
-    at = min(LR_CHECK_GLOBAL_STEP, total)
-    best = max_fraction_through(at, steps)
-    if best < LR_CHECK_MIN_FRACTION:
-        out.append(check(
-            "lr.low_early", ERROR,
-            f"LR reaches only {best:.1%} of peak by global step {at}: warm-up is {steps.warmup_steps:,} "
-            f"scheduler steps ({_warmup_rule(steps, att)}) of {total:,} global steps; "
-            f">= {LR_CHECK_MIN_FRACTION:.0%} required",
-            "docs/plan.md#warm-up-and-early-lr",
-        ))  # fmt: skip
-    share = att.intent.get("max_warmup_share") or DEFAULT_MAX_WARMUP_SHARE
-    horizon = att.intent.get("global_steps") or total
-    if steps.warmup_global_steps > max(share * horizon, 1.0):
-        out.append(check(
-            "lr.warmup_share", ERROR,
-            f"warm-up lasts {steps.warmup_global_steps:,.0f} global steps ({_warmup_rule(steps, att)}), more than "
-            f"{share:.0%} of the {'intended' if att.intent.get('global_steps') else 'planned'} {horizon:,} global steps",
-            "docs/plan.md#warm-up-and-early-lr",
-        ))  # fmt: skip
-    return out
 
 
 def _step_checks(att: Any, steps: VerlSteps) -> list[Any]:
@@ -156,3 +100,37 @@ def _step_checks(att: Any, steps: VerlSteps) -> list[Any]:
             VERL_REF,
         ))  # fmt: skip
     return out
+
+
+# ----------------------------------------------------------------------------- environment tasks
+
+AGENT_API_SINCE = "0.6.0"  # AgentLoopBase
+
+
+def agentic_checks(env: Any, recipe: dict[str, Any], version: str) -> list[Any]:
+    """verl's plan rules for an environment task (rlexp.core.agentic_checks): the turns against
+    ``data.max_response_length`` (the prompt has its own), GSPO's clip range, group baselines."""
+    from rlexp.core.agentic_checks import (
+        TOKEN_CLIP_DEFAULT,
+        check_group_samples,
+        check_gspo_clip,
+        check_turn_budget,
+    )
+
+    found = []
+    limit = recipe.get("data.max_response_length")
+    if limit is not None:
+        found += check_turn_budget("verl", prompt_tokens=0, max_turns=env.max_turns,
+                                   max_tokens_per_turn=env.max_tokens_per_turn, limit=int(limit),
+                                   limit_name="data.max_response_length (rollout.response_length)",
+                                   prompt_included=False)
+    # verl's GSPO loss clips with clip_ratio_low/high (clip_ratio when they are null)
+    loss = "gspo" if recipe.get("actor_rollout_ref.actor.policy_loss.loss_mode") == "gspo" else env.loss
+    for side in ("low", "high"):
+        key = f"actor_rollout_ref.actor.clip_ratio_{side}"
+        clip = recipe.get(key, TOKEN_CLIP_DEFAULT)
+        if clip is None:
+            key, clip = "actor_rollout_ref.actor.clip_ratio", recipe.get("actor_rollout_ref.actor.clip_ratio", 0.2)
+        found += check_gspo_clip(loss, clip, key)
+    found += check_group_samples(recipe.get("algorithm.adv_estimator"), recipe.get("actor_rollout_ref.rollout.n"))
+    return found

@@ -1,0 +1,122 @@
+"""What a trainer is to rlexp's pure rules (in the spirit of Optuna's ``samplers/_base.py``).
+
+A trainer's package (``rlexp.trainers.<name>``) exposes ``RULES``, an instance of a subclass of
+:class:`TrainerRules`; its ``launch`` module adds the work with processes and files
+(:class:`rlexp.trainers.launch.TrainerLaunch`). Everything here is a pure function of the spec:
+no file is read or written.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlexp.storage.layout import CHECKPOINT_DIR_PATTERNS
+
+
+class TrainerRules:
+    """One trainer's rules: its key table, steps and LR, preflight checks, metrics sources,
+    checkpoint layout and resume state, and the backends that run it.
+
+    Subclasses set the class attributes and override the methods whose default does not fit."""
+
+    #: the ``trainer.name`` value
+    name: str = ""
+    #: the backends (rlexp.backends.registry) that run it; the first is the default without --ray-address
+    backends: tuple[str, ...] = ("process", "ray")
+    #: why a backend outside :attr:`backends` is refused (appended to "trainer X runs on the ... backend")
+    backend_note: str = ""
+    #: what ``--metrics-source`` may name for it; the first is the default
+    metrics_sources: tuple[str, ...] = ("stdout",)
+    #: the message when ``--metrics-source`` names another source
+    metrics_source_note: str = ""
+    #: ``trainer.version`` when the spec states none (None: the key table's first listed release)
+    default_version: str | None = None
+    #: it reads its training sets through the recipe's ``input_key``/``label_key``
+    graded_by_recipe_keys: bool = True
+    #: its prompts always go through the chat template (else: the recipe's ``apply_chat_template``)
+    always_chat_template: bool = False
+    #: ``rlexp import --logs`` reads its logs as this trainer's (rlexp.core.trainers.metric_names.vocabulary)
+    log_trainer: str = ""
+    #: ``rlexp ingest``'s format (rlexp.core.trainers.metric_logs.formats()) for its console log (None: it
+    #: has none with step numbers, :attr:`console_log_note` says what to give instead) and for a .jsonl
+    console_log_format: str | None = "openrlhf-console"
+    console_log_note: str = ""
+    jsonl_log_format: str = "jsonl"
+    #: its checkpoint folders' names (regular expressions, the step as group 1: ``rlexp import
+    #: --checkpoints``), and the folders inside one where its weights may be
+    checkpoint_dirs: tuple[str, ...] = (CHECKPOINT_DIR_PATTERNS["hf_checkpoint"],  # --save_hf_ckpt
+                                        CHECKPOINT_DIR_PATTERNS["save_path"])  # --save_path
+    weights_inside: tuple[str, ...] = ()
+    #: how ``rlexp import`` recognises its launch script (rlexp.core.launch_script.launch_of): the
+    #: Python modules it is run as (a module name, or a prefix ending in a dot), the console scripts
+    #: that launch it (``trl grpo ...``), and whether any Python script (``*.py``) is one of its
+    launch_modules: tuple[str, ...] = ()
+    launch_commands: tuple[str, ...] = ()
+    runs_scripts: bool = False
+    #: it runs as rlexp's own Python module (a Ray job then forwards this process's environment)
+    runs_rlexp_python: bool = False
+    #: the first release with the agent interface rlexp's environment adapter generates for (None:
+    #: an environment task needs no adapter, or it has none)
+    agent_api_since: str | None = None
+
+    def agentic_checks(self, env: Any, recipe: dict[str, Any], version: str) -> list[Any]:
+        """Its plan rules for an environment task (rlexp.core.agentic_checks), past the release check:
+        token budgets against its length limits, GSPO's clip range, group baselines."""
+        return []
+
+    def key_table(self) -> Any:
+        """The recipe keys a spec for this trainer may state (rlexp.core.recipe.key_table: built once)."""
+        from rlexp.core.recipe import key_table
+
+        return key_table(self.name)
+
+    def metric_vocabulary(self) -> Any:
+        """Its metric names -> rlexp's canonical names (rlexp.core.trainers.metric_names.Vocabulary):
+        rlexp's own unless the trainer logs its own (its package's ``metrics`` module)."""
+        from rlexp.core.trainers.metric_names import COMMON_VOCABULARY
+
+        return COMMON_VOCABULARY
+
+    def log_readers(self) -> dict[str, Any]:
+        """The log formats it reads its own way (name -> ``reader(text, trainer)``, returning a
+        rlexp.core.trainers.metric_logs.LogRead): none unless its package has them."""
+        return {}
+
+    def build_key_table(self) -> Any:
+        """Its key table (rlexp.core.recipe.TrainerKeyTable), built on first use: OpenRLHF's argument
+        names unless the trainer has its own (e.g. TRL's GRPOConfig fields)."""
+        from rlexp.core.recipe import openrlhf_key_table
+
+        return openrlhf_key_table(self.name)
+
+    def recipe_reads(self, recipe: Any, role: str) -> dict[str, str]:
+        """How it reads the rows of a training set (``check_dataset_rows`` keywords)."""
+        if not self.graded_by_recipe_keys:
+            return {}
+        return {"prompt_key": str(recipe.get("input_key") or "prompt"),
+                "answer_key": str(recipe.get("label_key") or "answer")}
+
+    def uses_chat_template(self, recipe: Any) -> bool:
+        return self.always_chat_template or bool(recipe.get("apply_chat_template", False))
+
+    # ---- steps and LR
+    #: one data-parallel rank whatever the GPU layout says
+    single_process: bool = False
+
+    def step_version(self, trainer_version: str) -> str:
+        """The release whose step semantics the step math follows."""
+        return trainer_version
+
+    def steps(self, att: Any) -> Any:
+        """The attempt's step counts (rlexp.core.schedule.Steps or a subclass): OpenRLHF's step math."""
+        from rlexp.core.schedule import compute_steps
+
+        return compute_steps(att.recipe, att.datasets["pool"].size, att.trainer.version, trainer=self.name)
+
+    # ---- preflight checks (rlexp.core.checks): which parts of the catalogue apply
+    #: OpenRLHF's batch rules and its fixed min LR before v0.9.8 (check_batches, lr.min_lr_ratio_fixed)
+    openrlhf_batches: bool = True
+    #: OpenRLHF's GPU layout (actor, ref, reward, critic, vLLM engines)
+    gpu_layout: bool = False
+    #: DeepSpeed checkpoints beside the HF saves (disk.hf_ckpt; --resume needs them)
+    deepspeed_checkpoints: bool = False

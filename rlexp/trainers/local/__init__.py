@@ -1,0 +1,32 @@
+"""The local CPU trainer (``trainer.name: local``): GRPO in one readable file, OpenRLHF's key names.
+
+Its pure rules live here; the trainer itself is :mod:`rlexp.backends.local_trainer` (and
+:mod:`rlexp.backends.env_trainer` for environment tasks), its launch
+:mod:`rlexp.trainers.local.launch`.
+"""
+
+from __future__ import annotations
+
+from rlexp.core.schedule import LOCAL_TRAINER_VERSION  # OpenRLHF 0.11's step semantics, one process
+from rlexp.trainers.base import TrainerRules
+
+
+class LocalRules(TrainerRules):
+    name = "local"
+    backends = ("local", "ray")
+    metrics_sources = ("stdout",)  # it appends metrics.jsonl itself; the source is recorded as stdout
+    metrics_source_note = ("the local trainer writes metrics.jsonl itself; --metrics-source is for the "
+                           "OpenRLHF backends (process, ray)")
+    default_version = LOCAL_TRAINER_VERSION
+    graded_by_recipe_keys = False  # the demo's rows: prompt and answer
+    always_chat_template = True
+    log_trainer = "local"
+    console_log_format = "jsonl"  # its console lines are metrics.jsonl's
+    runs_rlexp_python = True
+    single_process = True
+
+    def step_version(self, trainer_version: str) -> str:
+        return LOCAL_TRAINER_VERSION
+
+
+RULES = LocalRules()

@@ -1,0 +1,35 @@
+"""The local trainer's launch: ``python -m rlexp.backends.local_trainer ATTEMPT`` (or the
+environment trainer for an environment task); it appends ``metrics.jsonl`` itself."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from rlexp.storage.layout import AttemptDir
+from rlexp.trainers.launch import LaunchPlan, TrainerLaunch
+from rlexp.trainers.local import RULES
+
+LOCAL_TRAINER_MODULE = "rlexp.backends.local_trainer"
+# an attempt with an environment task (rlexp.core.spec.EnvironmentSettings): the same trainer,
+# entered through the module that adds episodes, the agent mask and GSPO (docs/environments.md)
+ENV_TRAINER_MODULE = "rlexp.backends.env_trainer"
+
+
+class LocalLaunch(TrainerLaunch):
+    rules = RULES
+
+    def prepare(self, att: Any, ad: AttemptDir, *, resume: bool, must_exist: bool) -> LaunchPlan:
+        # absolute: a Ray job runs in the head's working directory; sys.executable: the Python
+        # that has rlexp and the trainer's stack (docs/launch.md, "The job's Python")
+        module = LOCAL_TRAINER_MODULE if getattr(att, "environment", None) is None else ENV_TRAINER_MODULE
+        return LaunchPlan([sys.executable, "-m", module, str(ad.root.resolve())] + (["--resume"] if resume else []))
+
+    def follower(self, ad: AttemptDir, source: str, *, resume_step: int) -> Any:
+        from rlexp.adapters import ingest
+
+        # the local trainer writes metrics.jsonl itself; rows up to the resume point are known
+        return ingest.MetricsFileFollower(ad.metrics, after_step=resume_step)
+
+
+LAUNCH = LocalLaunch()

@@ -1,0 +1,41 @@
+"""OpenRLHF (``trainer.name: openrlhf``): ``train_ppo_ray`` in any listed release's flag dialect.
+
+Its pure rules live here; the argv builder and the flag tables are :mod:`rlexp.trainers.openrlhf.argv`,
+the launch :mod:`rlexp.trainers.openrlhf.launch`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlexp.trainers.base import TrainerRules
+
+
+class OpenRLHFRules(TrainerRules):
+    name = "openrlhf"
+    backends = ("process", "ray")
+    metrics_sources = ("stdout", "tensorboard")  # its `Global step N` lines, or its TensorBoard scalars
+    metrics_source_note = "OpenRLHF is followed through its stdout or its TensorBoard scalars"
+    log_trainer = "openrlhf"
+    gpu_layout = True
+    deepspeed_checkpoints = True
+    launch_modules = ("openrlhf.cli.train_ppo_ray",)
+
+    def metric_vocabulary(self) -> Any:
+        from rlexp.trainers.openrlhf.metrics import VOCABULARY
+
+        return VOCABULARY
+
+    @property
+    def agent_api_since(self) -> str:  # type: ignore[override]
+        from rlexp.trainers.openrlhf.checks import AGENT_API_SINCE
+
+        return AGENT_API_SINCE
+
+    def agentic_checks(self, env: Any, recipe: dict[str, Any], version: str) -> list[Any]:
+        from rlexp.trainers.openrlhf.checks import agentic_checks
+
+        return agentic_checks(env, recipe, version)
+
+
+RULES = OpenRLHFRules()

@@ -1,0 +1,71 @@
+"""OpenRLHF's plan rules for an environment task (rlexp.core.agentic_checks) — pure.
+
+Its ``MultiTurnAgentExecutor`` (``openrlhf/utils/agent.py``) hands every turn the room left in
+``max_length``, so the turns' budget is checked against that length, prompt included, and a per-turn
+cap is reported as not enforced.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlexp.core.agentic_checks import (
+    ERROR,
+    REF,
+    TOKEN_CLIP_DEFAULT,
+    WARNING,
+    check_group_samples,
+    check_gspo_clip,
+    check_turn_budget,
+    release_key,
+)
+from rlexp.core.verdict import Verdict, check
+
+AGENT_API_SINCE = "0.8.7"  # the token-in/token-out MultiTurnAgentExecutor
+
+
+def openrlhf_max_length(version: str, recipe: dict[str, Any]) -> tuple[int, str]:
+    """OpenRLHF's ``max_length`` handed to the agent executor, and how it is named: ``max_len``
+    (default 2048) from 0.9.8, ``prompt_max_len + generate_max_len`` (1024 each) before."""
+    if release_key(version) >= release_key("0.9.8"):
+        return int(recipe.get("max_len") or 2048), "max_len"
+    prompt = int(recipe.get("prompt_max_len") or 1024)
+    generate = int(recipe.get("generate_max_len") or recipe.get("max_new_tokens") or 1024)
+    return prompt + generate, f"prompt_max_len {prompt} + generate_max_len {generate}"
+
+
+def openrlhf_needs_max_new_tokens(version: str) -> bool:
+    """0.9.8 made ``max_new_tokens`` optional; the multi-turn executor computes ``max_length -
+    max_tokens`` on the initial value and fails on None until 0.10.2 (``... or 1``)."""
+    return release_key("0.9.8") <= release_key(version) < release_key("0.10.2")
+
+
+def check_openrlhf_turn_cap(max_tokens_per_turn: int, max_length: int, limit_name: str) -> list[Verdict]:
+    return [check("agent.openrlhf_turn_cap", WARNING,
+                  f"environment.max_tokens_per_turn {max_tokens_per_turn} is not enforced on OpenRLHF: its "
+                  f"MultiTurnAgentExecutor gives every turn the room left in {limit_name} ({max_length} tokens, "
+                  "prompt included) and appends the last feedback without a length check", REF)]
+
+
+def check_openrlhf_max_new_tokens(version: str, recipe: dict[str, Any]) -> list[Verdict]:
+    if not openrlhf_needs_max_new_tokens(version):
+        return []
+    if recipe.get("generate_max_len") or recipe.get("max_new_tokens"):
+        return []
+    return [check("agent.openrlhf_max_new_tokens", ERROR,
+                  f"OpenRLHF {version}: set recipe.generate_max_len (--max_new_tokens): its MultiTurnAgentExecutor "
+                  "computes max_length - max_new_tokens and fails on the default None (fixed in 0.10.2)", REF)]
+
+
+def agentic_checks(env: Any, recipe: dict[str, Any], version: str) -> list[Verdict]:
+    max_length, name = openrlhf_max_length(version, recipe)
+    found = check_turn_budget("openrlhf", prompt_tokens=int(recipe.get("prompt_max_len") or 0),
+                              max_turns=env.max_turns, max_tokens_per_turn=env.max_tokens_per_turn,
+                              limit=max_length, limit_name=name, prompt_included=True)
+    found += check_openrlhf_max_new_tokens(version, recipe)
+    found += check_openrlhf_turn_cap(env.max_tokens_per_turn, max_length, name)
+    gspo = "gspo" in (env.loss, recipe.get("policy_loss_type"), recipe.get("actor.policy_loss_type"))
+    found += check_gspo_clip("gspo" if gspo else env.loss, recipe.get("eps_clip", TOKEN_CLIP_DEFAULT),
+                             "recipe.eps_clip")
+    found += check_group_samples(recipe.get("advantage_estimator"), recipe.get("n_samples_per_prompt"))
+    return found

@@ -1,0 +1,98 @@
+"""OpenRLHF's launch: ``train_ppo_ray``'s argv for the release, the reward file, prompt copies
+with their suffix, and its metrics through its stdout or its TensorBoard scalars."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rlexp.errors import InputError
+from rlexp.storage.layout import AttemptDir
+from rlexp.trainers.launch import LaunchPlan, TrainerLaunch
+from rlexp.trainers.openrlhf import RULES
+
+
+def training_data(att: Any, ad: AttemptDir, must_exist: bool = True) -> tuple[str, dict[str, tuple[Path, Path, str]]]:
+    """The pool path for ``--prompt_data``. Prompts are stored without their suffix (the spec
+    holds it), and OpenRLHF ignores ``--input_template`` under ``--apply_chat_template``, so a
+    suffixed copy is written under ``launch/data/`` when a suffix is set — the hand-made
+    ``*_boxed.jsonl`` copies of a real campaign, made reproducible."""
+    pool = att.datasets.get("pool")
+    if pool is None or pool.path is None:
+        raise InputError(att.spec_path, "datasets.pool.path", "required to launch training")
+    if must_exist and not pool.path.exists():
+        raise InputError(pool.path, None, "training pool file not found")
+    suffixed = {}
+    for role in ("pool", "ood_monitor"):
+        ref = att.datasets.get(role)
+        if ref is not None and ref.path is not None and ref.prompt_suffix:
+            suffixed[role] = (ref.path, ad.derived_dataset(ref.path), ref.prompt_suffix)
+    prompt_data = str(suffixed["pool"][1]) if "pool" in suffixed else str(pool.path)
+    return prompt_data, suffixed
+
+
+def stated_recipe(att: Any) -> dict[str, Any]:
+    """The keys some spec in the chain states (the trainer's own defaults cover the rest).
+
+    What a release lacks is the builder's business (:func:`rlexp.trainers.openrlhf.argv.build_train_argv`):
+    a planning-only key or ``min_lr_ratio`` 0.1 on v0.9.x is left out with a note, anything else is
+    an error naming the key.
+    """
+    return dict(getattr(att, "recipe_stated", None) or att.recipe)
+
+
+class OpenRLHFLaunch(TrainerLaunch):
+    rules = RULES
+
+    def plan_details(self, att: Any, steps: Any) -> dict[str, Any]:
+        from rlexp.trainers.openrlhf.argv import plan_train_command
+
+        return {"openrlhf_command": plan_train_command(att)}
+
+    def prepare(self, att: Any, ad: AttemptDir, *, resume: bool, must_exist: bool) -> LaunchPlan:
+        from rlexp.trainers.openrlhf import argv as openrlhf
+
+        reward_file = ad.reward_func
+        prompt_data, suffixed = training_data(att, ad, must_exist=must_exist)
+        monitor = att.datasets.get("ood_monitor")
+        eval_dataset = None
+        if monitor is not None and monitor.path is not None:
+            eval_dataset = str(suffixed["ood_monitor"][1]) if "ood_monitor" in suffixed else str(monitor.path)
+        paths = openrlhf.AttemptPaths(
+            pretrain=str(att.base_model()),
+            prompt_data=prompt_data,
+            eval_dataset=eval_dataset,
+            save_path=ad.final_model,
+            ckpt_path=ad.checkpoints_dir,
+            reward_file=reward_file,
+            tensorboard_dir=ad.tensorboard,
+        )
+        recipe = openrlhf.attempt_recipe(stated_recipe(att), paths, resume=resume)
+        adapters: dict = {}
+        if getattr(att, "environment", None) is not None:  # an environment task: the agent file replaces the reward file
+            from rlexp.trainers.openrlhf import agent
+
+            recipe, adapters = agent.launch_files(att, recipe, ad.agent_func)
+            reward_file = None
+        built = openrlhf.build_train_argv(recipe, att.trainer.version, spec_file=att.display_path or att.spec_path)
+        return LaunchPlan(built.argv, reward_file=reward_file, suffixed=suffixed, dropped=built.dropped,
+                          adapters=adapters)
+
+    def resume_step(self, att: Any, ad: AttemptDir) -> int:
+        latest = ad.latest_resume_state(self.rules.name)
+        if latest is None and att.recipe.get("disable_ds_ckpt"):
+            # OpenRLHF keeps no resumable state at all: --resume would always start over
+            raise InputError(ad.resume_state_dir(self.rules.name), None,
+                             "no checkpoint to resume from (recipe.disable_ds_ckpt is set: OpenRLHF keeps no "
+                             "resumable state)")
+        return latest[0] if latest is not None else 0  # none: killed before its first checkpoint
+
+    def follower(self, ad: AttemptDir, source: str, *, resume_step: int) -> Any:
+        from rlexp.adapters import ingest
+
+        # the argv logs scalars under ATTEMPT/tensorboard (attempt_recipe: use_tensorboard)
+        where = {"stdout": ad.stdout_log, "tensorboard": ad.tensorboard}[source]
+        return ingest.MetricsFollower(source, where, ad.metrics)
+
+
+LAUNCH = OpenRLHFLaunch()

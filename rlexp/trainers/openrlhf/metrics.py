@@ -1,0 +1,23 @@
+"""OpenRLHF's metric names -> rlexp's canonical names (rlexp.core.trainers.metric_names)."""
+
+from __future__ import annotations
+
+from rlexp.core.trainers.metric_names import COMMON, Vocabulary
+
+# OpenRLHF 0.9.3-0.11.2: the "Global step" dict (experience info + actor status), 0.11's
+# rollout/* stats (ppo_trainer.py), timing/step_total (0.10+), and the tqdm postfix of the actor's
+# "Train epoch" bar (ray/ppo_actor.py short_status: act_loss, gen_len, act_lr, ent_loss, ...)
+NAMES: dict[str, tuple[str, ...]] = {
+    **COMMON,
+    "policy_loss": ("policy_loss", "act_loss"),
+    "actor_lr": ("actor_lr", "act_lr"),
+    "reward": ("reward", "rollout/reward_mean"),
+    "response_length": ("response_length", "rollout/response_length_mean", "gen_len"),
+    "truncated": ("truncated", "rollout/truncated_rate"),
+    "kl": ("kl",),
+    "ppo_kl": ("ppo_kl",),
+    "entropy": ("entropy", "entropy_loss", "ent_loss"),
+    "step_time_s": ("step_time_s", "timing/step_total", "step_time", "time/step"),
+}
+
+VOCABULARY = Vocabulary(NAMES)

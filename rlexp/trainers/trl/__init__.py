@@ -1,0 +1,63 @@
+"""TRL's ``GRPOTrainer`` (``trainer.name: trl``): GRPOConfig field names, in a venv of its own.
+
+Its pure rules live here and in the package's core modules (steps and LR: :mod:`.steps`; the
+pinned release's fields: :mod:`.fields`, as recipe keys: :mod:`.keys`); the adapters: the generated
+training script (:mod:`.script`, from :mod:`.template`), the launch (:mod:`.launch`) and the writer
+of :mod:`.fields`, run in TRL's venv (:mod:`.write_fields`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlexp.storage.layout import CHECKPOINT_DIR_PATTERNS
+from rlexp.trainers.base import TrainerRules
+
+
+class TrlRules(TrainerRules):
+    name = "trl"
+    backends = ("process",)
+    backend_note = " (the generated script in .venv-trl); the Ray path is OpenRLHF's"
+    metrics_sources = ("tensorboard",)  # transformers' TensorBoard callback
+    metrics_source_note = "trainer trl is followed through its TensorBoard events"
+    log_trainer = "trl"
+    console_log_format = None
+    checkpoint_dirs = (CHECKPOINT_DIR_PATTERNS["output_dir"],)  # transformers' output_dir
+    launch_commands = ("trl",)  # `trl grpo ...`; `python -m trl...` and a training script too
+    runs_scripts = True
+    console_log_note = ("TRL's console lines carry no step number: give its trainer_state.json (in each "
+                        "checkpoint), its TensorBoard directory, or --format")
+    openrlhf_batches = False  # TRL's own rules: rlexp.trainers.trl.steps
+
+    def build_key_table(self) -> Any:
+        from rlexp.trainers.trl.keys import trl_key_table
+
+        return trl_key_table()
+
+    def steps(self, att: Any) -> Any:
+        from rlexp.errors import InputError
+        from rlexp.trainers.trl.steps import TrlRecipeError, trl_steps
+
+        try:
+            return trl_steps(att.recipe, att.datasets["pool"].size, att.trainer.version, att.trainer.gpus or 1)
+        except TrlRecipeError as exc:
+            raise InputError(att.display_path, f"recipe.{exc.field}", str(exc)) from None
+
+    def metric_vocabulary(self) -> Any:
+        from rlexp.trainers.trl.metrics import VOCABULARY
+
+        return VOCABULARY
+
+    @property
+    def agent_api_since(self) -> str:  # type: ignore[override]
+        from rlexp.trainers.trl.checks import AGENT_API_SINCE
+
+        return AGENT_API_SINCE
+
+    def agentic_checks(self, env: Any, recipe: dict[str, Any], version: str) -> list[Any]:
+        from rlexp.trainers.trl.checks import agentic_checks
+
+        return agentic_checks(env, recipe, version)
+
+
+RULES = TrlRules()

@@ -1,0 +1,24 @@
+"""TRL's plan rules for an environment task (rlexp.core.agentic_checks) — pure.
+
+``rollout_func`` returns the completions whose length ``max_completion_length`` bounds: the turns
+and the feedback between them, not the prompt.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlexp.core.agentic_checks import TOKEN_CLIP_DEFAULT, check_gspo_clip, check_turn_budget
+from rlexp.core.verdict import Verdict
+
+AGENT_API_SINCE = "0.28.0"  # rollout_func returning env_mask
+
+
+def agentic_checks(env: Any, recipe: dict[str, Any], version: str) -> list[Verdict]:
+    found = check_turn_budget("trl", prompt_tokens=0, max_turns=env.max_turns,
+                              max_tokens_per_turn=env.max_tokens_per_turn,
+                              limit=int(recipe.get("max_completion_length") or 512),
+                              limit_name="max_completion_length", prompt_included=False)
+    loss = "gspo" if recipe.get("importance_sampling_level") == "sequence" else env.loss
+    found += check_gspo_clip(loss, recipe.get("epsilon", TOKEN_CLIP_DEFAULT), "recipe.epsilon")
+    return found

@@ -1,0 +1,41 @@
+"""TRL's launch: the generated training script run by ``.venv-trl``'s Python, followed through
+transformers' TensorBoard callback (TRL's metric names mapped)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlexp.storage.layout import AttemptDir
+from rlexp.trainers.launch import LaunchPlan, TrainerLaunch
+from rlexp.trainers.trl import RULES
+
+
+class TrlLaunch(TrainerLaunch):
+    rules = RULES
+
+    def plan_details(self, att: Any, steps: Any) -> dict[str, Any]:
+        if getattr(att, "environment", None) is not None:  # what the rollout adapter cannot serve: exit 2 here
+            from rlexp.trainers.trl.agent import check_recipe
+
+            check_recipe(att, dict(att.recipe_stated or {}))
+        return {"trl": steps.as_dict()}  # TRL's step quantities (rlexp.trainers.trl.steps)
+
+    def prepare(self, att: Any, ad: AttemptDir, *, resume: bool, must_exist: bool) -> LaunchPlan:
+        from rlexp.trainers.trl.script import prepare_launch
+
+        built = prepare_launch(att, ad, resume=resume, must_exist=must_exist)
+        return LaunchPlan(built.argv, files={built.script: built.script_text}, adapters=dict(built.adapters))
+
+    def follower(self, ad: AttemptDir, source: str, *, resume_step: int) -> Any:
+        from rlexp.adapters import ingest
+
+        return ingest.MetricsFollower("tensorboard", ad.tensorboard, ad.metrics, trainer=self.rules.name)
+
+    def provenance_extra(self, argv: list[str]) -> dict[str, Any]:
+        # TRL runs in .venv-trl, whose versions the main venv cannot see
+        from rlexp.trainers.trl.fields import TRANSFORMERS_VERSION, TRL_VERSION
+
+        return {"trl_venv": {"python": argv[0], "trl": TRL_VERSION, "transformers": TRANSFORMERS_VERSION}}
+
+
+LAUNCH = TrlLaunch()

@@ -1,0 +1,78 @@
+"""verl (``trainer.name: verl``): dotted Hydra keys of the pinned release, its own step count.
+
+Its pure rules live here and in the package's core modules (steps, LR and schedule: :mod:`.steps`;
+checks: :mod:`.checks`; the listed releases' config keys: :mod:`.keys`); the adapters: the releases'
+wheels (:mod:`.releases`), the recipe checked against a release's config and the Hydra argv
+(:mod:`.hydra`), the plan (:mod:`.plan`) and the launch (:mod:`.launch`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlexp.storage.layout import CHECKPOINT_DIR_PATTERNS
+from rlexp.trainers.base import TrainerRules
+
+
+class VerlRules(TrainerRules):
+    name = "verl"
+    backends = ("process", "ray")
+    metrics_sources = ("verl",)  # its file logger's JSONL (VERL_FILE_LOGGER_PATH)
+    metrics_source_note = "verl's metrics come from its file logger (--metrics-source verl), and only verl's"
+    log_trainer = "verl"
+    openrlhf_batches = False
+    console_log_format = "verl-console"
+    jsonl_log_format = "verl-file"  # its file logger
+    checkpoint_dirs = (CHECKPOINT_DIR_PATTERNS["default_local_dir"],)  # trainer.default_local_dir
+    weights_inside = ("actor/lora_adapter", "actor/huggingface", "actor")
+    launch_modules = ("verl.trainer.main_ppo", "verl.")
+
+    def metric_vocabulary(self) -> Any:
+        from rlexp.trainers.verl.metrics import VOCABULARY
+
+        return VOCABULARY
+
+    def log_readers(self) -> dict[str, Any]:
+        from rlexp.trainers.verl.metrics import LOG_READERS
+
+        return LOG_READERS
+
+    def build_key_table(self) -> Any:
+        """The dotted Hydra keys of the newest listed release's trainer config (:mod:`.keys`, read
+        from the wheel's _generated_ppo_trainer.yaml by scripts/refresh-verl-keys), each with its kind
+        (:func:`.steps.verl_kind`). Float, bool and str defaults type their key; an int default does
+        not (verl's YAML writes temperature: 0 for a float field), nor a list, a mapping, null or an
+        interpolation: those keys take any value here, and :mod:`.hydra` checks them against the
+        release (numbers, lists) at plan time."""
+        from rlexp.core.recipe import JSON_VALUE, RecipeKey, TrainerKeyTable
+        from rlexp.trainers.verl.keys import VERL_CONFIG_KEYS
+        from rlexp.trainers.verl.steps import verl_kind
+
+        versions = tuple(VERL_CONFIG_KEYS)
+        keys: dict[str, RecipeKey] = {}
+        for name, type_, default in VERL_CONFIG_KEYS[versions[-1]]:  # the newest listed release's keys
+            recipe_type = _TYPES.get(type_, JSON_VALUE)
+            keys[name] = RecipeKey(name, recipe_type, default, verl_kind(name), recipe_type == JSON_VALUE)
+        return TrainerKeyTable("verl", f"verl {versions[-1]} config keys (dotted Hydra paths)", keys,
+                               {k.name: k.default for k in keys.values()}, keys.get, versions,
+                               model_key="actor_rollout_ref.model.path", names_only_schema=True,
+                               schema_note="unstated keys take verl's default; the keys are "
+                               "rlexp/trainers/verl/keys.py's (types checked by rlexp plan)")  # fmt: skip
+
+
+    @property
+    def agent_api_since(self) -> str:  # type: ignore[override]
+        from rlexp.trainers.verl.checks import AGENT_API_SINCE
+
+        return AGENT_API_SINCE
+
+    def agentic_checks(self, env: Any, recipe: dict[str, Any], version: str) -> list[Any]:
+        from rlexp.trainers.verl.checks import agentic_checks
+
+        return agentic_checks(env, recipe, version)
+
+
+_TYPES = {"float": "float", "bool": "bool", "str": "str"}  # a default of these types types its key
+
+
+RULES = VerlRules()

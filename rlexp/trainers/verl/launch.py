@@ -1,0 +1,51 @@
+"""verl's plan and launch: its own plan.json (rlexp.trainers.verl.plan), the Hydra argv,
+its data rows and reward file, its file logger's path in the environment, and ``--resume`` from
+its latest save (``resume_mode: auto``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlexp.storage.layout import AttemptDir
+from rlexp.trainers.launch import LaunchPlan, TrainerLaunch
+from rlexp.trainers.verl import RULES
+
+
+class VerlLaunch(TrainerLaunch):
+    rules = RULES
+
+    def own_plan(self, att: Any, plan_format: int) -> dict[str, Any] | None:
+        from rlexp.trainers.verl.plan import build_verl_plan
+
+        return build_verl_plan(att, plan_format)
+
+    def prepare(self, att: Any, ad: AttemptDir, *, resume: bool, must_exist: bool) -> LaunchPlan:
+        from rlexp.trainers.verl import hydra as verl
+
+        built = verl.prepare_launch(att, resume=resume, must_exist=must_exist)
+        adapters: dict = {}
+        if getattr(att, "environment", None) is not None:  # an environment task: the generated agent loop
+            from rlexp.trainers.verl import agent
+
+            built, adapters = agent.launch_files(att, built, ad.agent_loop_dir)
+        return LaunchPlan(built.argv, reward_file=built.reward_file, env=built.env, own=built, adapters=adapters)
+
+    def write_files(self, plan: LaunchPlan) -> None:
+        # verl reads its own row format and calls compute_score
+        from rlexp.trainers.verl.hydra import write_verl_dataset
+        from rlexp.trainers.verl.reward import write_verl_reward_file
+
+        for source, target, suffix, data_source in plan.own.datasets:
+            write_verl_dataset(source, target, suffix, data_source)
+        write_verl_reward_file(plan.reward_file)
+
+    def resume_step(self, att: Any, ad: AttemptDir) -> int:
+        return ad.latest_verl_checkpoint() or 0  # verl resumes itself (resume_mode auto) from its latest save
+
+    def follower(self, ad: AttemptDir, source: str, *, resume_step: int) -> Any:
+        from rlexp.trainers.verl.file_logger import follower
+
+        return follower(ad.verl_metrics, ad.metrics)  # its file logger: one JSON line per step
+
+
+LAUNCH = VerlLaunch()
