@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 
 from rlexp.trainers.verl import agent as agent_verl
-from rlexp.trainers.verl import verl_config
+from rlexp.trainers.verl import releases as verl_config
 
 VERSION = "0.9.1"
 AGENT_LOOP = "verl/experimental/agent_loop/agent_loop.py"
