@@ -243,8 +243,8 @@ def test_the_schema_accepts_what_the_loader_accepts(tmp_path, patch):
 def test_ge1_means_at_least_one(value, refused):
     """``ge1`` is >= 1, in the loader's check and in the JSON Schema alike (a float key too: 0.5 is
     above 0 but below 1). By hand: 0.5 < 1 and 0.999 < 1 are refused, 1 and 2.5 pass."""
-    from rlexp.core.recipe import TRAINING, RecipeKey, key_json_schema
     from rlexp.core.fields import Invalid as _Invalid
+    from rlexp.core.recipe import TRAINING, RecipeKey, key_json_schema
     from rlexp.core.spec.schema import _check_constraint
 
     key = RecipeKey(name="k", type="float", default=1.0, kind=TRAINING, constraint="ge1")
