@@ -43,10 +43,14 @@ class TrlLaunch:
     adapters: dict[Path, str] = field(default_factory=dict)
 
 
+# the checkout (or site-packages folder) that holds the rlexp package: where .venv-trl is set up, and
+# what the generated script puts on sys.path
+CHECKOUT = Path(__file__).resolve().parents[3]
+
 def trl_python(*, must_exist: bool = True) -> Path:
     """The Python of the TRL venv (``$RLEXP_TRL_PYTHON`` or the checkout's ``.venv-trl``)."""
     stated = os.environ.get("RLEXP_TRL_PYTHON")
-    path = Path(stated) if stated else Path(__file__).resolve().parents[2] / ".venv-trl" / "bin" / "python"
+    path = Path(stated) if stated else CHECKOUT / ".venv-trl" / "bin" / "python"
     if must_exist and not path.exists():
         raise InputError(path, None, "TRL's Python not found: run scripts/setup-trl (or set RLEXP_TRL_PYTHON)")
     return path
@@ -89,7 +93,7 @@ def prepare_launch(att: Any, ad: AttemptDir, *, resume: bool, must_exist: bool =
                                                        "needs the ood_monitor set's path")
     max_new = kwargs.get("max_completion_length") or att.recipe.get("max_completion_length") or 512
     config = {
-        "rlexp_root": str(Path(__file__).resolve().parents[2]),
+        "rlexp_root": str(CHECKOUT),
         "grpo_config": kwargs,
         "model_config": model_kwargs,
         "pool": {"path": str(pool.path), "suffix": pool.prompt_suffix},
