@@ -134,3 +134,24 @@ def test_mcnemar_critical_wins_against_scipy(m):
 
     rejecting = [c for c in range(m + 1) if 2 * binom.sf(c - 1, m, 0.5) < 0.05 - 1e-9]
     assert _mcnemar_critical_wins(m, 0.05) == (min(rejecting) if rejecting else m + 1)
+
+
+@pytest.mark.parametrize("r", [0.29, 0.46, 0.73])
+def test_best_of_k_integral_equals_the_one_written_with_normaldist(r):
+    """The copula integral with φ and Φ written out equals the same trapezoid sum over
+    statistics.NormalDist's pdf and cdf (the reference: the library's own normal distribution)."""
+    import math
+    from statistics import NormalDist
+
+    from rlexp.stats._gate_power import gate_1b_best_of_k_normal
+
+    one = gate_1b_pass_probability(3.0, 1000, 0.118)
+    z_dist = NormalDist()
+    t = z_dist.inv_cdf(1.0 - one)
+    total = 0.0
+    for i in range(1701):
+        z = -8.5 + i * 0.01
+        weight = 0.5 if i in (0, 1700) else 1.0
+        total += weight * z_dist.pdf(z) * z_dist.cdf((t - math.sqrt(r) * z) / math.sqrt(1.0 - r)) ** 3
+    reference = min(1.0, max(0.0, 1.0 - total * 0.01))
+    assert gate_1b_best_of_k_normal(3.0, 1000, 0.118, k=3, delta_correlation=r) == pytest.approx(reference, rel=1e-12)

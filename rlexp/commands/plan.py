@@ -201,7 +201,7 @@ def plan(
 
     result = plan_stage(spec)
     if json_output:
-        typer.echo(to_json(result.to_dict()), nl=False)
+        typer.echo(result.text if result.text is not None else to_json(result.to_dict()), nl=False)
     else:
         render(result)
     if not result.ok:

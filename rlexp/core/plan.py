@@ -4,7 +4,7 @@ read back from it (:func:`rlexp.storage.results.read_plan`)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,9 @@ class PlanResult:
     attempt: str
     path: Path
     data: dict[str, Any]
+    # plan.json's text as written (``rlexp plan --json`` prints it rather than serialising the plan
+    # twice); None when the plan was read back
+    text: str | None = field(default=None, compare=False, repr=False)
 
     @property
     def errors(self) -> list[dict[str, Any]]:

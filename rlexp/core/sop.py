@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
 from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin, get_type_hints
 
@@ -27,16 +26,19 @@ DEFAULT_SOP_NAME = "sop-v2.1-final.yaml"
 
 
 def _sop_dir() -> Path:
-    """The folder holding the shipped SOP files."""
-    try:
-        root = resources.files(SOP_PACKAGE)
-    except ModuleNotFoundError:
-        # A source checkout imported through PYTHONPATH, never installed, has no ``rlexp.sopdata``:
-        # the files are the repository's own ``sop/`` folder.
-        return Path(__file__).resolve().parents[2] / "sop"
+    """The folder holding the shipped SOP files: ``rlexp/sopdata`` in an installed wheel, the
+    repository's own ``sop/`` in a checkout (an editable install maps ``rlexp.sopdata`` there too),
+    else wherever ``importlib.resources`` finds the package. The two folders are looked for first:
+    importlib.resources costs more than ``rlexp plan`` spends on the SOP (it is imported at start)."""
+    package = Path(__file__).resolve().parents[1]
+    for folder in (package / "sopdata", package.parent / "sop"):
+        if (folder / DEFAULT_SOP_NAME).is_file():
+            return folder
+    from importlib import resources
+
     # pip installs a wheel unpacked, so the package is a real folder on disk (never a zip member);
     # the SOP's path is recorded in every decision.
-    return Path(str(root))
+    return Path(str(resources.files(SOP_PACKAGE)))
 
 
 SOP_DIR = _sop_dir()

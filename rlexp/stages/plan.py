@@ -23,14 +23,15 @@ if TYPE_CHECKING:
 def plan(attempt: str | Path) -> PlanResult:
     """Plan an attempt and write its ``plan.json``."""
     from rlexp.core.spec import load_attempt
-    from rlexp.storage.files import atomic_write_json
+    from rlexp.storage.files import atomic_write_text, to_json
     from rlexp.storage.layout import AttemptDir
 
     att = load_attempt(attempt)
     data = build_plan(att)
     path = AttemptDir(att.attempt_dir).plan
-    atomic_write_json(path, data)
-    return PlanResult(att.id, path, data)
+    text = to_json(data)
+    atomic_write_text(path, text)
+    return PlanResult(att.id, path, data, text)
 
 
 def check_datasets(att: Attempt) -> None:

@@ -236,14 +236,20 @@ def gate_1b_best_of_k_normal(delta_pp: float, n: int, discordance: float, *, k: 
         return one
     if r <= 0.0:
         return 1.0 - (1.0 - one) ** k
-    z_dist = NormalDist()
-    t = z_dist.inv_cdf(1.0 - one)
+    t = NormalDist().inv_cdf(1.0 - one)
     step, half = 0.01, 8.5
+    last = int(2 * half / step)
+    sqrt_r, spread = math.sqrt(r), math.sqrt(1.0 - r)
+    # φ and Φ of N(0, 1) as statistics.NormalDist computes them (the same floats), without a method
+    # call per point: 1,701 points per rate, three rates per plan
+    pdf_scale, sqrt2, erf, exp = math.sqrt(math.tau), math.sqrt(2.0), math.erf, math.exp
     total = 0.0
-    for i in range(int(2 * half / step) + 1):
+    for i in range(last + 1):
         z = -half + i * step
-        weight = 0.5 if i in (0, int(2 * half / step)) else 1.0
-        total += weight * z_dist.pdf(z) * z_dist.cdf((t - math.sqrt(r) * z) / math.sqrt(1.0 - r)) ** k
+        weight = 0.5 if i in (0, last) else 1.0
+        pdf = exp(z ** 2.0 / -2.0) / pdf_scale
+        cdf = 0.5 * (1.0 + erf(((t - sqrt_r * z) / spread) / sqrt2))
+        total += weight * pdf * cdf ** k
     return min(1.0, max(0.0, 1.0 - total * step))
 
 

@@ -26,7 +26,6 @@ listed in ``flags/versions.txt`` (each pinned by its sha256) into :func:`cache_d
 
 from __future__ import annotations
 
-import argparse
 import ast
 import builtins
 import contextlib
@@ -35,7 +34,6 @@ import re
 import subprocess
 import sys
 import types
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -130,6 +128,8 @@ class _Wheel:
 
     def __init__(self, path: Path):
         self.path = path
+        import zipfile  # here: `rlexp plan` reads the committed flag tables, never a wheel
+
         self._files: dict[str, str] = {}
         with zipfile.ZipFile(path) as archive:
             for name in archive.namelist():
@@ -364,6 +364,8 @@ class ReleaseParser:
             raise ReleaseError(f"{filename}: building the parser {exc}") from None
         except NameError as exc:
             raise ReleaseError(f"{filename}: building the parser uses a name defined outside it ({exc})") from None
+        import argparse  # here: `rlexp plan` reads the committed flag tables, never a parser
+
         parser = self._globals.get(body[split].value.func.value.id)  # type: ignore[attr-defined]
         if not isinstance(parser, argparse.ArgumentParser):
             raise ReleaseError(f"{filename}: parse_args() is not called on an ArgumentParser")
@@ -376,6 +378,8 @@ class ReleaseParser:
 
     def flags(self) -> list[FlagSpec]:
         """Every long option in parser order (an action with aliases gives one row per alias)."""
+        import argparse
+
         out = []
         for action in self.parser._actions:  # argparse keeps no public list of its actions
             if isinstance(action, argparse._HelpAction):
