@@ -11,11 +11,10 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from loopback_json import LoopbackJsonServer
 
 from rlexp.core.environments import BaseEnvironment, StepResult, register
 from rlexp.engines.base import Decoding
@@ -81,30 +80,15 @@ class TokenServer:
             self.model.load_adapter(adapters[name], adapter_name=name)
         self.model.eval()
         self.served_name, self.adapter_names, self.token_ids = served_name, set(names), token_ids
-        self.lock = threading.Lock()
         self.bodies: list[dict] = []
-        outer = self
+        self.server = LoopbackJsonServer(self.answer, prefix="/v1")
+        self.url = self.server.url
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                with outer.lock:
-                    outer.bodies.append(body)
-                    status, payload = (200, outer.complete(body)) if body.get("model") in (
-                        outer.adapter_names | {outer.served_name}) else (404, {"error": {"message": "no model"}})
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+    def answer(self, path: str, body: dict):
+        self.bodies.append(body)
+        if body.get("model") not in self.adapter_names | {self.served_name}:
+            return 404, {"error": {"message": "no model"}}
+        return 200, self.complete(body)
 
     def complete(self, body: dict) -> dict:
         from rlexp.adapters.generation import generate_ids
@@ -125,13 +109,12 @@ class TokenServer:
                 "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(c.token_ids)}}
 
     def __enter__(self):
-        self.thread.start()
+        self.server.__enter__()
         return self
 
     def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join(timeout=10)
+        self.server.__exit__(*exc)
+        self.server.thread.join(timeout=10)
 
 
 def _turns(record: dict) -> list[tuple[str, str]]:

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import json
 import math
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from loopback_json import LoopbackJsonServer
 
 from rlexp.core.rewards import (
     JUDGE_ERROR,
@@ -85,42 +84,24 @@ class StubJudge:
     contains "42", ``no`` otherwise; ``mode`` "fail" answers HTTP 500, "garbage" an unreadable reply."""
 
     def __init__(self, mode="ok"):
-        self.mode, self.requests, self.lock = mode, [], threading.Lock()
-        outer = self
+        self.mode, self.requests = mode, []
+        self.server = LoopbackJsonServer(self.answer)
+        self.url = self.server.url
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                with outer.lock:
-                    outer.requests.append((self.path, body))
-                if outer.mode == "fail":
-                    data, code = b'{"error": {"message": "boom"}}', 500
-                else:
-                    user = body["messages"][-1]["content"]
-                    answer = user.split("Answer:\n", 1)[1]
-                    text = "banana" if outer.mode == "garbage" else ("yes" if "42" in answer else "no")
-                    data = json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": text}}]}).encode()
-                    code = 200
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+    def answer(self, path: str, body: dict):
+        self.requests.append((path, body))
+        if self.mode == "fail":
+            return 500, {"error": {"message": "boom"}}
+        answer = body["messages"][-1]["content"].split("Answer:\n", 1)[1]
+        text = "banana" if self.mode == "garbage" else ("yes" if "42" in answer else "no")
+        return 200, {"choices": [{"index": 0, "message": {"role": "assistant", "content": text}}]}
 
     def __enter__(self):
-        self.thread.start()
+        self.server.__enter__()
         return self
 
     def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.server.__exit__(*exc)
 
 
 ANSWERS = [("6*7?", "42"), ("6*7?", "41"), ("what is life?", "42"), ("6*7?", "42")]  # the last repeats the first
