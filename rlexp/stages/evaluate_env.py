@@ -54,6 +54,15 @@ def episode_settings(att: Any) -> tuple[Any, Any, str, dict[str, Any]]:
     return budgets_of(settings), decoding, grading, extra
 
 
+def open_episode_records(path: Path, meta: dict[str, Any]) -> Any:
+    """The record file's writer, resuming what it holds but the episodes whose reward failed (a
+    ``judge_error``): those are played and judged again."""
+    from rlexp.storage.records import RecordWriter, drop_records
+
+    drop_records(path, lambda r: bool(r.get("reward_error")))
+    return RecordWriter.open(path, meta)
+
+
 def play_into(writer: Any, engine: Any, tokenizer: Any, target: Any, problems: list[dict[str, Any]],
               rows: list[Any], *, budgets: Any, decoding: Any, cache: Any, success_threshold: float,
               rewarder: Any = None) -> int:
@@ -84,7 +93,7 @@ def evaluate_episodes(att: Any, attempt_dir: Path, roles, selection, targets, ba
     from rlexp.engines.base import close_engine
     from rlexp.storage.files import atomic_write_json
     from rlexp.storage.layout import AttemptDir
-    from rlexp.storage.records import RecordWriter, drop_records, read_records, summarize
+    from rlexp.storage.records import read_records, summarize
 
     from .evaluate import (
         EvalOutcome,
@@ -119,9 +128,7 @@ def evaluate_episodes(att: Any, attempt_dir: Path, roles, selection, targets, ba
             metas = record_metas(engine, tokenizer, set_role=role, dataset_sha256=digest,
                                  suffix=att.datasets[role].prompt_suffix or "", **where)
             for target, path, meta in metas:
-                # episodes whose reward failed (a judge_error) are played and judged again
-                drop_records(path, lambda r: bool(r.get("reward_error")))
-                writer = RecordWriter.open(path, meta)
+                writer = open_episode_records(path, meta)
                 new = play_into(writer, engine, tokenizer, target, problems, rows, budgets=budgets,
                                 decoding=decoding, cache=cache, success_threshold=settings.success_threshold,
                                 rewarder=rewarder)
@@ -143,7 +150,7 @@ def baseline_episode_records(att: Any, limit: int | None) -> list[dict[str, Any]
     from rlexp.adapters.episode_rewards import EpisodeRewarder
     from rlexp.adapters.episodes import SlotCache
     from rlexp.core.environments import rows_for_task
-    from rlexp.storage.records import BASELINE_S0, RecordWriter, drop_records, read_records
+    from rlexp.storage.records import BASELINE_S0, read_records
 
     from .evaluate import Target, build_engine, check_record_files, eval_lock, load_problems, record_metas
 
@@ -166,8 +173,7 @@ def baseline_episode_records(att: Any, limit: int | None) -> list[dict[str, Any]
         with eval_lock(attempt_dir):
             ((_, out, meta),) = record_metas(engine, tokenizer, **where)
             # graded as `rlexp eval` grades them (environment.reward), since eval resumes from these records
-            drop_records(out, lambda r: bool(r.get("reward_error")))
-            writer = RecordWriter.open(out, meta)
+            writer = open_episode_records(out, meta)
             play_into(writer, engine, tokenizer, target, problems, rows, budgets=budgets, decoding=decoding,
                       cache=SlotCache(), success_threshold=att.environment.success_threshold,
                       rewarder=EpisodeRewarder(att.environment, attempt_dir))
