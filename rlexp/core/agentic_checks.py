@@ -92,8 +92,3 @@ def check_agentic(att: Any) -> list[Verdict]:
     if not found:
         found = rules.agentic_checks(env, dict(att.recipe), version)
     return sorted(found, key=lambda c: c.severity != ERROR)
-
-
-def with_agentic_checks(checks: list[Verdict], att: Any) -> list[Verdict]:
-    """``checks`` plus :func:`check_agentic` of the attempt, errors first (the plan's hook)."""
-    return sorted([*checks, *check_agentic(att)], key=lambda c: c.severity != ERROR)

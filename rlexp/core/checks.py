@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlexp.core.agentic_checks import check_agentic
 from rlexp.core.engines import engine_traits
 from rlexp.core.power import PowerReport, power_report
 from rlexp.core.schedule import (
@@ -121,6 +122,7 @@ def preflight(att: Attempt, steps: Steps | None = None, power: PowerReport | Non
         check_lora_rank(att),
         check_disk(att, ckpt),
         check_power(att, power),
+        check_agentic(att),  # an environment task on a trainer with an agent interface
     ):
         found.extend(findings)
     return sorted(found, key=lambda c: c.severity != ERROR)

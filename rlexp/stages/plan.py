@@ -64,9 +64,6 @@ def build_plan(att: Attempt) -> dict[str, Any]:
     ckpt = checkpoint_plan(steps, att.recipe, att.checkpoints_mid)
     power = primary_power(att)
     checks = preflight(att, steps, power)
-    from rlexp.core.agentic_checks import with_agentic_checks  # hook: agentic recipes (issue 25)
-
-    checks = with_agentic_checks(checks, att)
     milestones = milestone_steps(att, steps.global_steps_total, steps.warmup_global_steps)
     rows, coverage = lr_rows_for_plan(steps, extra=milestones)
     monitor = att.datasets.get("ood_monitor")
@@ -174,7 +171,6 @@ def environment_plan(att: Attempt) -> dict[str, Any]:
     if env.loss == "gspo":
         mapped: dict[str, Any] = {}
         from rlexp.trainers import names as trainer_names
-        from rlexp.trainers import rules as trainer_rules
 
         # a trainer with an agent interface: its own settings; the local trainer (whose release numbers
         # are OpenRLHF's): how each of those trainers would take the same GSPO

@@ -36,7 +36,8 @@ def verl_preflight(att: Any, steps: VerlSteps, schedule: VerlSchedule, power: An
     found += catalogue.check_schedule(att, steps, ckpt, eval_key="trainer.test_freq", save_key="trainer.save_freq",
                                       fires_rule="every multiple of the frequency and the last step")
     for findings in (catalogue.check_single_variable(att), catalogue.check_suffix(att),
-                     catalogue.check_datasets(att), catalogue.check_power(att, power)):  # fmt: skip
+                     catalogue.check_datasets(att), catalogue.check_power(att, power),
+                     catalogue.check_agentic(att)):  # fmt: skip
         found.extend(findings)
     return sorted(found, key=lambda c: c.severity != catalogue.ERROR)
 

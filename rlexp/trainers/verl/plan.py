@@ -55,9 +55,6 @@ def build_verl_plan(att: Attempt, plan_format: int) -> dict[str, Any]:
     ckpt = verl_checkpoint_plan(steps, schedule, att.checkpoints_mid)
     power = primary_power(att)
     checks = verl_preflight(att, steps, schedule, power)
-    from rlexp.core.agentic_checks import with_agentic_checks  # hook: agentic recipes (issue 25)
-
-    checks = with_agentic_checks(checks, att)
     milestones = milestone_steps(att, steps.global_steps_total, steps.warmup_global_steps)
     rows, coverage = lr_rows_for_plan(steps, extra=milestones)  # reads only global_steps_total
     monitor = att.datasets.get("ood_monitor")
