@@ -9,18 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from pathlib import Path
 
 import pytest
+from trl_venv import trl_python_or_skip
 
 REPO = Path(__file__).resolve().parents[1]
-TRL_PYTHON = Path(os.environ.get("RLEXP_TRL_PYTHON") or REPO / ".venv-trl" / "bin" / "python")
-
-if not TRL_PYTHON.exists():
-    if os.environ.get("CI"):
-        raise RuntimeError(f"CI: {TRL_PYTHON} is missing; scripts/run-tests builds it with scripts/setup-trl")
-    pytest.skip(f"no TRL venv at {TRL_PYTHON} (run scripts/setup-trl)", allow_module_level=True)
+TRL_PYTHON = trl_python_or_skip()
 pytest.importorskip("torch")
 
 pytestmark = pytest.mark.slow

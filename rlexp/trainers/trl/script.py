@@ -47,6 +47,7 @@ class TrlLaunch:
 # what the generated script puts on sys.path
 CHECKOUT = Path(__file__).resolve().parents[3]
 
+
 def trl_python(*, must_exist: bool = True) -> Path:
     """The Python of the TRL venv (``$RLEXP_TRL_PYTHON`` or the checkout's ``.venv-trl``)."""
     stated = os.environ.get("RLEXP_TRL_PYTHON")
