@@ -21,7 +21,6 @@ the prompt, ``return_token_ids``; token level).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
@@ -37,6 +36,9 @@ os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
 vllm = pytest.importorskip("vllm")
 pytestmark = pytest.mark.vllm
 
+from test_vllm_real import _keep_config, main_venv_python  # noqa: E402, F401 (_keep_config: the fixture _say needs)
+from test_vllm_real import _say as say  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 MIN_EPISODES = 20
 MIN_IDENTICAL = 0.99
@@ -45,10 +47,7 @@ MIN_IDENTICAL = 0.99
 @pytest.fixture(scope="module")
 def local_episodes(tmp_path_factory) -> dict:
     """The tool demo's eval episodes played by the local engine, in the main venv."""
-    main_python = Path(os.environ.get("RLEXP_MAIN_PYTHON") or REPO / ".venv" / "bin" / "python")
-    if not main_python.exists():
-        pytest.fail(f"the main venv's python {main_python} is missing: run scripts/setup first "
-                    "(or set RLEXP_MAIN_PYTHON)")
+    main_python = main_venv_python()
     kept = os.environ.get("RLEXP_VLLM_TOOLS_DIR")  # a directory kept between runs: datasets, base reused
     root = Path(kept).resolve() if kept else tmp_path_factory.mktemp("vllm-tools")
     started = time.perf_counter()
@@ -63,19 +62,8 @@ def local_episodes(tmp_path_factory) -> dict:
     return data
 
 
-_CONFIG: list = []
-
-
-@pytest.fixture(autouse=True)
-def _keep_config(pytestconfig):
-    _CONFIG[:] = [pytestconfig]
-
-
 def _say(text: str) -> None:
-    """Into the CI log, past pytest's output capture."""
-    capture = _CONFIG[0].pluginmanager.getplugin("capturemanager") if _CONFIG else None
-    with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
-        print(f"\n[vllm episodes] {text}", flush=True)
+    say(text, "vllm episodes")
 
 
 def _rows(local_episodes: dict):

@@ -52,10 +52,7 @@ VLLM_EVAL = {"engine": "vllm", "dtype": "float32", "max_model_len": 128, "enforc
 @pytest.fixture(scope="session")
 def demo_attempt(tmp_path_factory) -> Path:
     """The demo's d1, trained and evaluated with the local engine, built by the main venv."""
-    main_python = Path(os.environ.get("RLEXP_MAIN_PYTHON") or REPO / ".venv" / "bin" / "python")
-    if not main_python.exists():
-        pytest.fail(f"the main venv's python {main_python} is missing: run scripts/setup first "
-                    "(or set RLEXP_MAIN_PYTHON)")
+    main_python = main_venv_python()
     # RLEXP_VLLM_DEMO_DIR: a directory kept between runs (every build step reuses what is on disk)
     kept = os.environ.get("RLEXP_VLLM_DEMO_DIR")
     root = Path(kept).resolve() if kept else tmp_path_factory.mktemp("vllm-demo")
@@ -81,11 +78,21 @@ def _keep_config(pytestconfig):
     _CONFIG[:] = [pytestconfig]
 
 
-def _say(text: str) -> None:
-    """Into the CI log, past pytest's output capture."""
+def _say(text: str, tag: str = "vllm") -> None:
+    """Into the CI log, past pytest's output capture (a module that imports this also imports
+    ``_keep_config``, the fixture that gives it pytest's config)."""
     capture = _CONFIG[0].pluginmanager.getplugin("capturemanager") if _CONFIG else None
     with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
-        print(f"\n[vllm] {text}", flush=True)
+        print(f"\n[{tag}] {text}", flush=True)
+
+
+def main_venv_python() -> Path:
+    """The main venv's Python, which builds what the vLLM tests compare against (vLLM's venv has
+    no training stack)."""
+    python = Path(os.environ.get("RLEXP_MAIN_PYTHON") or REPO / ".venv" / "bin" / "python")
+    if not python.exists():
+        pytest.fail(f"the main venv's python {python} is missing: run scripts/setup first (or set RLEXP_MAIN_PYTHON)")
+    return python
 
 
 def _variant(attempt: Path, new_id: str, eval_settings: dict) -> Path:
