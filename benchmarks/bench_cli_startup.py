@@ -6,8 +6,9 @@ Each command runs as a fresh subprocess (what a user waits for), the cases in ro
 warm-up round; the median (and min) wall time of N runs is reported. Baselines, measured in the same
 run: for ``--help``, typer rendering it (``rlexp.cli.main``, what the console script did before it
 printed the stored text); for both, the same command in a process that first does ``import mlflow``
-(what the CLI would cost if a command module imported it at module level); for ``plan``, the app
-with every command built (what the CLI did before it built only the command it runs); and the
+(what the CLI would cost if a command module imported it at module level); for ``plan``, the
+command through typer (what the console script did before it ran ``plan`` itself) and the app with
+every command built (what the CLI did before it built only the command it runs); and the
 interpreter's own start. Budgets: 0.10 s for ``--help``, 0.15 s for ``plan`` on the A30 example.
 
 The package's bytecode is compiled first, as ``pip install`` does: with ``PYTHONDONTWRITEBYTECODE``
@@ -65,6 +66,9 @@ def main() -> None:
             ("rlexp --help, eager mlflow",
              python_c("import mlflow, sys; from rlexp.console import main; sys.exit(main(['--help']))")),
             ("rlexp plan a30 --json", [str(script), "plan", str(exp / "a30"), "--json"]),
+            ("rlexp plan a30 (tables, rich)", [str(script), "plan", str(exp / "a30")]),
+            ("rlexp plan a30 --json, through typer",
+             python_c(f"import sys; sys.argv[0] = 'rlexp'; from rlexp.cli import main; sys.exit(main({plan_args}))")),
             ("rlexp plan a30 --json, every command built",
              python_c("import sys; sys.argv[0] = 'rlexp'; from rlexp.cli import build_app; "
                       f"sys.exit(build_app()(args={plan_args}, standalone_mode=False) or 0)")),
@@ -93,8 +97,10 @@ def main() -> None:
     for verb in ("rlexp --help", "rlexp plan a30 --json"):
         lazy, eager = results[verb][0], results[f"{verb}, eager mlflow"][0]
         print(f"  {verb}: eager mlflow / lazy = {eager / lazy:.1f}x ({eager - lazy:+.2f} s, medians)")
-    whole, one = results["rlexp plan a30 --json, every command built"][0], results["rlexp plan a30 --json"][0]
-    print(f"  rlexp plan: every command built / the one it runs = {whole / one:.2f}x")
+    one = results["rlexp plan a30 --json"][0]
+    typer_app, whole = (results[f"rlexp plan a30 --json, {how}"][0] for how in ("through typer", "every command built"))
+    print(f"  rlexp plan: through typer / without = {typer_app / one:.2f}x ({typer_app - one:+.3f} s, medians)")
+    print(f"  rlexp plan: every command built / the one it runs (both through typer) = {whole / typer_app:.2f}x")
 
 
 if __name__ == "__main__":

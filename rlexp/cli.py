@@ -8,12 +8,11 @@ heavy (torch, mlflow, pandas, scipy, vllm) is imported inside the function that 
 
 from __future__ import annotations
 
-import errno
 import sys
 
 import typer
 
-from rlexp.errors import CheckFailed, InputError, ServiceError
+from rlexp.errors import InputError
 
 # Every command: its name, the module that declares it and the function (or typer group) there. The
 # app is built from this table when it is needed, and a run builds only the command it runs: typer
@@ -72,23 +71,9 @@ def __getattr__(name: str):  # PEP 562: `from rlexp.cli import app` builds the w
 def _options(verbose: bool = typer.Option(False, "--verbose", help="Let libraries (MLflow, transformers, torch) "
                                           "log INFO and warnings too.")) -> None:
     """Third-party logging is silenced unless --verbose: rlexp's own output says what runs."""
+    from rlexp.cli_runtime import quiet_libraries
+
     quiet_libraries(verbose)
-
-
-def quiet_libraries(verbose: bool) -> None:
-    import os
-
-    if verbose:
-        os.environ["RLEXP_VERBOSE"] = "1"
-        return
-    # read by the libraries at import (they are imported later, inside the commands) and by child processes
-    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    import warnings
-
-    warnings.filterwarnings("ignore", category=FutureWarning)
-    warnings.filterwarnings("ignore", category=DeprecationWarning)
 
 
 def _invoked(args: list[str]) -> str | None:
@@ -103,73 +88,41 @@ def _invoked(args: list[str]) -> str | None:
     return rest[0]
 
 
-def _run_first(exc: InputError) -> str:
-    """A missing file of the experiment directory names the command that writes it."""
-    if exc.message != "file not found" or not exc.file:
-        return ""
-    from rlexp.storage.layout import producer_of
-
-    producer = producer_of(exc.file)
-    return f" (run `{producer}` first)" if producer else ""
-
-
-# OSErrors that a bad path causes (a name too long, a symlink loop, a file where a directory must be,
-# a dangling symlink where a directory is created): exit 2 like any bad input
-_BAD_PATH_ERRNOS = {errno.ENAMETOOLONG, errno.ELOOP, errno.ENOTDIR, errno.EISDIR, errno.EEXIST, errno.ENXIO}
-
-
 def main(argv: list[str] | None = None) -> int:
-    """Console entry point (the generated script calls ``sys.exit(main())``).
+    """Entry point of the typer app (the console script, :func:`rlexp.console.main`, comes here
+    for everything it does not answer itself).
 
     Commands signal their verdict by raising ``typer.Exit(code)`` (or :class:`CheckFailed`
-    for exit 1); bad input is :class:`InputError`, printed as one line, exit 2.
+    for exit 1); bad input is :class:`InputError`, printed as one line, exit 2
+    (:func:`rlexp.cli_runtime.guarded`). Usage errors are typer's: one line, exit 2.
     """
+    from rlexp.cli_runtime import guarded
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    return guarded(lambda: _run_app(args))
+
+
+def _run_app(args: list[str]) -> int:
     try:  # recent typer vendors click as typer._click: its usage errors are not click's classes
         from typer._click.exceptions import ClickException
     except ImportError:  # older typer: the click package itself
         from click.exceptions import ClickException
 
+    for position, arg in enumerate(args, start=1):
+        if "\0" in arg:  # the OS cannot name such a path; click would fail on it deep inside
+            raise InputError(None, f"argument {position}", f"a NUL byte in {arg!r:.80}")
     try:
-        args = list(sys.argv[1:] if argv is None else argv)
-        for position, arg in enumerate(args, start=1):
-            if "\0" in arg:  # the OS cannot name such a path; click would fail on it deep inside
-                raise InputError(None, f"argument {position}", f"a NUL byte in {arg!r:.80}")
         result = build_app(_invoked(args))(args=args, standalone_mode=False)
-    except InputError as exc:
-        print(f"rlexp: {exc.one_line()}{_run_first(exc)}", file=sys.stderr)
-        return 2
-    except ServiceError as exc:
-        print(f"rlexp: {' '.join(str(exc).split())}", file=sys.stderr)
-        return 2
-    except CheckFailed as exc:
-        if str(exc):
-            print(f"rlexp: {exc}", file=sys.stderr)
-        return 1
-    except typer.Exit as exc:
+    except typer.Exit as exc:  # before guarded's RuntimeError: click's Exit and Abort are RuntimeErrors
         return exc.exit_code
+    except typer.Abort:
+        print("rlexp: aborted", file=sys.stderr)
+        return 130
     except ClickException as exc:  # usage errors: bad option, out-of-range value, missing argument
         where = getattr(getattr(exc, "ctx", None), "command_path", None)
         text = " ".join(exc.format_message().split())
         print(f"rlexp: {where}: {text}" if where else f"rlexp: {text}", file=sys.stderr)
         return 2
-    except RuntimeError as exc:  # pathlib's resolve() on a symlink loop in a path given on the command line
-        if not str(exc).startswith("Symlink loop"):
-            raise
-        print(f"rlexp: {' '.join(str(exc).split())[:300]}: a path that is a symlink loop", file=sys.stderr)
-        return 2
-    except typer.Abort:
-        print("rlexp: aborted", file=sys.stderr)
-        return 130
-    except OSError as exc:
-        if exc.errno in _BAD_PATH_ERRNOS:  # a path given as input that no file can have: bad input, not the disk
-            where = f"{InputError(exc.filename, None, '').one_line().rstrip(': ')}: " if exc.filename else ""
-            print(f"rlexp: {where}{exc.strerror or exc}", file=sys.stderr)
-            return 2
-        # disk full, permissions: one line; the stages' write order makes a rerun repair it
-        where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
-        print(f"rlexp: {where}{exc.strerror or exc} (nothing half-written; rerun the command once fixed)",
-              file=sys.stderr)
-        return 1
     return result if isinstance(result, int) else 0
 
 

@@ -1,4 +1,5 @@
-"""The ``rlexp`` console script: help from precomputed text, everything else through the typer app.
+"""The ``rlexp`` console script: help from precomputed text, ``rlexp plan`` without typer,
+everything else through the typer app.
 
 ``rlexp --help`` and ``rlexp VERB --help`` are what a newcomer runs first, and rendering them with
 typer and rich costs more than the interpreter's own start. The texts typer renders for a pipe (80
@@ -6,7 +7,13 @@ columns, no colour) are stored in :mod:`rlexp._cli_help` by ``scripts/write-cli-
 ``tests/test_cli_help.py`` renders them again with typer and requires the same bytes, so the
 stored text cannot drift from the commands. Anything else — and any help request under a setting
 that changes typer's rendering (a width or colour variable) — goes to :func:`rlexp.cli.main`.
-This module imports nothing beyond the standard library and the stored texts.
+
+``rlexp plan SPEC [--json]``, the command a researcher reruns after every edit of a spec, is run
+here too: importing typer costs about as much as planning an attempt. Only those plain forms are
+(:func:`plan_arguments`); any other option, a ``--``, an argument that looks like an option, goes
+to typer, which parses it and reports usage errors. ``tests/test_cli_fast_plan.py`` requires both
+paths to parse the same values and print the same bytes with the same exit code.
+This module imports nothing beyond the standard library, :mod:`rlexp.cli_runtime` and the stored texts.
 """
 
 from __future__ import annotations
@@ -14,6 +21,8 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+
+from rlexp.cli_runtime import guarded, quiet_libraries
 
 # Variables that change how typer and rich render help: with any of them set, typer renders it.
 RENDERING_VARIABLES = ("COLUMNS", "LINES", "TERMINAL_WIDTH", "FORCE_COLOR", "NO_COLOR", "TTY_COMPATIBLE",
@@ -31,16 +40,43 @@ def stored_help(argv: list[str]) -> str | None:
     return HELP.get(" ".join(argv[:-1]))
 
 
+def plan_arguments(argv: list[str]) -> tuple[Path, bool] | None:
+    """``(spec, json_output)`` when ``argv`` is ``plan SPEC`` with or without one ``--json`` (before
+    or after SPEC), as typer would parse it; None for anything else."""
+    if not argv or argv[0] != "plan" or len(argv) > 3:
+        return None
+    rest = argv[1:]
+    json_output = "--json" in rest
+    if json_output:
+        rest.remove("--json")
+    if len(rest) != 1:
+        return None
+    spec = rest[0]
+    if not spec or spec.startswith("-") or "\0" in spec:  # typer's to parse, or to refuse
+        return None
+    return Path(spec), json_output
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
+    args = list(sys.argv[1:] if argv is None else argv)
     text = stored_help(args)
     if text is not None:
         sys.stdout.write(text)
         sys.stdout.flush()
         return 0
+    planned = plan_arguments(args)
+    if planned is not None:
+        return guarded(lambda: _plan(*planned))
     from rlexp.cli import main as typer_main
 
-    return typer_main(argv)
+    return typer_main(args)
+
+
+def _plan(spec: Path, json_output: bool) -> int:
+    quiet_libraries(False)  # as the app's callback does for every command
+    from rlexp.commands.plan_view import run
+
+    return run(spec, json_output)
 
 
 # ----------------------------------------------------------------------------- the stored texts

@@ -22,7 +22,7 @@ from typing import Annotated, Any
 
 import typer
 
-from rlexp.commands import SEED, finite
+from rlexp.commands.options import SEED, finite
 
 
 def compare(

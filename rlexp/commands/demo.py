@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from rlexp.commands import SEED
+from rlexp.commands.options import SEED
 
 
 def demo(

@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from rlexp.commands import SEED
+from rlexp.commands.options import SEED
 
 app = typer.Typer(no_args_is_help=True)
 

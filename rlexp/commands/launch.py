@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from rlexp.commands import finite
+from rlexp.commands.options import finite
 from rlexp.errors import CheckFailed
 
 

@@ -4,189 +4,16 @@ Prints the step counts, the LR at milestones, the eval/save schedule, the prefli
 the power of the planned comparison; writes ``plan.json`` next to the spec (atomically).
 Exit 0 when no check is an error, 1 when one is, 2 on unusable input.
 
+The output is :mod:`rlexp.commands.plan_view`'s, which the console script also runs without typer.
 Module level imports only typer: ``rlexp --help`` imports every command module.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated
 
 import typer
-
-if TYPE_CHECKING:
-    from rlexp.core.plan import PlanResult
-
-
-def render(result: PlanResult) -> None:
-    """Human output: rich tables, one per section."""
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console()
-    data = result.data
-    s = result.steps
-    tr = data["trainer"]
-    console.print(
-        f"[bold]plan[/bold] {data['attempt']}"
-        + (f" (parent {data['parent']})" if data["parent"] else "")
-        + f" — {tr['name']} {tr['version']}, pool {s['pool_size']:,} prompts"
-    )
-
-    if data["parent"]:
-        diff = Table(title=f"Changed from parent {data['parent']}")
-        for column in ("key", "parent", "this attempt", "kind"):
-            diff.add_column(column)
-        for d in data.get("diff") or []:
-            diff.add_row(str(d["key"]), _readable(d["parent"]), _readable(d["value"]), str(d["kind"]))
-        training = sum(1 for d in data.get("diff") or [] if d["kind"] == "training")
-        if data.get("diff"):
-            console.print(diff)
-        else:
-            console.print(f"no difference from parent {data['parent']}")
-        if training != 1:
-            console.print(f"[yellow]{training} training variables changed (the SOP allows one)[/yellow]")
-
-    env = data.get("environment")
-    if env:  # an environment task: the episode budgets and the loss (GSPO's own clip and trainer settings)
-        console.print(f"environment [bold]{env['name']}[/bold] {env['config']}: {env['max_turns']} turns × "
-                      f"{env['max_tokens_per_turn']} tokens, {env['max_total_tokens']} in all; loss "
-                      f"[bold]{env['loss']}[/bold], advantages {env['advantage_mode']}; primary metric "
-                      f"{env['primary_metric']}" + (f"; eval reward {env['reward']}" if env.get("reward") else ""))
-        gspo = env.get("gspo")
-        if gspo:
-            console.print(f"GSPO: {gspo['ratio']}, clip [{gspo['clip'][0]:g}, {gspo['clip'][1]:g}]")
-            for trainer, settings in gspo["trainer_settings"].items():
-                console.print(f"  {trainer}: " + ", ".join(f"{k}={v}" for k, v in settings.items()))
-
-    steps = Table(title="Steps (as the trainer counts them)", show_header=False)
-    steps.add_column("what")
-    steps.add_column("value", justify="right")
-    verl = s.get("verl")  # verl: the scheduler counts global steps (rlexp.trainers.verl.steps)
-    steps.add_row(
-        "optimizer steps (mini-batch updates of the actor)" if verl else
-        "optimizer steps (max_steps, the LR scheduler's horizon)", f"{s['optimizer_steps_total']:,}"
-    )
-    steps.add_row("optimizer steps per global step", f"{s['optimizer_steps_per_global_step']:g}")
-    steps.add_row("global steps per episode", f"{s['global_steps_per_episode']:,}")
-    steps.add_row("global steps total", f"[bold]{result.global_steps_total:,}[/bold]")
-    if data["intent"].get("global_steps"):
-        steps.add_row("intended global steps", f"{data['intent']['global_steps']:,}")
-    steps.add_row("optimizer steps the trainer runs", f"{s['optimizer_steps_run']:,}")
-    steps.add_row(
-        "warm-up (scheduler steps / global steps)" if verl else "warm-up (optimizer steps / global steps)",
-        f"{s['warmup_steps']:,} / {s['warmup_global_steps']:,.1f}"
-    )
-    steps.add_row("partial last rollout batch (prompts)",
-                  f"{s['partial_batch_prompts']}" + (" dropped" if s["drops_partial_batch"] else " trained")
-                  if s["partial_batch_prompts"] else "0")  # fmt: skip
-    steps.add_row("peak LR → min LR", f"{s['peak_lr']:.3g} → {s['min_lr']:.3g}")
-    if verl:
-        v = verl
-        steps.add_row("verl: total_training_steps (LR scheduler horizon)", f"{v['total_training_steps']:,}")
-        steps.add_row("verl: scheduler / validation at step 0",
-                      f"{v['lr_scheduler_type']} / {'yes' if data.get('validation_at_step_0') else 'no'}")
-    console.print(steps)
-    for note in (data.get("openrlhf_command") or {}).get("notes", []):
-        console.print(f"[dim]argv note:[/dim] {note}")
-
-    lr = Table(title="LR at milestones (fraction of peak)")
-    for col in ("global step", "optimizer steps", "LR first", "LR mean", "of peak", "actor_lr logged"):
-        lr.add_column(col, justify="right")
-    for row in data["lr_milestones"]:
-        lr.add_row(
-            f"{row['global_step']:,}",
-            f"{row['first_optimizer_step']:,}–{row['last_optimizer_step']:,}",
-            f"{row['lr_first']:.3g}",
-            f"{row['lr_mean']:.3g}",
-            f"{row['fraction_of_peak']:.1%}",
-            f"{row['actor_lr_logged']:.3g}" if row["actor_lr_logged"] is not None else "—",  # verl: no update
-        )
-    console.print(lr)
-
-    rule = "every N-th step and the last" if verl else "global_step % N == 0"
-    sched = Table(title=f"Eval / save schedule ({rule})", show_header=False)
-    sched.add_column("what")
-    sched.add_column("steps")
-    sched.add_row("in-run eval", _compact(data["eval_global_steps"]))
-    sched.add_row("checkpoint saves", _compact(data["save_global_steps"]))
-    ck = data["checkpoints"]
-    sched.add_row("K=3: final", _mark(ck["final"], data))
-    sched.add_row(
-        "K=3: mid (pre-registered)", _mark(ck["mid"], data) if ck["mid"] else "[yellow]none[/yellow]"
-    )
-    sched.add_row("K=3: best-by-monitor candidates", f"{len(ck['best_by_monitor_candidates'])} steps")
-    console.print(sched)
-
-    checks = Table(title="Preflight checks")
-    for col in ("severity", "id", "message", "SOP"):
-        checks.add_column(col, overflow="fold")
-    for c in result.checks:
-        colour = "red" if c.severity == "error" else "yellow"
-        checks.add_row(f"[{colour}]{c.severity}[/{colour}]", c.name, c.rule, c.ref)
-    if not result.checks:
-        checks.add_row("[green]ok[/green]", "-", "no findings", "")
-    console.print(checks)
-
-    p = data["power"]
-    power = Table(title=f"Power of the planned comparison (paired, α={p.get('alpha', 0.05)}, 80% power)")
-    threshold = f"+{p.get('win_threshold_pp', 3.0):.1f} pp"
-    best = p.get("gate_1b_best_of_k_at_win_threshold")
-    k = best["k"] if best else 3
-    for col in ("set", "n", "discordance", "MDE (pp)", f"power at {threshold}", "n for it (z)",
-                f"Gate-1b passes a true {threshold}: one ckpt", f"best of {k}",
-                "effect passing Gate-1b 80%: one ckpt"):  # fmt: skip
-        power.add_column(col, justify="right")
-    for name, row in (("ood_primary", p if p.get("n") else None), ("ood_monitor", p.get("monitor"))):
-        if row:
-            gate_pass, gate_effect = row.get("gate_1b_pass_power_at_win_threshold"), row.get("gate_1b_effect_80_pp")
-            mde, exact = row.get("mde_exact_pp"), row.get("power_exact_at_win_threshold")
-            rates = (row.get("gate_1b_best_of_k_at_win_threshold") or {}).get("rates")
-            power.add_row(name, f"{row['n']:,}", f"{row['discordance']:.1%}",
-                          f"{mde:.1f}" if mde is not None else "beyond",
-                          f"{exact:.0%}" if exact is not None else "-", f"{row['n_for_win_threshold']:,}",
-                          f"{gate_pass:.0%}" if gate_pass is not None else "-",
-                          f"{min(rates):.0%}–{max(rates):.0%}" if rates else "-",
-                          f"{gate_effect:.2f} pp" if gate_effect is not None else "none")  # fmt: skip
-    console.print(power)
-    console.print("MDE and power: the exact McNemar test the SOP runs; n for it: Miller's z approximation. One "
-                  "ckpt: a single pre-registered checkpoint.")
-    if best:
-        console.print(f"Best of {k}: some of the K={k} checkpoints passes Gate-1b, what a decision on K gets, over a "
-                      f"latent checkpoint correlation of {max(best['correlations']):g} to {min(best['correlations']):g} "
-                      "(rlexp sop calibrate's model, Gaussian-copula approximation).")
-    errors = sum(c.severity == "error" for c in result.checks)
-    warnings = len(result.checks) - errors
-    verdict = "[red]blocked[/red]" if errors else "[green]ready[/green]"
-    console.print(f"{verdict}: {errors} error(s), {warnings} warning(s); plan.json written")
-
-
-def _readable(value: Any) -> str:
-    """A value as a person reads it: lists joined, no Python reprs (None is "unset")."""
-    if value is None:
-        return "unset"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, list | tuple):
-        return ", ".join(_readable(v) for v in value) or "none"
-    return str(value)
-
-
-def _compact(points: list[int]) -> str:
-    if not points:
-        return "[yellow]never[/yellow]"
-    if len(points) <= 8:
-        return ", ".join(f"{p:,}" for p in points)
-    return f"{points[0]:,}, {points[1]:,}, {points[2]:,}, … {points[-1]:,} ({len(points):,} in all)"
-
-
-def _mark(step: int, data: dict[str, Any]) -> str:
-    saved = step in set(data["save_global_steps"])
-    evaluated = step in set(data["eval_global_steps"])
-    return (
-        f"{step:,}  saved: {'[green]yes[/green]' if saved else '[red]no[/red]'}"
-        f"  evaluated: {'[green]yes[/green]' if evaluated else '[red]no[/red]'}"
-    )
 
 
 def plan(
@@ -196,13 +23,8 @@ def plan(
     ] = False,
 ) -> None:
     """Step counts, LR schedule, eval/save schedule, preflight checks and power of an attempt."""
-    from rlexp.stages.plan import plan as plan_stage
-    from rlexp.storage.files import to_json
+    from rlexp.commands.plan_view import run
 
-    result = plan_stage(spec)
-    if json_output:
-        typer.echo(result.text if result.text is not None else to_json(result.to_dict()), nl=False)
-    else:
-        render(result)
-    if not result.ok:
-        raise typer.Exit(1)
+    code = run(spec, json_output)
+    if code:
+        raise typer.Exit(code)

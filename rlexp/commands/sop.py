@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from rlexp.commands import SEED, finite
+from rlexp.commands.options import SEED, finite
 
 app = typer.Typer(no_args_is_help=True)
 
