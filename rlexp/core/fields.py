@@ -30,7 +30,17 @@ MAX_SPEC_FLOAT = 1e12
 
 
 class Invalid(Exception):
-    """A value is wrong; the caller adds file and field."""
+    """A value is wrong; the caller adds file and field. ``at``: where inside the value (a key of a
+    :func:`record`, dotted when records nest), added to the field's name."""
+
+    def __init__(self, message: str, at: str | None = None) -> None:
+        super().__init__(message)
+        self.at = at
+
+
+def at_field(where: str, exc: Invalid) -> str:
+    """The field an :class:`Invalid` names: ``where`` itself, or the key inside it."""
+    return f"{where}.{exc.at}" if exc.at else where
 
 
 @dataclass(frozen=True)
@@ -53,7 +63,7 @@ def check(rule: Field, value: Any, display: Any, where: str) -> Any:
     try:
         return rule(value)
     except Invalid as exc:
-        raise InputError(display, where, str(exc)) from None
+        raise InputError(display, at_field(where, exc), str(exc)) from None
 
 
 def integer(minimum: int | None = None, maximum: int = MAX_SPEC_INT) -> Field:
@@ -162,6 +172,52 @@ def list_of(item: Field) -> Field:
     return Field(check_list, {"type": "array", "items": item.json})
 
 
+def nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    """The JSON Schema of a field whose ``null`` means "not stated"."""
+    if isinstance(schema.get("type"), str) and not {"anyOf", "enum", "const"} & set(schema):
+        # the other keywords (minimum, pattern, items, properties...) do not apply to null
+        return {**schema, "type": [schema["type"], "null"]}
+    if "enum" in schema:
+        return {**schema, "enum": [*schema["enum"], None]}
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+def object_json(rules: dict[str, Any], required: Sequence[str] = ()) -> dict[str, Any]:
+    """The JSON Schema of a mapping of known keys (a dict value: a nested one), each nullable but
+    the ``required`` ones."""
+    properties = {}
+    for name, rule in rules.items():
+        schema = object_json(rule) if isinstance(rule, dict) else rule.json
+        properties[name] = schema if name in required else nullable(schema)
+    out: dict[str, Any] = {"type": "object", "additionalProperties": False, "properties": properties}
+    return out | ({"required": list(required)} if required else {})
+
+
+def record(rules: dict[str, Field]) -> Field:
+    """A mapping of known keys, each checked by its rule (a null value: not stated, dropped); a
+    wrong key or value is named by its key (``environment.judge.retries``)."""
+
+    def check_record(value: Any) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise Invalid(f"must be a mapping (got {value!r})")
+        out = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise Invalid(f"keys must be strings, got {type(key).__name__} {key!r:.40}", at=str(key))
+            rule = rules.get(key)
+            if rule is None:
+                raise Invalid("unknown key" + suggest(key, list(rules)), at=key)
+            if item is None:
+                continue
+            try:
+                out[key] = rule(item)
+            except Invalid as exc:
+                raise Invalid(str(exc), at=f"{key}.{exc.at}" if exc.at else key) from None
+        return out
+
+    return Field(check_record, object_json(rules))
+
+
 def suggest(word: str, candidates: Sequence[str]) -> str:
     """``; did you mean 'x'?`` for a close candidate, else nothing."""
     close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
@@ -187,10 +243,15 @@ def check_keys(value: Any, display: Any, where: str, keys: Sequence[str]) -> dic
 # --------------------------------------------------------------------------- declared on a dataclass
 
 
-def declared(default: Any, rule: Field, description: str | None = None) -> Any:
-    """A settings dataclass field: its default, the rule a file's value of it must pass, and what it
-    means (the JSON Schema's description)."""
-    return dataclasses.field(default=default, metadata={"rule": rule.described(description)})
+def declared(default: Any = dataclasses.MISSING, rule: Field | None = None, description: str | None = None, *,
+             default_factory: Any = dataclasses.MISSING) -> Any:
+    """A settings dataclass field: its default (or ``default_factory``, for a mutable one; neither:
+    a required field), the rule a file's value of it must pass, and what it means (the JSON
+    Schema's description)."""
+    if rule is None:
+        raise TypeError("declared() needs the field's rule")
+    return dataclasses.field(default=default, default_factory=default_factory,
+                             metadata={"rule": rule.described(description)})
 
 
 def section_of(cls: type) -> dict[str, Field]:
