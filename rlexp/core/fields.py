@@ -82,7 +82,8 @@ def integer(minimum: int | None = None, maximum: int = MAX_SPEC_INT) -> Field:
             raise Invalid(f"must be at most {maximum} in size, the limit (got {value})")
         return value
 
-    return Field(check_int, {"type": "integer"} | ({} if minimum is None else {"minimum": minimum}))
+    return Field(check_int, {"type": "integer"} | ({} if minimum is None else {"minimum": minimum})
+                 | ({} if maximum == MAX_SPEC_INT else {"maximum": maximum}))
 
 
 def number(low: float | None = None, high: float | None = None, *, low_open: bool = False,
@@ -182,13 +183,13 @@ def nullable(schema: dict[str, Any]) -> dict[str, Any]:
     return {"anyOf": [schema, {"type": "null"}]}
 
 
-def object_json(rules: dict[str, Any], required: Sequence[str] = ()) -> dict[str, Any]:
-    """The JSON Schema of a mapping of known keys (a dict value: a nested one), each nullable but
-    the ``required`` ones."""
+def object_json(rules: dict[str, Any], required: Sequence[str] = (), not_null: Sequence[str] = ()) -> dict[str, Any]:
+    """The JSON Schema of a mapping of known keys (a dict value: a nested one), each nullable (null:
+    not stated) but the ``required`` ones and those ``not_null``."""
     properties = {}
     for name, rule in rules.items():
         schema = object_json(rule) if isinstance(rule, dict) else rule.json
-        properties[name] = schema if name in required else nullable(schema)
+        properties[name] = schema if name in required or name in not_null else nullable(schema)
     out: dict[str, Any] = {"type": "object", "additionalProperties": False, "properties": properties}
     return out | ({"required": list(required)} if required else {})
 
