@@ -39,8 +39,13 @@ class Invalid(Exception):
 
 
 def at_field(where: str, exc: Invalid) -> str:
-    """The field an :class:`Invalid` names: ``where`` itself, or the key inside it."""
-    return f"{where}.{exc.at}" if exc.at else where
+    """The field an :class:`Invalid` names: ``where`` itself, or the key (``.key``) or the list
+    index (``[0]``) inside it."""
+    return _inside(where, exc.at) if exc.at else where
+
+
+def _inside(where: str, at: str) -> str:
+    return f"{where}{at}" if at.startswith("[") else f"{where}.{at}"
 
 
 @dataclass(frozen=True)
@@ -213,7 +218,7 @@ def record(rules: dict[str, Field]) -> Field:
             try:
                 out[key] = rule(item)
             except Invalid as exc:
-                raise Invalid(str(exc), at=f"{key}.{exc.at}" if exc.at else key) from None
+                raise Invalid(str(exc), at=at_field(key, exc)) from None
         return out
 
     return Field(check_record, object_json(rules))

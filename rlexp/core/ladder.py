@@ -37,9 +37,19 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rlexp.core.fields import BOOLEAN, STRING, Field, Invalid, check, check_keys, integer, list_of, object_json
+from rlexp.core.fields import (
+    BOOLEAN,
+    STRING,
+    Field,
+    Invalid,
+    check,
+    check_keys,
+    integer,
+    list_of,
+    object_json,
+)
 from rlexp.core.recipe import FLAG_VALUE, RECIPE_KEYS, TRAINING, key_json_schema, recipe_key
-from rlexp.core.spec import _ID_RE, Attempt, Difference, validate_recipe, values_equal
+from rlexp.core.spec import _ID_RE, SCHEMA_DRAFT, Attempt, Difference, validate_recipe, values_equal
 from rlexp.errors import InputError
 
 MAX_RUNGS = 1000
@@ -143,8 +153,6 @@ _REQUIRED = ("root", "variables", "seeds", "rungs")
 def ladder_json_schema() -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) of ``ladder.yaml``, from :data:`LADDER_FIELDS` and the recipe
     table; ``docs/ladder.schema.json`` holds it (``scripts/write-schemas``)."""
-    from rlexp.core.spec.schema import SCHEMA_DRAFT
-
     schema = object_json(LADDER_FIELDS, required=_REQUIRED, not_null=("seeds_at_once",))
     schema["properties"]["variables"] = {**schema["properties"]["variables"], **_grid_json()}
     return {"$schema": SCHEMA_DRAFT, "title": "rlexp ladder spec (ladder.yaml)",

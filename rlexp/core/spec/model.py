@@ -6,7 +6,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlexp.core.fields import BOOLEAN, MAPPING, POSITIVE_INT, STRING, declared, integer, number, one_of, record
+from rlexp.core.fields import (
+    BOOLEAN,
+    MAPPING,
+    POSITIVE_INT,
+    STRING,
+    declared,
+    integer,
+    number,
+    one_of,
+    record,
+)
 from rlexp.core.recipe import (
     key_table,
 )

@@ -44,10 +44,6 @@ from rlexp.errors import InputError
 from .model import (
     ANSWER_MODES,
     DATASET_FIELDS,
-    ENV_ADVANTAGE_MODES,
-    ENV_LOSSES,
-    ENV_PRIMARY_METRICS,
-    ENV_REWARD_PARTS,
     ROLES,
     TRAINER_GRADED_ROLES,
     TRAINERS,
