@@ -106,7 +106,8 @@ def number(low: float | None = None, high: float | None = None, *, low_open: boo
             raise Invalid(f"must be <= {high:g} (got {value!r})")
         return out
 
-    return Field(check_number, json_number(low, high, low_open=low_open))
+    schema = json_number(low, high, low_open=low_open)
+    return Field(check_number, schema if text else schema["anyOf"][0])  # without text: the number alone
 
 
 def to_float(value: Any) -> float:

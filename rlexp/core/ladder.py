@@ -105,7 +105,7 @@ def _grid(value: Any) -> tuple[tuple[str, tuple[Any, ...]], ...]:
         checked = []
         for i, item in enumerate(values):
             try:
-                checked.append(validate_recipe({name: item}, "ladder.yaml")[name])
+                checked.append(validate_recipe({name: item}, "variables")[name])  # its message, not its file
             except InputError as exc:
                 raise Invalid(exc.message, at=f"{name}[{i}]") from None
         for i, item in enumerate(checked):

@@ -130,7 +130,7 @@ def attempt_json_schema() -> dict[str, Any]:
     recipe table: editors complete and check keys with it. It accepts what :func:`load_attempt`
     accepts, except what JSON Schema cannot say: the bounds of a number written as text, an id
     matching its directory, the parent chain, the files. ``docs/attempt.schema.json`` holds it
-    (regenerate with ``scripts/write-attempt-schema``; a test checks it is current)."""
+    (regenerate with ``scripts/write-schemas``; a test checks it is current)."""
     top = object_json({k: v for k, v in _SCHEMA.items() if k != "recipe"})
     properties: dict[str, Any] = {}
     for name in _SCHEMA:
@@ -176,9 +176,9 @@ def _when_trainer(names: list[str], recipe: dict[str, Any], negate: list[str] | 
 
 def attempt_json_schema_text() -> str:
     """:func:`attempt_json_schema` as the committed file's text."""
-    import json
+    from rlexp.core.json_schemas import schema_text
 
-    return json.dumps(attempt_json_schema(), indent=2, ensure_ascii=False) + "\n"
+    return schema_text(attempt_json_schema())
 
 
 def _validate(raw: Any, display: str) -> dict[str, Any]:
