@@ -1,10 +1,11 @@
 """One way to declare a field of a file a user writes: its type and bounds (a checker), its default,
 its description, and the JSON Schema of what it accepts.
 
-The attempt spec (:mod:`rlexp.core.spec`) and the sweep spec (:mod:`rlexp.core.sweep`) declare their
-fields with these; a settings dataclass declares each field once (:func:`declared`) and its section
-of the schema is read from the class (:func:`section_of`), so the loader, the error line and the
-JSON Schema come from the same declaration.
+The attempt spec (:mod:`rlexp.core.spec`), the sweep and ladder specs (:mod:`rlexp.core.sweep`,
+:mod:`rlexp.core.ladder`) and the SOP's types (:mod:`rlexp.core.sop`) declare their fields with
+these; a settings dataclass declares each field once (:func:`declared`) and its section of the
+schema is read from the class (:func:`section_of`), so the loader, the error line and the JSON
+Schema come from the same declaration (:mod:`rlexp.core.json_schemas` gathers the schemas).
 
 Checked with the standard library: pydantic would cost ~0.1 s of ``rlexp plan``'s start-up for a
 dozen flat sections. A checker returns the value (after coercion) or raises :class:`Invalid` with a
