@@ -24,6 +24,8 @@ from typing import Any
 from rlexp.core.recipe import json_number
 from rlexp.errors import InputError
 
+SCHEMA_DRAFT = "https://json-schema.org/draft/2020-12/schema"  # the JSON Schema dialect of every schema here
+
 # Bounds of the input gate: every number a spec states is finite and at most this large, so
 # no later computation (the schedule, a dataset size) can run out of time or memory on it.
 MAX_SPEC_INT = 10**9
@@ -188,6 +190,13 @@ def nullable(schema: dict[str, Any]) -> dict[str, Any]:
     if "enum" in schema:
         return {**schema, "enum": [*schema["enum"], None]}
     return {"anyOf": [schema, {"type": "null"}]}
+
+
+def schema_text(schema: dict[str, Any]) -> str:
+    """A JSON Schema as its committed file's text."""
+    import json
+
+    return json.dumps(schema, indent=2, ensure_ascii=False) + "\n"
 
 
 def object_json(rules: dict[str, Any], required: Sequence[str] = (), not_null: Sequence[str] = ()) -> dict[str, Any]:

@@ -6,8 +6,11 @@ them, a test fails while one is stale). Built on demand: nothing here is importe
 
 from __future__ import annotations
 
-import json
 from typing import Any
+
+from rlexp.core.fields import schema_text
+
+__all__ = ["json_schemas", "schema_text"]
 
 
 def json_schemas() -> dict[str, dict[str, Any]]:
@@ -19,8 +22,3 @@ def json_schemas() -> dict[str, dict[str, Any]]:
 
     return {"attempt": attempt_json_schema(), "ladder": ladder_json_schema(), "sweep": sweep_json_schema(),
             "sop": sop_json_schema()}
-
-
-def schema_text(schema: dict[str, Any]) -> str:
-    """A schema as its committed file's text."""
-    return json.dumps(schema, indent=2, ensure_ascii=False) + "\n"

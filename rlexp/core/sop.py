@@ -14,7 +14,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin, get_type_hints
 
-from rlexp.core.fields import STRING, Field, check, integer, number, one_of, suggest
+from rlexp.core.fields import SCHEMA_DRAFT, STRING, Field, check, integer, number, one_of, suggest
 from rlexp.errors import InputError
 from rlexp.storage.files import load_yaml, sha256_file
 
@@ -387,8 +387,6 @@ def sop_json_schema() -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) of a SOP file, from the sections' declared types and
     :data:`_BOUNDS` (all but the bounds between two keys); ``docs/sop.schema.json`` holds it
     (``scripts/write-schemas``)."""
-    from rlexp.core.spec.schema import SCHEMA_DRAFT
-
     bounds: dict[str, dict[str, Any]] = {}
     for bound in _BOUNDS:
         if bound.below:

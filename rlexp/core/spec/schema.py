@@ -20,12 +20,14 @@ from rlexp.core.fields import (
     number,
     object_json,
     one_of,
+    schema_text,
     section_of,
     suggest,
     to_float,
 )
 from rlexp.core.fields import MAX_SPEC_FLOAT as MAX_SPEC_FLOAT  # re-exported
 from rlexp.core.fields import MAX_SPEC_INT as MAX_SPEC_INT  # re-exported
+from rlexp.core.fields import SCHEMA_DRAFT as SCHEMA_DRAFT  # re-exported
 from rlexp.core.recipe import (
     ADVANTAGE_ESTIMATORS,
     DOTTED_KEY_PATTERN,
@@ -122,7 +124,6 @@ _DESCRIPTIONS = {
     "baseline": "expected baseline accuracy and discordance, for the power section",
     "environment": "an environment task (docs/environments.md): default environment, budgets, loss, primary metric",
 }
-SCHEMA_DRAFT = "https://json-schema.org/draft/2020-12/schema"
 
 
 def attempt_json_schema() -> dict[str, Any]:
@@ -176,8 +177,6 @@ def _when_trainer(names: list[str], recipe: dict[str, Any], negate: list[str] | 
 
 def attempt_json_schema_text() -> str:
     """:func:`attempt_json_schema` as the committed file's text."""
-    from rlexp.core.json_schemas import schema_text
-
     return schema_text(attempt_json_schema())
 
 
