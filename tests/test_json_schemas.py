@@ -240,6 +240,7 @@ def sop_with(tmp_path, key: str, value) -> Path:
     ("bootstrap.resamples", 1_000_001, "bootstrap.resamples"),
     ("bootstrap.confidence", 1.0, "bootstrap.confidence"),
     ("bootstrap.seed", -1, "bootstrap.seed"),
+    ("bootstrap.seed", 2**31, "bootstrap.seed"),  # above the input gate's limit (10**9)
     ("gate_1a.max_mcnemar_p", 0.0, "gate_1a.max_mcnemar_p"),
     ("early_stop.patience_evals", 0, "early_stop"),
     ("guardrails.g2.min_boxed", 98.0, "guardrails.g2.min_boxed"),
@@ -260,6 +261,7 @@ def test_the_sop_schema_refuses_what_the_loader_refuses(tmp_path, key, value, fi
 @pytest.mark.parametrize(("key", "value"), [
     ("bootstrap.resamples", 100), ("bootstrap.resamples", 1_000_000), ("bootstrap.confidence", 0.51),
     ("gate_1a.max_mcnemar_p", 1.0), ("guardrails.g3.step_time_max_ratio", 1), ("guardrails.g1.max_discordant", 0),
+    ("bootstrap.seed", 10**9),
     ("gate_1a.min_delta_pp", 2),  # an integer where a float is declared
 ])
 def test_the_sop_schema_accepts_what_the_loader_accepts_at_the_bounds(tmp_path, key, value):

@@ -14,7 +14,17 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin, get_type_hints
 
-from rlexp.core.fields import SCHEMA_DRAFT, STRING, Field, check, integer, number, one_of, suggest
+from rlexp.core.fields import (
+    MAX_SPEC_INT,
+    SCHEMA_DRAFT,
+    STRING,
+    Field,
+    check,
+    integer,
+    number,
+    one_of,
+    suggest,
+)
 from rlexp.errors import InputError
 from rlexp.storage.files import load_yaml, sha256_file
 
@@ -403,6 +413,8 @@ def sop_json_schema() -> dict[str, Any]:
             key, kind = _join(where, f.name), _hints(cls)[f.name]
             properties[f.name] = (section(kind, key) if is_dataclass(kind)
                                   else {**_rule(kind, key).json, **bounds.get(key, {})})
+            if kind is int and properties[f.name].get("maximum", 0) > MAX_SPEC_INT:
+                properties[f.name]["maximum"] = MAX_SPEC_INT  # the input gate's limit comes first
         required = [f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING]
         return {"type": "object", "additionalProperties": False, "properties": properties, "required": required}
 

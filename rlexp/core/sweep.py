@@ -186,6 +186,10 @@ _TOP_KEYS = tuple(SWEEP_FIELDS)
 _NOT_NULL = {"stages.stage1": ("set",), "stages.stage2": ("sets", "finalists"),
              "criteria": ("format_tolerance_pp",), "truncation_check": ("subset", "set", "resamples", "seed")}
 _REQUIRED = {"": ("candidates", "criteria"), "criteria": ("band",), "truncation_check": ("max_tokens",)}
+_SECTIONS = {"stages": "stage 1 ranks every candidate on one set; stage 2 evaluates the finalists on the others",
+             "stages.stage1": "every candidate, on one set", "stages.stage2": "the finalists, on the other sets",
+             "criteria": "how the finalists and the selected candidate are chosen",
+             "truncation_check": "a paired comparison of two max_tokens on one candidate (default: the selected one)"}
 
 
 def sweep_json_schema() -> dict[str, Any]:
@@ -206,6 +210,8 @@ def sweep_json_schema() -> dict[str, Any]:
         for name, rule in rules.items():
             path = f"{where}.{name}" if where else name
             schema = shared[name] if rule is None else section(rule, path) if isinstance(rule, dict) else rule.json
+            if path in _SECTIONS:
+                schema = {"description": _SECTIONS[path], **schema}
             keep = name in _REQUIRED.get(where, ()) or name in _NOT_NULL.get(where, ())
             properties[name] = schema if keep else nullable(schema)
         out: dict[str, Any] = {"type": "object", "additionalProperties": False, "properties": properties}
