@@ -33,7 +33,6 @@ from rlexp.core.answers import PARSE_FAILURES
 from rlexp.core.engines import engine_traits
 from rlexp.core.fields import (
     FRACTION,
-    MAX_SPEC_INT,
     Field,
     Invalid,
     check,
@@ -293,10 +292,6 @@ def resolve_sweep_path(path: str | Path) -> Path:
     return path / SWEEP_SPEC_NAME if path.is_dir() else path
 
 
-def _int(value: Any, display: str, where: str, minimum: int = 1, maximum: int = MAX_SPEC_INT) -> int:
-    return check(integer(minimum, maximum), value, display, where)
-
-
 def load_sweep(path: str | Path) -> SweepSpec:
     """Load and check a sweep spec; every refusal is one :class:`InputError` naming file and field."""
     spec_path = resolve_sweep_path(path)
@@ -352,9 +347,9 @@ def load_sweep(path: str | Path) -> SweepSpec:
         _known_set(role, datasets, display, f"stages.stage2.sets[{i}]")
     if len(set(sets)) != len(sets):
         raise InputError(display, "stages.stage2.sets", "names a set twice")
-    # at most the candidates: the declared rule's bound (>= 1) with this sweep's own maximum
-    finalists = _int(stage2.get("finalists", min(2, len(candidates))), display, "stages.stage2.finalists",
-                     maximum=len(candidates))
+    # the declared rule (>= 1) bounded by this sweep's own candidates
+    finalists = check(integer(1, len(candidates)), stage2.get("finalists", min(2, len(candidates))), display,
+                      "stages.stage2.finalists")
 
     rules = SWEEP_FIELDS["criteria"]
     criteria_raw = check_keys(raw.get("criteria"), display, "criteria", rules)

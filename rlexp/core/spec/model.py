@@ -37,7 +37,8 @@ DATASET_FIELDS = ("path", "size", "prompt_suffix", "answer_mode")  # a dataset's
 
 @dataclass(frozen=True)
 class TrainerSettings:
-    """Which trainer runs the recipe (every field is stated in the spec or a parent, but ``gpus``)."""
+    """Which trainer runs the recipe, resolved: ``name`` from the spec or a parent, ``version`` as
+    stated or the trainer's default release, ``gpus`` None when not stated."""
 
     name: str = declared(rule=one_of(*TRAINERS), description="the trainer: " + ", ".join(TRAINERS))
     # the local trainer follows OpenRLHF 0.11's step semantics
