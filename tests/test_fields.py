@@ -7,7 +7,18 @@ import dataclasses
 
 import pytest
 
-from rlexp.core.fields import FRACTION, check, check_keys, declared, integer, number, section_of
+from rlexp.core.fields import (
+    FRACTION,
+    STRING,
+    check,
+    check_keys,
+    declared,
+    integer,
+    number,
+    one_of,
+    record,
+    section_of,
+)
 from rlexp.errors import InputError
 
 
@@ -73,3 +84,54 @@ def test_rules_accept_what_they_declare():
         k: int = declared(3, integer(1), "how many")
 
     assert section_of(Described)["k"].json == {"description": "how many", "type": "integer", "minimum": 1}
+
+
+def test_a_mutable_default_is_declared_with_a_factory_on_a_frozen_class():
+    from rlexp.core.fields import MAPPING
+
+    @dataclasses.dataclass(frozen=True)
+    class Settings:
+        name: str = declared(rule=one_of("a", "b"), description="required: no default")
+        config: dict = declared(rule=MAPPING, description="its config", default_factory=dict)
+
+    first, second = Settings("a"), Settings("b")
+    assert first.config == {} and first.config is not second.config  # one dict each, not a shared one
+    with pytest.raises(TypeError):
+        Settings()  # no default declared: required
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        first.config = {"x": 1}
+    assert section_of(Settings)["config"].json == {"description": "its config", "type": "object"}
+    with pytest.raises(TypeError, match="rule"):
+        declared(3)
+
+
+def test_a_record_names_the_key_inside_it_and_states_its_keys_in_the_schema():
+    rule = record({"retries": integer(0, 10), "model": STRING})
+    assert check(rule, {"retries": 2, "model": None}, "x.yaml", "judge") == {"retries": 2}  # null: not stated
+    for value, field, message in [
+        ({"retries": 11}, "judge.retries", "must be between 0 and 10 (got 11)"),
+        ({"modle": "m"}, "judge.modle", "unknown key; did you mean 'model'?"),
+        ({1: "m"}, "judge.1", "keys must be strings, got int 1"),
+        ("m", "judge", "must be a mapping (got 'm')"),
+    ]:
+        with pytest.raises(InputError) as err:
+            check(rule, value, "x.yaml", "judge")
+        assert (err.value.field, err.value.message) == (field, message)
+    assert rule.json == {"type": "object", "additionalProperties": False, "properties": {
+        "retries": {"type": ["integer", "null"], "minimum": 0, "maximum": 10},
+        "model": {"type": ["string", "null"]}}}
+    nested = record({"judge": rule})
+    with pytest.raises(InputError) as err:
+        check(nested, {"judge": {"retries": -1}}, "x.yaml", "environment")
+    assert err.value.field == "environment.judge.retries"
+
+
+def test_environment_settings_is_the_one_declaration_of_the_environment_section():
+    from rlexp.core.spec import EnvironmentSettings, attempt_json_schema
+
+    rules = section_of(EnvironmentSettings)
+    env = attempt_json_schema()["properties"]["environment"]
+    assert list(env["properties"]) == list(rules) == [f.name for f in dataclasses.fields(EnvironmentSettings)]
+    assert set(env["properties"]["reward"]["properties"]) == {"env", "judge", "ndcg"}
+    assert env["properties"]["judge"]["additionalProperties"] is False
+    assert EnvironmentSettings().reward == {} and EnvironmentSettings().max_turns == 4

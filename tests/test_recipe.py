@@ -156,7 +156,7 @@ def test_the_trainers_step_math_is_the_plans():
 
 def test_the_committed_schema_is_current():
     assert SCHEMA_FILE.read_text(encoding="utf-8") == attempt_json_schema_text(), (
-        "docs/attempt.schema.json is stale: run scripts/write-attempt-schema"
+        "docs/attempt.schema.json is stale: run scripts/write-schemas"
     )
 
 

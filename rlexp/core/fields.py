@@ -1,10 +1,11 @@
 """One way to declare a field of a file a user writes: its type and bounds (a checker), its default,
 its description, and the JSON Schema of what it accepts.
 
-The attempt spec (:mod:`rlexp.core.spec`) and the sweep spec (:mod:`rlexp.core.sweep`) declare their
-fields with these; a settings dataclass declares each field once (:func:`declared`) and its section
-of the schema is read from the class (:func:`section_of`), so the loader, the error line and the
-JSON Schema come from the same declaration.
+The attempt spec (:mod:`rlexp.core.spec`), the sweep and ladder specs (:mod:`rlexp.core.sweep`,
+:mod:`rlexp.core.ladder`) and the SOP's types (:mod:`rlexp.core.sop`) declare their fields with
+these; a settings dataclass declares each field once (:func:`declared`) and its section of the
+schema is read from the class (:func:`section_of`), so the loader, the error line and the JSON
+Schema come from the same declaration (:mod:`rlexp.core.json_schemas` gathers the schemas).
 
 Checked with the standard library: pydantic would cost ~0.1 s of ``rlexp plan``'s start-up for a
 dozen flat sections. A checker returns the value (after coercion) or raises :class:`Invalid` with a
@@ -23,6 +24,8 @@ from typing import Any
 from rlexp.core.recipe import json_number
 from rlexp.errors import InputError
 
+SCHEMA_DRAFT = "https://json-schema.org/draft/2020-12/schema"  # the JSON Schema dialect of every schema here
+
 # Bounds of the input gate: every number a spec states is finite and at most this large, so
 # no later computation (the schedule, a dataset size) can run out of time or memory on it.
 MAX_SPEC_INT = 10**9
@@ -30,7 +33,22 @@ MAX_SPEC_FLOAT = 1e12
 
 
 class Invalid(Exception):
-    """A value is wrong; the caller adds file and field."""
+    """A value is wrong; the caller adds file and field. ``at``: where inside the value (a key of a
+    :func:`record`, dotted when records nest), added to the field's name."""
+
+    def __init__(self, message: str, at: str | None = None) -> None:
+        super().__init__(message)
+        self.at = at
+
+
+def at_field(where: str, exc: Invalid) -> str:
+    """The field an :class:`Invalid` names: ``where`` itself, or the key (``.key``) or the list
+    index (``[0]``) inside it."""
+    return _inside(where, exc.at) if exc.at else where
+
+
+def _inside(where: str, at: str) -> str:
+    return f"{where}{at}" if at.startswith("[") else f"{where}.{at}"
 
 
 @dataclass(frozen=True)
@@ -53,7 +71,7 @@ def check(rule: Field, value: Any, display: Any, where: str) -> Any:
     try:
         return rule(value)
     except Invalid as exc:
-        raise InputError(display, where, str(exc)) from None
+        raise InputError(display, at_field(where, exc), str(exc)) from None
 
 
 def integer(minimum: int | None = None, maximum: int = MAX_SPEC_INT) -> Field:
@@ -72,7 +90,8 @@ def integer(minimum: int | None = None, maximum: int = MAX_SPEC_INT) -> Field:
             raise Invalid(f"must be at most {maximum} in size, the limit (got {value})")
         return value
 
-    return Field(check_int, {"type": "integer"} | ({} if minimum is None else {"minimum": minimum}))
+    return Field(check_int, {"type": "integer"} | ({} if minimum is None else {"minimum": minimum})
+                 | ({} if maximum == MAX_SPEC_INT else {"maximum": maximum}))
 
 
 def number(low: float | None = None, high: float | None = None, *, low_open: bool = False,
@@ -90,7 +109,8 @@ def number(low: float | None = None, high: float | None = None, *, low_open: boo
             raise Invalid(f"must be <= {high:g} (got {value!r})")
         return out
 
-    return Field(check_number, json_number(low, high, low_open=low_open))
+    schema = json_number(low, high, low_open=low_open)
+    return Field(check_number, schema if text else schema["anyOf"][0])  # without text: the number alone
 
 
 def to_float(value: Any) -> float:
@@ -162,6 +182,59 @@ def list_of(item: Field) -> Field:
     return Field(check_list, {"type": "array", "items": item.json})
 
 
+def nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    """The JSON Schema of a field whose ``null`` means "not stated"."""
+    if isinstance(schema.get("type"), str) and not {"anyOf", "enum", "const"} & set(schema):
+        # the other keywords (minimum, pattern, items, properties...) do not apply to null
+        return {**schema, "type": [schema["type"], "null"]}
+    if "enum" in schema:
+        return {**schema, "enum": [*schema["enum"], None]}
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+def schema_text(schema: dict[str, Any]) -> str:
+    """A JSON Schema as its committed file's text."""
+    import json
+
+    return json.dumps(schema, indent=2, ensure_ascii=False) + "\n"
+
+
+def object_json(rules: dict[str, Any], required: Sequence[str] = (), not_null: Sequence[str] = ()) -> dict[str, Any]:
+    """The JSON Schema of a mapping of known keys (a dict value: a nested one), each nullable (null:
+    not stated) but the ``required`` ones and those ``not_null``."""
+    properties = {}
+    for name, rule in rules.items():
+        schema = object_json(rule) if isinstance(rule, dict) else rule.json
+        properties[name] = schema if name in required or name in not_null else nullable(schema)
+    out: dict[str, Any] = {"type": "object", "additionalProperties": False, "properties": properties}
+    return out | ({"required": list(required)} if required else {})
+
+
+def record(rules: dict[str, Field]) -> Field:
+    """A mapping of known keys, each checked by its rule (a null value: not stated, dropped); a
+    wrong key or value is named by its key (``environment.judge.retries``)."""
+
+    def check_record(value: Any) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise Invalid(f"must be a mapping (got {value!r})")
+        out = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise Invalid(f"keys must be strings, got {type(key).__name__} {key!r:.40}", at=str(key))
+            rule = rules.get(key)
+            if rule is None:
+                raise Invalid("unknown key" + suggest(key, list(rules)), at=key)
+            if item is None:
+                continue
+            try:
+                out[key] = rule(item)
+            except Invalid as exc:
+                raise Invalid(str(exc), at=at_field(key, exc)) from None
+        return out
+
+    return Field(check_record, object_json(rules))
+
+
 def suggest(word: str, candidates: Sequence[str]) -> str:
     """``; did you mean 'x'?`` for a close candidate, else nothing."""
     close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
@@ -187,10 +260,15 @@ def check_keys(value: Any, display: Any, where: str, keys: Sequence[str]) -> dic
 # --------------------------------------------------------------------------- declared on a dataclass
 
 
-def declared(default: Any, rule: Field, description: str | None = None) -> Any:
-    """A settings dataclass field: its default, the rule a file's value of it must pass, and what it
-    means (the JSON Schema's description)."""
-    return dataclasses.field(default=default, metadata={"rule": rule.described(description)})
+def declared(default: Any = dataclasses.MISSING, rule: Field | None = None, description: str | None = None, *,
+             default_factory: Any = dataclasses.MISSING) -> Any:
+    """A settings dataclass field: its default (or ``default_factory``, for a mutable one; neither:
+    a required field), the rule a file's value of it must pass, and what it means (the JSON
+    Schema's description)."""
+    if rule is None:
+        raise TypeError("declared() needs the field's rule")
+    return dataclasses.field(default=default, default_factory=default_factory,
+                             metadata={"rule": rule.described(description)})
 
 
 def section_of(cls: type) -> dict[str, Field]:

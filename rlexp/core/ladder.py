@@ -37,12 +37,21 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rlexp.core.fields import BOOLEAN, STRING, check, check_keys, integer, list_of
-from rlexp.core.recipe import FLAG_VALUE, TRAINING, recipe_key
-from rlexp.core.spec import _ID_RE, Attempt, Difference, validate_recipe, values_equal
+from rlexp.core.fields import (
+    BOOLEAN,
+    STRING,
+    Field,
+    Invalid,
+    check,
+    check_keys,
+    integer,
+    list_of,
+    object_json,
+)
+from rlexp.core.recipe import FLAG_VALUE, RECIPE_KEYS, TRAINING, key_json_schema, recipe_key
+from rlexp.core.spec import _ID_RE, SCHEMA_DRAFT, Attempt, Difference, validate_recipe, values_equal
 from rlexp.errors import InputError
 
-LADDER_KEYS = ("root", "variables", "seeds", "rungs", "description", "seeds_at_once")
 MAX_RUNGS = 1000
 MAX_VALUES = 100
 STOP_DECISIONS = ("STOP-3a", "STOP-3b")
@@ -71,54 +80,103 @@ class LadderSpec:
         return tuple(name for name, _ in self.variables)
 
 
+def _attempt_id(value: Any) -> str:
+    if not isinstance(value, str) or not _ID_RE.match(value):
+        raise Invalid(f"{value!r:.60} is not an attempt id of this experiment")
+    return value
+
+
+def _grid(value: Any) -> tuple[tuple[str, tuple[Any, ...]], ...]:
+    """``variables``: each a training key of the recipe table with its values, checked as an
+    ``attempt.yaml``'s recipe checks them."""
+    if not isinstance(value, dict) or not value:
+        raise Invalid("must be a non-empty mapping {recipe key: [values]}")
+    grid: list[tuple[str, tuple[Any, ...]]] = []
+    for name, values in value.items():
+        key = recipe_key(name) if isinstance(name, str) else None
+        if key is None or key.type == FLAG_VALUE:
+            raise Invalid("not a recipe key of the recipe table", at=str(name))
+        if key.kind != TRAINING:
+            raise Invalid(f"a {key.kind} key: a rung changes one training variable", at=name)
+        if name == "seed":
+            raise Invalid("seeds are replications, not a rung's variable: list them under seeds", at=name)
+        if not isinstance(values, list) or not values or len(values) > MAX_VALUES:
+            raise Invalid(f"must be a list of 1 to {MAX_VALUES} values", at=name)
+        checked = []
+        for i, item in enumerate(values):
+            try:
+                checked.append(validate_recipe({name: item}, "variables")[name])  # its message, not its file
+            except InputError as exc:
+                raise Invalid(exc.message, at=f"{name}[{i}]") from None
+        for i, item in enumerate(checked):
+            if any(values_equal(item, other) for other in checked[:i]):
+                raise Invalid(f"{item!r} is listed twice", at=f"{name}[{i}]")
+        grid.append((name, tuple(checked)))
+    return tuple(grid)
+
+
+def _grid_json() -> dict[str, Any]:
+    """The keys a rung may change (training keys of the recipe table, not ``seed``), each a list of
+    distinct values of its type."""
+    return {"type": "object", "minProperties": 1, "additionalProperties": False, "properties": {
+        key.name: {"type": "array", "minItems": 1, "maxItems": MAX_VALUES,
+                   "uniqueItems": True, "items": {k: v for k, v in key_json_schema(key).items()
+                                                  if k not in ("default", "description")}}
+        for key in RECIPE_KEYS.values() if key.kind == TRAINING and key.type != FLAG_VALUE and key.name != "seed"}}
+
+
+def _seeds(value: Any) -> list[int]:
+    seeds = list_of(integer(0, 2**31 - 1))(value)
+    if not seeds:
+        raise Invalid("must be a non-empty list of integer seeds")
+    if len(set(seeds)) != len(seeds):
+        raise Invalid("a seed is listed twice")
+    return seeds
+
+
+# The ladder file's fields: each rule gives the loader's check, its error line and the JSON Schema
+# (ladder_json_schema); the grid's schema is the recipe table's, built when asked for.
+LADDER_FIELDS: dict[str, Field] = {
+    "root": Field(_attempt_id, {"type": "string", "pattern": _ID_RE.pattern}).described(
+        "an attempt of this experiment: the first rung and the default parent"),
+    "variables": Field(_grid, {}).described("training keys of the recipe table, each with a grid of values"),
+    "seeds": Field(_seeds, {**list_of(integer(0, 2**31 - 1)).json, "minItems": 1, "uniqueItems": True}).described(
+        "seeds for confirmation runs (the rungs keep their parent's seed); the first is the ladder's"),
+    "rungs": integer(1, MAX_RUNGS).described("the ladder stops after this many rungs (the root counts)"),
+    "description": STRING.described("free text"),
+    "seeds_at_once": BOOLEAN.described("true: each rung's confirmation seed is proposed with it, not after CONFIRM"),
+}
+LADDER_KEYS = tuple(LADDER_FIELDS)
+_REQUIRED = ("root", "variables", "seeds", "rungs")
+
+
+def ladder_json_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of ``ladder.yaml``, from :data:`LADDER_FIELDS` and the recipe
+    table; ``docs/ladder.schema.json`` holds it (``scripts/write-schemas``)."""
+    schema = object_json(LADDER_FIELDS, required=_REQUIRED, not_null=("seeds_at_once",))
+    schema["properties"]["variables"] = {**schema["properties"]["variables"], **_grid_json()}
+    return {"$schema": SCHEMA_DRAFT, "title": "rlexp ladder spec (ladder.yaml)",
+            "description": "single-variable attempts, each a child of the best so far, chosen by rule", **schema}
+
+
 def parse_ladder_spec(raw: Any, display: str) -> LadderSpec:
     """Validate a ladder spec's content (``yaml.safe_load`` output); InputError names the file and field."""
     if not isinstance(raw, dict):
         what = "an empty file" if raw is None else f"a {type(raw).__name__}"
         raise InputError(display, None, f"expected a mapping with {', '.join(LADDER_KEYS)}, got {what}")
     check_keys(raw, display, "", LADDER_KEYS)
-    for key in ("root", "variables", "seeds", "rungs"):
+    for key in _REQUIRED:
         if raw.get(key) is None:
             raise InputError(display, key, "required")
-    root = raw["root"]
-    if not isinstance(root, str) or not _ID_RE.match(root):
-        raise InputError(display, "root", f"{root!r:.60} is not an attempt id of this experiment")
-    variables = raw["variables"]
-    if not isinstance(variables, dict) or not variables:
-        raise InputError(display, "variables", "must be a non-empty mapping {recipe key: [values]}")
-    grid: list[tuple[str, tuple[Any, ...]]] = []
-    for name, values in variables.items():
-        where = f"variables.{name}"
-        key = recipe_key(name) if isinstance(name, str) else None
-        if key is None or key.type == FLAG_VALUE:
-            raise InputError(display, where, "not a recipe key of the recipe table")
-        if key.kind != TRAINING:
-            raise InputError(display, where, f"a {key.kind} key: a rung changes one training variable")
-        if name == "seed":
-            raise InputError(display, where, "seeds are replications, not a rung's variable: list them under seeds")
-        if not isinstance(values, list) or not values or len(values) > MAX_VALUES:
-            raise InputError(display, where, f"must be a list of 1 to {MAX_VALUES} values")
-        checked = []
-        for i, value in enumerate(values):
-            try:
-                checked.append(validate_recipe({name: value}, display)[name])
-            except InputError as exc:
-                raise InputError(display, f"{where}[{i}]", exc.message) from None
-        for i, value in enumerate(checked):
-            if any(values_equal(value, other) for other in checked[:i]):
-                raise InputError(display, f"{where}[{i}]", f"{value!r} is listed twice")
-        grid.append((name, tuple(checked)))
-    seeds = check(list_of(integer(0, 2**31 - 1)), raw["seeds"], display, "seeds")
-    if not seeds:
-        raise InputError(display, "seeds", "must be a non-empty list of integer seeds")
-    if len(set(seeds)) != len(seeds):
-        raise InputError(display, "seeds", "a seed is listed twice")
-    rungs = check(integer(1, MAX_RUNGS), raw["rungs"], display, "rungs")
-    description = check(STRING, raw.get("description") or "", display, "description")
-    seeds_at_once = check(BOOLEAN, raw.get("seeds_at_once", False), display, "seeds_at_once")
+    root = check(LADDER_FIELDS["root"], raw["root"], display, "root")
+    grid = check(LADDER_FIELDS["variables"], raw["variables"], display, "variables")
+    seeds = check(LADDER_FIELDS["seeds"], raw["seeds"], display, "seeds")
+    rungs = check(LADDER_FIELDS["rungs"], raw["rungs"], display, "rungs")
+    description = check(LADDER_FIELDS["description"], raw.get("description") or "", display, "description")
+    seeds_at_once = check(LADDER_FIELDS["seeds_at_once"], raw.get("seeds_at_once", False), display, "seeds_at_once")
     if seeds_at_once and len(seeds) < 2:
         raise InputError(display, "seeds_at_once", "needs at least two seeds: the rung's and its confirmation seed's")
-    return LadderSpec(root, tuple(grid), tuple(seeds), rungs, display, description, seeds_at_once)
+    return LadderSpec(root, grid, tuple(seeds), rungs, display, description, seeds_at_once)
 
 
 # ----------------------------------------------------------------------------- rungs and proposals

@@ -14,7 +14,17 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin, get_type_hints
 
-from rlexp.core.fields import STRING, Field, check, integer, number, one_of, suggest
+from rlexp.core.fields import (
+    MAX_SPEC_INT,
+    SCHEMA_DRAFT,
+    STRING,
+    Field,
+    check,
+    integer,
+    number,
+    one_of,
+    suggest,
+)
 from rlexp.errors import InputError
 from rlexp.storage.files import load_yaml, sha256_file
 
@@ -283,68 +293,131 @@ def load_sop(path: str | Path | None = None) -> Sop:
                sha256=sha256_file(path))
 
 
+class _Bound:
+    """A bound of one SOP number: checked once every type is, and stated in the JSON Schema. (A plain
+    class: a NamedTuple costs ~0.1 ms of ``rlexp plan``'s start-up, which imports this module.)"""
+
+    __slots__ = ("key", "message", "low", "high", "low_open", "high_open", "field", "below")
+
+    def __init__(self, key: str, message: str, low: float | None = None, high: float | None = None, *,
+                 low_open: bool = False, high_open: bool = False, field: str | None = None,
+                 below: str | None = None) -> None:
+        self.key = key  # the dotted key path
+        self.message = message  # {value}: the value (24 characters at most)
+        self.low, self.high, self.low_open, self.high_open = low, high, low_open, high_open
+        self.field = field  # the field the message names (default: key)
+        self.below = below  # another key this one must not exceed (high_open: must stay below)
+
+
+def _at_least(key: str, low: float) -> _Bound:
+    return _Bound(key, f"must be >= {low}", low=low)
+
+
+def _at_most(key: str, high: int) -> _Bound:
+    # a count drives an allocation or a loop (resamples x n indices): past these the run exhausts
+    # memory or fails deep inside
+    return _Bound(key, f"must be at most {high}, got {{value}}", high=high)
+
+
+def _fraction(key: str) -> _Bound:
+    return _Bound(key, "must be a fraction in [0, 1]", 0.0, 1.0)
+
+
+_EARLY_STOP = "smoothing_window and patience_evals must be >= 1"
+# Numbers that are individually well typed but out of range, or contradict each other: checked in
+# this order (the first one wrong is the error line), and the JSON Schema's bounds.
+_BOUNDS = (
+    _Bound("gate_1a.max_mcnemar_p", "must be in (0, 1]", 0.0, 1.0, low_open=True),
+    _Bound("gate_1b.max_mcnemar_p", "must be in (0, 1]", 0.0, 1.0, low_open=True),
+    _Bound("bootstrap.confidence", "must be in (0.5, 1)", 0.5, 1.0, low_open=True, high_open=True),
+    _Bound("bootstrap.resamples", "must be at least 100", low=100),
+    _Bound("early_stop.smoothing_window", _EARLY_STOP, low=1, field="early_stop"),
+    _Bound("early_stop.patience_evals", _EARLY_STOP, low=1, field="early_stop"),
+    _at_least("checkpoints.k", 1),
+    _at_least("gate_2.min_seeds", 1),
+    _Bound("stop_3.gray_zone_low_pp", "must not exceed gray_zone_high_pp", below="stop_3.gray_zone_high_pp"),
+    _fraction("parser_audit.max_misparse_rate"),
+    _at_least("parser_audit.sample_size", 1),
+    _at_least("guardrails.g0.samples", 1),
+    _at_least("guardrails.g1.max_discordant", 0),
+    _at_least("guardrails.g2.problems", 1),
+    _at_least("guardrails.g3.smoke_steps", 1),
+    _at_least("guardrails.g3.step_time_max_ratio", 1.0),
+    _at_least("guardrails.g4.k", 1),
+    _at_least("guardrails.g5.at_step", 1),
+    _at_most("bootstrap.resamples", 1_000_000),
+    _at_most("checkpoints.k", 1000),
+    _at_most("gate_2.min_seeds", 1000),
+    _at_most("early_stop.smoothing_window", 1_000_000),
+    _at_most("early_stop.patience_evals", 1_000_000),
+    _at_most("parser_audit.sample_size", 1_000_000),
+    _at_most("guardrails.g0.samples", 10_000),
+    _at_most("guardrails.g2.problems", 10_000_000),
+    _at_most("guardrails.g3.smoke_steps", 1_000_000),
+    _at_most("guardrails.g4.k", 10_000),
+    _at_most("guardrails.g5.at_step", 1_000_000_000),
+    # a seed feeds numpy's seeding (0 .. 2**32-1)
+    _Bound("bootstrap.seed", f"must be an integer from 0 to {2**32 - 1}, got {{value}}", 0, 2**32 - 1),
+    _fraction("guardrails.g2.min_boxed"),
+    _fraction("guardrails.g2.max_fail"),
+    _fraction("guardrails.g2.max_truncation"),
+    _fraction("guardrails.g4.min_pass_at_k"),
+    _fraction("guardrails.g5.lr_rel_tolerance"),
+    _fraction("guardrails.g5.reward_stuck_low"),
+    _fraction("guardrails.g5.reward_stuck_high"),
+    _Bound("guardrails.g5.reward_stuck_low", "must be below reward_stuck_high", high_open=True,
+           below="guardrails.g5.reward_stuck_high"),
+    _Bound("guardrails.g4.temperature", "must be > 0 (pass@k needs sampling)", low=0.0, low_open=True),
+    _Bound("guardrails.spikes.grad_norm", "must be > 0", low=0.0, low_open=True),
+)
+
+
+def _at(sop: Any, key: str) -> Any:
+    for part in key.split("."):
+        sop = getattr(sop, part)
+    return sop
+
+
+def _out_of_bounds(bound: _Bound, value: float, sop: Any) -> bool:
+    low, high = bound.low, _at(sop, bound.below) if bound.below else bound.high
+    if low is not None and (value <= low if bound.low_open else value < low):
+        return True
+    return high is not None and (value >= high if bound.high_open else value > high)
+
+
 def _check_consistency(sop: _SopFile, path: Path) -> None:
-    """Numbers that are individually valid but contradict each other."""
-    for name in ("gate_1a", "gate_1b"):
-        gate = getattr(sop, name)
-        if not 0.0 < gate.max_mcnemar_p <= 1.0:
-            raise InputError(path, f"{name}.max_mcnemar_p", "must be in (0, 1]")
-    if not 0.5 < sop.bootstrap.confidence < 1.0:
-        raise InputError(path, "bootstrap.confidence", "must be in (0.5, 1)")
-    if sop.bootstrap.resamples < 100:
-        raise InputError(path, "bootstrap.resamples", "must be at least 100")
-    if sop.early_stop.smoothing_window < 1 or sop.early_stop.patience_evals < 1:
-        raise InputError(path, "early_stop", "smoothing_window and patience_evals must be >= 1")
-    if sop.checkpoints.k < 1:
-        raise InputError(path, "checkpoints.k", "must be >= 1")
-    if sop.gate_2.min_seeds < 1:
-        raise InputError(path, "gate_2.min_seeds", "must be >= 1")
-    if sop.stop_3.gray_zone_low_pp > sop.stop_3.gray_zone_high_pp:
-        raise InputError(path, "stop_3.gray_zone_low_pp", "must not exceed gray_zone_high_pp")
-    if not 0.0 <= sop.parser_audit.max_misparse_rate <= 1.0:
-        raise InputError(path, "parser_audit.max_misparse_rate", "must be a fraction in [0, 1]")
-    g = sop.guardrails
-    at_least = {"parser_audit.sample_size": (sop.parser_audit.sample_size, 1),
-                "guardrails.g0.samples": (g.g0.samples, 1),
-                "guardrails.g1.max_discordant": (g.g1.max_discordant, 0),
-                "guardrails.g2.problems": (g.g2.problems, 1),
-                "guardrails.g3.smoke_steps": (g.g3.smoke_steps, 1),
-                "guardrails.g3.step_time_max_ratio": (g.g3.step_time_max_ratio, 1.0),
-                "guardrails.g4.k": (g.g4.k, 1),
-                "guardrails.g5.at_step": (g.g5.at_step, 1)}
-    for key, (value, low) in at_least.items():
-        if value < low:
-            raise InputError(path, key, f"must be >= {low}")
-    # Upper bounds: a count drives an allocation or a loop (resamples x n indices), a seed feeds
-    # numpy's seeding (0 .. 2**32-1); past these the run exhausts memory or fails deep inside.
-    at_most = {"bootstrap.resamples": (sop.bootstrap.resamples, 1_000_000),
-               "checkpoints.k": (sop.checkpoints.k, 1000),
-               "gate_2.min_seeds": (sop.gate_2.min_seeds, 1000),
-               "early_stop.smoothing_window": (sop.early_stop.smoothing_window, 1_000_000),
-               "early_stop.patience_evals": (sop.early_stop.patience_evals, 1_000_000),
-               "parser_audit.sample_size": (sop.parser_audit.sample_size, 1_000_000),
-               "guardrails.g0.samples": (g.g0.samples, 10_000),
-               "guardrails.g2.problems": (g.g2.problems, 10_000_000),
-               "guardrails.g3.smoke_steps": (g.g3.smoke_steps, 1_000_000),
-               "guardrails.g4.k": (g.g4.k, 10_000),
-               "guardrails.g5.at_step": (g.g5.at_step, 1_000_000_000)}
-    for key, (value, high) in at_most.items():
-        if value > high:
-            raise InputError(path, key, f"must be at most {high}, got {str(value)[:24]}")
-    if not 0 <= sop.bootstrap.seed <= 2**32 - 1:
-        raise InputError(path, "bootstrap.seed", f"must be an integer from 0 to {2**32 - 1}, got {str(sop.bootstrap.seed)[:24]}")
-    fractions = {"guardrails.g2.min_boxed": g.g2.min_boxed, "guardrails.g2.max_fail": g.g2.max_fail,
-                 "guardrails.g2.max_truncation": g.g2.max_truncation,
-                 "guardrails.g4.min_pass_at_k": g.g4.min_pass_at_k,
-                 "guardrails.g5.lr_rel_tolerance": g.g5.lr_rel_tolerance,
-                 "guardrails.g5.reward_stuck_low": g.g5.reward_stuck_low,
-                 "guardrails.g5.reward_stuck_high": g.g5.reward_stuck_high}
-    for key, value in fractions.items():
-        if not 0.0 <= value <= 1.0:
-            raise InputError(path, key, "must be a fraction in [0, 1]")
-    if g.g5.reward_stuck_low >= g.g5.reward_stuck_high:
-        raise InputError(path, "guardrails.g5.reward_stuck_low", "must be below reward_stuck_high")
-    if g.g4.temperature <= 0.0:
-        raise InputError(path, "guardrails.g4.temperature", "must be > 0 (pass@k needs sampling)")
-    if g.spikes.grad_norm <= 0.0:
-        raise InputError(path, "guardrails.spikes.grad_norm", "must be > 0")
+    """Numbers that are individually valid but out of their range or contradict each other."""
+    for bound in _BOUNDS:
+        value = _at(sop, bound.key)
+        if _out_of_bounds(bound, value, sop):
+            raise InputError(path, bound.field or bound.key, bound.message.format(value=str(value)[:24]))
+
+
+def sop_json_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of a SOP file, from the sections' declared types and
+    :data:`_BOUNDS` (all but the bounds between two keys); ``docs/sop.schema.json`` holds it
+    (``scripts/write-schemas``)."""
+    bounds: dict[str, dict[str, Any]] = {}
+    for bound in _BOUNDS:
+        if bound.below:
+            continue
+        stated = bounds.setdefault(bound.key, {})
+        if bound.low is not None:
+            stated["exclusiveMinimum" if bound.low_open else "minimum"] = bound.low
+        if bound.high is not None:
+            stated["exclusiveMaximum" if bound.high_open else "maximum"] = bound.high
+
+    def section(cls: type, where: str | None) -> dict[str, Any]:
+        properties = {}
+        for f in fields(cls):
+            key, kind = _join(where, f.name), _hints(cls)[f.name]
+            properties[f.name] = (section(kind, key) if is_dataclass(kind)
+                                  else {**_rule(kind, key).json, **bounds.get(key, {})})
+            if kind is int and properties[f.name].get("maximum", 0) > MAX_SPEC_INT:
+                properties[f.name]["maximum"] = MAX_SPEC_INT  # the input gate's limit comes first
+        required = [f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING]
+        return {"type": "object", "additionalProperties": False, "properties": properties, "required": required}
+
+    return {"$schema": SCHEMA_DRAFT, "title": "rlexp SOP (sop/sop-*.yaml)",
+            "description": "every threshold the gates and the guardrails use, as data (sop/README.md explains "
+                           "each rule)", **section(_SopFile, None)}

@@ -31,12 +31,24 @@ from typing import Any
 
 from rlexp.core.answers import PARSE_FAILURES
 from rlexp.core.engines import engine_traits
-from rlexp.core.fields import FRACTION, MAX_SPEC_INT, check, check_keys, integer, suggest
+from rlexp.core.fields import (
+    FRACTION,
+    Field,
+    Invalid,
+    check,
+    check_keys,
+    integer,
+    nullable,
+    object_json,
+    suggest,
+)
 from rlexp.core.spec import (
+    SCHEMA_DRAFT,
     DatasetRef,
     EvalSettings,
     resolve_dataset,
     resolve_eval_settings,
+    spec_section_rules,
     validate_spec_section,
 )
 from rlexp.errors import InputError
@@ -45,12 +57,171 @@ from rlexp.storage.layout import SWEEP_SPEC_NAME, SweepDir
 
 SWEEP_SETS = ("ood_primary", "id", "sanity")  # the eval sets a sweep may name (no pool, no in-run monitor)
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-_TOP_KEYS = ("id", "description", "candidates", "datasets", "eval", "stages", "criteria", "truncation_check")
 MAX_CANDIDATES = 1000
 MAX_RESAMPLES = 10**6
+MAX_PARAMS = 10**15
 
 
-# ----------------------------------------------------------------------------- the spec
+# ----------------------------------------------------------------------------- the spec's fields
+#
+# Each rule gives load_sweep's check, its error line and sweep_json_schema's entry; what one field
+# cannot say alone (a set named under datasets, a candidate's name, low below high) load_sweep checks.
+
+
+def _named(what: str) -> Field:
+    def check_name(value: Any) -> str:
+        if not isinstance(value, str) or not _NAME_RE.match(value):
+            raise Invalid(f"{value!r:.60} is not a valid {what} (letters, digits, _ . -)")
+        return value
+
+    return Field(check_name, {"type": "string", "pattern": _NAME_RE.pattern})
+
+
+def _sweep_id(value: Any) -> str:
+    if not isinstance(value, str) or not _NAME_RE.match(value):
+        raise Invalid(f"{value!r} is not a valid sweep id (letters, digits, _ . -)")
+    return value
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise Invalid(f"must be a string (got {value!r:.60})")
+    return value
+
+
+def _candidate_list(value: Any) -> list[Any]:
+    if not isinstance(value, list) or not value:
+        raise Invalid("required: a list of {name, model} (at least one)")
+    if len(value) > MAX_CANDIDATES:
+        raise Invalid(f"at most {MAX_CANDIDATES} candidates (got {len(value)})")
+    return value
+
+
+def _model(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip() or "\0" in value:
+        raise Invalid("required: a model directory or a hub name")
+    return value
+
+
+def _set_name(value: Any) -> str:
+    if value not in SWEEP_SETS:
+        raise Invalid(f"must be one of {', '.join(SWEEP_SETS)} (got {value!r:.60})")
+    return value
+
+
+def _set_list(value: Any) -> list[str]:
+    # each name is checked by _SET, and against datasets, by load_sweep; then that none is twice
+    if not isinstance(value, list):
+        raise Invalid(f"must be a list of set names (got {value!r:.60})")
+    return value
+
+
+def _pair(example: str, item: Field) -> Field:
+    """Two values, each checked by ``item`` (a wrong one is named by its index)."""
+
+    def check_pair(value: Any) -> tuple[Any, Any]:
+        if not isinstance(value, list) or len(value) != 2:
+            raise Invalid(f"required: {example} (got {value!r:.60})")
+        out = []
+        for i, v in enumerate(value):
+            try:
+                out.append(item(v))
+            except Invalid as exc:
+                raise Invalid(str(exc), at=f"[{i}]") from None
+        return out[0], out[1]
+
+    return Field(check_pair, {"type": "array", "items": item.json, "minItems": 2, "maxItems": 2})
+
+
+def _percentage_points(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 100:
+        raise Invalid(f"must be a number of percentage points between 0 and 100 (got {value!r:.60})")
+    return float(value)
+
+
+_SET = Field(_set_name, {"enum": list(SWEEP_SETS)})
+CANDIDATE_FIELDS: dict[str, Field] = {
+    "name": _named("name").described("the candidate's label: its record folder, its MLflow child run"),
+    "model": Field(_model, {"type": "string", "minLength": 1}).described(
+        "a model directory (relative: to the experiment directory) or a hub name"),
+    "params": integer(1, MAX_PARAMS).described("the parameter count (unset: counted from a local model's weights)"),
+}
+SWEEP_FIELDS: dict[str, Any] = {
+    "id": Field(_sweep_id, {"type": "string", "pattern": _NAME_RE.pattern}).described(
+        "the sweep id; must equal the directory name (defaults to it)"),
+    "description": Field(_text, {"type": "string"}).described("free text"),
+    "candidates": Field(_candidate_list, {"type": "array", "minItems": 1, "maxItems": MAX_CANDIDATES,
+                                          "items": object_json(CANDIDATE_FIELDS, required=("name", "model"))}
+                        ).described("the base models to compare"),
+    "datasets": None,  # the attempt spec's dataset entries, for the sets a sweep evaluates: see _datasets_json
+    "eval": None,  # the attempt spec's eval section
+    "stages": {
+        "stage1": {"set": _SET.described("the set every candidate is evaluated on"),
+                   "limit": integer(1).described("the first N problems of the set (unset: all)")},
+        "stage2": {"sets": Field(_set_list, {"type": "array", "items": _SET.json, "uniqueItems": True}).described(
+                       "the finalists' sets (default: id and sanity, those under datasets)"),
+                   "finalists": integer(1).described("how many candidates stage 2 evaluates, at most the "
+                                                     "candidates (default 2)")},
+    },
+    "criteria": {
+        "band": _pair("[low, high] accuracy fractions, e.g. [0.60, 0.70]", FRACTION).described(
+            "the headroom band on the stage-1 set, as fractions"),
+        "format_tolerance_pp": Field(_percentage_points, {"type": "number", "minimum": 0, "maximum": 100}
+                                     ).described("format rates closer than this count as equal (default 2)"),
+        "min_sanity_acc": FRACTION.described("stage 2 drops a finalist below this on the sanity set"),
+    },
+    "truncation_check": {
+        "max_tokens": _pair("two values, e.g. [2048, 4096]", integer(1)).described(
+            "the two completion budgets compared, paired, on the same problems"),
+        "subset": integer(1).described("the first N problems of the set (default 200)"),
+        "set": _SET.described("default: the stage-1 set"),
+        "candidate": Field(_text, {"type": "string"}).described("default: the selected candidate"),
+        "resamples": integer(100, MAX_RESAMPLES).described("bootstrap resamples (default 10000)"),
+        "seed": integer(0).described("the bootstrap seed (default 0)"),
+    },
+}
+_TOP_KEYS = tuple(SWEEP_FIELDS)
+# keys the loader reads with a default when absent: a null is refused, not "not stated"
+_NOT_NULL = {"stages.stage1": ("set",), "stages.stage2": ("sets", "finalists"),
+             "criteria": ("format_tolerance_pp",), "truncation_check": ("subset", "set", "resamples", "seed")}
+_REQUIRED = {"": ("candidates", "criteria"), "criteria": ("band",), "truncation_check": ("max_tokens",)}
+_SECTIONS = {"stages": "stage 1 ranks every candidate on one set; stage 2 evaluates the finalists on the others",
+             "stages.stage1": "every candidate, on one set", "stages.stage2": "the finalists, on the other sets",
+             "criteria": "how the finalists and the selected candidate are chosen",
+             "truncation_check": "a paired comparison of two max_tokens on one candidate (default: the selected one)"}
+
+
+def sweep_json_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of ``sweep.yaml``, from :data:`SWEEP_FIELDS` and the attempt
+    spec's ``datasets`` and ``eval`` sections; ``docs/sweep.schema.json`` holds it
+    (``scripts/write-schemas``)."""
+    entry = object_json(spec_section_rules("datasets")["ood_primary"], required=("path",))
+    shared = {
+        "datasets": {"description": "the attempt spec's dataset entries (paths inside the experiment), for the "
+                                    "sets a sweep evaluates", "type": "object", "additionalProperties": False,
+                     "properties": {role: entry for role in SWEEP_SETS}},
+        "eval": {"description": "the attempt spec's eval section: one eval configuration for every candidate",
+                 **object_json(spec_section_rules("eval"))},
+    }
+
+    def section(rules: dict[str, Any], where: str) -> dict[str, Any]:
+        properties = {}
+        for name, rule in rules.items():
+            path = f"{where}.{name}" if where else name
+            schema = shared[name] if rule is None else section(rule, path) if isinstance(rule, dict) else rule.json
+            if path in _SECTIONS:
+                schema = {"description": _SECTIONS[path], **schema}
+            keep = name in _REQUIRED.get(where, ()) or name in _NOT_NULL.get(where, ())
+            properties[name] = schema if keep else nullable(schema)
+        out: dict[str, Any] = {"type": "object", "additionalProperties": False, "properties": properties}
+        return out | ({"required": list(_REQUIRED[where])} if where in _REQUIRED else {})
+
+    return {"$schema": SCHEMA_DRAFT, "title": "rlexp base-model sweep spec (sweep.yaml)",
+            "description": "which base model to start from: candidates evaluated with one eval configuration",
+            **section(SWEEP_FIELDS, "")}
+
+
+# ----------------------------------------------------------------------------- the loaded spec
 
 
 @dataclass(frozen=True)
@@ -121,10 +292,6 @@ def resolve_sweep_path(path: str | Path) -> Path:
     return path / SWEEP_SPEC_NAME if path.is_dir() else path
 
 
-def _int(value: Any, display: str, where: str, minimum: int = 1, maximum: int = MAX_SPEC_INT) -> int:
-    return check(integer(minimum, maximum), value, display, where)
-
-
 def load_sweep(path: str | Path) -> SweepSpec:
     """Load and check a sweep spec; every refusal is one :class:`InputError` naming file and field."""
     spec_path = resolve_sweep_path(path)
@@ -144,14 +311,10 @@ def load_sweep(path: str | Path) -> SweepSpec:
     sweep_dir = SweepDir(spec_path.parent)
     experiment_dir = sweep_dir.experiment.root.resolve()
     dir_id = spec_path.parent.resolve().name
-    sweep_id = raw.get("id") if raw.get("id") is not None else dir_id
-    if not isinstance(sweep_id, str) or not _NAME_RE.match(sweep_id):
-        raise InputError(display, "id", f"{sweep_id!r} is not a valid sweep id (letters, digits, _ . -)")
+    sweep_id = check(SWEEP_FIELDS["id"], raw.get("id") if raw.get("id") is not None else dir_id, display, "id")
     if sweep_id != dir_id:
         raise InputError(display, "id", f"{sweep_id!r} does not match its directory name {dir_id!r}")
-    description = raw.get("description") or ""
-    if not isinstance(description, str):
-        raise InputError(display, "description", f"must be a string (got {description!r:.60})")
+    description = check(SWEEP_FIELDS["description"], raw.get("description") or "", display, "description")
 
     eval_stated = validate_spec_section(raw.get("eval") or {}, "eval", display)
     eval_settings = resolve_eval_settings(eval_stated)
@@ -170,43 +333,37 @@ def load_sweep(path: str | Path) -> SweepSpec:
             raise InputError(display, f"datasets.{role}.path", f"{ref.path} does not exist")
         datasets[role] = ref
 
-    stages = check_keys(raw.get("stages"), display, "stages", ("stage1", "stage2"))
-    stage1 = check_keys(stages.get("stage1"), display, "stages.stage1", ("set", "limit"))
-    stage2 = check_keys(stages.get("stage2"), display, "stages.stage2", ("sets", "finalists"))
+    rules = SWEEP_FIELDS["stages"]
+    stages = check_keys(raw.get("stages"), display, "stages", rules)
+    stage1 = check_keys(stages.get("stage1"), display, "stages.stage1", rules["stage1"])
+    stage2 = check_keys(stages.get("stage2"), display, "stages.stage2", rules["stage2"])
     stage1_set = stage1.get("set", "ood_primary")
     _known_set(stage1_set, datasets, display, "stages.stage1.set")
     limit = stage1.get("limit")
-    stage1_limit = None if limit is None else _int(limit, display, "stages.stage1.limit")
+    stage1_limit = None if limit is None else check(rules["stage1"]["limit"], limit, display, "stages.stage1.limit")
     default_sets = [r for r in ("id", "sanity") if r in datasets and r != stage1_set]
-    sets = stage2.get("sets", default_sets)
-    if not isinstance(sets, list):
-        raise InputError(display, "stages.stage2.sets", f"must be a list of set names (got {sets!r:.60})")
+    sets = check(rules["stage2"]["sets"], stage2.get("sets", default_sets), display, "stages.stage2.sets")
     for i, role in enumerate(sets):
         _known_set(role, datasets, display, f"stages.stage2.sets[{i}]")
     if len(set(sets)) != len(sets):
         raise InputError(display, "stages.stage2.sets", "names a set twice")
-    finalists = _int(stage2.get("finalists", min(2, len(candidates))), display, "stages.stage2.finalists",
-                     maximum=len(candidates))
+    # the declared rule (>= 1) bounded by this sweep's own candidates
+    finalists = check(integer(1, len(candidates)), stage2.get("finalists", min(2, len(candidates))), display,
+                      "stages.stage2.finalists")
 
-    criteria_raw = check_keys(raw.get("criteria"), display, "criteria",
-                            ("band", "format_tolerance_pp", "min_sanity_acc"))
-    band = criteria_raw.get("band")
-    if not isinstance(band, list) or len(band) != 2:
-        raise InputError(display, "criteria.band", f"required: [low, high] accuracy fractions, e.g. [0.60, 0.70] "
-                                                   f"(got {band!r:.60})")
-    low, high = (check(FRACTION, v, display, f"criteria.band[{i}]") for i, v in enumerate(band))
+    rules = SWEEP_FIELDS["criteria"]
+    criteria_raw = check_keys(raw.get("criteria"), display, "criteria", rules)
+    low, high = check(rules["band"], criteria_raw.get("band"), display, "criteria.band")
     if not low < high:
         raise InputError(display, "criteria.band", f"low must be below high (got [{low:g}, {high:g}])")
-    tolerance = criteria_raw.get("format_tolerance_pp", 2.0)
-    if isinstance(tolerance, bool) or not isinstance(tolerance, int | float) or not 0 <= tolerance <= 100:
-        raise InputError(display, "criteria.format_tolerance_pp", f"must be a number of percentage points "
-                                                                  f"between 0 and 100 (got {tolerance!r:.60})")
+    tolerance = check(rules["format_tolerance_pp"], criteria_raw.get("format_tolerance_pp", 2.0), display,
+                      "criteria.format_tolerance_pp")
     min_sanity = criteria_raw.get("min_sanity_acc")
     if min_sanity is not None:
-        min_sanity = check(FRACTION, min_sanity, display, "criteria.min_sanity_acc")
+        min_sanity = check(rules["min_sanity_acc"], min_sanity, display, "criteria.min_sanity_acc")
         if "sanity" not in sets:
             raise InputError(display, "criteria.min_sanity_acc", "needs the sanity set in stages.stage2.sets")
-    criteria = Criteria((low, high), float(tolerance), min_sanity)
+    criteria = Criteria((low, high), tolerance, min_sanity)
 
     truncation = _truncation(raw.get("truncation_check"), display, datasets, candidates, stage1_set)
     return SweepSpec(
@@ -218,31 +375,23 @@ def load_sweep(path: str | Path) -> SweepSpec:
 
 
 def _known_set(role: Any, datasets: Mapping[str, DatasetRef], display: str, where: str) -> None:
-    if role not in SWEEP_SETS:
-        raise InputError(display, where, f"must be one of {', '.join(SWEEP_SETS)} (got {role!r:.60})")
+    check(_SET, role, display, where)
     if role not in datasets:
         raise InputError(display, where, f"{role} has no entry under datasets")
 
 
 def _candidates(raw: Any, display: str, experiment_dir: Path, settings: EvalSettings) -> tuple[Candidate, ...]:
-    if not isinstance(raw, list) or not raw:
-        raise InputError(display, "candidates", "required: a list of {name, model} (at least one)")
-    if len(raw) > MAX_CANDIDATES:
-        raise InputError(display, "candidates", f"at most {MAX_CANDIDATES} candidates (got {len(raw)})")
+    raw = check(SWEEP_FIELDS["candidates"], raw, display, "candidates")
     out: list[Candidate] = []
     seen: set[str] = set()
     for i, entry in enumerate(raw):
         where = f"candidates[{i}]"
-        entry = check_keys(entry, display, where, ("name", "model", "params"))
-        name = entry.get("name")
-        if not isinstance(name, str) or not _NAME_RE.match(name):
-            raise InputError(display, f"{where}.name", f"{name!r:.60} is not a valid name (letters, digits, _ . -)")
+        entry = check_keys(entry, display, where, CANDIDATE_FIELDS)
+        name = check(CANDIDATE_FIELDS["name"], entry.get("name"), display, f"{where}.name")
         if name in seen:
             raise InputError(display, f"{where}.name", f"{name!r} names two candidates")
         seen.add(name)
-        model = entry.get("model")
-        if not isinstance(model, str) or not model.strip() or "\0" in model:
-            raise InputError(display, f"{where}.model", "required: a model directory or a hub name")
+        model = check(CANDIDATE_FIELDS["model"], entry.get("model"), display, f"{where}.model")
         path = Path(model)
         if not path.is_absolute():
             path = experiment_dir / path
@@ -252,7 +401,7 @@ def _candidates(raw: Any, display: str, experiment_dir: Path, settings: EvalSett
                                                         "which the local engine needs")
         params = entry.get("params")
         if params is not None:
-            params = _int(params, display, f"{where}.params", maximum=10**15)
+            params = check(CANDIDATE_FIELDS["params"], params, display, f"{where}.params")
         out.append(Candidate(name, resolved, model, params))
     return tuple(out)
 
@@ -262,22 +411,20 @@ def _truncation(raw: Any, display: str, datasets: Mapping[str, DatasetRef], cand
     if raw is None:
         return None
     where = "truncation_check"
-    raw = check_keys(raw, display, where, ("max_tokens", "subset", "set", "candidate", "resamples", "seed"))
-    tokens = raw.get("max_tokens")
-    if not isinstance(tokens, list) or len(tokens) != 2:
-        raise InputError(display, f"{where}.max_tokens", f"required: two values, e.g. [2048, 4096] (got {tokens!r:.60})")
-    short, long = (_int(v, display, f"{where}.max_tokens[{i}]") for i, v in enumerate(tokens))
+    rules = SWEEP_FIELDS[where]
+    raw = check_keys(raw, display, where, rules)
+    short, long = check(rules["max_tokens"], raw.get("max_tokens"), display, f"{where}.max_tokens")
     if short == long:
         raise InputError(display, f"{where}.max_tokens", f"the two values must differ (both {short})")
-    subset = _int(raw.get("subset", 200), display, f"{where}.subset")
+    subset = check(rules["subset"], raw.get("subset", 200), display, f"{where}.subset")
     role = raw.get("set", stage1_set)
     _known_set(role, datasets, display, f"{where}.set")
     candidate = raw.get("candidate")
     if candidate is not None and candidate not in [c.name for c in candidates]:
         raise InputError(display, f"{where}.candidate", f"no candidate named {candidate!r:.60}"
                          + suggest(str(candidate), [c.name for c in candidates]))
-    resamples = _int(raw.get("resamples", 10_000), display, f"{where}.resamples", minimum=100, maximum=MAX_RESAMPLES)
-    seed = _int(raw.get("seed", 0), display, f"{where}.seed", minimum=0)
+    resamples = check(rules["resamples"], raw.get("resamples", 10_000), display, f"{where}.resamples")
+    seed = check(rules["seed"], raw.get("seed", 0), display, f"{where}.seed")
     return TruncationCheck((min(short, long), max(short, long)), subset, role, candidate, resamples, seed)
 
 

@@ -37,6 +37,7 @@ from .loader import (
     resolve_dataset,
     resolve_eval_settings,
     resolve_spec_path,
+    spec_section_rules,
     validate_spec_section,
 )
 from .model import (
@@ -79,6 +80,6 @@ __all__ = [
     "TRAINING", "Attempt", "Baseline", "Budget", "DatasetRef", "Difference", "EnvironmentSettings", "EvalSettings",
     "TrainerSettings", "attempt_json_schema", "attempt_json_schema_text", "attempt_recipe_sha256", "change_keys",
     "change_value", "count_records", "diff_against_parent", "is_credential_key", "is_dotted_recipe_key",
-    "load_attempt", "resolve_dataset", "resolve_eval_settings", "resolve_spec_path", "validate_recipe",
-    "validate_spec_section", "values_equal",
+    "load_attempt", "resolve_dataset", "resolve_eval_settings", "resolve_spec_path", "spec_section_rules",
+    "validate_recipe", "validate_spec_section", "values_equal",
 ]

@@ -295,6 +295,12 @@ def validate_spec_section(raw: Any, section: str, display: str, where: str | Non
     return _validate_section(raw, _SCHEMA[section], display, f"{where}.")
 
 
+def spec_section_rules(section: str) -> dict[str, Any]:
+    """The rules of one section of the attempt schema (``eval``, ``datasets``), for the JSON Schema
+    of another spec that shares it."""
+    return _SCHEMA[section]
+
+
 def resolve_eval_settings(stated: dict[str, Any]) -> EvalSettings:
     """Validated ``eval`` keys (:func:`validate_spec_section`) with the defaults applied."""
     defaults = EvalSettings()

@@ -6,7 +6,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlexp.core.fields import BOOLEAN, POSITIVE_INT, STRING, declared, integer, number, one_of
+from rlexp.core.fields import (
+    BOOLEAN,
+    MAPPING,
+    POSITIVE_INT,
+    STRING,
+    declared,
+    integer,
+    number,
+    one_of,
+    record,
+)
 from rlexp.core.recipe import (
     key_table,
 )
@@ -27,9 +37,13 @@ DATASET_FIELDS = ("path", "size", "prompt_suffix", "answer_mode")  # a dataset's
 
 @dataclass(frozen=True)
 class TrainerSettings:
-    name: str  # openrlhf | local | trl | verl
-    version: str  # "0.9.3", "0.11.0"; the local trainer follows OpenRLHF 0.11 step semantics
-    gpus: int | None  # GPUs available to the run (None: not stated)
+    """Which trainer runs the recipe, resolved: ``name`` from the spec or a parent, ``version`` as
+    stated or the trainer's default release, ``gpus`` None when not stated."""
+
+    name: str = declared(rule=one_of(*TRAINERS), description="the trainer: " + ", ".join(TRAINERS))
+    # the local trainer follows OpenRLHF 0.11's step semantics
+    version: str = declared(rule=STRING, description='the trainer release whose keys the recipe uses ("0.9.3")')
+    gpus: int | None = declared(rule=integer(0), description="GPUs available to the run (unset: not stated)")
 
 
 @dataclass(frozen=True)
@@ -93,22 +107,36 @@ class EnvironmentSettings:
     ``advantage_mode``, evaluated on ``primary_metric`` (``success`` = return >= success_threshold,
     McNemar; ``mean_reward`` = the paired mean-score statistics)."""
 
-    name: str = "exact_match"  # the environment of a row that names none (registered name or import path)
-    config: dict[str, Any] = field(default_factory=dict)  # that environment's config
-    max_turns: int = 4
-    max_tokens_per_turn: int = 16
-    max_total_tokens: int = 96
-    loss: str = "grpo"  # grpo: token-level ratio | gspo: sequence-level ratio, own clip range
-    gspo_eps_low: float = 3e-4
-    gspo_eps_high: float = 4e-4
-    advantage_mode: str = "return"  # return | token_rewards
-    primary_metric: str = "success"  # success | mean_reward
-    success_threshold: float = 1.0
+    name: str = declared("exact_match", STRING, "the environment of a dataset row that names none: a registered "
+                                                "name or an import path")
+    config: dict[str, Any] = declared(rule=MAPPING, description="that environment's config",
+                                      default_factory=dict)
+    max_turns: int = declared(4, POSITIVE_INT, "turns of every episode, at most")
+    max_tokens_per_turn: int = declared(16, POSITIVE_INT, "tokens the policy generates in one turn, at most")
+    max_total_tokens: int = declared(96, POSITIVE_INT, "tokens the policy generates in one episode, at most")
+    loss: str = declared("grpo", one_of(*ENV_LOSSES), "grpo: token-level ratio (recipe.eps_clip) | gspo: "
+                                                      "sequence-level ratio, its own clip range")
+    gspo_eps_low: float = declared(3e-4, number(0, 1, low_open=True), "GSPO's clip range below 1")
+    gspo_eps_high: float = declared(4e-4, number(0, 1, low_open=True), "GSPO's clip range above 1")
+    advantage_mode: str = declared("return", one_of(*ENV_ADVANTAGE_MODES), "return | token_rewards")
+    primary_metric: str = declared("success", one_of(*ENV_PRIMARY_METRICS),
+                                   "success (McNemar) | mean_reward (the paired mean-score statistics)")
+    success_threshold: float = declared(1.0, number(), "an episode succeeds when its reward reaches it")
     # the eval reward as a weighted sum of parts (env: the episode's return, judge: the LLM judge's
     # score of the final answer, ndcg: the retrieval score of the documents the episode fetched);
     # empty: the return alone. A failed judge call makes the reward an explicit judge_error.
-    reward: dict[str, float] = field(default_factory=dict)
-    judge: dict[str, Any] = field(default_factory=dict)  # base_url, model, api_key_env, max_tokens, timeout_s, retries
+    reward: dict[str, float] = declared(
+        rule=record({part: number(0) for part in ENV_REWARD_PARTS}), default_factory=dict,
+        description="the eval reward as weighted parts (env: the return, judge: the LLM judge's score, ndcg: "
+                    "the retrieval score); unset: the return alone")
+    # unstated keys take ENV_JUDGE_DEFAULTS once the judge is stated
+    judge: dict[str, Any] = declared(
+        rule=record({"base_url": STRING, "model": STRING, "api_key_env": STRING, "max_tokens": POSITIVE_INT,
+                     "timeout_s": number(0, low_open=True), "retries": integer(0, 10)}),
+        default_factory=dict,
+        description="the LLM judge: an OpenAI-compatible server (base_url, model; api_key_env: the NAME of the "
+                    "variable holding its key; by default "
+                    + ", ".join(f"{k} {v:g}" for k, v in ENV_JUDGE_DEFAULTS.items()) + ")")
 
 
 @dataclass(frozen=True)

@@ -13,16 +13,21 @@ from rlexp.core.fields import (
     STRING,
     Field,
     Invalid,
+    at_field,
     integer,
     list_of,
+    nullable,
     number,
+    object_json,
     one_of,
+    schema_text,
     section_of,
     suggest,
     to_float,
 )
 from rlexp.core.fields import MAX_SPEC_FLOAT as MAX_SPEC_FLOAT  # re-exported
 from rlexp.core.fields import MAX_SPEC_INT as MAX_SPEC_INT  # re-exported
+from rlexp.core.fields import SCHEMA_DRAFT as SCHEMA_DRAFT  # re-exported
 from rlexp.core.recipe import (
     ADVANTAGE_ESTIMATORS,
     DOTTED_KEY_PATTERN,
@@ -41,10 +46,6 @@ from rlexp.errors import InputError
 from .model import (
     ANSWER_MODES,
     DATASET_FIELDS,
-    ENV_ADVANTAGE_MODES,
-    ENV_LOSSES,
-    ENV_PRIMARY_METRICS,
-    ENV_REWARD_PARTS,
     ROLES,
     TRAINER_GRADED_ROLES,
     TRAINERS,
@@ -60,7 +61,8 @@ from .model import (
 # Every section is a mapping with a closed set of keys (unknown keys are errors with a "did you
 # mean"); leaves are rlexp.core.fields rules, which check a value and carry the JSON Schema of what
 # they accept (for attempt_json_schema). ``None`` means "not stated". The settings dataclasses
-# (eval, budget, baseline) declare their rules on their fields: their sections are read from them.
+# (trainer, eval, budget, baseline, environment) declare their rules on their fields: their
+# sections are read from them.
 
 
 # Recipe keys whose value is a credential: v0.9.x's ``use_wandb`` takes the W&B key itself; any
@@ -95,29 +97,14 @@ _SCHEMA: dict[str, Any] = {
     "description": STRING,
     "change": MAPPING,  # keys checked by _check_change_key
     "intent": {"global_steps": POSITIVE_INT, "max_warmup_share": number(0, 1, low_open=True), "note": STRING},
-    "trainer": {"name": one_of(*TRAINERS), "version": STRING, "gpus": integer(0)},
+    "trainer": section_of(TrainerSettings),
     "recipe": "recipe",  # checked against RECIPE_KEYS
     "datasets": {role: _DATASET for role in ROLES},
     "eval": section_of(EvalSettings),
     "checkpoints": {"mid": POSITIVE_INT, "extra": list_of(POSITIVE_INT)},
     "budget": section_of(Budget),
     "baseline": section_of(Baseline),
-    "environment": {
-        "name": STRING,
-        "config": MAPPING,
-        "max_turns": POSITIVE_INT,
-        "max_tokens_per_turn": POSITIVE_INT,
-        "max_total_tokens": POSITIVE_INT,
-        "loss": one_of(*ENV_LOSSES),
-        "gspo_eps_low": number(0, 1, low_open=True),
-        "gspo_eps_high": number(0, 1, low_open=True),
-        "advantage_mode": one_of(*ENV_ADVANTAGE_MODES),
-        "primary_metric": one_of(*ENV_PRIMARY_METRICS),
-        "success_threshold": number(),
-        "reward": {part: number(0) for part in ENV_REWARD_PARTS},
-        "judge": {"base_url": STRING, "model": STRING, "api_key_env": STRING, "max_tokens": POSITIVE_INT,
-                  "timeout_s": number(0, low_open=True), "retries": integer(0, 10)},
-    },
+    "environment": section_of(EnvironmentSettings),
 }
 
 
@@ -137,27 +124,6 @@ _DESCRIPTIONS = {
     "baseline": "expected baseline accuracy and discordance, for the power section",
     "environment": "an environment task (docs/environments.md): default environment, budgets, loss, primary metric",
 }
-SCHEMA_DRAFT = "https://json-schema.org/draft/2020-12/schema"
-
-
-def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
-    """``None`` means "not stated" in every section but the recipe."""
-    if isinstance(schema.get("type"), str) and not {"anyOf", "enum", "const"} & set(schema):
-        # the other keywords (minimum, pattern, items, properties...) do not apply to null
-        return {**schema, "type": [schema["type"], "null"]}
-    if "enum" in schema:
-        return {**schema, "enum": [*schema["enum"], None]}
-    return {"anyOf": [schema, {"type": "null"}]}
-
-
-def _section_json(section: dict[str, Any]) -> dict[str, Any]:
-    properties = {}
-    for name, rule in section.items():
-        if isinstance(rule, dict):
-            properties[name] = _nullable(_section_json(rule))
-        else:
-            properties[name] = _nullable(rule.json)
-    return {"type": "object", "additionalProperties": False, "properties": properties}
 
 
 def attempt_json_schema() -> dict[str, Any]:
@@ -165,8 +131,8 @@ def attempt_json_schema() -> dict[str, Any]:
     recipe table: editors complete and check keys with it. It accepts what :func:`load_attempt`
     accepts, except what JSON Schema cannot say: the bounds of a number written as text, an id
     matching its directory, the parent chain, the files. ``docs/attempt.schema.json`` holds it
-    (regenerate with ``scripts/write-attempt-schema``; a test checks it is current)."""
-    top = _section_json({k: v for k, v in _SCHEMA.items() if k != "recipe"})
+    (regenerate with ``scripts/write-schemas``; a test checks it is current)."""
+    top = object_json({k: v for k, v in _SCHEMA.items() if k != "recipe"})
     properties: dict[str, Any] = {}
     for name in _SCHEMA:
         if name == "recipe":  # its keys depend on trainer.name: see allOf below
@@ -176,7 +142,7 @@ def attempt_json_schema() -> dict[str, Any]:
         properties[name] = top["properties"][name]
         if name == "change":
             names = {"anyOf": [{"enum": change_keys()}, {"pattern": DOTTED_KEY_PATTERN}]}
-            properties[name] = _nullable({"type": "object", "propertyNames": names})
+            properties[name] = nullable({"type": "object", "propertyNames": names})
         if name == "datasets":  # the sets the trainer grades in-run take no answer_mode
             for role in TRAINER_GRADED_ROLES:
                 properties[name]["properties"][role]["properties"].pop("answer_mode")
@@ -206,14 +172,12 @@ def _when_trainer(names: list[str], recipe: dict[str, Any], negate: list[str] | 
     else:
         condition = {"properties": {"trainer": {"properties": {"name": {"enum": names}}, "required": ["name"]}},
                      "required": ["trainer"]}
-    return {"if": condition, "then": {"properties": {"recipe": _nullable(recipe)}}}
+    return {"if": condition, "then": {"properties": {"recipe": nullable(recipe)}}}
 
 
 def attempt_json_schema_text() -> str:
     """:func:`attempt_json_schema` as the committed file's text."""
-    import json
-
-    return json.dumps(attempt_json_schema(), indent=2, ensure_ascii=False) + "\n"
+    return schema_text(attempt_json_schema())
 
 
 def _validate(raw: Any, display: str) -> dict[str, Any]:
@@ -249,7 +213,7 @@ def _validate_section(
             try:
                 out[name] = rule(value)
             except Invalid as exc:
-                raise InputError(display, where, str(exc)) from None
+                raise InputError(display, at_field(where, exc), str(exc)) from None
     return out
 
 
