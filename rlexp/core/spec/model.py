@@ -80,6 +80,8 @@ class EvalSettings:
 ENV_LOSSES = ("grpo", "gspo")  # rlexp.backends.env_trainer.LOSS_TYPES
 ENV_ADVANTAGE_MODES = ("return", "token_rewards")  # rlexp.backends.env_trainer.ADVANTAGE_MODES
 ENV_PRIMARY_METRICS = ("success", "mean_reward")
+# how the model acts: text turns (rlexp's episode runner) or tool calls (TRL's environment_factory)
+ENV_ACTIONS = ("text", "tool_calls")
 ENV_REWARD_PARTS = ("env", "judge", "ndcg")  # the weighted parts of environment.reward (rlexp.core.rewards.combine)
 ENV_JUDGE_DEFAULTS = {"max_tokens": 8, "timeout_s": 60.0, "retries": 2}
 # environment fields that decide what is evaluated, not what is trained (the rest shape the training)
@@ -109,6 +111,15 @@ class EnvironmentSettings:
     # empty: the return alone. A failed judge call makes the reward an explicit judge_error.
     reward: dict[str, float] = field(default_factory=dict)
     judge: dict[str, Any] = field(default_factory=dict)  # base_url, model, api_key_env, max_tokens, timeout_s, retries
+    # text: every model turn is text the environment steps on; tool_calls: its tools (Tool) are
+    # called through the chat template's tool calls (TRL's environment_factory only). Added after
+    # recipe digests and plans were recorded: the default enters neither (see ENV_LATE_DEFAULTS)
+    actions: str = "text"
+
+
+# environment fields that enter the recipe digest and plan.json only when they differ from their
+# default (a field added later: the attempts recorded before keep their digest and plan)
+ENV_LATE_DEFAULTS = {"actions": "text"}
 
 
 @dataclass(frozen=True)

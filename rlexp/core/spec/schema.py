@@ -41,6 +41,7 @@ from rlexp.errors import InputError
 from .model import (
     ANSWER_MODES,
     DATASET_FIELDS,
+    ENV_ACTIONS,
     ENV_ADVANTAGE_MODES,
     ENV_LOSSES,
     ENV_PRIMARY_METRICS,
@@ -112,6 +113,7 @@ _SCHEMA: dict[str, Any] = {
         "gspo_eps_low": number(0, 1, low_open=True),
         "gspo_eps_high": number(0, 1, low_open=True),
         "advantage_mode": one_of(*ENV_ADVANTAGE_MODES),
+        "actions": one_of(*ENV_ACTIONS),
         "primary_metric": one_of(*ENV_PRIMARY_METRICS),
         "success_threshold": number(),
         "reward": {part: number(0) for part in ENV_REWARD_PARTS},
