@@ -44,8 +44,6 @@ from typing import Any
 
 from rlexp.errors import InputError
 
-# the training script's option naming the module (the same slot as the rollout module's)
-TOOLS_MODULE_OPTION = "--rollout-module"
 # a chat template TRL's tool loop can use must carry a response_template to parse the calls with
 RESPONSE_TEMPLATE_KEY = "response_template"
 
@@ -120,7 +118,7 @@ def check_tool_template(att: Any) -> None:
 def tools_adapter(att: Any, ad: Any, grpo_kwargs: dict[str, Any], rlexp_root: str) -> Any:
     """The environment_factory module of a tool-call attempt (nothing is written here); sets
     ``max_tool_calling_iterations`` in ``grpo_kwargs`` (``max_turns - 1``)."""
-    from rlexp.trainers.trl.agent import RolloutAdapter, environment_imports
+    from rlexp.trainers.trl.agent import ROLLOUT_MODULE_OPTION, RolloutAdapter, environment_imports
     from rlexp.trainers.trl.tools_template import render_tools_module
 
     check_tool_recipe(att, grpo_kwargs)
@@ -139,7 +137,7 @@ def tools_adapter(att: Any, ad: Any, grpo_kwargs: dict[str, Any], rlexp_root: st
         "model_name_or_path": str(att.base_model()),
     }
     text = render_tools_module(att.id, imports, tables, config)
-    return RolloutAdapter(ad.trl_tools_module, text, (TOOLS_MODULE_OPTION, str(ad.trl_tools_module)))
+    return RolloutAdapter(ad.trl_tools_module, text, (ROLLOUT_MODULE_OPTION, str(ad.trl_tools_module)))
 
 
 # ----------------------------------------------------------------------------- run by the generated module

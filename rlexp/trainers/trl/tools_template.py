@@ -56,7 +56,6 @@ for _name, _cls in ENVIRONMENT_FACTORY.items():
     assert resolve(_name) is _cls.ENVIRONMENT, f"environment {{_name}} resolves to another class than the one imported"
     assert set(environment_tools(_cls.ENVIRONMENT)) == set(_cls.TOOLS.values()), f"{{_name}}: its tools changed"
 rollout_func = None  # TRL generates and plays the tool calls itself
-_STEP = {{"seen": -1}}
 
 
 def train_rows(records, suffix, where):
