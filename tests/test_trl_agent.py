@@ -336,3 +336,31 @@ def test_eval_refuses_tool_call_episodes_in_one_line(example, capsys):
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert "attempt.yaml" in line and "environment.actions" in line and "text turns only" in line, line
     assert not (example / "eval").exists()
+
+
+def test_the_tiny_tool_template_renders_calls_and_parses_them_back(tmp_path):
+    from transformers import AutoTokenizer
+
+    from rlexp.adapters.tinymodel import build_tokenizer, with_tool_template
+
+    plain = build_tokenizer()
+    with_tool_template(build_tokenizer()).save_pretrained(tmp_path, save_jinja_files=False)
+    tok = AutoTokenizer.from_pretrained(tmp_path)  # what a checkpoint carries
+    assert tok.response_template is not None
+    chat = [{"role": "user", "content": "12*34="}, {"role": "assistant", "content": "\\boxed{408}"},
+            {"role": "user", "content": "again"}]
+    for n in (1, 2, 3):  # no tool calls: the plain template's text, so the text episodes see no change
+        for gen in (False, True):
+            assert tok.apply_chat_template(chat[:n], tokenize=False, add_generation_prompt=gen) == \
+                plain.apply_chat_template(chat[:n], tokenize=False, add_generation_prompt=gen)
+    call = {"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": "calc", "arguments": {"expression": "12*34"}}}]}
+    text = tok.apply_chat_template([chat[0], call, {"role": "tool", "name": "calc", "content": "408"}],
+                                   tokenize=False, add_generation_prompt=True)
+    assert text == "<|bos|><|user|>12*34=<|assistant|>@calc expression=12*34<|eos|><|user|>408<|assistant|>"
+    prefix = tok.apply_chat_template([chat[0]], tokenize=True, add_generation_prompt=True, return_dict=False)
+    parsed = tok.parse_response(tok("@calc expression=12*34<|eos|>", add_special_tokens=False)["input_ids"],
+                                prefix=prefix)
+    assert parsed["tool_calls"] == call["tool_calls"]
+    answer = tok.parse_response(tok("\\boxed{408}<|eos|>", add_special_tokens=False)["input_ids"], prefix=prefix)
+    assert answer == {"role": "assistant", "content": "\\boxed{408}"}

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -72,7 +74,7 @@ def trained(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("trl_tools") / "exp"
     # a base supervised on tool-call episodes (half of them call a tool): headroom, and tool results to mask
-    config = dataclasses.replace(ToolsDemoConfig.fast(), sizes=(8, 4, 8, 4, 4), sft_steps=100)
+    config = dataclasses.replace(ToolsDemoConfig.fast(), sizes=(8, 4, 8, 4, 4), sft_steps=200)
     datasets = build_datasets(root / "data", config)
     build_base(root / "models", datasets["pool"], config, actions="tool_calls")
     attempt = root / "t1"
@@ -183,3 +185,43 @@ def test_the_reward_and_episode_metrics_reach_trls_logs(trained):
         assert ("monitor_acc" in rows[step]) == (step == 3)
     # the environment graded some final answers (a reward of 1 needs a right \\boxed{N} after the call)
     assert any(t["tool"] is None for e in episodes for t in e["turns"])
+
+
+MONITOR = """
+import importlib.util, json, sys
+attempt, model_dir = sys.argv[1], sys.argv[2]
+spec = importlib.util.spec_from_file_location("tools", attempt + "/launch/trl_tools.py")
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from rlexp.trainers.trl import agent_tools
+tok, model = AutoTokenizer.from_pretrained(model_dir), AutoModelForCausalLM.from_pretrained(model_dir).eval()
+rows = module.train_rows([json.loads(line) for line in open(sys.argv[3])], "", "monitor")
+for row in rows:
+    record = agent_tools.greedy_tool_episode(model, tok, module.ENVIRONMENT_FACTORY[row["environment"]](), row["row"],
+                                             max_turns=3, max_total_tokens=48)
+    print(json.dumps(record))
+"""
+
+
+def test_the_monitors_greedy_episodes_call_the_tools(trained):
+    """The in-run monitor's loop (run in TRL's venv, as the training script runs it) on the base:
+    the tools are called, their results reach the next turn, the final answer is graded."""
+    attempt, _ = trained
+    exp = attempt.parent
+    done = subprocess.run([str(TRL_PYTHON), "-c", MONITOR, str(attempt), str(exp / "models" / "tools-base-calls"),
+                           str(exp / "data" / "pool_8.jsonl")], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"})  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = [json.loads(line) for line in done.stdout.splitlines()]
+    assert len(records) == 8
+    calls = [t for r in records for t in r["turns"] if t["tool"] is not None]
+    assert calls and all(t["tool_call"] for t in calls) and any(t["feedback"] for t in calls)
+    for r in records:  # the return is the graded final answer's (the turns' rewards, summed by hand)
+        assert r["return"] == sum(t["reward"] for t in r["turns"])
+        if r["finish_reason"] == "stop" and r["turns"] and r["turns"][-1]["tool"] is None:
+            final, gold = r["turns"][-1]["action"], r["task"]["answer"]
+            if final == "\\boxed{" + gold + "}":
+                assert r["return"] == 1.0
+            elif gold not in final:
+                assert r["return"] == 0.0
