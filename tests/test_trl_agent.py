@@ -188,3 +188,179 @@ def test_the_generated_rollout_func_plays_one_episode_per_prompt(tmp_path):
     rewards = module.episode_return(prompts, None, out["episode_return"], [out["episode_metrics"]] * 4,
                                     log_metric=lambda name, value: logged.setdefault(name, value))
     assert rewards == out["episode_return"] and logged == out["episode_metrics"]
+
+
+# ----------------------------------------------------------------------------- actions as tool calls (environment_factory)
+
+
+def _as_tool_calls(attempt: Path, **environment):
+    _edit(attempt, environment={"actions": "tool_calls", "max_tokens_per_turn": 48, **environment},
+          recipe={"model_name_or_path": "models/tools-base-calls"})
+
+
+def test_dry_run_with_tool_call_actions_writes_the_environment_factory(example, capsys):
+    from rlexp.cli import main
+
+    _as_tool_calls(example)
+    assert main(["launch", str(example), "--dry-run", "--json", "--force", "--reason", "tools"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    launch = example.resolve() / "launch"
+    assert doc["argv"][1:] == [str(launch / "train_trl.py"), "--rollout-module", str(launch / "trl_tools.py")]
+    assert sorted(p.name for p in launch.iterdir()) == ["train_trl.py", "trl_tools.py"]
+    module, script = (launch / "trl_tools.py").read_text(), (launch / "train_trl.py").read_text()
+    compile(module, "trl_tools.py", "exec")
+    compile(script, "train_trl.py", "exec")
+    assert "from rlexp.core.environments import CalculatorEnv as Env0" in module and "class CalculatorEnv" not in module
+    assert "def calc(self, expression: str) -> str:" in module
+    assert "        environment_factory=agent.ENVIRONMENT_FACTORY,\n" in script
+    config = json.loads(script.split('CONFIG = json.loads(r"""', 1)[1].split('""")', 1)[0])
+    assert config["grpo_config"]["max_tool_calling_iterations"] == 2  # max_turns 3 - 1
+
+
+def test_the_text_actions_script_has_no_environment_factory_line(example, capsys):
+    from rlexp.cli import main
+    from rlexp.trainers.trl.template import FACTORY_ARGUMENT
+
+    assert main(["launch", str(example), "--dry-run", "--json"]) == 0
+    script = (example / "launch" / "train_trl.py").read_text()
+    assert "environment_factory" not in script and FACTORY_ARGUMENT not in script
+    assert "        rollout_func=agent.rollout_func if agent is not None else None,\n        args=config," in script
+
+
+@pytest.mark.parametrize(("environment", "recipe", "field", "words"), [
+    ({"name": "exact_match", "config": {}}, {}, "environment.actions", "declares no tools"),
+    ({"max_tokens_per_turn": 14}, {}, "environment.max_tokens_per_turn", "no per-turn budget"),
+    ({}, {"max_completion_length": 64}, "environment.max_total_tokens", "max_completion_length 64"),
+    ({}, {"max_tool_calling_iterations": 5}, "recipe.max_tool_calling_iterations", "max_turns - 1 = 2"),
+    ({"advantage_mode": "token_rewards"}, {}, "environment.advantage_mode", "one scalar reward"),
+])  # fmt: skip
+def test_plan_refuses_what_the_tool_loop_cannot_serve(example, capsys, environment, recipe, field, words):
+    from rlexp.cli import main
+
+    _as_tool_calls(example, **environment)
+    if recipe:
+        _edit(example, recipe=recipe)
+    assert main(["plan", str(example)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "attempt.yaml" in line and field in line and words in line, line
+    assert not (example / "plan.json").exists()
+
+
+def test_tool_call_actions_are_refused_for_a_trainer_that_plays_text(example, capsys):
+    from rlexp.cli import main
+
+    spec = yaml.safe_load((example / "attempt.yaml").read_text())
+    spec["trainer"] = {"name": "local", "version": "0.11.0", "gpus": 0}
+    spec["recipe"] = {"pretrain": "models/tools-base"}
+    spec["environment"]["actions"] = "tool_calls"
+    (example / "attempt.yaml").write_text(yaml.safe_dump(spec))
+    assert main(["plan", str(example)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "environment.actions" in line and "trainer local plays text turns only" in line, line
+
+
+def test_text_actions_keep_the_recipe_digest_and_the_plan(example):
+    from rlexp.core.spec import attempt_recipe_sha256, load_attempt
+    from rlexp.stages.plan import build_plan
+
+    att = load_attempt(example)
+    assert att.environment.actions == "text"
+    assert "actions" not in build_plan(att)["environment"]  # a plan of before the field stays the same
+    digest = attempt_recipe_sha256(att)
+    _edit(example, environment={"actions": "text"})  # stated as the default: the same recipe
+    assert attempt_recipe_sha256(load_attempt(example)) == digest
+    _as_tool_calls(example)
+    assert attempt_recipe_sha256(load_attempt(example)) != digest
+
+
+def test_the_generated_tool_classes_play_the_environment(tmp_path):
+    import importlib.util
+
+    from transformers.utils import get_json_schema
+
+    from rlexp.core.environments import CalculatorEnv, EnvRow, SearchEnv, environment_tools
+    from rlexp.trainers.trl.agent import encode_row
+    from rlexp.trainers.trl.tools_template import render_tools_module
+
+    tables = {name: [{"name": t.name, "description": t.description, "params": [list(p) for p in t.params],
+                      "action": t.action} for t in environment_tools(cls)]
+              for name, cls in (("calculator", CalculatorEnv), ("search", SearchEnv))}  # fmt: skip
+    config = {"rlexp_root": str(REPO), "episodes_path": str(tmp_path / "episodes.jsonl"),
+              "model_name_or_path": str(tmp_path / "none"),
+              "environment": {"name": "calculator", "config": {"max_calls": 1}, "max_turns": 3,
+                              "max_tokens_per_turn": 48, "max_total_tokens": 48, "success_threshold": 1.0,
+                              "actions": "tool_calls"}}  # fmt: skip
+    path = tmp_path / "trl_tools.py"
+    path.write_text(render_tools_module("t", {"calculator": ("rlexp.core.environments", "CalculatorEnv"),
+                                              "search": ("rlexp.core.environments", "SearchEnv")}, tables, config))
+    spec = importlib.util.spec_from_file_location("tools_under_test", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.rollout_func is None and sorted(module.ENVIRONMENT_FACTORY) == ["calculator", "search"]
+    episode = module.ENVIRONMENT_FACTORY["calculator"]()
+    # what TRL takes for tools: the public functions other than reset/get_reward (trl GRPOTrainer.__init__)
+    import inspect
+
+    public = [n for n, _ in inspect.getmembers(type(episode), inspect.isfunction) if not n.startswith("_")]
+    assert public == ["calc", "reset"]
+    schema = get_json_schema(episode.calc)["function"]
+    assert schema["name"] == "calc" and schema["parameters"]["properties"]["expression"]["type"] == "string"
+    assert schema["parameters"]["required"] == ["expression"]
+    row = encode_row(EnvRow("calculator", {"max_calls": 1}, {"prompt": "12*34=", "answer": "408"}))
+    (train_row,) = module.train_rows([{"prompt": "12*34=", "answer": "408", "config": {"max_calls": 1}}], "", "pool")
+    assert train_row == {"prompt": [{"role": "user", "content": ""}], "row": row, "environment": "calculator"}
+    assert episode.reset(**{k: v for k, v in train_row.items() if k != "environment"}) == "12*34="
+    assert episode.calc(expression="12*34") == "408"  # played as the action "calc 12*34": 12 × 34 by hand
+    messages = [{"role": "assistant", "content": "", "tool_calls": [{}]}, {"role": "tool", "content": "408"},
+                {"role": "assistant", "content": "\\boxed{408}"}]
+    record = episode._finish(messages, False, 3)
+    assert (record["return"], record["finish_reason"], record["tool_calls"], record["model_turns"]) == (1.0, "stop", 1, 2)
+    assert [t["action"] for t in record["turns"]] == ["calc 12*34", "\\boxed{408}"]
+    # a second call beyond max_calls 1 ends the episode with 0; a call after the end is an error TRL reports
+    episode.reset(row=row)
+    episode.calc(expression="1*2")
+    assert episode.calc(expression="1*2") == "" and episode._finish([], False, 3)["return"] == 0.0
+    with pytest.raises(RuntimeError, match="episode has ended"):
+        episode.calc(expression="1*2")
+    search = module.ENVIRONMENT_FACTORY["search"]()
+    search.reset(row=encode_row(EnvRow("search", {"corpus_size": 5}, {"prompt": "k1?", "answer": "1"})))
+    keys = SearchEnv({"corpus_size": 5}).search("k100")
+    assert search.look(key="k100") == " ".join(f"{k}={SearchEnv({'corpus_size': 5}).corpus[k]}" for k in keys)
+
+
+def test_eval_refuses_tool_call_episodes_in_one_line(example, capsys):
+    from rlexp.cli import main
+
+    _as_tool_calls(example)
+    assert main(["eval", str(example)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "attempt.yaml" in line and "environment.actions" in line and "text turns only" in line, line
+    assert not (example / "eval").exists()
+
+
+def test_the_tiny_tool_template_renders_calls_and_parses_them_back(tmp_path):
+    from transformers import AutoTokenizer
+
+    from rlexp.adapters.tinymodel import build_tokenizer, with_tool_template
+
+    plain = build_tokenizer()
+    with_tool_template(build_tokenizer()).save_pretrained(tmp_path, save_jinja_files=False)
+    tok = AutoTokenizer.from_pretrained(tmp_path)  # what a checkpoint carries
+    assert tok.response_template is not None
+    chat = [{"role": "user", "content": "12*34="}, {"role": "assistant", "content": "\\boxed{408}"},
+            {"role": "user", "content": "again"}]
+    for n in (1, 2, 3):  # no tool calls: the plain template's text, so the text episodes see no change
+        for gen in (False, True):
+            assert tok.apply_chat_template(chat[:n], tokenize=False, add_generation_prompt=gen) == \
+                plain.apply_chat_template(chat[:n], tokenize=False, add_generation_prompt=gen)
+    call = {"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": "calc", "arguments": {"expression": "12*34"}}}]}
+    text = tok.apply_chat_template([chat[0], call, {"role": "tool", "name": "calc", "content": "408"}],
+                                   tokenize=False, add_generation_prompt=True)
+    assert text == "<|bos|><|user|>12*34=<|assistant|>@calc expression=12*34<|eos|><|user|>408<|assistant|>"
+    prefix = tok.apply_chat_template([chat[0]], tokenize=True, add_generation_prompt=True, return_dict=False)
+    parsed = tok.parse_response(tok("@calc expression=12*34<|eos|>", add_special_tokens=False)["input_ids"],
+                                prefix=prefix)
+    assert parsed["tool_calls"] == call["tool_calls"]
+    answer = tok.parse_response(tok("\\boxed{408}<|eos|>", add_special_tokens=False)["input_ids"], prefix=prefix)
+    assert answer == {"role": "assistant", "content": "\\boxed{408}"}

@@ -53,6 +53,57 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}" + ASSISTANT + "{% endif %}"
 )
 
+# The same chat with tool calls and tool results, for TRL's ``environment_factory`` (a tool-calling
+# loop that needs a template rendering ``user -> assistant(tool_calls) -> tool`` and a
+# ``response_template`` that parses the calls back out of the generated text). A call is plain text
+# (the tokenizer has no tool tokens): ``@name key=value ...`` closed by EOS; a tool result renders
+# as a user turn, as rlexp's text episodes render feedback. The tools' schemas are not rendered
+# into the prompt: a 128-position model has no room for them (it learns its tools in supervision).
+TOOL_CALL_OPEN = "@"
+TOOLS_CHAT_TEMPLATE = (
+    "{{ bos_token }}"
+    "{% for message in messages %}"
+    "{% if message['role'] == 'system' %}" + SYSTEM + "{{ message['content'] }}"
+    "{% elif message['role'] == 'user' or message['role'] == 'tool' %}" + USER + "{{ message['content'] }}"
+    "{% elif message['role'] == 'assistant' %}" + ASSISTANT + "{{ message['content'] or '' }}"
+    "{% for call in message['tool_calls'] or [] %}"
+    "{% set fn = call['function'] %}" + TOOL_CALL_OPEN + "{{ fn['name'] }}"
+    "{% for key, value in (fn['arguments'] or {}).items() %} {{ key }}={{ value }}{% endfor %}"
+    "{% endfor %}"
+    "{{ eos_token }}"
+    "{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}" + ASSISTANT + "{% endif %}"
+)
+# transformers' response parser for that template (``tokenizer.response_template``, transformers >=
+# 5.13; what TRL's parse_response reads): after the last ``<|assistant|>``, ``@name`` opens a call
+# whose ``key=value`` pairs (separated by spaces) are its arguments, up to EOS; anything else is the
+# content, up to EOS.
+TOOLS_RESPONSE_TEMPLATE = {
+    "defaults": {"role": "assistant"},
+    "start_anchor": ASSISTANT,
+    "fields": {
+        "tool_calls": {
+            "open_pattern": TOOL_CALL_OPEN + r"(?P<name>[A-Za-z_][A-Za-z0-9_]*)",
+            "close": EOS,
+            "repeats": True,
+            "content": "kv-lines",
+            "content_args": {"line_sep": " ", "kv_sep": "="},
+            "transform": {"type": "function", "function": {"name": "{name}", "arguments": "{content}"}},
+        },
+        "content": {"close": EOS, "content": "text"},
+    },
+}
+
+
+def with_tool_template(tokenizer: Any) -> Any:
+    """``tokenizer`` given the tool-calling chat template and its response template (in place): what
+    a checkpoint trained through TRL's ``environment_factory`` is saved with. The plain template's
+    renderings of user/assistant turns without tool calls are unchanged."""
+    tokenizer.chat_template = TOOLS_CHAT_TEMPLATE
+    tokenizer.response_template = TOOLS_RESPONSE_TEMPLATE
+    return tokenizer
+
 
 @dataclass(frozen=True)
 class TinyModelConfig:

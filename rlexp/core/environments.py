@@ -57,8 +57,33 @@ class Environment(Protocol):
     def step(self, action_text: str) -> StepResult: ...
 
 
+@dataclass(frozen=True)
+class Tool:
+    """One of an environment's actions as a tool call (``environment.actions: tool_calls``, TRL's
+    ``environment_factory``): the call ``name(param=value, ...)`` is played as the action text
+    ``action.format(param=value, ...)``. Every parameter is a string, described for the tool's JSON
+    schema. An environment declares its tools as the class attribute ``tools``; one that declares
+    none cannot be played through tool calls."""
+
+    name: str
+    description: str
+    params: tuple[tuple[str, str], ...]  # (name, description), in call order
+    action: str  # the action text, with {param} placeholders
+
+    def action_text(self, arguments: Mapping[str, Any]) -> str:
+        return self.action.format(**{name: str(arguments[name]) for name, _ in self.params})
+
+
+def environment_tools(cls: Any) -> tuple[Tool, ...]:
+    """The tools an environment class declares (empty: its actions are text only)."""
+    tools = getattr(cls, "tools", ())
+    return tuple(t for t in tools if isinstance(t, Tool)) if isinstance(tools, (tuple, list)) else ()
+
+
 class BaseEnvironment:
     """Convenience base: keeps the config and a seed; subclasses implement ``reset`` and ``step``."""
+
+    tools: tuple[Tool, ...] = ()  # its actions as tool calls (none: text actions only)
 
     def __init__(self, config: Mapping[str, Any] | None = None) -> None:
         self.config = dict(config or {})
@@ -436,7 +461,11 @@ class CalculatorEnv(BaseEnvironment):
 
     Anything else, or more than ``max_calls`` tool calls, ends the episode with reward 0. Nothing is
     ever evaluated as code: the expression is matched by a regular expression and computed on ints.
+    As a tool call (``tools``): ``calc(expression="123*45")`` is the action ``calc 123*45``.
     """
+
+    tools = (Tool("calc", "Compute a product, sum or difference of two non-negative integers.",
+                  (("expression", "the expression, e.g. 123*45"),), "calc {expression}"),)
 
     def reset(self, task: Mapping[str, Any]) -> str:
         self._gold = str(task["answer"])
@@ -494,7 +523,11 @@ class SearchEnv(BaseEnvironment):
 
     Anything else, or more than ``max_calls`` searches, ends the episode with reward 0. The corpus
     is built once per instance, so the environment cache builds it once per ``(env, config)``.
+    As a tool call (``tools``): ``look(key="k417")`` is the action ``look k417``.
     """
+
+    tools = (Tool("look", "Search the corpus: the documents nearest a key, as key=value.",
+                  (("key", "a document key, e.g. k417"),), "look {key}"),)
 
     def __init__(self, config: Mapping[str, Any] | None = None) -> None:
         super().__init__(config)

@@ -85,8 +85,11 @@ def build_datasets(data_dir: Path, config: ToolsDemoConfig) -> dict[str, Path]:
     return out
 
 
-def build_base(models_dir: Path, pool: Path, config: ToolsDemoConfig) -> Path:
-    """Supervise the untrained tiny model on the pool's episodes (agent tokens only)."""
+def build_base(models_dir: Path, pool: Path, config: ToolsDemoConfig, *, actions: str = "text") -> Path:
+    """Supervise the untrained tiny model on the pool's episodes (agent tokens only). ``actions:
+    tool_calls`` (TRL's environment_factory): the calls are the tool-calling chat template's
+    (``@calc expression=123*45``), saved with that template and its response template, in
+    ``tools-base-calls``; the text episodes' base (``tools-base``) is unchanged."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -98,11 +101,15 @@ def build_base(models_dir: Path, pool: Path, config: ToolsDemoConfig) -> Path:
     from rlexp.core.environments import SearchEnv, TrajectoryBuilder
     from rlexp.storage.datasets import read_dataset
 
-    out = models_dir / "tools-base"
+    out = models_dir / ("tools-base" if actions == "text" else "tools-base-calls")
     if (out / "config.json").exists():
         return out
     untrained = build_tiny_model(models_dir / "tiny-untrained", seed=config.seed)
     tok = AutoTokenizer.from_pretrained(untrained)
+    if actions == "tool_calls":
+        from rlexp.adapters.tinymodel import with_tool_template
+
+        with_tool_template(tok)
     torch.manual_seed(config.seed)
     model = AutoModelForCausalLM.from_pretrained(untrained, dtype=torch.float32)
     problems = read_dataset(pool)
@@ -115,8 +122,12 @@ def build_base(models_dir: Path, pool: Path, config: ToolsDemoConfig) -> Path:
             if p.get("env") == "search":  # the search tool's own answer to the right query
                 key = p["prompt"].rstrip("?")
                 call, feedback = f"look {key}", " ".join(f"{k}={search.corpus[k]}" for k in search.search(key))
+                tool, arguments = "look", {"key": key}
             else:
                 call, feedback = "calc " + p["prompt"].rstrip("="), p["answer"]
+                tool, arguments = "calc", {"expression": p["prompt"].rstrip("=")}
+            if actions == "tool_calls":
+                call = tool_call_text(tok, tool, arguments)
             b.add_agent(encode_prompt(tok, call) + [tok.eos_token_id])
             b.add_env(encode_prompt(tok, render_user_turn(tok, feedback)))
         b.add_agent(encode_prompt(tok, f"\\boxed{{{p['answer']}}}") + [tok.eos_token_id])
@@ -139,6 +150,18 @@ def build_base(models_dir: Path, pool: Path, config: ToolsDemoConfig) -> Path:
     model.save_pretrained(out)
     tok.save_pretrained(out)
     return out
+
+
+def tool_call_text(tok: Any, name: str, arguments: dict[str, str]) -> str:
+    """The text of one tool call as the chat template renders an assistant message that makes it
+    (what the model writes after the generation prompt, before EOS)."""
+    head = [{"role": "user", "content": "x"}]
+    base = tok.apply_chat_template(head, tokenize=False, add_generation_prompt=True)
+    full = tok.apply_chat_template([*head, {"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": name, "arguments": arguments}}]}], tokenize=False)
+    if not (full.startswith(base) and full.endswith(tok.eos_token)):
+        raise ValueError("the chat template does not render a tool call as generation prompt + call + EOS")
+    return full[len(base):-len(tok.eos_token)]
 
 
 def attempt_spec(config: ToolsDemoConfig, datasets: dict[str, Path]) -> str:

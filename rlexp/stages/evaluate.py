@@ -356,6 +356,13 @@ def evaluate(
     from rlexp.core.spec import load_attempt
 
     att = load_attempt(attempt)
+    env = getattr(att, "environment", None)
+    if env is not None and env.actions != "text":
+        # the episode eval plays text turns; a model trained through tool calls would be graded on a
+        # format it was not trained for
+        raise InputError(att.display_path or att.spec_path, "environment.actions",
+                         f"{env.actions!r}: rlexp eval plays text turns only (tool-call episodes are not evaluated "
+                         "yet; TRL's in-run monitor plays them)")
     attempt_dir = Path(att.attempt_dir)
     roles = list(sets) if sets else list(EVAL_SETS)
     for role in roles:

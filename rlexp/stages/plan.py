@@ -166,7 +166,10 @@ def environment_plan(att: Attempt) -> dict[str, Any]:
     from rlexp.backends.env_trainer import gspo_trainer_settings
 
     env = att.environment
-    out = {k: jsonable(v) for k, v in asdict(env).items() if k != "judge"}
+    from rlexp.core.spec.model import ENV_LATE_DEFAULTS
+
+    out = {k: jsonable(v) for k, v in asdict(env).items()
+           if k != "judge" and not (k in ENV_LATE_DEFAULTS and v == ENV_LATE_DEFAULTS[k])}
     out["judge_model"] = env.judge.get("model") if env.reward.get("judge") else None
     if env.loss == "gspo":
         mapped: dict[str, Any] = {}

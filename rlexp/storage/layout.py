@@ -417,6 +417,12 @@ class AttemptDir:
         return self.launch_dir / "trl_rollout.py"
 
     @property
+    def trl_tools_module(self) -> Path:
+        """TRL on an environment task played through tool calls: the generated environment_factory module
+        (rlexp.trainers.trl.tools_template)."""
+        return self.launch_dir / "trl_tools.py"
+
+    @property
     def trl_episodes(self) -> Path:
         """TRL on an environment task: every training episode as the rollout handed it to TRL (ids, env_mask, turns)."""
         return self.launch_dir / "trl_episodes.jsonl"

@@ -58,6 +58,9 @@ class TrainerRules:
     #: the first release with the agent interface rlexp's environment adapter generates for (None:
     #: an environment task needs no adapter, or it has none)
     agent_api_since: str | None = None
+    #: it plays ``environment.actions: tool_calls`` (the model acts through the chat template's tool
+    #: calls, the environment's ``tools``); the others play text turns only
+    plays_tool_calls: bool = False
 
     def agentic_checks(self, env: Any, recipe: dict[str, Any], version: str) -> list[Any]:
         """Its plan rules for an environment task (rlexp.core.agentic_checks), past the release check:

@@ -16,6 +16,7 @@ from rlexp.core.recipe import (
 from .model import (
     DATASET_FIELDS,
     ENV_EVAL_FIELDS,
+    ENV_LATE_DEFAULTS,
     ROLES,
     Attempt,
     Difference,
@@ -54,6 +55,8 @@ def _environment_values(att: Attempt) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for fname in EnvironmentSettings.__dataclass_fields__:
         value = getattr(att.environment, fname)
+        if fname in ENV_LATE_DEFAULTS and value == ENV_LATE_DEFAULTS[fname]:
+            continue
         if fname in ENV_MAPPINGS:
             out.update({f"environment.{fname}.{k}": v for k, v in value.items()})
         else:

@@ -19,6 +19,7 @@ from rlexp.storage.layout import SPEC_NAME
 
 from .model import (
     ENV_JUDGE_DEFAULTS,
+    ENV_LATE_DEFAULTS,
     ROLES,
     TRAINER_GRADED_ROLES,
     TRAINERS,
@@ -191,16 +192,22 @@ def _resolve(
         display_path=display,
         raw=own,
         merged_raw=merged,
-        environment=_environment(merged["environment"], display),
+        environment=_environment(merged["environment"], display, trainer.name),
     )
     return attempt
 
 
-def _environment(merged: dict[str, Any], display: str) -> EnvironmentSettings | None:
+def _environment(merged: dict[str, Any], display: str, trainer: str) -> EnvironmentSettings | None:
     """The attempt's environment task, or None when no spec of the chain has an ``environment:``."""
     if not merged:
         return None
     settings = EnvironmentSettings(**merged)
+    if settings.actions != ENV_LATE_DEFAULTS["actions"]:
+        from rlexp.trainers import rules as trainer_rules
+
+        if not trainer_rules(trainer).plays_tool_calls:
+            raise InputError(display, "environment.actions", f"{settings.actions!r}: trainer {trainer} plays text "
+                                                             "turns only (tool calls: trainer trl)")
     if settings.max_tokens_per_turn > settings.max_total_tokens:
         raise InputError(display, "environment.max_tokens_per_turn",
                          f"{settings.max_tokens_per_turn} exceeds max_total_tokens {settings.max_total_tokens}")

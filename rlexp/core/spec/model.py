@@ -94,6 +94,8 @@ class EvalSettings:
 ENV_LOSSES = ("grpo", "gspo")  # rlexp.backends.env_trainer.LOSS_TYPES
 ENV_ADVANTAGE_MODES = ("return", "token_rewards")  # rlexp.backends.env_trainer.ADVANTAGE_MODES
 ENV_PRIMARY_METRICS = ("success", "mean_reward")
+# how the model acts: text turns (rlexp's episode runner) or tool calls (TRL's environment_factory)
+ENV_ACTIONS = ("text", "tool_calls")
 ENV_REWARD_PARTS = ("env", "judge", "ndcg")  # the weighted parts of environment.reward (rlexp.core.rewards.combine)
 ENV_JUDGE_DEFAULTS = {"max_tokens": 8, "timeout_s": 60.0, "retries": 2}
 # environment fields that decide what is evaluated, not what is trained (the rest shape the training)
@@ -137,6 +139,17 @@ class EnvironmentSettings:
         description="the LLM judge: an OpenAI-compatible server (base_url, model; api_key_env: the NAME of the "
                     "variable holding its key; by default "
                     + ", ".join(f"{k} {v:g}" for k, v in ENV_JUDGE_DEFAULTS.items()) + ")")
+    # text: every model turn is text the environment steps on; tool_calls: its tools (Tool) are
+    # called through the chat template's tool calls (TRL's environment_factory only). Added after
+    # recipe digests and plans were recorded: the default enters neither (see ENV_LATE_DEFAULTS)
+    actions: str = declared("text", one_of(*ENV_ACTIONS),
+                            "text: model turns are text the environment steps on | tool_calls: the environment's "
+                            "tools are called through the chat template (TRL's environment_factory)")
+
+
+# environment fields that enter the recipe digest and plan.json only when they differ from their
+# default (a field added later: the attempts recorded before keep their digest and plan)
+ENV_LATE_DEFAULTS = {"actions": "text"}
 
 
 @dataclass(frozen=True)

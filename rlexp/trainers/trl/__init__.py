@@ -28,6 +28,7 @@ class TrlRules(TrainerRules):
     console_log_note = ("TRL's console lines carry no step number: give its trainer_state.json (in each "
                         "checkpoint), its TensorBoard directory, or --format")
     openrlhf_batches = False  # TRL's own rules: rlexp.trainers.trl.steps
+    plays_tool_calls = True  # GRPOTrainer(environment_factory=...): rlexp.trainers.trl.agent_tools
 
     def build_key_table(self) -> Any:
         from rlexp.trainers.trl.keys import trl_key_table

@@ -1,7 +1,11 @@
 """TRL's plan rules for an environment task (rlexp.core.agentic_checks) — pure.
 
 ``rollout_func`` returns the completions whose length ``max_completion_length`` bounds: the turns
-and the feedback between them, not the prompt.
+and the feedback between them, not the prompt. With ``environment.actions: tool_calls`` TRL's own
+tool loop bounds the whole completion (no per-turn budget): only the GSPO clip rule applies. (No
+release rule for it: TRL added ``environment_factory`` in huggingface/trl#5093 and the dict of
+environments the adapter passes later, #6001; the spec accepts only the pinned release, 1.16.0,
+which the adapter was run with.)
 """
 
 from __future__ import annotations
@@ -15,6 +19,11 @@ AGENT_API_SINCE = "0.28.0"  # rollout_func returning env_mask
 
 
 def agentic_checks(env: Any, recipe: dict[str, Any], version: str) -> list[Verdict]:
+    if getattr(env, "actions", "text") == "tool_calls":
+        # TRL's tool loop has no per-turn budget: it clips the whole completion at max_completion_length
+        # (which the adapter requires equal to max_total_tokens and max_tokens_per_turn)
+        loss = "gspo" if recipe.get("importance_sampling_level") == "sequence" else env.loss
+        return check_gspo_clip(loss, recipe.get("epsilon", TOKEN_CLIP_DEFAULT), "recipe.epsilon")
     found = check_turn_budget("trl", prompt_tokens=0, max_turns=env.max_turns,
                               max_tokens_per_turn=env.max_tokens_per_turn,
                               limit=int(recipe.get("max_completion_length") or 512),

@@ -14,7 +14,14 @@ class TrlLaunch(TrainerLaunch):
     rules = RULES
 
     def plan_details(self, att: Any, steps: Any) -> dict[str, Any]:
-        if getattr(att, "environment", None) is not None:  # what the rollout adapter cannot serve: exit 2 here
+        env = getattr(att, "environment", None)
+        if env is not None and env.actions == "tool_calls":  # what TRL's tool loop cannot serve: exit 2 here
+            from rlexp.trainers.trl.agent import environment_imports
+            from rlexp.trainers.trl.agent_tools import check_tool_recipe, tool_tables
+
+            check_tool_recipe(att, dict(att.recipe_stated or {}))
+            tool_tables(att, environment_imports(att))
+        elif env is not None:  # what the rollout adapter cannot serve: exit 2 here
             from rlexp.trainers.trl.agent import check_recipe
 
             check_recipe(att, dict(att.recipe_stated or {}))

@@ -105,10 +105,17 @@ def prepare_launch(att: Any, ad: AttemptDir, *, resume: bool, must_exist: bool =
         "monitor_tensorboard_dir": str(ad.monitor_tensorboard),
         "checkpoint_pattern": str(ad.checkpoints_dir / ADAPTER_PATTERN),
     }
-    text = render_training_script(att.id, att.trainer.version, config)
     script = ad.trl_script
     argv = [str(trl_python(must_exist=must_exist)), str(script)] + (["--resume"] if resume else [])
-    if getattr(att, "environment", None) is not None:  # an environment task: TRL's rollout_func adapter
+    env = getattr(att, "environment", None)
+    if env is not None and env.actions == "tool_calls":  # TRL's environment_factory adapter
+        from rlexp.trainers.trl.agent_tools import tools_adapter
+
+        adapter = tools_adapter(att, ad, kwargs, config["rlexp_root"])  # sets max_tool_calling_iterations
+        text = render_training_script(att.id, att.trainer.version, config, environment_factory=True)
+        return TrlLaunch(argv + list(adapter.argv_tail), script, text, {script: text, adapter.path: adapter.text})
+    text = render_training_script(att.id, att.trainer.version, config)
+    if env is not None:  # an environment task: TRL's rollout_func adapter
         from rlexp.trainers.trl.agent import rollout_adapter
 
         adapter = rollout_adapter(att, ad, kwargs, config["rlexp_root"])

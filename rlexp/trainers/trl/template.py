@@ -22,7 +22,10 @@ have to trust blindly, and a human can rerun it by hand. It:
   own ``checkpoint-N`` folders, for ``--resume``, stay under ``checkpoints/trl``);
 - on SIGTERM finishes the current step, saves it and exits 0 (the local trainer's contract);
 - on an environment task (``--rollout-module launch/trl_rollout.py``, :mod:`rlexp.trainers.trl.agent`)
-  takes its rows, ``rollout_func``, reward functions and monitor score from that module instead.
+  takes its rows, ``rollout_func``, reward functions and monitor score from that module instead;
+  on one whose actions are tool calls (``--rollout-module launch/trl_tools.py``,
+  :mod:`rlexp.trainers.trl.agent_tools`) also its ``environment_factory`` (the one line
+  ``environment_factory=...`` the script has only then: the other scripts are unchanged).
 """
 
 from __future__ import annotations
@@ -147,7 +150,7 @@ def main(argv):
         model=model_args.model_name_or_path,
         reward_funcs=agent.REWARD_FUNCS if agent is not None else [exact_match],
         rollout_func=agent.rollout_func if agent is not None else None,
-        args=config,
+{factory_argument}        args=config,
         train_dataset=Dataset.from_list(pool),
         eval_dataset=Dataset.from_list(monitor) if monitor else None,
         processing_class=tokenizer,
@@ -168,9 +171,16 @@ if __name__ == "__main__":
 '''
 
 
-def render_training_script(attempt: str, trl_version: str, config: dict[str, Any]) -> str:
-    """The script's text: the template with ``config`` (JSON) filled in."""
+# the GRPOTrainer argument of an attempt whose actions are tool calls (absent from every other script)
+FACTORY_ARGUMENT = "        environment_factory=agent.ENVIRONMENT_FACTORY,\n"
+
+
+def render_training_script(attempt: str, trl_version: str, config: dict[str, Any], *,
+                           environment_factory: bool = False) -> str:  # fmt: skip
+    """The script's text: the template with ``config`` (JSON) filled in; ``environment_factory``:
+    the module named by ``--rollout-module`` gives GRPOTrainer its ``ENVIRONMENT_FACTORY``."""
     text = json.dumps(config, indent=2, sort_keys=True, ensure_ascii=False)
     if '"""' in text:  # a value with three quotes would end the raw string literal
         raise ValueError("a launch value contains three double quotes")
-    return SCRIPT.format(attempt=attempt, trl_version=trl_version, config=text)
+    return SCRIPT.format(attempt=attempt, trl_version=trl_version, config=text,
+                         factory_argument=FACTORY_ARGUMENT if environment_factory else "")
