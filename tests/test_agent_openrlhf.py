@@ -173,6 +173,15 @@ SHAPED_ENV = textwrap.dedent('''
             result = CalculatorEnv.step(self, action_text)
             self.calls += int(bool(result.info.get("tool_call")))
             return result
+
+
+    class BrokenResetCalculator(CalculatorEnv):
+        # its task store fails for about half the tasks: reset raises, the episode never starts
+
+        def reset(self, task):
+            if sum(map(ord, str(task["prompt"]))) % 2:
+                raise RuntimeError("task store down")
+            return CalculatorEnv.reset(self, task)
 ''')
 
 
@@ -210,12 +219,12 @@ CASES = {
     "cut": ("shaped_env_mod:ShapedCalculator", {"max_calls": 2}, 3, 21),
     "one_turn": ("shaped_env_mod:ShapedCalculator", {"max_calls": 2}, 1, 64),
     "env_error": ("shaped_env_mod:FlakyCalculator", {"max_calls": 2}, 3, 96),
+    "reset_error": ("shaped_env_mod:BrokenResetCalculator", {"max_calls": 2}, 3, 96),
 }
 # The first request's max_tokens (OpenRLHF: generate_max_len / max_new_tokens). The executor
 # left-truncates a prompt longer than max_length minus it (the plan's length.max_len rule keeps
 # prompt_max_len + generate_max_len within max_len); later turns get the room left.
-MAX_NEW_TOKENS = {"roomy": 14, "tight": 14, "cut": 11, "one_turn": 14, "env_error": 14
-}
+MAX_NEW_TOKENS = {"roomy": 14, "tight": 14, "cut": 11, "one_turn": 14, "env_error": 14, "reset_error": 14}
 
 
 def rlexp_rollout(demo, env, config, max_turns, max_length):
@@ -251,6 +260,8 @@ def test_the_reference_episodes_end_every_way(references):
     """Guards the test itself: the compared episodes cover each ending and both kinds of turn."""
     reasons = Counter(t.finish_reason for trajs in references.values() for t in trajs)
     assert reasons["stop"] and reasons["length"] and reasons["max_turns"] and reasons["env_error"]
+    broken = references["reset_error"]  # both outcomes of a reset
+    assert any(not t.turns and t.finish_reason == "env_error" for t in broken) and any(t.turns for t in broken)
     assert any(t.tool_calls and len(t.turns) >= 2 for t in references["roomy"])
     tight = references["tight"]
     assert any(len(t.token_ids) > CASES["tight"][3] for t in tight)  # feedback appended past max_length
@@ -261,8 +272,21 @@ def test_the_reference_episodes_end_every_way(references):
     assert all(len(t) == N_EPISODES for t in references.values())
 
 
+def expected_logs(ref) -> dict[str, float]:
+    """One episode's extra_logs as rlexp's own trajectory counts them (env_latency_s_per_episode
+    aside: a wall-clock time)."""
+    from rlexp.core.environments import FINISH_REASONS
+
+    return {"turns_per_episode": len(ref.turns), "tool_calls_per_episode": ref.tool_calls,
+            "env_errors": float(ref.finish_reason == "env_error"), "episode_return": ref.episode_return,
+            "agent_tokens_per_episode": ref.agent_tokens,
+            "generated_tokens_per_episode": len(ref.token_ids) - ref.prompt_len,
+            **{f"finish_{r}": float(ref.finish_reason == r) for r in FINISH_REASONS}}  # fmt: skip
+
+
 @pytest.mark.parametrize("version", REPRESENTATIVES)
 def test_real_executor_reproduces_rlexp_rollout(version, demo, references, tmp_path):
+    played = []
     for name, (env, config, max_turns, max_length) in CASES.items():
         agent_file = agent_openrlhf.write_agent_file(tmp_path / f"agent_{name}.py", env, config,
                                                      max_turns=max_turns, version=version)
@@ -272,20 +296,95 @@ def test_real_executor_reproduces_rlexp_rollout(version, demo, references, tmp_p
             engine = engine_for(version, demo["model"], demo["tokenizer"])
             outputs = asyncio.run(_play(executor, engine, demo, max_length, MAX_NEW_TOKENS[name]))
         assert len(outputs) == N_EPISODES
+        played += outputs
         for i, (out, ref) in enumerate(zip(outputs, references[name], strict=True)):
             where = f"{version} {name} episode {i}"
-            assert out["observation_tokens"] == list(ref.token_ids), where
-            assert [tuple(r) for r in out["action_ranges"]] == ranges_of(ref), where
+            logs = {k: float(v) for k, v in out["extra_logs"].items()}
+            latency = logs.pop("env_latency_s_per_episode")
+            assert logs == pytest.approx(expected_logs(ref), abs=1e-6), where
+            assert (latency > 0) == bool(ref.turns), where
             assert out["reward"] == pytest.approx(ref.episode_return, abs=1e-6), where
             assert float(out["scores"]) == pytest.approx(ref.episode_return, abs=1e-6), where
             assert out["label"] == demo["records"][i]["answer"]
-            logs = {k: float(v) for k, v in out["extra_logs"].items()}
-            assert logs == {"turns_per_episode": len(ref.turns), "tool_calls_per_episode": ref.tool_calls,
-                            "env_errors": float(ref.finish_reason == "env_error")}, where
+            if not ref.turns:  # reset failed: rlexp's prompt, then the one turn OpenRLHF samples, nothing after
+                assert out["observation_tokens"][: len(ref.token_ids)] == list(ref.token_ids), where
+                assert [tuple(r) for r in out["action_ranges"]] == [(ref.prompt_len, len(out["observation_tokens"]))]
+                continue
+            assert out["observation_tokens"] == list(ref.token_ids), where
+            assert [tuple(r) for r in out["action_ranges"]] == ranges_of(ref), where
         # the executor's max_tokens is the room left, never a per-turn cap: the first turn gets it all
         prompt_lens = {len(r.token_ids) - sum(t.action_tokens + t.feedback_tokens for t in r.turns)
                        for r in references[name]}  # fmt: skip
         assert max(engine.calls) == max_length - min(prompt_lens)
+    assert_logged_as_rlexp(version, played, [t for trajs in references.values() for t in trajs])
+
+
+# ----------------------------------------------------------------------------- what reaches the log
+
+
+def release_experience_function(version: str):
+    """The release's own ``_process_response_into_experience`` (``trainer/ppo_utils/
+    experience_maker.py`` before 0.10.0, ``samples_generator.py`` from it), taken from its wheel by
+    AST and executed: the code that turns an executor response (its extra_logs among it) into the
+    sample's ``experience.info``. Its module's other imports (Ray, vLLM, DeepSpeed) are not needed."""
+    import ast
+    import types
+
+    import torch
+
+    with zipfile.ZipFile(fetch(RELEASES[version])) as archive:
+        for name in archive.namelist():
+            if name.endswith(("ppo_utils/experience_maker.py", "ppo_utils/samples_generator.py")):
+                tree = ast.parse(archive.read(name).decode())
+                found = [n for n in ast.walk(tree)
+                         if isinstance(n, ast.FunctionDef) and n.name == "_process_response_into_experience"]
+                if found:
+                    namespace = {"torch": torch, "Experience": lambda **fields: types.SimpleNamespace(**fields)}
+                    exec(compile(ast.Module([found[0]], []), name, "exec"), namespace)  # noqa: S102 - the pinned wheel
+                    return namespace["_process_response_into_experience"]
+    raise AssertionError(f"{version}: no _process_response_into_experience")
+
+
+def ppo_train_status(version: str, infos: list[dict], micro_batch: int) -> dict[str, float]:
+    """The info part of the actor's returned status (``trainer/ray/ppo_actor.py::ppo_train``, one
+    rank, one epoch): each micro-batch's mean of every info key, then, from 0.9.8, the mean over
+    micro-batches weighted by their sample counts (``_num_samples``), before it the plain mean of
+    the micro-batch means (equal micro-batches here, as without dynamic batching)."""
+    import torch
+
+    from rlexp.trainers.openrlhf.parser import version_key
+
+    batches = [infos[i:i + micro_batch] for i in range(0, len(infos), micro_batch)]
+    means = [{k: torch.cat([info[k] for info in batch]).float().mean().item() for k in batch[0]} for batch in batches]
+    sizes = [len(b) for b in batches]
+    if version_key(version) >= version_key("0.9.8"):
+        return {k: sum(m[k] * n for m, n in zip(means, sizes, strict=True)) / sum(sizes) for k in means[0]}
+    return {k: sum(m[k] for m in means) / len(means) for k in means[0]}
+
+
+def assert_logged_as_rlexp(version, outputs, references):
+    """The batch's episodes, through the release's own code into ``experience.info``, averaged as
+    ppo_train averages them, logged as ppo_trainer.py logs a step (``✨ Global step N: {status}``),
+    read back by rlexp's reader: the local trainer's names carry rlexp's own metrics of the same
+    episodes (:func:`rlexp.core.environments.episode_metrics`)."""
+    from rlexp.core.environments import episode_metrics
+    from rlexp.core.trainers.metric_logs import read_openrlhf_console
+    from rlexp.core.trainers.metric_names import EPISODE_METRICS
+
+    process = release_experience_function(version)
+    infos = [process(None, out, prompt_max_len=1024, max_new_tokens=1024, max_len=2048).info for out in outputs]
+    status = {"policy_loss": 0.5, **ppo_train_status(version, infos, micro_batch=8)}
+    read = read_openrlhf_console(f"✨ Global step 1: {status}\n")
+    [row] = read.runs[0].rows
+    expected = episode_metrics(references)
+    for name in EPISODE_METRICS:
+        if name == "env_latency_s":  # a wall-clock time: the mean over every turn played, as rlexp's
+            turns = sum(float(out["extra_logs"]["turns_per_episode"]) for out in outputs)
+            seconds = sum(float(out["extra_logs"]["env_latency_s_per_episode"]) for out in outputs)
+            assert row[name] == pytest.approx(seconds / turns, rel=1e-5), version
+            continue
+        assert row[name] == pytest.approx(expected[name], rel=1e-5, abs=1e-7), (version, name)
+    assert 0 < row["env_errors"] < 1 and 0 < row["agent_token_fraction"] < 1
 
 
 @pytest.mark.parametrize("version", REPRESENTATIVES)

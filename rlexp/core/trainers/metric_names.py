@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
@@ -34,16 +34,36 @@ COMMON: dict[str, tuple[str, ...]] = {
     TIME_KEY: (TIME_KEY, "timestamp", "_timestamp"),
 }
 
+# the local trainer's episode metrics (rlexp.core.environments.episode_metrics), the names every
+# trainer's agentic runs are read back under
+EPISODE_METRICS = ("turns_per_episode", "tool_calls_per_episode", "env_errors", "agent_token_fraction",
+                   "env_latency_s", "episode_return", "finish_stop", "finish_length", "finish_max_turns",
+                   "finish_env_error")
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """A canonical metric a trainer logs only in parts: ``numerator / denominator``, each a logged
+    source name (or, the denominator, a number); 0 where the denominator is 0 (as the local trainer
+    counts an empty batch). Two means over the same episodes give the ratio of the sums."""
+
+    numerator: str
+    denominator: str | float
+
+
 @dataclass(frozen=True)
 class Vocabulary:
     """One trainer's metric names: ``canonical name -> its source names, most preferred first``;
     the source names also kept under their own name; the prefixes of the phase timings that add
-    up to ``step_time_s`` when it logs no step time of its own. Each trainer's package declares
-    its own (``TrainerRules.metric_vocabulary``; the trainer's ``metrics`` module)."""
+    up to ``step_time_s`` when it logs no step time of its own; the canonical metrics it logs only
+    in parts (:class:`Ratio`, computed where it logs no value under the canonical name itself).
+    Each trainer's package declares its own (``TrainerRules.metric_vocabulary``; the trainer's
+    ``metrics`` module)."""
 
     names: Mapping[str, tuple[str, ...]]
     keep_source: tuple[str, ...] = ()
     step_time_parts: tuple[str, ...] = ()
+    ratios: Mapping[str, Ratio] = field(default_factory=dict)
 
 
 # a trainer that logs rlexp's own names only (the local trainer)
@@ -121,4 +141,16 @@ def canonical_row(raw: Mapping[str, Any], trainer: str) -> dict[str, Any]:
         parts = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)]
         if parts:  # no timing/step: the phases of the step, added up (what timing/step is)
             out["step_time_s"] = float(sum(parts))
+    for canonical, ratio in vocab.ratios.items():
+        if canonical not in out and (value := _ratio(flat, ratio)) is not None:
+            out[canonical] = value
     return out
+
+
+def _ratio(flat: Mapping[str, Any], ratio: Ratio) -> float | None:
+    """``ratio`` of a row's values; None where a part is missing or not a number."""
+    den = ratio.denominator if isinstance(ratio.denominator, int | float) else flat.get(ratio.denominator)
+    num, den = _unscaled(flat.get(ratio.numerator), 1.0), _unscaled(den, 1.0)
+    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in (num, den)):
+        return None
+    return float(num) / float(den) if den else 0.0
