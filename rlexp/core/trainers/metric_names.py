@@ -148,9 +148,12 @@ def canonical_row(raw: Mapping[str, Any], trainer: str) -> dict[str, Any]:
 
 
 def _ratio(flat: Mapping[str, Any], ratio: Ratio) -> float | None:
-    """``ratio`` of a row's values; None where a part is missing or not a number."""
+    """``ratio`` of a row's values (as the logs write numbers: ``0.5``, ``np.float64(0.5)``); None
+    where a part is missing or not a number."""
+    from rlexp.core.trainers.metric_logs import number
+
     den = ratio.denominator if isinstance(ratio.denominator, int | float) else flat.get(ratio.denominator)
-    num, den = _unscaled(flat.get(ratio.numerator), 1.0), _unscaled(den, 1.0)
-    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in (num, den)):
+    num, den = number(flat.get(ratio.numerator)), number(den)
+    if num is None or den is None:
         return None
-    return float(num) / float(den) if den else 0.0
+    return num / den if den else 0.0
