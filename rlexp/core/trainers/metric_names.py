@@ -85,6 +85,39 @@ def trainers() -> tuple[str, ...]:
     return names()
 
 
+# --- a logged value as a number (every reader's, rlexp.core.trainers.metric_logs among them) --------
+
+_NUMPY = re.compile(r"^(?:np|numpy)\.(?:float|int|uint)\d*\((.*)\)$")
+_TENSOR_TEXT = re.compile(r"^tensor\(\s*([^,()]+)[^()]*\)$")
+_NONFINITE_TEXT = {"nan": math.nan, "-nan": math.nan, "inf": math.inf, "+inf": math.inf, "-inf": -math.inf,
+                   "infinity": math.inf, "-infinity": -math.inf}
+
+
+def number(value: Any) -> float | None:
+    """A metric value as a float (NaN and infinities kept), or None when it is not a number."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        return text_number(value)
+    return None
+
+
+def text_number(text: str) -> float | None:
+    """``0.5``, ``1e-6``, ``nan``, ``np.float64(0.5)``, ``tensor(0.25, device='cuda:0')`` -> float."""
+    text = text.strip()
+    for pattern in (_NUMPY, _TENSOR_TEXT):
+        if m := pattern.match(text):
+            text = m.group(1).strip()
+    if text.lower() in _NONFINITE_TEXT:
+        return _NONFINITE_TEXT[text.lower()]
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
 # a name logged with its scale, "actor/lr(1e-4)": the value is lr * 1e4
 SCALED_NAME = re.compile(r"^(?P<name>.+)\((?P<scale>1e[-+]?\d+)\)$")
 
@@ -150,8 +183,6 @@ def canonical_row(raw: Mapping[str, Any], trainer: str) -> dict[str, Any]:
 def _ratio(flat: Mapping[str, Any], ratio: Ratio) -> float | None:
     """``ratio`` of a row's values (as the logs write numbers: ``0.5``, ``np.float64(0.5)``); None
     where a part is missing or not a number."""
-    from rlexp.core.trainers.metric_logs import number
-
     den = ratio.denominator if isinstance(ratio.denominator, int | float) else flat.get(ratio.denominator)
     num, den = number(flat.get(ratio.numerator)), number(den)
     if num is None or den is None:
