@@ -18,6 +18,13 @@ rlexp's own budgets (``max_tokens_per_turn``, ``max_total_tokens``, capped by ve
 environment's code is imported by the loop, never copied; the task comes from the row's
 ``extra_info.rlexp_task`` (written by :func:`agent_row`), else prompt and ground truth.
 
+An environment whose ``reset`` raises gives rlexp's rollout's episode (the empty observation's
+prompt, no response, reward 0, ``env_error``). What verl logs of an episode (``metric_utils.py``
+``compute_data_metrics``): ``num_turns`` (chat messages: 2 per model turn here), the reward, and
+on the legacy trainer the extra field ``tool_call_counts``; :mod:`rlexp.trainers.verl.metrics`
+reads them back under the local trainer's names. The loop's other extra fields carry the rest
+under those names, unlogged by verl.
+
 verl itself needs GPUs: nothing here imports or runs it; the tests check the generated class
 against the wheel's own ``AgentLoopBase``/``AgentLoopOutput`` and compose the keys with Hydra.
 """
