@@ -285,7 +285,7 @@ def expected_logs(ref) -> dict[str, float]:
 
 
 @pytest.mark.parametrize("version", REPRESENTATIVES)
-def test_real_executor_reproduces_rlexp_rollout(version, demo, references, tmp_path):
+def test_real_executor_reproduces_rlexp_rollout(version, demo, references, tmp_path, monkeypatch):
     played = []
     for name, (env, config, max_turns, max_length) in CASES.items():
         agent_file = agent_openrlhf.write_agent_file(tmp_path / f"agent_{name}.py", env, config,
@@ -316,7 +316,7 @@ def test_real_executor_reproduces_rlexp_rollout(version, demo, references, tmp_p
         prompt_lens = {len(r.token_ids) - sum(t.action_tokens + t.feedback_tokens for t in r.turns)
                        for r in references[name]}  # fmt: skip
         assert max(engine.calls) == max_length - min(prompt_lens)
-    assert_logged_as_rlexp(version, played, [t for trajs in references.values() for t in trajs])
+    assert_logged_as_rlexp(version, played, [t for trajs in references.values() for t in trajs], monkeypatch)
 
 
 # ----------------------------------------------------------------------------- what reaches the log
@@ -345,35 +345,105 @@ def release_experience_function(version: str):
     raise AssertionError(f"{version}: no _process_response_into_experience")
 
 
-def ppo_train_status(version: str, infos: list[dict], micro_batch: int) -> dict[str, float]:
-    """The info part of the actor's returned status (``trainer/ray/ppo_actor.py::ppo_train``, one
-    rank, one epoch): each micro-batch's mean of every info key, then, from 0.9.8, the mean over
-    micro-batches weighted by their sample counts (``_num_samples``), before it the plain mean of
-    the micro-batch means (equal micro-batches here, as without dynamic batching)."""
+def release_ppo_train(version: str):
+    """The release's own ``PPOActor.ppo_train`` (``trainer/ray/ppo_actor.py``), taken from its wheel
+    by AST and executed: the code that averages every micro-batch's status (``experience.info``
+    among it) into the step's status. ``iter_grad_accum_global_norm`` (0.10.4 on) only pairs each
+    micro-batch with the loss normaliser, which the stand-in ``training_step`` does not use."""
+    import ast
+
+    import torch
+    from torch.utils.data import DataLoader
+    from tqdm import tqdm
+
+    with zipfile.ZipFile(fetch(RELEASES[version])) as archive:
+        [name] = [n for n in archive.namelist() if n.endswith("trainer/ray/ppo_actor.py")]
+        tree = ast.parse(archive.read(name).decode())
+    found = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "ppo_train"
+             and any(isinstance(s, ast.For) for s in ast.walk(n))]  # the actor's, not the trainer's ray call
+    namespace = {"torch": torch, "DataLoader": DataLoader, "tqdm": tqdm,
+                 "iter_grad_accum_global_norm": lambda batches, strategy, gas, mask_fn: ((b, None) for b in batches)}
+    exec(compile(ast.Module([found[0]], []), name, "exec"), namespace)  # noqa: S102 - the pinned wheel
+    weighted = "weights" in ast.unparse(found[0])  # 0.9.8 on: training_step returns metrics with weights
+    return namespace["ppo_train"], weighted
+
+
+class _Batch:
+    """A collated micro-batch: what ppo_train reads of an Experience."""
+
+    def __init__(self, infos):
+        import torch
+
+        self.info = {k: torch.cat([info[k] for info in infos]) for k in infos[0]}
+        self.action_mask = torch.ones(len(infos), 1)
+
+    def to_device(self, device):
+        pass
+
+
+class _Buffer:
+    def __init__(self, infos, micro_batch):
+        self.items, self.sample_batch_size = infos, micro_batch
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, i):
+        return self.items[i]
+
+    def collate_fn(self, items):
+        return _Batch(items)
+
+
+def ppo_train_status(version: str, infos: list[dict], micro_batch: int, monkeypatch) -> dict[str, float]:
+    """The step's status as the release's ``ppo_train`` averages it (one rank, one epoch), over a
+    stand-in ``training_step`` that returns what the release's does of ``experience.info``: before
+    0.9.8 each key's micro-batch mean in the status; from 0.9.8 the info tensors as metrics with
+    their weights ("sample": a value per sample), and the micro-batch's sample count."""
+    import types
+
     import torch
 
-    from rlexp.trainers.openrlhf.parser import version_key
+    ppo_train, weighted = release_ppo_train(version)
 
-    batches = [infos[i:i + micro_batch] for i in range(0, len(infos), micro_batch)]
-    means = [{k: torch.cat([info[k] for info in batch]).float().mean().item() for k in batch[0]} for batch in batches]
-    sizes = [len(b) for b in batches]
-    if version_key(version) >= version_key("0.9.8"):
-        return {k: sum(m[k] * n for m, n in zip(means, sizes, strict=True)) / sum(sizes) for k in means[0]}
-    return {k: sum(m[k] for m in means) / len(means) for k in means[0]}
+    def training_step(experience, kl_ctl, step, loss_batch_info=None):
+        if not weighted:
+            return {"policy_loss": 0.5, "actor_lr": 1e-6,
+                    **{k: v.float().mean().item() for k, v in experience.info.items()}}
+        metrics = {"policy_loss": torch.tensor(0.5), "actor_lr": 1e-6, **experience.info}
+        weights = {"policy_loss": "token", "actor_lr": None,
+                   **{k: "token" if v.dim() == 0 else "sample" for k, v in experience.info.items()}}
+        return {"metrics": metrics, "weights": weights, "num_samples": float(experience.action_mask.shape[0]),
+                "num_action_tokens": float(experience.action_mask.sum().item())}
+
+    ns = types.SimpleNamespace
+    actor = ns(replay_buffer=_Buffer(infos, micro_batch), max_epochs=1, dataloader_pin_memory=False,
+               training_step=training_step,
+               strategy=ns(all_reduce=lambda d: d, is_rank_0=lambda: True, ring_attn_group=None, accumulated_gradient=1),
+               args=ns(use_dynamic_batch=False, ds_tensor_parallel_size=1, train=ns(dynamic_batch_enable=False),
+                       ds=ns(tensor_parallel_size=1)))  # fmt: skip
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: "cpu")
+    torch.manual_seed(0)  # the DataLoader shuffles
+    return ppo_train(actor, kl_ctl=0.0)
 
 
-def assert_logged_as_rlexp(version, outputs, references):
-    """The batch's episodes, through the release's own code into ``experience.info``, averaged as
-    ppo_train averages them, logged as ppo_trainer.py logs a step (``✨ Global step N: {status}``),
+def assert_logged_as_rlexp(version, outputs, references, monkeypatch):
+    """The batch's episodes, through the release's own code into ``experience.info`` and averaged
+    by its own ``ppo_train``, logged as ppo_trainer.py logs a step (``✨ Global step N: {status}``),
     read back by rlexp's reader: the local trainer's names carry rlexp's own metrics of the same
     episodes (:func:`rlexp.core.environments.episode_metrics`)."""
+    import torch
+
     from rlexp.core.environments import episode_metrics
     from rlexp.core.trainers.metric_logs import read_openrlhf_console
     from rlexp.core.trainers.metric_names import EPISODE_METRICS
 
     process = release_experience_function(version)
     infos = [process(None, out, prompt_max_len=1024, max_new_tokens=1024, max_len=2048).info for out in outputs]
-    status = {"policy_loss": 0.5, **ppo_train_status(version, infos, micro_batch=8)}
+    for info in infos:  # what the experience maker adds before training (make_experience: kl; advantages: return)
+        info.setdefault("kl", torch.zeros(1))
+        info.setdefault("return", info["reward"])
+    status = ppo_train_status(version, infos, 8, monkeypatch)
     read = read_openrlhf_console(f"✨ Global step 1: {status}\n")
     [row] = read.runs[0].rows
     expected = episode_metrics(references)
