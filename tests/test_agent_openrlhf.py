@@ -447,6 +447,7 @@ def assert_logged_as_rlexp(version, outputs, references, monkeypatch):
     read = read_openrlhf_console(f"✨ Global step 1: {status}\n")
     [row] = read.runs[0].rows
     expected = episode_metrics(references)
+    assert set(EPISODE_METRICS) == set(expected)  # every name the local trainer logs
     for name in EPISODE_METRICS:
         if name == "env_latency_s":  # a wall-clock time: the mean over every turn played, as rlexp's
             turns = sum(float(out["extra_logs"]["turns_per_episode"]) for out in outputs)
