@@ -173,6 +173,15 @@ SHAPED_ENV = textwrap.dedent('''
             result = CalculatorEnv.step(self, action_text)
             self.calls += int(bool(result.info.get("tool_call")))
             return result
+
+
+    class BrokenResetCalculator(CalculatorEnv):
+        # its task store fails for about half the tasks: reset raises, the episode never starts
+
+        def reset(self, task):
+            if sum(map(ord, str(task["prompt"]))) % 2:
+                raise RuntimeError("task store down")
+            return CalculatorEnv.reset(self, task)
 ''')
 
 
@@ -210,12 +219,12 @@ CASES = {
     "cut": ("shaped_env_mod:ShapedCalculator", {"max_calls": 2}, 3, 21),
     "one_turn": ("shaped_env_mod:ShapedCalculator", {"max_calls": 2}, 1, 64),
     "env_error": ("shaped_env_mod:FlakyCalculator", {"max_calls": 2}, 3, 96),
+    "reset_error": ("shaped_env_mod:BrokenResetCalculator", {"max_calls": 2}, 3, 96),
 }
 # The first request's max_tokens (OpenRLHF: generate_max_len / max_new_tokens). The executor
 # left-truncates a prompt longer than max_length minus it (the plan's length.max_len rule keeps
 # prompt_max_len + generate_max_len within max_len); later turns get the room left.
-MAX_NEW_TOKENS = {"roomy": 14, "tight": 14, "cut": 11, "one_turn": 14, "env_error": 14
-}
+MAX_NEW_TOKENS = {"roomy": 14, "tight": 14, "cut": 11, "one_turn": 14, "env_error": 14, "reset_error": 14}
 
 
 def rlexp_rollout(demo, env, config, max_turns, max_length):
@@ -251,6 +260,8 @@ def test_the_reference_episodes_end_every_way(references):
     """Guards the test itself: the compared episodes cover each ending and both kinds of turn."""
     reasons = Counter(t.finish_reason for trajs in references.values() for t in trajs)
     assert reasons["stop"] and reasons["length"] and reasons["max_turns"] and reasons["env_error"]
+    broken = references["reset_error"]  # both outcomes of a reset
+    assert any(not t.turns and t.finish_reason == "env_error" for t in broken) and any(t.turns for t in broken)
     assert any(t.tool_calls and len(t.turns) >= 2 for t in references["roomy"])
     tight = references["tight"]
     assert any(len(t.token_ids) > CASES["tight"][3] for t in tight)  # feedback appended past max_length
@@ -261,8 +272,21 @@ def test_the_reference_episodes_end_every_way(references):
     assert all(len(t) == N_EPISODES for t in references.values())
 
 
+def expected_logs(ref) -> dict[str, float]:
+    """One episode's extra_logs as rlexp's own trajectory counts them (env_latency_s_per_episode
+    aside: a wall-clock time)."""
+    from rlexp.core.environments import FINISH_REASONS
+
+    return {"turns_per_episode": len(ref.turns), "tool_calls_per_episode": ref.tool_calls,
+            "env_errors": float(ref.finish_reason == "env_error"), "episode_return": ref.episode_return,
+            "agent_tokens_per_episode": ref.agent_tokens,
+            "generated_tokens_per_episode": len(ref.token_ids) - ref.prompt_len,
+            **{f"finish_{r}": float(ref.finish_reason == r) for r in FINISH_REASONS}}  # fmt: skip
+
+
 @pytest.mark.parametrize("version", REPRESENTATIVES)
-def test_real_executor_reproduces_rlexp_rollout(version, demo, references, tmp_path):
+def test_real_executor_reproduces_rlexp_rollout(version, demo, references, tmp_path, monkeypatch):
+    played = []
     for name, (env, config, max_turns, max_length) in CASES.items():
         agent_file = agent_openrlhf.write_agent_file(tmp_path / f"agent_{name}.py", env, config,
                                                      max_turns=max_turns, version=version)
@@ -272,20 +296,166 @@ def test_real_executor_reproduces_rlexp_rollout(version, demo, references, tmp_p
             engine = engine_for(version, demo["model"], demo["tokenizer"])
             outputs = asyncio.run(_play(executor, engine, demo, max_length, MAX_NEW_TOKENS[name]))
         assert len(outputs) == N_EPISODES
+        played += outputs
         for i, (out, ref) in enumerate(zip(outputs, references[name], strict=True)):
             where = f"{version} {name} episode {i}"
-            assert out["observation_tokens"] == list(ref.token_ids), where
-            assert [tuple(r) for r in out["action_ranges"]] == ranges_of(ref), where
+            logs = {k: float(v) for k, v in out["extra_logs"].items()}
+            latency = logs.pop("env_latency_s_per_episode")
+            assert logs == pytest.approx(expected_logs(ref), abs=1e-6), where
+            assert (latency > 0) == bool(ref.turns), where
             assert out["reward"] == pytest.approx(ref.episode_return, abs=1e-6), where
             assert float(out["scores"]) == pytest.approx(ref.episode_return, abs=1e-6), where
             assert out["label"] == demo["records"][i]["answer"]
-            logs = {k: float(v) for k, v in out["extra_logs"].items()}
-            assert logs == {"turns_per_episode": len(ref.turns), "tool_calls_per_episode": ref.tool_calls,
-                            "env_errors": float(ref.finish_reason == "env_error")}, where
+            if not ref.turns:  # reset failed: rlexp's prompt, then the one turn OpenRLHF samples, nothing after
+                assert out["observation_tokens"][: len(ref.token_ids)] == list(ref.token_ids), where
+                assert [tuple(r) for r in out["action_ranges"]] == [(ref.prompt_len, len(out["observation_tokens"]))]
+                continue
+            assert out["observation_tokens"] == list(ref.token_ids), where
+            assert [tuple(r) for r in out["action_ranges"]] == ranges_of(ref), where
         # the executor's max_tokens is the room left, never a per-turn cap: the first turn gets it all
         prompt_lens = {len(r.token_ids) - sum(t.action_tokens + t.feedback_tokens for t in r.turns)
                        for r in references[name]}  # fmt: skip
         assert max(engine.calls) == max_length - min(prompt_lens)
+    assert_logged_as_rlexp(version, played, [t for trajs in references.values() for t in trajs], monkeypatch)
+
+
+# ----------------------------------------------------------------------------- what reaches the log
+
+
+def release_experience_function(version: str):
+    """The release's own ``_process_response_into_experience`` (``trainer/ppo_utils/
+    experience_maker.py`` before 0.10.0, ``samples_generator.py`` from it), taken from its wheel by
+    AST and executed: the code that turns an executor response (its extra_logs among it) into the
+    sample's ``experience.info``. Its module's other imports (Ray, vLLM, DeepSpeed) are not needed."""
+    import ast
+    import types
+
+    import torch
+
+    with zipfile.ZipFile(fetch(RELEASES[version])) as archive:
+        for name in archive.namelist():
+            if name.endswith(("ppo_utils/experience_maker.py", "ppo_utils/samples_generator.py")):
+                tree = ast.parse(archive.read(name).decode())
+                found = [n for n in ast.walk(tree)
+                         if isinstance(n, ast.FunctionDef) and n.name == "_process_response_into_experience"]
+                if found:
+                    namespace = {"torch": torch, "Experience": lambda **fields: types.SimpleNamespace(**fields)}
+                    exec(compile(ast.Module([found[0]], []), name, "exec"), namespace)  # noqa: S102 - the pinned wheel
+                    return namespace["_process_response_into_experience"]
+    raise AssertionError(f"{version}: no _process_response_into_experience")
+
+
+def release_ppo_train(version: str):
+    """The release's own ``PPOActor.ppo_train`` (``trainer/ray/ppo_actor.py``), taken from its wheel
+    by AST and executed: the code that averages every micro-batch's status (``experience.info``
+    among it) into the step's status. ``iter_grad_accum_global_norm`` (0.10.4 on) only pairs each
+    micro-batch with the loss normaliser, which the stand-in ``training_step`` does not use."""
+    import ast
+
+    import torch
+    from torch.utils.data import DataLoader
+    from tqdm import tqdm
+
+    with zipfile.ZipFile(fetch(RELEASES[version])) as archive:
+        [name] = [n for n in archive.namelist() if n.endswith("trainer/ray/ppo_actor.py")]
+        tree = ast.parse(archive.read(name).decode())
+    found = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "ppo_train"
+             and any(isinstance(s, ast.For) for s in ast.walk(n))]  # the actor's, not the trainer's ray call
+    namespace = {"torch": torch, "DataLoader": DataLoader, "tqdm": tqdm,
+                 "iter_grad_accum_global_norm": lambda batches, strategy, gas, mask_fn: ((b, None) for b in batches)}
+    exec(compile(ast.Module([found[0]], []), name, "exec"), namespace)  # noqa: S102 - the pinned wheel
+    weighted = "weights" in ast.unparse(found[0])  # 0.9.8 on: training_step returns metrics with weights
+    return namespace["ppo_train"], weighted
+
+
+class _Batch:
+    """A collated micro-batch: what ppo_train reads of an Experience."""
+
+    def __init__(self, infos):
+        import torch
+
+        self.info = {k: torch.cat([info[k] for info in infos]) for k in infos[0]}
+        self.action_mask = torch.ones(len(infos), 1)
+
+    def to_device(self, device):
+        pass
+
+
+class _Buffer:
+    def __init__(self, infos, micro_batch):
+        self.items, self.sample_batch_size = infos, micro_batch
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, i):
+        return self.items[i]
+
+    def collate_fn(self, items):
+        return _Batch(items)
+
+
+def ppo_train_status(version: str, infos: list[dict], micro_batch: int, monkeypatch) -> dict[str, float]:
+    """The step's status as the release's ``ppo_train`` averages it (one rank, one epoch), over a
+    stand-in ``training_step`` that returns what the release's does of ``experience.info``: before
+    0.9.8 each key's micro-batch mean in the status; from 0.9.8 the info tensors as metrics with
+    their weights ("sample": a value per sample), and the micro-batch's sample count."""
+    import types
+
+    import torch
+
+    ppo_train, weighted = release_ppo_train(version)
+
+    def training_step(experience, kl_ctl, step, loss_batch_info=None):
+        if not weighted:
+            return {"policy_loss": 0.5, "actor_lr": 1e-6,
+                    **{k: v.float().mean().item() for k, v in experience.info.items()}}
+        metrics = {"policy_loss": torch.tensor(0.5), "actor_lr": 1e-6, **experience.info}
+        weights = {"policy_loss": "token", "actor_lr": None,
+                   **{k: "token" if v.dim() == 0 else "sample" for k, v in experience.info.items()}}
+        return {"metrics": metrics, "weights": weights, "num_samples": float(experience.action_mask.shape[0]),
+                "num_action_tokens": float(experience.action_mask.sum().item())}
+
+    ns = types.SimpleNamespace
+    actor = ns(replay_buffer=_Buffer(infos, micro_batch), max_epochs=1, dataloader_pin_memory=False,
+               training_step=training_step,
+               strategy=ns(all_reduce=lambda d: d, is_rank_0=lambda: True, ring_attn_group=None, accumulated_gradient=1),
+               args=ns(use_dynamic_batch=False, ds_tensor_parallel_size=1, train=ns(dynamic_batch_enable=False),
+                       ds=ns(tensor_parallel_size=1)))  # fmt: skip
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: "cpu")
+    torch.manual_seed(0)  # the DataLoader shuffles
+    return ppo_train(actor, kl_ctl=0.0)
+
+
+def assert_logged_as_rlexp(version, outputs, references, monkeypatch):
+    """The batch's episodes, through the release's own code into ``experience.info`` and averaged
+    by its own ``ppo_train``, logged as ppo_trainer.py logs a step (``✨ Global step N: {status}``),
+    read back by rlexp's reader: the local trainer's names carry rlexp's own metrics of the same
+    episodes (:func:`rlexp.core.environments.episode_metrics`)."""
+    import torch
+
+    from rlexp.core.environments import episode_metrics
+    from rlexp.core.trainers.metric_logs import read_openrlhf_console
+    from rlexp.core.trainers.metric_names import EPISODE_METRICS
+
+    process = release_experience_function(version)
+    infos = [process(None, out, prompt_max_len=1024, max_new_tokens=1024, max_len=2048).info for out in outputs]
+    for info in infos:  # what the experience maker adds before training (make_experience: kl; advantages: return)
+        info.setdefault("kl", torch.zeros(1))
+        info.setdefault("return", info["reward"])
+    status = ppo_train_status(version, infos, 8, monkeypatch)
+    read = read_openrlhf_console(f"✨ Global step 1: {status}\n")
+    [row] = read.runs[0].rows
+    expected = episode_metrics(references)
+    assert set(EPISODE_METRICS) == set(expected)  # every name the local trainer logs
+    for name in EPISODE_METRICS:
+        if name == "env_latency_s":  # a wall-clock time: the mean over every turn played, as rlexp's
+            turns = sum(float(out["extra_logs"]["turns_per_episode"]) for out in outputs)
+            seconds = sum(float(out["extra_logs"]["env_latency_s_per_episode"]) for out in outputs)
+            assert row[name] == pytest.approx(seconds / turns, rel=1e-5), version
+            continue
+        assert row[name] == pytest.approx(expected[name], rel=1e-5, abs=1e-7), (version, name)
+    assert 0 < row["env_errors"] < 1 and 0 < row["agent_token_fraction"] < 1
 
 
 @pytest.mark.parametrize("version", REPRESENTATIVES)

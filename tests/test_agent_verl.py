@@ -196,26 +196,36 @@ def demo(tmp_path_factory):
             "tokenizer": AutoTokenizer.from_pretrained(base), "records": read_dataset(datasets["ood_primary"])}
 
 
-def test_the_loop_plays_rlexps_episodes(verl_module, generated, demo):
-    from rlexp.adapters.episodes import run_episodes
-    from rlexp.core.environments import Budgets, rows_from_dataset
+RESPONSE_LENGTH = 64
+PROMPT_LENGTH = 32
+
+# An environment outside rlexp whose reset fails for about half the tasks (imported by path)
+BROKEN_ENV = """
+from rlexp.core.environments import CalculatorEnv
+
+
+class BrokenResetCalculator(CalculatorEnv):
+    def reset(self, task):
+        if sum(map(ord, str(task["prompt"]))) % 2:
+            raise RuntimeError("task store down")
+        return CalculatorEnv.reset(self, task)
+"""
+
+
+def play_loop(verl_module, demo):
+    """Every record through the registered loop, as AgentLoopWorker._run_agent_loop runs it
+    (instantiate the registry entry, run with the row's fields)."""
     from rlexp.trainers.verl.hydra import verl_row
 
-    rows = rows_from_dataset(demo["records"], default_env="calculator", default_config={"max_calls": 2})
-    references = [t for [t] in run_episodes(demo["model"], demo["tokenizer"], rows, budgets=Budgets(3, 12, 30))]
-    assert {t.finish_reason for t in references} >= {"stop", "length"} and any(t.tool_calls for t in references)
-
-    response_length = 64
-    config = Cfg({"actor_rollout_ref": {"rollout": {"prompt_length": 32, "response_length": response_length}},
-                  "data": {}})
-    server = LocalServer(demo["model"], demo["tokenizer"], response_length)
+    config = Cfg({"actor_rollout_ref": {"rollout": {"prompt_length": PROMPT_LENGTH,
+                                                    "response_length": RESPONSE_LENGTH}}, "data": {}})
+    server = LocalServer(demo["model"], demo["tokenizer"], RESPONSE_LENGTH)
 
     async def play():
         outs = []
         for i, record in enumerate(demo["records"]):
             row = agent_verl.agent_row(verl_row(record, "ood_primary.jsonl", "rlexp_pool", i),
                                        {"prompt": record["prompt"], "answer": record["answer"]})
-            # what AgentLoopWorker._run_agent_loop does: instantiate the registry entry, run with the row's fields
             entry = verl_module._agent_loop_registry[row["agent_name"]]
             module_name, _, cls_name = entry["_target_"].rpartition(".")
             loop = getattr(importlib.import_module(module_name), cls_name)(
@@ -226,20 +236,120 @@ def test_the_loop_plays_rlexps_episodes(verl_module, generated, demo):
             outs.append(await loop.run({"temperature": 0, "top_p": 1.0, "top_k": -1}, **kwargs))
         return outs
 
-    outputs = asyncio.run(play())
-    for i, (out, ref) in enumerate(zip(outputs, references, strict=True)):
+    return asyncio.run(play())
+
+
+def test_the_loop_plays_rlexps_episodes(wheel, verl_module, generated, demo, tmp_path, monkeypatch):
+    from rlexp.adapters.episodes import run_episodes
+    from rlexp.core.environments import Budgets, rows_from_dataset
+
+    (tmp_path / "broken_env_mod.py").write_text(BROKEN_ENV)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    played, references = [], []
+    for env in ("calculator", "broken_env_mod:BrokenResetCalculator"):
+        rows = rows_from_dataset(demo["records"], default_env=env, default_config={"max_calls": 2})
+        refs = [t for [t] in run_episodes(demo["model"], demo["tokenizer"], rows, budgets=Budgets(3, 12, 30))]
+        monkeypatch.setattr(generated["module"], "ENVIRONMENT", env)
+        monkeypatch.setattr(generated["module"], "_IDLE", [])
+        played += play_loop(verl_module, demo)
+        references += refs
+    assert {t.finish_reason for t in references} >= {"stop", "length", "env_error"}
+    assert any(t.tool_calls for t in references) and any(not t.turns for t in references)
+
+    for i, (out, ref) in enumerate(zip(played, references, strict=True)):
         assert isinstance(out, verl_module.AgentLoopOutput), i
         p = ref.prompt_len
         assert out.prompt_ids == list(ref.token_ids[:p]), i
-        assert out.response_ids == list(ref.token_ids[p:]), i
+        assert out.response_ids == list(ref.token_ids[p:]), i  # none after a failed reset
         assert out.response_mask == list(ref.agent_mask[p:]), i  # the response only, 1 = model token
         assert out.reward_score == pytest.approx(ref.episode_return, abs=1e-9)
-        as_dict = out.as_dict()  # verl's own conversion: the reward on the last response token
-        assert float(as_dict["rm_scores"][-1]) == pytest.approx(ref.episode_return, abs=1e-6)
-        assert float(as_dict["rm_scores"][:-1].abs().sum()) == 0.0
+        if ref.turns:
+            as_dict = out.as_dict()  # verl's own conversion: the reward on the last response token
+            assert float(as_dict["rm_scores"][-1]) == pytest.approx(ref.episode_return, abs=1e-6)
+            assert float(as_dict["rm_scores"][:-1].abs().sum()) == 0.0
         assert out.extra_fields["finish_reason"] == ref.finish_reason
-        assert out.extra_fields["tool_calls_per_episode"] == ref.tool_calls
+        assert out.extra_fields["tool_calls_per_episode"] == out.extra_fields["tool_call_counts"] == ref.tool_calls
         assert out.extra_fields["turns_per_episode"] == len(ref.turns)
+        assert out.extra_fields["env_errors"] == int(ref.finish_reason == "env_error")
+        assert (out.metrics.tool_calls > 0) == bool(ref.turns)  # the environment's seconds
+    assert_logged_as_rlexp(wheel, played, references)
+
+
+# ----------------------------------------------------------------------------- what reaches the log
+
+
+def release_functions(wheel: Path, names: tuple[str, ...], path: str) -> dict[str, Any]:
+    """Module-level functions of the wheel's ``path``, taken by AST and executed (their modules
+    import verl's DataProto, Ray and the like, which do not install here)."""
+    import numbers
+    import pprint
+
+    import numpy as np
+    import torch
+
+    with zipfile.ZipFile(wheel) as archive:
+        tree = ast.parse(archive.read(path).decode())
+    found = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in names]
+    assert {n.name for n in found} == set(names)
+    namespace = {"torch": torch, "np": np, "numbers": numbers, "pprint": pprint, "Any": Any, "DataProto": object,
+                 "logger": logging.getLogger("verl-metrics")}
+    exec(compile(ast.Module(body=found, type_ignores=[]), f"{VERSION}/{path}", "exec"), namespace)  # noqa: S102
+    return namespace
+
+
+def verl_batch(outputs):
+    """The rollout batch of the outputs as verl's agent loop worker pads it
+    (``_agent_loop_postprocess``: prompts left-padded, responses right-padded, the reward on the
+    last response token) and its ``_postprocess`` (``__num_turns__``, the extra fields)."""
+    import types
+
+    import numpy as np
+    import torch
+
+    n = len(outputs)
+    prompts = torch.zeros(n, PROMPT_LENGTH, dtype=torch.long)
+    responses = torch.zeros(n, RESPONSE_LENGTH, dtype=torch.long)
+    attention = torch.zeros(n, PROMPT_LENGTH + RESPONSE_LENGTH, dtype=torch.long)
+    response_mask = torch.zeros(n, RESPONSE_LENGTH, dtype=torch.long)
+    scores = torch.zeros(n, RESPONSE_LENGTH)
+    for i, out in enumerate(outputs):
+        p, r = len(out.prompt_ids), len(out.response_ids)
+        prompts[i, PROMPT_LENGTH - p:] = torch.tensor(out.prompt_ids)
+        attention[i, PROMPT_LENGTH - p:PROMPT_LENGTH + r] = 1
+        responses[i, :r] = torch.tensor(out.response_ids, dtype=torch.long)
+        response_mask[i, :r] = torch.tensor(out.response_mask, dtype=torch.long)
+        scores[i, r - 1] = out.reward_score  # response_length - 1: -1 for an empty response, as verl's
+    tool_calls = np.empty(n, dtype=object)
+    tool_calls[:] = [out.extra_fields.get("tool_call_counts") for out in outputs]
+    batch = {"prompts": prompts, "responses": responses, "attention_mask": attention, "response_mask": response_mask,
+             "token_level_scores": scores, "token_level_rewards": scores, "advantages": torch.zeros_like(scores),
+             "returns": torch.zeros_like(scores)}  # fmt: skip
+    non_tensor = {"__num_turns__": np.array([out.num_turns for out in outputs], dtype=np.int32),
+                  "tool_call_counts": tool_calls}
+    return types.SimpleNamespace(batch=batch, non_tensor_batch=non_tensor, meta_info={})
+
+
+def assert_logged_as_rlexp(wheel, outputs, references):
+    """The batch through verl's own ``compute_data_metrics`` (``trainer/ppo/metric_utils.py``),
+    printed by its console logger (``utils/logger/aggregate_logger.py::concat_dict_to_str``), read
+    back by rlexp's reader: the local trainer's names carry rlexp's own metrics of the same episodes
+    (:func:`rlexp.core.environments.episode_metrics`), the return as ``reward`` over the episodes
+    that have a response."""
+    from rlexp.core.environments import episode_metrics
+    from rlexp.trainers.verl.metrics import read_verl_console
+
+    compute = release_functions(wheel, ("compute_data_metrics", "_compute_response_info"), "verl/trainer/ppo/metric_utils.py")
+    console = release_functions(wheel, ("concat_dict_to_str",), "verl/utils/logger/aggregate_logger.py")
+    metrics = compute["compute_data_metrics"](verl_batch(outputs), use_critic=False)
+    line = console["concat_dict_to_str"](metrics, step=1)
+    assert "num_turns/mean:np.float64(" in line  # numpy scalars, as verl prints them
+    [row] = read_verl_console(line + "\n").runs[0].rows
+    expected = episode_metrics(references)
+    assert row["turns_per_episode"] == pytest.approx(expected["turns_per_episode"], rel=1e-12)
+    assert row["tool_calls_per_episode"] == pytest.approx(expected["tool_calls_per_episode"], rel=1e-12)
+    started = [t for t in references if t.turns]
+    assert len(started) < len(references)
+    assert row["reward"] == pytest.approx(episode_metrics(started)["episode_return"], rel=1e-6)
 
 
 # ----------------------------------------------------------------------------- the keys, under Hydra

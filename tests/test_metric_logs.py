@@ -274,6 +274,25 @@ def test_one_vocabulary_whichever_reader(tmp_path):
     assert {"actor_lr", "group_reward_std", "response_length", "policy_loss"} <= names[0]
 
 
+def test_a_ratio_logged_in_parts():
+    """A canonical metric a trainer logs only as the means of its parts (OpenRLHF's agent
+    token counts): their quotient, 0 over a zero denominator (as the local trainer counts it), absent
+    when a part is, never over a value logged under the canonical name itself; the parts keep their
+    names. Reference values by hand."""
+    from rlexp.core.trainers.metric_names import canonical_row
+
+    row = canonical_row({"agent_tokens_per_episode": 6.0, "generated_tokens_per_episode": "8.0",
+                         "env_latency_s_per_episode": 0.0, "turns_per_episode": 0.0}, "openrlhf")
+    assert row == {"agent_tokens_per_episode": 6.0, "generated_tokens_per_episode": "8.0",
+                   "env_latency_s_per_episode": 0.0, "turns_per_episode": 0.0,
+                   "agent_token_fraction": 0.75, "env_latency_s": 0.0}
+    assert "agent_token_fraction" not in canonical_row({"agent_tokens_per_episode": 6.0}, "openrlhf")
+    assert canonical_row({"agent_tokens_per_episode": 6.0, "generated_tokens_per_episode": 8.0,
+                          "agent_token_fraction": 0.5}, "openrlhf")["agent_token_fraction"] == 0.5
+    # verl: chat messages (numpy scalars as its console prints them), two per model turn
+    assert canonical_row({"num_turns/mean": "np.float64(3.5)"}, "verl")["turns_per_episode"] == 1.75
+
+
 # --- JSONL ----------------------------------------------------------------------------------------
 
 def test_jsonl_one_bad_line_counted(tmp_path):

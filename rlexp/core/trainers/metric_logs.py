@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlexp.core.trainers.metric_names import STEP_KEYS, canonical_row
+from rlexp.core.trainers.metric_names import STEP_KEYS, canonical_row, number
 
 # the formats every trainer's logs may come in; a trainer's own formats come after the console's
 COMMON_FORMATS = ("jsonl", "trainer-state", "tensorboard")
@@ -71,35 +71,7 @@ class LogRead:
 
 # --- values -------------------------------------------------------------------------------------
 
-_NUMPY = re.compile(r"^(?:np|numpy)\.(?:float|int|uint)\d*\((.*)\)$")
-_TENSOR_TEXT = re.compile(r"^tensor\(\s*([^,()]+)[^()]*\)$")
-_NONFINITE_TEXT = {"nan": math.nan, "-nan": math.nan, "inf": math.inf, "+inf": math.inf, "-inf": -math.inf,
-                   "infinity": math.inf, "-infinity": -math.inf}
-
-
-def number(value: Any) -> float | None:
-    """A metric value as a float (NaN and infinities kept), or None when it is not a number."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int | float):
-        return float(value)
-    if isinstance(value, str):
-        return text_number(value)
-    return None
-
-
-def text_number(text: str) -> float | None:
-    """``0.5``, ``1e-6``, ``nan``, ``np.float64(0.5)``, ``tensor(0.25, device='cuda:0')`` -> float."""
-    text = text.strip()
-    for pattern in (_NUMPY, _TENSOR_TEXT):
-        if m := pattern.match(text):
-            text = m.group(1).strip()
-    if text.lower() in _NONFINITE_TEXT:
-        return _NONFINITE_TEXT[text.lower()]
-    try:
-        return float(text)
-    except ValueError:
-        return None
+# a logged value read as a number: rlexp.core.trainers.metric_names owns it (imported above)
 
 
 def step_of(value: Any) -> int | None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
@@ -34,16 +34,36 @@ COMMON: dict[str, tuple[str, ...]] = {
     TIME_KEY: (TIME_KEY, "timestamp", "_timestamp"),
 }
 
+# the local trainer's episode metrics (rlexp.core.environments.episode_metrics), the names every
+# trainer's agentic runs are read back under
+EPISODE_METRICS = ("turns_per_episode", "tool_calls_per_episode", "env_errors", "agent_token_fraction",
+                   "env_latency_s", "episode_return", "finish_stop", "finish_length", "finish_max_turns",
+                   "finish_env_error")
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """A canonical metric a trainer logs only in parts: ``numerator / denominator``, each a logged
+    source name (or, the denominator, a number); 0 where the denominator is 0 (as the local trainer
+    counts an empty batch). Two means over the same episodes give the ratio of the sums."""
+
+    numerator: str
+    denominator: str | float
+
+
 @dataclass(frozen=True)
 class Vocabulary:
     """One trainer's metric names: ``canonical name -> its source names, most preferred first``;
     the source names also kept under their own name; the prefixes of the phase timings that add
-    up to ``step_time_s`` when it logs no step time of its own. Each trainer's package declares
-    its own (``TrainerRules.metric_vocabulary``; the trainer's ``metrics`` module)."""
+    up to ``step_time_s`` when it logs no step time of its own; the canonical metrics it logs only
+    in parts (:class:`Ratio`, computed where it logs no value under the canonical name itself).
+    Each trainer's package declares its own (``TrainerRules.metric_vocabulary``; the trainer's
+    ``metrics`` module)."""
 
     names: Mapping[str, tuple[str, ...]]
     keep_source: tuple[str, ...] = ()
     step_time_parts: tuple[str, ...] = ()
+    ratios: Mapping[str, Ratio] = field(default_factory=dict)
 
 
 # a trainer that logs rlexp's own names only (the local trainer)
@@ -63,6 +83,39 @@ def trainers() -> tuple[str, ...]:
     from rlexp.trainers import names
 
     return names()
+
+
+# --- a logged value as a number (every reader's, rlexp.core.trainers.metric_logs among them) --------
+
+_NUMPY = re.compile(r"^(?:np|numpy)\.(?:float|int|uint)\d*\((.*)\)$")
+_TENSOR_TEXT = re.compile(r"^tensor\(\s*([^,()]+)[^()]*\)$")
+_NONFINITE_TEXT = {"nan": math.nan, "-nan": math.nan, "inf": math.inf, "+inf": math.inf, "-inf": -math.inf,
+                   "infinity": math.inf, "-infinity": -math.inf}
+
+
+def number(value: Any) -> float | None:
+    """A metric value as a float (NaN and infinities kept), or None when it is not a number."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        return text_number(value)
+    return None
+
+
+def text_number(text: str) -> float | None:
+    """``0.5``, ``1e-6``, ``nan``, ``np.float64(0.5)``, ``tensor(0.25, device='cuda:0')`` -> float."""
+    text = text.strip()
+    for pattern in (_NUMPY, _TENSOR_TEXT):
+        if m := pattern.match(text):
+            text = m.group(1).strip()
+    if text.lower() in _NONFINITE_TEXT:
+        return _NONFINITE_TEXT[text.lower()]
+    try:
+        return float(text)
+    except ValueError:
+        return None
 
 
 # a name logged with its scale, "actor/lr(1e-4)": the value is lr * 1e4
@@ -121,4 +174,17 @@ def canonical_row(raw: Mapping[str, Any], trainer: str) -> dict[str, Any]:
         parts = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)]
         if parts:  # no timing/step: the phases of the step, added up (what timing/step is)
             out["step_time_s"] = float(sum(parts))
+    for canonical, ratio in vocab.ratios.items():
+        if canonical not in out and (value := _ratio(flat, ratio)) is not None:
+            out[canonical] = value
     return out
+
+
+def _ratio(flat: Mapping[str, Any], ratio: Ratio) -> float | None:
+    """``ratio`` of a row's values (as the logs write numbers: ``0.5``, ``np.float64(0.5)``); None
+    where a part is missing or not a number."""
+    den = ratio.denominator if isinstance(ratio.denominator, int | float) else flat.get(ratio.denominator)
+    num, den = number(flat.get(ratio.numerator)), number(den)
+    if num is None or den is None:
+        return None
+    return num / den if den else 0.0

@@ -31,6 +31,25 @@ copied: rlexp (and the environment's package) must be importable on the rollout 
 handed to ``reset`` is ``{"prompt": prompt, "answer": label}`` (the dataset's ``input_key`` and
 ``label_key``, with OpenRLHF's own chat template off: the agent renders the observation), or the
 label itself when it is a mapping.
+
+Metrics: each episode's ``extra_logs`` (the executor keeps the last step's; ``execute`` completes
+them from the finished response) carry the local trainer's per-episode values under its names
+(:func:`rlexp.core.environments.episode_metrics`): ``turns_per_episode``,
+``tool_calls_per_episode``, ``env_errors`` (0/1), ``episode_return``, ``finish_<reason>`` (0/1),
+and the parts of its two ratios of sums: ``agent_tokens_per_episode`` and
+``generated_tokens_per_episode`` (tokens after the prompt; agent_token_fraction is their quotient),
+``env_latency_s_per_episode`` (env_latency_s = it over turns_per_episode). OpenRLHF puts every
+extra_logs key into the sample's ``experience.info`` (``_process_response_into_experience``) and
+the actor's ``ppo_train`` averages it over the batch's samples into the ``Global step`` dict (and
+``train/<key>`` on TensorBoard/wandb) under the key itself; :mod:`rlexp.trainers.openrlhf.metrics`
+reads the ratios back. A mean over samples equals the local trainer's mean over episodes when
+every sample weighs the same: from 0.9.8 by construction (sample-weighted), before it as a mean of
+micro-batch means (equal micro-batches; not with ``use_dynamic_batch``).
+
+An environment whose ``reset`` raises is recorded as rlexp's rollout records it: an ``env_error``
+episode, reward 0, no turn, no token after the prompt in its metrics. The executor still samples
+one turn from the prompt (OpenRLHF needs an action token per sample: its per-sample means over
+the action mask, the KL's among them, divide by their count); the agent ends the episode there.
 """
 
 from __future__ import annotations
@@ -61,13 +80,14 @@ imported, not copied; instances are pooled at module level and reset between epi
 """
 
 import json
+import time
 
 import torch
 from openrlhf.utils.agent import AgentInstanceBase, MultiTurnAgentExecutor
 
 from rlexp.adapters.episodes import render_user_turn
 from rlexp.adapters.generation import render_prompt
-from rlexp.core.environments import resolve
+from rlexp.core.environments import FINISH_REASONS, resolve
 
 ENVIRONMENT = {env!r}
 CONFIG = json.loads({config!r})
@@ -107,41 +127,82 @@ def _step_output(reward, total, feedback, done, sampling_params, logs):
 class Agent(AgentInstanceBase):
     def __init__(self, *args, **kwargs):
         self.env = None
+        self.reset_error = None
         self.turns = 0
         self.total = 0.0
         self.tool_calls = 0
+        self.latency = 0.0
 
     async def reset(self, states, **kwargs):
         label = states["label"]
         task = dict(label) if isinstance(label, dict) else {{"prompt": states["observation"], "answer": label}}
         self.env = _take()
-        observation = self.env.reset(task)
+        try:
+            observation = self.env.reset(task)
+        except Exception as exc:  # recorded as rlexp's rollout records it: an env_error episode, reward 0
+            self.reset_error = f"reset: {{type(exc).__name__}}: {{exc}}"
+            self._release()
+            observation = ""  # the prompt rlexp's rollout keeps for it (the executor samples one turn from it)
         return {{"observation": render_prompt(_TOKENIZER, observation, "")}}
 
+    def _logs(self, finish):
+        # the executor keeps the last step's extra_logs: the episode's values so far
+        return {{"turns_per_episode": self.turns, "tool_calls_per_episode": self.tool_calls,
+                "env_errors": int(finish == "env_error"), "episode_return": self.total,
+                "env_latency_s_per_episode": self.latency, "finish": FINISH_REASONS.index(finish)}}
+
     async def step(self, states, **kwargs):
+        sampling_params = states.get("sampling_params")
+        if self.reset_error is not None:  # no environment to step: the episode ends with reward 0
+            return _step_output(0.0, 0.0, "", True, sampling_params, self._logs("env_error"))
         self.turns += 1
-        # the local trainer's metric names; the executor keeps the last step's logs: the episode's counts
-        logs = {{"turns_per_episode": self.turns, "tool_calls_per_episode": self.tool_calls, "env_errors": 0}}
+        started = time.perf_counter()
         try:
             result = self.env.step(_action_text(states["action_text"]))
-        except Exception:  # an environment failure ends the episode with reward 0, counted
-            logs["env_errors"] = 1
+        except Exception:  # an environment failure ends the episode with no reward for the turn, counted
+            self.latency += time.perf_counter() - started
             self._release()
-            return _step_output(0.0, self.total, "", True, states.get("sampling_params"), logs)
+            return _step_output(0.0, self.total, "", True, sampling_params, self._logs("env_error"))
+        self.latency += time.perf_counter() - started
         self.total += float(result.reward)
         if (result.info or {{}}).get("tool_call"):
             self.tool_calls += 1
-            logs["tool_calls_per_episode"] = self.tool_calls
         done = bool(result.done) or self.turns >= MAX_TURNS
         feedback = "" if done else render_user_turn(_TOKENIZER, result.feedback)
         if done:
             self._release()
-        return _step_output(result.reward, self.total, feedback, done, states.get("sampling_params"), logs)
+        # "stop"/"max_turns" unless the turn was cut by the room left (known after the executor returns)
+        finish = ("stop" if result.done else "max_turns") if done else "length"
+        return _step_output(result.reward, self.total, feedback, done, sampling_params, self._logs(finish))
 
     def _release(self):
         if self.env is not None:
             _IDLE.append(self.env)
             self.env = None
+
+
+def episode_logs(response, max_length, eos_token_id):
+    """The extra_logs of one finished episode: the local trainer's per-episode values (its metric
+    names), the finish reason as one 0/1 flag per reason, and the token counts whose batch means
+    give agent_token_fraction (agent tokens / tokens after the prompt)."""
+    logs = {{k: float(v) for k, v in (response.get("extra_logs") or {{}}).items()}}
+    finish = FINISH_REASONS[int(logs.pop("finish"))]
+    ranges = [tuple(r) for r in response["action_ranges"]]
+    if logs["turns_per_episode"] and ranges:
+        start, end = ranges[-1]
+        # the last turn was cut iff it filled the room it was given without an end of sequence
+        # ("truncated", its finish reason, where the release returns it)
+        cut = response["truncated"] if "truncated" in response else (
+            end - start >= max_length - start and response["observation_tokens"][end - 1] != eos_token_id)
+        if cut and finish in ("stop", "max_turns"):
+            finish = "length"
+        agent = sum(e - s for s, e in ranges)
+        generated = len(response["observation_tokens"]) - ranges[0][0]
+    else:  # the environment failed at reset: rlexp's rollout has no turn and no token after the prompt
+        agent = generated = 0
+    logs.update(agent_tokens_per_episode=agent, generated_tokens_per_episode=generated)
+    logs.update({{f"finish_{{reason}}": float(reason == finish) for reason in FINISH_REASONS}})
+    return {{k: torch.tensor(float(v)) for k, v in logs.items()}}
 
 
 class AgentExecutor(MultiTurnAgentExecutor):
@@ -151,8 +212,10 @@ class AgentExecutor(MultiTurnAgentExecutor):
     async def execute(self, prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine, *args, **kwargs):
         global _TOKENIZER
         _TOKENIZER = hf_tokenizer
-        return await super().execute(prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine,
-                                     *args, **kwargs)
+        response = await super().execute(prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine,
+                                         *args, **kwargs)
+        response["extra_logs"] = episode_logs(response, max_length, getattr(hf_tokenizer, "eos_token_id", None))
+        return response
 '''
 
 

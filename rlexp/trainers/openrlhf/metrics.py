@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rlexp.core.trainers.metric_names import COMMON, Vocabulary
+from rlexp.core.trainers.metric_names import COMMON, Ratio, Vocabulary
 
 # OpenRLHF 0.9.3-0.11.2: the "Global step" dict (experience info + actor status), 0.11's
 # rollout/* stats (ppo_trainer.py), timing/step_total (0.10+), and the tqdm postfix of the actor's
@@ -20,4 +20,15 @@ NAMES: dict[str, tuple[str, ...]] = {
     "step_time_s": ("step_time_s", "timing/step_total", "step_time", "time/step"),
 }
 
-VOCABULARY = Vocabulary(NAMES)
+# Agentic runs: rlexp's agent file (rlexp.trainers.openrlhf.agent) returns the local trainer's
+# per-episode values as extra_logs; OpenRLHF averages each over the batch's samples into the
+# "Global step" dict under its own key (samples_generator/experience_maker
+# _process_response_into_experience -> experience.info; ray/ppo_actor.py ppo_train), so
+# turns_per_episode, tool_calls_per_episode, env_errors, episode_return and finish_* arrive under
+# the local trainer's names. Its two ratios of sums arrive as the means of their parts.
+RATIOS = {
+    "agent_token_fraction": Ratio("agent_tokens_per_episode", "generated_tokens_per_episode"),
+    "env_latency_s": Ratio("env_latency_s_per_episode", "turns_per_episode"),
+}
+
+VOCABULARY = Vocabulary(NAMES, ratios=RATIOS)

@@ -18,6 +18,13 @@ rlexp's own budgets (``max_tokens_per_turn``, ``max_total_tokens``, capped by ve
 environment's code is imported by the loop, never copied; the task comes from the row's
 ``extra_info.rlexp_task`` (written by :func:`agent_row`), else prompt and ground truth.
 
+An environment whose ``reset`` raises gives rlexp's rollout's episode (the empty observation's
+prompt, no response, reward 0, ``env_error``). What verl logs of an episode (``metric_utils.py``
+``compute_data_metrics``): ``num_turns`` (chat messages: 2 per model turn here), the reward, and
+on the legacy trainer the extra field ``tool_call_counts``; :mod:`rlexp.trainers.verl.metrics`
+reads them back under the local trainer's names. The loop's other extra fields carry the rest
+under those names, unlogged by verl.
+
 verl itself needs GPUs: nothing here imports or runs it; the tests check the generated class
 against the wheel's own ``AgentLoopBase``/``AgentLoopOutput`` and compose the keys with Hydra.
 """
@@ -43,6 +50,7 @@ imported, not copied; instances are pooled at module level and reset between epi
 """
 
 import json
+import time
 from typing import Any
 from uuid import uuid4
 
@@ -85,7 +93,11 @@ class {class_name}(AgentLoopBase):
         tok = self.tokenizer
         env = _take()
         try:
-            observation = env.reset(_task(kwargs))
+            try:
+                observation = env.reset(_task(kwargs))
+            except Exception:  # recorded as rlexp's rollout records it: an env_error episode, no turn, reward 0
+                prompt_ids = self._cap_text_prompt_length(encode_prompt(tok, render_prompt(tok, "", "")))
+                return _output(prompt_ids, [], [], 0.0, 0, 0, "env_error", 0.0)
             prompt_ids = self._cap_text_prompt_length(encode_prompt(tok, render_prompt(tok, observation, "")))
             return await self._play(env, prompt_ids, sampling_params)
         finally:
@@ -95,7 +107,7 @@ class {class_name}(AgentLoopBase):
         tok = self.tokenizer
         stop_ids = {{tok.eos_token_id}}
         budget = min(MAX_TOTAL_TOKENS, self.response_length)
-        response, mask, total, turns, tool_calls, errors = [], [], 0.0, 0, 0, 0
+        response, mask, total, turns, tool_calls, env_s = [], [], 0.0, 0, 0, 0.0
         finish = "max_turns"
         for turn in range(MAX_TURNS):
             room = min(MAX_TOKENS_PER_TURN, budget - len(response))
@@ -112,11 +124,14 @@ class {class_name}(AgentLoopBase):
             response += ids
             mask += [1] * len(ids)
             turns += 1
+            started = time.perf_counter()
             try:
                 result = env.step(tok.decode(ids, skip_special_tokens=True))
             except Exception:  # an environment failure ends the episode, counted
-                errors, finish = 1, "env_error"
+                env_s += time.perf_counter() - started
+                finish = "env_error"
                 break
+            env_s += time.perf_counter() - started
             total += float(result.reward)
             tool_calls += int(bool((result.info or {{}}).get("tool_call")))
             if not stopped or result.done or turn == MAX_TURNS - 1:
@@ -128,16 +143,27 @@ class {class_name}(AgentLoopBase):
                 break
             response += feedback
             mask += [0] * len(feedback)
-        return AgentLoopOutput(
-            prompt_ids=prompt_ids,
-            response_ids=response[: self.response_length],
-            response_mask=mask[: self.response_length],
-            reward_score=total,  # verl puts it on the last response token (rm_scores[-1])
-            num_turns=2 * turns,
-            metrics={{}},
-            extra_fields={{"turns_per_episode": turns, "tool_calls_per_episode": tool_calls, "env_errors": errors,
-                          "finish_reason": finish}},  # the local trainer's metric names
-        )
+        return _output(prompt_ids, response[: self.response_length], mask[: self.response_length], total, turns,
+                       tool_calls, finish, env_s)
+
+
+def _output(prompt_ids, response, mask, total, turns, tool_calls, finish, env_s):
+    """The episode as verl takes it. What verl logs of it (metric_utils.py compute_data_metrics):
+    num_turns -> num_turns/mean (verl counts chat messages: the prompt, each model turn and each
+    feedback, 2 per model turn here), the reward -> critic/score/mean, the extra field
+    tool_call_counts -> tool_call_counts/mean (the legacy trainer, trainer.use_v1=false, whose
+    batch keeps the extra fields), the environment's seconds as AgentLoopMetrics.tool_calls ->
+    agent_loop/tool_calls/* timings. The other fields carry the local trainer's names, unlogged."""
+    return AgentLoopOutput(
+        prompt_ids=prompt_ids,
+        response_ids=response,
+        response_mask=mask,
+        reward_score=total,  # verl puts it on the last response token (rm_scores[-1])
+        num_turns=2 * turns,
+        metrics={{"tool_calls": env_s}},
+        extra_fields={{"tool_call_counts": tool_calls, "turns_per_episode": turns, "tool_calls_per_episode": tool_calls,
+                      "env_errors": int(finish == "env_error"), "finish_reason": finish}},
+    )
 '''
 
 

@@ -23,7 +23,7 @@ from rlexp.core.trainers.metric_logs import (
     physical_lines,
     step_of,
 )
-from rlexp.core.trainers.metric_names import COMMON, Vocabulary
+from rlexp.core.trainers.metric_names import COMMON, Ratio, Vocabulary
 
 # verl 0.9.1 (metric_utils.py, core_algos.py, workers) and older verl as users paste it
 # (actor/lr(1e-4) scaled by 1e4, actor/entropy_loss, timing/*). kl: the KL loss to the reference
@@ -42,11 +42,19 @@ NAMES: dict[str, tuple[str, ...]] = {
     "truncated": ("response_length/clip_ratio",),
     "step_time_s": ("timing_s/step", "timing/step"),
     "monitor_acc": ("val-core/rlexp_ood_monitor/acc/mean@1",),
+    # agentic runs (rlexp's agent loop, rlexp.trainers.verl.agent), what verl logs of an episode
+    # (metric_utils.py compute_data_metrics) besides its return (reward above: the mean over the
+    # batch's samples that have a response; a reset failure has none): tool_call_counts, an extra
+    # field, logged only by the legacy trainer (trainer.use_v1=false), whose batch keeps them
+    "tool_calls_per_episode": ("tool_call_counts/mean",),
 }
+# num_turns/mean counts chat messages: 2 per model turn of rlexp's loop (the prompt, each turn and
+# each feedback but the last), so a model turn is half of it (a single-turn loop's 2 reads as 1)
+RATIOS = {"turns_per_episode": Ratio("num_turns/mean", 2)}
 # the monitor's metric is also kept under its own name; without timing/step, the phase timings
 # add up to step_time_s
 VOCABULARY = Vocabulary(NAMES, keep_source=("val-core/rlexp_ood_monitor/acc/mean@1",),
-                        step_time_parts=("timing_s/", "timing/"))
+                        step_time_parts=("timing_s/", "timing/"), ratios=RATIOS)
 
 
 # --- its console ------------------------------------------------------------------------------
