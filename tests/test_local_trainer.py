@@ -195,10 +195,10 @@ def test_unsupported_recipe_is_a_one_line_input_error(experiment):
 def test_demo_recipe_loads_and_spans_its_schedule(experiment):
     import yaml
 
-    from rlexp.backends.local_trainer import config_from_attempt
     from rlexp.core.spec import load_attempt
     from rlexp.stages.demo import DEMO_POOL_SIZE, DEMO_RECIPE
     from rlexp.storage.datasets import build_task_datasets
+    from rlexp.trainers.local.config import config_from_attempt
 
     build_task_datasets(experiment / "data", seed=0, pool_size=DEMO_POOL_SIZE, monitor_size=20, primary_size=40,
                         id_size=20)  # fmt: skip

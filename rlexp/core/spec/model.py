@@ -77,8 +77,8 @@ class EvalSettings:
                                                      "the key; unset: no Authorization header")
 
 
-ENV_LOSSES = ("grpo", "gspo")  # rlexp.backends.env_trainer.LOSS_TYPES
-ENV_ADVANTAGE_MODES = ("return", "token_rewards")  # rlexp.backends.env_trainer.ADVANTAGE_MODES
+ENV_LOSSES = ("grpo", "gspo")  # rlexp.trainers.local.config.LOSS_TYPES
+ENV_ADVANTAGE_MODES = ("return", "token_rewards")  # rlexp.trainers.local.config.ADVANTAGE_MODES
 ENV_PRIMARY_METRICS = ("success", "mean_reward")
 ENV_REWARD_PARTS = ("env", "judge", "ndcg")  # the weighted parts of environment.reward (rlexp.core.rewards.combine)
 ENV_JUDGE_DEFAULTS = {"max_tokens": 8, "timeout_s": 60.0, "retries": 2}
