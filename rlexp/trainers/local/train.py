@@ -50,7 +50,7 @@ from rlexp.core.numbers import json_row
 from rlexp.core.schedule import fires
 from rlexp.errors import InputError
 from rlexp.storage.files import append_jsonl, iter_jsonl, make_temp_dir, repair_torn_tail, replace_dir
-from rlexp.storage.layout import STEP_TIME_KEY, AttemptDir
+from rlexp.storage.layout import STEP_TIME_KEY, AttemptDir, Checkpoint
 from rlexp.trainers.local.config import TrainerConfig, config_from_attempt
 from rlexp.trainers.local.loss import group_advantages, grpo_loss, masked_mean
 
@@ -269,10 +269,10 @@ def save_state(
     return final
 
 
-def latest_state(attempt_dir: Path) -> Path | None:
-    """The newest complete resumable state (its ``trainer_state.pt`` written), or None."""
-    latest = AttemptDir(attempt_dir).latest_resume_state("local", complete="trainer_state.pt")
-    return latest[1] if latest else None
+def latest_state(attempt_dir: Path) -> Checkpoint | None:
+    """The newest complete resumable state (its ``trainer_state.pt`` written, in the checkpoint's
+    ``path``), or None."""
+    return AttemptDir(attempt_dir).latest_resume_state("local", complete="trainer_state.pt")
 
 
 def drop_stop_checkpoint(attempt_dir: Path, step: int, save_steps: int, total: int) -> None:
@@ -408,7 +408,7 @@ def train(cfg: TrainerConfig, attempt_dir: Path, *, resume: bool = False, log=pr
     # ---- resume: weights, optimizer, scheduler, RNG; drop metric rows after the checkpoint
     start_step = 0
     if resume and (latest := latest_state(attempt_dir)) is not None:
-        state = torch.load(latest / "trainer_state.pt", weights_only=False)
+        state = torch.load(latest.path / "trainer_state.pt", weights_only=False)
         params = dict(model.named_parameters())
         with torch.no_grad():
             for name, value in state["trainable"].items():
