@@ -153,7 +153,6 @@ def config_from_attempt(att: Any) -> TrainerConfig:
     )
 
 
-
 # =============================================================================== environment tasks
 
 

@@ -62,7 +62,6 @@ def pack_trajectories(trajectories: list[Trajectory], pad: int):
     )
 
 
-
 # =============================================================================== rollouts
 
 

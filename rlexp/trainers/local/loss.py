@@ -116,6 +116,8 @@ def trajectory_advantages(
     raise ValueError(f"unknown advantage mode {mode!r}")
 
 
+# =============================================================================== GSPO
+
 
 def sequence_log_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """``[N]``: the mean over each row's agent tokens of ``log π − log π_old`` (0 for a row with none)."""

@@ -35,7 +35,6 @@ episode's prompt order with ``(seed, episode)``, so a resumed run draws exactly 
 uninterrupted one would; RNG states are saved anyway.
 """
 
-
 from __future__ import annotations
 
 import signal
