@@ -63,14 +63,11 @@ def main() -> None:
 
     from rlexp.adapters.episodes import SlotCache, run_episodes
     from rlexp.adapters.tinymodel import build_tiny_model
-    from rlexp.backends.env_trainer import (
-        EnvTrainingOptions,
-        collect_env_rollout,
-        loss_for,
-        pack_trajectories,
-    )
-    from rlexp.backends.local_trainer import masked_mean, token_logprobs, train_on_rollout
     from rlexp.core.environments import Budgets, parse_rows
+    from rlexp.trainers.local.config import EnvTrainingOptions
+    from rlexp.trainers.local.env_train import collect_env_rollout, pack_trajectories
+    from rlexp.trainers.local.loss import loss_for, masked_mean
+    from rlexp.trainers.local.train import token_logprobs, train_on_rollout
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)

@@ -7,7 +7,8 @@ Layers, lowest first; a module may import its own layer and the layers below it,
     storage     rlexp.storage.*                                          (the experiment directory on disk)
     adapters    rlexp.adapters.*, rlexp.engines.*, rlexp.backends.*      (MLflow, models, backends, engines)
     (trainers)  rlexp.trainers and each package rlexp.trainers.<name> are core, and so are the
-                package's TRAINER_CORE_MODULES; its other modules and rlexp.trainers.launch are adapters
+                package's TRAINER_CORE_MODULES and its own PACKAGE_CORE_MODULES; its other modules
+                and rlexp.trainers.launch are adapters
     stages      rlexp.stages.*  (the package root `rlexp` re-exports them lazily and counts as foundation)
     commands    rlexp.commands.*                                          (CLI options and rendering)
     cli         rlexp.cli, rlexp.console, rlexp.cli_runtime,             (the entry point: the console
@@ -35,6 +36,14 @@ CLI = {"rlexp.cli", "rlexp.console", "rlexp.cli_runtime", "rlexp._cli_help"}
 # (steps), its preflight checks (checks), its config keys or fields as data (keys, fields), its metric
 # names and log readers (metrics); each is core, imports nothing above it and writes nothing
 TRAINER_CORE_MODULES = {"steps", "checks", "keys", "fields", "metrics"}
+# a package's own pure modules besides those (trainer name -> module names): the local trainer's
+# configuration and its loss (pure functions of tensors); each is core as the modules above are
+PACKAGE_CORE_MODULES = {"local": {"config", "loss"}}
+
+
+def is_trainer_core_module(parts: list[str]) -> bool:
+    """Whether ``rlexp.trainers.<name>.<module>`` (split on dots) is one of its package's pure modules."""
+    return parts[3] in TRAINER_CORE_MODULES | PACKAGE_CORE_MODULES.get(parts[2], set())
 
 
 def layer_of(module: str) -> str:
@@ -45,7 +54,7 @@ def layer_of(module: str) -> str:
         # (TRAINER_CORE_MODULES) are its rules (core); its other modules, and the registry of their
         # launch side, do its work with processes and files (adapters)
         parts = module.split(".")
-        if module == "rlexp.trainers.launch" or (len(parts) >= 4 and parts[3] not in TRAINER_CORE_MODULES):
+        if module == "rlexp.trainers.launch" or (len(parts) >= 4 and not is_trainer_core_module(parts)):
             return "adapters"
         return "core"
     if module.split(".")[1:2] in (["core"], ["stats"]):
@@ -408,3 +417,12 @@ def test_the_seam_counter_sees_a_branch():
         path.write_text('if att.trainer.name == "verl":\n    pass\nok = backend in ("local", "ray")\n'
                         'x = "vllm" != engine\ny = name == "other"\n')
         assert [h.split(":")[0] for h in _seam_comparisons(path)] == ["1", "3", "4"]
+
+
+def test_a_trainer_package_is_layered_as_the_whole():
+    """The local trainer's configuration and loss are its pure rules (core); its trainer, launch and
+    the entry modules every launch records are adapters."""
+    assert {layer_of(f"rlexp.trainers.local.{m}") for m in ("config", "loss", "steps")} == {"core"}
+    assert {layer_of(f"rlexp.trainers.local.{m}") for m in ("train", "env_train", "launch")} == {"adapters"}
+    assert layer_of("rlexp.trainers.verl.loss") == "adapters"  # another package's own list is its own
+    assert layer_of("rlexp.backends.local_trainer") == "adapters"

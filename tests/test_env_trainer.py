@@ -15,15 +15,17 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from rlexp.backends.env_trainer import (  # noqa: E402
-    EnvTrainingOptions,
+from rlexp.core.environments import TrajectoryBuilder  # noqa: E402
+from rlexp.trainers.local.config import EnvTrainingOptions  # noqa: E402
+from rlexp.trainers.local.env_train import pack_trajectories  # noqa: E402
+from rlexp.trainers.local.loss import (  # noqa: E402
+    grpo_loss,
     gspo_loss,
     gspo_policy_loss,
-    pack_trajectories,
+    policy_loss,
     trajectory_advantages,
 )
-from rlexp.backends.local_trainer import grpo_loss, policy_loss, token_logprobs  # noqa: E402
-from rlexp.core.environments import TrajectoryBuilder  # noqa: E402
+from rlexp.trainers.local.train import token_logprobs  # noqa: E402
 
 # ----------------------------------------------------------------------------- references (loops)
 
@@ -264,9 +266,10 @@ def test_env_rollout_and_a_training_step_on_two_environments(tiny_base_model):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from rlexp.adapters.episodes import SlotCache
-    from rlexp.backends.env_trainer import collect_env_rollout, loss_for
-    from rlexp.backends.local_trainer import train_on_rollout
     from rlexp.core.environments import Budgets, parse_rows
+    from rlexp.trainers.local.env_train import collect_env_rollout
+    from rlexp.trainers.local.loss import loss_for
+    from rlexp.trainers.local.train import train_on_rollout
 
     tok = AutoTokenizer.from_pretrained(tiny_base_model)
     model = AutoModelForCausalLM.from_pretrained(tiny_base_model)
@@ -308,10 +311,10 @@ def test_one_step_environment_reproduces_the_single_turn_rollout(tiny_base_model
     prompts left-padded there, whole trajectories right-padded here, so the matrix shapes differ)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rlexp.backends.env_trainer import collect_env_rollout
-    from rlexp.backends.local_trainer import collect_rollout, train_on_rollout
     from rlexp.core import answers
     from rlexp.core.environments import Budgets, parse_rows
+    from rlexp.trainers.local.env_train import collect_env_rollout
+    from rlexp.trainers.local.train import collect_rollout, train_on_rollout
 
     # the untrained model never writes a right answer; so that rewards (and advantages) vary, both
     # paths grade through the shared extractor patched here: "correct" = an even-length completion
@@ -356,7 +359,7 @@ def test_one_step_environment_reproduces_the_single_turn_rollout(tiny_base_model
 
 
 def test_gspo_settings_for_every_listed_openrlhf_release_and_the_other_trainers():
-    from rlexp.backends.env_trainer import gspo_trainer_settings
+    from rlexp.trainers.local.env_train import gspo_trainer_settings
     from rlexp.trainers.openrlhf.argv import known_versions, load_flag_table
     from rlexp.trainers.openrlhf.parser import version_key
 

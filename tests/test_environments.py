@@ -234,7 +234,7 @@ def test_one_step_environment_on_the_tiny_model_matches_the_single_turn_path(tin
 
     from rlexp.adapters.episodes import run_episodes
     from rlexp.adapters.generation import generate, render_prompt
-    from rlexp.backends.local_trainer import reward_of
+    from rlexp.trainers.local.train import reward_of
 
     tok = AutoTokenizer.from_pretrained(tiny_base_model)
     model = AutoModelForCausalLM.from_pretrained(tiny_base_model)

@@ -13,14 +13,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from rlexp.backends.local_trainer import (  # noqa: E402
-    group_advantages,
-    grpo_loss,
-    k3_kl,
-    policy_loss,
-    reference_logprobs,
-    token_logprobs,
-)
+from rlexp.trainers.local.loss import group_advantages, grpo_loss, k3_kl, policy_loss  # noqa: E402
+from rlexp.trainers.local.train import reference_logprobs, token_logprobs  # noqa: E402
 
 # ----------------------------------------------------------------------------- references (loops)
 
@@ -246,7 +240,7 @@ def test_padded_batch_scores_each_response_as_if_alone(tmp_path):
     from transformers import AutoModelForCausalLM
 
     from rlexp.adapters.tinymodel import build_tiny_model
-    from rlexp.backends.local_trainer import pack_rows
+    from rlexp.trainers.local.train import pack_rows
 
     model = AutoModelForCausalLM.from_pretrained(build_tiny_model(tmp_path / "m", seed=2)).eval()
     g = torch.Generator().manual_seed(1)

@@ -195,10 +195,10 @@ def test_unsupported_recipe_is_a_one_line_input_error(experiment):
 def test_demo_recipe_loads_and_spans_its_schedule(experiment):
     import yaml
 
-    from rlexp.backends.local_trainer import config_from_attempt
     from rlexp.core.spec import load_attempt
     from rlexp.stages.demo import DEMO_POOL_SIZE, DEMO_RECIPE
     from rlexp.storage.datasets import build_task_datasets
+    from rlexp.trainers.local.config import config_from_attempt
 
     build_task_datasets(experiment / "data", seed=0, pool_size=DEMO_POOL_SIZE, monitor_size=20, primary_size=40,
                         id_size=20)  # fmt: skip
@@ -222,3 +222,20 @@ def test_demo_recipe_loads_and_spans_its_schedule(experiment):
     assert (steps.optimizer_steps_total, steps.warmup_steps, steps.global_steps_total) == (128, 7, 64)
     assert steps.optimizer_steps_per_global_step == 2 and steps.micro_batches_per_optimizer_step == 1
     assert cfg.target_modules == tuple(DEMO_RECIPE["target_modules"])
+
+
+def test_the_local_trainer_resumes_from_its_latest_complete_state(tmp_path):
+    """checkpoints/state/global_step{N} with its trainer_state.pt written; a state a killed writer
+    left without it does not count, nor do the adapters."""
+    from rlexp.storage.layout import AttemptDir, Checkpoint
+    from rlexp.trainers.local.train import latest_state
+
+    ad = AttemptDir(tmp_path / "a")
+    assert latest_state(ad.root) is None
+    for step, complete in ((4, True), (8, True), (12, False)):
+        folder = tmp_path / "a" / "checkpoints" / "state" / f"global_step{step}"
+        folder.mkdir(parents=True)
+        if complete:
+            (folder / "trainer_state.pt").write_bytes(b"")
+    (tmp_path / "a" / "checkpoints" / "global_step16_hf").mkdir()
+    assert latest_state(ad.root) == Checkpoint(8, path=tmp_path / "a" / "checkpoints" / "state" / "global_step8")

@@ -81,7 +81,7 @@ def test_the_builders_dotted_map_is_the_tables_column():
 def test_local_trainer_config_has_one_field_per_marked_key_and_the_tables_defaults():
     from dataclasses import fields
 
-    from rlexp.backends.local_trainer import TrainerConfig
+    from rlexp.trainers.local.config import TrainerConfig
 
     names = {f.name for f in fields(TrainerConfig)}
     recipe_names = {k.name for k in local_trainer_keys()}
@@ -103,7 +103,7 @@ def test_local_trainer_config_has_one_field_per_marked_key_and_the_tables_defaul
 
 def test_a_local_spec_reaches_the_trainer_with_the_values_the_plan_shows(tmp_path):
     """No second set of defaults: what load_attempt resolves is what the trainer holds."""
-    from rlexp.backends.local_trainer import config_from_attempt
+    from rlexp.trainers.local.config import config_from_attempt
 
     d = tmp_path / "exp" / "a1"
     d.mkdir(parents=True)
@@ -124,7 +124,7 @@ def test_a_local_spec_reaches_the_trainer_with_the_values_the_plan_shows(tmp_pat
 
 
 def test_the_local_trainer_refuses_what_it_does_not_implement(tmp_path):
-    from rlexp.backends.local_trainer import TrainerConfig
+    from rlexp.trainers.local.config import TrainerConfig
 
     with pytest.raises(InputError) as info:
         TrainerConfig(pretrain=Path("m"), pool_path=Path("p")).validate("a/attempt.yaml")
@@ -137,8 +137,8 @@ def test_the_local_trainer_refuses_what_it_does_not_implement(tmp_path):
 
 
 def test_the_trainers_step_math_is_the_plans():
-    from rlexp.backends.local_trainer import TrainerConfig
     from rlexp.core.schedule import compute_steps
+    from rlexp.trainers.local.config import TrainerConfig
 
     cfg = TrainerConfig(pretrain=Path("m"), pool_path=Path("p"), advantage_estimator="dr_grpo",
                         n_samples_per_prompt=8, rollout_batch_size=16, train_batch_size=64,

@@ -383,3 +383,16 @@ def test_report_verdict_first_with_named_baselines_family_and_no_machine_paths(t
     assert "| [a2](a2.md) | child | eps_clip=0.1 |" in family
     assert "No parent: this attempt is a root; seed sibling of a1s2 (same recipe, another seed)." in text
     assert (tmp_path / "reports" / "exp" / "a1_family.png").exists()
+
+
+def test_baseline_sota_is_named_by_its_adapter_folder():
+    """The records' meta names the adapter Baseline-SOTA was loaded from: ``<attempt>/checkpoints/
+    global_step{N}_hf`` names checkpoint global_step{N} of that attempt; another folder there keeps its name."""
+    from rlexp.stages.report import _checkpoint_of
+    from rlexp.storage.layout import Checkpoint
+
+    assert _checkpoint_of("exp/a1s2/checkpoints/global_step20_hf") == {"attempt": "a1s2", "checkpoint": "global_step20"}
+    assert _checkpoint_of("/m/run/checkpoints/checkpoint-30") == {"attempt": "run", "checkpoint": "checkpoint-30"}
+    assert _checkpoint_of("/m/tiny-base") is None and _checkpoint_of(None) is None
+    assert Checkpoint.of_adapter(Path("x/global_step7_hf")) == Checkpoint(7, path=Path("x/global_step7_hf"))
+    assert Checkpoint.of_adapter("x/global_step7") is None and Checkpoint.of_adapter("checkpoint-7") is None

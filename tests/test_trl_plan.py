@@ -357,11 +357,12 @@ def test_the_generated_script_holds_the_stated_fields_and_rlexp_paths(tmp_path):
 
 
 def test_a_trl_resume_continues_from_transformers_checkpoint_folders(tmp_path):
-    from rlexp.storage.layout import AttemptDir
+    from rlexp.storage.layout import AttemptDir, Checkpoint
 
     ad = AttemptDir(tmp_path / "a")
     for name in ("checkpoint-2", "checkpoint-10", "checkpoint-x", "global_step4_hf"):
         (ad.resume_state_dir("trl") / name).mkdir(parents=True)
     assert ad.resume_state_dir("trl") == tmp_path / "a" / "checkpoints" / "trl"
-    assert ad.latest_resume_state("trl") == (10, ad.resume_state_dir("trl") / "checkpoint-10")
+    assert ad.latest_resume_state("trl") == Checkpoint(10, path=ad.resume_state_dir("trl") / "checkpoint-10")
     assert ad.latest_resume_state("local") is None  # other trainers keep their own naming
+

@@ -64,7 +64,7 @@ class RecipeKey:
     nullable: bool = False
     constraint: str | None = None  # see the module docstring
     dotted: str | None = None  # v0.10.2+ flag without dashes; None: that dialect has no such flag
-    local: bool = False  # read by the local trainer (rlexp.backends.local_trainer)
+    local: bool = False  # read by the local trainer (rlexp.trainers.local.config)
 
 
 T, I, X = TRAINING, INSTRUMENTATION, INFRASTRUCTURE  # noqa: E741 (short names keep the table readable)

@@ -23,13 +23,14 @@ that a rerun of ``rlexp decide`` completes to the new one:
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from rlexp.core.decision import BASELINES, AttemptFacts, DecideInputs, Decision
 from rlexp.errors import InputError
-from rlexp.storage.layout import AttemptDir, checkpoint_step
+from rlexp.storage.layout import AttemptDir, Checkpoint
 
 
 def decide(attempt: str | Path, *, sop_path: str | Path | None = None, now: str | None = None) -> Decision:
@@ -49,9 +50,9 @@ def decide(attempt: str | Path, *, sop_path: str | Path | None = None, now: str 
     return decision
 
 
-def _read_selection(ad: AttemptDir) -> tuple[list[str], dict[str, str], str | None]:
-    """Checkpoint names in role order, name -> role(s), and the SHA-256 of the SOP file the
-    selection was made under, from eval/selection.json."""
+def _read_selection(ad: AttemptDir) -> tuple[tuple[Checkpoint, ...], str | None]:
+    """The selected checkpoints in role order (each with its role(s) and its adapter folder) and the
+    SHA-256 of the SOP file the selection was made under, from eval/selection.json."""
     path = ad.selection
     if not path.exists():
         raise InputError(path, None, "file not found: run `rlexp eval` first (it pre-registers the K=3 checkpoints)")
@@ -59,12 +60,10 @@ def _read_selection(ad: AttemptDir) -> tuple[list[str], dict[str, str], str | No
 
     selection = read_selection(ad.root)
     assert selection is not None  # it exists (above)
-    selected = selection.selected()
-    names = [c.name for c in selected]
-    roles = {c.name: c.role or "" for c in selected}
-    if not names:
+    selected = tuple(replace(c, path=ad.adapter(c.step)) for c in selection.selected())
+    if not selected:
         raise InputError(path, "checkpoints", "no checkpoint selected")
-    return names, roles, selection.sop_sha256
+    return selected, selection.sop_sha256
 
 
 def _parser_audit(ad: AttemptDir) -> dict[str, Any] | None:
@@ -110,7 +109,9 @@ def gather(attempt: str | Path, sop: Any) -> tuple[DecideInputs, dict[str, Any]]
     att = load_attempt(attempt)
     ad = AttemptDir(att.attempt_dir)
     exp_dir = Path(att.experiment_dir)
-    names, roles, selected_under = _read_selection(ad)
+    selected, selected_under = _read_selection(ad)
+    names = [c.name for c in selected]
+    roles = {c.name: c.role or "" for c in selected}
     selection_note = None
     if selected_under is not None and selected_under != sop.sha256:
         # K=3 (smoothing window, ties) was applied under another SOP file than the gates are now
@@ -174,7 +175,7 @@ def gather(attempt: str | Path, sop: Any) -> tuple[DecideInputs, dict[str, Any]]
         history=history, sota=pin.to_dict() if pin else None, pin_is_self=pin_is_self,
         parser_audit=_parser_audit(ad), diagnostics=diagnostics_from(rows, _g4_numbers(ad), sop),
         selection_note=selection_note, skipped=tuple(skipped), vs_parent=vs_parent)
-    return inputs, {"attempt_dir": ad, "experiment_dir": exp_dir}
+    return inputs, {"attempt_dir": ad, "experiment_dir": exp_dir, "selected": {c.name: c for c in selected}}
 
 
 def _refuse_reward_errors(ad: AttemptDir) -> None:
@@ -278,9 +279,8 @@ def record(decision: Decision, inputs: DecideInputs, context: dict[str, Any]) ->
     exp_dir: Path = context["experiment_dir"]
     rec = decision.record
     if decision.new_sota_checkpoint is not None:
-        step = checkpoint_step(decision.new_sota_checkpoint)
-        assert step is not None  # decide() pins one of the selected checkpoints
-        ck_dir = ad.adapter(step)
+        # decide() pins one of the selected checkpoints, each with its adapter folder
+        ck_dir = context["selected"][decision.new_sota_checkpoint].path
         pin = SotaPin(decision.attempt, decision.new_sota_checkpoint,
                       str(ck_dir.relative_to(exp_dir)) if ck_dir.is_relative_to(exp_dir) else str(ck_dir),
                       rec["decided_at"])

@@ -96,10 +96,11 @@ def build_base(models_dir: Path, pool: Path, config: ToolsDemoConfig, *, actions
     from rlexp.adapters.episodes import render_user_turn
     from rlexp.adapters.generation import encode_prompt, render_prompt
     from rlexp.adapters.tinymodel import build_tiny_model
-    from rlexp.backends.env_trainer import pack_trajectories
-    from rlexp.backends.local_trainer import masked_mean, token_logprobs
     from rlexp.core.environments import SearchEnv, TrajectoryBuilder
     from rlexp.storage.datasets import read_dataset
+    from rlexp.trainers.local.env_train import pack_trajectories
+    from rlexp.trainers.local.loss import masked_mean
+    from rlexp.trainers.local.train import token_logprobs
 
     out = models_dir / ("tools-base" if actions == "text" else "tools-base-calls")
     if (out / "config.json").exists():

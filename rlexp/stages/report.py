@@ -22,7 +22,7 @@ from rlexp.adapters.report.parent import compare_with_parent
 from rlexp.adapters.report.plots import render_plots
 from rlexp.errors import InputError
 from rlexp.storage.files import atomic_write_text, read_json, sha256_file
-from rlexp.storage.layout import AttemptDir
+from rlexp.storage.layout import AttemptDir, Checkpoint
 from rlexp.storage.records import eval_accuracies
 
 
@@ -146,14 +146,16 @@ def gather(attempt_dir: str | Path) -> ReportInputs:
 
 
 def _checkpoint_of(path: str | None) -> dict[str, Any] | None:
-    """``<experiment>/<attempt>/checkpoints/global_step64_hf`` -> {attempt, checkpoint}."""
+    """``<experiment>/<attempt>/checkpoints/global_step64_hf`` -> {attempt, checkpoint}; a folder
+    there that is no adapter of rlexp's layout is named as it is."""
     if not path:
         return None
     parts = Path(path).parts
     if "checkpoints" in parts:
         i = len(parts) - 1 - parts[::-1].index("checkpoints")
         if 0 < i < len(parts) - 1:
-            return {"attempt": parts[i - 1], "checkpoint": parts[i + 1].removesuffix("_hf")}
+            adapter = Checkpoint.of_adapter(parts[i + 1])
+            return {"attempt": parts[i - 1], "checkpoint": parts[i + 1] if adapter is None else adapter.name}
     return None
 
 

@@ -91,7 +91,9 @@ def checkpoint_label(name: str) -> str:
 @dataclass(frozen=True)
 class Checkpoint:
     """A saved checkpoint: its global step, the role it was selected for (``final``, ``mid``,
-    ``best_by_monitor``; None when not selected) and the adapter folder eval loads (None when unknown)."""
+    ``best_by_monitor``; None when not selected) and its folder (None when unknown): the adapter eval
+    loads (:meth:`AttemptDir.adapter`), or a trainer's resumable state where that is what was asked
+    for (:meth:`AttemptDir.latest_resume_state`, :meth:`AttemptDir.latest_verl_checkpoint`)."""
 
     step: int
     role: str | None = None
@@ -106,6 +108,13 @@ class Checkpoint:
         """The checkpoint a ``global_step{N}`` name names; None for any other name (a baseline)."""
         step = checkpoint_step(name)
         return None if step is None else cls(step, role, path)
+
+    @classmethod
+    def of_adapter(cls, path: str | Path) -> Checkpoint | None:
+        """The checkpoint whose adapter folder (``global_step{N}_hf``) ``path`` is; None for a folder
+        of another name."""
+        match = _ADAPTER_DIR.fullmatch(Path(path).name)
+        return None if match is None else cls(int(match.group(1)), path=Path(path))
 
 
 def check_batch_name(name: str) -> str:
@@ -466,15 +475,16 @@ class AttemptDir:
         """verl's ``trainer.default_local_dir``: its ``global_step_{N}/actor`` checkpoints."""
         return self.checkpoints_dir / "verl"
 
-    def latest_verl_checkpoint(self) -> int | None:
-        """The highest step verl saved (a ``global_step_{N}`` folder with an ``actor`` folder), or None."""
-        steps = []
+    def latest_verl_checkpoint(self) -> Checkpoint | None:
+        """The highest step verl saved (a ``global_step_{N}`` folder with an ``actor`` folder, the
+        checkpoint's ``path``), or None."""
+        saved = []
         if self.verl_checkpoints.is_dir():
             for child in self.verl_checkpoints.iterdir():
                 match = FOREIGN_CHECKPOINT_DIRS[2].fullmatch(child.name)
                 if match and (child / "actor").is_dir():
-                    steps.append(int(match.group(1)))
-        return max(steps, default=None)
+                    saved.append(Checkpoint(int(match.group(1)), path=child))
+        return max(saved, key=lambda c: c.step, default=None)
 
     # ---------------------------------------------------------------- checkpoints/
     @property
@@ -503,8 +513,8 @@ class AttemptDir:
         return self.resume_state_dir(trainer) / checkpoint_name(step)
 
     def latest_resume_state(self, trainer: str = "local", *, complete: str | None = None
-                            ) -> tuple[int, Path] | None:
-        """The highest resumable saved step and its directory, or None.
+                            ) -> Checkpoint | None:
+        """The highest resumable saved step, its directory the checkpoint's ``path``; None when none.
 
         Adapters (``global_step{N}_hf``) are for evaluation; a trainer resumes from its own state:
         the local trainer from ``checkpoints/state/global_step{N}``, OpenRLHF (``--load_checkpoint``)
@@ -512,7 +522,7 @@ class AttemptDir:
         file a state must hold to count (a state whose writer was killed has none).
         """
         folder = self.resume_state_dir(trainer)
-        best = None
+        best: Checkpoint | None = None
         if folder.is_dir():
             for child in folder.iterdir():
                 step = checkpoint_step(child.name)
@@ -521,8 +531,8 @@ class AttemptDir:
                     step = int(match.group(1))
                 if step is None or not child.is_dir() or (complete and not (child / complete).exists()):
                     continue
-                if best is None or step > best[0]:
-                    best = (step, child)
+                if best is None or step > best.step:
+                    best = Checkpoint(step, path=child)
         return best
 
     # ---------------------------------------------------------------- eval/

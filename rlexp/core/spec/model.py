@@ -91,8 +91,8 @@ class EvalSettings:
                                                      "the key; unset: no Authorization header")
 
 
-ENV_LOSSES = ("grpo", "gspo")  # rlexp.backends.env_trainer.LOSS_TYPES
-ENV_ADVANTAGE_MODES = ("return", "token_rewards")  # rlexp.backends.env_trainer.ADVANTAGE_MODES
+ENV_LOSSES = ("grpo", "gspo")  # rlexp.trainers.local.config.LOSS_TYPES
+ENV_ADVANTAGE_MODES = ("return", "token_rewards")  # rlexp.trainers.local.config.ADVANTAGE_MODES
 ENV_PRIMARY_METRICS = ("success", "mean_reward")
 # how the model acts: text turns (rlexp's episode runner) or tool calls (TRL's environment_factory)
 ENV_ACTIONS = ("text", "tool_calls")

@@ -1,8 +1,10 @@
 """The local CPU trainer (``trainer.name: local``): GRPO in one readable file, OpenRLHF's key names.
 
-Its pure rules live here; the trainer itself is :mod:`rlexp.backends.local_trainer` (and
-:mod:`rlexp.backends.env_trainer` for environment tasks), its launch
-:mod:`rlexp.trainers.local.launch`.
+Its pure rules live here, with its configuration (:mod:`~rlexp.trainers.local.config`) and its loss
+(:mod:`~rlexp.trainers.local.loss`); the trainer is :mod:`~rlexp.trainers.local.train` (and
+:mod:`~rlexp.trainers.local.env_train` for environment tasks), run through the entries
+``python -m rlexp.backends.local_trainer`` / ``env_trainer`` (the module names every launch
+records); its launch is :mod:`rlexp.trainers.local.launch`.
 """
 
 from __future__ import annotations

@@ -10,6 +10,8 @@ from rlexp.storage.layout import AttemptDir
 from rlexp.trainers.launch import LaunchPlan, TrainerLaunch
 from rlexp.trainers.local import RULES
 
+# the modules a launch runs: their names are recorded in every launch's argv.json, so they stay
+# (thin entries that call rlexp.trainers.local.train and env_train) for old attempts to resume
 LOCAL_TRAINER_MODULE = "rlexp.backends.local_trainer"
 # an attempt with an environment task (rlexp.core.spec.EnvironmentSettings): the same trainer,
 # entered through the module that adds episodes, the agent mask and GSPO (docs/environments.md)

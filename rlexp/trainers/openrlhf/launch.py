@@ -85,7 +85,7 @@ class OpenRLHFLaunch(TrainerLaunch):
             raise InputError(ad.resume_state_dir(self.rules.name), None,
                              "no checkpoint to resume from (recipe.disable_ds_ckpt is set: OpenRLHF keeps no "
                              "resumable state)")
-        return latest[0] if latest is not None else 0  # none: killed before its first checkpoint
+        return latest.step if latest is not None else 0  # none: killed before its first checkpoint
 
     def follower(self, ad: AttemptDir, source: str, *, resume_step: int) -> Any:
         from rlexp.adapters import ingest

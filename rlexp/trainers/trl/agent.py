@@ -171,7 +171,7 @@ def sampling_logprobs(model: Any, trajectories: list[Any], temperature: float, p
     scored over the whole trajectory as it was played); None at environment tokens."""
     import torch
 
-    from rlexp.backends.env_trainer import pack_trajectories
+    from rlexp.trainers.local.env_train import pack_trajectories
 
     if not trajectories:
         return []

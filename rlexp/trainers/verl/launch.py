@@ -40,7 +40,8 @@ class VerlLaunch(TrainerLaunch):
         write_verl_reward_file(plan.reward_file)
 
     def resume_step(self, att: Any, ad: AttemptDir) -> int:
-        return ad.latest_verl_checkpoint() or 0  # verl resumes itself (resume_mode auto) from its latest save
+        latest = ad.latest_verl_checkpoint()  # verl resumes itself (resume_mode auto) from its latest save
+        return latest.step if latest is not None else 0
 
     def follower(self, ad: AttemptDir, source: str, *, resume_step: int) -> Any:
         from rlexp.trainers.verl.file_logger import follower

@@ -1,0 +1,181 @@
+"""The local trainer's configuration (pure): :class:`TrainerConfig` (where it reads and writes, the
+recipe keys it reads with the recipe table's defaults), mapped from a loaded attempt by
+:func:`config_from_attempt`, and what an environment task adds (:class:`EnvTrainingOptions`).
+
+Core layer: it reads no file; the trainer that runs it is :mod:`rlexp.trainers.local.train`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rlexp.core.environments import Budgets
+from rlexp.core.recipe import RECIPE_KEYS, local_trainer_keys, local_trainer_value
+from rlexp.core.schedule import LOCAL_TRAINER_VERSION
+from rlexp.errors import InputError
+
+if TYPE_CHECKING:
+    from rlexp.core.schedule import Steps
+
+
+def _default(name: str) -> Any:
+    """The recipe table's default of key ``name`` as the trainer holds it (its one default)."""
+    key = RECIPE_KEYS[name]
+    return local_trainer_value(key, key.default)
+
+
+@dataclass(frozen=True)
+class TrainerConfig:
+    """The local trainer's configuration: where it reads and writes, then the recipe keys it reads.
+
+    The recipe fields are the rows rlexp.core.recipe marks for the local trainer
+    (``LOCAL_TRAINER_KEYS``), in table order, named as OpenRLHF names them (v0.9.x spelling, no
+    dashes), each with the table's default; tests/test_recipe.py checks the two agree."""
+
+    pretrain: Path
+    pool_path: Path
+    # the base model as the recipe names it (written into each adapter's config, not the path)
+    base_name: str | None = None
+    monitor_path: Path | None = None
+    prompt_suffix: str = ""
+    monitor_suffix: str = ""
+    eval_max_len: int = _default("generate_max_len")
+    # stop early (intent.global_steps); None = the whole schedule
+    max_global_steps: int | None = None
+    trainer_version: str = LOCAL_TRAINER_VERSION
+    # an environment task (rlexp.core.spec.EnvironmentSettings); None = single-turn prompts,
+    # trained by the single-turn code path (rlexp.trainers.local.env_train otherwise)
+    environment: Any = None
+    # ---- the recipe keys (rlexp.core.recipe.LOCAL_TRAINER_KEYS; ``pretrain`` is the path above)
+    advantage_estimator: str = _default("advantage_estimator")
+    eps_clip: float = _default("eps_clip")
+    init_kl_coef: float = _default("init_kl_coef")
+    n_samples_per_prompt: int = _default("n_samples_per_prompt")
+    temperature: float = _default("temperature")
+    generate_max_len: int = _default("generate_max_len")
+    max_samples: int = _default("max_samples")
+    num_episodes: int = _default("num_episodes")
+    max_epochs: int = _default("max_epochs")
+    rollout_batch_size: int = _default("rollout_batch_size")
+    train_batch_size: int = _default("train_batch_size")
+    micro_train_batch_size: int = _default("micro_train_batch_size")
+    seed: int = _default("seed")
+    actor_learning_rate: float = _default("actor_learning_rate")
+    lr_warmup_ratio: float = _default("lr_warmup_ratio")
+    min_lr_ratio: float = _default("min_lr_ratio")
+    max_norm: float = _default("max_norm")
+    l2: float = _default("l2")
+    adam_betas: tuple[float, float] = _default("adam_betas")
+    lora_rank: int = _default("lora_rank")
+    lora_alpha: int = _default("lora_alpha")
+    target_modules: tuple[str, ...] = _default("target_modules")
+    eval_steps: int = _default("eval_steps")
+    save_steps: int = _default("save_steps")
+
+    def validate(self, where: str | Path | None = None) -> None:
+        cfg = self
+        samples = cfg.rollout_batch_size * cfg.n_samples_per_prompt
+        if cfg.advantage_estimator not in ("group_norm", "dr_grpo"):
+            raise InputError(
+                where, "recipe.advantage_estimator", "the local trainer supports group_norm, dr_grpo"
+            )
+        if samples % cfg.train_batch_size:
+            raise InputError(
+                where,
+                "recipe.train_batch_size",
+                f"must divide rollout_batch_size × n_samples_per_prompt = {samples}",
+            )
+        if cfg.train_batch_size % cfg.micro_train_batch_size:
+            raise InputError(where, "recipe.micro_train_batch_size", "must divide train_batch_size")
+        for name in (
+            "generate_max_len",
+            "n_samples_per_prompt",
+            "rollout_batch_size",
+            "max_epochs",
+            "num_episodes",
+        ):
+            if getattr(cfg, name) < 1:
+                raise InputError(where, f"recipe.{name}", "must be >= 1")
+        if cfg.lora_rank < 0:
+            raise InputError(where, "recipe.lora_rank", "must be >= 0")
+        if not cfg.target_modules:
+            raise InputError(where, "recipe.target_modules", "names no module")
+
+    def recipe(self) -> dict[str, Any]:
+        """The recipe keys this configuration holds, by name (what rlexp.core.schedule reads)."""
+        return {key.name: getattr(self, key.name) for key in local_trainer_keys()}
+
+    def steps(self, pool_size: int) -> Steps:
+        """The run's step counts and LR schedule as ``rlexp plan`` computes them — the one
+        source of the trainer's step math (optimizer steps, warm-up, global steps)."""
+        from rlexp.core.schedule import compute_steps
+
+        return compute_steps(self.recipe(), pool_size, self.trainer_version, trainer="local")
+
+
+def config_from_attempt(att: Any) -> TrainerConfig:
+    """Map a loaded attempt (rlexp.core.spec) onto the trainer's configuration (a TrainerConfig)."""
+    recipe = dict(att.recipe)
+    where = att.spec_path
+    values: dict[str, Any] = {}
+    for key in local_trainer_keys():
+        if key.name == "pretrain" or recipe.get(key.name) is None:
+            continue
+        try:
+            values[key.name] = local_trainer_value(key, recipe[key.name])
+        except (TypeError, ValueError):
+            raise InputError(where, f"recipe.{key.name}", f"expected {key.type}, got {recipe[key.name]!r}") from None
+    pretrain = recipe.get("pretrain")
+    if not pretrain:
+        raise InputError(where, "recipe.pretrain", "missing")
+    pretrain_path = Path(pretrain)
+    if not pretrain_path.is_absolute():
+        pretrain_path = Path(att.experiment_dir) / pretrain_path
+    pool = att.datasets.get("pool")
+    if pool is None or pool.path is None:
+        raise InputError(where, "datasets.pool", "missing")
+    monitor = att.datasets.get("ood_monitor")
+    global_steps = (att.intent or {}).get("global_steps")
+    return TrainerConfig(
+        pretrain=pretrain_path,
+        base_name=str(pretrain),
+        pool_path=Path(pool.path),
+        monitor_path=Path(monitor.path) if monitor is not None and monitor.path is not None else None,
+        prompt_suffix=pool.prompt_suffix or "",
+        monitor_suffix=(monitor.prompt_suffix if monitor is not None else None) or pool.prompt_suffix or "",
+        eval_max_len=int(recipe.get("generate_max_len") or 16),
+        max_global_steps=int(global_steps) if global_steps else None,
+        trainer_version=str(att.trainer.version),
+        environment=getattr(att, "environment", None),
+        **values,
+    )
+
+
+# =============================================================================== environment tasks
+
+
+LOSS_TYPES = ("grpo", "gspo")
+ADVANTAGE_MODES = ("return", "token_rewards")
+
+
+@dataclass(frozen=True)
+class EnvTrainingOptions:
+    """What environment tasks add to the local trainer's recipe."""
+
+    budgets: Budgets = Budgets()
+    loss_type: str = "grpo"  # grpo: token-level ratio | gspo: sequence-level ratio
+    advantage_mode: str = "return"  # return | token_rewards
+    # GSPO's clip range (its paper uses 3e-4 / 4e-4: the sequence ratio moves far less than a token's)
+    gspo_eps_low: float = 3e-4
+    gspo_eps_high: float = 4e-4
+
+    def __post_init__(self) -> None:
+        if self.loss_type not in LOSS_TYPES:
+            raise ValueError(f"loss_type must be one of {LOSS_TYPES}")
+        if self.advantage_mode not in ADVANTAGE_MODES:
+            raise ValueError(f"advantage_mode must be one of {ADVANTAGE_MODES}")
+        if not (self.gspo_eps_low > 0 and self.gspo_eps_high > 0):
+            raise ValueError("GSPO clip ranges must be > 0")
+

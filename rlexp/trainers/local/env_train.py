@@ -1,0 +1,250 @@
+"""The local trainer on environment tasks: multi-turn trajectories, the agent mask, and GSPO.
+
+A trajectory interleaves model tokens and environment tokens (rlexp.core.environments). Training
+on the environment's tokens — teaching the policy to *produce* tool output it was given — is the
+classic bug of agentic RL; here every loss term goes through the agent mask:
+
+- :func:`pack_trajectories` right-pads trajectories into ``input_ids`` / ``attention_mask`` and
+  shifts the agent mask onto the positions that *predict* a token (``action_mask[i, t]`` is 1 where
+  position ``t`` predicts a model token ``t + 1``), the same convention as the single-turn trainer;
+- old, reference and current log-probs are computed over the full trajectories;
+- the policy loss and the KL are masked means over those positions, so an environment position's
+  log-prob receives exactly zero gradient (tests/test_env_trainer.py checks it, and that without
+  the mask the policy learns to reproduce environment tokens).
+
+Advantages: ``return`` (default) = the group-normalised episode return (GRPO's estimator, the
+function the single-turn trainer uses) broadcast to the agent tokens; ``token_rewards`` = each
+token's reward used directly as its advantage (dense rewards; local trainer only — for external
+trainers a trajectory's rewards are summed into its one scalar reward).
+
+GSPO (:func:`rlexp.trainers.local.loss.gspo_loss`) replaces the token-level ratio by a
+sequence-level one, with its own clip range; the losses and advantages are pure functions in
+:mod:`rlexp.trainers.local.loss`, the options in :class:`rlexp.trainers.local.config.EnvTrainingOptions`.
+
+The single-turn trainer (rlexp.trainers.local.train) is untouched by this module: its rollouts,
+loss and metrics are computed by its own code, operation for operation as before.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from rlexp.core.environments import EnvRow, Trajectory, episode_metrics
+from rlexp.trainers.local.config import EnvTrainingOptions
+from rlexp.trainers.local.loss import loss_for, trajectory_advantages
+
+# =============================================================================== packing (tensors)
+
+
+def pack_trajectories(trajectories: list[Trajectory], pad: int):
+    """Trajectories → ``(input_ids, attention_mask, action_mask, token_rewards)``.
+
+    Rows are right-padded (position ids count real tokens, so padding changes nothing scored).
+    ``action_mask`` and ``token_rewards`` have shape ``[N, T-1]``: entry ``t`` belongs to the token at
+    ``t + 1`` — 1 where that token is a model token, and that token's reward.
+    """
+    import torch
+
+    width = max(len(t.token_ids) for t in trajectories)
+    ids, attn, action, rewards = [], [], [], []
+    for t in trajectories:
+        right = width - len(t.token_ids)
+        ids.append(list(t.token_ids) + [pad] * right)
+        attn.append([1] * len(t.token_ids) + [0] * right)
+        action.append(list(t.agent_mask[1:]) + [0] * right)
+        rewards.append(list(t.token_rewards[1:]) + [0.0] * right)
+    return (
+        torch.tensor(ids),
+        torch.tensor(attn),
+        torch.tensor(action, dtype=torch.float32),
+        torch.tensor(rewards, dtype=torch.float32),
+    )
+
+
+# =============================================================================== rollouts
+
+
+def collect_env_rollout(
+    model, tokenizer, rows: list[EnvRow], cfg: Any, options: EnvTrainingOptions, *, seed: int,
+    cache=None, reference=None,
+):
+    """Play B × G episodes (``cfg.n_samples_per_prompt`` per row, ``cfg.temperature``), pack them,
+    and precompute advantages and the old-policy and reference log-probs over the full
+    trajectories; a :class:`~rlexp.trainers.local.train.Rollout` whose ``action_mask`` is the agent
+    mask. ``stats`` holds the episode metrics."""
+    import torch
+
+    from rlexp.adapters.episodes import run_episodes
+    from rlexp.trainers.local.loss import masked_mean
+    from rlexp.trainers.local.train import Rollout, _logprobs_in_chunks, reference_logprobs
+
+    G = cfg.n_samples_per_prompt
+    started = time.perf_counter()
+    played = run_episodes(
+        model, tokenizer, rows, budgets=options.budgets, cache=cache, num_samples=G,
+        temperature=cfg.temperature, seed=seed,
+    )
+    rollout_s = time.perf_counter() - started
+    flat = [t for group in played for t in group]
+    device = next(model.parameters()).device
+    input_ids, attention_mask, action_mask, token_rewards = (
+        x.to(device) for x in pack_trajectories(flat, tokenizer.pad_token_id)
+    )
+    returns = torch.tensor([[t.episode_return for t in group] for group in played], dtype=torch.float32, device=device)
+    advantages = trajectory_advantages(
+        returns, action_mask, token_rewards, estimator=cfg.advantage_estimator, mode=options.advantage_mode
+    )
+    with torch.no_grad():
+        old_logp, entropy = _logprobs_in_chunks(model, input_ids, attention_mask, cfg.micro_train_batch_size)
+        ref_logp = reference_logprobs(model, input_ids, attention_mask, cfg.micro_train_batch_size, reference)
+    stats = {
+        "reward": returns.mean().item(),
+        "group_reward_std": returns.std(dim=-1).nan_to_num(0.0).mean().item() if G > 1 else 0.0,
+        "response_length": float(action_mask.sum(-1).mean().item()),
+        "entropy": masked_mean(entropy, action_mask).item(),
+        "rollout_s": rollout_s,
+        **episode_metrics(flat),
+    }
+    rollout = Rollout(input_ids, attention_mask, action_mask, returns, advantages, old_logp, ref_logp, stats)
+    return rollout, played
+
+
+# =============================================================================== the local trainer's hook
+
+
+class EnvTask:
+    """What ``train()`` of the local trainer uses on an environment task (``cfg.environment``, a
+    rlexp.core.spec.EnvironmentSettings): the rows of each step's problems, one slot cache for the
+    whole run (each environment built once, reset between episodes), the rollout, the loss, the
+    monitor's greedy success."""
+
+    def __init__(self, cfg: Any, options: EnvTrainingOptions, where: str | None = None) -> None:
+        from rlexp.adapters.episodes import SlotCache
+
+        self.cfg, self.options, self.where = cfg, options, where
+        self.cache = SlotCache(str(cfg.pool_path))
+        self.loss = loss_for(options)
+
+    @classmethod
+    def from_config(cls, cfg: Any, where: Any = None) -> EnvTask:
+        from rlexp.core.environments import budgets_of, resolve
+        from rlexp.errors import InputError
+
+        settings = cfg.environment
+        try:
+            resolve(settings.name)
+        except InputError as exc:
+            raise InputError(where, "environment.name", exc.message) from None
+        options = EnvTrainingOptions(budgets=budgets_of(settings), loss_type=settings.loss,
+                                     advantage_mode=settings.advantage_mode, gspo_eps_low=settings.gspo_eps_low,
+                                     gspo_eps_high=settings.gspo_eps_high)  # fmt: skip
+        return cls(cfg, options, None if where is None else str(where))
+
+    def rows(self, problems: list[dict], suffix: str, path: Any) -> list[EnvRow]:
+        from rlexp.core.environments import rows_for_task
+
+        return rows_for_task(problems, self.cfg.environment, prompt_suffix=suffix, where=str(path))
+
+    def rollout(self, model, tokenizer, problems: list[dict], *, seed: int, reference=None):
+        rows = self.rows(problems, self.cfg.prompt_suffix, self.cfg.pool_path)
+        rollout, _ = collect_env_rollout(model, tokenizer, rows, self.cfg, self.options, seed=seed,
+                                         cache=self.cache, reference=reference)  # fmt: skip
+        return rollout
+
+    def monitor_success(self, model, tokenizer, problems: list[dict]) -> float:
+        """Greedy episodes on the in-run monitor set: the share that succeed (return >= threshold)."""
+        from rlexp.adapters.episodes import run_episodes
+
+        rows = self.rows(problems, self.cfg.monitor_suffix, self.cfg.monitor_path)
+        played = run_episodes(model, tokenizer, rows, budgets=self.options.budgets, cache=self.cache,
+                              temperature=0.0)  # fmt: skip
+        threshold = self.cfg.environment.success_threshold
+        hits = sum(1 for (t,) in played if t.episode_return >= threshold)
+        return hits / len(rows) if rows else 0.0
+
+
+# =============================================================================== GSPO on the trainers
+
+
+def gspo_trainer_settings(trainer: str, version: str | None = None, *, eps_low: float = 3e-4,
+                          eps_high: float = 4e-4) -> dict[str, Any]:  # fmt: skip
+    """The settings that select GSPO, with its aggregation and its clip range, on each trainer:
+
+    - ``openrlhf`` (``version`` required; flags read from that release's flag table):
+      ``--policy_loss_type gspo`` before 0.10.2, ``--actor.policy_loss_type gspo`` after (GSPO forces
+      the sequence-mean aggregation there; ``--actor.loss_agg_mode seq-mean-token-mean`` is stated too
+      where the release has the flag), the clip range through ``eps_clip_low_high``;
+    - ``verl``: ``actor_rollout_ref.actor.policy_loss.loss_mode=gspo`` with
+      ``loss_agg_mode=seq-mean-token-mean`` and ``clip_ratio_low/high``;
+    - ``trl``: ``importance_sampling_level="sequence"`` with ``loss_type="grpo"`` (TRL's default
+      ``dapo`` aggregates differently and is not GSPO) and ``epsilon`` / ``epsilon_high``.
+
+    The KL coefficient stays its own recipe choice (GSPO's paper trains without one).
+    """
+    settings = _GSPO_SETTINGS.get(trainer)
+    if settings is None:
+        raise ValueError(f"unknown trainer {trainer!r}")
+    return settings(version, eps_low, eps_high)
+
+
+def _gspo_openrlhf(version: str | None, eps_low: float, eps_high: float) -> dict[str, Any]:
+    from rlexp.trainers.openrlhf.argv import load_flag_table
+
+    if version is None:
+        raise ValueError("openrlhf needs its release version")
+    table = load_flag_table(version)
+
+    def flag(name: str) -> str | None:
+        for candidate in (f"--actor.{name}", f"--{name}"):
+            if candidate in table:
+                return candidate
+        return None
+
+    loss_flag, clip_flag = flag("policy_loss_type"), flag("eps_clip_low_high")
+    if loss_flag is None or "gspo" not in table.flags[loss_flag].choices or clip_flag is None:
+        raise ValueError(f"OpenRLHF {version} has no GSPO policy loss")
+    out: dict[str, Any] = {loss_flag: "gspo", clip_flag: [eps_low, eps_high]}
+    agg = flag("loss_agg_mode")
+    if agg is not None:
+        out[agg] = "seq-mean-token-mean"
+    return out
+
+
+def _gspo_verl(version: str | None, eps_low: float, eps_high: float) -> dict[str, Any]:
+    return {
+        "actor_rollout_ref.actor.policy_loss.loss_mode": "gspo",
+        "actor_rollout_ref.actor.loss_agg_mode": "seq-mean-token-mean",
+        "actor_rollout_ref.actor.clip_ratio_low": eps_low,
+        "actor_rollout_ref.actor.clip_ratio_high": eps_high,
+    }
+
+
+def _gspo_trl(version: str | None, eps_low: float, eps_high: float) -> dict[str, Any]:
+    return {"importance_sampling_level": "sequence", "loss_type": "grpo", "epsilon": eps_low,
+            "epsilon_high": eps_high}  # fmt: skip
+
+
+# trainer.name -> its GSPO settings (each trainer's own spelling of the same loss)
+_GSPO_SETTINGS = {"openrlhf": _gspo_openrlhf, "verl": _gspo_verl, "trl": _gspo_trl}
+
+
+# =============================================================================== entry point
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m rlexp.backends.env_trainer ATTEMPT_DIR [--resume]``: the local trainer on the
+    attempt's environment task (what ``rlexp launch --backend local`` runs for one)."""
+    from rlexp.trainers.local.launch import ENV_TRAINER_MODULE
+    from rlexp.trainers.local.train import run_trainer
+
+    def task_of(att, cfg):
+        from rlexp.errors import InputError
+
+        if att.environment is None:
+            raise InputError(att.spec_path, "environment", "missing: this attempt has no environment task")
+        return EnvTask.from_config(cfg, att.spec_path)
+
+    return run_trainer(f"python -m {ENV_TRAINER_MODULE}", main.__doc__, argv, task_of)
+
+

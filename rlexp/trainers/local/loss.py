@@ -1,0 +1,174 @@
+"""The local trainer's loss, pure functions of tensors (core layer: no model, no file).
+
+GRPO (:func:`group_advantages`, :func:`policy_loss`, :func:`k3_kl`, :func:`grpo_loss`) with
+OpenRLHF's semantics, which the correctness gates in tests/test_grpo.py hit directly; on environment
+trajectories, the advantages over the agent mask (:func:`trajectory_advantages`) and GSPO (Zheng et
+al. 2025, "Group Sequence Policy Optimization": :func:`gspo_policy_loss`, :func:`gspo_loss`), which
+tests/test_env_trainer.py checks; :func:`loss_for` picks the one an environment task trains with.
+
+GSPO replaces the token-level ratio by a sequence-level one, ``s_i = exp(mean over agent tokens of
+(log π − log π_old))``, clipped with its own, much smaller range, and aggregates by sequence (token
+mean within a sequence, then mean over sequences). :func:`gspo_policy_loss` computes it in the
+per-token form ``exp(sg[log s_i] + log π_t − sg[log π_t])``: the same value as ``s_i`` at every
+token, and the same gradient as the sequence form when the advantage is the sequence's
+(``s_i · A_i · mean_t ∇log π_t``) — and with per-token advantages it stays defined. With one agent
+token per sequence it is PPO's token-level loss.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+    from rlexp.trainers.local.config import EnvTrainingOptions
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean over the positions where ``mask`` is 1 (OpenRLHF's token-level loss, ``dim=None``)."""
+    return (values * mask).sum() / mask.sum().clamp(min=1)
+
+
+def group_advantages(rewards: torch.Tensor, estimator: str) -> torch.Tensor:
+    """Advantages from rewards of shape ``[B, G]`` (B prompts × G samples each).
+
+    ``group_norm`` (GRPO): ``(r − mean_g) / (std_g + 1e-9)`` with the unbiased std (torch's, as
+    OpenRLHF); ``dr_grpo``: ``r − mean_g`` (Dr. GRPO drops the std). A group of one sample has no
+    baseline to compare to: its advantage is 0 (not NaN).
+    """
+    import torch
+
+    centred = rewards - rewards.mean(dim=-1, keepdim=True)
+    if estimator == "dr_grpo":
+        return centred
+    if estimator != "group_norm":
+        raise ValueError(f"unknown advantage estimator {estimator!r}")
+    if rewards.shape[-1] < 2:
+        return torch.zeros_like(rewards)
+    return centred / (rewards.std(dim=-1, keepdim=True) + 1e-9)
+
+
+def policy_loss(
+    logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, eps_clip: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO's clipped surrogate, token level: ``−min(r·A, clip(r, 1−ε, 1+ε)·A)``; returns
+    ``(loss, clip_fraction)``. ``advantages`` are per token (a sequence's advantage broadcast)."""
+    import torch
+
+    ratio = torch.exp(logp - old_logp)
+    surrogate = ratio * advantages
+    clipped = ratio.clamp(1.0 - eps_clip, 1.0 + eps_clip) * advantages
+    loss = masked_mean(-torch.min(surrogate, clipped), mask)
+    clip_fraction = masked_mean((clipped < surrogate).float(), mask)
+    return loss, clip_fraction.detach()
+
+
+def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """Schulman's k3 estimator of KL(policy ‖ reference) per token: ``e^x − 1 − x`` with
+    ``x = log π_ref − log π``; non-negative, zero exactly when the two agree."""
+    import torch
+
+    log_ratio = ref_logp - logp
+    return torch.exp(log_ratio) - 1.0 - log_ratio
+
+
+@dataclass(frozen=True)
+class LossParts:
+    loss: torch.Tensor  # what backward() is called on
+    policy_loss: torch.Tensor
+    kl: torch.Tensor
+    clip_fraction: torch.Tensor
+
+
+def grpo_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    ref_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    eps_clip: float,
+    kl_coef: float,
+) -> LossParts:
+    """The actor loss: clipped policy loss + ``kl_coef`` × token-mean k3 KL to the reference
+    (OpenRLHF's ``use_kl_loss`` form). ``kl_coef == 0`` removes the KL term from the graph."""
+    pg, clip_fraction = policy_loss(logp, old_logp, advantages, mask, eps_clip)
+    kl = masked_mean(k3_kl(logp, ref_logp), mask)
+    loss = pg + kl_coef * kl if kl_coef != 0 else pg
+    return LossParts(loss=loss, policy_loss=pg.detach(), kl=kl.detach(), clip_fraction=clip_fraction)
+
+
+# =============================================================================== environment trajectories
+
+
+def trajectory_advantages(
+    returns: torch.Tensor, action_mask: torch.Tensor, token_rewards: torch.Tensor, *, estimator: str, mode: str
+) -> torch.Tensor:
+    """Per-position advantages ``[N, T-1]`` (zero off the agent mask). ``returns`` is ``[B, G]``,
+    rows of ``action_mask`` are ordered prompt-major like it."""
+    if mode == "return":
+        seq = group_advantages(returns, estimator).reshape(-1, 1)
+        return seq.expand_as(action_mask) * action_mask
+    if mode == "token_rewards":
+        return token_rewards * action_mask
+    raise ValueError(f"unknown advantage mode {mode!r}")
+
+
+# =============================================================================== GSPO
+
+
+def sequence_log_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``[N]``: the mean over each row's agent tokens of ``log π − log π_old`` (0 for a row with none)."""
+    return ((logp - old_logp) * mask).sum(-1) / mask.sum(-1).clamp(min=1)
+
+
+def gspo_policy_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    eps_low: float,
+    eps_high: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GSPO's clipped surrogate, aggregated token mean within a sequence then mean over the
+    sequences that hold an agent token; returns ``(loss, clip_fraction)`` (clip fraction over agent
+    tokens)."""
+    import torch
+
+    seq = sequence_log_ratio(logp, old_logp, mask).detach().unsqueeze(-1)
+    ratio = torch.exp(seq + logp - logp.detach())
+    surrogate = ratio * advantages
+    clipped = ratio.clamp(1.0 - eps_low, 1.0 + eps_high) * advantages
+    per_token = -torch.min(surrogate, clipped) * mask
+    counts = mask.sum(-1)
+    has_tokens = counts > 0
+    per_sequence = per_token.sum(-1) / counts.clamp(min=1)
+    loss = per_sequence[has_tokens].sum() / has_tokens.sum().clamp(min=1)
+    clip_fraction = ((clipped < surrogate).float() * mask).sum() / mask.sum().clamp(min=1)
+    return loss, clip_fraction.detach()
+
+
+def gspo_loss(
+    logp, old_logp, ref_logp, advantages, mask, *, eps_low: float, eps_high: float, kl_coef: float,
+    eps_clip: float | None = None,
+):
+    """GSPO's policy loss + ``kl_coef`` × the token-mean k3 KL over agent tokens (the KL term as the
+    GRPO loss has it); a :class:`LossParts`. ``eps_clip`` (the
+    token-level range the training loop passes to every loss) is not used: GSPO clips with its own."""
+    del eps_clip
+    pg, clip_fraction = gspo_policy_loss(logp, old_logp, advantages, mask, eps_low, eps_high)
+    kl = masked_mean(k3_kl(logp, ref_logp), mask)
+    loss = pg + kl_coef * kl if kl_coef != 0 else pg
+    return LossParts(loss=loss, policy_loss=pg.detach(), kl=kl.detach(), clip_fraction=clip_fraction)
+
+
+def loss_for(options: EnvTrainingOptions):
+    """The loss function ``train_on_rollout`` calls for these options (GRPO's own for ``grpo``)."""
+    from functools import partial
+
+    if options.loss_type == "gspo":
+        return partial(gspo_loss, eps_low=options.gspo_eps_low, eps_high=options.gspo_eps_high)
+    return grpo_loss
+
