@@ -31,7 +31,7 @@ LAYERS = ["foundation", "core", "storage", "adapters", "stages", "commands", "cl
 # the package root holds __version__ and re-exports the stages lazily (PEP 562 __getattr__, no import
 # at module level), so importing it pulls in nothing above the foundation
 FOUNDATION = {"rlexp", "rlexp.errors", "rlexp.storage.files", "rlexp.storage.layout", "rlexp.core.numbers"}
-CLI = {"rlexp.cli", "rlexp.console", "rlexp.cli_runtime", "rlexp._cli_help"}
+CLI = {"rlexp.cli", "rlexp.console", "rlexp.cli_runtime", "rlexp._cli_help", "rlexp.__main__"}
 # the pure modules of a trainer's package (rlexp.trainers.<name>.<module>): its step math and LR
 # (steps), its preflight checks (checks), its config keys or fields as data (keys, fields), its metric
 # names and log readers (metrics); each is core, imports nothing above it and writes nothing

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -52,6 +51,8 @@ def download(package: str, version: str, dest: Path, *, python: str = sys.execut
     before = set(dest.glob(f"{package}-*.whl"))
     argv = [python, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:", *pip_args,
             "--dest", str(dest), f"{package}=={version}"]
+    import subprocess  # here: `rlexp plan` imports this module for the release table and starts no process
+
     result = subprocess.run(argv, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         tail = (result.stderr.strip().splitlines() or ["(no output)"])[-1]

@@ -31,7 +31,6 @@ import builtins
 import contextlib
 import io
 import re
-import subprocess
 import sys
 import types
 from dataclasses import dataclass, field
@@ -473,6 +472,8 @@ def version_key(version: str) -> tuple[int, ...]:
 
 def published_versions(python: str = sys.executable) -> list[str]:
     """Final releases on the package index from :data:`MIN_VERSION` on (``pip index versions``)."""
+    import subprocess  # here: `rlexp plan` reads the flag tables and starts no process
+
     result = subprocess.run([python, "-m", "pip", "index", "versions", "openrlhf"],
                             capture_output=True, text=True, check=False)
     line = next((ln for ln in result.stdout.splitlines() if ln.startswith("Available versions:")), None)
