@@ -359,7 +359,7 @@ def test_one_step_environment_reproduces_the_single_turn_rollout(tiny_base_model
 
 
 def test_gspo_settings_for_every_listed_openrlhf_release_and_the_other_trainers():
-    from rlexp.trainers.local.env_train import gspo_trainer_settings
+    from rlexp.trainers.launch import gspo_trainer_settings
     from rlexp.trainers.openrlhf.argv import known_versions, load_flag_table
     from rlexp.trainers.openrlhf.parser import version_key
 
@@ -381,3 +381,6 @@ def test_gspo_settings_for_every_listed_openrlhf_release_and_the_other_trainers(
     assert trl["importance_sampling_level"] == "sequence" and trl["loss_type"] == "grpo"
     with pytest.raises(ValueError):
         gspo_trainer_settings("openrlhf")
+    for other in ("local", "no-such-trainer"):
+        with pytest.raises(ValueError):
+            gspo_trainer_settings(other)

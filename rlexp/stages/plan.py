@@ -163,7 +163,7 @@ def environment_plan(att: Attempt) -> dict[str, Any]:
     that select it on each trainer (the attempt's own where it is not the local trainer)."""
     from dataclasses import asdict
 
-    from rlexp.trainers.local.env_train import gspo_trainer_settings
+    from rlexp.trainers.launch import gspo_trainer_settings
 
     env = att.environment
     from rlexp.core.spec.model import ENV_LATE_DEFAULTS

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rlexp.storage.layout import AttemptDir
-from rlexp.trainers import package, rules
+from rlexp.trainers import names, package, rules
 from rlexp.trainers.base import TrainerRules
 
 
@@ -73,6 +73,21 @@ class TrainerLaunch:
     def provenance_extra(self, argv: list[str]) -> dict[str, Any]:
         """What the trainer adds to ``launch/provenance.json``."""
         return {}
+
+    def gspo_settings(self, version: str | None, eps_low: float, eps_high: float) -> dict[str, Any]:
+        """The settings that select GSPO (sequence-level ratios, their aggregation, the clip range
+        ``eps_low``/``eps_high``) in this trainer's own spelling; ValueError where it has none. The KL
+        coefficient stays its own recipe choice (GSPO's paper trains without one)."""
+        raise ValueError(f"{self.rules.name} has no GSPO setting of its own")
+
+
+def gspo_trainer_settings(trainer: str, version: str | None = None, *, eps_low: float = 3e-4,
+                          eps_high: float = 4e-4) -> dict[str, Any]:  # fmt: skip
+    """The settings that select GSPO on trainer ``trainer`` (:meth:`TrainerLaunch.gspo_settings`);
+    ValueError for an unknown trainer or one without them."""
+    if trainer not in names():
+        raise ValueError(f"unknown trainer {trainer!r}")
+    return launcher(trainer).gspo_settings(version, eps_low, eps_high)
 
 
 def launcher(name: str) -> TrainerLaunch:

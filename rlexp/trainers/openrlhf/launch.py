@@ -49,6 +49,32 @@ class OpenRLHFLaunch(TrainerLaunch):
 
         return {"openrlhf_command": plan_train_command(att)}
 
+    def gspo_settings(self, version: str | None, eps_low: float, eps_high: float) -> dict[str, Any]:
+        """The release's flags, read from its flag table: ``--policy_loss_type gspo`` before 0.10.2,
+        ``--actor.policy_loss_type gspo`` after, the clip range through ``eps_clip_low_high``, and
+        ``loss_agg_mode seq-mean-token-mean`` where the release has the flag (GSPO forces that
+        aggregation anyway)."""
+        from rlexp.trainers.openrlhf.argv import load_flag_table
+
+        if version is None:
+            raise ValueError("openrlhf needs its release version")
+        table = load_flag_table(version)
+
+        def flag(name: str) -> str | None:
+            for candidate in (f"--actor.{name}", f"--{name}"):
+                if candidate in table:
+                    return candidate
+            return None
+
+        loss_flag, clip_flag = flag("policy_loss_type"), flag("eps_clip_low_high")
+        if loss_flag is None or "gspo" not in table.flags[loss_flag].choices or clip_flag is None:
+            raise ValueError(f"OpenRLHF {version} has no GSPO policy loss")
+        out: dict[str, Any] = {loss_flag: "gspo", clip_flag: [eps_low, eps_high]}
+        agg = flag("loss_agg_mode")
+        if agg is not None:
+            out[agg] = "seq-mean-token-mean"
+        return out
+
     def prepare(self, att: Any, ad: AttemptDir, *, resume: bool, must_exist: bool) -> LaunchPlan:
         from rlexp.trainers.openrlhf import argv as openrlhf
 

@@ -13,6 +13,12 @@ from rlexp.trainers.trl import RULES
 class TrlLaunch(TrainerLaunch):
     rules = RULES
 
+    def gspo_settings(self, version: str | None, eps_low: float, eps_high: float) -> dict[str, Any]:
+        """GRPOConfig's sequence-level importance sampling with ``loss_type="grpo"`` (TRL's default
+        ``dapo`` aggregates differently and is not GSPO) and its ``epsilon``/``epsilon_high``."""
+        return {"importance_sampling_level": "sequence", "loss_type": "grpo", "epsilon": eps_low,
+                "epsilon_high": eps_high}  # fmt: skip
+
     def plan_details(self, att: Any, steps: Any) -> dict[str, Any]:
         env = getattr(att, "environment", None)
         if env is not None and env.actions == "tool_calls":  # what TRL's tool loop cannot serve: exit 2 here

@@ -19,6 +19,15 @@ class VerlLaunch(TrainerLaunch):
 
         return build_verl_plan(att, plan_format)
 
+    def gspo_settings(self, version: str | None, eps_low: float, eps_high: float) -> dict[str, Any]:
+        """verl's policy loss mode ``gspo`` with the sequence-mean aggregation and its clip ratios."""
+        return {
+            "actor_rollout_ref.actor.policy_loss.loss_mode": "gspo",
+            "actor_rollout_ref.actor.loss_agg_mode": "seq-mean-token-mean",
+            "actor_rollout_ref.actor.clip_ratio_low": eps_low,
+            "actor_rollout_ref.actor.clip_ratio_high": eps_high,
+        }
+
     def prepare(self, att: Any, ad: AttemptDir, *, resume: bool, must_exist: bool) -> LaunchPlan:
         from rlexp.trainers.verl import hydra as verl
 
