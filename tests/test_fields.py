@@ -30,9 +30,10 @@ def test_a_settings_class_declares_each_field_once_for_loader_and_schema():
         rules = section_of(cls)
         assert list(rules) == [f.name for f in dataclasses.fields(cls)]
         assert list(schema[section]["properties"]) == list(rules)
-    # the declaration's bounds and description are the schema's
+    # the declaration's bounds and description are the schema's, and the input gate's size limit
     assert schema["eval"]["properties"]["max_tokens"] == {
-        "description": "the completion budget of every eval sample", "type": ["integer", "null"], "minimum": 1}
+        "description": "the completion budget of every eval sample", "type": ["integer", "null"], "minimum": 1,
+        "maximum": 10**9}
     assert EvalSettings().max_tokens == 2048 and Baseline().discordance == 0.12  # the declared defaults
 
 

@@ -88,6 +88,7 @@ def test_the_documented_ladder_is_valid_for_schema_and_loader():
     ({"variables": {"eps_clip": [0.1, 0.1]}}, "variables.eps_clip[1]"),
     ({"variables": {}}, "variables"),
     ({"root": None}, "root"),  # required
+    ({"variables": {"eps_clip": [2e12]}}, "variables.eps_clip[0]"),  # beyond the input gate's size limit
 ])
 def test_the_ladder_schema_refuses_what_the_loader_refuses(patch, field):
     raw = {**LADDER, **patch}
@@ -179,6 +180,7 @@ def patched(**sections) -> dict:
     (patched(eval={"max_tokens": 0}), "eval.max_tokens"),
     (patched(datasets={"id": {"size": 200}}), "datasets.id.path"),  # required
     (patched(criteria=None), "criteria.band"),
+    (patched(eval={"max_tokens": 10**9 + 1}), "eval.max_tokens"),  # beyond the input gate's size limit
 ])
 def test_the_sweep_schema_refuses_what_the_loader_refuses(write_sweep, raw, field):
     from rlexp.core.sweep import load_sweep
@@ -247,6 +249,8 @@ def sop_with(tmp_path, key: str, value) -> Path:
     ("guardrails.g3.step_time_max_ratio", 0.5, "guardrails.g3.step_time_max_ratio"),
     ("guardrails.g4.temperature", 0.0, "guardrails.g4.temperature"),
     ("guardrails.g0.samples", 10_001, "guardrails.g0.samples"),
+    ("gate_1a.min_delta_pp", 2e12, "gate_1a.min_delta_pp"),  # beyond the input gate's size limit
+    ("gate_1a.min_ci_low_pp", -2e12, "gate_1a.min_ci_low_pp"),
 ])
 def test_the_sop_schema_refuses_what_the_loader_refuses(tmp_path, key, value, field):
     from rlexp.core.sop import load_sop
@@ -286,6 +290,8 @@ def test_the_sop_schema_accepts_what_the_loader_accepts_at_the_bounds(tmp_path, 
     ({"judge": {"timeout_s": 0}}, "environment.judge.timeout_s"),
     ({"max_turns": 0}, "environment.max_turns"),
     ({"loss": "ppo"}, "environment.loss"),
+    ({"success_threshold": 2e12}, "environment.success_threshold"),  # beyond the input gate's size limit
+    ({"max_total_tokens": 10**9 + 1}, "environment.max_total_tokens"),
 ])
 def test_the_attempt_schema_refuses_a_bad_environment_as_the_loader_does(tmp_path, environment, field):
     from rlexp.core.spec import load_attempt

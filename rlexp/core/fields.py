@@ -192,6 +192,32 @@ def nullable(schema: dict[str, Any]) -> dict[str, Any]:
     return {"anyOf": [schema, {"type": "null"}]}
 
 
+def with_input_gate(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` with the input gate's size limit on every number it leaves unbounded on a side: the
+    loaders refuse an integer beyond :data:`MAX_SPEC_INT` and a number beyond :data:`MAX_SPEC_FLOAT`
+    in size whatever the field, so the schema says it too (changed in place, and returned)."""
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            kinds = node.get("type")
+            kinds = kinds if isinstance(kinds, list) else [kinds]  # nullable: ["integer", "null"]
+            # a number field reads an integer as a float too: the float limit is the one it enforces
+            limit = MAX_SPEC_FLOAT if "number" in kinds else MAX_SPEC_INT if "integer" in kinds else None
+            if limit is not None:
+                if "minimum" not in node and "exclusiveMinimum" not in node:
+                    node["minimum"] = -limit
+                if "maximum" not in node and "exclusiveMaximum" not in node:
+                    node["maximum"] = limit
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(schema)
+    return schema
+
+
 def schema_text(schema: dict[str, Any]) -> str:
     """A JSON Schema as its committed file's text."""
     import json

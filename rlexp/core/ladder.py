@@ -47,6 +47,7 @@ from rlexp.core.fields import (
     integer,
     list_of,
     object_json,
+    with_input_gate,
 )
 from rlexp.core.recipe import FLAG_VALUE, RECIPE_KEYS, TRAINING, key_json_schema, recipe_key
 from rlexp.core.spec import _ID_RE, SCHEMA_DRAFT, Attempt, Difference, validate_recipe, values_equal
@@ -155,8 +156,9 @@ def ladder_json_schema() -> dict[str, Any]:
     table; ``docs/ladder.schema.json`` holds it (``scripts/write-schemas``)."""
     schema = object_json(LADDER_FIELDS, required=_REQUIRED, not_null=("seeds_at_once",))
     schema["properties"]["variables"] = {**schema["properties"]["variables"], **_grid_json()}
-    return {"$schema": SCHEMA_DRAFT, "title": "rlexp ladder spec (ladder.yaml)",
-            "description": "single-variable attempts, each a child of the best so far, chosen by rule", **schema}
+    return with_input_gate({"$schema": SCHEMA_DRAFT, "title": "rlexp ladder spec (ladder.yaml)",
+                            "description": "single-variable attempts, each a child of the best so far, chosen by "
+                                           "rule", **schema})
 
 
 def parse_ladder_spec(raw: Any, display: str) -> LadderSpec:

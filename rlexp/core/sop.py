@@ -24,6 +24,7 @@ from rlexp.core.fields import (
     number,
     one_of,
     suggest,
+    with_input_gate,
 )
 from rlexp.errors import InputError
 from rlexp.storage.files import load_yaml, sha256_file
@@ -418,6 +419,6 @@ def sop_json_schema() -> dict[str, Any]:
         required = [f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING]
         return {"type": "object", "additionalProperties": False, "properties": properties, "required": required}
 
-    return {"$schema": SCHEMA_DRAFT, "title": "rlexp SOP (sop/sop-*.yaml)",
-            "description": "every threshold the gates and the guardrails use, as data (sop/README.md explains "
-                           "each rule)", **section(_SopFile, None)}
+    return with_input_gate({"$schema": SCHEMA_DRAFT, "title": "rlexp SOP (sop/sop-*.yaml)",
+                            "description": "every threshold the gates and the guardrails use, as data "
+                                           "(sop/README.md explains each rule)", **section(_SopFile, None)})

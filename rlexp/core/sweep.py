@@ -41,6 +41,7 @@ from rlexp.core.fields import (
     nullable,
     object_json,
     suggest,
+    with_input_gate,
 )
 from rlexp.core.spec import (
     SCHEMA_DRAFT,
@@ -216,9 +217,9 @@ def sweep_json_schema() -> dict[str, Any]:
         out: dict[str, Any] = {"type": "object", "additionalProperties": False, "properties": properties}
         return out | ({"required": list(_REQUIRED[where])} if where in _REQUIRED else {})
 
-    return {"$schema": SCHEMA_DRAFT, "title": "rlexp base-model sweep spec (sweep.yaml)",
-            "description": "which base model to start from: candidates evaluated with one eval configuration",
-            **section(SWEEP_FIELDS, "")}
+    return with_input_gate({"$schema": SCHEMA_DRAFT, "title": "rlexp base-model sweep spec (sweep.yaml)",
+                            "description": "which base model to start from: candidates evaluated with one eval "
+                                           "configuration", **section(SWEEP_FIELDS, "")})
 
 
 # ----------------------------------------------------------------------------- the loaded spec

@@ -24,6 +24,7 @@ from rlexp.core.fields import (
     section_of,
     suggest,
     to_float,
+    with_input_gate,
 )
 from rlexp.core.fields import MAX_SPEC_FLOAT as MAX_SPEC_FLOAT  # re-exported
 from rlexp.core.fields import MAX_SPEC_INT as MAX_SPEC_INT  # re-exported
@@ -153,7 +154,7 @@ def attempt_json_schema() -> dict[str, Any]:
     others = [t for t in TRAINERS if key_table(t).keys is not RECIPE_KEYS]
     by_trainer = [_when_trainer([t], table_json_schema(key_table(t))) for t in others]
     openrlhf = _when_trainer([t for t in TRAINERS if t not in others], recipe_json_schema(), negate=others)
-    return {
+    return with_input_gate({
         "$schema": SCHEMA_DRAFT,
         "title": "rlexp attempt spec (attempt.yaml)",
         "description": "One attempt of an experiment: its directory holds this spec and what the stages write",
@@ -161,7 +162,7 @@ def attempt_json_schema() -> dict[str, Any]:
         "additionalProperties": False,
         "properties": properties,
         "allOf": [openrlhf, *by_trainer],
-    }
+    })
 
 
 def _when_trainer(names: list[str], recipe: dict[str, Any], negate: list[str] | None = None) -> dict[str, Any]:
