@@ -57,14 +57,11 @@ class RolloutAdapter:
     argv_tail: tuple[str, ...]
 
 
-def check_recipe(att: Any, grpo_kwargs: Mapping[str, Any]) -> None:
-    """What the rollout adapter cannot serve, refused with one line naming the field."""
+def check_episode_rules(att: Any, grpo_kwargs: Mapping[str, Any]) -> None:
+    """What neither TRL path (``rollout_func``, ``environment_factory``) can serve, refused with one
+    line naming the field: a temperature of 0, per-token rewards, GSPO without sequence-level ratios."""
     spec = att.display_path or att.spec_path
     settings = att.environment
-    for key, default in UNSERVED_SAMPLING.items():
-        if key in grpo_kwargs and grpo_kwargs[key] != default:
-            raise InputError(spec, f"recipe.{key}", f"{grpo_kwargs[key]!r}: the environment rollout samples the plain "
-                                                    f"softmax at temperature (leave {key} at {default!r})")
     if float(grpo_kwargs.get("temperature", 1.0)) <= 0:
         raise InputError(spec, "recipe.temperature", "must be > 0 (TRL divides the logits by it)")
     if settings.advantage_mode != "return":
@@ -73,6 +70,17 @@ def check_recipe(att: Any, grpo_kwargs: Mapping[str, Any]) -> None:
     if settings.loss == "gspo" and grpo_kwargs.get("importance_sampling_level") != "sequence":
         raise InputError(spec, "environment.loss", "gspo on TRL is recipe importance_sampling_level: sequence with "
                                                    "loss_type: grpo (and epsilon/epsilon_high as its clip range)")
+
+
+def check_recipe(att: Any, grpo_kwargs: Mapping[str, Any]) -> None:
+    """What the rollout adapter cannot serve, refused with one line naming the field."""
+    spec = att.display_path or att.spec_path
+    settings = att.environment
+    for key, default in UNSERVED_SAMPLING.items():
+        if key in grpo_kwargs and grpo_kwargs[key] != default:
+            raise InputError(spec, f"recipe.{key}", f"{grpo_kwargs[key]!r}: the environment rollout samples the plain "
+                                                    f"softmax at temperature (leave {key} at {default!r})")
+    check_episode_rules(att, grpo_kwargs)
     limit = int(grpo_kwargs.get("max_completion_length") or 512)
     if settings.max_total_tokens > limit:
         raise InputError(spec, "environment.max_total_tokens", f"{settings.max_total_tokens} exceeds the recipe's "

@@ -43,6 +43,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from rlexp.errors import InputError
+from rlexp.trainers.trl.agent import check_episode_rules
 
 # a chat template TRL's tool loop can use must carry a response_template to parse the calls with
 RESPONSE_TEMPLATE_KEY = "response_template"
@@ -75,14 +76,7 @@ def check_tool_recipe(att: Any, grpo_kwargs: Mapping[str, Any]) -> None:
     """What TRL's tool loop cannot serve, refused with one line naming the field."""
     spec = att.display_path or att.spec_path
     settings = att.environment
-    if float(grpo_kwargs.get("temperature", 1.0)) <= 0:
-        raise InputError(spec, "recipe.temperature", "must be > 0 (TRL divides the logits by it)")
-    if settings.advantage_mode != "return":
-        raise InputError(spec, "environment.advantage_mode", f"{settings.advantage_mode!r}: TRL takes one scalar "
-                                                             "reward per completion (use 'return')")
-    if settings.loss == "gspo" and grpo_kwargs.get("importance_sampling_level") != "sequence":
-        raise InputError(spec, "environment.loss", "gspo on TRL is recipe importance_sampling_level: sequence with "
-                                                   "loss_type: grpo (and epsilon/epsilon_high as its clip range)")
+    check_episode_rules(att, grpo_kwargs)
     limit = int(grpo_kwargs.get("max_completion_length") or 512)
     if settings.max_total_tokens != limit:
         raise InputError(spec, "environment.max_total_tokens", f"{settings.max_total_tokens}: TRL's tool loop bounds "
