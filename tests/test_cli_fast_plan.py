@@ -116,3 +116,16 @@ def test_both_paths_print_the_same_bytes(example, attempt, json_flag, exit_code)
     else:
         assert console.stdout == b"" and len(console.stderr.decode().splitlines()) == 2  # one line + the marker
         assert not (example / attempt / "plan.json").exists()
+
+
+def test_an_abort_in_a_command_is_one_line_and_exit_130(monkeypatch, capsys):
+    """click's Abort (Ctrl-C at a prompt) is a RuntimeError: it must not reach the handler of pathlib's
+    symlink-loop RuntimeError, which re-raises anything else as a traceback."""
+    import typer
+
+    def abort(spec, json_output):
+        raise typer.Abort()
+
+    monkeypatch.setattr(rlexp.commands.plan_view, "run", abort)
+    assert rlexp.cli.main(["plan", "a30"]) == 130
+    assert capsys.readouterr().err == "rlexp: aborted\n"
