@@ -1,7 +1,7 @@
 """A JSON-over-HTTP server on 127.0.0.1 for tests that stand in for an OpenAI-compatible endpoint.
 
-``LoopbackJsonServer(answer)`` serves every POST through ``answer(path, body) -> (status, payload)``
-(body and payload as JSON), one request at a time (the stubs keep request logs and a model that
+``LoopbackJsonServer(answer)`` serves every POST through ``answer(path, body, headers) -> (status,
+payload)`` (body and payload as JSON; ``headers`` the request's, e.g. its Authorization), one request at a time (the stubs keep request logs and a model that
 serves one call at once); a context manager starts and stops it. Each stub says only what it
 answers; the HTTP plumbing is here once.
 """
@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-Answer = Callable[[str, dict[str, Any]], tuple[int, Any]]
+Answer = Callable[[str, dict[str, Any], Mapping[str, str]], tuple[int, Any]]
 
 
 class LoopbackJsonServer:
@@ -28,7 +28,7 @@ class LoopbackJsonServer:
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 with lock:
-                    status, payload = answer(self.path, body)
+                    status, payload = answer(self.path, body, self.headers)
                 data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -47,3 +47,4 @@ class LoopbackJsonServer:
     def __exit__(self, *exc):
         self.httpd.shutdown()
         self.httpd.server_close()
+        self.thread.join(timeout=10)

@@ -84,7 +84,7 @@ class TokenServer:
         self.server = LoopbackJsonServer(self.answer, prefix="/v1")
         self.url = self.server.url
 
-    def answer(self, path: str, body: dict):
+    def answer(self, path: str, body: dict, headers):
         self.bodies.append(body)
         if body.get("model") not in self.adapter_names | {self.served_name}:
             return 404, {"error": {"message": "no model"}}

@@ -12,10 +12,10 @@ from __future__ import annotations
 import json
 import shutil
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from loopback_json import LoopbackJsonServer
 
 from rlexp.storage.records import read_records
 
@@ -47,37 +47,21 @@ class ModelServer:
         self.lock = threading.Lock()
         self.bodies: list[dict] = []
         self.auth_headers: list[str | None] = []
-        outer = self
+        self.server = LoopbackJsonServer(self.answer)
+        self.url, self.thread = self.server.url, self.server.thread
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def _send(self, status: int, payload: dict) -> None:
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                auth = self.headers.get("Authorization")
-                with outer.lock:
-                    outer.bodies.append(body)
-                    outer.auth_headers.append(auth)
-                if self.path != "/v1/completions":
-                    return self._send(404, {"error": {"message": f"no route {self.path}"}})
-                if auth != f"Bearer {outer.api_key}":  # like `vllm serve --api-key`
-                    return self._send(401, {"error": {"message": "Unauthorized"}})
-                if body.get("model") not in outer.adapter_names | {outer.served_name}:
-                    return self._send(404, {"error": {"message": f"model {body.get('model')!r} not served"}})
-                return self._send(200, outer.complete(body))
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+    def answer(self, path: str, body: dict, headers) -> tuple[int, dict]:
+        auth = headers.get("Authorization")
+        with self.lock:
+            self.bodies.append(body)
+            self.auth_headers.append(auth)
+        if path != "/v1/completions":
+            return 404, {"error": {"message": f"no route {path}"}}
+        if auth != f"Bearer {self.api_key}":  # like `vllm serve --api-key`
+            return 401, {"error": {"message": "Unauthorized"}}
+        if body.get("model") not in self.adapter_names | {self.served_name}:
+            return 404, {"error": {"message": f"model {body.get('model')!r} not served"}}
+        return 200, self.complete(body)
 
     def complete(self, body: dict) -> dict:
         from rlexp.adapters.generation import generate
@@ -103,13 +87,11 @@ class ModelServer:
         }
 
     def __enter__(self):
-        self.thread.start()
+        self.server.__enter__()
         return self
 
     def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join(timeout=10)
+        self.server.__exit__(*exc)
 
 
 def _let_eos_win_over(model_dir: Path, token: str) -> None:

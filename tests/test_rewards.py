@@ -88,7 +88,7 @@ class StubJudge:
         self.server = LoopbackJsonServer(self.answer)
         self.url = self.server.url
 
-    def answer(self, path: str, body: dict):
+    def answer(self, path: str, body: dict, headers):
         self.requests.append((path, body))
         if self.mode == "fail":
             return 500, {"error": {"message": "boom"}}
