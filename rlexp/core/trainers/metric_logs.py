@@ -25,7 +25,7 @@ import ast
 import json
 import math
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -261,8 +261,19 @@ def _read_tqdm_postfixes(lines: list[str], read: LogRead) -> None:
 
 # --- JSON lines ---------------------------------------------------------------------------------
 
-def json_line(line: str) -> Any:
-    return json.loads(line)
+def json_lines(text: str, read: LogRead) -> Iterator[tuple[int, Any]]:
+    """``(line number, value)`` for each line of ``text`` that is JSON; blank lines are skipped,
+    the others counted in ``read.lines`` and, when not JSON, in ``read.not_understood``."""
+    for number_, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        read.lines = number_
+        try:
+            value = json.loads(line)
+        except (ValueError, RecursionError):
+            read.not_understood.append(number_)
+            continue
+        yield number_, value
 
 
 def read_jsonl(text: str, trainer: str) -> LogRead:
@@ -270,15 +281,7 @@ def read_jsonl(text: str, trainer: str) -> LogRead:
     rlexp's metrics.jsonl, a trainer's JSONL)."""
     read = LogRead("jsonl", trainer)
     steps = StepRows(read)
-    for number_, line in enumerate(text.split("\n"), start=1):
-        if not line.strip():
-            continue
-        read.lines = number_
-        try:
-            raw = json_line(line)
-        except (ValueError, RecursionError):
-            read.not_understood.append(number_)
-            continue
+    for number_, raw in json_lines(text, read):
         step = None
         if isinstance(raw, dict):
             step = next((step_of(raw[k]) for k in STEP_KEYS if k in raw), None)

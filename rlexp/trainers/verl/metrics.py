@@ -18,7 +18,7 @@ from rlexp.core.trainers.metric_logs import (
     MAX_JOIN,
     LogRead,
     StepRows,
-    json_line,
+    json_lines,
     metrics_of,
     physical_lines,
     step_of,
@@ -110,15 +110,7 @@ def read_verl_file(text: str, trainer: str = "verl") -> LogRead:
     """verl's ``file`` logger: ``{"step": N, "data": {...}}`` per line; ``null`` (orjson's NaN) is NaN."""
     read = LogRead("verl-file", trainer)
     steps = StepRows(read)
-    for number_, line in enumerate(text.split("\n"), start=1):
-        if not line.strip():
-            continue
-        read.lines = number_
-        try:
-            raw = json_line(line)
-        except (ValueError, RecursionError):
-            read.not_understood.append(number_)
-            continue
+    for number_, raw in json_lines(text, read):
         step = step_of(raw.get("step")) if isinstance(raw, dict) else None
         if step is None or not isinstance(raw.get("data"), dict):
             read.not_understood.append(number_)
