@@ -7,11 +7,11 @@ Needs .venv-trl (scripts/setup-trl); CI builds it."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
 import pytest
+from trl_tool_task import read_episodes, read_metrics, train_tool_task
 from trl_venv import trl_python_or_skip
 
 REPO = Path(__file__).resolve().parents[1]
@@ -65,27 +65,8 @@ EPISODE_METRICS = ("turns_per_episode", "tool_calls_per_episode", "env_errors", 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    from rlexp.stages.demo_tools import ToolsDemoConfig, build_base, build_datasets
-    from rlexp.stages.launch import launch
-
-    root = tmp_path_factory.mktemp("trl_agent") / "exp"
     # a supervised base that calls the calculator in about half its episodes (headroom, and env tokens)
-    config = dataclasses.replace(ToolsDemoConfig.fast(), sizes=(8, 4, 8, 4, 4), sft_steps=100)
-    datasets = build_datasets(root / "data", config)
-    build_base(root / "models", datasets["pool"], config)
-    attempt = root / "t1"
-    attempt.mkdir()
-    (attempt / "attempt.yaml").write_text(SPEC)
-    result = launch(attempt, tracking_uri=f"sqlite:///{root / 'mlflow.db'}", poll_s=0.2)
-    return attempt, result
-
-
-def _episodes(attempt):
-    return [json.loads(line) for line in (attempt / "launch" / "trl_episodes.jsonl").read_text().splitlines()]
-
-
-def _metrics(attempt):
-    return {r["global_step"]: r for r in map(json.loads, (attempt / "metrics.jsonl").read_text().splitlines())}
+    return train_tool_task(tmp_path_factory.mktemp("trl_agent") / "exp", SPEC, sft_steps=100)
 
 
 def test_trl_trains_the_tool_task_through_the_generated_rollout(trained):
@@ -110,7 +91,7 @@ def test_env_mask_zeros_are_the_environment_tokens(trained):
 
     attempt, _ = trained
     tok = AutoTokenizer.from_pretrained(attempt.parent / "models" / "tools-base")
-    episodes = _episodes(attempt)
+    episodes = read_episodes(attempt)
     # one episode per completion TRL asked for: 8 per step, each prompt 4 times in a row
     assert [e["global_step"] for e in episodes] == [s for s in STEPS for _ in range(8)]
     for group in range(0, len(episodes), 4):
@@ -135,7 +116,7 @@ def test_env_mask_zeros_are_the_environment_tokens(trained):
 
 def test_trl_read_the_env_mask_and_the_reward(trained):
     attempt, _ = trained
-    episodes, rows = _episodes(attempt), _metrics(attempt)
+    episodes, rows = read_episodes(attempt), read_metrics(attempt)
     assert sorted(rows) == STEPS
     differs = 0
     for step in STEPS:
@@ -151,7 +132,7 @@ def test_trl_read_the_env_mask_and_the_reward(trained):
 
 def test_episode_metrics_have_the_local_trainer_names(trained):
     attempt, _ = trained
-    episodes, rows = _episodes(attempt), _metrics(attempt)
+    episodes, rows = read_episodes(attempt), read_metrics(attempt)
     for step in STEPS:
         batch = [e for e in episodes if e["global_step"] == step]
         row = rows[step]
@@ -197,6 +178,6 @@ def test_eval_and_decide_work_on_its_checkpoints(trained):
     written = report(attempt, reports_dir=attempt.parent / "reports",
                      tracking_uri=f"sqlite:///{attempt.parent / 'mlflow.db'}")
     text = Path(written.report).read_text()
-    first, last = _metrics(attempt)[1], _metrics(attempt)[4]
+    first, last = read_metrics(attempt)[1], read_metrics(attempt)[4]
     assert (f"| tool_calls_per_episode | {first['tool_calls_per_episode']:.3f} | "
             f"{last['tool_calls_per_episode']:.3f} |") in text

@@ -10,13 +10,13 @@ Needs .venv-trl (scripts/setup-trl); CI builds it."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import subprocess
 from pathlib import Path
 
 import pytest
+from trl_tool_task import read_episodes, read_metrics, train_tool_task
 from trl_venv import trl_python_or_skip
 
 REPO = Path(__file__).resolve().parents[1]
@@ -69,27 +69,8 @@ STEPS = [1, 2, 3]
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    from rlexp.stages.demo_tools import ToolsDemoConfig, build_base, build_datasets
-    from rlexp.stages.launch import launch
-
-    root = tmp_path_factory.mktemp("trl_tools") / "exp"
     # a base supervised on tool-call episodes (half of them call a tool): headroom, and tool results to mask
-    config = dataclasses.replace(ToolsDemoConfig.fast(), sizes=(8, 4, 8, 4, 4), sft_steps=200)
-    datasets = build_datasets(root / "data", config)
-    build_base(root / "models", datasets["pool"], config, actions="tool_calls")
-    attempt = root / "t1"
-    attempt.mkdir()
-    (attempt / "attempt.yaml").write_text(SPEC)
-    result = launch(attempt, tracking_uri=f"sqlite:///{root / 'mlflow.db'}", poll_s=0.2)
-    return attempt, result
-
-
-def _episodes(attempt):
-    return [json.loads(line) for line in (attempt / "launch" / "trl_episodes.jsonl").read_text().splitlines()]
-
-
-def _metrics(attempt):
-    return {r["global_step"]: r for r in map(json.loads, (attempt / "metrics.jsonl").read_text().splitlines())}
+    return train_tool_task(tmp_path_factory.mktemp("trl_tools") / "exp", SPEC, sft_steps=200, actions="tool_calls")
 
 
 def test_trl_trains_through_the_generated_environment_factory(trained):
@@ -113,7 +94,7 @@ def test_trl_trains_through_the_generated_environment_factory(trained):
 
 def test_the_tools_were_called_in_the_environments(trained):
     attempt, _ = trained
-    episodes, rows = _episodes(attempt), _metrics(attempt)
+    episodes, rows = read_episodes(attempt), read_metrics(attempt)
     assert [e["global_step"] for e in episodes] == [s for s in STEPS for _ in range(8)]
     # what the model was asked: reset()'s observation appended to the empty user message (the task's prompt)
     assert all(e["prompt"] == [{"role": "user", "content": e["task"]["prompt"]}] for e in episodes)
@@ -136,7 +117,7 @@ def test_the_tool_mask_zeros_are_the_chat_templates_tool_turns(trained):
 
     attempt, _ = trained
     tok = AutoTokenizer.from_pretrained(attempt.parent / "models" / "tools-base-calls")
-    episodes, rows = _episodes(attempt), _metrics(attempt)
+    episodes, rows = read_episodes(attempt), read_metrics(attempt)
     model_tokens: dict[int, list[int]] = {}
     masked = 0
     for e in episodes:
@@ -172,7 +153,7 @@ def test_the_tool_mask_zeros_are_the_chat_templates_tool_turns(trained):
 
 def test_the_reward_and_episode_metrics_reach_trls_logs(trained):
     attempt, _ = trained
-    episodes, rows = _episodes(attempt), _metrics(attempt)
+    episodes, rows = read_episodes(attempt), read_metrics(attempt)
     for step in STEPS:
         batch = [e for e in episodes if e["global_step"] == step]
         # the return recomputed from the turns' rewards, not the record's own sum
