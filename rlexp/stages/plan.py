@@ -161,15 +161,10 @@ def environment_plan(att: Attempt) -> dict[str, Any]:
     """An environment task's settings as the plan shows them: the environment, budgets, loss and
     advantages, the primary metric and the eval reward; with GSPO, its clip range and the settings
     that select it on each trainer (the attempt's own where it is not the local trainer)."""
-    from dataclasses import asdict
-
     from rlexp.trainers.launch import gspo_trainer_settings
 
     env = att.environment
-    from rlexp.core.spec.model import ENV_LATE_DEFAULTS
-
-    out = {k: jsonable(v) for k, v in asdict(env).items()
-           if k != "judge" and not (k in ENV_LATE_DEFAULTS and v == ENV_LATE_DEFAULTS[k])}
+    out = {k: jsonable(v) for k, v in env.recorded().items() if k != "judge"}
     out["judge_model"] = env.judge.get("model") if env.reward.get("judge") else None
     if env.loss == "gspo":
         mapped: dict[str, Any] = {}

@@ -16,11 +16,9 @@ from rlexp.core.recipe import (
 from .model import (
     DATASET_FIELDS,
     ENV_EVAL_FIELDS,
-    ENV_LATE_DEFAULTS,
     ROLES,
     Attempt,
     Difference,
-    EnvironmentSettings,
     EvalSettings,
 )
 from .schema import ENV_MAPPINGS
@@ -53,10 +51,7 @@ def _environment_values(att: Attempt) -> dict[str, Any]:
     if att.environment is None:
         return {}
     out: dict[str, Any] = {}
-    for fname in EnvironmentSettings.__dataclass_fields__:
-        value = getattr(att.environment, fname)
-        if fname in ENV_LATE_DEFAULTS and value == ENV_LATE_DEFAULTS[fname]:
-            continue
+    for fname, value in att.environment.recorded().items():
         if fname in ENV_MAPPINGS:
             out.update({f"environment.{fname}.{k}": v for k, v in value.items()})
         else:

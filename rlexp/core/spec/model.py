@@ -146,6 +146,12 @@ class EnvironmentSettings:
                             "text: model turns are text the environment steps on | tool_calls: the environment's "
                             "tools are called through the chat template (TRL's environment_factory)")
 
+    def recorded(self) -> dict[str, Any]:
+        """Its fields as the plan and the one-variable diff record them, in declaration order: a field
+        added after attempts were recorded (:data:`ENV_LATE_DEFAULTS`) is left out at its default."""
+        return {name: getattr(self, name) for name in self.__dataclass_fields__
+                if not (name in ENV_LATE_DEFAULTS and getattr(self, name) == ENV_LATE_DEFAULTS[name])}
+
 
 # environment fields that enter the recipe digest and plan.json only when they differ from their
 # default (a field added later: the attempts recorded before keep their digest and plan)
