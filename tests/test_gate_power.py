@@ -155,3 +155,36 @@ def test_best_of_k_integral_equals_the_one_written_with_normaldist(r):
         total += weight * z_dist.pdf(z) * z_dist.cdf((t - math.sqrt(r) * z) / math.sqrt(1.0 - r)) ** 3
     reference = min(1.0, max(0.0, 1.0 - total * 0.01))
     assert gate_1b_best_of_k_normal(3.0, 1000, 0.118, k=3, delta_correlation=r) == pytest.approx(reference, rel=1e-12)
+
+
+@pytest.mark.parametrize(("first", "last", "alpha"), [(1, 2500, 0.05), (119_500, 120_500, 0.05), (4000, 4600, 0.01)])
+def test_carried_critical_wins_equal_scipys_at_every_m(first, last, alpha):
+    """The critical counts carried from one m to the next (compare at 10^6 items) are scipy's at every m of
+    the window: the smallest c with 2 P(X >= c) below the limit, X ~ Bin(m, 1/2)."""
+    from scipy.stats import binom
+
+    from rlexp.stats._gate_power import _critical_wins_run
+
+    ms = np.arange(first, last + 1)
+    carried = np.array(_critical_wins_run(first, last, alpha))
+    # the reference: for each m, the c next to the carried one on either side, decided by scipy's tail
+    below = 2 * binom.sf(carried - 2, ms, 0.5) >= alpha - 1e-9  # c - 1 must not reject
+    at = 2 * binom.sf(carried - 1, ms, 0.5) < alpha - 1e-9  # c must reject (or be m + 1: none does)
+    assert below.all()
+    assert (at | (carried == ms + 1)).all()
+
+
+@pytest.mark.parametrize("n", [50_000, 400_000])
+def test_carried_tails_equal_the_summed_ones(n):
+    """Above CARRY_ABOVE discordant counts the tails are carried; the probability equals scipy's sum over
+    the same model (Σ P(M = m) P(C ≥ c_m)) to 1e-9."""
+    from scipy.stats import binom
+
+    from rlexp.stats._gate_power import CARRY_ABOVE, _thresholds
+
+    d, delta = 0.12, 0.035
+    table = _thresholds(n, d, 3.0, 0.05)
+    assert len(table) > CARRY_ABOVE
+    m, pm, c = (np.array(col) for col in zip(*table, strict=True))
+    reference = float(np.sum(pm * binom.sf(c - 1, m, (d + delta) / (2 * d))))
+    assert gate_1b_pass_probability(100 * delta, n, d) == pytest.approx(reference, abs=1e-9)

@@ -177,6 +177,25 @@ def _completion(tokenizer: Any, tokens: list[int], stop_ids: set[int], prompt_to
     )
 
 
+def pin_torch_threads() -> int:
+    """Set torch's intra-op thread count from ``RLEXP_TORCH_THREADS`` (default 1) and return it: the local
+    trainer and the local engine both call it before their first tensor. torch otherwise takes one thread
+    per core and, on a machine that is doing anything else, they fight the other processes for the cores:
+    an eval of 1,000 problems took 3.8x the wall time (4x the CPU) of one thread on a busy 2-core machine.
+    benchmarks/bench_eval_threads.py measures 1 against 2 threads."""
+    import os
+
+    import torch
+
+    raw = os.environ.get("RLEXP_TORCH_THREADS", "1")
+    try:
+        threads = max(1, int(raw))
+    except ValueError:
+        raise InputError("RLEXP_TORCH_THREADS", None, f"a whole number of threads, got {raw!r}") from None
+    torch.set_num_threads(threads)
+    return threads
+
+
 def torch_device() -> str:
     """``RLEXP_DEVICE`` (default ``cpu``): where the local trainer and the local engine put the model.
     ``cuda`` is for scripts/gpu-check; results on the CPU are the reference."""

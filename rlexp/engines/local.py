@@ -65,7 +65,9 @@ class LocalEngine(ClosingMixin):
         self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_path or self.base_model)
         self.tokenizer.padding_side = "left"
         self._torch = torch
-        from rlexp.adapters.generation import torch_device
+        from rlexp.adapters.generation import pin_torch_threads, torch_device
+
+        pin_torch_threads()
 
         device = torch_device()  # cuda: scripts/gpu-check
         self._load = lambda path: AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device).eval()

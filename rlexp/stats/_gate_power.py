@@ -69,18 +69,92 @@ def _upper_tail(c: int, m: int, p: float, log_p: float, log_q: float, odds: floa
     return min(1.0, total)
 
 
+# Above this many discordant counts in the window, the tails are carried from one m to the next (O(1) each)
+# instead of summed afresh (O(√m) each): compare on 10^6 items sums about 5,900 of them per probability and
+# a few dozen probabilities. Below it (every plan, and compare up to about 10,000 items) each tail is summed
+# as above, so those figures stay the same to the last bit. (The critical counts are carried at every size:
+# they are integers, the same as summed afresh.)
+CARRY_ABOVE = 600
+
+
 @lru_cache(maxsize=64)
 def _thresholds(n: int, d: float, min_delta_pp: float, max_mcnemar_p: float) -> tuple[tuple[int, float, int], ...]:
     """(m, P(M = m), c_m) over the m that matter: c_m is the fewest wins that pass the gate."""
     sd = math.sqrt(n * d * (1.0 - d))
+    first, last = max(1, math.floor(n * d - 9 * sd)), min(n, math.ceil(n * d + 9 * sd))
+    critical = _critical_wins_run(first, last, max_mcnemar_p)
     out = []
-    for m in range(max(1, math.floor(n * d - 9 * sd)), min(n, math.ceil(n * d + 9 * sd)) + 1):
+    for m in range(first, last + 1):
         pm = math.exp(_log_pmf(m, n, d))
         if pm < _NEGLIGIBLE:
             continue
         c_delta = math.ceil((m + n * min_delta_pp / 100.0) / 2.0 - EPS)
-        out.append((m, pm, max(_mcnemar_critical_wins(m, max_mcnemar_p), c_delta)))
+        out.append((m, pm, max(critical[m - first], c_delta)))
     return tuple(out)
+
+
+def _critical_wins_run(first: int, last: int, max_mcnemar_p: float) -> list[int]:
+    """:func:`_mcnemar_critical_wins` for every m in [first, last], carried forward: one more
+    discordant problem can only raise P(X ≥ c) (X ~ Bin(m, 1/2)), and raises P(X ≥ c + 1) no higher
+    than P(X ≥ c) was, so c_m is c_{m-1} or c_{m-1} + 1 — one tail per m decides which. The tail
+    follows m through P_m(X ≥ c) = P_{m-1}(X ≥ c) + P_{m-1}(X = c - 1) / 2 and is summed afresh every
+    ``_REANCHOR`` steps, so its rounding never builds up (tests/test_gate_power.py checks every m of
+    a window against the function itself)."""
+    limit = max_mcnemar_p - EPS
+    c = _mcnemar_critical_wins(first, max_mcnemar_p)
+    out = [c]
+    tail = _half_tail(c, first)
+    for m in range(first + 1, last + 1):
+        if (m - first) % _REANCHOR == 0:
+            tail = _half_tail(c, m)
+        else:
+            tail += 0.5 * _half_pmf(c - 1, m - 1)
+        if 2.0 * tail >= limit:  # c no longer rejects at m: c + 1 does (the proof above)
+            tail -= _half_pmf(c, m)
+            c += 1
+        out.append(c)
+    return out
+
+
+_REANCHOR = 256
+_LOG_HALF = math.log(0.5)
+
+
+def _half_pmf(k: int, m: int) -> float:
+    if k < 0 or k > m:
+        return 0.0
+    return math.exp(math.lgamma(m + 1) - math.lgamma(k + 1) - math.lgamma(m - k + 1) + m * _LOG_HALF)
+
+
+def _half_tail(c: int, m: int) -> float:
+    return _upper_tail(c, m, 0.5, _LOG_HALF, _LOG_HALF, 1.0)
+
+
+def _tails_carried(table: tuple[tuple[int, float, int], ...], win: float, log_p: float, log_q: float,
+                   odds: float) -> float:
+    """Σ P(M = m) P(C ≥ c_m) over ``table`` (consecutive m, c_m rising by 0 or 1 per m) with each tail
+    carried from the last — P_m(C ≥ c) = P_{m-1}(C ≥ c) + w P_{m-1}(C = c - 1), then less P_m(C = c)
+    where c_m is one higher — and summed afresh every ``_REANCHOR`` steps or where m skips."""
+    lgamma = math.lgamma
+
+    def pmf(k: int, m: int) -> float:
+        if k < 0 or k > m:
+            return 0.0
+        return math.exp(lgamma(m + 1) - lgamma(k + 1) - lgamma(m - k + 1) + k * log_p + (m - k) * log_q)
+
+    total = 0.0
+    prev_m = prev_c = -1
+    tail = 0.0
+    for i, (m, pm, c) in enumerate(table):
+        if m != prev_m + 1 or c - prev_c not in (0, 1) or i % _REANCHOR == 0:
+            tail = _upper_tail(c, m, win, log_p, log_q, odds)
+        else:
+            tail += win * pmf(prev_c - 1, m - 1)
+            if c == prev_c + 1:
+                tail -= pmf(prev_c, m)
+        prev_m, prev_c = m, c
+        total += pm * min(1.0, max(0.0, tail))
+    return total
 
 
 @lru_cache(maxsize=4096)
@@ -122,8 +196,10 @@ def gate_1b_pass_probability(delta_pp: float, n: int, discordance: float, *, min
         log_p, log_q, odds = math.log(win), math.log1p(-win), win / (1.0 - win)
     else:  # _upper_tail answers these before it needs them
         log_p = log_q = odds = math.nan
-    return min(1.0, sum(pm * _upper_tail(c, m, win, log_p, log_q, odds)
-                        for m, pm, c in _thresholds(n, d, min_delta_pp, max_mcnemar_p)))
+    table = _thresholds(n, d, min_delta_pp, max_mcnemar_p)
+    if len(table) > CARRY_ABOVE and 0.0 < win < 1.0:
+        return min(1.0, _tails_carried(table, win, log_p, log_q, odds))
+    return min(1.0, sum(pm * _upper_tail(c, m, win, log_p, log_q, odds) for m, pm, c in table))
 
 
 def gate_1b_effect_for_power(n: int, discordance: float, *, power: float = 0.8, min_delta_pp: float = 3.0,

@@ -172,5 +172,8 @@ def scalar_fields(mapping: Any) -> dict[str, Any]:
     """The top-level scalar fields of a doc or metadata mapping (what ``--cluster`` may name)."""
     if not isinstance(mapping, Mapping):
         return {}
-    return {str(k): v for k, v in mapping.items() if isinstance(v, str | int | float | bool) or v is None}
+    return {str(k): v for k, v in mapping.items() if v is None or isinstance(v, _SCALARS)}
+
+
+_SCALARS = (str, int, float, bool)
 

@@ -560,18 +560,16 @@ def run_trainer(prog: str, description: str, argv: list[str] | None, task_of=Non
     configuration, :func:`train`; bad input is one line, exit 2. ``task_of(att, cfg)`` returns the
     environment task of an environment trainer (:mod:`rlexp.trainers.local.env_train`), None for this one."""
     import argparse
-    import os
 
     parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("attempt_dir", type=Path)
     parser.add_argument("--resume", action="store_true", help="continue from the latest saved state")
     args = parser.parse_args(argv)
     try:
-        import torch
-
-        torch.set_num_threads(max(1, int(os.environ.get("RLEXP_TORCH_THREADS", "1"))))
+        from rlexp.adapters.generation import pin_torch_threads
         from rlexp.core.spec import load_attempt
 
+        pin_torch_threads()
         att = load_attempt(args.attempt_dir)
         cfg = config_from_attempt(att)
         extra = {} if task_of is None else {"env_task": task_of(att, cfg)}
