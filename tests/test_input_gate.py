@@ -212,6 +212,31 @@ def test_spec_numbers_are_bounded_with_the_bound_named(exp, capsys, stated, fiel
     assert time.perf_counter() - start < 5
 
 
+@pytest.mark.parametrize(("stated", "field", "message"), [
+    # each was accepted without a word: numpy refuses a negative seed only when the trainer starts
+    ("recipe: {seed: -1}", "recipe.seed", "must be >= 0"),
+    ("eval: {seed: -3}", "eval.seed", "must be >= 0"),
+    # an empty target_modules reached peft as "no module" (or as a regex matching nothing)
+    ("recipe: {target_modules: ''}", "recipe.target_modules", "must not be empty"),
+    ("recipe: {target_modules: []}", "recipe.target_modules", "at least one module"),
+    ("recipe: {target_modules: [q_proj, '']}", "recipe.target_modules", "an empty module name"),
+    ("recipe: {target_modules: [q_proj, v_proj, q_proj]}", "recipe.target_modules", "q_proj more than once"),
+    # a repeated extra checkpoint was evaluated twice under one name
+    ("checkpoints: {extra: [2, 2]}", "checkpoints.extra", "2 given more than once"),
+])
+def test_spec_values_the_trainer_would_refuse_later(exp, capsys, stated, field, message):
+    (exp / "a2/attempt.yaml").write_text(SPEC_HEAD + stated + "\n")
+    refused(["plan", str(exp / "a2")], capsys, exp, f"attempt.yaml: {field}", message)
+
+
+def test_a_sqlite_store_in_a_missing_directory_is_refused(exp, capsys):
+    # old: the directories were made and a new, empty store started beside the real one
+    missing = exp.parent / "no-such-dir" / "mlflow.db"
+    refused(["report", str(exp / "a2"), "--tracking-uri", f"sqlite:///{missing}"], capsys, exp,
+            "--tracking-uri", "no such directory")
+    assert not missing.parent.exists()
+
+
 def test_option_bounds(exp, capsys):
     base = str(exp / "a2/eval/baseline_s0/ood_primary.jsonl")
     new = str(exp / "a2/eval/global_step2/ood_primary.jsonl")

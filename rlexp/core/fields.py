@@ -173,13 +173,22 @@ def one_of(*choices: str) -> Field:
     return Field(check_choice, {"enum": list(choices)})
 
 
-def list_of(item: Field) -> Field:
+def list_of(item: Field, *, unique: bool = False) -> Field:
+    """A list of ``item``; ``unique``: no value twice (a repeated checkpoint step is a typo, not two)."""
     def check_list(value: Any) -> list[Any]:
         if not isinstance(value, list):
             raise Invalid(f"must be a list (got {value!r})")
-        return [item(v) for v in value]
+        out = [item(v) for v in value]
+        if unique:
+            repeated = sorted({repr(v) for v in out if out.count(v) > 1})
+            if repeated:
+                raise Invalid(f"{', '.join(repeated)} given more than once")
+        return out
 
-    return Field(check_list, {"type": "array", "items": item.json})
+    schema: dict[str, Any] = {"type": "array", "items": item.json}
+    if unique:
+        schema["uniqueItems"] = True
+    return Field(check_list, schema)
 
 
 def nullable(schema: dict[str, Any]) -> dict[str, Any]:

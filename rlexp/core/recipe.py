@@ -133,7 +133,7 @@ RECIPE_TABLE: list[RecipeKey] = [
     RecipeKey(name="train_batch_size", type="int", default=128, kind=T, constraint="ge1", dotted="train.batch_size"),
     RecipeKey(name="micro_train_batch_size", type="int", default=4, kind=T, constraint="ge1", dotted="train.micro_batch_size"),
     RecipeKey(name="use_dynamic_batch", type="bool", default=False, kind=T, dotted="train.dynamic_batch_enable"),
-    RecipeKey(name="seed", type="int", default=42, kind=T, dotted="train.seed"),
+    RecipeKey(name="seed", type="int", default=42, kind=T, constraint="ge0", dotted="train.seed"),
     RecipeKey(name="full_determinism", type="bool", default=False, kind=T, dotted="train.full_determinism_enable"),
     # ---- optimiser and LR schedule
     RecipeKey(name="actor_learning_rate", type="float", default=1e-6, kind=T, constraint="gt0", dotted="actor.adam.lr"),
@@ -411,7 +411,8 @@ def key_json_schema(key: RecipeKey) -> dict[str, Any]:
         else:
             schema = {"type": "string"}
     elif key.type == "str_list":
-        schema = {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]}
+        name = {"type": "string", "pattern": r"\S"}
+        schema = {"anyOf": [name, {"type": "array", "items": name, "minItems": 1, "uniqueItems": True}]}
     elif key.type == "float_pair":
         schema = {"type": "array", "items": json_number(), "minItems": 2, "maxItems": 2}
     else:  # FLAG_VALUE: a switch, a number, a string or a list of them; the argv builder checks it

@@ -228,7 +228,9 @@ def check_output_dir(path: str | Path, option: str) -> Path:
 
 def check_store_file(path: str | Path, option: str) -> Path:
     """``path``, a database file rlexp will open or create (a SQLite store): a regular file if it
-    exists, in a directory that is (or can be made) one."""
+    exists, in a directory that exists. A missing directory is refused, as MLflow and SQLAlchemy
+    refuse it, rather than made: a mistyped store path would otherwise start a new, empty store
+    beside the real one and every later comparison would miss the runs."""
     path = check_path(path)
     if os.path.lexists(path):
         try:
@@ -236,6 +238,9 @@ def check_store_file(path: str | Path, option: str) -> Path:
         except InputError as exc:
             raise InputError(exc.file, option, f"{exc.message}: not a database file") from None
     check_output_dir(path.parent, option)
+    if not path.parent.is_dir():
+        raise InputError(_short(str(path.parent)), option, "no such directory for the store's database file "
+                                                           "(create it first, or check the path)")
     return path
 
 

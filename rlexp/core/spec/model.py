@@ -74,7 +74,7 @@ class EvalSettings:
     temperature: float = declared(0.0, number(0))
     top_p: float = declared(1.0, number(0, 1, low_open=True))
     num_samples: int = declared(1, POSITIVE_INT)
-    seed: int = declared(0, integer(), "the decoding seed, recorded with every record file")
+    seed: int = declared(0, integer(0), "the decoding seed, recorded with every record file")
     batch_size: int | None = declared(None, POSITIVE_INT, "local engine: prompts per generate call (default 64)")
     max_model_len: int | None = declared(None, POSITIVE_INT, "vllm engine: the context length")
     tensor_parallel_size: int = declared(1, POSITIVE_INT, "vllm engine: GPUs per model")

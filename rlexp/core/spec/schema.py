@@ -102,7 +102,7 @@ _SCHEMA: dict[str, Any] = {
     "recipe": "recipe",  # checked against RECIPE_KEYS
     "datasets": {role: _DATASET for role in ROLES},
     "eval": section_of(EvalSettings),
-    "checkpoints": {"mid": POSITIVE_INT, "extra": list_of(POSITIVE_INT)},
+    "checkpoints": {"mid": POSITIVE_INT, "extra": list_of(POSITIVE_INT, unique=True)},
     "budget": section_of(Budget),
     "baseline": section_of(Baseline),
     "environment": section_of(EnvironmentSettings),
@@ -273,13 +273,31 @@ def _coerce(key: RecipeKey, value: Any) -> Any:
             return value
         raise Invalid(f"must be a switch, a number, a string or a list of them (got {value!r})")
     if key.type == "str_list":
-        if isinstance(value, str) or (isinstance(value, list) and all(isinstance(v, str) for v in value)):
-            return value
-        raise Invalid(f"must be a string or a list of strings (got {value!r})")
+        return _names(value)
     # float_pair
     if not isinstance(value, list | tuple) or len(value) != 2:
         raise Invalid(f"must be a list of two numbers (got {value!r})")
     return tuple(to_float(v) for v in value)
+
+
+def _names(value: Any) -> str | list[str]:
+    """A ``str_list`` value (``target_modules``): one name (or a pattern, ``all-linear``) or a list of
+    distinct names, none empty — an empty list or name would reach the trainer as "no module" or a
+    peft error, and a repeated one is a typo."""
+    if isinstance(value, str):
+        if not value.strip():
+            raise Invalid("must not be empty (a module name, a pattern such as all-linear, or a list of names)")
+        return value
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise Invalid(f"must be a string or a list of strings (got {value!r:.80})")
+    if not value:
+        raise Invalid("must name at least one module (an empty list trains nothing)")
+    if any(not v.strip() for v in value):
+        raise Invalid(f"an empty module name in {value!r:.80}")
+    repeated = sorted({v for v in value if value.count(v) > 1})
+    if repeated:
+        raise Invalid(f"names {', '.join(repeated)} more than once")
+    return value
 
 
 def _check_constraint(key: RecipeKey, value: Any) -> None:
