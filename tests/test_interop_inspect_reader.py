@@ -1,5 +1,5 @@
-"""Where inspect_ai is installed (the optional extra ``rlexp[inspect]``; never on CI, whose venv
-does not have it), its ``read_eval_log`` and rlexp's own archive reader give the same items."""
+"""Where inspect_ai is installed (the optional extra ``rlexp[inspect]``, which scripts/setup installs, so CI
+runs this), its ``read_eval_log`` and rlexp's own archive reader give the same items."""
 
 from __future__ import annotations
 

@@ -2,7 +2,9 @@
 
 The maintainers call the ``inspect_ai.log`` read functions the stable interface, not the file
 format, so a ``.eval`` log is read with ``inspect_ai.log.read_eval_log`` when inspect_ai is
-installed (the optional extra ``rlexp[inspect]``); its members are zstd-compressed since 0.3.206,
+installed (the optional extra ``rlexp[inspect]``), after rlexp's own bounded read of the archive
+has passed it (inspect_ai bounds no member's size, depth or encoding, and what it raises on a damaged
+log is one line here); its members are zstd-compressed since 0.3.206,
 which Python 3.11's ``zipfile`` cannot read, so without inspect_ai the archive is read here, its
 zstd members with the ``zstandard`` package (refused with that advice when it is missing). ``.json`` logs are plain JSON and
 need nothing.
@@ -65,12 +67,19 @@ def load(path: Path) -> dict[str, Any]:
         if not looks_like_json_log(data):
             raise InputError(path, None, "not an Inspect log (no eval/status/version)")
         return data
-    if use_inspect_ai():
-        from inspect_ai.log import read_eval_log
+    # rlexp's own bounded read always runs: a damaged archive, a bomb, a deep or non-UTF-8 member is
+    # one line from it before inspect_ai (which bounds none of these) opens the file
+    ours = _load_zip_without_inspect(path)
+    if not use_inspect_ai():
+        return ours
+    from inspect_ai.log import read_eval_log
 
+    try:
         log = read_eval_log(str(path), resolve_attachments=True)
         return json.loads(log.model_dump_json())
-    return _load_zip_without_inspect(path)
+    except Exception as exc:  # whatever inspect_ai raises on a log it cannot read is one line
+        reason = " ".join(str(exc).split())[:200] or type(exc).__name__
+        raise InputError(path, None, f"inspect_ai cannot read this log ({type(exc).__name__}: {reason})") from None
 
 
 def use_inspect_ai() -> bool:
