@@ -694,6 +694,7 @@ def log_summary(path: str | Path, read) -> dict[str, Any]:
         "nonfinite": [{"step": s, "metric": m} for s, m in read.nonfinite],
         "not_numbers": dict(sorted(read.dropped.items())),
         "rejoined": list(read.rejoined), "abridged": list(read.abridged),
+        "cut": [{"first_line": a, "last_line": b} for a, b in read.cut],
         "steps_counted": read.steps_counted,
     }
 
@@ -732,6 +733,11 @@ def summary_lines(summary: Mapping[str, Any]) -> list[str]:
         out.append(f"  records wrapped over several lines, re-joined at lines {_lines_list(summary['rejoined'])}")
     if summary["abridged"]:
         out.append(f"  abridged or cut records read pair by pair at lines {_lines_list(summary['abridged'])}")
+    if summary["cut"]:
+        spans = [str(c["first_line"]) if c["first_line"] == c["last_line"] else f"{c['first_line']}-{c['last_line']}"
+                 for c in summary["cut"]]
+        out.append(f"  records cut and not re-joined (the cut item left out, the rest read) at lines "
+                   f"{', '.join(spans[:20])}" + (f", … ({len(spans) - 20} more)" if len(spans) > 20 else ""))
     return out
 
 
