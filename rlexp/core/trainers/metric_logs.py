@@ -34,6 +34,10 @@ from rlexp.core.trainers.metric_names import STEP_KEYS, canonical_row, number
 # the formats every trainer's logs may come in; a trainer's own formats come after the console's
 COMMON_FORMATS = ("jsonl", "trainer-state", "tensorboard")
 MAX_JOIN = 256  # lines a wrapped record may span (a 6,000-character verl record at 24 columns)
+# Bounds that keep a read linear in the file's size whatever it holds (a real record is a few KB):
+MAX_LINE_CHARS = 1 << 20    # a longer line is not read (not understood): no pattern runs over it
+MAX_RECORD_CHARS = 1 << 20  # a record re-joined past this is cut there (flagged)
+MAX_BAR_CHARS = 1 << 16     # a tqdm bar segment longer than this is not a bar
 
 
 @dataclass
@@ -175,13 +179,41 @@ class StepRows:
 # --- OpenRLHF console ---------------------------------------------------------------------------
 
 GLOBAL_STEP = re.compile(r"Global step (\d+)\s*:\s*(.*)$")
-EVAL_LINE = re.compile(r"Evaluation completed.*?global_step (\d+), eval_metrics:\s*(.*)$")
+class _EvalLine:
+    """OpenRLHF's in-run eval line, ``Evaluation completed in T, global_step N, eval_metrics: {...}``,
+    found in one pass: the pattern ``Evaluation completed.*?global_step ...`` would retry its lazy
+    gap from every "Evaluation completed" of a line (quadratic on a hostile one)."""
+
+    _TAIL = re.compile(r"global_step (\d+), eval_metrics:\s*(.*)$")
+
+    def search(self, line: str) -> re.Match[str] | None:
+        at = line.find("Evaluation completed")
+        return None if at < 0 else self._TAIL.search(line, at + len("Evaluation completed"))
+
+
+EVAL_LINE = _EvalLine()
 # the OpenRLHF logging prefix its NewLineFormatter repeats on continuation lines
 _PREFIX = re.compile(r"^\s*(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\d\d-\d\d \d\d:\d\d:\d\d \S+:\d+\]\s?")
 _PAIR = re.compile(r"""['"]([^'"]+)['"]\s*:\s*(tensor\([^()]*\)|np\.\w+\([^()]*\)|[^,{}\s]+)""")
 _TENSOR = re.compile(r"tensor\(\s*([^,()]+)[^()]*\)")
 _NONFINITE = re.compile(r"(?<![\w'\"])(nan|inf|-inf|NaN|Infinity|-Infinity)(?![\w'\"])")
-_TRAIN_BAR = re.compile(r"Train epoch \[(\d+)/(\d+)\]:\s*100%.*?\[[^\]]*?,\s*([A-Za-z_]\w*=.*)\]\s*$")
+_TRAIN_BAR_HEAD = re.compile(r"Train epoch \[(\d+)/(\d+)\]:\s*100%")
+_POSTFIX = re.compile(r",\s*([A-Za-z_]\w*=.*)$")
+
+
+def _train_bar(segment: str) -> tuple[str, str, str] | None:
+    """A completed Train-epoch bar -> (epoch, epochs, its postfix ``k=v, ...``), in one pass:
+    ``Train epoch [e/E]: 100%|…| n/n [elapsed<left, rate, k=v, k=v]`` (the postfix is inside the
+    bar's last brackets, after the rate)."""
+    head = _TRAIN_BAR_HEAD.search(segment)
+    text = segment.rstrip()
+    if head is None or not text.endswith("]"):
+        return None
+    opening = text.rfind("[", head.end())
+    if opening < 0:
+        return None
+    postfix = _POSTFIX.search(text, opening + 1, len(text) - 1)
+    return (head.group(1), head.group(2), postfix.group(1)) if postfix else None
 
 
 def _balance(text: str) -> int:
@@ -233,7 +265,7 @@ def _head_across(lines: list[str], i: int) -> tuple[re.Match[str], bool, str, in
     tight = spaced = line
     for j in range(i + 1, min(len(lines), i + 1 + HEAD_LINES)):
         nxt = lines[j].rstrip("\r")
-        if not nxt.strip() or GLOBAL_STEP.search(nxt) or EVAL_LINE.search(nxt):
+        if len(nxt) > MAX_LINE_CHARS or not nxt.strip() or GLOBAL_STEP.search(nxt) or EVAL_LINE.search(nxt):
             return None
         tight, spaced = tight + nxt.strip(), spaced.rstrip() + " " + nxt.strip()
         for joined in (tight, spaced):
@@ -260,6 +292,11 @@ def read_openrlhf_console(text: str, trainer: str = "openrlhf", reference_time=N
     while i < len(lines):
         line = lines[i].rstrip("\r")
         number_ = i + 1
+        if len(line) > MAX_LINE_CHARS:
+            if "Global step" in line or "Evaluation completed" in line:
+                read.not_understood.append(number_)
+            i += 1
+            continue
         match = GLOBAL_STEP.search(line)
         is_eval = False
         if not match:
@@ -273,12 +310,19 @@ def read_openrlhf_console(text: str, trainer: str = "openrlhf", reference_time=N
             continue
         payload = match.group(2)
         # a dict still open, or not begun yet ("Global step 1:" then the dict on the next line)
-        while (_balance(payload) > 0 or not payload.strip()) and j < len(lines) and j - i < MAX_JOIN:
+        pieces, size, balance = [payload], len(payload), _balance(payload)
+        while (balance > 0 or not "".join(pieces).strip()) and j < len(lines) and j - i < MAX_JOIN:
             nxt = lines[j].rstrip("\r")
-            if GLOBAL_STEP.search(nxt) or EVAL_LINE.search(nxt) or not nxt.strip():
+            if len(nxt) > MAX_LINE_CHARS or GLOBAL_STEP.search(nxt) or EVAL_LINE.search(nxt) or not nxt.strip():
                 break
-            payload += _PREFIX.sub("", nxt).strip()
+            piece = _PREFIX.sub("", nxt).strip()
+            if size + len(piece) > MAX_RECORD_CHARS:
+                break
+            pieces.append(piece)
+            size += len(piece)
+            balance += _balance(piece)
             j += 1
+        payload = "".join(pieces)
         if j > i + 1:
             read.rejoined.append(number_)
         raw, whole, cut = dict_pairs(payload)
@@ -316,14 +360,18 @@ def _read_tqdm_postfixes(lines: list[str], read: LogRead) -> None:
         final = next((s for s in reversed(segments) if "100%" in s), None)
         if final is None:
             continue
-        m = _TRAIN_BAR.search(final.rstrip())
-        if not m:
+        if len(final) > MAX_BAR_CHARS:  # no bar is this long: not one (and no pattern runs over it)
             read.not_understood.append(i + 1)
             continue
-        if m.group(1) != m.group(2):
+        bar = _train_bar(final)
+        if bar is None:
+            read.not_understood.append(i + 1)
+            continue
+        epoch, epochs, postfix = bar
+        if epoch != epochs:
             continue  # not the step's last epoch
         pairs = {}
-        for item in m.group(3).split(", "):
+        for item in postfix.split(", "):
             key, eq, value = item.partition("=")
             if eq:
                 pairs[key.strip()] = value.strip()
@@ -344,6 +392,9 @@ def json_lines(text: str, read: LogRead) -> Iterator[tuple[int, Any]]:
         if not line.strip():
             continue
         read.lines = number_
+        if len(line) > MAX_LINE_CHARS:
+            read.not_understood.append(number_)
+            continue
         try:
             value = json.loads(line)
         except (ValueError, RecursionError):

@@ -17,6 +17,8 @@ from typing import Any
 
 from rlexp.core.trainers.metric_logs import (
     MAX_JOIN,
+    MAX_LINE_CHARS,
+    MAX_RECORD_CHARS,
     LogRead,
     StepRows,
     join_wrapped,
@@ -72,9 +74,12 @@ _VERL_ITEM = re.compile(r"^([^\s:][^:]*?):\s*(.+)$")
 SEPARATOR = " - "
 
 
+_ITEM_TAIL = 1 << 12  # an item is far shorter: the end of a record is judged on its last 4 KiB
+
+
 def _incomplete(body: str) -> bool:
     """The record so far ends inside an item: after a separator, in a key, or in a number."""
-    body = body.rstrip()
+    body = body[-_ITEM_TAIL:].rstrip()
     if body.endswith(" -"):
         return True
     last = body.rsplit(SEPARATOR, 1)[-1].strip()
@@ -103,9 +108,15 @@ def read_verl_console(text: str, trainer: str = "verl") -> LogRead:
     i = 0
     while i < len(lines):
         line = lines[i].rstrip("\r")
+        if len(line) > MAX_LINE_CHARS:  # no pattern runs over it
+            if "step:" in line:
+                read.not_understood.append(i + 1)
+            i += 1
+            continue
         match = VERL_RECORD.search(line)
         j = i + 1
-        if not match and _VERL_HEAD_CUT.search(line) and j < len(lines) and _continues(lines[j], "step:"):
+        if (not match and _VERL_HEAD_CUT.search(line[-64:]) and j < len(lines)
+                and len(lines[j]) <= MAX_LINE_CHARS and _continues(lines[j], "step:")):
             line = join_wrapped(line, lines[j], SEPARATOR)
             match = VERL_RECORD.search(line)
             j += 1
@@ -113,9 +124,17 @@ def read_verl_console(text: str, trainer: str = "verl") -> LogRead:
             i += 1
             continue
         body = match.group(2)
-        while j < len(lines) and j - i < MAX_JOIN and _continues(lines[j].rstrip("\r"), body):
-            body = join_wrapped(body, lines[j].rstrip("\r"), SEPARATOR)
+        pieces, size = [body.rstrip()], len(body)
+        window = pieces[0][-_ITEM_TAIL:]  # the record's end: what the next line may continue
+        while (j < len(lines) and j - i < MAX_JOIN and len(lines[j]) <= MAX_LINE_CHARS
+               and size + len(lines[j]) <= MAX_RECORD_CHARS and _continues(lines[j].rstrip("\r"), window)):
+            joined = join_wrapped(window, lines[j].rstrip("\r"), SEPARATOR)
+            pieces.append(joined[len(window):])
+            window = joined[-_ITEM_TAIL:]
+            size += len(lines[j])
             j += 1
+        if len(pieces) > 1:
+            body = "".join(pieces)
         if j > i + 1:
             read.rejoined.append(i + 1)
         raw: dict[str, Any] = {}
@@ -123,8 +142,9 @@ def read_verl_console(text: str, trainer: str = "verl") -> LogRead:
         ends_at_separator = body.rstrip().endswith(" -")  # cut after its last whole item
         items = re.split(r"\s+-\s+", body.strip().removesuffix(" -"))
         cut = _incomplete(body)
-        # more lines than a record may span, and the next still continues it: the rest is not read
-        overlong = j < len(lines) and j - i >= MAX_JOIN and _continues(lines[j].rstrip("\r"), body)
+        # more lines or characters than a record may span, and the next line still continues it
+        overlong = (j < len(lines) and (j - i >= MAX_JOIN or size + len(lines[j]) > MAX_RECORD_CHARS)
+                    and _continues(lines[j].rstrip("\r")[:MAX_LINE_CHARS], body))
         ends_at_separator = ends_at_separator or (overlong and not cut)
         cut = cut or overlong
         for index, item in enumerate(items):
