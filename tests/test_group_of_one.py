@@ -186,3 +186,20 @@ def test_trl_refuses_one_generation_in_its_own_words(tmp_path):
         plan_of(tmp_path, {**BASE, "num_generations": 1})
     assert info.value.field == "recipe.num_generations" and info.value.message == ONE_GENERATION
     assert f"'ValueError: {out}'" in ONE_GENERATION
+
+
+# ----------------------------------------------------------------------------- the local trainer
+
+
+@pytest.mark.parametrize("estimator", ["group_norm", "dr_grpo"])
+def test_local_trainer_gives_a_group_of_one_advantage_zero(estimator):
+    import torch
+
+    from rlexp.trainers.local.checks import group_of_one as local_group_of_one
+    from rlexp.trainers.local.loss import group_advantages
+
+    rewards = torch.tensor([[1.0], [0.0], [0.5]])  # three prompts, one sample each
+    assert torch.count_nonzero(group_advantages(rewards, estimator)) == 0  # the trainer's own loss
+    found = local_group_of_one({"advantage_estimator": estimator, "n_samples_per_prompt": 1}, "local")
+    assert found is not None and "advantage 0" in found.outcome
+    assert local_group_of_one({"advantage_estimator": estimator, "n_samples_per_prompt": 2}, "local") is None
