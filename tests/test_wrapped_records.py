@@ -193,3 +193,10 @@ def test_openrlhf_a_number_cut_and_not_continued_is_flagged_not_shortened(tmp_pa
     assert read.cut == [(1, 1)]
     joined = read_openrlhf_console(f"{cut}\n902, 'return': 0.25}}\n{second}\n")  # the rest pasted below
     assert joined.rows[0]["reward"] == 368.902 and joined.cut == []
+
+
+@pytest.mark.parametrize("after", ["=" * 40, "-" * 40, "done", "Training Progress: 10%"])
+def test_a_line_after_a_whole_record_that_is_not_its_rest_is_left_alone(after):
+    record = _clean_records()[-1]
+    read = read_verl_console(f"{record}\n{after}\n")
+    assert read.rows == read_verl_console(record + "\n").rows and read.rejoined == [] and read.cut == []

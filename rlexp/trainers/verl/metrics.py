@@ -87,13 +87,24 @@ def _incomplete(body: str) -> bool:
     return m is None or looks_cut(m.group(2))
 
 
+_NUMBER_TAIL = re.compile(r"[-+.eE]*\d[\d.eE+-]*")
+
+
 def _continues(line: str, body: str) -> bool:
-    """``line`` is the rest of a wrapped record: shaped like items, and not a record of its own
-    (unless the record so far ends inside an item: "training/global_" then "step:34 - ...")."""
+    """``line`` is the rest of a wrapped record: shaped like items, and not a record of its own.
+    When the record so far ends inside an item, any such line continues it ("training/global_" then
+    "step:34 - ..."); after a whole item, only a line with items or a number's tail does (a
+    "=====" or a lone word after a record is not part of it)."""
     text = line.strip()
     if not text or not _VERL_WRAPPED.fullmatch(text):
         return False
-    return not VERL_RECORD.search(line) or _incomplete(body)
+    if _incomplete(body):
+        return True
+    if VERL_RECORD.search(line):
+        return False
+    core = text.removesuffix(" -")  # the wrap fell just after a separator
+    return (text == "-" or " - " in core or text.startswith("- ") or ":" in core
+            or bool(_NUMBER_TAIL.fullmatch(core)))
 
 
 def read_verl_console(text: str, trainer: str = "verl") -> LogRead:
