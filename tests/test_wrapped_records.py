@@ -200,3 +200,12 @@ def test_a_line_after_a_whole_record_that_is_not_its_rest_is_left_alone(after):
     record = _clean_records()[-1]
     read = read_verl_console(f"{record}\n{after}\n")
     assert read.rows == read_verl_console(record + "\n").rows and read.rejoined == [] and read.cut == []
+
+
+def test_a_cut_record_followed_by_the_next_record_is_not_merged_into_it():
+    """verl-2060's step 1 ends inside a key ("prompt_length/m"): a record on the next line is its
+    own, not the rest of that key."""
+    text = (DATA / "verl-2060.log").read_text() + "step:2 - critic/score/mean:0.6\n"
+    read = read_verl_console(text)
+    assert [r["global_step"] for r in read.rows] == [0, 1, 2] and read.cut == [(3, 3)]
+    assert read.rows[2]["reward"] == 0.6 and not any("mstep" in k for k in read.rows[1])

@@ -98,9 +98,12 @@ def _continues(line: str, body: str) -> bool:
     text = line.strip()
     if not text or not _VERL_WRAPPED.fullmatch(text):
         return False
+    record = VERL_RECORD.search(line)
     if _incomplete(body):
-        return True
-    if VERL_RECORD.search(line):
+        # a line that is a record of its own continues only a key cut just before "step"
+        # ("training/global_" + "step:34 - ..."); after "prompt_length/m" it is the next record
+        return not record or body.rstrip().endswith(("_", "/"))
+    if record:
         return False
     core = text.removesuffix(" -")  # the wrap fell just after a separator
     return (text == "-" or " - " in core or text.startswith("- ") or ":" in core
