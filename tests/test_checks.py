@@ -90,6 +90,32 @@ def test_a28_is_not_flagged_for_low_lr(tmp_path):
     assert "lr.low_early" not in found and "lr.warmup_share" not in found
 
 
+# 16,000 prompts / rollout 16 = 1,000 global steps of 8 optimizer steps (8,000: OpenRLHF's max_steps)
+LONG_RUN = {"pool": 16_000, "intent": {"global_steps": 1000}, "checkpoints": {"mid": 500}}
+
+
+def test_a_ten_percent_warmup_on_a_long_run_is_not_low_early(tmp_path):
+    """Issue #30: a 10 % warm-up of 1,000 global steps is at 20 % of peak at step 20 (OpenRLHF's
+    linear warm-up: 20 × 8 / 800 optimizer steps), under the old rule's 30 %, and at its peak by step
+    100: a sound recipe, no longer an error."""
+    found = checks_of(tmp_path, spec(pool=LONG_RUN["pool"], recipe={"lr_warmup_ratio": 0.10},
+                                     intent=LONG_RUN["intent"], checkpoints=LONG_RUN["checkpoints"]))
+    assert 20 * 8 / (0.10 * 8000) < 0.30  # what the old rule judged at step 20
+    assert "lr.low_early" not in found and "lr.warmup_share" not in found
+    assert not has_errors(found.values()), [c.rule for c in found.values() if c.severity == ERROR]
+
+
+@pytest.mark.parametrize(("ratio", "percent"), [(0.5, "20.0%"), (1.0, "10.0%")])
+def test_an_lr_that_stays_in_warmup_on_a_long_run_is_still_caught(tmp_path, ratio, percent):
+    """Half the run (or all of it) in warm-up: judged at step 100 (the end of the 10 % a warm-up may
+    take), where the LR is 100 × 8 / (ratio × 8,000) of peak."""
+    found = checks_of(tmp_path, spec(pool=LONG_RUN["pool"], recipe={"lr_warmup_ratio": ratio},
+                                     intent=LONG_RUN["intent"], checkpoints=LONG_RUN["checkpoints"]))
+    assert found["lr.low_early"].severity == ERROR
+    assert f"only {percent} of peak by global step 100" in found["lr.low_early"].rule
+    assert found["lr.warmup_share"].severity == ERROR
+
+
 def test_min_lr_ratio_has_no_flag_before_0_10_2(tmp_path):
     found = checks_of(tmp_path, spec(recipe={"min_lr_ratio": 0.2}))
     assert found["lr.min_lr_ratio_fixed"].severity == ERROR
@@ -247,6 +273,60 @@ def test_a26_reference_model_without_colocation_does_not_fit(tmp_path):
 def test_colocated_reference_needs_the_actor_layout(tmp_path):
     found = checks_of(tmp_path, spec(recipe={"ref_num_gpus_per_node": 8}))
     assert found["gpu.colocate_layout"].severity == ERROR
+
+
+# Issue #30: 2 vLLM GPUs + 4 actor GPUs (reference co-located) = 6, and the critic gae creates
+GAE_LAYOUT = {"vllm_num_engines": 2, "vllm_tensor_parallel_size": 1, "critic_num_gpus_per_node": 2,
+              "remote_rm_url": "/x/reward_func.py", "n_samples_per_prompt": 8}
+
+
+def test_gae_without_critic_pretrain_counts_its_critic(tmp_path):
+    found = checks_of(tmp_path, spec(recipe={**GAE_LAYOUT, "advantage_estimator": "gae"},
+                                     trainer={"name": "openrlhf", "version": "0.9.3", "gpus": 6}))
+    msg = found["gpu.layout"].rule
+    assert "needs 8 GPUs" in msg and "critic 2" in msg and "trainer.gpus is 6" in msg
+    assert "gae creates a critic on 2 GPUs" in msg
+    layout = gpu_layout(load_attempt(tmp_path / "exp" / "a1").recipe)
+    assert (layout.vllm, layout.actor, layout.reference, layout.critic, layout.total) == (2, 4, 0, 2, 8)
+
+
+def test_a_group_estimator_has_no_critic_even_with_critic_pretrain(tmp_path):
+    """OpenRLHF sets critic_pretrain to None for every estimator but gae: 6 GPUs are enough."""
+    found = checks_of(tmp_path, spec(recipe={**GAE_LAYOUT, "critic_pretrain": "some/critic"},
+                                     trainer={"name": "openrlhf", "version": "0.9.3", "gpus": 6}))
+    assert "gpu.layout" not in found
+    assert gpu_layout(load_attempt(tmp_path / "exp" / "a1").recipe).total == 6
+
+
+def test_a_critic_under_colocate_all_models_takes_no_gpu_of_its_own(tmp_path):
+    recipe = {**GAE_LAYOUT, "advantage_estimator": "gae", "colocate_all_models": True, "vllm_num_engines": 4}
+    layout = gpu_layout(load_attempt(write(tmp_path / "exp", "a1", spec(recipe=recipe))).recipe)
+    assert (layout.vllm, layout.critic, layout.total) == (0, 0, 4)
+
+
+# ----------------------------------------------------------------------------- one sample per prompt
+
+
+@pytest.mark.parametrize("estimator", ["group_norm", "rloo", "reinforce_baseline"])
+def test_one_sample_per_prompt_is_flagged_outside_environment_tasks(tmp_path, estimator):
+    found = checks_of(tmp_path, spec(recipe={"advantage_estimator": estimator, "n_samples_per_prompt": 1,
+                                             "train_batch_size": 16}))
+    check = found["samples.group_of_one"]
+    assert check.severity == ERROR and "n_samples_per_prompt is 1" in check.rule
+    assert f"OpenRLHF 0.9.3 refuses it at start (train_ppo_ray.py: 'AssertionError: {estimator} requires" in check.rule
+
+
+def test_dr_grpo_with_one_sample_says_what_each_openrlhf_release_does(tmp_path):
+    old = checks_of(tmp_path, spec(recipe={"n_samples_per_prompt": 1}))["samples.group_of_one"]
+    assert "runs it" in old.rule and "every advantage is 0" in old.rule
+    new = spec(recipe={"n_samples_per_prompt": 1}, trainer={"name": "openrlhf", "version": "0.11.0", "gpus": 8})
+    assert "refuses it at start" in checks_of(tmp_path / "b", new)["samples.group_of_one"].rule
+
+
+def test_several_samples_or_no_group_is_not_flagged(tmp_path):
+    assert "samples.group_of_one" not in checks_of(tmp_path, spec())  # dr_grpo, 8 samples
+    reinforce = spec(recipe={"advantage_estimator": "reinforce", "n_samples_per_prompt": 1})
+    assert "samples.group_of_one" not in checks_of(tmp_path / "b", reinforce)
 
 
 def test_no_reference_model_without_kl(tmp_path):

@@ -184,6 +184,13 @@ def test_warmup_that_never_ends_is_an_error(tmp_path):
     assert "lr.warmup_never_ends" in ids(plan, "error")
 
 
+def test_one_generation_per_prompt_is_flagged_in_trls_words(tmp_path):
+    with pytest.raises(InputError, match="recipe.num_generations: 1: GRPO takes its baseline within a prompt's "
+                                          "group, and TRL refuses it at start .*GRPO requires at least 2 generations"):
+        plan_of(tmp_path, {**BASE, "num_generations": 1})
+    assert "samples.group_of_one" not in ids(plan_of(tmp_path / "b", BASE))
+
+
 def test_low_lr_early_and_intent_versus_actual_steps(tmp_path):
     plan = plan_of(tmp_path, {**BASE, "max_steps": 400, "warmup_steps": 0.5}, intent=200)
     assert {"lr.low_early", "lr.warmup_share", "steps.intent"} <= ids(plan, "error")

@@ -108,6 +108,17 @@ def test_warmup_that_never_ends_is_an_error(experiment, capsys):
     assert "97.8% of peak" in errors["lr.warmup_never_ends"]  # the last step applies λ(44) = 44/45
 
 
+def test_grpo_with_one_sample_is_flagged_with_what_verl_does(experiment, capsys):
+    """Issue #30: verl runs it without a word and trains on the raw score (tests/test_group_of_one.py
+    runs verl's own estimators); rlexp refuses to plan it, outside any environment task."""
+    recipe = {**RECIPE, "algorithm.adv_estimator": "grpo", "actor_rollout_ref.rollout.n": 1}
+    code, data, _ = plan(attempt(experiment, "a2", recipe), capsys)
+    rule = next(c["rule"] for c in data["checks"] if c["name"] == "samples.group_of_one")
+    assert code == 1 and "actor_rollout_ref.rollout.n is 1" in rule and "the advantage is the raw score" in rule
+    code, data, _ = plan(attempt(experiment, "a3", {**recipe, "actor_rollout_ref.rollout.n": 4}), capsys)
+    assert "samples.group_of_one" not in {c["name"] for c in data["checks"]}
+
+
 def test_intent_and_partial_data(experiment, capsys):
     recipe = {**RECIPE, "trainer.total_training_steps": 100, "trainer.save_freq": 20, "trainer.test_freq": 20}
     code, data, _ = plan(attempt(experiment, "a3", recipe, intent={"global_steps": 100}), capsys)

@@ -582,11 +582,14 @@ def read_log(path: str | Path, trainer: str, fmt: str | None = None):
     :class:`rlexp.core.trainers.metric_logs.LogRead`: every step under canonical names, runs split
     where steps restart, NaN/inf kept and flagged, and the line numbers of the lines that looked
     like metrics but could not be read. A Git LFS pointer, a file that is not there, bytes that
-    are not UTF-8 in a JSON format, a file over 2 GiB: an :class:`InputError`."""
+    are not UTF-8 in a JSON format, a file over ``MAX_LOG_BYTES`` (256 MiB) or ``MAX_LOG_LINES``
+    (4 million lines): an :class:`InputError`. Within those bounds a read takes time and memory
+    linear in the file (rlexp.core.trainers.metric_logs: no line over ``MAX_LINE_CHARS`` is
+    searched, no record re-joined past ``MAX_RECORD_CHARS``)."""
     from rlexp.adapters.lfs import refuse_lfs_pointer
     from rlexp.core.trainers import metric_logs
     from rlexp.core.trainers.metric_names import trainers
-    from rlexp.storage.files import MAX_JSONL_BYTES, check_regular_file
+    from rlexp.storage.files import MAX_LOG_BYTES, MAX_LOG_LINES, check_regular_file
 
     path = Path(path)
     if trainer not in trainers():
@@ -604,9 +607,16 @@ def read_log(path: str | Path, trainer: str, fmt: str | None = None):
     if not path.is_file():
         raise InputError(path, None, "not a file")
     refuse_lfs_pointer(path)
-    if path.stat().st_size > MAX_JSONL_BYTES:
-        raise InputError(path, None, f"larger than the limit of {MAX_JSONL_BYTES} bytes")
-    data = path.read_bytes()
+    if path.stat().st_size > MAX_LOG_BYTES:
+        raise InputError(path, None, f"{path.stat().st_size:,} bytes: over the limit of {MAX_LOG_BYTES:,} for a log "
+                         "(cut it to the run to read)")
+    with path.open("rb") as handle:
+        data = handle.read(MAX_LOG_BYTES + 1)  # the file may have grown since
+    if len(data) > MAX_LOG_BYTES:
+        raise InputError(path, None, f"over the limit of {MAX_LOG_BYTES:,} bytes for a log (cut it to the run to read)")
+    if (count := data.count(b"\n")) > MAX_LOG_LINES:
+        raise InputError(path, None, f"{count:,} lines: over the limit of {MAX_LOG_LINES:,} for a log "
+                         "(cut it to the run to read)")
     if fmt.endswith("console"):
         text = data.decode("utf-8", errors="replace")  # a console log may hold any bytes
     else:
@@ -615,6 +625,7 @@ def read_log(path: str | Path, trainer: str, fmt: str | None = None):
         except UnicodeDecodeError as exc:
             line = data[: exc.start].count(b"\n") + 1
             raise InputError(path, f"line {line}", f"not UTF-8 (byte {exc.start})") from None
+    del data
     if "\0" in text and not fmt.endswith("console"):
         raise InputError(path, None, "a NUL byte: not a text file")
     if fmt == "openrlhf-console":
@@ -634,10 +645,14 @@ def read_log(path: str | Path, trainer: str, fmt: str | None = None):
 
 def _read_tensorboard_log(root: Path, trainer: str):
     from rlexp.core.trainers.metric_logs import LogRead, Run, metrics_of
+    from rlexp.storage.files import MAX_LOG_BYTES
 
     dirs = event_dirs(root)
     if not dirs:
         raise InputError(root, None, "no TensorBoard event files (events.out.tfevents.*)")
+    size = sum(p.stat().st_size for d in dirs for p in d.glob("events.out.tfevents.*") if p.is_file())
+    if size > MAX_LOG_BYTES:
+        raise InputError(root, None, f"{size:,} bytes of event files: over the limit of {MAX_LOG_BYTES:,} for a log")
     try:
         from tensorboard.backend.event_processing import event_accumulator
     except ImportError:
@@ -694,6 +709,7 @@ def log_summary(path: str | Path, read) -> dict[str, Any]:
         "nonfinite": [{"step": s, "metric": m} for s, m in read.nonfinite],
         "not_numbers": dict(sorted(read.dropped.items())),
         "rejoined": list(read.rejoined), "abridged": list(read.abridged),
+        "cut": [{"first_line": a, "last_line": b} for a, b in read.cut],
         "steps_counted": read.steps_counted,
     }
 
@@ -732,6 +748,11 @@ def summary_lines(summary: Mapping[str, Any]) -> list[str]:
         out.append(f"  records wrapped over several lines, re-joined at lines {_lines_list(summary['rejoined'])}")
     if summary["abridged"]:
         out.append(f"  abridged or cut records read pair by pair at lines {_lines_list(summary['abridged'])}")
+    if summary["cut"]:
+        spans = [str(c["first_line"]) if c["first_line"] == c["last_line"] else f"{c['first_line']}-{c['last_line']}"
+                 for c in summary["cut"]]
+        out.append(f"  records cut and not re-joined (the cut item left out, the rest read) at lines "
+                   f"{', '.join(spans[:20])}" + (f", … ({len(spans) - 20} more)" if len(spans) > 20 else ""))
     return out
 
 

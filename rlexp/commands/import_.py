@@ -59,6 +59,9 @@ def import_run(
     if result.not_understood:
         shown = ", ".join(str(n) for n in result.not_understood[:20])
         print(f"{len(result.not_understood)} log line(s) not understood: {shown}")
+    if result.cut:
+        spans = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in result.cut[:20])
+        print(f"{len(result.cut)} log record(s) cut and not re-joined (the cut item left out) at lines {spans}")
     if result.nonfinite_steps:
         print(f"NaN/inf kept in metrics.jsonl (flagged) at steps {', '.join(str(s) for s in result.nonfinite_steps[:20])}")
     if result.not_numbers:

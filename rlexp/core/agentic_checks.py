@@ -12,7 +12,6 @@ module and use the shared ones here).
 | agent.openrlhf_turn_cap | OpenRLHF's MultiTurnAgentExecutor gives every turn the room left in max_len: a per-turn cap is not enforced |
 | agent.openrlhf_max_new_tokens | OpenRLHF 0.9.8–0.10.1.post2: max_new_tokens unset (None) makes the executor fail (``max_length - None``) |
 | agent.gspo_clip | GSPO with the token-level clip range 0.2 barely clips a sequence ratio (GSPO's range is ~3e-4/4e-4) |
-| agent.group_one_sample | a group baseline (group_norm, dr_grpo, rloo, reinforce_baseline) with one sample per prompt |
 """
 
 from __future__ import annotations
@@ -26,7 +25,6 @@ ERROR = "error"
 WARNING = "warning"
 REF = "docs/environments.md#trainers"
 
-GROUP_BASELINES = ("group_norm", "dr_grpo", "rloo", "reinforce_baseline", "grpo")
 TOKEN_CLIP_DEFAULT = 0.2
 
 
@@ -67,14 +65,6 @@ def check_gspo_clip(loss: str, clip: float | None, clip_name: str) -> list[Verdi
     return [check("agent.gspo_clip", WARNING,
                   f"GSPO with {clip_name} {clip}: a sequence-level ratio is clipped with a range near 3e-4/4e-4; "
                   "0.2 (the token-level default) barely clips", REF)]
-
-
-def check_group_samples(estimator: str | None, n_samples: int | None) -> list[Verdict]:
-    if estimator not in GROUP_BASELINES or n_samples is None or int(n_samples) > 1:
-        return []
-    return [check("agent.group_one_sample", ERROR,
-                  f"{estimator} normalises within a prompt's group: n_samples_per_prompt {n_samples} leaves every "
-                  "advantage 0", REF)]
 
 
 def check_agentic(att: Any) -> list[Verdict]:

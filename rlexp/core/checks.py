@@ -8,7 +8,7 @@ told in docs/plan.md, "Why each check exists".
 
 | id | incident / rule |
 |---|---|
-| lr.low_early | A26/A27: LR < 6 % of peak for the whole observed run; LR must reach 30 % by global step 20 |
+| lr.low_early | A26/A27: LR < 6 % of peak for the whole observed run; LR must reach 30 % by global step 20, or by the end of a warm-up within the allowed share of the run |
 | lr.warmup_share | A26/A27: warm-up of 25,000 / 6,250 optimizer steps against a ~40-step run |
 | lr.warmup_never_ends | a warm-up as long as the run or longer: the LR never reaches its peak (any trainer) |
 | lr.min_lr_ratio_fixed | OpenRLHF < 0.10.2 has no min_lr_ratio flag: min LR is 0.1 × peak |
@@ -21,7 +21,8 @@ told in docs/plan.md, "Why each check exists".
 | schedule.final_eval / final_save | A28: no eval at its final step (eval/save fire on multiples only) |
 | schedule.mid_* | K=3 selection: the pre-registered mid checkpoint must be saved (and evaluated) |
 | diff.* | one training variable per attempt, declared in ``change`` (A27 changed two) |
-| gpu.layout | A26: init_kl_coef > 0 creates a reference model; 8 ref GPUs + 4 + 4 on 8 GPUs hung |
+| gpu.layout | A26: init_kl_coef > 0 creates a reference model; 8 ref GPUs + 4 + 4 on 8 GPUs hung; ``gae`` creates a critic |
+| samples.group_of_one | a group-normalised estimator with one sample per prompt: what the trainer then does (refuses, or trains on nothing / the raw score) |
 | length.max_len | max_len shorter than prompt_max_len + generate_max_len truncates generations |
 | suffix.mismatch | a \\boxed{} suffix on one side moved a baseline ~10 pp; train and baseline prompts must match |
 | data.overlap | training pool disjoint by hash from every eval set |
@@ -33,6 +34,7 @@ told in docs/plan.md, "Why each check exists".
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,6 +118,7 @@ def preflight(att: Attempt, steps: Steps | None = None, power: PowerReport | Non
         check_schedule(att, steps, ckpt),
         check_single_variable(att),
         check_gpu_layout(att),
+        check_group_of_one(att),
         check_lengths(att),
         check_suffix(att),
         check_datasets(att),
@@ -145,7 +148,9 @@ def check_lr(att: Attempt, steps: Steps) -> list[Verdict]:
     total = steps.global_steps_total
     unit, run = steps.lr_unit, steps.lr_steps_run
     if total >= 1 and run >= 1:
-        at = min(LR_CHECK_GLOBAL_STEP, total)
+        share = att.intent.get("max_warmup_share") or DEFAULT_MAX_WARMUP_SHARE
+        horizon = att.intent.get("global_steps") or total
+        at = low_early_step(steps.warmup_global_steps, share * horizon, total)
         best = steps.best_fraction_through(at)
         now = steps.lr_at(at).fraction_of_peak
         if best < LR_CHECK_MIN_FRACTION:
@@ -153,11 +158,10 @@ def check_lr(att: Attempt, steps: Steps) -> list[Verdict]:
                 "lr.low_early", ERROR,
                 f"LR reaches only {best:.1%} of peak by global step {at} ({now:.1%} at step {at}): warm-up is "
                 f"{steps.warmup_steps:,} {unit} steps = {steps.warmup_global_steps:,.0f} global steps of "
-                f"{total:,} ({steps.lr_horizon}); >= {LR_CHECK_MIN_FRACTION:.0%} required",
+                f"{total:,} ({steps.lr_horizon}); >= {LR_CHECK_MIN_FRACTION:.0%} required by global step "
+                f"{LR_CHECK_GLOBAL_STEP} or by the end of a warm-up of {share:.0%} of the run, whichever is later",
                 "docs/plan.md#warm-up-and-early-lr",
             ))  # fmt: skip
-        share = att.intent.get("max_warmup_share") or DEFAULT_MAX_WARMUP_SHARE
-        horizon = att.intent.get("global_steps") or total
         # at most one global step of warm-up is never the A26/A27 incident of docs/plan.md (tiny runs round up to it)
         if steps.warmup_global_steps > max(share * horizon, 1.0):
             out.append(check(
@@ -189,6 +193,16 @@ def check_lr(att: Attempt, steps: Steps) -> list[Verdict]:
             "docs/plan.md#fixed-minimum-lr",
         ))  # fmt: skip
     return out
+
+
+def low_early_step(warmup_global_steps: float, allowed_warmup: float, total: int) -> int:
+    """The global step by which the LR must have reached 30 % of its peak: step 20, or later when the
+    recipe's warm-up is longer and still within the share of the run a warm-up may take (a 10 %
+    warm-up of a 1,000-step run ends at step 100, and is judged there); never past the run's end.
+    A warm-up longer than that share is judged at the end of the share: an LR that never leaves its
+    warm-up is caught on a long run as on a short one."""
+    within = min(warmup_global_steps, allowed_warmup)
+    return max(1, min(total, max(LR_CHECK_GLOBAL_STEP, math.ceil(within))))
 
 
 # ----------------------------------------------------------------------------- step counts and batches
@@ -463,7 +477,7 @@ class GpuLayout:
 
 
 def gpu_layout(recipe: dict[str, Any]) -> GpuLayout:
-    """GPUs the Ray placement asks for (train_ppo_ray.py of v0.9.3)."""
+    """GPUs the Ray placement asks for (train_ppo_ray.py, the same rule from 0.9.3 to 0.11.2)."""
     notes: list[str] = []
     actor = _actor_gpus(recipe)
     engines = recipe.get("vllm_num_engines") or 0
@@ -489,11 +503,26 @@ def gpu_layout(recipe: dict[str, Any]) -> GpuLayout:
     if recipe.get("reward_pretrain") and not recipe.get("remote_rm_url") and not colocate_all:
         reward = int(recipe["reward_num_nodes"]) * int(recipe["reward_num_gpus_per_node"])
     critic = 0
-    if recipe.get("critic_pretrain"):
-        critic = int(recipe["critic_num_nodes"]) * int(recipe["critic_num_gpus_per_node"])
+    if critic_created(recipe):
+        critic_gpus = int(recipe["critic_num_nodes"]) * int(recipe["critic_num_gpus_per_node"])
         if recipe["colocate_critic_reward"]:
-            reward = 0
+            # its own placement group, which the reward model then shares
+            critic, reward = critic_gpus, 0
+        elif colocate_all:
+            notes.append("colocate_all_models: the critic shares the actor GPUs")
+        else:
+            critic = critic_gpus
+        if not recipe.get("critic_pretrain"):
+            notes.append(f"advantage_estimator gae creates a critic on {critic_gpus} GPUs (critic_pretrain unset: "
+                         "OpenRLHF starts it from the reward model, or the actor's model with a remote reward)")
     return GpuLayout(vllm_extra, actor, ref, reward, critic, tuple(notes))
+
+
+def critic_created(recipe: dict[str, Any]) -> bool:
+    """OpenRLHF's rule (train_ppo_ray.py, 0.9.3 to 0.11.2): an estimator other than ``gae`` drops
+    ``critic_pretrain``; ``gae`` without one takes the reward model's (or, with a remote reward, the
+    actor's): every ``gae`` run has a critic and no other has one."""
+    return (recipe.get("advantage_estimator") or "gae") == "gae"
 
 
 def check_gpu_layout(att: Attempt) -> list[Verdict]:
@@ -539,15 +568,46 @@ def check_gpu_layout(att: Attempt) -> list[Verdict]:
                          f"trainer.gpus not stated: the layout needs {layout.total} GPUs ({', '.join(parts)})",
                          ref))  # fmt: skip
     elif layout.total > gpus:
-        why = "; ".join(n for n in layout.notes if "creates a reference" in n)
+        why = "; ".join(n for n in layout.notes if "creates a" in n)
         out.append(check(
             "gpu.layout", ERROR,
             f"the layout needs {layout.total} GPUs ({', '.join(parts)}) but trainer.gpus is {gpus}"
-            + (f": {why} — co-locate it (colocate_actor_ref, ref_num_gpus_per_node "
-               f"{r['actor_num_gpus_per_node']})" if why else ""),
+            + (f": {why}" if why else "")
+            + (f" — co-locate the reference (colocate_actor_ref, ref_num_gpus_per_node "
+               f"{r['actor_num_gpus_per_node']})" if layout.reference else ""),
             ref,
         ))  # fmt: skip
     return out
+
+
+# ----------------------------------------------------------------------------- groups of one sample
+
+
+@dataclass(frozen=True)
+class GroupOfOne:
+    """A group-normalised estimator run with one sample per prompt, as one trainer reads its recipe:
+    the keys that name them and what that trainer then does (its own words where it refuses)."""
+
+    estimator_key: str
+    estimator: str
+    samples_key: str
+    samples: int
+    outcome: str
+
+
+def check_group_of_one(att: Attempt) -> list[Verdict]:
+    """Every trainer, every attempt (not only environment tasks): a baseline taken within a prompt's
+    group needs two samples of the prompt. The trainer's rules say whether its recipe is such a
+    case and what the trainer does with it (``TrainerRules.group_of_one``)."""
+    found = trainer_rules(att.trainer.name).group_of_one(dict(att.recipe), str(att.trainer.version))
+    if found is None:
+        return []
+    return [check(
+        "samples.group_of_one", ERROR,
+        f"{found.estimator_key} {found.estimator} takes its baseline within a prompt's group but "
+        f"{found.samples_key} is {found.samples}: {found.outcome}",
+        "docs/plan.md#one-sample-per-prompt",
+    )]  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- lengths, suffix, LoRA

@@ -176,6 +176,7 @@ class ImportedRun:
     steps: int = 0
     checkpoints: dict[int, str] = field(default_factory=dict)
     not_understood: list[int] = field(default_factory=list)
+    cut: list[tuple[int, int]] = field(default_factory=list)  # records cut by a wrap, not re-joined (lines)
     not_numbers: dict[str, int] = field(default_factory=dict)
     nonfinite_steps: list[int] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -235,6 +236,7 @@ def import_run(attempt_dir: str | Path, *, logs: str | Path | None = None, log_f
             raise InputError(logs, None, f"no metric steps found as {read.format}")
         out.steps = len(rows)
         out.not_understood = list(read.not_understood)
+        out.cut = list(read.cut)
         out.not_numbers = dict(stats.dropped_keys)
         out.nonfinite_steps = sorted(stats.nonfinite_steps)
     found: dict[int, Path] = {}

@@ -153,6 +153,8 @@ def atomic_write_json(path: str | Path, obj: Any) -> Path:
 # Limits of the input gate: what a file rlexp reads may hold. Each refusal names its limit.
 MAX_DOCUMENT_BYTES = 64 << 20   # a JSON or YAML document (plan, state, spec, verdicts...)
 MAX_JSONL_BYTES = 2 << 30       # a JSONL file (datasets, records, metrics)
+MAX_LOG_BYTES = 256 << 20       # a training log `rlexp ingest` / `import --logs` reads (or a TensorBoard run's events)
+MAX_LOG_LINES = 4_000_000       # ... and its lines: with the bytes, what bounds a read's time and memory
 MAX_DEPTH = 64                  # nesting of lists and mappings in any document or line
 MAX_INT_DIGITS = 4300           # an integer's digits (Python's own int-string limit: past it int() fails)
 MAX_MEMBER_BYTES = MAX_DOCUMENT_BYTES  # one archive member, counted as it is decompressed

@@ -64,8 +64,13 @@ class TrainerRules:
 
     def agentic_checks(self, env: Any, recipe: dict[str, Any], version: str) -> list[Any]:
         """Its plan rules for an environment task (rlexp.core.agentic_checks), past the release check:
-        token budgets against its length limits, GSPO's clip range, group baselines."""
+        token budgets against its length limits, GSPO's clip range."""
         return []
+
+    def group_of_one(self, recipe: dict[str, Any], version: str) -> Any:
+        """A group-normalised estimator with one sample per prompt in this recipe
+        (rlexp.core.checks.GroupOfOne: the keys, and what this trainer then does), else None."""
+        return None
 
     def key_table(self) -> Any:
         """The recipe keys a spec for this trainer may state (rlexp.core.recipe.key_table: built once)."""

@@ -33,7 +33,11 @@ from rlexp.core.trainers.metric_names import STEP_KEYS, canonical_row, number
 
 # the formats every trainer's logs may come in; a trainer's own formats come after the console's
 COMMON_FORMATS = ("jsonl", "trainer-state", "tensorboard")
-MAX_JOIN = 64  # lines a wrapped record may span
+MAX_JOIN = 256  # lines a wrapped record may span (a 6,000-character verl record at 24 columns)
+# Bounds that keep a read linear in the file's size whatever it holds (a real record is a few KB):
+MAX_LINE_CHARS = 1 << 20    # a longer line is not read (not understood): no pattern runs over it
+MAX_RECORD_CHARS = 1 << 20  # a record re-joined past this is cut there (flagged)
+MAX_BAR_CHARS = 1 << 16     # a tqdm bar segment longer than this is not a bar
 
 
 @dataclass
@@ -57,6 +61,9 @@ class LogRead:
     not_understood: list[int] = field(default_factory=list)  # line numbers (entry numbers: trainer-state)
     rejoined: list[int] = field(default_factory=list)        # first lines of records wrapped over several lines
     abridged: list[int] = field(default_factory=list)        # lines read pair by pair (cut or "…")
+    # records cut (by a wrap or a paste) that could not be re-joined: (first line, last line); the
+    # item cut in two is left out, never read as a shorter key or number
+    cut: list[tuple[int, int]] = field(default_factory=list)
     dropped: dict[str, int] = field(default_factory=dict)    # values that are not numbers, by name
     nonfinite: list[tuple[int, str]] = field(default_factory=list)  # (step, name) kept as NaN/inf
     steps_counted: bool = False  # steps numbered by rlexp (tqdm postfixes), not by the trainer
@@ -109,6 +116,31 @@ def metrics_of(raw: Mapping[str, Any], trainer: str, read: LogRead, step: int) -
     return out
 
 
+# --- wrapped records ----------------------------------------------------------------------------
+
+# the head of a number a wrap cut: Python's repr never ends a number with ".", "e", "e-" or a sign,
+# and numpy's or torch's wrapper is closed ("368." is the start of 368.902, not 368.0)
+_CUT_NUMBER = re.compile(r"[-+]?(?:\d+\.|\d+(?:\.\d+)?[eE][-+]?|[-+.])")
+_CUT_WRAPPER = re.compile(r"(?:np\.\w+|tensor)\([^)]*")
+
+
+def looks_cut(value: str) -> bool:
+    """A value that is the head of a number cut by a wrap (see :data:`_CUT_NUMBER`)."""
+    value = value.strip()
+    return bool(_CUT_NUMBER.fullmatch(value) or _CUT_WRAPPER.fullmatch(value))
+
+
+def join_wrapped(head: str, tail: str, separator: str) -> str:
+    """Two physical lines of one record: a terminal's wrap inserts no character, so a line break
+    inside a key or a number joins with nothing between; at the record's own ``separator`` (verl's
+    ``" - "``) the space a paste trimmed is put back."""
+    head, tail = head.rstrip(), tail.strip()
+    mark = separator.strip()
+    if head.endswith(" " + mark) or tail.startswith(mark + " ") or tail == mark:
+        return head + " " + tail
+    return head + tail
+
+
 # --- runs ---------------------------------------------------------------------------------------
 
 class StepRows:
@@ -147,13 +179,41 @@ class StepRows:
 # --- OpenRLHF console ---------------------------------------------------------------------------
 
 GLOBAL_STEP = re.compile(r"Global step (\d+)\s*:\s*(.*)$")
-EVAL_LINE = re.compile(r"Evaluation completed.*?global_step (\d+), eval_metrics:\s*(.*)$")
+class _EvalLine:
+    """OpenRLHF's in-run eval line, ``Evaluation completed in T, global_step N, eval_metrics: {...}``,
+    found in one pass: the pattern ``Evaluation completed.*?global_step ...`` would retry its lazy
+    gap from every "Evaluation completed" of a line (quadratic on a hostile one)."""
+
+    _TAIL = re.compile(r"global_step (\d+), eval_metrics:\s*(.*)$")
+
+    def search(self, line: str) -> re.Match[str] | None:
+        at = line.find("Evaluation completed")
+        return None if at < 0 else self._TAIL.search(line, at + len("Evaluation completed"))
+
+
+EVAL_LINE = _EvalLine()
 # the OpenRLHF logging prefix its NewLineFormatter repeats on continuation lines
 _PREFIX = re.compile(r"^\s*(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\d\d-\d\d \d\d:\d\d:\d\d \S+:\d+\]\s?")
 _PAIR = re.compile(r"""['"]([^'"]+)['"]\s*:\s*(tensor\([^()]*\)|np\.\w+\([^()]*\)|[^,{}\s]+)""")
 _TENSOR = re.compile(r"tensor\(\s*([^,()]+)[^()]*\)")
 _NONFINITE = re.compile(r"(?<![\w'\"])(nan|inf|-inf|NaN|Infinity|-Infinity)(?![\w'\"])")
-_TRAIN_BAR = re.compile(r"Train epoch \[(\d+)/(\d+)\]:\s*100%.*?\[[^\]]*?,\s*([A-Za-z_]\w*=.*)\]\s*$")
+_TRAIN_BAR_HEAD = re.compile(r"Train epoch \[(\d+)/(\d+)\]:\s*100%")
+_POSTFIX = re.compile(r",\s*([A-Za-z_]\w*=.*)$")
+
+
+def _train_bar(segment: str) -> tuple[str, str, str] | None:
+    """A completed Train-epoch bar -> (epoch, epochs, its postfix ``k=v, ...``), in one pass:
+    ``Train epoch [e/E]: 100%|…| n/n [elapsed<left, rate, k=v, k=v]`` (the postfix is inside the
+    bar's last brackets, after the rate)."""
+    head = _TRAIN_BAR_HEAD.search(segment)
+    text = segment.rstrip()
+    if head is None or not text.endswith("]"):
+        return None
+    opening = text.rfind("[", head.end())
+    if opening < 0:
+        return None
+    postfix = _POSTFIX.search(text, opening + 1, len(text) - 1)
+    return (head.group(1), head.group(2), postfix.group(1)) if postfix else None
 
 
 def _balance(text: str) -> int:
@@ -161,17 +221,59 @@ def _balance(text: str) -> int:
 
 
 def dict_of(payload: str) -> tuple[dict[str, Any] | None, bool]:
-    """A Python dict repr -> (dict, whole); an abridged or cut one read pair by pair (whole=False)."""
+    """A Python dict repr -> (dict, whole); an abridged or cut one read pair by pair (whole=False).
+    A pair the payload ends in (no ``,`` or ``}`` after its value) may be cut: it is left out, so
+    ``'reward': 368.`` is never read as 368.0 (see :func:`dict_pairs`)."""
+    raw, whole, _ = dict_pairs(payload)
+    return raw, whole
+
+
+def dict_pairs(payload: str) -> tuple[dict[str, Any] | None, bool, bool]:
+    """:func:`dict_of`, and whether a pair at the end was left out as cut."""
     text = _TENSOR.sub(lambda m: m.group(1).strip(), payload.strip())
     text = _NONFINITE.sub(lambda m: repr(m.group(1)), text)
     try:
         raw = ast.literal_eval(text)
         if isinstance(raw, dict):
-            return raw, True
+            return raw, True, False
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         pass
-    pairs = {k: v for k, v in _PAIR.findall(payload)}
-    return (pairs or None), False
+    pairs: dict[str, Any] = {}
+    cut = False
+    for m in _PAIR.finditer(payload):
+        after = payload[m.end():].lstrip()
+        if not after or (after[0] not in ",}" and not after.startswith(("…", "..."))) or looks_cut(m.group(2)):
+            cut = True  # the value runs to the end of what was pasted: perhaps the head of a longer one
+            continue
+        pairs[m.group(1)] = m.group(2)
+    return (pairs or None), False, cut
+
+
+HEAD_LINES = 4  # lines a record's head ("✨ Global step N: {") may be wrapped over
+_HEAD_WORDS = ("Global step", "Evaluation completed")
+
+
+def _head_across(lines: list[str], i: int) -> tuple[re.Match[str], bool, str, int] | None:
+    """A record head a wrap cut ("✨ Glob" then "al step 3: {..."): (match, is_eval, joined line,
+    next line index) when it starts on line ``i``, else None. A paste may have trimmed the space
+    the wrap fell on: both joins are tried."""
+    line = lines[i].rstrip("\r")
+    tail = line.rstrip()
+    if not ("Global step" in tail[-40:] or "Evaluation completed" in tail
+            or any(tail.endswith(word[:k]) for word in _HEAD_WORDS for k in range(1, len(word) + 1))):
+        return None
+    tight = spaced = line
+    for j in range(i + 1, min(len(lines), i + 1 + HEAD_LINES)):
+        nxt = lines[j].rstrip("\r")
+        if len(nxt) > MAX_LINE_CHARS or not nxt.strip() or GLOBAL_STEP.search(nxt) or EVAL_LINE.search(nxt):
+            return None
+        tight, spaced = tight + nxt.strip(), spaced.rstrip() + " " + nxt.strip()
+        for joined in (tight, spaced):
+            for pattern, is_eval in ((GLOBAL_STEP, False), (EVAL_LINE, True)):
+                m = pattern.search(joined)
+                if m and m.start() < len(line):
+                    return m, is_eval, joined, j + 1
+    return None
 
 
 def physical_lines(text: str) -> list[str]:
@@ -190,29 +292,47 @@ def read_openrlhf_console(text: str, trainer: str = "openrlhf", reference_time=N
     while i < len(lines):
         line = lines[i].rstrip("\r")
         number_ = i + 1
+        if len(line) > MAX_LINE_CHARS:
+            if "Global step" in line or "Evaluation completed" in line:
+                read.not_understood.append(number_)
+            i += 1
+            continue
         match = GLOBAL_STEP.search(line)
         is_eval = False
         if not match:
             match = EVAL_LINE.search(line)
             is_eval = match is not None
+        j = i + 1
+        if not match and (head := _head_across(lines, i)) is not None:
+            match, is_eval, line, j = head
         if not match:
             i += 1
             continue
         payload = match.group(2)
-        j = i + 1
-        while _balance(payload) > 0 and j < len(lines) and j - i < MAX_JOIN:
+        # a dict still open, or not begun yet ("Global step 1:" then the dict on the next line)
+        pieces, size, balance = [payload], len(payload), _balance(payload)
+        while (balance > 0 or not "".join(pieces).strip()) and j < len(lines) and j - i < MAX_JOIN:
             nxt = lines[j].rstrip("\r")
-            if GLOBAL_STEP.search(nxt) or EVAL_LINE.search(nxt) or not nxt.strip():
+            if len(nxt) > MAX_LINE_CHARS or GLOBAL_STEP.search(nxt) or EVAL_LINE.search(nxt) or not nxt.strip():
                 break
-            payload += _PREFIX.sub("", nxt).strip()
+            piece = _PREFIX.sub("", nxt).strip()
+            if size + len(piece) > MAX_RECORD_CHARS:
+                break
+            pieces.append(piece)
+            size += len(piece)
+            balance += _balance(piece)
             j += 1
+        payload = "".join(pieces)
         if j > i + 1:
             read.rejoined.append(number_)
-        raw, whole = dict_of(payload)
+        raw, whole, cut = dict_pairs(payload)
+        last = j  # the record's last line (1-based)
         i = j
         if raw is None:
             read.not_understood.append(number_)
             continue
+        if cut:
+            read.cut.append((number_, last))
         if not whole:
             read.abridged.append(number_)
         step = int(match.group(1))
@@ -240,14 +360,18 @@ def _read_tqdm_postfixes(lines: list[str], read: LogRead) -> None:
         final = next((s for s in reversed(segments) if "100%" in s), None)
         if final is None:
             continue
-        m = _TRAIN_BAR.search(final.rstrip())
-        if not m:
+        if len(final) > MAX_BAR_CHARS:  # no bar is this long: not one (and no pattern runs over it)
             read.not_understood.append(i + 1)
             continue
-        if m.group(1) != m.group(2):
+        bar = _train_bar(final)
+        if bar is None:
+            read.not_understood.append(i + 1)
+            continue
+        epoch, epochs, postfix = bar
+        if epoch != epochs:
             continue  # not the step's last epoch
         pairs = {}
-        for item in m.group(3).split(", "):
+        for item in postfix.split(", "):
             key, eq, value = item.partition("=")
             if eq:
                 pairs[key.strip()] = value.strip()
@@ -268,6 +392,9 @@ def json_lines(text: str, read: LogRead) -> Iterator[tuple[int, Any]]:
         if not line.strip():
             continue
         read.lines = number_
+        if len(line) > MAX_LINE_CHARS:
+            read.not_understood.append(number_)
+            continue
         try:
             value = json.loads(line)
         except (ValueError, RecursionError):

@@ -9,6 +9,8 @@ records); its launch is :mod:`rlexp.trainers.local.launch`.
 
 from __future__ import annotations
 
+from typing import Any
+
 from rlexp.core.schedule import LOCAL_TRAINER_VERSION  # OpenRLHF 0.11's step semantics, one process
 from rlexp.trainers.base import TrainerRules
 
@@ -29,6 +31,11 @@ class LocalRules(TrainerRules):
 
     def step_version(self, trainer_version: str) -> str:
         return LOCAL_TRAINER_VERSION
+
+    def group_of_one(self, recipe: dict[str, Any], version: str) -> Any:
+        from rlexp.trainers.local.checks import group_of_one
+
+        return group_of_one(recipe, version)
 
 
 RULES = LocalRules()

@@ -37,5 +37,10 @@ class OpenRLHFRules(TrainerRules):
 
         return agentic_checks(env, recipe, version)
 
+    def group_of_one(self, recipe: dict[str, Any], version: str) -> Any:
+        from rlexp.trainers.openrlhf.checks import group_of_one
+
+        return group_of_one(recipe, version)
+
 
 RULES = OpenRLHFRules()

@@ -14,7 +14,6 @@ from rlexp.core.agentic_checks import (
     REF,
     TOKEN_CLIP_DEFAULT,
     WARNING,
-    check_group_samples,
     check_gspo_clip,
     check_turn_budget,
     release_key,
@@ -67,5 +66,32 @@ def agentic_checks(env: Any, recipe: dict[str, Any], version: str) -> list[Verdi
     gspo = "gspo" in (env.loss, recipe.get("policy_loss_type"), recipe.get("actor.policy_loss_type"))
     found += check_gspo_clip("gspo" if gspo else env.loss, recipe.get("eps_clip", TOKEN_CLIP_DEFAULT),
                              "recipe.eps_clip")
-    found += check_group_samples(recipe.get("advantage_estimator"), recipe.get("n_samples_per_prompt"))
     return found
+
+
+# ----------------------------------------------------------------------------- groups of one sample
+
+# train_ppo_ray.py asserts ``n_samples_per_prompt > 1`` for these (every release 0.9.3 to 0.11.2) ...
+REFUSES_ONE_SAMPLE = ("rloo", "reinforce_baseline", "group_norm")
+# ... and for dr_grpo too from 0.11.0; before, experience_maker subtracts the group's mean and runs
+DR_GRPO_REFUSED_SINCE = "0.11.0"
+
+
+def group_of_one(recipe: dict[str, Any], version: str) -> Any:
+    """OpenRLHF with one sample per prompt and an estimator that takes its baseline within the group."""
+    from rlexp.core.checks import GroupOfOne
+
+    estimator = str(recipe.get("advantage_estimator") or "gae")
+    samples = recipe.get("n_samples_per_prompt")
+    if samples is None or int(samples) > 1:
+        return None
+    refused = REFUSES_ONE_SAMPLE + (("dr_grpo",) if release_key(version) >= release_key(DR_GRPO_REFUSED_SINCE) else ())
+    if estimator in refused:
+        outcome = (f"OpenRLHF {version} refuses it at start (train_ppo_ray.py: "
+                   f"'AssertionError: {estimator} requires n_samples_per_prompt > 1')")
+    elif estimator == "dr_grpo":
+        outcome = (f"OpenRLHF {version} runs it: the reward minus its group's mean is 0 for every sample, so every "
+                   f"advantage is 0 and only the KL term moves the policy (refused from {DR_GRPO_REFUSED_SINCE})")
+    else:
+        return None
+    return GroupOfOne("advantage_estimator", estimator, "n_samples_per_prompt", int(samples), outcome)

@@ -31,3 +31,4 @@ def agentic_checks(env: Any, recipe: dict[str, Any], version: str) -> list[Verdi
     loss = "gspo" if recipe.get("importance_sampling_level") == "sequence" else env.loss
     found += check_gspo_clip(loss, recipe.get("epsilon", TOKEN_CLIP_DEFAULT), "recipe.epsilon")
     return found
+

@@ -107,6 +107,13 @@ class TrlSteps(Steps):
         }
 
 
+# TRL's GRPO (and GSPO: the same group advantages) takes its baseline within a prompt's group, and
+# its GRPOConfig refuses one generation per prompt before training, in these words
+ONE_GENERATION = ("1: GRPO takes its baseline within a prompt's group, and TRL refuses it at start (GRPOConfig: "
+                  "'ValueError: GRPO requires at least 2 generations per prompt to calculate the advantages. "
+                  "You provided 1, which is less than the minimum required.')")
+
+
 def _int(recipe: Mapping[str, Any], key: str, minimum: int) -> int:
     value = recipe.get(key)
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
@@ -138,6 +145,8 @@ def trl_steps(recipe: Mapping[str, Any], pool_size: int, version: str, processes
         raise ValueError(f"pool_size must be >= 0, got {pool_size}")
     b = _int(recipe, "per_device_train_batch_size", 1)
     ga = _int(recipe, "gradient_accumulation_steps", 1)
+    if recipe.get("num_generations") == 1 and not isinstance(recipe.get("num_generations"), bool):
+        raise TrlRecipeError("num_generations", ONE_GENERATION)
     g = _int(recipe, "num_generations", 2)  # GRPOConfig refuses fewer than 2 generations
     mu = _int(recipe, "num_iterations", 1)
     w = max(1, int(processes))

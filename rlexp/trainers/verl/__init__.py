@@ -71,6 +71,11 @@ class VerlRules(TrainerRules):
 
         return agentic_checks(env, recipe, version)
 
+    def group_of_one(self, recipe: dict[str, Any], version: str) -> Any:
+        from rlexp.trainers.verl.checks import group_of_one
+
+        return group_of_one(recipe, version)
+
 
 _TYPES = {"float": "float", "bool": "bool", "str": "str"}  # a default of these types types its key
 

@@ -1,7 +1,7 @@
 """The preflight catalogue for a verl attempt: the catalogue's LR checks (rlexp.core.checks.check_lr,
 one implementation for every trainer) on verl's step math, verl's own step checks under the
 catalogue's ids, then the catalogue's checks that do not depend on how a
-trainer counts steps (schedule, one variable, suffix, datasets, power).
+trainer counts steps (schedule, one variable, suffix, datasets, power, groups of one sample).
 
 Kept apart from rlexp.trainers.verl.steps, which the recipe-key table imports (for the kinds of
 verl's keys): the catalogue imports the spec, which imports that table.
@@ -36,7 +36,7 @@ def verl_preflight(att: Any, steps: VerlSteps, schedule: VerlSchedule, power: An
     found += catalogue.check_schedule(att, steps, ckpt, eval_key="trainer.test_freq", save_key="trainer.save_freq",
                                       fires_rule="every multiple of the frequency and the last step")
     for findings in (catalogue.check_single_variable(att), catalogue.check_suffix(att),
-                     catalogue.check_datasets(att), catalogue.check_power(att, power),
+                     catalogue.check_datasets(att), catalogue.check_power(att, power), catalogue.check_group_of_one(att),
                      catalogue.check_agentic(att)):  # fmt: skip
         found.extend(findings)
     return sorted(found, key=lambda c: c.severity != catalogue.ERROR)
@@ -110,10 +110,9 @@ AGENT_API_SINCE = "0.6.0"  # AgentLoopBase
 
 def agentic_checks(env: Any, recipe: dict[str, Any], version: str) -> list[Any]:
     """verl's plan rules for an environment task (rlexp.core.agentic_checks): the turns against
-    ``data.max_response_length`` (the prompt has its own), GSPO's clip range, group baselines."""
+    ``data.max_response_length`` (the prompt has its own), GSPO's clip range."""
     from rlexp.core.agentic_checks import (
         TOKEN_CLIP_DEFAULT,
-        check_group_samples,
         check_gspo_clip,
         check_turn_budget,
     )
@@ -133,5 +132,38 @@ def agentic_checks(env: Any, recipe: dict[str, Any], version: str) -> list[Any]:
         if clip is None:
             key, clip = "actor_rollout_ref.actor.clip_ratio", recipe.get("actor_rollout_ref.actor.clip_ratio", 0.2)
         found += check_gspo_clip(loss, clip, key)
-    found += check_group_samples(recipe.get("algorithm.adv_estimator"), recipe.get("actor_rollout_ref.rollout.n"))
     return found
+
+
+# ----------------------------------------------------------------------------- groups of one sample
+
+# What verl's estimators (verl/trainer/ppo/core_algos.py, 0.9.1) do with a group of one sample: the
+# loops give it mean 0 (and std 1), so the advantage is the raw score; the vectorised ones and
+# pass@k do otherwise. No check refuses it before the first step.
+_RAW_SCORE = ("verl runs it without a word: a group of one gets mean 0 and std 1 in core_algos, so the "
+              "advantage is the raw score (REINFORCE on the reward, no baseline)")
+VERL_GROUP_OF_ONE = {
+    "grpo": _RAW_SCORE,
+    "rloo": _RAW_SCORE,
+    "opo": _RAW_SCORE,
+    "gpg": _RAW_SCORE,
+    "reinforce_plus_plus_baseline": ("verl runs it without a word: a group of one gets mean 0 in core_algos, so "
+                                     "the advantage is the raw score whitened over the batch (no group baseline)"),
+    "grpo_vectorized": ("verl runs it without a word: the group's mean is the sample's own score, so every "
+                        "advantage is 0 (no learning signal)"),
+    "rloo_vectorized": "verl runs it without a word: core_algos masks groups of one, so every advantage is 0",
+    "grpo_passk": ("verl stops at the first step: 'ValueError: Pass@k requires at least 2 samples per group' "
+                   "(core_algos)"),
+}
+
+
+def group_of_one(recipe: dict[str, Any], version: str) -> Any:
+    """verl with ``actor_rollout_ref.rollout.n`` 1 and an estimator that takes its baseline within the group."""
+    from rlexp.core.checks import GroupOfOne
+
+    estimator = str(recipe.get("algorithm.adv_estimator") or "gae")
+    samples = recipe.get("actor_rollout_ref.rollout.n")
+    if samples is None or int(samples) > 1 or estimator not in VERL_GROUP_OF_ONE:
+        return None
+    return GroupOfOne("algorithm.adv_estimator", estimator, "actor_rollout_ref.rollout.n", int(samples),
+                      VERL_GROUP_OF_ONE[estimator])

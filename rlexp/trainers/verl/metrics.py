@@ -2,8 +2,9 @@
 readers of its two log formats for ``rlexp ingest`` (rlexp.core.trainers.metric_logs):
 
 - ``verl-console``: ``step:N - key:value - key:value`` (verl's console logger,
-  ``concat_dict_to_str``); a record pasted over several lines (continuations starting ``- key:``)
-  is re-joined.
+  ``concat_dict_to_str``); a record wrapped over several lines (a terminal's hard wrap inside a key
+  or a number, or continuations starting ``- key:``) is re-joined; one whose last item stays cut
+  is flagged with its lines, that item left out.
 - ``verl-file``: verl's ``file`` logger, ``{"step": N, "data": {...}}`` per line (orjson writes a
   NaN as ``null``: read back as NaN).
 """
@@ -16,9 +17,13 @@ from typing import Any
 
 from rlexp.core.trainers.metric_logs import (
     MAX_JOIN,
+    MAX_LINE_CHARS,
+    MAX_RECORD_CHARS,
     LogRead,
     StepRows,
+    join_wrapped,
     json_lines,
+    looks_cut,
     metrics_of,
     physical_lines,
     step_of,
@@ -60,12 +65,56 @@ VOCABULARY = Vocabulary(NAMES, keep_source=("val-core/rlexp_ood_monitor/acc/mean
 # --- its console ------------------------------------------------------------------------------
 
 VERL_RECORD = re.compile(r"(?:^|[\s)\]>])step:(\d+)\s+-\s+(.*)$")
-VERL_CONTINUATION = re.compile(r"^\s*-\s+[^\s:]+:")
+# a record's head cut by a wrap before its first item ("step:3" then "4 - global_seqlen/min:...")
+_VERL_HEAD_CUT = re.compile(r"(?:^|[\s)\]>])(?:s|st|ste|step|step:\d*(?:\s+-?)?)\s*$")
+# a wrapped record's next physical line: items joined by " - " and no other space (verl prints
+# keys and numbers without spaces); the first may be the tail of a key or a number cut in two
+_VERL_WRAPPED = re.compile(r"(?:-\s+)?[\w./@()\[\]+\-:'\",=<>%*]+(?:\s+-\s+[^\s]+)*(?:\s+-)?")
 _VERL_ITEM = re.compile(r"^([^\s:][^:]*?):\s*(.+)$")
+SEPARATOR = " - "
+
+
+_ITEM_TAIL = 1 << 12  # an item is far shorter: the end of a record is judged on its last 4 KiB
+
+
+def _incomplete(body: str) -> bool:
+    """The record so far ends inside an item: after a separator, in a key, or in a number."""
+    body = body[-_ITEM_TAIL:].rstrip()
+    if body.endswith(" -"):
+        return True
+    last = body.rsplit(SEPARATOR, 1)[-1].strip()
+    m = _VERL_ITEM.match(last)
+    return m is None or looks_cut(m.group(2))
+
+
+_NUMBER_TAIL = re.compile(r"[-+.eE]*\d[\d.eE+-]*")
+
+
+def _continues(line: str, body: str) -> bool:
+    """``line`` is the rest of a wrapped record: shaped like items, and not a record of its own.
+    When the record so far ends inside an item, any such line continues it ("training/global_" then
+    "step:34 - ..."); after a whole item, only a line with items or a number's tail does (a
+    "=====" or a lone word after a record is not part of it)."""
+    text = line.strip()
+    if not text or not _VERL_WRAPPED.fullmatch(text):
+        return False
+    record = VERL_RECORD.search(line)
+    if _incomplete(body):
+        # a line that is a record of its own continues only a key cut just before "step"
+        # ("training/global_" + "step:34 - ..."); after "prompt_length/m" it is the next record
+        return not record or body.rstrip().endswith(("_", "/"))
+    if record:
+        return False
+    core = text.removesuffix(" -")  # the wrap fell just after a separator
+    return (text == "-" or " - " in core or text.startswith("- ") or ":" in core
+            or bool(_NUMBER_TAIL.fullmatch(core)))
 
 
 def read_verl_console(text: str, trainer: str = "verl") -> LogRead:
-    """verl's console logger, ``step:N - key:value - ...`` (see the module doc)."""
+    """verl's console logger, ``step:N - key:value - ...`` (see the module doc). A record wrapped
+    over several lines (by a terminal, a paste, a ``- key:`` continuation) is re-joined; one whose
+    last item stays cut (the next line does not continue it) is flagged in ``read.cut`` with its
+    lines, and that item is left out: never read as a shorter key or number."""
     read = LogRead("verl-console", trainer)
     lines = physical_lines(text)
     read.lines = len(lines) - (1 if lines and lines[-1] == "" else 0)
@@ -73,34 +122,64 @@ def read_verl_console(text: str, trainer: str = "verl") -> LogRead:
     i = 0
     while i < len(lines):
         line = lines[i].rstrip("\r")
+        if len(line) > MAX_LINE_CHARS:  # no pattern runs over it
+            if "step:" in line:
+                read.not_understood.append(i + 1)
+            i += 1
+            continue
         match = VERL_RECORD.search(line)
+        j = i + 1
+        if (not match and _VERL_HEAD_CUT.search(line[-64:]) and j < len(lines)
+                and len(lines[j]) <= MAX_LINE_CHARS and _continues(lines[j], "step:")):
+            line = join_wrapped(line, lines[j], SEPARATOR)
+            match = VERL_RECORD.search(line)
+            j += 1
         if not match:
             i += 1
             continue
         body = match.group(2)
-        j = i + 1
-        while j < len(lines) and j - i < MAX_JOIN and VERL_CONTINUATION.match(lines[j]):
-            body = body.rstrip() + " " + lines[j].strip()
+        pieces, size = [body.rstrip()], len(body)
+        window = pieces[0][-_ITEM_TAIL:]  # the record's end: what the next line may continue
+        while (j < len(lines) and j - i < MAX_JOIN and len(lines[j]) <= MAX_LINE_CHARS
+               and size + len(lines[j]) <= MAX_RECORD_CHARS and _continues(lines[j].rstrip("\r"), window)):
+            joined = join_wrapped(window, lines[j].rstrip("\r"), SEPARATOR)
+            pieces.append(joined[len(window):])
+            window = joined[-_ITEM_TAIL:]
+            size += len(lines[j])
             j += 1
+        if len(pieces) > 1:
+            body = "".join(pieces)
         if j > i + 1:
             read.rejoined.append(i + 1)
         raw: dict[str, Any] = {}
-        cut = False
-        for item in re.split(r"\s+-\s+", body.strip()):
+        abridged = False
+        ends_at_separator = body.rstrip().endswith(" -")  # cut after its last whole item
+        items = re.split(r"\s+-\s+", body.strip().removesuffix(" -"))
+        cut = _incomplete(body)
+        # more lines or characters than a record may span, and the next line still continues it
+        overlong = (j < len(lines) and (j - i >= MAX_JOIN or size + len(lines[j]) > MAX_RECORD_CHARS)
+                    and _continues(lines[j].rstrip("\r")[:MAX_LINE_CHARS], body))
+        ends_at_separator = ends_at_separator or (overlong and not cut)
+        cut = cut or overlong
+        for index, item in enumerate(items):
             m = _VERL_ITEM.match(item.strip())
+            if index == len(items) - 1 and cut and not ends_at_separator:
+                break  # the last item was cut and nothing continued it: flagged below, left out
             if m:
                 raw[m.group(1).strip()] = m.group(2).strip()
             else:  # "…", "...", or an item cut in two
-                cut = True
+                abridged = True
+        first = i + 1
         step = int(match.group(1))
-        if not raw:
-            read.not_understood.append(i + 1)
-            i = j
+        i = j
+        if not raw:  # nothing readable (a cut item alone included): the record's line is not understood
+            read.not_understood.append(first)
             continue
         if cut:
-            read.abridged.append(i + 1)
-        steps.add(step, metrics_of(raw, trainer, read, step), i + 1, repeat_restarts=False)
-        i = j
+            read.cut.append((first, j))
+        if abridged:
+            read.abridged.append(first)
+        steps.add(step, metrics_of(raw, trainer, read, step), first, repeat_restarts=False)
     return read
 
 
