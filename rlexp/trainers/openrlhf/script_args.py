@@ -19,6 +19,32 @@ OWNED = ("save_path", "ckpt_path", "remote_rm_url", "use_tensorboard", "load_che
 # in a script is no setting of its own
 LAUNCH_DEFAULTS = {"input_key": "prompt", "label_key": "answer", "apply_chat_template": True,
                    "save_hf_ckpt": True}
+ARGUMENT_STYLE = "flags"
+DATASET_KEYS = {"prompt_data": "pool", "eval_dataset": "ood_monitor"}
+
+
+def _recipe_key(flag_name: str) -> str:
+    """The v0.9.x recipe key of a flag (``ckpt.output_dir`` -> ``save_path``)."""
+    from rlexp.trainers.openrlhf import argv as openrlhf
+
+    reverse = {dotted: key for key, dotted in openrlhf.DOTTED_NAMES.items()}
+    for key, names in openrlhf.SPLIT_NAMES.items():
+        for name in names:
+            reverse[name] = key
+    return reverse.get(flag_name, flag_name)
+
+
+def dropped(flag_name: str) -> bool:
+    """Whether import leaves the flag out anyway (rlexp sets it, a logger, a credential)."""
+    key = _recipe_key(flag_name)
+    return (key in OWNED and key not in DATASET_KEYS) or secret_argument(key) or secret_argument(flag_name) \
+        or key.startswith(("wandb", "use_wandb", "logger.", "ckpt.output_dir")) or flag_name.startswith("logger.")
+
+
+def field_of(flag_name: str) -> str:
+    key = _recipe_key(flag_name)
+    role = DATASET_KEYS.get(key)
+    return f"datasets.{role}: the data's path" if role else f"--{flag_name}, recipe key {key}"
 
 
 def read_args(script: Path, where: str, args: list[str], version: str | None):
