@@ -31,6 +31,7 @@ MAX_SCRIPT_BYTES = 1 << 20        # the script file itself
 MAX_VALUE_CHARS = 1 << 20         # one variable's value or one argument
 MAX_EXPANDED_CHARS = 8 << 20      # everything expanded while reading one script
 MAX_DEPTH = 100                   # nesting of expansions, substitutions and here-strings
+MAX_WORDS = 100_000               # words of one command or elements of one array
 _INT64 = 1 << 64
 
 # commands that are not the launch (left out and noted), and those that change what follows
@@ -143,6 +144,9 @@ class _Words:
             self.end()
 
     def elements(self, items: list[Arg], quoted: bool) -> None:
+        if len(items) + len(self.words) > MAX_WORDS:
+            raise ScriptError(self.reader.line, f"more than {MAX_WORDS} words from one array: refused by size, not run")
+        self.reader.count(len(items))
         for i, item in enumerate(items):
             if i:
                 self.end()
@@ -319,6 +323,8 @@ class _Reader:
             for element in value.named_children:
                 if element.type != "comment":
                     items += self.words(element)  # an unknown element stays one unknown element
+                if len(items) > MAX_WORDS:
+                    raise ScriptError(self.line, f"an array of more than {MAX_WORDS} elements: refused by size, not run")
             new = items
         else:
             new = self.scalar(value, name)
@@ -460,6 +466,8 @@ class _Reader:
             out.literal(_unescape_word(self.text(node)))
         elif kind == "raw_string":
             out.literal(self.text(node)[1:-1])
+        elif kind == "regex":  # the pattern of ${v%%pattern}: a glob, taken as written
+            out.literal(self.text(node))
         elif kind == "ansi_c_string":
             out.literal(_ansi_c(self.text(node)[2:-1]))
         elif kind in ("string", "translated_string"):
@@ -688,6 +696,8 @@ class _Reader:
             if isinstance(right, Unknown):
                 return right
             return _binary(operator, left, right, self.line)
+        if kind in ("command_substitution", "process_substitution"):
+            return Unknown(self.line, f"{self.text(node)[:40]} (a command substitution: only running it tells its value)")
         if kind == "ternary_expression":
             parts = node.named_children
             condition = self.arith_of(parts[0])

@@ -46,8 +46,14 @@ def import_script(script: str | Path, attempt_dir: str | Path, *, version: str |
     """Read ``script`` and write ``ATTEMPT_DIR/attempt.yaml`` (refused when one is there). ``env``
     (``--env``) and ``env_file`` (``--env-file``, read as ``NAME=VALUE`` data) are what the script
     would find in its environment; ``env`` wins over the file."""
-    from rlexp.core.launch_script import (MAX_SCRIPT_BYTES, ScriptError, launch_of, read_env_file, read_script,
-                                          unknown_arguments)
+    from rlexp.core.launch_script import (
+        MAX_SCRIPT_BYTES,
+        ScriptError,
+        launch_of,
+        read_env_file,
+        read_script,
+        unknown_arguments,
+    )
     from rlexp.core.spec import values_equal
     from rlexp.storage.files import read_text
     from rlexp.storage.layout import AttemptDir
