@@ -35,7 +35,9 @@ MAX_WORDS = 100_000               # words of one command or elements of one arra
 _INT64 = 1 << 64
 
 # commands that are not the launch (left out and noted), and those that change what follows
-_LAUNCHERS = re.compile(r"^(python(\d(\.\d+)?)?|torchrun|deepspeed|accelerate|ray|trl)$")
+_LAUNCHERS = re.compile(r"^(python(\d(\.\d+)?)?|torchrun|deepspeed|accelerate|ray|trl|uv)$")
+_UV_RUN_VALUES = {"--with", "--python", "-p", "--project", "--directory", "--env-file", "--extra", "--group",
+                  "--package", "--index", "--index-url"}
 _CHANGES_CONTEXT = ("cd", "pushd", "popd", "source", ".", "eval", "exec", "alias")
 _CONSTRUCTS = {"for_statement": "a for loop", "c_style_for_statement": "a for loop",
                "while_statement": "a while/until loop", "if_statement": "an if statement",
@@ -94,6 +96,11 @@ def read_script(text: str, env: dict[str, str] | None = None, *, script_name: st
     size = len(text.encode("utf-8", "surrogateescape"))
     if size > MAX_SCRIPT_BYTES:
         raise ScriptError(None, f"{size} bytes: a launch script rlexp reads is at most {MAX_SCRIPT_BYTES} bytes")
+    # a last line ending in `\` continues into the end of the file, which bash reads as nothing; the
+    # grammar would call it an error, so that backslash becomes a blank (lines keep their numbers)
+    end = re.search(r"\\(\r?\n)?[ \t]*\Z", text)
+    if end is not None and not re.search(r"(?<!\\)(\\\\)+(\r?\n)?[ \t]*\Z", text):
+        text = text[:end.start()] + " " + text[end.start() + 1:]
     reader = _Reader(text, dict(env or {}), script_name)
     reader.run()
     return reader.result()
@@ -828,11 +835,16 @@ def launch_of(argv: list[Arg]) -> Launch:
     the launcher or the module is not one rlexp knows."""
     rest = list(argv)
     launcher: list[str] = []
+    if len(rest) > 1 and isinstance(rest[0], str) and rest[0].rsplit("/", 1)[-1] == "uv" and rest[1] == "run":
+        i = 2  # `uv run [options] CMD ...`: the project's environment around the command
+        while i < len(rest) and isinstance(rest[i], str) and rest[i].startswith("-"):
+            i += 2 if rest[i] in _UV_RUN_VALUES else 1
+        launcher, rest = rest[:i], rest[i:]
     if tuple(rest[:3]) == RAY_JOB_SUBMIT:
         if "--" not in rest:
             raise ScriptError(None, "ray job submit without `--` before the entrypoint")
         cut = rest.index("--")
-        launcher, rest = rest[: cut + 1], rest[cut + 1:]
+        launcher, rest = launcher + rest[: cut + 1], rest[cut + 1:]
     if not rest:
         raise ScriptError(None, "no command to run")
     from rlexp.trainers import names, rules

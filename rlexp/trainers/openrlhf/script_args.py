@@ -25,13 +25,24 @@ DATASET_KEYS = {"prompt_data": "pool", "eval_dataset": "ood_monitor"}
 
 def _recipe_key(flag_name: str) -> str:
     """The v0.9.x recipe key of a flag (``ckpt.output_dir`` -> ``save_path``)."""
+
+    return _reverse_names().get(f"--{flag_name}", flag_name)
+
+
+def _reverse_names() -> dict[str, str]:
+    """``--dotted.flag`` -> its v0.9.x recipe key; where two keys share a flag (``generate_max_len``
+    and the builder's ``max_new_tokens`` -> ``rollout.max_new_tokens``) the recipe's own name wins."""
+    from rlexp.core.recipe import BUILDER_ONLY_DOTTED
     from rlexp.trainers.openrlhf import argv as openrlhf
 
-    reverse = {dotted: key for key, dotted in openrlhf.DOTTED_NAMES.items()}
+    reverse: dict[str, str] = {}
+    for key, dotted in openrlhf.DOTTED_NAMES.items():
+        if key not in BUILDER_ONLY_DOTTED:
+            reverse.setdefault(f"--{dotted}", key)
     for key, names in openrlhf.SPLIT_NAMES.items():
         for name in names:
-            reverse[name] = key
-    return reverse.get(flag_name, flag_name)
+            reverse[f"--{name}"] = key
+    return reverse
 
 
 def dropped(flag_name: str) -> bool:
@@ -67,10 +78,7 @@ def read_args(script: Path, where: str, args: list[str], version: str | None):
     except openrlhf_parser.Rejected as exc:
         raise InputError(script, where, f"OpenRLHF {version}'s parser refuses the command: {exc}") from None
     table = openrlhf.load_flag_table(version)
-    reverse = {f"--{dotted}": key for key, dotted in openrlhf.DOTTED_NAMES.items()}
-    for key, names in openrlhf.SPLIT_NAMES.items():
-        for name in names:
-            reverse[f"--{name}"] = key
+    reverse = _reverse_names()
     by_flag = {option: action for action in parser.parser._actions for option in action.option_strings}
     recipe: dict[str, Any] = {}
     datasets: dict[str, dict[str, Any]] = {}

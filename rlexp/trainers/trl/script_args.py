@@ -103,6 +103,6 @@ def read_args(script: Path, where: str, args: list[str], version: str | None = N
         else:
             recipe[key] = value
     if "pool" not in datasets:
-        raise InputError(script, where, "no --dataset_name: the data the run trains on is needed for its steps "
-                         "(a script that loads its data itself: state it with --dataset_name)")
+        raise InputError(script, where, "no --dataset_name (datasets.pool, which plan needs for the steps): the "
+                         "script loads its data itself; add --dataset_name NAME to the launch command")
     return recipe, datasets, left_out, notes

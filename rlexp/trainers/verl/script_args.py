@@ -34,6 +34,8 @@ def dropped(key: str) -> bool:
 
 
 def field_of(key: str) -> str:
+    if key.startswith("--config"):
+        return "the Hydra config verl composes; rlexp plans with ppo_trainer"
     role = DATASET_KEYS.get(key)
     return f"datasets.{role}: the data's path" if role else f"recipe key {key}"
 
@@ -49,6 +51,12 @@ def read_args(script: Path, where: str, args: list[str], version: str | None = N
     left_out: list[str] = []
     notes: list[str] = []
     for token in args:
+        if token.startswith(("--config-name", "--config-path", "--config-dir")):
+            option, _, chosen = token.partition("=")
+            if option == "--config-name" and chosen not in ("ppo_trainer", "ppo_trainer.yaml"):
+                raise InputError(script, where, f"{token[:80]}: rlexp plans verl's ppo_trainer config (its key table "
+                                 f"is that config's), not {chosen!r}")
+            continue
         raw_key, eq, raw = token.partition("=")
         plus = len(raw_key) - len(raw_key.lstrip("+"))
         key = raw_key.lstrip("+")
