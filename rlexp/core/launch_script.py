@@ -186,6 +186,7 @@ class _Reader:
         self.expanded = 0
         self.depth = 0
         self.sourced: int | None = None   # the line of a `source` that was not read
+        self.hidden: list[tuple[int, int, str, int]] = []  # launches inside loops etc.: line, its line, what
         self.inner_line: int | None = None  # inside a here-string or bash -c: the line that holds it
 
     # --- bounds -------------------------------------------------------------------------------
@@ -276,6 +277,8 @@ class _Reader:
                 self.statement(child)
         elif kind in ("subshell", "compound_statement"):
             self.statements(node)
+        elif kind == "if_statement" and self.if_statement(node):
+            return
         elif kind in _CONSTRUCTS:
             self.construct(node, _CONSTRUCTS[kind])
         else:
@@ -298,11 +301,118 @@ class _Reader:
                 if var is not None:
                     self.vars[self.text(var)] = Unknown(line, f"${self.text(var)} (the variable of the for loop at "
                                                         f"line {line})")
-            if n.type == "command" and _is_launch(self.text(n).replace("\\\n", " ").split()):
-                raise ScriptError(n.start_point[0] + 1, f"the launch command is inside {name} (line {line}): its "
-                                  "values depend on running it; import a script with the launch command outside it")
+            if n.type == "command":
+                strength = _launch_strength(self.text(n).replace("\\\n", " ").split())
+                if strength:
+                    self.hidden.append((n.start_point[0] + 1, line, name, strength))
             stack.extend(n.named_children)
         self.notes.append(f"line {line}: {name} not run (nothing in the script is run)")
+
+    def if_statement(self, node) -> bool:
+        """An ``if`` whose conditions can be known (``[ "$x" = y ]``, ``[[ $n -gt 1 ]]``, ``-z``, ``-n``,
+        ``&&``/``||``/``!`` of those) runs the branch bash would run; False: not known, left to
+        :meth:`construct`."""
+        branches: list[tuple[Any, list]] = []  # (condition node or None for else, statements)
+        condition, body, in_body = node.child_by_field_name("condition"), [], False
+        for child in node.children:
+            if child.type == "then":
+                in_body = True
+            elif child.type in ("elif_clause", "else_clause", "fi"):
+                break
+            elif in_body and child.is_named and child.type != "comment":
+                body.append(child)
+        branches.append((condition, body))
+        for clause in node.named_children:
+            if clause.type == "elif_clause":
+                test = next((c for c in clause.named_children if c.type != "comment"), None)
+                statements, seen = [], False
+                for c in clause.children:
+                    if c.type == "then":
+                        seen = True
+                    elif seen and c.is_named and c.type != "comment":
+                        statements.append(c)
+                branches.append((test, statements))
+            elif clause.type == "else_clause":
+                branches.append((None, [c for c in clause.named_children if c.type != "comment"]))
+        chosen = None
+        for test, statements in branches:
+            if test is None:
+                chosen = statements
+                break
+            value = self.condition(test)
+            if value is None:
+                return False
+            if value:
+                chosen = statements
+                break
+        line = node.start_point[0] + 1
+        self.notes.append(f"line {line}: if statement read (its conditions are known without running anything)")
+        for statement in chosen or []:
+            self.statement(statement)
+        return True
+
+    def condition(self, node) -> bool | None:
+        """A condition's truth where it is known from the script's values; None otherwise."""
+        kind = node.type
+        if kind == "test_command":
+            inner = [c for c in node.named_children if c.type != "comment"]
+            return self.test(inner[0]) if len(inner) == 1 else None
+        if kind == "list" and len(node.named_children) == 2:
+            operator = next((c.type for c in node.children if c.type in ("&&", "||")), None)
+            left, right = (self.condition(c) for c in node.named_children)
+            if operator == "&&":
+                return False if False in (left, right) else (None if None in (left, right) else True)
+            if operator == "||":
+                return True if True in (left, right) else (None if None in (left, right) else False)
+            return None
+        if kind == "negated_command" and node.named_children:
+            value = self.condition(node.named_children[-1])
+            return None if value is None else not value
+        return None
+
+    def test(self, node) -> bool | None:
+        kind = node.type
+        if kind == "parenthesized_expression" and node.named_children:
+            return self.test(node.named_children[0])
+        if kind == "unary_expression":
+            operator = self.text(node.child_by_field_name("operator") or node.children[0])
+            if operator == "!":
+                value = self.test(node.named_children[-1])
+                return None if value is None else not value
+            if operator not in ("-z", "-n"):
+                return None  # file tests and the like: only the machine that runs it knows
+            value = self.operand(node.named_children[-1])
+            return None if value is None else ((value == "") == (operator == "-z"))
+        if kind == "binary_expression":
+            operator = self.text(node.child_by_field_name("operator"))
+            if operator in ("&&", "||", "-a", "-o"):
+                left = self.test(node.child_by_field_name("left"))
+                right = self.test(node.child_by_field_name("right"))
+                if operator in ("&&", "-a"):
+                    return False if False in (left, right) else (None if None in (left, right) else True)
+                return True if True in (left, right) else (None if None in (left, right) else False)
+            left, right = self.operand(node.child_by_field_name("left")), self.operand(node.child_by_field_name("right"))
+            if left is None or right is None:
+                return None
+            if operator in ("=", "=="):
+                return left == right
+            if operator == "!=":
+                return left != right
+            numeric = {"-eq": int.__eq__, "-ne": int.__ne__, "-lt": int.__lt__, "-le": int.__le__,
+                       "-gt": int.__gt__, "-ge": int.__ge__}
+            if operator in numeric and re.fullmatch(r"-?\d+", left.strip()) and re.fullmatch(r"-?\d+", right.strip()):
+                return numeric[operator](int(left), int(right))
+            return None
+        value = self.operand(node)
+        return None if value is None else value != ""
+
+    def operand(self, node) -> str | None:
+        if node is None or node.type == "regex":
+            return self.text(node) if node is not None else None
+        words = self.words(node, split=False)
+        if len(words) != 1 or isinstance(words[0], Unknown):
+            return "" if not words else None
+        return words[0]
 
     def declaration(self, node) -> None:
         keyword = self.text(node.children[0])
@@ -481,13 +591,26 @@ class _Reader:
             inner = node if kind == "string" else node.named_children[0]
             if not _only_all_elements(self.text(inner)):  # "$@" and "${A[@]}" alone can be no word at all
                 out._start()
+            # the grammar leaves some text between a string's parts out of every node (and puts a
+            # blank before `$` into the expansion's node): what no part covers is literal text
+            position, end = inner.start_byte + 1, inner.end_byte - 1
             for child in inner.children:
                 if child.type == '"':
                     continue
+                if child.start_byte > position:
+                    out.literal(_unescape_double(self.source[position:child.start_byte].decode("utf-8",
+                                                                                              "surrogateescape")))
                 if child.type == "string_content":
                     out.literal(_unescape_double(self.text(child)))
                 else:
+                    text = self.text(child)
+                    lead = len(text) - len(text.lstrip())
+                    if lead and text.lstrip().startswith("$"):
+                        out.literal(text[:lead])
                     self.word_into(child, out, quoted=True)
+                position = max(position, child.end_byte)
+            if end > position:
+                out.literal(_unescape_double(self.source[position:end].decode("utf-8", "surrogateescape")))
         elif kind == "concatenation":
             for child in node.children:
                 self.word_into(child, out, quoted=quoted)
@@ -501,7 +624,9 @@ class _Reader:
     def word_into_expansion(self, node, out: _Words, *, quoted: bool) -> None:
         kind = node.type
         if kind == "simple_expansion":
-            self.variable(self.text(node)[1:], None, node, out, quoted=quoted)
+            names = [c for c in node.named_children if c.type in ("variable_name", "special_variable_name")]
+            name = self.text(names[0]) if names else self.text(node).strip()[1:]
+            self.variable(name, None, node, out, quoted=quoted)
         elif kind == "expansion":
             self.expansion(node, out, quoted=quoted)
         elif kind == "arithmetic_expansion":
@@ -733,6 +858,18 @@ class _Reader:
         return self.arith_text(text)
 
     def result(self) -> Script:
+        # a trainer's own module (2) outranks a bare Python script (1, e.g. a data preparation step)
+        strongest = max([_launch_strength(argv) for _, argv, _ in self.launches] + [h[3] for h in self.hidden],
+                        default=0)
+        for line, construct_line, name, strength in self.hidden:
+            if strength == strongest:
+                raise ScriptError(line, f"the launch command is inside {name} (line {construct_line}): its values "
+                                  "depend on running it; import a script with the launch command outside it")
+        if strongest == 2:
+            for line, argv, _ in [entry for entry in self.launches if _launch_strength(entry[1]) == 1]:
+                self.notes.append(f"line {line}: {' '.join(map(str, argv))[:50]} left out (a script run before "
+                                  "the trainer's launch)")
+            self.launches = [entry for entry in self.launches if _launch_strength(entry[1]) == 2]
         if not self.launches:
             raise ScriptError(None, "no launch command in the script (python -m, torchrun, deepspeed, accelerate "
                               "launch, ray job submit -- ..., trl grpo)")
@@ -750,11 +887,19 @@ def _only_all_elements(quoted: str) -> bool:
 
 
 def _is_launch(argv: list[Arg]) -> bool:
+    return _launch_strength(argv) > 0
+
+
+def _launch_strength(argv: list[Arg]) -> int:
+    """2: a trainer's own module or command; 1: a Python script a trainer may run (TRL's); 0: none."""
     try:
-        launch_of(argv)
+        launch = launch_of(argv)
     except ScriptError:
-        return False
-    return True
+        return 0
+    if launch.module.endswith(".py"):
+        words = [w.rsplit("/", 1)[-1] for w in launch.launcher if isinstance(w, str)]
+        return 2 if any(w in ("accelerate", "torchrun", "deepspeed") for w in words) else 1
+    return 2
 
 
 def _wrap(value: int) -> int:

@@ -90,9 +90,11 @@ def import_script(script: str | Path, attempt_dir: str | Path, *, version: str |
             unknown_notes.append(f"line {unknown.value.line}: {unknown.key} left out (import drops it anyway); its "
                                  f"value was unknown: {unknown.value.what}")
             continue
-        field = reader.field_of(unknown.key) if unknown.key is not None else "an argument of the launch command"
-        raise InputError(script, f"line {unknown.value.line}", f"{unknown.value.what} reaches "
-                         f"{unknown.key or unknown.shown!r}, which plan needs ({field})")
+        if unknown.key is None:
+            raise InputError(script, f"line {unknown.value.line}", f"{unknown.value.what} makes a word of the launch "
+                             "command that no flag or key names, and plan reads every argument of the trainer")
+        raise InputError(script, f"line {unknown.value.line}", f"{unknown.value.what} reaches {unknown.key!r}, "
+                         f"which plan needs ({reader.field_of(unknown.key)})")
     recipe, datasets, left_out, notes = reader.read_args(script, where, args, version)
     notes = command.notes + unknown_notes + notes
     if version is None and not reader.CHECKS_VERSION:
