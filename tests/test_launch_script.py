@@ -126,7 +126,7 @@ def _import(tmp_path, capsys, text: str | bytes):
 
 
 @pytest.mark.parametrize("name", ["10MB-argument", "variable-10x-10MB", "expansion-bomb", "array-bomb",
-                                  "200k-continuations", "deep-arithmetic"])
+                                  "200k-continuations", "deep-arithmetic", "deep-subshells", "deep-defaults"])
 def test_hostile_sizes_refused_fast_in_one_line(tmp_path, capsys, name):
     big = "x" * (10 << 20)
     text = {
@@ -137,6 +137,8 @@ def test_hostile_sizes_refused_fast_in_one_line(tmp_path, capsys, name):
                       + f'{OPENRLHF} "${{A[@]}}"\n',
         "200k-continuations": f"{OPENRLHF} " + "\\\n" * 200_000 + "--pretrain m\n",
         "deep-arithmetic": f"{OPENRLHF} --n $((" + "(" * 5000 + "1" + ")" * 5000 + "))\n",
+        "deep-subshells": "( " * 3000 + f"{OPENRLHF} --pretrain m" + " )" * 3000 + "\n",
+        "deep-defaults": f"{OPENRLHF} --pretrain " + "${A:-" * 3000 + "m" + "}" * 3000 + "\n",
     }[name]
     rc, err, elapsed = _import(tmp_path, capsys, text)
     assert elapsed < 10, elapsed

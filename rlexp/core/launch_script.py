@@ -247,6 +247,10 @@ class _Reader:
             self.statement(child)
 
     def statement(self, node) -> None:
+        with self.nested():
+            self._statement(node)
+
+    def _statement(self, node) -> None:
         self.line = self.inner_line or node.start_point[0] + 1
         kind = node.type
         if kind == "comment":
