@@ -52,7 +52,8 @@ def test_env_and_env_file_fill_the_script_and_env_wins(tmp_path, capsys):
     assert rc == 0, err
     spec = spec_of(tmp_path / "a")
     assert spec["recipe"]["actor_rollout_ref.actor.optim.lr"] == 3e-6
-    assert spec["datasets"]["pool"] == {"path": "/cluster/data/train.parquet", "size": 64, "allow_outside": True}
+    # a parquet file elsewhere: recorded as its source, which plan never opens as JSONL
+    assert spec["datasets"]["pool"] == {"sources": ["/cluster/data/train.parquet"], "size": 64}
     bad = tmp_path / "bad.env"
     bad.write_text("LR 1\n")
     rc, _, err = run(["import", str(script), str(tmp_path / "b"), "--version", "0.9.1", "--env-file", str(bad)],
@@ -100,7 +101,7 @@ def test_verl_lists_mappings_and_additions_against_the_composed_config(tmp_path,
     spec = spec_of(tmp_path / "a")
     assert spec["datasets"]["pool"] == {"sources": ["/d/gsm8k/train.parquet", "/d/math/train.parquet"],
                                         "size": 14973}
-    assert spec["datasets"]["ood_monitor"] == {"path": "/d/test.parquet", "size": 1319, "allow_outside": True}
+    assert spec["datasets"]["ood_monitor"] == {"sources": ["/d/test.parquet"], "size": 1319}
     assert spec["recipe"]["actor_rollout_ref.model.override_config"] == {
         "max_position_embeddings": 32768, "rope_scaling": {"factor": 2.0}}
     assert "+trainer.my_own_key" in out and "trainer.my_own_key" not in spec["recipe"]
@@ -128,10 +129,13 @@ def test_external_data_recorded_with_its_hash_and_plan_accepts_it(tmp_path, caps
     assert spec["datasets"]["pool"] == {"path": str(outside), "size": 64, "allow_outside": True,
                                         "sha256": hashlib.sha256(outside.read_bytes()).hexdigest()}
     assert "external data" in out
-    rc, _, err = run(["plan", str(experiment / "a")], capsys)
+    rc, out, err = run(["plan", str(experiment / "a")], capsys)
     assert rc in (0, 1), err
+    assert "datasets.pool: external data (" in " ".join(out.split())  # the note (the path may wrap)
     plan = json.loads((experiment / "a" / "plan.json").read_text())
     assert plan["steps"]["global_steps_total"] == 1  # 64 prompts // 64 per batch, one epoch
+    assert plan["datasets"]["pool"]["external"] == [str(outside)]
+    assert "external" not in plan["datasets"]["ood_monitor"]  # a name under the experiment, stated by size
 
 
 LIST_FLAGS = ["--model_name_or_path", "Qwen/Qwen3-0.6B", "--dataset_name", "trl-lib/DeepMath-103K",

@@ -170,9 +170,12 @@ def _dataset_entry(script: Path, where: str, experiment: Path, role: str, entry:
         raise InputError(script, f"{where}: {entry['flag']}",
                          f"{shown} is not a file in the experiment directory ({experiment}): give the prompts' count "
                          f"with {option} N (datasets.{role}.size: the plan's steps depend on it)")
-    out: dict[str, Any] = {"path": paths[0]} if len(paths) == 1 else {"sources": paths}
+    # one JSONL file elsewhere stays the set's path (rlexp can read it); anything else (parquet, several
+    # files) is recorded as its sources, which plan never opens
+    as_path = len(paths) == 1 and (inside[0] or Path(paths[0]).suffix == ".jsonl")
+    out: dict[str, Any] = {"path": paths[0]} if as_path else {"sources": paths}
     out["size"] = size
-    if len(paths) == 1 and not inside[0]:
+    if as_path and not inside[0]:
         out["allow_outside"] = True
     if len(paths) == 1 and resolved[0].is_file():
         out["sha256"] = _sha256(resolved[0])
