@@ -97,6 +97,13 @@ def import_script(script: str | Path, attempt_dir: str | Path, *, version: str |
                          f"which plan needs ({reader.field_of(unknown.key)})")
     recipe, datasets, left_out, notes = reader.read_args(script, where, args, version)
     notes = command.notes + unknown_notes + notes
+    if "pool" not in datasets:
+        if not (getattr(reader, "DATA_IN_SCRIPT", False) and launch.module.endswith(".py")):
+            raise InputError(script, where, f"no training data in the {launch.trainer} command (datasets.pool, which "
+                             "plan needs for the steps)")
+        datasets["pool"] = {"path": [launch.module], "flag": f"the data {launch.module} loads"}
+        notes.append(f"datasets.pool: the training data is loaded inside {launch.module} (no --dataset_name): "
+                     "recorded as its source")
     if version is None and not reader.CHECKS_VERSION:
         raise InputError(script, None, f"the {launch.trainer} release is not stated in the script: give it with "
                          "--version (the steps and keys depend on it)")

@@ -18,6 +18,7 @@ from rlexp.core.launch_script import argument_value, dataset_argument, secret_ar
 from rlexp.errors import InputError
 
 CHECKS_VERSION = False  # a missing --version is refused by the stage (the script does not state the release)
+DATA_IN_SCRIPT = True  # a training script may load its data itself
 LAUNCH_DEFAULTS: dict[str, Any] = {}
 ARGUMENT_STYLE = "flags"
 OWNED = ("output_dir", "report_to", "logging_dir", "run_name", "push_to_hub", "hub_model_id", "hub_strategy")
@@ -102,7 +103,6 @@ def read_args(script: Path, where: str, args: list[str], version: str | None = N
                          "size is what plan needs)")
         else:
             recipe[key] = value
-    if "pool" not in datasets:
-        raise InputError(script, where, "no --dataset_name (datasets.pool, which plan needs for the steps): the "
-                         "script loads its data itself; add --dataset_name NAME to the launch command")
+    # no --dataset_name: a script of one's own loads its data itself (the stage records the script as
+    # the data's source and asks for its size by name); `trl grpo` cannot run without one
     return recipe, datasets, left_out, notes
