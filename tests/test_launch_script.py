@@ -67,6 +67,12 @@ def test_env_prefix_comments_continuations_and_a_commented_out_last_flag():
     assert script.env == {"CUDA_VISIBLE_DEVICES": "", "VLLM_X": "1"} and script.line == 3
 
 
+def test_wrappers_run_the_rest_of_their_words():
+    script = read_script("nohup env -u X A=1 python3 -m verl.trainer.main_ppo a.b=1 > log 2>&1 &\n")
+    assert launch_of(script.argv).args == ["a.b=1"] and script.env == {"A": "1"}
+    assert launch_of(read_script("exec time python3 -m verl.trainer.main_ppo a.b=2\n").argv).args == ["a.b=2"]
+
+
 def test_here_string_and_bash_c_hold_the_command():
     for text in ('M=verl.trainer.main_ppo\nbash <<< "python3 -m $M a.b=1"\n',
                  "M=verl.trainer.main_ppo\nbash -c \"python3 -m $M a.b=1\"\n"):

@@ -38,7 +38,10 @@ _INT64 = 1 << 64
 _LAUNCHERS = re.compile(r"^(python(\d(\.\d+)?)?|torchrun|deepspeed|accelerate|ray|trl|uv)$")
 _UV_RUN_VALUES = {"--with", "--python", "-p", "--project", "--directory", "--env-file", "--extra", "--group",
                   "--package", "--index", "--index-url"}
-_CHANGES_CONTEXT = ("cd", "pushd", "popd", "source", ".", "eval", "exec", "alias")
+_CHANGES_CONTEXT = ("cd", "pushd", "popd", "source", ".", "eval", "alias")
+# commands that run the rest of their words as the command: `nohup python -m ...`, `exec ...`,
+# `time ...`, `env A=1 python ...`
+_WRAPPERS = ("nohup", "exec", "time", "env")
 _CONSTRUCTS = {"for_statement": "a for loop", "c_style_for_statement": "a for loop",
                "while_statement": "a while/until loop", "if_statement": "an if statement",
                "case_statement": "a case statement", "function_definition": "a function definition",
@@ -522,6 +525,18 @@ class _Reader:
             self.notes.append(f"line {line}: a command named by {head.what} left out (not run)")
             return
         word = head.rsplit("/", 1)[-1]
+        while word in _WRAPPERS and len(argv) > 1:
+            argv = argv[1:]
+            while word == "env" and argv and isinstance(argv[0], str) and (
+                    argv[0].startswith("-") or re.match(r"^[A-Za-z_]\w*=", argv[0])):
+                if "=" in argv[0] and not argv[0].startswith("-"):
+                    name, _, value = argv[0].partition("=")
+                    prefix[name] = value
+                argv = argv[2:] if argv[0] in ("-u", "--unset", "-C", "--chdir") else argv[1:]
+            if not argv or isinstance(argv[0], Unknown):
+                self.notes.append(f"line {line}: {word} with nothing known to run left out")
+                return
+            word = argv[0].rsplit("/", 1)[-1]
         if word in ("bash", "sh") and (herestrings or "-c" in argv[1:]):
             inner = None
             if herestrings:
