@@ -83,6 +83,7 @@ def test_unknowns_where_import_drops_the_flag_are_notes_and_never_written(tmp_pa
     assert rc == 0, err
     text = (tmp_path / "a" / "attempt.yaml").read_text()
     assert "line 1: save_path left out" in out and "line 3: use_wandb left out" in out and "command substitution" in out
+    assert "--env WANDB_API_KEY" not in out  # no advice to type a credential for a flag that is dropped
     assert "rlexp-unknown" not in text and "WANDB" not in text.split("# Note")[0].split("\n", 3)[-1]
     assert spec_of(tmp_path / "a")["recipe"] == {"pretrain": "m", "n_samples_per_prompt": 8}
 

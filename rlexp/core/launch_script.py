@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,6 +70,12 @@ class Unknown:
 
     def __str__(self) -> str:  # what a message shows for it
         return f"<unknown: {self.what}>"
+
+    @property
+    def cause(self) -> str:
+        """``what`` without the advice to give the value (for a value import leaves out anyway: a
+        credential is not to be typed on a command line for it)."""
+        return re.sub(r"; give it with --env [A-Za-z_]\w*=VALUE", "", self.what)
 
 
 Arg = str | Unknown
@@ -179,11 +186,13 @@ class _Words:
 
 
 class _Reader:
+    """One script read: its variables as they stand, the launch commands met, the notes."""
+
     def __init__(self, text: str, env: dict[str, str], script_name: str):
         self.source = text.encode("utf-8", "surrogateescape")
-        self.vars: dict[str, Any] = dict(env)   # str, list[str] (an array) or Unknown
-        self.exported: set[str] = set(env)
+        self.vars: dict[str, Any] = dict(env)   # str, list[Arg] (an array) or Unknown
         self.script_name = script_name
+        self.line: int | None = None  # the line being read, for the messages
         self.notes: list[str] = []
         self.launches: list[tuple[int, list[Arg], dict[str, str]]] = []
         self.expanded = 0
@@ -202,21 +211,18 @@ class _Reader:
             raise ScriptError(self.line, f"the script expands to more than {MAX_EXPANDED_CHARS} characters "
                               "(an expansion that multiplies a value): refused by size, not run")
 
-    line = None  # the line being read, for the bounds' messages
-
+    @contextmanager
     def nested(self):
-        reader = self
-
-        class _Level:
-            def __enter__(self):
-                reader.depth += 1
-                if reader.depth > MAX_DEPTH:
-                    raise ScriptError(reader.line, f"expansions nested more than {MAX_DEPTH} levels deep")
-
-            def __exit__(self, *exc):
-                reader.depth -= 1
-
-        return _Level()
+        """One level deeper (a statement inside another, an expansion inside a word): bounded, so
+        that no input reaches Python's recursion limit."""
+        self.depth += 1
+        try:
+            if self.depth > MAX_DEPTH:
+                raise ScriptError(self.line, f"statements or expansions nested more than {MAX_DEPTH} levels deep: "
+                                  "refused by size, not run")
+            yield
+        finally:
+            self.depth -= 1
 
     # --- the tree -------------------------------------------------------------------------------
     def text(self, node) -> str:
@@ -259,10 +265,10 @@ class _Reader:
         if kind == "comment":
             return
         if kind == "variable_assignment":
-            self.assign(node, export=False)
+            self.assign(node)
         elif kind == "variable_assignments":
             for child in node.named_children:
-                self.assign(child, export=False)
+                self.assign(child)
         elif kind == "declaration_command":
             self.declaration(node)
         elif kind == "unset_command":
@@ -422,16 +428,13 @@ class _Reader:
         return words[0]
 
     def declaration(self, node) -> None:
-        keyword = self.text(node.children[0])
-        export = keyword == "export" or any(self.text(c) in ("-x", "-gx") for c in node.named_children
-                                             if c.type == "word")
+        """``export``/``declare``/``readonly``/``local``: their assignments (whether a variable is
+        exported does not matter: the launch command sees the script's values either way)."""
         for child in node.named_children:
             if child.type == "variable_assignment":
-                self.assign(child, export=export)
-            elif child.type == "variable_name" and export:
-                self.exported.add(self.text(child))
+                self.assign(child)
 
-    def assign(self, node, *, export: bool) -> None:
+    def assign(self, node) -> None:
         target = node.child_by_field_name("name")
         value = node.child_by_field_name("value")
         name = self.text(target)
@@ -470,8 +473,6 @@ class _Reader:
             else:
                 new = old + (new if isinstance(new, str) else " ".join(new))
         self.vars[name] = new
-        if export:
-            self.exported.add(name)
 
     def scalar(self, node, name: str) -> str | Unknown:
         """An assignment's value: no word splitting (bash does not split there)."""
@@ -645,7 +646,7 @@ class _Reader:
         if kind == "simple_expansion":
             names = [c for c in node.named_children if c.type in ("variable_name", "special_variable_name")]
             name = self.text(names[0]) if names else self.text(node).strip()[1:]
-            self.variable(name, None, node, out, quoted=quoted)
+            self.emit(name, self.lookup(name, None), out, quoted=quoted)
         elif kind == "expansion":
             self.expansion(node, out, quoted=quoted)
         elif kind == "arithmetic_expansion":
@@ -695,11 +696,6 @@ class _Reader:
             why += f" (line {self.sourced} sources a file, which is not read)"
         hint = f"give it with --env {name}=VALUE" if re.match(r"^[A-Za-z_]\w*$", name) else "the script's argument"
         return Unknown(self.line, f"${name} ({why}; {hint})")
-
-    def variable(self, ref: str, _op, node, out: _Words, *, quoted: bool) -> None:
-        name = ref.strip("{}")
-        value = self.lookup(name, None)
-        self.emit(name, value, out, quoted=quoted)
 
     def emit(self, name: str, value, out: _Words, *, quoted: bool) -> None:
         if isinstance(value, Unknown):

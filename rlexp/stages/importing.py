@@ -88,7 +88,7 @@ def import_script(script: str | Path, attempt_dir: str | Path, *, version: str |
     for unknown in unknowns:
         if unknown.key is not None and reader.dropped(unknown.key):
             unknown_notes.append(f"line {unknown.value.line}: {unknown.key} left out (import drops it anyway); its "
-                                 f"value was unknown: {unknown.value.what}")
+                                 f"value was unknown: {unknown.value.cause}")
             continue
         if unknown.key is None:
             raise InputError(script, f"line {unknown.value.line}", f"{unknown.value.what} makes a word of the launch "
