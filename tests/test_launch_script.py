@@ -159,3 +159,34 @@ def test_hostile_sizes_refused_fast_in_one_line(tmp_path, capsys, name):
 def test_script_size_bound_is_stated():
     with pytest.raises(ScriptError, match=str(MAX_SCRIPT_BYTES)):
         read_script("#" * (MAX_SCRIPT_BYTES + 1))
+
+
+def test_mutated_corpus_scripts_are_read_or_refused_in_one_line(tmp_path, capsys):
+    """Real scripts with shell metacharacters inserted and deleted at random (a fixed seed): every
+    one is imported or refused in one line, never a traceback."""
+    import random
+    from pathlib import Path
+
+    corpus = Path(__file__).resolve().parent / "data" / "launch_scripts"
+    scripts = sorted(corpus.glob("verl/*.sh")) + sorted(corpus.glob("trl/*.sh"))
+    pieces = list("$(){}[]\"'\\`#=;&|<> \n-@*!:+%/,") + ["${", "$((", "))", "+", "=[a,b]", "={a: 1}", "\\\n", "fi"]
+    rng = random.Random(11)
+    for i in range(150):
+        source = rng.choice(scripts)
+        chars = list(source.read_text())
+        for _ in range(rng.randint(1, 8)):
+            at = rng.randrange(len(chars))
+            if rng.random() < 0.4:
+                del chars[at]
+            else:
+                chars.insert(at, rng.choice(pieces))
+        script = tmp_path / f"m{i}.sh"
+        script.write_text("".join(chars))
+        version = "0.9.1" if source.parent.name == "verl" else "1.16.0"
+        rc = main(["import", str(script), str(tmp_path / f"a{i}"), "--version", version, "--pool-size", "1000",
+                   "--monitor-size", "100", "--env", "HOME=/r"])
+        _, err = capsys.readouterr()
+        assert rc in (0, 2), err
+        if rc == 2:
+            assert len(err.strip().splitlines()) == 1 and err.startswith("rlexp: "), err
+            assert not (tmp_path / f"a{i}").exists()
