@@ -12,7 +12,10 @@ dataset sizes, `--env`), and planned.
   length is `prepare_datasets`' `max_steps` (openrlhf/trainer/ppo_trainer.py at both tags:
   `len(prompts_dataset) * n_samples_per_prompt // train_batch_size * num_episodes * max_epochs`),
   with the values read by that release's own argument parser, and its LR at every optimizer step
-  is transformers' `cosine_with_min_lr` as OpenRLHF builds it.
+  is transformers' `cosine_with_min_lr` as OpenRLHF builds it; TRL's step count is what its own
+  objects give in the TRL venv (its parser, RepeatSampler, the generation-batch DataLoader of
+  GRPOTrainer.get_train_dataloader and transformers' epoch arithmetic), its LR transformers'
+  scheduler with TRL's warm-up.
 """
 
 from __future__ import annotations
@@ -248,3 +251,80 @@ def test_openrlhf_figures_equal_openrlhfs_own(rel, tmp_path, capsys, openrlhf_wh
         assert row["lr_first"] == pytest.approx(applied[first - 1], rel=1e-12, abs=1e-20)
         assert row["lr_mean"] == pytest.approx(math.fsum(applied[first - 1:last]) / (last - first + 1), rel=1e-9,
                                                abs=1e-20)
+
+
+TRL_PLANS = [rel for rel, v in sorted(EXPECTED.items()) if v == PLANS and _trainer(rel) == "trl"]
+# In the TRL venv: the script's words parsed by TRL's own parser, TRL's RepeatSampler and the
+# generation-batch DataLoader GRPOTrainer.get_train_dataloader builds (one process), and
+# transformers' Trainer.set_initial_training_values' step count (trainer.py of transformers 5.24:
+# num_update_steps_per_epoch = max(len_dataloader // GA + (len_dataloader % GA > 0), 1), then
+# max_steps = ceil(num_train_epochs * that) unless --max_steps is given).
+TRL_STEPS = """
+import json, math, sys
+from torch.utils.data import DataLoader
+from trl import GRPOConfig, ModelConfig, TrlParser
+from trl.scripts.grpo import GRPOScriptArguments
+from trl.trainer.utils import RepeatSampler
+
+
+def figures(n, words):
+    _, t, _ = TrlParser((GRPOScriptArguments, GRPOConfig, ModelConfig)).parse_args_and_config(
+        words + ["--output_dir", "o", "--use_cpu", "True"])
+    return figures_of(n, t)
+
+
+def figures_of(n, t):
+    g = t.num_generations
+    sampler = RepeatSampler(data_source=range(n), mini_repeat_count=g, batch_size=t.generation_batch_size // g,
+                            repeat_count=t.num_iterations * t.steps_per_generation, shuffle=False)
+    loader = DataLoader(list(range(n)), batch_size=t.per_device_train_batch_size * t.steps_per_generation,
+                        sampler=sampler, drop_last=t.dataloader_drop_last)
+    length, ga = len(loader), t.gradient_accumulation_steps
+    per_epoch = max(length // ga + int(length % ga > 0), 1)
+    steps = math.ceil(t.num_train_epochs * per_epoch) if t.max_steps < 0 else t.max_steps
+    return {"max_steps": steps, "warmup": t.get_warmup_steps(steps), "lr": t.learning_rate,
+            "scheduler": str(getattr(t.lr_scheduler_type, "value", t.lr_scheduler_type)),
+            "kwargs": t.lr_scheduler_kwargs or {}}
+
+
+print(json.dumps([figures(n, words) for n, words in json.loads(sys.stdin.read())]))
+"""
+
+
+@pytest.fixture(scope="module")
+def trls_own_figures():
+    """{script: TRL's own figures}, all computed in one run of the TRL venv."""
+    import subprocess
+
+    from trl_venv import trl_python_or_skip
+
+    from rlexp.core.launch_script import launch_of, read_script
+
+    python = trl_python_or_skip()
+    jobs = [(FACTS[rel]["pool_size"], launch_of(read_script((CORPUS / rel).read_text()).argv).args) for rel in TRL_PLANS]
+    done = subprocess.run([str(python), "-c", TRL_STEPS], input=json.dumps(jobs), capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return dict(zip(TRL_PLANS, json.loads(done.stdout.strip().splitlines()[-1]), strict=True))
+
+
+@pytest.mark.parametrize("rel", TRL_PLANS)
+def test_trl_figures_equal_trls_own(rel, tmp_path, capsys, trls_own_figures):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    verb, err, plan = import_and_plan(rel, tmp_path, capsys)
+    assert verb == PLANS, err
+    trl = trls_own_figures[rel]
+    total = trl["max_steps"]
+    assert plan["steps"]["optimizer_steps_total"] == plan["steps"]["global_steps_total"] == total
+    assert plan["steps"]["warmup_steps"] == trl["warmup"]
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=trl["lr"])
+    scheduler = transformers.get_scheduler(trl["scheduler"], optimizer, num_warmup_steps=trl["warmup"],
+                                           num_training_steps=total, scheduler_specific_kwargs=trl["kwargs"])
+    applied = []
+    for _ in range(total):
+        applied.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    for row in plan["lr"]:
+        assert row["lr_first"] == pytest.approx(applied[row["global_step"] - 1], rel=1e-12, abs=1e-18)
