@@ -158,14 +158,11 @@ def test_launchers(argv, trainer, module, first):
 
 
 @pytest.mark.parametrize(("text", "line", "words"), [
-    ("for s in 1 2; do\n  python -m openrlhf.cli.train_ppo_ray --seed $s\ndone\n", 1, "shell construct"),
-    ("A=1\npython -m openrlhf.cli.train_ppo_ray --seed $(date +%s)\n", 2, "command substitution"),
+    ("for s in 1 2; do\n  python -m openrlhf.cli.train_ppo_ray --seed $s\ndone\n", 2, "inside a for loop"),
     ("python -m openrlhf.cli.train_ppo_ray --seed 1\npython -m openrlhf.cli.train_ppo_ray --seed 2\n", 2,
-     "second command"),
-    ("python -m openrlhf.cli.train_ppo_ray --pretrain $MODEL\n", 1, "$MODEL is not assigned"),
-    ("pip install x && python -m openrlhf.cli.train_ppo_ray\n", 1, "'&&'"),
-    ("cd /work\npython -m openrlhf.cli.train_ppo_ray\n", 1, "'cd'"),
-    ("python -m openrlhf.cli.train_ppo_ray \\\n", 1, "continuation"),
+     "second launch command"),
+    ("python -m openrlhf.cli.train_ppo_ray \\\n  --seed 'open\n", 2, "not bash"),
+    ("echo hello\n", None, "no launch command"),
 ])
 def test_refused_naming_the_line(text, line, words):
     with pytest.raises(ScriptError) as info:
@@ -177,7 +174,8 @@ def test_refusal_through_the_verb_names_file_and_line(tmp_path, capsys):
     script = tmp_path / "loop.sh"
     script.write_text("#!/bin/bash\nfor s in 1 2; do\n  python -m openrlhf.cli.train_ppo_ray --seed $s\ndone\n")
     rc, out, err = cli(["import", str(script), str(tmp_path / "a"), "--version", "0.9.3"], capsys)
-    assert rc == 2 and out == "" and f"{script}: line 2:" in err and not (tmp_path / "a").exists()
+    assert rc == 2 and out == "" and f"{script}: line 3:" in err and "for loop" in err
+    assert not (tmp_path / "a").exists()
 
 
 def test_verl_overrides_and_trl_fields(tmp_path, capsys):

@@ -23,14 +23,27 @@ def import_script(
     intent_steps: Annotated[int | None, typer.Option("--intent-steps", min=1, max=10**7, help="The global steps "
                                                      "the run was meant to make (plan checks the script gives them).")] = None,
     gpus: Annotated[int | None, typer.Option("--gpus", min=1, max=100000, help="GPUs the run had.")] = None,
+    env: Annotated[list[str] | None, typer.Option("--env", help="NAME=VALUE the script finds in its environment "
+                                                  "($HOME, $DATA_DIR, ...); repeatable.")] = None,
+    env_file: Annotated[Path | None, typer.Option("--env-file", help="A file of NAME=VALUE lines for the script's "
+                                                  "environment (read as data, never run).")] = None,
 ) -> None:
     """Write ATTEMPT_DIR/attempt.yaml from an existing launch script (OpenRLHF flags through that release's own
     parser; verl Hydra overrides; TRL GRPOConfig fields), then check it with `rlexp plan ATTEMPT_DIR`. What
     the script cannot tell (a dataset file that is not here, the release) is asked for by name."""
+    import re
+
+    from rlexp.errors import InputError
     from rlexp.stages.importing import import_script as run
 
+    environment: dict[str, str] = {}
+    for item in env or []:
+        name, eq, value = item.partition("=")
+        if not eq or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise InputError(None, "--env", f"{item[:60]!r}: expected NAME=VALUE")
+        environment[name] = value
     result = run(script, attempt_dir, version=version, pool_size=pool_size, monitor_size=monitor_size,
-                 parent=parent, intent_steps=intent_steps, gpus=gpus)
+                 parent=parent, intent_steps=intent_steps, gpus=gpus, env=environment, env_file=env_file)
     print(f"{result.spec_path} written ({result.trainer}; {len(result.spec.get('recipe', {}))} recipe keys)")
     if result.left_out:
         print(f"left out (rlexp sets these, or they carry a secret): {', '.join(result.left_out)}")

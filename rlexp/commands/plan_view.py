@@ -100,6 +100,10 @@ def render(result: PlanResult) -> None:
     console.print(steps)
     for note in (data.get("openrlhf_command") or {}).get("notes", []):
         console.print(f"[dim]argv note:[/dim] {note}")
+    for role, entry in (data.get("datasets") or {}).items():
+        if entry.get("external"):
+            console.print(f"[dim]note:[/dim] datasets.{role}: external data ({', '.join(entry['external'])[:160]}), "
+                          f"{entry.get('size')} prompts as stated; plan counts from that size")
 
     lr = Table(title="LR at milestones (fraction of peak)")
     for col in ("global step", "optimizer steps", "LR first", "LR mean", "of peak", "actor_lr logged"):

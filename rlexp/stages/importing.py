@@ -41,18 +41,37 @@ class Imported:
 
 def import_script(script: str | Path, attempt_dir: str | Path, *, version: str | None = None,
                   pool_size: int | None = None, monitor_size: int | None = None, parent: str | None = None,
-                  intent_steps: int | None = None, gpus: int | None = None, write: bool = True) -> Imported:
-    """Read ``script`` and write ``ATTEMPT_DIR/attempt.yaml`` (refused when one is there)."""
-    from rlexp.core.launch_script import ScriptError, launch_of, read_script
+                  intent_steps: int | None = None, gpus: int | None = None, env: dict[str, str] | None = None,
+                  env_file: str | Path | None = None, write: bool = True) -> Imported:
+    """Read ``script`` and write ``ATTEMPT_DIR/attempt.yaml`` (refused when one is there). ``env``
+    (``--env``) and ``env_file`` (``--env-file``, read as ``NAME=VALUE`` data) are what the script
+    would find in its environment; ``env`` wins over the file."""
+    from rlexp.core.launch_script import (
+        MAX_SCRIPT_BYTES,
+        ScriptError,
+        launch_of,
+        read_env_file,
+        read_script,
+        unknown_arguments,
+    )
     from rlexp.core.spec import values_equal
     from rlexp.storage.files import read_text
     from rlexp.storage.layout import AttemptDir
 
     script = Path(script)
     attempt_dir = Path(attempt_dir)
+    environment: dict[str, str] = {}
+    if env_file is not None:
+        _check_size(Path(env_file), MAX_SCRIPT_BYTES)
+        try:
+            environment.update(read_env_file(read_text(Path(env_file))))
+        except ValueError as exc:
+            raise InputError(env_file, None, str(exc)) from None
+    environment.update(env or {})
+    _check_size(script, MAX_SCRIPT_BYTES)
     text = read_text(script)
     try:
-        command = read_script(text)
+        command = read_script(text, environment, script_name=script.name)
         launch = launch_of(command.argv)
     except ScriptError as exc:
         where = f"line {exc.line}" if exc.line else (f"line {command.line}" if "command" in locals() else None)
@@ -64,8 +83,27 @@ def import_script(script: str | Path, attempt_dir: str | Path, *, version: str |
     where = f"line {command.line}"
     # the launch script's trainer (rlexp.core.launch_script.launch_of) reads its own arguments
     reader = launcher(launch.trainer).script_args()
-    recipe, datasets, left_out, notes = reader.read_args(script, where, launch.args, version)
-    notes = command.notes + notes
+    args, unknowns = unknown_arguments(launch.args, reader.ARGUMENT_STYLE)
+    unknown_notes = []
+    for unknown in unknowns:
+        if unknown.key is not None and reader.dropped(unknown.key):
+            unknown_notes.append(f"line {unknown.value.line}: {unknown.key} left out (import drops it anyway); its "
+                                 f"value was unknown: {unknown.value.cause}")
+            continue
+        if unknown.key is None:
+            raise InputError(script, f"line {unknown.value.line}", f"{unknown.value.what} makes a word of the launch "
+                             "command that no flag or key names, and plan reads every argument of the trainer")
+        raise InputError(script, f"line {unknown.value.line}", f"{unknown.value.what} reaches {unknown.key!r}, "
+                         f"which plan needs ({reader.field_of(unknown.key)})")
+    recipe, datasets, left_out, notes = reader.read_args(script, where, args, version)
+    notes = command.notes + unknown_notes + notes
+    if "pool" not in datasets:
+        if not (getattr(reader, "DATA_IN_SCRIPT", False) and launch.module.endswith(".py")):
+            raise InputError(script, where, f"no training data in the {launch.trainer} command (datasets.pool, which "
+                             "plan needs for the steps)")
+        datasets["pool"] = {"path": [launch.module], "flag": f"the data {launch.module} loads"}
+        notes.append(f"datasets.pool: the training data is loaded inside {launch.module} (no --dataset_name): "
+                     "recorded as its source")
     if version is None and not reader.CHECKS_VERSION:
         raise InputError(script, None, f"the {launch.trainer} release is not stated in the script: give it with "
                          "--version (the steps and keys depend on it)")
@@ -75,17 +113,8 @@ def import_script(script: str | Path, attempt_dir: str | Path, *, version: str |
     spec: dict[str, Any] = {"id": attempt_dir.name,
                             "description": f"imported from {script.name} (rlexp import; the script was not run)"}
     stated_sizes = {"pool": pool_size, "ood_monitor": monitor_size}
-    for role, entry in datasets.items():
-        path = experiment / entry["path"]
-        if not path.exists():
-            size = stated_sizes.get(role)
-            if size is None:
-                option = "--pool-size" if role == "pool" else "--monitor-size"
-                raise InputError(script, f"{where}: {entry['flag']}",
-                                 f"{entry['path']} is not in the experiment directory ({experiment}): give its size "
-                                 f"with {option} N (the plan's steps depend on it), or put the file there")
-            entry["size"] = size
-        entry.pop("flag")
+    for role in list(datasets):
+        datasets[role] = _dataset_entry(script, where, experiment, role, datasets[role], stated_sizes.get(role), notes)
     if parent is not None:
         spec["parent"] = parent
         parent_stated, parent_recipe, parent_trainer, parent_datasets = _parent_of(experiment / parent)
@@ -121,10 +150,69 @@ def import_script(script: str | Path, attempt_dir: str | Path, *, version: str |
     return Imported(spec, launch.trainer, spec_path, left_out, notes)
 
 
+def _check_size(path: Path, limit: int) -> None:
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return  # read_text names what is wrong with it
+    if size > limit:
+        raise InputError(path, None, f"{size} bytes: rlexp import reads files of at most {limit} bytes")
+
+
+def _dataset_entry(script: Path, where: str, experiment: Path, role: str, entry: dict[str, Any], size: int | None,
+                   notes: list[str]) -> dict[str, Any]:
+    """A dataset the script names, as the spec's ``datasets.<role>``: a file in the experiment is
+    counted by plan; anything else (a file elsewhere, several files, a hub name) is external data,
+    recorded with its path(s), the size given by name, and its content hash when it can be read."""
+    raw = entry["path"]
+    paths = [str(p) for p in raw] if isinstance(raw, list) else [str(raw)]
+    resolved = [Path(p) if Path(p).is_absolute() else experiment / p for p in paths]
+    here = experiment.resolve()
+    inside = [_is_within(p, here) for p in resolved]
+    if len(paths) == 1 and inside[0] and resolved[0].is_file():
+        return {"path": paths[0]}
+    option = "--pool-size" if role == "pool" else "--monitor-size"
+    if size is None:
+        shown = paths[0] if len(paths) == 1 else f"{len(paths)} files ({', '.join(paths)[:120]})"
+        raise InputError(script, f"{where}: {entry['flag']}",
+                         f"{shown} is not a file in the experiment directory ({experiment}): give the prompts' count "
+                         f"with {option} N (datasets.{role}.size: the plan's steps depend on it)")
+    # one JSONL file elsewhere stays the set's path (rlexp can read it); anything else (parquet, several
+    # files) is recorded as its sources, which plan never opens
+    as_path = len(paths) == 1 and (inside[0] or Path(paths[0]).suffix == ".jsonl")
+    out: dict[str, Any] = {"path": paths[0]} if as_path else {"sources": paths}
+    out["size"] = size
+    if as_path and not inside[0]:
+        out["allow_outside"] = True
+    if len(paths) == 1 and resolved[0].is_file():
+        out["sha256"] = _sha256(resolved[0])
+    notes.append(f"datasets.{role}: external data ({', '.join(paths)[:120]}), {size} prompts as given with {option}"
+                 + ("" if "sha256" in out else "; not readable here, so no content hash"))
+    return out
+
+
+def _is_within(path: Path, root: Path) -> bool:
+    try:
+        return path.resolve().is_relative_to(root)
+    except (OSError, RuntimeError):
+        return False
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def _same_dataset(new: dict[str, Any], old: Any, parent_dir: Path) -> bool:
     if not isinstance(old, dict):
         return False
-    return (Path(str(old.get("path"))) == Path(new["path"])
+    return (Path(str(old.get("path"))) == Path(str(new.get("path")))
+            and old.get("sources") == new.get("sources")
             and old.get("size", new.get("size")) == new.get("size", old.get("size")))
 
 
@@ -153,7 +241,7 @@ def render(spec: dict[str, Any], script: Path, left_out: list[str], notes: list[
             "# Check it with `rlexp plan` before launching."]
     if left_out:
         head.append(f"# Left out (rlexp sets these itself, or they carry a secret): {', '.join(left_out)}")
-    head += [f"# Note: {n}" for n in notes]
+    head += [f"# Note: {' '.join(n.split())}" for n in notes]  # a note quoting the script stays one line
     body = yaml.safe_dump(spec, sort_keys=False, allow_unicode=True, default_flow_style=False, width=100)
     return "\n".join(head) + "\n" + body
 

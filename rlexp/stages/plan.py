@@ -95,16 +95,7 @@ def build_plan(att: Attempt) -> dict[str, Any]:
             {"key": d.key, "parent": jsonable(d.parent), "value": jsonable(d.value), "kind": d.kind}
             for d in diff_against_parent(att)
         ],
-        "datasets": {
-            role: {
-                "path": str(ref.path) if ref.path else None,
-                "size": ref.size,
-                "stated_size": ref.stated_size,
-                "exists": ref.exists,
-                "prompt_suffix": ref.prompt_suffix,
-            }
-            for role, ref in att.datasets.items()
-        },
+        "datasets": {role: ref.plan_row() for role, ref in att.datasets.items()},
         "steps": {
             "pool_size": steps.pool_size,
             "prompts": steps.prompts,

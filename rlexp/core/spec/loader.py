@@ -276,6 +276,8 @@ def _dataset_ref(
         stated_size=stated,
         exists=exists,
         answer_mode=eval_settings.answer_mode if answer_mode is None else answer_mode,
+        external=tuple(entry.get("sources") or ())
+        + ((str(path),) if path is not None and not path.is_relative_to(experiment_dir.resolve()) else ()),
     )
 
 

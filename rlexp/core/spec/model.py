@@ -60,6 +60,18 @@ class DatasetRef:
     # how rlexp eval and the guards grade this set: the set's own, else eval.answer_mode; always
     # "exact" for the sets the trainer grades in-run (pool, ood_monitor)
     answer_mode: str = "exact"
+    # data outside the experiment, stated on purpose (``allow_outside``, or the ``sources`` an import
+    # recorded): where it is, for plan's note; its size is the stated one
+    external: tuple[str, ...] = ()
+
+    def plan_row(self) -> dict:
+        """The set as ``plan.json`` records it (``external`` only where there is some, so the plans of
+        attempts without external data stay as they were)."""
+        row = {"path": str(self.path) if self.path else None, "size": self.size, "stated_size": self.stated_size,
+               "exists": self.exists, "prompt_suffix": self.prompt_suffix}
+        if self.external:
+            row["external"] = list(self.external)
+        return row
 
 
 @dataclass(frozen=True)

@@ -90,7 +90,10 @@ STRING = Field(STRING.check, {"type": "string"})
 BOOLEAN = BOOLEAN
 _ID = Field(STRING.check, {"type": "string", "pattern": _ID_RE.pattern})  # the pattern is checked on load
 _DATASET = {"path": STRING, "size": POSITIVE_INT, "prompt_suffix": STRING, "answer_mode": one_of(*ANSWER_MODES),
-            "allow_outside": BOOLEAN}  # a path outside the experiment, on purpose
+            "allow_outside": BOOLEAN,  # a path outside the experiment, on purpose
+            # recorded by rlexp import for data outside the experiment, never read by plan: the files
+            # the set was made of (a list of training files) and the content hash of a readable file
+            "sources": list_of(STRING), "sha256": STRING}
 _SCHEMA: dict[str, Any] = {
     "id": _ID,
     "parent": _ID,

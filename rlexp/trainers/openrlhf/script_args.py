@@ -19,6 +19,43 @@ OWNED = ("save_path", "ckpt_path", "remote_rm_url", "use_tensorboard", "load_che
 # in a script is no setting of its own
 LAUNCH_DEFAULTS = {"input_key": "prompt", "label_key": "answer", "apply_chat_template": True,
                    "save_hf_ckpt": True}
+ARGUMENT_STYLE = "flags"
+DATASET_KEYS = {"prompt_data": "pool", "eval_dataset": "ood_monitor"}
+
+
+def _recipe_key(flag_name: str) -> str:
+    """The v0.9.x recipe key of a flag (``ckpt.output_dir`` -> ``save_path``)."""
+
+    return _reverse_names().get(f"--{flag_name}", flag_name)
+
+
+def _reverse_names() -> dict[str, str]:
+    """``--dotted.flag`` -> its v0.9.x recipe key; where two keys share a flag (``generate_max_len``
+    and the builder's ``max_new_tokens`` -> ``rollout.max_new_tokens``) the recipe's own name wins."""
+    from rlexp.core.recipe import BUILDER_ONLY_DOTTED
+    from rlexp.trainers.openrlhf import argv as openrlhf
+
+    reverse: dict[str, str] = {}
+    for key, dotted in openrlhf.DOTTED_NAMES.items():
+        if key not in BUILDER_ONLY_DOTTED:
+            reverse.setdefault(f"--{dotted}", key)
+    for key, names in openrlhf.SPLIT_NAMES.items():
+        for name in names:
+            reverse[f"--{name}"] = key
+    return reverse
+
+
+def dropped(flag_name: str) -> bool:
+    """Whether import leaves the flag out anyway (rlexp sets it, a logger, a credential)."""
+    key = _recipe_key(flag_name)
+    return (key in OWNED and key not in DATASET_KEYS) or secret_argument(key) or secret_argument(flag_name) \
+        or key.startswith(("wandb", "use_wandb", "logger.", "ckpt.output_dir")) or flag_name.startswith("logger.")
+
+
+def field_of(flag_name: str) -> str:
+    key = _recipe_key(flag_name)
+    role = DATASET_KEYS.get(key)
+    return f"datasets.{role}: the data's path" if role else f"--{flag_name}, recipe key {key}"
 
 
 def read_args(script: Path, where: str, args: list[str], version: str | None):
@@ -41,10 +78,7 @@ def read_args(script: Path, where: str, args: list[str], version: str | None):
     except openrlhf_parser.Rejected as exc:
         raise InputError(script, where, f"OpenRLHF {version}'s parser refuses the command: {exc}") from None
     table = openrlhf.load_flag_table(version)
-    reverse = {f"--{dotted}": key for key, dotted in openrlhf.DOTTED_NAMES.items()}
-    for key, names in openrlhf.SPLIT_NAMES.items():
-        for name in names:
-            reverse[f"--{name}"] = key
+    reverse = _reverse_names()
     by_flag = {option: action for action in parser.parser._actions for option in action.option_strings}
     recipe: dict[str, Any] = {}
     datasets: dict[str, dict[str, Any]] = {}

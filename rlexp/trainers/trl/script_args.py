@@ -1,5 +1,13 @@
 """``rlexp import`` of a TRL launch script: ``--field value`` arguments of a TRL script become
-``GRPOConfig`` / ``ModelConfig`` fields; ``rlexp plan`` checks them against TRL's fields."""
+``GRPOConfig`` / ``ModelConfig`` fields; ``rlexp plan`` checks them against TRL's fields.
+
+The arguments are read as TRL's own parser (transformers' ``HfArgumentParser``) reads them: a field
+whose type is a list (``lora_target_modules: list[str] | None``) takes every word up to the next
+flag (``nargs="+"``: ``--lora_target_modules q_proj v_proj``), a bool may stand alone
+(``--use_peft``), anything else takes one value. ``trl grpo``'s own script arguments
+(``GRPOScriptArguments`` and ``ScriptArguments`` in TRL 1.16) are accepted: the dataset fields name
+the training data, and the reward (``reward_funcs``, ``reward_model_name_or_path``) is rlexp's own,
+so it is left out."""
 
 from __future__ import annotations
 
@@ -10,39 +18,91 @@ from rlexp.core.launch_script import argument_value, dataset_argument, secret_ar
 from rlexp.errors import InputError
 
 CHECKS_VERSION = False  # a missing --version is refused by the stage (the script does not state the release)
+DATA_IN_SCRIPT = True  # a training script may load its data itself
 LAUNCH_DEFAULTS: dict[str, Any] = {}
-OWNED = ("output_dir", "report_to", "logging_dir")
+ARGUMENT_STYLE = "flags"
+OWNED = ("output_dir", "report_to", "logging_dir", "run_name", "push_to_hub", "hub_model_id", "hub_strategy")
 DATASET_FLAGS = ("dataset_name", "dataset_path")
+# trl grpo's script arguments (trl/scripts/grpo.py GRPOScriptArguments, trl/scripts/utils.py
+# ScriptArguments, TRL 1.16): name -> takes a list (nargs="+")
+SCRIPT_ARGUMENTS = {"reward_model_name_or_path": False, "reward_funcs": True, "dataset_name": False,
+                    "dataset_config": False, "dataset_train_split": False, "dataset_test_split": False,
+                    "dataset_streaming": False, "ignore_bias_buffers": False}
+REWARD_ARGUMENTS = ("reward_model_name_or_path", "reward_funcs")
+DATASET_DETAILS = ("dataset_config", "dataset_train_split", "dataset_test_split", "dataset_streaming")
+
+
+def dropped(key: str) -> bool:
+    key = key.replace("-", "_")
+    return key in OWNED or key in REWARD_ARGUMENTS or secret_argument(key)
+
+
+def field_of(key: str) -> str:
+    key = key.replace("-", "_")
+    return "datasets.pool: the data's name or path" if key in DATASET_FLAGS else f"recipe key {key}"
+
+
+def _kinds() -> dict[str, str]:
+    """Each field's kind as HfArgumentParser builds its option: "list" (nargs='+'), "bool" (nargs='?')
+    or "one"."""
+    from rlexp.trainers.trl.fields import GRPO_CONFIG_FIELDS, MODEL_CONFIG_FIELDS
+
+    kinds: dict[str, str] = {}
+    for name, annotation, _ in (*GRPO_CONFIG_FIELDS, *MODEL_CONFIG_FIELDS):
+        parts = [p.strip() for p in annotation.split("|") if p.strip() not in ("None", "NoneType")]
+        if len(parts) == 1 and parts[0].startswith("list["):
+            kinds[name] = "list"
+        elif parts == ["bool"]:
+            kinds[name] = "bool"
+        else:
+            kinds[name] = "one"
+    for name, is_list in SCRIPT_ARGUMENTS.items():
+        kinds[name] = "list" if is_list else ("bool" if name in ("dataset_streaming", "ignore_bias_buffers") else "one")
+    return kinds
 
 
 def read_args(script: Path, where: str, args: list[str], version: str | None = None):
-    """The recipe, datasets and left-out keys of ``--field value`` arguments."""
+    """The recipe, datasets, left-out keys and notes of ``--field value`` arguments."""
+    kinds = _kinds()
     recipe: dict[str, Any] = {}
     datasets: dict[str, dict[str, Any]] = {}
     left_out: list[str] = []
+    notes: list[str] = []
     i = 0
     while i < len(args):
         token = args[i]
         if not token.startswith("--"):
-            raise InputError(script, where, f"{token!r}: expected --field value")
+            raise InputError(script, where, f"{token[:80]!r}: expected --field value")
         key, eq, raw = token[2:].partition("=")
-        if not eq:
-            if i + 1 < len(args) and not args[i + 1].startswith("--"):
-                raw = args[i + 1]
-                i += 1
-            else:
-                raw = "true"
-        i += 1
-        value = argument_value(raw)
         key = key.replace("-", "_")
+        kind = kinds.get(key, "one")
+        i += 1
+        following: list[str] = []
+        while i < len(args) and not args[i].startswith("--") and (kind == "list" or not following):
+            following.append(args[i])
+            i += 1
+        if eq:
+            values = [raw] + following
+            if following:
+                raise InputError(script, where, f"--{key}={raw} then {following[0]!r}: a word no flag takes")
+        elif following:
+            values = following
+        elif kind == "bool":
+            values = ["true"]
+        else:
+            raise InputError(script, where, f"--{key} without a value (TRL's parser expects one)")
+        value: Any = [argument_value(v) for v in values] if kind == "list" else argument_value(values[0])
         if secret_argument(key):
             left_out.append(key)
         elif key in DATASET_FLAGS:
             datasets["pool"] = dataset_argument(str(value), f"--{key}")
-        elif key in OWNED:
+        elif key in OWNED or key in REWARD_ARGUMENTS:
             left_out.append(key)
+        elif key in DATASET_DETAILS:
+            notes.append(f"--{key} {value}: which part of the training data the run read (recorded here, the pool's "
+                         "size is what plan needs)")
         else:
             recipe[key] = value
-    if "pool" not in datasets:
-        raise InputError(script, where, "no --dataset_name: the data the run trains on is needed for its steps")
-    return recipe, datasets, left_out, []
+    # no --dataset_name: a script of one's own loads its data itself (the stage records the script as
+    # the data's source and asks for its size by name); `trl grpo` cannot run without one
+    return recipe, datasets, left_out, notes

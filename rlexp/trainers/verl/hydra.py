@@ -221,13 +221,15 @@ def attempt_paths(att: Any) -> VerlPaths:
     spec_file = getattr(att, "display_path", None) or att.spec_path
     ad = AttemptDir(att.attempt_dir)
     pool, monitor = att.datasets.get("pool"), att.datasets.get("ood_monitor")
-    if pool is None or pool.path is None:
+    if pool is None or (pool.path is None and pool.stated_size is None):
         raise InputError(spec_file, "datasets.pool.path", "required to launch training")
-    if monitor is None or monitor.path is None:
+    if monitor is None or (monitor.path is None and monitor.stated_size is None):
         raise InputError(spec_file, "datasets.ood_monitor.path", "verl validates on data.val_files: "
                          "state the in-run monitor set")
-    return VerlPaths(model=model_path(att), train_file=ad.verl_dataset(pool.path),
-                     val_file=ad.verl_dataset(monitor.path), reward_file=ad.reward_func,
+    # a set stated by its size alone (external data an import recorded as several files): the plan
+    # names the copy launch would write by the role; launch itself refuses it without a file
+    return VerlPaths(model=model_path(att), train_file=ad.verl_dataset(pool.path or Path("pool.jsonl")),
+                     val_file=ad.verl_dataset(monitor.path or Path("ood_monitor.jsonl")), reward_file=ad.reward_func,
                      checkpoints=ad.verl_checkpoints, metrics_file=ad.verl_metrics)
 
 
@@ -279,6 +281,10 @@ def prepare_launch(att: Any, *, resume: bool, must_exist: bool = True) -> VerlLa
     stated = check_recipe(att.recipe_stated, att.trainer.version, spec_file)
     paths = attempt_paths(att)
     pool, monitor = att.datasets["pool"], att.datasets["ood_monitor"]
+    for role, ref in (("pool", pool), ("ood_monitor", monitor)):
+        if ref.path is None:
+            raise InputError(spec_file, f"datasets.{role}.path", "required to launch training (the set is stated by "
+                             "its size only: give its JSONL file)")
     if must_exist:
         for role, ref in (("pool", pool), ("ood_monitor", monitor)):
             if not ref.path.exists():

@@ -1,6 +1,11 @@
 """``rlexp import`` of a verl launch script: ``key=value`` Hydra overrides become the recipe's dotted
-keys (values read as Hydra reads them: YAML scalars and lists); ``rlexp plan`` checks them against
-the release's key table."""
+keys, values read as Hydra reads them (YAML scalars, ``[a,b]`` lists, ``{k: v}`` mappings).
+
+``+key=value`` (Hydra's addition) is checked against the release's composed config, as Hydra
+composes it: adding a key the config already has is refused (Hydra refuses it); a key inside one of
+its mappings (``+actor_rollout_ref.model.override_config.max_position_embeddings=32768``) becomes
+that mapping's entry in the recipe; a key the composed config has nowhere is left out with a note
+(verl's code does not read it through the config rlexp plans with). ``++key`` adds or overrides."""
 
 from __future__ import annotations
 
@@ -13,29 +18,87 @@ from rlexp.errors import InputError
 
 CHECKS_VERSION = False  # a missing --version is refused by the stage (the script does not state the release)
 LAUNCH_DEFAULTS: dict[str, Any] = {}
+ARGUMENT_STYLE = "hydra"
+DATASET_KEYS = {"data.train_files": "pool", "data.val_files": "ood_monitor"}
+# what names the run for its loggers: import keeps it when known, leaves it out when only running tells
+LOGGER_NAMES = ("trainer.project_name", "trainer.experiment_name", "trainer.logger")
+
+
+def dropped(key: str) -> bool:
+    """Whether import leaves ``key`` out anyway (rlexp sets it, a logger, a credential, the reward)."""
+    from rlexp.trainers.verl.hydra import MANAGED_KEYS
+
+    return (key in MANAGED_KEYS and key not in DATASET_KEYS) or key in LOGGER_NAMES or secret_argument(key) \
+        or key.startswith(("reward_model.reward_kwargs", "trainer.default_local_dir", "trainer.validation_data_dir",
+                           "trainer.rollout_data_dir"))
+
+
+def field_of(key: str) -> str:
+    if key.startswith("--config"):
+        return "the Hydra config verl composes; rlexp plans with ppo_trainer"
+    role = DATASET_KEYS.get(key)
+    return f"datasets.{role}: the data's path" if role else f"recipe key {key}"
 
 
 def read_args(script: Path, where: str, args: list[str], version: str | None = None):
-    """The recipe, datasets and left-out keys of ``key=value`` Hydra overrides."""
-    from rlexp.trainers.verl.hydra import MANAGED_KEYS
+    """The recipe, datasets, left-out keys and notes of ``key=value`` Hydra overrides."""
+    from rlexp.trainers.verl import releases
+    from rlexp.trainers.verl.hydra import check_version
 
+    table = releases.read_table(check_version(version, script)) if version else {}
     recipe: dict[str, Any] = {}
     datasets: dict[str, dict[str, Any]] = {}
     left_out: list[str] = []
+    notes: list[str] = []
     for token in args:
-        key, eq, raw = token.lstrip("+").partition("=")
-        if not eq or not re.match(r"^[A-Za-z_][\w.]*$", key):
-            raise InputError(script, where, f"{token!r}: not a Hydra override key=value")
+        if token.startswith(("--config-name", "--config-path", "--config-dir")):
+            option, _, chosen = token.partition("=")
+            if option == "--config-name" and chosen not in ("ppo_trainer", "ppo_trainer.yaml"):
+                raise InputError(script, where, f"{token[:80]}: rlexp plans verl's ppo_trainer config (its key table "
+                                 f"is that config's), not {chosen!r}")
+            continue
+        raw_key, eq, raw = token.partition("=")
+        plus = len(raw_key) - len(raw_key.lstrip("+"))
+        key = raw_key.lstrip("+")
+        if not eq or plus > 2 or not re.match(r"^[A-Za-z_][\w.]*$", key):
+            raise InputError(script, where, f"{token[:80]!r}: not a Hydra override key=value")
         value = argument_value(raw) if raw else ""
-        if secret_argument(key):
+        if key in DATASET_KEYS:
+            role = DATASET_KEYS[key]
+            path = value[0] if isinstance(value, list) and len(value) == 1 else value
+            datasets[role] = dataset_argument(path if isinstance(path, list) else str(path), key)
+        elif dropped(key):
             left_out.append(key)
-        elif key in ("data.train_files", "data.val_files"):
-            role = "pool" if key == "data.train_files" else "ood_monitor"
-            datasets[role] = dataset_argument(value[0] if isinstance(value, list) and len(value) == 1 else str(value), key)
-        elif key in MANAGED_KEYS or key == "trainer.logger":
-            left_out.append(key)
+        elif plus == 1 and table:
+            _addition(script, where, key, value, table, recipe, left_out, notes, version)
         else:
             recipe[key] = value
     if "pool" not in datasets:
         raise InputError(script, where, "no data.train_files: the data the run trains on is needed for its steps")
-    return recipe, datasets, left_out, []
+    return recipe, datasets, left_out, notes
+
+
+def _addition(script: Path, where: str, key: str, value: Any, table: dict[str, Any], recipe: dict[str, Any],
+              left_out: list[str], notes: list[str], version: str | None) -> None:
+    """``+key=value`` as Hydra composes it against the release's config."""
+    if key in table:
+        raise InputError(script, where, f"+{key}: verl {version}'s config already has {key}, and Hydra refuses to "
+                         f"add it again (\"Could not append to config\"): write {key}=VALUE")
+    parts = key.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        parent = ".".join(parts[:cut])
+        if parent in table:
+            if table[parent].type not in ("dict", "null"):
+                raise InputError(script, where, f"+{key}: {parent} is a {table[parent].type} in verl {version}'s "
+                                 "config, not a mapping a key can be added to")
+            mapping = recipe.setdefault(parent, {})
+            if not isinstance(mapping, dict):
+                raise InputError(script, where, f"+{key}: {parent} is already set to {mapping!r}")
+            node = mapping
+            for part in parts[cut:-1]:
+                node = node.setdefault(part, {})
+            node[parts[-1]] = value
+            return
+    left_out.append(f"+{key}")
+    notes.append(f"+{key}: an addition verl {version}'s composed config has nowhere (Hydra adds it; the config "
+                 "rlexp plans with does not read it): left out")

@@ -1,0 +1,330 @@
+"""`rlexp import` + `rlexp plan` on launch scripts other people wrote (tests/data/launch_scripts: the
+trainers' own examples at their release tags and public research repositories; sources in its
+README). Each script is imported as written, given only what facts.json states (`--version`, the
+dataset sizes, `--env`), and planned.
+
+- Every outcome is pinned in EXPECTED: a script that plans, or a refusal in one line that names the
+  script line or the attempt field it comes from (docs/import.md shows the same table).
+- Every figure plan prints for an imported script is checked against the trainer's own computation:
+  verl's global steps are `len(train_dataloader) * total_epochs` (verl/trainer/ppo/ray_trainer.py,
+  `_create_dataloader`, a drop_last sampler) and its LR at every step is verl 0.9.1's own scheduler
+  (its source read from the pinned wheel, as tests/test_verl_steps.py does); OpenRLHF's scheduler
+  length is `prepare_datasets`' `max_steps` (openrlhf/trainer/ppo_trainer.py at both tags:
+  `len(prompts_dataset) * n_samples_per_prompt // train_batch_size * num_episodes * max_epochs`),
+  with the values read by that release's own argument parser, and its LR at every optimizer step
+  is transformers' `cosine_with_min_lr` as OpenRLHF builds it; TRL's step count is what its own
+  objects give in the TRL venv (its parser, RepeatSampler, the generation-batch DataLoader of
+  GRPOTrainer.get_train_dataloader and transformers' epoch arithmetic), its LR transformers'
+  scheduler with TRL's warm-up.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+from test_verl_steps import verl_schedulers  # noqa: F401  (verl 0.9.1's own LR schedulers, a fixture)
+
+from rlexp.cli import main
+
+REPO = Path(__file__).resolve().parent.parent
+CORPUS = REPO / "tests" / "data" / "launch_scripts"
+FACTS = json.loads((CORPUS / "facts.json").read_text())
+
+PLANS = "plans"
+# script -> PLANS, or (the verb that refuses, words of its one-line refusal)
+EXPECTED: dict[str, object] = {
+    "openrlhf/train_dapo_ray_hybrid_engine.sh": PLANS,
+    "openrlhf/train_ppo_ray_hybrid_engine.sh": PLANS,
+    "openrlhf/train_ppo_ray_slurm.sh": ("import", "line 15: not bash that the grammar can read"),
+    "openrlhf/train_ppo_with_reward_fn.sh": PLANS,
+    "openrlhf/train_reinforce_baseline_hybrid_engine.sh": PLANS,
+    "openrlhf/train_reinforce_baseline_ray_agent_async.sh": PLANS,
+    "openrlhf-0.9.3/train_dapo_ray_hybrid_engine.sh": ("import", "unrecognized arguments: --vllm_enable_is_correction"),
+    "openrlhf-0.9.3/train_ppo_ray_hybrid_engine.sh": PLANS,
+    "openrlhf-0.9.3/train_ppo_ray_slurm.sh": ("import", "line 15: not bash that the grammar can read"),
+    "openrlhf-0.9.3/train_ppo_with_reward_fn.sh": PLANS,
+    "openrlhf-0.9.3/train_prorlv2_math_hybrid_engine.sh": PLANS,
+    "openrlhf-0.9.3/train_reinforce_baseline_hybrid_engine.sh": PLANS,
+    "openrlhf-0.9.3/train_reinforce_baseline_ray_agent_async.sh": PLANS,
+    "research/LangGFM__shortest_path.sh": PLANS,
+    "research/swe_bench_rl__run_rl.sh": ("import", "argument --advantage_estimator: invalid choice: 'grpo'"),
+    "trl/clis_md__trl_grpo.sh": PLANS,
+    "trl/grpo_agent_py__usage.sh": PLANS,
+    "trl/gspo_py__usage.sh": PLANS,
+    "verl/gmpo_trainer__test_dapo_7b_math.sh": PLANS,
+    "verl/grpo_trainer__run_deepseek7b_llm.sh": PLANS,
+    "verl/grpo_trainer__run_deepseek7b_llm_math.sh": PLANS,
+    "verl/grpo_trainer__run_qwen2-7b.sh": PLANS,
+    "verl/grpo_trainer__run_qwen2-7b_math.sh": PLANS,
+    "verl/grpo_trainer__run_qwen2-7b_seq_balance.sh": PLANS,
+    "verl/grpo_trainer__run_qwen2_5-3b_gsm8k_grpo_lora.sh": PLANS,
+    "verl/grpo_trainer__run_qwen3-8b.sh": PLANS,
+    "verl/gspo_trainer__run_qwen30b_gspo.sh": ("import", "line 163: --config-name=ppo_megatron_trainer: rlexp plans "
+                                                          "verl's ppo_trainer config"),
+    "verl/gspo_trainer__test_gspo_3b_math.sh": PLANS,
+    "verl/ppo_trainer__run_deepseek7b_llm.sh": ("plan", "recipe.critic.model.fsdp_config.param_offload: unknown key"),
+    "verl/ppo_trainer__run_gemma.sh": ("plan", "recipe.critic.model.fsdp_config.param_offload: unknown key"),
+    "verl/ppo_trainer__run_qwen2-7b_rm.sh": ("plan", "recipe.critic.model.fsdp_config.param_offload: unknown key"),
+    "verl/ppo_trainer__run_qwen2-7b_seq_balance.sh": ("plan",
+                                                       "recipe.critic.model.fsdp_config.param_offload: unknown key"),
+    "verl/reinforce_plus_plus_trainer__run_qwen2-7b_math_rf.sh": PLANS,
+    "verl/reinforce_plus_plus_trainer__run_qwen2-7b_math_rf_baseline.sh": PLANS,
+    "verl/rloo_trainer__run_qwen2-7b.sh": PLANS,
+}
+
+
+def test_the_table_covers_the_corpus():
+    on_disk = {str(p.relative_to(CORPUS)) for p in CORPUS.glob("*/*.sh")}
+    assert on_disk == set(EXPECTED) == set(FACTS)
+
+
+def _trainer(rel: str) -> str:
+    folder = rel.split("/")[0]
+    if folder.startswith("openrlhf"):
+        return "openrlhf"
+    if folder == "research":
+        return "openrlhf" if "openrlhf.cli" in (CORPUS / rel).read_text() else "verl"
+    return folder
+
+
+def _params():
+    for rel in sorted(EXPECTED):
+        marks = [pytest.mark.openrlhf_wheels] if _trainer(rel) == "openrlhf" else []
+        yield pytest.param(rel, marks=marks, id=rel)
+
+
+@pytest.fixture(scope="module")
+def openrlhf_wheels():
+    from rlexp.trainers.openrlhf.parser import fetch, listed_releases
+
+    for release in listed_releases():
+        if release.version in ("0.9.3", "0.11.0"):
+            fetch(release)
+
+
+def import_and_plan(rel: str, tmp_path: Path, capsys) -> tuple[str, str, dict | None]:
+    """(the verb that refused or PLANS, its stderr, plan.json)"""
+    facts = FACTS[rel]
+    attempt = tmp_path / "exp" / "a"
+    args = ["import", str(CORPUS / rel), str(attempt), "--version", facts["version"],
+            "--pool-size", str(facts["pool_size"])]
+    if "monitor_size" in facts:
+        args += ["--monitor-size", str(facts["monitor_size"])]
+    for name, value in facts.get("env", {}).items():
+        args += ["--env", f"{name}={value}"]
+    rc = main(args)
+    _, err = capsys.readouterr()
+    if rc != 0:
+        assert rc == 2 and not attempt.exists(), err
+        return "import", err, None
+    rc = main(["plan", str(attempt)])
+    _, err = capsys.readouterr()
+    if rc not in (0, 1):
+        assert rc == 2, err
+        return "plan", err, None
+    return PLANS, err, json.loads((attempt / "plan.json").read_text())
+
+
+@pytest.mark.parametrize("rel", list(_params()))
+def test_each_script_plans_or_is_refused_in_one_line_naming_where(rel, tmp_path, capsys, request):
+    if _trainer(rel) == "openrlhf":
+        request.getfixturevalue("openrlhf_wheels")
+    verb, err, plan = import_and_plan(rel, tmp_path, capsys)
+    expected = EXPECTED[rel]
+    if expected == PLANS:
+        assert verb == PLANS, err
+        assert plan["steps"]["global_steps_total"] > 0
+        return
+    assert verb == expected[0], err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("rlexp: "), err
+    assert expected[1] in err, err
+    # the line of the script or the attempt's field it came from
+    assert "line " in err or "recipe." in err or "datasets." in err, err
+
+
+def test_at_least_the_stated_share_plans():
+    plans = sum(v == PLANS for v in EXPECTED.values())
+    assert plans == 26 and len(EXPECTED) == 35  # docs/import.md states this table and these counts
+
+
+# --- the figures equal each trainer's own computation ---------------------------------------------
+
+VERL_PLANS = [rel for rel, v in sorted(EXPECTED.items()) if v == PLANS and _trainer(rel) == "verl"]
+OPENRLHF_PLANS = [rel for rel, v in sorted(EXPECTED.items()) if v == PLANS and _trainer(rel) == "openrlhf"]
+
+
+@pytest.mark.parametrize("rel", VERL_PLANS)
+def test_verl_figures_equal_verls_own(rel, tmp_path, capsys, verl_schedulers):  # noqa: F811
+    from rlexp.trainers.verl import releases
+
+    torch, verl = verl_schedulers
+    verb, err, plan = import_and_plan(rel, tmp_path, capsys)
+    assert verb == PLANS, err
+    spec = yaml.safe_load((tmp_path / "exp" / "a" / "attempt.yaml").read_text())
+    config = {k: key.default for k, key in releases.read_table("0.9.1").items()}
+    config.update(spec["recipe"])
+    pool = FACTS[rel]["pool_size"]
+    # ray_trainer._create_dataloader: StatefulDataLoader(drop_last=True) over the train set, then
+    # total_training_steps = len(train_dataloader) * trainer.total_epochs, or trainer.total_training_steps
+    # when stated (the scheduler's horizon); fit() loops over the epochs' batches and stops at
+    # total_training_steps, so the run makes the smaller of the two
+    batches = pool // int(config["data.train_batch_size"])
+    horizon = config["trainer.total_training_steps"] or batches * int(config["trainer.total_epochs"])
+    total = min(horizon, batches * int(config["trainer.total_epochs"]))
+    assert plan["steps"]["global_steps_total"] == total
+    optim = {k.rsplit(".", 1)[-1]: v for k, v in config.items() if k.startswith("actor_rollout_ref.actor.optim.")}
+    # verl 0.9.1 fsdp_workers: warmup = lr_warmup_steps, or int(ratio * total) when it is negative
+    warmup = optim["lr_warmup_steps"] if optim["lr_warmup_steps"] > 0 else \
+        int(optim["lr_warmup_steps_ratio"] * horizon)
+    lr = float(optim["lr"])
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=lr)
+    if optim["lr_scheduler_type"] == "constant":
+        scheduler = verl["get_constant_schedule_with_warmup"](optimizer=optimizer, num_warmup_steps=warmup)
+    else:
+        scheduler = verl["get_cosine_schedule_with_warmup"](
+            optimizer=optimizer, num_warmup_steps=warmup, num_training_steps=horizon,
+            min_lr_ratio=optim["min_lr_ratio"], num_cycles=optim["num_cycles"],
+            zero_indexed_step=optim["zero_indexed_step"])
+    applied, logged = [], []
+    for _ in range(total):  # one scheduler step per global step (no separate-async mode in these scripts)
+        applied.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+        logged.append(scheduler.get_last_lr()[0])
+    rows = plan["lr"]  # every global step, or an even sample of a long run (plan.json's lr_rows says which)
+    assert rows[-1]["global_step"] == total and (len(rows) == total or plan["lr_rows"] != "all")
+    for row in rows:
+        step = row["global_step"]
+        assert row["lr_first"] == pytest.approx(applied[step - 1], rel=1e-12, abs=1e-30), step
+        assert row["actor_lr_logged"] == pytest.approx(logged[step - 1], rel=1e-12, abs=1e-30), step
+
+
+@pytest.mark.openrlhf_wheels
+@pytest.mark.parametrize("rel", OPENRLHF_PLANS)
+def test_openrlhf_figures_equal_openrlhfs_own(rel, tmp_path, capsys, openrlhf_wheels):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from rlexp.core.launch_script import launch_of, read_script
+    from rlexp.trainers.openrlhf import parser as openrlhf_parser
+
+    verb, err, plan = import_and_plan(rel, tmp_path, capsys)
+    assert verb == PLANS, err
+    version = FACTS[rel]["version"]
+    parser = openrlhf_parser.load_release_parser(version)
+    args = [a if isinstance(a, str) else "x" for a in launch_of(read_script((CORPUS / rel).read_text()).argv).args]
+    parsed = parser.parse(args, post_parse=False).args
+    by_flag = {o: a.dest for a in parser.parser._actions for o in a.option_strings}
+
+    def value(*flags):
+        return getattr(parsed, next(by_flag[f] for f in flags if f in by_flag))
+
+    pool = min(FACTS[rel]["pool_size"], value("--max_samples", "--data.max_samples"))
+    n = value("--n_samples_per_prompt", "--rollout.n_samples_per_prompt")
+    # openrlhf/trainer/ppo_trainer.py prepare_datasets (v0.9.3 and v0.11.0)
+    max_steps = (pool * n // value("--train_batch_size", "--train.batch_size")
+                 * value("--num_episodes", "--train.num_episodes") * value("--max_epochs", "--train.max_epochs"))
+    assert plan["steps"]["optimizer_steps_total"] == max_steps
+    lr = value("--actor_learning_rate", "--actor.adam.lr")
+    ratio = value("--lr_warmup_ratio", "--actor.lr_warmup_ratio")
+    # v0.9.3 ppo_actor passes min_lr = 0.1 x lr; v0.11.0 deepspeed passes min_lr_rate = --actor.min_lr_ratio
+    kwargs = {"min_lr": lr * 0.1} if version == "0.9.3" else {"min_lr_rate": value("--actor.min_lr_ratio")}
+    schedulers = [getattr(parsed, by_flag[f]) for f in ("--lr_scheduler", "--actor.lr_scheduler") if f in by_flag]
+    assert schedulers in ([], ["cosine_with_min_lr"])  # what OpenRLHF builds by default (both tags)
+    optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=lr)
+    scheduler = transformers.get_scheduler("cosine_with_min_lr", optimizer, num_warmup_steps=math.ceil(max_steps * ratio),
+                                           num_training_steps=max_steps, scheduler_specific_kwargs=kwargs)
+    applied = []
+    for _ in range(plan["steps"]["optimizer_steps_run"]):
+        applied.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    assert plan["lr"][-1]["last_optimizer_step"] == plan["steps"]["optimizer_steps_run"]
+    for row in plan["lr"]:
+        first, last = row["first_optimizer_step"], row["last_optimizer_step"]
+        if first > last:  # a short last global step with fewer samples than one optimizer step
+            assert row is plan["lr"][-1] and first == last + 1
+            continue
+        assert row["lr_first"] == pytest.approx(applied[first - 1], rel=1e-12, abs=1e-20)
+        assert row["lr_mean"] == pytest.approx(math.fsum(applied[first - 1:last]) / (last - first + 1), rel=1e-9,
+                                               abs=1e-20)
+
+
+TRL_PLANS = [rel for rel, v in sorted(EXPECTED.items()) if v == PLANS and _trainer(rel) == "trl"]
+# In the TRL venv: the script's words parsed by TRL's own parser, TRL's RepeatSampler and the
+# generation-batch DataLoader GRPOTrainer.get_train_dataloader builds (one process), and
+# transformers' Trainer.set_initial_training_values' step count (trainer.py of transformers 5.24:
+# num_update_steps_per_epoch = max(len_dataloader // GA + (len_dataloader % GA > 0), 1), then
+# max_steps = ceil(num_train_epochs * that) unless --max_steps is given).
+TRL_STEPS = """
+import json, math, sys
+from torch.utils.data import DataLoader
+from trl import GRPOConfig, ModelConfig, TrlParser
+from trl.scripts.grpo import GRPOScriptArguments
+from trl.trainer.utils import RepeatSampler
+
+
+def figures(n, words):
+    _, t, _ = TrlParser((GRPOScriptArguments, GRPOConfig, ModelConfig)).parse_args_and_config(
+        words + ["--output_dir", "o", "--use_cpu", "True"])
+    return figures_of(n, t)
+
+
+def figures_of(n, t):
+    g = t.num_generations
+    sampler = RepeatSampler(data_source=range(n), mini_repeat_count=g, batch_size=t.generation_batch_size // g,
+                            repeat_count=t.num_iterations * t.steps_per_generation, shuffle=False)
+    loader = DataLoader(list(range(n)), batch_size=t.per_device_train_batch_size * t.steps_per_generation,
+                        sampler=sampler, drop_last=t.dataloader_drop_last)
+    length, ga = len(loader), t.gradient_accumulation_steps
+    per_epoch = max(length // ga + int(length % ga > 0), 1)
+    steps = math.ceil(t.num_train_epochs * per_epoch) if t.max_steps < 0 else t.max_steps
+    return {"max_steps": steps, "warmup": t.get_warmup_steps(steps), "lr": t.learning_rate,
+            "scheduler": str(getattr(t.lr_scheduler_type, "value", t.lr_scheduler_type)),
+            "kwargs": t.lr_scheduler_kwargs or {}}
+
+
+print(json.dumps([figures(n, words) for n, words in json.loads(sys.stdin.read())]))
+"""
+
+
+@pytest.fixture(scope="module")
+def trls_own_figures():
+    """{script: TRL's own figures}, all computed in one run of the TRL venv."""
+    import subprocess
+
+    from trl_venv import trl_python_or_skip
+
+    from rlexp.core.launch_script import launch_of, read_script
+
+    python = trl_python_or_skip()
+    jobs = [(FACTS[rel]["pool_size"], launch_of(read_script((CORPUS / rel).read_text()).argv).args) for rel in TRL_PLANS]
+    done = subprocess.run([str(python), "-c", TRL_STEPS], input=json.dumps(jobs), capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return dict(zip(TRL_PLANS, json.loads(done.stdout.strip().splitlines()[-1]), strict=True))
+
+
+@pytest.mark.parametrize("rel", TRL_PLANS)
+def test_trl_figures_equal_trls_own(rel, tmp_path, capsys, trls_own_figures):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    verb, err, plan = import_and_plan(rel, tmp_path, capsys)
+    assert verb == PLANS, err
+    trl = trls_own_figures[rel]
+    total = trl["max_steps"]
+    assert plan["steps"]["optimizer_steps_total"] == plan["steps"]["global_steps_total"] == total
+    assert plan["steps"]["warmup_steps"] == trl["warmup"]
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=trl["lr"])
+    scheduler = transformers.get_scheduler(trl["scheduler"], optimizer, num_warmup_steps=trl["warmup"],
+                                           num_training_steps=total, scheduler_specific_kwargs=trl["kwargs"])
+    applied = []
+    for _ in range(total):
+        applied.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    for row in plan["lr"]:
+        assert row["lr_first"] == pytest.approx(applied[row["global_step"] - 1], rel=1e-12, abs=1e-18)

@@ -1,0 +1,188 @@
+"""`rlexp import` beyond the reader: --env/--env-file, unknowns refused only where plan needs them
+(naming the line, the variable and the field) and dropped with a note where import drops the flag
+anyway, values as each trainer reads them (verl/Hydra lists, mappings and `+key` additions against
+the release's composed config; TRL list flags as TRL's own parser reads them, `trl grpo`'s script
+arguments), and data outside the experiment recorded as external data that plan accepts."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+
+import pytest
+import yaml
+
+from rlexp.cli import main
+from rlexp.core.launch_script import launch_of, read_script
+
+VERL = ("python3 -m verl.trainer.main_ppo algorithm.adv_estimator=grpo data.train_batch_size=64 \\\n"
+        "  actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B-Instruct \\\n")
+
+
+def run(args, capsys):
+    rc = main(args)
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def spec_of(attempt):
+    return yaml.safe_load((attempt / "attempt.yaml").read_text())
+
+
+def test_unknown_in_a_needed_value_names_line_variable_and_field(tmp_path, capsys):
+    script = tmp_path / "s.sh"
+    script.write_text(f"{VERL}  data.train_files=$DATA/train.parquet \\\n  actor_rollout_ref.actor.optim.lr=$LR\n")
+    rc, out, err = run(["import", str(script), str(tmp_path / "a"), "--version", "0.9.1", "--pool-size", "64",
+                        "--env", "DATA=/d"], capsys)
+    assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "line 4:" in err and "$LR" in err and "actor_rollout_ref.actor.optim.lr" in err and "--env LR=" in err
+    assert not (tmp_path / "a").exists()
+    rc, _, err = run(["import", str(script), str(tmp_path / "a"), "--version", "0.9.1", "--pool-size", "64"], capsys)
+    assert rc == 2 and "line 3:" in err and "$DATA" in err and "datasets.pool" in err
+
+
+def test_env_and_env_file_fill_the_script_and_env_wins(tmp_path, capsys):
+    script = tmp_path / "s.sh"
+    script.write_text(f"{VERL}  data.train_files=$DATA/train.parquet actor_rollout_ref.actor.optim.lr=$LR\n")
+    env_file = tmp_path / "run.env"
+    env_file.write_text("# the cluster's\nexport DATA=/cluster/data\nLR=1e-6\n")
+    rc, out, err = run(["import", str(script), str(tmp_path / "a"), "--version", "0.9.1", "--pool-size", "64",
+                        "--env-file", str(env_file), "--env", "LR=3e-6"], capsys)
+    assert rc == 0, err
+    spec = spec_of(tmp_path / "a")
+    assert spec["recipe"]["actor_rollout_ref.actor.optim.lr"] == 3e-6
+    # a parquet file elsewhere: recorded as its source, which plan never opens as JSONL
+    assert spec["datasets"]["pool"] == {"sources": ["/cluster/data/train.parquet"], "size": 64}
+    bad = tmp_path / "bad.env"
+    bad.write_text("LR 1\n")
+    rc, _, err = run(["import", str(script), str(tmp_path / "b"), "--version", "0.9.1", "--env-file", str(bad)],
+                     capsys)
+    assert rc == 2 and f"{bad}: line 1" in err
+    rc, _, err = run(["import", str(script), str(tmp_path / "b"), "--version", "0.9.1", "--env", "1X=2"], capsys)
+    assert rc == 2 and "--env" in err
+
+
+def test_unknowns_where_import_drops_the_flag_are_notes_and_never_written(tmp_path, capsys):
+    script = tmp_path / "s.sh"
+    script.write_text("SAVE=/ckpt/$(date +%s)\n"
+                      "python3 -m openrlhf.cli.train_ppo_ray --pretrain m --prompt_data data/p.jsonl \\\n"
+                      "  --save_path $SAVE --use_wandb $WANDB_API_KEY --wandb_run_name run-$(date +%F) \\\n"
+                      "  --n_samples_per_prompt 8\n")
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "p.jsonl").write_text('{"prompt": "1+1", "answer": "2"}\n' * 16)
+    from rlexp.trainers.openrlhf.parser import fetch, listed_releases
+
+    pytest.importorskip("torch")
+    [release] = [r for r in listed_releases() if r.version == "0.9.3"]
+    try:
+        fetch(release)
+    except Exception as exc:  # noqa: BLE001  (no wheel and no network here)
+        pytest.skip(str(exc))
+    rc, out, err = run(["import", str(script), str(tmp_path / "a"), "--version", "0.9.3"], capsys)
+    assert rc == 0, err
+    text = (tmp_path / "a" / "attempt.yaml").read_text()
+    assert "line 1: save_path left out" in out and "line 3: use_wandb left out" in out and "command substitution" in out
+    assert "--env WANDB_API_KEY" not in out  # no advice to type a credential for a flag that is dropped
+    assert "rlexp-unknown" not in text and "WANDB" not in text.split("# Note")[0].split("\n", 3)[-1]
+    assert spec_of(tmp_path / "a")["recipe"] == {"pretrain": "m", "n_samples_per_prompt": 8}
+
+
+def test_verl_lists_mappings_and_additions_against_the_composed_config(tmp_path, capsys):
+    script = tmp_path / "s.sh"
+    script.write_text("train_files=\"['/d/gsm8k/train.parquet', '/d/math/train.parquet']\"\n"
+                      f"{VERL}  data.train_files=\"$train_files\" data.val_files=\"['/d/test.parquet']\" \\\n"
+                      "  +actor_rollout_ref.model.override_config.max_position_embeddings=32768 \\\n"
+                      "  +actor_rollout_ref.model.override_config.rope_scaling.factor=2.0 \\\n"
+                      "  +reward_model.reward_kwargs.max_resp_len=4096 +trainer.my_own_key=1 \\\n"
+                      "  trainer.logger=['console','wandb'] $@\n")
+    rc, out, err = run(["import", str(script), str(tmp_path / "a"), "--version", "0.9.1", "--pool-size", "14973",
+                        "--monitor-size", "1319"], capsys)
+    assert rc == 0, err
+    spec = spec_of(tmp_path / "a")
+    assert spec["datasets"]["pool"] == {"sources": ["/d/gsm8k/train.parquet", "/d/math/train.parquet"],
+                                        "size": 14973}
+    assert spec["datasets"]["ood_monitor"] == {"sources": ["/d/test.parquet"], "size": 1319}
+    assert spec["recipe"]["actor_rollout_ref.model.override_config"] == {
+        "max_position_embeddings": 32768, "rope_scaling": {"factor": 2.0}}
+    assert "+trainer.my_own_key" in out and "trainer.my_own_key" not in spec["recipe"]
+    rc, _, err = run(["plan", str(tmp_path / "a")], capsys)
+    assert rc in (0, 1), err
+    # adding a key the composed config already has: Hydra refuses it, and so does import
+    again = tmp_path / "again.sh"
+    again.write_text(f"{VERL}  data.train_files=x.parquet +data.train_batch_size=32\n")
+    rc, _, err = run(["import", str(again), str(tmp_path / "b"), "--version", "0.9.1", "--pool-size", "64"], capsys)
+    assert rc == 2 and "Could not append to config" in err and "data.train_batch_size=VALUE" in err
+
+
+def test_external_data_recorded_with_its_hash_and_plan_accepts_it(tmp_path, capsys):
+    outside = tmp_path / "shared" / "pool.jsonl"
+    outside.parent.mkdir()
+    outside.write_text("".join(json.dumps({"prompt": f"{i}+1", "answer": str(i + 1)}) + "\n" for i in range(64)))
+    experiment = tmp_path / "exp"
+    experiment.mkdir()
+    script = tmp_path / "s.sh"
+    script.write_text(f"{VERL}  data.train_files={outside} data.val_files=hub/test \\\n  trainer.total_epochs=1\n")
+    rc, out, err = run(["import", str(script), str(experiment / "a"), "--version", "0.9.1", "--pool-size", "64",
+                        "--monitor-size", "10"], capsys)
+    assert rc == 0, err
+    spec = spec_of(experiment / "a")
+    assert spec["datasets"]["pool"] == {"path": str(outside), "size": 64, "allow_outside": True,
+                                        "sha256": hashlib.sha256(outside.read_bytes()).hexdigest()}
+    assert "external data" in out
+    rc, out, err = run(["plan", str(experiment / "a")], capsys)
+    assert rc in (0, 1), err
+    assert "datasets.pool: external data (" in " ".join(out.split())  # the note (the path may wrap)
+    plan = json.loads((experiment / "a" / "plan.json").read_text())
+    assert plan["steps"]["global_steps_total"] == 1  # 64 prompts // 64 per batch, one epoch
+    assert plan["datasets"]["pool"]["external"] == [str(outside)]
+    assert "external" not in plan["datasets"]["ood_monitor"]  # a name under the experiment, stated by size
+
+
+LIST_FLAGS = ["--model_name_or_path", "Qwen/Qwen3-0.6B", "--dataset_name", "trl-lib/DeepMath-103K",
+              "--use_peft", "--lora_target_modules", "q_proj,", "v_proj", "--learning_rate", "1e-5",
+              "--reward_funcs", "accuracy_reward", "think_format_reward", "--dataset_train_split", "train",
+              "--beta", "0.0", "--log_completions"]
+
+
+def test_trl_list_flags_read_as_trls_own_parser_reads_them(tmp_path, capsys):
+    """`--lora_target_modules "q_proj", "v_proj"` (gspo.py's usage) is two words, the first with its comma:
+    TRL's own parser (HfArgumentParser over GRPOScriptArguments, GRPOConfig, ModelConfig) gives the
+    same list, in the TRL venv."""
+    script = tmp_path / "s.sh"
+    quoted = " ".join(f"'{a}'" for a in LIST_FLAGS)
+    script.write_text(f"trl grpo {quoted}\n")
+    rc, out, err = run(["import", str(script), str(tmp_path / "a"), "--version", "1.16.0", "--pool-size", "1000"],
+                       capsys)
+    assert rc == 0, err
+    spec = spec_of(tmp_path / "a")
+    assert spec["recipe"]["lora_target_modules"] == ["q_proj,", "v_proj"]
+    assert spec["recipe"]["use_peft"] is True and spec["recipe"]["log_completions"] is True
+    assert "reward_funcs" in out and "reward_funcs" not in spec["recipe"]  # rlexp's reward replaces it
+    assert spec["datasets"]["pool"] == {"path": "trl-lib/DeepMath-103K", "size": 1000}
+    rc, _, err = run(["plan", str(tmp_path / "a")], capsys)
+    assert rc in (0, 1), err
+    from trl_venv import trl_python_or_skip
+
+    python = trl_python_or_skip()
+    code = ("import json, sys\nfrom trl import GRPOConfig, ModelConfig, TrlParser\n"
+            "from trl.scripts.grpo import GRPOScriptArguments\n"
+            "s, t, m = TrlParser((GRPOScriptArguments, GRPOConfig, ModelConfig)).parse_args_and_config("
+            "sys.argv[1:] + ['--output_dir', 'o', '--use_cpu', 'True'])\n"
+            "print(json.dumps({'lora_target_modules': m.lora_target_modules, 'reward_funcs': s.reward_funcs, "
+            "'use_peft': m.use_peft, 'learning_rate': t.learning_rate, 'log_completions': t.log_completions}))\n")
+    done = subprocess.run([str(python), "-c", code, *LIST_FLAGS], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    trl = json.loads(done.stdout.strip().splitlines()[-1])
+    assert trl["lora_target_modules"] == spec["recipe"]["lora_target_modules"]
+    assert trl["reward_funcs"] == ["accuracy_reward", "think_format_reward"]
+    assert (trl["use_peft"], trl["learning_rate"], trl["log_completions"]) == (True, 1e-5, True)
+
+
+def test_messages_name_the_construct():
+    arithmetic = launch_of(read_script("python3 -m verl.trainer.main_ppo a.b=$(( $(nproc) * 2 ))\n").argv).args[0]
+    assert "command substitution" in arithmetic.what and "$(nproc)" in arithmetic.what
+    loop = read_script("for i in 1 2; do N=$i; done\npython3 -m verl.trainer.main_ppo a.b=$N\n")
+    assert "inside a for loop at line 1" in launch_of(loop.argv).args[0].what
+    array = read_script("A=(x y)\npython3 -m verl.trainer.main_ppo a.b=${A[1]}\n")  # an array, not a command
+    assert launch_of(array.argv).args == ["a.b=y"]

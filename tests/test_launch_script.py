@@ -1,0 +1,192 @@
+"""The launch-script reader of `rlexp import` (rlexp.core.launch_script): bash evaluated statically,
+never run. Reference values are what bash itself prints for the same text (checked with
+`bash -c 'printf "%s\\n" ...'` where bash is on the machine) — the expectations are written out here
+so the test holds without it; `test_agrees_with_bash` compares them with the real bash when present."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from rlexp.cli import main
+from rlexp.core.launch_script import (
+    MAX_SCRIPT_BYTES,
+    ScriptError,
+    Unknown,
+    launch_of,
+    read_env_file,
+    read_script,
+    unknown_arguments,
+)
+
+OPENRLHF = "python3 -m openrlhf.cli.train_ppo_ray"
+
+# (script lines before the launch, the arguments after it, what bash passes)
+CASES = [
+    ("export A=1 # a comment\n", "--a $A", ["--a", "1"]),
+    ("", "--x ${UNSET:-dflt} --y ${UNSET-d2}", ["--x", "dflt", "--y", "d2"]),
+    ("E=\n", "--x ${E:-colon} ${E-nocolon}", ["--x", "colon"]),
+    ("S=set\n", "--x ${S:+alt} ${S%%t*} ${S#s}", ["--x", "alt", "se", "et"]),
+    ("N=3\n", "--n $((1024 * 2)) --m $(((N + 1) * 2)) --d $((7 / -2)) --p $((2 ** 70))",
+     ["--n", "2048", "--m", "8", "--d", "-3", "--p", "0"]),
+    ("ARR=(--a 1 \"b c\")\nARR+=(--z)\n", '"${ARR[@]}" ${#ARR[@]} ${ARR[0]}', ["--a", "1", "b c", "--z", "4", "--a"]),
+    ("EXTRA='--k 1   --j 2'\n", "$EXTRA \"$EXTRA\"", ["--k", "1", "--j", "2", "--k 1   --j 2"]),
+    ("", '--x 1 $@ "$@" $*', ["--x", "1"]),
+    ("Q='it''s'\n", "--q \"a\\\"b\" '$Q' $'t\\x'", ["--q", 'a"b', "$Q", "t\\x"]),
+    ("M=/m\n", "--p ${M}/x\"$M\"'$M'", ["--p", "/m/x/m$M"]),
+    ("A=\"x=1 \\\n y=2\"\nC=z\n", '"$C $A  $((1+1))" $C', ["z x=1  y=2  2", "z"]),
+    ("B=fsdp\nif [[ $B == megatron ]]; then N=1; elif [ \"$B\" = fsdp ] && [ 2 -gt 1 ]; then N=2; else N=3; fi\n",
+     "--n $N", ["--n", "2"]),
+]
+
+
+@pytest.mark.parametrize(("before", "args", "expected"), CASES)
+def test_expansions_as_bash_expands_them(before, args, expected):
+    script = read_script(f"{before}{OPENRLHF} \\\n  {args}\n")
+    assert launch_of(script.argv).args == expected
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="no bash here to compare with")
+@pytest.mark.parametrize(("before", "args", "expected"), CASES)
+def test_agrees_with_bash(before, args, expected):
+    """The expectations above are bash's own (the comparison runs bash on text this test wrote)."""
+    out = subprocess.run(["bash", "-c", f"{before}printf '%s\\n' {args}"], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.splitlines() == expected
+
+
+def test_env_prefix_comments_continuations_and_a_commented_out_last_flag():
+    text = ('#!/bin/bash\nset -x\nCUDA_VISIBLE_DEVICES="" \\\n  VLLM_X=1 python3 -m openrlhf.cli.train_ppo_ray \\\n'
+            "   --pretrain m \\\n   # --comment_inside \\\n   --seed 2 \\\n   # --use_wandb KEY \\\n\n")
+    # bash: the comment line ends the command (its trailing \\ is inside the comment)
+    script = read_script(text)
+    assert launch_of(script.argv).args == ["--pretrain", "m"]
+    assert script.env == {"CUDA_VISIBLE_DEVICES": "", "VLLM_X": "1"} and script.line == 3
+
+
+def test_wrappers_run_the_rest_of_their_words():
+    script = read_script("nohup env -u X A=1 python3 -m verl.trainer.main_ppo a.b=1 > log 2>&1 &\n")
+    assert launch_of(script.argv).args == ["a.b=1"] and script.env == {"A": "1"}
+    assert launch_of(read_script("exec time python3 -m verl.trainer.main_ppo a.b=2\n").argv).args == ["a.b=2"]
+
+
+def test_here_string_and_bash_c_hold_the_command():
+    for text in ('M=verl.trainer.main_ppo\nbash <<< "python3 -m $M a.b=1"\n',
+                 "M=verl.trainer.main_ppo\nbash -c \"python3 -m $M a.b=1\"\n"):
+        script = read_script(text)
+        assert launch_of(script.argv).args == ["a.b=1"] and script.line == 2
+
+
+def test_unknowns_are_values_not_errors_and_say_what_they_are():
+    text = ("D=$(date +%s)\nfor i in 1 2; do K=$i; done\n"
+            f"{OPENRLHF} --save_path /ckpt/$D --seed $K --pretrain $HOME/m --x `hostname`\n")
+    args = launch_of(read_script(text).argv).args
+    save, seed, pretrain, x = args[1], args[3], args[5], args[7]
+    assert isinstance(save, Unknown) and "command substitution" in save.what and save.known == "/ckpt/"
+    assert isinstance(seed, Unknown) and "inside a for loop at line 2" in seed.what
+    assert isinstance(pretrain, Unknown) and "--env HOME=VALUE" in pretrain.what and pretrain.line == 3
+    assert isinstance(x, Unknown) and "command substitution" in x.what
+    clean, unknowns = unknown_arguments(args, "flags")
+    assert [u.key for u in unknowns] == ["save_path", "seed", "pretrain", "x"]
+    # arithmetic is not command substitution; an array is not a second command
+    arith = read_script(f"N=$((UNSET_MISSING + 2))\nA=(1 2)\n{OPENRLHF} --n $N --m $(($(nproc) * 2))\n")
+    args = launch_of(arith.argv).args
+    assert args[1] == "2" and isinstance(args[3], Unknown) and "command substitution" in args[3].what
+
+
+def test_env_given_fills_and_env_file_is_data():
+    script = read_script(f"{OPENRLHF} --pretrain $HOME/m\n", {"HOME": "/root"})
+    assert launch_of(script.argv).args == ["--pretrain", "/root/m"]
+    assert read_env_file("# c\nexport A=1\nB='x y' # c\nC=\n") == {"A": "1", "B": "x y", "C": ""}
+    with pytest.raises(ValueError, match="line 1"):
+        read_env_file("A=$(rm -rf /) B\n")
+    assert read_env_file("A='$(touch /tmp/never)'\n") == {"A": "$(touch /tmp/never)"}  # read, never run
+
+
+def test_nothing_is_run(tmp_path, monkeypatch):
+    marker = tmp_path / "ran"
+    text = (f"touch {marker}\nX=$(touch {marker})\nsource {marker}\neval 'touch {marker}'\n"
+            f"{OPENRLHF} --pretrain `touch {marker}`\n")
+
+    def refuse(*a, **k):
+        raise AssertionError("a process was started")
+
+    monkeypatch.setattr(subprocess, "Popen", refuse)
+    read_script(text)
+    assert not marker.exists()
+
+
+# --- hostile sizes (each a fast one-line refusal, exit 2: bounds by size, not by time) -----------
+
+def _import(tmp_path, capsys, text: str | bytes):
+    script = tmp_path / "hostile.sh"
+    script.write_bytes(text if isinstance(text, bytes) else text.encode())
+    start = time.perf_counter()
+    rc = main(["import", str(script), str(tmp_path / "a"), "--version", "0.9.3"])
+    elapsed = time.perf_counter() - start
+    out, err = capsys.readouterr()
+    return rc, err, elapsed
+
+
+@pytest.mark.parametrize("name", ["10MB-argument", "variable-10x-10MB", "expansion-bomb", "array-bomb",
+                                  "200k-continuations", "deep-arithmetic", "deep-subshells", "deep-defaults"])
+def test_hostile_sizes_refused_fast_in_one_line(tmp_path, capsys, name):
+    big = "x" * (10 << 20)
+    text = {
+        "10MB-argument": f"{OPENRLHF} --pretrain {big}\n",
+        "variable-10x-10MB": f"V={big}\n{OPENRLHF} " + " ".join(["--pretrain $V"] * 10) + "\n",
+        "expansion-bomb": "A=xxxxxxxxxxxxxxxx\n" + "".join("A=$A$A$A$A\n" for _ in range(40)) + f"{OPENRLHF} --pretrain $A\n",
+        "array-bomb": "A=(x x x x x x x x)\n" + "".join('A=("${A[@]}" "${A[@]}")\n' for _ in range(40))
+                      + f'{OPENRLHF} "${{A[@]}}"\n',
+        "200k-continuations": f"{OPENRLHF} " + "\\\n" * 200_000 + "--pretrain m\n",
+        "deep-arithmetic": f"{OPENRLHF} --n $((" + "(" * 5000 + "1" + ")" * 5000 + "))\n",
+        "deep-subshells": "( " * 3000 + f"{OPENRLHF} --pretrain m" + " )" * 3000 + "\n",
+        "deep-defaults": f"{OPENRLHF} --pretrain " + "${A:-" * 3000 + "m" + "}" * 3000 + "\n",
+    }[name]
+    rc, err, elapsed = _import(tmp_path, capsys, text)
+    assert elapsed < 10, elapsed
+    if name == "200k-continuations":  # 400 kB of continuations is a legal script: read, then refused by
+        assert rc == 2 and "--prompt_data" in err  # what it lacks, in one line
+    else:
+        assert rc == 2 and len(err.strip().splitlines()) == 1 and err.startswith("rlexp: "), err[:300]
+        assert any(w in err for w in ("bytes", "characters", "nested", "elements")), err[:300]
+    assert not (tmp_path / "a").exists()
+
+
+def test_script_size_bound_is_stated():
+    with pytest.raises(ScriptError, match=str(MAX_SCRIPT_BYTES)):
+        read_script("#" * (MAX_SCRIPT_BYTES + 1))
+
+
+def test_mutated_corpus_scripts_are_read_or_refused_in_one_line(tmp_path, capsys):
+    """Real scripts with shell metacharacters inserted and deleted at random (a fixed seed): every
+    one is imported or refused in one line, never a traceback."""
+    import random
+    from pathlib import Path
+
+    corpus = Path(__file__).resolve().parent / "data" / "launch_scripts"
+    scripts = sorted(corpus.glob("verl/*.sh")) + sorted(corpus.glob("trl/*.sh"))
+    pieces = list("$(){}[]\"'\\`#=;&|<> \n-@*!:+%/,") + ["${", "$((", "))", "+", "=[a,b]", "={a: 1}", "\\\n", "fi"]
+    rng = random.Random(11)
+    for i in range(150):
+        source = rng.choice(scripts)
+        chars = list(source.read_text())
+        for _ in range(rng.randint(1, 8)):
+            at = rng.randrange(len(chars))
+            if rng.random() < 0.4:
+                del chars[at]
+            else:
+                chars.insert(at, rng.choice(pieces))
+        script = tmp_path / f"m{i}.sh"
+        script.write_text("".join(chars))
+        version = "0.9.1" if source.parent.name == "verl" else "1.16.0"
+        rc = main(["import", str(script), str(tmp_path / f"a{i}"), "--version", version, "--pool-size", "1000",
+                   "--monitor-size", "100", "--env", "HOME=/r"])
+        _, err = capsys.readouterr()
+        assert rc in (0, 2), err
+        if rc == 2:
+            assert len(err.strip().splitlines()) == 1 and err.startswith("rlexp: "), err
+            assert not (tmp_path / f"a{i}").exists()
