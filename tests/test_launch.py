@@ -389,6 +389,13 @@ def test_real_local_trainer_sigterm_then_resume(tmp_path, monkeypatch):
     assert _steps(att) == [1, 2, 3]
     assert json.loads((att / "launch" / "state.json").read_text())["state"] == "finished"
     assert (att / "checkpoints" / "global_step3_hf").is_dir()
+    # the resume gate (rlexp.core.run_health): steps and the LR continue the plan after the resume
+    gate = json.loads((att / "guards" / "resume.json").read_text())
+    assert gate["passed"] is True, gate
+    [entry] = gate["numbers"]["checked"]
+    assert entry["first_step"] == entry["from_step"] + 1 and entry["steps"] == 3 - entry["from_step"]
+    launches = [json.loads(x) for x in (att / "launch" / "launches.jsonl").read_text().splitlines()]
+    assert launches[-1]["resume"] is True and launches[-1]["resume_step"] == entry["from_step"]
 
 
 def test_ray_backend_dry_run_is_the_job_it_submits(tmp_path, exp, capsys, monkeypatch):

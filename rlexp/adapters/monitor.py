@@ -286,8 +286,10 @@ def early_stop_verdict(rows: Sequence[Mapping[str, Any]], sop: Sop | None = None
 class RunMonitor:
     """Stateful monitor of one live run: feed it new rows, read its verdicts.
 
-    ``update`` returns the early-stop verdict when the rule fires (the caller stops the run),
-    else None. The G3/G5 verdicts (``guards/g3.json``, ``guards/g5.json``, pending ones included)
+    ``update`` returns the early-stop verdict, or the run-health mismatch verdict, when its rule
+    fires (the caller stops the run), else None; ``guards/mismatch.json`` follows the mismatch
+    metrics as they come. ``resume_from`` (a resumed launch: the step it continues from) makes
+    :meth:`finish` write the resume gate (``guards/resume.json``) over the rows this launch logged. The G3/G5 verdicts (``guards/g3.json``, ``guards/g5.json``, pending ones included)
     and the spike log are written under the attempt directory; a verdict file is rewritten only
     when its verdict changes, not on every poll. ``sop`` (default: the SOP in force, loaded once
     here) gives every number; ``spike_threshold`` overrides its ``guardrails.spikes.grad_norm``.
@@ -301,6 +303,8 @@ class RunMonitor:
     logged_spikes: set[int] = field(default_factory=set)
     stopped: Any = None
     written: dict[str, dict[str, Any]] = field(default_factory=dict)  # gate name -> verdict last on disk
+    resume_from: int | None = None
+    logged_since_resume: list[dict[str, Any]] = field(default_factory=list)  # as this launch logged them
 
     def __post_init__(self) -> None:
         self.sop = sop_or_default(self.sop)
@@ -340,12 +344,47 @@ class RunMonitor:
                 self.logged_spikes.add(spike.global_step)
         self._write(g3_smoke(self.rows, sop=self.sop))
         self._write(g5_runtime(self.rows, self.plan, sop=self.sop))
+        if self.resume_from is not None:
+            self.logged_since_resume.extend(dict(r) for r in new_rows)
+        mismatch = self._health_mismatch(new_rows)
+        if mismatch is not None:
+            return mismatch
         if self.stopped is None and monitor_points(new_rows):
             verdict = early_stop_verdict(self.rows, self.sop)
             if verdict.passed:
                 self.stopped = verdict
                 return verdict
         return None
+
+    def _health_mismatch(self, new_rows: Sequence[Mapping[str, Any]]) -> Verdict | None:
+        """guards/mismatch.json once the trainer logs a mismatch metric; the verdict when its stop rule
+        fires (the run is stopped as for the early-stop rule)."""
+        from rlexp.core.run_health import MISMATCH_METRICS, mismatch_verdict
+
+        if not any(m in r for r in new_rows for m in MISMATCH_METRICS):
+            return None
+        verdict = mismatch_verdict(self.rows, self.sop.run_health.mismatch)
+        self._write(verdict)
+        if verdict.passed is False and self.stopped is None:
+            self.stopped = verdict
+            return verdict
+        return None
+
+    def finish(self) -> list[Verdict]:
+        """At the end of a launch: the resume gate over what a resumed launch logged (written to
+        guards/resume.json), or nothing for a first launch."""
+        if self.resume_from is None:
+            return []
+        from rlexp.core.run_health import Resume, resume_verdict
+
+        before = [r for r in self.rows if int(r["global_step"]) <= self.resume_from]
+        steps = self.plan.get("steps") if isinstance(self.plan, Mapping) else None
+        total = steps.get("global_steps_total") if isinstance(steps, Mapping) else None
+        verdict = resume_verdict([before, self.logged_since_resume], [Resume(self.resume_from)],
+                                 lambda step: planned_lr(self.plan, step), self.sop.run_health.resume,
+                                 planned_steps=total if isinstance(total, int) else None)
+        self._write(verdict)
+        return [verdict]
 
     def record_crash(self, exit_code: int) -> Verdict:
         done = max((int(r["global_step"]) for r in self.rows), default=0)

@@ -29,7 +29,15 @@ def ingest(
         bad = summary["not_understood"]
         raise InputError(file, None, f"no metric steps found as {read.format} of {trainer}"
                          + (f"; {len(bad)} lines not understood, the first at line {bad[0]}" if bad else ""))
+    from rlexp.core.run_health import health_of_log
+    from rlexp.core.sop import load_sop
+
+    # no attempt, so no plan: the resume gate checks the steps, not the LR (import-run checks both)
+    health = health_of_log([run.rows for run in read.runs], load_sop())
     if json_out:
-        print(json.dumps(summary, allow_nan=False))
+        summary["run_health"] = [v.to_dict() for v in health]
+        print(json.dumps(summary, allow_nan=False, default=str))
         return
-    print("\n".join(summary_lines(summary)))
+    from rlexp.core.run_health import health_lines
+
+    print("\n".join(summary_lines(summary) + health_lines(health)))

@@ -126,9 +126,19 @@ def preflight(att: Attempt, steps: Steps | None = None, power: PowerReport | Non
         check_disk(att, ckpt),
         check_power(att, power),
         check_agentic(att),  # an environment task on a trainer with an agent interface
+        check_run_health(att),  # settings that bias or switch off the rollout correction
     ):
         found.extend(findings)
     return sorted(found, key=lambda c: c.severity != ERROR)
+
+
+def check_run_health(att: Attempt) -> list[Verdict]:
+    """The trainer's rules on the training-inference mismatch (its rules' ``run_health_checks``):
+    settings its own code is known to get wrong silently, each with that code named."""
+    from rlexp.trainers import rules as trainer_rules
+
+    return trainer_rules(att.trainer.name).run_health_checks(dict(att.recipe), str(att.trainer.version),
+                                                            getattr(att, "environment", None))
 
 
 def primary_power(att: Attempt) -> PowerReport | None:

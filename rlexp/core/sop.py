@@ -204,6 +204,40 @@ class FaultTreeSettings(_Section):
 
 
 @dataclass(frozen=True, kw_only=True)
+class MismatchSettings(_Section):
+    """The rollout engine's log-probs against the trainer's (``rollout_kl``: the token mean of
+    log π_rollout − log π_train over the response, as OpenRLHF's ``vllm_kl`` and verl's
+    ``rollout_corr/kl`` log it; ``rollout_logp_diff_mean``: the token mean of |Δ log p|, TRL's
+    ``sampling/sampling_logp_difference/mean``)."""
+
+    kl_warn_above: float
+    kl_stop_above: float
+    logp_diff_warn_above: float
+    logp_diff_stop_above: float
+    stop_after_steps: int  # the stop fires after this many logged steps in a row above the stop level
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResumeSettings(_Section):
+    lr_rel_tolerance: float  # the logged LR after a resume against the plan's LR at that step
+
+
+@dataclass(frozen=True, kw_only=True)
+class StalenessSettings(_Section):
+    warn_above_versions: int  # a batch generated more policy versions behind than this: a warning
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunHealthSettings(_Section):
+    """Run health from the trainers' own logs: training–inference mismatch, resume integrity,
+    off-policy staleness (in the run, and on any run's logs through ``rlexp import-run``)."""
+
+    mismatch: MismatchSettings
+    resume: ResumeSettings
+    staleness: StalenessSettings
+
+
+@dataclass(frozen=True, kw_only=True)
 class _SopFile(_Section):
     version: str
     source: str = ""
@@ -219,6 +253,7 @@ class _SopFile(_Section):
     parser_audit: ParserAuditSettings
     fault_tree: FaultTreeSettings
     guardrails: GuardrailSettings
+    run_health: RunHealthSettings
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -370,6 +405,17 @@ _BOUNDS = (
            below="guardrails.g5.reward_stuck_high"),
     _Bound("guardrails.g4.temperature", "must be > 0 (pass@k needs sampling)", low=0.0, low_open=True),
     _Bound("guardrails.spikes.grad_norm", "must be > 0", low=0.0, low_open=True),
+    _Bound("run_health.mismatch.kl_warn_above", "must be > 0", low=0.0, low_open=True),
+    _Bound("run_health.mismatch.kl_warn_above", "must not exceed kl_stop_above",
+           below="run_health.mismatch.kl_stop_above"),
+    _Bound("run_health.mismatch.logp_diff_warn_above", "must be > 0", low=0.0, low_open=True),
+    _Bound("run_health.mismatch.logp_diff_warn_above", "must not exceed logp_diff_stop_above",
+           below="run_health.mismatch.logp_diff_stop_above"),
+    _at_least("run_health.mismatch.stop_after_steps", 1),
+    _at_most("run_health.mismatch.stop_after_steps", 1_000_000),
+    _fraction("run_health.resume.lr_rel_tolerance"),
+    _at_least("run_health.staleness.warn_above_versions", 0),
+    _at_most("run_health.staleness.warn_above_versions", 1_000_000),
 )
 
 

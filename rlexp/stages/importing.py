@@ -19,7 +19,7 @@ the attempt a child of an existing one: its recipe is then only what differs fro
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -267,6 +267,7 @@ class ImportedRun:
     cut: list[tuple[int, int]] = field(default_factory=list)  # records cut by a wrap, not re-joined (lines)
     not_numbers: dict[str, int] = field(default_factory=dict)
     nonfinite_steps: list[int] = field(default_factory=list)
+    health: list[Any] = field(default_factory=list)  # the run-health verdicts (rlexp.core.run_health)
     notes: list[str] = field(default_factory=list)
 
 
@@ -288,6 +289,28 @@ def find_checkpoints(root: Path) -> dict[int, Path]:
                 found[int(m.group(1))] = weights
             break
     return dict(sorted(found.items()))
+
+
+def _health(attempt_dir: Path, att: Any, run_rows: list[list[dict[str, Any]]]) -> list[Any]:
+    """The run-health verdicts of the imported log: the plan's LR (plan.json, else the plan computed
+    here without writing it) for the resume gate, the attempt's launch settings for staleness."""
+    from rlexp.adapters.monitor import planned_lr
+    from rlexp.core.run_health import health_of_log
+    from rlexp.core.sop import load_sop
+    from rlexp.stages.plan import build_plan
+    from rlexp.storage.layout import AttemptDir
+
+    plan = AttemptDir(attempt_dir).read_plan()
+    if plan is None:
+        try:
+            plan = build_plan(att)
+        except InputError:
+            plan = None
+    steps = (plan or {}).get("steps") or {}
+    total = steps.get("global_steps_total") if isinstance(steps, dict) else None
+    lr = (lambda step: planned_lr(plan, step)) if plan else None
+    return health_of_log(run_rows, load_sop(), planned_lr=lr, lag=trainer_rules(att.trainer.name).async_lag(dict(att.recipe)),
+                         planned_steps=total if isinstance(total, int) else None)
 
 
 def import_run(attempt_dir: str | Path, *, logs: str | Path | None = None, log_format: str | None = None,
@@ -313,15 +336,28 @@ def import_run(attempt_dir: str | Path, *, logs: str | Path | None = None, log_f
     if logs is not None:
         if ad.metrics.exists():
             raise InputError(ad.metrics, None, "already exists: this attempt has metrics; import into a new attempt")
+        from rlexp.core.run_health import merge_resumed
+
         read = read_log(logs, trainer_rules(att.trainer.name).log_trainer, log_format)
         runs = [r for r in read.runs if r.rows]
-        if len(runs) > 1:
+        if len(runs) > 1 and merge_resumed([r.rows for r in runs]) is None:
             starts = ", ".join(f"line {r.first_line} (steps {r.steps[0]}..{r.steps[-1]})" for r in runs)
-            raise InputError(logs, None, f"{len(runs)} runs in one file (step numbers restart): {starts}; cut the "
-                             "file to the run to import (`rlexp ingest` shows them)")
-        rows, stats = finite_rows(read)
-        if not rows:
+            raise InputError(logs, None, f"{len(runs)} runs in one file (step numbers restart at 1): {starts}; cut "
+                             "the file to the run to import (`rlexp ingest` shows them)")
+        run_rows, stats = [], None
+        for run in runs:  # a resumed run: each launch's rows, read as finite_rows reads the last
+            one = replace(read, runs=[run], dropped=dict(read.dropped) if stats is None else {},
+                          not_understood=list(read.not_understood) if stats is None else [])
+            kept, run_stats = finite_rows(one)
+            run_rows.append(kept)
+            stats = run_stats if stats is None else stats
+            if stats is not run_stats:
+                stats.nonfinite_steps.update(run_stats.nonfinite_steps)
+        merged = merge_resumed(run_rows) if len(run_rows) > 1 else None
+        rows = merged[0] if merged else (run_rows[-1] if run_rows else [])
+        if not rows or stats is None:
             raise InputError(logs, None, f"no metric steps found as {read.format}")
+        out.health = _health(attempt_dir, att, run_rows)
         out.steps = len(rows)
         out.not_understood = list(read.not_understood)
         out.cut = list(read.cut)

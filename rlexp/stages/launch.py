@@ -327,7 +327,8 @@ def write_launch_files(p: Prepared) -> None:
         argv=p.argv, repo_dir=Path(__file__).resolve().parents[2], extra=extra)
     atomic_write_json(ad.provenance, prov.to_dict())
     append_jsonl(ad.launches, {"at": now, "backend": p.backend, "resume": p.resume,
-                                                 "force_reason": p.force_reason, "pid": os.getpid()})
+                               **({"resume_step": p.resume_step} if p.resume else {}),
+                               "force_reason": p.force_reason, "pid": os.getpid()})
 
 
 def _plan_sha(attempt_dir: Path) -> str | None:
@@ -441,7 +442,7 @@ def run(p: Prepared, *, tracking_uri: str | None = None, follow: bool = True, po
     bar = None
     try:
         # inside the try: a bad metrics.jsonl found on --resume must stop the child and say why
-        run_monitor = monitor.RunMonitor(attempt_dir, plan=p.plan)
+        run_monitor = monitor.RunMonitor(attempt_dir, plan=p.plan, resume_from=p.resume_step if p.resume else None)
         follower = _follower(p, ad)
         # rows already in the file (a resumed run) inform the monitor but are not re-logged
         if metrics_path.exists():
@@ -483,6 +484,7 @@ def run(p: Prepared, *, tracking_uri: str | None = None, follow: bool = True, po
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     code = proc.wait()
+    run_monitor.finish()  # the resume gate over what this launch logged (guards/resume.json)
     ended = f"trainer {process.describe_exit(code)}"
     job_end = proc.view()  # a Ray job: the Job API's word on how the job ended (a process: None)
     if job_end is not None:
@@ -491,6 +493,10 @@ def run(p: Prepared, *, tracking_uri: str | None = None, follow: bool = True, po
     if job_end is not None and job_end.status == "STOPPED" and not (stop_verdict or interrupted):
         state = write_state(attempt_dir, "stopped", **base, exit_code=code,
                             reason=f"{ended} - stopped from outside rlexp; continue with --resume")
+    elif stop_verdict is not None and stop_verdict.name == "mismatch":
+        state = write_state(attempt_dir, "stopped", **base, exit_code=code,
+                            reason=f"run health (sop/README.md#run-health): {stop_verdict.reason}",
+                            run_health_stop={"rule": stop_verdict.rule, **(stop_verdict.numbers.get("stop") or {})})
     elif stop_verdict is not None:
         state = write_state(attempt_dir, "stopped", **base, exit_code=code,
                             reason=f"early stop (sop/README.md#early-stop): {stop_verdict.reason}",

@@ -72,6 +72,17 @@ class TrainerRules:
         (rlexp.core.checks.GroupOfOne: the keys, and what this trainer then does), else None."""
         return None
 
+    def run_health_checks(self, recipe: dict[str, Any], version: str, env: Any = None) -> list[Any]:
+        """Its plan rules for the training-inference mismatch (rlexp.core.run_health): settings known
+        to bias the rollout correction or to switch it off, each with the trainer's own source of the
+        behaviour. None by default (the local trainer generates with the model it trains)."""
+        return []
+
+    def async_lag(self, recipe: dict[str, Any]) -> dict[str, Any]:
+        """What its launch settings allow of off-policy staleness (rlexp.core.run_health.expected_lag's
+        input: ``async``, ``queue``, ``mode``): synchronous by default."""
+        return {"async": False}
+
     def key_table(self) -> Any:
         """The recipe keys a spec for this trainer may state (rlexp.core.recipe.key_table: built once)."""
         from rlexp.core.recipe import key_table

@@ -42,5 +42,17 @@ class OpenRLHFRules(TrainerRules):
 
         return group_of_one(recipe, version)
 
+    def run_health_checks(self, recipe: dict[str, Any], version: str, env: Any = None) -> list[Any]:
+        from rlexp.trainers.openrlhf.checks import run_health_checks
+
+        return run_health_checks(recipe, version, env)
+
+    def async_lag(self, recipe: dict[str, Any]) -> dict[str, Any]:
+        # --async_train (0.9.x-0.10.1) / --train.async_enable (0.10.2+): the sampler runs ahead of the
+        # trainer by up to --async_queue_size / --train.async_queue_size batches (cli/train_ppo_ray.py)
+        on = bool(recipe.get("async_train") or recipe.get("train.async_enable"))
+        queue = recipe.get("async_queue_size", recipe.get("train.async_queue_size", 1))
+        return {"async": on, "queue": queue, "mode": "async sampler (queue)"}
+
 
 RULES = OpenRLHFRules()

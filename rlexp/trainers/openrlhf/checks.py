@@ -95,3 +95,40 @@ def group_of_one(recipe: dict[str, Any], version: str) -> Any:
     else:
         return None
     return GroupOfOne("advantage_estimator", estimator, "n_samples_per_prompt", int(samples), outcome)
+
+def vllm_is_correction_on(recipe: dict[str, Any]) -> bool:
+    """The vLLM importance-sampling correction in any release's spelling: --enable_vllm_is_correction
+    (0.9.x-0.10.1), --algo.advantage.is_correction_enable (0.10.2-0.11.1), --algo.advantage.is_correction_level
+    other than off (0.11.2)."""
+    level = recipe.get("algo.advantage.is_correction_level")
+    return bool(recipe.get("enable_vllm_is_correction") or recipe.get("algo.advantage.is_correction_enable")
+                or (level is not None and str(level) != "off"))
+
+
+def run_health_checks(recipe: dict[str, Any], version: str, env: Any = None) -> list[Verdict]:
+    """The mismatch settings OpenRLHF gets wrong silently: its PolicyLoss (models/loss.py, every release
+    0.9.3-0.11.2) applies the vLLM correction, and logs vllm_kl, only when policy_loss_type is ppo; with
+    GSPO the correction asked for is never applied. A top_p below 1 makes vLLM sample from a truncated,
+    renormalised distribution the trainer's log-probs never see (the trainer scores the full softmax), so
+    the IS weights are biased. Without the correction, vllm_kl is not logged: the mismatch goes unmeasured."""
+    gspo = "gspo" in (recipe.get("policy_loss_type"), recipe.get("actor.policy_loss_type"),
+                      getattr(env, "loss", None))
+    top_p = recipe.get("top_p", recipe.get("rollout.top_p", 1.0))
+    found: list[Verdict] = []
+    if not vllm_is_correction_on(recipe):
+        return found
+    if gspo:
+        found.append(check(
+            "health.is_correction_off_with_gspo", ERROR,
+            f"OpenRLHF {version} applies the vLLM importance-sampling correction only when policy_loss_type is ppo "
+            "(models/loss.py: `if ... is_correction ... and self.policy_loss_type == \"ppo\"`): with GSPO the "
+            "correction asked for is silently off and vllm_kl is never logged; drop the correction or the GSPO loss",
+            "docs/run-health.md#plan"))
+    if isinstance(top_p, int | float) and not isinstance(top_p, bool) and top_p < 1.0:
+        found.append(check(
+            "health.is_correction_top_p", WARNING,
+            f"top_p {top_p:g} with the vLLM importance-sampling correction: vLLM samples from the renormalised "
+            "top-p distribution while the trainer scores the full one, so every IS weight is biased "
+            "(set top_p 1.0, or accept a correction that corrects the wrong ratio)",
+            "docs/run-health.md#plan"))
+    return found

@@ -18,6 +18,12 @@ NAMES: dict[str, tuple[str, ...]] = {
     "ppo_kl": ("ppo_kl",),
     "entropy": ("entropy", "entropy_loss", "ent_loss"),
     "step_time_s": ("step_time_s", "timing/step_total", "step_time", "time/step"),
+    # training-inference mismatch (rlexp.core.run_health), logged when the vLLM importance-sampling
+    # correction is on: models/loss.py returns vllm_kl = masked_mean(rollout_log_probs - old_log_probs)
+    # (every release 0.9.3-0.11.2) and, from 0.11, the filtered share (is_filter_ratio); ppo_actor.py
+    # puts both into experience.info, averaged into the "Global step" dict
+    "rollout_kl": ("vllm_kl",),
+    "rollout_is_filtered": ("is_filter_ratio",),
 }
 
 # Agentic runs: rlexp's agent file (rlexp.trainers.openrlhf.agent) returns the local trainer's

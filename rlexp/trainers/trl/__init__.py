@@ -60,5 +60,10 @@ class TrlRules(TrainerRules):
 
         return agentic_checks(env, recipe, version)
 
+    def run_health_checks(self, recipe: dict[str, Any], version: str, env: Any = None) -> list[Any]:
+        from rlexp.trainers.trl.checks import run_health_checks
+
+        return run_health_checks(recipe, version)
+
 
 RULES = TrlRules()

@@ -32,3 +32,26 @@ def agentic_checks(env: Any, recipe: dict[str, Any], version: str) -> list[Verdi
     found += check_gspo_clip(loss, recipe.get("epsilon", TOKEN_CLIP_DEFAULT), "recipe.epsilon")
     return found
 
+
+def run_health_checks(recipe: dict[str, Any], version: str) -> list[Verdict]:
+    """TRL's vLLM importance-sampling correction (vllm_importance_sampling_correction, on by default with
+    use_vllm) divides the trainer's log-probs by vLLM's: top_p below 1 or top_k above 0 makes vLLM sample from
+    a truncated, renormalised distribution the trainer does not score (GRPOTrainer applies temperature to
+    both, not the truncation), so the weights are biased (a warning)."""
+    from rlexp.core.checks import WARNING
+    from rlexp.core.verdict import check
+
+    if not recipe.get("use_vllm") or recipe.get("vllm_importance_sampling_correction") is False:
+        return []
+    found = []
+    top_p, top_k = recipe.get("top_p", 1.0), recipe.get("top_k", 0)
+    truncated = [f"{name} {value}" for name, value, bad in (
+        ("top_p", top_p, isinstance(top_p, int | float) and top_p < 1.0),
+        ("top_k", top_k, isinstance(top_k, int) and not isinstance(top_k, bool) and top_k > 0)) if bad]
+    if truncated:
+        found.append(check(
+            "health.is_correction_top_p", WARNING,
+            f"{' and '.join(truncated)} with TRL {version}'s vLLM importance-sampling correction: vLLM samples from "
+            "a truncated, renormalised distribution the trainer does not score, so every IS weight is biased",
+            "docs/run-health.md#plan"))
+    return found

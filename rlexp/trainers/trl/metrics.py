@@ -14,6 +14,14 @@ NAMES: dict[str, tuple[str, ...]] = {
     "group_reward_std": ("reward_std",),
     "ppo_clip_ratio": ("clip_ratio/region_mean", "clip_ratio"),
     "policy_loss": ("policy_loss", "loss"),
+    # training-inference mismatch (rlexp.core.run_health), logged when vllm_importance_sampling_correction
+    # is on (grpo_trainer.py: |old_per_token_logps - sampling_per_token_logps| over the completion mask,
+    # and the IS ratio's min/mean/max)
+    "rollout_logp_diff_mean": ("sampling/sampling_logp_difference/mean",),
+    "rollout_logp_diff_max": ("sampling/sampling_logp_difference/max",),
+    "rollout_is_mean": ("sampling/importance_sampling_ratio/mean",),
+    "rollout_is_min": ("sampling/importance_sampling_ratio/min",),
+    "rollout_is_max": ("sampling/importance_sampling_ratio/max",),
 }
 
 VOCABULARY = Vocabulary(NAMES)

@@ -76,6 +76,18 @@ class VerlRules(TrainerRules):
 
         return group_of_one(recipe, version)
 
+    def run_health_checks(self, recipe: dict[str, Any], version: str, env: Any = None) -> list[Any]:
+        from rlexp.trainers.verl.checks import run_health_checks
+
+        return run_health_checks(recipe, version)
+
+    def async_lag(self, recipe: dict[str, Any]) -> dict[str, Any]:
+        # trainer.v1.trainer_mode (trainer/ppo/v1/trainer_base.py): sync keeps every batch on-policy; the
+        # async modes generate ahead and log training/off_policy/trajectory_staleness/* themselves
+        mode = str(recipe.get("trainer.v1.trainer_mode") or "sync")
+        return {"async": mode != "sync", "mode": mode,
+                "queue": recipe.get(f"trainer.v1.{mode}.parameter_sync_step") if mode != "sync" else None}
+
 
 _TYPES = {"float": "float", "bool": "bool", "str": "str"}  # a default of these types types its key
 

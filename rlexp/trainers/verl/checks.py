@@ -37,7 +37,7 @@ def verl_preflight(att: Any, steps: VerlSteps, schedule: VerlSchedule, power: An
                                       fires_rule="every multiple of the frequency and the last step")
     for findings in (catalogue.check_single_variable(att), catalogue.check_suffix(att),
                      catalogue.check_datasets(att), catalogue.check_power(att, power), catalogue.check_group_of_one(att),
-                     catalogue.check_agentic(att)):  # fmt: skip
+                     catalogue.check_agentic(att), catalogue.check_run_health(att)):  # fmt: skip
         found.extend(findings)
     return sorted(found, key=lambda c: c.severity != catalogue.ERROR)
 
@@ -167,3 +167,22 @@ def group_of_one(recipe: dict[str, Any], version: str) -> Any:
         return None
     return GroupOfOne("algorithm.adv_estimator", estimator, "actor_rollout_ref.rollout.n", int(samples),
                       VERL_GROUP_OF_ONE[estimator])
+
+def run_health_checks(recipe: dict[str, Any], version: str) -> list[Any]:
+    """verl's rollout correction (algorithm.rollout_correction.rollout_is / rollout_rs, rollout_corr_helper.py)
+    weighs tokens by exp(old_log_prob - rollout_log_prob); with actor_rollout_ref.rollout.top_p below 1 vLLM
+    samples from the renormalised top-p distribution while the actor scores the full softmax, so the weights
+    are biased (a warning)."""
+    from rlexp.core.checks import WARNING
+    from rlexp.core.verdict import check
+
+    corrected = (recipe.get("algorithm.rollout_correction.rollout_is") is not None
+                 or recipe.get("algorithm.rollout_correction.rollout_rs") is not None)
+    top_p = recipe.get("actor_rollout_ref.rollout.top_p", 1)
+    if corrected and isinstance(top_p, int | float) and not isinstance(top_p, bool) and top_p < 1:
+        return [check(
+            "health.is_correction_top_p", WARNING,
+            f"actor_rollout_ref.rollout.top_p {top_p:g} with verl {version}'s rollout correction: vLLM samples from "
+            "the renormalised top-p distribution while the actor scores the full one, so every IS weight is biased",
+            "docs/run-health.md#plan")]
+    return []

@@ -52,6 +52,19 @@ NAMES: dict[str, tuple[str, ...]] = {
     # batch's samples that have a response; a reset failure has none): tool_call_counts, an extra
     # field, logged only by the legacy trainer (trainer.use_v1=false), whose batch keeps them
     "tool_calls_per_episode": ("tool_call_counts/mean",),
+    # training-inference mismatch (rlexp.core.run_health): rollout_corr_helper.py's off-policy metrics
+    # (kl = masked_mean(rollout_log_prob - old_log_prob), logged whenever rollout log-probs are kept) and
+    # its IS weights; utils/debug/metrics.py's |Δ log p| (training/rollout_probs_diff_*)
+    "rollout_kl": ("rollout_corr/kl",),
+    "rollout_logp_diff_mean": ("training/rollout_probs_diff_mean",),
+    "rollout_logp_diff_max": ("training/rollout_probs_diff_max",),
+    "rollout_is_mean": ("rollout_corr/rollout_is_mean",),
+    "rollout_is_min": ("rollout_corr/rollout_is_min",),
+    "rollout_is_max": ("rollout_corr/rollout_is_max",),
+    "rollout_is_filtered": ("rollout_corr/rollout_rs_masked_fraction",),
+    # off-policy staleness (trainer/ppo/v1/trainer_base.py): versions a trajectory lags the policy
+    "policy_lag_mean": ("training/off_policy/trajectory_staleness/mean",),
+    "policy_lag_max": ("training/off_policy/trajectory_staleness/max",),
 }
 # num_turns/mean counts chat messages: 2 per model turn of rlexp's loop (the prompt, each turn and
 # each feedback but the last), so a model turn is half of it (a single-turn loop's 2 reads as 1)
