@@ -123,7 +123,7 @@ def request_json(method: str, url: str, limits: HttpLimits, *, body: bytes | Non
             return _one_try(method, parts, body, sent_headers, limits, deadline)
         except HttpFailure as exc:
             if not exc.retryable:
-                raise
+                raise HttpFailure(f"{_safe(url)}: {exc}", retryable=False) from None
             last = str(exc)
     else:
         raise HttpFailure(f"{_safe(url)}: failed after {tries} tries ({last})", retryable=False)
@@ -140,11 +140,11 @@ def _one_try(method: str, parts: urllib.parse.SplitResult, body: bytes | None, h
     conn = connection_class(parts.hostname, parts.port, timeout=min(limits.connect_timeout_s, remaining))
     target = urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))
     expired = threading.Event()
+    opened: list[socket.socket] = []  # http.client forgets its socket once an answer says "close"
 
     def cut() -> None:  # the watchdog: at the deadline, whatever read is blocked returns
         expired.set()
-        sock = conn.sock
-        if sock is not None:
+        for sock in opened:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
 
@@ -153,6 +153,9 @@ def _one_try(method: str, parts: urllib.parse.SplitResult, body: bytes | None, h
     watchdog.start()
     try:
         conn.connect()
+        opened.append(conn.sock)
+        if expired.is_set():  # the deadline passed while connecting
+            raise HttpFailure("deadline reached")
         conn.sock.settimeout(limits.read_timeout_s)
         conn.request(method, target, body=body, headers=headers)
         response = conn.getresponse()
@@ -178,6 +181,8 @@ def _one_try(method: str, parts: urllib.parse.SplitResult, body: bytes | None, h
             raise HttpFailure("deadline reached mid-answer")
         if len(data) > limits.max_response_bytes:
             raise HttpFailure(f"answer over the limit of {limits.max_response_bytes} bytes", retryable=False)
+        if length and length.strip().isdigit() and len(data) < int(length):  # http.client does not say
+            raise HttpFailure(f"connection cut mid-answer ({len(data)} of {int(length)} bytes read)")
     except HttpFailure:
         raise
     except (http.client.HTTPException, OSError, ValueError) as exc:
