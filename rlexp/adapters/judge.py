@@ -24,7 +24,7 @@ from typing import Any
 
 from rlexp.core.rewards import JUDGE_ERROR, RewardError, judge_cache_key, judge_messages, parse_judge_reply
 from rlexp.errors import ServiceError
-from rlexp.storage.files import append_jsonl, iter_jsonl
+from rlexp.storage.files import append_jsonl, iter_jsonl, repair_torn_tail
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,9 @@ class Judge:
         self.cache_path = Path(cache_path) if cache_path is not None else None
         self.log_path = Path(log_path) if log_path is not None else None
         self.cache: dict[str, float] = {}
+        for own_file in (self.cache_path, self.log_path):  # files only this class appends to: a line
+            if own_file is not None:                         # torn by a kill is dropped, not refused
+                repair_torn_tail(own_file)
         if self.cache_path is not None and self.cache_path.exists():
             for _, row in iter_jsonl(self.cache_path):
                 self.cache[str(row["key"])] = float(row["score"])

@@ -1,0 +1,156 @@
+"""A full disk is an ordinary error: ``rlexp eval``, ``decide`` and ``report`` run on a small tmpfs
+(mounted here; the tests are skipped where mounting is not allowed) at several free sizes must exit
+non-zero in one line (no traceback), leave no torn file (every JSONL ends in a whole line and reads
+strictly, every JSON file parses), and — once space returns — the rerun must succeed and end where a
+run that never failed ends (the same records, the same decision, a usable MLflow store).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+from rlexp.storage.files import iter_jsonl, read_json  # noqa: E402
+from rlexp.storage.records import read_records  # noqa: E402
+
+FREE_KB = (8, 16, 24, 32)  # the first file, then mid-records of the first and of the second file  # what is left on the disk when the command starts
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """``mount(path, size_kb)`` mounts a tmpfs of that size on ``path`` (``grow`` resizes it); every
+    mount is undone at the end."""
+    mounted: list[Path] = []
+
+    class Disk:
+        def mount(self, path: Path, size_kb: int) -> Path:
+            path.mkdir(parents=True, exist_ok=True)
+            done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_kb}k", "tmpfs", str(path)],
+                                  capture_output=True, text=True, timeout=30)
+            if done.returncode != 0:
+                pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()[:100]}")
+            mounted.append(path)
+            return path
+
+        def grow(self, path: Path, size_kb: int = 65536) -> None:
+            subprocess.run(["mount", "-o", f"remount,size={size_kb}k", str(path)], check=True, timeout=30)
+
+        def used_kb(self, path: Path) -> int:
+            st = os.statvfs(path)
+            return (st.f_blocks - st.f_bfree) * st.f_frsize // 1024
+
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    yield Disk()
+    for path in reversed(mounted):
+        subprocess.run(["umount", "-l", str(path)], timeout=30)
+
+
+def _fill_to(disk, path: Path, free_kb: int) -> None:
+    """Leave about ``free_kb`` free on the tmpfs at ``path`` (the rest taken by a filler file)."""
+    disk.grow(path, disk.used_kb(path) + free_kb + 4)  # one page of slack for the filler's own block
+
+
+def assert_nothing_torn(root: Path) -> None:
+    for path in root.rglob("*"):
+        if path.is_symlink() or not path.is_file():
+            continue
+        if path.suffix == ".jsonl":
+            data = path.read_bytes()
+            assert not data or data.endswith(b"\n"), f"torn last line in {path}"
+            list(iter_jsonl(path))
+        elif path.suffix == ".json" and not path.name.startswith("."):
+            read_json(path)
+
+
+def _run(capsys, argv: list[str]) -> tuple[int, str]:
+    from rlexp.cli import main
+
+    code = main(argv)
+    err = capsys.readouterr().err  # a progress bar aside, the error lines rlexp printed
+    return code, "\n".join(line for line in err.splitlines() if line.strip() and "Loading weights" not in line)
+
+
+def _records(att: Path) -> dict[str, list[tuple[str, int]]]:
+    return {str(p.relative_to(att)): sorted((r["problem_hash"], r["correct"]) for r in read_records(p))
+            for p in sorted((att / "eval").glob("*/*.jsonl")) if p.parent.name != "paired"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("free_kb", FREE_KB)
+def test_eval_on_a_full_disk_fails_in_one_line_and_the_rerun_completes(eval_experiment, small_disk, free_kb,
+                                                                        capsys, tmp_path):
+    att = eval_experiment(sizes={"pool": 4, "ood_primary": 40, "id": 4, "sanity": 2}, steps=(2,), mid=2)
+    reference = tmp_path / "reference"
+    shutil.copytree(att.parent, reference, symlinks=True)
+    code, _ = _run(capsys, ["eval", str(reference / "a1")])
+    assert code == 0
+    expected = _records(reference / "a1")
+
+    eval_dir = small_disk.mount(att / "eval", 256)
+    _fill_to(small_disk, eval_dir, free_kb)
+    code, err = _run(capsys, ["eval", str(att)])
+    assert code != 0 and "Traceback" not in err and err.startswith("rlexp: ") and err.count("\n") == 0, err
+    assert_nothing_torn(att)
+    small_disk.grow(eval_dir)
+    code, err = _run(capsys, ["eval", str(att)])
+    assert code == 0, err
+    assert _records(att) == expected
+    assert_nothing_torn(att)
+
+
+def test_a_line_torn_by_a_kill_is_dropped_by_every_writer_before_any_strict_read(tmp_path):
+    """What a SIGKILL mid-append leaves (a last line without its newline) never blocks a rerun: the
+    record writer, the episode resume (drop_records, which reads before the writer opens) and the
+    judge's cache each drop it."""
+    from rlexp.adapters.judge import Judge
+    from rlexp.storage.records import IDENTITY_KEYS, RecordWriter, drop_records
+
+    meta = {k: "x" for k in IDENTITY_KEYS}
+    path = tmp_path / "eval" / "s0" / "ood.jsonl"
+    writer = RecordWriter.open(path, meta)
+    writer.append_many([{"problem_hash": "a", "correct": 1}, {"problem_hash": "b", "correct": 0, "reward_error": {}}])
+    with open(path, "ab") as fh:
+        fh.write(b'{"problem_hash": "c", "corr')
+    assert drop_records(path, lambda r: "reward_error" in r) == 1
+    assert RecordWriter.open(path, meta).done.keys() == {"a"}
+    with open(path, "ab") as fh:
+        fh.write(b'{"problem_hash": "c", "corr')
+    again = RecordWriter.open(path, meta)
+    assert again.done.keys() == {"a"} and path.read_bytes().endswith(b"\n")
+    cache = tmp_path / "judge_cache.jsonl"
+    cache.write_bytes(b'{"key": "k1", "model": "j", "score": 1.0}\n{"key": "k2", "mo')
+    assert Judge("http://127.0.0.1:9", "j", cache_path=cache).cache == {"k1": 1.0}
+
+
+def test_a_failed_append_leaves_the_file_as_it_was(tmp_path, monkeypatch):
+    """The writer's own guarantee, without a small disk: the write fails half-way (ENOSPC after
+    some bytes), the file is truncated back to its last whole line and the error names it."""
+    import errno
+
+    from rlexp.storage import files
+
+    path = tmp_path / "r.jsonl"
+    files.append_jsonl_many(path, [{"a": 1}])
+    before = path.read_bytes()
+    real_write = os.write
+    calls = []
+
+    def short_then_full(fd, data):
+        calls.append(len(data))
+        if len(calls) == 1:
+            return real_write(fd, bytes(data[:5]))
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(files.os, "write", short_then_full)
+    with pytest.raises(OSError) as info:
+        files.append_jsonl_many(path, [{"b": 2}, {"c": 3}])
+    monkeypatch.undo()
+    assert info.value.errno == errno.ENOSPC and info.value.filename == str(path)
+    assert path.read_bytes() == before and len(calls) == 2
