@@ -154,3 +154,54 @@ def test_a_failed_append_leaves_the_file_as_it_was(tmp_path, monkeypatch):
     monkeypatch.undo()
     assert info.value.errno == errno.ENOSPC and info.value.filename == str(path)
     assert path.read_bytes() == before and len(calls) == 2
+
+
+def _onto_small_disk(small_disk, exp: Path, where: Path, free_kb: int) -> Path:
+    """A copy of the experiment on a tmpfs with ``free_kb`` left (the model stays where it is, linked)."""
+    root = small_disk.mount(where, 16384)
+    copy = root / "exp"
+    shutil.copytree(exp, copy, symlinks=True, ignore=shutil.ignore_patterns("models"))
+    (copy / "models").symlink_to(exp / "models")
+    _fill_to(small_disk, root, free_kb)
+    return copy
+
+
+def _decision(att: Path) -> dict:
+    record = read_json(att / "decision.json")
+    return {k: v for k, v in record.items() if k != "decided_at"}
+
+
+@pytest.mark.slow
+def test_decide_on_a_full_disk_exits_non_zero_and_the_rerun_decides(eval_experiment, small_disk, capsys, tmp_path):
+    att = eval_experiment(sizes={"pool": 4, "ood_primary": 40, "id": 4, "sanity": 2}, steps=(2,), mid=2)
+    code, err = _run(capsys, ["eval", str(att)])
+    assert code == 0, err
+    reference = tmp_path / "reference"
+    shutil.copytree(att.parent, reference, symlinks=True)
+    code, err = _run(capsys, ["decide", str(reference / "a1")])
+    expected = _decision(reference / "a1")
+    for i, free_kb in enumerate((4, 8)):  # the paired records, then the ledger or decision.json (12 kB: all fit)
+        copy = _onto_small_disk(small_disk, att.parent, tmp_path / f"small{i}", free_kb)
+        code, err = _run(capsys, ["decide", str(copy / "a1")])
+        assert code != 0 and "Traceback" not in err and err.startswith("rlexp: ") and "\n" not in err, (free_kb, err)
+        assert_nothing_torn(copy)
+        small_disk.grow(tmp_path / f"small{i}")
+        code, err = _run(capsys, ["decide", str(copy / "a1")])
+        assert code in (0, 1) and "Traceback" not in err, err
+        assert _decision(copy / "a1") == expected
+        assert_nothing_torn(copy)
+
+
+def test_output_to_a_full_disk_is_a_failed_write(small_disk, tmp_path):
+    """`rlexp ... > file` on a full disk: exit 1 in one line on stderr, not an exit 0 or a traceback
+    from the interpreter's last flush."""
+    import sys
+
+    root = small_disk.mount(tmp_path / "full", 4)
+    (root / "filler").write_bytes(b"\0" * 4096)
+    for argv in (["sop", "show"], ["sop", "show", "--json"], ["sop", "--help"]):
+        with open(root / "out", "wb") as out:
+            done = subprocess.run([sys.executable, "-m", "rlexp", *argv], stdout=out, stderr=subprocess.PIPE,
+                                  text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(Path.cwd())})
+        assert done.returncode == 1 and "Traceback" not in done.stderr, (argv, done.stderr)
+        assert done.stderr.startswith("rlexp: ") and done.stderr.count("\n") == 1 and "No space" in done.stderr
