@@ -205,3 +205,34 @@ def test_output_to_a_full_disk_is_a_failed_write(small_disk, tmp_path):
                                   text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(Path.cwd())})
         assert done.returncode == 1 and "Traceback" not in done.stderr, (argv, done.stderr)
         assert done.stderr.startswith("rlexp: ") and done.stderr.count("\n") == 1 and "No space" in done.stderr
+
+
+@pytest.mark.slow
+def test_report_on_a_full_disk_fails_in_one_line_and_the_store_works_once_space_returns(
+        eval_experiment, small_disk, capsys, tmp_path):
+    att = eval_experiment(sizes={"pool": 4, "ood_primary": 12, "id": 4, "sanity": 2}, steps=(2,), mid=2)
+    code, err = _run(capsys, ["eval", str(att)])
+    assert code == 0, err
+    _run(capsys, ["decide", str(att)])
+    from rlexp.adapters.tracking import ensure_store
+
+    # the report itself; the store being created (about 1 MB); a run being logged into an existing store
+    for i, (free_kb, store_exists) in enumerate(((8, False), (256, False), (96, True))):
+        root = small_disk.mount(tmp_path / f"small{i}", 2048)
+        store = f"sqlite:///{root / 'mlflow.db'}"
+        if store_exists:
+            ensure_store(store)
+        _fill_to(small_disk, root, free_kb)
+        argv = ["report", str(att), "--reports-dir", str(root / "reports"), "--tracking-uri", store]
+        code, err = _run(capsys, argv)
+        assert code != 0 and "Traceback" not in err and err.startswith("rlexp: ") and "\n" not in err, (free_kb, err)
+        assert_nothing_torn(root)
+        assert not list(root.glob(".mlflow.db.*"))  # the store's temporary file is gone with the failure
+        small_disk.grow(root)
+        code, err = _run(capsys, argv)
+        assert code == 0, (free_kb, err)
+        from mlflow.tracking import MlflowClient
+
+        runs = [r for e in MlflowClient(store).search_experiments()
+                for r in MlflowClient(store).search_runs([e.experiment_id])]
+        assert len(runs) == 1 and runs[0].data.tags.get("rlexp.attempt_id") == "a1"

@@ -65,8 +65,12 @@ _LEGACY_TEMP_NAME = re.compile(r"\.(?:.+\.[a-z0-9_]{8}\.tmp|global_step\d+(?:_hf
 LEGACY_TEMP_AGE_S = 3600
 
 
-def _temp_prefix(final: Path) -> str:
+def temp_prefix(final: Path) -> str:
+    """The name prefix of a temporary file or directory that becomes ``final`` (see ``_TEMP_NAME``)."""
     return f".{final.name}.{os.getpid()}-"
+
+
+_temp_prefix = temp_prefix
 
 
 def make_temp_dir(final: str | Path) -> Path:
