@@ -11,7 +11,7 @@
 - ``cut``: a header announcing 1000 bytes, 20 of them, then the connection closed;
 - ``reset``: reads the request, then resets the connection (RST: SO_LINGER 0);
 - ``non_http``: answers an SSH banner;
-- ``flaky``: 429, then 500, then ``good(path, body)`` as JSON (the retry path), per connection count.
+- ``flaky``: 429, then 500, then ``good(path, body)`` as JSON (the retry path), counted per request body.
 
 Every loop is bounded in count and in time (the stop event ends them all; ``__exit__`` joins each
 thread with a timeout).
@@ -73,6 +73,7 @@ class FaultServer:
             raise ValueError(fault)
         self.fault, self.good = fault, good
         self.connections = 0
+        self.tries: dict[bytes, int] = {}
         self.stop = threading.Event()
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -156,6 +157,9 @@ class FaultServer:
         conn.sendall(b"SSH-2.0-OpenSSH_9.6\r\n")
 
     def _flaky(self, conn, path, body, number):
+        with self.lock:  # counted per request (its body), so concurrent clients each see 429, 500, then an answer
+            self.tries[body] = self.tries.get(body, 0) + 1
+            number = self.tries[body]
         if number % 3 == 1:
             conn.sendall(_header(429, 2, "Too Many Requests") + b"{}")
         elif number % 3 == 2:

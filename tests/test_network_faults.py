@@ -173,3 +173,45 @@ def test_a_judge_reply_that_is_not_exactly_a_score_is_an_error_and_not_cached(re
         out = judge.score("q", "a")
     assert isinstance(out, RewardError) and out.kind == JUDGE_ERROR
     assert judge.cache == {} and not (tmp_path / "cache.jsonl").exists()
+
+
+# ----------------------------------------------------------------------------- `rlexp eval` end to end
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", ["trickle", "non_http"])
+def test_rlexp_eval_on_a_faulty_server_is_one_line_and_the_rerun_completes(fault, eval_experiment, capsys):
+    """`rlexp eval` with engine openai: a server that trickles or is not HTTP ends the command within
+    eval.timeout_s in one line (exit 2, nothing torn); the rerun, once the server answers (after
+    429/500), evaluates every problem."""
+    pytest.importorskip("torch")
+    from rlexp.cli import main
+
+    att = eval_experiment(sizes={"pool": 4, "ood_primary": 6, "id": 3, "sanity": 2}, steps=(2,), mid=2)
+    spec = att / "attempt.yaml"
+    original = spec.read_text()
+
+    def point_at(url):
+        line = (f'eval: {{engine: openai, base_url: "{url}", model: m, max_tokens: 4, prompt_suffix: "", '
+                "timeout_s: 2, connect_timeout_s: 1, read_timeout_s: 1, retries: 2}")
+        spec.write_text("\n".join(line if x.startswith("eval:") else x for x in original.splitlines()) + "\n")
+
+    with FaultServer(fault) as server:
+        point_at(server.url)
+        started = time.monotonic()
+        code = main(["eval", str(att)])
+        took = time.monotonic() - started
+    err = capsys.readouterr().err
+    lines = [x for x in err.splitlines() if x.startswith("rlexp")]
+    assert code == 2 and "Traceback" not in err and len(lines) == 1 and server.url in lines[0], err
+    assert took < 30, took  # model and tokenizer loading included; a hang would be 60 s per request
+    for path in (att / "eval").rglob("*.jsonl"):
+        assert path.read_bytes() == b"" or path.read_bytes().endswith(b"\n")
+    with FaultServer("flaky", good=_completion) as server:
+        point_at(server.url)
+        assert main(["eval", str(att)]) == 0
+    from rlexp.storage.records import read_records
+
+    files = [p for p in (att / "eval").glob("*/*.jsonl") if p.parent.name != "paired"]
+    assert files and all(read_records(p) for p in files)
+    assert sorted(len(read_records(p)) for p in files) == sorted([6, 3, 2] * 2)
