@@ -4,7 +4,8 @@
   (binary relevance, or graded gains given as a mapping), ``DCG@k / IDCG@k`` with the log2
   discount ``1 / log2(rank + 1)`` (rank from 1);
 - an LLM judge: :func:`judge_messages` builds the request, :func:`parse_judge_reply` reads a score
-  in [0, 1] from the reply (``yes``/``no``, ``correct``/``incorrect``, or a number), and
+  in [0, 1] from a reply that is exactly one verdict (``yes``/``no``, ``correct``/``incorrect``) or one
+  number — anything else is an error, not a guess —, and
   :func:`judge_cache_key` names a call by ``(judge model, prompt, answer)`` so a rerun finds it;
 - :func:`combine`: a weighted sum of named parts. A part that *failed* (a judge call that did not
   return a usable score: :class:`RewardError`) makes the combined reward an explicit error with its
@@ -115,7 +116,7 @@ def parse_judge_reply(text: str) -> float | RewardError:
         if 0.0 <= value <= 1.0:
             return value
         return RewardError(JUDGE_ERROR, f"score {value:g} outside [0, 1]")
-    return RewardError(JUDGE_ERROR, f"not exactly one verdict word or score: {text[:80]!r}")
+    return RewardError(JUDGE_ERROR, f"unreadable reply (not exactly one verdict word or score): {text[:80]!r}")
 
 
 def judge_cache_key(model: str, prompt: str, answer: str) -> str:
