@@ -215,3 +215,25 @@ def test_rlexp_eval_on_a_faulty_server_is_one_line_and_the_rerun_completes(fault
     files = [p for p in (att / "eval").glob("*/*.jsonl") if p.parent.name != "paired"]
     assert files and all(read_records(p) for p in files)
     assert sorted(len(read_records(p)) for p in files) == sorted([6, 3, 2] * 2)
+
+
+def test_the_proxy_variables_are_honoured(monkeypatch):
+    """http_proxy routes a plain-HTTP call through the proxy (the whole URL as the request target), and
+    no_proxy exempts a host, as urllib does."""
+    from loopback_json import LoopbackJsonServer
+
+    seen = []
+
+    def proxy(path, body, headers):
+        seen.append(path)
+        return 200, {"via": "proxy"}
+
+    with LoopbackJsonServer(proxy) as server:
+        monkeypatch.setenv("http_proxy", server.url)
+        monkeypatch.setenv("no_proxy", "")
+        assert post_json("http://model-server.invalid:8000/v1/completions", {}, _limits()) == {"via": "proxy"}
+        assert seen == ["http://model-server.invalid:8000/v1/completions"]
+        monkeypatch.setenv("no_proxy", "model-server.invalid")
+        with pytest.raises(HttpFailure):  # exempt: a direct connection to a host that does not exist
+            post_json("http://model-server.invalid:8000/v1/completions", {}, _limits(retries=0))
+    assert len(seen) == 1

@@ -18,7 +18,9 @@ The limits (:class:`HttpLimits`):
   UTF-8 or not JSON, and HTTP 408/409/429/5xx are tried again while time remains; any other HTTP
   status is final.
 
-Each try opens and closes its own connection (``http.client``), so there is no pool to leak.
+Each try opens and closes its own connection (``http.client``), so there is no pool to leak. The
+proxy variables are honoured as urllib honours them (``http_proxy``/``https_proxy``, ``no_proxy``;
+an https URL goes through the proxy's CONNECT tunnel).
 """
 
 from __future__ import annotations
@@ -137,8 +139,16 @@ def _one_try(method: str, parts: urllib.parse.SplitResult, body: bytes | None, h
     if remaining <= 0:
         raise HttpFailure("deadline reached")
     connection_class = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-    conn = connection_class(parts.hostname, parts.port, timeout=min(limits.connect_timeout_s, remaining))
     target = urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))
+    proxy = _proxy_for(parts)
+    if proxy is None:
+        conn = connection_class(parts.hostname, parts.port, timeout=min(limits.connect_timeout_s, remaining))
+    elif parts.scheme == "https":  # through the proxy's CONNECT tunnel, as urllib does
+        conn = connection_class(proxy.hostname, proxy.port, timeout=min(limits.connect_timeout_s, remaining))
+        conn.set_tunnel(parts.hostname, parts.port)
+    else:  # a plain-HTTP proxy takes the whole URL as the request target
+        conn = http.client.HTTPConnection(proxy.hostname, proxy.port, timeout=min(limits.connect_timeout_s, remaining))
+        target = urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path or "/", parts.query, ""))
     expired = threading.Event()
     opened: list[socket.socket] = []  # http.client forgets its socket once an answer says "close"
 
@@ -200,6 +210,20 @@ def _one_try(method: str, parts: urllib.parse.SplitResult, body: bytes | None, h
         return json.loads(text)
     except (ValueError, RecursionError):
         raise HttpFailure(f"answer is not JSON ({text[:60]!r})") from None
+
+
+def _proxy_for(parts: urllib.parse.SplitResult) -> urllib.parse.SplitResult | None:
+    """The HTTP proxy the environment names for this URL (``https_proxy``/``http_proxy``, unless
+    ``no_proxy`` covers the host: urllib's own reading of them), or None."""
+    import urllib.request
+
+    proxy = urllib.request.getproxies().get(parts.scheme)
+    if not proxy or urllib.request.proxy_bypass(parts.hostname or ""):
+        return None
+    proxy_parts = urllib.parse.urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+    if proxy_parts.scheme != "http" or not proxy_parts.hostname:
+        raise HttpFailure(f"the {parts.scheme} proxy {_safe(proxy)} is not an http:// proxy", retryable=False)
+    return proxy_parts
 
 
 def _describe(exc: BaseException) -> str:
