@@ -120,3 +120,14 @@ def test_a_key_given_by_env_reaches_the_judge_and_no_file(eval_experiment, monke
              if p.is_file() and KEY.encode() in p.read_bytes()]
     assert leaks == []
     assert os.environ["RLEXP_TEST_JUDGE_KEY"] == KEY
+
+
+def test_a_key_in_a_dataset_rows_config_is_refused():
+    from rlexp.core.environments import parse_rows
+
+    rows = [{"env": "calculator", "config": {"max_calls": 1}, "task": {"prompt": "1+1="}},
+            {"env": "calculator", "config": {"auth": {"api_key": "abc123"}}, "task": {"prompt": "2+2="}}]
+    with pytest.raises(InputError) as info:
+        parse_rows(rows, "data/pool.jsonl")
+    assert info.value.field == "row 1: config.auth.api_key" and "_env" in info.value.one_line()
+    assert len(parse_rows(rows[:1], "data/pool.jsonl")) == 1
