@@ -26,7 +26,8 @@ leak; ``close()`` marks the engine closed (later ``generate`` calls raise :class
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
@@ -113,8 +114,8 @@ class OpenAIEngine(ClosingMixin):
             return job, self._complete(requests[i], decoding, decoding.seed + j)
 
         finished_per_request = [0] * len(requests)
-        with _pool(self.concurrency) as pool:
-            for job, sample in pool.map(run, jobs):
+        with _pool(self.concurrency) as fail_fast_map:
+            for job, sample in fail_fast_map(run, jobs):
                 samples[job] = sample
                 finished_per_request[job[0]] += 1
                 if progress is not None and finished_per_request[job[0]] == decoding.n:
@@ -150,8 +151,8 @@ class OpenAIEngine(ClosingMixin):
             except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
                 raise ServerError(f"unusable completion response from {self.base_url}: {exc!r}") from None
 
-        with _pool(self.concurrency) as pool:
-            return list(pool.map(run, prompts))
+        with _pool(self.concurrency) as fail_fast_map:
+            return list(fail_fast_map(run, prompts))
 
     def _complete(self, request: Request, decoding: Decoding, seed: int) -> Sample:
         body = {
@@ -192,13 +193,28 @@ class OpenAIEngine(ClosingMixin):
 
 
 @contextmanager
-def _pool(workers: int) -> Iterator[ThreadPoolExecutor]:
-    """A thread pool whose queued requests are dropped when one fails: the failure is reported once
-    the requests already running end (each within its deadline), not after every queued one has
-    tried the failing server too."""
+def _pool(workers: int) -> Iterator[Callable[[Callable[[Any], Any], Iterable[Any]], Iterator[Any]]]:
+    """``map`` on a thread pool that fails fast: once a request fails, the requests not yet sent are
+    not sent (each ends at once) and the failure is raised as soon as the requests already running
+    end, each within its own deadline — not after every queued request has tried the failing server.
+    Requests start in order, so the error raised (the first in order) is a real failure."""
+    failed = threading.Event()
     pool = ThreadPoolExecutor(max_workers=workers)
+
+    def fail_fast(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        def call(item: Any) -> Any:
+            if failed.is_set():
+                raise ServerError("not sent: an earlier request failed")
+            try:
+                return fn(item)
+            except BaseException:
+                failed.set()
+                raise
+
+        return call
+
     try:
-        yield pool
+        yield lambda fn, items: pool.map(fail_fast(fn), items)
     except BaseException:
         pool.shutdown(wait=True, cancel_futures=True)
         raise
