@@ -238,3 +238,42 @@ def test_the_proxy_variables_are_honoured(monkeypatch):
         with pytest.raises(HttpFailure):  # exempt: a direct connection to a host that does not exist
             post_json("http://model-server.invalid:8000/v1/completions", {}, _limits(retries=0))
     assert len(seen) == 1
+
+
+@pytest.mark.slow
+def test_rlexp_eval_with_a_judge_that_is_not_http_counts_judge_errors_and_the_rerun_judges(eval_experiment, capsys):
+    """A judge-rewarded episode eval whose judge answers something that is not HTTP: `rlexp eval`
+    completes with every judged episode a counted judge_error (no traceback, nothing cached),
+    `rlexp decide` refuses to score them, and the rerun against a judge that answers (after 429/500)
+    judges every episode."""
+    pytest.importorskip("torch")
+    from rlexp.cli import main
+    from rlexp.storage.layout import AttemptDir
+    from rlexp.storage.records import read_records
+
+    att = eval_experiment(sizes={"pool": 2, "ood_primary": 3, "id": 2, "sanity": 1}, steps=(2,), mid=2)
+    spec = att / "attempt.yaml"
+    base = spec.read_text()
+
+    def judge_at(url):
+        spec.write_text(base + (
+            "environment: {name: calculator, config: {max_calls: 1}, max_turns: 2, max_tokens_per_turn: 6, "
+            "max_total_tokens: 12, primary_metric: mean_reward, success_threshold: 0.5,\n"
+            f"  reward: {{env: 0.5, judge: 0.5}}, judge: {{base_url: '{url}', model: j, retries: 2, timeout_s: 5}}}}\n"))
+
+    def records():
+        return [r for _, _, p in AttemptDir(att).record_files() for r in read_records(p)]
+
+    with FaultServer("non_http") as server:
+        judge_at(server.url)
+        assert main(["eval", str(att)]) == 0
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert records() and all(r["reward_error"]["kind"] == JUDGE_ERROR for r in records())
+    assert not (att / "eval" / "judge_cache.jsonl").exists()
+    assert main(["decide", str(att)]) == 2 and "judge_error" in capsys.readouterr().err
+    with FaultServer("flaky", good=_chat) as server:
+        judge_at(server.url)
+        assert main(["eval", str(att)]) == 0
+    assert records() and not any(r.get("reward_error") for r in records())
+    assert all(r["reward_parts"]["judge"] == 1.0 for r in records())
