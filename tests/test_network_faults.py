@@ -277,3 +277,18 @@ def test_rlexp_eval_with_a_judge_that_is_not_http_counts_judge_errors_and_the_re
         assert main(["eval", str(att)]) == 0
     assert records() and not any(r.get("reward_error") for r in records())
     assert all(r["reward_parts"]["judge"] == 1.0 for r in records())
+
+
+def test_a_redirect_or_a_client_error_is_final_not_retried():
+    from loopback_json import LoopbackJsonServer
+
+    for status, words in ((307, "redirected"), (401, "HTTP 401")):
+        calls = []
+
+        def answer(path, body, headers, status=status, calls=calls):
+            calls.append(path)
+            return status, {"error": "no"}
+
+        with LoopbackJsonServer(answer) as server, pytest.raises(HttpFailure) as info:
+            post_json(server.url + "/x", {}, _limits(retries=3))
+        assert words in str(info.value) and len(calls) == 1

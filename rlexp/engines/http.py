@@ -172,6 +172,9 @@ def _one_try(method: str, parts: urllib.parse.SplitResult, body: bytes | None, h
         status = response.status
         if status in RETRY_STATUS:
             raise HttpFailure(f"HTTP {status}")
+        if 300 <= status < 400:  # a POST is not replayed elsewhere: the spec names the server itself
+            location = (response.getheader("Location") or "")[:200]
+            raise HttpFailure(f"HTTP {status}: redirected to {location!r}; point the URL there", retryable=False)
         if status >= 400:
             detail = response.read(300).decode("utf-8", "replace").replace("\n", " ")
             raise HttpFailure(f"HTTP {status}: {detail}", retryable=False)
