@@ -96,10 +96,10 @@ def main(argv: list[str] | None = None) -> int:
     for exit 1); bad input is :class:`InputError`, printed as one line, exit 2
     (:func:`rlexp.cli_runtime.guarded`). Usage errors are typer's: one line, exit 2.
     """
-    from rlexp.cli_runtime import guarded
+    from rlexp.cli_runtime import flushed, guarded
 
     args = list(sys.argv[1:] if argv is None else argv)
-    return guarded(lambda: _run_app(args))
+    return guarded(lambda: flushed(_run_app(args)))
 
 
 def _run_app(args: list[str]) -> int:

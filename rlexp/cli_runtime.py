@@ -5,6 +5,7 @@ on stderr and an exit code. Standard library and rlexp's error types only.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import sys
@@ -62,7 +63,7 @@ def guarded(command: Callable[[], int]) -> int:
             print(f"rlexp: {where}{exc.strerror or exc}", file=sys.stderr)
             return 2
         # disk full, permissions: one line; the stages' write order makes a rerun repair it
-        where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
+        where = f"{exc.filename}: " if getattr(exc, "filename", None) else "a write failed: "
         print(f"rlexp: {where}{exc.strerror or exc} (nothing half-written; rerun the command once fixed)",
               file=sys.stderr)
         return 1
@@ -76,3 +77,20 @@ def _run_first(exc: InputError) -> str:
 
     producer = producer_of(exc.file)
     return f" (run `{producer}` first)" if producer else ""
+
+
+def flushed(code: int) -> int:
+    """``code`` once what the command printed has reached stdout: output redirected to a full disk
+    is a failed write like any other (one line, exit 1), not an error Python reports after the exit
+    code was chosen. The unwritable rest is discarded so the interpreter's own flush at exit cannot
+    fail again."""
+    try:
+        sys.stdout.flush()
+    except OSError as exc:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+            sys.stdout.flush()
+        raise OSError(exc.errno, exc.strerror, "<standard output>") from None
+    return code

@@ -22,7 +22,7 @@ import os
 import sys
 from pathlib import Path
 
-from rlexp.cli_runtime import guarded, quiet_libraries
+from rlexp.cli_runtime import flushed, guarded, quiet_libraries
 
 # Variables that change how typer and rich render help: with any of them set, typer renders it.
 RENDERING_VARIABLES = ("COLUMNS", "LINES", "TERMINAL_WIDTH", "FORCE_COLOR", "NO_COLOR", "TTY_COMPATIBLE",
@@ -61,15 +61,18 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     text = stored_help(args)
     if text is not None:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-        return 0
+        return guarded(lambda: flushed(_write(text)))
     planned = plan_arguments(args)
     if planned is not None:
-        return guarded(lambda: _plan(*planned))
+        return guarded(lambda: flushed(_plan(*planned)))
     from rlexp.cli import main as typer_main
 
     return typer_main(args)
+
+
+def _write(text: str) -> int:
+    sys.stdout.write(text)
+    return 0
 
 
 def _plan(spec: Path, json_output: bool) -> int:

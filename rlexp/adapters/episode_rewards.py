@@ -42,7 +42,9 @@ class EpisodeRewarder:
             ad = AttemptDir(attempt_dir)
             self.judge = Judge(j["base_url"], j["model"], cache_path=ad.judge_cache, log_path=ad.judge_log,
                                retries=int(j["retries"]), timeout_s=float(j["timeout_s"]),
-                               max_tokens=int(j["max_tokens"]), api_key_env=j.get("api_key_env"))  # fmt: skip
+                               max_tokens=int(j["max_tokens"]), api_key_env=j.get("api_key_env"),
+                               **{k: j[k] for k in ("connect_timeout_s", "read_timeout_s", "max_response_bytes")
+                                  if k in j})  # fmt: skip
 
     @property
     def active(self) -> bool:

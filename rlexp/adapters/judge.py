@@ -8,8 +8,11 @@ keeps failing after the bounded retries, or its reply holds no usable score — 
 :class:`~rlexp.core.rewards.RewardError` of kind ``judge_error``: never a silent 0. Failures are not
 cached, so a later run asks again.
 
-HTTP goes through the OpenAI engine's request code (bounded retries with backoff, the API key read
-from the environment variable *named* by ``api_key_env`` and never stored).
+HTTP goes through the OpenAI engine's request code (:mod:`rlexp.engines.http`: connect, read and
+whole-call deadlines — ``timeout_s`` bounds every try of one call together —, a bounded body, bounded
+retries with backoff; the API key read from the environment variable *named* by ``api_key_env`` and
+never stored). A transport failure of any kind (a hang, a trickle, a cut, a reset, a body too big,
+not UTF-8, not JSON, not HTTP, 429/5xx past the retries) is the same counted ``judge_error``.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typing import Any
 
 from rlexp.core.rewards import JUDGE_ERROR, RewardError, judge_cache_key, judge_messages, parse_judge_reply
 from rlexp.errors import ServiceError
-from rlexp.storage.files import append_jsonl, iter_jsonl
+from rlexp.storage.files import append_jsonl, iter_jsonl, repair_torn_tail
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,9 @@ class Judge:
         retries: int = 2,
         backoff_s: float = 0.2,
         timeout_s: float = 60.0,
+        connect_timeout_s: float = 10.0,
+        read_timeout_s: float = 30.0,
+        max_response_bytes: int = 1 << 20,
         max_tokens: int = 8,
         api_key_env: str | None = None,
     ) -> None:
@@ -50,11 +56,16 @@ class Judge:
 
         self.model = model
         self._http = OpenAIEngine(base_url, model, retries=retries, backoff_s=backoff_s, timeout_s=timeout_s,
-                                  api_key_env=api_key_env, extra_body={})  # fmt: skip
+                                  connect_timeout_s=connect_timeout_s, read_timeout_s=read_timeout_s,
+                                  max_response_bytes=max_response_bytes, api_key_env=api_key_env,
+                                  extra_body={})  # fmt: skip
         self.max_tokens = max_tokens
         self.cache_path = Path(cache_path) if cache_path is not None else None
         self.log_path = Path(log_path) if log_path is not None else None
         self.cache: dict[str, float] = {}
+        for own_file in (self.cache_path, self.log_path):  # files only this class appends to: a line
+            if own_file is not None:                         # torn by a kill is dropped, not refused
+                repair_torn_tail(own_file)
         if self.cache_path is not None and self.cache_path.exists():
             for _, row in iter_jsonl(self.cache_path):
                 self.cache[str(row["key"])] = float(row["score"])
@@ -81,11 +92,12 @@ class Judge:
         try:
             reply = self._http._post("/chat/completions", body)
             text = reply["choices"][0]["message"]["content"]
-            result = parse_judge_reply(str(text))
+            result = (parse_judge_reply(text) if isinstance(text, str)
+                      else RewardError(JUDGE_ERROR, f"unusable response: content is {type(text).__name__}"))
         except ServiceError as exc:
             result = RewardError(JUDGE_ERROR, str(exc))
-        except (KeyError, IndexError, TypeError) as exc:
-            result = RewardError(JUDGE_ERROR, f"unusable response: {exc!r}")
+        except (KeyError, IndexError, TypeError, AttributeError) as exc:
+            result = RewardError(JUDGE_ERROR, f"unusable response: {exc!r}"[:200])
         latency = time.perf_counter() - started
         call = JudgeCall(key, round(latency, 6), not isinstance(result, RewardError),
                          result.reason if isinstance(result, RewardError) else None)  # fmt: skip

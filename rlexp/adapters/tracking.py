@@ -31,6 +31,7 @@ other stores a run created twice by a race is resolved to the oldest one.
 from __future__ import annotations
 
 import contextlib
+import errno
 import math
 import os
 import re
@@ -187,12 +188,83 @@ def store_lock(uri: str):
 
 
 def ensure_store(uri: str) -> None:
-    """Create the tracking store once, under an exclusive lock for SQLite files."""
+    """Create the tracking store once, under an exclusive lock for SQLite files. A new SQLite store
+    is created whole or not at all (:func:`_create_sqlite_store`)."""
     from mlflow.tracking import MlflowClient
 
     uri = check_tracking_uri(uri)
-    with store_lock(uri):
+    with store_lock(uri), store_errors(uri):
+        if uri.startswith("sqlite:///"):
+            db = Path(uri[len("sqlite:///") :])
+            if not db.exists() or db.stat().st_size == 0:
+                _create_sqlite_store(db)
         MlflowClient(uri).search_experiments(max_results=1)
+
+
+def _create_sqlite_store(db: Path) -> None:
+    """Build MLflow's schema in a temporary file beside ``db`` and rename it into place: MLflow
+    migrates a new store in many steps, and one cut off (a full disk, a kill) used to leave a
+    half-migrated ``mlflow.db`` that every later run failed on ("duplicate column name")."""
+    import tempfile
+
+    from mlflow.tracking import MlflowClient
+
+    from rlexp.storage.files import clean_stale_temps, temp_prefix
+
+    db.parent.mkdir(parents=True, exist_ok=True)
+    clean_stale_temps(db.parent)
+    fd, name = tempfile.mkstemp(prefix=temp_prefix(db), suffix=".tmp", dir=db.parent)
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        MlflowClient(f"sqlite:///{tmp}").search_experiments(max_results=1)  # creates and migrates the schema
+        _dispose_store(f"sqlite:///{tmp}")
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, db)
+    finally:
+        for leftover in (tmp, tmp.with_name(tmp.name + "-journal")):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(leftover)
+
+
+def _dispose_store(uri: str) -> None:
+    """Close the connections MLflow keeps to ``uri`` (its SQL store is cached per URI)."""
+    with contextlib.suppress(Exception):
+        from mlflow.tracking._tracking_service.utils import _get_store
+
+        engine = getattr(_get_store(uri), "engine", None)
+        if engine is not None:
+            engine.dispose()
+
+
+@contextlib.contextmanager
+def store_errors(uri: str):
+    """MLflow's and SQLAlchemy's errors as rlexp's: a full disk under a SQLite store is the
+    ``OSError`` every other failed write is (one line, exit 1); any other failure of the store one
+    line naming it (:class:`ServiceError`), never a traceback."""
+    import logging
+
+    from rlexp.errors import ServiceError
+
+    # MLflow's SQL store logs each database error with its traceback before raising it: the error
+    # is reported below, in one line
+    quiet = logging.getLogger("mlflow.store.db.utils")
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)
+    try:
+        yield
+    except Exception as exc:
+        module = type(exc).__module__ or ""
+        if not module.startswith(("sqlalchemy", "mlflow", "sqlite3", "alembic")):
+            raise
+        text = " ".join(str(exc).split())
+        if "disk is full" in text or "No space left" in text:
+            db = uri[len("sqlite:///"):] if uri.startswith("sqlite:///") else scrub_url(uri)
+            raise OSError(errno.ENOSPC, "No space left on device (the MLflow store)", db) from None
+        raise ServiceError(f"MLflow store {scrub_url(uri)[:120]}: {text[:300]}") from None
+    finally:
+        quiet.setLevel(level)
 
 
 def _client(uri: str):
@@ -400,7 +472,8 @@ def log_attempt(attempt_dir: str | Path, tracking_uri: str | None = None, *, rep
     read what is logged and add the rest (params, dataset inputs, tags), and MLflow's SQL store
     inserts those after a check that two processes can pass at once (a UNIQUE constraint failure
     on ``params`` or ``datasets``). A SQLite store serialises writes anyway; others take no lock."""
-    with store_lock(check_tracking_uri(tracking_uri)):
+    uri = check_tracking_uri(tracking_uri)
+    with store_lock(uri), store_errors(uri):
         return _log_attempt(attempt_dir, tracking_uri, report_path=report_path)
 
 

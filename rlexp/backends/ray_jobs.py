@@ -411,20 +411,14 @@ def normalize_ray_address(address: str) -> str:
 def check_ray_dashboard(address: str, timeout_s: float = 3.0) -> dict[str, Any]:
     """GET ``<address>/api/version`` before submitting: an unreachable cluster is one clear line
     now instead of a stack trace from ``ray job submit`` later."""
-    import urllib.error
-    import urllib.request
+    from rlexp.engines.http import HttpFailure, HttpLimits, get_json
 
     url = normalize_ray_address(address) + "/api/version"
+    limits = HttpLimits(connect_timeout_s=timeout_s, read_timeout_s=timeout_s, timeout_s=timeout_s,
+                        max_response_bytes=1 << 16, retries=0)
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as response:  # noqa: S310 (http only, checked)
-            body = response.read(65536).decode("utf-8", "replace")
-    except urllib.error.HTTPError as exc:
-        raise InputError(None, "--ray-address", f"Ray dashboard at {address} answered HTTP {exc.code}") from None
-    except (urllib.error.URLError, OSError, TimeoutError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise InputError(None, "--ray-address", f"Ray dashboard unreachable at {address}: {reason}") from None
-    try:
-        info = json.loads(body)
-    except ValueError:
-        raise InputError(None, "--ray-address", f"{url} did not answer like a Ray dashboard") from None
+        info = get_json(url, limits)
+    except HttpFailure as exc:
+        raise InputError(None, "--ray-address", f"Ray dashboard unreachable or not answering at {address}: "
+                                                f"{exc}") from None
     return info if isinstance(info, dict) else {"version": info}

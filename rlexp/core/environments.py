@@ -176,6 +176,18 @@ def config_key(config: Mapping[str, Any]) -> str:
     return json.dumps(config, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
+def _refuse_credential(config: Mapping[str, Any], where: str | None, field: str) -> None:
+    """A row's config is written into the records and reports as the spec's is: a key in it is
+    refused as in a spec (``rlexp.core.spec.schema.credential_in``), by reference only."""
+    from rlexp.core.spec.schema import credential_in
+
+    found = credential_in(dict(config), "config", by_key=True)
+    if found:
+        raise InputError(where, f"{field}: {found[0]}", f"{found[1]}: credentials never go in a dataset row (it is copied into "
+                                          "the records and reports); set the key in an environment variable "
+                                          "and name it in a *_env entry the environment reads")
+
+
 def parse_rows(rows: Iterable[Mapping[str, Any]], where: str | None = None) -> list[EnvRow]:
     """Dataset rows → :class:`EnvRow`; a bad row raises one InputError naming ``where`` and the field
     (``row 3: config``)."""
@@ -196,6 +208,7 @@ def parse_rows(rows: Iterable[Mapping[str, Any]], where: str | None = None) -> l
             config_key(config)
         except (TypeError, ValueError):
             raise InputError(where, f"row {i}: config", "must hold plain JSON values") from None
+        _refuse_credential(config, where, f"row {i}")
         task = row.get("task")
         if not isinstance(task, Mapping):
             raise InputError(where, f"row {i}: task", "must be a mapping")

@@ -4,7 +4,8 @@
   (binary relevance, or graded gains given as a mapping), ``DCG@k / IDCG@k`` with the log2
   discount ``1 / log2(rank + 1)`` (rank from 1);
 - an LLM judge: :func:`judge_messages` builds the request, :func:`parse_judge_reply` reads a score
-  in [0, 1] from the reply (``yes``/``no``, ``correct``/``incorrect``, or a number), and
+  in [0, 1] from a reply that is exactly one verdict (``yes``/``no``, ``correct``/``incorrect``) or one
+  number — anything else is an error, not a guess —, and
   :func:`judge_cache_key` names a call by ``(judge model, prompt, answer)`` so a rerun finds it;
 - :func:`combine`: a weighted sum of named parts. A part that *failed* (a judge call that did not
   return a usable score: :class:`RewardError`) makes the combined reward an explicit error with its
@@ -89,24 +90,33 @@ def judge_messages(prompt: str, answer: str, reference: str | None = None) -> li
     return [{"role": "system", "content": JUDGE_INSTRUCTIONS}, {"role": "user", "content": user}]
 
 
-_NUMBER = re.compile(r"[-+]?\d*\.?\d+(?:[eE][-+]?\d+)?")
+# the whole reply, once stripped of blanks, quotes, bold markers and one final period: the
+# instructions ask for one word, so a reply that says more is not read for a word it happens to hold
+_VERDICTS = {"yes": 1.0, "correct": 1.0, "no": 0.0, "incorrect": 0.0}
+_SCORE = re.compile(r"[+]?(?:\d+(?:\.\d*)?|\.\d+)")
+_WRAPPING = " \t\r\n\"'`*"
 
 
 def parse_judge_reply(text: str) -> float | RewardError:
-    """A score in [0, 1] from the judge's reply, or a ``judge_error`` saying why not."""
-    words = re.findall(r"[a-z]+", text.lower())
-    first = words[0] if words else ""
-    if first in ("yes", "correct"):
-        return 1.0
-    if first in ("no", "incorrect"):
-        return 0.0
-    match = _NUMBER.search(text)
-    if match:
-        value = float(match.group())
+    """A score in [0, 1] from the judge's reply, or a ``judge_error`` saying why not.
+
+    Strict: the reply must be exactly one verdict word (``yes``/``no``/``correct``/``incorrect``,
+    any case, optionally quoted, in bold or ending in one ``.``/``!``) or exactly one number in [0, 1].
+    Anything else — a sentence around the verdict (``"Step 1: the answer is wrong. No."``), two
+    numbers, a number out of range — is an error, never a guess: an error is counted and not cached.
+    """
+    core = text.strip(_WRAPPING)
+    if core[-1:] in (".", "!"):
+        core = core[:-1].strip(_WRAPPING)
+    word = core.lower()
+    if word in _VERDICTS:
+        return _VERDICTS[word]
+    if _SCORE.fullmatch(core):
+        value = float(core)
         if 0.0 <= value <= 1.0:
             return value
-        return RewardError(JUDGE_ERROR, f"score {value} outside [0, 1]")
-    return RewardError(JUDGE_ERROR, f"unreadable reply {text[:80]!r}")
+        return RewardError(JUDGE_ERROR, f"score {value:g} outside [0, 1]")
+    return RewardError(JUDGE_ERROR, f"unreadable reply (not exactly one verdict word or score): {text[:80]!r}")
 
 
 def judge_cache_key(model: str, prompt: str, answer: str) -> str:

@@ -4,7 +4,8 @@
 The prompt is the already-rendered chat template sent to ``/v1/completions`` (not the chat
 endpoint), so the server cannot apply a different template (G0); ``add_special_tokens: false`` (a
 vLLM extra parameter) keeps it from adding a second BOS. Requests run with bounded concurrency and
-are retried with exponential backoff on connection errors, 429 and 5xx. ``n > 1`` is sent as n
+are retried with exponential backoff on connection and protocol errors, 429 and 5xx, each request
+within a connect, a read and a whole-call deadline and with a bounded body (:mod:`rlexp.engines.http`). ``n > 1`` is sent as n
 requests with ``n=1`` and seeds ``seed + j`` so each sample's token count is exact and greedy
 repeats (nondet proxy) are allowed. The API key is read at request time from the environment
 variable NAMED by ``api_key_env`` (the spec's ``eval.api_key_env``) and never written anywhere. No
@@ -18,19 +19,17 @@ are read from ``choices[0].token_ids``. A server that answers without token ids 
 :class:`ServerError`: the engine never re-tokenises the returned text, since text → ids is not
 the inverse of ids → text and the next turn would continue from ids the model never produced.
 
-Each request opens and closes its own connection (``urllib``), so there is no connection pool to
+Each request opens and closes its own connection (``http.client``), so there is no connection pool to
 leak; ``close()`` marks the engine closed (later ``generate`` calls raise :class:`EngineClosed`).
 """
 
 from __future__ import annotations
 
-import json
 import os
-import time
-import urllib.error
-import urllib.request
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any
 
 from rlexp.engines.base import (
@@ -45,9 +44,8 @@ from rlexp.engines.base import (
     check_token_request,
     normalise_finish_reason,
 )
+from rlexp.engines.http import RETRY_STATUS, HttpFailure, HttpLimits, check_url, post_json  # noqa: F401
 from rlexp.errors import InputError, ServiceError
-
-RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
 
 
 class ServerError(ServiceError):
@@ -68,6 +66,9 @@ class OpenAIEngine(ClosingMixin):
         retries: int = 5,
         backoff_s: float = 0.5,
         timeout_s: float = 600.0,
+        connect_timeout_s: float = 10.0,
+        read_timeout_s: float = 120.0,
+        max_response_bytes: int = 32 << 20,
         api_key_env: str | None = None,
         extra_body: dict[str, Any] | None = None,
     ) -> None:
@@ -77,9 +78,14 @@ class OpenAIEngine(ClosingMixin):
         self.model = model
         self.adapters = dict(adapters or {})  # adapter name -> served model name
         self.concurrency = max(1, concurrency)
-        self.retries = retries
-        self.backoff_s = backoff_s
-        self.timeout_s = timeout_s
+        try:
+            check_url(self.base_url)
+        except HttpFailure as exc:
+            raise InputError(None, "base_url", str(exc)) from None
+        # every request: connect, silence and whole-call (all tries) deadlines, a bounded body
+        self.limits = HttpLimits(connect_timeout_s=connect_timeout_s, read_timeout_s=read_timeout_s,
+                                 timeout_s=timeout_s, max_response_bytes=max_response_bytes,
+                                 retries=retries, backoff_s=backoff_s)
         self.api_key_env = api_key_env
         self.extra_body = {"add_special_tokens": False} if extra_body is None else dict(extra_body)
         self.closed = False
@@ -108,8 +114,8 @@ class OpenAIEngine(ClosingMixin):
             return job, self._complete(requests[i], decoding, decoding.seed + j)
 
         finished_per_request = [0] * len(requests)
-        with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
-            for job, sample in pool.map(run, jobs):
+        with _pool(self.concurrency) as fail_fast_map:
+            for job, sample in fail_fast_map(run, jobs):
                 samples[job] = sample
                 finished_per_request[job[0]] += 1
                 if progress is not None and finished_per_request[job[0]] == decoding.n:
@@ -145,8 +151,8 @@ class OpenAIEngine(ClosingMixin):
             except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
                 raise ServerError(f"unusable completion response from {self.base_url}: {exc!r}") from None
 
-        with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
-            return list(pool.map(run, prompts))
+        with _pool(self.concurrency) as fail_fast_map:
+            return list(fail_fast_map(run, prompts))
 
     def _complete(self, request: Request, decoding: Decoding, seed: int) -> Sample:
         body = {
@@ -173,26 +179,43 @@ class OpenAIEngine(ClosingMixin):
             raise ServerError(f"unusable completion response from {self.base_url}: {exc!r}") from None
 
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        headers = {"Content-Type": "application/json"}
+        headers = {}
         key = os.environ.get(self.api_key_env) if self.api_key_env else None
         if key:
             headers["Authorization"] = f"Bearer {key}"
-        payload = json.dumps(body).encode("utf-8")
-        last_error = ""
-        for attempt in range(self.retries + 1):
-            if attempt:
-                time.sleep(self.backoff_s * 2 ** (attempt - 1))
-            req = urllib.request.Request(self.base_url + path, data=payload, headers=headers, method="POST")
+        try:
+            data = post_json(self.base_url + path, body, self.limits, headers)
+        except HttpFailure as exc:
+            raise ServerError(str(exc)) from None
+        if not isinstance(data, dict):
+            raise ServerError(f"{self.base_url}{path}: answered JSON that is not an object")
+        return data
+
+
+@contextmanager
+def _pool(workers: int) -> Iterator[Callable[[Callable[[Any], Any], Iterable[Any]], Iterator[Any]]]:
+    """``map`` on a thread pool that fails fast: once a request fails, the requests not yet sent are
+    not sent (each ends at once) and the failure is raised as soon as the requests already running
+    end, each within its own deadline — not after every queued request has tried the failing server.
+    Requests start in order, so the error raised (the first in order) is a real failure."""
+    failed = threading.Event()
+    pool = ThreadPoolExecutor(max_workers=workers)
+
+    def fail_fast(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        def call(item: Any) -> Any:
+            if failed.is_set():
+                raise ServerError("not sent: an earlier request failed")
             try:
-                with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
-                    return json.loads(resp.read().decode("utf-8"))
-            except urllib.error.HTTPError as exc:
-                last_error = f"HTTP {exc.code}"
-                if exc.code not in RETRY_STATUS:
-                    detail = exc.read().decode("utf-8", "replace")[:300]
-                    raise ServerError(f"{self.base_url}{path}: HTTP {exc.code}: {detail}") from None
-            except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
-                last_error = str(getattr(exc, "reason", exc))
-            except json.JSONDecodeError:
-                last_error = "response is not JSON"
-        raise ServerError(f"{self.base_url}{path}: failed after {self.retries + 1} tries ({last_error})")
+                return fn(item)
+            except BaseException:
+                failed.set()
+                raise
+
+        return call
+
+    try:
+        yield lambda fn, items: pool.map(fail_fast(fn), items)
+    except BaseException:
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)

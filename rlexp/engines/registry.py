@@ -60,7 +60,9 @@ def _open_openai(att: Any, base: Path | str, adapters: Mapping[str, Path]) -> tu
         raise InputError(att.spec_path, "eval.api_key_env",
                          f"names the environment variable {settings.api_key_env}, which is not set")
     engine = OpenAIEngine(settings.base_url, settings.model or str(base), {name: name for name in adapters},
-                          api_key_env=settings.api_key_env)
+                          api_key_env=settings.api_key_env, timeout_s=settings.timeout_s,
+                          connect_timeout_s=settings.connect_timeout_s, read_timeout_s=settings.read_timeout_s,
+                          retries=settings.retries, max_response_bytes=settings.max_response_bytes)
     return engine, tokenizer
 
 

@@ -324,9 +324,12 @@ def eval_records(
         requests = [Request(rendered[p["problem_hash"]], writers[w][0].name if writers[w][0].adapter_path else None)
                     for w, p in part]
         results = engine.generate(requests, decoding, progress)
+        batches: dict[int, list[dict[str, Any]]] = {}
         for (w, problem), result in zip(part, results, strict=True):
-            writers[w][1].append(_record(problem, result.samples, grading))
-            counts[w] += 1
+            batches.setdefault(w, []).append(_record(problem, result.samples, grading))
+        for w, batch in batches.items():  # one fsync per file and engine chunk: a kill loses that chunk at most
+            writers[w][1].append_many(batch)
+            counts[w] += len(batch)
     return [(t, writer, counts[i]) for i, (t, writer) in enumerate(writers)]
 
 

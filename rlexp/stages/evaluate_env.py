@@ -78,10 +78,12 @@ def play_into(writer: Any, engine: Any, tokenizer: Any, target: Any, problems: l
     turns = engine_turns(engine, target.name if target.adapter_path else None, decoding)
     played = play_episodes(turns, tokenizer, [rows[i] for i in todo], budgets=budgets, cache=cache,
                            seed=decoding.seed)
+    batch = []
     for i, (trajectory,) in zip(todo, played, strict=True):
         record = episode_record(problems[i], trajectory, problem_hash=problems[i]["problem_hash"],
                                 success_threshold=success_threshold)
-        writer.append(rewarder.apply(record, problems[i]) if rewarder is not None else record)
+        batch.append(rewarder.apply(record, problems[i]) if rewarder is not None else record)
+    writer.append_many(batch)  # one fsync for the episodes played together
     return len(todo)
 
 

@@ -4,9 +4,10 @@ Rules every stage follows:
 - whole files (plan.json, decision.json, reports) are written atomically: a temp file in the
   same directory, fsync, then ``os.replace`` — a killed process leaves the old file or the new
   one, never half of one;
-- record files (JSONL) are appended one complete line at a time with flush + fsync, so a killed
-  run loses at most the line being written; :func:`repair_torn_tail` drops such a torn line
-  before a resumed run appends again;
+- record files (JSONL) are appended whole lines at a time, one write and one fsync per batch; a
+  failed write (a full disk) truncates the file back to where it was, and a killed run loses at most
+  the batch being written, whose torn last line :func:`repair_torn_tail` drops before a resumed run
+  appends again;
 - reads are strict: any malformed line is an :class:`InputError` naming file and line.
 """
 
@@ -44,9 +45,11 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if isinstance(exc, OSError) and exc.filename is None and exc.errno is not None:
+            raise OSError(exc.errno, exc.strerror, str(path)) from None  # a full disk names the file
         raise
     return path
 
@@ -62,8 +65,12 @@ _LEGACY_TEMP_NAME = re.compile(r"\.(?:.+\.[a-z0-9_]{8}\.tmp|global_step\d+(?:_hf
 LEGACY_TEMP_AGE_S = 3600
 
 
-def _temp_prefix(final: Path) -> str:
+def temp_prefix(final: Path) -> str:
+    """The name prefix of a temporary file or directory that becomes ``final`` (see ``_TEMP_NAME``)."""
     return f".{final.name}.{os.getpid()}-"
+
+
+_temp_prefix = temp_prefix
 
 
 def make_temp_dir(final: str | Path) -> Path:
@@ -450,28 +457,35 @@ _LENIENT_DECODER = json.JSONDecoder(parse_int=_parse_int)
 
 
 def append_jsonl(path: str | Path, record: dict[str, Any]) -> None:
-    """Append one complete JSON line durably (flush + fsync)."""
-    line = json.dumps(record, allow_nan=False, ensure_ascii=False)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", encoding="utf-8") as fh:
-        fh.write(line + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
+    """Append one complete JSON line durably (see :func:`append_jsonl_many`)."""
+    append_jsonl_many(path, (record,))
 
 
 def append_jsonl_many(path: str | Path, records: Iterable[dict[str, Any]]) -> None:
-    """Append several lines with one fsync; each line is still complete or absent after a kill
-    at any point except the very last partial write, which :func:`repair_torn_tail` removes."""
-    lines = [json.dumps(r, allow_nan=False, ensure_ascii=False) + "\n" for r in records]
-    if not lines:
+    """Append whole JSON lines with one write and one fsync. A write that fails (a full disk, a
+    quota) truncates the file back to where it was, so a failed append leaves no partial line; a kill
+    mid-write can still leave one, which :func:`repair_torn_tail` drops before the next append. The
+    error names the file."""
+    data = "".join(json.dumps(r, allow_nan=False, ensure_ascii=False) + "\n" for r in records).encode("utf-8")
+    if not data:
         return
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", encoding="utf-8") as fh:
-        fh.write("".join(lines))
-        fh.flush()
-        os.fsync(fh.fileno())
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
+    try:
+        start = os.fstat(fd).st_size
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        except OSError as exc:
+            with contextlib.suppress(OSError):  # shrinking needs no space
+                os.ftruncate(fd, start)
+                os.fsync(fd)
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
+    finally:
+        os.close(fd)
 
 
 def repair_torn_tail(path: str | Path) -> int:

@@ -9,7 +9,8 @@ and the answer parser's version.
 Resuming is the normal case: :meth:`RecordWriter.open` repairs a line torn by a kill, refuses to
 mix records made under other settings (a changed dataset, decoding, model, suffix or template is
 an :class:`InputError`), and reports which problems are done so a rerun only does the rest.
-Each record is appended as one complete line (``rlexp.storage.files.append_jsonl``).
+Records are appended in batches of whole lines, one fsync per batch
+(``rlexp.storage.files.append_jsonl_many``): a failed write leaves the file as it was.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from rlexp.core.answers import PARSE_METHODS
 from rlexp.errors import InputError
 from rlexp.storage.files import (
     MAX_JSONL_BYTES,
-    append_jsonl,
+    append_jsonl_many,
     atomic_write_json,
     iter_jsonl,
     parse_jsonl_line,
@@ -157,11 +158,21 @@ class RecordWriter:
         return cls(path, meta, done)
 
     def append(self, record: dict[str, Any]) -> None:
-        h = record["problem_hash"]
-        if h in self.done:
-            raise ValueError(f"problem {h[:12]} already has a record in {self.path}")
-        append_jsonl(self.path, record)
-        self.done[h] = record
+        self.append_many([record])
+
+    def append_many(self, records: list[dict[str, Any]]) -> None:
+        """Append a batch of records with one fsync (:func:`append_jsonl_many`): all of them, or —
+        a write that fails — none (the file is truncated back); a kill mid-batch loses that batch,
+        whose torn line the next :meth:`open` drops."""
+        batch: set[str] = set()
+        for record in records:
+            h = record["problem_hash"]
+            if h in self.done or h in batch:
+                raise ValueError(f"problem {h[:12]} already has a record in {self.path}")
+            batch.add(h)
+        append_jsonl_many(self.path, records)
+        for record in records:
+            self.done[record["problem_hash"]] = record
 
 
 def drop_records(path: str | Path, drop) -> int:
@@ -172,7 +183,9 @@ def drop_records(path: str | Path, drop) -> int:
     path = Path(path)
     if not path.exists():
         return 0
-    records = read_records(path, allow_empty=True)
+    # complete lines only: a line torn by a kill is what RecordWriter.open drops anyway, and a strict
+    # read here, before that repair, would refuse the file on every rerun
+    records = [line.record for line in iter_records(path, complete_lines_only=True)]
     keep = [r for r in records if not drop(r)]
     if len(keep) < len(records):
         atomic_write_text(path, "".join(json.dumps(r, allow_nan=False, ensure_ascii=False) + "\n" for r in keep))

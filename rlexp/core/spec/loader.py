@@ -39,6 +39,7 @@ from .schema import (
     _validate,
     _validate_recipe,
     _validate_section,
+    credential_in,
     is_credential_key,
 )
 
@@ -115,6 +116,7 @@ def _resolve(
         if entry and "path" in entry and "size" not in entry and entry["path"] != inherited.get("path"):
             merged["datasets"][role].pop("size", None)
 
+    _refuse_credentials({**merged, "change": own.get("change"), "description": own.get("description")}, display)
     trainer_raw = merged["trainer"]
     if not trainer_raw.get("name"):
         raise InputError(display, "trainer.name", f"required ({', '.join(TRAINERS)}) in this spec or a parent")
@@ -195,6 +197,39 @@ def _resolve(
         environment=_environment(merged["environment"], display, trainer.name),
     )
     return attempt
+
+
+# where the key a field must not hold is named instead
+_KEY_BY_NAME = {"eval": "eval.api_key_env (the NAME of the variable holding the key)",
+                "environment.judge": "environment.judge.api_key_env (the NAME of the variable holding the key)",
+                "environment.config": "a *_env entry naming the variable (e.g. api_token_env: MY_TOKEN) that the "
+                                      "environment reads"}
+
+
+def _refuse_credentials(merged: dict[str, Any], display: str) -> None:
+    """A key written into a spec is refused before anything is written: the spec is copied into
+    plan.json, the records' metadata, the reports and MLflow. Keys go by reference, as the name of an
+    environment variable (``*_env``)."""
+    for section in ("intent", "trainer", "recipe", "datasets", "eval", "checkpoints", "budget", "baseline",
+                    "environment", "change", "description"):
+        value = merged.get(section)
+        if section == "environment" and isinstance(value, dict):
+            value = dict(value)
+            for part in ("config", "judge"):
+                found = credential_in(value.pop(part, None), f"environment.{part}", by_key=True)
+                if found:
+                    _credential_refused(display, found, f"environment.{part}")
+        found = credential_in(value, section)
+        if found:
+            _credential_refused(display, found, section)
+
+
+def _credential_refused(display: str, found: tuple[str, str], section: str) -> None:
+    field, what = found
+    alternative = _KEY_BY_NAME.get(section, "an environment variable the trainer or tool reads itself")
+    raise InputError(display, field, f"{what}: credentials never go in a spec (it is copied into plan.json, the "
+                                     f"records, reports and MLflow); set the key in an environment variable and "
+                                     f"name it in {alternative}")
 
 
 def _environment(merged: dict[str, Any], display: str, trainer: str) -> EnvironmentSettings | None:

@@ -101,6 +101,15 @@ class EvalSettings:
     # never the key itself: an ambient OPENAI_API_KEY is never sent unless named here
     api_key_env: str | None = declared(None, STRING, "openai engine: the NAME of the environment variable with "
                                                      "the key; unset: no Authorization header")
+    # the limits of every request to that server (rlexp.engines.http): a server that hangs, trickles or
+    # sends too much ends in one line within timeout_s, never a hang
+    timeout_s: float = declared(600.0, number(0, low_open=True), "openai engine: one request's deadline in seconds, "
+                                                                 "every retry and backoff included")
+    connect_timeout_s: float = declared(10.0, number(0, low_open=True), "openai engine: seconds to connect")
+    read_timeout_s: float = declared(120.0, number(0, low_open=True), "openai engine: the longest silence (seconds) "
+                                                                      "while an answer is read")
+    retries: int = declared(5, integer(0, 10), "openai engine: tries after the first on connection errors, 429 and 5xx")
+    max_response_bytes: int = declared(32 << 20, POSITIVE_INT, "openai engine: the largest answer read, bytes")
 
 
 ENV_LOSSES = ("grpo", "gspo")  # rlexp.trainers.local.config.LOSS_TYPES
@@ -146,11 +155,14 @@ class EnvironmentSettings:
     # unstated keys take ENV_JUDGE_DEFAULTS once the judge is stated
     judge: dict[str, Any] = declared(
         rule=record({"base_url": STRING, "model": STRING, "api_key_env": STRING, "max_tokens": POSITIVE_INT,
-                     "timeout_s": number(0, low_open=True), "retries": integer(0, 10)}),
+                     "timeout_s": number(0, low_open=True), "retries": integer(0, 10),
+                     "connect_timeout_s": number(0, low_open=True), "read_timeout_s": number(0, low_open=True),
+                     "max_response_bytes": POSITIVE_INT}),
         default_factory=dict,
         description="the LLM judge: an OpenAI-compatible server (base_url, model; api_key_env: the NAME of the "
-                    "variable holding its key; by default "
-                    + ", ".join(f"{k} {v:g}" for k, v in ENV_JUDGE_DEFAULTS.items()) + ")")
+                    "variable holding its key; timeout_s: one call's deadline, every retry included; by default "
+                    + ", ".join(f"{k} {v:g}" for k, v in ENV_JUDGE_DEFAULTS.items())
+                    + "; connect_timeout_s 10, read_timeout_s 30, max_response_bytes 1 MiB)")
     # text: every model turn is text the environment steps on; tool_calls: its tools (Tool) are
     # called through the chat template's tool calls (TRL's environment_factory only). Added after
     # recipe digests and plans were recorded: the default enters neither (see ENV_LATE_DEFAULTS)

@@ -85,6 +85,47 @@ def is_credential_key(key: str) -> bool:
     return key in CREDENTIAL_RECIPE_KEYS or bool(_CREDENTIAL_WORD.search(key))
 
 
+# Values that are credentials whatever key holds them: a URL with userinfo, and the shapes of the
+# common API keys and tokens (OpenAI/Anthropic sk-, Hugging Face hf_, GitHub, GitLab, Slack, AWS access
+# key ids, Google API keys, JWTs, an Authorization header's "Bearer ..."). A spec is written to
+# plan.json, the records' metadata, the reports and MLflow: a key in it would be written there too.
+_KEY_SHAPED = re.compile(
+    r"\b(?:sk-(?:ant-|proj-)?[A-Za-z0-9_-]{16,}|hf_[A-Za-z0-9]{20,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_\w{20,}"
+    r"|glpat-[A-Za-z0-9_-]{20,}|xox[abposr]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16}|AIza[0-9A-Za-z_-]{35}"
+    r"|eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,})\b|\bBearer\s+[A-Za-z0-9._~+/-]{8,}=*")
+# a free-form mapping's key that holds a credential: api_key, secret, password, token, access_token...
+# (not a tokenizer's stop_token / eos_token / pad_token: text, not a secret)
+_CREDENTIAL_NAME = re.compile(r"(?:.*[._-])?(?:api[._-]?key|apikey|secret|password|passwd|credentials?|authorization"
+                              r"|(?:access|auth|api|bearer|hf|hub|github|gh|bot|session|refresh|id|private)[._-]?token)"
+                              r"|token", re.IGNORECASE)
+_URL_USERINFO = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#\s@]*@")
+
+
+def credential_in(value: Any, field: str, *, by_key: bool = False) -> tuple[str, str] | None:
+    """``(field, what)`` of the first credential written into ``value`` (walked through mappings and
+    lists, ``field`` the dotted path): a URL with userinfo, a key-shaped string, and (``by_key``, for
+    free-form mappings such as an environment's ``config``) a non-empty string under a key named
+    like a credential (``api_token``, ``password``) other than a ``*_env`` variable name."""
+    stack: list[tuple[Any, str]] = [(value, field)]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, dict):
+            for key, child in item.items():
+                name = f"{where}.{key}"
+                if (by_key and isinstance(key, str) and _CREDENTIAL_NAME.fullmatch(key)
+                        and isinstance(child, str) and child.strip()):
+                    return name, "a credential"
+                stack.append((child, name))
+        elif isinstance(item, list | tuple):
+            stack.extend((child, f"{where}[{i}]") for i, child in enumerate(item))
+        elif isinstance(item, str):
+            if _URL_USERINFO.search(item):
+                return where, "a URL with credentials (user:key@)"
+            if _KEY_SHAPED.search(item):
+                return where, "a key-shaped value"
+    return None
+
+
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 STRING = Field(STRING.check, {"type": "string"})
 BOOLEAN = BOOLEAN
