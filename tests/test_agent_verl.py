@@ -406,3 +406,36 @@ def test_agent_row_keeps_the_task_whole():
     row = agent_verl.agent_row(verl_row(task, "pool.jsonl", "rlexp_pool", 0), task)
     assert row["agent_name"] == agent_verl.AGENT_NAME and json.loads(row["extra_info"]["rlexp_task"]) == task
     assert row["extra_info"]["problem_hash"] is None and row["reward_model"]["ground_truth"] == "36"
+
+
+@pytest.mark.parametrize("name", ["smollm2", "llama3.1", "tiny"])
+def test_the_loops_turns_are_the_chat_templates_rendering(name, verl_module, generated, monkeypatch):
+    """On a real ChatML (SmolLM2) and Llama 3.1 template, the loop's prompt + response ids are the
+    template's rendering of the conversation (what verl's own tool loop builds by rendering
+    messages): ChatML's newline after ``<|im_end|>`` included."""
+    from tests.chat_templates import ACTIONS, check_ids, scripted_turns, tokenizer_for
+
+    tokenizer = tokenizer_for(name)
+    turns, _ = scripted_turns(tokenizer, ACTIONS)
+
+    class ScriptedServer:
+        async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs):
+            [completion] = turns([list(prompt_ids)], sampling_params["max_tokens"], None)
+            return TokenOutput(list(completion.token_ids))
+
+    module = generated["module"]
+    for key, value in {"ENVIRONMENT": "test_chat_turns", "CONFIG": {"turns": 3}, "_IDLE": [],
+                       "MAX_TOKENS_PER_TURN": 64, "MAX_TOTAL_TOKENS": 400}.items():
+        monkeypatch.setattr(module, key, value)
+    config = Cfg({"actor_rollout_ref": {"rollout": {"prompt_length": 400, "response_length": 400}}, "data": {}})
+    entry = verl_module._agent_loop_registry[agent_verl.AGENT_NAME]
+    module_name, _, cls_name = entry["_target_"].rpartition(".")
+    loop = getattr(importlib.import_module(module_name), cls_name)(
+        trainer_config=verl_module.DictConfigWrap(config), server_manager=ScriptedServer(), tokenizer=tokenizer,
+        processor=None, hf_model_type=None, dataset_cls=None, data_config=verl_module.DictConfigWrap(config.data),
+        tools=verl_module.ToolListWrap([]))
+    out = asyncio.run(loop.run({"temperature": 0, "top_p": 1.0, "top_k": -1},
+                               raw_prompt=[{"role": "user", "content": "a"}],
+                               extra_info={"rlexp_task": json.dumps({"name": "a"})}))
+    assert out.extra_fields["finish_reason"] == "stop" and out.extra_fields["turns_per_episode"] == 3
+    check_ids(tokenizer, name, out.prompt_ids + out.response_ids)

@@ -8,80 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from rlexp.core.environments import BaseEnvironment, Budgets, StepResult, parse_rows, register
-from tests import chat_templates
-
-
-@register("test_chat_turns")
-class ChatTurnsEnv(BaseEnvironment):
-    """Ends after ``config.turns`` steps; the feedback carries a newline and the step number."""
-
-    def reset(self, task):
-        self.steps = 0
-        return f"Compute {task['name']}."
-
-    def step(self, action_text):
-        self.steps += 1
-        done = self.steps >= int(self.config.get("turns", 3))
-        return StepResult(feedback=f"tool said:\n{self.steps * 7}", reward=float(done), done=done)
-
-
-ACTIONS = ["call add 3 4", "call mul 7 1", "The answer is 7."]
-
-# what each template writes after the end-of-turn token that closes the last assistant message,
-# read off the templates: ChatML's '<|im_end|>' + '\n'; Llama 3.1's '<|eot_id|>' with nothing after;
-# the tiny model's eos with nothing after
-TRAILING = {"smollm2": "\n", "llama3.1": "", "tiny": ""}
-
-
-def tokenizer_for(name):
-    if name == "tiny":
-        from rlexp.adapters.tinymodel import build_tokenizer
-
-        return build_tokenizer()
-    return chat_templates.build(name)
-
-
-def scripted_turns(tokenizer, actions):
-    """A turn generator answering turn k with ``actions[k]`` + EOS, for every episode."""
-    from rlexp.adapters.generation import Completion
-
-    calls = []
-
-    def turns(batch, width, seed):
-        text = actions[len(calls)]
-        calls.append([list(ids) for ids in batch])
-        ids = tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-        assert len(ids) <= width
-        return [Completion(text, tuple(ids), "stop", len(p), len(ids)) for p in batch]
-
-    return turns, calls
-
-
-def template_ids(tokenizer, observation, actions, feedbacks):
-    messages = [{"role": "user", "content": observation}]
-    for k, action in enumerate(actions):
-        messages.append({"role": "assistant", "content": action})
-        if k < len(feedbacks):
-            messages.append({"role": "user", "content": feedbacks[k]})
-    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=False)
-    return tokenizer(text, add_special_tokens=False)["input_ids"]
-
-
-def check_episode(tokenizer, name, trajectory):
-    assert trajectory.finish_reason == "stop" and len(trajectory.turns) == 3
-    feedbacks = [turn.feedback for turn in trajectory.turns[:-1]]
-    assert feedbacks == ["tool said:\n7", "tool said:\n14"]
-    expected = template_ids(tokenizer, "Compute a.", ACTIONS, feedbacks)
-    trailing = tokenizer(TRAILING[name], add_special_tokens=False)["input_ids"]
-    assert list(trajectory.token_ids) + trailing == expected
-    # and the agent's tokens are exactly the actions with their end-of-turn token, in order
-    agent = [i for i, m in zip(trajectory.token_ids, trajectory.agent_mask, strict=True) if m]
-    want = []
-    for action in ACTIONS:
-        want += tokenizer(action, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-    assert agent == want
-
+from rlexp.core.environments import Budgets, parse_rows
+from tests.chat_templates import ACTIONS, check_episode, scripted_turns, tokenizer_for
 
 NAMES = ["smollm2", "llama3.1", "tiny"]
 ROWS = [{"env": "test_chat_turns", "config": {"turns": 3}, "task": {"name": "a"}}]
