@@ -491,6 +491,10 @@ def run(p: Prepared, *, tracking_uri: str | None = None, follow: bool = True, po
     if job_end is not None and job_end.status == "STOPPED" and not (stop_verdict or interrupted):
         state = write_state(attempt_dir, "stopped", **base, exit_code=code,
                             reason=f"{ended} - stopped from outside rlexp; continue with --resume")
+    elif stop_verdict is not None and stop_verdict.name == "env_errors":
+        state = write_state(attempt_dir, "stopped", **base, exit_code=code,
+                            reason=f"environment errors (sop/README.md#guardrails): {stop_verdict.reason}",
+                            env_errors=dict(stop_verdict.numbers))
     elif stop_verdict is not None:
         state = write_state(attempt_dir, "stopped", **base, exit_code=code,
                             reason=f"early stop (sop/README.md#early-stop): {stop_verdict.reason}",
