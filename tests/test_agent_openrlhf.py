@@ -569,3 +569,32 @@ def test_special_tokens_in_the_sampled_text_never_reach_the_environment(demo, tm
     assert raw != "calc 12*3"
     assert namespace["_action_text"](raw) == tok.decode(tok(raw, add_special_tokens=False)["input_ids"],
                                                         skip_special_tokens=True) == "calc 12*3"
+
+
+@pytest.mark.parametrize("name", ["smollm2", "llama3.1", "tiny"])
+def test_the_executors_turns_are_the_chat_templates_rendering(name, tmp_path):
+    """The newest release's executor with rlexp's agent file, on a real ChatML (SmolLM2) and Llama
+    3.1 template: the episode's observation tokens are the template's rendering of the
+    conversation, ChatML's newline after ``<|im_end|>`` included."""
+    from tests.chat_templates import ACTIONS, check_ids, scripted_turns, tokenizer_for
+
+    version = REPRESENTATIVES[-1]
+    tokenizer = tokenizer_for(name)
+    turns, _ = scripted_turns(tokenizer, ACTIONS)
+
+    class ScriptedEngine(engine_for(version, None, tokenizer).__class__):
+        async def _generate(self, prompt_token_ids, sampling_params):
+            [completion] = turns([list(prompt_token_ids)], sampling_params.max_tokens, None)
+            ids = list(completion.token_ids)
+            text = self.tokenizer.decode(ids[:-1], skip_special_tokens=sampling_params.skip_special_tokens)
+            return RequestOutput([CompletionOutput(ids, text, "stop")])
+
+    agent_file = agent_openrlhf.write_agent_file(tmp_path / "agent.py", "test_chat_turns", {"turns": 3},
+                                                 max_turns=3, version=version)
+    with agent_openrlhf.release_agent_module(version):
+        executor = agent_openrlhf.load_agent_executor(agent_file)
+        out = asyncio.run(executor.execute(prompt="a", label="7", sampling_params=SamplingParams(max_tokens=64),
+                                           max_length=400, hf_tokenizer=tokenizer,
+                                           llm_engine=ScriptedEngine(None, tokenizer)))
+    assert out["extra_logs"]["turns_per_episode"] == 3
+    check_ids(tokenizer, name, out["observation_tokens"])

@@ -406,3 +406,86 @@ def test_agent_row_keeps_the_task_whole():
     row = agent_verl.agent_row(verl_row(task, "pool.jsonl", "rlexp_pool", 0), task)
     assert row["agent_name"] == agent_verl.AGENT_NAME and json.loads(row["extra_info"]["rlexp_task"]) == task
     assert row["extra_info"]["problem_hash"] is None and row["reward_model"]["ground_truth"] == "36"
+
+
+@pytest.mark.parametrize("name", ["smollm2", "llama3.1", "tiny"])
+def test_the_loops_turns_are_the_chat_templates_rendering(name, verl_module, generated, monkeypatch):
+    """On a real ChatML (SmolLM2) and Llama 3.1 template, the loop's prompt + response ids are the
+    template's rendering of the conversation (what verl's own tool loop builds by rendering
+    messages): ChatML's newline after ``<|im_end|>`` included."""
+    from tests.chat_templates import ACTIONS, check_ids, scripted_turns, tokenizer_for
+
+    tokenizer = tokenizer_for(name)
+    turns, _ = scripted_turns(tokenizer, ACTIONS)
+
+    class ScriptedServer:
+        async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs):
+            [completion] = turns([list(prompt_ids)], sampling_params["max_tokens"], None)
+            return TokenOutput(list(completion.token_ids))
+
+    module = generated["module"]
+    for key, value in {"ENVIRONMENT": "test_chat_turns", "CONFIG": {"turns": 3}, "_IDLE": [],
+                       "MAX_TOKENS_PER_TURN": 64, "MAX_TOTAL_TOKENS": 400}.items():
+        monkeypatch.setattr(module, key, value)
+    config = Cfg({"actor_rollout_ref": {"rollout": {"prompt_length": 400, "response_length": 400}}, "data": {}})
+    entry = verl_module._agent_loop_registry[agent_verl.AGENT_NAME]
+    module_name, _, cls_name = entry["_target_"].rpartition(".")
+    loop = getattr(importlib.import_module(module_name), cls_name)(
+        trainer_config=verl_module.DictConfigWrap(config), server_manager=ScriptedServer(), tokenizer=tokenizer,
+        processor=None, hf_model_type=None, dataset_cls=None, data_config=verl_module.DictConfigWrap(config.data),
+        tools=verl_module.ToolListWrap([]))
+    out = asyncio.run(loop.run({"temperature": 0, "top_p": 1.0, "top_k": -1},
+                               raw_prompt=[{"role": "user", "content": "a"}],
+                               extra_info={"rlexp_task": json.dumps({"name": "a"})}))
+    assert out.extra_fields["finish_reason"] == "stop" and out.extra_fields["turns_per_episode"] == 3
+    check_ids(tokenizer, name, out.prompt_ids + out.response_ids)
+
+
+def _verl_tokenizer_package(wheel, monkeypatch):
+    """verl's ``utils/tokenizer`` modules (``tokenizer``, ``chat_template``, ``continuous_token``),
+    executed from the wheel as a private package (their only outside import is transformers),
+    installed in ``sys.modules`` for the test."""
+    name = "_verl_tokenizer_under_test"
+    package = ModuleType(name)
+    package.__path__ = []
+    monkeypatch.setitem(sys.modules, name, package)
+    modules = {name: package}
+    with zipfile.ZipFile(wheel) as archive:
+        for part in ("tokenizer", "chat_template", "continuous_token"):
+            module = ModuleType(f"{name}.{part}")
+            module.__package__ = name
+            monkeypatch.setitem(sys.modules, module.__name__, module)  # the later parts import the earlier ones
+            modules[module.__name__] = module
+            source = archive.read(f"verl/utils/tokenizer/{part}.py").decode()
+            exec(compile(source, f"{VERSION}/verl/utils/tokenizer/{part}.py", "exec"), module.__dict__)  # noqa: S102
+    return modules
+
+
+def test_rlexps_chatml_episode_is_what_verls_own_qwen_token_builder_builds(wheel, monkeypatch):
+    """verl 0.9.1's own multi-turn tokenisation (``QwenContinuousTokenBuilder``: the suffix diff of
+    two renderings, plus the newline it inserts after a generation that stopped at ``<|im_end|>``)
+    on SmolLM2's ChatML template gives the ids of rlexp's rollout of the same episode."""
+    from rlexp.adapters import episodes, generation
+    from rlexp.core.environments import Budgets, parse_rows
+    from tests.chat_templates import ACTIONS, FEEDBACKS, scripted_turns, tokenizer_for
+
+    tokenizer = tokenizer_for("smollm2")
+    modules = _verl_tokenizer_package(wheel, monkeypatch)
+    builder = modules["_verl_tokenizer_under_test.continuous_token"].QwenContinuousTokenBuilder(tokenizer)
+    messages = [{"role": "user", "content": "Compute a."}]
+    runtime = builder.build_initial_tokens(messages)
+    for k, action in enumerate(ACTIONS):
+        generated = tokenizer(action, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        runtime = builder.merge_assistant_tokens(runtime, generated).token_ids
+        messages = [*messages, {"role": "assistant", "content": action}]
+        if k < len(FEEDBACKS):
+            updated = [*messages, {"role": "user", "content": FEEDBACKS[k]}]
+            runtime = builder.merge_context_tokens(messages, updated, runtime).token_ids
+            messages = updated
+
+    turns, _ = scripted_turns(tokenizer, ACTIONS)
+    monkeypatch.setattr(generation, "generate_ids",
+                        lambda model, tok, batch, *, max_new_tokens, **_: [(c,) for c in turns(batch, max_new_tokens, None)])
+    rows = parse_rows([{"env": "test_chat_turns", "config": {"turns": 3}, "task": {"name": "a"}}])
+    [[trajectory]] = episodes.run_episodes(None, tokenizer, rows, budgets=Budgets(3, 64, 400))
+    assert list(trajectory.token_ids) == runtime

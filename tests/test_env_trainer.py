@@ -15,7 +15,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from rlexp.core.environments import TrajectoryBuilder  # noqa: E402
+from rlexp.core.environments import ExactMatchEnv, TrajectoryBuilder  # noqa: E402
 from rlexp.trainers.local.config import EnvTrainingOptions  # noqa: E402
 from rlexp.trainers.local.env_train import pack_trajectories  # noqa: E402
 from rlexp.trainers.local.loss import (  # noqa: E402
@@ -129,10 +129,59 @@ def test_advantages_return_broadcast_and_token_rewards():
         expected += [(r - mean) / (std + 1e-9) for r in group]
     for i, a in enumerate(expected):
         assert adv[i].tolist() == pytest.approx([0.0, a, a, 0.0], abs=1e-6)  # float32 of O(1) values
-    dense = trajectory_advantages(returns, mask, token_rewards, estimator="group_norm", mode="token_rewards")
-    assert torch.equal(dense, token_rewards * mask)
+    # rewarded only at its end, an episode's token advantages are its return advantage
+    final = torch.zeros(6, 4)
+    final[:, 2] = returns.reshape(-1)
+    dense = trajectory_advantages(returns, mask, final, estimator="group_norm", mode="token_rewards")
+    assert torch.allclose(dense, adv, atol=1e-6)
     with pytest.raises(ValueError):
         EnvTrainingOptions(loss_type="ppo")
+
+
+# One group of three two-turn episodes, worked by hand. Positions are the packed ones (entry t
+# predicts token t+1); a turn's reward sits on its last agent position.
+#   A: agent at 1,2 (turn 1, reward 1.0 at 2) and 4,5 (turn 2, reward 2.0 at 5): return 3.0
+#   B: agent at 1,2,3 (one turn, reward 0.5 at 3):                             return 0.5
+#   C: agent at 1 (turn 1, reward 0 at 1) and 4 (turn 2, reward 1.0 at 4):      return 1.0
+HAND_MASK = [[0, 1, 1, 0, 1, 1], [0, 1, 1, 1, 0, 0], [0, 1, 0, 0, 1, 0]]
+HAND_REWARDS = [[0, 0, 1.0, 0, 0, 2.0], [0, 0, 0, 0.5, 0, 0], [0, 0, 0, 0, 1.0, 0]]
+HAND_RETURNS = [[3.0, 0.5, 1.0]]
+
+
+def _flat(rows):
+    return [v for row in rows for v in row]
+
+
+def _hand(mode, estimator, valid=None):
+    mask, rewards = torch.tensor(HAND_MASK, dtype=torch.float32), torch.tensor(HAND_REWARDS)
+    return trajectory_advantages(torch.tensor(HAND_RETURNS), mask, rewards, estimator=estimator, mode=mode,
+                                 valid=None if valid is None else torch.tensor([valid])).flatten().tolist()
+
+
+def test_token_rewards_are_return_to_go_minus_the_group_mean_on_a_hand_worked_episode():
+    # group mean return (3 + 0.5 + 1) / 3 = 1.5; return-to-go: A 3,3 then 2,2; B 0.5 x3; C 1 then 1
+    by_hand = [[0, 3 - 1.5, 3 - 1.5, 0, 2 - 1.5, 2 - 1.5],
+               [0, 0.5 - 1.5, 0.5 - 1.5, 0.5 - 1.5, 0, 0],
+               [0, 1 - 1.5, 0, 0, 1 - 1.5, 0]]
+    assert _hand("token_rewards", "dr_grpo") == pytest.approx(_flat(by_hand), abs=1e-6)
+    # group_norm divides by the unbiased std: squares of (1.5, -1, -0.5) sum to 3.5, / 2 = 1.75
+    std = 1.75 ** 0.5
+    scaled = [[v / (std + 1e-9) for v in row] for row in by_hand]
+    assert _hand("token_rewards", "group_norm") == pytest.approx(_flat(scaled), abs=1e-6)
+
+
+def test_an_env_error_episode_is_out_of_the_baseline_and_gets_no_advantage():
+    # B failed: the baseline is A and C alone, mean (3 + 1) / 2 = 2, unbiased std sqrt(2)
+    ret = _hand("return", "dr_grpo", valid=[True, False, True])
+    assert ret == pytest.approx(_flat([[0, 1, 1, 0, 1, 1], [0] * 6, [0, -1, 0, 0, -1, 0]]), abs=1e-6)
+    norm = _hand("return", "group_norm", valid=[True, False, True])
+    a = 1 / (2 ** 0.5 + 1e-9)
+    assert norm == pytest.approx(_flat([[0, a, a, 0, a, a], [0] * 6, [0, -a, 0, 0, -a, 0]]), abs=1e-6)
+    dense = _hand("token_rewards", "dr_grpo", valid=[True, False, True])
+    assert dense == pytest.approx(_flat([[0, 1, 1, 0, 0, 0], [0] * 6, [0, -1, 0, 0, -1, 0]]), abs=1e-6)
+    # one valid episode left: no baseline under group_norm, so no advantage at all
+    alone = _hand("token_rewards", "group_norm", valid=[True, False, False])
+    assert alone == [0.0] * 18
 
 
 def test_pack_shifts_mask_and_rewards_onto_predicting_positions():
@@ -384,3 +433,51 @@ def test_gspo_settings_for_every_listed_openrlhf_release_and_the_other_trainers(
     for other in ("local", "no-such-trainer"):
         with pytest.raises(ValueError):
             gspo_trainer_settings(other)
+
+
+class FlakyStep(ExactMatchEnv):
+    """The exact-match task behind a backend that times out on every fifth step (20% of steps)."""
+
+    steps = 0
+
+    def step(self, action_text):
+        FlakyStep.steps += 1
+        if FlakyStep.steps % 5 == 0:
+            raise TimeoutError("search backend timed out")
+        return super().step(action_text)
+
+
+def test_episodes_of_a_failing_environment_are_out_of_the_gradient(tiny_base_model):
+    """An environment failing 20% of its steps: those episodes get exactly zero gradient (autograd,
+    through the loss the trainer uses, KL term included), the others do; both are counted."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rlexp.core.environments import Budgets, parse_rows
+    from rlexp.trainers.local.env_train import collect_env_rollout
+
+    tok = AutoTokenizer.from_pretrained(tiny_base_model)
+    model = AutoModelForCausalLM.from_pretrained(tiny_base_model)
+    reference = copy.deepcopy(model).eval().requires_grad_(False)
+    rows = parse_rows([{"env": "test_env_trainer:FlakyStep", "task": {"prompt": f"{a}+1=", "answer": str(a + 1)}}
+                       for a in range(5)])
+    cfg = types.SimpleNamespace(n_samples_per_prompt=2, temperature=1.0, advantage_estimator="dr_grpo",
+                                micro_train_batch_size=10)
+    for mode in ("return", "token_rewards"):
+        FlakyStep.steps = 0
+        options = EnvTrainingOptions(budgets=Budgets(1, 6, 6), advantage_mode=mode)
+        rollout, played = collect_env_rollout(model, tok, rows, cfg, options, seed=3, reference=reference)
+        flat = [t for group in played for t in group]
+        failed = [i for i, t in enumerate(flat) if t.finish_reason == "env_error"]
+        assert FlakyStep.steps == 10 and len(failed) == 2  # 2 of 10 steps failed
+        assert rollout.stats["env_errors"] == pytest.approx(0.2)
+        assert rollout.stats["env_error_episodes_masked"] == 2.0
+        logp, _ = token_logprobs(model, rollout.input_ids, rollout.attention_mask)
+        logp.retain_grad()
+        parts = grpo_loss(logp, rollout.old_logp, rollout.ref_logp - 0.05, rollout.advantages, rollout.action_mask,
+                          eps_clip=0.2, kl_coef=0.1)
+        parts.loss.backward()
+        for i in range(len(flat)):
+            if i in failed:
+                assert torch.all(logp.grad[i] == 0), (mode, i)
+            else:
+                assert torch.any(logp.grad[i] != 0), (mode, i)  # the KL term alone gives every kept episode one

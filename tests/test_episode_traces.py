@@ -148,6 +148,20 @@ def test_report_section_draws_training_curves_and_counts_tool_calls(env_experime
     assert "| tool_calls_per_episode | 0.000 | 1.000 | 0.000 | 1.000 | `▁▅█` |" in text
     # S0's 3 episodes: 6 turns, 3 tool calls (hand-counted from EPISODES)
     assert "| baseline_s0 | 3 | 0.333 | 0.333 | 2.00 | 1.00 |" in text
+    assert "left out of the loss" not in text  # no environment error: nothing said
+
+
+def test_report_shows_environment_errors_and_that_they_were_masked(env_experiment):
+    from rlexp.adapters.episode_report import episode_section
+
+    # an environment failing 20% of its episodes (2 of 10 per step), as the local trainer logs it
+    rows = [{"global_step": s, "episode_return": 0.5, "env_errors": 0.2, "env_error_episodes_masked": 2.0}
+            for s in (1, 2, 3)]
+    (env_experiment / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    text = episode_section(env_experiment)
+    assert "| env_errors | 0.200 | 0.200 | 0.200 | 0.200 |" in text
+    assert "| env_error_episodes_masked | 2.000 | 2.000 | 2.000 | 2.000 |" in text
+    assert "left out of the loss and of their group's baseline" in text
 
 
 def test_tracing_leaves_the_global_tracking_uri_as_it_was(tmp_path, monkeypatch):

@@ -34,6 +34,7 @@ attempt = Path(sys.argv[1])
 total = int(os.environ.get("FAKE_STEPS", "6"))
 delay = float(os.environ.get("FAKE_DELAY", "0.02"))
 monitor = [float(x) for x in os.environ.get("FAKE_MONITOR", "").split(",") if x]
+env_errors = [float(x) for x in os.environ.get("FAKE_ENV_ERRORS", "").split(",") if x]  # per step, the last repeats
 stop = False
 
 def on_term(signum, frame):
@@ -57,6 +58,8 @@ for step in range(start + 1, total + 1):
            "step_time_s": delay, "time": round(time.time(), 3)}
     if os.environ.get("FAKE_BAD") and step == 2:
         row["reward"] = "oops"
+    if env_errors:
+        row["env_errors"] = env_errors[min(step - 1, len(env_errors) - 1)]
     if monitor and step % 2 == 0:
         row["monitor_acc"] = monitor[min(step // 2 - 1, len(monitor) - 1)]
     if step not in done:
@@ -307,6 +310,20 @@ def test_early_stop_rule_stops_the_run(exp, monkeypatch):
     state = json.loads((att / "launch" / "state.json").read_text())
     assert state["state"] == "stopped" and state["reason"].startswith("early stop")
     assert state["early_stop"]["best_step"] == 6 and state["early_stop"]["stop_step"] == 16
+    assert _steps(att)[-1] < 40
+
+
+def test_environment_errors_past_the_sops_rate_stop_the_run(exp, monkeypatch):
+    # 20% of episodes fail for 5 steps (masked, the run goes on), then 60%: steps 2..6 average
+    # (0.2 x 4 + 0.6) / 5 = 0.28 > the SOP's 0.25 over 5 steps
+    monkeypatch.setenv("FAKE_STEPS", "40")
+    monkeypatch.setenv("FAKE_DELAY", "0.01")
+    monkeypatch.setenv("FAKE_ENV_ERRORS", "0.2,0.2,0.2,0.2,0.2,0.6")
+    att = exp / "a2"
+    assert main(["launch", str(att), "--tracking-uri", "off", "--poll-s", "0.05"]) == 0
+    state = json.loads((att / "launch" / "state.json").read_text())
+    assert state["state"] == "stopped" and state["reason"].startswith("environment errors")
+    assert state["env_errors"]["to_step"] == 6 and state["env_errors"]["rate"] == pytest.approx(0.28)
     assert _steps(att)[-1] < 40
 
 

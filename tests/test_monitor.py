@@ -211,3 +211,25 @@ def test_spike_threshold_module_constant_is_the_sops():
     assert monitor.guard_settings().spikes.grad_norm == load_sop().guardrails.spikes.grad_norm == 50.0
     with pytest.raises(AttributeError):
         _ = monitor.NOT_A_SETTING
+
+
+def test_the_environment_error_stop_reads_the_sops_threshold(tmp_path):
+    from rlexp.core.sop import load_sop
+
+    settings = load_sop().guardrails.env_errors
+    assert (settings.max_rate, settings.window) == (0.25, 5)
+    # an environment failing 20% of its episodes: masked in training, the run goes on
+    flaky = [{"global_step": s, "env_errors": 0.2} for s in range(1, 8)]
+    run = monitor.RunMonitor(tmp_path)
+    assert run.update(flaky[:4]) is None
+    assert monitor.env_error_verdict(flaky[:4]).passed is None  # 4 of 5 steps: pending
+    assert run.update(flaky[4:]) is None
+    assert monitor.env_error_verdict(flaky).passed is False
+    # then the backend degrades: steps 4..8 = (0.2 x 4 + 0.3) / 5 = 0.22, still within 0.25;
+    # steps 5..9 = (0.2 x 3 + 0.3 + 0.6) / 5 = 0.30 > 0.25: stop
+    assert run.update([{"global_step": 8, "env_errors": 0.3}]) is None
+    verdict = run.update([{"global_step": 9, "env_errors": 0.6}])
+    assert verdict is not None and verdict.name == "env_errors" and verdict.passed is True
+    assert verdict.numbers["rate"] == pytest.approx(0.30) and verdict.numbers["from_step"] == 5
+    # a run with no environment task never logs env_errors: nothing to judge
+    assert monitor.env_error_verdict([{"global_step": s, "reward": 0.5} for s in range(1, 20)]).passed is None

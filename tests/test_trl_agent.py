@@ -121,15 +121,38 @@ def test_rollout_output_is_trl_s_contract_of_the_trajectories():
     b.set_turn_reward(1.0)
     played = b.finish("stop")
     failed = TrajectoryBuilder([1, 2]).finish("env_error", "reset: boom")
-    out = rollout_output([played, failed], pad_id=0, logprobs=[[-0.5, -0.25, None, None, None, -1.0, -2.0], []])
-    assert out["prompt_ids"] == [[1, 2, 3], [1, 2]]
-    assert out["completion_ids"] == [[4, 5, 6, 7, 8, 9, 2], [0]]  # an empty completion: one masked pad
-    assert out["env_mask"] == [[1, 1, 0, 0, 0, 1, 1], [0]]
-    assert out["logprobs"] == [[-0.5, -0.25, None, None, None, -1.0, -2.0], [None]]
-    assert out["episode_return"] == [1.0, 0.0]
+    mid = TrajectoryBuilder([1, 2])  # the environment failed on the model's first action
+    mid.add_agent([5, 2])
+    failed_step = mid.finish("env_error", "step: TimeoutError")
+    out = rollout_output([played, failed, failed_step], pad_id=0,
+                         logprobs=[[-0.5, -0.25, None, None, None, -1.0, -2.0], [], [-0.1, -0.2]])
+    assert out["prompt_ids"] == [[1, 2, 3], [1, 2], [1, 2]]
+    assert out["completion_ids"] == [[4, 5, 6, 7, 8, 9, 2], [0], [5, 2]]  # an empty completion: one masked pad
+    # an environment error is out of the loss (masked whole) and unscorable (None: out of the baseline)
+    assert out["env_mask"] == [[1, 1, 0, 0, 0, 1, 1], [0], [0, 0]]
+    assert out["logprobs"] == [[-0.5, -0.25, None, None, None, -1.0, -2.0], [None], [-0.1, -0.2]]
+    assert out["episode_return"] == [1.0, None, None]
     metrics = out["episode_metrics"]
-    assert metrics["env_errors"] == 0.5 and metrics["agent_token_fraction"] == 4 / 7
+    assert metrics["env_errors"] == 2 / 3 and metrics["agent_token_fraction"] == 6 / 9
     assert {"turns_per_episode", "tool_calls_per_episode", "env_latency_s"} <= set(metrics)
+
+
+def test_trl_leaves_a_completion_whose_rewards_are_all_none_out_of_the_baseline():
+    """What the None reward of an environment-error episode relies on, in the pinned TRL's own
+    GRPOTrainer: a row where every reward function returned None is NaN in the group's nan-aware
+    mean and std, and its advantage is 0."""
+    from tests.trl_venv import trl_python_or_skip
+
+    python = trl_python_or_skip()
+    [source] = python.parent.parent.glob("lib/python*/site-packages/trl/trainer/grpo_trainer.py")
+    text = source.read_text(encoding="utf-8")
+    for line in ("unscorable_mask = torch.isnan(rewards_per_func).all(dim=1)",
+                 "rewards[unscorable_mask] = torch.nan",
+                 "mean_grouped_rewards = torch.nanmean(rewards.view(-1, num_generations), dim=1)",
+                 "std_rewards = nanstd(rewards.view(-1, num_generations), dim=1)",
+                 "advantages = torch.nan_to_num(advantages, nan=0.0)",
+                 "loss_mask = completion_mask if tool_mask is None else completion_mask * tool_mask"):
+        assert line in text, line
 
 
 def test_the_generated_rollout_func_plays_one_episode_per_prompt(tmp_path):

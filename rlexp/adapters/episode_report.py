@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 TRAINING_KEYS = ("episode_return", "turns_per_episode", "tool_calls_per_episode", "env_errors",
-                 "agent_token_fraction", "env_latency_s")
+                 "env_error_episodes_masked", "agent_token_fraction", "env_latency_s")
 
 
 SPARK = "▁▂▃▄▅▆▇█"
@@ -207,6 +207,10 @@ def episode_section(attempt_dir: str | Path, primary_role: str = "ood_primary",
                     series = [float(r[key]) for r in rows if isinstance(r.get(key), int | float)]
                     out.append(f"| {key} | {rows[0][key]:.3f} | {rows[-1][key]:.3f} | {min(series):.3f} | "
                                f"{max(series):.3f} | `{sparkline(series)}` |")
+            if any(float(r.get("env_errors") or 0) > 0 for r in rows):
+                out += ["", "Episodes that ended in an environment error (`env_errors`: their share of a step's "
+                        "episodes) were left out of the loss and of their group's baseline; the SOP stops a run "
+                        "whose share passes its `guardrails.env_errors` rate."]
             out.append("")
             if plots and "episodes" in plots:
                 out += [f"![tool calls and turns per episode over training]({plots['episodes'].name})", ""]

@@ -58,18 +58,46 @@ class SlotCache:
         return self._instances[key]
 
 
+# an assistant message the templates below keep as it is (no whitespace to trim, no markup)
+_ASSISTANT_MARK = "rlexpAssistantTurnMark"
+
+
 def render_user_turn(tokenizer: Any, content: str) -> str:
-    """The text the chat template adds for one more user message after an assistant turn, with the
-    generation prompt: the difference between the template applied to ``[user, assistant, user]``
-    and to ``[user, assistant]``. Raises ValueError when the template does not extend that way."""
-    head = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]
+    """The text that goes between a model turn the model ended itself and its next turn, rendered by
+    the tokenizer's own chat template: what the template writes after the assistant's end-of-turn
+    token (ChatML's newline after ``<|im_end|>``; nothing on Llama 3, whose turn ends at
+    ``<|eot_id|>``), then the next user message ``content`` and the generation prompt.
+
+    It is the verified difference of two renderings, ``[user, assistant, user]`` with the
+    generation prompt minus ``[user, assistant]``, plus the rest of the template's assistant-turn
+    closing after its first token, the end-of-turn token the model generates (and the episode
+    already holds). So an episode's ids, prompt + turn + this + turn + ..., are the template's own
+    rendering of the same conversation. Raises ValueError when the template does not extend that
+    way, or closes an assistant turn with something other than a special token."""
+    head = [{"role": "user", "content": "x"}, {"role": "assistant", "content": _ASSISTANT_MARK}]
     base = tokenizer.apply_chat_template(head, tokenize=False, add_generation_prompt=False)
     full = tokenizer.apply_chat_template(
         [*head, {"role": "user", "content": content}], tokenize=False, add_generation_prompt=True
     )
-    if not full.startswith(base):
+    if not full.startswith(base) or _ASSISTANT_MARK not in base:
         raise ValueError("the chat template does not render a further user turn as a suffix")
-    return full[len(base):]
+    return _after_end_of_turn(tokenizer, base[base.rindex(_ASSISTANT_MARK) + len(_ASSISTANT_MARK):]) + full[len(base):]
+
+
+def _after_end_of_turn(tokenizer: Any, closing: str) -> str:
+    """``closing`` (the template's text after an assistant message) less its first token, the
+    end-of-turn token the model stops on; ``""`` when the template closes with nothing."""
+    if not closing:
+        return ""
+    ids = tokenizer(closing, add_special_tokens=False)["input_ids"]
+    first = ids[0] if ids else None
+    decoder = getattr(tokenizer, "added_tokens_decoder", {}) or {}
+    special = first in set(tokenizer.all_special_ids) or bool(getattr(decoder.get(first), "special", False))
+    text = tokenizer.convert_ids_to_tokens(first) if first is not None else None
+    if not special or not isinstance(text, str) or not closing.startswith(text):
+        raise ValueError(f"the chat template closes an assistant turn with {closing!r}, "
+                         "which does not begin with a special end-of-turn token")
+    return closing[len(text):]
 
 
 def turn_seed(seed: int | None, turn: int) -> int | None:

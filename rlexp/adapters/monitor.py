@@ -1,4 +1,5 @@
-"""The in-run monitor: spike log, the G3 smoke gate, G5 runtime assertions, the early-stop rule.
+"""The in-run monitor: spike log, the G3 smoke gate, G5 runtime assertions, the early-stop rule,
+the environment-error stop.
 
 All of it reads normalised metric rows (``metrics.jsonl``) and the plan; none of it touches a
 process. ``rlexp launch`` feeds it each batch of new rows while following a run and acts on the
@@ -282,14 +283,37 @@ def early_stop_verdict(rows: Sequence[Mapping[str, Any]], sop: Sop | None = None
     return early_stop(monitor_points(rows), sop_or_default(sop))
 
 
+def env_error_verdict(rows: Sequence[Mapping[str, Any]], sop: Sop | None = None) -> Verdict:
+    """The environment-error stop (``guardrails.env_errors``): ``passed`` (the rule's condition
+    met: stop the run) when the mean ``env_errors`` (the share of a step's episodes that ended in an
+    environment error) over the last ``window`` logged steps passes ``max_rate``; None until
+    ``window`` steps have logged it (and on runs that never do: no environment task). A NaN share
+    is no point."""
+    settings = guard_settings(sop).env_errors
+    criteria = f"mean env_errors of the last {settings.window} steps <= {settings.max_rate}"
+    points = _series(rows, "env_errors")
+    if len(points) < settings.window:
+        return _gate("env_errors", None, f"{len(points)} of {settings.window} steps with env_errors logged",
+                     criteria, {"steps": len(points)})
+    last = points[-settings.window:]
+    rate = sum(v for _, v in last) / len(last)
+    numbers = {"rate": rate, "from_step": last[0][0], "to_step": last[-1][0], "max_rate": settings.max_rate}
+    if rate > settings.max_rate:
+        return _gate("env_errors", True, f"{rate:.0%} of the episodes of steps {last[0][0]}..{last[-1][0]} ended "
+                     f"in an environment error (more than {settings.max_rate:.0%})", criteria, numbers)
+    return _gate("env_errors", False, f"{rate:.0%} environment errors over steps {last[0][0]}..{last[-1][0]}",
+                 criteria, numbers)
+
+
 @dataclass
 class RunMonitor:
     """Stateful monitor of one live run: feed it new rows, read its verdicts.
 
-    ``update`` returns the early-stop verdict, or the run-health mismatch verdict, when its rule
-    fires (the caller stops the run), else None; ``guards/mismatch.json`` follows the mismatch
-    metrics as they come. ``resume_from`` (a resumed launch: the step it continues from) makes
-    :meth:`finish` write the resume gate (``guards/resume.json``) over the rows this launch logged. The G3/G5 verdicts (``guards/g3.json``, ``guards/g5.json``, pending ones included)
+    ``update`` returns the early-stop verdict, the environment-error stop or the run-health mismatch
+    verdict when its rule fires (the caller stops the run), else None; ``guards/mismatch.json``
+    follows the mismatch metrics as they come. ``resume_from`` (a resumed launch: the step it
+    continues from) makes :meth:`finish` write the resume gate (``guards/resume.json``) over the rows
+    this launch logged. The G3/G5 verdicts (``guards/g3.json``, ``guards/g5.json``, pending ones included)
     and the spike log are written under the attempt directory; a verdict file is rewritten only
     when its verdict changes, not on every poll. ``sop`` (default: the SOP in force, loaded once
     here) gives every number; ``spike_threshold`` overrides its ``guardrails.spikes.grad_norm``.
@@ -346,6 +370,15 @@ class RunMonitor:
         self._write(g5_runtime(self.rows, self.plan, sop=self.sop))
         if self.resume_from is not None:
             self.logged_since_resume.extend(dict(r) for r in new_rows)
+        # judged at each new step in turn: the stop names the first step where the rate passed,
+        # however the rows were batched by the poll
+        for step in sorted({int(r["global_step"]) for r in new_rows if "env_errors" in r}):
+            if self.stopped is not None:
+                break
+            verdict = env_error_verdict([r for r in self.rows if int(r["global_step"]) <= step], self.sop)
+            if verdict.passed:
+                self.stopped = verdict
+                return verdict
         mismatch = self._health_mismatch(new_rows)
         if mismatch is not None:
             return mismatch

@@ -182,6 +182,16 @@ class SpikeSettings(_Section):
 
 
 @dataclass(frozen=True, kw_only=True)
+class EnvErrorSettings(_Section):
+    """Environment tasks: episodes that end in an environment error are left out of training; a run
+    whose share of them, averaged over the last ``window`` logged steps, passes ``max_rate`` is
+    stopped (the environment, not the policy, is failing)."""
+
+    max_rate: float
+    window: int
+
+
+@dataclass(frozen=True, kw_only=True)
 class GuardrailSettings(_Section):
     """The guardrails G0-G5 and the spike log: checks around a run, not decisions."""
 
@@ -192,6 +202,7 @@ class GuardrailSettings(_Section):
     g4: G4Settings
     g5: G5Settings
     spikes: SpikeSettings
+    env_errors: EnvErrorSettings
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -381,6 +392,8 @@ _BOUNDS = (
     _at_least("guardrails.g3.step_time_max_ratio", 1.0),
     _at_least("guardrails.g4.k", 1),
     _at_least("guardrails.g5.at_step", 1),
+    _fraction("guardrails.env_errors.max_rate"),
+    _at_least("guardrails.env_errors.window", 1),
     _at_most("bootstrap.resamples", 1_000_000),
     _at_most("checkpoints.k", 1000),
     _at_most("gate_2.min_seeds", 1000),

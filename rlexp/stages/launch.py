@@ -497,6 +497,10 @@ def run(p: Prepared, *, tracking_uri: str | None = None, follow: bool = True, po
         state = write_state(attempt_dir, "stopped", **base, exit_code=code,
                             reason=f"run health (sop/README.md#run-health): {stop_verdict.reason}",
                             run_health_stop={"rule": stop_verdict.rule, **(stop_verdict.numbers.get("stop") or {})})
+    elif stop_verdict is not None and stop_verdict.name == "env_errors":
+        state = write_state(attempt_dir, "stopped", **base, exit_code=code,
+                            reason=f"environment errors (sop/README.md#guardrails): {stop_verdict.reason}",
+                            env_errors=dict(stop_verdict.numbers))
     elif stop_verdict is not None:
         state = write_state(attempt_dir, "stopped", **base, exit_code=code,
                             reason=f"early stop (sop/README.md#early-stop): {stop_verdict.reason}",

@@ -14,8 +14,11 @@ classic bug of agentic RL; here every loss term goes through the agent mask:
 
 Advantages: ``return`` (default) = the group-normalised episode return (GRPO's estimator, the
 function the single-turn trainer uses) broadcast to the agent tokens; ``token_rewards`` = each
-token's reward used directly as its advantage (dense rewards; local trainer only — for external
-trainers a trajectory's rewards are summed into its one scalar reward).
+agent token's return-to-go (its turn's reward and every later one) minus the group's mean return,
+scaled as ``return`` is (dense rewards; local trainer only — for external trainers a trajectory's
+rewards are summed into its one scalar reward). An episode that ended in an environment error is
+left out of the loss (its agent tokens leave the mask) and out of its group's baseline, and
+counted (``env_error_episodes_masked``; ``env_errors`` is their share).
 
 GSPO (:func:`rlexp.trainers.local.loss.gspo_loss`) replaces the token-level ratio by a
 sequence-level one, with its own clip range; the losses and advantages are pure functions in
@@ -92,8 +95,13 @@ def collect_env_rollout(
         x.to(device) for x in pack_trajectories(flat, tokenizer.pad_token_id)
     )
     returns = torch.tensor([[t.episode_return for t in group] for group in played], dtype=torch.float32, device=device)
+    # an episode that ended in an environment error says nothing about the policy: out of its
+    # group's baseline and out of the loss (its agent tokens leave the mask), counted in the stats
+    valid = torch.tensor([[t.finish_reason != "env_error" for t in group] for group in played], device=device)
+    played_mask, action_mask = action_mask, action_mask * valid.reshape(-1, 1).to(action_mask.dtype)
     advantages = trajectory_advantages(
-        returns, action_mask, token_rewards, estimator=cfg.advantage_estimator, mode=options.advantage_mode
+        returns, action_mask, token_rewards, estimator=cfg.advantage_estimator, mode=options.advantage_mode,
+        valid=valid,
     )
     with torch.no_grad():
         old_logp, entropy = _logprobs_in_chunks(model, input_ids, attention_mask, cfg.micro_train_batch_size)
@@ -101,10 +109,11 @@ def collect_env_rollout(
     stats = {
         "reward": returns.mean().item(),
         "group_reward_std": returns.std(dim=-1).nan_to_num(0.0).mean().item() if G > 1 else 0.0,
-        "response_length": float(action_mask.sum(-1).mean().item()),
+        "response_length": float(played_mask.sum(-1).mean().item()),
         "entropy": masked_mean(entropy, action_mask).item(),
         "rollout_s": rollout_s,
         **episode_metrics(flat),
+        "env_error_episodes_masked": float((~valid).sum().item()),
     }
     rollout = Rollout(input_ids, attention_mask, action_mask, returns, advantages, old_logp, ref_logp, stats)
     return rollout, played

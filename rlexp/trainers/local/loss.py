@@ -104,16 +104,69 @@ def grpo_loss(
 
 
 def trajectory_advantages(
-    returns: torch.Tensor, action_mask: torch.Tensor, token_rewards: torch.Tensor, *, estimator: str, mode: str
+    returns: torch.Tensor, action_mask: torch.Tensor, token_rewards: torch.Tensor, *, estimator: str, mode: str,
+    valid: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Per-position advantages ``[N, T-1]`` (zero off the agent mask). ``returns`` is ``[B, G]``,
-    rows of ``action_mask`` are ordered prompt-major like it."""
+    rows of ``action_mask`` are ordered prompt-major like it.
+
+    ``valid`` (``[B, G]`` bools, default all): an episode marked False (it ended in an environment
+    error) is out of its group's baseline and gets advantage 0; the caller also drops it from the
+    loss's mask. ``return``: the group advantage of the episode return, on every agent token.
+    ``token_rewards``: the return-to-go of each agent token (its own reward and every later one)
+    minus the group's mean episode return, divided by the group's std for ``group_norm`` (the same
+    baseline and scale as ``return``, so an episode rewarded only at its end gets the same
+    advantage in both modes)."""
+    import torch
+
+    if valid is None:
+        valid = torch.ones_like(returns, dtype=torch.bool)
     if mode == "return":
-        seq = group_advantages(returns, estimator).reshape(-1, 1)
+        seq = episode_advantages(returns, estimator, valid).reshape(-1, 1)
         return seq.expand_as(action_mask) * action_mask
     if mode == "token_rewards":
-        return token_rewards * action_mask
+        agent_rewards = token_rewards * action_mask
+        to_go = agent_rewards.flip(-1).cumsum(-1).flip(-1)
+        mean, scale, usable = group_baseline(returns, estimator, valid)
+        centred = (to_go - mean.reshape(-1, 1)) / scale.reshape(-1, 1)
+        return centred * usable.reshape(-1, 1) * action_mask
     raise ValueError(f"unknown advantage mode {mode!r}")
+
+
+def episode_advantages(returns: torch.Tensor, estimator: str, valid: torch.Tensor) -> torch.Tensor:
+    """:func:`group_advantages` of each group's valid episodes alone; 0 for the others."""
+    import torch
+
+    if bool(valid.all()):
+        return group_advantages(returns, estimator)
+    out = torch.zeros_like(returns)
+    for b in range(returns.shape[0]):
+        keep = valid[b]
+        if bool(keep.any()):
+            out[b, keep] = group_advantages(returns[b, keep].unsqueeze(0), estimator).squeeze(0)
+    return out
+
+
+def group_baseline(returns: torch.Tensor, estimator: str, valid: torch.Tensor):
+    """Per episode ``[B, G]``: its group's mean return and scale over the group's valid episodes
+    (``group_norm``: unbiased std + 1e-9, as :func:`group_advantages`; ``dr_grpo``: 1), and whether
+    it takes an advantage at all (valid, in a group with a baseline: two valid episodes for
+    ``group_norm``, one for ``dr_grpo``)."""
+    import torch
+
+    if estimator not in ("group_norm", "dr_grpo"):
+        raise ValueError(f"unknown advantage estimator {estimator!r}")
+    mean, scale = torch.zeros_like(returns), torch.ones_like(returns)
+    usable = torch.zeros_like(returns)
+    for b in range(returns.shape[0]):
+        kept = returns[b, valid[b]]
+        if kept.numel() == 0 or (estimator == "group_norm" and kept.numel() < 2):
+            continue
+        mean[b] = kept.mean()
+        if estimator == "group_norm":
+            scale[b] = kept.std() + 1e-9
+        usable[b] = valid[b].to(returns.dtype)
+    return mean, scale, usable
 
 
 # =============================================================================== GSPO

@@ -149,7 +149,10 @@ def rollout_output(trajectories: list[Any], *, pad_id: int, logprobs: list[list[
     as ``env_mask``, the sampler's ``logprobs`` (None where none are given), and the columns the
     reward function reads (``episode_return``; ``episode_metrics``, the local trainer's metrics of
     this batch). An episode with no token after its prompt (its environment failed at reset) gets
-    one pad token, masked: TRL reads the last completion token of every row."""
+    one pad token, masked: TRL reads the last completion token of every row. An episode that ended
+    in an environment error is masked whole and its ``episode_return`` is None: the reward function
+    returns None for it, which TRL (1.16) reads as unscorable, out of its group's baseline with
+    advantage 0 — left out of training, as the local trainer leaves it out."""
     from rlexp.core.environments import episode_metrics
 
     prompt_ids, completion_ids, env_mask, out_logprobs = [], [], [], []
@@ -159,6 +162,8 @@ def rollout_output(trajectories: list[Any], *, pad_id: int, logprobs: list[list[
         lp = list(logprobs[i]) if logprobs is not None else [None] * len(completion)
         if not completion:
             completion, mask, lp = [pad_id], [0], [None]
+        if t.finish_reason == "env_error":
+            mask = [0] * len(mask)
         prompt_ids.append(list(t.token_ids[:t.prompt_len]))
         completion_ids.append(completion)
         env_mask.append(mask)
@@ -168,7 +173,7 @@ def rollout_output(trajectories: list[Any], *, pad_id: int, logprobs: list[list[
         "completion_ids": completion_ids,
         "logprobs": out_logprobs,
         "env_mask": env_mask,
-        "episode_return": [t.episode_return for t in trajectories],
+        "episode_return": [None if t.finish_reason == "env_error" else t.episode_return for t in trajectories],
         "episode_metrics": episode_metrics(trajectories),
     }
 

@@ -79,12 +79,13 @@ def rollout_func(prompts, trainer):
 
 
 def episode_return(prompts, completions, episode_return, episode_metrics=None, log_metric=None, **kwargs):
-    """The reward TRL normalises per group: the environment's return of each episode. Logs the
-    episode metrics under the local trainer's names."""
+    """The reward TRL normalises per group: the environment's return of each episode; None for an
+    episode that ended in an environment error (TRL leaves it out of the baseline, advantage 0).
+    Logs the episode metrics under the local trainer's names."""
     if log_metric is not None and episode_metrics:
         for name, value in sorted(episode_metrics[0].items()):
             log_metric(name, float(value))
-    return [float(r) for r in episode_return]
+    return [None if r is None else float(r) for r in episode_return]
 
 
 REWARD_FUNCS = [episode_return]
