@@ -402,7 +402,7 @@ def selection_line(record: Mapping[str, Any]) -> str | None:
         return None
     low, high = adj["ci_pp"]
     return (f"{adj['checkpoint']} is the best of {adj['k']} checkpoints: raw Δ {adj['raw_pp']:+.2f} pp vs "
-            f"{str(adj['baseline']).replace('baseline_', '')}; adjusted for that selection (median-unbiased, "
+            f"{str(adj['baseline']).replace('baseline_', '')}; adjusted for that selection (hybrid of "
             f"Andrews, Kitagawa & McCloskey 2024) {adj['adjusted_pp']:+.2f} pp, {100 * adj['confidence']:g}% CI "
             f"[{low:+.2f}, {high:+.2f}] pp. The SOP's gates use the raw Δ.")
 
