@@ -223,7 +223,7 @@ DELTA_CORRELATION_OF_RHO = {0.3: 0.29, 0.6: 0.46, 0.9: 0.73}
 
 def gate_1b_best_of_k_normal(delta_pp: float, n: int, discordance: float, *, k: int = 3,
                              delta_correlation: float, min_delta_pp: float = 3.0,
-                             max_mcnemar_p: float = 0.05) -> float:
+                             max_mcnemar_p: float = 0.05, per_checkpoint: float | None = None) -> float:
     """P(some of K checkpoints passes Gate-1b's Δ and McNemar clauses), standard library only (for
     ``rlexp plan``): the per-checkpoint probability p₁ (:func:`gate_1b_pass_probability`, exact)
     carried to K checkpoints through a Gaussian copula with the checkpoints' Δ correlation r, i.e.
@@ -238,7 +238,8 @@ def gate_1b_best_of_k_normal(delta_pp: float, n: int, discordance: float, *, k: 
     """
     from statistics import NormalDist
 
-    one = gate_1b_pass_probability(delta_pp, n, discordance, min_delta_pp=min_delta_pp, max_mcnemar_p=max_mcnemar_p)
+    one = (gate_1b_pass_probability(delta_pp, n, discordance, min_delta_pp=min_delta_pp, max_mcnemar_p=max_mcnemar_p)
+           if per_checkpoint is None else per_checkpoint)   # a per-checkpoint rate of another test (clustered)
     r = delta_correlation
     if not 0.0 <= r <= 1.0:
         raise ValueError(f"delta_correlation must be in [0, 1], got {r}")
