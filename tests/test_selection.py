@@ -75,7 +75,7 @@ def reference_hybrid(x: np.ndarray, cov: np.ndarray, winner: int, alpha: float =
     sd = np.sqrt(np.diag(cov))
     corr = cov / np.outer(sd, sd)
     k = len(x)
-    mvn = sps.multivariate_normal(mean=np.zeros(k), cov=corr, allow_singular=True, seed=0, abseps=1e-7, releps=1e-7)
+    mvn = sps.multivariate_normal(mean=np.zeros(k), cov=corr, allow_singular=True, seed=0, abseps=1e-5, releps=1e-5)
     def coverage(c: float) -> float:
         return mvn.cdf(np.full(k, c), lower_limit=np.full(k, -c)) - (1 - beta)
     crit = optimize.brentq(coverage, 1.0, 6.0, xtol=1e-6)
@@ -106,9 +106,9 @@ def test_hybrid_matches_an_implementation_from_the_paper(case):
     x = np.array([0.02, 0.0195 - 0.004 * case, 0.01])   # case 0: a near tie; then wider leads
     est, low, high, crit = reference_hybrid(x, cov, 0)
     res = winner_inference(x, cov, winner=0)
-    # c_β from 40,000 fixed draws vs the CDF: within about 0.02 σ; the solutions move by at most that
-    assert float(res["projection_half_width"]) / sd[0] == pytest.approx(crit, abs=0.03)
-    tol = 0.03 * sd[0]
+    # c_β from 20,000 fixed draws vs the CDF: within about 0.03 σ; the solutions move by at most that
+    assert float(res["projection_half_width"]) / sd[0] == pytest.approx(crit, abs=0.05)
+    tol = 0.05 * sd[0]
     assert float(res["estimate"]) == pytest.approx(est, abs=tol)
     assert float(res["low"]) == pytest.approx(low, abs=tol)
     assert float(res["high"]) == pytest.approx(high, abs=tol)

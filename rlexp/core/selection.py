@@ -41,7 +41,7 @@ from typing import Any
 METHOD = "Andrews, Kitagawa & McCloskey (2024) hybrid inference on the winner (β = α/10)"
 _LOW_T, _HIGH_T = -400.0, 60.0   # search range of (μ − X_k̂) / sd: beyond, Δ would pass ±100 pp
 _BISECTIONS = 80
-DRAWS = 40_000   # normal vectors behind the projection critical value c_β
+DRAWS = 20_000   # normal vectors behind the projection critical value c_β
 
 
 @dataclass(frozen=True)
@@ -123,13 +123,15 @@ def projection_critical_value(cov: Any, beta: float, *, draws: int = DRAWS) -> A
     vals, vecs = np.linalg.eigh(corr)
     root = vecs * np.sqrt(np.clip(vals, 0.0, None))[..., None, :]
     normals = np.random.default_rng(0).standard_normal((draws, k))
-    flat_root = root.reshape(-1, k, k)
+    # one quantile per distinct correlation matrix (a broadcast Σ is computed once)
+    _, where = np.unique(corr.reshape(-1, k * k), axis=0, return_inverse=True)
+    flat_root = root.reshape(-1, k, k)[np.unique(where.reshape(-1), return_index=True)[1]]
     out = np.empty(flat_root.shape[0])
     chunk = max(1, 4_000_000 // (draws * k))
     for i in range(0, flat_root.shape[0], chunk):
         xi = np.einsum("dk,bjk->bdj", normals, flat_root[i:i + chunk])
         out[i:i + chunk] = np.quantile(np.abs(xi).max(axis=-1), 1 - beta, axis=-1)
-    return np.clip(out.reshape(sigma.shape[:-2]), single, bonferroni)
+    return np.clip(out[where.reshape(-1)].reshape(sigma.shape[:-2]), single, bonferroni)
 
 
 def winner_inference(estimates: Any, cov: Any, confidence: float = 0.95, winner: Any = None,
