@@ -426,17 +426,28 @@ def test_a_checkpoint_significantly_worse_than_sota_is_flagged_first_whatever_th
     write_records(d, "baseline_sota", "ood_primary", sota)
     res = decide_attempt(d, now=NOW)
     flagged = {(r["checkpoint"], r["against"]) for r in res["regressions"]}
-    # the reference: McNemar exact (scipy's binomial test) and the sign of the interval, pair by pair
+    # the reference: McNemar exact (scipy's binomial test) for every comparison decide made, Holm's
+    # step-down written out here over that family, and the sign of Δ
     from scipy.stats import binomtest
 
-    expected = set()
-    for ck in ("global_step200", "global_step100"):
-        for baseline in ("baseline_s0", "baseline_sota"):
-            brief = res["checkpoints"][ck]["vs"][baseline]["ood_primary"]
-            p = binomtest(brief["c"], brief["b"] + brief["c"], 0.5).pvalue
-            assert brief["mcnemar_p"] == pytest.approx(p)
-            if p < 0.05 and brief["ci_pp"][1] < 0:
-                expected.add((ck, baseline))
+    family = []
+    for ck, entry in res["checkpoints"].items():
+        for baseline, per_set in entry["vs"].items():
+            for _role, brief in per_set.items():
+                p = binomtest(brief["c"], brief["b"] + brief["c"], 0.5).pvalue
+                assert brief["mcnemar_p"] == pytest.approx(p)
+                family.append(((ck, baseline), p, brief["delta_pp"]))
+    m = len(family)
+    order = sorted(range(m), key=lambda i: family[i][1])
+    holm, running = [0.0] * m, 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * family[i][1]))
+        holm[i] = running
+    expected = {family[i][0] for i in range(m) if holm[i] < 0.05 and family[i][2] < 0}
+    assert {r["family_size"] for r in res["regressions"]} == {m} and m >= 4
+    for r in res["regressions"]:
+        i = next(j for j in range(m) if family[j][0] == (r["checkpoint"], r["against"]) and r["set"] == "ood_primary")
+        assert r["holm_p"] == pytest.approx(holm[i])
     assert expected == flagged and ("global_step100", "baseline_sota") in flagged
     assert ("global_step200", "baseline_s0") not in flagged
     assert res["decision"] == "CONTINUE"  # flagged whatever the decision
@@ -445,6 +456,7 @@ def test_a_checkpoint_significantly_worse_than_sota_is_flagged_first_whatever_th
     assert out.startswith("REGRESSION: ")
     head = out.split("vs baseline_sota on ood_primary")[0]  # before the checkpoint table
     assert "REGRESSION: global_step100 is significantly worse than sota on ood_primary: Δ" in head
+    assert "Holm p" in head and f"within the attempt's {m} comparisons" in head
     report = render_markdown(gather(d))
     first = report.split("**Decision:")[0]
     assert "REGRESSION: global_step100 is significantly worse than sota" in first

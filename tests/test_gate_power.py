@@ -188,3 +188,22 @@ def test_carried_tails_equal_the_summed_ones(n):
     m, pm, c = (np.array(col) for col in zip(*table, strict=True))
     reference = float(np.sum(pm * binom.sf(c - 1, m, (d + delta) / (2 * d))))
     assert gate_1b_pass_probability(100 * delta, n, d) == pytest.approx(reference, abs=1e-9)
+
+
+@pytest.mark.parametrize(("n", "discordance"), [(1000, 0.12), (500, 0.12)])
+def test_claim_probability_for_plan_agrees_with_the_simulated_rule(n, discordance):
+    # plan's standard-library STOP-1 probability against rlexp sop calibrate's simulation of the whole
+    # rule (judge: Gate-1b on the best of 3 of the first seed, Gate-2 over both seeds), 20,000 studies
+    from rlexp.core.calibrate import claim_probability
+    from rlexp.core.sop import load_sop
+    from rlexp.stats._gate_power import DELTA_CORRELATION_OF_RHO, claim_probability_normal
+
+    sop = load_sop()
+    sim = claim_probability(sop, 3.0, n, discordance, sims=20_000)
+    for r, rate, se in zip(DELTA_CORRELATION_OF_RHO.values(), sim["rates"], sim["mc_se"], strict=True):
+        approx = claim_probability_normal(3.0, n, discordance, k=3, delta_correlation=r,
+                                          min_each_delta_pp=sop.gate_2.min_each_delta_pp,
+                                          min_mean_delta_pp=sop.gate_2.min_mean_delta_pp)
+        assert abs(approx - rate) < 0.02 + 3 * se
+    # below the bar the claim is rarer than Gate-1b alone would suggest, but not zero (the winner's curse)
+    assert 0.1 < claim_probability_normal(2.0, n, discordance, delta_correlation=0.46) < 0.4

@@ -143,3 +143,14 @@ def test_binary_scores_with_cluster_use_the_clustered_p_and_keep_mcnemar(tmp_pat
     assert out["ci_pp"] == pytest.approx([100 * float(x) for x in fit.conf_int()[0]])
     assert out["mcnemar_p"] == out["p_value_naive"]  # McNemar kept, as the items-independent test
     assert any("only 12 clusters" in w for w in out["warnings"])
+    # Gate-1b's figures come from the same clustered test as the power beside them (statsmodels' CR1 SE,
+    # scipy's noncentral t written out here): a pass needs Δ ≥ 3pp and the clustered p < 0.05
+    se_pp, df = 100 * float(fit.bse[0]), 11
+    cut = max(3.0 / se_pp, sps.t.ppf(0.975, df))
+    assert out["gate_1b_pass_power_at_3pp"] == pytest.approx(sps.nct.sf(cut, df, 3.0 / se_pp), rel=1e-6)
+    assert out["gate_1b_pass_power_at_3pp"] <= out["power_at_3pp"]   # a Gate-1b pass is a clustered rejection
+    assert sps.nct.sf(cut, df, out["gate_1b_effect_80_pp"] / se_pp) == pytest.approx(0.8, abs=1e-5)
+    best = out["gate_1b_best_of_k_at_3pp"]["rates"]
+    assert all(out["gate_1b_pass_power_at_3pp"] <= r <= 1 - (1 - out["gate_1b_pass_power_at_3pp"]) ** 3 + 1e-9
+               for r in best)   # between one checkpoint and three independent ones
+    assert out["gate_1b_pass_power_at_3pp_naive"] != out["gate_1b_pass_power_at_3pp"]

@@ -88,6 +88,12 @@ def test_example_a30_plans_clean(example, capsys):
     best = data["power"]["gate_1b_best_of_k_at_win_threshold"]
     assert best["k"] == 3 and best["correlations"] == [0.3, 0.6, 0.9]
     assert 0.67 < min(best["rates"]) < max(best["rates"]) < 0.85
+    # the claim itself (STOP-1: Gate-1b on the best of 3, a second seed, Gate-2) is rarer than Gate-1b
+    # alone, rho by rho; sop/README.md's calibration quotes 62-78% at +3pp for N = 1000, 12% discordance
+    claim = data["power"]["claim_probability_at_win_threshold"]
+    assert claim["correlations"] == best["correlations"] and claim["effect_pp"] == 3.0
+    assert all(c < b for c, b in zip(claim["rates"], best["rates"], strict=True))
+    assert all(0.55 < r < 0.82 for r in claim["rates"])
     assert data["diff"] == [{"key": "micro_train_batch_size", "parent": 1, "value": 2, "kind": "training"}]
 
 

@@ -101,7 +101,8 @@ def _print(r: dict[str, Any]) -> None:
             (_mde_label(r), f"{r['mde_pp']:.2f} pp" if r["mde_pp"] is not None else "none within the discordance"),
             ("power at +3 pp" + (" (clustered)" if clustered else " (exact McNemar, observed discordance)"),
              _pct(r["power_at_3pp"])),
-            ("Gate-1b pass probability at a true +3 pp, one checkpoint", _pct(r["gate_1b_pass_power_at_3pp"])),
+            ("Gate-1b pass probability at a true +3 pp, one checkpoint" + (" (clustered)" if clustered else ""),
+             _pct(r["gate_1b_pass_power_at_3pp"])),
             (_best_label(r.get("gate_1b_best_of_k_at_3pp")), _range(r.get("gate_1b_best_of_k_at_3pp"))),
             ("true effect passing Gate-1b with 80%, one checkpoint",
              f"{r['gate_1b_effect_80_pp']:.2f} pp" if r["gate_1b_effect_80_pp"] is not None else "none"),
@@ -128,7 +129,7 @@ def _print(r: dict[str, Any]) -> None:
         rows.append(("SE clustered, CR0 / CR1", f"{scale * r['se_clustered']:.{digits}f} / "
                      + (f"{scale * cr1:.{digits}f}{unit}" if cr1 is not None else "-")))
         if r["mode"] == "binary":
-            rows.append(("Gate-1b figures above", "items independent (McNemar)"))
+            rows.append(("Gate-1b figures above", "clustered test (Δ bar and cluster-robust p)"))
         rows.append((f"cluster-robust t (CR1, df {df}) p",
                      f"{r['p_clustered']:.4f}" if r["p_clustered"] is not None else "-"))
     if "p_holm" in r:

@@ -149,7 +149,7 @@ def render(result: PlanResult) -> None:
     best = p.get("gate_1b_best_of_k_at_win_threshold")
     k = best["k"] if best else 3
     for col in ("set", "n", "discordance", "MDE (pp)", f"power at {threshold}", "n for it (z)",
-                f"Gate-1b passes a true {threshold}: one ckpt", f"best of {k}",
+                f"Gate-1b passes a true {threshold}: one ckpt", f"best of {k}", "claim (STOP-1)",
                 "effect passing Gate-1b 80%: one ckpt"):  # fmt: skip
         power.add_column(col, justify="right")
     for name, row in (("ood_primary", p if p.get("n") else None), ("ood_monitor", p.get("monitor"))):
@@ -157,11 +157,13 @@ def render(result: PlanResult) -> None:
             gate_pass, gate_effect = row.get("gate_1b_pass_power_at_win_threshold"), row.get("gate_1b_effect_80_pp")
             mde, exact = row.get("mde_exact_pp"), row.get("power_exact_at_win_threshold")
             rates = (row.get("gate_1b_best_of_k_at_win_threshold") or {}).get("rates")
+            claim = (row.get("claim_probability_at_win_threshold") or {}).get("rates")
             power.add_row(name, f"{row['n']:,}", f"{row['discordance']:.1%}",
                           f"{mde:.1f}" if mde is not None else "beyond",
                           f"{exact:.0%}" if exact is not None else "-", f"{row['n_for_win_threshold']:,}",
                           f"{gate_pass:.0%}" if gate_pass is not None else "-",
                           f"{min(rates):.0%}–{max(rates):.0%}" if rates else "-",
+                          f"{min(claim):.0%}–{max(claim):.0%}" if claim else "-",
                           f"{gate_effect:.2f} pp" if gate_effect is not None else "none")  # fmt: skip
     console.print(power)
     console.print("MDE and power: the exact McNemar test the SOP runs; n for it: Miller's z approximation. One "
@@ -170,6 +172,11 @@ def render(result: PlanResult) -> None:
         console.print(f"Best of {k}: some of the K={k} checkpoints passes Gate-1b, what a decision on K gets, over a "
                       f"latent checkpoint correlation of {max(best['correlations']):g} to {min(best['correlations']):g} "
                       "(rlexp sop calibrate's model, Gaussian-copula approximation).")
+    claim = p.get("claim_probability_at_win_threshold")
+    if claim:
+        console.print(f"Claim (STOP-1): the probability that the whole claim rule (Gate-1b on the best of {claim['k']}, a "
+                      f"second seed, Gate-2 on both seeds' selected Δ) makes the attempt a release candidate at a true "
+                      f"{threshold}, same correlations (normal approximation; rlexp sop calibrate simulates it).")
     errors = sum(c.severity == "error" for c in result.checks)
     warnings = len(result.checks) - errors
     verdict = "[red]blocked[/red]" if errors else "[green]ready[/green]"

@@ -530,3 +530,51 @@ def gate_1b_best_of_k(effect_pp: float, n: int, discordance: float, *, k: int = 
         passes = (delta >= min_delta_pp - EPS) & (mcnemar_exact_vec(b, c) < max_mcnemar_p - EPS)
         out.append(float(passes.any(axis=1).mean()))
     return tuple(out)
+
+
+class _NormalIntervals:
+    """The interval clause in its normal approximation (Wald on the paired Δ, the SOP's confidence):
+    for the plan's claim probability, where the seeded bootstrap of every distinct (b, c) would
+    cost seconds; Gate-1b's interval clause rarely binds once its McNemar clause holds."""
+
+    def __init__(self, n: int, confidence: float) -> None:
+        from scipy.special import ndtri
+
+        self.n, self.z = n, float(ndtri(1 - (1 - confidence) / 2))
+
+    def low(self, b: Any, c: Any, right: Any) -> Any:
+        import numpy as np
+
+        delta = (c - b) / self.n
+        se = np.sqrt(np.clip((b + c) / self.n - delta ** 2, 0.0, None) / self.n)
+        return 100.0 * (delta - self.z * se)
+
+
+def claim_probability(sop: Sop, effect_pp: float, n: int, discordance: float, *,
+                      correlations: tuple[float, ...] = DEFAULT_CORRELATIONS, sims: int = 4000,
+                      seed: int = 0) -> dict[str, Any] | None:
+    """P(STOP-1) at a true ``effect_pp`` for every checkpoint of both runs: the whole claim rule of
+    :func:`judge` (Gate-1b on the best of the K checkpoints of the first run, Gate-2 over both runs'
+    selected Δ's), one rate per latent checkpoint correlation, with its Monte-Carlo SE. The model of
+    :func:`calibrate` with the baseline accuracy fixed at 0.7 and the interval clause in its normal
+    approximation (:class:`_NormalIntervals`), so that ``plan`` can print it in a fraction of a
+    second. None when the effect or discordance is not possible under the model."""
+    import numpy as np
+
+    s = CalibrationSettings(sims=sims, seed=seed, n=n, base_acc_low=0.7, base_acc_high=0.7,
+                            discordance=discordance, k=sop.checkpoints.k, correlations=correlations,
+                            effect_pp=effect_pp)
+    try:
+        check_settings(s)
+    except ValueError:
+        return None
+    intervals = _NormalIntervals(n, sop.bootstrap.confidence)
+    rates, ses = [], []
+    for index, rho in enumerate(correlations):
+        sim = simulate_counts(s, effect_pp, rho, np.random.default_rng([seed, index]), sims)
+        hit = judge(sim["b"], sim["c"], sim["right"], n, sop, intervals)["stop_1"]  # type: ignore[arg-type]
+        rate = _rate(hit)
+        rates.append(rate.rate)
+        ses.append(rate.se)
+    return {"effect_pp": effect_pp, "k": sop.checkpoints.k, "correlations": list(correlations), "rates": rates,
+            "mc_se": ses, "sims": sims}

@@ -79,7 +79,7 @@ def build_plan(att: Attempt) -> dict[str, Any]:
     from rlexp.core.gate_power import add_best_of_k
     from rlexp.core.sop import load_sop
 
-    add_best_of_k(power_json, load_sop())
+    add_best_of_k(power_json, load_sop())   # and the claim's probability beside it
     plan = {
         "format": PLAN_FORMAT,
         "attempt": att.id,

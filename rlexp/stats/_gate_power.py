@@ -299,7 +299,7 @@ DELTA_CORRELATION_OF_RHO = {0.3: 0.29, 0.6: 0.46, 0.9: 0.73}
 
 def gate_1b_best_of_k_normal(delta_pp: float, n: int, discordance: float, *, k: int = 3,
                              delta_correlation: float, min_delta_pp: float = 3.0,
-                             max_mcnemar_p: float = 0.05) -> float:
+                             max_mcnemar_p: float = 0.05, per_checkpoint: float | None = None) -> float:
     """P(some of K checkpoints passes Gate-1b's Δ and McNemar clauses), standard library only (for
     ``rlexp plan``): the per-checkpoint probability p₁ (:func:`gate_1b_pass_probability`, exact)
     carried to K checkpoints through a Gaussian copula with the checkpoints' Δ correlation r, i.e.
@@ -314,7 +314,8 @@ def gate_1b_best_of_k_normal(delta_pp: float, n: int, discordance: float, *, k: 
     """
     from statistics import NormalDist
 
-    one = gate_1b_pass_probability(delta_pp, n, discordance, min_delta_pp=min_delta_pp, max_mcnemar_p=max_mcnemar_p)
+    one = (gate_1b_pass_probability(delta_pp, n, discordance, min_delta_pp=min_delta_pp, max_mcnemar_p=max_mcnemar_p)
+           if per_checkpoint is None else per_checkpoint)   # a per-checkpoint rate of another test (clustered)
     r = delta_correlation
     if not 0.0 <= r <= 1.0:
         raise ValueError(f"delta_correlation must be in [0, 1], got {r}")
@@ -339,6 +340,64 @@ def gate_1b_best_of_k_normal(delta_pp: float, n: int, discordance: float, *, k: 
     return min(1.0, max(0.0, 1.0 - total * step))
 
 
+def claim_probability_normal(delta_pp: float, n: int, discordance: float, *, k: int = 3,
+                             delta_correlation: float, min_delta_pp: float = 3.0, max_mcnemar_p: float = 0.05,
+                             min_each_delta_pp: float = 0.0, min_mean_delta_pp: float = 3.0) -> float:
+    """P(STOP-1) at a true ``delta_pp`` for every checkpoint, standard library only (for ``rlexp plan``):
+    Gate-1b passes on some of the K checkpoints of the first seed, and Gate-2 on the two seeds'
+    selected (largest) Δ's: each above ``min_each_delta_pp`` and their mean at least
+    ``min_mean_delta_pp``. The K observed Δ's of a seed are N(Δ, s²), s² = (d − Δ²)/n, with correlation
+    r; Gate-1b on a checkpoint is its standardized Δ above t₁, Φ(t₁) = 1 − p₁ with p₁ the exact
+    per-checkpoint probability (:func:`gate_1b_pass_probability`, as :func:`gate_1b_best_of_k_normal`).
+    With F the CDF of the maximum M of K such standardized Δ's (F(x) = ∫ φ(z) Φ((x − √r z)/√(1 − r))^K dz)
+    and the two seeds independent, P = ∫ 1{x ≥ max(t₁, e)} (1 − F(max(e, 2m − x))) dF(x), e and m the
+    Gate-2 bars standardized. tests/test_gate_power.py checks it against the simulation of the whole
+    rule (:func:`rlexp.core.calibrate.claim_probability`).
+    """
+    from statistics import NormalDist
+
+    d, mu = discordance, delta_pp / 100.0
+    one = gate_1b_pass_probability(delta_pp, n, d, min_delta_pp=min_delta_pp, max_mcnemar_p=max_mcnemar_p)
+    if one <= 0.0:
+        return 0.0
+    r = delta_correlation
+    if not 0.0 <= r < 1.0:
+        raise ValueError(f"delta_correlation must be in [0, 1), got {r}")
+    sd = math.sqrt(max(d - mu * mu, 1e-12) / n)
+    t1 = NormalDist().inv_cdf(1.0 - one) if one < 1.0 else -math.inf
+    e = (min_each_delta_pp / 100.0 - mu) / sd
+    m2 = 2 * (min_mean_delta_pp / 100.0 - mu) / sd
+    sqrt_r, spread, sqrt2, erf, exp = math.sqrt(r), math.sqrt(1.0 - r), math.sqrt(2.0), math.erf, math.exp
+    zs = [-7.0 + 0.2 * i for i in range(71)]   # trapezoid on a Gaussian integrand: accurate at this step
+    weights = [0.2 * exp(z * z / -2.0) / math.sqrt(math.tau) for z in zs]
+    low, step, points = -8.0, 0.05, 341      # F tabulated on [−8, 9], interpolated linearly between
+
+    def tabulated(x: float) -> float:
+        total = 0.0
+        for z, w in zip(zs, weights, strict=True):
+            total += w * (0.5 * (1.0 + erf(((x - sqrt_r * z) / spread) / sqrt2))) ** k
+        return min(1.0, total)
+
+    table = [tabulated(low + step * i) for i in range(points)]
+
+    def cdf_max(x: float) -> float:
+        pos = (x - low) / step
+        if pos <= 0:
+            return table[0] if pos == 0 else 0.0
+        if pos >= points - 1:
+            return 1.0
+        i = int(pos)
+        return table[i] + (pos - i) * (table[i + 1] - table[i])
+
+    start = max(t1, e, low)
+    total, previous, x = 0.0, cdf_max(start), start
+    while x < low + step * (points - 1):
+        now = cdf_max(x + step)
+        total += (now - previous) * (1.0 - cdf_max(max(e, m2 - (x + step / 2))))
+        previous, x = now, x + step
+    return min(1.0, max(0.0, total))
+
+
 def add_best_of_k(power_json: dict, sop: object) -> None:
     """Beside the per-checkpoint Gate-1b pass probability of a plan's power figures (``n``,
     ``discordance``): the chance that the best of the SOP's K checkpoints passes Gate-1b at a true
@@ -346,6 +405,7 @@ def add_best_of_k(power_json: dict, sop: object) -> None:
     (:func:`gate_1b_best_of_k_normal`), as ``gate_1b_best_of_k_at_win_threshold``."""
     n, d = power_json.get("n"), power_json.get("discordance")
     power_json["gate_1b_best_of_k_at_win_threshold"] = None
+    power_json["claim_probability_at_win_threshold"] = None
     gate, k = sop.gate_1b, sop.checkpoints.k  # type: ignore[attr-defined]
     if not n or not d or gate.min_delta_pp > 100.0 * d:
         return
@@ -354,3 +414,11 @@ def add_best_of_k(power_json: dict, sop: object) -> None:
              for r in DELTA_CORRELATION_OF_RHO.values()]
     power_json["gate_1b_best_of_k_at_win_threshold"] = {"k": k, "correlations": list(DELTA_CORRELATION_OF_RHO),
                                                         "rates": rates}
+    g2 = sop.gate_2  # type: ignore[attr-defined]
+    claim = [claim_probability_normal(gate.min_delta_pp, n, d, k=k, delta_correlation=r,
+                                      min_delta_pp=gate.min_delta_pp, max_mcnemar_p=gate.max_mcnemar_p,
+                                      min_each_delta_pp=g2.min_each_delta_pp, min_mean_delta_pp=g2.min_mean_delta_pp)
+             for r in DELTA_CORRELATION_OF_RHO.values()]
+    power_json["claim_probability_at_win_threshold"] = {
+        "k": k, "correlations": list(DELTA_CORRELATION_OF_RHO), "rates": claim, "effect_pp": gate.min_delta_pp,
+        "rule": "STOP-1: Gate-1b on the best of K, a second seed, Gate-2 on both seeds' selected Δ"}

@@ -462,12 +462,11 @@ def _parent_regressions(inputs: ReportInputs, decision: Mapping[str, Any]) -> li
     (it now records them in ``regressions``): the same rule, from the report's parent comparisons."""
     if "regressions" in decision:
         return []
-    from rlexp.core.decision import regression_lines
+    from rlexp.core.decision import regression_lines, regressions
 
     alpha = 1.0 - (inputs.sop.bootstrap.confidence if inputs.sop is not None else 0.95)
-    rows = [{"checkpoint": c["new"], "against": "parent", "set": "primary", "delta_pp": c["delta_pp"],
-             "mcnemar_p": c["mcnemar_p"], "ci_pp": c["ci_pp"]} for c in inputs.vs_parent.values()
-            if c["mcnemar_p"] < alpha and c["ci_pp"][1] < 0]
+    parent = {c["new"]: c for c in inputs.vs_parent.values()}
+    rows = regressions({}, parent, alpha=alpha)   # the parent comparisons are the whole family here
     return regression_lines({"regressions": rows})
 
 
