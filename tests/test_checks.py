@@ -429,3 +429,16 @@ def test_errors_sort_before_warnings(tmp_path):
     found = preflight(load_attempt(write(tmp_path / "exp", "a1", spec(pool=400))))
     severities = [c.severity for c in found]
     assert severities == sorted(severities, key=lambda s: s != ERROR) and severities[0] == ERROR
+
+
+def test_a_local_base_model_that_is_no_directory_is_a_warning(tmp_path):
+    """The local trainer loads its base model from disk: a pretrain naming no directory was accepted without a
+    word at plan and failed at launch."""
+    local = spec(trainer={"name": "local", "version": "0.11.0", "gpus": 0},
+                 recipe={"pretrain": "models/not-built", "lora_rank": 8, "lora_alpha": 16})
+    found = checks_of(tmp_path, local)
+    assert found["model.missing"].severity == WARNING and "models/not-built" in found["model.missing"].rule
+    (tmp_path / "exp" / "models" / "not-built").mkdir(parents=True)
+    assert "model.missing" not in checks_of(tmp_path, local)
+    # a cluster trainer resolves a hub id itself: no warning
+    assert "model.missing" not in checks_of(tmp_path, spec(recipe={"pretrain": "Qwen/Qwen2.5-7B"}))

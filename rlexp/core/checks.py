@@ -127,9 +127,30 @@ def preflight(att: Attempt, steps: Steps | None = None, power: PowerReport | Non
         check_power(att, power),
         check_agentic(att),  # an environment task on a trainer with an agent interface
         check_run_health(att),  # settings that bias or switch off the rollout correction
+        check_base_model(att),
     ):
         found.extend(findings)
     return sorted(found, key=lambda c: c.severity != ERROR)
+
+
+def check_base_model(att: Attempt) -> list[Verdict]:
+    """A trainer that loads its base model from disk (the local trainer) and a ``pretrain`` that names
+    no directory: a warning here (plan may run before the model is built, as the demo's first plan
+    does), where launch and eval would fail on it."""
+    from rlexp.trainers import rules as trainer_rules
+
+    if not trainer_rules(att.trainer.name).loads_local_model:
+        return []
+    try:
+        model = att.base_model()
+    except InputError:
+        return []  # a missing pretrain is the spec's own error
+    if isinstance(model, str):
+        return [check("model.missing", WARNING,
+                      f"recipe.pretrain {model!r} is not a directory (relative paths resolve against the experiment "
+                      "directory): the local trainer and engine load a model from disk, so launch and eval will "
+                      "refuse it until it exists", "docs/local-trainer.md")]
+    return []
 
 
 def check_run_health(att: Attempt) -> list[Verdict]:

@@ -118,6 +118,10 @@ class TrainerRules:
     def uses_chat_template(self, recipe: Any) -> bool:
         return self.always_chat_template or bool(recipe.get("apply_chat_template", False))
 
+    #: it loads its base model from a directory on this machine (no hub): a pretrain that names none
+    #: is a warning at plan (rlexp.core.checks.check_base_model)
+    loads_local_model: bool = False
+
     # ---- steps and LR
     #: one data-parallel rank whatever the GPU layout says
     single_process: bool = False

@@ -28,6 +28,7 @@ class LocalRules(TrainerRules):
     console_log_format = "jsonl"  # its console lines are metrics.jsonl's
     runs_rlexp_python = True
     single_process = True
+    loads_local_model = True
 
     def step_version(self, trainer_version: str) -> str:
         return LOCAL_TRAINER_VERSION
