@@ -391,6 +391,14 @@ def test_real_local_trainer_sigterm_then_resume(tmp_path, monkeypatch):
                     .replace("seed: 42,", "seed: 42, max_samples: 6,"))
     monkeypatch.chdir(tmp_path)
     att = experiment / "a2"
+    # the planned LR the resume gate checks against: the real plan's rows for this spec (make_experiment's
+    # plan.json holds a stand-in table)
+    from rlexp.core.spec import load_attempt
+    from rlexp.stages.plan import build_plan
+
+    doc = json.loads((att / "plan.json").read_text())
+    doc["lr_table"] = build_plan(load_attempt(att))["lr_rows"]
+    (att / "plan.json").write_text(json.dumps(doc))
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "rlexp.cli", "launch", str(att), "--tracking-uri", "off",
                              "--poll-s", "0.2"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
