@@ -138,8 +138,11 @@ def test_plan_of_a_fitting_openrlhf_recipe_only_notes_the_turn_cap(tmp_path, cap
     main(["plan", str(attempt), "--json"])
     checks = json.loads((attempt / "plan.json").read_text())["checks"]
     agentic = {c["name"]: c["severity"] for c in checks if c["name"].startswith("agent.")}
-    # 64 + 3 × 64 = 256 fits; generate_max_len is set (0.10.1 needs it); eps_clip left at 0.2 with GSPO
-    assert agentic == {"agent.openrlhf_turn_cap": "warning", "agent.gspo_clip": "warning"}
+    # 64 + 3 × 64 = 256 fits; generate_max_len is set (0.10.1 needs it); eps_clip stays at 0.2 but GSPO
+    # clips with the environment's range (rlexp writes --eps_clip_low_high), so no clip warning
+    assert agentic == {"agent.openrlhf_turn_cap": "warning"}
+    assert json.loads((attempt / "plan.json").read_text())["environment"]["gspo"]["trainer_settings"]["openrlhf"] == {
+        "--policy_loss_type": "gspo", "--eps_clip_low_high": [3e-4, 4e-4]}
     capsys.readouterr()
 
 
