@@ -261,5 +261,12 @@ def test_check_agentic_per_trainer():
     # TRL: sequence-level importance sampling is GSPO; max_completion_length 512 holds 3 × 100
     found = ac.check_agentic(_att("trl", "1.16.0", {"importance_sampling_level": "sequence"}))
     assert names(found) == ["agent.gspo_clip"] and "recipe.epsilon" in found[0].rule
+    # environment.loss gspo: rlexp writes the environment's range, so that range is what is checked
+    for trainer, version in (("openrlhf", "0.11.2"), ("verl", "0.9.1"), ("trl", "1.16.0")):
+        token = {"eps_clip": 0.2, "actor_rollout_ref.actor.clip_ratio_low": 0.2, "epsilon": 0.2}
+        assert "agent.gspo_clip" not in names(ac.check_agentic(_att(trainer, version, token, loss="gspo")))
+        found = ac.check_agentic(_att(trainer, version, {}, loss="gspo", gspo_eps_low=0.2, gspo_eps_high=0.2))
+        [clip] = [v for v in found if v.name == "agent.gspo_clip"]
+        assert "environment.gspo_eps_low 0.2" in clip.rule, trainer
     # a release before the agent API: that one line only
     assert names(ac.check_agentic(_att("trl", "0.20.0", {"max_completion_length": 10}))) == ["agent.release"]
