@@ -138,8 +138,11 @@ def test_plan_of_a_fitting_openrlhf_recipe_only_notes_the_turn_cap(tmp_path, cap
     main(["plan", str(attempt), "--json"])
     checks = json.loads((attempt / "plan.json").read_text())["checks"]
     agentic = {c["name"]: c["severity"] for c in checks if c["name"].startswith("agent.")}
-    # 64 + 3 × 64 = 256 fits; generate_max_len is set (0.10.1 needs it); eps_clip left at 0.2 with GSPO
-    assert agentic == {"agent.openrlhf_turn_cap": "warning", "agent.gspo_clip": "warning"}
+    # 64 + 3 × 64 = 256 fits; generate_max_len is set (0.10.1 needs it); eps_clip stays at 0.2 but GSPO
+    # clips with the environment's range (rlexp writes --eps_clip_low_high), so no clip warning
+    assert agentic == {"agent.openrlhf_turn_cap": "warning"}
+    assert json.loads((attempt / "plan.json").read_text())["environment"]["gspo"]["trainer_settings"]["openrlhf"] == {
+        "--policy_loss_type": "gspo", "--eps_clip_low_high": [3e-4, 4e-4]}
     capsys.readouterr()
 
 
@@ -258,5 +261,12 @@ def test_check_agentic_per_trainer():
     # TRL: sequence-level importance sampling is GSPO; max_completion_length 512 holds 3 × 100
     found = ac.check_agentic(_att("trl", "1.16.0", {"importance_sampling_level": "sequence"}))
     assert names(found) == ["agent.gspo_clip"] and "recipe.epsilon" in found[0].rule
+    # environment.loss gspo: rlexp writes the environment's range, so that range is what is checked
+    for trainer, version in (("openrlhf", "0.11.2"), ("verl", "0.9.1"), ("trl", "1.16.0")):
+        token = {"eps_clip": 0.2, "actor_rollout_ref.actor.clip_ratio_low": 0.2, "epsilon": 0.2}
+        assert "agent.gspo_clip" not in names(ac.check_agentic(_att(trainer, version, token, loss="gspo")))
+        found = ac.check_agentic(_att(trainer, version, {}, loss="gspo", gspo_eps_low=0.2, gspo_eps_high=0.2))
+        [clip] = [v for v in found if v.name == "agent.gspo_clip"]
+        assert "environment.gspo_eps_low 0.2" in clip.rule, trainer
     # a release before the agent API: that one line only
     assert names(ac.check_agentic(_att("trl", "0.20.0", {"max_completion_length": 10}))) == ["agent.release"]

@@ -81,7 +81,8 @@ def test_dry_run_of_the_committed_example_writes_the_adapters_it_names(example, 
     ("recipe", {"max_completion_length": 32}, "environment.max_total_tokens", "48 exceeds the recipe's "
                                                                               "max_completion_length 32"),
     ("environment", {"advantage_mode": "token_rewards"}, "environment.advantage_mode", "one scalar reward"),
-    ("environment", {"loss": "gspo"}, "environment.loss", "importance_sampling_level: sequence"),
+    # GSPO's clip range is the environment's: the example's token-level epsilon 0.2 contradicts it
+    ("environment", {"loss": "gspo"}, "recipe.epsilon", "0.2 contradicts environment.loss gspo"),
     ("environment", {"name": "no_such_env"}, "environment.name", "no_such_env"),
 ])  # fmt: skip
 def test_what_the_adapter_cannot_serve_is_refused_naming_the_field(example, capsys, section, values, field, words):
@@ -104,11 +105,19 @@ def test_plan_refuses_what_the_adapter_cannot_serve(example, capsys):
     assert not (example / "plan.json").exists()
 
 
-def test_gspo_is_served_when_the_recipe_selects_sequence_ratios(example, capsys):
+def test_gspo_is_served_with_or_without_the_recipe_stating_trl_s_fields(example, capsys):
     from rlexp.cli import main
 
-    _edit(example, environment={"loss": "gspo"}, recipe={"importance_sampling_level": "sequence"})
+    spec = yaml.safe_load((example / "attempt.yaml").read_text())
+    del spec["recipe"]["epsilon"]  # the token-level clip: GSPO's range is the environment's
+    (example / "attempt.yaml").write_text(yaml.safe_dump(spec))
+    _edit(example, environment={"loss": "gspo"})  # rlexp writes TRL's GSPO fields
     assert main(["launch", str(example), "--dry-run", "--json", "--force", "--reason", "gspo"]) == 0
+    _edit(example, recipe={"importance_sampling_level": "sequence", "epsilon": 3e-4})  # the same, stated
+    assert main(["launch", str(example), "--dry-run", "--json", "--force", "--reason", "gspo"]) == 0
+    _edit(example, recipe={"importance_sampling_level": "token"})  # says otherwise: refused
+    assert main(["launch", str(example), "--dry-run", "--json", "--force", "--reason", "gspo"]) == 2
+    assert "recipe.importance_sampling_level: 'token' contradicts environment.loss gspo" in capsys.readouterr().err
 
 
 def test_rollout_output_is_trl_s_contract_of_the_trajectories():

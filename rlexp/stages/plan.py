@@ -53,6 +53,8 @@ def build_plan(att: Attempt) -> dict[str, Any]:
     check_datasets(att)
     own = launcher(att.trainer.name).own_plan(att, PLAN_FORMAT)
     if own is not None:  # a trainer that counts its own way writes its own plan (TrainerLaunch.own_plan)
+        if att.environment is not None:  # its environment settings (GSPO's among them) as any plan shows them
+            own["environment"] = environment_plan(att)
         return own
     from rlexp.core.checks import gpu_layout, preflight, primary_power, steps_for
     from rlexp.core.power import power_report

@@ -7,6 +7,7 @@ instance of a subclass of :class:`TrainerLaunch`; :func:`launcher` finds it thro
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -80,6 +81,11 @@ class TrainerLaunch:
         coefficient stays its own recipe choice (GSPO's paper trains without one)."""
         raise ValueError(f"{self.rules.name} has no GSPO setting of its own")
 
+    def gspo_recipe(self, version: str | None, eps_low: float, eps_high: float) -> dict[str, Any]:
+        """:meth:`gspo_settings` as recipe keys (what :func:`loss_recipe` adds to the stated recipe);
+        the same names unless the trainer's recipe spells its settings otherwise."""
+        return self.gspo_settings(version, eps_low, eps_high)
+
 
 def gspo_trainer_settings(trainer: str, version: str | None = None, *, eps_low: float = 3e-4,
                           eps_high: float = 4e-4) -> dict[str, Any]:  # fmt: skip
@@ -88,6 +94,45 @@ def gspo_trainer_settings(trainer: str, version: str | None = None, *, eps_low: 
     if trainer not in names():
         raise ValueError(f"unknown trainer {trainer!r}")
     return launcher(trainer).gspo_settings(version, eps_low, eps_high)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal as recipe values: numbers by value (1e-3 == 0.001), lists element by element."""
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    numeric = (int, float)
+    if isinstance(a, numeric) and isinstance(b, numeric) and not isinstance(a, bool) and not isinstance(b, bool):
+        return float(a) == float(b)
+    return bool(a == b)
+
+
+def loss_recipe(att: Any, stated: Mapping[str, Any]) -> dict[str, Any]:
+    """The recipe ``stated`` with what the attempt's ``environment.loss`` asks written in its trainer's
+    own keys: with ``gspo``, the trainer's GSPO settings (:meth:`TrainerLaunch.gspo_recipe`) on a
+    trainer with an agent interface (the local trainer takes the loss from the environment itself).
+    Plan and launch both build on it, so the argv, the generated config and the plan agree.
+
+    A trainer or release without GSPO is an InputError on ``environment.loss``; a stated recipe key
+    that says otherwise (``policy_loss_type: ppo``, another clip range) is one on that key, since
+    launching it would run something other than what the spec's loss says."""
+    from rlexp.errors import InputError
+
+    out = dict(stated)
+    env = getattr(att, "environment", None)
+    if env is None or env.loss != "gspo" or rules(att.trainer.name).agent_api_since is None:
+        return out
+    spec = getattr(att, "display_path", None) or att.spec_path
+    try:
+        settings = launcher(att.trainer.name).gspo_recipe(att.trainer.version, env.gspo_eps_low, env.gspo_eps_high)
+    except ValueError as exc:
+        raise InputError(spec, "environment.loss", f"gspo: {exc}") from None
+    for key, value in settings.items():
+        if key in out and out[key] is not None and not _same(out[key], value):
+            raise InputError(spec, f"recipe.{key}", f"{out[key]!r} contradicts environment.loss gspo, which sets it "
+                                                    f"to {value!r} (leave it out; the clip range is "
+                                                    "environment.gspo_eps_low/high)")
+        out[key] = value
+    return out
 
 
 def launcher(name: str) -> TrainerLaunch:

@@ -31,6 +31,44 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (values * mask).sum() / mask.sum().clamp(min=1)
 
 
+# The trainers' loss aggregations (verl's ``loss_agg_mode`` names): how per-token losses ℓ_it of the
+# sequences i of one optimizer step become one number. With |o_i| the agent tokens of sequence i and
+# N the sequences that hold any:
+#   token-mean               Σ_i Σ_t ℓ_it / Σ_i |o_i|          (DAPO; OpenRLHF's and verl's default)
+#   seq-mean-token-sum       Σ_i Σ_t ℓ_it / N
+#   seq-mean-token-mean      Σ_i (Σ_t ℓ_it / |o_i|) / N         (DeepSeekMath's GRPO; GSPO)
+#   seq-mean-token-sum-norm  Σ_i Σ_t ℓ_it / (N · L)             (Dr. GRPO: L a constant, the token budget)
+AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+
+
+def aggregate(
+    per_token: torch.Tensor,
+    mask: torch.Tensor,
+    mode: str,
+    *,
+    step_mask: torch.Tensor | None = None,
+    max_tokens: int | None = None,
+) -> torch.Tensor:
+    """``per_token`` (rows of one micro-batch, ``mask`` its agent tokens) aggregated by ``mode``
+    with the denominators of the whole optimizer step, whose mask is ``step_mask`` (``mask`` itself
+    when None). The micro-batches' results sum to the step's loss exactly, whatever the micro-batch
+    size: the numerators are summed, the step is normalised once."""
+    if mode not in AGG_MODES:
+        raise ValueError(f"unknown loss aggregation {mode!r} (one of {', '.join(AGG_MODES)})")
+    whole = mask if step_mask is None else step_mask
+    masked = per_token * mask
+    if mode == "token-mean":
+        return masked.sum() / whole.sum().clamp(min=1)
+    sequences = (whole.sum(-1) > 0).sum().clamp(min=1)
+    if mode == "seq-mean-token-mean":
+        return (masked.sum(-1) / mask.sum(-1).clamp(min=1)).sum() / sequences
+    if mode == "seq-mean-token-sum":
+        return masked.sum() / sequences
+    if max_tokens is None or max_tokens < 1:
+        raise ValueError("seq-mean-token-sum-norm needs the token budget (max_tokens >= 1)")
+    return masked.sum() / (sequences * max_tokens)
+
+
 def group_advantages(rewards: torch.Tensor, estimator: str) -> torch.Tensor:
     """Advantages from rewards of shape ``[B, G]`` (B prompts × G samples each).
 
@@ -51,16 +89,18 @@ def group_advantages(rewards: torch.Tensor, estimator: str) -> torch.Tensor:
 
 
 def policy_loss(
-    logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, eps_clip: float
+    logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, eps_clip: float,
+    *, step_mask: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """PPO's clipped surrogate, token level: ``−min(r·A, clip(r, 1−ε, 1+ε)·A)``; returns
-    ``(loss, clip_fraction)``. ``advantages`` are per token (a sequence's advantage broadcast)."""
+    """PPO's clipped surrogate, token level: ``−min(r·A, clip(r, 1−ε, 1+ε)·A)``, token-mean over the
+    optimizer step whose mask is ``step_mask`` (:func:`aggregate`); returns ``(loss, clip_fraction)``.
+    ``advantages`` are per token (a sequence's advantage broadcast)."""
     import torch
 
     ratio = torch.exp(logp - old_logp)
     surrogate = ratio * advantages
     clipped = ratio.clamp(1.0 - eps_clip, 1.0 + eps_clip) * advantages
-    loss = masked_mean(-torch.min(surrogate, clipped), mask)
+    loss = aggregate(-torch.min(surrogate, clipped), mask, "token-mean", step_mask=step_mask)
     clip_fraction = masked_mean((clipped < surrogate).float(), mask)
     return loss, clip_fraction.detach()
 
@@ -91,11 +131,13 @@ def grpo_loss(
     *,
     eps_clip: float,
     kl_coef: float,
+    step_mask: torch.Tensor | None = None,
 ) -> LossParts:
     """The actor loss: clipped policy loss + ``kl_coef`` × token-mean k3 KL to the reference
-    (OpenRLHF's ``use_kl_loss`` form). ``kl_coef == 0`` removes the KL term from the graph."""
-    pg, clip_fraction = policy_loss(logp, old_logp, advantages, mask, eps_clip)
-    kl = masked_mean(k3_kl(logp, ref_logp), mask)
+    (OpenRLHF's ``use_kl_loss`` form). ``kl_coef == 0`` removes the KL term from the graph.
+    ``step_mask``: the optimizer step's whole mask, when these rows are one micro-batch of it."""
+    pg, clip_fraction = policy_loss(logp, old_logp, advantages, mask, eps_clip, step_mask=step_mask)
+    kl = aggregate(k3_kl(logp, ref_logp), mask, "token-mean", step_mask=step_mask)
     loss = pg + kl_coef * kl if kl_coef != 0 else pg
     return LossParts(loss=loss, policy_loss=pg.detach(), kl=kl.detach(), clip_fraction=clip_fraction)
 
@@ -184,35 +226,33 @@ def gspo_policy_loss(
     mask: torch.Tensor,
     eps_low: float,
     eps_high: float,
+    *,
+    step_mask: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """GSPO's clipped surrogate, aggregated token mean within a sequence then mean over the
-    sequences that hold an agent token; returns ``(loss, clip_fraction)`` (clip fraction over agent
-    tokens)."""
+    sequences that hold an agent token (``seq-mean-token-mean`` over the optimizer step whose mask is
+    ``step_mask``); returns ``(loss, clip_fraction)`` (clip fraction over agent tokens)."""
     import torch
 
     seq = sequence_log_ratio(logp, old_logp, mask).detach().unsqueeze(-1)
     ratio = torch.exp(seq + logp - logp.detach())
     surrogate = ratio * advantages
     clipped = ratio.clamp(1.0 - eps_low, 1.0 + eps_high) * advantages
-    per_token = -torch.min(surrogate, clipped) * mask
-    counts = mask.sum(-1)
-    has_tokens = counts > 0
-    per_sequence = per_token.sum(-1) / counts.clamp(min=1)
-    loss = per_sequence[has_tokens].sum() / has_tokens.sum().clamp(min=1)
+    loss = aggregate(-torch.min(surrogate, clipped), mask, "seq-mean-token-mean", step_mask=step_mask)
     clip_fraction = ((clipped < surrogate).float() * mask).sum() / mask.sum().clamp(min=1)
     return loss, clip_fraction.detach()
 
 
 def gspo_loss(
     logp, old_logp, ref_logp, advantages, mask, *, eps_low: float, eps_high: float, kl_coef: float,
-    eps_clip: float | None = None,
+    eps_clip: float | None = None, step_mask=None,
 ):
     """GSPO's policy loss + ``kl_coef`` × the token-mean k3 KL over agent tokens (the KL term as the
     GRPO loss has it); a :class:`LossParts`. ``eps_clip`` (the
     token-level range the training loop passes to every loss) is not used: GSPO clips with its own."""
     del eps_clip
-    pg, clip_fraction = gspo_policy_loss(logp, old_logp, advantages, mask, eps_low, eps_high)
-    kl = masked_mean(k3_kl(logp, ref_logp), mask)
+    pg, clip_fraction = gspo_policy_loss(logp, old_logp, advantages, mask, eps_low, eps_high, step_mask=step_mask)
+    kl = aggregate(k3_kl(logp, ref_logp), mask, "token-mean", step_mask=step_mask)
     loss = pg + kl_coef * kl if kl_coef != 0 else pg
     return LossParts(loss=loss, policy_loss=pg.detach(), kl=kl.detach(), clip_fraction=clip_fraction)
 

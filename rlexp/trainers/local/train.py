@@ -475,8 +475,14 @@ def train_on_rollout(
     model, optimizer, scheduler, rollout: Rollout, cfg: TrainerConfig, steps: Steps, *, loss=None
 ) -> dict[str, float]:
     """``max_epochs`` passes over the rollout in micro-batches; an optimizer step every
-    ``train_batch_size`` samples. Returns the step's metrics (means over micro-batches / steps).
-    ``loss`` replaces :func:`grpo_loss` (same signature; environment tasks pass GSPO's)."""
+    ``train_batch_size`` samples. Returns the step's metrics (policy loss and KL: means over
+    optimizer steps; the clip fraction: over micro-batches). ``loss`` replaces :func:`grpo_loss`
+    (same signature; environment tasks pass GSPO's).
+
+    Each micro-batch's loss is its share of the optimizer step's: normalised by the whole step's
+    counts (``step_mask``, rlexp.trainers.local.loss.aggregate), so the accumulated gradient is the
+    step's loss's, whatever ``micro_train_batch_size`` is (a token mean per micro-batch divided by
+    the accumulation count would weigh the tokens of short micro-batches more)."""
     import torch
 
     loss_fn = grpo_loss if loss is None else loss
@@ -486,11 +492,14 @@ def train_on_rollout(
     accumulation = int(steps.micro_batches_per_optimizer_step)  # validate() made it whole
     sums: dict[str, float] = {"policy_loss": 0.0, "kl": 0.0, "ppo_clip_ratio": 0.0}
     ratio_max, abs_log_ratios = 0.0, []
-    grad_norms, micro_batches = [], 0
+    grad_norms, micro_batches, step_groups = [], 0, 0
     optimizer.zero_grad(set_to_none=True)  # a partial accumulation of the previous step never leaks in
     for _epoch in range(cfg.max_epochs):
         for k, start in enumerate(range(0, n, micro)):
             sl = slice(start, start + micro)
+            if k % accumulation == 0:  # the optimizer step this micro-batch belongs to: its rows' mask
+                step_mask = rollout.action_mask[start:start + micro * accumulation]
+                step_groups += 1
             logp, _ = token_logprobs(model, rollout.input_ids[sl], rollout.attention_mask[sl])
             mask = rollout.action_mask[sl]
             parts = loss_fn(
@@ -501,8 +510,9 @@ def train_on_rollout(
                 mask,
                 eps_clip=cfg.eps_clip,
                 kl_coef=cfg.init_kl_coef,
+                step_mask=step_mask,
             )
-            (parts.loss / accumulation).backward()  # DeepSpeed scales by 1/accumulation the same way
+            parts.loss.backward()  # this micro-batch's share of the step's loss (normalised by the whole step)
             micro_batches += 1
             sums["policy_loss"] += parts.policy_loss.item()
             sums["kl"] += parts.kl.item()
@@ -523,11 +533,11 @@ def train_on_rollout(
                 optimizer.zero_grad(set_to_none=True)
     all_abs = torch.cat(abs_log_ratios) if abs_log_ratios else torch.zeros(1)
     return {
-        "policy_loss": sums["policy_loss"] / micro_batches,
+        "policy_loss": sums["policy_loss"] / step_groups,  # the shares of a step sum to its loss
         # OpenRLHF >= 0.9.8 logs get_last_lr() after the step's last micro-batch: the LR the
         # *next* optimizer step will apply (rlexp.core.schedule.logged_actor_lr predicts the same number)
         "actor_lr": scheduler.get_last_lr()[0],
-        "kl": sums["kl"] / micro_batches,
+        "kl": sums["kl"] / step_groups,
         "ppo_clip_ratio": sums["ppo_clip_ratio"] / micro_batches,
         "grad_norm": sum(grad_norms) / len(grad_norms) if grad_norms else 0.0,
         "ratio_max": ratio_max,

@@ -463,7 +463,9 @@ def plan_train_command(att: Any) -> dict[str, Any]:
         reward_file=ad.reward_func,
         tensorboard_dir=ad.tensorboard,
     )
-    recipe = dict(getattr(att, "recipe_stated", None) or att.recipe)
+    from rlexp.trainers.launch import loss_recipe  # environment.loss gspo: the release's GSPO flags
+
+    recipe = loss_recipe(att, getattr(att, "recipe_stated", None) or att.recipe)
     built = build_train_argv(attempt_recipe(recipe, paths), version, spec_file=spec_file)
     return {"version": built.version, "dialect": built.dialect, "flags": len(built.flag_values),
             "dropped_recipe_keys": list(built.dropped), "notes": list(built.notes)}

@@ -63,9 +63,12 @@ def agentic_checks(env: Any, recipe: dict[str, Any], version: str) -> list[Verdi
                               limit=max_length, limit_name=name, prompt_included=True)
     found += check_openrlhf_max_new_tokens(version, recipe)
     found += check_openrlhf_turn_cap(env.max_tokens_per_turn, max_length, name)
-    gspo = "gspo" in (env.loss, recipe.get("policy_loss_type"), recipe.get("actor.policy_loss_type"))
-    found += check_gspo_clip("gspo" if gspo else env.loss, recipe.get("eps_clip", TOKEN_CLIP_DEFAULT),
-                             "recipe.eps_clip")
+    if env.loss == "gspo":  # rlexp writes the environment's range as eps_clip_low_high (launch.loss_recipe)
+        found += check_gspo_clip("gspo", env.gspo_eps_low, "environment.gspo_eps_low")
+    else:
+        gspo = "gspo" in (recipe.get("policy_loss_type"), recipe.get("actor.policy_loss_type"))
+        found += check_gspo_clip("gspo" if gspo else env.loss, recipe.get("eps_clip", TOKEN_CLIP_DEFAULT),
+                                 "recipe.eps_clip")
     return found
 
 

@@ -36,9 +36,12 @@ def stated_recipe(att: Any) -> dict[str, Any]:
 
     What a release lacks is the builder's business (:func:`rlexp.trainers.openrlhf.argv.build_train_argv`):
     a planning-only key or ``min_lr_ratio`` 0.1 on v0.9.x is left out with a note, anything else is
-    an error naming the key.
+    an error naming the key. ``environment.loss: gspo`` adds the release's GSPO flags
+    (:func:`rlexp.trainers.launch.loss_recipe`).
     """
-    return dict(getattr(att, "recipe_stated", None) or att.recipe)
+    from rlexp.trainers.launch import loss_recipe
+
+    return loss_recipe(att, getattr(att, "recipe_stated", None) or att.recipe)
 
 
 class OpenRLHFLaunch(TrainerLaunch):
@@ -73,6 +76,19 @@ class OpenRLHFLaunch(TrainerLaunch):
         agg = flag("loss_agg_mode")
         if agg is not None:
             out[agg] = "seq-mean-token-mean"
+        return out
+
+    def gspo_recipe(self, version: str | None, eps_low: float, eps_high: float) -> dict[str, Any]:
+        """The flags of :meth:`gspo_settings` as recipe keys: the v0.9.x underscore name where the
+        recipe table has one (``policy_loss_type`` for ``--actor.policy_loss_type``), else the dotted
+        flag name (``actor.loss_agg_mode``)."""
+        from rlexp.trainers.openrlhf.argv import DOTTED_NAMES
+
+        underscore = {dotted: name for name, dotted in DOTTED_NAMES.items()}
+        out = {}
+        for flag, value in self.gspo_settings(version, eps_low, eps_high).items():
+            name = flag.removeprefix("--")
+            out[underscore.get(name, name)] = value
         return out
 
     def prepare(self, att: Any, ad: AttemptDir, *, resume: bool, must_exist: bool) -> LaunchPlan:

@@ -22,15 +22,19 @@ def agentic_checks(env: Any, recipe: dict[str, Any], version: str) -> list[Verdi
     if getattr(env, "actions", "text") == "tool_calls":
         # TRL's tool loop has no per-turn budget: it clips the whole completion at max_completion_length
         # (which the adapter requires equal to max_total_tokens and max_tokens_per_turn)
-        loss = "gspo" if recipe.get("importance_sampling_level") == "sequence" else env.loss
-        return check_gspo_clip(loss, recipe.get("epsilon", TOKEN_CLIP_DEFAULT), "recipe.epsilon")
+        return _gspo_clip(env, recipe)
     found = check_turn_budget("trl", prompt_tokens=0, max_turns=env.max_turns,
                               max_tokens_per_turn=env.max_tokens_per_turn,
                               limit=int(recipe.get("max_completion_length") or 512),
                               limit_name="max_completion_length", prompt_included=False)
+    return found + _gspo_clip(env, recipe)
+
+
+def _gspo_clip(env: Any, recipe: dict[str, Any]) -> list[Verdict]:
+    if env.loss == "gspo":  # rlexp writes the environment's range as epsilon/epsilon_high (launch.loss_recipe)
+        return check_gspo_clip("gspo", env.gspo_eps_low, "environment.gspo_eps_low")
     loss = "gspo" if recipe.get("importance_sampling_level") == "sequence" else env.loss
-    found += check_gspo_clip(loss, recipe.get("epsilon", TOKEN_CLIP_DEFAULT), "recipe.epsilon")
-    return found
+    return check_gspo_clip(loss, recipe.get("epsilon", TOKEN_CLIP_DEFAULT), "recipe.epsilon")
 
 
 def run_health_checks(recipe: dict[str, Any], version: str) -> list[Verdict]:

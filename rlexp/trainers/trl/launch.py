@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from rlexp.storage.layout import AttemptDir
-from rlexp.trainers.launch import LaunchPlan, TrainerLaunch
+from rlexp.trainers.launch import LaunchPlan, TrainerLaunch, loss_recipe
 from rlexp.trainers.trl import RULES
 
 
@@ -25,12 +25,12 @@ class TrlLaunch(TrainerLaunch):
             from rlexp.trainers.trl.agent import environment_imports
             from rlexp.trainers.trl.agent_tools import check_tool_recipe, tool_tables
 
-            check_tool_recipe(att, dict(att.recipe_stated or {}))
+            check_tool_recipe(att, loss_recipe(att, att.recipe_stated or {}))
             tool_tables(att, environment_imports(att))
         elif env is not None:  # what the rollout adapter cannot serve: exit 2 here
             from rlexp.trainers.trl.agent import check_recipe
 
-            check_recipe(att, dict(att.recipe_stated or {}))
+            check_recipe(att, loss_recipe(att, att.recipe_stated or {}))
         return {"trl": steps.as_dict()}  # TRL's step quantities (rlexp.trainers.trl.steps)
 
     def prepare(self, att: Any, ad: AttemptDir, *, resume: bool, must_exist: bool) -> LaunchPlan:

@@ -60,9 +60,10 @@ def trl_python(*, must_exist: bool = True) -> Path:
 def config_kwargs(att: Any, ad: AttemptDir) -> tuple[dict[str, Any], dict[str, Any]]:
     """The GRPOConfig and ModelConfig keyword arguments: the fields some spec in the chain states,
     plus the ones rlexp owns (output paths, TensorBoard, the resolved model path)."""
+    from rlexp.trainers.launch import loss_recipe
     from rlexp.trainers.trl.fields import GRPO_CONFIG_FIELDS, MODEL_CONFIG_FIELDS
 
-    stated = dict(getattr(att, "recipe_stated", None) or {})
+    stated = loss_recipe(att, getattr(att, "recipe_stated", None) or {})  # environment.loss gspo: TRL's fields
     grpo_names = {row[0] for row in GRPO_CONFIG_FIELDS}
     model_kwargs = {k: v for k, v in stated.items() if k not in grpo_names and k in {r[0] for r in MODEL_CONFIG_FIELDS}}
     model_kwargs["model_name_or_path"] = str(att.base_model())

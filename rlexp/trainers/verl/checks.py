@@ -125,6 +125,8 @@ def agentic_checks(env: Any, recipe: dict[str, Any], version: str) -> list[Any]:
                                    limit_name="data.max_response_length (rollout.response_length)",
                                    prompt_included=False)
     # verl's GSPO loss clips with clip_ratio_low/high (clip_ratio when they are null)
+    if env.loss == "gspo":  # rlexp writes the environment's range as clip_ratio_low/high (launch.loss_recipe)
+        return found + check_gspo_clip("gspo", env.gspo_eps_low, "environment.gspo_eps_low")
     loss = "gspo" if recipe.get("actor_rollout_ref.actor.policy_loss.loss_mode") == "gspo" else env.loss
     for side in ("low", "high"):
         key = f"actor_rollout_ref.actor.clip_ratio_{side}"

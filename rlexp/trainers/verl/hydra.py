@@ -233,10 +233,18 @@ def attempt_paths(att: Any) -> VerlPaths:
                      checkpoints=ad.verl_checkpoints, metrics_file=ad.verl_metrics)
 
 
+def stated_recipe(att: Any) -> dict[str, Any]:
+    """The keys some spec in the chain states, with ``environment.loss: gspo``'s policy loss mode,
+    aggregation and clip ratios added (:func:`rlexp.trainers.launch.loss_recipe`)."""
+    from rlexp.trainers.launch import loss_recipe
+
+    return loss_recipe(att, att.recipe_stated)
+
+
 def plan_command(att: Any) -> dict[str, Any]:
     """What ``rlexp plan`` records about the verl command, checked now (InputError otherwise)."""
     spec_file = getattr(att, "display_path", None) or att.spec_path
-    stated = check_recipe(att.recipe_stated, att.trainer.version, spec_file)
+    stated = check_recipe(stated_recipe(att), att.trainer.version, spec_file)
     argv = build_argv(attempt_config(stated, attempt_paths(att), att.id, resume=False), att.trainer.version, spec_file)
     return {"version": att.trainer.version, "entrypoint": list(ENTRYPOINT), "overrides": len(argv) - len(ENTRYPOINT),
             "config": releases.GENERATED_CONFIG}
@@ -278,7 +286,7 @@ class VerlLaunch:
 def prepare_launch(att: Any, *, resume: bool, must_exist: bool = True) -> VerlLaunch:
     """The argv, environment and files of a verl launch; every input checked, nothing written."""
     spec_file = getattr(att, "display_path", None) or att.spec_path
-    stated = check_recipe(att.recipe_stated, att.trainer.version, spec_file)
+    stated = check_recipe(stated_recipe(att), att.trainer.version, spec_file)
     paths = attempt_paths(att)
     pool, monitor = att.datasets["pool"], att.datasets["ood_monitor"]
     for role, ref in (("pool", pool), ("ood_monitor", monitor)):

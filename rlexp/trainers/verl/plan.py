@@ -40,7 +40,7 @@ def build_verl_plan(att: Attempt, plan_format: int) -> dict[str, Any]:
     spec_file = att.display_path or att.spec_path
     version = att.trainer.version
     command = backend.plan_command(att)  # unknown release, key or type: exit 2 here
-    config = backend.resolved_config(att.recipe_stated, version, spec_file)
+    config = backend.resolved_config(backend.stated_recipe(att), version, spec_file)
     pool = att.datasets.get("pool")
     if pool is None or pool.size is None:
         raise InputError(spec_file, "datasets.pool", "the training pool (path or size) is needed to plan")
