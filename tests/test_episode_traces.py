@@ -175,6 +175,19 @@ def test_report_section_draws_training_curves_and_counts_tool_calls(env_experime
     assert "| tool_calls_per_episode | 0.000 | 1.000 | 0.000 | 1.000 | `▁▅█` |" in text
     # S0's 3 episodes: 6 turns, 3 tool calls (hand-counted from EPISODES)
     assert "| baseline_s0 | 3 | 0.333 | 0.333 | 2.00 | 1.00 |" in text
+    # by environment class: S0's three calculator episodes, 1 solved; finish reasons hand-counted
+    assert "| baseline_s0 | `calculator` | 3 | 0.333 | max_turns 1, stop 2 |" in text
+
+
+def test_success_and_finish_reasons_by_environment_class():
+    from rlexp.adapters.episode_report import by_environment
+
+    records = EPISODES[("global_step2", "ood_primary")] + [
+        _record("k9?", "1", [_turn("look k9", "k9=1", tool=True)] * 3, finish="max_turns")]
+    env_of = {r["problem_hash"]: "search" for r in records if r["output"].startswith(("\\boxed{83}", "look"))}
+    got = by_environment(records, env_of, "calculator")
+    assert got == {"calculator": {"n": 2, "success": 1.0, "finish_reasons": {"stop": 2}},
+                   "search": {"n": 2, "success": 0.5, "finish_reasons": {"max_turns": 1, "stop": 1}}}
 
 
 def test_tracing_leaves_the_global_tracking_uri_as_it_was(tmp_path, monkeypatch):
