@@ -598,3 +598,34 @@ def test_the_executors_turns_are_the_chat_templates_rendering(name, tmp_path):
                                            llm_engine=ScriptedEngine(None, tokenizer)))
     assert out["extra_logs"]["turns_per_episode"] == 3
     check_ids(tokenizer, name, out["observation_tokens"])
+
+
+def test_environment_steps_run_off_the_event_loop(demo, tmp_path):
+    """reset and step run in worker threads (asyncio.to_thread): the executor's event loop never
+    runs the environment, so a slow tool does not hold up the engine's other episodes."""
+    import threading
+
+    from rlexp.core.environments import CalculatorEnv
+
+    seen = []
+
+    class Recording(CalculatorEnv):
+        def reset(self, task):
+            seen.append(threading.get_ident())
+            return CalculatorEnv.reset(self, task)
+
+        def step(self, action_text):
+            seen.append(threading.get_ident())
+            return CalculatorEnv.step(self, action_text)
+
+    env, config, max_turns, max_length = CASES["roomy"]
+    agent_file = agent_openrlhf.write_agent_file(tmp_path / "agent.py", env, config, max_turns=max_turns,
+                                                 version="0.11.2")
+    with agent_openrlhf.release_agent_module("0.11.2"):
+        executor = agent_openrlhf.load_agent_executor(agent_file)
+        engine = engine_for("0.11.2", demo["model"], demo["tokenizer"])
+        module = type(executor).execute.__globals__
+        module["_IDLE"][:] = [Recording(dict(config)) for _ in range(N_EPISODES)]
+        loop_thread = threading.get_ident()  # asyncio.run runs the loop on the calling thread
+        asyncio.run(_play(executor, engine, demo, max_length))
+    assert len(seen) >= N_EPISODES and loop_thread not in seen

@@ -164,8 +164,9 @@ class TokenOutput:  # verl/workers/rollout/replica.py: the fields the loop reads
 class LocalServer:
     """The local engine (greedy) behind verl's ``server_manager.generate``."""
 
-    def __init__(self, model, tokenizer, response_length):
+    def __init__(self, model, tokenizer, response_length, with_logprobs=False):
         self.model, self.tokenizer, self.response_length = model, tokenizer, response_length
+        self.with_logprobs = with_logprobs
 
     async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs):
         from rlexp.adapters.generation import generate_ids
@@ -175,7 +176,13 @@ class LocalServer:
         # vLLM's server: max_tokens from the request, capped by response_length
         max_tokens = min(sampling_params.get("max_tokens", self.response_length), self.response_length)
         [[completion]] = generate_ids(self.model, self.tokenizer, [list(prompt_ids)], max_new_tokens=max_tokens)
-        return TokenOutput(list(completion.token_ids))
+        ids = list(completion.token_ids)
+        # vLLM's log-probs of the sampled tokens (here a marker of each token: where it lands is checked)
+        return TokenOutput(ids, [served_logprob(t) for t in ids] if self.with_logprobs else None)
+
+
+def served_logprob(token_id):
+    return -0.01 * (token_id % 97 + 1)
 
 
 @pytest.fixture(scope="module")
@@ -212,14 +219,14 @@ class BrokenResetCalculator(CalculatorEnv):
 """
 
 
-def play_loop(verl_module, demo):
+def play_loop(verl_module, demo, with_logprobs=False):
     """Every record through the registered loop, as AgentLoopWorker._run_agent_loop runs it
     (instantiate the registry entry, run with the row's fields)."""
     from rlexp.trainers.verl.hydra import verl_row
 
     config = Cfg({"actor_rollout_ref": {"rollout": {"prompt_length": PROMPT_LENGTH,
                                                     "response_length": RESPONSE_LENGTH}}, "data": {}})
-    server = LocalServer(demo["model"], demo["tokenizer"], RESPONSE_LENGTH)
+    server = LocalServer(demo["model"], demo["tokenizer"], RESPONSE_LENGTH, with_logprobs)
 
     async def play():
         outs = []
@@ -489,3 +496,41 @@ def test_rlexps_chatml_episode_is_what_verls_own_qwen_token_builder_builds(wheel
     rows = parse_rows([{"env": "test_chat_turns", "config": {"turns": 3}, "task": {"name": "a"}}])
     [[trajectory]] = episodes.run_episodes(None, tokenizer, rows, budgets=Budgets(3, 64, 400))
     assert list(trajectory.token_ids) == runtime
+
+
+def test_the_loop_returns_the_servers_logprobs_aligned_with_the_response(verl_module, generated, demo, monkeypatch):
+    """verl's rollout correction reads rollout_log_probs (AgentLoopOutput.response_logprobs): the
+    server's value at every sampled token, 0.0 at the environment's tokens (masked out), one per
+    response token; a server that sends none leaves the field None (verl then computes its own)."""
+    monkeypatch.setattr(generated["module"], "ENVIRONMENT", "calculator")
+    monkeypatch.setattr(generated["module"], "_IDLE", [])
+    outs = play_loop(verl_module, demo, with_logprobs=True)
+    assert any(0 in out.response_mask for out in outs)  # multi-turn episodes: feedback positions exist
+    for out in outs:
+        assert len(out.response_logprobs) == len(out.response_ids) == len(out.response_mask)
+        expected = [served_logprob(t) if m else 0.0 for t, m in zip(out.response_ids, out.response_mask, strict=True)]
+        assert out.response_logprobs == expected
+    assert all(out.response_logprobs is None for out in play_loop(verl_module, demo))
+
+
+def test_environment_steps_run_off_the_event_loop(verl_module, generated, demo, monkeypatch):
+    """reset and step run in worker threads: the event loop's thread never runs the environment."""
+    import threading
+
+    from rlexp.core.environments import CalculatorEnv
+
+    seen = []
+
+    class Recording(CalculatorEnv):
+        def reset(self, task):
+            seen.append(threading.get_ident())
+            return CalculatorEnv.reset(self, task)
+
+        def step(self, action_text):
+            seen.append(threading.get_ident())
+            return CalculatorEnv.step(self, action_text)
+
+    loop_thread = threading.get_ident()  # asyncio.run runs the loop on the calling thread
+    monkeypatch.setattr(generated["module"], "_IDLE", [Recording({"max_calls": 2}) for _ in range(N_EPISODES)])
+    play_loop(verl_module, demo)
+    assert seen and loop_thread not in seen

@@ -120,3 +120,19 @@ def test_judge_weight_needs_a_server_in_the_spec(eval_experiment):
     with pytest.raises(InputError) as info:
         load_attempt(att)
     assert "environment.reward.exact" in info.value.one_line()
+
+
+def test_weights_that_overshoot_are_refused_at_plan_before_any_eval(eval_experiment, capsys):
+    from rlexp.cli import main
+
+    att = eval_experiment(sizes={"pool": 4, "ood_primary": 6, "id": 3, "sanity": 2})
+    spec = att / "attempt.yaml"
+    spec.write_text(spec.read_text() + "environment: {name: calculator, reward: {env: 1, ndcg: 1}}\n")
+    before = sorted(p.relative_to(att) for p in att.rglob("*"))
+    capsys.readouterr()  # the fixture's own output
+    assert main(["plan", str(att)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "environment.reward" in err and "sum to 2" in err
+    assert sorted(p.relative_to(att) for p in att.rglob("*")) == before  # nothing written
+    spec.write_text(spec.read_text().replace("{env: 1, ndcg: 1}", "{env: 0.5, ndcg: 0.5}"))
+    assert main(["plan", str(att)]) in (0, 1)

@@ -1,5 +1,7 @@
 """Eval episodes of an environment task as MLflow traces: one trace per episode, a span per turn, a
-tool span per tool call; read back through MLflow's client; a second report adds none."""
+tool span per tool call named after the tool called, an environment tag, status from success, one
+nested MLflow run per evaluated checkpoint; read back through MLflow's client; a second report adds
+none."""
 
 from __future__ import annotations
 
@@ -43,6 +45,8 @@ EPISODES = {
     ("global_step2", "ood_primary"): [
         _record("12*34=", "408", [_turn("\\boxed{408}", reward=1.0)]),
         _record("11*11=", "121", [_turn("calc 11*11", "121", tool=True), _turn("\\boxed{121}", reward=1.0)]),
+        # a row of the search environment in the same set: its tool is `look`, not the calculator
+        _record("k417?", "83", [_turn("look k417", "k417=83", tool=True), _turn("\\boxed{83}", reward=1.0)]),
     ],
 }
 
@@ -54,7 +58,9 @@ def env_experiment(tmp_path):
     prompts = ["12*34=", "11*11=", "21*3="]
     (exp / "data" / "ood_primary.jsonl").write_text("".join(
         json.dumps({"problem_hash": hashlib.sha256(p.encode()).hexdigest(), "prompt": p,
-                    "answer": str(eval(p[:-1]))}) + "\n" for p in prompts))  # noqa: S307 - literal products
+                    "answer": str(eval(p[:-1]))}) + "\n" for p in prompts)  # noqa: S307 - literal products
+        + json.dumps({"problem_hash": hashlib.sha256(b"k417?").hexdigest(), "prompt": "k417?", "answer": "83",
+                      "gold_docs": ["k417"], "env": "search"}) + "\n")
     att = exp / "t1"
     att.mkdir()
     (att / "attempt.yaml").write_text(
@@ -69,6 +75,10 @@ def env_experiment(tmp_path):
     return att
 
 
+def _traces(client, exp_id, **kw):
+    return client.search_traces(locations=[exp_id], max_results=100, **kw)
+
+
 def test_one_trace_per_episode_with_turn_and_tool_spans(env_experiment, tmp_path, migrated_db):
     from mlflow import MlflowClient
 
@@ -77,8 +87,17 @@ def test_one_trace_per_episode_with_turn_and_tool_spans(env_experiment, tmp_path
     run_id = tracking.log_attempt(env_experiment, uri)
     client = MlflowClient(uri)
     exp_id = client.get_run(run_id).info.experiment_id
-    traces = client.search_traces(locations=[exp_id], run_id=run_id, max_results=100)
-    assert len(traces) == 5  # 3 + 2 episodes
+    traces = _traces(client, exp_id)
+    assert len(traces) == 6  # 3 + 3 episodes
+    # one run per evaluated checkpoint, nested under the attempt's run, holding that checkpoint's traces
+    children = client.search_runs([exp_id], filter_string=f"tags.`rlexp.episodes_of` = '{run_id}'")
+    by_checkpoint = {r.data.tags["rlexp.checkpoint"]: r for r in children}
+    assert sorted(by_checkpoint) == ["baseline_s0", "global_step2"]
+    for checkpoint, run in by_checkpoint.items():
+        assert run.data.tags["mlflow.parentRunId"] == run_id and run.info.run_name == f"t1/{checkpoint}"
+        mine = _traces(client, exp_id, run_id=run.info.run_id)
+        assert len(mine) == len(EPISODES[(checkpoint, "ood_primary")])
+        assert {t.info.tags["rlexp.checkpoint"] for t in mine} == {checkpoint}
     by_key = {t.info.tags["rlexp.episode"]: t for t in traces}
     for (checkpoint, role), records in EPISODES.items():
         for r in records:
@@ -87,31 +106,39 @@ def test_one_trace_per_episode_with_turn_and_tool_spans(env_experiment, tmp_path
             names = [s.name for s in trace.data.spans]
             assert names.count("episode") == 1
             assert sum(n.startswith("turn ") for n in names) == len(turns)
-            assert names.count("tool: calculator") == sum(t["tool_call"] for t in turns)
+            search = turns[0]["action"].startswith("look")
+            tool = "tool: look" if search else "tool: calc"
+            assert names.count(tool) == sum(t["tool_call"] for t in turns)
+            assert not any(n == "tool: calculator" for n in names)
+            assert trace.info.tags["rlexp.environment"] == ("search" if search else "calculator")
             assert trace.info.tags["rlexp.success"] == str(r["correct"])
+            # green only for a success: the two failed baseline episodes are ERROR traces
+            assert trace.info.state.value == ("OK" if r["correct"] else "ERROR")
             root = next(s for s in trace.data.spans if s.parent_id is None)
-            assert root.inputs["prompt"] in ("12*34=", "11*11=", "21*3=")
+            assert root.inputs["prompt"] in ("12*34=", "11*11=", "21*3=", "k417?")
             tools = [s for s in trace.data.spans if s.span_type == "TOOL"]
             turn_ids = {s.span_id for s in trace.data.spans if s.name.startswith("turn ")}
             assert all(s.parent_id in turn_ids for s in tools)
             assert sorted(s.outputs["result"] for s in tools) == sorted(t["feedback"] for t in turns if t["tool_call"])
-    # a second report logs no trace twice; a new episode file is added alone
+    # a second report logs no trace twice and makes no second checkpoint run; a new episode file is added alone
     assert tracking.log_attempt(env_experiment, uri) == run_id
-    assert len(client.search_traces(locations=[exp_id], run_id=run_id, max_results=100)) == 5
+    assert len(_traces(client, exp_id)) == 6
+    assert len(client.search_runs([exp_id], filter_string=f"tags.`rlexp.episodes_of` = '{run_id}'")) == 2
     extra = env_experiment / "eval" / "global_step4"
     extra.mkdir()
     (extra / "ood_primary.jsonl").write_text(json.dumps(EPISODES[("global_step2", "ood_primary")][0]) + "\n")
     (extra / "ood_primary.meta.json").write_text("{}")
     tracking.log_attempt(env_experiment, uri)
-    assert len(client.search_traces(locations=[exp_id], run_id=run_id, max_results=100)) == 6
+    assert len(_traces(client, exp_id)) == 7
     # an episode played again (its record replaced) is traced as it now stands, once
     replayed = _record("12*34=", "408", [_turn("\\boxed{407}")])
     (extra / "ood_primary.jsonl").write_text(json.dumps(replayed) + "\n")
     tracking.log_attempt(env_experiment, uri)
-    traces = client.search_traces(locations=[exp_id], run_id=run_id, max_results=100)
-    assert len(traces) == 6
+    traces = _traces(client, exp_id)
+    assert len(traces) == 7
     (mine,) = [t for t in traces if t.info.tags["rlexp.checkpoint"] == "global_step4"]
     assert [s.outputs for s in mine.data.spans if s.name == "turn 1"] == [{"action": "\\boxed{407}"}]
+    assert mine.info.state.value == "ERROR"
 
 
 def test_single_turn_attempts_log_no_traces(tmp_path, migrated_db):
@@ -149,6 +176,8 @@ def test_report_section_draws_training_curves_and_counts_tool_calls(env_experime
     # S0's 3 episodes: 6 turns, 3 tool calls (hand-counted from EPISODES)
     assert "| baseline_s0 | 3 | 0.333 | 0.333 | 2.00 | 1.00 |" in text
     assert "left out of the loss" not in text  # no environment error: nothing said
+    # by environment class: S0's three calculator episodes, 1 solved; finish reasons hand-counted
+    assert "| baseline_s0 | `calculator` | 3 | 0.333 | max_turns 1, stop 2 |" in text
 
 
 def test_report_shows_environment_errors_and_that_they_were_masked(env_experiment):
@@ -162,6 +191,17 @@ def test_report_shows_environment_errors_and_that_they_were_masked(env_experimen
     assert "| env_errors | 0.200 | 0.200 | 0.200 | 0.200 |" in text
     assert "| env_error_episodes_masked | 2.000 | 2.000 | 2.000 | 2.000 |" in text
     assert "left out of the loss and of their group's baseline" in text
+
+
+def test_success_and_finish_reasons_by_environment_class():
+    from rlexp.adapters.episode_report import by_environment
+
+    records = EPISODES[("global_step2", "ood_primary")] + [
+        _record("k9?", "1", [_turn("look k9", "k9=1", tool=True)] * 3, finish="max_turns")]
+    env_of = {r["problem_hash"]: "search" for r in records if r["output"].startswith(("\\boxed{83}", "look"))}
+    got = by_environment(records, env_of, "calculator")
+    assert got == {"calculator": {"n": 2, "success": 1.0, "finish_reasons": {"stop": 2}},
+                   "search": {"n": 2, "success": 0.5, "finish_reasons": {"max_turns": 1, "stop": 1}}}
 
 
 def test_tracing_leaves_the_global_tracking_uri_as_it_was(tmp_path, monkeypatch):
@@ -193,7 +233,7 @@ def test_a_judge_error_episode_is_an_error_trace_with_its_reason(env_experiment,
     run_id = tracking.log_attempt(env_experiment, uri)
     client = MlflowClient(uri)
     exp_id = client.get_run(run_id).info.experiment_id
-    traces = client.search_traces(locations=[exp_id], run_id=run_id, max_results=100,
+    traces = client.search_traces(locations=[exp_id], max_results=100,
                                   filter_string="tags.`rlexp.checkpoint` = 'global_step9'")
     assert len(traces) == 1
     (trace,) = traces

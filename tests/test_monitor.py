@@ -57,6 +57,26 @@ def test_g3_pending_pass_fail():
     assert crashed.passed is False and "step 3" in crashed.notes[0]
 
 
+def test_g3_window_fits_a_run_shorter_than_the_smoke_steps(tmp_path):
+    eight = ten_steps()[:8]
+    # the SOP smokes 10 steps; a run planned for 8 is judged on its 8, not pending "8 of 10" forever
+    assert monitor.g3_smoke(eight).notes == ("8 of 10 smoke steps done",)
+    verdict = monitor.g3_smoke(eight, planned_steps=8)
+    assert verdict.passed is True and "step time of steps 2..8" in verdict.rule
+    assert monitor.g3_smoke(ten_steps()[:5], planned_steps=8).notes == ("5 of 8 smoke steps done",)
+    assert monitor.g3_smoke(ten_steps()[:5], planned_steps=200).notes == ("5 of 10 smoke steps done",)
+    assert monitor.g3_smoke(ten_steps(slow_step=7)[:8], planned_steps=8).passed is False
+    # through the run monitor, from the plan's global steps
+    run = monitor.RunMonitor(tmp_path, plan={"steps": {"global_steps_total": 8}})
+    run.update(eight)
+    g3 = json.loads((tmp_path / "guards" / "g3.json").read_text())
+    assert g3["passed"] is True and g3["numbers"]["steps_done"] == 8
+    # a crash at step 6 of an 8-step run is inside its window: G3 fails
+    crashed = monitor.RunMonitor(tmp_path / "c", plan={"steps": {"global_steps_total": 8}})
+    crashed.update(ten_steps()[:6])
+    assert crashed.record_crash(1).passed is False
+
+
 PLAN = {"schedule": {"lr_table": [{"global_step": s, "lr_mean": 9e-9, "actor_lr_logged": 5e-7 * s / 10}
                                   for s in range(1, 21)]}}
 

@@ -11,11 +11,14 @@ from loopback_json import LoopbackJsonServer
 
 from rlexp.core.rewards import (
     JUDGE_ERROR,
+    NO_REWARD_PART,
     RewardError,
+    applicable_weights,
     combine,
     judge_cache_key,
     ndcg,
     parse_judge_reply,
+    weights_problem,
 )
 
 # ----------------------------------------------------------------------------- NDCG
@@ -58,11 +61,65 @@ def test_ndcg_matches_sklearn(seed):
 def test_combine_weights_and_explicit_failure():
     c = combine({"em": 1.0, "ndcg": 0.5, "judge": 0.0}, {"em": 0.5, "ndcg": 0.3, "judge": 0.2})
     assert c.value == pytest.approx(0.5 + 0.15) and c.error is None
+    # renormalised over the weights given: (2*1 + 1*0.5) / 3, not the plain sum 2.5
+    assert combine({"em": 1.0, "ndcg": 0.5}, {"em": 2.0, "ndcg": 1.0}).value == pytest.approx(2.5 / 3)
+    assert combine({}, {}).error.kind == NO_REWARD_PART
     err = RewardError(JUDGE_ERROR, "HTTP 500")
     failed = combine({"em": 1.0, "judge": err}, {"em": 0.5, "judge": 0.5})
     assert failed.value is None and failed.error is err  # not 0.5, not 0
     with pytest.raises(KeyError):
         combine({"em": 1.0}, {"judge": 1.0})
+
+
+def test_each_part_applies_only_to_the_rows_it_can_score():
+    weights = {"env": 0.4, "ndcg": 0.3, "judge": 0.3}
+    assert applicable_weights(weights, {"prompt": "2*3=", "answer": "6"}) == {"env": 0.4, "judge": 0.3}
+    assert applicable_weights(weights, {"prompt": "q", "gold_docs": ["d1"]}) == {"env": 0.4, "ndcg": 0.3}
+    assert applicable_weights(weights, {"prompt": "q", "gold_docs": []}) == {"env": 0.4}  # no gold: no NDCG
+    assert applicable_weights({"env": 0.0, "ndcg": 1.0}, {"prompt": "q"}) == {}
+
+
+@pytest.mark.parametrize("weights,threshold,field", [
+    ({"env": 1, "ndcg": 1}, 1.0, "sum to 2"),  # the combined reward would reach 2.0
+    ({"env": 0.5, "ndcg": 0.4}, 1.0, "sum to 0.9"),  # a perfect episode could never reach 1
+    ({"env": 1.5, "ndcg": -0.5}, 1.0, "env: weight 1.5 outside [0, 1]"),
+    ({"env": 0.5, "ndcg": 0.5}, 1.5, "success_threshold 1.5 cannot be reached"),
+    ({"env": 0.5, "ndcg": 0.5}, 0.0, "success_threshold 0 cannot be reached"),
+])
+def test_weights_refused(weights, threshold, field):
+    assert field in weights_problem(weights, threshold)
+
+
+def test_weights_accepted():
+    assert weights_problem({"env": 0.5, "ndcg": 0.5}, 1.0) is None
+    assert weights_problem({"env": 0.1, "ndcg": 0.2, "judge": 0.7}, 0.5) is None  # 0.1+0.2+0.7 in binary floats
+    assert weights_problem({}, 7.0) is None  # no composed reward: the return alone, any threshold
+
+
+def test_a_correct_calculator_episode_with_env_and_ndcg_weights_scores_one_and_succeeds(tmp_path):
+    from types import SimpleNamespace
+
+    from rlexp.adapters.episode_rewards import EpisodeRewarder
+    from rlexp.core.environments import CalculatorEnv
+
+    task = {"prompt": "123*45=", "answer": "5535"}  # a calculator row: no gold documents
+    env = CalculatorEnv({"max_calls": 2})
+    env.reset(task)
+    turns = []
+    for action in ("calc 123*45", "\\boxed{5535}"):
+        result = env.step(action)
+        turns.append({"action": action, "feedback": result.feedback, "reward": result.reward})
+    assert result.done and sum(t["reward"] for t in turns) == 1.0
+    record = {"output": turns[-1]["action"], "correct": 1,
+              "trajectory": {"return": sum(t["reward"] for t in turns), "turns": turns}}
+    settings = SimpleNamespace(reward={"env": 0.5, "ndcg": 0.5}, success_threshold=1.0, judge={})
+    graded = EpisodeRewarder(settings, tmp_path).apply(record, task)
+    assert graded["reward"] == 1.0 and graded["correct"] == 1  # was 0.5 and a failure
+    assert set(graded["reward_parts"]) == {"env"}  # NDCG was not scored on a row with nothing to rank
+    # a search row with gold documents: both parts apply, each half
+    search = {"trajectory": {"return": 1.0, "turns": [{"retrieved": ["d2", "d1"]}]}, "output": "x", "correct": 1}
+    graded = EpisodeRewarder(settings, tmp_path).apply(search, {"prompt": "q", "gold_docs": ["d1"]})
+    assert graded["reward"] == pytest.approx(0.5 + 0.5 * (1 / math.log2(3))) and graded["correct"] == 0
 
 
 def test_parse_judge_reply():

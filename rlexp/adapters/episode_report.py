@@ -149,8 +149,8 @@ def trajectory_table(base_name: str, new_name: str, b: Mapping[str, Any], n: Map
     return lines
 
 
-def _rows_by_environment(att: Any, role: str) -> dict[str, int]:
-    """How many rows of a set each environment plays (empty when the set cannot be read)."""
+def _environment_of_rows(att: Any, role: str) -> dict[str, str]:
+    """problem hash → the environment its row plays, for one set (empty when the set cannot be read)."""
     from rlexp.core.environments import rows_from_dataset
     from rlexp.errors import InputError
     from rlexp.storage.datasets import read_dataset
@@ -162,9 +162,25 @@ def _rows_by_environment(att: Any, role: str) -> dict[str, int]:
         rows = rows_from_dataset(read_dataset(ref.path), default_env=att.environment.name)
     except InputError:
         return {}
-    out: dict[str, int] = {}
-    for row in rows:
-        out[row.env] = out.get(row.env, 0) + 1
+    return {str(row.task.get("problem_hash")): row.env for row in rows}
+
+
+def by_environment(records: Sequence[Mapping[str, Any]], env_of: Mapping[str, str],
+                   default: str) -> dict[str, dict[str, Any]]:
+    """Per environment class (``env_of``: problem hash → environment; ``default`` for a hash it
+    lacks): episodes, success rate and the count of each finish reason, environments in name order."""
+    groups: dict[str, list[Mapping[str, Any]]] = {}
+    for r in records:
+        groups.setdefault(env_of.get(str(r["problem_hash"]), default), []).append(r)
+    out: dict[str, dict[str, Any]] = {}
+    for env in sorted(groups):
+        recs = groups[env]
+        finishes: dict[str, int] = {}
+        for r in recs:
+            reason = str(r["trajectory"]["finish_reason"])
+            finishes[reason] = finishes.get(reason, 0) + 1
+        out[env] = {"n": len(recs), "success": sum(int(r["correct"]) for r in recs) / len(recs),
+                    "finish_reasons": dict(sorted(finishes.items()))}
     return out
 
 
@@ -188,10 +204,13 @@ def episode_section(attempt_dir: str | Path, primary_role: str = "ood_primary",
            f"{settings.max_turns} turns × {settings.max_tokens_per_turn} tokens, {settings.max_total_tokens} in all; "
            f"loss `{settings.loss}`, advantages `{settings.advantage_mode}`. Primary metric: **{metric}** "
            f"(success = reward ≥ {settings.success_threshold:g}; the reward is "
-           + (f"the weighted sum {json.dumps(settings.reward, sort_keys=True)}" if settings.reward else
+           + (f"the weighted mean {json.dumps(settings.reward, sort_keys=True)} over the parts that apply to a row" if settings.reward else
               "the episode's return") + "); the decision's gates are taken on it. "
            "The table gives both.", ""]
-    played = _rows_by_environment(att, primary_role)
+    env_of = _environment_of_rows(att, primary_role)
+    played: dict[str, int] = {}
+    for env in env_of.values():
+        played[env] = played.get(env, 0) + 1
     if len(played) > 1:  # several environment classes in one dataset
         out += [f"Rows of {primary_role} by environment: " + ", ".join(f"`{k}` {v}" for k, v in played.items())
                 + " (grouped by environment and config, each group's environment built once).", ""]
@@ -251,6 +270,13 @@ def episode_section(attempt_dir: str | Path, primary_role: str = "ood_primary",
         out.append(f"| {name} | {s['n']} | {s['success']:.3f} | {s['mean_reward']:.3f} | "
                    f"{s['turns_per_episode']:.2f} | {s['tool_calls_per_episode']:.2f} | {delta:+.2f}{unit} | "
                    f"{c['test']} | {c['p_value']:.3g} | [{ci[0]:+.2f}, {ci[1]:+.2f}] |")
+    out.append("")
+    out += ["Success and finish reasons by environment class:", "",
+            "| model | environment | n | success | finish reasons |", "|---|---|---|---|---|"]
+    for name, recs in [(BASELINE_S0, base), *news.items()]:
+        for env, v in by_environment(recs, env_of, settings.name).items():
+            reasons = ", ".join(f"{k} {c}" for k, c in v["finish_reasons"].items())
+            out.append(f"| {name} | `{env}` | {v['n']} | {v['success']:.3f} | {reasons} |")
     out.append("")
     summaries = {BASELINE_S0: episode_summary(base), **{name: episode_summary(recs) for name, recs in news.items()}}
     if any("retrieval_ndcg" in v for v in summaries.values()):

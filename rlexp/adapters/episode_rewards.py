@@ -1,6 +1,8 @@
-"""The eval reward of an episode as the spec composes it (``environment.reward``): a weighted sum
-of the episode's return (``env``), the LLM judge's score of its final answer (``judge``) and the
-NDCG of the documents it retrieved against the task's ``gold_docs`` (``ndcg``).
+"""The eval reward of an episode as the spec composes it (``environment.reward``): the weighted
+mean of the episode's return (``env``), the LLM judge's score of its final answer (``judge``) and
+the NDCG of the documents it retrieved against the task's ``gold_docs`` (``ndcg``), over the parts
+that apply to the row (:func:`rlexp.core.rewards.applicable_weights`: no NDCG for a row without
+gold documents, no judge for a row without a reference answer).
 
 The judge goes through :class:`rlexp.adapters.judge.Judge` with the attempt's cache
 (``eval/judge_cache.jsonl``: a rerun makes no call for an answer already judged) and its call log
@@ -16,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from rlexp.core.rewards import RewardError, combine, ndcg
+from rlexp.core.rewards import RewardError, applicable_weights, combine, ndcg
 
 
 def retrieved_documents(record: Mapping[str, Any]) -> list[str]:
@@ -55,16 +57,16 @@ class EpisodeRewarder:
         ``reward_parts`` each part's value (or its error), and ``reward_error`` when a part failed."""
         if not self.active:
             return record
+        weights = applicable_weights(self.weights, task)
         parts: dict[str, float | RewardError] = {}
-        if "env" in self.weights:
+        if "env" in weights:
             parts["env"] = float(record["trajectory"]["return"])
-        if "ndcg" in self.weights:
+        if "ndcg" in weights:
             parts["ndcg"] = ndcg(retrieved_documents(record), [str(d) for d in task.get("gold_docs") or ()])
-        if "judge" in self.weights:
-            gold = task.get("answer")
+        if "judge" in weights:
             parts["judge"] = self.judge.score(str(task.get("prompt", "")), str(record["output"]),  # type: ignore[union-attr]
-                                              reference=None if gold is None else str(gold))
-        combined = combine(parts, self.weights)
+                                              reference=str(task["answer"]))
+        combined = combine(parts, weights)
         out = dict(record)
         out["reward_parts"] = {k: ({"error": v.kind, "reason": v.reason} if isinstance(v, RewardError) else v)
                                for k, v in parts.items()}  # fmt: skip

@@ -132,6 +132,20 @@ def _gate(name: str, passed: bool | None, reason: str, criteria: str,
     return Verdict(name, passed, criteria, dict(numbers or {}), (reason,))
 
 
+def smoke_window(smoke_steps: int, planned_steps: int | None) -> int:
+    """The global steps G3 watches: the SOP's smoke steps, or the whole run when it plans fewer."""
+    if isinstance(planned_steps, int) and not isinstance(planned_steps, bool) and planned_steps >= 1:
+        return min(int(smoke_steps), planned_steps)
+    return int(smoke_steps)
+
+
+def planned_global_steps(plan: Mapping[str, Any] | None) -> int | None:
+    """The plan's global steps in all (``steps.global_steps_total``), or None."""
+    steps = plan.get("steps") if isinstance(plan, Mapping) else None
+    total = steps.get("global_steps_total") if isinstance(steps, Mapping) else None
+    return total if isinstance(total, int) and not isinstance(total, bool) else None
+
+
 def g3_smoke(
     rows: Sequence[Mapping[str, Any]],
     *,
@@ -140,13 +154,17 @@ def g3_smoke(
     steps: int | None = None,
     max_ratio: float | None = None,
     sop: Sop | None = None,
+    planned_steps: int | None = None,
 ) -> Verdict:
     """G3 (sop/README.md#guardrails): no crash and a stable step time over the first ``steps`` global steps
-    (defaults: the SOP's ``guardrails.g3.smoke_steps`` and ``step_time_max_ratio``)."""
+    (defaults: the SOP's ``guardrails.g3.smoke_steps`` and ``step_time_max_ratio``). ``planned_steps``
+    (the plan's global steps in all) caps the window: a run shorter than the smoke window is judged
+    over all its steps, not left pending forever."""
     if steps is None or max_ratio is None:
         g3 = guard_settings(sop).g3
         steps = g3.smoke_steps if steps is None else steps
         max_ratio = g3.step_time_max_ratio if max_ratio is None else max_ratio
+    steps = smoke_window(steps, planned_steps)
     criteria = f"no crash before step {steps}; step time of steps 2..{steps} within {max_ratio}x their median"
     first = [r for r in rows if int(r["global_step"]) <= steps]
     done = max((int(r["global_step"]) for r in first), default=0)
@@ -366,7 +384,7 @@ class RunMonitor:
             if spike.global_step not in self.logged_spikes:
                 append_jsonl(AttemptDir(self.attempt_dir).spikes, json_row(asdict(spike)))
                 self.logged_spikes.add(spike.global_step)
-        self._write(g3_smoke(self.rows, sop=self.sop))
+        self._write(g3_smoke(self.rows, sop=self.sop, planned_steps=planned_global_steps(self.plan)))
         self._write(g5_runtime(self.rows, self.plan, sop=self.sop))
         if self.resume_from is not None:
             self.logged_since_resume.extend(dict(r) for r in new_rows)
@@ -411,18 +429,17 @@ class RunMonitor:
         from rlexp.core.run_health import Resume, resume_verdict
 
         before = [r for r in self.rows if int(r["global_step"]) <= self.resume_from]
-        steps = self.plan.get("steps") if isinstance(self.plan, Mapping) else None
-        total = steps.get("global_steps_total") if isinstance(steps, Mapping) else None
         verdict = resume_verdict([before, self.logged_since_resume], [Resume(self.resume_from)],
                                  lambda step: planned_lr(self.plan, step), self.sop.run_health.resume,
-                                 planned_steps=total if isinstance(total, int) else None)
+                                 planned_steps=planned_global_steps(self.plan))
         self._write(verdict)
         return [verdict]
 
     def record_crash(self, exit_code: int) -> Verdict:
         done = max((int(r["global_step"]) for r in self.rows), default=0)
-        verdict = g3_smoke(self.rows, crashed=done < self.sop.guardrails.g3.smoke_steps, exit_code=exit_code,
-                           sop=self.sop)
+        planned = planned_global_steps(self.plan)
+        verdict = g3_smoke(self.rows, crashed=done < smoke_window(self.sop.guardrails.g3.smoke_steps, planned),
+                           exit_code=exit_code, sop=self.sop, planned_steps=planned)
         self._write(verdict)
         return verdict
 

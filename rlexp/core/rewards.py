@@ -7,9 +7,15 @@
   in [0, 1] from a reply that is exactly one verdict (``yes``/``no``, ``correct``/``incorrect``) or one
   number — anything else is an error, not a guess —, and
   :func:`judge_cache_key` names a call by ``(judge model, prompt, answer)`` so a rerun finds it;
-- :func:`combine`: a weighted sum of named parts. A part that *failed* (a judge call that did not
-  return a usable score: :class:`RewardError`) makes the combined reward an explicit error with its
-  reason, never a silent 0; callers count those errors.
+- :func:`applicable_weights`: which weighted parts apply to a dataset row (the return always;
+  NDCG only where the row has gold documents; the judge only where the row has a reference answer
+  to grade against) — a part that cannot score a row is left out, never scored 0;
+- :func:`combine`: the weighted mean of named parts, renormalised over the parts given (the ones
+  that apply), so a row that lacks gold documents is scored on the rest at full scale. A part that
+  *failed* (a judge call that did not return a usable score: :class:`RewardError`) makes the
+  combined reward an explicit error with its reason, never a silent 0; callers count those errors;
+- :func:`weights_problem`: the plan-time check of the weights (each in [0, 1], summing to 1, and a
+  success threshold the combined reward can reach).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 JUDGE_ERROR = "judge_error"
 
@@ -61,17 +68,66 @@ def ndcg(retrieved: Sequence[str], gold: Iterable[str] | Mapping[str, float], k:
     return dcg / idcg if idcg > 0 else 0.0
 
 
+NO_REWARD_PART = "no_reward_part"
+# the tolerance of "the weights sum to 1": weights are written in decimal in a YAML file
+WEIGHT_SUM_TOLERANCE = 1e-6
+
+
+def applicable_weights(weights: Mapping[str, float], task: Mapping[str, Any]) -> dict[str, float]:
+    """The weighted parts that apply to the dataset row ``task``: ``env`` (the episode's return)
+    always; ``ndcg`` only where the row lists ``gold_docs`` (without gold documents there is nothing
+    to rank against — scoring 0 would punish a row for its dataset); ``judge`` only where the row
+    has a reference ``answer`` (the judge grades the final answer against it). Zero weights are
+    dropped. The same rule serves every place a row's reward is composed."""
+    out: dict[str, float] = {}
+    for name, weight in weights.items():
+        if float(weight) <= 0:
+            continue
+        if name == "ndcg" and not task.get("gold_docs"):
+            continue
+        if name == "judge" and task.get("answer") is None:
+            continue
+        out[name] = float(weight)
+    return out
+
+
 def combine(parts: Mapping[str, float | RewardError], weights: Mapping[str, float]) -> Combined:
-    """``Σ weights[name] × parts[name]``; every weighted name must be present. A failed part makes the
-    whole an explicit error (the first failure, in name order)."""
+    """``Σ weights[name] × parts[name] / Σ weights[name]`` — the weighted mean over the parts
+    weighted (the caller passes those that apply to the row, :func:`applicable_weights`); every
+    weighted name must be present. A failed part makes the whole an explicit error (the first
+    failure, in name order); no positive weight at all is an explicit ``no_reward_part`` error."""
     missing = sorted(set(weights) - set(parts))
     if missing:
         raise KeyError(f"no reward part {missing[0]!r}")
+    total = sum(float(w) for w in weights.values() if float(w) > 0)
+    if total <= 0:
+        return Combined(None, dict(parts), RewardError(NO_REWARD_PART, "no weighted reward part applies to this row"))
     for name in sorted(weights):
         if isinstance(parts[name], RewardError):
             return Combined(None, dict(parts), parts[name])  # type: ignore[arg-type]
-    value = sum(float(weights[name]) * float(parts[name]) for name in sorted(weights))  # type: ignore[arg-type]
+    value = sum(float(weights[name]) * float(parts[name]) for name in sorted(weights)) / total  # type: ignore[arg-type]
     return Combined(value, dict(parts), None)
+
+
+def weights_problem(weights: Mapping[str, float], success_threshold: float) -> str | None:
+    """Why ``weights`` (``environment.reward``) cannot grade correctly, or None. Each weight lies in
+    [0, 1] and they sum to 1 (so the combined reward stays on the parts' [0, 1] scale and a weight
+    reads as a share); since every part scores at most 1, the combined reward reaches at most 1 — a
+    success threshold above 1 could never be met, and one of 0 or below makes every episode a success."""
+    if not weights:
+        return None
+    for name in sorted(weights):
+        if not 0.0 <= float(weights[name]) <= 1.0:
+            return f"{name}: weight {float(weights[name]):g} outside [0, 1]"
+    total = sum(float(w) for w in weights.values())
+    if abs(total - 1.0) > WEIGHT_SUM_TOLERANCE:
+        shown = ", ".join(f"{k}: {float(v):g}" for k, v in sorted(weights.items()))
+        return (f"weights {{{shown}}} sum to {total:g}, not 1: the combined reward is their weighted mean "
+                f"over the parts that apply to a row, so state shares that sum to 1")
+    if not 0.0 < float(success_threshold) <= 1.0:
+        return (f"success_threshold {float(success_threshold):g} cannot be reached by a combined reward in [0, 1] "
+                "(every part scores at most 1): state a threshold in (0, 1]")
+    return None
 
 
 # =============================================================================== the judge

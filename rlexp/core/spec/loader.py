@@ -13,6 +13,7 @@ from rlexp.core.recipe import (
     key_table,
     recipe_key_for,
 )
+from rlexp.core.rewards import weights_problem
 from rlexp.errors import InputError
 from rlexp.storage.files import check_regular_file, load_yaml
 from rlexp.storage.layout import SPEC_NAME
@@ -250,6 +251,9 @@ def _environment(merged: dict[str, Any], display: str, trainer: str) -> Environm
         raise InputError(display, "environment.name", "empty: a registered name or an import path")
     if settings.reward and not any(settings.reward.values()):
         raise InputError(display, "environment.reward", "every weight is 0: state at least one positive weight")
+    problem = weights_problem(settings.reward, settings.success_threshold)
+    if problem is not None:
+        raise InputError(display, "environment.reward", problem)
     if settings.reward.get("judge"):
         for key in ("base_url", "model"):
             if not settings.judge.get(key):

@@ -145,7 +145,7 @@ class EnvironmentSettings:
     primary_metric: str = declared("success", one_of(*ENV_PRIMARY_METRICS),
                                    "success (McNemar) | mean_reward (the paired mean-score statistics)")
     success_threshold: float = declared(1.0, number(), "an episode succeeds when its reward reaches it")
-    # the eval reward as a weighted sum of parts (env: the episode's return, judge: the LLM judge's
+    # the eval reward as the weighted mean of parts (env: the episode's return, judge: the LLM judge's
     # score of the final answer, ndcg: the retrieval score of the documents the episode fetched);
     # empty: the return alone. A failed judge call makes the reward an explicit judge_error.
     reward: dict[str, float] = declared(
