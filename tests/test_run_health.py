@@ -265,3 +265,22 @@ def test_openrlhf_gspo_correction_refused_at_plan(tmp_path, capsys):
     checks = {c["name"]: c for c in json.loads(out)["checks"]}
     found = checks["health.is_correction_off_with_gspo"]
     assert found["severity"] == "error" and "models/loss.py" in json.dumps(found)
+
+
+def test_the_report_shows_the_mismatch_curve_and_its_worst_steps(tmp_path):
+    from test_report import fill_attempt, make_experiment
+
+    from rlexp.stages.report import report
+
+    exp = make_experiment(tmp_path)
+    att = exp / "a2"
+    fill_attempt(att)
+    rows = [json.loads(x) for x in (att / "metrics.jsonl").read_text().splitlines()]
+    for row in rows:  # a spike at step 12 (warning level 1e-3), 3e-4 elsewhere
+        row["rollout_kl"] = 0.004 if row["global_step"] == 12 else 0.0003
+    (att / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    text = report(att, reports_dir=tmp_path / "reports", tracking_uri="off").report.read_text()
+    line = next(x for x in text.splitlines() if x.startswith("training–inference mismatch"))
+    assert "**WARN**" in line and "first at step 12" in line
+    curve = next(x for x in text.splitlines() if x.startswith("- `rollout_kl`"))
+    assert "worst: step 12 (0.004)" in curve and "max 0.004;" in curve and "█" in curve

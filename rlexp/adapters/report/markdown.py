@@ -35,7 +35,7 @@ from rlexp.storage.records import checkpoint_step
 
 NA = "not available"
 SET_ORDER = ("ood_primary", "id", "sanity", "ood_monitor")
-IN_RUN_GATES = ("g3", "g5")  # written by `rlexp launch` (rlexp.adapters.monitor); shown with stability
+IN_RUN_GATES = ("g3", "g5", "mismatch", "resume")  # written by `rlexp launch` (rlexp.adapters.monitor); shown with stability
 DELIVERABLES = (
     "1. Recipe diff",
     "2. Pool and probe SHA-256",
@@ -390,6 +390,7 @@ def render_markdown(inputs: ReportInputs, plots: Mapping[str, Path] | None = Non
             lines.append(f"\n**NaN/inf** in {len(flagged)} of {st.steps} steps (kept in metrics.jsonl; "
                          f"means and maxima above are over the finite values): " + "; ".join(flagged[:10])
                          + ("; …" if len(flagged) > 10 else ""))
+        lines += _mismatch_lines(inputs.metrics)
     else:
         lines.append(NA + " (no metrics.jsonl)")
     run_guards = [(g, inputs.guards[g]) for g in IN_RUN_GATES if g in inputs.guards]
@@ -433,6 +434,28 @@ def render_markdown(inputs: ReportInputs, plots: Mapping[str, Path] | None = Non
         lines += table(["guard", "verdict", "detail"], [(g, guard_status(v), guard_reason(v)) for g, v in other])
     lines.append("")
     return _relative("\n".join(lines), inputs)
+
+
+def _mismatch_lines(rows: Any) -> list[str]:
+    """The training-inference mismatch of the run (rlexp.core.run_health, the SOP's levels): its curve
+    as a sparkline, the verdict and the worst steps; nothing when the trainer logged no mismatch metric."""
+    from rlexp.adapters.episode_report import sparkline
+    from rlexp.core.run_health import MISMATCH_METRICS, mismatch_verdict
+    from rlexp.core.sop import load_sop
+
+    logged = [m for m in MISMATCH_METRICS if any(isinstance(r.get(m), int | float) for r in rows)]
+    if not logged:
+        return []
+    verdict = mismatch_verdict(rows, load_sop().run_health.mismatch)
+    status = "WARN" if verdict.passed and verdict.severity == "warning" else verdict.status
+    out = ["", f"training–inference mismatch (sop/README.md#run-health): **{status}** — {verdict.reason}", ""]
+    for metric in logged:
+        values = [float(r[metric]) for r in rows if isinstance(r.get(metric), int | float)]
+        worst = ", ".join(f"step {s} ({v if isinstance(v, str) else format(v, '.3g')})"
+                          for s, v in verdict.numbers["worst_steps"][metric][:3])
+        out.append(f"- `{metric}` `{sparkline([v for v in values if math.isfinite(v)])}` "
+                   f"max {fmt(verdict.numbers['max'][metric], 4)}; worst: {worst}")
+    return out
 
 
 def _accuracy_table(inputs: ReportInputs) -> list[str]:
