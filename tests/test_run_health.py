@@ -284,3 +284,24 @@ def test_the_report_shows_the_mismatch_curve_and_its_worst_steps(tmp_path):
     assert "**WARN**" in line and "first at step 12" in line
     curve = next(x for x in text.splitlines() if x.startswith("- `rollout_kl`"))
     assert "worst: step 12 (0.004)" in curve and "max 0.004;" in curve and "█" in curve
+
+
+def test_plan_shows_the_expected_lag_of_an_async_launch_only(tmp_path):
+    from test_checks import spec, write
+
+    from rlexp.core.spec import load_attempt
+    from rlexp.stages.plan import build_plan
+
+    sync = build_plan(load_attempt(write(tmp_path / "exp", "a1", spec())))
+    assert "run_health" not in sync  # a synchronous plan stays as it was
+    asynchronous = spec(recipe={"async_train": True, "async_queue_size": 2})
+    plan = build_plan(load_attempt(write(tmp_path / "exp2", "a1", asynchronous)))
+    assert plan["run_health"]["expected_lag"]["max_versions"] == 2
+
+
+def test_the_report_shows_the_observed_staleness():
+    from rlexp.adapters.report.markdown import _staleness_lines
+
+    rows = [{"global_step": s, "policy_lag_max": v} for s, v in ((1, 0), (2, 3), (3, 1))]
+    assert _staleness_lines(rows)[-1] == ("off-policy staleness (observed): batches up to 3 policy version(s) "
+                                          "behind, at step 2")

@@ -70,6 +70,13 @@ def render(result: PlanResult) -> None:
             for trainer, settings in gspo["trainer_settings"].items():
                 console.print(f"  {trainer}: " + ", ".join(f"{k}={v}" for k, v in settings.items()))
 
+    lag = (data.get("run_health") or {}).get("expected_lag")
+    if lag:  # an asynchronous launch: how far behind the policy its batches may be generated
+        most = lag.get("max_versions")
+        console.print(f"off-policy staleness: {lag['mode']}, batches up to "
+                      f"{most if most is not None else 'an unstated number of'} policy version(s) behind "
+                      "(observed in the run from the trainer's own metric where it logs one)")
+
     steps = Table(title="Steps (as the trainer counts them)", show_header=False)
     steps.add_column("what")
     steps.add_column("value", justify="right")

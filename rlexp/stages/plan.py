@@ -55,6 +55,7 @@ def build_plan(att: Attempt) -> dict[str, Any]:
     if own is not None:  # a trainer that counts its own way writes its own plan (TrainerLaunch.own_plan)
         if att.environment is not None:  # its environment settings (GSPO's among them) as any plan shows them
             own["environment"] = environment_plan(att)
+        own.update(run_health_plan(att))
         return own
     from rlexp.core.checks import gpu_layout, preflight, primary_power, steps_for
     from rlexp.core.power import power_report
@@ -147,7 +148,19 @@ def build_plan(att: Attempt) -> dict[str, Any]:
     }
     if att.environment is not None:  # single-turn plans stay as they were
         plan["environment"] = environment_plan(att)
+    plan.update(run_health_plan(att))
     return plan
+
+
+def run_health_plan(att: Attempt) -> dict[str, Any]:
+    """The expected off-policy staleness of an asynchronous launch (rlexp.core.run_health.expected_lag
+    from the trainer's launch settings), as ``run_health.expected_lag``; nothing for a synchronous one,
+    so its plan stays as it was."""
+    from rlexp.core.run_health import expected_lag
+    from rlexp.trainers import rules as trainer_rules
+
+    lag = expected_lag(trainer_rules(att.trainer.name).async_lag(dict(att.recipe)))
+    return {} if lag["max_versions"] == 0 else {"run_health": {"expected_lag": lag}}
 
 
 def environment_plan(att: Attempt) -> dict[str, Any]:

@@ -443,12 +443,13 @@ def _mismatch_lines(rows: Any) -> list[str]:
     from rlexp.core.run_health import MISMATCH_METRICS, mismatch_verdict
     from rlexp.core.sop import load_sop
 
+    out = _staleness_lines(rows)
     logged = [m for m in MISMATCH_METRICS if any(isinstance(r.get(m), int | float) for r in rows)]
     if not logged:
-        return []
+        return out
     verdict = mismatch_verdict(rows, load_sop().run_health.mismatch)
     status = "WARN" if verdict.passed and verdict.severity == "warning" else verdict.status
-    out = ["", f"training–inference mismatch (sop/README.md#run-health): **{status}** — {verdict.reason}", ""]
+    out += ["", f"training–inference mismatch (sop/README.md#run-health): **{status}** — {verdict.reason}", ""]
     for metric in logged:
         values = [float(r[metric]) for r in rows if isinstance(r.get(metric), int | float)]
         worst = ", ".join(f"step {s} ({v if isinstance(v, str) else format(v, '.3g')})"
@@ -456,6 +457,17 @@ def _mismatch_lines(rows: Any) -> list[str]:
         out.append(f"- `{metric}` `{sparkline([v for v in values if math.isfinite(v)])}` "
                    f"max {fmt(verdict.numbers['max'][metric], 4)}; worst: {worst}")
     return out
+
+
+def _staleness_lines(rows: Any) -> list[str]:
+    """The observed policy lag, where the trainer logs one (verl's trajectory staleness)."""
+    lag = [float(r["policy_lag_max"]) for r in rows if isinstance(r.get("policy_lag_max"), int | float)]
+    if not lag:
+        return []
+    worst = max(range(len(lag)), key=lambda i: lag[i])
+    steps = [r["global_step"] for r in rows if isinstance(r.get("policy_lag_max"), int | float)]
+    return ["", f"off-policy staleness (observed): batches up to {lag[worst]:g} policy version(s) behind, "
+                f"at step {steps[worst]}"]
 
 
 def _accuracy_table(inputs: ReportInputs) -> list[str]:
