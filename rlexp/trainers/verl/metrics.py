@@ -54,10 +54,9 @@ NAMES: dict[str, tuple[str, ...]] = {
     "tool_calls_per_episode": ("tool_call_counts/mean",),
     # training-inference mismatch (rlexp.core.run_health): rollout_corr_helper.py's off-policy metrics
     # (kl = masked_mean(rollout_log_prob - old_log_prob), logged whenever rollout log-probs are kept) and
-    # its IS weights; utils/debug/metrics.py's |Δ log p| (training/rollout_probs_diff_*)
+    # its IS weights (utils/debug/metrics.py's training/rollout_probs_diff_* is |Δp| in probability, not
+    # |Δ log p|: it keeps its own name)
     "rollout_kl": ("rollout_corr/kl",),
-    "rollout_logp_diff_mean": ("training/rollout_probs_diff_mean",),
-    "rollout_logp_diff_max": ("training/rollout_probs_diff_max",),
     "rollout_is_mean": ("rollout_corr/rollout_is_mean",),
     "rollout_is_min": ("rollout_corr/rollout_is_min",),
     "rollout_is_max": ("rollout_corr/rollout_is_max",),
