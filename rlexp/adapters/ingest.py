@@ -215,15 +215,21 @@ def read_stdout_log(path: str | Path) -> tuple[list[dict[str, Any]], IngestStats
 def finite_rows(read) -> tuple[list[dict[str, Any]], IngestStats]:
     """A :func:`read_log` result as metrics.jsonl rows: the last run's; NaN/inf kept, their steps
     flagged in ``stats.nonfinite_steps`` (the name is older than that)."""
+    runs, stats = finite_runs(read, read.runs[-1:])
+    return (runs[0] if runs else []), stats
+
+
+def finite_runs(read, runs: Any = None) -> tuple[list[list[dict[str, Any]]], IngestStats]:
+    """:func:`finite_rows` for every run of ``read`` (or the given ``runs`` of it), one list of rows
+    each, counted into one :class:`IngestStats` (a resumed run's log: ``rlexp import-run``)."""
     stats = IngestStats(not_understood=list(read.not_understood), runs=max(1, len(read.runs)))
     for key, count in read.dropped.items():
         stats.dropped_keys[key] = stats.dropped_keys.get(key, 0) + count
         stats.dropped_values += count
-    rows = []
-    for row in read.runs[-1].rows if read.runs else []:
-        if (kept := normalise(row, stats, trainer=read.trainer)) is not None:
-            rows.append(kept)
-    return rows, stats
+    out = []
+    for run in read.runs if runs is None else runs:
+        out.append([kept for row in run.rows if (kept := normalise(row, stats, trainer=read.trainer)) is not None])
+    return out, stats
 
 
 # --- a patched trainer's training_metrics.jsonl ---------------------------------------------------------

@@ -205,15 +205,11 @@ def _create_sqlite_store(db: Path) -> None:
     """Build MLflow's schema in a temporary file beside ``db`` and rename it into place: MLflow
     migrates a new store in many steps, and one cut off (a full disk, a kill) used to leave a
     half-migrated ``mlflow.db`` that every later run failed on ("duplicate column name")."""
-    import tempfile
-
     from mlflow.tracking import MlflowClient
 
-    from rlexp.storage.files import clean_stale_temps, temp_prefix
+    from rlexp.storage.files import make_temp_file
 
-    db.parent.mkdir(parents=True, exist_ok=True)
-    clean_stale_temps(db.parent)
-    fd, name = tempfile.mkstemp(prefix=temp_prefix(db), suffix=".tmp", dir=db.parent)
+    fd, name = make_temp_file(db)
     os.close(fd)
     tmp = Path(name)
     try:

@@ -23,26 +23,24 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from rlexp.core.numbers import json_number
 from rlexp.core.verdict import Verdict
 
 # canonical metric -> (warning level, stop level) field names of the SOP's run_health.mismatch
 MISMATCH_LEVELS = {"rollout_kl": ("kl_warn_above", "kl_stop_above"),
                    "rollout_logp_diff_mean": ("logp_diff_warn_above", "logp_diff_stop_above")}
 MISMATCH_METRICS = tuple(MISMATCH_LEVELS)
-LAG_METRICS = ("policy_lag_mean", "policy_lag_max")
 WORST_STEPS = 5  # how many of the worst steps a verdict lists
 
 
 @dataclass(frozen=True)
 class Resume:
-    """One resume of a run: the step it continued from (0: it started over), and where that is known,
-    the first and last line of the log it wrote (an imported log's restart)."""
+    """One resume of a run: the step it continued from (0: it started over)."""
 
     from_step: int
-    first_line: int | None = None
 
 
 def _values(rows: Sequence[Mapping[str, Any]], key: str) -> list[tuple[int, float]]:
@@ -52,11 +50,6 @@ def _values(rows: Sequence[Mapping[str, Any]], key: str) -> list[tuple[int, floa
         if isinstance(value, int | float) and not isinstance(value, bool):
             out.append((int(row["global_step"]), float(value)))
     return out
-
-
-def _json_number(value: float) -> float | str:
-    """A value a verdict can write as JSON: NaN and infinities as their names (the spike log's way)."""
-    return value if math.isfinite(value) else ("NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity"))
 
 
 def mismatch_verdict(rows: Sequence[Mapping[str, Any]], settings: Any) -> Verdict:
@@ -79,18 +72,18 @@ def mismatch_verdict(rows: Sequence[Mapping[str, Any]], settings: Any) -> Verdic
         for step, value in series[metric]:
             bad = not math.isfinite(value) or value > stop_at
             if bad or value > warn_at:
-                warnings.append({"step": step, "metric": metric, "value": _json_number(value),
+                warnings.append({"step": step, "metric": metric, "value": json_number(value),
                                  "level": "stop" if bad else "warning"})
             run = run + [step] if bad else []
             if stop is None and len(run) >= settings.stop_after_steps:
-                stop = {"step": step, "metric": metric, "value": _json_number(value), "threshold": stop_at,
+                stop = {"step": step, "metric": metric, "value": json_number(value), "threshold": stop_at,
                         "since_step": run[0]}
         ranked = sorted(series[metric], key=lambda sv: (-sv[1] if math.isfinite(sv[1]) else -math.inf, sv[0]))
         worst[metric] = ranked[:WORST_STEPS]
     warnings.sort(key=lambda w: (w["step"], w["metric"]))
     numbers = {"metrics": logged, "steps": {m: len(series[m]) for m in logged},
                "max": {m: max((v for _, v in series[m] if math.isfinite(v)), default=None) for m in logged},
-               "worst_steps": {m: [[s, _json_number(v)] for s, v in worst[m]] for m in logged},
+               "worst_steps": {m: [[s, json_number(v)] for s, v in worst[m]] for m in logged},
                "warning_steps": sorted({w["step"] for w in warnings}), "stop": stop}
     if stop is not None:
         note = (f"{stop['metric']} above {stop['threshold']:g} on {settings.stop_after_steps} logged steps in a row "
@@ -103,25 +96,6 @@ def mismatch_verdict(rows: Sequence[Mapping[str, Any]], settings: Any) -> Verdic
                 f"({first['metric']} {first['value']})")
         return Verdict("mismatch", True, rule, numbers, (note,), tuple(warnings), severity="warning")
     return Verdict("mismatch", True, rule, numbers)
-
-
-def mismatch_stop(rows: Sequence[Mapping[str, Any]], settings: Any) -> Verdict | None:
-    """The mismatch verdict when its stop rule fires on ``rows`` (the in-run stop), else None."""
-    verdict = mismatch_verdict(rows, settings)
-    return verdict if verdict.passed is False else None
-
-
-def restarts(steps: Sequence[tuple[int, int]]) -> list[Resume]:
-    """The resumes an imported log shows: ``steps`` is (line, step) in file order; a step at or below
-    the last one seen starts a new run of the trainer (it resumed from the step before it, or started
-    over at 1)."""
-    out = []
-    last = None
-    for line, step in steps:
-        if last is not None and step <= last:
-            out.append(Resume(from_step=step - 1, first_line=line))
-        last = step
-    return out
 
 
 def resume_verdict(segments: Sequence[Sequence[Mapping[str, Any]]], resumes: Sequence[Resume],
@@ -141,8 +115,6 @@ def resume_verdict(segments: Sequence[Sequence[Mapping[str, Any]]], resumes: Seq
         steps = [int(r["global_step"]) for r in rows]
         entry: dict[str, Any] = {"from_step": resume.from_step, "first_step": steps[0] if steps else None,
                                  "steps": len(steps)}
-        if resume.first_line is not None:
-            entry["first_line"] = resume.first_line
         if not steps:
             if planned_steps is None or resume.from_step < planned_steps:
                 problems.append(f"the resume from step {resume.from_step} logged no step")
@@ -248,21 +220,22 @@ def health_of_log(runs: Sequence[Sequence[Mapping[str, Any]]], sop: Any, *,
                                 (f"the step numbers restart at 1 (runs starting at steps {starts}): a new run, or "
                                  "a resume that started over",)))
     else:
-        lr = planned_lr or (lambda step: None)
-        verdicts.append(resume_verdict(kept, merged[1], lr, settings, planned_steps=planned_steps))
+        resume = resume_verdict(kept, merged[1], planned_lr or (lambda step: None), settings,
+                                planned_steps=planned_steps)
         if planned_lr is None and merged[1]:
-            verdicts[-1] = Verdict(verdicts[-1].name, verdicts[-1].passed, verdicts[-1].rule, verdicts[-1].numbers,
-                                   (*verdicts[-1].notes, "no plan: the LR after each resume was not checked "
-                                    "(run `rlexp plan` on the attempt first)"), verdicts[-1].details)
+            resume = replace(resume, notes=(*resume.notes, "no plan: the LR after each resume was not checked "
+                                            "(run `rlexp plan` on the attempt first)"))
+        verdicts.append(resume)
     verdicts.append(staleness_verdict(rows, expected_lag(lag or {}), sop.run_health.staleness))
     return verdicts
 
 
+def health_status(verdict: Verdict) -> str:
+    """PASS, FAIL or PENDING as any verdict's, and WARN for one that passed with a warning."""
+    return "WARN" if verdict.passed and verdict.severity == "warning" else verdict.status
+
+
 def health_lines(verdicts: Sequence[Verdict]) -> list[str]:
     """One line per run-health verdict, as `rlexp import-run` and `rlexp ingest` print them: the
-    status (WARN for a passed verdict with a warning), the check, the first note."""
-    out = []
-    for verdict in verdicts:
-        status = "WARN" if verdict.passed and verdict.severity == "warning" else verdict.status
-        out.append(f"run health {verdict.name}: {status} - {verdict.reason}")
-    return out
+    status (:func:`health_status`), the check, the first note."""
+    return [f"run health {v.name}: {health_status(v)} - {v.reason}" for v in verdicts]

@@ -44,7 +44,7 @@ from rlexp.engines.base import (
     check_token_request,
     normalise_finish_reason,
 )
-from rlexp.engines.http import RETRY_STATUS, HttpFailure, HttpLimits, check_url, post_json  # noqa: F401
+from rlexp.engines.http import HttpFailure, HttpLimits, check_url, post_json
 from rlexp.errors import InputError, ServiceError
 
 

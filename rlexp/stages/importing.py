@@ -19,7 +19,7 @@ the attempt a child of an existing one: its recipe is then only what differs fro
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -164,6 +164,8 @@ def _dataset_entry(script: Path, where: str, experiment: Path, role: str, entry:
     """A dataset the script names, as the spec's ``datasets.<role>``: a file in the experiment is
     counted by plan; anything else (a file elsewhere, several files, a hub name) is external data,
     recorded with its path(s), the size given by name, and its content hash when it can be read."""
+    from rlexp.storage.files import sha256_file
+
     raw = entry["path"]
     paths = [str(p) for p in raw] if isinstance(raw, list) else [str(raw)]
     resolved = [Path(p) if Path(p).is_absolute() else experiment / p for p in paths]
@@ -185,7 +187,7 @@ def _dataset_entry(script: Path, where: str, experiment: Path, role: str, entry:
     if as_path and not inside[0]:
         out["allow_outside"] = True
     if len(paths) == 1 and resolved[0].is_file():
-        out["sha256"] = _sha256(resolved[0])
+        out["sha256"] = sha256_file(resolved[0])
     notes.append(f"datasets.{role}: external data ({', '.join(paths)[:120]}), {size} prompts as given with {option}"
                  + ("" if "sha256" in out else "; not readable here, so no content hash"))
     return out
@@ -196,16 +198,6 @@ def _is_within(path: Path, root: Path) -> bool:
         return path.resolve().is_relative_to(root)
     except (OSError, RuntimeError):
         return False
-
-
-def _sha256(path: Path) -> str:
-    import hashlib
-
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _same_dataset(new: dict[str, Any], old: Any, parent_dir: Path) -> bool:
@@ -294,7 +286,7 @@ def find_checkpoints(root: Path) -> dict[int, Path]:
 def _health(attempt_dir: Path, att: Any, run_rows: list[list[dict[str, Any]]]) -> list[Any]:
     """The run-health verdicts of the imported log: the plan's LR (plan.json, else the plan computed
     here without writing it) for the resume gate, the attempt's launch settings for staleness."""
-    from rlexp.adapters.monitor import planned_lr
+    from rlexp.adapters.monitor import planned_global_steps, planned_lr
     from rlexp.core.run_health import health_of_log
     from rlexp.core.sop import load_sop
     from rlexp.stages.plan import build_plan
@@ -306,11 +298,9 @@ def _health(attempt_dir: Path, att: Any, run_rows: list[list[dict[str, Any]]]) -
             plan = build_plan(att)
         except InputError:
             plan = None
-    steps = (plan or {}).get("steps") or {}
-    total = steps.get("global_steps_total") if isinstance(steps, dict) else None
     lr = (lambda step: planned_lr(plan, step)) if plan else None
     return health_of_log(run_rows, load_sop(), planned_lr=lr, lag=trainer_rules(att.trainer.name).async_lag(dict(att.recipe)),
-                         planned_steps=total if isinstance(total, int) else None)
+                         planned_steps=planned_global_steps(plan))
 
 
 def import_run(attempt_dir: str | Path, *, logs: str | Path | None = None, log_format: str | None = None,
@@ -321,7 +311,7 @@ def import_run(attempt_dir: str | Path, *, logs: str | Path | None = None, log_f
     ``checkpoints/global_step{N}_hf``, and ``state.json`` ``finished``, so ``rlexp eval``,
     ``decide`` and ``report`` work on it. A log holding two runs is refused (which one is asked,
     never guessed); nothing is written until everything is read."""
-    from rlexp.adapters.ingest import append_new_rows, finite_rows, read_log
+    from rlexp.adapters.ingest import append_new_rows, finite_runs, read_log
     from rlexp.core.spec import load_attempt
     from rlexp.stages.launch import write_state
     from rlexp.storage.layout import AttemptDir
@@ -340,22 +330,14 @@ def import_run(attempt_dir: str | Path, *, logs: str | Path | None = None, log_f
 
         read = read_log(logs, trainer_rules(att.trainer.name).log_trainer, log_format)
         runs = [r for r in read.runs if r.rows]
-        if len(runs) > 1 and merge_resumed([r.rows for r in runs]) is None:
+        run_rows, stats = finite_runs(read, runs)  # a resumed run's log: each launch's rows
+        merged = merge_resumed(run_rows) if len(runs) > 1 else None
+        if len(runs) > 1 and merged is None:
             starts = ", ".join(f"line {r.first_line} (steps {r.steps[0]}..{r.steps[-1]})" for r in runs)
             raise InputError(logs, None, f"{len(runs)} runs in one file (step numbers restart at 1): {starts}; cut "
                              "the file to the run to import (`rlexp ingest` shows them)")
-        run_rows, stats = [], None
-        for run in runs:  # a resumed run: each launch's rows, read as finite_rows reads the last
-            one = replace(read, runs=[run], dropped=dict(read.dropped) if stats is None else {},
-                          not_understood=list(read.not_understood) if stats is None else [])
-            kept, run_stats = finite_rows(one)
-            run_rows.append(kept)
-            stats = run_stats if stats is None else stats
-            if stats is not run_stats:
-                stats.nonfinite_steps.update(run_stats.nonfinite_steps)
-        merged = merge_resumed(run_rows) if len(run_rows) > 1 else None
         rows = merged[0] if merged else (run_rows[-1] if run_rows else [])
-        if not rows or stats is None:
+        if not rows:
             raise InputError(logs, None, f"no metric steps found as {read.format}")
         out.health = _health(attempt_dir, att, run_rows)
         out.steps = len(rows)

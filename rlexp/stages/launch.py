@@ -338,6 +338,18 @@ def _plan_sha(attempt_dir: Path) -> str | None:
     return sha256_file(path) if path.exists() else None
 
 
+# How state.json records each in-run stop rule (rlexp.adapters.monitor.RunMonitor.update returns the
+# verdict that fired): the reason's label with the SOP section behind it, and the field holding its numbers.
+_EARLY_STOP_RECORD = ("early stop (sop/README.md#early-stop)", "early_stop",
+                      lambda v: {**{k: v.numbers[k] for k in ("best_step", "best_smoothed", "stop_step")},
+                                 "rule": v.rule})
+_STOP_RECORDS = {
+    "mismatch": ("run health (sop/README.md#run-health)", "run_health_stop",
+                 lambda v: {"rule": v.rule, **(v.numbers.get("stop") or {})}),
+    "env_errors": ("environment errors (sop/README.md#guardrails)", "env_errors", lambda v: dict(v.numbers)),
+}
+
+
 def write_state(attempt_dir: Path, state: str, **fields: Any) -> dict[str, Any]:
     import datetime as dt
 
@@ -493,20 +505,10 @@ def run(p: Prepared, *, tracking_uri: str | None = None, follow: bool = True, po
     if job_end is not None and job_end.status == "STOPPED" and not (stop_verdict or interrupted):
         state = write_state(attempt_dir, "stopped", **base, exit_code=code,
                             reason=f"{ended} - stopped from outside rlexp; continue with --resume")
-    elif stop_verdict is not None and stop_verdict.name == "mismatch":
-        state = write_state(attempt_dir, "stopped", **base, exit_code=code,
-                            reason=f"run health (sop/README.md#run-health): {stop_verdict.reason}",
-                            run_health_stop={"rule": stop_verdict.rule, **(stop_verdict.numbers.get("stop") or {})})
-    elif stop_verdict is not None and stop_verdict.name == "env_errors":
-        state = write_state(attempt_dir, "stopped", **base, exit_code=code,
-                            reason=f"environment errors (sop/README.md#guardrails): {stop_verdict.reason}",
-                            env_errors=dict(stop_verdict.numbers))
     elif stop_verdict is not None:
+        label, key, payload = _STOP_RECORDS.get(stop_verdict.name, _EARLY_STOP_RECORD)
         state = write_state(attempt_dir, "stopped", **base, exit_code=code,
-                            reason=f"early stop (sop/README.md#early-stop): {stop_verdict.reason}",
-                            early_stop={**{k: stop_verdict.numbers[k] for k in ("best_step", "best_smoothed",
-                                                                                  "stop_step")},
-                                        "rule": stop_verdict.rule})
+                            reason=f"{label}: {stop_verdict.reason}", **{key: payload(stop_verdict)})
     elif interrupted:
         state = write_state(attempt_dir, "stopped", **base, exit_code=code,
                             reason=f"rlexp launch received {signal.Signals(interrupted['signal']).name}; "

@@ -37,6 +37,15 @@ def _log_pmf(k: int, m: int, p: float) -> float:
             + k * math.log(p) + (m - k) * math.log1p(-p))
 
 
+def _pmf(k: int, m: int, log_p: float, log_q: float) -> float:
+    """P(X = k) for X ~ Bin(m, p) from log(p) and log(1 - p), which the callers compute once for every
+    m they sum over; 0 outside 0..m."""
+    if k < 0 or k > m:
+        return 0.0
+    lgamma = math.lgamma
+    return math.exp(lgamma(m + 1) - lgamma(k + 1) - lgamma(m - k + 1) + k * log_p + (m - k) * log_q)
+
+
 def _upper_tail(c: int, m: int, p: float, log_p: float, log_q: float, odds: float) -> float:
     """P(X >= c) for X ~ Bin(m, p): summed outward from the largest term (the mode, or c when the
     mode is below c) with the pmf ratio, each direction until its terms are negligible.
@@ -51,8 +60,7 @@ def _upper_tail(c: int, m: int, p: float, log_p: float, log_q: float, odds: floa
     if p >= 1.0:
         return 1.0
     first = min(m, max(c, math.floor((m + 1) * p)))
-    lgamma = math.lgamma
-    start = math.exp(lgamma(m + 1) - lgamma(first + 1) - lgamma(m - first + 1) + first * log_p + (m - first) * log_q)
+    start = _pmf(first, m, log_p, log_q)
     total = term = start
     negligible = _NEGLIGIBLE
     for k in range(first, m):  # upward: pmf(k + 1) = pmf(k) (m - k) / (k + 1) odds
@@ -108,9 +116,9 @@ def _critical_wins_run(first: int, last: int, max_mcnemar_p: float) -> list[int]
         if (m - first) % _REANCHOR == 0:
             tail = _half_tail(c, m)
         else:
-            tail += 0.5 * _half_pmf(c - 1, m - 1)
+            tail += 0.5 * _pmf(c - 1, m - 1, _LOG_HALF, _LOG_HALF)
         if 2.0 * tail >= limit:  # c no longer rejects at m: c + 1 does (the proof above)
-            tail -= _half_pmf(c, m)
+            tail -= _pmf(c, m, _LOG_HALF, _LOG_HALF)
             c += 1
         out.append(c)
     return out
@@ -118,12 +126,6 @@ def _critical_wins_run(first: int, last: int, max_mcnemar_p: float) -> list[int]
 
 _REANCHOR = 256
 _LOG_HALF = math.log(0.5)
-
-
-def _half_pmf(k: int, m: int) -> float:
-    if k < 0 or k > m:
-        return 0.0
-    return math.exp(math.lgamma(m + 1) - math.lgamma(k + 1) - math.lgamma(m - k + 1) + m * _LOG_HALF)
 
 
 def _half_tail(c: int, m: int) -> float:
@@ -135,13 +137,6 @@ def _tails_carried(table: tuple[tuple[int, float, int], ...], win: float, log_p:
     """Σ P(M = m) P(C ≥ c_m) over ``table`` (consecutive m, c_m rising by 0 or 1 per m) with each tail
     carried from the last — P_m(C ≥ c) = P_{m-1}(C ≥ c) + w P_{m-1}(C = c - 1), then less P_m(C = c)
     where c_m is one higher — and summed afresh every ``_REANCHOR`` steps or where m skips."""
-    lgamma = math.lgamma
-
-    def pmf(k: int, m: int) -> float:
-        if k < 0 or k > m:
-            return 0.0
-        return math.exp(lgamma(m + 1) - lgamma(k + 1) - lgamma(m - k + 1) + k * log_p + (m - k) * log_q)
-
     total = 0.0
     prev_m = prev_c = -1
     tail = 0.0
@@ -149,9 +144,9 @@ def _tails_carried(table: tuple[tuple[int, float, int], ...], win: float, log_p:
         if m != prev_m + 1 or c - prev_c not in (0, 1) or i % _REANCHOR == 0:
             tail = _upper_tail(c, m, win, log_p, log_q, odds)
         else:
-            tail += win * pmf(prev_c - 1, m - 1)
+            tail += win * _pmf(prev_c - 1, m - 1, log_p, log_q)
             if c == prev_c + 1:
-                tail -= pmf(prev_c, m)
+                tail -= _pmf(prev_c, m, log_p, log_q)
         prev_m, prev_c = m, c
         total += pm * min(1.0, max(0.0, tail))
     return total

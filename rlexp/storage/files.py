@@ -36,9 +36,7 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
     path = Path(path)
     _refuse_special_target(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    clean_stale_temps(path.parent)
-    fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path), suffix=".tmp", dir=path.parent)
+    fd, tmp = make_temp_file(path)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -65,12 +63,19 @@ _LEGACY_TEMP_NAME = re.compile(r"\.(?:.+\.[a-z0-9_]{8}\.tmp|global_step\d+(?:_hf
 LEGACY_TEMP_AGE_S = 3600
 
 
-def temp_prefix(final: Path) -> str:
+def _temp_prefix(final: Path) -> str:
     """The name prefix of a temporary file or directory that becomes ``final`` (see ``_TEMP_NAME``)."""
     return f".{final.name}.{os.getpid()}-"
 
 
-_temp_prefix = temp_prefix
+def make_temp_file(final: str | Path) -> tuple[int, str]:
+    """A fresh file beside ``final`` (an open descriptor and its name) to write it in before it is
+    renamed over ``final``; what killed writers left in that directory is removed first
+    (:func:`clean_stale_temps`)."""
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    clean_stale_temps(final.parent)
+    return tempfile.mkstemp(prefix=_temp_prefix(final), suffix=".tmp", dir=final.parent)
 
 
 def make_temp_dir(final: str | Path) -> Path:

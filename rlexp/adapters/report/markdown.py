@@ -440,17 +440,18 @@ def _mismatch_lines(rows: Any) -> list[str]:
     """The training-inference mismatch of the run (rlexp.core.run_health, the SOP's levels): its curve
     as a sparkline, the verdict and the worst steps; nothing when the trainer logged no mismatch metric."""
     from rlexp.adapters.episode_report import sparkline
-    from rlexp.core.run_health import MISMATCH_METRICS, mismatch_verdict
+    from rlexp.core.run_health import MISMATCH_METRICS, health_status, mismatch_verdict
     from rlexp.core.sop import load_sop
 
     out = _staleness_lines(rows)
-    logged = [m for m in MISMATCH_METRICS if any(isinstance(r.get(m), int | float) for r in rows)]
-    if not logged:
+    if not any(m in r for r in rows for m in MISMATCH_METRICS):  # most runs: no SOP read for nothing
         return out
     verdict = mismatch_verdict(rows, load_sop().run_health.mismatch)
-    status = "WARN" if verdict.passed and verdict.severity == "warning" else verdict.status
-    out += ["", f"training–inference mismatch (sop/README.md#run-health): **{status}** — {verdict.reason}", ""]
-    for metric in logged:
+    if not verdict.numbers["metrics"]:
+        return out
+    out += ["", f"training–inference mismatch (sop/README.md#run-health): **{health_status(verdict)}** — "
+                f"{verdict.reason}", ""]
+    for metric in verdict.numbers["metrics"]:
         values = [float(r[metric]) for r in rows if isinstance(r.get(metric), int | float)]
         worst = ", ".join(f"step {s} ({v if isinstance(v, str) else format(v, '.3g')})"
                           for s, v in verdict.numbers["worst_steps"][metric][:3])

@@ -48,11 +48,10 @@ class OpenRLHFRules(TrainerRules):
         return run_health_checks(recipe, version, env)
 
     def async_lag(self, recipe: dict[str, Any]) -> dict[str, Any]:
-        # --async_train (0.9.x-0.10.1) / --train.async_enable (0.10.2+): the sampler runs ahead of the
-        # trainer by up to --async_queue_size / --train.async_queue_size batches (cli/train_ppo_ray.py)
-        on = bool(recipe.get("async_train") or recipe.get("train.async_enable"))
-        queue = recipe.get("async_queue_size", recipe.get("train.async_queue_size", 1))
-        return {"async": on, "queue": queue, "mode": "async sampler (queue)"}
+        # --async_train (--train.async_enable from 0.10.2; a recipe states it under its v0.9 name): the
+        # sampler runs ahead of the trainer by up to --async_queue_size batches (cli/train_ppo_ray.py)
+        return {"async": bool(recipe.get("async_train")), "queue": recipe.get("async_queue_size", 1),
+                "mode": "async sampler (queue)"}
 
 
 RULES = OpenRLHFRules()

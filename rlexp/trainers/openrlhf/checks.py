@@ -116,7 +116,7 @@ def run_health_checks(recipe: dict[str, Any], version: str, env: Any = None) -> 
     the IS weights are biased. Without the correction, vllm_kl is not logged: the mismatch goes unmeasured."""
     gspo = "gspo" in (recipe.get("policy_loss_type"), recipe.get("actor.policy_loss_type"),
                       getattr(env, "loss", None))
-    top_p = recipe.get("top_p", recipe.get("rollout.top_p", 1.0))
+    top_p = recipe.get("top_p", 1.0)  # rollout.top_p from 0.10.2: a recipe states it under its v0.9 name
     found: list[Verdict] = []
     if not vllm_is_correction_on(recipe):
         return found
