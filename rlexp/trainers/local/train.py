@@ -73,7 +73,11 @@ def token_logprobs(model: Any, input_ids: torch.Tensor, attention_mask: torch.Te
 
     position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
     out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids)
-    logits = out.logits[:, :-1, :].float()
+    # half-precision logits are scored in float32; float32 and float64 models keep their own precision
+    # (a float64 model cast down here would round its gradient to float32's 1e-7)
+    logits = out.logits[:, :-1, :]
+    if logits.dtype not in (torch.float32, torch.float64):
+        logits = logits.float()
     log_softmax = torch.log_softmax(logits, dim=-1)
     logp = log_softmax.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
     with torch.no_grad():
