@@ -513,6 +513,74 @@ def test_the_loop_returns_the_servers_logprobs_aligned_with_the_response(verl_mo
     assert all(out.response_logprobs is None for out in play_loop(verl_module, demo))
 
 
+def rollout_correction_functions(wheel):
+    """verl's rollout correction (``trainer/ppo/rollout_corr_helper.py``) from the wheel, its
+    functions and constants taken by AST and executed with the wheel's own masked mean and sum
+    (``utils/torch_functional.py``); DataProto, Ray and the configs do not install here."""
+    import math
+    import types
+    from typing import Any, Optional
+
+    import torch
+
+    def module_of(path, keep):
+        with zipfile.ZipFile(wheel) as archive:
+            tree = ast.parse(archive.read(path).decode())
+        return [n for n in tree.body if keep(n)]
+
+    helpers = module_of("verl/utils/torch_functional.py",
+                        lambda n: isinstance(n, ast.FunctionDef) and n.name in ("masked_sum", "masked_mean"))
+    verl_f: dict[str, Any] = {"torch": torch}
+    exec(compile(ast.Module(body=helpers, type_ignores=[]), "torch_functional.py", "exec"), verl_f)  # noqa: S102
+    body = module_of("verl/trainer/ppo/rollout_corr_helper.py",
+                     lambda n: isinstance(n, ast.FunctionDef | ast.Assign | ast.AnnAssign))
+    proto = types.SimpleNamespace(from_dict=lambda tensors: tensors)
+    namespace = {"torch": torch, "math": math, "Any": Any, "Optional": Optional, "DataProto": proto,
+                 "verl_F": types.SimpleNamespace(**verl_f), "RolloutCorrectionConfig": object,
+                 "PolicyLossConfig": object}  # fmt: skip
+    exec(compile(ast.Module(body=body, type_ignores=[]), "rollout_corr_helper.py", "exec"), namespace)  # noqa: S102
+    return namespace["compute_rollout_correction_and_rejection_mask"]
+
+
+def test_verls_rollout_correction_reads_the_loops_logprobs(wheel, verl_module, generated, demo, monkeypatch):
+    """The loop's response_logprobs through verl 0.9.1's own rollout correction, padded as its
+    agent loop worker pads them (0.0 after the response). With a training policy equal to the
+    server's, every agent token's importance weight is exactly 1, nothing is rejected and the
+    measured KL is 0; the feedback tokens (0.0 in the list) count nowhere because the loop's
+    response_mask leaves them out. A list shifted by one token, or the mask ignored, shows up."""
+    import torch
+
+    correct = rollout_correction_functions(wheel)
+    monkeypatch.setattr(generated["module"], "ENVIRONMENT", "calculator")
+    monkeypatch.setattr(generated["module"], "_IDLE", [])
+    outs = play_loop(verl_module, demo, with_logprobs=True)
+    n = len(outs)
+    rollout = torch.zeros(n, RESPONSE_LENGTH)
+    training = torch.zeros(n, RESPONSE_LENGTH)
+    mask = torch.zeros(n, RESPONSE_LENGTH, dtype=torch.long)
+    for i, out in enumerate(outs):
+        r = len(out.response_ids)
+        rollout[i, :r] = torch.tensor(out.response_logprobs)
+        # the trainer's recomputed log-probs: the same policy, a real value at every position
+        training[i, :r] = torch.tensor([served_logprob(t) for t in out.response_ids])
+        mask[i, :r] = torch.tensor(out.response_mask, dtype=torch.long)
+    assert int((mask == 0).logical_and(training != 0).sum()) > 0  # feedback tokens exist, and differ there
+
+    def run(rollout_logprobs, response_mask):
+        return correct(training, rollout_logprobs, response_mask, rollout_is="token", rollout_is_threshold=2.0,
+                       rollout_rs="token_k1", rollout_rs_threshold="0.999_1.001")
+
+    weights, kept, metrics = run(rollout, mask)
+    on = mask.bool()
+    assert torch.equal(weights["rollout_is_weights"][on], torch.ones(int(on.sum())))
+    assert torch.equal(kept, mask)  # not one agent token rejected
+    assert metrics["rollout_corr/kl"] == 0.0
+    _, shifted_kept, shifted = run(torch.roll(rollout, 1, dims=1), mask)
+    assert shifted["rollout_corr/kl"] != 0.0 and int(shifted_kept.sum()) < int(mask.sum())
+    _, _, unmasked = run(rollout, (training != 0).long())
+    assert unmasked["rollout_corr/kl"] != 0.0
+
+
 def test_environment_steps_run_off_the_event_loop(verl_module, generated, demo, monkeypatch):
     """reset and step run in worker threads: the event loop's thread never runs the environment."""
     import threading
