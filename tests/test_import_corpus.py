@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -55,25 +56,34 @@ EXPECTED: dict[str, object] = {
     "trl/clis_md__trl_grpo.sh": PLANS,
     "trl/grpo_agent_py__usage.sh": PLANS,
     "trl/gspo_py__usage.sh": PLANS,
-    "verl/gmpo_trainer__test_dapo_7b_math.sh": PLANS,
-    "verl/grpo_trainer__run_deepseek7b_llm.sh": PLANS,
-    "verl/grpo_trainer__run_deepseek7b_llm_math.sh": PLANS,
-    "verl/grpo_trainer__run_qwen2-7b.sh": PLANS,
-    "verl/grpo_trainer__run_qwen2-7b_math.sh": PLANS,
-    "verl/grpo_trainer__run_qwen2-7b_seq_balance.sh": PLANS,
-    "verl/grpo_trainer__run_qwen2_5-3b_gsm8k_grpo_lora.sh": PLANS,
-    "verl/grpo_trainer__run_qwen3-8b.sh": PLANS,
-    "verl/gspo_trainer__run_qwen30b_gspo.sh": ("import", "line 163: --config-name=ppo_megatron_trainer: rlexp plans "
-                                                          "verl's ppo_trainer config"),
-    "verl/gspo_trainer__test_gspo_3b_math.sh": PLANS,
-    "verl/ppo_trainer__run_deepseek7b_llm.sh": ("plan", "recipe.critic.model.fsdp_config.param_offload: unknown key"),
-    "verl/ppo_trainer__run_gemma.sh": ("plan", "recipe.critic.model.fsdp_config.param_offload: unknown key"),
-    "verl/ppo_trainer__run_qwen2-7b_rm.sh": ("plan", "recipe.critic.model.fsdp_config.param_offload: unknown key"),
-    "verl/ppo_trainer__run_qwen2-7b_seq_balance.sh": ("plan",
-                                                       "recipe.critic.model.fsdp_config.param_offload: unknown key"),
-    "verl/reinforce_plus_plus_trainer__run_qwen2-7b_math_rf.sh": PLANS,
-    "verl/reinforce_plus_plus_trainer__run_qwen2-7b_math_rf_baseline.sh": PLANS,
-    "verl/rloo_trainer__run_qwen2-7b.sh": PLANS,
+    "verl/gmpo_trainer__run_qwen3_8b_fsdp.sh": PLANS,
+    # the example adds (+) a key verl's own config has: Hydra refuses it ("Could not append to config")
+    "verl/grpo_trainer__run_gpt_oss_20b_fsdp.sh": ("import", "line 132: +actor_rollout_ref.actor.fsdp_config.model_dtype: "
+                                                             "verl 0.9.1's config already has"),
+    "verl/grpo_trainer__run_mistral_nemo_12b_skyworkrm_fsdp.sh": PLANS,
+    "verl/grpo_trainer__run_qwen2_5_32b_fsdp.sh": PLANS,
+    "verl/grpo_trainer__run_qwen3_30b_a3b_fsdp.sh": PLANS,
+    "verl/grpo_trainer__run_qwen3_4b_fsdp.sh": PLANS,
+    "verl/grpo_trainer__run_qwen3_8b_fsdp.sh": PLANS,
+    "verl/grpo_trainer__run_qwen3_next_80b_a3b_fsdp.sh": PLANS,
+    "verl/grpo_trainer__run_seed_oss_36b_fsdp.sh": PLANS,
+    "verl/gspo_trainer__run_qwen3_8b_fsdp.sh": PLANS,
+    "verl/ppo_trainer__run_qwen3_8b_fsdp.sh": PLANS,
+    "verl/prefix_grouper__run_qwen3_8b_fsdp.sh": PLANS,
+    "verl/reinforce_plus_plus_trainer__run_qwen3_8b_fsdp.sh": PLANS,
+    # runs verl.trainer.main_ppo_sync, which verl removed before v0.9.0 (#6710): not in the 0.9.1 wheel
+    "verl/remax_trainer__run_qwen2.5_math_7b_sync_fsdp.sh": ("import", "line 106: python -m verl.trainer.main_ppo_sync: "
+                                                                       "rlexp plans verl's trainer as "
+                                                                       "verl.trainer.main_ppo runs it"),
+    "verl/remax_trainer__run_qwen3_8b_fsdp.sh": PLANS,
+    "verl/rloo_trainer__run_qwen3_8b_fsdp.sh": PLANS,
+    "verl/rollout_correction__run_qwen2_5_7b_fsdp.sh": PLANS,
+    "verl/rollout_correction__run_qwen2_5_7b_fsdp_multi_rs.sh": PLANS,
+    "verl/tuning__lora__run_qwen3_8b_from_adapter_fsdp.sh": PLANS,
+    "verl/tuning__lora__run_qwen3_8b_fsdp.sh": PLANS,
+    "verl/tuning__lora__run_qwen3_8b_merge_fsdp.sh": ("import", "+actor_rollout_ref.model.lora.merge: verl 0.9.1's "
+                                                                "config already has"),
+    "verl/tuning__scaling__run_qwen2_5_72b_fsdp.sh": PLANS,
 }
 
 
@@ -148,7 +158,51 @@ def test_each_script_plans_or_is_refused_in_one_line_naming_where(rel, tmp_path,
 
 def test_at_least_the_stated_share_plans():
     plans = sum(v == PLANS for v in EXPECTED.values())
-    assert plans == 26 and len(EXPECTED) == 35  # docs/import.md states this table and these counts
+    assert plans == 33 and len(EXPECTED) == 40  # docs/import.md states this table and these counts
+
+
+VERL_SCRIPTS = [rel for rel in sorted(EXPECTED) if _trainer(rel) == "verl"]
+
+
+@pytest.fixture(scope="module")
+def hydras_verdicts(tmp_path_factory):
+    """{script: "ok" or the error verl's start-up meets}: the module `python -m` runs looked up in
+    verl 0.9.1's wheel, then the script's overrides composed by Hydra itself with that release's
+    own config (its ppo_trainer.yaml and defaults list from the wheel), as
+    `python -m verl.trainer.main_ppo` does at start. A value only running tells (a run name from
+    `$(date)`) is composed as the text around it."""
+    import zipfile
+
+    from test_verl_backend import config_dir_of, pinned_wheel, run_hydra
+
+    from rlexp.core.launch_script import launch_of, read_script
+
+    wheel = pinned_wheel()
+    shipped = set(zipfile.ZipFile(wheel).namelist())
+    config_dir = config_dir_of(wheel, tmp_path_factory.mktemp("verl-config"))
+    jobs, missing = [], {}
+    for rel in VERL_SCRIPTS:
+        launch = launch_of(read_script((CORPUS / rel).read_text(), FACTS[rel].get("env", {})).argv)
+        if launch.module.replace(".", "/") + ".py" not in shipped:
+            missing[rel] = f"ModuleNotFoundError: No module named '{launch.module}'"
+        jobs.append([a if isinstance(a, str) else a.known for a in launch.args if isinstance(a, str) or "=" in a.known])
+    answer = run_hydra({"kind": "compose_each", "config_dir": str(config_dir), "overrides_each": jobs})
+    return {rel: missing.get(rel, verdict) for rel, verdict in zip(VERL_SCRIPTS, answer["verdicts"], strict=True)}
+
+
+@pytest.mark.parametrize("rel", VERL_SCRIPTS)
+def test_verl_scripts_are_refused_where_verls_hydra_refuses_them(rel, hydras_verdicts):
+    """rlexp refuses a verl script exactly where verl's own start-up (Hydra composing its config
+    with the script's overrides) would: the refusals are the trainer's, not the reader's."""
+    verdict = hydras_verdicts[rel]
+    if EXPECTED[rel] == PLANS:
+        assert verdict == "ok", verdict
+    elif "python -m " in EXPECTED[rel][1]:  # the module rlexp's refusal names is not in the release
+        module = re.search(r"python -m ([\w.]+):", EXPECTED[rel][1]).group(1)
+        assert verdict == f"ModuleNotFoundError: No module named '{module}'", verdict
+    else:  # the key rlexp's refusal names is the one Hydra refuses to add again
+        key = re.search(r"\+([\w.]+): verl 0\.9\.1's config already has", EXPECTED[rel][1]).group(1)
+        assert "Could not append to config" in verdict and f"'{key}'" in verdict, verdict
 
 
 # --- the figures equal each trainer's own computation ---------------------------------------------

@@ -186,3 +186,16 @@ def test_messages_name_the_construct():
     assert "inside a for loop at line 1" in launch_of(loop.argv).args[0].what
     array = read_script("A=(x y)\npython3 -m verl.trainer.main_ppo a.b=${A[1]}\n")  # an array, not a command
     assert launch_of(array.argv).args == ["a.b=y"]
+
+
+@pytest.mark.parametrize("module", ["verl.trainer.main_ppo_sync", "verl.experimental.fully_async_policy.fully_async_main",
+                                    "verl.experimental.one_step_off_policy.main_ppo"])
+def test_a_verl_module_other_than_main_ppo_is_refused_naming_it(tmp_path, capsys, module):
+    """verl 0.9.1's other trainers compose their own configs (one_step_off_ppo_trainer, the fully
+    async one) and main_ppo_sync is gone from the release: none is planned as main_ppo."""
+    script = tmp_path / "s.sh"
+    script.write_text(VERL.replace("verl.trainer.main_ppo", module) + "  data.train_files=x.parquet\n")
+    rc, out, err = run(["import", str(script), str(tmp_path / "a"), "--version", "0.9.1", "--pool-size", "64"], capsys)
+    assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert f"line 1: python -m {module}: rlexp plans verl's trainer as verl.trainer.main_ppo" in err
+    assert not (tmp_path / "a").exists()

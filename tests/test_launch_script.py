@@ -40,6 +40,14 @@ CASES = [
     ("A=\"x=1 \\\n y=2\"\nC=z\n", '"$C $A  $((1+1))" $C', ["z x=1  y=2  2", "z"]),
     ("B=fsdp\nif [[ $B == megatron ]]; then N=1; elif [ \"$B\" = fsdp ] && [ 2 -gt 1 ]; then N=2; else N=3; fi\n",
      "--n $N", ["--n", "2"]),
+    # defaults the grammar splits into a name and a word (`1e` + `-6`), and `$((…))` it reads as `$(` + `(…)`
+    ("", "--lr ${LR:-1e-6} --m ${M:-zai-org/GLM-4.1V} --p ${P:-$((1024 * 2))}",
+     ["--lr", "1e-6", "--m", "zai-org/GLM-4.1V", "--p", "2048"]),
+    # case: the first item whose pattern matches runs (alternatives, globs, quoted text, nested cases)
+    ("D=gpu\nM=gb200\ncase \"${D}\" in\n  gpu | npu) ;;\n  *) echo bad; exit 1 ;;\nesac\n"
+     "case \"$D\" in\n  npu) N=16 ;;\n  g*)\n    case \"$M\" in\n      gb200) N=4 ;;\n      *) N=8 ;;\n    esac\n"
+     "    T=2 ;;\nesac\ncase $M in \"gb\"2??) Q=quoted ;; esac\ncase x in y) Z=1 ;; esac\n",
+     "--n $N --t $T --q $Q --z ${Z:-none}", ["--n", "4", "--t", "2", "--q", "quoted", "--z", "none"]),
 ]
 
 
@@ -95,6 +103,20 @@ def test_unknowns_are_values_not_errors_and_say_what_they_are():
     arith = read_script(f"N=$((UNSET_MISSING + 2))\nA=(1 2)\n{OPENRLHF} --n $N --m $(($(nproc) * 2))\n")
     args = launch_of(arith.argv).args
     assert args[1] == "2" and isinstance(args[3], Unknown) and "command substitution" in args[3].what
+
+
+def test_a_case_is_read_only_where_bash_s_choice_is_known():
+    # the word only running tells (verl's examples detect the device by running python)
+    text = ("DEVICE=${DEVICE:-$(python3 -c 'import torch_npu' 2>/dev/null && echo npu || echo gpu)}\n"
+            "case \"$DEVICE\" in\n  gpu) TP=2 ;;\n  npu) TP=4 ;;\nesac\n"
+            "python3 -m verl.trainer.main_ppo r.tp=$TP\n")
+    tp = launch_of(read_script(text).argv).args[0]
+    assert isinstance(tp, Unknown) and "inside a case statement at line 2" in tp.what
+    assert launch_of(read_script(text, {"DEVICE": "npu"}).argv).args == ["r.tp=4"]
+    # an item that falls through (;&) or an extended glob is not read: what the case assigns stays unknown
+    for case in ("case a in a) TP=1 ;& b) TP=2 ;; esac\n", "case a in @(a|b)) TP=1 ;; esac\n"):
+        tp = launch_of(read_script(f"{case}python3 -m verl.trainer.main_ppo r.tp=$TP\n").argv).args[0]
+        assert isinstance(tp, Unknown) and "case statement" in tp.what
 
 
 def test_env_given_fills_and_env_file_is_data():

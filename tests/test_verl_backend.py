@@ -58,6 +58,26 @@ if request["kind"] == "compose":
         print(json.dumps({"config": OmegaConf.to_container(cfg, resolve=False)}))
     except Exception as exc:
         print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}))
+elif request["kind"] == "compose_each":  # one verdict per list of overrides: "ok" or Hydra's error
+    # composed once; then each list of key overrides applied to a copy by the function Hydra's
+    # compose applies them with (a config-group choice among them would be refused, not missed)
+    import copy
+    from hydra import compose, initialize_config_dir
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+    with initialize_config_dir(config_dir=request["config_dir"], version_base=None):
+        base = compose(config_name="ppo_trainer", overrides=[])
+    parser, verdicts = OverridesParser.create(), []
+    for overrides in request["overrides_each"]:
+        cfg = copy.deepcopy(base)
+        OmegaConf.set_struct(cfg, True)
+        try:
+            ConfigLoaderImpl._apply_overrides_to_config(parser.parse_overrides(overrides), cfg)
+            verdicts.append("ok")
+        except Exception as exc:
+            verdicts.append(f"{type(exc).__name__}: {exc}")
+    print(json.dumps({"verdicts": verdicts}))
 else:
     from hydra.core.override_parser.overrides_parser import OverridesParser
     parser = OverridesParser.create()
@@ -78,17 +98,22 @@ def run_hydra(request: dict) -> dict:
     return json.loads(done.stdout)
 
 
+def config_dir_of(wheel: Path, root: Path) -> Path:
+    """verl's trainer config folder (ppo_trainer.yaml and the files of its defaults list), out of the wheel."""
+    with zipfile.ZipFile(wheel) as archive:
+        members = [n for n in archive.namelist() if n.startswith(verl_config.CONFIG_DIR + "/") and n.endswith(".yaml")]
+        archive.extractall(root, members)
+    return root / verl_config.CONFIG_DIR
+
+
 @pytest.fixture(scope="module")
 def hydra_compose(wheel, tmp_path_factory):
     """verl's ``main_ppo`` config (ppo_trainer.yaml and its defaults list, from the wheel) composed
     with a list of overrides by Hydra itself, as ``python -m verl.trainer.main_ppo`` would."""
-    config_root = tmp_path_factory.mktemp("verl-config")
-    with zipfile.ZipFile(wheel) as archive:
-        members = [n for n in archive.namelist() if n.startswith(verl_config.CONFIG_DIR + "/") and n.endswith(".yaml")]
-        archive.extractall(config_root, members)
+    config_dir = config_dir_of(wheel, tmp_path_factory.mktemp("verl-config"))
 
     def run(overrides: list[str]) -> dict:
-        answer = run_hydra({"kind": "compose", "config_dir": str(config_root / verl_config.CONFIG_DIR),
+        answer = run_hydra({"kind": "compose", "config_dir": str(config_dir),
                             "overrides": overrides})
         if "error" in answer:
             raise RuntimeError(answer["error"])

@@ -7,12 +7,13 @@ tree-sitter's bash grammar and evaluates what can be known statically, as bash w
 assignments and ``export``, environment prefixes (``VAR=v python3 -m ...``), ``${VAR:-default}``
 and its relatives, arithmetic expansion, arrays and ``"${ARR[@]}"``, word splitting of unquoted
 expansions, ``$@``/``$*`` as empty (the script run without arguments), here-strings and
-``bash -c`` that hold the command. :func:`launch_of` then finds the trainer's own argv inside the
+``bash -c`` that hold the command, and ``if``/``case`` statements whose choice is known from those
+values (the branch bash would take is read; the others are not). :func:`launch_of` then finds the trainer's own argv inside the
 launcher (``python -m``, ``torchrun``, ``deepspeed``, ``accelerate launch``, ``ray job submit … --``).
 
 Nothing is run: no subprocess, no ``eval``, no ``source``. What only running could tell (``$(…)``,
 a variable neither the script nor ``--env`` sets, a variable assigned inside a loop or a
-conditional) becomes an :class:`Unknown` argument that says where it came from; the caller
+conditional whose choice is not known) becomes an :class:`Unknown` argument that says where it came from; the caller
 refuses it only where it reaches a value plan needs. Sizes are bounded (:data:`MAX_SCRIPT_BYTES`,
 :data:`MAX_VALUE_CHARS`, :data:`MAX_EXPANDED_CHARS`, :data:`MAX_DEPTH`): an expansion bomb is
 refused by its size before it is built, so time and memory stay proportional to the script.
@@ -290,8 +291,9 @@ class _Reader:
                 self.statement(child)
         elif kind in ("subshell", "compound_statement"):
             self.statements(node)
-        elif kind == "if_statement" and self.if_statement(node):
-            return
+        elif (kind == "if_statement" and self.if_statement(node)) or \
+                (kind == "case_statement" and self.case_statement(node)):
+            return  # a conditional whose branch is known: read as bash would run it
         elif kind in _CONSTRUCTS:
             self.construct(node, _CONSTRUCTS[kind])
         else:
@@ -363,6 +365,59 @@ class _Reader:
         for statement in chosen or []:
             self.statement(statement)
         return True
+
+    def case_statement(self, node) -> bool:
+        """A ``case`` whose word and patterns can be known runs the item bash would run: the first
+        whose pattern matches (a glob; ``|`` between patterns; quoted parts match as text), up to
+        its ``;;``. False (left to :meth:`construct`): an unknown word or pattern, an extended glob
+        (``@(…)``), or an item that falls through (``;&``, ``;;&``)."""
+        subject = node.child_by_field_name("value")
+        word = self.operand(subject) if subject is not None else None
+        if word is None:
+            return False
+        chosen = None
+        for item in node.named_children:
+            if item.type != "case_item":
+                continue
+            patterns, body, in_body = [], [], False
+            for child in item.children:
+                if child.type == ")" and not in_body:
+                    in_body = True
+                elif child.type in (";&", ";;&"):
+                    return False
+                elif not in_body and child.is_named:
+                    patterns.append(child)
+                elif in_body and child.is_named and child.type != "comment":
+                    body.append(child)
+            for pattern in patterns:
+                matched = self.case_pattern(pattern, word)
+                if matched is None:
+                    return False
+                if matched:
+                    chosen = body
+                    break
+            if chosen is not None:
+                break
+        self.notes.append(f"line {node.start_point[0] + 1}: case statement read (its word and patterns are known "
+                          "without running anything)")
+        for statement in chosen or []:
+            self.statement(statement)
+        return True
+
+    def case_pattern(self, node, word: str) -> bool | None:
+        """Whether a case pattern matches ``word``; None where it cannot be known."""
+        text = self.text(node)
+        if node.type in ("string", "raw_string", "ansi_c_string"):
+            value = self.operand(node)  # quoted: matched as text
+            return None if value is None else value == word
+        if re.search(r"[@!+?*]\(", text) or "\\" in text:
+            return None  # an extended glob or an escaped character: not read here
+        if "$" in text or "`" in text or '"' in text or "'" in text:
+            value = self.operand(node)
+            if value is None:
+                return None
+            text = value
+        return fnmatch.fnmatchcase(word, text)
 
     def condition(self, node) -> bool | None:
         """A condition's truth where it is known from the script's values; None otherwise."""
@@ -595,7 +650,9 @@ class _Reader:
 
     def word_into(self, node, out: _Words, *, quoted: bool) -> None:
         kind = node.type
-        if kind in ("word", "number", "command_name"):
+        if kind in ("word", "number", "command_name", "variable_name"):
+            # variable_name: the grammar's name for the leading letters of a ${V:-1e-6} or
+            # ${V:-org/model} default (`1e`, `org`): text there, as bash reads it
             if kind == "command_name":
                 for child in node.named_children:
                     self.word_into(child, out, quoted=quoted)
@@ -651,6 +708,15 @@ class _Reader:
             self.expansion(node, out, quoted=quoted)
         elif kind == "arithmetic_expansion":
             value = self.arith_of(node.named_children[0] if node.named_children else None)
+            if isinstance(value, Unknown):
+                out.mark_unknown(value.line, value.what)
+            else:
+                out.literal(str(value))
+        elif kind == "command_substitution" and self.text(node).startswith("$((") and \
+                self.text(node).endswith("))"):
+            # the grammar reads `$((1024 * 2))` inside `${V:-…}` as `$(` + a subshell: bash reads
+            # `$((…))` as arithmetic
+            value = self.arith_text(self.text(node)[3:-2])
             if isinstance(value, Unknown):
                 out.mark_unknown(value.line, value.what)
             else:

@@ -83,6 +83,8 @@ def import_script(script: str | Path, attempt_dir: str | Path, *, version: str |
     where = f"line {command.line}"
     # the launch script's trainer (rlexp.core.launch_script.launch_of) reads its own arguments
     reader = launcher(launch.trainer).script_args()
+    if hasattr(reader, "check_module"):  # a trainer with one entry point among its package's modules
+        reader.check_module(script, where, launch.module)
     args, unknowns = unknown_arguments(launch.args, reader.ARGUMENT_STYLE)
     unknown_notes = []
     for unknown in unknowns:

@@ -24,6 +24,20 @@ DATASET_KEYS = {"data.train_files": "pool", "data.val_files": "ood_monitor"}
 LOGGER_NAMES = ("trainer.project_name", "trainer.experiment_name", "trainer.logger")
 
 
+# the module verl runs its trainer with; its ppo_trainer config is the key table plan checks against
+ENTRY_MODULE = "verl.trainer.main_ppo"
+
+
+def check_module(script: Path, where: str, module: str) -> None:
+    """A verl module other than :data:`ENTRY_MODULE` composes another config or none (verl 0.9.1's
+    one-step-off and fully-async trainers have their own; a module a release no longer ships makes
+    ``python -m`` fail): refused, naming it, rather than planned as ``main_ppo``."""
+    if module != ENTRY_MODULE:
+        raise InputError(script, where, f"python -m {module[:80]}: rlexp plans verl's trainer as {ENTRY_MODULE} runs "
+                         "it (its ppo_trainer config is rlexp's key table); another module composes another config "
+                         "or is not in the release")
+
+
 def dropped(key: str) -> bool:
     """Whether import leaves ``key`` out anyway (rlexp sets it, a logger, a credential, the reward)."""
     from rlexp.trainers.verl.hydra import MANAGED_KEYS
