@@ -306,12 +306,15 @@ def test_real_executor_reproduces_rlexp_rollout(version, demo, references, tmp_p
             assert out["reward"] == pytest.approx(ref.episode_return, abs=1e-6), where
             assert float(out["scores"]) == pytest.approx(ref.episode_return, abs=1e-6), where
             assert out["label"] == demo["records"][i]["answer"]
+            # an environment error leaves no action range where the release's loss can drop a sample (0.11.0+)
+            masked = ref.finish_reason == "env_error" and agent_openrlhf.masks_error_episodes(version)
             if not ref.turns:  # reset failed: rlexp's prompt, then the one turn OpenRLHF samples, nothing after
                 assert out["observation_tokens"][: len(ref.token_ids)] == list(ref.token_ids), where
-                assert [tuple(r) for r in out["action_ranges"]] == [(ref.prompt_len, len(out["observation_tokens"]))]
+                assert [tuple(r) for r in out["action_ranges"]] == (
+                    [] if masked else [(ref.prompt_len, len(out["observation_tokens"]))]), where
                 continue
             assert out["observation_tokens"] == list(ref.token_ids), where
-            assert [tuple(r) for r in out["action_ranges"]] == ranges_of(ref), where
+            assert [tuple(r) for r in out["action_ranges"]] == ([] if masked else ranges_of(ref)), where
         # the executor's max_tokens is the room left, never a per-turn cap: the first turn gets it all
         prompt_lens = {len(r.token_ids) - sum(t.action_tokens + t.feedback_tokens for t in r.turns)
                        for r in references[name]}  # fmt: skip

@@ -267,8 +267,11 @@ def test_the_loop_plays_rlexps_episodes(wheel, verl_module, generated, demo, tmp
         assert isinstance(out, verl_module.AgentLoopOutput), i
         p = ref.prompt_len
         assert out.prompt_ids == list(ref.token_ids[:p]), i
-        assert out.response_ids == list(ref.token_ids[p:]), i  # none after a failed reset
-        assert out.response_mask == list(ref.agent_mask[p:]), i  # the response only, 1 = model token
+        if ref.finish_reason == "env_error":  # no response: out of verl's loss, counted as aborted
+            assert out.response_ids == out.response_mask == [], i
+        else:
+            assert out.response_ids == list(ref.token_ids[p:]), i
+            assert out.response_mask == list(ref.agent_mask[p:]), i  # the response only, 1 = model token
         assert out.reward_score == pytest.approx(ref.episode_return, abs=1e-9)
         if ref.turns:
             as_dict = out.as_dict()  # verl's own conversion: the reward on the last response token
@@ -357,6 +360,8 @@ def assert_logged_as_rlexp(wheel, outputs, references):
     started = [t for t in references if t.turns]
     assert len(started) < len(references)
     assert row["reward"] == pytest.approx(episode_metrics(started)["episode_return"], rel=1e-6)
+    # the episodes with no response (environment errors under rlexp's loop): verl's aborted ratio
+    assert row["env_errors"] == pytest.approx(expected["env_errors"], rel=1e-6) and row["env_errors"] > 0
 
 
 # ----------------------------------------------------------------------------- the keys, under Hydra

@@ -140,7 +140,8 @@ def test_plan_of_a_fitting_openrlhf_recipe_only_notes_the_turn_cap(tmp_path, cap
     agentic = {c["name"]: c["severity"] for c in checks if c["name"].startswith("agent.")}
     # 64 + 3 × 64 = 256 fits; generate_max_len is set (0.10.1 needs it); eps_clip stays at 0.2 but GSPO
     # clips with the environment's range (rlexp writes --eps_clip_low_high), so no clip warning
-    assert agentic == {"agent.openrlhf_turn_cap": "warning"}
+    # 0.10.1's loss cannot leave an environment-error episode out: said, not refused
+    assert agentic == {"agent.openrlhf_turn_cap": "warning", "agent.env_error_baseline": "warning"}
     assert json.loads((attempt / "plan.json").read_text())["environment"]["gspo"]["trainer_settings"]["openrlhf"] == {
         "--policy_loss_type": "gspo", "--eps_clip_low_high": [3e-4, 4e-4]}
     capsys.readouterr()
@@ -249,15 +250,15 @@ def test_check_agentic_per_trainer():
     assert ac.check_agentic(plain) == []
     # OpenRLHF: GSPO chosen by the trainer's own flag counts too; max_len default 2048 holds 3 × 100
     found = ac.check_agentic(_att("openrlhf", "0.11.2", {"actor.policy_loss_type": "gspo", "eps_clip": 0.2}))
-    assert names(found) == ["agent.openrlhf_turn_cap", "agent.gspo_clip"]
+    assert names(found) == ["agent.openrlhf_turn_cap", "agent.env_error_baseline", "agent.gspo_clip"]
     # verl: the turns against data.max_response_length; GSPO's two clip keys at their 0.2 defaults
     recipe = {"data.max_response_length": 256, "actor_rollout_ref.actor.policy_loss.loss_mode": "gspo",
               "actor_rollout_ref.actor.clip_ratio_low": 0.2, "actor_rollout_ref.actor.clip_ratio_high": 0.2}
     found = ac.check_agentic(_att("verl", "0.9.1", recipe))
-    assert names(found) == ["agent.turn_budget", "agent.gspo_clip", "agent.gspo_clip"]
+    assert names(found) == ["agent.turn_budget", "agent.env_error_baseline", "agent.gspo_clip", "agent.gspo_clip"]
     assert "300" in found[0].rule and "256" in found[0].rule
     recipe.update({"actor_rollout_ref.actor.clip_ratio_low": 3e-4, "actor_rollout_ref.actor.clip_ratio_high": 4e-4})
-    assert names(ac.check_agentic(_att("verl", "0.9.1", recipe))) == ["agent.turn_budget"]
+    assert names(ac.check_agentic(_att("verl", "0.9.1", recipe))) == ["agent.turn_budget", "agent.env_error_baseline"]
     # TRL: sequence-level importance sampling is GSPO; max_completion_length 512 holds 3 × 100
     found = ac.check_agentic(_att("trl", "1.16.0", {"importance_sampling_level": "sequence"}))
     assert names(found) == ["agent.gspo_clip"] and "recipe.epsilon" in found[0].rule
@@ -270,3 +271,24 @@ def test_check_agentic_per_trainer():
         assert "environment.gspo_eps_low 0.2" in clip.rule, trainer
     # a release before the agent API: that one line only
     assert names(ac.check_agentic(_att("trl", "0.20.0", {"max_completion_length": 10}))) == ["agent.release"]
+
+
+def test_env_error_lines_per_trainer_and_release():
+    """An environment-error episode: out of the loss but in its group's baseline on OpenRLHF 0.11+ and
+    verl (a warning, not a refusal), trained as a failure on OpenRLHF before 0.11.0 (a warning naming
+    it); the adaptive KL controller with the in-reward KL is refused where the mask makes its KL 0/0."""
+    def lines(trainer, version, recipe):
+        return {v.name: v for v in ac.check_agentic(_att(trainer, version, recipe))}
+
+    new = lines("openrlhf", "0.11.2", {})["agent.env_error_baseline"]
+    assert new.severity == "warning" and "out of the loss" in new.rule and "baseline" in new.rule
+    old = lines("openrlhf", "0.10.4", {})["agent.env_error_baseline"]
+    assert old.severity == "warning" and "trained as a failure" in old.rule
+    verl = lines("verl", "0.9.1", {})["agent.env_error_baseline"]
+    assert verl.severity == "warning" and "baseline" in verl.rule and "aborted_ratio" in verl.rule
+    assert "agent.env_error_baseline" not in lines("trl", "1.16.0", {})  # TRL leaves them out of the baseline
+    for recipe in ({"kl_target": 0.1}, {"algo.kl.target": 0.1}):
+        refused = lines("openrlhf", "0.11.2", recipe)["agent.env_error_kl_target"]
+        assert refused.severity == "error" and "use_kl_loss" in refused.rule
+        assert "agent.env_error_kl_target" not in lines("openrlhf", "0.11.2", {**recipe, "use_kl_loss": True})
+        assert "agent.env_error_kl_target" not in lines("openrlhf", "0.10.4", recipe)

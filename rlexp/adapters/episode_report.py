@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 TRAINING_KEYS = ("episode_return", "turns_per_episode", "tool_calls_per_episode", "env_errors",
-                 "env_error_episodes_masked", "agent_token_fraction", "env_latency_s")
+                 "env_error_episodes_masked", "reward_error_episodes_masked", "agent_token_fraction", "env_latency_s")
 
 
 SPARK = "▁▂▃▄▅▆▇█"

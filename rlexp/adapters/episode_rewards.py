@@ -15,15 +15,32 @@ again (failures are not cached, so the judge is asked again).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from rlexp.core.rewards import RewardError, applicable_weights, combine, ndcg
+from rlexp.core.rewards import RewardError, episode_reward
 
 
 def retrieved_documents(record: Mapping[str, Any]) -> list[str]:
     """The document ids an episode retrieved, in order (every turn's ``retrieved``)."""
     return [str(d) for turn in record["trajectory"]["turns"] for d in turn.get("retrieved") or ()]
+
+
+def reward_weights(settings: Any) -> dict[str, float]:
+    """The positive weights of ``environment.reward`` (empty: the reward is the episode's return)."""
+    return {k: float(v) for k, v in (settings.reward or {}).items() if float(v) > 0}
+
+
+def judge_of(settings: Any, cache_path: str | Path, log_path: str | Path) -> Any:
+    """The LLM judge of ``environment.judge`` (:class:`rlexp.adapters.judge.Judge`) with its cache
+    and call log."""
+    from rlexp.adapters.judge import Judge
+
+    j = settings.judge
+    return Judge(j["base_url"], j["model"], cache_path=cache_path, log_path=log_path, retries=int(j["retries"]),
+                 timeout_s=float(j["timeout_s"]), max_tokens=int(j["max_tokens"]), api_key_env=j.get("api_key_env"),
+                 **{k: j[k] for k in ("connect_timeout_s", "read_timeout_s", "max_response_bytes") if k in j})
 
 
 class EpisodeRewarder:
@@ -35,18 +52,9 @@ class EpisodeRewarder:
         from rlexp.storage.layout import AttemptDir
 
         self.settings = settings
-        self.weights = {k: float(v) for k, v in (settings.reward or {}).items() if float(v) > 0}
-        self.judge = None
-        if "judge" in self.weights:
-            from rlexp.adapters.judge import Judge
-
-            j = settings.judge
-            ad = AttemptDir(attempt_dir)
-            self.judge = Judge(j["base_url"], j["model"], cache_path=ad.judge_cache, log_path=ad.judge_log,
-                               retries=int(j["retries"]), timeout_s=float(j["timeout_s"]),
-                               max_tokens=int(j["max_tokens"]), api_key_env=j.get("api_key_env"),
-                               **{k: j[k] for k in ("connect_timeout_s", "read_timeout_s", "max_response_bytes")
-                                  if k in j})  # fmt: skip
+        self.weights = reward_weights(settings)
+        ad = AttemptDir(attempt_dir)
+        self.judge = judge_of(settings, ad.judge_cache, ad.judge_log) if "judge" in self.weights else None
 
     @property
     def active(self) -> bool:
@@ -57,16 +65,11 @@ class EpisodeRewarder:
         ``reward_parts`` each part's value (or its error), and ``reward_error`` when a part failed."""
         if not self.active:
             return record
-        weights = applicable_weights(self.weights, task)
-        parts: dict[str, float | RewardError] = {}
-        if "env" in weights:
-            parts["env"] = float(record["trajectory"]["return"])
-        if "ndcg" in weights:
-            parts["ndcg"] = ndcg(retrieved_documents(record), [str(d) for d in task.get("gold_docs") or ()])
-        if "judge" in weights:
-            parts["judge"] = self.judge.score(str(task.get("prompt", "")), str(record["output"]),  # type: ignore[union-attr]
-                                              reference=str(task["answer"]))
-        combined = combine(parts, weights)
+        judge = None if self.judge is None else partial(
+            self.judge.score, str(task.get("prompt", "")), str(record["output"]), reference=str(task["answer"]))
+        combined = episode_reward(self.weights, task, episode_return=float(record["trajectory"]["return"]),
+                                  retrieved=retrieved_documents(record), judge=judge)
+        parts = combined.parts
         out = dict(record)
         out["reward_parts"] = {k: ({"error": v.kind, "reason": v.reason} if isinstance(v, RewardError) else v)
                                for k, v in parts.items()}  # fmt: skip

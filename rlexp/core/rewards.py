@@ -14,6 +14,8 @@
   that apply), so a row that lacks gold documents is scored on the rest at full scale. A part that
   *failed* (a judge call that did not return a usable score: :class:`RewardError`) makes the
   combined reward an explicit error with its reason, never a silent 0; callers count those errors;
+- :func:`episode_reward`: an episode's reward under the weights (the parts that apply, combined) —
+  the one rule for training (the local trainer) and the eval;
 - :func:`weights_problem`: the plan-time check of the weights (each in [0, 1], summing to 1, and a
   success threshold the combined reward can reach).
 """
@@ -24,7 +26,7 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -107,6 +109,26 @@ def combine(parts: Mapping[str, float | RewardError], weights: Mapping[str, floa
             return Combined(None, dict(parts), parts[name])  # type: ignore[arg-type]
     value = sum(float(weights[name]) * float(parts[name]) for name in sorted(weights)) / total  # type: ignore[arg-type]
     return Combined(value, dict(parts), None)
+
+
+def episode_reward(weights: Mapping[str, float], task: Mapping[str, Any], *, episode_return: float,
+                   retrieved: Iterable[str], judge: Callable[[], float | RewardError] | None = None) -> Combined:
+    """The reward of one episode of row ``task`` under ``weights`` (``environment.reward``): the
+    parts that apply to the row (:func:`applicable_weights`) — ``env`` the episode's return,
+    ``ndcg`` the documents it retrieved (in order) against the row's ``gold_docs``, ``judge`` what
+    ``judge()`` returns for its final answer — combined by :func:`combine`. The one rule for a
+    training step and for the eval, so an episode scores the same in both."""
+    applicable = applicable_weights(weights, task)
+    parts: dict[str, float | RewardError] = {}
+    if "env" in applicable:
+        parts["env"] = float(episode_return)
+    if "ndcg" in applicable:
+        parts["ndcg"] = ndcg([str(d) for d in retrieved], [str(d) for d in task.get("gold_docs") or ()])
+    if "judge" in applicable:
+        if judge is None:
+            raise ValueError("a judge weight needs a judge")
+        parts["judge"] = judge()
+    return combine(parts, applicable)
 
 
 def weights_problem(weights: Mapping[str, float], success_threshold: float) -> str | None:

@@ -12,7 +12,7 @@ or for a strictly read document, in the spirit of Optuna's storage behind a stud
         attempt.yaml  plan.json  metrics.jsonl  decision.json
         launch/{argv.json, launch.sh, provenance.json, reward_func.py, launches.jsonl,
                 spikes.jsonl, stdout.log, state.json, data/, train_trl.py, verl_metrics.jsonl,
-                agent_func.py, agent_loop/}
+                agent_func.py, agent_loop/, judge_cache.jsonl, judge_calls.jsonl}
         checkpoints/global_step{N}_hf/   (adapters, for evaluation)
         checkpoints/state/global_step{N}/  (the local trainer's resumable state)
         checkpoints/_actor/global_step{N}/ (OpenRLHF's DeepSpeed state)
@@ -391,6 +391,17 @@ class AttemptDir:
     @property
     def argv(self) -> Path:
         return self.launch_dir / "argv.json"
+
+    @property
+    def training_judge_cache(self) -> Path:
+        """``launch/judge_cache.jsonl``: the judge's scores of training episodes (the local trainer's
+        weighted ``judge`` part), kept apart from the eval's cache, which an eval may write meanwhile."""
+        return self.launch_dir / "judge_cache.jsonl"
+
+    @property
+    def training_judge_log(self) -> Path:
+        """``launch/judge_calls.jsonl``: one line per judge call of the training run."""
+        return self.launch_dir / "judge_calls.jsonl"
 
     @property
     def launch_script(self) -> Path:

@@ -61,6 +61,9 @@ class TrainerRules:
     #: it plays ``environment.actions: tool_calls`` (the model acts through the chat template's tool
     #: calls, the environment's ``tools``); the others play text turns only
     plays_tool_calls: bool = False
+    #: it trains on ``environment.reward``'s mix (rlexp.core.rewards.episode_reward, the eval's rule);
+    #: the others train on the environment's return, so a weighted ndcg/judge part is refused for them
+    trains_reward_mix: bool = False
 
     def agentic_checks(self, env: Any, recipe: dict[str, Any], version: str) -> list[Any]:
         """Its plan rules for an environment task (rlexp.core.agentic_checks), past the release check:

@@ -237,13 +237,12 @@ def _environment(merged: dict[str, Any], display: str, trainer: str) -> Environm
     """The attempt's environment task, or None when no spec of the chain has an ``environment:``."""
     if not merged:
         return None
-    settings = EnvironmentSettings(**merged)
-    if settings.actions != ENV_LATE_DEFAULTS["actions"]:
-        from rlexp.trainers import rules as trainer_rules
+    from rlexp.trainers import rules as trainer_rules
 
-        if not trainer_rules(trainer).plays_tool_calls:
-            raise InputError(display, "environment.actions", f"{settings.actions!r}: trainer {trainer} plays text "
-                                                             "turns only (tool calls: trainer trl)")
+    settings = EnvironmentSettings(**merged)
+    if settings.actions != ENV_LATE_DEFAULTS["actions"] and not trainer_rules(trainer).plays_tool_calls:
+        raise InputError(display, "environment.actions", f"{settings.actions!r}: trainer {trainer} plays text "
+                                                         "turns only (tool calls: trainer trl)")
     if settings.max_tokens_per_turn > settings.max_total_tokens:
         raise InputError(display, "environment.max_tokens_per_turn",
                          f"{settings.max_tokens_per_turn} exceeds max_total_tokens {settings.max_total_tokens}")
@@ -254,6 +253,16 @@ def _environment(merged: dict[str, Any], display: str, trainer: str) -> Environm
     problem = weights_problem(settings.reward, settings.success_threshold)
     if problem is not None:
         raise InputError(display, "environment.reward", problem)
+    mixed = sorted(k for k, v in settings.reward.items() if k != "env" and float(v) > 0)
+    if mixed and not trainer_rules(trainer).trains_reward_mix:
+        raise InputError(display, "environment.reward",
+                         f"{'/'.join(mixed)} reward in training not supported on trainer {trainer}: it trains on the "
+                         "environment's return, so the eval would grade another reward (state env only, or train "
+                         "with trainer local)")
+    if mixed and settings.advantage_mode == "token_rewards":
+        raise InputError(display, "environment.reward",
+                         f"{'/'.join(mixed)} reward with advantage_mode token_rewards: the mix scores whole episodes, "
+                         "token_rewards credits the environment's per-turn rewards (use advantage_mode return)")
     if settings.reward.get("judge"):
         for key in ("base_url", "model"):
             if not settings.judge.get(key):

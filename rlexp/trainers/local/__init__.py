@@ -29,6 +29,7 @@ class LocalRules(TrainerRules):
     runs_rlexp_python = True
     single_process = True
     loads_local_model = True
+    trains_reward_mix = True  # rlexp.trainers.local.env_train: EnvTask.episode_reward
 
     def step_version(self, trainer_version: str) -> str:
         return LOCAL_TRAINER_VERSION

@@ -70,12 +70,14 @@ def pack_trajectories(trajectories: list[Trajectory], pad: int):
 
 def collect_env_rollout(
     model, tokenizer, rows: list[EnvRow], cfg: Any, options: EnvTrainingOptions, *, seed: int,
-    cache=None, reference=None,
+    cache=None, reference=None, reward_of=None,
 ):
     """Play B × G episodes (``cfg.n_samples_per_prompt`` per row, ``cfg.temperature``), pack them,
     and precompute advantages and the old-policy and reference log-probs over the full
     trajectories; a :class:`~rlexp.trainers.local.train.Rollout` whose ``action_mask`` is the agent
-    mask. ``stats`` holds the episode metrics."""
+    mask. ``stats`` holds the episode metrics. ``reward_of(row, trajectory)`` (a
+    :class:`rlexp.core.rewards.Combined`) is the episode's reward when ``environment.reward`` weighs
+    its parts (:meth:`EnvTask.episode_reward`); None: the environment's return."""
     import torch
 
     from rlexp.adapters.episodes import run_episodes
@@ -94,10 +96,18 @@ def collect_env_rollout(
     input_ids, attention_mask, action_mask, token_rewards = (
         x.to(device) for x in pack_trajectories(flat, tokenizer.pad_token_id)
     )
-    returns = torch.tensor([[t.episode_return for t in group] for group in played], dtype=torch.float32, device=device)
-    # an episode that ended in an environment error says nothing about the policy: out of its
+    # the reward the eval gives the same episode (rlexp.core.rewards.episode_reward), or the return
+    composed = [[reward_of(row, t) if reward_of is not None else None for t in group]
+                for row, group in zip(rows, played, strict=True)]
+    pairs = [list(zip(group, rs, strict=True)) for group, rs in zip(played, composed, strict=True)]
+    returns = torch.tensor([[t.episode_return if r is None else (r.value or 0.0) for t, r in group] for group in pairs],
+                           dtype=torch.float32, device=device)
+    # an episode that ended in an environment error, or whose reward could not be composed (a
+    # judge_error, no weighted part applying to its row), says nothing about the policy: out of its
     # group's baseline and out of the loss (its agent tokens leave the mask), counted in the stats
-    valid = torch.tensor([[t.finish_reason != "env_error" for t in group] for group in played], device=device)
+    failed = sum(1 for group in pairs for _, r in group if r is not None and r.error is not None)
+    valid = torch.tensor([[t.finish_reason != "env_error" and (r is None or r.error is None) for t, r in group]
+                          for group in pairs], device=device)
     played_mask, action_mask = action_mask, action_mask * valid.reshape(-1, 1).to(action_mask.dtype)
     advantages = trajectory_advantages(
         returns, action_mask, token_rewards, estimator=cfg.advantage_estimator, mode=options.advantage_mode,
@@ -113,7 +123,8 @@ def collect_env_rollout(
         "entropy": masked_mean(entropy, action_mask).item(),
         "rollout_s": rollout_s,
         **episode_metrics(flat),
-        "env_error_episodes_masked": float((~valid).sum().item()),
+        "env_error_episodes_masked": float(sum(t.finish_reason == "env_error" for t in flat)),
+        **({"reward_error_episodes_masked": float(failed)} if reward_of is not None else {}),
     }
     rollout = Rollout(input_ids, attention_mask, action_mask, returns, advantages, old_logp, ref_logp, stats)
     return rollout, played
@@ -128,15 +139,44 @@ class EnvTask:
     whole run (each environment built once, reset between episodes), the rollout, the loss, the
     monitor's greedy success."""
 
-    def __init__(self, cfg: Any, options: EnvTrainingOptions, where: str | None = None) -> None:
+    def __init__(self, cfg: Any, options: EnvTrainingOptions, where: str | None = None,
+                 attempt_dir: Any = None) -> None:
+        from rlexp.adapters.episode_rewards import judge_of, reward_weights
         from rlexp.adapters.episodes import SlotCache
 
         self.cfg, self.options, self.where = cfg, options, where
         self.cache = SlotCache(str(cfg.pool_path))
         self.loss = loss_for(options)
+        # environment.reward: the eval's mix, applied to every training episode (episode_reward)
+        self.weights = reward_weights(cfg.environment) if cfg.environment is not None else {}
+        self.judge = None
+        if "judge" in self.weights:
+            from rlexp.storage.layout import AttemptDir
+
+            if attempt_dir is None:
+                raise ValueError("a judge-weighted reward needs the attempt directory (its judge cache)")
+            ad = AttemptDir(attempt_dir)
+            self.judge = judge_of(cfg.environment, ad.training_judge_cache, ad.training_judge_log)
+
+    def episode_reward(self, row: EnvRow, trajectory: Trajectory) -> Any:
+        """The episode's reward under ``environment.reward`` — the eval's rule (the parts that apply to
+        the row, combined), with the judge asked about the final model turn as the eval asks; None
+        when no weights are stated (the environment's return)."""
+        from functools import partial
+
+        from rlexp.core.rewards import episode_reward
+
+        if not self.weights:
+            return None
+        output = trajectory.turns[-1].action if trajectory.turns else ""  # the eval record's output
+        judge = None if self.judge is None else partial(
+            self.judge.score, str(row.task.get("prompt", "")), output, reference=str(row.task.get("answer")))
+        retrieved = [str(d) for turn in trajectory.turns for d in turn.info.get("retrieved") or ()]
+        return episode_reward(self.weights, row.task, episode_return=trajectory.episode_return, retrieved=retrieved,
+                              judge=judge)
 
     @classmethod
-    def from_config(cls, cfg: Any, where: Any = None) -> EnvTask:
+    def from_config(cls, cfg: Any, where: Any = None, attempt_dir: Any = None) -> EnvTask:
         from rlexp.core.environments import budgets_of, resolve
         from rlexp.errors import InputError
 
@@ -148,7 +188,7 @@ class EnvTask:
         options = EnvTrainingOptions(budgets=budgets_of(settings), loss_type=settings.loss,
                                      advantage_mode=settings.advantage_mode, gspo_eps_low=settings.gspo_eps_low,
                                      gspo_eps_high=settings.gspo_eps_high)  # fmt: skip
-        return cls(cfg, options, None if where is None else str(where))
+        return cls(cfg, options, None if where is None else str(where), attempt_dir)
 
     def rows(self, problems: list[dict], suffix: str, path: Any) -> list[EnvRow]:
         from rlexp.core.environments import rows_for_task
@@ -158,18 +198,26 @@ class EnvTask:
     def rollout(self, model, tokenizer, problems: list[dict], *, seed: int, reference=None):
         rows = self.rows(problems, self.cfg.prompt_suffix, self.cfg.pool_path)
         rollout, _ = collect_env_rollout(model, tokenizer, rows, self.cfg, self.options, seed=seed,
-                                         cache=self.cache, reference=reference)  # fmt: skip
+                                         cache=self.cache, reference=reference,
+                                         reward_of=self.episode_reward if self.weights else None)  # fmt: skip
         return rollout
 
     def monitor_success(self, model, tokenizer, problems: list[dict]) -> float:
-        """Greedy episodes on the in-run monitor set: the share that succeed (return >= threshold)."""
+        """Greedy episodes on the in-run monitor set: the share that succeed (reward >= threshold, the
+        reward as the eval composes it; a reward that failed is no success, as in the eval)."""
         from rlexp.adapters.episodes import run_episodes
 
         rows = self.rows(problems, self.cfg.monitor_suffix, self.cfg.monitor_path)
         played = run_episodes(model, tokenizer, rows, budgets=self.options.budgets, cache=self.cache,
                               temperature=0.0)  # fmt: skip
         threshold = self.cfg.environment.success_threshold
-        hits = sum(1 for (t,) in played if t.episode_return >= threshold)
+
+        def success(row: EnvRow, t: Trajectory) -> bool:
+            combined = self.episode_reward(row, t)
+            value = t.episode_return if combined is None else combined.value
+            return value is not None and value >= threshold
+
+        hits = sum(1 for row, (t,) in zip(rows, played, strict=True) if success(row, t))
         return hits / len(rows) if rows else 0.0
 
 
@@ -187,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
 
         if att.environment is None:
             raise InputError(att.spec_path, "environment", "missing: this attempt has no environment task")
-        return EnvTask.from_config(cfg, att.spec_path)
+        return EnvTask.from_config(cfg, att.spec_path, att.attempt_dir)
 
     return run_trainer(f"python -m {ENV_TRAINER_MODULE}", main.__doc__, argv, task_of)
 

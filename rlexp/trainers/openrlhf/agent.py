@@ -48,8 +48,17 @@ micro-batch means (equal micro-batches; not with ``use_dynamic_batch``).
 
 An environment whose ``reset`` raises is recorded as rlexp's rollout records it: an ``env_error``
 episode, reward 0, no turn, no token after the prompt in its metrics. The executor still samples
-one turn from the prompt (OpenRLHF needs an action token per sample: its per-sample means over
-the action mask, the KL's among them, divide by their count); the agent ends the episode there.
+one turn from the prompt; the agent ends the episode there. One whose ``step`` raises ends with its
+return so far. From 0.11.0 (:func:`masks_error_episodes`) an error episode leaves the executor with
+no action range: its ``action_mask`` is 0 at every token, and the release's ``PolicyLoss``
+(``aggregate_loss`` over the optimizer step's token or sample count) gives it no gradient. Its
+reward still enters the group's mean and std (``experience_maker.py``: a plain mean over the
+``n_samples_per_prompt`` rewards; a NaN would make the group's advantages NaN). OpenRLHF's
+per-sample and per-micro-batch means over the action mask (``kl`` and ``logprobs_diff`` of the
+experience, ``ppo_clip_ratio``, ``ppo_kl``) are 0/0 for a sample, or a micro-batch, with no action
+token: NaN in the step's log (flagged, not stopped, by rlexp's ingest); an optimizer step whose
+every episode failed has no token at all, and its loss is 0/0. Before 0.11.0 the loss takes those
+means itself, so error episodes stay in it, trained with their reward.
 """
 
 from __future__ import annotations
@@ -63,6 +72,7 @@ from types import ModuleType
 from typing import Any
 
 from rlexp.storage.files import atomic_write_text
+from rlexp.trainers.openrlhf.checks import masks_error_episodes
 
 AGENT_FLAG_UNDERSCORE = "--agent_func_path"  # 0.9.3 ... 0.10.1.post2
 AGENT_FLAG_DOTTED = "--train.agent_func_path"  # 0.10.2 on
@@ -95,6 +105,7 @@ from rlexp.core.environments import FINISH_REASONS, resolve
 ENVIRONMENT = {env!r}
 CONFIG = json.loads({config!r})
 MAX_TURNS = {max_turns!r}
+MASK_ERROR_EPISODES = {mask_errors!r}  # this release's loss normalises over the step (models/loss.py aggregate_loss)
 
 _TOKENIZER = None  # the policy's tokenizer, as OpenRLHF hands it to execute()
 _IDLE = []  # environment instances not in an episode now (one episode holds one instance)
@@ -218,6 +229,10 @@ class AgentExecutor(MultiTurnAgentExecutor):
         response = await super().execute(prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine,
                                          *args, **kwargs)
         response["extra_logs"] = episode_logs(response, max_length, getattr(hf_tokenizer, "eos_token_id", None))
+        if MASK_ERROR_EPISODES and float(response["extra_logs"]["env_errors"]) > 0:
+            # no action range: OpenRLHF's action_mask is 0 at every token, so the episode is out of
+            # its loss; its reward (the return so far) still enters the group's baseline
+            response["action_ranges"] = []
         return response
 '''
 
@@ -240,7 +255,7 @@ def render_agent_file(env: str, config: Mapping[str, Any], *, max_turns: int, ve
         raise ValueError("max_turns must be >= 1")
     config_text = json.dumps(dict(config), sort_keys=True, separators=(",", ":"), allow_nan=False)
     return _TEMPLATE.format(env=env, config=config_text, max_turns=int(max_turns), flag=agent_flag(version),
-                            version=version)
+                            version=version, mask_errors=masks_error_episodes(version))
 
 
 def write_agent_file(path: str | Path, env: str, config: Mapping[str, Any], *, max_turns: int, version: str) -> Path:

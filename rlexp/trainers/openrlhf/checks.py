@@ -21,6 +21,15 @@ from rlexp.core.agentic_checks import (
 from rlexp.core.verdict import Verdict, check
 
 AGENT_API_SINCE = "0.8.7"  # the token-in/token-out MultiTurnAgentExecutor
+MASKS_ERRORS_SINCE = "0.11.0"  # PolicyLoss's aggregate_loss: a sample with no action token adds 0
+
+
+def masks_error_episodes(version: str) -> bool:
+    """Whether the agent file leaves an environment-error episode out of the loss on this release
+    (rlexp.trainers.openrlhf.agent): from ``MASKS_ERRORS_SINCE`` ``aggregate_loss`` divides by the
+    optimizer step's token (or non-empty sample) count, so a sample with no action token adds 0;
+    before, ``PolicyLoss`` takes ``masked_mean`` over a micro-batch or a sample, 0/0 for such a sample."""
+    return release_key(version) >= release_key(MASKS_ERRORS_SINCE)
 
 
 def openrlhf_max_length(version: str, recipe: dict[str, Any]) -> tuple[int, str]:
@@ -56,6 +65,34 @@ def check_openrlhf_max_new_tokens(version: str, recipe: dict[str, Any]) -> list[
                   "computes max_length - max_new_tokens and fails on the default None (fixed in 0.10.2)", REF)]
 
 
+def _stated(recipe: dict[str, Any], name: str, dotted: str) -> Any:
+    return recipe.get(name, recipe.get(dotted))
+
+
+def check_openrlhf_env_errors(version: str, recipe: dict[str, Any]) -> list[Verdict]:
+    """What OpenRLHF does with an episode that ended in an environment error (the agent file,
+    rlexp.trainers.openrlhf.agent): out of the loss from 0.11.0, in its group's baseline always.
+    From 0.11.0 the experience's ``kl`` of such a sample is 0/0 (``masked_mean`` over no action
+    token): with the in-reward KL (no ``use_kl_loss``) and an adaptive controller (``kl_target``)
+    that NaN reaches the KL coefficient, so that pair is refused."""
+    if not masks_error_episodes(version):
+        return [check("agent.env_error_baseline", WARNING,
+                      f"OpenRLHF {version}: an episode that ends in an environment error is trained as a failure "
+                      f"with its return so far (its loss cannot leave one sample out before {MASKS_ERRORS_SINCE}); "
+                      "env_errors is logged and the SOP's guardrails.env_errors stop applies", REF)]
+    found = [check("agent.env_error_baseline", WARNING,
+                   f"OpenRLHF {version}: an episode that ends in an environment error is out of the loss but its "
+                   "reward still counts in its group's baseline (experience_maker.py: a plain group mean/std); "
+                   "env_errors is logged and the SOP's guardrails.env_errors stop applies; a step whose every "
+                   "episode fails has no token to train (OpenRLHF's loss is 0/0)", REF)]
+    if _stated(recipe, "kl_target", "algo.kl.target") and not _stated(recipe, "use_kl_loss", "algo.kl.use_loss"):
+        found.append(check("agent.env_error_kl_target", ERROR,
+                           f"OpenRLHF {version}: kl_target (the adaptive KL controller) without use_kl_loss on an "
+                           "environment task: an environment-error episode has no action token, its KL mean is 0/0 "
+                           "and the NaN reaches the controller's coefficient; set use_kl_loss or drop kl_target", REF))
+    return found
+
+
 def agentic_checks(env: Any, recipe: dict[str, Any], version: str) -> list[Verdict]:
     max_length, name = openrlhf_max_length(version, recipe)
     found = check_turn_budget("openrlhf", prompt_tokens=int(recipe.get("prompt_max_len") or 0),
@@ -63,6 +100,7 @@ def agentic_checks(env: Any, recipe: dict[str, Any], version: str) -> list[Verdi
                               limit=max_length, limit_name=name, prompt_included=True)
     found += check_openrlhf_max_new_tokens(version, recipe)
     found += check_openrlhf_turn_cap(env.max_tokens_per_turn, max_length, name)
+    found += check_openrlhf_env_errors(version, recipe)
     if env.loss == "gspo":  # rlexp writes the environment's range as eps_clip_low_high (launch.loss_recipe)
         found += check_gspo_clip("gspo", env.gspo_eps_low, "environment.gspo_eps_low")
     else:

@@ -19,7 +19,12 @@ environment's code is imported by the loop, never copied; the task comes from th
 ``extra_info.rlexp_task`` (written by :func:`agent_row`), else prompt and ground truth.
 
 An environment whose ``reset`` raises gives rlexp's rollout's episode (the empty observation's
-prompt, no response, reward 0, ``env_error``). What verl logs of an episode (``metric_utils.py``
+prompt, no response, reward 0, ``env_error``); one whose ``step`` raises returns no response either
+(its return so far as the reward): an error episode has no token in ``response_mask``, so it is out
+of verl's loss, and verl logs its share as ``response/aborted_ratio`` (a sample with no response),
+read back as ``env_errors``. Its reward still enters the group's mean and std: verl's GRPO baseline
+(``compute_grpo_outcome_advantage``) averages every sample of a group, and a NaN there makes the
+whole group's advantages NaN. What verl logs of an episode (``metric_utils.py``
 ``compute_data_metrics``): ``num_turns`` (chat messages: 2 per model turn here), the reward, and
 on the legacy trainer the extra field ``tool_call_counts``; :mod:`rlexp.trainers.verl.metrics`
 reads them back under the local trainer's names. The loop's other extra fields carry the rest
@@ -50,6 +55,7 @@ imported, not copied; instances are pooled at module level and reset between epi
 environment's reset and step run in a worker thread (asyncio.to_thread), so a slow tool does not
 hold up the other episodes of this worker's event loop; the server's log-probs of the sampled
 tokens come back as response_logprobs (0.0 at feedback positions), for verl's rollout correction.
+An episode that ends in an environment error returns no response: none of its tokens is trained.
 """
 
 import asyncio
@@ -134,10 +140,11 @@ class {class_name}(AgentLoopBase):
             started = time.perf_counter()
             try:
                 result = await asyncio.to_thread(env.step, tok.decode(ids, skip_special_tokens=True))
-            except Exception:  # an environment failure ends the episode, counted
+            except Exception:  # an environment failure ends the episode, counted, and out of the loss:
+                # no response (verl's aborted sample: every position masked, logged as response/aborted_ratio);
+                # its return so far still enters its group's baseline (verl's GRPO mean has no exclusion)
                 env_s += time.perf_counter() - started
-                finish = "env_error"
-                break
+                return _output(prompt_ids, [], [], total, turns, tool_calls, "env_error", env_s)
             env_s += time.perf_counter() - started
             total += float(result.reward)
             tool_calls += int(bool((result.info or {{}}).get("tool_call")))

@@ -112,12 +112,19 @@ def agentic_checks(env: Any, recipe: dict[str, Any], version: str) -> list[Any]:
     """verl's plan rules for an environment task (rlexp.core.agentic_checks): the turns against
     ``data.max_response_length`` (the prompt has its own), GSPO's clip range."""
     from rlexp.core.agentic_checks import (
+        REF,
         TOKEN_CLIP_DEFAULT,
+        WARNING,
         check_gspo_clip,
         check_turn_budget,
     )
+    from rlexp.core.verdict import check
 
-    found = []
+    found = [check("agent.env_error_baseline", WARNING,
+                   f"verl {version}: an episode that ends in an environment error is out of the loss (no response) "
+                   "but its reward still counts in its group's baseline (compute_grpo_outcome_advantage: a plain "
+                   "group mean/std); env_errors is logged (response/aborted_ratio) and the SOP's "
+                   "guardrails.env_errors stop applies", REF)]
     limit = recipe.get("data.max_response_length")
     if limit is not None:
         found += check_turn_budget("verl", prompt_tokens=0, max_turns=env.max_turns,

@@ -52,6 +52,10 @@ NAMES: dict[str, tuple[str, ...]] = {
     # batch's samples that have a response; a reset failure has none): tool_call_counts, an extra
     # field, logged only by the legacy trainer (trainer.use_v1=false), whose batch keeps them
     "tool_calls_per_episode": ("tool_call_counts/mean",),
+    # the share of samples with no response: under rlexp's loop an episode that ended in an
+    # environment error (it returns no response, so none of its tokens is trained), or a request
+    # verl itself aborted (counted with them: the SOP's env_errors stop errs on the side of stopping)
+    "env_errors": ("response/aborted_ratio",),
     # training-inference mismatch (rlexp.core.run_health): rollout_corr_helper.py's off-policy metrics
     # (kl = masked_mean(rollout_log_prob - old_log_prob), logged whenever rollout log-probs are kept) and
     # its IS weights (utils/debug/metrics.py's training/rollout_probs_diff_* is |Δp| in probability, not
