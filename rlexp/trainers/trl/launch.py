@@ -9,7 +9,6 @@ from rlexp.storage.layout import AttemptDir
 from rlexp.trainers.launch import LaunchPlan, TrainerLaunch, loss_recipe
 from rlexp.trainers.trl import RULES
 
-
 # the modes GRPOTrainer's loss types aggregate by exactly (TRL 1.16's _compute_loss; tests/test_loss_aggregation.py
 # runs it); with GSPO's sequence-level ratio TRL takes grpo only (GRPOConfig refuses bnpo, dr_grpo, dapo)
 TRL_LOSS_TYPES = {"token-mean": "dapo", "seq-mean-token-mean": "grpo", "seq-mean-token-sum-norm": "dr_grpo"}

@@ -10,7 +10,6 @@ from rlexp.storage.layout import AttemptDir
 from rlexp.trainers.launch import LaunchPlan, TrainerLaunch
 from rlexp.trainers.verl import RULES
 
-
 AGG_KEY = "actor_rollout_ref.actor.loss_agg_mode"
 SCALE_KEY = "actor_rollout_ref.actor.loss_scale_factor"
 
