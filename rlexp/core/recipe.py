@@ -28,6 +28,10 @@ unstated key with it before any trainer reads the recipe, so a second set of tra
 could never apply to a spec. A local spec states what it wants (``lora_rank`` 0 is a full
 fine-tune), and the local trainer refuses what it does not implement (the default ``gae``).
 
+One key belongs to every trainer's recipe, whatever its spelling (:data:`COMMON_KEYS`):
+``loss_agg_mode``, the loss aggregation in verl's names (:data:`LOSS_AGG_MODES`), with no default;
+each trainer's launch writes it in its own setting or refuses it (rlexp.trainers.launch.loss_recipe).
+
 Keys the table does not describe are accepted too, with no default (a recipe that does not state
 them keeps its digest) and type ``flag_value``, checked by the argv builder against the parser of
 the exact release: the underscore flags added after v0.9.3 (:data:`LATER_UNDERSCORE_ROWS`) and
