@@ -87,8 +87,10 @@ def test_local_trainer_config_has_one_field_per_marked_key_and_the_tables_defaul
     recipe_names = {k.name for k in local_trainer_keys()}
     assert recipe_names <= names
     assert names - recipe_names == {"pool_path", "monitor_path", "prompt_suffix", "monitor_suffix", "base_name",
-                                    "eval_max_len", "max_global_steps", "trainer_version", "environment"}  # fmt: skip
+                                    "eval_max_len", "max_global_steps", "trainer_version", "environment",
+                                    "loss_agg_mode"}  # fmt: skip  (a key of every trainer's recipe, no table row)
     cfg = TrainerConfig(pretrain=Path("m"), pool_path=Path("p"))
+    assert cfg.loss_agg_mode is None  # unset: the trainer's own aggregation, as before the key existed
     # OpenRLHF v0.9.3 argparse defaults, one per key whichever trainer runs the recipe
     assert (cfg.lora_rank, cfg.advantage_estimator, cfg.rollout_batch_size, cfg.eval_steps) == (0, "gae", 1024, -1)
     assert cfg.target_modules == ("all-linear",) and cfg.adam_betas == (0.9, 0.95)
@@ -171,7 +173,11 @@ def test_the_schema_validates_every_committed_example():
 
 def test_the_schema_lists_every_recipe_key_with_its_default():
     recipe = attempt_json_schema()["allOf"][0]["then"]["properties"]["recipe"]  # OpenRLHF's
-    assert set(recipe["properties"]) == set(RECIPE_KEYS) | set(LATER_UNDERSCORE_KEYS)
+    assert set(recipe["properties"]) == set(RECIPE_KEYS) | set(LATER_UNDERSCORE_KEYS) | {"loss_agg_mode"}
+    # the key of every trainer's recipe: its modes, and no default (unset: the trainer's own aggregation)
+    agg = recipe["properties"]["loss_agg_mode"]
+    assert agg["anyOf"][0]["enum"] == ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
+                                       "seq-mean-token-sum-norm"] and "default" not in agg
     assert recipe["properties"]["eps_clip"]["default"] == 0.2
     assert recipe["properties"]["adam_betas"]["default"] == [0.9, 0.95]
     assert "training" in recipe["properties"]["eps_clip"]["description"]
@@ -191,6 +197,7 @@ ROOT = {"trainer": {"name": "openrlhf", "version": "0.9.3"}, "datasets": {"pool"
         ({"recipe": {"rollout_batch_size": 0.5}}, "recipe.rollout_batch_size"),  # ge1: not an integer >= 1
         ({"recipe": {"eval_steps": 0}}, "recipe.eval_steps"),
         ({"recipe": {"advantage_estimator": "ppo2"}}, "recipe.advantage_estimator"),
+        ({"recipe": {"loss_agg_mode": "token-sum"}}, "recipe.loss_agg_mode"),  # verl's fifth mode: not one of rlexp's
         ({"recipe": {"use_kl_loss": "yes"}}, "recipe.use_kl_loss"),
         ({"recipe": {"pretrain": None, "seed": None}}, "recipe.seed"),
         ({"recipe": {"adam_betas": [0.9]}}, "recipe.adam_betas"),

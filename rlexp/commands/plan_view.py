@@ -70,6 +70,17 @@ def render(result: PlanResult) -> None:
             for trainer, settings in gspo["trainer_settings"].items():
                 console.print(f"  {trainer}: " + ", ".join(f"{k}={v}" for k, v in settings.items()))
 
+    agg = data.get("loss_aggregation")
+    if agg:  # how the per-token losses of an optimizer step become one number (recipe.loss_agg_mode)
+        line = f"loss aggregation [bold]{agg['mode']}[/bold]" + (" (recipe.loss_agg_mode)" if agg["stated"] else "")
+        if agg.get("token_budget") is not None:
+            line += f", L = {agg['token_budget']} tokens"
+        if agg.get("trainer_settings"):
+            line += ": " + ", ".join(f"{k}={v}" for k, v in agg["trainer_settings"].items())
+        if agg.get("note"):
+            line += f" — {agg['note']}"
+        console.print(line)
+
     lag = (data.get("run_health") or {}).get("expected_lag")
     if lag:  # an asynchronous launch: how far behind the policy its batches may be generated
         most = lag.get("max_versions")

@@ -28,6 +28,10 @@ unstated key with it before any trainer reads the recipe, so a second set of tra
 could never apply to a spec. A local spec states what it wants (``lora_rank`` 0 is a full
 fine-tune), and the local trainer refuses what it does not implement (the default ``gae``).
 
+One key belongs to every trainer's recipe, whatever its spelling (:data:`COMMON_KEYS`):
+``loss_agg_mode``, the loss aggregation in verl's names (:data:`LOSS_AGG_MODES`), with no default;
+each trainer's launch writes it in its own setting or refuses it (rlexp.trainers.launch.loss_recipe).
+
 Keys the table does not describe are accepted too, with no default (a recipe that does not state
 them keeps its digest) and type ``flag_value``, checked by the argv builder against the parser of
 the exact release: the underscore flags added after v0.9.3 (:data:`LATER_UNDERSCORE_ROWS`) and
@@ -50,7 +54,17 @@ KINDS = (TRAINING, INSTRUMENTATION, INFRASTRUCTURE)
 ADVANTAGE_ESTIMATORS = ("gae", "reinforce", "rloo", "reinforce_baseline", "group_norm", "dr_grpo")
 KL_ESTIMATORS = ("k1", "k2", "k3")
 TYPES = ("int", "float", "bool", "str", "str_list", "float_pair")
-CONSTRAINTS = (None, "gt0", "ge0", "ge1", "ratio", "steps", "advantage", "kl_estimator")
+CONSTRAINTS = (None, "gt0", "ge0", "ge1", "ratio", "steps", "advantage", "kl_estimator", "loss_agg_mode")
+
+# The loss aggregations, in verl's names (``actor.loss_agg_mode``): how the per-token losses ℓ_it of
+# the sequences i of one optimizer step become one number. With |o_i| the agent tokens of sequence i,
+# N the sequences that hold any, L a constant token budget:
+#   token-mean               Σ_i Σ_t ℓ_it / Σ_i |o_i|          (DAPO; OpenRLHF's and verl's default)
+#   seq-mean-token-sum       Σ_i Σ_t ℓ_it / N
+#   seq-mean-token-mean      Σ_i (Σ_t ℓ_it / |o_i|) / N         (DeepSeekMath's GRPO; GSPO)
+#   seq-mean-token-sum-norm  Σ_i Σ_t ℓ_it / (N · L)             (Dr. GRPO)
+LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+GSPO_LOSS_AGG = "seq-mean-token-mean"  # GSPO's own aggregation, forced by every trainer that has GSPO
 
 
 @dataclass(frozen=True)
@@ -286,6 +300,20 @@ _DOTTED_INSTRUMENTATION = ("logger.", "ckpt.")
 FLAG_VALUE = "flag_value"  # the type of a key the table does not describe: checked by the argv builder
 
 
+# Keys of every trainer's recipe, in rlexp's own words: :func:`rlexp.trainers.launch.loss_recipe` writes
+# each in the trainer's own settings (and refuses it, naming the trainer and release, where the trainer
+# cannot do it). No default: an unstated key leaves the trainer's own behaviour, which the plan names
+# (``loss_aggregation``), and the recipe's digest as it was.
+LOSS_AGG_KEY = RecipeKey(name="loss_agg_mode", type="str", default=None, kind=TRAINING, nullable=True,
+                         constraint="loss_agg_mode")
+COMMON_KEYS: dict[str, RecipeKey] = {LOSS_AGG_KEY.name: LOSS_AGG_KEY}
+COMMON_KEY_DESCRIPTIONS = {
+    "loss_agg_mode": "training; how the per-token losses of an optimizer step become one number (verl's names: "
+                     + " | ".join(LOSS_AGG_MODES) + "), written in the trainer's own setting; unset: the "
+                     "trainer's own default, which rlexp plan names",
+}
+
+
 def _build(rows: list[RecipeKey]) -> dict[str, RecipeKey]:
     keys: dict[str, RecipeKey] = {}
     local = set(LOCAL_TRAINER_KEYS)
@@ -299,7 +327,7 @@ def _build(rows: list[RecipeKey]) -> dict[str, RecipeKey]:
     unknown = local - set(keys)
     if unknown:
         raise ValueError(f"LOCAL_TRAINER_KEYS names no table row: {sorted(unknown)}")
-    clash = (set(BUILDER_ONLY_DOTTED) | set(LATER_UNDERSCORE_ROWS)) & set(keys)
+    clash = (set(BUILDER_ONLY_DOTTED) | set(LATER_UNDERSCORE_ROWS) | set(COMMON_KEYS)) & set(keys)
     if clash:
         raise ValueError(f"later flags repeat table rows: {sorted(clash)}")
     return keys
@@ -406,6 +434,8 @@ def key_json_schema(key: RecipeKey) -> dict[str, Any]:
     elif key.type == "str":
         if rule == "advantage":
             schema = {"enum": list(ADVANTAGE_ESTIMATORS)}
+        elif rule == "loss_agg_mode":
+            schema = {"enum": list(LOSS_AGG_MODES)}
         elif rule == "kl_estimator":
             schema = {"enum": list(KL_ESTIMATORS)}
         else:
@@ -435,12 +465,24 @@ def key_json_schema(key: RecipeKey) -> dict[str, Any]:
 DOTTED_KEY_PATTERN = r"^(?!(" + "|".join(NOT_RECIPE_GROUPS) + r")\.)" + DOTTED_RECIPE_KEY.pattern[1:]
 
 
+def common_keys_json_schema() -> dict[str, Any]:
+    """The JSON Schema of each key every trainer's recipe has (:data:`COMMON_KEYS`): no default
+    (unset, the trainer keeps its own)."""
+    out = {}
+    for name, key in COMMON_KEYS.items():
+        schema = {**key_json_schema(key), "description": COMMON_KEY_DESCRIPTIONS[name]}
+        schema.pop("default", None)
+        out[name] = schema
+    return out
+
+
 def recipe_json_schema() -> dict[str, Any]:
     """The JSON Schema of the ``recipe`` section: the table's keys, each typed and bounded, the
     later underscore flags, and the dotted name of any newer release's flag."""
     properties = {name: key_json_schema(key) for name, key in RECIPE_KEYS.items()}
     for name in LATER_UNDERSCORE_ROWS:
         properties[name] = key_json_schema(recipe_key(name))  # type: ignore[arg-type]
+    properties.update(common_keys_json_schema())
     dotted = key_json_schema(RecipeKey("a.b", FLAG_VALUE, None, TRAINING, True, None))
     dotted["description"] = "a flag only newer OpenRLHF releases have, under its own dotted name"
     return {
@@ -498,8 +540,18 @@ class _TrainerTables(dict):
 
         if trainer not in TRAINERS:
             raise KeyError(trainer)
-        table = self[trainer] = rules(trainer).build_key_table()
+        table = self[trainer] = with_common_keys(rules(trainer).build_key_table())
         return table
+
+
+def with_common_keys(table: TrainerKeyTable) -> TrainerKeyTable:
+    """``table`` whose lookup also knows the keys of every trainer's recipe (:data:`COMMON_KEYS`)."""
+    own = table.lookup
+
+    def lookup(name: str) -> RecipeKey | None:
+        return COMMON_KEYS.get(name) or own(name)
+
+    return replace(table, lookup=lookup)
 
 
 TRAINER_KEY_TABLES: dict[str, TrainerKeyTable] = _TrainerTables()
@@ -530,12 +582,13 @@ def table_json_schema(table: TrainerKeyTable) -> dict[str, Any]:
     (``names_only_schema``) would make the schema file ten times larger: its keys are listed by name only."""
     if table.names_only_schema:
         return {"type": "object", "description": f"{table.spelling}; {table.schema_note}",
-                "propertyNames": {"enum": list(table.keys)}}
+                "propertyNames": {"enum": [*table.keys, *COMMON_KEYS]}}
     properties = {}
     for name, key in table.keys.items():
         schema = {} if key.type == JSON_VALUE else key_json_schema(key)
         schema.pop("description", None)
         properties[name] = {"description": f"{key.kind}; {table.spelling}", **schema,
                             "default": _json_default(key.default)}
+    properties.update(common_keys_json_schema())
     return {"type": "object", "description": f"{table.spelling}; unstated keys take the default",
             "properties": properties, "additionalProperties": False}

@@ -14,7 +14,7 @@ from rlexp.core.numbers import jsonable
 from rlexp.core.plan import PLAN_FORMAT, PlanResult, error_checks  # noqa: F401  (re-exported)
 from rlexp.core.schedule import milestone_steps
 from rlexp.trainers import rules as trainer_rules
-from rlexp.trainers.launch import launcher
+from rlexp.trainers.launch import launcher, loss_aggregation_plan
 
 if TYPE_CHECKING:
     from rlexp.core.spec import Attempt
@@ -55,6 +55,7 @@ def build_plan(att: Attempt) -> dict[str, Any]:
     if own is not None:  # a trainer that counts its own way writes its own plan (TrainerLaunch.own_plan)
         if att.environment is not None:  # its environment settings (GSPO's among them) as any plan shows them
             own["environment"] = environment_plan(att)
+        own["loss_aggregation"] = loss_aggregation_plan(att)
         own.update(run_health_plan(att))
         return own
     from rlexp.core.checks import gpu_layout, preflight, primary_power, steps_for
@@ -148,6 +149,7 @@ def build_plan(att: Attempt) -> dict[str, Any]:
     }
     if att.environment is not None:  # single-turn plans stay as they were
         plan["environment"] = environment_plan(att)
+    plan["loss_aggregation"] = loss_aggregation_plan(att)
     plan.update(run_health_plan(att))
     return plan
 

@@ -86,6 +86,25 @@ class TrainerLaunch:
         the same names unless the trainer's recipe spells its settings otherwise."""
         return self.gspo_settings(version, eps_low, eps_high)
 
+    # ---- the loss aggregation (recipe.loss_agg_mode, rlexp.core.recipe.LOSS_AGG_MODES)
+
+    def loss_agg_recipe(self, att: Any, mode: str, recipe: Mapping[str, Any]) -> dict[str, Any]:
+        """The trainer's own recipe keys that make it aggregate its loss by ``mode``, ``recipe`` being
+        the stated recipe it goes with (GSPO's settings in); ValueError, naming the trainer and its
+        release, where it has no exact equivalent."""
+        raise ValueError(f"{self.rules.name} has no loss aggregation setting")
+
+    def loss_agg_default(self, att: Any, recipe: Mapping[str, Any]) -> tuple[str, str]:
+        """What the trainer aggregates by when the recipe states no ``loss_agg_mode`` (``recipe``:
+        the resolved recipe with GSPO's settings in): a mode, or the trainer's own name for one
+        that is none of them, and a note saying where that comes from."""
+        return "the trainer's own", f"{self.rules.name} states no loss aggregation rlexp could name"
+
+    def loss_token_budget(self, att: Any) -> int | None:
+        """Dr. GRPO's constant L (``seq-mean-token-sum-norm`` divides by N·L): the most tokens one
+        sequence's loss can hold, from the trainer's own length setting."""
+        return None
+
 
 def gspo_trainer_settings(trainer: str, version: str | None = None, *, eps_low: float = 3e-4,
                           eps_high: float = 4e-4) -> dict[str, Any]:  # fmt: skip
@@ -107,31 +126,75 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def loss_recipe(att: Any, stated: Mapping[str, Any]) -> dict[str, Any]:
-    """The recipe ``stated`` with what the attempt's ``environment.loss`` asks written in its trainer's
-    own keys: with ``gspo``, the trainer's GSPO settings (:meth:`TrainerLaunch.gspo_recipe`) on a
-    trainer with an agent interface (the local trainer takes the loss from the environment itself).
-    Plan and launch both build on it, so the argv, the generated config and the plan agree.
+    """The recipe ``stated`` with what the attempt's loss settings ask written in its trainer's own
+    keys: with ``environment.loss: gspo``, the trainer's GSPO settings (:meth:`TrainerLaunch.gspo_recipe`)
+    on a trainer with an agent interface (the local trainer takes the loss from the environment
+    itself); with ``recipe.loss_agg_mode``, the trainer's aggregation setting
+    (:meth:`TrainerLaunch.loss_agg_recipe`) in its place. Plan and launch both build on it, so the
+    argv, the generated config and the plan agree.
 
-    A trainer or release without GSPO is an InputError on ``environment.loss``; a stated recipe key
-    that says otherwise (``policy_loss_type: ppo``, another clip range) is one on that key, since
-    launching it would run something other than what the spec's loss says."""
+    A trainer or release without GSPO is an InputError on ``environment.loss``, one without the
+    aggregation an InputError on ``recipe.loss_agg_mode``, as is an aggregation other than GSPO's
+    with GSPO; a stated recipe key that says otherwise (``policy_loss_type: ppo``, another clip
+    range, another ``loss_type``) is one on that key, since launching it would run something other
+    than what the spec says."""
+    from rlexp.core.recipe import GSPO_LOSS_AGG, LOSS_AGG_KEY
     from rlexp.errors import InputError
 
     out = dict(stated)
     env = getattr(att, "environment", None)
-    if env is None or env.loss != "gspo" or rules(att.trainer.name).agent_api_since is None:
-        return out
+    gspo = env is not None and env.loss == "gspo"
     spec = getattr(att, "display_path", None) or att.spec_path
-    try:
-        settings = launcher(att.trainer.name).gspo_recipe(att.trainer.version, env.gspo_eps_low, env.gspo_eps_high)
-    except ValueError as exc:
-        raise InputError(spec, "environment.loss", f"gspo: {exc}") from None
+    mode = out.pop(LOSS_AGG_KEY.name, None)
+    if mode is not None and gspo and mode != GSPO_LOSS_AGG:
+        raise InputError(spec, f"recipe.{LOSS_AGG_KEY.name}", f"{mode!r} contradicts environment.loss gspo, which "
+                                                              f"aggregates {GSPO_LOSS_AGG} (leave it out)")
+    if gspo and rules(att.trainer.name).agent_api_since is not None:
+        try:
+            settings = launcher(att.trainer.name).gspo_recipe(att.trainer.version, env.gspo_eps_low,
+                                                               env.gspo_eps_high)  # fmt: skip
+        except ValueError as exc:
+            raise InputError(spec, "environment.loss", f"gspo: {exc}") from None
+        _merge(out, settings, spec, "environment.loss gspo",
+               "leave it out; the clip range is environment.gspo_eps_low/high")
+    if mode is not None:
+        try:
+            settings = launcher(att.trainer.name).loss_agg_recipe(att, mode, out)
+        except ValueError as exc:
+            raise InputError(spec, f"recipe.{LOSS_AGG_KEY.name}", f"{mode}: {exc}") from None
+        _merge(out, settings, spec, f"recipe.{LOSS_AGG_KEY.name} {mode}", "leave one of the two out")
+    return out
+
+
+def _merge(out: dict[str, Any], settings: Mapping[str, Any], spec: Any, source: str, hint: str) -> None:
+    """``settings`` into ``out``; an InputError on a key ``out`` states otherwise."""
+    from rlexp.errors import InputError
+
     for key, value in settings.items():
         if key in out and out[key] is not None and not _same(out[key], value):
-            raise InputError(spec, f"recipe.{key}", f"{out[key]!r} contradicts environment.loss gspo, which sets it "
-                                                    f"to {value!r} (leave it out; the clip range is "
-                                                    "environment.gspo_eps_low/high)")
+            raise InputError(spec, f"recipe.{key}", f"{out[key]!r} contradicts {source}, which sets it to {value!r} "
+                                                    f"({hint})")
         out[key] = value
+
+
+def loss_aggregation_plan(att: Any) -> dict[str, Any]:
+    """What the plan shows of the loss aggregation: the mode the trainer will apply, whether the
+    recipe states it, the trainer's own settings for it (a stated mode), Dr. GRPO's constant where
+    that mode uses one, and a note on a default. An InputError where the trainer cannot do the
+    stated mode (:func:`loss_recipe`)."""
+    from rlexp.core.recipe import LOSS_AGG_KEY
+
+    stated = dict(getattr(att, "recipe_stated", None) or {})
+    mode = stated.get(LOSS_AGG_KEY.name)
+    recipe = loss_recipe(att, stated)
+    launch = launcher(att.trainer.name)
+    if mode is None:
+        own, note = launch.loss_agg_default(att, {**att.recipe, **recipe})
+        out: dict[str, Any] = {"mode": own, "stated": False, "note": note}
+    else:
+        out = {"mode": mode, "stated": True, "trainer_settings": launch.loss_agg_recipe(att, mode, recipe)}
+    if out["mode"] == "seq-mean-token-sum-norm":
+        out["token_budget"] = launch.loss_token_budget(att)
     return out
 
 

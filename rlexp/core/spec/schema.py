@@ -31,10 +31,12 @@ from rlexp.core.fields import MAX_SPEC_INT as MAX_SPEC_INT  # re-exported
 from rlexp.core.fields import SCHEMA_DRAFT as SCHEMA_DRAFT  # re-exported
 from rlexp.core.recipe import (
     ADVANTAGE_ESTIMATORS,
+    COMMON_KEYS,
     DOTTED_KEY_PATTERN,
     FLAG_VALUE,
     JSON_VALUE,
     KL_ESTIMATORS,
+    LOSS_AGG_MODES,
     RECIPE_KEYS,
     RecipeKey,
     key_table,
@@ -348,6 +350,8 @@ def _check_constraint(key: RecipeKey, value: Any) -> None:
     rule = key.constraint
     if rule == "advantage" and value not in ADVANTAGE_ESTIMATORS:
         raise Invalid(f"must be one of {', '.join(ADVANTAGE_ESTIMATORS)} (got {value!r})")
+    if rule == "loss_agg_mode" and value not in LOSS_AGG_MODES:
+        raise Invalid(f"must be one of {', '.join(LOSS_AGG_MODES)} (got {value!r})")
     if rule == "kl_estimator" and value not in KL_ESTIMATORS:
         raise Invalid(f"must be one of {', '.join(KL_ESTIMATORS)} (got {value!r})")
     if rule == "gt0" and not value > 0:
@@ -366,6 +370,7 @@ def change_keys() -> list[str]:
     """Every key ``change`` may name: a recipe key or a datasets/trainer/eval field, dotted."""
     return [
         *RECIPE_KEYS,
+        *COMMON_KEYS,
         *(f"datasets.{role}.{fname}" for role in ROLES for fname in DATASET_FIELDS
           if not (fname == "answer_mode" and role in TRAINER_GRADED_ROLES)),  # always exact there
         *(f"trainer.{fname}" for fname in TrainerSettings.__dataclass_fields__),

@@ -48,6 +48,10 @@ class TrainerConfig:
     # an environment task (rlexp.core.spec.EnvironmentSettings); None = single-turn prompts,
     # trained by the single-turn code path (rlexp.trainers.local.env_train otherwise)
     environment: Any = None
+    # recipe.loss_agg_mode (rlexp.core.recipe.LOSS_AGG_KEY, a key of every trainer's recipe): the policy
+    # loss's and the KL term's aggregation, as verl applies one mode to both; None: the trainer's
+    # default (token-mean, GSPO's seq-mean-token-mean for its policy loss; the KL term token-mean)
+    loss_agg_mode: str | None = None
     # ---- the recipe keys (rlexp.core.recipe.LOCAL_TRAINER_KEYS; ``pretrain`` is the path above)
     advantage_estimator: str = _default("advantage_estimator")
     eps_clip: float = _default("eps_clip")
@@ -103,6 +107,11 @@ class TrainerConfig:
         if not cfg.target_modules:
             raise InputError(where, "recipe.target_modules", "names no module")
 
+    @property
+    def loss_token_budget(self) -> int:
+        """Dr. GRPO's constant L (:func:`loss_token_budget`)."""
+        return loss_token_budget({"generate_max_len": self.generate_max_len}, self.environment)
+
     def recipe(self) -> dict[str, Any]:
         """The recipe keys this configuration holds, by name (what rlexp.core.schedule reads)."""
         return {key.name: getattr(self, key.name) for key in local_trainer_keys()}
@@ -149,8 +158,17 @@ def config_from_attempt(att: Any) -> TrainerConfig:
         max_global_steps=int(global_steps) if global_steps else None,
         trainer_version=str(att.trainer.version),
         environment=getattr(att, "environment", None),
+        loss_agg_mode=recipe.get("loss_agg_mode"),
         **values,
     )
+
+
+def loss_token_budget(recipe: Any, environment: Any) -> int:
+    """Dr. GRPO's constant L for ``seq-mean-token-sum-norm``: the most agent tokens one sequence can
+    hold, ``environment.max_total_tokens`` on an environment task, else ``generate_max_len``."""
+    if environment is not None:
+        return int(environment.max_total_tokens)
+    return int(recipe.get("generate_max_len") or _default("generate_max_len"))
 
 
 # =============================================================================== environment tasks

@@ -27,6 +27,24 @@ class LocalLaunch(TrainerLaunch):
         module = LOCAL_TRAINER_MODULE if getattr(att, "environment", None) is None else ENV_TRAINER_MODULE
         return LaunchPlan([sys.executable, "-m", module, str(ad.root.resolve())] + (["--resume"] if resume else []))
 
+    def loss_agg_recipe(self, att: Any, mode: str, recipe: Any) -> dict[str, Any]:
+        """Every mode, exactly, whatever the micro-batch size (rlexp.trainers.local.loss.aggregate):
+        the trainer reads ``loss_agg_mode`` itself."""
+        return {"loss_agg_mode": mode}
+
+    def loss_agg_default(self, att: Any, recipe: Any) -> tuple[str, str]:
+        env = getattr(att, "environment", None)
+        if env is not None and env.loss == "gspo":
+            return "seq-mean-token-mean", "GSPO's own aggregation; the KL term token-mean (as OpenRLHF)"
+        return "token-mean", "the token mean of the optimizer step (as OpenRLHF from 0.10.4), the KL term too"
+
+    def loss_token_budget(self, att: Any) -> int | None:
+        """The agent tokens one episode may hold (``environment.max_total_tokens``), else the
+        completion budget ``generate_max_len``."""
+        from rlexp.trainers.local.config import loss_token_budget
+
+        return loss_token_budget(att.recipe, getattr(att, "environment", None))
+
     def follower(self, ad: AttemptDir, source: str, *, resume_step: int) -> Any:
         from rlexp.adapters import ingest
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from rlexp.core.recipe import GSPO_LOSS_AGG, LOSS_AGG_MODES
+
 if TYPE_CHECKING:
     import torch
 
@@ -31,14 +33,9 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (values * mask).sum() / mask.sum().clamp(min=1)
 
 
-# The trainers' loss aggregations (verl's ``loss_agg_mode`` names): how per-token losses ℓ_it of the
-# sequences i of one optimizer step become one number. With |o_i| the agent tokens of sequence i and
-# N the sequences that hold any:
-#   token-mean               Σ_i Σ_t ℓ_it / Σ_i |o_i|          (DAPO; OpenRLHF's and verl's default)
-#   seq-mean-token-sum       Σ_i Σ_t ℓ_it / N
-#   seq-mean-token-mean      Σ_i (Σ_t ℓ_it / |o_i|) / N         (DeepSeekMath's GRPO; GSPO)
-#   seq-mean-token-sum-norm  Σ_i Σ_t ℓ_it / (N · L)             (Dr. GRPO: L a constant, the token budget)
-AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+# The trainers' loss aggregations (verl's ``loss_agg_mode`` names; their formulas in rlexp.core.recipe,
+# where the recipe key is declared)
+AGG_MODES = LOSS_AGG_MODES
 
 
 def aggregate(
@@ -90,17 +87,17 @@ def group_advantages(rewards: torch.Tensor, estimator: str) -> torch.Tensor:
 
 def policy_loss(
     logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, eps_clip: float,
-    *, step_mask: torch.Tensor | None = None,
+    *, step_mask: torch.Tensor | None = None, agg: str = "token-mean", max_tokens: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """PPO's clipped surrogate, token level: ``−min(r·A, clip(r, 1−ε, 1+ε)·A)``, token-mean over the
-    optimizer step whose mask is ``step_mask`` (:func:`aggregate`); returns ``(loss, clip_fraction)``.
-    ``advantages`` are per token (a sequence's advantage broadcast)."""
+    """PPO's clipped surrogate, token level: ``−min(r·A, clip(r, 1−ε, 1+ε)·A)``, aggregated by ``agg``
+    (token-mean unless stated) over the optimizer step whose mask is ``step_mask`` (:func:`aggregate`);
+    returns ``(loss, clip_fraction)``. ``advantages`` are per token (a sequence's advantage broadcast)."""
     import torch
 
     ratio = torch.exp(logp - old_logp)
     surrogate = ratio * advantages
     clipped = ratio.clamp(1.0 - eps_clip, 1.0 + eps_clip) * advantages
-    loss = aggregate(-torch.min(surrogate, clipped), mask, "token-mean", step_mask=step_mask)
+    loss = aggregate(-torch.min(surrogate, clipped), mask, agg, step_mask=step_mask, max_tokens=max_tokens)
     clip_fraction = masked_mean((clipped < surrogate).float(), mask)
     return loss, clip_fraction.detach()
 
@@ -132,12 +129,18 @@ def grpo_loss(
     eps_clip: float,
     kl_coef: float,
     step_mask: torch.Tensor | None = None,
+    agg: str | None = None,
+    max_tokens: int | None = None,
 ) -> LossParts:
-    """The actor loss: clipped policy loss + ``kl_coef`` × token-mean k3 KL to the reference
-    (OpenRLHF's ``use_kl_loss`` form). ``kl_coef == 0`` removes the KL term from the graph.
+    """The actor loss: clipped policy loss + ``kl_coef`` × the k3 KL to the reference (OpenRLHF's
+    ``use_kl_loss`` form), both aggregated by ``agg`` (verl aggregates its KL loss by the policy
+    loss's mode; None: token-mean, OpenRLHF's); ``max_tokens``: Dr. GRPO's constant for
+    ``seq-mean-token-sum-norm``. ``kl_coef == 0`` removes the KL term from the graph.
     ``step_mask``: the optimizer step's whole mask, when these rows are one micro-batch of it."""
-    pg, clip_fraction = policy_loss(logp, old_logp, advantages, mask, eps_clip, step_mask=step_mask)
-    kl = aggregate(k3_kl(logp, ref_logp), mask, "token-mean", step_mask=step_mask)
+    mode = agg or "token-mean"
+    pg, clip_fraction = policy_loss(logp, old_logp, advantages, mask, eps_clip, step_mask=step_mask, agg=mode,
+                                    max_tokens=max_tokens)  # fmt: skip
+    kl = aggregate(k3_kl(logp, ref_logp), mask, mode, step_mask=step_mask, max_tokens=max_tokens)
     loss = pg + kl_coef * kl if kl_coef != 0 else pg
     return LossParts(loss=loss, policy_loss=pg.detach(), kl=kl.detach(), clip_fraction=clip_fraction)
 
@@ -238,21 +241,25 @@ def gspo_policy_loss(
     ratio = torch.exp(seq + logp - logp.detach())
     surrogate = ratio * advantages
     clipped = ratio.clamp(1.0 - eps_low, 1.0 + eps_high) * advantages
-    loss = aggregate(-torch.min(surrogate, clipped), mask, "seq-mean-token-mean", step_mask=step_mask)
+    loss = aggregate(-torch.min(surrogate, clipped), mask, GSPO_LOSS_AGG, step_mask=step_mask)
     clip_fraction = ((clipped < surrogate).float() * mask).sum() / mask.sum().clamp(min=1)
     return loss, clip_fraction.detach()
 
 
 def gspo_loss(
     logp, old_logp, ref_logp, advantages, mask, *, eps_low: float, eps_high: float, kl_coef: float,
-    eps_clip: float | None = None, step_mask=None,
+    eps_clip: float | None = None, step_mask=None, agg: str | None = None, max_tokens: int | None = None,
 ):
-    """GSPO's policy loss + ``kl_coef`` × the token-mean k3 KL over agent tokens (the KL term as the
-    GRPO loss has it); a :class:`LossParts`. ``eps_clip`` (the
-    token-level range the training loop passes to every loss) is not used: GSPO clips with its own."""
-    del eps_clip
+    """GSPO's policy loss + ``kl_coef`` × the k3 KL over agent tokens; a :class:`LossParts`. The
+    KL term is aggregated as the GRPO loss's: by ``agg`` when the recipe states it (GSPO's own,
+    seq-mean-token-mean, the only one ``rlexp plan`` lets through with GSPO), else token-mean.
+    ``eps_clip`` (the token-level range the training loop passes to every loss) is not used: GSPO
+    clips with its own."""
+    del eps_clip, max_tokens
+    if agg not in (None, GSPO_LOSS_AGG):
+        raise ValueError(f"GSPO aggregates {GSPO_LOSS_AGG}, not {agg}")
     pg, clip_fraction = gspo_policy_loss(logp, old_logp, advantages, mask, eps_low, eps_high, step_mask=step_mask)
-    kl = aggregate(k3_kl(logp, ref_logp), mask, "token-mean", step_mask=step_mask)
+    kl = aggregate(k3_kl(logp, ref_logp), mask, agg or "token-mean", step_mask=step_mask)
     loss = pg + kl_coef * kl if kl_coef != 0 else pg
     return LossParts(loss=loss, policy_loss=pg.detach(), kl=kl.detach(), clip_fraction=clip_fraction)
 

@@ -490,6 +490,10 @@ def train_on_rollout(
     import torch
 
     loss_fn = grpo_loss if loss is None else loss
+    if getattr(cfg, "loss_agg_mode", None) is not None:  # recipe.loss_agg_mode; unstated: the loss's own
+        from functools import partial
+
+        loss_fn = partial(loss_fn, agg=cfg.loss_agg_mode, max_tokens=cfg.loss_token_budget)
     model.train()
     n = rollout.input_ids.shape[0]
     micro = cfg.micro_train_batch_size

@@ -44,6 +44,20 @@ def stated_recipe(att: Any) -> dict[str, Any]:
     return loss_recipe(att, getattr(att, "recipe_stated", None) or att.recipe)
 
 
+# The loss aggregation. OpenRLHF 0.11.2 has the flag (token-mean | seq-mean-token-mean, the KL loss
+# token-mean either way); earlier releases apply token-mean, or seq-mean-token-mean for GSPO
+# (PolicyLoss), normalised over the optimizer step from 0.10.4 on (utils/loss_utils.py's
+# iter_grad_accum_global_norm) and within each micro-batch before it.
+AGG_FLAG = "actor.loss_agg_mode"
+STEP_NORMALISED_SINCE = (0, 10, 4)
+
+
+def fixed_loss_agg(recipe: Any) -> str:
+    """The aggregation of a release without the flag: GSPO's for a GSPO policy loss, else token-mean."""
+    gspo = "gspo" in (recipe.get("policy_loss_type"), recipe.get("actor.policy_loss_type"))
+    return "seq-mean-token-mean" if gspo else "token-mean"
+
+
 class OpenRLHFLaunch(TrainerLaunch):
     rules = RULES
 
@@ -90,6 +104,40 @@ class OpenRLHFLaunch(TrainerLaunch):
             name = flag.removeprefix("--")
             out[underscore.get(name, name)] = value
         return out
+
+    def loss_agg_recipe(self, att: Any, mode: str, recipe: Any) -> dict[str, Any]:
+        """``actor.loss_agg_mode`` where the release's parser has the flag (0.11.2: token-mean and
+        seq-mean-token-mean), with the modes its choices list. A release without it applies one
+        aggregation (:func:`fixed_loss_agg`): that mode is accepted and nothing written; before 0.10.4
+        the token mean is each micro-batch's own, which no mode is, so any stated mode is refused."""
+        from rlexp.core.schedule import parse_version
+        from rlexp.trainers.openrlhf.argv import load_flag_table
+
+        version = att.trainer.version
+        flag = load_flag_table(version).flags.get(f"--{AGG_FLAG}")
+        if flag is not None:
+            if flag.choices and mode not in flag.choices:
+                raise ValueError(f"OpenRLHF {version}'s --{AGG_FLAG} takes {', '.join(flag.choices)} only")
+            return {AGG_FLAG: mode}
+        if parse_version(version) < STEP_NORMALISED_SINCE:
+            raise ValueError(f"OpenRLHF {version} divides each micro-batch's loss by that micro-batch's own count "
+                             "(the optimizer step's from 0.10.4 on), which no mode is: leave loss_agg_mode unset")
+        fixed = fixed_loss_agg(recipe)
+        if mode != fixed:
+            raise ValueError(f"OpenRLHF {version} has no --{AGG_FLAG} (0.11.2 has): it aggregates {fixed}")
+        return {}
+
+    def loss_agg_default(self, att: Any, recipe: Any) -> tuple[str, str]:
+        from rlexp.core.schedule import parse_version
+
+        kl = "the KL loss token-mean whatever the mode"
+        if recipe.get(AGG_FLAG) is not None:
+            return str(recipe[AGG_FLAG]), f"the recipe's {AGG_FLAG}; {kl}"
+        fixed = fixed_loss_agg(recipe)
+        if parse_version(att.trainer.version) < STEP_NORMALISED_SINCE:
+            return (f"{fixed} per micro-batch", "OpenRLHF before 0.10.4 normalises each micro-batch by its own "
+                                                f"count and divides by the accumulation steps; {kl}")
+        return fixed, f"OpenRLHF's {'GSPO' if fixed != 'token-mean' else 'default'}, over the optimizer step; {kl}"
 
     def prepare(self, att: Any, ad: AttemptDir, *, resume: bool, must_exist: bool) -> LaunchPlan:
         from rlexp.trainers.openrlhf import argv as openrlhf

@@ -9,6 +9,10 @@ from rlexp.storage.layout import AttemptDir
 from rlexp.trainers.launch import LaunchPlan, TrainerLaunch, loss_recipe
 from rlexp.trainers.trl import RULES
 
+# the modes GRPOTrainer's loss types aggregate by exactly (TRL 1.16's _compute_loss; tests/test_loss_aggregation.py
+# runs it); with GSPO's sequence-level ratio TRL takes grpo only (GRPOConfig refuses bnpo, dr_grpo, dapo)
+TRL_LOSS_TYPES = {"token-mean": "dapo", "seq-mean-token-mean": "grpo", "seq-mean-token-sum-norm": "dr_grpo"}
+
 
 class TrlLaunch(TrainerLaunch):
     rules = RULES
@@ -18,6 +22,43 @@ class TrlLaunch(TrainerLaunch):
         ``dapo`` aggregates differently and is not GSPO) and its ``epsilon``/``epsilon_high``."""
         return {"importance_sampling_level": "sequence", "loss_type": "grpo", "epsilon": eps_low,
                 "epsilon_high": eps_high}  # fmt: skip
+
+    def loss_agg_recipe(self, att: Any, mode: str, recipe: Any) -> dict[str, Any]:
+        """GRPOTrainer's ``loss_type`` whose aggregation (``_compute_loss``) is exactly the mode:
+        ``dapo`` divides by the generation batch's tokens, the step's when ``steps_per_generation``
+        equals ``gradient_accumulation_steps``; ``grpo`` and ``dr_grpo`` divide by the completions
+        of each micro-batch, every one of them, so a completion whose tokens are all masked
+        (``mask_truncated_completions``) would count where the modes count only sequences that
+        hold a token. ``bnpo`` (each micro-batch's token mean) and ``seq-mean-token-sum`` have none."""
+        version = att.trainer.version
+        loss_type = TRL_LOSS_TYPES.get(mode)
+        if loss_type is None:
+            spelled = ", ".join(f"{t} = {m}" for m, t in TRL_LOSS_TYPES.items())
+            raise ValueError(f"TRL {version}'s loss_type has no such aggregation ({spelled})")
+        resolved = {**att.recipe, **recipe}
+        if mode == "token-mean":
+            steps = self.rules.steps(att)
+            if steps.steps_per_generation != steps.gradient_accumulation_steps:
+                raise ValueError(f"TRL {version}'s dapo divides by the tokens of a generation batch × "
+                                 "gradient_accumulation_steps / steps_per_generation, the optimizer step's own only "
+                                 f"when steps_per_generation ({steps.steps_per_generation}) equals "
+                                 f"gradient_accumulation_steps ({steps.gradient_accumulation_steps})")
+        elif resolved.get("mask_truncated_completions"):
+            raise ValueError(f"TRL {version}'s {loss_type} counts a completion that mask_truncated_completions "
+                             "masks whole among the sequences, which the mode does not")
+        return {"loss_type": loss_type}
+
+    def loss_agg_default(self, att: Any, recipe: Any) -> tuple[str, str]:
+        loss_type = str(recipe.get("loss_type", "dapo"))
+        mode = {t: m for m, t in TRL_LOSS_TYPES.items()}.get(loss_type)
+        if mode is None:
+            return f"TRL loss_type {loss_type}", f"TRL's {loss_type}, which none of the modes is exactly"
+        return mode, f"TRL's loss_type {loss_type} (the KL term too)"
+
+    def loss_token_budget(self, att: Any) -> int | None:
+        """``max_completion_length``: the constant TRL's ``dr_grpo`` divides by."""
+        value = att.recipe.get("max_completion_length")
+        return int(value) if value is not None else None
 
     def plan_details(self, att: Any, steps: Any) -> dict[str, Any]:
         env = getattr(att, "environment", None)

@@ -10,6 +10,9 @@ from rlexp.storage.layout import AttemptDir
 from rlexp.trainers.launch import LaunchPlan, TrainerLaunch
 from rlexp.trainers.verl import RULES
 
+AGG_KEY = "actor_rollout_ref.actor.loss_agg_mode"
+SCALE_KEY = "actor_rollout_ref.actor.loss_scale_factor"
+
 
 class VerlLaunch(TrainerLaunch):
     rules = RULES
@@ -23,10 +26,29 @@ class VerlLaunch(TrainerLaunch):
         """verl's policy loss mode ``gspo`` with the sequence-mean aggregation and its clip ratios."""
         return {
             "actor_rollout_ref.actor.policy_loss.loss_mode": "gspo",
-            "actor_rollout_ref.actor.loss_agg_mode": "seq-mean-token-mean",
+            AGG_KEY: "seq-mean-token-mean",
             "actor_rollout_ref.actor.clip_ratio_low": eps_low,
             "actor_rollout_ref.actor.clip_ratio_high": eps_high,
         }
+
+    def loss_agg_recipe(self, att: Any, mode: str, recipe: Any) -> dict[str, Any]:
+        """verl's ``actor.loss_agg_mode`` has every mode (its KL loss follows it); Dr. GRPO's constant
+        is ``loss_scale_factor`` (unset, verl divides by each micro-batch's padded response length)."""
+        out: dict[str, Any] = {AGG_KEY: mode}
+        if mode == "seq-mean-token-sum-norm":
+            out[SCALE_KEY] = self.loss_token_budget(att)
+        return out
+
+    def loss_agg_default(self, att: Any, recipe: Any) -> tuple[str, str]:
+        mode = str(recipe.get(AGG_KEY, "token-mean"))
+        note = f"verl's {AGG_KEY} (the KL loss too)"
+        if mode == "seq-mean-token-sum-norm" and recipe.get(SCALE_KEY) is None:
+            note += "; L: each micro-batch's padded response length (loss_scale_factor unset)"
+        return mode, note
+
+    def loss_token_budget(self, att: Any) -> int | None:
+        """``data.max_response_length``: the response length verl pads and truncates to."""
+        return int(att.recipe["data.max_response_length"])
 
     def prepare(self, att: Any, ad: AttemptDir, *, resume: bool, must_exist: bool) -> LaunchPlan:
         from rlexp.trainers.verl import hydra as verl
