@@ -237,6 +237,49 @@ def test_openrlhf_policy_loss_gives_error_episodes_no_gradient(openrlhf_episodes
     check_left_out(openrlhf_step(openrlhf_loss, loss_type, micro), mask, advantages, errors)
 
 
+def play_openrlhf(path, tokenizer, flaky_env, steps_before=0):
+    """The 10 tasks through 0.11.2's executor with the agent file at ``path``: the responses, or
+    the exception that stopped them and how many episodes had finished."""
+    from rlexp.trainers.openrlhf import agent as agent_openrlhf
+
+    flaky_env.steps = steps_before
+    finished = []
+    with agent_openrlhf.release_agent_module(OPENRLHF):
+        executor = agent_openrlhf.load_agent_executor(path)
+        engine = FixedEngine(tokenizer)
+
+        async def play():
+            for t in tasks():
+                finished.append(await executor.execute(t["prompt"], t, OpenRLHFSamplingParams(), 256, tokenizer, engine))
+
+        try:
+            asyncio.run(play())
+        except RuntimeError as exc:
+            return finished, exc
+    return finished, None
+
+
+def test_openrlhf_an_outage_stops_the_run_before_a_step_of_masked_episodes(tokenizer, flaky_env, tmp_path):
+    """Error episodes in a row up to the agent file's outage count stop the run (an exception out
+    of the executor, which fails OpenRLHF's rollout); a success in between starts the count again.
+    The count is half an engine's share of an optimizer step."""
+    from rlexp.trainers.openrlhf import agent as agent_openrlhf
+
+    assert agent_openrlhf.outage_episodes({"train_batch_size": 128, "vllm_num_engines": 4}) == 16
+    assert agent_openrlhf.outage_episodes({"train.batch_size": 64}) == 32
+    assert agent_openrlhf.outage_episodes({"train_batch_size": 1}) == 1
+
+    def agent_file(name, outage):
+        return agent_openrlhf.write_agent_file(tmp_path / name, ENV, {}, max_turns=1, version=OPENRLHF, outage=outage)
+
+    # the flaky environment fails the 5th and 10th steps: never two in a row
+    finished, stopped = play_openrlhf(agent_file("two.py", 2), tokenizer, flaky_env)
+    assert stopped is None and len(finished) == N_EPISODES
+    # one error in a row is an outage for a count of 1: the 5th episode stops the run
+    finished, stopped = play_openrlhf(agent_file("one.py", 1), tokenizer, flaky_env)
+    assert len(finished) == 4 and "failed 1 episodes in a row" in str(stopped)
+
+
 def test_openrlhf_when_every_episode_fails_the_step_is_nan(openrlhf_loss):
     """What the plan warns of: a step with no action token at all divides by 0 tokens; and a sample
     with none has a KL mean of 0/0 (why kl_target without use_kl_loss is refused)."""

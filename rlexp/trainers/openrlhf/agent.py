@@ -57,7 +57,8 @@ reward still enters the group's mean and std (``experience_maker.py``: a plain m
 per-sample and per-micro-batch means over the action mask (``kl`` and ``logprobs_diff`` of the
 experience, ``ppo_clip_ratio``, ``ppo_kl``) are 0/0 for a sample, or a micro-batch, with no action
 token: NaN in the step's log (flagged, not stopped, by rlexp's ingest); an optimizer step whose
-every episode failed has no token at all, and its loss is 0/0. Before 0.11.0 the loss takes those
+every episode failed would have no token at all, and its loss would be 0/0: the agent file stops
+the run first, at :func:`outage_episodes` error episodes in a row on one engine. Before 0.11.0 the loss takes those
 means itself, so error episodes stay in it, trained with their reward.
 """
 
@@ -106,6 +107,10 @@ ENVIRONMENT = {env!r}
 CONFIG = json.loads({config!r})
 MAX_TURNS = {max_turns!r}
 MASK_ERROR_EPISODES = {mask_errors!r}  # this release's loss normalises over the step (models/loss.py aggregate_loss)
+# an outage, not a flaky step: this many error episodes in a row on one engine stop the run, before an
+# optimizer step can hold only masked episodes (its loss would be 0/0 and its gradient NaN)
+OUTAGE_EPISODES = {outage!r}
+_FAILED_IN_A_ROW = [0]
 
 _TOKENIZER = None  # the policy's tokenizer, as OpenRLHF hands it to execute()
 _IDLE = []  # environment instances not in an episode now (one episode holds one instance)
@@ -230,9 +235,16 @@ class AgentExecutor(MultiTurnAgentExecutor):
                                          *args, **kwargs)
         response["extra_logs"] = episode_logs(response, max_length, getattr(hf_tokenizer, "eos_token_id", None))
         if MASK_ERROR_EPISODES and float(response["extra_logs"]["env_errors"]) > 0:
+            _FAILED_IN_A_ROW[0] += 1
+            if _FAILED_IN_A_ROW[0] >= OUTAGE_EPISODES:
+                raise RuntimeError(
+                    f"rlexp agent: the environment {{ENVIRONMENT!r}} failed {{_FAILED_IN_A_ROW[0]}} episodes in a row "
+                    "on this engine: stopped as an outage (a step of masked episodes only has no token to train)")
             # no action range: OpenRLHF's action_mask is 0 at every token, so the episode is out of
             # its loss; its reward (the return so far) still enters the group's baseline
             response["action_ranges"] = []
+        else:
+            _FAILED_IN_A_ROW[0] = 0
         return response
 '''
 
@@ -248,18 +260,33 @@ def agent_flag(version: str) -> str:
     raise ValueError(f"OpenRLHF {table.version} has no agent-file flag")
 
 
-def render_agent_file(env: str, config: Mapping[str, Any], *, max_turns: int, version: str) -> str:
+def outage_episodes(recipe: Mapping[str, Any]) -> int:
+    """Error episodes in a row, on one vLLM engine, that the agent file stops the run at: half of
+    that engine's share of an optimizer step (``train_batch_size`` samples over the engines), at
+    least 1. An optimizer step whose every episode failed would hold no action token once they are
+    masked; the engines share a step's prompts evenly, so such a step makes every engine see at
+    least its share in a row, and half of it leaves room for an uneven split. Independent errors at
+    the SOP's stop rate (a quarter) reach 16 in a row with probability 0.25**16 ≈ 2e-10."""
+    batch = recipe.get("train_batch_size", recipe.get("train.batch_size", 128))
+    engines = recipe.get("vllm_num_engines", recipe.get("vllm.num_engines")) or 1
+    return max(1, int(batch) // (2 * max(1, int(engines))))
+
+
+def render_agent_file(env: str, config: Mapping[str, Any], *, max_turns: int, version: str,
+                      outage: int = 64) -> str:
     """The agent file's text for one environment (a registered name or ``module:Class``) and its
-    config (plain JSON values), ending episodes after ``max_turns`` turns."""
+    config (plain JSON values), ending episodes after ``max_turns`` turns and stopping the run after
+    ``outage`` error episodes in a row (:func:`outage_episodes`; where the release masks them)."""
     if int(max_turns) < 1:
         raise ValueError("max_turns must be >= 1")
     config_text = json.dumps(dict(config), sort_keys=True, separators=(",", ":"), allow_nan=False)
     return _TEMPLATE.format(env=env, config=config_text, max_turns=int(max_turns), flag=agent_flag(version),
-                            version=version, mask_errors=masks_error_episodes(version))
+                            version=version, mask_errors=masks_error_episodes(version), outage=max(1, int(outage)))
 
 
-def write_agent_file(path: str | Path, env: str, config: Mapping[str, Any], *, max_turns: int, version: str) -> Path:
-    return atomic_write_text(path, render_agent_file(env, config, max_turns=max_turns, version=version))
+def write_agent_file(path: str | Path, env: str, config: Mapping[str, Any], *, max_turns: int, version: str,
+                     outage: int = 64) -> Path:
+    return atomic_write_text(path, render_agent_file(env, config, max_turns=max_turns, version=version, outage=outage))
 
 
 def agent_recipe(recipe: Mapping[str, Any], agent_file: str | Path) -> dict[str, Any]:
@@ -352,5 +379,6 @@ def launch_files(att: Any, recipe: Mapping[str, Any], agent_file: Path) -> tuple
     to write beside the argv (the attempt's environment, its config and turn limit)."""
     check_one_environment(att)
     env = att.environment
-    text = render_agent_file(env.name, env.config, max_turns=env.max_turns, version=att.trainer.version)
+    text = render_agent_file(env.name, env.config, max_turns=env.max_turns, version=att.trainer.version,
+                             outage=outage_episodes(recipe))
     return agent_recipe(recipe, agent_file), {Path(agent_file): text}

@@ -83,8 +83,9 @@ def check_openrlhf_env_errors(version: str, recipe: dict[str, Any]) -> list[Verd
     found = [check("agent.env_error_baseline", WARNING,
                    f"OpenRLHF {version}: an episode that ends in an environment error is out of the loss but its "
                    "reward still counts in its group's baseline (experience_maker.py: a plain group mean/std); "
-                   "env_errors is logged and the SOP's guardrails.env_errors stop applies; a step whose every "
-                   "episode fails has no token to train (OpenRLHF's loss is 0/0)", REF)]
+                   "env_errors is logged and the SOP's guardrails.env_errors stop applies; an outage (error episodes "
+                   "in a row, half an engine's share of a step) stops the run before a step of masked episodes "
+                   "only, whose loss would be 0/0", REF)]
     if _stated(recipe, "kl_target", "algo.kl.target") and not _stated(recipe, "use_kl_loss", "algo.kl.use_loss"):
         found.append(check("agent.env_error_kl_target", ERROR,
                            f"OpenRLHF {version}: kl_target (the adaptive KL controller) without use_kl_loss on an "
