@@ -271,11 +271,14 @@ def render_markdown(inputs: ReportInputs, plots: Mapping[str, Path] | None = Non
     if headline:
         lines += [headline, ""]
     if decision:
-        from rlexp.core.decision import selection_line
+        from rlexp.core.decision import cluster_line, selection_line
 
         adjusted = selection_line(decision)
         if adjusted:
             lines += [adjusted, ""]
+        clustered = cluster_line(decision)
+        if clustered:
+            lines += [clustered, ""]
     siblings = [m["attempt"] for m in inputs.family if m["relation"] == "seed sibling"]
     facts = [f"parent {inputs.parent}" if inputs.parent else "root attempt (no parent)"]
     if siblings:
@@ -362,7 +365,11 @@ def render_markdown(inputs: ReportInputs, plots: Mapping[str, Path] | None = Non
         for name, v in items:
             rows.append((name, fmt(v.get("delta_pp"), 2), f"{fmt(v.get('b'))}/{fmt(v.get('c'))}",
                          fmt(v.get("mcnemar_p"), 4), interval_plain(v.get("ci_pp")), fmt(v.get("holm_p"), 4)))
-        lines += table(["checkpoint", "Δ pp", "b/c", "McNemar p", "bootstrap 95% CI pp", "Holm p"], rows)
+        from rlexp.core.decision import p_label
+
+        clustered = p_label(decision) != "McNemar p"
+        lines += table(["checkpoint", "Δ pp", "b/c", p_label(decision),
+                        "cluster-robust 95% CI pp" if clustered else "bootstrap 95% CI pp", "Holm p"], rows)
         lines += _power_lines(dict(items))
         if decision.get("baseline"):
             baseline = decision["baseline"]
