@@ -141,7 +141,9 @@ _ID = Field(STRING.check, {"type": "string", "pattern": _ID_RE.pattern})  # the 
 _DATASET = {"path": STRING, "size": POSITIVE_INT, "prompt_suffix": STRING, "answer_mode": one_of(*ANSWER_MODES),
             "allow_outside": BOOLEAN,  # a path outside the experiment, on purpose
             # a column of the set's rows naming each problem's cluster (see DatasetRef.cluster)
-            "cluster": Field(_column_name, {"type": "string", "minLength": 1}),
+            "cluster": Field(_column_name, {"type": "string", "minLength": 1, "description": (
+                "a column of the set's rows; problems sharing its value are one cluster (one document, one "
+                "template): decide, the gates and plan's power then use the cluster-robust paired test")}),
             # recorded by rlexp import for data outside the experiment, never read by plan: the files
             # the set was made of (a list of training files) and the content hash of a readable file
             "sources": list_of(STRING), "sha256": STRING}
