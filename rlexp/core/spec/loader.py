@@ -311,12 +311,16 @@ def _dataset_ref(
         raise InputError(display, f"datasets.{role}", "state a size, or a path to an existing file")
     cluster = entry.get("cluster")
     n_clusters = None
+    sizes: tuple[int, ...] = ()
     if cluster is not None and exists:  # every row names its cluster: checked now, before any stage writes
+        from collections import Counter
+
         from rlexp.storage.datasets import cluster_labels
 
         assert path is not None
-        n_clusters = len(set(cluster_labels(path, cluster, declared_in=f"{display}: datasets.{role}.cluster")
-                             .values()))
+        sizes = tuple(sorted(Counter(cluster_labels(path, cluster, declared_in=f"{display}: datasets.{role}.cluster")
+                                     .values()).values()))
+        n_clusters = len(sizes)
         if n_clusters < 2:
             raise InputError(display, f"datasets.{role}.cluster", f"every row of {path.name} is in one cluster "
                                                                   f"of {cluster!r}: nothing can be inferred across "
@@ -334,6 +338,7 @@ def _dataset_ref(
         + ((str(path),) if path is not None and not path.is_relative_to(experiment_dir.resolve()) else ()),
         cluster=cluster,
         n_clusters=n_clusters,
+        cluster_sizes=sizes,
     )
 
 

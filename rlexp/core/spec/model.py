@@ -71,6 +71,7 @@ class DatasetRef:
     # then use the cluster-robust paired test; None: problems are independent
     cluster: str | None = None
     n_clusters: int | None = None  # distinct values of that column, where the file exists
+    cluster_sizes: tuple[int, ...] = ()  # problems per cluster, where the file exists
 
     def plan_row(self) -> dict:
         """The set as ``plan.json`` records it (``external`` only where there is some, so the plans of
@@ -206,6 +207,14 @@ class Baseline:
     # 11.8% in the campaign's final comparison
     discordance: float = declared(0.12, number(0, 1, low_open=True),
                                   "expected share of discordant problems, a fraction")
+    # for a primary set that declares a cluster column: the intra-cluster correlation of the
+    # per-problem differences the power assumes (unset: 1, the worst case, every problem of a
+    # cluster moving together), and the mean cluster size where the set's file is not there yet
+    cluster_icc: float | None = declared(None, number(0, 1), "assumed intra-cluster correlation of the per-problem "
+                                                             "differences on a clustered primary set (unset: 1, "
+                                                             "the worst case)")
+    cluster_size: float | None = declared(None, number(1), "assumed mean problems per cluster of a clustered "
+                                                           "primary set whose file is not there yet")
 
 
 @dataclass(frozen=True)
