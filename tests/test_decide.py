@@ -677,3 +677,26 @@ def test_an_unclustered_decision_is_what_it_was_before_clusters(exp):
     new, old = (d / "decision.json").read_text(), golden.read_text()
     assert _rounded(json.loads(new)) == _rounded(json.loads(old))
     assert len(new) == len(old)   # the same keys, the same numbers of digits: no field added or dropped
+
+
+def test_the_report_of_a_clustered_decision_says_so_and_gives_the_clustered_power(exp, tmp_path):
+    import numpy as np
+    import statsmodels.api as sm
+    from scipy import stats as sps
+
+    from rlexp.stages.report import write_report
+
+    d = clustered_attempt(exp, "a2", "doc")
+    decide(d, now=NOW)
+    text = write_report(d, tmp_path / "reports").read_text()
+    assert "ood_primary clustered by doc, 50 clusters: p, the 95% CI and the gates use the cluster-robust" in text
+    assert "| clustered p | cluster-robust 95% CI pp |" in text
+    base, new, docs = clustered_outcomes()
+    fit = sm.OLS(np.subtract(new, base).astype(float), np.ones((1000, 1))).fit(
+        cov_type="cluster", cov_kwds={"groups": np.unique(docs, return_inverse=True)[1]}, use_t=True)
+    se = 100 * float(fit.bse[0])
+    mde = (sps.t.ppf(0.975, 49) + sps.t.ppf(0.8, 49)) * se
+    gate = sps.nct.sf(max(3 / se, sps.t.ppf(0.975, 49)), 49, 3 / se)
+    line = next(x for x in text.splitlines() if x.startswith("- global_step300: n 1000 in 50 clusters"))
+    assert f"MDE {mde:.2f} pp (80% power of the cluster-robust t, 49 df" in line
+    assert f"passes Gate-1b {gate:.0%} of the time" in line

@@ -464,7 +464,7 @@ def regressions(comparisons: Mapping[tuple[str, str, str], Any], vs_parent: Mapp
     family = regression_family(len(rows))
     out = []
     tests = [getattr(cmp, "test", None) if isinstance(cmp, ClusteredComparison) else None
-             for cmp in comparisons.values()] + [None] * len(vs_parent)
+             for cmp in comparisons.values()] + [c.get("test") for c in vs_parent.values()]
     for (ck, against, role, delta, p, ci), adjusted, test in zip(rows, holm, tests, strict=True):
         if adjusted < alpha and delta < 0:
             flag = {"checkpoint": ck, "against": against, "set": role, "delta_pp": delta, "mcnemar_p": p,
