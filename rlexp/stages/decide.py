@@ -194,7 +194,7 @@ def _clusters(att: Any, paired: dict[tuple[str, str, str], Any], sets: tuple[str
         if ref.path is None or not ref.exists:
             raise InputError(att.display_path, f"datasets.{role}.cluster", "the set's file is needed to read its "
                                                                            "clusters: state a path to it")
-        from rlexp.storage.datasets import cluster_labels
+        from rlexp.core.task import cluster_labels
 
         by_hash = cluster_labels(ref.path, ref.cluster, declared_in=f"{att.display_path}: datasets.{role}.cluster")
         clusters[role] = ref.cluster

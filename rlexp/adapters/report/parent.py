@@ -35,7 +35,7 @@ def compare_with_parent(attempt_dir: str | Path, sop: Any = None) -> dict[str, d
     by_hash = None
     if ref is not None and ref.cluster is not None and ref.exists and ref.path is not None:
         # a clustered primary set: compared with the parent as decide tests it
-        from rlexp.storage.datasets import cluster_labels
+        from rlexp.core.task import cluster_labels
 
         by_hash = cluster_labels(ref.path, ref.cluster, declared_in=f"{att.display_path}: datasets.{primary}.cluster")
     out: dict[str, dict[str, Any]] = {}

@@ -315,7 +315,7 @@ def _dataset_ref(
     if cluster is not None and exists:  # every row names its cluster: checked now, before any stage writes
         from collections import Counter
 
-        from rlexp.storage.datasets import cluster_labels
+        from rlexp.core.task import cluster_labels
 
         assert path is not None
         sizes = tuple(sorted(Counter(cluster_labels(path, cluster, declared_in=f"{display}: datasets.{role}.cluster")
