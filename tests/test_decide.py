@@ -700,3 +700,18 @@ def test_the_report_of_a_clustered_decision_says_so_and_gives_the_clustered_powe
     line = next(x for x in text.splitlines() if x.startswith("- global_step300: n 1000 in 50 clusters"))
     assert f"MDE {mde:.2f} pp (80% power of the cluster-robust t, 49 df" in line
     assert f"passes Gate-1b {gate:.0%} of the time" in line
+
+
+def test_the_comparison_with_the_parent_on_a_clustered_set_is_clustered_too(exp):
+    from rlexp.adapters.rendering import compare_with_parent
+
+    parent = clustered_attempt(exp, "a2", "doc")
+    decide(parent, now=NOW)
+    child = make_attempt(exp, "a3", "a2", {"seed": 2}, decide_steps=[300, 100, 200])
+    base, new, docs = clustered_outcomes()
+    for ck in ("global_step300", "global_step100", "global_step200"):   # the child loses the parent's gain
+        write_records(child, ck, "ood_primary", base)
+    vs = compare_with_parent(child)["final"]
+    delta, p, ci_low = cr1_reference(new, base, docs)
+    assert vs["delta_pp"] == pytest.approx(delta) and vs["mcnemar_p"] == pytest.approx(p, rel=1e-9)
+    assert vs["test"].startswith("cluster-robust t (CR1, 50 clusters") and vs["naive_mcnemar_p"] < 0.001
