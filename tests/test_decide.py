@@ -715,3 +715,22 @@ def test_the_comparison_with_the_parent_on_a_clustered_set_is_clustered_too(exp)
     delta, p, ci_low = cr1_reference(new, base, docs)
     assert vs["delta_pp"] == pytest.approx(delta) and vs["mcnemar_p"] == pytest.approx(p, rel=1e-9)
     assert vs["test"].startswith("cluster-robust t (CR1, 50 clusters") and vs["naive_mcnemar_p"] < 0.001
+
+
+def test_a_clustered_mean_reward_comparison_is_statsmodels_cluster_robust_t():
+    import numpy as np
+    import statsmodels.api as sm
+
+    from rlexp.core.decision import clustered_comparison, mean_reward_comparison
+
+    rng = np.random.default_rng(3)
+    docs = np.repeat(np.arange(40), 5)
+    base = rng.random(200)
+    new = np.clip(base + rng.normal(0.05, 0.2, 40)[docs] + rng.normal(0, 0.05, 200), 0, 1)
+    cmp = mean_reward_comparison(list(base), list(new), resamples=200, seed=0, confidence=0.95, method="percentile")
+    out = clustered_comparison(cmp, list(base), list(new), list(docs), confidence=0.95)
+    fit = sm.OLS(new - base, np.ones((200, 1))).fit(cov_type="cluster", cov_kwds={"groups": docs}, use_t=True)
+    assert out.mcnemar_p == pytest.approx(float(fit.pvalues[0]), rel=1e-9)
+    assert out.ci_pp == pytest.approx(tuple(100 * fit.conf_int(0.05)[0]), rel=1e-9)
+    assert out.se_pp == pytest.approx(100 * float(fit.bse[0]), rel=1e-9)
+    assert out.delta_pp == cmp.delta_pp and out.naive_p == cmp.mcnemar_p and out.n_clusters == 40
