@@ -617,6 +617,8 @@ def test_a_clustered_primary_set_is_gated_on_the_cluster_robust_test_where_mcnem
     assert not rec["gates"]["gate_1b"]["passed"] and not rec["gates"]["gate_1a"]["passed"]
     assert rec["decision"] == "CONTINUE"
     assert rec["gates"]["gate_1b"]["per_checkpoint"]["global_step300"]["numbers"]["p"] == ck["mcnemar_p"]
+    assert rec["gates"]["gate_1b"]["rule"].endswith("[p and CI: cluster-robust t over doc (CR1, G − 1 df), in place "
+                                                    "of McNemar and the bootstrap]")
     assert "ood_primary clustered by doc, 50 clusters" in " ".join(out.split())
     ledger = read_ledger(exp)
     assert ledger[-1].mcnemar_p == pytest.approx(p, rel=1e-9)

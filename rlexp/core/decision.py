@@ -356,10 +356,14 @@ def decide(inputs: DecideInputs, sop: Sop, *, decided_at: str) -> Decision:
                 entry["vs"].setdefault(baseline, {})[role] = _brief(c)
         checkpoints[name] = entry
 
+    # on a clustered primary set the rules' "McNemar exact p" and CI are the cluster-robust t's
+    clustered_rule = (f" [p and CI: cluster-robust t over {inputs.clusters[primary_role]} (CR1, G − 1 df), in place "
+                      "of McNemar and the bootstrap]" if primary_role in inputs.clusters else "")
+
     def family_dict(gate: str) -> dict[str, Any]:
         per = getattr(family, gate)
         first = next(iter(per.values()))
-        return {"passed": any(v.passed for v in per.values()), "rule": first.rule,
+        return {"passed": any(v.passed for v in per.values()), "rule": first.rule + clustered_rule,
                 "per_checkpoint": {n: {k: v for k, v in per[n].to_dict().items() if k != "rule"} for n in names}}
 
     adjusted = selection_adjusted(inputs, names, primary_ck, decision_baseline, primary_role,
@@ -463,8 +467,8 @@ def regressions(comparisons: Mapping[tuple[str, str, str], Any], vs_parent: Mapp
     holm = adjust_pvalues([min(1.0, max(0.0, float(r[4]))) for r in rows], "holm")
     family = regression_family(len(rows))
     out = []
-    tests = [getattr(cmp, "test", None) if isinstance(cmp, ClusteredComparison) else None
-             for cmp in comparisons.values()] + [c.get("test") for c in vs_parent.values()]
+    tests = [cmp.test if isinstance(cmp, ClusteredComparison) else None for cmp in comparisons.values()]
+    tests += [c.get("test") for c in vs_parent.values()]
     for (ck, against, role, delta, p, ci), adjusted, test in zip(rows, holm, tests, strict=True):
         if adjusted < alpha and delta < 0:
             flag = {"checkpoint": ck, "against": against, "set": role, "delta_pp": delta, "mcnemar_p": p,
