@@ -542,3 +542,197 @@ def test_decision_json_reads_back_as_the_decision_recorded(exp):
     (s2 / "decision.json").write_text(json.dumps({**written, "sota_moved": "yes"}))
     with pytest.raises(InputError, match="sota_moved: must be true or false"):
         read_decision(s2)
+
+
+# --------------------------------------------------------------------------- a clustered primary set
+
+CLUSTER_SIZE = 20
+
+
+def clustered_outcomes() -> tuple[list[int], list[int], list[str]]:
+    """1,000 problems in 50 documents of 20. The checkpoint gains 14 problems in each of 10
+    documents, loses 14 in each of 6, and matches the baseline on the other 34: Δ = +5.6 pp with
+    b = 84, c = 140, so McNemar (problems independent) finds it, but the gain is 16 documents' worth."""
+    base, new, docs = [], [], []
+    for g in range(50):
+        if g < 10:
+            yb, yn = [1] * 6 + [0] * 14, [1] * 20
+        elif g < 16:
+            yb, yn = [1] * 20, [1] * 6 + [0] * 14
+        else:
+            yb = yn = [1] * 14 + [0] * 6
+        base += yb
+        new += yn
+        docs += [f"doc{g:02d}"] * CLUSTER_SIZE
+    return base, new, docs
+
+
+def clustered_attempt(exp: Path, attempt_id: str, cluster: str | None) -> Path:
+    import yaml
+
+    base, new, docs = clustered_outcomes()
+    rows = [{"problem_hash": f"ood_primary-{i:05d}", "prompt": f"q{i}", "answer": "1", "doc": doc}
+            for i, doc in enumerate(docs)]
+    (exp / "data" / "ood.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    d = make_attempt(exp, attempt_id, None, {"pretrain": "models/tiny", "seed": 1}, decide_steps=[300, 100, 200])
+    spec = yaml.safe_load((d / "attempt.yaml").read_text())
+    spec["datasets"]["ood_primary"] = {"path": "data/ood.jsonl", **({"cluster": cluster} if cluster else {})}
+    (d / "attempt.yaml").write_text(yaml.safe_dump(spec))
+    write_records(d, "baseline_s0", "ood_primary", base)
+    base_id, new_id = outcome_vectors(200, 120, 10, 10)
+    write_records(d, "baseline_s0", "id", base_id)
+    for ck in ("global_step300", "global_step100", "global_step200"):
+        write_records(d, ck, "ood_primary", new)
+        write_records(d, ck, "id", new_id)
+    return d
+
+
+def cr1_reference(base: list[int], new: list[int], docs: list[str]) -> tuple[float, float, float]:
+    """statsmodels' cluster-robust OLS of the per-problem differences on a constant: (Δ, p, CI low), pp."""
+    import numpy as np
+    import statsmodels.api as sm
+
+    d = np.asarray(new, dtype=float) - np.asarray(base, dtype=float)
+    groups = np.unique(docs, return_inverse=True)[1]
+    fit = sm.OLS(d, np.ones((len(d), 1))).fit(cov_type="cluster", cov_kwds={"groups": groups}, use_t=True)
+    return 100 * float(fit.params[0]), float(fit.pvalues[0]), 100 * float(fit.conf_int(0.05)[0][0])
+
+
+def test_a_clustered_primary_set_is_gated_on_the_cluster_robust_test_where_mcnemar_would_pass(exp, capsys):
+    naive = decide_attempt(clustered_attempt(exp, "a1", None), now=NOW)
+    assert naive["decision"] == "CONFIRM" and "clustered" not in naive   # McNemar: p ~ 2e-4, Gate-1b passes
+    assert naive["checkpoints"]["global_step300"]["mcnemar_p"] < 0.001
+
+    d = clustered_attempt(exp, "a2", "doc")
+    assert main(["decide", str(d)]) == 0
+    out = capsys.readouterr().out
+    rec = json.loads((d / "decision.json").read_text())
+    delta, p, ci_low = cr1_reference(*clustered_outcomes())
+    ck = rec["checkpoints"]["global_step300"]
+    assert ck["delta_pp"] == pytest.approx(delta) and ck["mcnemar_p"] == pytest.approx(p, rel=1e-9)
+    assert ck["ci_pp"][0] == pytest.approx(ci_low, rel=1e-9)
+    assert p > 0.2 and ck["naive_mcnemar_p"] == naive["checkpoints"]["global_step300"]["mcnemar_p"]
+    assert rec["clustered"] == {"ood_primary": {"column": "doc", "n_clusters": 50,
+                                                "test": "cluster-robust t (CR1, G − 1 df)"}}
+    assert not rec["gates"]["gate_1b"]["passed"] and not rec["gates"]["gate_1a"]["passed"]
+    assert rec["decision"] == "CONTINUE"
+    assert rec["gates"]["gate_1b"]["per_checkpoint"]["global_step300"]["numbers"]["p"] == ck["mcnemar_p"]
+    assert rec["gates"]["gate_1b"]["rule"].endswith("[p and CI: cluster-robust t over doc (CR1, G − 1 df), in place "
+                                                    "of McNemar and the bootstrap]")
+    assert "ood_primary clustered by doc, 50 clusters" in " ".join(out.split())
+    ledger = read_ledger(exp)
+    assert ledger[-1].mcnemar_p == pytest.approx(p, rel=1e-9)
+
+
+@pytest.mark.parametrize(("rows", "field", "message"), [
+    ([{"prompt": "q0", "answer": "1"}], "line 1: doc", "missing"),
+    ([{"prompt": "q0", "answer": "1", "doc": 1.5}], "line 1: doc", "a string or an integer"),
+    ([{"prompt": "q0", "answer": "1", "doc": "x"}, {"prompt": "q1", "answer": "1", "doc": "x"}],
+     "datasets.ood_primary.cluster", "one cluster"),
+])
+def test_a_bad_cluster_column_is_refused_naming_the_file_and_field(exp, capsys, rows, field, message):
+    import yaml
+
+    (exp / "data" / "ood.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    d = make_attempt(exp, "a1", None, {"pretrain": "models/tiny", "seed": 1})
+    spec = yaml.safe_load((d / "attempt.yaml").read_text())
+    spec["datasets"]["ood_primary"] = {"path": "data/ood.jsonl", "cluster": "doc"}
+    (d / "attempt.yaml").write_text(yaml.safe_dump(spec))
+    before = _tree(exp)
+    assert main(["decide", str(d)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and field in err and message in err
+    named = err.split(": ")[1]   # the dataset file, or the spec declaring the column
+    assert named.endswith("ood.jsonl" if not field.startswith("datasets") else "attempt.yaml")
+    assert _tree(exp) == before
+
+
+@pytest.mark.parametrize("value", [3, "", ["doc"], True])
+def test_a_cluster_field_of_another_type_is_refused(exp, capsys, value):
+    import yaml
+
+    d = make_attempt(exp, "a1", None, {"pretrain": "models/tiny", "seed": 1})
+    spec = yaml.safe_load((d / "attempt.yaml").read_text())
+    spec["datasets"]["ood_primary"] = {"size": 10, "cluster": value}
+    (d / "attempt.yaml").write_text(yaml.safe_dump(spec))
+    assert main(["decide", str(d)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "attempt.yaml" in err and "datasets.ood_primary.cluster" in err
+
+
+def _rounded(value):
+    """``value`` with every float at 12 significant digits (the last digits of the selection-adjusted
+    interval's normal quantiles may differ between CPUs); everything else as it is, keys in order."""
+    if isinstance(value, float):
+        return float(f"{value:.12g}")
+    if isinstance(value, dict):
+        return [(k, _rounded(v)) for k, v in value.items()]
+    if isinstance(value, list):
+        return [_rounded(v) for v in value]
+    return value
+
+
+def test_an_unclustered_decision_is_what_it_was_before_clusters(exp):
+    golden = Path(__file__).parent / "data" / "decide" / "unclustered_decision.json"
+    d = clustered_attempt(exp, "a1", None)
+    decide(d, sop_path=Path(__file__).parents[1] / "sop" / "sop-v2.1-final.yaml", now=NOW)
+    new, old = (d / "decision.json").read_text(), golden.read_text()
+    assert _rounded(json.loads(new)) == _rounded(json.loads(old))
+    assert len(new) == len(old)   # the same keys, the same numbers of digits: no field added or dropped
+
+
+def test_the_report_of_a_clustered_decision_says_so_and_gives_the_clustered_power(exp, tmp_path):
+    import numpy as np
+    import statsmodels.api as sm
+    from scipy import stats as sps
+
+    from rlexp.stages.report import write_report
+
+    d = clustered_attempt(exp, "a2", "doc")
+    decide(d, now=NOW)
+    text = write_report(d, tmp_path / "reports").read_text()
+    assert "ood_primary clustered by doc, 50 clusters: p, the 95% CI and the gates use the cluster-robust" in text
+    assert "| clustered p | cluster-robust 95% CI pp |" in text
+    base, new, docs = clustered_outcomes()
+    fit = sm.OLS(np.subtract(new, base).astype(float), np.ones((1000, 1))).fit(
+        cov_type="cluster", cov_kwds={"groups": np.unique(docs, return_inverse=True)[1]}, use_t=True)
+    se = 100 * float(fit.bse[0])
+    mde = (sps.t.ppf(0.975, 49) + sps.t.ppf(0.8, 49)) * se
+    gate = sps.nct.sf(max(3 / se, sps.t.ppf(0.975, 49)), 49, 3 / se)
+    line = next(x for x in text.splitlines() if x.startswith("- global_step300: n 1000 in 50 clusters"))
+    assert f"MDE {mde:.2f} pp (80% power of the cluster-robust t, 49 df" in line
+    assert f"passes Gate-1b {gate:.0%} of the time" in line
+
+
+def test_the_comparison_with_the_parent_on_a_clustered_set_is_clustered_too(exp):
+    from rlexp.adapters.rendering import compare_with_parent
+
+    parent = clustered_attempt(exp, "a2", "doc")
+    decide(parent, now=NOW)
+    child = make_attempt(exp, "a3", "a2", {"seed": 2}, decide_steps=[300, 100, 200])
+    base, new, docs = clustered_outcomes()
+    for ck in ("global_step300", "global_step100", "global_step200"):   # the child loses the parent's gain
+        write_records(child, ck, "ood_primary", base)
+    vs = compare_with_parent(child)["final"]
+    delta, p, ci_low = cr1_reference(new, base, docs)
+    assert vs["delta_pp"] == pytest.approx(delta) and vs["mcnemar_p"] == pytest.approx(p, rel=1e-9)
+    assert vs["test"].startswith("cluster-robust t (CR1, 50 clusters") and vs["naive_mcnemar_p"] < 0.001
+
+
+def test_a_clustered_mean_reward_comparison_is_statsmodels_cluster_robust_t():
+    import numpy as np
+    import statsmodels.api as sm
+
+    from rlexp.core.decision import clustered_comparison, mean_reward_comparison
+
+    rng = np.random.default_rng(3)
+    docs = np.repeat(np.arange(40), 5)
+    base = rng.random(200)
+    new = np.clip(base + rng.normal(0.05, 0.2, 40)[docs] + rng.normal(0, 0.05, 200), 0, 1)
+    cmp = mean_reward_comparison(list(base), list(new), resamples=200, seed=0, confidence=0.95, method="percentile")
+    out = clustered_comparison(cmp, list(base), list(new), list(docs), confidence=0.95)
+    fit = sm.OLS(new - base, np.ones((200, 1))).fit(cov_type="cluster", cov_kwds={"groups": docs}, use_t=True)
+    assert out.mcnemar_p == pytest.approx(float(fit.pvalues[0]), rel=1e-9)
+    assert out.ci_pp == pytest.approx(tuple(100 * fit.conf_int(0.05)[0]), rel=1e-9)
+    assert out.se_pp == pytest.approx(100 * float(fit.bse[0]), rel=1e-9)
+    assert out.delta_pp == cmp.delta_pp and out.naive_p == cmp.mcnemar_p and out.n_clusters == 40

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -73,3 +74,68 @@ def test_invalid_inputs(bad):
     args = {"n": 100, "discordance": 0.1, "alpha": 0.05} | bad
     with pytest.raises(ValueError):
         mde_pp(**args)
+
+
+# --------------------------------------------------------------------------- a clustered primary set
+
+
+def _clustered_plan(tmp_path, capsys, *, with_file: bool, baseline: dict) -> dict:
+    import json
+    import shutil
+
+    import yaml
+
+    from rlexp.cli import main
+
+    src = Path(__file__).resolve().parent.parent / "experiments" / "seed-a30"
+    exp = tmp_path / "seed-a30"
+    shutil.copytree(src, exp, ignore=shutil.ignore_patterns("plan.json"))
+    spec_path = exp / "a29b" / "attempt.yaml"
+    spec = yaml.safe_load(spec_path.read_text())
+    spec["datasets"]["ood_primary"] = {"path": "data/ood.jsonl", "size": 1000, "cluster": "doc"}
+    spec["baseline"] = {**(spec.get("baseline") or {}), **baseline}
+    spec_path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    if with_file:   # 1,000 problems from 50 documents of 20
+        (exp / "data").mkdir(exist_ok=True)
+        (exp / "data" / "ood.jsonl").write_text("".join(
+            json.dumps({"prompt": f"q{i}", "answer": "1", "doc": f"d{i // 20}"}) + "\n" for i in range(1000)))
+    main(["plan", str(exp / "a29b"), "--json"])
+    return json.loads(capsys.readouterr().out)["power"]
+
+
+def _reference(n: int, discordance: float, deff: float, g: int) -> dict:
+    """The cluster-robust t's figures written out here: SE = sqrt(d / n · DEFF), t with G − 1 df;
+    Gate-1b (Δ̂ ≥ 3 pp and p < 0.05) passes where T ≥ max(3 / SE, t_{0.975})."""
+    from scipy import stats as sps
+
+    se = 100 * math.sqrt(discordance / n * deff)
+    df = g - 1
+    crit = sps.t.ppf(0.975, df)
+    return {"se_pp": se, "mde_pp": (crit + sps.t.ppf(0.8, df)) * se,
+            "power": sps.nct.sf(crit, df, 3 / se) + sps.nct.cdf(-crit, df, 3 / se),
+            "gate": sps.nct.sf(max(3 / se, crit), df, 3 / se)}
+
+
+def test_plan_power_on_a_clustered_primary_set_uses_the_clustered_model(tmp_path, capsys):
+    p = _clustered_plan(tmp_path, capsys, with_file=True, baseline={"cluster_icc": 0.05})
+    cl = p["clustered"]
+    assert cl["discordance"] == p["discordance"]
+    ref = _reference(1000, p["discordance"], 1 + 19 * 0.05, 50)
+    assert (cl["n_clusters"], cl["mean_cluster_size"], cl["clusters_from"]) == (50, 20, "the set's rows")
+    assert cl["design_effect"] == pytest.approx(1.95) and cl["df"] == 49
+    assert cl["se_pp"] == pytest.approx(ref["se_pp"], rel=1e-12)
+    assert cl["mde_pp"] == pytest.approx(ref["mde_pp"], rel=1e-9)
+    assert cl["power_at_win_threshold"] == pytest.approx(ref["power"], rel=1e-9)
+    assert cl["gate_1b_pass_power_at_win_threshold"] == pytest.approx(ref["gate"], rel=1e-9)
+    # the clustered power is lower than the one that treats the problems as independent
+    assert cl["mde_pp"] > p["mde_pp"] and cl["gate_1b_pass_power_at_win_threshold"] < p[
+        "gate_1b_pass_power_at_win_threshold"]
+
+
+def test_plan_power_of_a_clustered_set_not_there_yet_is_assumed_or_unknown(tmp_path, capsys):
+    cl = _clustered_plan(tmp_path / "a", capsys, with_file=False, baseline={"cluster_size": 10})["clustered"]
+    ref = _reference(1000, cl["discordance"], 10.0, 100)    # ICC unset: 1, the worst case: DEFF = m
+    assert cl["clusters_from"].startswith("assumed") and cl["icc_from"].startswith("worst case")
+    assert cl["n_clusters"] == 100 and cl["mde_pp"] == pytest.approx(ref["mde_pp"], rel=1e-9)
+    cl = _clustered_plan(tmp_path / "b", capsys, with_file=False, baseline={})["clustered"]
+    assert cl["mde_pp"] is None and "unknown until the set's file is there" in cl["note"]

@@ -208,3 +208,22 @@ def test_d1_adjusted_interval_inside_the_checkpoints_own(overlap):
     conditional = winner_inference(x, difference_covariance(base, news), winner=0, step=1 / 1000, beta=0.0)
     if 0 < overlap < 0.9:   # the case the issue quotes: the conditional interval runs far below every checkpoint's
         assert 100 * float(conditional["low"]) < union[0] - 20
+
+
+def test_the_clustered_covariance_of_the_k_deltas_is_statsmodels_cluster_robust_one():
+    import statsmodels.api as sm
+
+    rng = np.random.default_rng(5)
+    docs = np.repeat(np.arange(30), rng.integers(2, 12, 30))      # 30 clusters of unequal size
+    effect = rng.normal(0, 0.3, 30)[docs]                         # a shared shift within each cluster
+    base = (rng.random(len(docs)) < 0.6).astype(int)
+    news = [(rng.random(len(docs)) < 0.6 + effect * s).astype(int) for s in (1.0, 0.5, -0.2)]
+    cov = difference_covariance(base, news, [f"d{g}" for g in docs])
+    # statsmodels' cluster-robust OLS of the stacked differences on three dummies: its covariance of the
+    # three means is the CR1 one (K regressors: statsmodels' small-sample factor (N−1)/(N−K) is left out)
+    d = np.concatenate([n - base for n in news]).astype(float)
+    x = np.kron(np.eye(3), np.ones((len(docs), 1)))
+    fit = sm.OLS(d, x).fit(cov_type="cluster", cov_kwds={"groups": np.tile(docs, 3), "use_correction": False})
+    assert cov == pytest.approx(fit.cov_params() * 30 / 29, rel=1e-9)
+    plain = difference_covariance(base, news)
+    assert not np.allclose(cov, plain)

@@ -328,3 +328,37 @@ def test_answer_mode_is_inherited_and_its_change_is_instrumentation(tmp_path):
 )
 def test_bad_answer_mode_is_one_line_naming_the_key(tmp_path, section, field, needle):
     expect_error(write(tmp_path / "exp", "a1", {**ROOT, **section}), field, needle)
+
+
+# ----------------------------------------------------------------------------- cluster
+
+
+def test_a_cluster_column_is_read_from_the_sets_rows_and_its_change_is_instrumentation(tmp_path):
+    import json
+
+    exp = tmp_path / "exp"
+    (exp / "data").mkdir(parents=True)
+    rows = [{"prompt": f"q{i}", "answer": "1", "doc": i % 3 if i < 6 else "x"} for i in range(8)]
+    (exp / "data" / "ood.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write(exp, "a1", {**ROOT, "datasets": {"pool": {"size": 10}, "ood_primary": {"path": "data/ood.jsonl"}}})
+    att = load_attempt(write(exp, "a2", {"parent": "a1", "datasets": {"ood_primary": {"cluster": "doc"}},
+                                         "change": {"datasets.ood_primary.cluster": "doc"}}))
+    ref = att.datasets["ood_primary"]
+    assert (ref.cluster, ref.n_clusters, ref.cluster_sizes) == ("doc", 4, (2, 2, 2, 2))  # 0, 1, 2 and "x"
+    assert ref.plan_row()["cluster"] == "doc" and "cluster" not in att.parent.datasets["ood_primary"].plan_row()
+    diffs = [(d.key, d.parent, d.value, d.kind) for d in diff_against_parent(att)]
+    assert diffs == [("datasets.ood_primary.cluster", None, "doc", INSTRUMENTATION)]
+
+
+@pytest.mark.parametrize(
+    ("datasets", "field", "needle"),
+    [
+        ({"pool": {"size": 10, "cluster": "doc"}}, "datasets.pool.cluster", "ood_primary, id and sanity"),
+        ({"pool": {"size": 10}, "ood_monitor": {"size": 5, "cluster": "doc"}}, "datasets.ood_monitor.cluster",
+         "ood_primary, id and sanity"),
+        ({"pool": {"size": 10}, "id": {"size": 5, "cluster": 7}}, "datasets.id.cluster", "non-empty string"),
+        ({"pool": {"size": 10}, "id": {"size": 5, "cluster": " "}}, "datasets.id.cluster", "non-empty string"),
+    ],
+)
+def test_a_bad_cluster_field_is_one_line_naming_the_key(tmp_path, datasets, field, needle):
+    expect_error(write(tmp_path / "exp", "a1", {**ROOT, "datasets": datasets}), field, needle)

@@ -293,6 +293,8 @@ BAD_SPECS = [
     ({"candidates": [{"name": "x", "model": "models/nope"}]}, "candidates[0].model", "not a local model directory"),
     ({"candidates": [{"name": "x", "model": "models/mid", "size": 3}]}, "candidates[0].size", "unknown key"),
     ({"datasets": {"pool": {"path": "data/x.jsonl"}}}, "datasets.pool", "a sweep evaluates"),
+    ({"datasets": {"ood_primary": {"path": "data/x.jsonl", "cluster": "doc"}}}, "datasets.ood_primary.cluster",
+     "a sweep ranks candidates on independent problems"),
     ({"eval": {"max_tokens": 0}}, "eval.max_tokens", "must be > 0"),
     ({"eval": {"engin": "local"}}, "eval.engin", "did you mean 'engine'"),
     ({"stages": {"stage2": {"finalists": 9}}}, "stages.stage2.finalists", "between 1 and 4"),

@@ -97,7 +97,7 @@ def _print(r: dict[str, Any]) -> None:
             ("McNemar exact p" + (" (items independent)" if clustered else ""), f"{r['mcnemar_p']:.4f}"),
             ("McNemar mid-p", f"{r['mcnemar_midp']:.4f}"),
             (boot, _interval(r["ci_pp"], "{:+.2f}", " pp")),
-            ("SE (CLT)", f"{r['se_pp']:.2f} pp"),
+            ("SE (CLT)" + (" (items independent)" if clustered else ""), f"{r['se_pp']:.2f} pp"),
             (_mde_label(r), f"{r['mde_pp']:.2f} pp" if r["mde_pp"] is not None else "none within the discordance"),
             ("power at +3 pp" + (" (clustered)" if clustered else " (exact McNemar, observed discordance)"),
              _pct(r["power_at_3pp"])),

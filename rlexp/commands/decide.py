@@ -32,7 +32,7 @@ def _print_summary(result: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from rlexp.core.decision import regression_lines, selection_line
+    from rlexp.core.decision import cluster_line, p_label, regression_lines, selection_line
 
     console = Console()
     for line in regression_lines(result):  # first, whatever the decision
@@ -40,7 +40,7 @@ def _print_summary(result: dict[str, Any]) -> None:
     table = Table(title=f"{result['attempt']} vs {result['baseline']} on {result['primary_set']} "
                         f"(SOP {result['sop_version']})")
     table.add_column("checkpoint", no_wrap=True, min_width=len(max(result["checkpoints"], key=len)))
-    for col in ("role", "acc", "Δ pp", "b", "c", "McNemar p", "Holm p", "95% CI pp", "1a", "1b"):
+    for col in ("role", "acc", "Δ pp", "b", "c", p_label(result), "Holm p", "95% CI pp", "1a", "1b"):
         table.add_column(col, justify="right" if col != "role" else "left")
     for name, ck in result["checkpoints"].items():
         table.add_row(name, str(ck["role"]), f"{ck['acc_new']:.1%}", f"{ck['delta_pp']:+.2f}", str(ck["b"]),
@@ -48,6 +48,9 @@ def _print_summary(result: dict[str, Any]) -> None:
                       f"[{ck['ci_pp'][0]:+.2f}, {ck['ci_pp'][1]:+.2f}]",
                       "pass" if ck["gate_1a"] else "-", "pass" if ck["gate_1b"] else "-")
     console.print(table)
+    clustered = cluster_line(result)
+    if clustered:
+        console.print(clustered)
     adjusted = selection_line(result)
     if adjusted:
         console.print(adjusted)

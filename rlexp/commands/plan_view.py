@@ -184,6 +184,9 @@ def render(result: PlanResult) -> None:
                           f"{min(claim):.0%}–{max(claim):.0%}" if claim else "-",
                           f"{gate_effect:.2f} pp" if gate_effect is not None else "none")  # fmt: skip
     console.print(power)
+    cl = p.get("clustered")
+    if cl:
+        console.print(_clustered_power_line(cl, threshold))
     console.print("MDE and power: the exact McNemar test the SOP runs; n for it: Miller's z approximation. One "
                   "ckpt: a single pre-registered checkpoint.")
     if best:
@@ -199,6 +202,21 @@ def render(result: PlanResult) -> None:
     warnings = len(result.checks) - errors
     verdict = "[red]blocked[/red]" if errors else "[green]ready[/green]"
     console.print(f"{verdict}: {errors} error(s), {warnings} warning(s); plan.json written")
+
+
+def _clustered_power_line(cl: dict[str, Any], threshold: str) -> str:
+    """plan.json's ``power.clustered`` in one paragraph: what decide will test the primary set with."""
+    if cl.get("mde_pp") is None:
+        return f"[yellow]ood_primary is clustered by {cl['column']}: {cl.get('note', 'no clustered power')}.[/yellow]"
+    rates = cl["gate_1b_best_of_k_at_win_threshold"]["rates"]
+    return (f"[bold]ood_primary is clustered by {cl['column']}[/bold] ({cl['n_clusters']} clusters, from "
+            f"{cl['clusters_from']}; mean size {cl['mean_cluster_size']:.1f}; ICC {cl['icc']:g}, {cl['icc_from']}): "
+            f"design effect {cl['design_effect']:.2f}, effective n {cl['effective_n']:,.0f}. Decide tests it with the "
+            f"cluster-robust t ({cl['df']} df), so the figures that hold are: MDE {cl['mde_pp']:.1f} pp, power at "
+            f"{threshold} {cl['power_at_win_threshold']:.0%}, Gate-1b passes a true {threshold} "
+            f"{cl['gate_1b_pass_power_at_win_threshold']:.0%} for one checkpoint ({min(rates):.0%}–{max(rates):.0%} "
+            f"best of {cl['gate_1b_best_of_k_at_win_threshold']['k']}), 80% needs {cl['gate_1b_effect_80_pp']:.2f} pp; "
+            "the table's McNemar figures treat the problems as independent.")
 
 
 def _readable(value: Any) -> str:

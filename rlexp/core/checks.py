@@ -42,7 +42,7 @@ from typing import Any
 
 from rlexp.core.agentic_checks import check_agentic
 from rlexp.core.engines import engine_traits
-from rlexp.core.power import PowerReport, power_report
+from rlexp.core.power import WIN_THRESHOLD_PP, PowerReport, power_report
 from rlexp.core.schedule import (
     CheckpointPlan,
     Steps,
@@ -104,8 +104,11 @@ MAX_GLOBAL_STEPS = 10**6
 MAX_OPTIMIZER_STEPS = 10**7
 
 
-def preflight(att: Attempt, steps: Steps | None = None, power: PowerReport | None = None) -> list[Verdict]:
-    """Run the whole catalogue; errors first, then warnings, each group in catalogue order."""
+def preflight(att: Attempt, steps: Steps | None = None, power: PowerReport | None = None,
+              clustered: dict[str, Any] | None = None) -> list[Verdict]:
+    """Run the whole catalogue; errors first, then warnings, each group in catalogue order
+    (``power`` and ``clustered``: :func:`primary_power` and :func:`clustered_primary_power`, computed
+    here when not given)."""
     steps = steps or steps_for(att)
     ckpt = checkpoint_plan(steps, att.recipe, att.checkpoints_mid)
     if power is None:
@@ -124,7 +127,7 @@ def preflight(att: Attempt, steps: Steps | None = None, power: PowerReport | Non
         check_datasets(att),
         check_lora_rank(att),
         check_disk(att, ckpt),
-        check_power(att, power),
+        check_power(att, power, clustered if clustered is not None else clustered_primary_power(att)),
         check_agentic(att),  # an environment task on a trainer with an agent interface
         check_run_health(att),  # settings that bias or switch off the rollout correction
         check_base_model(att),
@@ -803,7 +806,57 @@ def check_disk(att: Attempt, ckpt: CheckpointPlan) -> list[Verdict]:
 # ----------------------------------------------------------------------------- power
 
 
-def check_power(att: Attempt, power: PowerReport | None) -> list[Verdict]:
+def clustered_primary_power(att: Attempt) -> dict[str, Any] | None:
+    """The power of the planned comparison on a primary set that declares a cluster column (None
+    otherwise), from the cluster-robust model decide will test with: SE = sqrt(discordance / n ·
+    design effect), the design effect 1 + (m̃ − 1)·ICC (:func:`rlexp.stats.design_effect`) over the
+    set's own cluster sizes where its file is there (else ``baseline.cluster_size`` clusters of equal
+    size, stated as assumed), ICC ``baseline.cluster_icc`` (unset: 1, the worst case), t with G − 1
+    df (:func:`rlexp.stats.clustered_gate_figures`: MDE, the test's power, Gate-1b's pass rates)."""
+    ref = att.datasets.get("ood_primary")
+    if ref is None or ref.cluster is None or not ref.size:
+        return None
+    out: dict[str, Any] = {"column": ref.cluster, "n": ref.size, "discordance": att.baseline.discordance}
+    if ref.cluster_sizes:
+        sizes, out["clusters_from"] = list(ref.cluster_sizes), "the set's rows"
+    elif att.baseline.cluster_size is not None:
+        g = max(2, round(ref.size / att.baseline.cluster_size))
+        sizes, out["clusters_from"] = [ref.size / g] * g, "assumed (baseline.cluster_size)"
+    else:
+        out.update(clusters_from=None, n_clusters=None, mde_pp=None,
+                   note=f"{ref.cluster!r} clusters unknown until the set's file is there (or state "
+                        "baseline.cluster_size): no clustered power")
+        return out
+    from rlexp.core.sop import load_sop
+    from rlexp.stats import clustered_gate_figures, design_effect
+
+    icc = att.baseline.cluster_icc
+    out["icc"], out["icc_from"] = (1.0, "worst case (baseline.cluster_icc unset)") if icc is None else (
+        icc, "assumed (baseline.cluster_icc)")
+    deff = design_effect(sizes, out["icc"])
+    g = len(sizes)
+    out.update(n_clusters=g, mean_cluster_size=sum(m * m for m in sizes) / sum(sizes), design_effect=deff,
+               effective_n=ref.size / deff)
+    sop = load_sop()
+    se_pp = 100.0 * math.sqrt(att.baseline.discordance / ref.size * deff)
+    out.update(clustered_gate_figures(se_pp, g - 1, min_delta_pp=sop.gate_1b.min_delta_pp,
+                                      max_p=sop.gate_1b.max_mcnemar_p, k=sop.checkpoints.k))
+    return out
+
+
+def check_power(att: Attempt, power: PowerReport | None, clustered: dict[str, Any] | None = None) -> list[Verdict]:
+    if clustered is not None and clustered.get("mde_pp") is not None:
+        if clustered["mde_pp"] <= WIN_THRESHOLD_PP:
+            return []
+        return [check(
+            "power.underpowered", WARNING,
+            f"MDE {clustered['mde_pp']:.2f} pp at 80% power on ood_primary clustered by {clustered['column']} "
+            f"({clustered['n_clusters']} clusters, design effect {clustered['design_effect']:.2f} at ICC "
+            f"{clustered['icc']:g}, {clustered['icc_from']}) is above the +{WIN_THRESHOLD_PP:.1f} pp win threshold: "
+            f"power to see +{WIN_THRESHOLD_PP:.1f} pp is {clustered['power_at_win_threshold']:.0%} (cluster-robust "
+            f"t, {clustered['df']} df)",
+            "docs/plan.md#power-of-the-planned-comparison",
+        )]  # fmt: skip
     if power is None:
         return [check("power.no_primary", WARNING,
                       "no datasets.ood_primary: the power of the planned comparison is unknown",

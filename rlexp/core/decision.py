@@ -90,6 +90,11 @@ class DecideInputs:
     # per-episode rewards (baseline, new) of each paired key, aligned as ``paired``'s records
     primary_metric: str = "success"
     rewards: Mapping[tuple[str, str, str], tuple[Sequence[float], Sequence[float]]] = field(default_factory=dict)
+    # sets whose problems come in clusters (set role -> the dataset column naming them) and, per
+    # paired key on those sets, each paired problem's cluster in the order of ``paired``'s records:
+    # the comparisons on those sets are cluster-robust (:func:`clustered_comparison`)
+    clusters: Mapping[str, str] = field(default_factory=dict)
+    cluster_labels: Mapping[tuple[str, str, str], Sequence[Any]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -125,6 +130,52 @@ def mean_reward_comparison(base: Sequence[float], new: Sequence[float], *, resam
                                 b=r["items_worse"], c=r["items_improved"], mcnemar_p=r["p_value"],
                                 mcnemar_midp=r["p_value"], ci_pp=(r["ci_pp"][0], r["ci_pp"][1]), se_pp=r["se_pp"],
                                 mde_pp=r["mde_pp"])  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ClusteredComparison:
+    """A paired comparison on a set whose problems come in clusters, in the fields the gates read:
+    ``mcnemar_p`` (where the gates read McNemar's p) is the cluster-robust t-test's two-sided p and
+    ``ci_pp`` its interval, Δ ± t_{G−1}·SE_CR1 (:func:`rlexp.stats.clustered_se`, statsmodels'
+    ``OLS(d, 1).fit(cov_type="cluster")`` on the per-problem differences); ``se_pp`` is SE_CR1 and
+    ``mde_pp`` the clustered MDE. Δ, the accuracies and b/c are the unclustered comparison's; its
+    McNemar p and interval stay beside as ``naive_p`` and ``naive_ci_pp``."""
+
+    n: int
+    acc_base: float
+    acc_new: float
+    delta_pp: float
+    b: int
+    c: int
+    mcnemar_p: float
+    mcnemar_midp: float
+    ci_pp: tuple[float, float]
+    se_pp: float
+    mde_pp: float | None
+    naive_p: float
+    naive_ci_pp: tuple[float, float]
+    n_clusters: int
+    cluster_df: int | None
+    test: str
+
+
+def clustered_comparison(cmp: Any, base: Sequence[float], new: Sequence[float], labels: Sequence[Any], *,
+                         confidence: float) -> ClusteredComparison:
+    """``cmp`` (a paired comparison of ``base`` and ``new``) with its p, interval, SE and MDE made
+    cluster-robust over ``labels`` (at least two clusters: gather refuses fewer)."""
+    from rlexp.stats import clustered_se
+
+    r = clustered_se(base, new, labels, confidence=confidence, unit=True)
+    g, df = r["n_clusters"], r["cluster_df"]
+    if r["p_clustered"] is None:  # gather refuses a clustered set of one cluster
+        raise ValueError("a cluster-robust comparison needs at least two clusters")
+    p, ci = r["p_clustered"], (100.0 * r["ci_clustered"][0], 100.0 * r["ci_clustered"][1])
+    se = 100.0 * r["se_clustered_cr1"]
+    mde = 100.0 * r["mde_clustered"] if r["mde_clustered"] is not None else None
+    return ClusteredComparison(n=cmp.n, acc_base=cmp.acc_base, acc_new=cmp.acc_new, delta_pp=cmp.delta_pp, b=cmp.b,
+                               c=cmp.c, mcnemar_p=p, mcnemar_midp=p, ci_pp=ci, se_pp=se, mde_pp=mde,
+                               naive_p=cmp.mcnemar_p, naive_ci_pp=tuple(cmp.ci_pp), n_clusters=g, cluster_df=df,
+                               test=f"cluster-robust t (CR1, {g} clusters, df {df})")
 
 
 @dataclass(frozen=True)
@@ -183,8 +234,11 @@ def recipe_sha256(recipe: Mapping[str, Any], training_keys: Sequence[str], train
 
 
 def _brief(cmp: Any) -> dict[str, Any]:
-    return {"n": cmp.n, "acc_base": cmp.acc_base, "acc_new": cmp.acc_new, "delta_pp": cmp.delta_pp, "b": cmp.b,
-            "c": cmp.c, "mcnemar_p": cmp.mcnemar_p, "ci_pp": list(cmp.ci_pp)}
+    out = {"n": cmp.n, "acc_base": cmp.acc_base, "acc_new": cmp.acc_new, "delta_pp": cmp.delta_pp, "b": cmp.b,
+           "c": cmp.c, "mcnemar_p": cmp.mcnemar_p, "ci_pp": list(cmp.ci_pp)}
+    if isinstance(cmp, ClusteredComparison):
+        out.update(test=cmp.test, naive_mcnemar_p=cmp.naive_p)
+    return out
 
 
 def decide(inputs: DecideInputs, sop: Sop, *, decided_at: str) -> Decision:
@@ -215,6 +269,11 @@ def decide(inputs: DecideInputs, sop: Sop, *, decided_at: str) -> Decision:
         comparisons = {key: paired_comparison(ps.y_baseline, ps.y_new, resamples=b.resamples, seed=b.seed,
                                               confidence=b.confidence, method=b.method)
                        for key, ps in inputs.paired.items()}
+    for key, labels in inputs.cluster_labels.items():
+        if key in comparisons:
+            values = inputs.rewards[key] if inputs.primary_metric == "mean_reward" else (
+                inputs.paired[key].y_baseline, inputs.paired[key].y_new)
+            comparisons[key] = clustered_comparison(comparisons[key], *values, labels, confidence=b.confidence)
     primary = {name: comparisons[(decision_baseline, name, primary_role)] for name in names}
     family = gates.family_gates(primary, sop)
     holm_mode = sop.checkpoints.decide_on == "holm"
@@ -289,15 +348,22 @@ def decide(inputs: DecideInputs, sop: Sop, *, decided_at: str) -> Decision:
             "gate_1a_holm": family.gate_1a_holm[name].passed, "gate_1b_holm": family.gate_1b_holm[name].passed,
             "vs": {},
         }
+        if isinstance(cmp, ClusteredComparison):  # an unclustered checkpoint's entry is as it always was
+            entry.update(test=cmp.test, n_clusters=cmp.n_clusters, naive_mcnemar_p=cmp.naive_p,
+                         naive_ci_pp=list(cmp.naive_ci_pp))
         for (baseline, ck, role), c in comparisons.items():
             if ck == name:
                 entry["vs"].setdefault(baseline, {})[role] = _brief(c)
         checkpoints[name] = entry
 
+    # on a clustered primary set the rules' "McNemar exact p" and CI are the cluster-robust t's
+    clustered_rule = (f" [p and CI: cluster-robust t over {inputs.clusters[primary_role]} (CR1, G − 1 df), in place "
+                      "of McNemar and the bootstrap]" if primary_role in inputs.clusters else "")
+
     def family_dict(gate: str) -> dict[str, Any]:
         per = getattr(family, gate)
         first = next(iter(per.values()))
-        return {"passed": any(v.passed for v in per.values()), "rule": first.rule,
+        return {"passed": any(v.passed for v in per.values()), "rule": first.rule + clustered_rule,
                 "per_checkpoint": {n: {k: v for k, v in per[n].to_dict().items() if k != "rule"} for n in names}}
 
     adjusted = selection_adjusted(inputs, names, primary_ck, decision_baseline, primary_role,
@@ -349,6 +415,10 @@ def decide(inputs: DecideInputs, sop: Sop, *, decided_at: str) -> Decision:
         "notes": notes,
         "decided_at": decided_at,
     }
+    if inputs.clusters:  # an unclustered decision's record is as it always was
+        record["clustered"] = {role: {"column": column, "n_clusters": next(
+            (c.n_clusters for (_, _, r), c in comparisons.items() if r == role and isinstance(c, ClusteredComparison)),
+            None), "test": "cluster-robust t (CR1, G − 1 df)"} for role, column in inputs.clusters.items()}
     if inputs.primary_metric != "success":  # a success decision's record is as it always was
         record["primary_metric"] = {"name": inputs.primary_metric, "test": "paired t"}
     return Decision(att.id, decision, reason, record, new_sota)
@@ -368,8 +438,9 @@ def selection_adjusted(inputs: DecideInputs, names: Sequence[str], winner: str, 
     if any(b != bases[0] for b in bases[1:]):
         return {"method": METHOD, "note": "selection-adjusted Δ not computed: the checkpoints' paired records do "
                                           "not share the baseline's problems in one order"}
+    labels = inputs.cluster_labels.get((baseline, winner, role))
     est = adjusted_winner(bases[0], [list(ps.y_new) for ps in sets], names.index(winner),  # type: ignore[union-attr]
-                          confidence=confidence)
+                          confidence=confidence, clusters=labels)
     return {"checkpoint": winner, "baseline": baseline, "set": role, **est.to_dict()}
 
 
@@ -396,11 +467,16 @@ def regressions(comparisons: Mapping[tuple[str, str, str], Any], vs_parent: Mapp
     holm = adjust_pvalues([min(1.0, max(0.0, float(r[4]))) for r in rows], "holm")
     family = regression_family(len(rows))
     out = []
-    for (ck, against, role, delta, p, ci), adjusted in zip(rows, holm, strict=True):
+    tests = [cmp.test if isinstance(cmp, ClusteredComparison) else None for cmp in comparisons.values()]
+    tests += [c.get("test") for c in vs_parent.values()]
+    for (ck, against, role, delta, p, ci), adjusted, test in zip(rows, holm, tests, strict=True):
         if adjusted < alpha and delta < 0:
-            out.append({"checkpoint": ck, "against": against, "set": role, "delta_pp": delta, "mcnemar_p": p,
-                        "ci_pp": ci, "holm_p": float(adjusted), "family": family, "family_size": len(rows),
-                        "alpha": alpha})
+            flag = {"checkpoint": ck, "against": against, "set": role, "delta_pp": delta, "mcnemar_p": p,
+                    "ci_pp": ci, "holm_p": float(adjusted), "family": family, "family_size": len(rows),
+                    "alpha": alpha}
+            if test is not None:  # p is the cluster-robust test's
+                flag["test"] = test
+            out.append(flag)
     return out
 
 
@@ -415,12 +491,33 @@ def regression_lines(record: Mapping[str, Any]) -> list[str]:
     lines = []
     for r in record.get("regressions") or []:
         line = (f"REGRESSION: {r['checkpoint']} is significantly worse than {r['against'].replace('baseline_', '')} "
-                f"on {r['set']}: Δ {r['delta_pp']:+.1f} pp, McNemar p {r['mcnemar_p']:.3g}, CI "
+                f"on {r['set']}: Δ {r['delta_pp']:+.1f} pp, {'clustered' if r.get('test') else 'McNemar'} p "
+                f"{r['mcnemar_p']:.3g}, CI "
                 f"[{r['ci_pp'][0]:+.1f}, {r['ci_pp'][1]:+.1f}] pp")
         if "holm_p" in r:   # decision files written before the family-wise flag carry the raw p only
             line += (f"; Holm p {r['holm_p']:.3g} < {r.get('alpha', 0.05):g} within {r['family']}")
         lines.append(line)
     return lines
+
+
+def cluster_line(record: Mapping[str, Any]) -> str | None:
+    """What a decision on a clustered primary set tested, in one sentence; None when its problems are
+    independent (no cluster declared)."""
+    primary = record.get("primary_set")
+    info = (record.get("clustered") or {}).get(primary)
+    if not info:
+        return None
+    g = info.get("n_clusters")
+    naive = [f"{name} {ck['naive_mcnemar_p']:.3g}" for name, ck in (record.get("checkpoints") or {}).items()
+             if isinstance(ck, Mapping) and isinstance(ck.get("naive_mcnemar_p"), int | float)]
+    return (f"{primary} clustered by {info['column']}, {g} clusters: p, the 95% CI and the gates use the "
+            f"cluster-robust paired t-test (CR1 SE, {g - 1 if isinstance(g, int) else '?'} df), not McNemar"
+            + (f" (naive McNemar p: {', '.join(naive)})" if naive else "") + ".")
+
+
+def p_label(record: Mapping[str, Any]) -> str:
+    """The name of the p-value the gates read on the decision's primary set."""
+    return "clustered p" if (record.get("clustered") or {}).get(record.get("primary_set")) else "McNemar p"
 
 
 def selection_line(record: Mapping[str, Any]) -> str | None:

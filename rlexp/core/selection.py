@@ -195,22 +195,34 @@ def winner_inference(estimates: Any, cov: Any, confidence: float = 0.95, winner:
             "projection_half_width": np.where(ok, crit * sd, nan)}
 
 
-def difference_covariance(y_base: Sequence[int], y_news: Sequence[Sequence[int]]) -> Any:
+def difference_covariance(y_base: Sequence[int], y_news: Sequence[Sequence[int]],
+                          clusters: Sequence[Any] | None = None) -> Any:
     """Covariance (K, K) of the K paired Δ estimates, proportions: cov(d_j, d_k) / n with
-    d_k = y_new,k − y_base per problem (population covariance, as the CLT SE of :mod:`rlexp.stats`)."""
+    d_k = y_new,k − y_base per problem (population covariance, as the CLT SE of :mod:`rlexp.stats`).
+    With ``clusters`` (each problem's cluster) the cluster-robust CR1 covariance: the centred
+    differences summed within each cluster, their outer products summed over the G clusters, / n²,
+    times G / (G − 1) (its diagonal is the squared SE of :func:`rlexp.stats.clustered_se`)."""
     import numpy as np
 
     base = np.asarray(y_base, dtype=float)
     d = np.asarray(y_news, dtype=float) - base[None, :]
     n = base.shape[0]
     centred = d - d.mean(axis=1, keepdims=True)
-    return centred @ centred.T / (n * n)
+    if clusters is None:
+        return centred @ centred.T / (n * n)
+    _, codes = np.unique(np.asarray(clusters, dtype=object).astype(str), return_inverse=True)
+    g = int(codes.max()) + 1
+    sums = np.zeros((d.shape[0], g))
+    for k in range(d.shape[0]):
+        sums[k] = np.bincount(codes, weights=centred[k], minlength=g)
+    return sums @ sums.T / (n * n) * (g / (g - 1) if g > 1 else 1.0)
 
 
 def adjusted_winner(y_base: Sequence[int], y_news: Sequence[Sequence[int]], winner: int, *,
-                    confidence: float = 0.95) -> WinnerEstimate:
+                    confidence: float = 0.95, clusters: Sequence[Any] | None = None) -> WinnerEstimate:
     """The selection-adjusted Δ of checkpoint ``winner`` among the K whose outcomes are ``y_news``,
-    all against the baseline outcomes ``y_base`` on the same problems (same order), in pp."""
+    all against the baseline outcomes ``y_base`` on the same problems (same order), in pp; with
+    ``clusters``, on the cluster-robust covariance of the K Δs (:func:`difference_covariance`)."""
     import numpy as np
 
     base = np.asarray(y_base, dtype=float)
@@ -218,7 +230,8 @@ def adjusted_winner(y_base: Sequence[int], y_news: Sequence[Sequence[int]], winn
     if news.ndim != 2 or news.shape[1] != base.shape[0] or base.shape[0] == 0:
         raise ValueError("y_news must be K outcome vectors as long as y_base")
     x = (news - base[None, :]).mean(axis=1)
-    res = winner_inference(x, difference_covariance(base, news), confidence, winner=winner, step=1.0 / base.shape[0])
+    res = winner_inference(x, difference_covariance(base, news, clusters), confidence, winner=winner,
+                           step=1.0 / base.shape[0])
     raw = 100.0 * float(res["raw"])
     if not np.isfinite(res["estimate"]):
         return WinnerEstimate(winner, len(x), raw, None, None, confidence)

@@ -197,6 +197,7 @@ def sweep_json_schema() -> dict[str, Any]:
     spec's ``datasets`` and ``eval`` sections; ``docs/sweep.schema.json`` holds it
     (``scripts/write-schemas``)."""
     entry = object_json(spec_section_rules("datasets")["ood_primary"], required=("path",))
+    entry["properties"].pop("cluster")  # a sweep's comparisons take no cluster (load_sweep refuses one)
     shared = {
         "datasets": {"description": "the attempt spec's dataset entries (paths inside the experiment), for the "
                                     "sets a sweep evaluates", "type": "object", "additionalProperties": False,
@@ -329,6 +330,10 @@ def load_sweep(path: str | Path) -> SweepSpec:
                              f"a sweep evaluates {', '.join(SWEEP_SETS)} only (no training pool, no in-run monitor)")
         if not entry.get("path"):
             raise InputError(display, f"datasets.{role}.path", "required: the set's JSONL file")
+        if entry.get("cluster") is not None:
+            raise InputError(display, f"datasets.{role}.cluster", "a sweep ranks candidates on independent "
+                                                                  "problems; a cluster column is read by an "
+                                                                  "attempt's decision (attempt.yaml)")
         ref = resolve_dataset(role, entry, experiment_dir, eval_settings, display)
         if not ref.exists:
             raise InputError(display, f"datasets.{role}.path", f"{ref.path} does not exist")

@@ -178,3 +178,35 @@ def draw_sets(
             )
     check_disjoint({role: (p.problem_hash for p in probs) for role, probs in sets.items()})
     return {role: sets[role] for role in ROLES}
+
+
+def cluster_labels(path: str | Path, column: str, *, declared_in: str | None = None) -> dict[str, str | int]:
+    """Each row's cluster, by problem hash: the ``column`` value of every row of the dataset at
+    ``path`` (a string or an integer; the hash is the row's ``problem_hash``, else
+    ``sha256(prompt.strip())``, as the eval records key them). A row without the column or with
+    another type is an :class:`InputError` naming the file, the line and the column (and where the
+    column was declared)."""
+    from rlexp.storage.files import iter_jsonl
+
+    path = Path(path)
+    where = f" ({declared_in})" if declared_in else ""
+    out: dict[str, str | int] = {}
+    for number, record in iter_jsonl(path):
+        value = record.get(column)
+        if column not in record:
+            raise InputError(path, f"line {number}: {column}", f"missing: the cluster column{where} must be in "
+                                                               "every row")
+        if isinstance(value, bool) or not isinstance(value, str | int):
+            raise InputError(path, f"line {number}: {column}", f"a cluster{where} is a string or an integer, got "
+                                                               f"{type(value).__name__ if value is not None else 'null'}")
+        key = record.get("problem_hash")
+        if not isinstance(key, str):
+            prompt = record.get("prompt")
+            if not isinstance(prompt, str):
+                raise InputError(path, f"line {number}: prompt", "missing: a row's cluster is matched to its "
+                                                                 "records by its problem_hash or prompt")
+            key = problem_hash(prompt)
+        out[key] = value
+    if not out:
+        raise InputError(path, None, f"no rows: the cluster column{where} has nothing to cluster")
+    return out

@@ -237,37 +237,19 @@ def _clustered(out: dict[str, Any], paired: PairedItems, labels: list[Any], fiel
 
 
 def clustered_gate_power(se: float | None, df: int | None) -> dict[str, Any]:
-    """Gate-1b's pass figures under the clustered test, so that they agree with the clustered power
-    beside them: with T = Δ̂ / SE_CR1 noncentral t (df G − 1, noncentrality Δ / SE, the model of
-    ``power_at_3pp_clustered``), Gate-1b passes where Δ̂ ≥ its bar and the clustered p < its limit,
-    i.e. T ≥ max(bar / SE, t_{1 − p/2}); the best of K carries that per-checkpoint rate through the
-    Gaussian copula of :func:`rlexp.stats.gate_1b_best_of_k_normal` (one rate per checkpoint
-    correlation); the effect passing with 80% solves the same for Δ."""
-    from scipy import optimize
-    from scipy import stats as sps
-
+    """Gate-1b's pass figures under the clustered test, from the noncentral t of the clustered power
+    beside them (:func:`rlexp.stats.clustered_gate_figures`, the SOP in force's Gate-1b and K)."""
     from rlexp.core.sop import load_sop
-    from rlexp.stats import gate_1b_best_of_k_normal
-    from rlexp.stats._gate_power import DELTA_CORRELATION_OF_RHO
+    from rlexp.stats import clustered_gate_figures
 
-    none = {"gate_1b_pass_power_at_3pp": None, "gate_1b_effect_80_pp": None, "gate_1b_best_of_k_at_3pp": None}
     if not se or not df or se <= 0:
-        return none
+        return {"gate_1b_pass_power_at_3pp": None, "gate_1b_effect_80_pp": None, "gate_1b_best_of_k_at_3pp": None}
     sop = load_sop()
-    gate = sop.gate_1b
-    se_pp = 100.0 * se
-    cut = max(gate.min_delta_pp / se_pp, float(sps.t.ppf(1 - gate.max_mcnemar_p / 2, df)))
-
-    def passes(delta_pp: float) -> float:
-        return float(sps.nct.sf(cut, df, delta_pp / se_pp))
-
-    at_3pp = passes(3.0)
-    effect = optimize.brentq(lambda d: passes(d) - 0.8, 0.0, cut * se_pp + 20 * se_pp, xtol=1e-6)
-    rates = [gate_1b_best_of_k_normal(3.0, 1, 1.0, k=sop.checkpoints.k, delta_correlation=r, per_checkpoint=at_3pp)
-             for r in DELTA_CORRELATION_OF_RHO.values()]
-    return {"gate_1b_pass_power_at_3pp": at_3pp, "gate_1b_effect_80_pp": effect,
-            "gate_1b_best_of_k_at_3pp": {"k": sop.checkpoints.k, "correlations": list(DELTA_CORRELATION_OF_RHO),
-                                         "rates": rates}}
+    fig = clustered_gate_figures(100.0 * se, df, min_delta_pp=sop.gate_1b.min_delta_pp,
+                                 max_p=sop.gate_1b.max_mcnemar_p, k=sop.checkpoints.k)
+    return {"gate_1b_pass_power_at_3pp": fig["gate_1b_pass_power_at_win_threshold"],
+            "gate_1b_effect_80_pp": fig["gate_1b_effect_80_pp"],
+            "gate_1b_best_of_k_at_3pp": fig["gate_1b_best_of_k_at_win_threshold"]}
 
 
 def _binary(paired: PairedItems, **kwargs: Any) -> dict[str, Any]:

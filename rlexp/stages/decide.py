@@ -148,6 +148,7 @@ def gather(attempt: str | Path, sop: Any) -> tuple[DecideInputs, dict[str, Any]]
                     continue
                 paired[(baseline, name, role)] = pair_files(base_file, new_file)
 
+    clusters, cluster_labels = _clusters(att, paired, sets)
     pool = att.datasets.get("pool")
     pool_sha = sha256_file(pool.path) if pool is not None and pool.path is not None and pool.path.is_file() else None
     seed = att.recipe.get("seed")
@@ -174,8 +175,39 @@ def gather(attempt: str | Path, sop: Any) -> tuple[DecideInputs, dict[str, Any]]
         attempt=facts, checkpoints=tuple(names), roles=roles, baselines=present, sets=sets, paired=paired,
         history=history, sota=pin.to_dict() if pin else None, pin_is_self=pin_is_self,
         parser_audit=_parser_audit(ad), diagnostics=diagnostics_from(rows, _g4_numbers(ad), sop),
-        selection_note=selection_note, skipped=tuple(skipped), vs_parent=vs_parent)
+        selection_note=selection_note, skipped=tuple(skipped), vs_parent=vs_parent,
+        clusters=clusters, cluster_labels=cluster_labels)
     return inputs, {"attempt_dir": ad, "experiment_dir": exp_dir, "selected": {c.name: c for c in selected}}
+
+
+def _clusters(att: Any, paired: dict[tuple[str, str, str], Any], sets: tuple[str, ...]
+              ) -> tuple[dict[str, str], dict[tuple[str, str, str], list[Any]]]:
+    """The sets that declare a cluster column (role -> column) and, for each paired key on them, the
+    cluster of each paired record in its order. A record whose problem is not in the set's file is an
+    InputError naming the records file (the set changed since it was evaluated)."""
+    clusters: dict[str, str] = {}
+    labels: dict[tuple[str, str, str], list[Any]] = {}
+    for role in sets:
+        ref = att.datasets.get(role)
+        if ref is None or ref.cluster is None:
+            continue
+        if ref.path is None or not ref.exists:
+            raise InputError(att.display_path, f"datasets.{role}.cluster", "the set's file is needed to read its "
+                                                                           "clusters: state a path to it")
+        from rlexp.core.task import cluster_labels
+
+        by_hash = cluster_labels(ref.path, ref.cluster, declared_in=f"{att.display_path}: datasets.{role}.cluster")
+        clusters[role] = ref.cluster
+        for key, ps in paired.items():
+            if key[2] != role:
+                continue
+            missing = next((r.problem_hash for r in ps.records if r.problem_hash not in by_hash), None)
+            if missing is not None:
+                raise InputError(ps.new_path, "problem_hash",
+                                 f"{missing[:12]} is not a row of {ref.path.name}, whose column {ref.cluster!r} "
+                                 "clusters this set: re-run `rlexp eval` on the set as it is")
+            labels[key] = [by_hash[r.problem_hash] for r in ps.records]
+    return clusters, labels
 
 
 def _refuse_reward_errors(ad: AttemptDir) -> None:

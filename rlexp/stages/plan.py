@@ -58,7 +58,7 @@ def build_plan(att: Attempt) -> dict[str, Any]:
         own["loss_aggregation"] = loss_aggregation_plan(att)
         own.update(run_health_plan(att))
         return own
-    from rlexp.core.checks import gpu_layout, preflight, primary_power, steps_for
+    from rlexp.core.checks import clustered_primary_power, gpu_layout, preflight, primary_power, steps_for
     from rlexp.core.power import power_report
     from rlexp.core.schedule import checkpoint_plan, lr_for_global_step, lr_rows_for_plan
     from rlexp.core.spec import diff_against_parent
@@ -67,7 +67,8 @@ def build_plan(att: Attempt) -> dict[str, Any]:
     steps = steps_for(att)
     ckpt = checkpoint_plan(steps, att.recipe, att.checkpoints_mid)
     power = primary_power(att)
-    checks = preflight(att, steps, power)
+    clustered = clustered_primary_power(att)
+    checks = preflight(att, steps, power, clustered)
     milestones = milestone_steps(att, steps.global_steps_total, steps.warmup_global_steps)
     rows, coverage = lr_rows_for_plan(steps, extra=milestones)
     monitor = att.datasets.get("ood_monitor")
@@ -84,6 +85,8 @@ def build_plan(att: Attempt) -> dict[str, Any]:
     from rlexp.core.sop import load_sop
 
     add_best_of_k(power_json, load_sop())   # and the claim's probability beside it
+    if clustered is not None:  # the primary set declares clusters: decide tests it cluster-robust
+        power_json["clustered"] = clustered
     plan = {
         "format": PLAN_FORMAT,
         "attempt": att.id,

@@ -67,7 +67,8 @@ _MODULE_OF_NAMES: dict[str, tuple[str, ...]] = {
         "power_at", "n_for_mde"),
     "_gate_power": ("mcnemar_power", "mcnemar_mde", "gate_1b_pass_probability", "gate_1b_effect_for_power",
         "gate_1b_best_of_k_normal", "DELTA_CORRELATION_OF_RHO"),
-    "_mean_scores": ("mean_score_comparison", "paired_bootstrap_ci", "clustered_se", "CLUSTER_WARN_BELOW"),
+    "_mean_scores": ("mean_score_comparison", "paired_bootstrap_ci", "clustered_se", "CLUSTER_WARN_BELOW",
+        "design_effect", "clustered_gate_figures"),
 }
 _MODULE = {name: module for module, names in _MODULE_OF_NAMES.items() for name in names}
 

@@ -167,3 +167,54 @@ def clustered_se(base_means: Sequence[float], new_means: Sequence[float], labels
     else:
         out.update(p_clustered=0.0 if res.mean else 1.0, ci_clustered=[res.mean, res.mean])
     return out
+
+
+def design_effect(cluster_sizes: Sequence[int], icc: float) -> float:
+    """The variance inflation of a mean over clustered problems: 1 + (m̃ − 1)·ICC, with m̃ = Σ m_g² / Σ m_g
+    the size-weighted mean cluster size (Kish's design effect for unequal clusters; m̃ is the plain
+    size when all clusters are equal)."""
+    total = sum(cluster_sizes)
+    if total <= 0:
+        raise ValueError("cluster sizes must add up to at least one problem")
+    return 1.0 + (sum(m * m for m in cluster_sizes) / total - 1.0) * icc
+
+
+def clustered_gate_figures(se_pp: float, df: int, *, min_delta_pp: float = 3.0, max_p: float = 0.05, k: int = 3,
+                           alpha: float = 0.05, power: float = 0.8,
+                           effect_pp: float = WIN_THRESHOLD_PP) -> dict[str, Any]:
+    """What a clustered comparison with standard error ``se_pp`` (CR1, pp) and ``df`` = G − 1 can see,
+    all from one model: T = Δ̂ / SE is noncentral t (df, noncentrality Δ / SE).
+
+    - ``mde_pp``: (t_{df, 1−α/2} + t_{df, power})·SE, as :func:`clustered_se`'s;
+    - ``power_at_win_threshold``: the two-sided t-test's power at ``effect_pp``;
+    - ``gate_1b_pass_power_at_win_threshold``: Gate-1b passes where Δ̂ ≥ ``min_delta_pp`` and the
+      clustered p < ``max_p``, i.e. T ≥ max(min_delta / SE, t_{df, 1 − max_p/2}); its probability at
+      ``effect_pp`` for one checkpoint, and ``gate_1b_effect_80_pp`` the effect passing it with ``power``;
+    - ``gate_1b_best_of_k_at_win_threshold``: the best of ``k`` checkpoints, that per-checkpoint rate
+      carried through the Gaussian copula of :func:`rlexp.stats.gate_1b_best_of_k_normal`, one rate per
+      checkpoint correlation of :data:`rlexp.stats.DELTA_CORRELATION_OF_RHO`.
+    """
+    from scipy import optimize
+    from scipy import stats as sps
+
+    from rlexp.stats._gate_power import DELTA_CORRELATION_OF_RHO, gate_1b_best_of_k_normal
+
+    if not se_pp > 0 or df < 1:
+        raise ValueError("a clustered power needs a positive SE and at least two clusters")
+    crit = float(sps.t.ppf(1 - alpha / 2, df))
+    shift = effect_pp / se_pp
+    cut = max(min_delta_pp / se_pp, float(sps.t.ppf(1 - max_p / 2, df)))
+
+    def passes(delta_pp: float) -> float:
+        return float(sps.nct.sf(cut, df, delta_pp / se_pp))
+
+    at = passes(effect_pp)
+    effect = optimize.brentq(lambda d: passes(d) - power, 0.0, cut * se_pp + 20 * se_pp, xtol=1e-6)
+    rates = [gate_1b_best_of_k_normal(effect_pp, 1, 1.0, k=k, delta_correlation=r, per_checkpoint=at)
+             for r in DELTA_CORRELATION_OF_RHO.values()]
+    return {"se_pp": se_pp, "df": df,
+            "mde_pp": float((crit + sps.t.ppf(power, df)) * se_pp),
+            "power_at_win_threshold": float(sps.nct.sf(crit, df, shift) + sps.nct.cdf(-crit, df, shift)),
+            "gate_1b_pass_power_at_win_threshold": at, "gate_1b_effect_80_pp": float(effect),
+            "gate_1b_best_of_k_at_win_threshold": {"k": k, "correlations": list(DELTA_CORRELATION_OF_RHO),
+                                                   "rates": rates}}

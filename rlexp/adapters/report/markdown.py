@@ -271,11 +271,14 @@ def render_markdown(inputs: ReportInputs, plots: Mapping[str, Path] | None = Non
     if headline:
         lines += [headline, ""]
     if decision:
-        from rlexp.core.decision import selection_line
+        from rlexp.core.decision import cluster_line, selection_line
 
         adjusted = selection_line(decision)
         if adjusted:
             lines += [adjusted, ""]
+        clustered = cluster_line(decision)
+        if clustered:
+            lines += [clustered, ""]
     siblings = [m["attempt"] for m in inputs.family if m["relation"] == "seed sibling"]
     facts = [f"parent {inputs.parent}" if inputs.parent else "root attempt (no parent)"]
     if siblings:
@@ -291,7 +294,10 @@ def render_markdown(inputs: ReportInputs, plots: Mapping[str, Path] | None = Non
     if rows:
         primary = (decision or {}).get("primary_set") or "ood_primary"
         lines.append(f"## Δ against the baselines ({primary}, paired)")
-        lines += table(["checkpoint", "against", "accuracy", "Δ pp", "b/c", "McNemar p", "95% CI pp"], rows)
+        from rlexp.core.decision import p_label
+
+        lines += table(["checkpoint", "against", "accuracy", "Δ pp", "b/c", p_label(decision or {}), "95% CI pp"],
+                       rows)
         if inputs.vs_parent_note and inputs.parent:
             lines.append(f"\nParent: {inputs.vs_parent_note}.")
         lines.append("")
@@ -362,7 +368,11 @@ def render_markdown(inputs: ReportInputs, plots: Mapping[str, Path] | None = Non
         for name, v in items:
             rows.append((name, fmt(v.get("delta_pp"), 2), f"{fmt(v.get('b'))}/{fmt(v.get('c'))}",
                          fmt(v.get("mcnemar_p"), 4), interval_plain(v.get("ci_pp")), fmt(v.get("holm_p"), 4)))
-        lines += table(["checkpoint", "Δ pp", "b/c", "McNemar p", "bootstrap 95% CI pp", "Holm p"], rows)
+        from rlexp.core.decision import p_label
+
+        clustered = p_label(decision) != "McNemar p"
+        lines += table(["checkpoint", "Δ pp", "b/c", p_label(decision),
+                        "cluster-robust 95% CI pp" if clustered else "bootstrap 95% CI pp", "Holm p"], rows)
         lines += _power_lines(dict(items))
         if decision.get("baseline"):
             baseline = decision["baseline"]
@@ -527,6 +537,9 @@ def _power_lines(checkpoints: Mapping[str, Any]) -> list[str]:
         n, b, c = v.get("n"), v.get("b"), v.get("c")
         if not (isinstance(n, int) and isinstance(b, int) and isinstance(c, int)) or n <= 0 or b + c <= 0:
             continue
+        if isinstance(v.get("n_clusters"), int):  # a clustered set: the cluster-robust t's figures
+            out.append(_clustered_power_line(name, v, sop))
+            continue
         d = (b + c) / n
         shapes.append((n, d))
         at = gate_1b_pass_probability(threshold, n, d, **limits) if threshold <= 100 * d else 0.0
@@ -547,3 +560,20 @@ def _power_lines(checkpoints: Mapping[str, Any]) -> list[str]:
                        f"time (checkpoint correlation ρ {max(DEFAULT_CORRELATIONS):g} to {min(DEFAULT_CORRELATIONS):g}; "
                        "simulated)")
     return [""] + out if out else []
+
+
+def _clustered_power_line(name: str, v: Mapping[str, Any], sop: Any) -> str:
+    """What a checkpoint's clustered comparison could see, from its CR1 SE and G − 1 df
+    (:func:`rlexp.stats.clustered_gate_figures`, the model of decide's clustered test)."""
+    from rlexp.stats import clustered_gate_figures
+
+    g, se = v["n_clusters"], v.get("se_pp")
+    if not isinstance(se, int | float) or not se > 0 or g < 2:
+        return f"- {name}: n {v['n']} in {g} clusters: no spread between clusters, no power figure"
+    threshold = sop.gate_1b.min_delta_pp
+    fig = clustered_gate_figures(float(se), g - 1, min_delta_pp=threshold, max_p=sop.gate_1b.max_mcnemar_p,
+                                 k=sop.checkpoints.k)
+    return (f"- {name}: n {v['n']} in {g} clusters: MDE {fig['mde_pp']:.2f} pp (80% power of the cluster-robust t, "
+            f"{g - 1} df, at the observed SE {se:.2f} pp); a true +{threshold:g} pp passes Gate-1b "
+            f"{fig['gate_1b_pass_power_at_win_threshold']:.0%} of the time for this one checkpoint; 80% needs "
+            f"{fig['gate_1b_effect_80_pp']:.2f} pp")

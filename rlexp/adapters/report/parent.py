@@ -31,6 +31,13 @@ def compare_with_parent(attempt_dir: str | Path, sop: Any = None) -> dict[str, d
     parent_roles = role_checkpoints(parent_dir.read_selection() if parent_dir.selection.exists() else None)
     mine = role_checkpoints(mine_dir.read_selection() if mine_dir.selection.exists() else None)
     b = sop.bootstrap
+    ref = att.datasets.get(primary)
+    by_hash = None
+    if ref is not None and ref.cluster is not None and ref.exists and ref.path is not None:
+        # a clustered primary set: compared with the parent as decide tests it
+        from rlexp.core.task import cluster_labels
+
+        by_hash = cluster_labels(ref.path, ref.cluster, declared_in=f"{att.display_path}: datasets.{primary}.cluster")
     out: dict[str, dict[str, Any]] = {}
     for role in ROLES:
         if role not in mine or role not in parent_roles:
@@ -45,4 +52,12 @@ def compare_with_parent(attempt_dir: str | Path, sop: Any = None) -> dict[str, d
         out[role] = {"base": parent_roles[role], "new": mine[role], "acc_base": cmp.acc_base,
                      "acc_new": cmp.acc_new, "delta_pp": cmp.delta_pp, "b": cmp.b, "c": cmp.c,
                      "mcnemar_p": cmp.mcnemar_p, "ci_pp": list(cmp.ci_pp), "n": cmp.n}
+        if by_hash is not None and all(r.problem_hash in by_hash for r in paired.records):
+            from rlexp.core.decision import clustered_comparison
+
+            clustered = clustered_comparison(cmp, paired.y_baseline, paired.y_new,
+                                             [by_hash[r.problem_hash] for r in paired.records],
+                                             confidence=b.confidence)
+            out[role].update(mcnemar_p=clustered.mcnemar_p, ci_pp=list(clustered.ci_pp), test=clustered.test,
+                             naive_mcnemar_p=clustered.naive_p)
     return out

@@ -285,6 +285,9 @@ def _dataset_ref(
             "this set is graded in-run by the trainer's exact-match reward; "
             "answer_mode applies to ood_primary, id and sanity",
         )
+    if entry.get("cluster") is not None and role in TRAINER_GRADED_ROLES:
+        raise InputError(display, f"datasets.{role}.cluster", "clusters are declared on the sets the decision "
+                                                              "reads: ood_primary, id and sanity")
     if role in TRAINER_GRADED_ROLES:
         answer_mode = "exact"
     path = None
@@ -315,6 +318,22 @@ def _dataset_ref(
             size = count_records(path)
     if size is None and not exists:
         raise InputError(display, f"datasets.{role}", "state a size, or a path to an existing file")
+    cluster = entry.get("cluster")
+    n_clusters = None
+    sizes: tuple[int, ...] = ()
+    if cluster is not None and exists:  # every row names its cluster: checked now, before any stage writes
+        from collections import Counter
+
+        from rlexp.core.task import cluster_labels
+
+        assert path is not None
+        sizes = tuple(sorted(Counter(cluster_labels(path, cluster, declared_in=f"{display}: datasets.{role}.cluster")
+                                     .values()).values()))
+        n_clusters = len(sizes)
+        if n_clusters < 2:
+            raise InputError(display, f"datasets.{role}.cluster", f"every row of {path.name} is in one cluster "
+                                                                  f"of {cluster!r}: nothing can be inferred across "
+                                                                  "clusters (drop the field or name another column)")
     suffix = entry.get("prompt_suffix")
     return DatasetRef(
         role=role,
@@ -326,6 +345,9 @@ def _dataset_ref(
         answer_mode=eval_settings.answer_mode if answer_mode is None else answer_mode,
         external=tuple(entry.get("sources") or ())
         + ((str(path),) if path is not None and not path.is_relative_to(experiment_dir.resolve()) else ()),
+        cluster=cluster,
+        n_clusters=n_clusters,
+        cluster_sizes=sizes,
     )
 
 

@@ -30,7 +30,10 @@ ENGINES = ("local", "vllm", "openai")
 ANSWER_MODES = ("exact", "math_verify")  # rlexp.core.answers.is_correct's modes
 # Sets graded in-run by the trainer's reward (exact match): their grading is not a spec choice.
 TRAINER_GRADED_ROLES = ("pool", "ood_monitor")
-DATASET_FIELDS = ("path", "size", "prompt_suffix", "answer_mode")  # a dataset's resolved fields
+DATASET_FIELDS = ("path", "size", "prompt_suffix", "answer_mode", "cluster")  # a dataset's resolved fields
+# Fields of a set the trainer grades in-run (pool, ood_monitor) does not take: their grading is the
+# trainer's exact match, and no decision reads them
+EVAL_ONLY_DATASET_FIELDS = ("answer_mode", "cluster")
 
 # ----------------------------------------------------------------------------- resolved objects
 
@@ -63,6 +66,12 @@ class DatasetRef:
     # data outside the experiment, stated on purpose (``allow_outside``, or the ``sources`` an import
     # recorded): where it is, for plan's note; its size is the stated one
     external: tuple[str, ...] = ()
+    # the column of the set's rows whose equal values make one cluster of correlated problems
+    # (questions from one document, problems from one template): decide, the gates and the power
+    # then use the cluster-robust paired test; None: problems are independent
+    cluster: str | None = None
+    n_clusters: int | None = None  # distinct values of that column, where the file exists
+    cluster_sizes: tuple[int, ...] = ()  # problems per cluster, where the file exists
 
     def plan_row(self) -> dict:
         """The set as ``plan.json`` records it (``external`` only where there is some, so the plans of
@@ -71,6 +80,9 @@ class DatasetRef:
                "exists": self.exists, "prompt_suffix": self.prompt_suffix}
         if self.external:
             row["external"] = list(self.external)
+        if self.cluster is not None:
+            row["cluster"] = self.cluster
+            row["n_clusters"] = self.n_clusters
         return row
 
 
@@ -195,6 +207,14 @@ class Baseline:
     # 11.8% in the campaign's final comparison
     discordance: float = declared(0.12, number(0, 1, low_open=True),
                                   "expected share of discordant problems, a fraction")
+    # for a primary set that declares a cluster column: the intra-cluster correlation of the
+    # per-problem differences the power assumes (unset: 1, the worst case, every problem of a
+    # cluster moving together), and the mean cluster size where the set's file is not there yet
+    cluster_icc: float | None = declared(None, number(0, 1), "assumed intra-cluster correlation of the per-problem "
+                                                             "differences on a clustered primary set (unset: 1, "
+                                                             "the worst case)")
+    cluster_size: float | None = declared(None, number(1), "assumed mean problems per cluster of a clustered "
+                                                           "primary set whose file is not there yet")
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,7 @@ from rlexp.errors import InputError
 from .model import (
     ANSWER_MODES,
     DATASET_FIELDS,
+    EVAL_ONLY_DATASET_FIELDS,
     ROLES,
     TRAINER_GRADED_ROLES,
     TRAINERS,
@@ -128,12 +129,23 @@ def credential_in(value: Any, field: str, *, by_key: bool = False) -> tuple[str,
     return None
 
 
+def _column_name(value: Any) -> str:
+    """A column of a dataset's rows: a non-empty string."""
+    if not isinstance(value, str) or not value.strip():
+        raise Invalid(f"must name a column of the set's rows, a non-empty string (got {value!r:.60})")
+    return value
+
+
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 STRING = Field(STRING.check, {"type": "string"})
 BOOLEAN = BOOLEAN
 _ID = Field(STRING.check, {"type": "string", "pattern": _ID_RE.pattern})  # the pattern is checked on load
 _DATASET = {"path": STRING, "size": POSITIVE_INT, "prompt_suffix": STRING, "answer_mode": one_of(*ANSWER_MODES),
             "allow_outside": BOOLEAN,  # a path outside the experiment, on purpose
+            # a column of the set's rows naming each problem's cluster (see DatasetRef.cluster)
+            "cluster": Field(_column_name, {"type": "string", "minLength": 1, "description": (
+                "a column of the set's rows; problems sharing its value are one cluster (one document, one "
+                "template): decide, the gates and plan's power then use the cluster-robust paired test")}),
             # recorded by rlexp import for data outside the experiment, never read by plan: the files
             # the set was made of (a list of training files) and the content hash of a readable file
             "sources": list_of(STRING), "sha256": STRING}
@@ -190,9 +202,10 @@ def attempt_json_schema() -> dict[str, Any]:
         if name == "change":
             names = {"anyOf": [{"enum": change_keys()}, {"pattern": DOTTED_KEY_PATTERN}]}
             properties[name] = nullable({"type": "object", "propertyNames": names})
-        if name == "datasets":  # the sets the trainer grades in-run take no answer_mode
+        if name == "datasets":  # the sets the trainer grades in-run take no answer_mode, no cluster
             for role in TRAINER_GRADED_ROLES:
-                properties[name]["properties"][role]["properties"].pop("answer_mode")
+                for fname in EVAL_ONLY_DATASET_FIELDS:
+                    properties[name]["properties"][role]["properties"].pop(fname)
         if _DESCRIPTIONS[name]:
             properties[name] = {"description": _DESCRIPTIONS[name], **properties[name]}
     # each trainer has its own recipe keys: the recipe's schema follows trainer.name (a child that
@@ -372,7 +385,7 @@ def change_keys() -> list[str]:
         *RECIPE_KEYS,
         *COMMON_KEYS,
         *(f"datasets.{role}.{fname}" for role in ROLES for fname in DATASET_FIELDS
-          if not (fname == "answer_mode" and role in TRAINER_GRADED_ROLES)),  # always exact there
+          if not (fname in EVAL_ONLY_DATASET_FIELDS and role in TRAINER_GRADED_ROLES)),
         *(f"trainer.{fname}" for fname in TrainerSettings.__dataclass_fields__),
         *(f"eval.{fname}" for fname in EvalSettings.__dataclass_fields__),
         *(f"environment.{fname}" for fname in EnvironmentSettings.__dataclass_fields__),
