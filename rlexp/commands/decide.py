@@ -32,7 +32,7 @@ def _print_summary(result: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from rlexp.core.decision import regression_lines, selection_line
+    from rlexp.core.decision import calibration_line, regression_lines, selection_line, sota_reuse_line
 
     console = Console()
     for line in regression_lines(result):  # first, whatever the decision
@@ -51,6 +51,10 @@ def _print_summary(result: dict[str, Any]) -> None:
     adjusted = selection_line(result)
     if adjusted:
         console.print(adjusted)
+    reuse = sota_reuse_line(result)
+    if reuse:
+        console.print(reuse, highlight=False)
+    console.print(calibration_line(result), highlight=False)
     g = result["gates"]
     for key in ("gate_2", "stop_3a", "stop_3b", "parser_audit"):
         verdict = {True: "PASS", False: "no", None: "not run"}[g[key]["passed"]]

@@ -271,11 +271,16 @@ def render_markdown(inputs: ReportInputs, plots: Mapping[str, Path] | None = Non
     if headline:
         lines += [headline, ""]
     if decision:
-        from rlexp.core.decision import selection_line
+        from rlexp.core.decision import calibration_line, selection_line, sota_reuse_line
 
         adjusted = selection_line(decision)
         if adjusted:
             lines += [adjusted, ""]
+        reuse = sota_reuse_line(decision)
+        if reuse:
+            lines += [reuse, ""]
+        if decision.get("sop_version"):
+            lines += [calibration_line(decision) + ".", ""]
     siblings = [m["attempt"] for m in inputs.family if m["relation"] == "seed sibling"]
     facts = [f"parent {inputs.parent}" if inputs.parent else "root attempt (no parent)"]
     if siblings:
