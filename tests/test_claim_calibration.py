@@ -209,3 +209,42 @@ def test_cli_calibrate_claim(capsys):
     assert "--below-effect-pp" in capsys.readouterr().err
     assert main(["sop", "calibrate-claim", "--sims", "100", "--discordance", "0.04"]) == 2
     assert "--discordance" in capsys.readouterr().err
+
+
+def test_v22_is_v21_final_but_gate_2s_threshold_and_its_calibration(tmp_path):
+    from rlexp.errors import InputError
+
+    old, new = SOP.to_dict(), V22.to_dict()
+    changed = {k for k in old if old[k] != new[k] and k not in ("path", "sha256")}
+    assert changed == {"version", "source", "gate_2", "claim_calibration"}
+    assert {k for k in old["gate_2"] if old["gate_2"][k] != new["gate_2"][k]} == {"min_mean_delta_pp"}
+    assert SOP.claim_calibration is None and SOP.gate_2.estimate == "raw"
+    # the measured rates quoted in sop/README.md's table are the file's
+    cal_ = V22.claim_calibration
+    assert (cal_.rate_below, cal_.rate_at, cal_.min_rate_at, cal_.max_rate_below) == (0.0913, 0.3623, 0.33, 0.10)
+    text = (SOP_DIR / "sop-v2.2.yaml").read_text()
+    bad = tmp_path / "sop.yaml"
+    bad.write_text(text.replace("  rate_at: 0.3623", "  rate_at: 1.5"))
+    with pytest.raises(InputError, match="claim_calibration.rate_at"):
+        load_sop(bad)
+    bad.write_text(text.replace("estimate: raw", "estimate: best"))
+    with pytest.raises(InputError, match="gate_2.estimate"):
+        load_sop(bad)
+
+
+@pytest.mark.parametrize(("rho", "effect", "quoted"), [(0.3, 2.0, 0.091), (0.9, 3.0, 0.362)])
+def test_the_v22_rates_quoted_in_the_readme_against_an_independent_simulation(rho, effect, quoted):
+    # sop/README.md's worst cases of v2.2 (raw mean >= +3.75pp): recomputed on outcomes drawn problem by
+    # problem, with the rule written out here (the interval clause, which almost always holds where
+    # p < 0.05, left out)
+    readme = (SOP_DIR / "README.md").read_text()
+    assert f"| {100 * quoted:.1f}% ± " in readme
+    sims = 1500
+    y0, runs = draw_outcomes(effect, rho, sims, seed=int(100 * rho + effect))
+    b, c, _, _ = counts(y0, runs)
+    delta = 100.0 * (c - b) / 1000
+    p = np.minimum(1.0, 2 * binom.cdf(np.minimum(b, c), np.maximum(b + c, 1), 0.5))
+    gate_1b = ((delta[:, 0] >= 3.0 - 1e-9) & (p[:, 0] < 0.05)).any(axis=1)
+    best = delta.max(axis=2)
+    rate = float((gate_1b & (best > 0).all(axis=1) & (best.mean(axis=1) >= V22.gate_2.min_mean_delta_pp - 1e-9)).mean())
+    assert abs(rate - quoted) < 4 * math.sqrt(quoted * (1 - quoted) / sims) + 0.005
