@@ -248,3 +248,19 @@ def test_the_v22_rates_quoted_in_the_readme_against_an_independent_simulation(rh
     best = delta.max(axis=2)
     rate = float((gate_1b & (best > 0).all(axis=1) & (best.mean(axis=1) >= V22.gate_2.min_mean_delta_pp - 1e-9)).mean())
     assert abs(rate - quoted) < 4 * math.sqrt(quoted * (1 - quoted) / sims) + 0.005
+
+
+def test_a_stop_1_pin_records_its_selection_correction_and_reports_read_the_decisions_sop():
+    from rlexp.core.sop import shipped_sop
+
+    y0, runs = draw_outcomes(6.0, 0.6, 1, seed=8)
+    sibling = Sibling("seed2", None, "r", "pool", 2, "baseline_s0", 6.0, 6.0)
+    d = decide_run(y0[0], runs[0][0], V22, sibling)
+    assert d.decision == "STOP-1"
+    adj = d.record["selection_adjusted"]
+    assert d.record["sota"]["checkpoint"] == adj["checkpoint"]
+    assert d.record["sota"]["selection_correction_pp"] == pytest.approx(adj["raw_pp"] - adj["adjusted_pp"])
+    assert d.record["sota_reuse"] is None  # taken against S0
+    # the report reads the thresholds of the SOP the decision names, when it is a shipped version
+    assert shipped_sop(d.record["sop_sha256"]).version == "v2.2"
+    assert shipped_sop(SOP.sha256).version == "v2.1-final" and shipped_sop("ab" * 32) is None

@@ -372,6 +372,17 @@ def load_sop(path: str | Path | None = None) -> Sop:
                sha256=sha256_file(path))
 
 
+def shipped_sop(sha256: Any) -> Sop | None:
+    """The shipped SOP file (``sop/sop-*.yaml``) whose bytes have this SHA-256, or None: what a
+    decision was taken under (``decision.json``'s ``sop_sha256``), for reading its thresholds later."""
+    if not isinstance(sha256, str):
+        return None
+    for path in sorted(SOP_DIR.glob("sop-*.yaml")):
+        if sha256_file(path) == sha256:
+            return load_sop(path)
+    return None
+
+
 class _Bound:
     """A bound of one SOP number: checked once every type is, and stated in the JSON Schema. (A plain
     class: a NamedTuple costs ~0.1 ms of ``rlexp plan``'s start-up, which imports this module.)"""
