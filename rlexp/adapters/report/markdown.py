@@ -192,7 +192,9 @@ def _gate_rows(inputs: ReportInputs) -> list[tuple[str, str, str]]:
         parts.append("seed Δs " + ", ".join(signed_pp(d) for d in deltas) + (f" (with {', '.join(sib)})" if sib else "")
                      + (f" each > {signed_pp(t.min_each_delta_pp)} {mark(n.get('each_positive'))}" if t and "each_positive" in n else ""))
         if n.get("mean_delta_pp") is not None and t:
-            parts.append(f"mean {signed_pp(n['mean_delta_pp'])} ≥ {signed_pp(t.min_mean_delta_pp)} {mark(n.get('mean_ok'))}")
+            digits = 1 if round(t.min_mean_delta_pp, 1) == t.min_mean_delta_pp else 2  # +3.75 as the SOP writes it
+            parts.append(f"mean {signed_pp(n['mean_delta_pp'], digits)} ≥ {signed_pp(t.min_mean_delta_pp, digits)} "
+                         f"{mark(n.get('mean_ok'))}")
         guard = n.get("id_guardrail") or {}
         gn = guard.get("numbers") or {}
         if gn:
