@@ -32,7 +32,14 @@ def _print_summary(result: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from rlexp.core.decision import cluster_line, p_label, regression_lines, selection_line
+    from rlexp.core.decision import (
+        calibration_line,
+        cluster_line,
+        p_label,
+        regression_lines,
+        selection_line,
+        sota_reuse_line,
+    )
 
     console = Console()
     for line in regression_lines(result):  # first, whatever the decision
@@ -54,6 +61,10 @@ def _print_summary(result: dict[str, Any]) -> None:
     adjusted = selection_line(result)
     if adjusted:
         console.print(adjusted)
+    reuse = sota_reuse_line(result)
+    if reuse:
+        console.print(reuse, highlight=False)
+    console.print(calibration_line(result), highlight=False)
     g = result["gates"]
     for key in ("gate_2", "stop_3a", "stop_3b", "parser_audit"):
         verdict = {True: "PASS", False: "no", None: "not run"}[g[key]["passed"]]

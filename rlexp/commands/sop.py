@@ -146,3 +146,70 @@ def calibrate(
         for rho in sorted({rho for rho, _, _ in result.stop_1_below_bar}):
             below.add_row(f"{rho:g}", *[rates[(rho, e)].pct() if (rho, e) in rates else "-" for e in effects])
         console.print(below)
+
+
+@app.command("calibrate-claim")
+def calibrate_claim(
+    sims: Annotated[int, typer.Option("--sims", min=100, max=100_000,
+                                      help="Simulated studies per true effect and correlation.")] = 2000,
+    seed: Annotated[int, typer.Option("--seed", **SEED)] = 0,
+    n: Annotated[int, typer.Option("--n", min=50, max=100_000, help="Problems per paired study.")] = 1000,
+    discordance: Annotated[float, typer.Option("--discordance", callback=finite(0.01, 0.5))] = 0.12,
+    correlation: Annotated[list[float] | None, typer.Option(
+        "--correlation", callback=finite(0, 1), help="Latent correlation rho of two checkpoints' flips; repeat "
+                                                      "(default: 0.3, 0.6 and 0.9).")] = None,
+    below_effect_pp: Annotated[float, typer.Option(
+        "--below-effect-pp", callback=finite(-50, 50), help="A true effect at or below this (pp) ...")] = 2.0,
+    max_rate_below: Annotated[float, typer.Option(
+        "--max-rate-below", callback=finite(0, 1), help="... reaches STOP-1 at most at this rate.")] = 0.10,
+    at_effect_pp: Annotated[float, typer.Option(
+        "--at-effect-pp", callback=finite(-50, 50), help="A true effect of this (pp) ...")] = 3.0,
+    min_rate_at: Annotated[float, typer.Option(
+        "--min-rate-at", callback=finite(0, 1), help="... reaches STOP-1 at least at this rate.")] = 0.33,
+    estimate: Annotated[list[str] | None, typer.Option(
+        "--estimate", help="What Gate-2 may average: raw or selection_adjusted; repeat (default: both).")] = None,
+    sop_file: SopOption = None,
+    json_out: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Choose the claim rule: simulate STOP-1 (Gate-1b best of K, a second seed, Gate-2) at true 0, +1, +2, +3, +5pp and pick Gate-2's estimate (raw or selection-adjusted Δ) and mean threshold that meet the targets."""
+    from rlexp.core.calibrate import DEFAULT_CORRELATIONS, CalibrationSettings, ClaimTargets, check_settings
+    from rlexp.core.calibrate import calibrate_claim as run
+    from rlexp.core.sop import load_sop
+    from rlexp.errors import InputError
+
+    sop = load_sop(sop_file)
+    if sims * n > MAX_SIMULATED_OUTCOMES:
+        raise InputError(None, "--sims", f"--sims x --n = {sims * n} simulated outcomes, over the limit of "
+                                         f"{MAX_SIMULATED_OUTCOMES}")
+    correlations = tuple(correlation) if correlation else DEFAULT_CORRELATIONS
+    if len(correlations) > MAX_CORRELATIONS:
+        raise InputError(None, "--correlation", f"{len(correlations)} values, at most {MAX_CORRELATIONS}")
+    if below_effect_pp >= at_effect_pp:
+        raise InputError(None, "--below-effect-pp", f"{below_effect_pp:g} must be below --at-effect-pp "
+                                                    f"({at_effect_pp:g})")
+    settings = CalibrationSettings(sims=sims, seed=seed, n=n, discordance=discordance, correlations=correlations,
+                                   k=sop.checkpoints.k)
+    for effect, option in ((at_effect_pp, "--at-effect-pp"), (below_effect_pp, "--below-effect-pp"), (5.0, "--discordance")):
+        try:
+            check_settings(CalibrationSettings(**{**settings.__dict__, "effect_pp": effect}))
+        except ValueError as exc:
+            name = str(exc).split(":", 1)[0]
+            raise InputError(None, {"correlations": "--correlation", "k": "--sop"}.get(name, option),
+                             str(exc).split(": ", 1)[-1]) from None
+    from rlexp.core.calibrate import ESTIMATES
+
+    estimates = tuple(dict.fromkeys(estimate)) if estimate else ESTIMATES
+    for name in estimates:
+        if name not in ESTIMATES:
+            raise InputError(None, "--estimate", f"must be one of {', '.join(ESTIMATES)}, got {name!r}")
+    result = run(sop, settings, ClaimTargets(below_effect_pp, max_rate_below, at_effect_pp, min_rate_at), estimates)
+    if json_out:
+        typer.echo(json.dumps(result.to_dict(), indent=2))
+        return
+    typer.echo(result.markdown())
+    section = result.sop_section()
+    if section is not None:
+        import yaml
+
+        typer.echo("A SOP version with this rule states (beside its other sections):")
+        typer.echo(yaml.safe_dump(section, sort_keys=False))

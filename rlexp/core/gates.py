@@ -48,7 +48,9 @@ def _lt(x: float, threshold: float) -> bool:
 
 
 def _pp(x: float) -> str:
-    return f"{x:+.1f}pp"
+    # one decimal, as the SOP writes its thresholds; more where a threshold has them (+3.75pp)
+    text = f"{x:+.1f}pp"
+    return text if abs(float(text[:-2]) - x) < EPS else f"{x:+.2f}pp"
 
 
 class ComparisonLike(Protocol):
@@ -184,8 +186,9 @@ def gate_2(seed_deltas_pp: Sequence[float], id_delta_pp: float | None, sop: Sop)
     """Replication: every seed delta > 0, mean delta >= +3pp (>= +4pp "gold"), ID guardrail holds."""
     g = sop.gate_2
     deltas = [float(d) for d in seed_deltas_pp]
-    rule = (f"Gate-2: >= {g.min_seeds} seeds (same pool SHA, same config), each delta > {_pp(g.min_each_delta_pp)}, "
-            f"mean delta >= {_pp(g.min_mean_delta_pp)} (gold >= {_pp(g.gold_mean_delta_pp)}), ID guardrail holds")
+    delta = "selection-adjusted delta" if g.estimate == "selection_adjusted" else "delta"
+    rule = (f"Gate-2: >= {g.min_seeds} seeds (same pool SHA, same config), each {delta} > {_pp(g.min_each_delta_pp)}, "
+            f"mean {delta} >= {_pp(g.min_mean_delta_pp)} (gold >= {_pp(g.gold_mean_delta_pp)}), ID guardrail holds")
     if len(deltas) < g.min_seeds:
         return Verdict("gate_2", False, rule,
                            {"seed_deltas_pp": deltas, "seeds": len(deltas), "mean_delta_pp": None, "gold": False},

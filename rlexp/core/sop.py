@@ -99,6 +99,9 @@ class Gate2Thresholds(_Section):
     min_each_delta_pp: float
     min_mean_delta_pp: float
     gold_mean_delta_pp: float
+    # which Δ of each seed the replication reads: the selected checkpoint's raw Δ (v2.1-final as
+    # written) or its selection-adjusted estimate (rlexp.core.selection), free of the winner's curse
+    estimate: Literal["raw", "selection_adjusted"] = "raw"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -129,6 +132,24 @@ class CheckpointSettings(_Section):
     k: int
     multiplicity: Literal["holm"]
     decide_on: Literal["per_checkpoint", "holm"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClaimCalibration(_Section):
+    """What ``rlexp sop calibrate-claim`` measured for this version's claim rule (STOP-1), under the
+    model of ``rlexp sop calibrate`` (sop/README.md): the targets it was calibrated to and the rates
+    it reached, each the worst case over the checkpoint correlations simulated. Measured figures
+    about the rules, not rules: ``decide`` and the report quote them."""
+
+    below_effect_pp: float           # a true Δ at or below this ...
+    max_rate_below: float            # ... reaches STOP-1 at most at this rate (the target)
+    at_effect_pp: float              # a true Δ of this ...
+    min_rate_at: float               # ... reaches STOP-1 at least at this rate (the target)
+    rate_below: float                # measured: the largest STOP-1 rate at a true Δ <= below_effect_pp
+    rate_at: float                   # measured: the smallest STOP-1 rate at at_effect_pp
+    mc_se: float                     # the larger Monte-Carlo standard error of the two
+    sims: int                        # simulated studies per effect and correlation
+    seed: int
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -265,6 +286,7 @@ class _SopFile(_Section):
     fault_tree: FaultTreeSettings
     guardrails: GuardrailSettings
     run_health: RunHealthSettings
+    claim_calibration: ClaimCalibration | None = None   # absent: the claim rule was not calibrated
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -300,9 +322,19 @@ def _build(cls: type, data: Any, where: str | None, path: Path) -> Any:
 
 
 def _value(kind: Any, value: Any, key: str, path: Path) -> Any:
+    kind = _section_of(kind) or kind
     if is_dataclass(kind):
         return _build(kind, value, key, path)
     return check(_rule(kind, key), value, path, key)
+
+
+def _section_of(kind: Any) -> Any:
+    """The section class of an optional section (``Section | None``), else None."""
+    args = getattr(kind, "__args__", ())
+    if type(None) in args:
+        found = [a for a in args if is_dataclass(a)]
+        return found[0] if found else None
+    return None
 
 
 _RULES = {int: integer(), float: number(text=False), str: STRING}
@@ -338,6 +370,17 @@ def load_sop(path: str | Path | None = None) -> Sop:
     _check_consistency(parsed, path)
     return Sop(**{f.name: getattr(parsed, f.name) for f in fields(_SopFile)}, path=str(path),
                sha256=sha256_file(path))
+
+
+def shipped_sop(sha256: Any) -> Sop | None:
+    """The shipped SOP file (``sop/sop-*.yaml``) whose bytes have this SHA-256, or None: what a
+    decision was taken under (``decision.json``'s ``sop_sha256``), for reading its thresholds later."""
+    if not isinstance(sha256, str):
+        return None
+    for path in sorted(SOP_DIR.glob("sop-*.yaml")):
+        if sha256_file(path) == sha256:
+            return load_sop(path)
+    return None
 
 
 class _Bound:
@@ -384,6 +427,14 @@ _BOUNDS = (
     _at_least("gate_2.min_seeds", 1),
     _Bound("stop_3.gray_zone_low_pp", "must not exceed gray_zone_high_pp", below="stop_3.gray_zone_high_pp"),
     _fraction("parser_audit.max_misparse_rate"),
+    _fraction("claim_calibration.max_rate_below"),
+    _fraction("claim_calibration.min_rate_at"),
+    _fraction("claim_calibration.rate_below"),
+    _fraction("claim_calibration.rate_at"),
+    _fraction("claim_calibration.mc_se"),
+    _at_least("claim_calibration.sims", 1),
+    _Bound("claim_calibration.below_effect_pp", "must be below at_effect_pp", high_open=True,
+           below="claim_calibration.at_effect_pp"),
     _at_least("parser_audit.sample_size", 1),
     _at_least("guardrails.g0.samples", 1),
     _at_least("guardrails.g1.max_discordant", 0),
@@ -434,6 +485,8 @@ _BOUNDS = (
 
 def _at(sop: Any, key: str) -> Any:
     for part in key.split("."):
+        if sop is None:
+            return None
         sop = getattr(sop, part)
     return sop
 
@@ -449,6 +502,8 @@ def _check_consistency(sop: _SopFile, path: Path) -> None:
     """Numbers that are individually valid but out of their range or contradict each other."""
     for bound in _BOUNDS:
         value = _at(sop, bound.key)
+        if value is None:  # a key of an optional section the file leaves out
+            continue
         if _out_of_bounds(bound, value, sop):
             raise InputError(path, bound.field or bound.key, bound.message.format(value=str(value)[:24]))
 
@@ -471,6 +526,7 @@ def sop_json_schema() -> dict[str, Any]:
         properties = {}
         for f in fields(cls):
             key, kind = _join(where, f.name), _hints(cls)[f.name]
+            kind = _section_of(kind) or kind
             properties[f.name] = (section(kind, key) if is_dataclass(kind)
                                   else {**_rule(kind, key).json, **bounds.get(key, {})})
             if kind is int and properties[f.name].get("maximum", 0) > MAX_SPEC_INT:

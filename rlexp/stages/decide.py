@@ -315,7 +315,7 @@ def record(decision: Decision, inputs: DecideInputs, context: dict[str, Any]) ->
         ck_dir = context["selected"][decision.new_sota_checkpoint].path
         pin = SotaPin(decision.attempt, decision.new_sota_checkpoint,
                       str(ck_dir.relative_to(exp_dir)) if ck_dir.is_relative_to(exp_dir) else str(ck_dir),
-                      rec["decided_at"])
+                      rec["decided_at"], (rec.get("sota") or {}).get("selection_correction_pp"))
         rec["sota"] = pin.to_dict()  # type: ignore[index]  (the path the pure decision left open)
     write_pairs_for_attempt(ad.root, list(inputs.baselines), list(inputs.checkpoints), inputs.sets,
                             joined=inputs.paired)
@@ -327,7 +327,7 @@ def record(decision: Decision, inputs: DecideInputs, context: dict[str, Any]) ->
         seed=facts.seed if isinstance(facts.seed, int) else None, checkpoint=rec["primary_checkpoint"],
         baseline=rec["baseline"], delta_pp=primary["delta_pp"], ci_pp=tuple(primary["ci_pp"]),
         mcnemar_p=primary["mcnemar_p"], decision=rec["decision"], sop_version=rec["sop_version"],
-        decided_at=rec["decided_at"]))
+        decided_at=rec["decided_at"], adjusted_delta_pp=(rec.get("selection_adjusted") or {}).get("replication_pp")))
     atomic_write_json(ad.decision, rec)
     if rec["sota_moved"]:
         pin_sota(exp_dir, SotaPin(**rec["sota"]))

@@ -130,9 +130,10 @@ def gather(attempt_dir: str | Path) -> ReportInputs:
         inputs.audit_review_pending = ad.audit_review.exists()
     inputs.state = ad.read_state()
     try:
-        from rlexp.core.sop import load_sop
+        from rlexp.core.sop import load_sop, shipped_sop
 
-        inputs.sop = load_sop()
+        # the thresholds of the SOP the decision was taken under, when it is a shipped version
+        inputs.sop = shipped_sop((inputs.decision or {}).get("sop_sha256")) or load_sop()
         inputs.smoothing_window = inputs.sop.early_stop.smoothing_window
     except InputError:
         pass

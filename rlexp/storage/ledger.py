@@ -50,11 +50,17 @@ class LedgerEntry:
     decision: str
     sop_version: str
     decided_at: str
+    # the primary checkpoint's selection-adjusted Δ (against SOTA, corrected for the pin's own selection:
+    # decision.json's selection_adjusted.replication_pp), which a SOP whose Gate-2 reads it
+    # (gate_2.estimate) averages over seeds; absent from lines written before it
+    adjusted_delta_pp: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["changed"] = list(self.changed)
         out["ci_pp"] = list(self.ci_pp) if self.ci_pp is not None else None
+        if self.adjusted_delta_pp is None:
+            out.pop("adjusted_delta_pp")  # as lines were written before the field existed
         return out
 
     def outcome(self) -> AttemptOutcome:
@@ -69,13 +75,14 @@ class LedgerEntry:
 
 
 _FIELDS = {f.name for f in fields(LedgerEntry)}
+_OPTIONAL = {"adjusted_delta_pp"}
 
 
 def _entry(path: Path, number: int, rec: dict[str, Any]) -> LedgerEntry:
     unknown = sorted(set(rec) - _FIELDS)
     if unknown:
         raise InputError(path, f"line {number}: {unknown[0]}", "unknown key")
-    missing = sorted(_FIELDS - set(rec))
+    missing = sorted(_FIELDS - set(rec) - _OPTIONAL)
     if missing:
         raise InputError(path, f"line {number}: {missing[0]}", "missing key")
 
@@ -110,7 +117,17 @@ def _entry(path: Path, number: int, rec: dict[str, Any]) -> LedgerEntry:
         seed=need("seed", (int,), True), checkpoint=need("checkpoint", (str,)), baseline=need("baseline", (str,)),
         delta_pp=delta, ci_pp=ci, mcnemar_p=float(p) if p is not None else None, decision=rec["decision"],
         sop_version=need("sop_version", (str,)), decided_at=need("decided_at", (str,)),
+        adjusted_delta_pp=_optional_number(path, number, rec, "adjusted_delta_pp"),
     )
+
+
+def _optional_number(path: Path, number: int, rec: dict[str, Any], key: str) -> float | None:
+    if rec.get(key) is None:
+        return None
+    value = finite_number(rec[key])
+    if value is None:
+        raise InputError(path, f"line {number}: {key}", "must be a finite number or null")
+    return value
 
 
 def read_ledger(experiment_dir: str | Path) -> list[LedgerEntry]:
@@ -144,9 +161,15 @@ class SotaPin:
     checkpoint: str
     path: str
     decided_at: str
+    # how far the pinned checkpoint's accuracy on the primary set is estimated to overstate its own (pp):
+    # it won the best of K on those problems (rlexp.core.decision.pin_correction); absent on older pins
+    selection_correction_pp: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        if self.selection_correction_pp is None:
+            out.pop("selection_correction_pp")  # as pins were written before the field existed
+        return out
 
 
 _PIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,199}")
@@ -162,7 +185,7 @@ def read_sota(experiment_dir: str | Path) -> SotaPin | None:
     for key in ("attempt", "checkpoint", "path", "decided_at"):
         if not isinstance(data.get(key), str):
             raise InputError(path, key, "missing or not a string")
-    unknown = sorted(set(data) - {"attempt", "checkpoint", "path", "decided_at"})
+    unknown = sorted(set(data) - {"attempt", "checkpoint", "path", "decided_at", "selection_correction_pp"})
     if unknown:
         raise InputError(path, unknown[0], "unknown key")
     # the attempt and checkpoint name directories of this experiment: bare names, never a path
@@ -172,7 +195,11 @@ def read_sota(experiment_dir: str | Path) -> SotaPin | None:
                                         "'_', '.', '-', no path")
     if len(data["path"]) > 4096 or len(data["decided_at"]) > 64:
         raise InputError(path, "path" if len(data["path"]) > 4096 else "decided_at", "longer than a path or a time")
-    return SotaPin(data["attempt"], data["checkpoint"], data["path"], data["decided_at"])
+    correction = data.get("selection_correction_pp")
+    if correction is not None and finite_number(correction) is None:
+        raise InputError(path, "selection_correction_pp", "must be a finite number or null")
+    return SotaPin(data["attempt"], data["checkpoint"], data["path"], data["decided_at"],
+                   float(correction) if correction is not None else None)
 
 
 def pin_sota(experiment_dir: str | Path, pin: SotaPin) -> Path:

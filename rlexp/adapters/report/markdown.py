@@ -192,7 +192,9 @@ def _gate_rows(inputs: ReportInputs) -> list[tuple[str, str, str]]:
         parts.append("seed Δs " + ", ".join(signed_pp(d) for d in deltas) + (f" (with {', '.join(sib)})" if sib else "")
                      + (f" each > {signed_pp(t.min_each_delta_pp)} {mark(n.get('each_positive'))}" if t and "each_positive" in n else ""))
         if n.get("mean_delta_pp") is not None and t:
-            parts.append(f"mean {signed_pp(n['mean_delta_pp'])} ≥ {signed_pp(t.min_mean_delta_pp)} {mark(n.get('mean_ok'))}")
+            digits = 1 if round(t.min_mean_delta_pp, 1) == t.min_mean_delta_pp else 2  # +3.75 as the SOP writes it
+            parts.append(f"mean {signed_pp(n['mean_delta_pp'], digits)} ≥ {signed_pp(t.min_mean_delta_pp, digits)} "
+                         f"{mark(n.get('mean_ok'))}")
         guard = n.get("id_guardrail") or {}
         gn = guard.get("numbers") or {}
         if gn:
@@ -271,7 +273,7 @@ def render_markdown(inputs: ReportInputs, plots: Mapping[str, Path] | None = Non
     if headline:
         lines += [headline, ""]
     if decision:
-        from rlexp.core.decision import cluster_line, selection_line
+        from rlexp.core.decision import calibration_line, cluster_line, selection_line, sota_reuse_line
 
         adjusted = selection_line(decision)
         if adjusted:
@@ -279,6 +281,11 @@ def render_markdown(inputs: ReportInputs, plots: Mapping[str, Path] | None = Non
         clustered = cluster_line(decision)
         if clustered:
             lines += [clustered, ""]
+        reuse = sota_reuse_line(decision)
+        if reuse:
+            lines += [reuse, ""]
+        if decision.get("sop_version"):
+            lines += [calibration_line(decision) + ".", ""]
     siblings = [m["attempt"] for m in inputs.family if m["relation"] == "seed sibling"]
     facts = [f"parent {inputs.parent}" if inputs.parent else "root attempt (no parent)"]
     if siblings:
