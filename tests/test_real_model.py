@@ -10,6 +10,8 @@ publisher states (30 layers, 9 heads / 3 KV heads, vocabulary 49,152). ``scripts
 
 from __future__ import annotations
 
+from random import Random
+
 import pytest
 
 pytestmark = pytest.mark.slow
@@ -132,3 +134,111 @@ def test_a_file_that_is_not_gguf_is_one_line_refusal(tmp_path):
     assert "recipe.pretrain" in str(caught.value) and "GGUF" in str(caught.value)
     assert loadable(tmp_path) == tmp_path  # a directory passes through
     assert loadable("HuggingFaceTB/SmolLM2-135M-Instruct") == "HuggingFaceTB/SmolLM2-135M-Instruct"
+
+
+@pytest.fixture(scope="module")
+def policy(smollm2):
+    """The converted model with a fresh LoRA adapter on all seven projections, as the trainer makes it."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    _, out = smollm2
+    torch.manual_seed(0)
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    base = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
+    targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    model = get_peft_model(base, LoraConfig(r=8, lora_alpha=16, target_modules=targets, lora_dropout=0.0,
+                                            bias="none", task_type="CAUSAL_LM"))
+    return model, tokenizer
+
+
+def _reference_logprobs(model, prompt_ids, response_ids):
+    """Log-probability of each response token, one unpadded sequence at a time (positions 0..L-1):
+    written here, independently of the trainer's batched, left-padded computation."""
+    import torch
+
+    ids = torch.tensor([list(prompt_ids) + list(response_ids)])
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, :-1].float()
+    logp = torch.log_softmax(logits, dim=-1).gather(-1, ids[0, 1:].unsqueeze(-1)).squeeze(-1)
+    return logp[len(prompt_ids) - 1:]
+
+
+def test_two_step_grpo_on_the_real_architecture_masks_responses_and_measures_kl(smollm2, policy, tmp_path):
+    """A rollout of 2 GSM problems x 2 samples on SmolLM2 (GQA, RoPE, BPE, its chat template), then two
+    GRPO updates. The action mask covers exactly each sampled response (EOS included when it stopped);
+    the trainer's batched old-policy log-probs equal a per-sequence computation on the masked
+    positions; with the fresh adapter the reference equals the policy (KL 0, ratio 1); after an update
+    the logged KL is Schulman's k3 of the per-sequence log-probs, policy against adapter-off."""
+    import math
+
+    import torch
+
+    from rlexp.adapters.generation import encode_prompt, render_prompt
+    from rlexp.core.math_task import MATH_PROMPT_SUFFIX, gsm_generators, gsm_problem
+    from rlexp.trainers.local.config import TrainerConfig
+    from rlexp.trainers.local.train import collect_rollout, train_on_rollout
+
+    _, out = smollm2
+    model, tokenizer = policy
+    generators = gsm_generators()
+    problems = [gsm_problem(generators, t, Random(t)).to_record() for t in (0, 1)]
+    cfg = TrainerConfig(pretrain=out, pool_path=tmp_path / "pool.jsonl", prompt_suffix=MATH_PROMPT_SUFFIX,
+                        advantage_estimator="group_norm", n_samples_per_prompt=2, rollout_batch_size=2,
+                        train_batch_size=4, micro_train_batch_size=2, generate_max_len=12, temperature=1.0,
+                        actor_learning_rate=2e-3, lr_warmup_ratio=0.0, init_kl_coef=0.01, eps_clip=0.2)
+    steps = cfg.steps(len(problems))
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.actor_learning_rate)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
+    rows = []
+    for step in (1, 2):
+        rollout = collect_rollout(model, tokenizer, problems, cfg, seed=step)
+        mask = rollout.action_mask
+        for i, problem in enumerate(r for r in problems for _ in range(2)):
+            prompt_ids = encode_prompt(tokenizer, render_prompt(tokenizer, problem["prompt"], MATH_PROMPT_SUFFIX))
+            ids = rollout.input_ids[i][rollout.attention_mask[i].bool()].tolist()
+            response = ids[len(prompt_ids):]
+            assert ids[:len(prompt_ids)] == prompt_ids and 1 <= len(response) <= 12
+            assert int(mask[i].sum()) == len(response)
+            assert len(response) == 12 or response[-1] == tokenizer.eos_token_id  # stopped: EOS is trained on
+            positions = mask[i].nonzero().squeeze(-1)
+            assert rollout.input_ids[i, positions + 1].tolist() == response  # position t predicts token t+1
+            expected = _reference_logprobs(model, prompt_ids, response)
+            assert torch.allclose(rollout.old_logp[i, positions], expected, atol=2e-4), (step, i)
+            if step == 1:  # a fresh LoRA adds exactly zero: the reference is the policy
+                assert torch.equal(rollout.ref_logp[i, positions], rollout.old_logp[i, positions])
+        if step == 1:
+            # a 135M model rarely solves a word problem in 12 tokens: every reward 0, every advantage 0,
+            # no update. Advantages +1/-1 within each group make the first update move the adapter.
+            signs = torch.tensor([1.0, -1.0, 1.0, -1.0]).reshape(-1, 1)
+            rollout.advantages = signs.expand_as(mask) * mask
+        row = train_on_rollout(model, optimizer, scheduler, rollout, cfg, steps)
+        rows.append((row, rollout))
+    first, _ = rows[0]
+    assert first["kl"] == 0.0 and math.isclose(first["ratio_max"], 1.0, abs_tol=1e-4)
+    # after the first update, the second rollout's KL: k3 of the per-sequence log-probs, token-mean
+    # over each micro-batch, averaged over the micro-batches (the trainer's logging)
+    second, rollout = rows[1]
+    assert second["kl"] > 0
+    k3_means = []
+    with model.disable_adapter():
+        reference = [_reference_logprobs(model, *_split(rollout, i, tokenizer, problems)) for i in range(4)]
+    for pair in ((0, 1), (2, 3)):
+        values = []
+        for i in pair:
+            x = reference[i] - rollout.old_logp[i, rollout.action_mask[i].nonzero().squeeze(-1)]
+            values.append(torch.exp(x) - 1 - x)
+        k3_means.append(torch.cat(values).mean().item())
+    # the logged KL is measured with the policy during its update, which starts from the rollout's policy
+    assert math.isclose(second["kl"], sum(k3_means) / 2, rel_tol=0.05, abs_tol=1e-7), (second["kl"], k3_means)
+
+
+def _split(rollout, i, tokenizer, problems):
+    from rlexp.adapters.generation import encode_prompt, render_prompt
+    from rlexp.core.math_task import MATH_PROMPT_SUFFIX
+
+    problem = problems[i // 2]
+    prompt_ids = encode_prompt(tokenizer, render_prompt(tokenizer, problem["prompt"], MATH_PROMPT_SUFFIX))
+    ids = rollout.input_ids[i][rollout.attention_mask[i].bool()].tolist()
+    return prompt_ids, ids[len(prompt_ids):]
