@@ -31,6 +31,8 @@ from rlexp.errors import InputError
 
 GGUF_MAGIC = b"GGUF"
 CONVERSION_FILE = "rlexp-gguf.json"  # in the converted directory: what it was made from, and how
+# the converter's own version: a directory written by an earlier converter is converted again
+CONVERTER_VERSION = 2
 SOURCE_SUFFIX = ".source.json"  # beside a fetched .gguf: the wheel it came from
 
 
@@ -125,7 +127,7 @@ def _complete(out: Path, digest: str) -> bool:
         data = read_json(record)
     except InputError:
         return False
-    return isinstance(data, dict) and data.get("gguf_sha256") == digest
+    return isinstance(data, dict) and data.get("gguf_sha256") == digest and data.get("converter") == CONVERTER_VERSION
 
 
 def _convert(gguf: Path, digest: str, out: Path) -> None:
@@ -144,9 +146,14 @@ def _convert(gguf: Path, digest: str, out: Path) -> None:
         fresh = AutoModelForCausalLM.from_config(loaded.config, dtype=torch.float32)
         fresh.load_state_dict(loaded.state_dict(), strict=True)
         fresh.generation_config = loaded.generation_config
+        # the loaded config says "quant_method: gguf"; these weights are plain float32 now (vLLM refuses
+        # a directory that claims a quantisation it does not find)
+        if getattr(fresh.config, "quantization_config", None) is not None:
+            del fresh.config.quantization_config
         fresh.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp, save_jinja_files=False)  # the template inside tokenizer_config.json
         record = {
+            "converter": CONVERTER_VERSION,
             "gguf_file": name,
             "gguf_sha256": digest,
             "source": read_source(gguf),

@@ -31,8 +31,10 @@ GSM_ROLES_IN_DISTRIBUTION = ("pool", "ood_monitor", "id")  # drawn from the temp
 # the order the sets are drawn in: evaluation sets first, so they do not depend on the pool's size
 GSM_DRAW_ORDER = ("ood_primary", "ood_monitor", "id", "pool")
 # the instruction the demo puts after every problem (the spec's prompt_suffix): the format both the
-# extractor's boxed tier and math-verify read
-MATH_PROMPT_SUFFIX = "\nPlease reason step by step, and put your final answer within \\boxed{}."
+# extractor's boxed tier and math-verify read, and a request for brevity. Measured on SmolLM2 with a
+# 128-token budget (20 primary problems, greedy): "Please reason step by step, and put your final
+# answer within \boxed{}." finished 1 chain in 40; this suffix finishes 14 in 20.
+MATH_PROMPT_SUFFIX = "\nAnswer in at most three short sentences, and put your final answer within \\boxed{}."
 
 Generator = Callable[[random.Random, float], dict[str, Any]]
 
