@@ -303,20 +303,23 @@ def _launch_together(attempts: list[Path], tracking_uri: str, console: Any) -> N
                               f"its output: {job.log_path}, its state: {AttemptDir(attempt_dir).state}")
 
 
-def _evaluate_and_decide(attempt_dir: Path, config: DemoConfig, tracking_uri: str, console: Any,
-                         timed) -> str | None:
-    """After training, in the SOP's order: guard g1 → eval → guard g4, audit draw → decide → report."""
+def _evaluate_and_decide(attempt_dir: Path, config: DemoConfig | None, tracking_uri: str, console: Any,
+                         timed, *, limits: dict[str, int] | None = None) -> str | None:
+    """After training, in the SOP's order: guard g1 → eval → guard g4, audit draw → decide → report.
+    ``limits``: G1's problems (``g1``), G4's problems and samples (``g4``, ``k``), where not the demo's."""
     from rlexp.stages.decide import decide
     from rlexp.stages.evaluate import evaluate
     from rlexp.stages.guard import guard, run_audit_draw
     from rlexp.stages.report import report
 
     step = _stepper(attempt_dir.name, console, timed)
-    _show_verdict(console, step("guard g1", guard, "g1", attempt_dir, limit=config.monitor_size))
+    limits = limits or {"g1": config.monitor_size, "g4": 200}
+    _show_verdict(console, step("guard g1", guard, "g1", attempt_dir, limit=limits["g1"]))
     evaluated = step("eval", evaluate, attempt_dir)
     for f in evaluated.files:
         console.print(f"  {f.checkpoint:>16} {f.set_role:<12} acc {f.summary.accuracy:.1%}  (n={f.summary.n})")
-    _show_verdict(console, step("guard g4", guard, "g4", attempt_dir, limit=200))
+    _show_verdict(console, step("guard g4", guard, "g4", attempt_dir, limit=limits["g4"],
+                                **({"k": limits["k"]} if "k" in limits else {})))
     review = step("guard audit", run_audit_draw, attempt_dir)
     console.print(f"parser audit: {review.drawn} cases drawn for review into {review.review_file}")
     decided = step("decide", decide, attempt_dir)
