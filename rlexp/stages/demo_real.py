@@ -117,7 +117,7 @@ def run_real_demo(root: str | Path = ".", *, fast: bool = False, seed: int = 0, 
     from rich.console import Console
 
     from rlexp.errors import InputError
-    from rlexp.stages.demo import _evaluate_and_decide, _launch_together, _prepare_attempt, _quiet_libraries
+    from rlexp.stages.demo import _evaluate_and_decide, _launch_together, _prepare_attempt, step_timer
     from rlexp.storage.files import atomic_write_text, read_json
     from rlexp.storage.layout import AttemptDir
 
@@ -129,32 +129,10 @@ def run_real_demo(root: str | Path = ".", *, fast: bool = False, seed: int = 0, 
         raise InputError(blocking, None, "is a file, expected a directory (--dir)")
     root.mkdir(parents=True, exist_ok=True)
     root = root.resolve()
-    _quiet_libraries()
-    plain = not console.is_terminal
-    if plain:
-        import sys
-
-        from rlexp.adapters import progress
-
-        progress.use_stream(sys.stdout)
     experiment = root / "experiments" / EXPERIMENT
     tracking_uri = tracking_uri or f"sqlite:///{root / 'mlflow.db'}"
-    timings: dict[str, float] = {}
     started = time.perf_counter()
-
-    def timed(name: str, fn, *args, **kwargs):
-        t0 = time.perf_counter()
-        if plain:
-            from rlexp.adapters import progress
-
-            progress.line(f"demo {MODEL}: {name} started")
-        result = fn(*args, **kwargs)
-        timings[name] = round(time.perf_counter() - t0, 1)
-        if plain:
-            from rlexp.adapters import progress
-
-            progress.line(f"demo {MODEL}: {name} done in {timings[name]} s")
-        return result
+    timings, timed = step_timer(console, f"demo {MODEL}")
 
     console.rule(f"[bold]rlexp demo --model {MODEL}[/bold]: task and base model")
     datasets = timed("datasets", _datasets, experiment / "data", config)
