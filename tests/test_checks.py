@@ -442,3 +442,19 @@ def test_a_local_base_model_that_is_no_directory_is_a_warning(tmp_path):
     assert "model.missing" not in checks_of(tmp_path, local)
     # a cluster trainer resolves a hub id itself: no warning
     assert "model.missing" not in checks_of(tmp_path, spec(recipe={"pretrain": "Qwen/Qwen2.5-7B"}))
+
+
+def test_a_local_base_model_file_must_be_gguf(tmp_path):
+    """A .gguf file is a base (converted once at first load); any other file is a warning at plan."""
+    local = spec(trainer={"name": "local", "version": "0.11.0", "gpus": 0},
+                 recipe={"pretrain": "models/model.bin", "lora_rank": 8, "lora_alpha": 16})
+    (tmp_path / "exp" / "models").mkdir(parents=True)
+    (tmp_path / "exp" / "models" / "model.bin").write_bytes(b"\0" * 8)
+    found = checks_of(tmp_path, local)
+    assert found["model.not_a_directory"].severity == WARNING and "model.bin" in found["model.not_a_directory"].rule
+    assert "model.missing" not in found
+    (tmp_path / "exp" / "models" / "model.gguf").write_bytes(b"GGUF")
+    gguf = spec(trainer={"name": "local", "version": "0.11.0", "gpus": 0},
+                recipe={"pretrain": "models/model.gguf", "lora_rank": 8, "lora_alpha": 16})
+    found = checks_of(tmp_path, gguf)
+    assert "model.not_a_directory" not in found and "model.missing" not in found

@@ -26,9 +26,25 @@ def demo(
     task: Annotated[str, typer.Option(
         "--task", help="arithmetic (default) | tools: the calculator environment task (docs/environments.md).")
     ] = "arithmetic",
+    model: Annotated[str, typer.Option(
+        "--model", help="tiny (default) | smollm2: SmolLM2-135M-Instruct (its published GGUF) on GSM-Symbolic "
+                        "word problems, ~30 min on 2 CPU cores (docs/real-model.md).")
+    ] = "tiny",
 ) -> None:
     """Run the whole protocol on a tiny model and a synthetic arithmetic task."""
     import json
+
+    if model != "tiny":
+        from rlexp.errors import InputError
+
+        if model != "smollm2" or task != "arithmetic":
+            raise InputError(None, "--model", f"{model!r}: tiny or smollm2 (with the default --task)")
+        from rlexp.stages.demo_real import run_real_demo
+
+        summary = run_real_demo(directory, fast=fast, seed=seed, tracking_uri=tracking_uri)
+        print(json.dumps(summary, indent=2) if json_output else
+              f"demo smollm2: decision {summary['decision']}; report {summary['report']}")
+        return
 
     if task == "tools":
         from rlexp.stages.demo_tools import run_tools_demo

@@ -153,6 +153,11 @@ def check_base_model(att: Attempt) -> list[Verdict]:
                       f"recipe.pretrain {model!r} is not a directory (relative paths resolve against the experiment "
                       "directory): the local trainer and engine load a model from disk, so launch and eval will "
                       "refuse it until it exists", "docs/local-trainer.md")]
+    if model.is_file() and model.suffix.lower() != ".gguf":
+        return [check("model.not_a_directory", WARNING,
+                      f"recipe.pretrain {model.name!r} is a file: a base model is a model directory or a .gguf file "
+                      "(converted once into a cached directory); launch and eval will refuse anything else",
+                      "docs/real-model.md")]
     return []
 
 

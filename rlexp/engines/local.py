@@ -49,7 +49,9 @@ class LocalEngine(ClosingMixin):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        self.base_model = Path(base_model)
+        from rlexp.adapters.base_models import loadable
+
+        self.base_model = Path(loadable(Path(base_model), base_model, "base model"))  # a .gguf: its converted directory
         if not (self.base_model / "config.json").exists():
             raise InputError(self.base_model, "config.json", "not a Hugging Face model directory")
         self.adapters = {name: Path(p) for name, p in (adapters or {}).items()}

@@ -75,9 +75,13 @@ OPENERS: dict[str, Callable[[Any, Path | str, Mapping[str, Path]], tuple[Any, An
 
 
 def open_engine(att: Any, base: Path | str, adapters: Mapping[str, Path]) -> tuple[Any, Any]:
-    """The engine ``att.eval.engine`` names, serving ``base`` and ``adapters`` (name -> path)."""
+    """The engine ``att.eval.engine`` names, serving ``base`` and ``adapters`` (name -> path); a
+    ``.gguf`` base is served from its converted directory (:func:`rlexp.adapters.base_models.loadable`)."""
+    from rlexp.adapters.base_models import loadable
+
     opener = OPENERS.get(att.eval.engine)
     if opener is None:
         raise InputError(att.spec_path, "eval.engine",
                          f"unknown engine {att.eval.engine!r} ({' | '.join(OPENERS)})")
-    return opener(att, base, adapters)
+    # a GGUF base is served from its converted directory (the same weights and tokenizer for every engine)
+    return opener(att, loadable(base, att.spec_path), adapters)

@@ -19,6 +19,7 @@ of the trainer.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -190,30 +191,10 @@ def run_demo(root: Path, *, config: DemoConfig, tracking_uri: str | None = None,
 
     console = console or Console()
     root = root.resolve()
-    _quiet_libraries()
-    plain = not console.is_terminal  # a log: timestamped lines instead of bars, flushed as written
-    if plain:
-        import sys
-
-        from rlexp.adapters import progress
-
-        progress.use_stream(sys.stdout)
     experiment_dir = root / "experiments" / EXPERIMENT
     tracking_uri = tracking_uri or f"sqlite:///{root / 'mlflow.db'}"
     started = time.perf_counter()
-    timings: dict[str, float] = {}
-
-    def timed(name: str, fn, *args, **kwargs):
-        t0 = time.perf_counter()
-        if plain:
-            from rlexp.adapters import progress
-
-            progress.line(f"demo: {name} started")
-        result = fn(*args, **kwargs)
-        timings[name] = round(time.perf_counter() - t0, 1)
-        if plain:
-            progress.line(f"demo: {name} done in {timings[name]} s")
-        return result
+    timings, timed = step_timer(console, "demo")
 
     console.rule("[bold]rlexp demo[/bold]: task and base model")
     datasets = timed("datasets", _build_datasets, experiment_dir / "data", config)
@@ -303,20 +284,23 @@ def _launch_together(attempts: list[Path], tracking_uri: str, console: Any) -> N
                               f"its output: {job.log_path}, its state: {AttemptDir(attempt_dir).state}")
 
 
-def _evaluate_and_decide(attempt_dir: Path, config: DemoConfig, tracking_uri: str, console: Any,
-                         timed) -> str | None:
-    """After training, in the SOP's order: guard g1 → eval → guard g4, audit draw → decide → report."""
+def _evaluate_and_decide(attempt_dir: Path, config: DemoConfig | None, tracking_uri: str, console: Any,
+                         timed, *, limits: dict[str, int] | None = None) -> str | None:
+    """After training, in the SOP's order: guard g1 → eval → guard g4, audit draw → decide → report.
+    ``limits``: G1's problems (``g1``), G4's problems and samples (``g4``, ``k``), where not the demo's."""
     from rlexp.stages.decide import decide
     from rlexp.stages.evaluate import evaluate
     from rlexp.stages.guard import guard, run_audit_draw
     from rlexp.stages.report import report
 
     step = _stepper(attempt_dir.name, console, timed)
-    _show_verdict(console, step("guard g1", guard, "g1", attempt_dir, limit=config.monitor_size))
+    limits = limits or {"g1": config.monitor_size, "g4": 200}
+    _show_verdict(console, step("guard g1", guard, "g1", attempt_dir, limit=limits["g1"]))
     evaluated = step("eval", evaluate, attempt_dir)
     for f in evaluated.files:
         console.print(f"  {f.checkpoint:>16} {f.set_role:<12} acc {f.summary.accuracy:.1%}  (n={f.summary.n})")
-    _show_verdict(console, step("guard g4", guard, "g4", attempt_dir, limit=200))
+    _show_verdict(console, step("guard g4", guard, "g4", attempt_dir, limit=limits["g4"],
+                                **({"k": limits["k"]} if "k" in limits else {})))
     review = step("guard audit", run_audit_draw, attempt_dir)
     console.print(f"parser audit: {review.drawn} cases drawn for review into {review.review_file}")
     decided = step("decide", decide, attempt_dir)
@@ -352,6 +336,35 @@ def _forget_stale_attempts(experiment_dir: Path, model_dir: Path, datasets: dict
         ExperimentDir(experiment_dir).fanout_state(DEMO_LAUNCH_BATCH).unlink(missing_ok=True)
     if previous != current:
         atomic_write_json(state_path, current)
+
+
+def step_timer(console: Any, label: str) -> tuple[dict[str, float], Callable[..., Any]]:
+    """``(timings, timed)`` for a demo's steps: ``timed(name, fn, *args)`` runs ``fn`` and records its
+    seconds in ``timings[name]``. Libraries' own progress bars are silenced; when ``console`` is not
+    a terminal (a log), each step's start and end are timestamped lines, flushed as written."""
+    import time
+
+    from rlexp.adapters import progress
+
+    _quiet_libraries()
+    plain = not console.is_terminal
+    if plain:
+        import sys
+
+        progress.use_stream(sys.stdout)
+    timings: dict[str, float] = {}
+
+    def timed(name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        t0 = time.perf_counter()
+        if plain:
+            progress.line(f"{label}: {name} started")
+        result = fn(*args, **kwargs)
+        timings[name] = round(time.perf_counter() - t0, 1)
+        if plain:
+            progress.line(f"{label}: {name} done in {timings[name]} s")
+        return result
+
+    return timings, timed
 
 
 def _quiet_libraries() -> None:

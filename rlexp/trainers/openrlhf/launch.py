@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from rlexp.adapters.base_models import loadable
 from rlexp.errors import InputError
 from rlexp.storage.layout import AttemptDir
 from rlexp.trainers.launch import LaunchPlan, TrainerLaunch
@@ -149,7 +150,7 @@ class OpenRLHFLaunch(TrainerLaunch):
         if monitor is not None and monitor.path is not None:
             eval_dataset = str(suffixed["ood_monitor"][1]) if "ood_monitor" in suffixed else str(monitor.path)
         paths = openrlhf.AttemptPaths(
-            pretrain=str(att.base_model()),
+            pretrain=str(loadable(att.base_model(), att.spec_path)),  # a .gguf: its converted directory
             prompt_data=prompt_data,
             eval_dataset=eval_dataset,
             save_path=ad.final_model,

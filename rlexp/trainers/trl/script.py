@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlexp.adapters.base_models import loadable
 from rlexp.errors import InputError
 from rlexp.storage.layout import ADAPTER_PATTERN, AttemptDir
 from rlexp.trainers.trl.metrics import NAMES as _TRL_NAMES
@@ -66,7 +67,7 @@ def config_kwargs(att: Any, ad: AttemptDir) -> tuple[dict[str, Any], dict[str, A
     stated = loss_recipe(att, getattr(att, "recipe_stated", None) or {})  # environment.loss gspo: TRL's fields
     grpo_names = {row[0] for row in GRPO_CONFIG_FIELDS}
     model_kwargs = {k: v for k, v in stated.items() if k not in grpo_names and k in {r[0] for r in MODEL_CONFIG_FIELDS}}
-    model_kwargs["model_name_or_path"] = str(att.base_model())
+    model_kwargs["model_name_or_path"] = str(loadable(att.base_model(), att.spec_path))  # a .gguf: its converted directory
     stated = {k: v for k, v in stated.items() if k in grpo_names}
     for owned in OWNED_FIELDS:
         if owned in stated and owned != "report_to":
