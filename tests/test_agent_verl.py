@@ -390,7 +390,10 @@ def test_agent_keys_compose_with_verls_config(wheel, tmp_path):
         pytest.skip(f"Hydra is not in {hydra_path}: run {verl_config.FETCH_SCRIPT}")
     _, config_path = agent_verl.write_agent_loop(tmp_path, "calculator", {}, max_turns=3, max_tokens_per_turn=14,
                                                  max_total_tokens=40)
-    keys = agent_verl.agent_keys(config_path, max_turns=3)
+    from rlexp.trainers.verl import advantage
+
+    # the keys rlexp adds for an environment task on grpo (rlexp's estimator, imported by verl as external_lib)
+    keys = {**agent_verl.agent_keys(config_path, max_turns=3), **advantage.estimator_keys({advantage.ESTIMATOR_KEY: "grpo"})}
     table = verl_config.read_table(VERSION)
     assert set(keys) <= set(table)
     with zipfile.ZipFile(wheel) as archive:
@@ -407,6 +410,8 @@ def test_agent_keys_compose_with_verls_config(wheel, tmp_path):
     assert rollout["agent"]["agent_loop_config_path"] == str(config_path)
     assert rollout["agent"]["default_agent_loop"] == agent_verl.AGENT_NAME
     assert rollout["multi_turn"]["enable"] is True and rollout["multi_turn"]["max_assistant_turns"] == 3
+    assert answer["config"]["algorithm"]["adv_estimator"] == advantage.ESTIMATOR
+    assert answer["config"]["actor_rollout_ref"]["model"]["external_lib"] == advantage.MODULE_NAME
     assert answer["loops"] == [{"name": agent_verl.AGENT_NAME,
                                 "_target_": f"{agent_verl.MODULE_NAME}.{agent_verl.CLASS_NAME}"}]
 

@@ -155,7 +155,9 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "experiments" / "tools-clust
 @pytest.mark.parametrize(("attempt_id", "expected"), [
     ("o1", ["--train.agent_func_path", "launch/agent_func.py"]),
     ("v1", ["actor_rollout_ref.rollout.agent.agent_loop_config_path=", "launch/agent_loop/agent_loop.yaml",
-            "actor_rollout_ref.rollout.agent.default_agent_loop=rlexp_env"]),
+            "actor_rollout_ref.rollout.agent.default_agent_loop=rlexp_env",
+            # its recipe's grpo replaced by rlexp's (the environment errors out of the group baseline)
+            "algorithm.adv_estimator=rlexp_grpo", "actor_rollout_ref.model.external_lib=rlexp_verl_advantage"]),
 ])  # fmt: skip
 def test_the_tool_task_examples_plan_and_dry_run(attempt_id, expected, tmp_path, capsys):
     """``rlexp plan`` has no error on the committed examples, and ``rlexp launch --dry-run`` shows
@@ -174,10 +176,12 @@ def test_the_tool_task_examples_plan_and_dry_run(attempt_id, expected, tmp_path,
     out = capsys.readouterr().out
     for piece in expected:
         assert piece in out
+    assert "algorithm.adv_estimator=grpo" not in out
     assert "remote_rm_url" not in out and sorted(p.name for p in copy.iterdir()) == ["attempt.yaml", "launch"]
     written = sorted(p.relative_to(copy / "launch").as_posix() for p in (copy / "launch").rglob("*") if p.is_file())
     assert written == (["agent_func.py"] if attempt_id == "o1" else
-                       ["agent_loop/agent_loop.yaml", "agent_loop/rlexp_verl_agent_loop.py"])
+                       ["agent_loop/agent_loop.yaml", "agent_loop/rlexp_verl_advantage.py",
+                        "agent_loop/rlexp_verl_agent_loop.py"])
     assert all(f"# adapter written: {copy / 'launch' / w}" in out for w in written)
 
 
@@ -284,8 +288,14 @@ def test_env_error_lines_per_trainer_and_release():
     assert new.severity == "warning" and "out of the loss" in new.rule and "baseline" in new.rule
     old = lines("openrlhf", "0.10.4", {})["agent.env_error_baseline"]
     assert old.severity == "warning" and "trained as a failure" in old.rule
-    verl = lines("verl", "0.9.1", {})["agent.env_error_baseline"]
+    verl = lines("verl", "0.9.1", {})["agent.env_error_baseline"]  # verl's default estimator, gae
     assert verl.severity == "warning" and "baseline" in verl.rule and "aborted_ratio" in verl.rule
+    # on grpo rlexp's estimator leaves them out (rlexp.trainers.verl.advantage): no warning, unless the
+    # recipe names its own external_lib (rlexp would have to replace it, so it keeps verl's grpo)
+    assert "agent.env_error_baseline" not in lines("verl", "0.9.1", {"algorithm.adv_estimator": "grpo"})
+    assert "agent.env_error_baseline" in lines("verl", "0.9.1", {"algorithm.adv_estimator": "rloo"})
+    assert "agent.env_error_baseline" in lines("verl", "0.9.1", {"algorithm.adv_estimator": "grpo",
+                                                                 "actor_rollout_ref.model.external_lib": "x"})
     assert "agent.env_error_baseline" not in lines("trl", "1.16.0", {})  # TRL leaves them out of the baseline
     for recipe in ({"kl_target": 0.1}, {"algo.kl.target": 0.1}):
         refused = lines("openrlhf", "0.11.2", recipe)["agent.env_error_kl_target"]

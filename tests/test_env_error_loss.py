@@ -1,6 +1,7 @@
 """Environment-error episodes on OpenRLHF 0.11.2 and verl 0.9.1: out of the gradient by the trainers'
-own loss code, counted in what they log, and still in their group's baseline (which neither trainer
-can leave one sample out of).
+own loss code, counted in what they log, and still in their group's baseline under the trainers'
+own estimators (which cannot leave one sample out; on verl's grpo rlexp runs its own estimator,
+tests/test_verl_env_error_baseline.py).
 
 An environment fails every 5th step (20% of the steps; every episode here is one step). rlexp's
 generated adapter plays 10 episodes (two groups of 5) in the trainer's own agent code (OpenRLHF's
@@ -403,8 +404,8 @@ def test_verl_policy_loss_gives_error_episodes_no_gradient(verl_outputs, verl_al
 
 
 def test_verl_grpo_baseline_cannot_leave_one_sample_out(verl_algos):
-    """Why the error episode's reward stays in the baseline: a NaN reward (the only value that could
-    mean "none") makes every advantage of its group NaN in verl's own estimator."""
+    """Why verl's own GRPO cannot take the error episode out of the baseline: a NaN reward (the only
+    value that could mean "none") makes every advantage of its group NaN (hence rlexp_grpo)."""
     import numpy as np
     import torch
 

@@ -11,7 +11,7 @@ module and use the shared ones here).
 | agent.turn_budget | prompt + max_turns × max_tokens_per_turn must fit the trainer's length limit (OpenRLHF max_len, or prompt_max_len + generate_max_len before 0.9.8; verl response_length for the turns; TRL max_completion_length) |
 | agent.openrlhf_turn_cap | OpenRLHF's MultiTurnAgentExecutor gives every turn the room left in max_len: a per-turn cap is not enforced |
 | agent.openrlhf_max_new_tokens | OpenRLHF 0.9.8–0.10.1.post2: max_new_tokens unset (None) makes the executor fail (``max_length - None``) |
-| agent.env_error_baseline | OpenRLHF and verl: an environment-error episode is out of the loss (OpenRLHF from 0.11.0) but its reward stays in its group's baseline (warning) |
+| agent.env_error_baseline | OpenRLHF, and verl on an estimator other than grpo (on grpo rlexp's rlexp_grpo leaves it out): an environment-error episode is out of the loss (OpenRLHF from 0.11.0) but its reward stays in its group's baseline (warning) |
 | agent.env_error_kl_target | OpenRLHF 0.11.0+: kl_target without use_kl_loss on an environment task (an error episode's KL mean is 0/0, NaN for the adaptive controller) |
 | agent.gspo_clip | GSPO with the token-level clip range 0.2 barely clips a sequence ratio (GSPO's range is ~3e-4/4e-4) |
 """

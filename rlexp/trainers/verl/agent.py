@@ -22,9 +22,10 @@ An environment whose ``reset`` raises gives rlexp's rollout's episode (the empty
 prompt, no response, reward 0, ``env_error``); one whose ``step`` raises returns no response either
 (its return so far as the reward): an error episode has no token in ``response_mask``, so it is out
 of verl's loss, and verl logs its share as ``response/aborted_ratio`` (a sample with no response),
-read back as ``env_errors``. Its reward still enters the group's mean and std: verl's GRPO baseline
-(``compute_grpo_outcome_advantage``) averages every sample of a group, and a NaN there makes the
-whole group's advantages NaN. What verl logs of an episode (``metric_utils.py``
+read back as ``env_errors``. verl's GRPO baseline (``compute_grpo_outcome_advantage``) would still
+average its reward into the group's mean and std (a NaN there makes the whole group's advantages
+NaN): a recipe on ``grpo`` runs rlexp's estimator instead (:mod:`rlexp.trainers.verl.advantage`),
+which leaves the samples without a response out of the baseline; other estimators keep it. What verl logs of an episode (``metric_utils.py``
 ``compute_data_metrics``): ``num_turns`` (chat messages: 2 per model turn here), the reward, and
 on the legacy trainer the extra field ``tool_call_counts``; :mod:`rlexp.trainers.verl.metrics`
 reads them back under the local trainer's names. The loop's other extra fields carry the rest
@@ -246,13 +247,17 @@ def write_agent_loop(directory: str | Path, env: str, config: Mapping[str, Any],
 
 def launch_files(att: Any, launch: Any, directory: Path) -> tuple[Any, dict[Path, str]]:
     """``rlexp launch`` on an environment task: verl's launch (rlexp.trainers.verl.hydra.VerlLaunch) with
-    the agent keys added to its argv and the loop's directory on ``PYTHONPATH``, and the two files
-    to write. A recipe that states one of the agent keys itself is refused (Hydra would see it twice)."""
+    the agent keys added to its argv and the loop's directory on ``PYTHONPATH``, and the files to
+    write. A recipe that states one of the agent keys itself is refused (Hydra would see it twice).
+    A recipe on ``grpo`` runs rlexp's GRPO instead (:mod:`rlexp.trainers.verl.advantage`: the error
+    episodes out of the group baseline): the estimator's value replaced in the argv, its module
+    written beside the loop."""
     import dataclasses
     import os
 
     from rlexp.errors import InputError
     from rlexp.trainers.openrlhf.agent import check_one_environment
+    from rlexp.trainers.verl import advantage
     from rlexp.trainers.verl.hydra import overrides
 
     check_one_environment(att)
@@ -265,6 +270,12 @@ def launch_files(att: Any, launch: Any, directory: Path) -> tuple[Any, dict[Path
                              "set by rlexp for an environment task (the generated agent loop)")
     module = render_agent_loop(env.name, env.config, max_turns=env.max_turns,
                                max_tokens_per_turn=env.max_tokens_per_turn, max_total_tokens=env.max_total_tokens)
+    files = {directory / f"{MODULE_NAME}.py": module, directory / CONFIG_FILE: render_agent_loop_config()}
+    estimator = advantage.estimator_keys(getattr(att, "recipe", None) or {})
+    argv = [a for a in launch.argv if a.split("=", 1)[0] not in estimator]  # the recipe's grpo, replaced
+    if estimator:
+        files[directory / f"{advantage.MODULE_NAME}.py"] = advantage.render_estimator()
     path = os.pathsep.join(p for p in (str(directory), os.environ.get("PYTHONPATH", "")) if p)
-    launch = dataclasses.replace(launch, argv=[*launch.argv, *overrides(keys)], env={**launch.env, "PYTHONPATH": path})
-    return launch, {directory / f"{MODULE_NAME}.py": module, directory / CONFIG_FILE: render_agent_loop_config()}
+    launch = dataclasses.replace(launch, argv=[*argv, *overrides({**keys, **estimator})],
+                                 env={**launch.env, "PYTHONPATH": path})
+    return launch, files

@@ -9,6 +9,7 @@ verl's keys): the catalogue imports the spec, which imports that table.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from rlexp.trainers.verl.steps import VerlSchedule, VerlSteps
@@ -107,6 +108,22 @@ def _step_checks(att: Any, steps: VerlSteps) -> list[Any]:
 
 AGENT_API_SINCE = "0.6.0"  # AgentLoopBase
 
+# rlexp's GRPO for an environment task (rlexp.trainers.verl.advantage writes its module): the error
+# episodes (no response) out of the group baseline
+ESTIMATOR = "rlexp_grpo"
+ESTIMATOR_MODULE = "rlexp_verl_advantage"
+ESTIMATOR_KEY = "algorithm.adv_estimator"
+IMPORT_KEY = "actor_rollout_ref.model.external_lib"  # verl imports it in the driver, where advantages are computed
+
+
+def estimator_keys(recipe: Mapping[str, Any]) -> dict[str, Any]:
+    """The Hydra keys that make verl use rlexp's estimator for an environment task: only where the
+    recipe's estimator is ``grpo`` and it names no ``external_lib`` of its own (rlexp would have to
+    replace it); none otherwise (verl's estimator, and the plan's ``agent.env_error_baseline``)."""
+    if recipe.get(ESTIMATOR_KEY) != "grpo" or recipe.get(IMPORT_KEY) is not None:
+        return {}
+    return {ESTIMATOR_KEY: ESTIMATOR, IMPORT_KEY: ESTIMATOR_MODULE}
+
 
 def agentic_checks(env: Any, recipe: dict[str, Any], version: str) -> list[Any]:
     """verl's plan rules for an environment task (rlexp.core.agentic_checks): the turns against
@@ -120,11 +137,15 @@ def agentic_checks(env: Any, recipe: dict[str, Any], version: str) -> list[Any]:
     )
     from rlexp.core.verdict import check
 
-    found = [check("agent.env_error_baseline", WARNING,
-                   f"verl {version}: an episode that ends in an environment error is out of the loss (no response) "
-                   "but its reward still counts in its group's baseline (compute_grpo_outcome_advantage: a plain "
-                   "group mean/std); env_errors is logged (response/aborted_ratio) and the SOP's "
-                   "guardrails.env_errors stop applies", REF)]
+    found = []
+    if not estimator_keys(recipe):  # on grpo, rlexp's estimator leaves them out of the baseline (launch)
+        found.append(check(
+            "agent.env_error_baseline", WARNING,
+            f"verl {version}: an episode that ends in an environment error is out of the loss (no response) "
+            f"but its reward still counts in its group's baseline (algorithm.adv_estimator "
+            f"{recipe.get('algorithm.adv_estimator') or 'gae'}; rlexp replaces only grpo, and only without "
+            "actor_rollout_ref.model.external_lib); env_errors is logged (response/aborted_ratio) and the SOP's "
+            "guardrails.env_errors stop applies", REF))  # fmt: skip
     limit = recipe.get("data.max_response_length")
     if limit is not None:
         found += check_turn_budget("verl", prompt_tokens=0, max_turns=env.max_turns,
