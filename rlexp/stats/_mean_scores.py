@@ -172,7 +172,13 @@ def clustered_se(base_means: Sequence[float], new_means: Sequence[float], labels
 def design_effect(cluster_sizes: Sequence[int], icc: float) -> float:
     """The variance inflation of a mean over clustered problems: 1 + (m̃ − 1)·ICC, with m̃ = Σ m_g² / Σ m_g
     the size-weighted mean cluster size (Kish's design effect for unequal clusters; m̃ is the plain
-    size when all clusters are equal)."""
+    size when all clusters are equal).
+
+    >>> round(design_effect([20] * 50, 0.05), 4)   # 50 documents of 20 questions, ICC 0.05
+    1.95
+    >>> round(design_effect([1, 3], 0.1), 4)       # m̃ = (1 + 9) / 4 = 2.5
+    1.15
+    """
     total = sum(cluster_sizes)
     if total <= 0:
         raise ValueError("cluster sizes must add up to at least one problem")
@@ -193,6 +199,12 @@ def clustered_gate_figures(se_pp: float, df: int, *, min_delta_pp: float = 3.0, 
     - ``gate_1b_best_of_k_at_win_threshold``: the best of ``k`` checkpoints, that per-checkpoint rate
       carried through the Gaussian copula of :func:`rlexp.stats.gate_1b_best_of_k_normal`, one rate per
       checkpoint correlation of :data:`rlexp.stats.DELTA_CORRELATION_OF_RHO`.
+
+    >>> f = clustered_gate_figures(2.0, 49)   # SE_CR1 2pp over 50 clusters
+    >>> round(f["mde_pp"], 2)                 # (t_49,0.975 + t_49,0.8) · 2 = (2.0096 + 0.8489) · 2
+    5.72
+    >>> round(f["gate_1b_pass_power_at_win_threshold"], 2)   # one checkpoint, at a true +3pp
+    0.31
     """
     from scipy import optimize
     from scipy import stats as sps
