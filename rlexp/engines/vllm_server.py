@@ -37,6 +37,7 @@ import os
 import signal
 import socket
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
