@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import signal
 import sys
+import tempfile
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -111,26 +112,38 @@ def reward_of(text: str, gold: str) -> float:
 
 
 def collect_rollout(
-    model, tokenizer, problems: list[dict], cfg: TrainerConfig, *, seed: int, reference=None
+    model, tokenizer, problems: list[dict], cfg: TrainerConfig, *, seed: int, reference=None, server=None
 ) -> Rollout:
     """Decode all B × G samples together (KV cache, temperature), score them, and precompute the
-    old-policy and reference log-probabilities the update needs."""
+    old-policy and reference log-probabilities the update needs. ``server`` (a
+    :class:`rlexp.engines.vllm_server.VllmRolloutServer` holding this step's adapter) decodes instead
+    of ``model.generate``; the log-probabilities are this model's either way."""
     import torch
 
     from rlexp.adapters.generation import encode_prompt, generate, render_prompt
 
     G = cfg.n_samples_per_prompt
     rendered = [render_prompt(tokenizer, p["prompt"], cfg.prompt_suffix) for p in problems]
-    completions = generate(
-        model,
-        tokenizer,
-        rendered,
-        max_new_tokens=cfg.generate_max_len,
-        temperature=cfg.temperature,
-        num_samples=G,
-        seed=seed,
-        batch_size=len(problems) * G,  # every sample of the step in one batch
-    )
+    if server is not None:
+        completions = server.generate_ids(
+            [encode_prompt(tokenizer, text) for text in rendered],
+            max_new_tokens=cfg.generate_max_len,
+            temperature=cfg.temperature,
+            num_samples=G,
+            seed=seed,
+            tokenizer=tokenizer,
+        )
+    else:
+        completions = generate(
+            model,
+            tokenizer,
+            rendered,
+            max_new_tokens=cfg.generate_max_len,
+            temperature=cfg.temperature,
+            num_samples=G,
+            seed=seed,
+            batch_size=len(problems) * G,  # every sample of the step in one batch
+        )
     rows, rewards, has_boxed, truncated, lengths = [], [], [], [], []
     for problem, text, samples in zip(problems, rendered, completions, strict=True):
         prompt_ids = encode_prompt(tokenizer, text)
@@ -331,10 +344,16 @@ class _StopFlag:
         self.requested = True
 
 
-def train(cfg: TrainerConfig, attempt_dir: Path, *, resume: bool = False, log=print, env_task=None) -> int:
+def train(cfg: TrainerConfig, attempt_dir: Path, *, resume: bool = False, log=print, env_task=None,
+          rollout_server=None) -> int:
     """Run (or resume) the GRPO training described by ``cfg``; returns the last global step done.
     ``env_task`` (rlexp.trainers.local.env_train.EnvTask, which ``python -m rlexp.backends.env_trainer``
-    passes) plays an environment task's episodes instead of the single-turn rollout."""
+    passes) plays an environment task's episodes instead of the single-turn rollout.
+
+    The rollout engine is ``RLEXP_ROLLOUT_ENGINE`` (:func:`rollout_engine`): ``transformers`` (the
+    default) decodes with the policy itself; ``vllm`` starts one ``vllm serve`` for the run
+    (:func:`start_rollout_server`) and loads each global step's adapter into it before that step's
+    rollout. ``rollout_server``: a server already started (a test shares one); the caller closes it."""
     import random
 
     import torch
@@ -356,6 +375,10 @@ def train(cfg: TrainerConfig, attempt_dir: Path, *, resume: bool = False, log=pr
         raise InputError(
             AttemptDir(attempt_dir).spec, "recipe.pretrain", f"{cfg.pretrain} is not a local model directory"
         )
+    engine = rollout_engine() if rollout_server is None else "vllm"
+    if engine == "vllm" and (env_task is not None or cfg.lora_rank < 1):
+        raise InputError("RLEXP_ROLLOUT_ENGINE", None, "the rollout engine 'vllm' takes single-turn LoRA "
+                         "training only (an environment task or a full fine-tune: use 'transformers')")
     stop = _StopFlag()
     previous_handler = signal.signal(signal.SIGTERM, stop)
 
@@ -432,7 +455,11 @@ def train(cfg: TrainerConfig, attempt_dir: Path, *, resume: bool = False, log=pr
     # ---- the loop: one global step = rollout B×G, then train in micro-batches
     steps_per_episode = steps.global_steps_per_episode
     global_step = start_step
+    server, own_server = rollout_server, False
+    adapters = Path(tempfile.mkdtemp(prefix="rlexp-rollout-adapters-")) if engine == "vllm" else None
     try:
+        if engine == "vllm" and server is None:
+            server, own_server = start_rollout_server(model_dir, cfg, attempt_dir), True
         while global_step < global_steps_total:
             global_step += 1
             started = time.perf_counter()
@@ -443,9 +470,12 @@ def train(cfg: TrainerConfig, attempt_dir: Path, *, resume: bool = False, log=pr
             problems = [pool[i] for i in chosen]
 
             model.eval()
+            if server is not None:  # the policy as it is now, to the server (as OpenRLHF syncs LoRA to vLLM)
+                sync_adapter(server, model, adapters, global_step)
             if env_task is None:
                 rollout = collect_rollout(
-                    model, tokenizer, problems, cfg, seed=cfg.seed * 1_000_003 + global_step, reference=reference
+                    model, tokenizer, problems, cfg, seed=cfg.seed * 1_000_003 + global_step, reference=reference,
+                    server=server,
                 )
                 row = train_on_rollout(model, optimizer, scheduler, rollout, cfg, steps)
             else:
@@ -475,7 +505,62 @@ def train(cfg: TrainerConfig, attempt_dir: Path, *, resume: bool = False, log=pr
                 break
     finally:
         signal.signal(signal.SIGTERM, previous_handler)
+        if own_server:
+            server.close()
+        if adapters is not None:
+            import shutil
+
+            shutil.rmtree(adapters, ignore_errors=True)
     return global_step
+
+
+ROLLOUT_ENGINES = ("transformers", "vllm")
+
+
+def rollout_engine() -> str:
+    """``RLEXP_ROLLOUT_ENGINE``: who decodes the local trainer's rollouts (default ``transformers``).
+    ``vllm`` is a speed choice, like ``RLEXP_DEVICE``: under greedy decoding its samples equal
+    transformers' token for token (tests/test_vllm_rollouts.py); sampled ones come from vLLM's
+    random stream, so a run is repeatable per engine, not across them."""
+    import os
+
+    engine = os.environ.get("RLEXP_ROLLOUT_ENGINE", "transformers")
+    if engine not in ROLLOUT_ENGINES:
+        raise InputError("RLEXP_ROLLOUT_ENGINE", None, f"one of {', '.join(ROLLOUT_ENGINES)}, got {engine!r}")
+    return engine
+
+
+def start_rollout_server(model_dir: Path, cfg: TrainerConfig, attempt_dir: Path):
+    """One ``vllm serve`` of the base model from ``RLEXP_VLLM_PYTHON`` (default: this checkout's
+    ``.venv-vllm``, which scripts/setup-vllm makes), its log in ``ATTEMPT_DIR/logs/vllm-rollouts.log``."""
+    import json
+    import os
+
+    from rlexp.engines.vllm_server import VllmRolloutServer
+
+    python = os.environ.get("RLEXP_VLLM_PYTHON") or str(Path(__file__).resolve().parents[3] / ".venv-vllm" / "bin"
+                                                        / "python")
+    config = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
+    logs = Path(attempt_dir) / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    return VllmRolloutServer(model_dir, python, max_lora_rank=max(1, cfg.lora_rank),
+                             max_model_len=int(config.get("max_position_embeddings") or 2048), seed=cfg.seed,
+                             log_path=logs / "vllm-rollouts.log",
+                             threads=int(os.environ.get("RLEXP_TORCH_THREADS", "1") or 1))
+
+
+def sync_adapter(server, model, adapters: Path, global_step: int) -> None:
+    """Save the policy's LoRA adapter and load it into ``server`` under a name of its own
+    (``policy-step{N}``); the previous step's copy on disk goes once the server holds the new one."""
+    import shutil
+
+    path = adapters / f"step{global_step}"
+    shutil.rmtree(path, ignore_errors=True)
+    model.save_pretrained(path)
+    server.load_adapter(f"policy-step{global_step}", path)
+    for old in adapters.iterdir():
+        if old.name != path.name:
+            shutil.rmtree(old, ignore_errors=True)
 
 
 def train_on_rollout(
