@@ -487,6 +487,17 @@ def test_redact_env_and_scrub_file(tmp_path):
     assert scrub_file(log, env) is False
 
 
+def test_provenance_records_the_rollout_engine_and_not_the_test_services():
+    """The variables that change what the local trainer does (who decodes its rollouts, where the
+    model runs) are recorded; rlexp's test-service URIs, which may hold credentials, are not."""
+    from rlexp.adapters.provenance import RECORDED_ENV_PREFIXES, redact_env
+
+    env = {"RLEXP_ROLLOUT_ENGINE": "vllm", "RLEXP_DEVICE": "cuda", "RLEXP_VLLM_PYTHON": "/v/bin/python",
+           "RLEXP_TEST_POSTGRES_URI": "postgresql://u:pw@127.0.0.1/db", "RLEXP_MODEL_CACHE": "/c", "PATH": "/bin"}
+    assert redact_env(env, keep=RECORDED_ENV_PREFIXES) == {
+        "RLEXP_ROLLOUT_ENGINE": "vllm", "RLEXP_DEVICE": "cuda", "RLEXP_VLLM_PYTHON": "/v/bin/python"}
+
+
 def test_no_follow_returns_at_once_and_status_reports_the_exit(exp, capsys):
     att = exp / "a2"
     done = subprocess.run([sys.executable, str(exp.parent / "tools" / "runner.py"), "launch", str(att), "--no-follow",

@@ -25,7 +25,10 @@ SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
 REDACTED = "<redacted>"
 
 # Environment variables worth recording (they change what a run does); secrets are removed anyway.
-RECORDED_ENV_PREFIXES = ("CUDA_", "NCCL_", "RAY_", "VLLM_", "OMP_", "PYTHONHASHSEED", "HF_", "TRANSFORMERS_")
+# rlexp's own: who decodes the local trainer's rollouts and where the model runs (not the RLEXP_TEST_*
+# service addresses, which may carry credentials in their URIs)
+RECORDED_ENV_PREFIXES = ("CUDA_", "NCCL_", "RAY_", "VLLM_", "OMP_", "PYTHONHASHSEED", "HF_", "TRANSFORMERS_",
+                         "RLEXP_ROLLOUT_ENGINE", "RLEXP_VLLM_PYTHON", "RLEXP_DEVICE", "RLEXP_TORCH_THREADS")
 
 
 def is_secret_name(name: str) -> bool:
