@@ -28,7 +28,7 @@ def demo(
     ] = "arithmetic",
     model: Annotated[str, typer.Option(
         "--model", help="tiny (default) | smollm2: SmolLM2-135M-Instruct (its published GGUF) on GSM-Symbolic "
-                        "word problems, ~30 min on 2 CPU cores (docs/real-model.md).")
+                        "word problems, about 14 min on 2 CPU cores (docs/real-model.md).")
     ] = "tiny",
 ) -> None:
     """Run the whole protocol on a tiny model and a synthetic arithmetic task."""
