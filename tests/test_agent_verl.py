@@ -288,9 +288,11 @@ def test_the_loop_plays_rlexps_episodes(wheel, verl_module, generated, demo, tmp
 # ----------------------------------------------------------------------------- what reaches the log
 
 
-def release_functions(wheel: Path, names: tuple[str, ...], path: str) -> dict[str, Any]:
+def release_functions(wheel: Path, names: tuple[str, ...] | None, path: str,
+                      extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """Module-level functions of the wheel's ``path``, taken by AST and executed (their modules
-    import verl's DataProto, Ray and the like, which do not install here)."""
+    import verl's DataProto, Ray and the like, which do not install here). ``names=None``: every
+    function and every module-level constant of the file; ``extra`` adds to their namespace."""
     import numbers
     import pprint
 
@@ -299,10 +301,13 @@ def release_functions(wheel: Path, names: tuple[str, ...], path: str) -> dict[st
 
     with zipfile.ZipFile(wheel) as archive:
         tree = ast.parse(archive.read(path).decode())
-    found = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in names]
-    assert {n.name for n in found} == set(names)
+    if names is None:
+        found = [n for n in tree.body if isinstance(n, ast.FunctionDef | ast.Assign | ast.AnnAssign)]
+    else:
+        found = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in names]
+        assert {n.name for n in found} == set(names)
     namespace = {"torch": torch, "np": np, "numbers": numbers, "pprint": pprint, "Any": Any, "DataProto": object,
-                 "logger": logging.getLogger("verl-metrics")}
+                 "logger": logging.getLogger("verl-metrics"), **(extra or {})}
     exec(compile(ast.Module(body=found, type_ignores=[]), f"{VERSION}/{path}", "exec"), namespace)  # noqa: S102
     return namespace
 
@@ -525,30 +530,16 @@ def test_the_loop_returns_the_servers_logprobs_aligned_with_the_response(verl_mo
 
 def rollout_correction_functions(wheel):
     """verl's rollout correction (``trainer/ppo/rollout_corr_helper.py``) from the wheel, its
-    functions and constants taken by AST and executed with the wheel's own masked mean and sum
+    functions and constants executed with the wheel's own masked mean and sum
     (``utils/torch_functional.py``); DataProto, Ray and the configs do not install here."""
     import math
     import types
-    from typing import Any, Optional
+    from typing import Optional
 
-    import torch
-
-    def module_of(path, keep):
-        with zipfile.ZipFile(wheel) as archive:
-            tree = ast.parse(archive.read(path).decode())
-        return [n for n in tree.body if keep(n)]
-
-    helpers = module_of("verl/utils/torch_functional.py",
-                        lambda n: isinstance(n, ast.FunctionDef) and n.name in ("masked_sum", "masked_mean"))
-    verl_f: dict[str, Any] = {"torch": torch}
-    exec(compile(ast.Module(body=helpers, type_ignores=[]), "torch_functional.py", "exec"), verl_f)  # noqa: S102
-    body = module_of("verl/trainer/ppo/rollout_corr_helper.py",
-                     lambda n: isinstance(n, ast.FunctionDef | ast.Assign | ast.AnnAssign))
-    proto = types.SimpleNamespace(from_dict=lambda tensors: tensors)
-    namespace = {"torch": torch, "math": math, "Any": Any, "Optional": Optional, "DataProto": proto,
-                 "verl_F": types.SimpleNamespace(**verl_f), "RolloutCorrectionConfig": object,
-                 "PolicyLossConfig": object}  # fmt: skip
-    exec(compile(ast.Module(body=body, type_ignores=[]), "rollout_corr_helper.py", "exec"), namespace)  # noqa: S102
+    verl_f = release_functions(wheel, ("masked_sum", "masked_mean"), "verl/utils/torch_functional.py")
+    extra = {"math": math, "Optional": Optional, "DataProto": types.SimpleNamespace(from_dict=lambda tensors: tensors),
+             "verl_F": types.SimpleNamespace(**verl_f), "RolloutCorrectionConfig": object, "PolicyLossConfig": object}
+    namespace = release_functions(wheel, None, "verl/trainer/ppo/rollout_corr_helper.py", extra)
     return namespace["compute_rollout_correction_and_rejection_mask"]
 
 

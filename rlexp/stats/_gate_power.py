@@ -337,7 +337,8 @@ def gate_1b_best_of_k_normal(delta_pp: float, n: int, discordance: float, *, k: 
 
 def claim_probability_normal(delta_pp: float, n: int, discordance: float, *, k: int = 3,
                              delta_correlation: float, min_delta_pp: float = 3.0, max_mcnemar_p: float = 0.05,
-                             min_each_delta_pp: float = 0.0, min_mean_delta_pp: float = 3.0) -> float:
+                             min_each_delta_pp: float = 0.0, min_mean_delta_pp: float = 3.0,
+                             per_checkpoint: float | None = None) -> float:
     """P(STOP-1) at a true ``delta_pp`` for every checkpoint, standard library only (for ``rlexp plan``):
     Gate-1b passes on some of the K checkpoints of the first seed, and Gate-2 on the two seeds'
     selected (largest) Δ's: each above ``min_each_delta_pp`` and their mean at least
@@ -352,7 +353,8 @@ def claim_probability_normal(delta_pp: float, n: int, discordance: float, *, k: 
     from statistics import NormalDist
 
     d, mu = discordance, delta_pp / 100.0
-    one = gate_1b_pass_probability(delta_pp, n, d, min_delta_pp=min_delta_pp, max_mcnemar_p=max_mcnemar_p)
+    one = per_checkpoint if per_checkpoint is not None else gate_1b_pass_probability(
+        delta_pp, n, d, min_delta_pp=min_delta_pp, max_mcnemar_p=max_mcnemar_p)
     if one <= 0.0:
         return 0.0
     r = delta_correlation
@@ -404,15 +406,20 @@ def add_best_of_k(power_json: dict, sop: object) -> None:
     gate, k = sop.gate_1b, sop.checkpoints.k  # type: ignore[attr-defined]
     if not n or not d or gate.min_delta_pp > 100.0 * d:
         return
+    # the exact per-checkpoint pass probability, the same for every correlation: computed once
+    one = gate_1b_pass_probability(gate.min_delta_pp, n, d, min_delta_pp=gate.min_delta_pp,
+                                   max_mcnemar_p=gate.max_mcnemar_p)
     rates = [gate_1b_best_of_k_normal(gate.min_delta_pp, n, d, k=k, delta_correlation=r,
-                                      min_delta_pp=gate.min_delta_pp, max_mcnemar_p=gate.max_mcnemar_p)
+                                      min_delta_pp=gate.min_delta_pp, max_mcnemar_p=gate.max_mcnemar_p,
+                                      per_checkpoint=one)
              for r in DELTA_CORRELATION_OF_RHO.values()]
     power_json["gate_1b_best_of_k_at_win_threshold"] = {"k": k, "correlations": list(DELTA_CORRELATION_OF_RHO),
                                                         "rates": rates}
     g2 = sop.gate_2  # type: ignore[attr-defined]
     claim = [claim_probability_normal(gate.min_delta_pp, n, d, k=k, delta_correlation=r,
                                       min_delta_pp=gate.min_delta_pp, max_mcnemar_p=gate.max_mcnemar_p,
-                                      min_each_delta_pp=g2.min_each_delta_pp, min_mean_delta_pp=g2.min_mean_delta_pp)
+                                      min_each_delta_pp=g2.min_each_delta_pp, min_mean_delta_pp=g2.min_mean_delta_pp,
+                                      per_checkpoint=one)
              for r in DELTA_CORRELATION_OF_RHO.values()]
     power_json["claim_probability_at_win_threshold"] = {
         "k": k, "correlations": list(DELTA_CORRELATION_OF_RHO), "rates": claim, "effect_pp": gate.min_delta_pp,

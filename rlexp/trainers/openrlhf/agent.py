@@ -267,8 +267,10 @@ def outage_episodes(recipe: Mapping[str, Any]) -> int:
     masked; the engines share a step's prompts evenly, so such a step makes every engine see at
     least its share in a row, and half of it leaves room for an uneven split. Independent errors at
     the SOP's stop rate (a quarter) reach 16 in a row with probability 0.25**16 ≈ 2e-10."""
-    batch = recipe.get("train_batch_size", recipe.get("train.batch_size", 128))
-    engines = recipe.get("vllm_num_engines", recipe.get("vllm.num_engines")) or 1
+    from rlexp.trainers.openrlhf.checks import stated_value
+
+    batch = stated_value(recipe, "train_batch_size", "train.batch_size") or 128
+    engines = stated_value(recipe, "vllm_num_engines", "vllm.num_engines") or 1
     return max(1, int(batch) // (2 * max(1, int(engines))))
 
 

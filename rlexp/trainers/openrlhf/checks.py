@@ -65,7 +65,7 @@ def check_openrlhf_max_new_tokens(version: str, recipe: dict[str, Any]) -> list[
                   "computes max_length - max_new_tokens and fails on the default None (fixed in 0.10.2)", REF)]
 
 
-def _stated(recipe: dict[str, Any], name: str, dotted: str) -> Any:
+def stated_value(recipe: dict[str, Any], name: str, dotted: str) -> Any:
     return recipe.get(name, recipe.get(dotted))
 
 
@@ -86,7 +86,7 @@ def check_openrlhf_env_errors(version: str, recipe: dict[str, Any]) -> list[Verd
                    "env_errors is logged and the SOP's guardrails.env_errors stop applies; an outage (error episodes "
                    "in a row, half an engine's share of a step) stops the run before a step of masked episodes "
                    "only, whose loss would be 0/0", REF)]
-    if _stated(recipe, "kl_target", "algo.kl.target") and not _stated(recipe, "use_kl_loss", "algo.kl.use_loss"):
+    if stated_value(recipe, "kl_target", "algo.kl.target") and not stated_value(recipe, "use_kl_loss", "algo.kl.use_loss"):
         found.append(check("agent.env_error_kl_target", ERROR,
                            f"OpenRLHF {version}: kl_target (the adaptive KL controller) without use_kl_loss on an "
                            "environment task: an environment-error episode has no action token, its KL mean is 0/0 "
