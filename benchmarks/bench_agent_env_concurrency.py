@@ -30,7 +30,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rlexp.core.environments import CalculatorEnv, register  # noqa: E402
+from rlexp.environments.interface import CalculatorEnv, register  # noqa: E402
 
 SLEEP_S = [0.05]
 
@@ -50,7 +50,7 @@ def problems(n: int) -> list[dict]:
 
 def scripted_reply(tokenizer: Any, prompt_ids: list[int]) -> list[int]:
     """The model's turn: ``calc A*B`` first, then the boxed product once the tool has answered."""
-    from rlexp.adapters.generation import encode_prompt
+    from rlexp.evaluation.generation import encode_prompt
 
     text = tokenizer.decode(prompt_ids, skip_special_tokens=True)
     head = text.split("=", 1)[0].split()[-1]  # the problem "A*B=" opens the conversation
@@ -226,7 +226,7 @@ def main() -> None:
     args = parser.parse_args()
     SLEEP_S[0] = args.sleep_ms / 1000.0
 
-    from rlexp.adapters.tinymodel import build_tokenizer
+    from rlexp.models.tiny import build_tokenizer
     from rlexp.trainers.verl import agent as agent_verl
     from rlexp.trainers.verl import releases as verl_releases
 

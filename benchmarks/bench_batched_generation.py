@@ -1,6 +1,6 @@
 """Batched KV-cache decoding vs one problem at a time (one request per problem once made every eval slow).
 
-Runs rlexp.adapters.generation.generate on the tiny local model over N problems (default 1,000) both ways,
+Runs rlexp.evaluation.generation.generate on the tiny local model over N problems (default 1,000) both ways,
 in the same process, and prints the speed-up ratio. Also checks both give the same tokens.
 The default of 16 new tokens is the demo's eval budget (`eval.max_tokens`): an answer
 `\\boxed{NNN}` plus EOS needs 10-12 tokens of the character tokenizer, so 8 would truncate.
@@ -32,8 +32,8 @@ def main() -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rlexp.adapters.generation import generate, render_prompt
-    from rlexp.adapters.tinymodel import build_tiny_model
+    from rlexp.evaluation.generation import generate, render_prompt
+    from rlexp.models.tiny import build_tiny_model
 
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:

@@ -1,9 +1,9 @@
 """`rlexp sop calibrate`: time per simulated study, the previous implementation vs the current one.
 
 Previous (the baseline, reproduced here): every study drawn problem by problem (N x K x 2 normal
-draws through the Gaussian copula, ``rlexp.core.calibrate.simulate_counts_per_problem``) and every
+draws through the Gaussian copula, ``rlexp.protocol.calibrate.simulate_counts_per_problem``) and every
 comparison whose delta could pass a gate bootstrapped with fresh draws (2,000 resamples, as the
-old default). Current: ``rlexp.core.calibrate.calibrate`` (the flip patterns drawn as multinomial
+old default). Current: ``rlexp.protocol.calibrate.calibrate`` (the flip patterns drawn as multinomial
 counts, the SOP's seeded interval computed once per distinct (b, c)). Both at N=1000, K=3, one
 correlation (0.6), both scenarios; the previous one on fewer studies, since it is slow. Prints the
 per-study times and their ratio, measured in the same run.
@@ -18,9 +18,9 @@ import time
 
 import numpy as np
 
-from rlexp.core import calibrate as cal
-from rlexp.core.gates import EPS
-from rlexp.core.sop import load_sop
+from rlexp.protocol import calibrate as cal
+from rlexp.protocol.gates import EPS
+from rlexp.spec.sop import load_sop
 
 
 def previous_bootstrap_low(b, c, n, resamples, confidence, rng):

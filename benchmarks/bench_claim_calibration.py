@@ -15,8 +15,8 @@ import argparse
 import json
 import time
 
-from rlexp.core.calibrate import CalibrationSettings, ClaimTargets, calibrate_claim
-from rlexp.core.sop import load_sop
+from rlexp.protocol.calibrate import CalibrationSettings, ClaimTargets, calibrate_claim
+from rlexp.spec.sop import load_sop
 
 
 def main() -> None:

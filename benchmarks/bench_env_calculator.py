@@ -37,9 +37,9 @@ def problems(n: int, seed: int) -> list[dict]:
 
 
 def sft_trajectory(tok, p):
-    from rlexp.adapters.episodes import render_user_turn
-    from rlexp.adapters.generation import encode_prompt, render_prompt
-    from rlexp.core.environments import TrajectoryBuilder
+    from rlexp.environments.episodes import render_user_turn
+    from rlexp.environments.interface import TrajectoryBuilder
+    from rlexp.evaluation.generation import encode_prompt, render_prompt
 
     b = TrajectoryBuilder(encode_prompt(tok, render_prompt(tok, p["prompt"], "")))
     b.add_agent(encode_prompt(tok, f"calc {p['a']}*{p['b']}") + [tok.eos_token_id])
@@ -61,9 +61,9 @@ def main() -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rlexp.adapters.episodes import SlotCache, run_episodes
-    from rlexp.adapters.tinymodel import build_tiny_model
-    from rlexp.core.environments import Budgets, parse_rows
+    from rlexp.environments.episodes import SlotCache, run_episodes
+    from rlexp.environments.interface import Budgets, parse_rows
+    from rlexp.models.tiny import build_tiny_model
     from rlexp.trainers.local.config import EnvTrainingOptions
     from rlexp.trainers.local.env_train import collect_env_rollout, pack_trajectories
     from rlexp.trainers.local.loss import loss_for, masked_mean

@@ -1,7 +1,7 @@
 """The local eval engine's torch thread count: 1 thread vs 2 on this machine, wall and CPU time, in one run.
 
 Each arm is a fresh process (torch's thread pool is fixed once it has run) that builds the tiny model,
-then decodes N problems greedily through ``rlexp.adapters.generation.generate`` in the engine's batches
+then decodes N problems greedily through ``rlexp.evaluation.generation.generate`` in the engine's batches
 (``RLEXP_TORCH_THREADS`` set as the engine reads it). The arms alternate (1, 2, 1, 2, …) so a load that
 comes and goes on the machine falls on both; the median of each arm is reported, with the ratio. Run it on
 an idle machine to choose the default, and on a loaded one to see what a busy machine costs.
@@ -27,9 +27,9 @@ import json, os, resource, sys, tempfile, time
 from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
-from rlexp.adapters.generation import generate, render_prompt
-from rlexp.adapters.tinymodel import build_tiny_model
-from rlexp.adapters.generation import pin_torch_threads
+from rlexp.evaluation.generation import generate, render_prompt
+from rlexp.models.tiny import build_tiny_model
+from rlexp.evaluation.generation import pin_torch_threads
 
 threads = pin_torch_threads()
 with tempfile.TemporaryDirectory() as tmp:

@@ -1,4 +1,4 @@
-"""Answer extraction on degenerate outputs: rlexp.core.answers (parser version 2, one pass with a stack
+"""Answer extraction on degenerate outputs: rlexp.evaluation.answers (parser version 2, one pass with a stack
 of open boxes) vs the brace matcher of parser version 1, measured in the same run.
 
 The input is the worst case of version 1: ``\\boxed{`` repeated and never closed (a degenerate
@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import time
 
-from rlexp.core.answers import extract_answer
+from rlexp.evaluation.answers import extract_answer
 
 UNIT = r"\boxed{"
 BASELINE_CHARS, LARGE_CHARS, REPEATS = 20_000, 1_000_000, 5

@@ -34,9 +34,9 @@ PAIR = ("d1", "d1s2")
 def small_pair(exp: Path) -> None:
     import dataclasses
 
-    from rlexp.adapters.tinymodel import build_tiny_model
+    from rlexp.experiment.datasets import build_task_datasets
+    from rlexp.models.tiny import build_tiny_model
     from rlexp.stages.demo import DemoConfig, attempt_specs
-    from rlexp.storage.datasets import build_task_datasets
 
     config = dataclasses.replace(DemoConfig.fast(), monitor_size=10, primary_size=24, id_size=12, sanity_size=4)
     datasets = build_task_datasets(exp / "data", seed=0, pool_size=config.pool_size, monitor_size=config.monitor_size,

@@ -29,8 +29,8 @@ def main() -> int:
     parser.add_argument("--dir", type=Path, default=None)
     args = parser.parse_args()
 
-    from rlexp.core.numbers import sha256_text
-    from rlexp.storage.records import IDENTITY_KEYS, RecordWriter, make_record
+    from rlexp.experiment.records import IDENTITY_KEYS, RecordWriter, make_record
+    from rlexp.numbers import sha256_text
 
     problems = [{"problem_hash": sha256_text(f"{i}+{2 * i}="), "answer": str(3 * i), "bucket": "b"}
                 for i in range(args.records)]

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/bench_rollout.py [--model DIR] [--B 16] [--G 8] [--tokens 16] [--threads 1] [--repeats 3]
 
 Both sides run in the same process on the same prompts, the same model and the same decoding
-settings (temperature 1.0, ``rlexp.adapters.generation.generate``, the trainer's rollout path); only
+settings (temperature 1.0, ``rlexp.evaluation.generation.generate``, the trainer's rollout path); only
 ``batch_size`` differs. Without ``--model`` the untrained tiny model is built in a temporary
 directory (it rarely emits EOS, so nearly every sample runs to ``--tokens`` tokens; the rates
 count the tokens actually decoded). Prints completion tokens/s of each and their ratio.
@@ -34,9 +34,9 @@ def main() -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rlexp.adapters.generation import generate, render_prompt
-    from rlexp.adapters.tinymodel import build_tiny_model
-    from rlexp.core.task import ArithmeticTask, reservoir_sample
+    from rlexp.evaluation.arithmetic_task import ArithmeticTask, reservoir_sample
+    from rlexp.evaluation.generation import generate, render_prompt
+    from rlexp.models.tiny import build_tiny_model
 
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:

@@ -8,7 +8,7 @@ with a LoRA adapter of rank 16 on every projection whose B is not zero) and the 
 samples at temperature 0.7 through :func:`rlexp.trainers.local.train.collect_rollout`:
 
 - ``RLEXP_ROLLOUT_ENGINE=transformers``: the policy's own ``generate``;
-- ``RLEXP_ROLLOUT_ENGINE=vllm``: one ``vllm serve`` (:class:`rlexp.engines.vllm_server.VllmRolloutServer`),
+- ``RLEXP_ROLLOUT_ENGINE=vllm``: one ``vllm serve`` (:class:`rlexp.evaluation.engines.vllm_server.VllmRolloutServer`),
   the step's adapter saved and loaded into it (:func:`rlexp.trainers.local.train.sync_adapter`, counted
   in the step), then the server decodes.
 
@@ -47,8 +47,8 @@ def main() -> None:
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rlexp.adapters.base_models import converted_dir, fetch_published
-    from rlexp.core.math_task import MATH_PROMPT_SUFFIX, gsm_generators, gsm_problem
+    from rlexp.evaluation.math_task import MATH_PROMPT_SUFFIX, gsm_generators, gsm_problem
+    from rlexp.models.base_models import converted_dir, fetch_published
     from rlexp.trainers.local.config import TrainerConfig
     from rlexp.trainers.local.train import collect_rollout, start_rollout_server, sync_adapter
 
@@ -68,7 +68,7 @@ def main() -> None:
                         generate_max_len=args.tokens, temperature=0.7, lora_rank=16, lora_alpha=32)
     model.eval()
 
-    import rlexp.adapters.generation as generation
+    import rlexp.evaluation.generation as generation
 
     decode_s = [0.0]
 

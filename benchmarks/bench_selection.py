@@ -4,7 +4,7 @@ Each study draws N = 1000 problems, a baseline and K = 3 correlated checkpoints 
 (the binary model of ``rlexp sop calibrate``, written out again here: baseline accuracy drawn in
 [0.67, 0.74], 12% discordance, checkpoint k flipping a problem through a Gaussian copula with
 correlation ρ so that its true Δ is μ_k), then estimates the winner's Δ three ways: the raw Δ, AKM's
-conditional estimate and their hybrid (β = α/10), both from ``rlexp.core.selection.winner_inference``
+conditional estimate and their hybrid (β = α/10), both from ``rlexp.protocol.selection.winner_inference``
 on the Δ's and the covariance of the per-problem differences, as ``decide`` does. The truth is the
 winner's μ_k, known to the simulation. Printed per row, each with its Monte-Carlo standard error
 (± one SE): mean error (bias), median error, RMSE, coverage of the 95% interval, median and 90th
@@ -23,7 +23,7 @@ import time
 import numpy as np
 from scipy.special import ndtri
 
-from rlexp.core.selection import winner_inference
+from rlexp.protocol.selection import winner_inference
 
 TRUTHS = {"equal (+2, +2, +2)": (2.0, 2.0, 2.0), "unequal (+3, +1.5, 0)": (3.0, 1.5, 0.0),
           "close (+2.5, +2.2, +2)": (2.5, 2.2, 2.0)}

@@ -8,11 +8,11 @@ One run, both sides, the same prompts and model (the published Q4_1 GGUF, conver
 ``.venv-vllm``'s Python (``--vllm-side``) for vLLM, handing over the prompts' token ids.
 
 - **eval**: greedy decoding of ``--problems`` GSM-Symbolic prompts, ``--eval-tokens`` new tokens at
-  most; transformers through :class:`rlexp.engines.local.LocalEngine` (the base model), vLLM through
+  most; transformers through :class:`rlexp.evaluation.engines.local.LocalEngine` (the base model), vLLM through
   ``LLM.generate`` (float32, eager). Also counts the outputs that are token-identical.
 - **rollout**: ``--steps`` global steps of the local trainer's rollout, B prompts x G samples at
   temperature 0.7 with a LoRA adapter on all seven projections: transformers decodes with the peft
-  model (:func:`rlexp.adapters.generation.generate`, as ``collect_rollout`` does); vLLM gets the
+  model (:func:`rlexp.evaluation.generation.generate`, as ``collect_rollout`` does); vLLM gets the
   weights as OpenRLHF syncs LoRA to its vLLM engines: the adapter saved to disk and loaded by a new
   ``LoRARequest`` every step (a load per step is counted in the step's time).
 
@@ -42,8 +42,8 @@ def transformers_side(args, model_dir: Path, prompts: list[list[int]], adapter_d
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from rlexp.adapters.generation import generate_ids
-    from rlexp.engines.local import LocalEngine
+    from rlexp.evaluation.engines.local import LocalEngine
+    from rlexp.evaluation.generation import generate_ids
 
     torch.set_num_threads(args.threads)
     os.environ["RLEXP_TORCH_THREADS"] = str(args.threads)
@@ -120,9 +120,9 @@ def main() -> None:
 
     from transformers import AutoTokenizer
 
-    from rlexp.adapters.base_models import converted_dir, fetch_published
-    from rlexp.adapters.generation import encode_prompt, render_prompt
-    from rlexp.core.math_task import MATH_PROMPT_SUFFIX, gsm_generators, gsm_problem
+    from rlexp.evaluation.generation import encode_prompt, render_prompt
+    from rlexp.evaluation.math_task import MATH_PROMPT_SUFFIX, gsm_generators, gsm_problem
+    from rlexp.models.base_models import converted_dir, fetch_published
 
     model_dir = converted_dir(fetch_published("smollm2"))
     tokenizer = AutoTokenizer.from_pretrained(model_dir)

@@ -4,7 +4,7 @@ after the pin's selection correction (`decision.json`'s `sota_reuse`).
 The pin is the best of K = 3 checkpoints of one run on OOD-1000, so its observed accuracy on those
 problems overstates its true accuracy (the winner's curse), and every later Δ against it on the same
 problems starts low by as much. `rlexp decide` records, when it pins, the pin's selection correction
-(its raw Δ minus its selection-adjusted Δ, `rlexp.core.selection`), and adds it to Δ vs SOTA.
+(its raw Δ minus its selection-adjusted Δ, `rlexp.protocol.selection`), and adds it to Δ vs SOTA.
 
 Each study draws, problem by problem (the binary model of `rlexp sop calibrate`: N = 1000, baseline
 accuracy U(0.67, 0.74), 12% discordance, K = 3 checkpoints flipping through a Gaussian copula with
@@ -27,7 +27,7 @@ import numpy as np
 from scipy.special import ndtri
 from scipy.stats import binom
 
-from rlexp.core.selection import winner_inference
+from rlexp.protocol.selection import winner_inference
 
 
 def flips(y0, p0, effect, rng, k, rho, discordance=0.12):

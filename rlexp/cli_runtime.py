@@ -73,7 +73,7 @@ def _run_first(exc: InputError) -> str:
     """A missing file of the experiment directory names the command that writes it."""
     if exc.message != "file not found" or not exc.file:
         return ""
-    from rlexp.storage.layout import producer_of
+    from rlexp.experiment.layout import producer_of
 
     producer = producer_of(exc.file)
     return f" (run `{producer}` first)" if producer else ""

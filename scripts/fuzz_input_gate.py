@@ -33,7 +33,7 @@ def main() -> int:
     os.environ.pop("RLEXP_STUDY_STORAGE", None)
     import fuzz_gate
 
-    from rlexp.adapters.tinymodel import build_tiny_model
+    from rlexp.models.tiny import build_tiny_model
 
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:

@@ -27,7 +27,7 @@ def main() -> int:
     sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
     from input_fixture import build_experiment
 
-    from rlexp.adapters.tinymodel import build_tiny_model
+    from rlexp.models.tiny import build_tiny_model
 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     env.pop("MLFLOW_TRACKING_URI", None)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import string
 from pathlib import Path
 
-from rlexp.core.environments import BaseEnvironment, StepResult, register
+from rlexp.environments.interface import BaseEnvironment, StepResult, register
 
 TEMPLATES = Path(__file__).parent / "data" / "chat_templates"
 
@@ -70,7 +70,7 @@ TRAILING = {"smollm2": "\n", "llama3.1": "", "tiny": ""}
 
 def tokenizer_for(name):
     if name == "tiny":
-        from rlexp.adapters.tinymodel import build_tokenizer
+        from rlexp.models.tiny import build_tokenizer
 
         return build_tokenizer()
     return build(name)
@@ -78,7 +78,7 @@ def tokenizer_for(name):
 
 def scripted_turns(tokenizer, actions):
     """A turn generator answering turn k with ``actions[k]`` + EOS, for every episode."""
-    from rlexp.adapters.generation import Completion
+    from rlexp.evaluation.generation import Completion
 
     calls = []
 

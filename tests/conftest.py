@@ -14,8 +14,8 @@ import pytest  # noqa: E402
 
 @pytest.fixture(scope="session")
 def tiny_base_model(tmp_path_factory):
-    """The untrained tiny model of rlexp.adapters.tinymodel (seconds to build), shared by the session."""
-    from rlexp.adapters.tinymodel import build_tiny_model
+    """The untrained tiny model of rlexp.models.tiny (seconds to build), shared by the session."""
+    from rlexp.models.tiny import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny") / "tiny-base", seed=0)
 

@@ -319,7 +319,7 @@ def lowered_limits(limit: int | None):
     if limit is None:
         yield
         return
-    from rlexp.storage import files
+    from rlexp.experiment import files
 
     saved = (files.MAX_DOCUMENT_BYTES, files.MAX_JSONL_BYTES, files.MAX_MEMBER_BYTES)
     files.MAX_DOCUMENT_BYTES = files.MAX_JSONL_BYTES = files.MAX_MEMBER_BYTES = limit
@@ -353,17 +353,17 @@ def tree_digest(root: Path) -> dict[str, str]:
 
 def readers(exp: Path) -> dict[str, tuple[list[str], Callable[[Path], Any]]]:
     """Reader name -> (the experiment files it reads, how to read one)."""
-    from rlexp.adapters.harnesses import read_items
-    from rlexp.adapters.ingest import read_metrics
-    from rlexp.core.sop import load_sop
-    from rlexp.core.spec import load_attempt
+    from rlexp.evaluation.harnesses import read_items
+    from rlexp.experiment import files
+    from rlexp.experiment.datasets import check_dataset_rows, read_dataset
+    from rlexp.experiment.layout import AttemptDir
+    from rlexp.experiment.ledger import read_ledger, read_sota
+    from rlexp.experiment.paired import read_paired_records
+    from rlexp.experiment.records import read_meta, read_records
+    from rlexp.spec import load_attempt
+    from rlexp.spec.sop import load_sop
     from rlexp.stages.ladder import load_ladder
-    from rlexp.storage import files
-    from rlexp.storage.datasets import check_dataset_rows, read_dataset
-    from rlexp.storage.layout import AttemptDir
-    from rlexp.storage.ledger import read_ledger, read_sota
-    from rlexp.storage.paired import read_paired_records
-    from rlexp.storage.records import read_meta, read_records
+    from rlexp.training.ingest import read_metrics
 
     a2 = AttemptDir(exp / "a2")
     return {

@@ -19,10 +19,10 @@ MAX_TOKENS = 64
 def build(root: Path) -> Path:
     import yaml
 
-    from rlexp.core.math_task import MathTaskSizes
+    from rlexp.evaluation.math_task import MathTaskSizes
+    from rlexp.experiment.files import atomic_write_text
     from rlexp.stages.demo_real import RealDemoConfig, _base_model, _datasets, attempt_spec
     from rlexp.stages.guard import guard
-    from rlexp.storage.files import atomic_write_text
 
     experiment = root / "experiments" / "demo-smollm2-vllm"
     config = RealDemoConfig(sizes=MathTaskSizes(pool=4, ood_monitor=2, ood_primary=PROBLEMS, id=2, sanity=2))

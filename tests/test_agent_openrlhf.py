@@ -2,7 +2,7 @@
 generated agent file against a real engine: the demo tool task's base model (a few supervision
 steps of ``rlexp demo --task tools``'s builder) behind OpenRLHF's ``llm_engine.generate`` contract,
 greedy. Its ``observation_tokens``, ``action_ranges``, ``reward`` and ``scores`` must equal rlexp's
-own rollout (:func:`rlexp.adapters.episodes.run_episodes` with OpenRLHF's budget, ``max_length``) of
+own rollout (:func:`rlexp.environments.episodes.run_episodes` with OpenRLHF's budget, ``max_length``) of
 the same episodes — for every distinct ``openrlhf/utils/agent.py`` among the listed releases.
 
 The reference is rlexp's rollout, an independent implementation (batched generation, its own
@@ -114,7 +114,7 @@ class LocalEngine:
         return await self._generate(prompt_token_ids, sampling_params)
 
     async def _generate(self, prompt_token_ids, sampling_params):
-        from rlexp.adapters.generation import generate_ids
+        from rlexp.evaluation.generation import generate_ids
 
         await asyncio.sleep(0)  # a request yields, as vLLM's does: the episodes of a batch interleave
         assert sampling_params.temperature == 0.0 and sampling_params.max_tokens >= 1
@@ -149,7 +149,7 @@ def engine_for(version: str, model, tokenizer) -> LocalEngine:
 # shaped reward per tool call, so the executor's sum over turns is exercised (the calculator's
 # tool turns are worth 0).
 SHAPED_ENV = textwrap.dedent('''
-    from rlexp.core.environments import CalculatorEnv, StepResult
+    from rlexp.environments.interface import CalculatorEnv, StepResult
 
 
     class ShapedCalculator(CalculatorEnv):
@@ -191,8 +191,8 @@ def demo(tmp_path_factory):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from rlexp.experiment.datasets import read_dataset
     from rlexp.stages.demo_tools import ToolsDemoConfig, build_base, build_datasets
-    from rlexp.storage.datasets import read_dataset
 
     root = tmp_path_factory.mktemp("tools")
     config = dataclasses.replace(ToolsDemoConfig.fast(), sft_steps=60, sft_batch=16, sizes=(64, 4, N_EPISODES, 4, 4),
@@ -228,8 +228,8 @@ MAX_NEW_TOKENS = {"roomy": 14, "tight": 14, "cut": 11, "one_turn": 14, "env_erro
 
 
 def rlexp_rollout(demo, env, config, max_turns, max_length):
-    from rlexp.adapters.episodes import run_episodes
-    from rlexp.core.environments import Budgets, rows_from_dataset
+    from rlexp.environments.episodes import run_episodes
+    from rlexp.environments.interface import Budgets, rows_from_dataset
 
     rows = rows_from_dataset(demo["records"], default_env=env, default_config=config)
     budgets = Budgets(max_turns=max_turns, max_tokens_per_turn=1, max_total_tokens=1)  # unused with max_length
@@ -275,7 +275,7 @@ def test_the_reference_episodes_end_every_way(references):
 def expected_logs(ref) -> dict[str, float]:
     """One episode's extra_logs as rlexp's own trajectory counts them (env_latency_s_per_episode
     aside: a wall-clock time)."""
-    from rlexp.core.environments import FINISH_REASONS
+    from rlexp.environments.interface import FINISH_REASONS
 
     return {"turns_per_episode": len(ref.turns), "tool_calls_per_episode": ref.tool_calls,
             "env_errors": float(ref.finish_reason == "env_error"), "episode_return": ref.episode_return,
@@ -434,12 +434,12 @@ def assert_logged_as_rlexp(version, outputs, references, monkeypatch):
     """The batch's episodes, through the release's own code into ``experience.info`` and averaged
     by its own ``ppo_train``, logged as ppo_trainer.py logs a step (``✨ Global step N: {status}``),
     read back by rlexp's reader: the local trainer's names carry rlexp's own metrics of the same
-    episodes (:func:`rlexp.core.environments.episode_metrics`)."""
+    episodes (:func:`rlexp.environments.interface.episode_metrics`)."""
     import torch
 
-    from rlexp.core.environments import episode_metrics
-    from rlexp.core.trainers.metric_logs import read_openrlhf_console
-    from rlexp.core.trainers.metric_names import EPISODE_METRICS
+    from rlexp.environments.interface import episode_metrics
+    from rlexp.training.metric_logs import read_openrlhf_console
+    from rlexp.training.metric_names import EPISODE_METRICS
 
     process = release_experience_function(version)
     infos = [process(None, out, prompt_max_len=1024, max_new_tokens=1024, max_len=2048).info for out in outputs]
@@ -504,7 +504,7 @@ def test_environments_are_pooled_at_module_level(demo, tmp_path):
 def test_unset_max_new_tokens_breaks_the_executor_before_0_10_2(version, demo, tmp_path):
     """OpenRLHF 0.9.8 made ``max_new_tokens`` optional (None: "dynamic"); the multi-turn executor
     computes ``max_length - max_tokens`` and fails on None until 0.10.2 (``... or 1``). rlexp's
-    plan requires the flag on those releases (rlexp.core.agentic_checks)."""
+    plan requires the flag on those releases (rlexp.protocol.agentic_checks)."""
     from rlexp.trainers.openrlhf.checks import openrlhf_needs_max_new_tokens
     from rlexp.trainers.openrlhf.parser import version_key
 
@@ -608,7 +608,7 @@ def test_environment_steps_run_off_the_event_loop(demo, tmp_path):
     runs the environment, so a slow tool does not hold up the engine's other episodes."""
     import threading
 
-    from rlexp.core.environments import CalculatorEnv
+    from rlexp.environments.interface import CalculatorEnv
 
     seen = []
 

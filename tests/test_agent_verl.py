@@ -169,7 +169,7 @@ class LocalServer:
         self.with_logprobs = with_logprobs
 
     async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs):
-        from rlexp.adapters.generation import generate_ids
+        from rlexp.evaluation.generation import generate_ids
 
         await asyncio.sleep(0)
         assert sampling_params["temperature"] == 0
@@ -191,8 +191,8 @@ def demo(tmp_path_factory):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from rlexp.experiment.datasets import read_dataset
     from rlexp.stages.demo_tools import ToolsDemoConfig, build_base, build_datasets
-    from rlexp.storage.datasets import read_dataset
 
     root = tmp_path_factory.mktemp("tools")
     config = dataclasses.replace(ToolsDemoConfig.fast(), sft_steps=100, sft_batch=16, sizes=(64, 4, N_EPISODES, 4, 4),
@@ -208,7 +208,7 @@ PROMPT_LENGTH = 32
 
 # An environment outside rlexp whose reset fails for about half the tasks (imported by path)
 BROKEN_ENV = """
-from rlexp.core.environments import CalculatorEnv
+from rlexp.environments.interface import CalculatorEnv
 
 
 class BrokenResetCalculator(CalculatorEnv):
@@ -247,8 +247,8 @@ def play_loop(verl_module, demo, with_logprobs=False):
 
 
 def test_the_loop_plays_rlexps_episodes(wheel, verl_module, generated, demo, tmp_path, monkeypatch):
-    from rlexp.adapters.episodes import run_episodes
-    from rlexp.core.environments import Budgets, rows_from_dataset
+    from rlexp.environments.episodes import run_episodes
+    from rlexp.environments.interface import Budgets, rows_from_dataset
 
     (tmp_path / "broken_env_mod.py").write_text(BROKEN_ENV)
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -348,9 +348,9 @@ def assert_logged_as_rlexp(wheel, outputs, references):
     """The batch through verl's own ``compute_data_metrics`` (``trainer/ppo/metric_utils.py``),
     printed by its console logger (``utils/logger/aggregate_logger.py::concat_dict_to_str``), read
     back by rlexp's reader: the local trainer's names carry rlexp's own metrics of the same episodes
-    (:func:`rlexp.core.environments.episode_metrics`), the return as ``reward`` over the episodes
+    (:func:`rlexp.environments.interface.episode_metrics`), the return as ``reward`` over the episodes
     that have a response."""
-    from rlexp.core.environments import episode_metrics
+    from rlexp.environments.interface import episode_metrics
     from rlexp.trainers.verl.metrics import read_verl_console
 
     compute = release_functions(wheel, ("compute_data_metrics", "_compute_response_info"), "verl/trainer/ppo/metric_utils.py")
@@ -487,8 +487,9 @@ def test_rlexps_chatml_episode_is_what_verls_own_qwen_token_builder_builds(wheel
     """verl 0.9.1's own multi-turn tokenisation (``QwenContinuousTokenBuilder``: the suffix diff of
     two renderings, plus the newline it inserts after a generation that stopped at ``<|im_end|>``)
     on SmolLM2's ChatML template gives the ids of rlexp's rollout of the same episode."""
-    from rlexp.adapters import episodes, generation
-    from rlexp.core.environments import Budgets, parse_rows
+    from rlexp.environments import episodes
+    from rlexp.environments.interface import Budgets, parse_rows
+    from rlexp.evaluation import generation
     from tests.chat_templates import ACTIONS, FEEDBACKS, scripted_turns, tokenizer_for
 
     tokenizer = tokenizer_for("smollm2")
@@ -586,7 +587,7 @@ def test_environment_steps_run_off_the_event_loop(verl_module, generated, demo, 
     """reset and step run in worker threads: the event loop's thread never runs the environment."""
     import threading
 
-    from rlexp.core.environments import CalculatorEnv
+    from rlexp.environments.interface import CalculatorEnv
 
     seen = []
 

@@ -1,4 +1,4 @@
-"""Plan rules for agentic recipes (rlexp.core.agentic_checks) and ``rlexp plan`` on such recipes.
+"""Plan rules for agentic recipes (rlexp.protocol.agentic_checks) and ``rlexp plan`` on such recipes.
 
 Reference numbers come from the trainers' sources: OpenRLHF's ``max_length`` (``max_len``,
 default 2048, from 0.9.8; ``prompt_max_len + generate_max_len``, 1024 each, before —
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rlexp.core import agentic_checks as ac
+from rlexp.protocol import agentic_checks as ac
 from rlexp.trainers import rules as trainer_rules
 from rlexp.trainers.openrlhf import checks as openrlhf_checks
 
@@ -85,7 +85,7 @@ def test_gspo_left_at_the_token_clip_is_a_warning():
 def _experiment(tmp_path: Path, trainer: dict, recipe: dict, environment: dict) -> Path:
     data = tmp_path / "exp" / "data"
     data.mkdir(parents=True)
-    from rlexp.core.task import problem_hash
+    from rlexp.evaluation.arithmetic_task import problem_hash
 
     sizes = {"pool": 64, "ood_monitor": 8, "ood_primary": 40, "id": 8, "sanity": 4}
     n = 0
@@ -190,9 +190,9 @@ def test_launch_writes_the_adapter_files_beside_the_argv(tmp_path):
     the agent file OpenRLHF loads — by the release's own loader rules — and verl's loop and YAML."""
     import shutil
 
+    from rlexp.experiment.layout import AttemptDir
     from rlexp.stages.demo_tools import ToolsDemoConfig, build_datasets
     from rlexp.stages.launch import prepare, write_launch_files
-    from rlexp.storage.layout import AttemptDir
     from rlexp.trainers.openrlhf import agent as agent_openrlhf
     from rlexp.trainers.verl import agent as agent_verl
 
@@ -239,7 +239,7 @@ def test_a_row_naming_another_environment_is_refused_at_launch(attempt_id, tmp_p
 def _att(trainer, version, recipe, **env):
     from types import SimpleNamespace
 
-    from rlexp.core.spec import EnvironmentSettings
+    from rlexp.spec import EnvironmentSettings
 
     settings = EnvironmentSettings(**{"name": "calculator", "max_turns": 3, "max_tokens_per_turn": 100,
                                       "max_total_tokens": 300, **env})

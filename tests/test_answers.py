@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlexp.core.answers import (
+from rlexp.evaluation.answers import (
     ANSWERED_METHODS,
     PARSE_METHODS,
     extract_answer,

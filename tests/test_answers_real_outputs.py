@@ -15,7 +15,7 @@ ROWS = [json.loads(line) for line in
 
 
 def test_the_stated_answer_is_extracted_from_every_finished_chain():
-    from rlexp.core.answers import extract_answer
+    from rlexp.evaluation.answers import extract_answer
 
     finished = [r for r in ROWS if r["finish_reason"] == "stop"]
     assert len(finished) == 18
@@ -26,7 +26,7 @@ def test_the_stated_answer_is_extracted_from_every_finished_chain():
 
 
 def test_math_verify_grades_each_finished_chain_by_its_stated_answer():
-    from rlexp.core.answers import grade_output
+    from rlexp.evaluation.answers import grade_output
 
     for row in ROWS:
         if row["finish_reason"] != "stop":
@@ -40,8 +40,8 @@ def test_truncation_is_the_finish_reason_not_the_text():
     """A cut output is known by its finish reason and its full budget; its text can still end in a
     number (row 9 ends "12. Now," and 12 is the gold), which is why G2 counts truncation from
     ``finish_reason`` and the record keeps it."""
-    from rlexp.core.answers import extract_answer
-    from rlexp.storage.records import make_record
+    from rlexp.evaluation.answers import extract_answer
+    from rlexp.experiment.records import make_record
 
     cut = [r for r in ROWS if r["finish_reason"] == "length"]
     assert [r["seed"] for r in cut] == [1, 9, 17] and all(r["completion_tokens"] == 256 for r in cut)

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlexp.core.answers import PARSE_FAILURES, extract_answer, grade_output
+from rlexp.evaluation.answers import PARSE_FAILURES, extract_answer, grade_output
 
 # (model output, gold, correct in exact mode, parse method)
 HARD_CASES = [

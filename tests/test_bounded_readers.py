@@ -1,4 +1,4 @@
-"""The bounded readers of rlexp.storage.files and the harness readers built on them: special files
+"""The bounded readers of rlexp.experiment.files and the harness readers built on them: special files
 refused before opening, integers past Python's int-string limit and non-finite numbers refused as
 "number too large" with file and field, lone surrogates, long values cut in the one-line message,
 and ``.eval`` archive members bounded by what they decompress to."""
@@ -15,7 +15,7 @@ import pytest
 
 from rlexp.cli import main
 from rlexp.errors import InputError
-from rlexp.storage import files as F
+from rlexp.experiment import files as F
 
 
 def refusal(fn, *args) -> str:

@@ -15,10 +15,10 @@ from hypothesis import strategies as st
 
 from rlexp import stats
 from rlexp.cli import main
-from rlexp.core import calibrate as cal
-from rlexp.core import gates
-from rlexp.core.decision import AttemptFacts, DecideInputs, decide
-from rlexp.core.sop import load_sop
+from rlexp.protocol import calibrate as cal
+from rlexp.protocol import gates
+from rlexp.protocol.decision import AttemptFacts, DecideInputs, decide
+from rlexp.spec.sop import load_sop
 
 SOP = load_sop()
 

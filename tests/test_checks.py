@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rlexp.core.checks import ERROR, WARNING, gpu_layout, has_errors, preflight
-from rlexp.core.spec import load_attempt
 from rlexp.errors import InputError
+from rlexp.protocol.checks import ERROR, WARNING, gpu_layout, has_errors, preflight
+from rlexp.spec import load_attempt
 
 # The A29B recipe (experiments/seed-a30/a29b): the fixed recipe every incident below is a variation of.
 A29B_RECIPE = {

@@ -14,11 +14,11 @@ from scipy.special import ndtri
 from scipy.stats import binom
 
 from rlexp.cli import main
-from rlexp.core import calibrate as cal
-from rlexp.core import gates
-from rlexp.core.decision import AttemptFacts, DecideInputs, calibration_line, decide
-from rlexp.core.selection import difference_covariance
-from rlexp.core.sop import SOP_DIR, load_sop
+from rlexp.protocol import calibrate as cal
+from rlexp.protocol import gates
+from rlexp.protocol.decision import AttemptFacts, DecideInputs, calibration_line, decide
+from rlexp.protocol.selection import difference_covariance
+from rlexp.spec.sop import SOP_DIR, load_sop
 
 SOP = load_sop()
 V22 = load_sop(SOP_DIR / "sop-v2.2.yaml")
@@ -251,7 +251,7 @@ def test_the_v22_rates_quoted_in_the_readme_against_an_independent_simulation(rh
 
 
 def test_a_stop_1_pin_records_its_selection_correction_and_reports_read_the_decisions_sop():
-    from rlexp.core.sop import shipped_sop
+    from rlexp.spec.sop import shipped_sop
 
     y0, runs = draw_outcomes(6.0, 0.6, 1, seed=8)
     sibling = Sibling("seed2", None, "r", "pool", 2, "baseline_s0", 6.0, 6.0)

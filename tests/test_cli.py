@@ -16,7 +16,7 @@ def test_unknown_option_is_a_usage_error(capsys):
 
 def test_a_failing_eval_server_is_one_line_exit_2(monkeypatch, capsys, tmp_path):
     import rlexp.stages.evaluate
-    from rlexp.engines.openai import ServerError
+    from rlexp.evaluation.engines.openai import ServerError
 
     def failing(*args, **kwargs):
         raise ServerError("http://127.0.0.1:9/v1/completions: HTTP 401:\n unauthorized")
@@ -36,7 +36,7 @@ def test_missing_files_are_one_line_exit_2(argv, capsys):
 
 
 def test_a_missing_file_of_the_layout_names_the_command_that_writes_it(tmp_path, capsys):
-    from rlexp.storage.layout import producer_of
+    from rlexp.experiment.layout import producer_of
 
     attempt = tmp_path / "exp" / "a1"
     assert producer_of(attempt / "plan.json") == "rlexp plan"

@@ -8,8 +8,8 @@ import json
 import shutil
 from pathlib import Path
 
-from rlexp.adapters.harnesses import Choice, read_items
 from rlexp.cli import main
+from rlexp.evaluation.harnesses import Choice, read_items
 
 DATA = Path(__file__).parent / "data" / "interop"
 POINTER = "version https://git-lfs.github.com/spec/v1\noid sha256:{}\nsize 48213\n".format("0" * 64)

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from rlexp.core.spec import load_attempt
 from rlexp.errors import InputError
+from rlexp.spec import load_attempt
 
 KEY = "sk-proj-T3stK3y0nlyF0rTh1sTest9"
 BASE = ('id: a1\ntrainer: {name: local, version: "0.11.0"}\nrecipe: {pretrain: models/tiny-base}\n'
@@ -123,7 +123,7 @@ def test_a_key_given_by_env_reaches_the_judge_and_no_file(eval_experiment, monke
 
 
 def test_a_key_in_a_dataset_rows_config_is_refused():
-    from rlexp.core.environments import parse_rows
+    from rlexp.environments.interface import parse_rows
 
     rows = [{"env": "calculator", "config": {"max_calls": 1}, "task": {"prompt": "1+1="}},
             {"env": "calculator", "config": {"auth": {"api_key": "abc123"}}, "task": {"prompt": "2+2="}}]

@@ -9,8 +9,8 @@ import pytest
 
 from rlexp.cli import main
 from rlexp.errors import InputError
+from rlexp.experiment.ledger import read_ledger, read_sota
 from rlexp.stages.decide import decide
-from rlexp.storage.ledger import read_ledger, read_sota
 
 NOW = "2026-01-01T00:00:00Z"
 
@@ -306,7 +306,7 @@ def test_fault_tree_reads_metrics_diagnostics(exp):
 
 
 def test_ledger_and_pin_files_are_read_strictly(exp):
-    from rlexp.storage.ledger import LedgerEntry, latest_by_attempt, record_decision
+    from rlexp.experiment.ledger import LedgerEntry, latest_by_attempt, record_decision
 
     entry = LedgerEntry("x1", None, ("eps_clip",), "P", 3200, None, "R", 1, "global_step200", "baseline_s0",
                         0.5, (-1.0, 2.0), 0.6, "CONTINUE", "v2.1-final", NOW)
@@ -330,7 +330,7 @@ def test_ledger_and_pin_files_are_read_strictly(exp):
 
 
 def test_a_selection_made_under_another_sop_file_is_flagged(exp):
-    from rlexp.core.sop import load_sop
+    from rlexp.spec.sop import load_sop
 
     d = make_attempt(exp, "s1", "a29", {"eps_clip": 0.1}, decide_steps=(200,))
     evaluated(d, {"global_step200": (40, 80)})
@@ -344,10 +344,10 @@ def test_a_selection_made_under_another_sop_file_is_flagged(exp):
 
 # decide's writers, each made to fail once: (module, name, which call fails)
 DECIDE_WRITERS = {
-    "paired records": ("rlexp.storage.paired", "write_paired_records", 2),
-    "ledger line": ("rlexp.storage.ledger", "append_jsonl", 1),
-    "decision.json": ("rlexp.storage.files", "atomic_write_json", 1),
-    "SOTA pin": ("rlexp.storage.ledger", "atomic_write_json", 1),
+    "paired records": ("rlexp.experiment.paired", "write_paired_records", 2),
+    "ledger line": ("rlexp.experiment.ledger", "append_jsonl", 1),
+    "decision.json": ("rlexp.experiment.files", "atomic_write_json", 1),
+    "SOTA pin": ("rlexp.experiment.ledger", "atomic_write_json", 1),
 }
 
 
@@ -414,7 +414,7 @@ def test_a_failure_at_any_write_leaves_old_or_new_state_and_a_rerun_repairs(exp,
 
 
 def test_a_checkpoint_significantly_worse_than_sota_is_flagged_first_whatever_the_decision(exp, capsys):
-    from rlexp.adapters.report import render_markdown
+    from rlexp.reporting import render_markdown
     from rlexp.stages.report import gather
 
     (exp / "sota.json").write_text(json.dumps({"attempt": "a29", "checkpoint": "global_step200",
@@ -488,7 +488,7 @@ def family_records(d: Path, effect: float, rho: float, seed: int, n: int = 1000,
 
 
 def test_decide_prints_the_raw_best_of_three_and_its_selection_adjusted_delta(exp, capsys):
-    from rlexp.core.selection import adjusted_winner
+    from rlexp.protocol.selection import adjusted_winner
 
     d = make_attempt(exp, "w1", "a29", {"eps_clip": 0.1}, decide_steps=(300, 200, 100))
     family_records(d, 0.02, 0.6, seed=3)
@@ -499,7 +499,7 @@ def test_decide_prints_the_raw_best_of_three_and_its_selection_adjusted_delta(ex
                                                                                           ["delta_pp"])
     assert adj["adjusted_pp"] < adj["raw_pp"] and adj["ci_pp"][0] < adj["adjusted_pp"] < adj["ci_pp"][1]
     # the same figure from the paired outcomes directly
-    from rlexp.storage.paired import pair_files
+    from rlexp.experiment.paired import pair_files
 
     names = list(res["checkpoints"])
     sets = [pair_files(d / "eval" / "baseline_s0" / "ood_primary.jsonl", d / "eval" / n / "ood_primary.jsonl")
@@ -510,7 +510,7 @@ def test_decide_prints_the_raw_best_of_three_and_its_selection_adjusted_delta(ex
     out = " ".join(capsys.readouterr().out.split())
     assert f"raw Δ {adj['raw_pp']:+.2f} pp" in out and "adjusted for that selection" in out
     assert f"{adj['adjusted_pp']:+.2f} pp" in out
-    from rlexp.adapters.report import render_markdown
+    from rlexp.reporting import render_markdown
     from rlexp.stages.report import gather
 
     report = " ".join(render_markdown(gather(d)).split())
@@ -521,8 +521,8 @@ def test_decide_prints_the_raw_best_of_three_and_its_selection_adjusted_delta(ex
 def test_decision_json_reads_back_as_the_decision_recorded(exp):
     """decision.json read back is the Decision that was recorded (the STOP-1 pin's checkpoint included);
     its gates are verdicts; a file of another shape is refused naming the field."""
-    from rlexp.core.decision import Decision
-    from rlexp.storage.results import read_decision
+    from rlexp.experiment.results import read_decision
+    from rlexp.protocol.decision import Decision
 
     s1 = make_attempt(exp, "lr1", "a29", {"actor_learning_rate": 2e-6, "seed": 1}, decide_steps=(200, 100))
     evaluated(s1, {"global_step200": (40, 80), "global_step100": (55, 60)})
@@ -723,7 +723,7 @@ def test_a_clustered_mean_reward_comparison_is_statsmodels_cluster_robust_t():
     import numpy as np
     import statsmodels.api as sm
 
-    from rlexp.core.decision import clustered_comparison, mean_reward_comparison
+    from rlexp.protocol.decision import clustered_comparison, mean_reward_comparison
 
     rng = np.random.default_rng(3)
     docs = np.repeat(np.arange(40), 5)

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
+from rlexp.experiment.files import read_jsonl
 from rlexp.stages.demo import DEMO_RECIPE, DemoConfig, attempt_specs
-from rlexp.storage.files import read_jsonl
 
 ATTEMPTS = ("d1", "d1s2", "d2")
 DECISIONS = {"STOP-1", "CONFIRM", "CONTINUE", "STOP-3a", "STOP-3b", "DEBUG"}
@@ -22,9 +22,9 @@ def test_demo_specs_change_one_variable_and_plan_without_errors(tmp_path):
     the seed only, and each plans with no error check (pure: no training)."""
     import yaml
 
-    from rlexp.core.checks import preflight
-    from rlexp.core.spec import diff_against_parent, load_attempt
-    from rlexp.storage.datasets import build_task_datasets
+    from rlexp.experiment.datasets import build_task_datasets
+    from rlexp.protocol.checks import preflight
+    from rlexp.spec import diff_against_parent, load_attempt
 
     config = DemoConfig.fast()
     exp = tmp_path / "experiments" / "demo"

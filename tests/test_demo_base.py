@@ -10,7 +10,9 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from rlexp.adapters.tinymodel import (  # noqa: E402
+from rlexp.evaluation.arithmetic_task import ArithmeticTask  # noqa: E402
+from rlexp.experiment.datasets import eval_hashes  # noqa: E402
+from rlexp.models.tiny import (  # noqa: E402
     build_tiny_model,
     dev_sample,
     read_sft_result,
@@ -18,9 +20,7 @@ from rlexp.adapters.tinymodel import (  # noqa: E402
     sft_settings,
     sha256_dir_excluding,
 )
-from rlexp.core.task import ArithmeticTask  # noqa: E402
 from rlexp.stages.demo import DemoConfig, _build_datasets, shipped_base  # noqa: E402
-from rlexp.storage.datasets import eval_hashes  # noqa: E402
 
 SHIPPED = shipped_base()
 
@@ -56,7 +56,7 @@ def test_the_shipped_base_answers_in_format_at_its_recorded_accuracy(demo_inputs
     and far less than the gap between this base and an unsupervised one (0%)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rlexp.adapters.generation import generate, render_prompt
+    from rlexp.evaluation.generation import generate, render_prompt
 
     _config, exclude, _untrained = demo_inputs
     meta = read_sft_result(SHIPPED)
@@ -66,7 +66,7 @@ def test_the_shipped_base_answers_in_format_at_its_recorded_accuracy(demo_inputs
     tokenizer = AutoTokenizer.from_pretrained(SHIPPED)
     prompts = [render_prompt(tokenizer, p.prompt, task.prompt_suffix) for p in dev]
     outputs = generate(model, tokenizer, prompts, max_new_tokens=16)
-    from rlexp.core.answers import extract_answer, is_correct
+    from rlexp.evaluation.answers import extract_answer, is_correct
 
     answers = [extract_answer(o[0].text)[0] for o in outputs]
     accuracy = sum(a is not None and is_correct(a, p.answer) for a, p in zip(answers, dev, strict=True)) / len(dev)

@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def test_demo_tools_fast_end_to_end(tmp_path, monkeypatch, capsys):
     from rlexp.cli import main
-    from rlexp.storage.records import read_records
+    from rlexp.experiment.records import read_records
 
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
     monkeypatch.setenv("RLEXP_TORCH_THREADS", "1")
@@ -42,7 +42,7 @@ def test_demo_tools_fast_end_to_end(tmp_path, monkeypatch, capsys):
     # every eval episode is one MLflow trace of the attempt's run
     from mlflow import MlflowClient
 
-    from rlexp.storage.layout import AttemptDir
+    from rlexp.experiment.layout import AttemptDir
 
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     episodes = sum(len(read_records(p)) for _, _, p in AttemptDir(attempt).record_files())

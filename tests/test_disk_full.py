@@ -16,8 +16,8 @@ import pytest
 
 pytest.importorskip("torch")
 
-from rlexp.storage.files import iter_jsonl, read_json  # noqa: E402
-from rlexp.storage.records import read_records  # noqa: E402
+from rlexp.experiment.files import iter_jsonl, read_json  # noqa: E402
+from rlexp.experiment.records import read_records  # noqa: E402
 
 FREE_KB = (8, 16, 24, 32)  # the first file, then mid-records of the first and of the second file  # what is left on the disk when the command starts
 
@@ -109,8 +109,8 @@ def test_a_line_torn_by_a_kill_is_dropped_by_every_writer_before_any_strict_read
     """What a SIGKILL mid-append leaves (a last line without its newline) never blocks a rerun: the
     record writer, the episode resume (drop_records, which reads before the writer opens) and the
     judge's cache each drop it."""
-    from rlexp.adapters.judge import Judge
-    from rlexp.storage.records import IDENTITY_KEYS, RecordWriter, drop_records
+    from rlexp.environments.judge import Judge
+    from rlexp.experiment.records import IDENTITY_KEYS, RecordWriter, drop_records
 
     meta = {k: "x" for k in IDENTITY_KEYS}
     path = tmp_path / "eval" / "s0" / "ood.jsonl"
@@ -134,7 +134,7 @@ def test_a_failed_append_leaves_the_file_as_it_was(tmp_path, monkeypatch):
     some bytes), the file is truncated back to its last whole line and the error names it."""
     import errno
 
-    from rlexp.storage import files
+    from rlexp.experiment import files
 
     path = tmp_path / "r.jsonl"
     files.append_jsonl_many(path, [{"a": 1}])
@@ -214,7 +214,7 @@ def test_report_on_a_full_disk_fails_in_one_line_and_the_store_works_once_space_
     code, err = _run(capsys, ["eval", str(att)])
     assert code == 0, err
     _run(capsys, ["decide", str(att)])
-    from rlexp.adapters.tracking import ensure_store
+    from rlexp.tracking.runs import ensure_store
 
     # the report itself; the store being created (about 1 MB); a run being logged into an existing store
     for i, (free_kb, store_exists) in enumerate(((8, False), (256, False), (96, True))):

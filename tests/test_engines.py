@@ -13,8 +13,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from rlexp.engines.base import GREEDY, NONDET_PROXY, SAMPLING, Decoding, Engine, Request
 from rlexp.errors import InputError
+from rlexp.evaluation.engines.base import GREEDY, NONDET_PROXY, SAMPLING, Decoding, Engine, Request
 
 # --------------------------------------------------------------------------- decoding modes
 
@@ -41,14 +41,14 @@ def local_setup(tiny_base_model, tmp_path_factory):
 
     root = tmp_path_factory.mktemp("local_engine")
     make_lora_checkpoints(tiny_base_model, root, (1, 2))
-    from rlexp.engines.local import LocalEngine
+    from rlexp.evaluation.engines.local import LocalEngine
 
     adapters = {f"s{s}": root / "checkpoints" / f"global_step{s}_hf" for s in (1, 2)}
     return LocalEngine(tiny_base_model, adapters, batch_size=4), LocalEngine(tiny_base_model, adapters, merge=True)
 
 
 def _prompts(engine, n=6):
-    from rlexp.adapters.generation import render_prompt
+    from rlexp.evaluation.generation import render_prompt
 
     return [render_prompt(engine.tokenizer, f"{i}+{2 * i}=", "") for i in range(n)]
 
@@ -63,7 +63,7 @@ def test_local_engine_serves_base_and_adapters_in_one_call(local_setup):
     texts = {a: [r.samples[0].text for r in results if r.request.adapter == a] for a in (None, "s1", "s2")}
     assert texts[None] != texts["s1"] != texts["s2"]  # adapters are really applied
     # serving the base with adapters disabled equals a model that never saw an adapter
-    from rlexp.engines.local import LocalEngine
+    from rlexp.evaluation.engines.local import LocalEngine
 
     plain = LocalEngine(engine.base_model)
     assert [r.samples[0].text for r in plain.generate([Request(p) for p in prompts], Decoding.greedy(6))] == texts[None]
@@ -84,7 +84,7 @@ def test_local_unknown_adapter_and_bad_dirs(local_setup, tmp_path):
     engine, _ = local_setup
     with pytest.raises(InputError):
         engine.generate([Request("x", "nope")], Decoding.greedy(2))
-    from rlexp.engines.local import LocalEngine
+    from rlexp.evaluation.engines.local import LocalEngine
 
     with pytest.raises(InputError):
         LocalEngine(tmp_path)
@@ -184,8 +184,8 @@ def _adapter(tmp_path, name, rank):
 def test_vllm_engine_one_call_with_per_prompt_adapters(fake_vllm, tmp_path, tiny_base_model):
     from transformers import AutoTokenizer
 
-    from rlexp.adapters.generation import encode_prompt, render_prompt
-    from rlexp.engines.vllm import VllmEngine
+    from rlexp.evaluation.engines.vllm import VllmEngine
+    from rlexp.evaluation.generation import encode_prompt, render_prompt
 
     tok = AutoTokenizer.from_pretrained(tiny_base_model)
     adapters = {"global_step10": _adapter(tmp_path, "a", 32), "global_step20": _adapter(tmp_path, "b", 32)}
@@ -213,7 +213,7 @@ def test_vllm_engine_one_call_with_per_prompt_adapters(fake_vllm, tmp_path, tiny
 def test_vllm_engine_keeps_an_empty_lora_slot_on_cpu(fake_vllm, tmp_path, monkeypatch):
     """vLLM's CPU LoRA ops give "no LoRA" tokens (index -1) the LAST slot's adapter: on the CPU
     platform the engine asks for one slot more than it has adapters, so that slot stays empty."""
-    from rlexp.engines.vllm import VllmEngine
+    from rlexp.evaluation.engines.vllm import VllmEngine
 
     adapters = {n: _adapter(tmp_path, n, 8) for n in ("s1", "s2", "s3")}
     platforms = types.ModuleType("vllm.platforms")
@@ -229,7 +229,7 @@ def test_vllm_engine_keeps_an_empty_lora_slot_on_cpu(fake_vllm, tmp_path, monkey
 
 
 def test_vllm_nondet_proxy_sends_copies_and_sampling_uses_n(fake_vllm, tmp_path):
-    from rlexp.engines.vllm import VllmEngine
+    from rlexp.evaluation.engines.vllm import VllmEngine
 
     engine = VllmEngine("/models/base", {})
     llm = fake_vllm.instances[0]
@@ -244,7 +244,7 @@ def test_vllm_nondet_proxy_sends_copies_and_sampling_uses_n(fake_vllm, tmp_path)
 
 
 def test_vllm_rank_too_large_and_missing_module(fake_vllm, tmp_path, monkeypatch):
-    from rlexp.engines.vllm import VllmEngine
+    from rlexp.evaluation.engines.vllm import VllmEngine
 
     with pytest.raises(InputError, match="max_lora_rank"):
         VllmEngine("/m", {"x": _adapter(tmp_path, "big", 64)}, max_lora_rank=16)
@@ -337,7 +337,7 @@ class _Server:
 
 
 def test_openai_engine_against_local_server(monkeypatch):
-    from rlexp.engines.openai import OpenAIEngine
+    from rlexp.evaluation.engines.openai import OpenAIEngine
 
     monkeypatch.setenv("RLEXP_TEST_API_KEY", "sk-secret-value")
     with _Server(fail_first=2) as server:
@@ -360,7 +360,7 @@ def test_openai_engine_against_local_server(monkeypatch):
 
 
 def test_openai_engine_n_samples_and_failure():
-    from rlexp.engines.openai import OpenAIEngine, ServerError
+    from rlexp.evaluation.engines.openai import OpenAIEngine, ServerError
 
     with _Server(fail_first=0) as server:
         engine = OpenAIEngine(server.url + "/v1", "m", concurrency=2)
@@ -376,7 +376,7 @@ def test_openai_engine_n_samples_and_failure():
 def test_openai_engine_sends_no_key_unless_one_is_named(monkeypatch):
     """The spec's eval.api_key_env names the variable; none named, no Authorization header — an
     ambient OPENAI_API_KEY is not sent to whatever server base_url points at."""
-    from rlexp.engines.openai import OpenAIEngine
+    from rlexp.evaluation.engines.openai import OpenAIEngine
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-ambient")
     with _Server(fail_first=0) as server:
@@ -389,8 +389,8 @@ def test_openai_engine_sends_no_key_unless_one_is_named(monkeypatch):
 
 
 def test_local_engine_close_releases_models_and_refuses_generate(tiny_base_model):
-    from rlexp.engines.base import EngineClosed
-    from rlexp.engines.local import LocalEngine
+    from rlexp.evaluation.engines.base import EngineClosed
+    from rlexp.evaluation.engines.local import LocalEngine
 
     with LocalEngine(tiny_base_model, batch_size=2) as engine:
         assert isinstance(engine, Engine)
@@ -403,8 +403,8 @@ def test_local_engine_close_releases_models_and_refuses_generate(tiny_base_model
 
 
 def test_openai_engine_close_refuses_generate():
-    from rlexp.engines.base import EngineClosed
-    from rlexp.engines.openai import OpenAIEngine
+    from rlexp.evaluation.engines.base import EngineClosed
+    from rlexp.evaluation.engines.openai import OpenAIEngine
 
     with OpenAIEngine("http://127.0.0.1:9", "m") as engine:
         pass
@@ -413,8 +413,8 @@ def test_openai_engine_close_refuses_generate():
 
 
 def test_vllm_engine_close_drops_llm_and_runs_vllm_cleanup(fake_vllm, monkeypatch):
-    from rlexp.engines.base import EngineClosed
-    from rlexp.engines.vllm import VllmEngine
+    from rlexp.evaluation.engines.base import EngineClosed
+    from rlexp.evaluation.engines.vllm import VllmEngine
 
     # without vllm.distributed (older or stub vLLM): del + gc (+ empty_cache when CUDA)
     engine = VllmEngine("/models/base", {})

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from loopback_json import LoopbackJsonServer
 
-from rlexp.core.environments import BaseEnvironment, StepResult, register
-from rlexp.engines.base import Decoding
+from rlexp.environments.interface import BaseEnvironment, StepResult, register
 from rlexp.errors import InputError
-from rlexp.storage.records import read_records, record_path
+from rlexp.evaluation.engines.base import Decoding
+from rlexp.experiment.records import read_records, record_path
 
 pytest.importorskip("torch")
 
@@ -65,7 +65,7 @@ class TokenServer:
     --enable-lora --lora-modules name=path` does: ``prompt`` a list of token ids, the generated ids
     in ``choices[0].token_ids`` when ``return_token_ids`` is set (the EOS id included on a stop).
     The base model under ``served_name``, each LoRA adapter under its name (peft); greedy decoding
-    with :func:`rlexp.adapters.generation.generate_ids`, one request at a time. ``token_ids=False``
+    with :func:`rlexp.evaluation.generation.generate_ids`, one request at a time. ``token_ids=False``
     answers text only, as a server without vLLM's extension would."""
 
     def __init__(self, base_dir: Path, adapters: dict[str, Path], served_name: str, *, token_ids: bool = True):
@@ -91,7 +91,7 @@ class TokenServer:
         return 200, self.complete(body)
 
     def complete(self, body: dict) -> dict:
-        from rlexp.adapters.generation import generate_ids
+        from rlexp.evaluation.generation import generate_ids
 
         prompt = body["prompt"]
         assert isinstance(prompt, list) and all(isinstance(t, int) for t in prompt), "token ids expected"
@@ -125,8 +125,8 @@ def test_eval_of_episodes_through_the_openai_engine_equals_the_local_engine(env_
     """`rlexp eval` of an environment task with engine openai: the server is given the ids each
     episode holds (turn k+1's prompt = turn k's prompt + the ids the server returned + the feedback
     tokenised once), and every record equals the local engine's turn by turn."""
-    from rlexp.adapters.episodes import render_user_turn
-    from rlexp.adapters.generation import encode_prompt, render_prompt
+    from rlexp.environments.episodes import render_user_turn
+    from rlexp.evaluation.generation import encode_prompt, render_prompt
     from rlexp.stages.evaluate import evaluate
     from rlexp.stages.guard import pipeline_integrity
 
@@ -182,7 +182,7 @@ def test_eval_of_episodes_through_the_openai_engine_equals_the_local_engine(env_
 
 def test_openai_generate_tokens_refuses_a_server_without_token_ids(tiny_base_model):
     """Text alone is never turned back into ids (text → ids is not the inverse of ids → text)."""
-    from rlexp.engines.openai import OpenAIEngine, ServerError
+    from rlexp.evaluation.engines.openai import OpenAIEngine, ServerError
 
     with TokenServer(tiny_base_model, {}, "m", token_ids=False) as server:
         engine = OpenAIEngine(server.url, "m", retries=0)
@@ -252,7 +252,7 @@ def test_audit_draw_carries_the_trajectory():
 
 
 def test_g2_on_an_environment_task_grades_the_final_answers_of_s0_episodes(env_attempt):
-    from rlexp.core.answers import extract_answer
+    from rlexp.evaluation.answers import extract_answer
     from rlexp.stages.evaluate import evaluate
     from rlexp.stages.guard import run_g2
 
@@ -278,8 +278,8 @@ def test_local_engine_generate_tokens_is_generate_ids(tiny_base_model):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rlexp.adapters.generation import encode_prompt, generate_ids, render_prompt
-    from rlexp.engines.local import LocalEngine
+    from rlexp.evaluation.engines.local import LocalEngine
+    from rlexp.evaluation.generation import encode_prompt, generate_ids, render_prompt
 
     tok = AutoTokenizer.from_pretrained(tiny_base_model)
     prompts = [encode_prompt(tok, render_prompt(tok, f"{i}+{i}=", "")) for i in range(3)]
@@ -298,7 +298,7 @@ def test_local_engine_generate_tokens_is_generate_ids(tiny_base_model):
 
 @pytest.mark.usefixtures("fake_vllm")
 def test_vllm_generate_tokens_sends_the_ids_and_one_adapter(tmp_path):
-    from rlexp.engines.vllm import VllmEngine
+    from rlexp.evaluation.engines.vllm import VllmEngine
 
     adapter = tmp_path / "a"
     adapter.mkdir()

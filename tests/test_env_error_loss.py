@@ -49,7 +49,7 @@ ENV = "flaky_env_mod:FlakyEnv"
 # One step per episode; every 5th step (counted over the process: 20% of the steps) raises. The
 # others end the episode with reward 1 on every third step, else 0 (a group's rewards differ).
 FLAKY_ENV = """
-from rlexp.core.environments import BaseEnvironment, StepResult
+from rlexp.environments.interface import BaseEnvironment, StepResult
 
 
 class FlakyEnv(BaseEnvironment):

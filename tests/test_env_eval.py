@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("torch")
 
 from rlexp.errors import InputError  # noqa: E402
-from rlexp.storage.records import read_meta, read_records, record_path  # noqa: E402
+from rlexp.experiment.records import read_meta, read_records, record_path  # noqa: E402
 
 ENV = ("environment: {name: calculator, config: {max_calls: 1}, max_turns: 2, max_tokens_per_turn: 6, "
        "max_total_tokens: 12, primary_metric: success}\n")
@@ -28,10 +28,10 @@ def test_eval_plays_episodes_for_every_target_and_resumes(env_attempt, capsys):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rlexp.adapters.episodes import run_episodes
-    from rlexp.core.environments import Budgets, rows_from_dataset
+    from rlexp.environments.episodes import run_episodes
+    from rlexp.environments.interface import Budgets, rows_from_dataset
+    from rlexp.experiment.datasets import read_dataset
     from rlexp.stages.evaluate import evaluate
-    from rlexp.storage.datasets import read_dataset
 
     outcome = evaluate(env_attempt, show_progress=False)
     names = {f.checkpoint for f in outcome.files}
@@ -143,7 +143,7 @@ def _rec(h, reward, turns):
 def test_episode_summary_comparison_and_discordant_pairs_by_hand():
     from scipy import stats as sps
 
-    from rlexp.adapters.episode_report import (
+    from rlexp.reporting.episodes import (
         discordant_pairs,
         episode_summary,
         primary_comparison,

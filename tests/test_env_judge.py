@@ -13,7 +13,7 @@ pytest.importorskip("torch")
 from test_rewards import StubJudge  # noqa: E402
 
 from rlexp.errors import InputError  # noqa: E402
-from rlexp.storage.records import read_records  # noqa: E402
+from rlexp.experiment.records import read_records  # noqa: E402
 
 ENV = ("environment: {{name: calculator, config: {{max_calls: 1}}, max_turns: 2, max_tokens_per_turn: 6, "
        "max_total_tokens: 12, primary_metric: mean_reward, success_threshold: 0.5,\n"
@@ -32,14 +32,14 @@ def judged_attempt(eval_experiment):
 
 
 def _all_records(att):
-    from rlexp.storage.layout import AttemptDir
+    from rlexp.experiment.layout import AttemptDir
 
     return {(c, s): read_records(p) for c, s, p in AttemptDir(att).record_files()}
 
 
 def test_judge_rewarded_eval_caches_every_call(judged_attempt):
+    from rlexp.experiment.datasets import read_dataset
     from rlexp.stages.evaluate import evaluate
-    from rlexp.storage.datasets import read_dataset
 
     with StubJudge() as stub:
         att = judged_attempt(stub.url)
@@ -75,9 +75,9 @@ def test_judge_rewarded_eval_caches_every_call(judged_attempt):
 
 
 def test_a_failing_judge_is_counted_refused_by_decide_and_retried(judged_attempt):
+    from rlexp.experiment.files import iter_jsonl
     from rlexp.stages.decide import decide
     from rlexp.stages.evaluate import evaluate
-    from rlexp.storage.files import iter_jsonl
 
     with StubJudge(mode="fail") as stub:
         att = judged_attempt(stub.url)
@@ -96,7 +96,7 @@ def test_a_failing_judge_is_counted_refused_by_decide_and_retried(judged_attempt
             decide(att)
         assert "judge_error" in info.value.one_line() and "of 6 episodes" in info.value.one_line()
         assert not (att / "decision.json").exists()
-        from rlexp.adapters.episode_report import episode_section
+        from rlexp.reporting.episodes import episode_section
 
         assert "judge_error" in episode_section(att) and "failed" in episode_section(att)
         stub.mode = "ok"  # the server recovers: the next eval plays and judges the failed episodes again
@@ -108,7 +108,7 @@ def test_a_failing_judge_is_counted_refused_by_decide_and_retried(judged_attempt
 
 
 def test_judge_weight_needs_a_server_in_the_spec(eval_experiment):
-    from rlexp.core.spec import load_attempt
+    from rlexp.spec import load_attempt
 
     att = eval_experiment(sizes={"pool": 4, "ood_primary": 6, "id": 3, "sanity": 2})
     spec = att / "attempt.yaml"

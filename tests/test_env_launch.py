@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from test_tracking import migrated_db, sqlite_uri  # noqa: F401 (fixtures)
 
-from rlexp.core.spec import EnvironmentSettings, load_attempt
 from rlexp.errors import InputError
+from rlexp.spec import EnvironmentSettings, load_attempt
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -131,8 +131,8 @@ def test_cli_plan_exits_2_on_a_bad_environment(tmp_path, capsys):
 @pytest.fixture(scope="module")
 def experiment(tmp_path_factory):
     pytest.importorskip("torch")
-    from rlexp.adapters.tinymodel import build_tiny_model
-    from rlexp.storage.datasets import build_task_datasets
+    from rlexp.experiment.datasets import build_task_datasets
+    from rlexp.models.tiny import build_tiny_model
 
     root = tmp_path_factory.mktemp("envexp")
     build_task_datasets(root / "data", seed=0, pool_size=16, monitor_size=8, primary_size=12, id_size=8)
@@ -148,8 +148,8 @@ def experiment(tmp_path_factory):
 
 
 def test_launch_local_trains_an_environment_task(experiment, monkeypatch, capsys, sqlite_uri):  # noqa: F811
-    from rlexp.adapters.ingest import read_metrics
     from rlexp.cli import main
+    from rlexp.training.ingest import read_metrics
 
     monkeypatch.setenv("PYTHONPATH", str(REPO))
     monkeypatch.setenv("RLEXP_TORCH_THREADS", "1")

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 from test_env_launch import write_attempt
 
-from rlexp.core.spec import attempt_recipe_sha256, diff_against_parent, load_attempt
 from rlexp.errors import InputError
+from rlexp.spec import attempt_recipe_sha256, diff_against_parent, load_attempt
 
 
 def child(root, attempt_id, text):
@@ -20,7 +20,7 @@ def child(root, attempt_id, text):
 
 
 def verdicts(att):
-    from rlexp.core.checks import check_single_variable
+    from rlexp.protocol.checks import check_single_variable
 
     return {v.name: v for v in check_single_variable(att)}
 
@@ -63,9 +63,9 @@ def test_unknown_environment_change_key_is_one_line(tmp_path):
 
 
 def test_recipe_digest_includes_the_environment_training_fields(tmp_path):
-    from rlexp.core.decision import recipe_sha256
-    from rlexp.core.recipe import key_table
-    from rlexp.core.spec import TRAINING
+    from rlexp.protocol.decision import recipe_sha256
+    from rlexp.spec import TRAINING
+    from rlexp.spec.recipe import key_table
 
     base = load_attempt(write_attempt(tmp_path, "a1"))
     turns = child(tmp_path, "a2", "environment: {max_turns: 3}\n")

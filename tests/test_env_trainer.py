@@ -15,7 +15,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from rlexp.core.environments import ExactMatchEnv, TrajectoryBuilder  # noqa: E402
+from rlexp.environments.interface import ExactMatchEnv, TrajectoryBuilder  # noqa: E402
 from rlexp.trainers.local.config import EnvTrainingOptions  # noqa: E402
 from rlexp.trainers.local.env_train import pack_trajectories  # noqa: E402
 from rlexp.trainers.local.loss import (  # noqa: E402
@@ -205,8 +205,8 @@ def test_pack_shifts_mask_and_rewards_onto_predicting_positions():
 
 def _leaky_trajectory(tok):
     """A turn asking the tool, the tool's feedback holding the answer, then the answer."""
-    from rlexp.adapters.episodes import render_user_turn
-    from rlexp.adapters.generation import encode_prompt, render_prompt
+    from rlexp.environments.episodes import render_user_turn
+    from rlexp.evaluation.generation import encode_prompt, render_prompt
 
     enc = lambda s: encode_prompt(tok, s)  # noqa: E731
     b = TrajectoryBuilder(enc(render_prompt(tok, "7*6?", "")))
@@ -314,8 +314,8 @@ class BrokenOnReset:
 def test_env_rollout_and_a_training_step_on_two_environments(tiny_base_model):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rlexp.adapters.episodes import SlotCache
-    from rlexp.core.environments import Budgets, parse_rows
+    from rlexp.environments.episodes import SlotCache
+    from rlexp.environments.interface import Budgets, parse_rows
     from rlexp.trainers.local.env_train import collect_env_rollout
     from rlexp.trainers.local.loss import loss_for
     from rlexp.trainers.local.train import train_on_rollout
@@ -360,8 +360,8 @@ def test_one_step_environment_reproduces_the_single_turn_rollout(tiny_base_model
     prompts left-padded there, whole trajectories right-padded here, so the matrix shapes differ)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rlexp.core import answers
-    from rlexp.core.environments import Budgets, parse_rows
+    from rlexp.environments.interface import Budgets, parse_rows
+    from rlexp.evaluation import answers
     from rlexp.trainers.local.env_train import collect_env_rollout
     from rlexp.trainers.local.train import collect_rollout, train_on_rollout
 
@@ -452,7 +452,7 @@ def test_episodes_of_a_failing_environment_are_out_of_the_gradient(tiny_base_mod
     through the loss the trainer uses, KL term included), the others do; both are counted."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rlexp.core.environments import Budgets, parse_rows
+    from rlexp.environments.interface import Budgets, parse_rows
     from rlexp.trainers.local.env_train import collect_env_rollout
 
     tok = AutoTokenizer.from_pretrained(tiny_base_model)

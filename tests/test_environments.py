@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rlexp.core.environments import (
+from rlexp.environments.interface import (
     BaseEnvironment,
     Budgets,
     EnvironmentCache,
@@ -66,7 +66,7 @@ def test_exact_match_is_the_one_step_environment():
 def test_registry_by_name_and_import_path():
     assert resolve("exact_match") is ExactMatchEnv
     assert resolve("test_environments:BrokenEnv").__name__ == "BrokenEnv"
-    assert resolve("rlexp.core.environments.ExactMatchEnv") is ExactMatchEnv
+    assert resolve("rlexp.environments.interface.ExactMatchEnv") is ExactMatchEnv
     with pytest.raises(InputError, match="data.jsonl: env: cannot import"):
         resolve("no_such_module_xyz:Env", "data.jsonl")
     with pytest.raises(InputError, match="neither a registered"):
@@ -131,7 +131,7 @@ def test_builder_places_each_turn_reward_at_its_last_agent_token():
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from rlexp.adapters.tinymodel import build_tokenizer
+    from rlexp.models.tiny import build_tokenizer
 
     return build_tokenizer()
 
@@ -144,7 +144,7 @@ class ScriptedModel:
         self.tok, self.script, self.inputs = tokenizer, list(script), []
 
     def __call__(self, model, tokenizer, encoded, *, max_new_tokens, **_):
-        from rlexp.adapters.generation import Completion
+        from rlexp.evaluation.generation import Completion
 
         self.inputs.append([list(x) for x in encoded])
         item = self.script.pop(0)
@@ -162,7 +162,8 @@ class ScriptedModel:
 
 
 def _play(monkeypatch, tokenizer, script, rows, budgets, **kw):
-    from rlexp.adapters import episodes, generation
+    from rlexp.environments import episodes
+    from rlexp.evaluation import generation
 
     fake = ScriptedModel(tokenizer, script)
     monkeypatch.setattr(generation, "generate_ids", fake)
@@ -172,8 +173,8 @@ def _play(monkeypatch, tokenizer, script, rows, budgets, **kw):
 
 
 def test_multi_turn_episode_token_in_token_out(monkeypatch, tokenizer):
-    from rlexp.adapters.episodes import render_user_turn
-    from rlexp.adapters.generation import encode_prompt, render_prompt
+    from rlexp.environments.episodes import render_user_turn
+    from rlexp.evaluation.generation import encode_prompt, render_prompt
 
     rows = [{"env": "test_counter", "config": {"turns": 2}, "task": {"name": "a"}}]
     (traj,), fake, _ = _play(monkeypatch, tokenizer, ["ab", "c"], rows, Budgets(4, 8, 64))
@@ -232,8 +233,8 @@ def test_one_step_environment_on_the_tiny_model_matches_the_single_turn_path(tin
     the same greedy completion of the same rendered prompt, graded by the same extractor."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rlexp.adapters.episodes import run_episodes
-    from rlexp.adapters.generation import generate, render_prompt
+    from rlexp.environments.episodes import run_episodes
+    from rlexp.evaluation.generation import generate, render_prompt
     from rlexp.trainers.local.train import reward_of
 
     tok = AutoTokenizer.from_pretrained(tiny_base_model)
@@ -252,7 +253,7 @@ def test_one_step_environment_on_the_tiny_model_matches_the_single_turn_path(tin
 
 
 def test_calculator_tool_calls_answers_and_limits():
-    from rlexp.core.environments import CalculatorEnv
+    from rlexp.environments.interface import CalculatorEnv
 
     env = resolve("calculator")({"max_calls": 2})
     assert isinstance(env, CalculatorEnv)
@@ -292,9 +293,9 @@ def test_calculator_episode_with_the_scripted_policy(monkeypatch, tokenizer):
 
 
 def test_episode_records_hold_trajectories_and_pass_the_record_checks(monkeypatch, tokenizer, tmp_path):
-    from rlexp.core.environments import episode_record
-    from rlexp.storage.files import append_jsonl
-    from rlexp.storage.records import RECORD_FIELDS, iter_records, make_record
+    from rlexp.environments.interface import episode_record
+    from rlexp.experiment.files import append_jsonl
+    from rlexp.experiment.records import RECORD_FIELDS, iter_records, make_record
 
     tasks = [{"prompt": "123*45=", "answer": "5535", "bucket": "b1"}, {"prompt": "2+2=", "answer": "4"}]
     rows = [{"env": "calculator", "task": tasks[0]}, {"env": "exact_match", "task": tasks[1]}]
@@ -320,9 +321,9 @@ def test_episode_records_hold_trajectories_and_pass_the_record_checks(monkeypatc
 
 
 def test_rows_from_an_ordinary_dataset_file(tmp_path):
-    from rlexp.core.environments import rows_from_dataset
-    from rlexp.storage.datasets import problem_hash, read_dataset
-    from rlexp.storage.files import append_jsonl
+    from rlexp.environments.interface import rows_from_dataset
+    from rlexp.experiment.datasets import problem_hash, read_dataset
+    from rlexp.experiment.files import append_jsonl
 
     path = tmp_path / "pool.jsonl"
     for prompt, answer, extra in [("2+2=", "4", {}), ("123*45=", "5535", {"env": "calculator", "config": {"max_calls": 1}})]:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rlexp.adapters import tracking
+from rlexp.tracking import runs as tracking
 
 
 @pytest.fixture(scope="module")
@@ -156,7 +156,7 @@ def test_single_turn_attempts_log_no_traces(tmp_path, migrated_db):
 
 
 def test_sparkline_by_hand():
-    from rlexp.adapters.episode_report import sparkline
+    from rlexp.reporting.episodes import sparkline
 
     assert sparkline([0, 1, 2, 3, 4, 5, 6, 7]) == "▁▂▃▄▅▆▇█"  # (v - 0) / 7 * 8 → bins 0, 1, 2, ..., 7
     assert sparkline([2.0, 2.0, 2.0]) == "▄▄▄"
@@ -165,7 +165,7 @@ def test_sparkline_by_hand():
 
 
 def test_report_section_draws_training_curves_and_counts_tool_calls(env_experiment):
-    from rlexp.adapters.episode_report import episode_section
+    from rlexp.reporting.episodes import episode_section
 
     rows = [{"global_step": s, "turns_per_episode": t, "tool_calls_per_episode": c, "episode_return": 0.1 * s}
             for s, t, c in [(1, 1.0, 0.0), (2, 1.5, 0.5), (3, 2.0, 1.0)]]
@@ -181,7 +181,7 @@ def test_report_section_draws_training_curves_and_counts_tool_calls(env_experime
 
 
 def test_report_shows_environment_errors_and_that_they_were_masked(env_experiment):
-    from rlexp.adapters.episode_report import episode_section
+    from rlexp.reporting.episodes import episode_section
 
     # an environment failing 20% of its episodes (2 of 10 per step), as the local trainer logs it
     rows = [{"global_step": s, "episode_return": 0.5, "env_errors": 0.2, "env_error_episodes_masked": 2.0}
@@ -194,7 +194,7 @@ def test_report_shows_environment_errors_and_that_they_were_masked(env_experimen
 
 
 def test_success_and_finish_reasons_by_environment_class():
-    from rlexp.adapters.episode_report import by_environment
+    from rlexp.reporting.episodes import by_environment
 
     records = EPISODES[("global_step2", "ood_primary")] + [
         _record("k9?", "1", [_turn("look k9", "k9=1", tool=True)] * 3, finish="max_turns")]
@@ -209,7 +209,7 @@ def test_tracing_leaves_the_global_tracking_uri_as_it_was(tmp_path, monkeypatch)
 
     import mlflow
 
-    from rlexp.adapters.episode_traces import _tracing_to
+    from rlexp.environments.traces import _tracing_to
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'elsewhere.db'}")
     before = mlflow.get_tracking_uri()

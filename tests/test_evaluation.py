@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from rlexp.errors import InputError
-from rlexp.storage.files import read_json
-from rlexp.storage.records import read_meta, read_records, record_path, summarize
+from rlexp.experiment.files import read_json
+from rlexp.experiment.records import read_meta, read_records, record_path, summarize
 
 SIZES = {"pool": 8, "ood_primary": 12, "id": 6, "sanity": 3}
 
@@ -62,8 +62,8 @@ def test_baseline_records_equal_direct_generation(eval_experiment):
     """The pipeline adds nothing: baseline_s0 outputs are what generate() gives on the base model."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rlexp.adapters.generation import generate, render_prompt
-    from rlexp.storage.datasets import read_dataset
+    from rlexp.evaluation.generation import generate, render_prompt
+    from rlexp.experiment.datasets import read_dataset
 
     att = eval_experiment(suffix=" Answer:")
     _run(att, checkpoints=["baseline_s0"], sets=["id"])
@@ -99,7 +99,7 @@ def test_eval_refuses_records_of_another_parser_version(eval_experiment, capsys)
     """`rlexp eval` on records graded by another answer-parser version: one line naming the
     metadata file and the field, exit 2, nothing appended."""
     from rlexp.cli import main
-    from rlexp.core.answers import PARSER_VERSION
+    from rlexp.evaluation.answers import PARSER_VERSION
 
     att = eval_experiment()
     _run(att, checkpoints=["baseline_s0"], sets=["sanity"])
@@ -215,7 +215,7 @@ class _ClosingFake:
         self.fail, self.closed, self.calls = fail, 0, 0
 
     def generate(self, requests, decoding, progress=None):
-        from rlexp.engines.base import Result, Sample
+        from rlexp.evaluation.engines.base import Result, Sample
 
         self.calls += 1
         if self.fail:
@@ -263,7 +263,7 @@ class _HalfFake(_ClosingFake):
     """Answers every request with one half written as a LaTeX fraction."""
 
     def generate(self, requests, decoding, progress=None):
-        from rlexp.engines.base import Result, Sample
+        from rlexp.evaluation.engines.base import Result, Sample
 
         self.calls += 1
         return [Result(r, (Sample("so it is \\boxed{\\frac{1}{2}}", "stop", 3, 9),)) for r in requests]

@@ -22,7 +22,7 @@ from test_ray_jobs import ADDRESS, ray_head  # noqa: F401  (the session's Ray he
 from rlexp.backends import fanout
 from rlexp.backends.fanout import Job, Step, run_jobs
 from rlexp.errors import InputError
-from rlexp.storage.layout import ExperimentDir
+from rlexp.experiment.layout import ExperimentDir
 
 REPO = Path(__file__).resolve().parents[1]
 SOP_SHOW = Step(("sop", "show"))
@@ -64,7 +64,7 @@ def test_the_runner_runs_steps_in_order_and_stops_at_the_first_intolerable_exit(
 
 
 def test_a_library_call_by_name_is_a_step(tmp_path):
-    steps = (Step(call="rlexp.core.sop:load_sop"),  # returns: exit 0
+    steps = (Step(call="rlexp.spec.sop:load_sop"),  # returns: exit 0
              Step(call="rlexp.stages.plan:plan", kwargs={"attempt": str(tmp_path / "nope")}, ok_codes=(0, 2)),
              Step(call="rlexp.stages.plan:no_such_function", ok_codes=(0, 1)),
              SOP_SHOW)
@@ -265,9 +265,9 @@ def _demo_pair(root: Path) -> Path:
     with smaller eval sets and an untrained tiny base so that the test stays short."""
     import dataclasses
 
-    from rlexp.adapters.tinymodel import build_tiny_model
+    from rlexp.experiment.datasets import build_task_datasets
+    from rlexp.models.tiny import build_tiny_model
     from rlexp.stages.demo import DemoConfig, attempt_specs
-    from rlexp.storage.datasets import build_task_datasets
 
     config = dataclasses.replace(DemoConfig.fast(), monitor_size=10, primary_size=24, id_size=12, sanity_size=4)
     exp = root / "experiments" / "demo"

@@ -35,9 +35,9 @@ def _overlap(jobs) -> float:
 def test_a_sweeps_candidates_run_as_concurrent_ray_jobs(ray_head, tmp_path):  # noqa: F811
     import yaml
 
-    from rlexp.adapters.tinymodel import build_tiny_model
+    from rlexp.experiment.datasets import build_task_datasets
+    from rlexp.models.tiny import build_tiny_model
     from rlexp.stages.sweep import sweep_models
-    from rlexp.storage.datasets import build_task_datasets
 
     exp = tmp_path / "exp"
     files = build_task_datasets(exp / "data", seed=0, pool_size=10, monitor_size=10, primary_size=24, id_size=10,
@@ -83,9 +83,9 @@ def _ladder(root: Path) -> Path:
     whose rungs run with their confirmation seeds at once."""
     import dataclasses
 
-    from rlexp.adapters.tinymodel import build_tiny_model
+    from rlexp.experiment.datasets import build_task_datasets
+    from rlexp.models.tiny import build_tiny_model
     from rlexp.stages.demo import DemoConfig, attempt_specs
-    from rlexp.storage.datasets import build_task_datasets
 
     config = dataclasses.replace(DemoConfig.fast(), monitor_size=10, primary_size=24, id_size=12, sanity_size=4)
     exp = root / "experiments" / "demo"
@@ -107,7 +107,7 @@ def test_two_ladder_runners_run_two_seeds_of_one_rung_at_once_on_ray_and_gate_2_
     import optuna
 
     from rlexp.cli import main
-    from rlexp.core.spec import load_attempt
+    from rlexp.spec import load_attempt
 
     exp = _ladder(tmp_path)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"

@@ -1,4 +1,4 @@
-"""One way to declare a field (rlexp.core.fields): the declaration gives the loader's check, the
+"""One way to declare a field (rlexp.spec.fields): the declaration gives the loader's check, the
 error line and the JSON Schema, for every file a user writes."""
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ import dataclasses
 
 import pytest
 
-from rlexp.core.fields import (
+from rlexp.errors import InputError
+from rlexp.spec.fields import (
     FRACTION,
     STRING,
     check,
@@ -19,11 +20,10 @@ from rlexp.core.fields import (
     record,
     section_of,
 )
-from rlexp.errors import InputError
 
 
 def test_a_settings_class_declares_each_field_once_for_loader_and_schema():
-    from rlexp.core.spec import Baseline, Budget, EvalSettings, attempt_json_schema
+    from rlexp.spec import Baseline, Budget, EvalSettings, attempt_json_schema
 
     schema = attempt_json_schema()["properties"]
     for section, cls in (("eval", EvalSettings), ("budget", Budget), ("baseline", Baseline)):
@@ -38,7 +38,7 @@ def test_a_settings_class_declares_each_field_once_for_loader_and_schema():
 
 
 def test_the_attempt_and_the_sweep_refuse_a_bad_eval_field_with_the_same_line(tmp_path):
-    from rlexp.core.spec import load_attempt, validate_spec_section
+    from rlexp.spec import load_attempt, validate_spec_section
 
     att = tmp_path / "exp" / "a1"
     att.mkdir(parents=True)
@@ -88,7 +88,7 @@ def test_rules_accept_what_they_declare():
 
 
 def test_a_mutable_default_is_declared_with_a_factory_on_a_frozen_class():
-    from rlexp.core.fields import MAPPING
+    from rlexp.spec.fields import MAPPING
 
     @dataclasses.dataclass(frozen=True)
     class Settings:
@@ -128,7 +128,7 @@ def test_a_record_names_the_key_inside_it_and_states_its_keys_in_the_schema():
 
 
 def test_environment_settings_is_the_one_declaration_of_the_environment_section():
-    from rlexp.core.spec import EnvironmentSettings, attempt_json_schema
+    from rlexp.spec import EnvironmentSettings, attempt_json_schema
 
     rules = section_of(EnvironmentSettings)
     env = attempt_json_schema()["properties"]["environment"]

@@ -31,7 +31,7 @@ class ToyRules(TrainerRules):
     log_trainer = "toy"
 
     def metric_vocabulary(self):
-        from rlexp.core.trainers.metric_names import COMMON, Vocabulary
+        from rlexp.training.metric_names import COMMON, Vocabulary
 
         return Vocabulary({**COMMON, "reward": ("toy/score",)})
 
@@ -60,10 +60,10 @@ import contextlib, io, json, sys
 from rlexp import trainers
 trainers.TRAINERS["toy"] = "toytrainer"
 from rlexp.cli import main
-from rlexp.core.recipe import RECIPE_KEYS, key_table
-from rlexp.core.spec import load_attempt
-from rlexp.core.trainers.metric_names import canonical_row
-from rlexp.storage.layout import AttemptDir
+from rlexp.spec.recipe import RECIPE_KEYS, key_table
+from rlexp.spec import load_attempt
+from rlexp.training.metric_names import canonical_row
+from rlexp.experiment.layout import AttemptDir
 from rlexp.trainers.launch import launcher
 
 out = {"names": list(trainers.names()), "backends": list(trainers.rules("toy").backends),

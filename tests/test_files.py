@@ -5,7 +5,7 @@ import json
 import pytest
 
 from rlexp.errors import InputError
-from rlexp.storage.files import (
+from rlexp.experiment.files import (
     append_jsonl,
     atomic_write_json,
     load_yaml,
@@ -96,7 +96,7 @@ def test_libyaml_and_the_pure_python_loader_agree():
 
     import yaml
 
-    from rlexp.storage import files
+    from rlexp.experiment import files
 
     root = Path(__file__).resolve().parents[1]
     sys.path.insert(0, str(root / "tests"))

@@ -1,5 +1,5 @@
 """Gate-1b pass power (rlexp.stats.gate_1b_pass_probability) against the published simulation figures and against
-rlexp.core.calibrate's own simulation of the gates."""
+rlexp.protocol.calibrate's own simulation of the gates."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ def test_the_figures_of_the_independent_check():
 
 
 def test_against_the_calibration_simulation():
-    from rlexp.core.calibrate import CalibrationSettings, IntervalTable, judge, simulate_counts
-    from rlexp.core.sop import load_sop
+    from rlexp.protocol.calibrate import CalibrationSettings, IntervalTable, judge, simulate_counts
+    from rlexp.spec.sop import load_sop
 
     sop = load_sop()
     settings = CalibrationSettings(n=200, k=1, sims=3000)
@@ -95,7 +95,7 @@ def test_exact_mde_and_the_z_approximation():
 def test_best_of_k_gate_pass_rate_by_simulation():
     import math
 
-    from rlexp.core.calibrate import gate_1b_best_of_k
+    from rlexp.protocol.calibrate import gate_1b_best_of_k
 
     sims = 10_000
     one = gate_1b_pass_probability(3.0, 1000, 0.12)
@@ -111,7 +111,7 @@ def test_best_of_k_gate_pass_rate_by_simulation():
 
 @pytest.mark.parametrize("d", [0.12, 0.2])
 def test_the_standard_library_best_of_k_against_the_simulation(d):
-    from rlexp.core.calibrate import gate_1b_best_of_k
+    from rlexp.protocol.calibrate import gate_1b_best_of_k
     from rlexp.stats import DELTA_CORRELATION_OF_RHO, gate_1b_best_of_k_normal
 
     simulated = gate_1b_best_of_k(3.0, 1000, d, sims=10_000, seed=6)  # MC error < 0.5 points
@@ -194,8 +194,8 @@ def test_carried_tails_equal_the_summed_ones(n):
 def test_claim_probability_for_plan_agrees_with_the_simulated_rule(n, discordance):
     # plan's standard-library STOP-1 probability against rlexp sop calibrate's simulation of the whole
     # rule (judge: Gate-1b on the best of 3 of the first seed, Gate-2 over both seeds), 20,000 studies
-    from rlexp.core.calibrate import claim_probability
-    from rlexp.core.sop import load_sop
+    from rlexp.protocol.calibrate import claim_probability
+    from rlexp.spec.sop import load_sop
     from rlexp.stats._gate_power import DELTA_CORRELATION_OF_RHO, claim_probability_normal
 
     sop = load_sop()

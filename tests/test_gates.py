@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rlexp.core import gates
-from rlexp.core.sop import DEFAULT_SOP, load_sop
 from rlexp.errors import InputError
+from rlexp.protocol import gates
+from rlexp.spec.sop import DEFAULT_SOP, load_sop
 from rlexp.stats import paired_comparison
 
 SOP = load_sop()

@@ -8,8 +8,8 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from rlexp.adapters.generation import chat_template_sha256, encode_prompt, generate, render_prompt  # noqa: E402
 from rlexp.errors import InputError  # noqa: E402
+from rlexp.evaluation.generation import chat_template_sha256, encode_prompt, generate, render_prompt  # noqa: E402
 
 
 @pytest.fixture(scope="module")

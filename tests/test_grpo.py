@@ -177,7 +177,7 @@ def test_policy_equals_reference_at_init(tmp_path):
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from rlexp.adapters.tinymodel import build_tiny_model
+    from rlexp.models.tiny import build_tiny_model
 
     path = build_tiny_model(tmp_path / "m", seed=1)
     model = get_peft_model(
@@ -239,7 +239,7 @@ def test_padded_batch_scores_each_response_as_if_alone(tmp_path):
     the log-prob a one-sequence forward gives it: padding and position ids change nothing."""
     from transformers import AutoModelForCausalLM
 
-    from rlexp.adapters.tinymodel import build_tiny_model
+    from rlexp.models.tiny import build_tiny_model
     from rlexp.trainers.local.train import pack_rows
 
     model = AutoModelForCausalLM.from_pretrained(build_tiny_model(tmp_path / "m", seed=2)).eval()

@@ -8,8 +8,10 @@ import math
 import pytest
 import yaml
 
-from rlexp.core.sop import DEFAULT_SOP, load_sop
 from rlexp.errors import InputError
+from rlexp.experiment.files import read_json, read_jsonl
+from rlexp.experiment.records import read_records, record_path, summarize
+from rlexp.spec.sop import DEFAULT_SOP, load_sop
 from rlexp.stages.guard import (
     audit_draw,
     audit_verdicts,
@@ -19,8 +21,6 @@ from rlexp.stages.guard import (
     prompt_parity,
     suspicion_flags,
 )
-from rlexp.storage.files import read_json, read_jsonl
-from rlexp.storage.records import read_records, record_path, summarize
 
 
 def sop_with(tmp_path, **sections):
@@ -109,10 +109,10 @@ def test_g1_catches_an_adapter_applied_twice(eval_experiment, tmp_path):
     """A LoRA-accumulation bug once inflated numbers by 2-7pp: weights that already contain the LoRA
     delta get the adapter applied again. G1 must fail on it."""
     from rlexp.cli import main
-    from rlexp.engines.base import Decoding
-    from rlexp.engines.local import LocalEngine, merge_adapter
+    from rlexp.evaluation.engines.base import Decoding
+    from rlexp.evaluation.engines.local import LocalEngine, merge_adapter
+    from rlexp.experiment.datasets import read_dataset
     from rlexp.stages.evaluate import Target, eval_records
-    from rlexp.storage.datasets import read_dataset
 
     att = eval_experiment()
     base = att.parent / "models" / "tiny-base"
@@ -214,9 +214,9 @@ def test_g2_on_real_baseline_records(eval_experiment):
 def test_g2_records_at_eval_seed_7_are_resumed_by_eval(eval_experiment):
     """G2 writes Baseline-S0's records for ``rlexp eval`` to resume from; with ``eval.seed: 7`` both must
     record the same decoding (G2 once left the seed out, and eval refused its records)."""
+    from rlexp.experiment.records import read_meta
     from rlexp.stages.evaluate import evaluate
     from rlexp.stages.guard import run_g2
-    from rlexp.storage.records import read_meta
 
     att = eval_experiment(extra_eval=", seed: 7")
     run_g2(att, problems=4)
@@ -231,8 +231,8 @@ def test_g2_records_at_eval_seed_7_are_resumed_by_eval(eval_experiment):
 
 def test_g1_and_g4_record_the_eval_seed_too(eval_experiment):
     """Every record file an attempt writes carries its eval settings' seed (G1 and G4 once left it out)."""
+    from rlexp.experiment.records import read_meta
     from rlexp.stages.guard import run_g1, run_g4
-    from rlexp.storage.records import read_meta
 
     att = eval_experiment(extra_eval=", seed: 7")
     run_g1(att, set_role="id", limit=2)
@@ -350,9 +350,9 @@ def test_audit_cli_round_trip(eval_experiment):
 
 
 def test_one_verdict_schema_for_every_guard(tmp_path):
-    from rlexp.adapters import monitor
-    from rlexp.core.verdict import Verdict
-    from rlexp.storage.verdicts import write_verdict
+    from rlexp.experiment.verdicts import write_verdict
+    from rlexp.protocol.verdict import Verdict
+    from rlexp.training import monitor
 
     keys = ["name", "passed", "rule", "numbers", "notes", "details"]
     pending = Verdict("g5", None, "at step 10: ...", notes=("step 10 not logged yet",))

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from rlexp.cli import main
-from rlexp.core.launch_script import ScriptError, launch_of, read_script
+from rlexp.training.launch_script import ScriptError, launch_of, read_script
 
 REPO = Path(__file__).resolve().parent.parent
 SEED = REPO / "experiments" / "seed-a30"

@@ -175,7 +175,7 @@ def hydras_verdicts(tmp_path_factory):
 
     from test_verl_backend import config_dir_of, pinned_wheel, run_hydra
 
-    from rlexp.core.launch_script import launch_of, read_script
+    from rlexp.training.launch_script import launch_of, read_script
 
     wheel = pinned_wheel()
     shipped = set(zipfile.ZipFile(wheel).namelist())
@@ -262,8 +262,8 @@ def test_verl_figures_equal_verls_own(rel, tmp_path, capsys, verl_schedulers):  
 def test_openrlhf_figures_equal_openrlhfs_own(rel, tmp_path, capsys, openrlhf_wheels):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    from rlexp.core.launch_script import launch_of, read_script
     from rlexp.trainers.openrlhf import parser as openrlhf_parser
+    from rlexp.training.launch_script import launch_of, read_script
 
     verb, err, plan = import_and_plan(rel, tmp_path, capsys)
     assert verb == PLANS, err
@@ -352,7 +352,7 @@ def trls_own_figures():
 
     from trl_venv import trl_python_or_skip
 
-    from rlexp.core.launch_script import launch_of, read_script
+    from rlexp.training.launch_script import launch_of, read_script
 
     python = trl_python_or_skip()
     jobs = [(FACTS[rel]["pool_size"], launch_of(read_script((CORPUS / rel).read_text()).argv).args) for rel in TRL_PLANS]

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from rlexp.cli import main
-from rlexp.core.launch_script import launch_of, read_script
+from rlexp.training.launch_script import launch_of, read_script
 
 VERL = ("python3 -m verl.trainer.main_ppo algorithm.adv_estimator=grpo data.train_batch_size=64 \\\n"
         "  actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B-Instruct \\\n")

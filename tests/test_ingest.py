@@ -9,8 +9,8 @@ import os
 
 import pytest
 
-from rlexp.adapters import ingest
 from rlexp.errors import InputError
+from rlexp.training import ingest
 
 # The line OpenRLHF v0.9.3 prints (ppo_trainer.py: logger.info(f"✨ Global step {global_step}: {log_status}")),
 # a Python dict repr; 'nan' and a string are what crashed the seed's A19 run.

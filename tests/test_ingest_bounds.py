@@ -1,7 +1,7 @@
 """`rlexp ingest` on hostile inputs (issue #35): each is refused in one line naming the file and the
 limit, or read in time linear in its size, with what could not be read reported.
 
-The limits are stated (rlexp.storage.files: ``MAX_LOG_BYTES``, ``MAX_LOG_LINES``; the readers'
+The limits are stated (rlexp.experiment.files: ``MAX_LOG_BYTES``, ``MAX_LOG_LINES``; the readers'
 ``MAX_LINE_CHARS``, ``MAX_RECORD_CHARS``); each input below is sized so that a reader that is not
 linear on it (a lazy pattern retried from each of 45,000 starts, a record re-joined by copying)
 would take minutes, and the bound each test asserts is a few seconds.
@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from rlexp.storage import files
+from rlexp.experiment import files
 from tests.test_metric_logs import cli
 
 SECONDS = 15.0  # each case below reads in well under a second here; quadratic ones took minutes

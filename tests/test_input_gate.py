@@ -156,7 +156,7 @@ def test_deep_nesting_is_refused_without_recursion_error(exp, capsys):
 
 
 def test_a_file_over_the_size_limit(exp, capsys, monkeypatch):
-    import rlexp.storage.files as files
+    import rlexp.experiment.files as files
 
     monkeypatch.setattr(files, "MAX_DOCUMENT_BYTES", 1000)  # the real limit is 64 MiB; the rule is the same
     (exp / "a2/launch/state.json").write_text(json.dumps({"state": "finished", "reason": "x" * 2000}))
@@ -286,7 +286,7 @@ def test_a_credential_in_a_spec_is_refused(exp, capsys, stated):
 
 
 def test_credential_keys_are_whole_words():
-    from rlexp.core.spec import is_credential_key
+    from rlexp.spec import is_credential_key
 
     for key in ("use_wandb", "wandb_key", "hf_token", "wandb_api_key", "api_key", "openai_apikey", "db_password",
                 "client_secret", "logger.wandb.key"):

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from rlexp.adapters.harnesses import inspect_log
 from rlexp.cli import main
+from rlexp.evaluation.harnesses import inspect_log
 
 DATA = Path(__file__).parent / "data" / "interop" / "inspect"
 pytest.importorskip("zstandard")  # the committed logs' members are zstd

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from rlexp.adapters.harnesses import Choice, detect_format, inspect_log, read_items
 from rlexp.cli import main
 from rlexp.errors import InputError
+from rlexp.evaluation.harnesses import Choice, detect_format, inspect_log, read_items
 
 DATA = Path(__file__).parent / "data" / "interop" / "inspect"
 HARNESS = json.loads((DATA / "harness-results.json").read_text())

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rlexp.adapters.harnesses import Choice, inspect_log, read_items
+from rlexp.evaluation.harnesses import Choice, inspect_log, read_items
 
 DATA = Path(__file__).parent / "data" / "interop" / "inspect"
 

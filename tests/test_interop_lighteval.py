@@ -15,8 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 from scipy import stats as sps
 
-from rlexp.adapters.harnesses import Choice, detect_format, read_items
 from rlexp.cli import main
+from rlexp.evaluation.harnesses import Choice, detect_format, read_items
 
 DATA = Path(__file__).parent / "data" / "interop" / "lighteval"
 
@@ -183,9 +183,9 @@ def test_a_parquet_whose_columns_decompress_past_the_limit_is_refused_before_dec
     a small file of a highly compressible column is refused without decoding it."""
     import os
 
-    from rlexp.adapters.harnesses.lighteval import read_rows
     from rlexp.errors import InputError
-    from rlexp.storage import files
+    from rlexp.evaluation.harnesses.lighteval import read_rows
+    from rlexp.experiment import files
 
     path = tmp_path / "details_bomb|0_2026-01-01T00-00-00.parquet"
     pq.write_table(pa.table({"doc": ["x" * 100_000] * 50, "metric": [{"acc": 1.0}] * 50}), path,

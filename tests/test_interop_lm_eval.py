@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from scipy import stats as sps
 
-from rlexp.adapters.harnesses import Choice, detect_format, read_items
 from rlexp.cli import main
+from rlexp.evaluation.harnesses import Choice, detect_format, read_items
 
 DATA = Path(__file__).parent / "data" / "interop" / "lm_eval"
 

@@ -1,5 +1,5 @@
 """The JSON Schemas of the files a user writes (attempt, ladder, sweep, SOP) are derived from the
-same field declarations as their loaders (rlexp.core.fields): the committed copies are current, a
+same field declarations as their loaders (rlexp.spec.fields): the committed copies are current, a
 committed example is valid for both, and what a loader refuses the schema refuses too (an unknown
 key, a wrong type, a number out of bounds). The validator is the ``jsonschema`` package's, an
 implementation independent of rlexp."""
@@ -15,8 +15,8 @@ import jsonschema
 import pytest
 import yaml
 
-from rlexp.core.json_schemas import json_schemas, schema_text
 from rlexp.errors import InputError
+from rlexp.spec.json_schemas import json_schemas, schema_text
 
 REPO = Path(__file__).resolve().parents[1]
 SOP_FILES = sorted((REPO / "sop").glob("sop-*.yaml"))
@@ -55,7 +55,7 @@ def test_every_committed_schema_is_current(schemas):
 
 
 def load_ladder(raw):
-    from rlexp.core.ladder import parse_ladder_spec
+    from rlexp.spec.ladder import parse_ladder_spec
 
     return parse_ladder_spec(raw, "ladder.yaml")
 
@@ -133,7 +133,7 @@ def write_sweep(tmp_path):
 
 
 def test_the_documented_sweep_is_valid_for_schema_and_loader(write_sweep):
-    from rlexp.core.sweep import load_sweep
+    from rlexp.spec.sweep import load_sweep
 
     assert schema_errors("sweep", SWEEP) == []
     spec = load_sweep(write_sweep(SWEEP))
@@ -183,7 +183,7 @@ def patched(**sections) -> dict:
     (patched(eval={"max_tokens": 10**9 + 1}), "eval.max_tokens"),  # beyond the input gate's size limit
 ])
 def test_the_sweep_schema_refuses_what_the_loader_refuses(write_sweep, raw, field):
-    from rlexp.core.sweep import load_sweep
+    from rlexp.spec.sweep import load_sweep
 
     path = write_sweep(raw)
     with pytest.raises(InputError) as info:
@@ -199,7 +199,7 @@ def test_the_sweep_schema_refuses_what_the_loader_refuses(write_sweep, raw, fiel
             truncation_check={"max_tokens": [4096, 2048], "candidate": None}),
 ])
 def test_the_sweep_schema_accepts_what_the_loader_accepts(write_sweep, raw):
-    from rlexp.core.sweep import load_sweep
+    from rlexp.spec.sweep import load_sweep
 
     path = write_sweep(raw)
     load_sweep(path)
@@ -210,7 +210,7 @@ def test_the_sweep_schema_accepts_what_the_loader_accepts(write_sweep, raw):
 
 
 def test_every_committed_sop_is_valid_for_schema_and_loader():
-    from rlexp.core.sop import load_sop
+    from rlexp.spec.sop import load_sop
 
     assert SOP_FILES
     for path in SOP_FILES:
@@ -253,7 +253,7 @@ def sop_with(tmp_path, key: str, value) -> Path:
     ("gate_1a.min_ci_low_pp", -2e12, "gate_1a.min_ci_low_pp"),
 ])
 def test_the_sop_schema_refuses_what_the_loader_refuses(tmp_path, key, value, field):
-    from rlexp.core.sop import load_sop
+    from rlexp.spec.sop import load_sop
 
     path = sop_with(tmp_path, key, value)
     with pytest.raises(InputError) as info:
@@ -269,7 +269,7 @@ def test_the_sop_schema_refuses_what_the_loader_refuses(tmp_path, key, value, fi
     ("gate_1a.min_delta_pp", 2),  # an integer where a float is declared
 ])
 def test_the_sop_schema_accepts_what_the_loader_accepts_at_the_bounds(tmp_path, key, value):
-    from rlexp.core.sop import load_sop
+    from rlexp.spec.sop import load_sop
 
     path = sop_with(tmp_path, key, value)
     load_sop(path)
@@ -294,7 +294,7 @@ def test_the_sop_schema_accepts_what_the_loader_accepts_at_the_bounds(tmp_path, 
     ({"max_total_tokens": 10**9 + 1}, "environment.max_total_tokens"),
 ])
 def test_the_attempt_schema_refuses_a_bad_environment_as_the_loader_does(tmp_path, environment, field):
-    from rlexp.core.spec import load_attempt
+    from rlexp.spec import load_attempt
 
     raw = {"trainer": {"name": "local", "version": "0.11.0"}, "recipe": {"pretrain": "m"}, "environment": environment}
     att = tmp_path / "exp" / "a1"

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from rlexp.core.ladder import FAULT_CLASS_VARIABLES, LadderSpec, Rung, parse_ladder_spec, propose
 from rlexp.errors import InputError
+from rlexp.spec.ladder import FAULT_CLASS_VARIABLES, LadderSpec, Rung, parse_ladder_spec, propose
 
 ROOT_SPEC = "trainer: {name: local}\nrecipe: {pretrain: models/base, eps_clip: 0.2, seed: 42, lora_rank: 16}\n"
 
@@ -184,8 +184,8 @@ def test_the_ladder_stops_at_its_rungs_and_when_the_grid_is_exhausted():
 def test_propose_writes_a_one_variable_child_and_refuses_two_variables(tmp_path):
     import yaml
 
-    from rlexp.core.checks import check_single_variable
-    from rlexp.core.spec import diff_against_parent, load_attempt
+    from rlexp.protocol.checks import check_single_variable
+    from rlexp.spec import diff_against_parent, load_attempt
 
     exp = experiment(tmp_path)
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
@@ -215,8 +215,8 @@ def test_propose_writes_a_one_variable_child_and_refuses_two_variables(tmp_path)
 
 
 def test_a_confirmation_seed_plans_as_one_variable_and_a_seed_of_that_changes_more_is_refused(tmp_path):
-    from rlexp.core.checks import check_single_variable
-    from rlexp.core.spec import load_attempt
+    from rlexp.protocol.checks import check_single_variable
+    from rlexp.spec import load_attempt
     from rlexp.stages.ladder import write_rung
 
     exp = experiment(tmp_path)
@@ -279,8 +279,8 @@ DECLINE = [0.40, 0.50, 0.60, 0.45, 0.44, 0.43, 0.42, 0.41, 0.40]
 def test_the_sop_pruner_prunes_a_plateau_that_patient_pruner_does_not():
     import optuna
 
-    from rlexp.adapters.pruner import SopEarlyStopPruner
-    from rlexp.core.sop import load_sop
+    from rlexp.spec.sop import load_sop
+    from rlexp.tracking.pruner import SopEarlyStopPruner
 
     sop = load_sop()
     assert (sop.early_stop.smoothing_window, sop.early_stop.patience_evals, sop.early_stop.min_improvement_pp) == (
@@ -293,8 +293,8 @@ def test_the_sop_pruner_prunes_a_plateau_that_patient_pruner_does_not():
 
 def test_the_pruner_applies_the_in_run_monitors_rule():
     """The pruner and the live run's monitor are one rule: the same verdict on the same points."""
-    from rlexp.adapters.monitor import early_stop_verdict
-    from rlexp.adapters.pruner import SopEarlyStopPruner
+    from rlexp.tracking.pruner import SopEarlyStopPruner
+    from rlexp.training.monitor import early_stop_verdict
 
     rows = [{"global_step": 8 * i, "monitor_acc": v} for i, v in enumerate(PLATEAU, start=1)]
     live = early_stop_verdict(rows)
@@ -313,7 +313,7 @@ RUNNER = textwrap.dedent("""
     import json, os, sys, time
     from pathlib import Path
     from rlexp.stages.ladder import RungResult, run_ladder
-    from rlexp.storage.files import atomic_write_json
+    from rlexp.experiment.files import atomic_write_json
 
     exp, storage, log = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
 
@@ -364,7 +364,7 @@ def test_two_runners_on_a_postgresql_study(tmp_path):
 def two_runners(tmp_path, storage):
     import optuna
 
-    from rlexp.adapters.study import resolve_storage
+    from rlexp.tracking.study import resolve_storage
 
     grid = [0.05, 0.1, 0.15, 0.25, 0.3, 0.35, 0.4, 0.45]
     exp = experiment(tmp_path, f"root: r\nvariables: {{eps_clip: {grid}}}\nseeds: [42]\nrungs: 20\n")
@@ -421,7 +421,7 @@ SEEDS_RUNNER = textwrap.dedent("""
     import json, os, sys, time
     from pathlib import Path
     from rlexp.stages.ladder import RungResult, run_ladder
-    from rlexp.storage.files import atomic_write_json
+    from rlexp.experiment.files import atomic_write_json
 
     exp, storage, log = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
 
@@ -480,8 +480,8 @@ def test_with_seeds_at_once_the_seed_runs_beside_its_sibling_and_decides_after_i
 
 
 def test_a_requested_rung_on_disk_keeps_its_name_when_the_ladder_runs(tmp_path):
+    from rlexp.experiment.files import atomic_write_json
     from rlexp.stages.ladder import RungResult, propose_rung, run_ladder
-    from rlexp.storage.files import atomic_write_json
 
     exp = experiment(tmp_path)
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"

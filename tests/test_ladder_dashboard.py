@@ -49,8 +49,8 @@ def test_optuna_dashboard_shows_the_ladder_study_in_headless_chromium(tmp_path):
         if os.environ.get("CI"):
             pytest.fail("chromium is not installed (scripts/install-chromium)")
         pytest.skip("chromium is not installed (apt-get install chromium)")
+    from rlexp.experiment.files import atomic_write_json
     from rlexp.stages.ladder import RungResult, run_ladder
-    from rlexp.storage.files import atomic_write_json
 
     exp = experiment(tmp_path, "root: r\nvariables: {eps_clip: [0.1, 0.3]}\nseeds: [42]\nrungs: 3\n")
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"

@@ -78,7 +78,7 @@ def test_ladder_of_three_rungs_on_the_demo(tmp_path):
     # the ladder's rule, checked on what happened to d1: after CONFIRM its confirmation seed; after a
     # CONTINUE whose fault tree names a class, a variable of that class's interventions when the grid
     # has one (the fast demo's d1 is a CONTINUE with class D: init_kl_coef); else the grid's first value
-    from rlexp.core.ladder import FAULT_CLASS_VARIABLES, fault_class_of
+    from rlexp.spec.ladder import FAULT_CLASS_VARIABLES, fault_class_of
 
     d1 = json.loads((exp / "d1" / "decision.json").read_text())
     fault = fault_class_of(d1)

@@ -19,12 +19,12 @@ import pytest
 from test_report import make_experiment
 from test_tracking import migrated_db, sqlite_uri  # noqa: F401 (fixtures)
 
-from rlexp.adapters.ingest import read_metrics
 from rlexp.backends.process import pid_alive, wait_for
 from rlexp.cli import main
 from rlexp.errors import InputError
 from rlexp.stages import launch as launch_cmd
 from rlexp.trainers.local import launch as local_launch
+from rlexp.training.ingest import read_metrics
 
 FAKE_TRAINER = r'''
 import json, os, signal, sys, time
@@ -380,7 +380,7 @@ def test_launch_sh_quotes_every_argument(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_real_local_trainer_sigterm_then_resume(tmp_path, monkeypatch):
     """The trainer engineer's rlexp.backends.local_trainer on the tiny model: stop mid-run, resume."""
-    from rlexp.adapters.tinymodel import build_tiny_model
+    from rlexp.models.tiny import build_tiny_model
 
     experiment = make_experiment(tmp_path)
     build_tiny_model(experiment / "models" / "tiny", seed=0)
@@ -393,7 +393,7 @@ def test_real_local_trainer_sigterm_then_resume(tmp_path, monkeypatch):
     att = experiment / "a2"
     # the planned LR the resume gate checks against: the real plan's rows for this spec (make_experiment's
     # plan.json holds a stand-in table)
-    from rlexp.core.spec import load_attempt
+    from rlexp.spec import load_attempt
     from rlexp.stages.plan import build_plan
 
     doc = json.loads((att / "plan.json").read_text())
@@ -414,7 +414,7 @@ def test_real_local_trainer_sigterm_then_resume(tmp_path, monkeypatch):
     assert _steps(att) == [1, 2, 3]
     assert json.loads((att / "launch" / "state.json").read_text())["state"] == "finished"
     assert (att / "checkpoints" / "global_step3_hf").is_dir()
-    # the resume gate (rlexp.core.run_health): steps and the LR continue the plan after the resume
+    # the resume gate (rlexp.protocol.run_health): steps and the LR continue the plan after the resume
     gate = json.loads((att / "guards" / "resume.json").read_text())
     assert gate["passed"] is True, gate
     [entry] = gate["numbers"]["checked"]
@@ -474,7 +474,7 @@ def test_ray_job_view_reads_the_exit_code_of_any_ray_release():
 
 
 def test_redact_env_and_scrub_file(tmp_path):
-    from rlexp.adapters.provenance import redact_env, scrub_file
+    from rlexp.experiment.provenance import redact_env, scrub_file
 
     env = {"HF_TOKEN": "hf_abcdefgh", "WANDB_API_KEY": "k" * 12, "DB_PASSWORD": "p" * 8, "AWS_SECRET_X": "s" * 9,
            "CUDA_VISIBLE_DEVICES": "0,1", "HF_HOME": "/cache", "PATH": "/bin"}
@@ -490,7 +490,7 @@ def test_redact_env_and_scrub_file(tmp_path):
 def test_provenance_records_the_rollout_engine_and_not_the_test_services():
     """The variables that change what the local trainer does (who decodes its rollouts, where the
     model runs) are recorded; rlexp's test-service URIs, which may hold credentials, are not."""
-    from rlexp.adapters.provenance import RECORDED_ENV_PREFIXES, redact_env
+    from rlexp.experiment.provenance import RECORDED_ENV_PREFIXES, redact_env
 
     env = {"RLEXP_ROLLOUT_ENGINE": "vllm", "RLEXP_DEVICE": "cuda", "RLEXP_VLLM_PYTHON": "/v/bin/python",
            "RLEXP_TEST_POSTGRES_URI": "postgresql://u:pw@127.0.0.1/db", "RLEXP_MODEL_CACHE": "/c", "PATH": "/bin"}
@@ -513,7 +513,7 @@ def test_no_follow_returns_at_once_and_status_reports_the_exit(exp, capsys):
 
 
 def test_missing_plan_is_computed_with_rlexp_plan_and_its_errors_refuse(exp, capsys):
-    from rlexp.storage.files import sha256_file
+    from rlexp.experiment.files import sha256_file
 
     att = exp / "a2"
     (att / "plan.json").unlink()
@@ -553,7 +553,7 @@ def test_process_backend_follows_tensorboard_scalars(tmp_path, monkeypatch):
     prepared = launch_cmd.prepare(att, metrics_source="tensorboard")
     assert prepared.argv[prepared.argv.index("--use_tensorboard") + 1] == str(att / "tensorboard")
     polls = []
-    from rlexp.adapters import ingest
+    from rlexp.training import ingest
 
     original = ingest.MetricsFollower.poll
 
@@ -629,10 +629,10 @@ def test_resume_reuses_the_saved_metrics_source_and_refuses_another(tmp_path, mo
 
 def test_a_parent_edit_makes_the_childs_plan_stale(tmp_path):
     """plan.json records a digest of the whole spec chain: editing the parent recomputes the child's plan."""
-    from rlexp.core.spec import load_attempt
+    from rlexp.experiment.files import atomic_write_json
+    from rlexp.spec import load_attempt
     from rlexp.stages.launch import load_plan
     from rlexp.stages.plan import build_plan
-    from rlexp.storage.files import atomic_write_json
 
     exp = tmp_path / "exp"
     (exp / "p").mkdir(parents=True)

@@ -1,4 +1,4 @@
-"""The launch-script reader of `rlexp import` (rlexp.core.launch_script): bash evaluated statically,
+"""The launch-script reader of `rlexp import` (rlexp.training.launch_script): bash evaluated statically,
 never run. Reference values are what bash itself prints for the same text (checked with
 `bash -c 'printf "%s\\n" ...'` where bash is on the machine) — the expectations are written out here
 so the test holds without it; `test_agrees_with_bash` compares them with the real bash when present."""
@@ -12,7 +12,7 @@ import time
 import pytest
 
 from rlexp.cli import main
-from rlexp.core.launch_script import (
+from rlexp.training.launch_script import (
     MAX_SCRIPT_BYTES,
     ScriptError,
     Unknown,

@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from rlexp.storage.files import read_jsonl  # noqa: E402
+from rlexp.experiment.files import read_jsonl  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 TOTAL = 6  # global steps of the tiny run
@@ -54,8 +54,8 @@ eval: {{engine: local, max_tokens: 8}}
 
 @pytest.fixture(scope="module")
 def experiment(tmp_path_factory):
-    from rlexp.adapters.tinymodel import build_tiny_model
-    from rlexp.storage.datasets import build_task_datasets
+    from rlexp.experiment.datasets import build_task_datasets
+    from rlexp.models.tiny import build_tiny_model
 
     root = tmp_path_factory.mktemp("exp")
     build_task_datasets(root / "data", seed=0, pool_size=64, monitor_size=20, primary_size=40, id_size=20)
@@ -96,8 +96,8 @@ def wait_for_rows(proc: subprocess.Popen, metrics: Path, rows: int, timeout: flo
 
 
 def predicted_actor_lr(attempt: Path) -> dict[int, float]:
-    from rlexp.core.schedule import compute_steps, logged_actor_lr
-    from rlexp.core.spec import load_attempt
+    from rlexp.spec import load_attempt
+    from rlexp.training.schedule import compute_steps, logged_actor_lr
 
     att = load_attempt(attempt)
     steps = compute_steps(att.recipe, att.datasets["pool"].size, att.trainer.version, trainer="local")
@@ -127,7 +127,7 @@ def test_sigkill_then_resume_reaches_the_end_without_duplicates(experiment):
         assert set(row) >= FIELDS
         assert ("monitor_acc" in row) == (row["global_step"] % 3 == 0)
         assert row["grad_norm"] >= 0 and 0 <= row["reward"] <= 1
-    # The logged LR is what rlexp.core.schedule predicts (OpenRLHF 0.11: get_last_lr after the step).
+    # The logged LR is what rlexp.training.schedule predicts (OpenRLHF 0.11: get_last_lr after the step).
     lrs = predicted_actor_lr(straight)
     assert [r["actor_lr"] for r in reference] == [lrs[g] for g in range(1, TOTAL + 1)]
     saved = sorted(p.name for p in (straight / "checkpoints").glob("global_step*_hf"))
@@ -195,9 +195,9 @@ def test_unsupported_recipe_is_a_one_line_input_error(experiment):
 def test_demo_recipe_loads_and_spans_its_schedule(experiment):
     import yaml
 
-    from rlexp.core.spec import load_attempt
+    from rlexp.experiment.datasets import build_task_datasets
+    from rlexp.spec import load_attempt
     from rlexp.stages.demo import DEMO_POOL_SIZE, DEMO_RECIPE
-    from rlexp.storage.datasets import build_task_datasets
     from rlexp.trainers.local.config import config_from_attempt
 
     build_task_datasets(experiment / "data", seed=0, pool_size=DEMO_POOL_SIZE, monitor_size=20, primary_size=40,
@@ -218,7 +218,7 @@ def test_demo_recipe_loads_and_spans_its_schedule(experiment):
     cfg.validate()
     # 1024 prompts × 8 samples / 64 per optimizer step = 128 optimizer steps, warm-up ceil(6.4) = 7,
     # 1024 / 16 = 64 global steps of 2 optimizer steps each.
-    steps = cfg.steps(DEMO_POOL_SIZE)  # rlexp.core.schedule's counts: the trainer builds its scheduler with them
+    steps = cfg.steps(DEMO_POOL_SIZE)  # rlexp.training.schedule's counts: the trainer builds its scheduler with them
     assert (steps.optimizer_steps_total, steps.warmup_steps, steps.global_steps_total) == (128, 7, 64)
     assert steps.optimizer_steps_per_global_step == 2 and steps.micro_batches_per_optimizer_step == 1
     assert cfg.target_modules == tuple(DEMO_RECIPE["target_modules"])
@@ -227,7 +227,7 @@ def test_demo_recipe_loads_and_spans_its_schedule(experiment):
 def test_the_local_trainer_resumes_from_its_latest_complete_state(tmp_path):
     """checkpoints/state/global_step{N} with its trainer_state.pt written; a state a killed writer
     left without it does not count, nor do the adapters."""
-    from rlexp.storage.layout import AttemptDir, Checkpoint
+    from rlexp.experiment.layout import AttemptDir, Checkpoint
     from rlexp.trainers.local.train import latest_state
 
     ad = AttemptDir(tmp_path / "a")

@@ -224,7 +224,7 @@ def test_trl_without_the_mode_is_refused_at_plan(tmp_path, capsys, mode, edit, f
 
 
 def test_the_local_trainer_reads_the_mode_and_the_plan_shows_it(tmp_path, capsys):
-    from rlexp.core.spec import load_attempt
+    from rlexp.spec import load_attempt
     from rlexp.trainers.local.config import config_from_attempt
 
     parent, child = _rung(tmp_path, "demo/d1", "seq-mean-token-sum-norm")

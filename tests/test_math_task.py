@@ -13,21 +13,21 @@ from random import Random
 
 import pytest
 
-from rlexp.core.math_task import MathTaskSizes
+from rlexp.evaluation.math_task import MathTaskSizes
 
 SIZES = MathTaskSizes(pool=40, ood_monitor=10, ood_primary=30, id=10, sanity=8)
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    from rlexp.storage.datasets import build_math_datasets
+    from rlexp.experiment.datasets import build_math_datasets
 
     out = tmp_path_factory.mktemp("math") / "data"
     return out, build_math_datasets(out, seed=3, sizes=SIZES)
 
 
 def test_sets_have_their_sizes_and_are_disjoint_by_hash(built):
-    from rlexp.storage.datasets import check_dataset_files, read_dataset
+    from rlexp.experiment.datasets import check_dataset_files, read_dataset
 
     _, files = built
     assert {role: f.size for role, f in files.items()} == {"pool": 40, "ood_monitor": 10, "ood_primary": 30,
@@ -43,7 +43,7 @@ def test_sets_have_their_sizes_and_are_disjoint_by_hash(built):
 def test_primary_set_is_drawn_from_held_out_templates_only(built):
     from reasoning_gym.arithmetic.gsm_symbolic.gsm_symbolic import tasks_ok
 
-    from rlexp.storage.datasets import read_dataset
+    from rlexp.experiment.datasets import read_dataset
 
     out, files = built
     manifest = json.loads((out / "datasets.json").read_text())
@@ -62,7 +62,7 @@ def test_gold_is_the_generators_own_final_line(built):
     generator writes for the same draw (problem k: held-out template k mod 21, its own seed)."""
     from reasoning_gym.arithmetic.gsm_symbolic import generators_00_49, generators_50_99
 
-    from rlexp.storage.datasets import read_dataset
+    from rlexp.experiment.datasets import read_dataset
 
     out, files = built
     held = json.loads((out / "datasets.json").read_text())["split"]["templates_held_out"]
@@ -78,7 +78,7 @@ def test_gold_is_the_generators_own_final_line(built):
 
 
 def test_same_seed_same_bytes_other_seed_other_problems(built, tmp_path):
-    from rlexp.storage.datasets import build_math_datasets
+    from rlexp.experiment.datasets import build_math_datasets
 
     _, files = built
     again = build_math_datasets(tmp_path / "again", seed=3, sizes=SIZES)
@@ -90,7 +90,7 @@ def test_same_seed_same_bytes_other_seed_other_problems(built, tmp_path):
 def test_eval_sets_do_not_depend_on_the_pool_size(built, tmp_path):
     import dataclasses
 
-    from rlexp.storage.datasets import build_math_datasets
+    from rlexp.experiment.datasets import build_math_datasets
 
     _, files = built
     bigger = build_math_datasets(tmp_path / "bigger", seed=3, sizes=dataclasses.replace(SIZES, pool=60))
@@ -100,8 +100,8 @@ def test_eval_sets_do_not_depend_on_the_pool_size(built, tmp_path):
 
 def test_champ_sanity_keeps_one_formula_answers_only():
     """CHAMP's own file: a prose answer is out, a formula in; the sanity set is CHAMP problems."""
-    from rlexp.core.math_task import champ_eligible
-    from rlexp.storage.datasets import _math_verify_parses, champ_rows
+    from rlexp.evaluation.math_task import champ_eligible
+    from rlexp.experiment.datasets import _math_verify_parses, champ_rows
 
     rows = champ_rows()
     assert len(rows) == 270
@@ -114,7 +114,7 @@ def test_champ_sanity_keeps_one_formula_answers_only():
 
 
 def test_sanity_rows_are_champ_problems(built):
-    from rlexp.storage.datasets import champ_rows, read_dataset
+    from rlexp.experiment.datasets import champ_rows, read_dataset
 
     _, files = built
     texts = {r[2].strip(): r[3].strip() for r in champ_rows()}
@@ -126,8 +126,8 @@ def test_math_verify_grades_the_generators_chains_of_thought():
     """The GSM8K-style chains of thought the generators write, their ``#### N`` line turned into a
     final statement, are graded correct by math-verify and by the exact extractor; a chain whose
     stated answer is off by one is graded wrong by both."""
-    from rlexp.core.answers import grade_output
-    from rlexp.core.math_task import gsm_generators
+    from rlexp.evaluation.answers import grade_output
+    from rlexp.evaluation.math_task import gsm_generators
 
     generators = gsm_generators()
     for template in list(generators)[:40]:

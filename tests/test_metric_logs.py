@@ -29,9 +29,9 @@ import random
 
 import pytest
 
-from rlexp.adapters import ingest
 from rlexp.cli import main
 from rlexp.errors import InputError
+from rlexp.training import ingest
 
 OPENRLHF_FORMAT = "%(levelname)s %(asctime)s %(filename)s:%(lineno)d] %(message)s"
 OPENRLHF_DATEFMT = "%m-%d %H:%M:%S"
@@ -279,7 +279,7 @@ def test_a_ratio_logged_in_parts():
     token counts): their quotient, 0 over a zero denominator (as the local trainer counts it), absent
     when a part is, never over a value logged under the canonical name itself; the parts keep their
     names. Reference values by hand."""
-    from rlexp.core.trainers.metric_names import canonical_row
+    from rlexp.training.metric_names import canonical_row
 
     row = canonical_row({"agent_tokens_per_episode": 6.0, "generated_tokens_per_episode": "8.0",
                          "env_latency_s_per_episode": 0.0, "turns_per_episode": 0.0}, "openrlhf")

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from rlexp.adapters import monitor
+from rlexp.training import monitor
 
 # a recorded run: step, grad norm, reward, log_ratio_abs_p99, time (step 1 is warm-up)
 PROFILE = [(1, 5.16, 0.547, 1.71, 300.0), (2, 1.77, 0.352, 1.77, 125.9), (3, 39.06, 0.500, 2.09, 104.1),
@@ -143,7 +143,7 @@ def test_crash_before_step_10_fails_g3(tmp_path):
 
 
 def test_run_monitor_writes_a_verdict_only_when_it_changes(tmp_path, monkeypatch):
-    from rlexp.storage import verdicts as guardrails
+    from rlexp.experiment import verdicts as guardrails
 
     writes: list[tuple[str, bool | None]] = []
     original = guardrails.write_verdict
@@ -192,7 +192,7 @@ def test_a_resume_keeps_a_crash_verdict_until_g3_is_decided_again(tmp_path):
 def _sop_with(tmp_path, **gates):
     import yaml
 
-    from rlexp.core.sop import DEFAULT_SOP, load_sop
+    from rlexp.spec.sop import DEFAULT_SOP, load_sop
 
     data = yaml.safe_load(DEFAULT_SOP.read_text())
     for gate, values in gates.items():
@@ -226,7 +226,7 @@ def test_in_run_numbers_come_from_the_sop_file(tmp_path):
 
 
 def test_spike_threshold_module_constant_is_the_sops():
-    from rlexp.core.sop import load_sop
+    from rlexp.spec.sop import load_sop
 
     assert monitor.guard_settings().spikes.grad_norm == load_sop().guardrails.spikes.grad_norm == 50.0
     with pytest.raises(AttributeError):
@@ -234,7 +234,7 @@ def test_spike_threshold_module_constant_is_the_sops():
 
 
 def test_the_environment_error_stop_reads_the_sops_threshold(tmp_path):
-    from rlexp.core.sop import load_sop
+    from rlexp.spec.sop import load_sop
 
     settings = load_sop().guardrails.env_errors
     assert (settings.max_rate, settings.window) == (0.25, 5)

@@ -15,10 +15,10 @@ import time
 import pytest
 from fault_servers import FaultServer
 
-from rlexp.core.rewards import JUDGE_ERROR, RewardError
-from rlexp.engines.base import Decoding, Request
-from rlexp.engines.http import HttpFailure, HttpLimits, post_json
-from rlexp.engines.openai import OpenAIEngine, ServerError
+from rlexp.environments.rewards import JUDGE_ERROR, RewardError
+from rlexp.evaluation.engines.base import Decoding, Request
+from rlexp.evaluation.engines.http import HttpFailure, HttpLimits, post_json
+from rlexp.evaluation.engines.openai import OpenAIEngine, ServerError
 
 DEADLINE_S = 1.5  # the stated whole-call deadline of these tests
 SLACK_S = 1.5  # scheduling on a busy 2-core CI machine; a hang would take MAX_HANG_S (60 s)
@@ -119,8 +119,8 @@ def test_openai_engine_answers_through_a_flaky_server():
 
 
 def test_the_spec_sets_the_engine_limits():
-    from rlexp.core.spec.model import EvalSettings
-    from rlexp.engines.registry import OPENERS  # noqa: F401  (the opener passes these through)
+    from rlexp.evaluation.engines.registry import OPENERS  # noqa: F401  (the opener passes these through)
+    from rlexp.spec.model import EvalSettings
 
     settings = EvalSettings(engine="openai", base_url="http://127.0.0.1:1", timeout_s=7.0, connect_timeout_s=2.0,
                             read_timeout_s=3.0, retries=1, max_response_bytes=1000)
@@ -135,7 +135,7 @@ def test_the_spec_sets_the_engine_limits():
 
 @pytest.mark.parametrize("fault", FAILING)
 def test_judge_fault_is_a_counted_judge_error_never_cached(fault, tmp_path):
-    from rlexp.adapters.judge import Judge
+    from rlexp.environments.judge import Judge
 
     with FaultServer(fault) as server:
         judge = Judge(server.url, "judge", cache_path=tmp_path / "cache.jsonl", log_path=tmp_path / "calls.jsonl",
@@ -151,7 +151,7 @@ def test_judge_fault_is_a_counted_judge_error_never_cached(fault, tmp_path):
 
 
 def test_judge_through_a_flaky_server_scores_and_caches(tmp_path):
-    from rlexp.adapters.judge import Judge
+    from rlexp.environments.judge import Judge
 
     with FaultServer("flaky", good=_chat) as server:
         judge = Judge(server.url, "judge", cache_path=tmp_path / "cache.jsonl", retries=2, backoff_s=0.01)
@@ -164,7 +164,7 @@ def test_judge_through_a_flaky_server_scores_and_caches(tmp_path):
 def test_a_judge_reply_that_is_not_exactly_a_score_is_an_error_and_not_cached(reply, tmp_path):
     from loopback_json import LoopbackJsonServer
 
-    from rlexp.adapters.judge import Judge
+    from rlexp.environments.judge import Judge
 
     def answer(path, body, headers):
         return 200, {"choices": [{"message": {"role": "assistant", "content": reply}}]}
@@ -211,7 +211,7 @@ def test_rlexp_eval_on_a_faulty_server_is_one_line_and_the_rerun_completes(fault
     with FaultServer("flaky", good=_completion) as server:
         point_at(server.url)
         assert main(["eval", str(att)]) == 0
-    from rlexp.storage.records import read_records
+    from rlexp.experiment.records import read_records
 
     files = [p for p in (att / "eval").glob("*/*.jsonl") if p.parent.name != "paired"]
     assert files and all(read_records(p) for p in files)
@@ -248,8 +248,8 @@ def test_rlexp_eval_with_a_judge_that_is_not_http_counts_judge_errors_and_the_re
     judges every episode."""
     pytest.importorskip("torch")
     from rlexp.cli import main
-    from rlexp.storage.layout import AttemptDir
-    from rlexp.storage.records import read_records
+    from rlexp.experiment.layout import AttemptDir
+    from rlexp.experiment.records import read_records
 
     att = eval_experiment(sizes={"pool": 2, "ood_primary": 3, "id": 2, "sanity": 1}, steps=(2,), mid=2)
     spec = att / "attempt.yaml"

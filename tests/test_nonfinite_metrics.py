@@ -15,8 +15,8 @@ import pytest
 from test_report import fill_attempt, make_experiment
 from test_tracking import migrated_db, sqlite_uri  # noqa: F401  (pytest fixtures)
 
-from rlexp.adapters import ingest, monitor
 from rlexp.errors import InputError
+from rlexp.training import ingest, monitor
 
 NAN_STEP = 7  # grad_norm and policy_loss diverge here
 INF_STEP = 12  # ratio_max overflows here
@@ -95,7 +95,7 @@ def test_metrics_jsonl_is_strict_about_any_other_spelling(tmp_path, value):
 def test_mlflow_holds_nan_at_that_step_and_a_relog_is_no_rewind(nan_attempt, sqlite_uri):  # noqa: F811
     from mlflow.tracking import MlflowClient
 
-    from rlexp.adapters import tracking
+    from rlexp.tracking import runs as tracking
 
     run_id = tracking.log_attempt(nan_attempt, sqlite_uri)
     client = MlflowClient(sqlite_uri)

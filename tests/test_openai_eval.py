@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from loopback_json import LoopbackJsonServer
 
-from rlexp.storage.records import read_records
+from rlexp.experiment.records import read_records
 
 KEY_ENV = "RLEXP_E2E_OPENAI_KEY"
 KEY_VALUE = "sk-e2e-4f1c9a7d-never-on-disk"
@@ -27,7 +27,7 @@ SERVED_BASE = "tiny-base"
 class ModelServer:
     """A minimal OpenAI-compatible completions server: the base model under ``served_name``, each
     LoRA adapter under its adapter name (peft, adapters disabled for the base), greedy decoding
-    with :func:`rlexp.adapters.generation.generate`, one request at a time (a lock around the model)."""
+    with :func:`rlexp.evaluation.generation.generate`, one request at a time (a lock around the model)."""
 
     def __init__(self, base_dir: Path, adapters: dict[str, Path], served_name: str, api_key: str):
         from peft import PeftModel
@@ -64,7 +64,7 @@ class ModelServer:
         return 200, self.complete(body)
 
     def complete(self, body: dict) -> dict:
-        from rlexp.adapters.generation import generate
+        from rlexp.evaluation.generation import generate
 
         assert body["n"] == 1 and body["temperature"] == 0.0
         # the engine sends the rendered chat template; a second BOS would break prompt parity

@@ -341,7 +341,7 @@ def _load_reward_module(path: Path):
 
 
 def test_reward_file_grades_like_rlexp_answers(tmp_path):
-    from rlexp.core import answers
+    from rlexp.evaluation import answers
 
     path = write_reward_file(tmp_path / "reward_func.py")
     module = _load_reward_module(path)
@@ -362,8 +362,8 @@ def test_reward_file_grades_like_rlexp_answers(tmp_path):
 def test_reward_file_embeds_the_parser_verbatim():
     import inspect
 
-    from rlexp.core import answers
-    from rlexp.storage.files import sha256_text
+    from rlexp.evaluation import answers
+    from rlexp.experiment.files import sha256_text
 
     text = render_reward_file()
     source = inspect.getsource(answers)

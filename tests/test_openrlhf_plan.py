@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from rlexp.cli import main
-from rlexp.core.spec import TRAINING, diff_against_parent, load_attempt
+from rlexp.spec import TRAINING, diff_against_parent, load_attempt
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "experiments" / "seed-a30"
 
@@ -119,7 +119,7 @@ def test_bad_dotted_keys_are_spec_errors(example, capsys, recipe, words):
 
 
 def test_later_underscore_keys_are_the_tables_underscore_flags_not_in_the_v093_table():
-    from rlexp.core.spec import LATER_UNDERSCORE_KEYS, RECIPE_KEYS
+    from rlexp.spec import LATER_UNDERSCORE_KEYS, RECIPE_KEYS
     from rlexp.trainers.openrlhf.argv import known_versions, load_flag_table
 
     underscore = set()

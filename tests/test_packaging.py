@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from rlexp.adapters.provenance import GitState, code_git_state, git_state, installed_commit
+from rlexp.experiment.provenance import GitState, code_git_state, git_state, installed_commit
 
 REPO = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
@@ -67,7 +67,7 @@ def test_every_data_file_is_package_data():
 def test_the_sop_in_force_is_read_through_importlib_resources():
     from importlib import resources
 
-    from rlexp.core.sop import DEFAULT_SOP, load_sop
+    from rlexp.spec.sop import DEFAULT_SOP, load_sop
 
     shipped = resources.files("rlexp.sopdata") / "sop-v2.1-final.yaml"
     assert shipped.read_bytes() == (REPO / "sop" / "sop-v2.1-final.yaml").read_bytes()

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from rlexp.errors import InputError
-from rlexp.storage.paired import (
+from rlexp.experiment.paired import (
     PAIRED_KEYS,
     load_outcomes,
     pair_files,
@@ -122,8 +122,8 @@ def test_read_paired_records_is_strict(tmp_path):
 
 
 def test_write_pairs_for_attempt_is_the_one_writer(tmp_path):
-    from rlexp.storage.paired import paired_path, write_pairs_for_attempt
-    from rlexp.storage.records import record_path
+    from rlexp.experiment.paired import paired_path, write_pairs_for_attempt
+    from rlexp.experiment.records import record_path
 
     att = tmp_path / "a1"
     for name in ("baseline_s0", "baseline_sota", "global_step2"):

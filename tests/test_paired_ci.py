@@ -115,9 +115,9 @@ def test_compare_cli_newcombe_and_the_bca_warning_names_it(tmp_path, capsys):
 
 
 def test_an_sop_may_choose_newcombe_and_the_rules_name_it(tmp_path, capsys):
-    from rlexp.core import gates
-    from rlexp.core.sop import DEFAULT_SOP, load_sop
     from rlexp.errors import InputError
+    from rlexp.protocol import gates
+    from rlexp.spec.sop import DEFAULT_SOP, load_sop
 
     text = DEFAULT_SOP.read_text()
     assert "  method: percentile" in text

@@ -75,7 +75,7 @@ def _problems() -> dict[str, list[dict]]:
 @pytest.fixture(scope="session")
 def ray_experiment(tmp_path_factory, ray_head):
     """Datasets and an untrained tiny model, built once; attempts are added per test."""
-    from rlexp.adapters.tinymodel import build_tiny_model
+    from rlexp.models.tiny import build_tiny_model
 
     root = tmp_path_factory.mktemp("rayexp") / "exp"
     (root / "data").mkdir(parents=True)

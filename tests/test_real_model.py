@@ -17,7 +17,7 @@ import pytest
 
 @pytest.fixture(scope="module")
 def smollm2():
-    from rlexp.adapters.base_models import converted_dir, fetch_published
+    from rlexp.models.base_models import converted_dir, fetch_published
 
     gguf = fetch_published("smollm2")
     return gguf, converted_dir(gguf)
@@ -33,8 +33,8 @@ def gguf_reader(smollm2):
 
 @pytest.mark.slow
 def test_fetched_file_is_the_pinned_one_with_its_wheel_recorded(smollm2):
-    from rlexp.adapters.base_models import PUBLISHED, read_source
-    from rlexp.storage.files import sha256_file
+    from rlexp.experiment.files import sha256_file
+    from rlexp.models.base_models import PUBLISHED, read_source
 
     gguf, _ = smollm2
     assert sha256_file(gguf) == "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
@@ -46,8 +46,8 @@ def test_fetched_file_is_the_pinned_one_with_its_wheel_recorded(smollm2):
 
 @pytest.mark.slow
 def test_conversion_record_names_file_wheel_and_weights(smollm2):
-    from rlexp.adapters.base_models import conversion_record
-    from rlexp.storage.files import sha256_dir
+    from rlexp.experiment.files import sha256_dir
+    from rlexp.models.base_models import conversion_record
 
     gguf, out = smollm2
     record = conversion_record(gguf)
@@ -101,7 +101,7 @@ def test_chat_template_round_trip_uses_the_files_template(smollm2, gguf_reader):
     import jinja2
     from transformers import AutoTokenizer
 
-    from rlexp.adapters.generation import encode_prompt, render_prompt
+    from rlexp.evaluation.generation import encode_prompt, render_prompt
 
     _, out = smollm2
     meta = gguf_reader.fields
@@ -123,7 +123,7 @@ def test_chat_template_round_trip_uses_the_files_template(smollm2, gguf_reader):
 
 @pytest.mark.slow
 def test_second_use_is_the_cache_entry(smollm2):
-    from rlexp.adapters.base_models import converted_dir, loadable
+    from rlexp.models.base_models import converted_dir, loadable
 
     gguf, out = smollm2
     stamp = (out / "model.safetensors").stat().st_mtime_ns
@@ -132,8 +132,8 @@ def test_second_use_is_the_cache_entry(smollm2):
 
 
 def test_a_file_that_is_not_gguf_is_one_line_refusal_nothing_written(tmp_path, monkeypatch):
-    from rlexp.adapters.base_models import loadable
     from rlexp.errors import InputError
+    from rlexp.models.base_models import loadable
 
     monkeypatch.setenv("RLEXP_MODEL_CACHE", str(tmp_path / "cache"))
     bogus = tmp_path / "model.gguf"
@@ -150,8 +150,8 @@ def test_a_truncated_gguf_is_refused_before_anything_is_written(tmp_path, monkey
     """GGUF's magic and version, then the header cut short: the gguf package's reader fails, and
     the refusal comes before the cache, its lock or a temporary directory exists."""
     pytest.importorskip("gguf")
-    from rlexp.adapters.base_models import loadable
     from rlexp.errors import InputError
+    from rlexp.models.base_models import loadable
 
     monkeypatch.setenv("RLEXP_MODEL_CACHE", str(tmp_path / "cache"))
     cut = tmp_path / "model.gguf"
@@ -168,7 +168,7 @@ def test_a_cache_entry_is_reused_only_while_its_files_hash_to_the_record(tmp_pat
     import hashlib
     import json
 
-    from rlexp.adapters.base_models import CONVERSION_FILE, CONVERTER_VERSION, _complete
+    from rlexp.models.base_models import CONVERSION_FILE, CONVERTER_VERSION, _complete
 
     entry = tmp_path / "gguf-0123456789abcdef"
     entry.mkdir()
@@ -230,8 +230,8 @@ def test_two_step_grpo_on_the_real_architecture_masks_responses_and_measures_kl(
 
     import torch
 
-    from rlexp.adapters.generation import encode_prompt, render_prompt
-    from rlexp.core.math_task import MATH_PROMPT_SUFFIX, gsm_generators, gsm_problem
+    from rlexp.evaluation.generation import encode_prompt, render_prompt
+    from rlexp.evaluation.math_task import MATH_PROMPT_SUFFIX, gsm_generators, gsm_problem
     from rlexp.trainers.local.config import TrainerConfig
     from rlexp.trainers.local.train import collect_rollout, train_on_rollout
 
@@ -290,8 +290,8 @@ def test_two_step_grpo_on_the_real_architecture_masks_responses_and_measures_kl(
 
 
 def _split(rollout, i, tokenizer, problems):
-    from rlexp.adapters.generation import encode_prompt, render_prompt
-    from rlexp.core.math_task import MATH_PROMPT_SUFFIX
+    from rlexp.evaluation.generation import encode_prompt, render_prompt
+    from rlexp.evaluation.math_task import MATH_PROMPT_SUFFIX
 
     problem = problems[i // 2]
     prompt_ids = encode_prompt(tokenizer, render_prompt(tokenizer, problem["prompt"], MATH_PROMPT_SUFFIX))

@@ -10,15 +10,15 @@ import jsonschema
 import pytest
 import yaml
 
-from rlexp.core.recipe import (
+from rlexp.errors import InputError
+from rlexp.spec import attempt_json_schema, attempt_json_schema_text, load_attempt
+from rlexp.spec.recipe import (
     ADVANTAGE_ESTIMATORS,
     KL_ESTIMATORS,
     LATER_UNDERSCORE_KEYS,
     RECIPE_KEYS,
     local_trainer_keys,
 )
-from rlexp.core.spec import attempt_json_schema, attempt_json_schema_text, load_attempt
-from rlexp.errors import InputError
 from rlexp.trainers.openrlhf import argv as openrlhf
 
 REPO = Path(__file__).resolve().parents[1]
@@ -95,7 +95,7 @@ def test_local_trainer_config_has_one_field_per_marked_key_and_the_tables_defaul
     assert (cfg.lora_rank, cfg.advantage_estimator, cfg.rollout_batch_size, cfg.eval_steps) == (0, "gae", 1024, -1)
     assert cfg.target_modules == ("all-linear",) and cfg.adam_betas == (0.9, 0.95)
     # the explicit fields follow the table: its order, its default for each key
-    from rlexp.core.recipe import local_trainer_value
+    from rlexp.spec.recipe import local_trainer_value
 
     marked = [k for k in local_trainer_keys() if k.name != "pretrain"]
     assert [f.name for f in fields(TrainerConfig) if f.name in recipe_names and f.name != "pretrain"] == \
@@ -139,8 +139,8 @@ def test_the_local_trainer_refuses_what_it_does_not_implement(tmp_path):
 
 
 def test_the_trainers_step_math_is_the_plans():
-    from rlexp.core.schedule import compute_steps
     from rlexp.trainers.local.config import TrainerConfig
+    from rlexp.training.schedule import compute_steps
 
     cfg = TrainerConfig(pretrain=Path("m"), pool_path=Path("p"), advantage_estimator="dr_grpo",
                         n_samples_per_prompt=8, rollout_batch_size=16, train_batch_size=64,
@@ -250,9 +250,9 @@ def test_the_schema_accepts_what_the_loader_accepts(tmp_path, patch):
 def test_ge1_means_at_least_one(value, refused):
     """``ge1`` is >= 1, in the loader's check and in the JSON Schema alike (a float key too: 0.5 is
     above 0 but below 1). By hand: 0.5 < 1 and 0.999 < 1 are refused, 1 and 2.5 pass."""
-    from rlexp.core.fields import Invalid as _Invalid
-    from rlexp.core.recipe import TRAINING, RecipeKey, key_json_schema
-    from rlexp.core.spec.schema import _check_constraint
+    from rlexp.spec.fields import Invalid as _Invalid
+    from rlexp.spec.recipe import TRAINING, RecipeKey, key_json_schema
+    from rlexp.spec.schema import _check_constraint
 
     key = RecipeKey(name="k", type="float", default=1.0, kind=TRAINING, constraint="ge1")
     if refused:

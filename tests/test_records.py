@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from rlexp.core.answers import PARSER_VERSION
 from rlexp.errors import InputError
-from rlexp.storage.records import (
+from rlexp.evaluation.answers import PARSER_VERSION
+from rlexp.experiment.records import (
     IDENTITY_KEYS,
     RECORD_FIELDS,
     RecordWriter,
@@ -142,7 +142,7 @@ def test_summary_numbers():
 
 
 def test_one_strict_reader_names_file_and_line(tmp_path):
-    from rlexp.storage.records import iter_records, read_record_lines
+    from rlexp.experiment.records import iter_records, read_record_lines
 
     path = tmp_path / "r.jsonl"
     path.write_text(json.dumps(_rec("h1", correct=True)) + "\n" + json.dumps(_rec("h2", correct=0)) + "\n")
@@ -167,7 +167,7 @@ def test_one_strict_reader_names_file_and_line(tmp_path):
 
 
 def test_eval_accuracies_reads_strictly_and_skips_paired_and_empty(tmp_path):
-    from rlexp.storage.records import checkpoint_step, eval_accuracies
+    from rlexp.experiment.records import checkpoint_step, eval_accuracies
 
     att = tmp_path / "a1"
     for name, values in (("global_step2", [1, 0, True, False]), ("baseline_s0", [0, 0])):

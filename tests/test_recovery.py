@@ -19,8 +19,10 @@ from test_launch import _steps, exp  # noqa: F401 (fixture)
 from test_report import fill_attempt, make_experiment
 from test_tracking import migrated_db, sqlite_uri  # noqa: F401 (fixtures)
 
-from rlexp.adapters import ingest, provenance, tracking
 from rlexp.cli import main
+from rlexp.experiment import provenance
+from rlexp.tracking import runs as tracking
+from rlexp.training import ingest
 
 
 def _snapshot(root: Path) -> dict[str, bytes]:
@@ -184,8 +186,8 @@ def test_secret_scrubber_reads_a_snapshot_while_another_thread_changes_the_envir
 
 LOGGER = r'''
 import sys
-from rlexp.adapters.ingest import read_metrics
-from rlexp.adapters.tracking import LiveLogger
+from rlexp.training.ingest import read_metrics
+from rlexp.tracking.runs import LiveLogger
 live = LiveLogger(sys.argv[1], sys.argv[2])
 rows = read_metrics(sys.argv[1] + "/metrics.jsonl")
 for start in range(0, len(rows), 3):

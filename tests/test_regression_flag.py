@@ -1,4 +1,4 @@
-"""The regression flag's false-flag rate: one family per attempt, Holm within it (rlexp.core.decision.regressions).
+"""The regression flag's false-flag rate: one family per attempt, Holm within it (rlexp.protocol.decision.regressions).
 
 Simulated attempts under the null: S0, the SOTA checkpoint, the parent's and the attempt's K = 3
 checkpoints all have the same accuracy on every set (no checkpoint is truly worse than anything),
@@ -19,7 +19,7 @@ import pytest
 from scipy.special import ndtri
 from scipy.stats import binom
 
-from rlexp.core.decision import regressions
+from rlexp.protocol.decision import regressions
 
 ALPHA = 0.05
 

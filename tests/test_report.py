@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from rlexp.errors import InputError
-from rlexp.storage.files import sha256_file, sha256_text
+from rlexp.experiment.files import sha256_file, sha256_text
 
 PROBLEMS = [{"problem_hash": sha256_text(f"{i}+{i}=?"), "prompt": f"{i}+{i}=?", "answer": str(2 * i)}
             for i in range(20)]
@@ -94,7 +94,7 @@ def attempt(tmp_path):
 
 
 def test_report_has_all_eight_deliverables_and_plots(attempt, tmp_path):
-    from rlexp.adapters.report import DELIVERABLES
+    from rlexp.reporting import DELIVERABLES
     from rlexp.stages.report import write_report
 
     path = write_report(attempt, tmp_path / "reports")
@@ -124,11 +124,11 @@ def test_report_has_all_eight_deliverables_and_plots(attempt, tmp_path):
 
 
 def test_in_run_gates_and_guardrails_read_the_one_verdict_schema(attempt, tmp_path):
-    from rlexp.adapters import monitor
-    from rlexp.adapters.report import DELIVERABLES
-    from rlexp.core.verdict import Verdict
+    from rlexp.experiment.verdicts import write_verdict
+    from rlexp.protocol.verdict import Verdict
+    from rlexp.reporting import DELIVERABLES
     from rlexp.stages.report import write_report
-    from rlexp.storage.verdicts import write_verdict
+    from rlexp.training import monitor
 
     # in-run gates as `rlexp launch` writes them: g3 decided, g5 still pending
     rows = [{"global_step": s, "step_time_s": 300.0 if s == 1 else 100.0, "reward": 0.5, "grad_norm": 2.0}
@@ -299,7 +299,7 @@ def test_plan_prints_the_parent_diff_as_a_person_reads_it(attempt, capsys):
 
 
 def test_report_html_inlines_the_plots_for_mlflow(attempt, tmp_path):
-    from rlexp.adapters.report import report_html
+    from rlexp.reporting import report_html
     from rlexp.stages.report import write_report
 
     path = write_report(attempt, tmp_path / "reports")
@@ -388,8 +388,8 @@ def test_report_verdict_first_with_named_baselines_family_and_no_machine_paths(t
 def test_baseline_sota_is_named_by_its_adapter_folder():
     """The records' meta names the adapter Baseline-SOTA was loaded from: ``<attempt>/checkpoints/
     global_step{N}_hf`` names checkpoint global_step{N} of that attempt; another folder there keeps its name."""
+    from rlexp.experiment.layout import Checkpoint
     from rlexp.stages.report import _checkpoint_of
-    from rlexp.storage.layout import Checkpoint
 
     assert _checkpoint_of("exp/a1s2/checkpoints/global_step20_hf") == {"attempt": "a1s2", "checkpoint": "global_step20"}
     assert _checkpoint_of("/m/run/checkpoints/checkpoint-30") == {"attempt": "run", "checkpoint": "checkpoint-30"}

@@ -18,7 +18,7 @@ import types
 
 import pytest
 
-from rlexp.core.environments import Trajectory, Turn
+from rlexp.environments.interface import Trajectory, Turn
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -65,7 +65,7 @@ def trajectory(tokenizer, prompt, retrieved, episode_return, final="83"):
 def played(tiny_base_model):
     from transformers import AutoTokenizer
 
-    from rlexp.core.environments import parse_rows
+    from rlexp.environments.interface import parse_rows
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_base_model)
     rows = parse_rows(ROWS)
@@ -75,7 +75,7 @@ def played(tiny_base_model):
 
 
 def settings(**reward):
-    from rlexp.core.spec import EnvironmentSettings
+    from rlexp.spec import EnvironmentSettings
 
     return EnvironmentSettings(name="search", reward=reward or WEIGHTS, success_threshold=0.5)
 
@@ -84,9 +84,9 @@ def test_training_and_eval_give_the_same_reward(tiny_base_model, played, tmp_pat
     import torch
     from transformers import AutoModelForCausalLM
 
-    import rlexp.adapters.episodes as episodes
-    from rlexp.adapters.episode_rewards import EpisodeRewarder
-    from rlexp.core.environments import Budgets, episode_record
+    import rlexp.environments.episodes as episodes
+    from rlexp.environments.episode_rewards import EpisodeRewarder
+    from rlexp.environments.interface import Budgets, episode_record
     from rlexp.trainers.local.config import EnvTrainingOptions
     from rlexp.trainers.local.env_train import EnvTask, collect_env_rollout
 
@@ -119,8 +119,8 @@ def test_a_row_no_weighted_part_applies_to_is_out_of_training(tiny_base_model, p
     training the episode is left out of the loss and the baseline, and counted."""
     from transformers import AutoModelForCausalLM
 
-    import rlexp.adapters.episodes as episodes
-    from rlexp.core.environments import Budgets
+    import rlexp.environments.episodes as episodes
+    from rlexp.environments.interface import Budgets
     from rlexp.trainers.local.config import EnvTrainingOptions
     from rlexp.trainers.local.env_train import EnvTask, collect_env_rollout
 
@@ -145,11 +145,11 @@ def test_the_local_trainer_asks_the_judge_as_the_eval_does(tiny_base_model, tmp_
     from test_rewards import StubJudge
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    import rlexp.adapters.episodes as episodes
-    from rlexp.adapters.episode_rewards import EpisodeRewarder
-    from rlexp.core.environments import Budgets, episode_record, parse_rows
-    from rlexp.core.spec import EnvironmentSettings
-    from rlexp.core.spec.model import ENV_JUDGE_DEFAULTS
+    import rlexp.environments.episodes as episodes
+    from rlexp.environments.episode_rewards import EpisodeRewarder
+    from rlexp.environments.interface import Budgets, episode_record, parse_rows
+    from rlexp.spec import EnvironmentSettings
+    from rlexp.spec.model import ENV_JUDGE_DEFAULTS
     from rlexp.trainers.local.config import EnvTrainingOptions
     from rlexp.trainers.local.env_train import EnvTask, collect_env_rollout
 

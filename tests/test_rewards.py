@@ -9,7 +9,7 @@ import math
 import pytest
 from loopback_json import LoopbackJsonServer
 
-from rlexp.core.rewards import (
+from rlexp.environments.rewards import (
     JUDGE_ERROR,
     NO_REWARD_PART,
     RewardError,
@@ -99,8 +99,8 @@ def test_weights_accepted():
 def test_a_correct_calculator_episode_with_env_and_ndcg_weights_scores_one_and_succeeds(tmp_path):
     from types import SimpleNamespace
 
-    from rlexp.adapters.episode_rewards import EpisodeRewarder
-    from rlexp.core.environments import CalculatorEnv
+    from rlexp.environments.episode_rewards import EpisodeRewarder
+    from rlexp.environments.interface import CalculatorEnv
 
     task = {"prompt": "123*45=", "answer": "5535"}  # a calculator row: no gold documents
     env = CalculatorEnv({"max_calls": 2})
@@ -165,7 +165,7 @@ ANSWERS = [("6*7?", "42"), ("6*7?", "41"), ("what is life?", "42"), ("6*7?", "42
 
 
 def test_judge_caches_so_a_rerun_makes_no_call(tmp_path):
-    from rlexp.adapters.judge import Judge
+    from rlexp.environments.judge import Judge
 
     with StubJudge() as server:
         judge = Judge(server.url, "judge-m", cache_path=tmp_path / "cache.jsonl", log_path=tmp_path / "calls.jsonl")
@@ -186,7 +186,7 @@ def test_judge_caches_so_a_rerun_makes_no_call(tmp_path):
 
 @pytest.mark.parametrize("mode", ["fail", "garbage"])
 def test_a_failing_judge_is_an_explicit_counted_error(tmp_path, mode):
-    from rlexp.adapters.judge import Judge
+    from rlexp.environments.judge import Judge
 
     with StubJudge(mode) as server:
         judge = Judge(server.url, "judge-m", cache_path=tmp_path / "cache.jsonl", log_path=tmp_path / "calls.jsonl",

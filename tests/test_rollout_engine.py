@@ -28,7 +28,7 @@ def test_the_default_engine_is_transformers_and_an_unknown_one_is_refused(monkey
 
 
 def test_a_missing_vllm_python_is_refused_before_anything_starts(tmp_path):
-    from rlexp.engines.vllm_server import VllmRolloutServer
+    from rlexp.evaluation.engines.vllm_server import VllmRolloutServer
 
     missing = tmp_path / "no-venv" / "bin" / "python"
     with pytest.raises(InputError, match=r"^RLEXP_VLLM_PYTHON: .*does not exist"):
@@ -37,7 +37,7 @@ def test_a_missing_vllm_python_is_refused_before_anything_starts(tmp_path):
 
 
 def test_the_vllm_engine_refuses_a_full_fine_tune_before_writing(tmp_path, monkeypatch):
-    from rlexp.core.task import problem_hash
+    from rlexp.evaluation.arithmetic_task import problem_hash
     from rlexp.trainers.local.config import TrainerConfig
     from rlexp.trainers.local.train import train
 

@@ -1,4 +1,4 @@
-"""Run health from the trainers' own logs (rlexp.core.run_health): training-inference mismatch, resume
+"""Run health from the trainers' own logs (rlexp.protocol.run_health): training-inference mismatch, resume
 integrity, off-policy staleness.
 
 Each trainer's log is written here in that trainer's own format, with the metric names its code logs
@@ -18,7 +18,7 @@ from types import SimpleNamespace
 import pytest
 
 from rlexp.cli import main
-from rlexp.core.run_health import (
+from rlexp.protocol.run_health import (
     Resume,
     expected_lag,
     merge_resumed,
@@ -26,7 +26,7 @@ from rlexp.core.run_health import (
     resume_verdict,
     staleness_verdict,
 )
-from rlexp.core.sop import load_sop
+from rlexp.spec.sop import load_sop
 
 SOP = load_sop()
 MISMATCH = SOP.run_health.mismatch
@@ -165,7 +165,7 @@ def test_import_run_prints_the_health_verdicts(eval_experiment, tmp_path, capsys
         "n_samples_per_prompt: 1, num_episodes: 2, lr_warmup_ratio: 0.5, advantage_estimator: reinforce}"))
     assert main(["plan", str(att)]) in (0, 1)
     plan = json.loads((att / "plan.json").read_text())
-    from rlexp.adapters.monitor import planned_lr
+    from rlexp.training.monitor import planned_lr
 
     total = plan["steps"]["global_steps_total"]
     assert total >= 3, plan["steps"]
@@ -203,7 +203,7 @@ def test_staleness_expected_from_settings_and_observed_from_verl():
 
 
 def test_verl_staleness_metric_names(tmp_path):
-    from rlexp.adapters.ingest import read_log
+    from rlexp.training.ingest import read_log
 
     lines = [f"step:{s} - training/off_policy/trajectory_staleness/mean:{v / 2} - "
              f"training/off_policy/trajectory_staleness/max:{v}" for s, v in ((1, 0), (2, 1), (3, 2))]
@@ -289,7 +289,7 @@ def test_the_report_shows_the_mismatch_curve_and_its_worst_steps(tmp_path):
 def test_plan_shows_the_expected_lag_of_an_async_launch_only(tmp_path):
     from test_checks import spec, write
 
-    from rlexp.core.spec import load_attempt
+    from rlexp.spec import load_attempt
     from rlexp.stages.plan import build_plan
 
     sync = build_plan(load_attempt(write(tmp_path / "exp", "a1", spec())))
@@ -300,7 +300,7 @@ def test_plan_shows_the_expected_lag_of_an_async_launch_only(tmp_path):
 
 
 def test_the_report_shows_the_observed_staleness():
-    from rlexp.adapters.report.markdown import _staleness_lines
+    from rlexp.reporting.markdown import _staleness_lines
 
     rows = [{"global_step": s, "policy_lag_max": v} for s, v in ((1, 0), (2, 3), (3, 1))]
     assert _staleness_lines(rows)[-1] == ("off-policy staleness (observed): batches up to 3 policy version(s) "

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlexp.core.schedule import (
+from rlexp.training.schedule import (
     checkpoint_plan,
     compute_steps,
     drops_partial_batch,

@@ -3,14 +3,14 @@ environment classes: rows grouped by (environment, config), each group's environ
 
 from __future__ import annotations
 
-from rlexp.core.environments import (
+from rlexp.environments.interface import (
     EnvironmentCache,
     SearchEnv,
     group_rows,
     rows_for_task,
     search_corpus,
 )
-from rlexp.core.rewards import ndcg
+from rlexp.environments.rewards import ndcg
 
 
 def test_search_ranks_by_digits_in_place_then_key_and_grades_by_exact_match():
@@ -40,9 +40,9 @@ def test_corpus_is_repeatable_and_bounded():
 
 
 def test_tool_demo_dataset_has_two_environment_groups_each_built_once(tmp_path):
-    from rlexp.core.spec import EnvironmentSettings
+    from rlexp.experiment.datasets import read_dataset
+    from rlexp.spec import EnvironmentSettings
     from rlexp.stages.demo_tools import ToolsDemoConfig, build_datasets
-    from rlexp.storage.datasets import read_dataset
 
     config = ToolsDemoConfig()
     paths = build_datasets(tmp_path, config)

@@ -1,4 +1,4 @@
-"""The selection-adjusted Δ of the best of K checkpoints (rlexp.core.selection).
+"""The selection-adjusted Δ of the best of K checkpoints (rlexp.protocol.selection).
 
 References: closed forms (K = 1), scipy's truncated normal solved with brentq and scipy's
 multivariate normal CDF for the projection critical value (an independent implementation of the
@@ -17,7 +17,7 @@ from scipy import optimize
 from scipy import stats as sps
 from scipy.special import ndtri
 
-from rlexp.core.selection import adjusted_winner, difference_covariance, winner_inference
+from rlexp.protocol.selection import adjusted_winner, difference_covariance, winner_inference
 
 
 def test_one_checkpoint_is_the_normal_interval():
@@ -117,7 +117,7 @@ def test_hybrid_matches_an_implementation_from_the_paper(case):
 def simulate_family(effect: float, rho: float, studies: int, seed: int, n: int = 1000, k: int = 3,
                     discordance: float = 0.12) -> tuple[np.ndarray, np.ndarray]:
     """K correlated checkpoints against one baseline, problem by problem: the model of
-    rlexp.core.calibrate (module docstring), written out again here. Returns Δ̂ (studies, K) and
+    rlexp.protocol.calibrate (module docstring), written out again here. Returns Δ̂ (studies, K) and
     their covariance estimated from the outcomes (studies, K, K)."""
     rng = np.random.default_rng(seed)
     p0 = rng.uniform(0.67, 0.74, studies)

@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from rlexp.cli import main
-from rlexp.core.sop import DEFAULT_SOP, load_sop
 from rlexp.errors import InputError
+from rlexp.spec.sop import DEFAULT_SOP, load_sop
 
 
 def test_default_sop_has_the_documented_numbers():
@@ -56,8 +56,8 @@ def test_power_default_threshold_is_the_sops_gate_1b_bar():
 
 
 def test_guardrail_modules_import_without_pydantic():
-    code = ("import sys, rlexp.adapters.monitor, rlexp.stages.guard; from rlexp.stats import paired_test, power_report; "
-            "print(sorted(m for m in ('pydantic', 'rlexp.core.sop') if m in sys.modules))")
+    code = ("import sys, rlexp.training.monitor, rlexp.stages.guard; from rlexp.stats import paired_test, power_report; "
+            "print(sorted(m for m in ('pydantic', 'rlexp.spec.sop') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 

@@ -95,8 +95,8 @@ def test_holm_and_the_p_value_of_plus_3pp():
 
 
 def test_seed_averaged_calibration_figures_within_the_monte_carlo_error():
-    from rlexp.core import calibrate as cal
-    from rlexp.core.sop import load_sop
+    from rlexp.protocol import calibrate as cal
+    from rlexp.spec.sop import load_sop
 
     says(SOP, "Gate-1b: 0.35% → 1.03% / 1.01% / 0.83%")
     says(SOP, "Gate-1a, which is the false-CONFIRM rate: 3.75% → 10.11% / 9.42% / 7.74% (± 0.04%)")
@@ -120,13 +120,13 @@ def test_seed_averaged_calibration_figures_within_the_monte_carlo_error():
 def test_the_winners_curse_and_the_adjusted_estimate():
     from test_selection import simulate_family
 
-    from rlexp.core.selection import winner_inference
+    from rlexp.protocol.selection import winner_inference
 
     says(SOP, "the raw best-of-3 Δ is on average +0.8 / +0.7 / +0.5pp above the truth at ρ = 0.3 / 0.6 / 0.9")
     says(SOP, "the median error of the adjusted estimate is within ±0.2pp at ρ = 0.3, 0.6 and 0.9 and its 95% "
               "interval covers 96–97%, while the raw Δ is +0.5 to +0.8pp high")
     says(SOP, "its mean error −0.3 to 0pp, its RMSE 1.2–1.7pp")
-    from rlexp.core import selection
+    from rlexp.protocol import selection
 
     says(selection.__doc__ or "", "by about +0.7 pp for K = 3 checkpoints of one run at N = 1000 and 12% discordance")
     studies = 2000
@@ -145,7 +145,7 @@ def test_the_winners_curse_and_the_adjusted_estimate():
 
 
 def test_best_of_three_gate_pass_range():
-    from rlexp.core.calibrate import gate_1b_best_of_k
+    from rlexp.protocol.calibrate import gate_1b_best_of_k
 
     says(COMPARE, "the gate passes a true +3 pp only 52% of the time for one checkpoint (70–82% for the best of three)")
     says(PLAN, "70–82 % at a true +3.0 pp")

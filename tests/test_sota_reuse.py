@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from scipy.special import ndtri
 
-from rlexp.core.decision import pin_correction, sota_reuse, sota_reuse_line
-from rlexp.core.selection import winner_inference
 from rlexp.errors import InputError
-from rlexp.storage.ledger import SotaPin, pin_sota, read_sota
+from rlexp.experiment.ledger import SotaPin, pin_sota, read_sota
+from rlexp.protocol.decision import pin_correction, sota_reuse, sota_reuse_line
+from rlexp.protocol.selection import winner_inference
 
 
 def draw(effect_pp, y0, p0, rho, rng, k, discordance=0.12):

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rlexp.core.spec import (
+from rlexp.errors import InputError
+from rlexp.spec import (
     INFRASTRUCTURE,
     INSTRUMENTATION,
     RECIPE_KEYS,
@@ -16,7 +17,6 @@ from rlexp.core.spec import (
     diff_against_parent,
     load_attempt,
 )
-from rlexp.errors import InputError
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "experiments" / "seed-a30"
 

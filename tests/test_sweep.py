@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from rlexp.core.answers import extract_answer
+from rlexp.evaluation.answers import extract_answer
 
 # --------------------------------------------------------------------------- a scripted engine
 
@@ -41,7 +41,7 @@ class ScriptedEngine:
     def generate(self, requests, decoding, progress=None):
         from hashlib import sha256
 
-        from rlexp.engines.base import Result, Sample
+        from rlexp.evaluation.engines.base import Result, Sample
 
         self.calls.append(len(requests))
         out = []
@@ -90,8 +90,8 @@ def scripted_factory(calls: list, built: list):
 def sweep_experiment(tmp_path, tiny_base_model):
     """experiments/exp with the task's datasets (operands 0..19), four copies of the tiny model as
     candidates, and a writer of sweeps/s1/sweep.yaml."""
-    from rlexp.core.task import ArithmeticTask
-    from rlexp.storage.datasets import build_task_datasets
+    from rlexp.evaluation.arithmetic_task import ArithmeticTask
+    from rlexp.experiment.datasets import build_task_datasets
 
     exp = tmp_path / "exp"
     files = build_task_datasets(exp / "data", seed=0, pool_size=10, monitor_size=10, primary_size=60, id_size=20,
@@ -335,7 +335,7 @@ def test_yaml_alias_and_missing_spec_are_refused(sweep_experiment, capsys, tmp_p
 
 
 def test_selection_rules_by_hand():
-    from rlexp.core.sweep import Criteria, SetStats, band_distance_pp, finalist_order, select
+    from rlexp.spec.sweep import Criteria, SetStats, band_distance_pp, finalist_order, select
 
     crit = Criteria((0.60, 0.70), format_tolerance_pp=2.0)
     assert band_distance_pp(0.55, crit.band) == pytest.approx(5.0)
@@ -367,7 +367,7 @@ def test_selection_rules_by_hand():
 
 
 def test_set_stats_counts_methods_and_finish_reasons():
-    from rlexp.core.sweep import set_stats
+    from rlexp.spec.sweep import set_stats
 
     outputs = ["\\boxed{12}", "the answer is 7", "\\boxed{1", "", "\\boxed{3}"]
     finish = ["stop", "stop", "length", "stop", "stop"]
@@ -402,10 +402,10 @@ def test_sweep_over_tiny_models_supervised_to_different_accuracies(tmp_path, tin
     from scipy.stats import binomtest
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rlexp.adapters.tinymodel import greedy_accuracy, sft_tiny_model
-    from rlexp.core.task import ArithmeticTask, Problem
+    from rlexp.evaluation.arithmetic_task import ArithmeticTask, Problem
+    from rlexp.experiment.datasets import build_task_datasets, eval_hashes
+    from rlexp.models.tiny import greedy_accuracy, sft_tiny_model
     from rlexp.stages.sweep import sweep_models
-    from rlexp.storage.datasets import build_task_datasets, eval_hashes
 
     torch.set_num_threads(1)
     task = ArithmeticTask(max_operand=19)

@@ -8,9 +8,9 @@ from collections import Counter
 
 import pytest
 
-from rlexp.core.task import ROLES, ArithmeticTask, Problem, check_disjoint, reservoir_sample
 from rlexp.errors import InputError
-from rlexp.storage.datasets import build_task_datasets, check_dataset_files, read_dataset
+from rlexp.evaluation.arithmetic_task import ROLES, ArithmeticTask, Problem, check_disjoint, reservoir_sample
+from rlexp.experiment.datasets import build_task_datasets, check_dataset_files, read_dataset
 
 
 def test_every_answer_is_the_arithmetic_result():

@@ -10,12 +10,12 @@ import pytest
 pytest.importorskip("torch")
 
 from rlexp.errors import InputError  # noqa: E402
-from rlexp.storage.files import sha256_dir  # noqa: E402
+from rlexp.experiment.files import sha256_dir  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    from rlexp.adapters.tinymodel import build_tiny_model
+    from rlexp.models.tiny import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny") / "base", seed=0)
 
@@ -70,7 +70,7 @@ def test_chat_template_lives_in_tokenizer_config_and_renders(tiny):
 
 
 def test_build_is_deterministic_per_seed(tmp_path):
-    from rlexp.adapters.tinymodel import build_tiny_model
+    from rlexp.models.tiny import build_tiny_model
 
     a = sha256_dir(build_tiny_model(tmp_path / "a", seed=3))
     b = sha256_dir(build_tiny_model(tmp_path / "b", seed=3))
@@ -81,9 +81,9 @@ def test_build_is_deterministic_per_seed(tmp_path):
 def test_sft_batch_supervises_only_the_answer(tiny):
     from transformers import AutoTokenizer
 
-    from rlexp.adapters.generation import encode_prompt, render_prompt
-    from rlexp.adapters.tinymodel import _sft_batch
-    from rlexp.core.task import Problem
+    from rlexp.evaluation.arithmetic_task import Problem
+    from rlexp.evaluation.generation import encode_prompt, render_prompt
+    from rlexp.models.tiny import _sft_batch
 
     tokenizer = AutoTokenizer.from_pretrained(tiny)
     problems = [Problem("What is 1 + 2?", "3", "add"), Problem("What is 10 - 9?", "1", "sub")]
@@ -98,8 +98,8 @@ def test_sft_batch_supervises_only_the_answer(tiny):
 
 @pytest.mark.slow
 def test_sft_learns_the_format_and_is_cached(tiny, tmp_path):
-    from rlexp.adapters.tinymodel import read_sft_result, sft_tiny_model, sha256_dir_excluding
-    from rlexp.core.task import ArithmeticTask
+    from rlexp.evaluation.arithmetic_task import ArithmeticTask
+    from rlexp.models.tiny import read_sft_result, sft_tiny_model, sha256_dir_excluding
 
     task = ArithmeticTask(max_operand=9)  # a small universe: 100 additions + 55 subtractions
     out = sft_tiny_model(tiny, task, tmp_path / "sft", steps=60, seed=0, batch_size=32, eval_every=30,
@@ -115,7 +115,7 @@ def test_sft_learns_the_format_and_is_cached(tiny, tmp_path):
     # The supervised model now writes the boxed format (the untrained one never does).
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rlexp.adapters.generation import generate, render_prompt
+    from rlexp.evaluation.generation import generate, render_prompt
 
     tokenizer = AutoTokenizer.from_pretrained(out)
     model = AutoModelForCausalLM.from_pretrained(out)
@@ -125,8 +125,8 @@ def test_sft_learns_the_format_and_is_cached(tiny, tmp_path):
 
 
 def test_sft_refuses_a_directory_that_is_not_a_model(tmp_path):
-    from rlexp.adapters.tinymodel import sft_tiny_model
-    from rlexp.core.task import ArithmeticTask
+    from rlexp.evaluation.arithmetic_task import ArithmeticTask
+    from rlexp.models.tiny import sft_tiny_model
 
     with pytest.raises(InputError, match="config.json"):
         sft_tiny_model(tmp_path, ArithmeticTask(), tmp_path / "out", steps=1)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from test_report import fill_attempt, make_experiment
 
-from rlexp.adapters import tracking
+from rlexp.tracking import runs as tracking
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +70,7 @@ def _check_logged(uri: str, exp: Path, run_id: str) -> None:
     assert not any("@" in k or "(" in k for k in m)
     assert tags["mlflow.note.content"].startswith("**CONTINUE**: no gate passes.")
     # datasets as MLflow inputs, the SHA-256 (first 36 hex digits: MLflow's digest column) as digest
-    from rlexp.storage.files import sha256_file
+    from rlexp.experiment.files import sha256_file
 
     inputs = {d.dataset.name: d.dataset for d in run.inputs.dataset_inputs}
     assert set(inputs) == {"pool", "ood_monitor", "ood_primary", "id"}

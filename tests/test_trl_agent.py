@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from rlexp.core.environments import BaseEnvironment, StepResult, TrajectoryBuilder, register
+from rlexp.environments.interface import BaseEnvironment, StepResult, TrajectoryBuilder, register
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "experiments" / "tools-trl"
@@ -65,7 +65,7 @@ def test_dry_run_of_the_committed_example_writes_the_adapters_it_names(example, 
     compile(module, "trl_rollout.py", "exec")
     compile((launch / "train_trl.py").read_text(), "train_trl.py", "exec")
     # the environment is imported from its own module, not copied
-    assert "from rlexp.core.environments import CalculatorEnv as Env0" in module
+    assert "from rlexp.environments.interface import CalculatorEnv as Env0" in module
     assert "class CalculatorEnv" not in module
     config = json.loads(module.split('CONFIG = json.loads(r"""', 1)[1].split('""")', 1)[0])
     assert config["environment"]["max_total_tokens"] == 48 and config["environment"]["config"] == {"max_calls": 2}
@@ -170,8 +170,8 @@ def test_the_generated_rollout_func_plays_one_episode_per_prompt(tmp_path):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rlexp.adapters.tinymodel import build_tiny_model
-    from rlexp.core.environments import EnvRow
+    from rlexp.environments.interface import EnvRow
+    from rlexp.models.tiny import build_tiny_model
     from rlexp.trainers.trl.agent import encode_row
     from rlexp.trainers.trl.rollout_template import render_rollout_module
 
@@ -242,7 +242,7 @@ def test_dry_run_with_tool_call_actions_writes_the_environment_factory(example, 
     module, script = (launch / "trl_tools.py").read_text(), (launch / "train_trl.py").read_text()
     compile(module, "trl_tools.py", "exec")
     compile(script, "train_trl.py", "exec")
-    assert "from rlexp.core.environments import CalculatorEnv as Env0" in module and "class CalculatorEnv" not in module
+    assert "from rlexp.environments.interface import CalculatorEnv as Env0" in module and "class CalculatorEnv" not in module
     assert "def calc(self, expression: str) -> str:" in module
     assert "        environment_factory=agent.ENVIRONMENT_FACTORY,\n" in script
     config = json.loads(script.split('CONFIG = json.loads(r"""', 1)[1].split('""")', 1)[0])
@@ -292,7 +292,7 @@ def test_tool_call_actions_are_refused_for_a_trainer_that_plays_text(example, ca
 
 
 def test_text_actions_keep_the_recipe_digest_and_the_plan(example):
-    from rlexp.core.spec import attempt_recipe_sha256, load_attempt
+    from rlexp.spec import attempt_recipe_sha256, load_attempt
     from rlexp.stages.plan import build_plan
 
     att = load_attempt(example)
@@ -310,7 +310,7 @@ def test_the_generated_tool_classes_play_the_environment(tmp_path):
 
     from transformers.utils import get_json_schema
 
-    from rlexp.core.environments import CalculatorEnv, EnvRow, SearchEnv, environment_tools
+    from rlexp.environments.interface import CalculatorEnv, EnvRow, SearchEnv, environment_tools
     from rlexp.trainers.trl.agent import encode_row
     from rlexp.trainers.trl.tools_template import render_tools_module
 
@@ -323,8 +323,8 @@ def test_the_generated_tool_classes_play_the_environment(tmp_path):
                               "max_tokens_per_turn": 48, "max_total_tokens": 48, "success_threshold": 1.0,
                               "actions": "tool_calls"}}  # fmt: skip
     path = tmp_path / "trl_tools.py"
-    path.write_text(render_tools_module("t", {"calculator": ("rlexp.core.environments", "CalculatorEnv"),
-                                              "search": ("rlexp.core.environments", "SearchEnv")}, tables, config))
+    path.write_text(render_tools_module("t", {"calculator": ("rlexp.environments.interface", "CalculatorEnv"),
+                                              "search": ("rlexp.environments.interface", "SearchEnv")}, tables, config))
     spec = importlib.util.spec_from_file_location("tools_under_test", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -373,7 +373,7 @@ def test_eval_refuses_tool_call_episodes_in_one_line(example, capsys):
 def test_the_tiny_tool_template_renders_calls_and_parses_them_back(tmp_path):
     from transformers import AutoTokenizer
 
-    from rlexp.adapters.tinymodel import build_tokenizer, with_tool_template
+    from rlexp.models.tiny import build_tokenizer, with_tool_template
 
     plain = build_tokenizer()
     with_tool_template(build_tokenizer()).save_pretrained(tmp_path, save_jinja_files=False)

@@ -75,7 +75,7 @@ def test_trl_trains_the_tool_task_through_the_generated_rollout(trained):
     assert result.state == "finished", log[-3000:]
     assert result.argv[1].endswith("train_trl.py")
     assert result.argv[2:] == ("--rollout-module", str(attempt.resolve() / "launch" / "trl_rollout.py"))
-    assert "from rlexp.core.environments import CalculatorEnv" in (attempt / "launch" / "trl_rollout.py").read_text()
+    assert "from rlexp.environments.interface import CalculatorEnv" in (attempt / "launch" / "trl_rollout.py").read_text()
     assert "rlexp: TRL max_steps=4" in log
     state = json.loads((attempt / "checkpoints" / "trl" / "checkpoint-4" / "trainer_state.json").read_text())
     assert state["global_step"] == 4
@@ -86,8 +86,8 @@ def test_trl_trains_the_tool_task_through_the_generated_rollout(trained):
 def test_env_mask_zeros_are_the_environment_tokens(trained):
     from transformers import AutoTokenizer
 
-    from rlexp.adapters.episodes import render_user_turn
-    from rlexp.adapters.generation import encode_prompt
+    from rlexp.environments.episodes import render_user_turn
+    from rlexp.evaluation.generation import encode_prompt
 
     attempt, _ = trained
     tok = AutoTokenizer.from_pretrained(attempt.parent / "models" / "tools-base")

@@ -34,7 +34,7 @@ def write_attempt(root, recipe, *, pool=25, gpus=None, intent=None, mid=None, at
 
 
 def plan_of(tmp_path, recipe, **kw):
-    from rlexp.core.spec import load_attempt
+    from rlexp.spec import load_attempt
 
     return build_plan(load_attempt(write_attempt(tmp_path, recipe, **kw)))
 
@@ -212,7 +212,7 @@ def test_power_is_planned(tmp_path):
 
 
 def test_unknown_trl_key_names_file_field_and_a_close_match(tmp_path):
-    from rlexp.core.spec import load_attempt
+    from rlexp.spec import load_attempt
 
     with pytest.raises(InputError) as err:
         load_attempt(write_attempt(tmp_path, {**BASE, "learning_rat": 1e-5}))
@@ -222,7 +222,7 @@ def test_unknown_trl_key_names_file_field_and_a_close_match(tmp_path):
 
 
 def test_an_openrlhf_key_is_refused_for_trl_and_a_trl_key_for_openrlhf(tmp_path):
-    from rlexp.core.spec import load_attempt
+    from rlexp.spec import load_attempt
 
     with pytest.raises(InputError, match="recipe.actor_learning_rate: unknown key"):
         load_attempt(write_attempt(tmp_path, {**BASE, "actor_learning_rate": 1e-5}))
@@ -236,7 +236,7 @@ def test_an_openrlhf_key_is_refused_for_trl_and_a_trl_key_for_openrlhf(tmp_path)
 
 
 def test_trl_types_versions_and_defaults(tmp_path):
-    from rlexp.core.spec import load_attempt
+    from rlexp.spec import load_attempt
 
     with pytest.raises(InputError, match="recipe.per_device_train_batch_size: must be an integer"):
         load_attempt(write_attempt(tmp_path, {**BASE, "per_device_train_batch_size": "four"}))
@@ -252,7 +252,7 @@ def test_trl_types_versions_and_defaults(tmp_path):
 
 
 def test_one_variable_rule_uses_trl_kinds(tmp_path):
-    from rlexp.core.spec import load_attempt
+    from rlexp.spec import load_attempt
 
     write_attempt(tmp_path, BASE, attempt="p")
     child = write_attempt(tmp_path, {"beta": 0.04, "logging_steps": 1, "dataloader_num_workers": 2}, attempt="c",
@@ -267,7 +267,7 @@ def test_one_variable_rule_uses_trl_kinds(tmp_path):
 
 
 def test_a_child_cannot_switch_trainer(tmp_path):
-    from rlexp.core.spec import load_attempt
+    from rlexp.spec import load_attempt
 
     write_attempt(tmp_path, BASE, attempt="p")
     d = tmp_path / "exp" / "c"
@@ -280,7 +280,7 @@ def test_a_child_cannot_switch_trainer(tmp_path):
 
 def test_json_schema_accepts_a_trl_recipe_and_refuses_a_typo(tmp_path):
     jsonschema = pytest.importorskip("jsonschema")
-    from rlexp.core.spec import attempt_json_schema
+    from rlexp.spec import attempt_json_schema
 
     schema = attempt_json_schema()
     spec = yaml.safe_load((write_attempt(tmp_path, BASE) / "attempt.yaml").read_text())
@@ -334,8 +334,8 @@ def test_dry_run_is_the_trl_venv_running_the_generated_script(tmp_path):
 
 
 def test_the_generated_script_holds_the_stated_fields_and_rlexp_paths(tmp_path):
-    from rlexp.core.spec import load_attempt
-    from rlexp.storage.layout import AttemptDir
+    from rlexp.experiment.layout import AttemptDir
+    from rlexp.spec import load_attempt
     from rlexp.trainers.trl.script import prepare_launch
 
     d = write_attempt(tmp_path, {**BASE, "model_name_or_path": "models/m", "use_peft": True, "lora_r": 4,
@@ -364,7 +364,7 @@ def test_the_generated_script_holds_the_stated_fields_and_rlexp_paths(tmp_path):
 
 
 def test_a_trl_resume_continues_from_transformers_checkpoint_folders(tmp_path):
-    from rlexp.storage.layout import AttemptDir, Checkpoint
+    from rlexp.experiment.layout import AttemptDir, Checkpoint
 
     ad = AttemptDir(tmp_path / "a")
     for name in ("checkpoint-2", "checkpoint-10", "checkpoint-x", "global_step4_hf"):

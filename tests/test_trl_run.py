@@ -47,9 +47,9 @@ eval: {engine: local, max_tokens: 8}
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    from rlexp.adapters.tinymodel import build_tiny_model
+    from rlexp.experiment.datasets import build_task_datasets
+    from rlexp.models.tiny import build_tiny_model
     from rlexp.stages.launch import launch
-    from rlexp.storage.datasets import build_task_datasets
 
     root = tmp_path_factory.mktemp("trl") / "exp"
     build_task_datasets(root / "data", seed=0, pool_size=9, monitor_size=8, primary_size=16, id_size=8)

@@ -80,7 +80,7 @@ def test_trl_trains_through_the_generated_environment_factory(trained):
     module = attempt.resolve() / "launch" / "trl_tools.py"
     assert result.argv[2:] == ("--rollout-module", str(module))
     text = module.read_text()
-    assert "from rlexp.core.environments import CalculatorEnv as Env0" in text
+    assert "from rlexp.environments.interface import CalculatorEnv as Env0" in text
     assert "def calc(self, expression: str) -> str:" in text and "def look(self, key: str) -> str:" in text
     script = (attempt / "launch" / "train_trl.py").read_text()
     assert "environment_factory=agent.ENVIRONMENT_FACTORY" in script

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from rlexp.core.environments import Budgets, parse_rows
+from rlexp.environments.interface import Budgets, parse_rows
 from tests.chat_templates import ACTIONS, check_episode, scripted_turns, tokenizer_for
 
 NAMES = ["smollm2", "llama3.1", "tiny"]
@@ -17,7 +17,8 @@ ROWS = [{"env": "test_chat_turns", "config": {"turns": 3}, "task": {"name": "a"}
 
 @pytest.mark.parametrize("name", NAMES)
 def test_trainer_rollout_is_the_templates_rendering(name, monkeypatch):
-    from rlexp.adapters import episodes, generation
+    from rlexp.environments import episodes
+    from rlexp.evaluation import generation
 
     tokenizer = tokenizer_for(name)
     turns, calls = scripted_turns(tokenizer, ACTIONS)
@@ -38,7 +39,7 @@ def test_trainer_rollout_is_the_templates_rendering(name, monkeypatch):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_eval_engine_rollout_is_the_templates_rendering(name):
-    from rlexp.adapters.episodes import engine_turns, play_episodes
+    from rlexp.environments.episodes import engine_turns, play_episodes
 
     tokenizer = tokenizer_for(name)
     turns, _ = scripted_turns(tokenizer, ACTIONS)
@@ -57,7 +58,7 @@ def test_eval_engine_rollout_is_the_templates_rendering(name):
 
 def test_the_remaining_room_rollout_is_the_templates_rendering(monkeypatch):
     """OpenRLHF's budget (``max_length``): the rollout its agent file reproduces."""
-    from rlexp.adapters.episodes import play_episodes
+    from rlexp.environments.episodes import play_episodes
 
     tokenizer = tokenizer_for("smollm2")
     turns, _ = scripted_turns(tokenizer, ACTIONS)
@@ -66,7 +67,7 @@ def test_the_remaining_room_rollout_is_the_templates_rendering(monkeypatch):
 
 
 def test_a_template_that_closes_a_turn_without_a_special_token_is_refused():
-    from rlexp.adapters.episodes import render_user_turn
+    from rlexp.environments.episodes import render_user_turn
 
     tokenizer = tokenizer_for("smollm2")
     tokenizer.chat_template = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"

@@ -1,5 +1,5 @@
-"""What the stages write as objects is read back as those objects (rlexp.storage.results and
-rlexp.storage.verdicts): each reader on a file a stage really wrote gives the object back, the
+"""What the stages write as objects is read back as those objects (rlexp.experiment.results and
+rlexp.experiment.verdicts): each reader on a file a stage really wrote gives the object back, the
 object's to_dict() is the file, and from_dict(to_dict(x)) == x. The decision's round trip is in
 test_decide (it needs that file's fixtures)."""
 
@@ -17,9 +17,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def test_a_guard_verdict_reads_back_as_the_verdict_written(tmp_path):
-    from rlexp.core.verdict import Verdict
+    from rlexp.experiment.verdicts import read_verdict, write_verdict
+    from rlexp.protocol.verdict import Verdict
     from rlexp.stages.guard import parser_ceiling
-    from rlexp.storage.verdicts import read_verdict, write_verdict
 
     records = [{"problem_hash": f"p{i}", "output": f"\\boxed{{{i}}}", "answer": str(i), "parse_method": "boxed",
                 "correct": i % 2, "finish_reason": "stop", "completion_tokens": 3} for i in range(10)]
@@ -37,10 +37,10 @@ def test_a_guard_verdict_reads_back_as_the_verdict_written(tmp_path):
 
 
 def test_the_selection_reads_back_as_the_one_registered(eval_experiment):
-    from rlexp.core.gates import RegisteredSelection
-    from rlexp.core.spec import load_attempt
+    from rlexp.experiment.results import read_selection
+    from rlexp.protocol.gates import RegisteredSelection
+    from rlexp.spec import load_attempt
     from rlexp.stages.evaluate import select_checkpoints
-    from rlexp.storage.results import read_selection
 
     att = eval_experiment(steps=(2, 4, 6), mid=2)
     assert read_selection(att) is None
@@ -63,9 +63,9 @@ def test_the_selection_reads_back_as_the_one_registered(eval_experiment):
 
 
 def test_the_plan_reads_back_as_the_plan_written(tmp_path):
-    from rlexp.core.plan import PlanResult
+    from rlexp.experiment.results import read_plan
+    from rlexp.protocol.plan import PlanResult
     from rlexp.stages.plan import plan
-    from rlexp.storage.results import read_plan
 
     exp = tmp_path / "seed-a30"
     shutil.copytree(REPO / "experiments" / "seed-a30", exp)

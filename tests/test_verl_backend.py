@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from rlexp.adapters import ingest
 from rlexp.errors import InputError
 from rlexp.trainers.verl import file_logger
 from rlexp.trainers.verl import hydra as verl
 from rlexp.trainers.verl import releases as verl_config
 from rlexp.trainers.verl.steps import verl_kind
+from rlexp.training import ingest
 
 VERSION = "0.9.1"
 
@@ -346,7 +346,7 @@ def test_bad_file_logger_lines_name_file_and_line(tmp_path, line):
 def test_a_verl_resume_continues_from_its_latest_complete_save(tmp_path):
     """verl's saves are ``global_step_{N}/actor`` under checkpoints/verl: the latest is a Checkpoint
     with that folder, and the launch's resume step is its step (a save without ``actor`` is none)."""
-    from rlexp.storage.layout import AttemptDir, Checkpoint
+    from rlexp.experiment.layout import AttemptDir, Checkpoint
     from rlexp.trainers.verl.launch import LAUNCH
 
     ad = AttemptDir(tmp_path / "a")

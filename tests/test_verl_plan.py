@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from rlexp.cli import main
-from rlexp.core.spec import load_attempt
+from rlexp.spec import load_attempt
 
 OPT = "actor_rollout_ref.actor.optim"
 
@@ -215,8 +215,8 @@ for row in plan["lr"][:12]:
 
 
 def test_launch_follows_verls_file_logger(experiment, monkeypatch, tmp_path):
-    from rlexp.adapters.ingest import read_metrics
     from rlexp.stages import launch as launch_stage
+    from rlexp.training.ingest import read_metrics
 
     attempt_dir = attempt(experiment, "a11")
     monkeypatch.chdir(tmp_path)

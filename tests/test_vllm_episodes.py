@@ -7,7 +7,7 @@ The local engine's side is played by tests/vllm_tools_episodes.py in the MAIN ve
 datasets and supervised base, Baseline-S0, built by `rlexp demo --task tools`'s own functions):
 144 greedy episodes of the calculator environment (ood_primary, id, sanity; up to 3 turns, a tool
 call then an answer). The same episodes are then played here through
-:class:`rlexp.engines.vllm.VllmEngine` (one `LLM`, float32, eager), the episode runner handing it
+:class:`rlexp.evaluation.engines.vllm.VllmEngine` (one `LLM`, float32, eager), the episode runner handing it
 the ids each episode holds, turn by turn. The two sides must agree as
 :func:`rlexp.stages.guard.episode_integrity` says: equal input ids on every turn compared (G0 per
 turn), every turn token-equal on the episodes whose first turn agrees (G1 per turn), and >= 99%
@@ -67,8 +67,8 @@ def _say(text: str) -> None:
 
 
 def _rows(local_episodes: dict):
-    from rlexp.core.environments import Budgets, rows_from_dataset
-    from rlexp.storage.datasets import read_dataset
+    from rlexp.environments.interface import Budgets, rows_from_dataset
+    from rlexp.experiment.datasets import read_dataset
 
     env = local_episodes["environment"]
     budgets = Budgets(env["max_turns"], env["max_tokens_per_turn"], env["max_total_tokens"])
@@ -84,11 +84,11 @@ def test_vllm_plays_the_tool_demo_episodes_like_the_local_engine(local_episodes,
     """Token level: Baseline-S0 and the K=3 adapters, every episode's ids compared turn by turn."""
     from transformers import AutoTokenizer
 
-    from rlexp.adapters.episodes import engine_turns, play_episodes
-    from rlexp.engines.base import Decoding
-    from rlexp.engines.vllm import VllmEngine
+    from rlexp.environments.episodes import engine_turns, play_episodes
+    from rlexp.evaluation.engines.base import Decoding
+    from rlexp.evaluation.engines.vllm import VllmEngine
+    from rlexp.experiment.records import BASELINE_S0
     from rlexp.stages.guard import episode_integrity
-    from rlexp.storage.records import BASELINE_S0
 
     budgets, rows, hashes = _rows(local_episodes)
     local = local_episodes["episodes"]
@@ -170,11 +170,11 @@ def test_vllm_serve_and_the_openai_engine_play_the_same_episodes(local_episodes,
     from test_vllm_real import SERVER_START_TIMEOUT_S, _free_port, _served_models, _stop
     from transformers import AutoTokenizer
 
-    from rlexp.adapters.episodes import engine_turns, play_episodes
-    from rlexp.engines.base import Decoding
-    from rlexp.engines.openai import OpenAIEngine
+    from rlexp.environments.episodes import engine_turns, play_episodes
+    from rlexp.evaluation.engines.base import Decoding
+    from rlexp.evaluation.engines.openai import OpenAIEngine
+    from rlexp.experiment.records import BASELINE_S0
     from rlexp.stages.guard import episode_integrity
-    from rlexp.storage.records import BASELINE_S0
 
     budgets, rows, hashes = _rows(local_episodes)
     adapters = local_episodes["adapters"]
@@ -183,7 +183,7 @@ def test_vllm_serve_and_the_openai_engine_play_the_same_episodes(local_episodes,
     argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", local_episodes["base"],
             "--host", "127.0.0.1", "--port", str(port), "--served-model-name", "tools-base", "--dtype", "float32",
             "--max-model-len", "128", "--enforce-eager", "--seed", "0", "--enable-lora", "--max-lora-rank", "16",
-            "--max-loras", str(len(adapters) + 1),  # an empty last slot (rlexp.engines.vllm.on_cpu_platform)
+            "--max-loras", str(len(adapters) + 1),  # an empty last slot (rlexp.evaluation.engines.vllm.on_cpu_platform)
             "--lora-modules", *[f"{name}={path}" for name, path in adapters.items()]]
     log_path = tmp_path / "vllm-serve.log"
     started = time.perf_counter()
@@ -237,8 +237,8 @@ def _judge_smoke(url: str, tmp_path, rows, trajectories) -> str:
     instructions, so vLLM refuses the request (HTTP 400, prompt too long) and every call here is a
     counted judge_error: the scoring path itself is tested against the stub server of
     tests/test_env_judge.py."""
-    from rlexp.adapters.judge import Judge
-    from rlexp.core.rewards import RewardError
+    from rlexp.environments.judge import Judge
+    from rlexp.environments.rewards import RewardError
 
     pairs = [(row.task["prompt"], t.turns[-1].action if t.turns else "") for row, t in zip(rows, trajectories,
                                                                                             strict=True)][:12]
@@ -269,7 +269,7 @@ def test_rlexp_eval_on_vllm_plays_the_same_episodes_as_on_local(local_episodes):
     import yaml
 
     from rlexp.cli import main
-    from rlexp.storage.records import read_meta, read_records
+    from rlexp.experiment.records import read_meta, read_records
 
     attempt = Path(local_episodes["attempt"])
     variant = attempt.parent / "t1v"

@@ -115,7 +115,7 @@ def _record_files(attempt: Path) -> dict[tuple[str, str], Path]:
 
 def _agreement(local: Path, other: Path, label: str) -> dict:
     """Per (target, set): shares of identical outputs and of identical correctness; and overall."""
-    from rlexp.storage.records import read_records
+    from rlexp.experiment.records import read_records
 
     a_files, b_files = _record_files(local), _record_files(other)
     assert set(a_files) == set(b_files) and len(a_files) == 4 * len(SETS), (sorted(a_files), sorted(b_files))
@@ -143,7 +143,7 @@ def _agreement(local: Path, other: Path, label: str) -> dict:
 def _adapters_change_outputs(attempt: Path) -> None:
     """Real LoRA, not the base under other names: the adapters' outputs are not all the base's
     (after one GRPO step an adapter may still answer like the base; the trained ones do not)."""
-    from rlexp.storage.records import read_records
+    from rlexp.experiment.records import read_records
 
     files = _record_files(attempt)
     base = [r["output"] for r in read_records(files[("baseline_s0", "ood_primary")])]
@@ -265,7 +265,7 @@ def test_vllm_serve_with_lora_modules_and_rlexp_eval_through_openai_engine(demo_
             "--max-model-len", "128", "--enforce-eager", "--seed", "0", "--enable-lora",
             "--max-lora-rank", "16",
             # one slot more than adapters: on vLLM's CPU build the base model's tokens get the last
-            # slot's adapter (rlexp.engines.vllm.on_cpu_platform); an empty last slot adds nothing
+            # slot's adapter (rlexp.evaluation.engines.vllm.on_cpu_platform); an empty last slot adds nothing
             "--max-loras", str(len(targets) + 1),
             "--lora-modules", *[f"{t}={adapters[t]}" for t in targets]]
     log_path = tmp_path / "vllm-serve.log"
@@ -324,11 +324,11 @@ def test_cpu_lora_op_gives_no_lora_tokens_the_last_slot():
     """Why VllmEngine keeps an empty LoRA slot on vLLM's CPU build: its PyTorch-native LoRA op
     indexes the stacked adapter weights with the token's slot, and "no LoRA" is -1, which Python
     indexing turns into the LAST slot. (If a vLLM release fixes this, this test fails: the
-    workaround in rlexp.engines.vllm.on_cpu_platform can then go.)"""
+    workaround in rlexp.evaluation.engines.vllm.on_cpu_platform can then go.)"""
     import torch
     from vllm.lora.ops.torch_ops import bgmv_shrink
 
-    from rlexp.engines.vllm import on_cpu_platform
+    from rlexp.evaluation.engines.vllm import on_cpu_platform
 
     assert on_cpu_platform()
     slots, rank, hidden = 2, 3, 4

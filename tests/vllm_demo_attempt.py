@@ -20,6 +20,7 @@ def build(root: Path) -> Path:
     import yaml
     from rich.console import Console
 
+    from rlexp.experiment.files import atomic_write_text
     from rlexp.stages.demo import (
         EXPERIMENT,
         DemoConfig,
@@ -32,7 +33,6 @@ def build(root: Path) -> Path:
     from rlexp.stages.evaluate import evaluate
     from rlexp.stages.launch import launch
     from rlexp.stages.plan import plan
-    from rlexp.storage.files import atomic_write_text
 
     fast = DemoConfig.fast()
     config = DemoConfig(**{**fast.__dict__, "recipe": {**fast.recipe, "save_steps": 1}})

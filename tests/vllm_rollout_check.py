@@ -4,8 +4,8 @@
 
 Builds a LoRA adapter that is not the identity (peft's ``init_lora_weights=False``: B is random,
 not zero, on every projection), saves it, and decodes the same chat-template prompts greedily with
-transformers (the trainer's :func:`rlexp.adapters.generation.generate_ids`, as ``collect_rollout``
-does) with and without the adapter, then through :class:`rlexp.engines.vllm_server.VllmRolloutServer`
+transformers (the trainer's :func:`rlexp.evaluation.generation.generate_ids`, as ``collect_rollout``
+does) with and without the adapter, then through :class:`rlexp.evaluation.engines.vllm_server.VllmRolloutServer`
 (started from ``VLLM_PYTHON``) with the adapter loaded at run time and without it. Writes every
 side's token ids, finish reasons and timings to OUT_JSON. tests/test_vllm_rollouts.py asserts on it.
 """
@@ -25,7 +25,7 @@ QUESTIONS = ["What is 12 + 7?", "Name a colour.", "What is 3 times 4?", "Say hel
 
 
 def _problems(tmp: Path) -> tuple[list[dict], Path]:
-    from rlexp.core.task import problem_hash
+    from rlexp.evaluation.arithmetic_task import problem_hash
 
     problems = [{"prompt": q, "answer": "7", "problem_hash": problem_hash(q)} for q in QUESTIONS]
     path = tmp / "pool.jsonl"
@@ -84,8 +84,8 @@ def main() -> None:
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rlexp.adapters.generation import encode_prompt, generate_ids, render_prompt
-    from rlexp.engines.vllm_server import VllmRolloutServer
+    from rlexp.evaluation.engines.vllm_server import VllmRolloutServer
+    from rlexp.evaluation.generation import encode_prompt, generate_ids, render_prompt
 
     torch.set_num_threads(1)
     tokenizer = AutoTokenizer.from_pretrained(args.model_dir)

@@ -36,8 +36,8 @@ def demo_settings(config, data: dict[str, Path]) -> dict:
 
 def episode_rows(data: dict[str, Path], environment: dict) -> list[tuple[str, dict, object]]:
     """``(set, problem, row)`` of every eval episode, in set order."""
-    from rlexp.core.environments import rows_from_dataset
-    from rlexp.storage.datasets import read_dataset
+    from rlexp.environments.interface import rows_from_dataset
+    from rlexp.experiment.datasets import read_dataset
 
     out = []
     for role in EVAL_SETS:
@@ -58,12 +58,12 @@ def train_lora_attempt(experiment: Path, config, data: dict[str, Path]) -> Path:
     """``t1l``: the demo's t1 with a rank-16 LoRA adapter, trained and evaluated (local engine)."""
     import yaml
 
+    from rlexp.experiment.files import atomic_write_text
+    from rlexp.experiment.layout import AttemptDir
     from rlexp.stages.demo_tools import attempt_spec
     from rlexp.stages.evaluate import evaluate
     from rlexp.stages.launch import launch
     from rlexp.stages.plan import plan
-    from rlexp.storage.files import atomic_write_text
-    from rlexp.storage.layout import AttemptDir
 
     spec = yaml.safe_load(attempt_spec(config, data))
     spec["id"] = "t1l"
@@ -84,12 +84,12 @@ def train_lora_attempt(experiment: Path, config, data: dict[str, Path]) -> Path:
 
 
 def build(root: Path) -> Path:
-    from rlexp.adapters.episodes import engine_turns, play_episodes
-    from rlexp.core.environments import Budgets
-    from rlexp.engines.base import Decoding
-    from rlexp.engines.local import LocalEngine
+    from rlexp.environments.episodes import engine_turns, play_episodes
+    from rlexp.environments.interface import Budgets
+    from rlexp.evaluation.engines.base import Decoding
+    from rlexp.evaluation.engines.local import LocalEngine
+    from rlexp.experiment.records import BASELINE_S0
     from rlexp.stages.demo_tools import EXPERIMENT, ToolsDemoConfig, build_base, build_datasets
-    from rlexp.storage.records import BASELINE_S0
 
     config = ToolsDemoConfig()
     experiment = root / "experiments" / EXPERIMENT

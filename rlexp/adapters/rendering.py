@@ -1,7 +1,7 @@
-"""Moved: the report is gathered by :mod:`rlexp.stages.report` and rendered by :mod:`rlexp.adapters.report`
+"""Moved: the report is gathered by :mod:`rlexp.stages.report` and rendered by :mod:`rlexp.reporting`
 (markdown, plots, HTML); this path stays for old imports of the renderers."""
 
-from rlexp.adapters.report import (
+from rlexp.reporting import (
     DELIVERABLES,
     ReportInputs,
     compare_with_parent,

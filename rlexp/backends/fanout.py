@@ -22,7 +22,7 @@ end time (Ray's own ``start_time``/``end_time`` on Ray), the log's tail — what
 a failing job never hides the others' results.
 
 Resumable: the batch's state file (``fanout/<batch>.json``, its path owned by
-:class:`rlexp.storage.layout.ExperimentDir`) records each job's submission id *before* the job
+:class:`rlexp.experiment.layout.ExperimentDir`) records each job's submission id *before* the job
 exists. A rerun of the same batch after a kill resubmits no job that SUCCEEDED, re-attaches to a
 Ray job that is still running (the submitter died, the job did not), and runs again only the jobs
 that failed, were stopped, or never started. A job is "the same" when its name and its steps are.
@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from rlexp.errors import InputError
-from rlexp.storage.layout import ExperimentDir, check_batch_name
+from rlexp.experiment.layout import ExperimentDir, check_batch_name
 
 RUNNER_MODULE = "rlexp.backends.fanout"
 SUCCEEDED = "SUCCEEDED"
@@ -189,7 +189,7 @@ class _State:
         return entry if entry is not None and entry.get("steps") == job.steps_json() else None
 
     def record(self, job: Job, **fields: Any) -> dict[str, Any]:
-        from rlexp.storage.files import atomic_write_json
+        from rlexp.experiment.files import atomic_write_json
 
         entry = {**(self.entry(job) or {}), "steps": job.steps_json(), **fields}
         self.data["jobs"][job.name] = entry

@@ -17,7 +17,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from rlexp.storage.layout import pid_alive  # noqa: F401  (re-exported: the one liveness probe)
+from rlexp.experiment.layout import pid_alive  # noqa: F401  (re-exported: the one liveness probe)
 
 
 def start(argv: Sequence[str], *, log_path: str | Path, cwd: str | Path | None = None,

@@ -77,7 +77,7 @@ def entrypoint(argv: Sequence[str]) -> str:
 def runtime_env(*, forward_env: bool, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The job's runtime env: unbuffered output (live logs), the stop grace period, and for the
     local trainer the launcher's :data:`FORWARDED_ENV` values (never one naming a secret)."""
-    from rlexp.adapters.provenance import redact_env
+    from rlexp.experiment.provenance import redact_env
 
     env_vars = {"PYTHONUNBUFFERED": "1", "RAY_JOB_STOP_WAIT_TIME_S": str(STOP_GRACE_S)}
     if forward_env:
@@ -411,7 +411,7 @@ def normalize_ray_address(address: str) -> str:
 def check_ray_dashboard(address: str, timeout_s: float = 3.0) -> dict[str, Any]:
     """GET ``<address>/api/version`` before submitting: an unreachable cluster is one clear line
     now instead of a stack trace from ``ray job submit`` later."""
-    from rlexp.engines.http import HttpFailure, HttpLimits, get_json
+    from rlexp.evaluation.engines.http import HttpFailure, HttpLimits, get_json
 
     url = normalize_ray_address(address) + "/api/version"
     limits = HttpLimits(connect_timeout_s=timeout_s, read_timeout_s=timeout_s, timeout_s=timeout_s,

@@ -2,7 +2,7 @@
 
 OpenRLHF imports that file on its Ray workers and calls ``reward_func(queries, prompts, labels)``
 (``openrlhf/utils/agent.py`` at v0.9.3), expecting ``{"rewards", "scores", "extra_logs"}``. The
-workers may not have rlexp installed, so the file embeds the *source* of :mod:`rlexp.core.answers`
+workers may not have rlexp installed, so the file embeds the *source* of :mod:`rlexp.evaluation.answers`
 verbatim, with its SHA-256: training rewards and ``rlexp eval`` grade with byte-identical code
 (the seed lost comparisons to a reward parser that drifted from the eval parser), and the
 provenance records which parser trained the run.
@@ -16,7 +16,7 @@ from __future__ import annotations
 import inspect
 from pathlib import Path
 
-from rlexp.storage.files import atomic_write_text, sha256_text
+from rlexp.experiment.files import atomic_write_text, sha256_text
 
 _WRAPPER = '''
 
@@ -56,13 +56,13 @@ def reward_func(queries, prompts, labels, **kwargs):
 
 
 def answers_source() -> str:
-    import rlexp.core.answers
+    import rlexp.evaluation.answers
 
-    return inspect.getsource(rlexp.core.answers)
+    return inspect.getsource(rlexp.evaluation.answers)
 
 
 def render_reward_file(mode: str = "exact") -> str:
-    """The text of the reward file: rlexp.core.answers verbatim, then ``reward_func``."""
+    """The text of the reward file: rlexp.evaluation.answers verbatim, then ``reward_func``."""
     source = answers_source()
     return source.rstrip("\n") + "\n" + _WRAPPER.format(sha=sha256_text(source), mode=mode)
 

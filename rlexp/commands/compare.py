@@ -3,7 +3,7 @@
 The files are rlexp record files (``problem_hash``, ``correct``), lm-evaluation-harness
 ``--log_samples`` files, Inspect logs (``.eval`` or ``.json``) or lighteval details (parquet);
 the format is detected from the content (``--format`` forces it). Items are paired by
-``<task>:<id>`` and their content fingerprints must agree (see :mod:`rlexp.adapters.harnesses`; the logic is
+``<task>:<id>`` and their content fingerprints must agree (see :mod:`rlexp.evaluation.harnesses`; the logic is
 :mod:`rlexp.stages.compare`). Scores of
 0/1 (C/I, booleans) get the SOP's paired binary analysis: Δ, b/c, McNemar exact p (and mid-p), the
 paired bootstrap CI, Wilson CIs, the CLT SE and the minimal detectable effect. Partial credit or
@@ -55,7 +55,7 @@ def compare(
                                                     "output_new} here (two files scored 0/1).")] = None,
 ) -> None:
     """Paired comparison of per-item results (Δ, b/c, McNemar or paired t, bootstrap CI; Holm over several)."""
-    from rlexp.adapters.harnesses import Choice
+    from rlexp.evaluation.harnesses import Choice
     from rlexp.stages.compare import compare_files
 
     results = compare_files(files, fmt=fmt, choice=Choice(task=task, filter=filter_, metric=metric, scorer=scorer),

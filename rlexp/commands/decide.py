@@ -32,7 +32,7 @@ def _print_summary(result: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from rlexp.core.decision import (
+    from rlexp.protocol.decision import (
         calibration_line,
         cluster_line,
         p_label,

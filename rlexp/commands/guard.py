@@ -24,7 +24,7 @@ SopOpt = Annotated[Path | None, typer.Option("--sop", help="SOP file (default: t
 
 
 def _load_sop(sop_file: Path | None):
-    from rlexp.core.sop import load_sop
+    from rlexp.spec.sop import load_sop
 
     return load_sop(sop_file)
 

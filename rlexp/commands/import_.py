@@ -81,7 +81,7 @@ def import_run(
         print("values that are not numbers (left out): " + ", ".join(f"{k} ({n})" for k, n in result.not_numbers.items()))
     for note in result.notes:
         print(f"note: {note}")
-    from rlexp.core.run_health import health_lines
+    from rlexp.protocol.run_health import health_lines
 
     for line in health_lines(result.health):
         print(line)

@@ -20,8 +20,8 @@ def ingest(
 ) -> None:
     """Read one training-metrics file as `launch` would: steps read, metrics by canonical name, lines not
     understood (by number), runs found. Nothing is written. Exit 2 when no step could be read."""
-    from rlexp.adapters.ingest import log_summary, read_log, summary_lines
     from rlexp.errors import InputError
+    from rlexp.training.ingest import log_summary, read_log, summary_lines
 
     read = read_log(file, trainer, fmt)
     summary = log_summary(file, read)
@@ -29,8 +29,8 @@ def ingest(
         bad = summary["not_understood"]
         raise InputError(file, None, f"no metric steps found as {read.format} of {trainer}"
                          + (f"; {len(bad)} lines not understood, the first at line {bad[0]}" if bad else ""))
-    from rlexp.core.run_health import health_of_log
-    from rlexp.core.sop import load_sop
+    from rlexp.protocol.run_health import health_of_log
+    from rlexp.spec.sop import load_sop
 
     # no attempt, so no plan: the resume gate checks the steps, not the LR (import-run checks both)
     health = health_of_log([run.rows for run in read.runs], load_sop())
@@ -38,6 +38,6 @@ def ingest(
         summary["run_health"] = [v.to_dict() for v in health]
         print(json.dumps(summary, allow_nan=False, default=str))
         return
-    from rlexp.core.run_health import health_lines
+    from rlexp.protocol.run_health import health_lines
 
     print("\n".join(summary_lines(summary) + health_lines(health)))

@@ -27,7 +27,7 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print the result as JS
 
 def parse_changes(items: list[str]) -> dict[str, Any]:
     """``KEY=VALUE`` options as a mapping; VALUE is read as a YAML scalar or list (0.1, 16, [a, b])."""
-    from rlexp.storage.files import loads_yaml
+    from rlexp.experiment.files import loads_yaml
 
     out: dict[str, Any] = {}
     for item in items:

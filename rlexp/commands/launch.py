@@ -34,7 +34,7 @@ def launch(
                                  "the source of the original launch).")] = None,
 ) -> None:
     """Start an attempt's training run (local CPU trainer, OpenRLHF process, or Ray job)."""
-    from rlexp.adapters import progress
+    from rlexp.tracking import progress
 
     progress.silence(json_out)  # --json: stdout is for the machine
     from rlexp.stages.launch import launch as launch_stage

@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from rlexp.core.plan import PlanResult
+    from rlexp.protocol.plan import PlanResult
 
 
 def run(spec: Path, json_output: bool) -> int:
     """Plan ``spec``, print it, and return the exit code: 0 when no check is an error, else 1."""
+    from rlexp.experiment.files import to_json
     from rlexp.stages.plan import plan as plan_stage
-    from rlexp.storage.files import to_json
 
     result = plan_stage(spec)
     if json_output:

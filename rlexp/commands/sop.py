@@ -24,7 +24,7 @@ def show(
     json_out: Annotated[bool, typer.Option("--json", help="Print the thresholds as JSON.")] = False,
 ) -> None:
     """Print the SOP in force: version, SHA-256 and every threshold."""
-    from rlexp.core.sop import load_sop
+    from rlexp.spec.sop import load_sop
 
     sop = load_sop(sop_file)
     data = sop.to_dict()
@@ -56,7 +56,7 @@ def show(
 
 def rule_sentences(sop) -> list[str]:
     """Each decision rule as the sentence the gates print, its numbers from ``sop`` (AND/OR in place)."""
-    from rlexp.core import gates
+    from rlexp.protocol import gates
 
     nobody = gates.AttemptOutcome("-", None, (), None, 0.0, None, None)
     return [gates.gate_1a_rule(sop), gates.gate_1b_rule(sop), gates.gate_2([], None, sop).rule,
@@ -85,15 +85,15 @@ def calibrate(
     markdown: Annotated[bool, typer.Option("--markdown", help="Print the markdown table (for sop/README.md).")] = False,
 ) -> None:
     """Simulate paired studies like the SOP's final comparison: false-pass rate and power of every gate, per checkpoint and best-of-K, with Monte-Carlo errors, a row per correlation."""
-    from rlexp.core.calibrate import (
+    from rlexp.errors import InputError
+    from rlexp.protocol.calibrate import (
         BELOW_BAR_EFFECTS,
         DEFAULT_CORRELATIONS,
         CalibrationSettings,
         check_settings,
     )
-    from rlexp.core.calibrate import calibrate as run
-    from rlexp.core.sop import load_sop
-    from rlexp.errors import InputError
+    from rlexp.protocol.calibrate import calibrate as run
+    from rlexp.spec.sop import load_sop
 
     sop = load_sop(sop_file)
     if sims * n > MAX_SIMULATED_OUTCOMES:  # the distinct tables to judge, hence the time, grow with both
@@ -172,10 +172,15 @@ def calibrate_claim(
     json_out: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Choose the claim rule: simulate STOP-1 (Gate-1b best of K, a second seed, Gate-2) at true 0, +1, +2, +3, +5pp and pick Gate-2's estimate (raw or selection-adjusted Δ) and mean threshold that meet the targets."""
-    from rlexp.core.calibrate import DEFAULT_CORRELATIONS, CalibrationSettings, ClaimTargets, check_settings
-    from rlexp.core.calibrate import calibrate_claim as run
-    from rlexp.core.sop import load_sop
     from rlexp.errors import InputError
+    from rlexp.protocol.calibrate import (
+        DEFAULT_CORRELATIONS,
+        CalibrationSettings,
+        ClaimTargets,
+        check_settings,
+    )
+    from rlexp.protocol.calibrate import calibrate_claim as run
+    from rlexp.spec.sop import load_sop
 
     sop = load_sop(sop_file)
     if sims * n > MAX_SIMULATED_OUTCOMES:
@@ -196,7 +201,7 @@ def calibrate_claim(
             name = str(exc).split(":", 1)[0]
             raise InputError(None, {"correlations": "--correlation", "k": "--sop"}.get(name, option),
                              str(exc).split(": ", 1)[-1]) from None
-    from rlexp.core.calibrate import ESTIMATES
+    from rlexp.protocol.calibrate import ESTIMATES
 
     estimates = tuple(dict.fromkeys(estimate)) if estimate else ESTIMATES
     for name in estimates:

@@ -1,6 +1,6 @@
 """The compare stage: per-item results of a baseline and one or more new runs, paired and tested.
 
-:func:`compare_files` reads every file (:mod:`rlexp.adapters.harnesses`: rlexp records, lm-eval
+:func:`compare_files` reads every file (:mod:`rlexp.evaluation.harnesses`: rlexp records, lm-eval
 samples, Inspect logs, lighteval details), pairs each new run with the baseline
 (:func:`pair_items`), analyses each pair (:func:`analyse`) and, with several new runs,
 Holm-adjusts the p-values over the family. Everything is read and checked before anything is
@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlexp.adapters.harnesses.items import Choice, Item, ItemSet, samples_per_item
 from rlexp.errors import InputError
+from rlexp.evaluation.harnesses.items import Choice, Item, ItemSet, samples_per_item
 
 # Below this many discordant pairs the BCa interval of the paired difference under-covers: a
 # simulation measured 92.8% coverage for a nominal 95% with about 10, while the percentile interval
@@ -40,7 +40,7 @@ def compare_files(files: list[Path], *, fmt: str | None = None, choice: Choice |
                   mean_score: bool = False, resamples: int = 10_000, seed: int = 0, confidence: float = 0.95,
                   method: str = "percentile", paired_out: Path | None = None) -> list[dict[str, Any]]:
     """One result dict per new file (compared with ``files[0]``); ``p_holm`` when there are several."""
-    from rlexp.adapters.harnesses import FORMATS, read_items
+    from rlexp.evaluation.harnesses import FORMATS, read_items
     from rlexp.stats import adjust_pvalues
 
     if method not in ("percentile", "basic", "bca", "newcombe"):
@@ -50,7 +50,7 @@ def compare_files(files: list[Path], *, fmt: str | None = None, choice: Choice |
     if len(files) < 2:
         raise InputError(None, "FILES", "need the baseline and at least one file to compare with it")
     if paired_out is not None:
-        from rlexp.storage.files import refuse_output_onto_inputs
+        from rlexp.experiment.files import refuse_output_onto_inputs
 
         paired_out = refuse_output_onto_inputs(paired_out, files, "--paired-out")
     sets = [read_items(path, fmt, choice, intersect=intersect) for path in files]
@@ -77,7 +77,7 @@ def compare_files(files: list[Path], *, fmt: str | None = None, choice: Choice |
         for result, p_holm in zip(results, adjusted, strict=True):
             result["p_holm"] = float(p_holm)
     if paired_out is not None:
-        from rlexp.storage.paired import PairedRecord, write_paired_records
+        from rlexp.experiment.paired import PairedRecord, write_paired_records
 
         (paired,) = pairs
         records = [PairedRecord(b.key, int(b.scores[0]), int(n.scores[0]), b.output, n.output)
@@ -145,7 +145,7 @@ def _content_cause(items: ItemSet, key: str, base_item: Item | None = None) -> s
                 "an int id may be a position Inspect assigned: a reordered dataset renumbers it, and an edited "
                 "prompt or target changes the item")
     if items.format == "lighteval":
-        from rlexp.adapters.harnesses.lighteval import content_cause
+        from rlexp.evaluation.harnesses.lighteval import content_cause
 
         if base_item is not None:
             return content_cause(base_item, items.items[key])
@@ -239,7 +239,7 @@ def _clustered(out: dict[str, Any], paired: PairedItems, labels: list[Any], fiel
 def clustered_gate_power(se: float | None, df: int | None) -> dict[str, Any]:
     """Gate-1b's pass figures under the clustered test, from the noncentral t of the clustered power
     beside them (:func:`rlexp.stats.clustered_gate_figures`, the SOP in force's Gate-1b and K)."""
-    from rlexp.core.sop import load_sop
+    from rlexp.spec.sop import load_sop
     from rlexp.stats import clustered_gate_figures
 
     if not se or not df or se <= 0:
@@ -274,9 +274,9 @@ def _gate_power(n: int, discordance: float) -> dict[str, Any]:
     """Beside the test's power: the chance that a true +3 pp passes Gate-1b at this n and observed
     discordance for one checkpoint, and the true effect that passes it with 80%
     (:func:`rlexp.stats.gate_1b_pass_probability`); and for the best of the SOP's K checkpoints of one run, one
-    rate per latent correlation 0.3, 0.6, 0.9 (:func:`rlexp.core.calibrate.gate_1b_best_of_k`)."""
-    from rlexp.core.calibrate import DEFAULT_CORRELATIONS, gate_1b_best_of_k
-    from rlexp.core.sop import load_sop
+    rate per latent correlation 0.3, 0.6, 0.9 (:func:`rlexp.protocol.calibrate.gate_1b_best_of_k`)."""
+    from rlexp.protocol.calibrate import DEFAULT_CORRELATIONS, gate_1b_best_of_k
+    from rlexp.spec.sop import load_sop
     from rlexp.stats import gate_1b_effect_for_power, gate_1b_pass_probability
 
     if discordance <= 0.0:

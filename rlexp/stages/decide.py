@@ -3,7 +3,7 @@
 1. :func:`gather` reads the attempt spec, the pre-registered checkpoints
    (``eval/selection.json``), the eval records of those checkpoints and of the baselines, the
    parser audit, the training metrics, G4 and the experiment's ledger, and validates all of it;
-2. :func:`rlexp.core.decision.decide` applies the SOP (pure);
+2. :func:`rlexp.protocol.decision.decide` applies the SOP (pure);
 3. :func:`record` writes the paired records, appends the ledger, writes ``decision.json`` and
    moves the SOTA pin only on STOP-1 (Gate-1b and Gate-2).
 
@@ -28,9 +28,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from rlexp.core.decision import BASELINES, AttemptFacts, DecideInputs, Decision
 from rlexp.errors import InputError
-from rlexp.storage.layout import AttemptDir, Checkpoint
+from rlexp.experiment.layout import AttemptDir, Checkpoint
+from rlexp.protocol.decision import BASELINES, AttemptFacts, DecideInputs, Decision
 
 
 def decide(attempt: str | Path, *, sop_path: str | Path | None = None, now: str | None = None) -> Decision:
@@ -40,8 +40,8 @@ def decide(attempt: str | Path, *, sop_path: str | Path | None = None, now: str 
     >>> rlexp.decide("experiments/demo/d2").decision        # doctest: +SKIP
     'CONFIRM'
     """
-    from rlexp.core.decision import decide as decide_pure
-    from rlexp.core.sop import load_sop
+    from rlexp.protocol.decision import decide as decide_pure
+    from rlexp.spec.sop import load_sop
 
     sop = load_sop(sop_path)
     inputs, context = gather(attempt, sop)
@@ -56,7 +56,7 @@ def _read_selection(ad: AttemptDir) -> tuple[tuple[Checkpoint, ...], str | None]
     path = ad.selection
     if not path.exists():
         raise InputError(path, None, "file not found: run `rlexp eval` first (it pre-registers the K=3 checkpoints)")
-    from rlexp.storage.results import read_selection
+    from rlexp.experiment.results import read_selection
 
     selection = read_selection(ad.root)
     assert selection is not None  # it exists (above)
@@ -69,8 +69,8 @@ def _read_selection(ad: AttemptDir) -> tuple[tuple[Checkpoint, ...], str | None]
 def _parser_audit(ad: AttemptDir) -> dict[str, Any] | None:
     """guards/parser_audit.json (written by ``rlexp guard audit``) → {"misparse_rate", "audit_passed",
     "file"}; None when the audit was not run."""
-    from rlexp.core.numbers import finite_number
-    from rlexp.core.verdict import Verdict
+    from rlexp.numbers import finite_number
+    from rlexp.protocol.verdict import Verdict
 
     path = ad.guard("parser_audit")
     data = ad.read_guard("parser_audit")
@@ -91,7 +91,7 @@ def _parser_audit(ad: AttemptDir) -> dict[str, Any] | None:
 
 
 def _g4_numbers(ad: AttemptDir) -> dict[str, Any] | None:
-    from rlexp.storage.verdicts import read_verdict
+    from rlexp.experiment.verdicts import read_verdict
 
     verdict = read_verdict(ad.root, "g4")
     return dict(verdict.numbers) if verdict is not None else None
@@ -99,12 +99,12 @@ def _g4_numbers(ad: AttemptDir) -> dict[str, Any] | None:
 
 def gather(attempt: str | Path, sop: Any) -> tuple[DecideInputs, dict[str, Any]]:
     """Read and validate everything the decision needs; return the inputs and what recording needs."""
-    from rlexp.adapters.ingest import read_metrics
-    from rlexp.core.decision import diagnostics_from
-    from rlexp.core.spec import TRAINING, attempt_recipe_sha256, diff_against_parent, load_attempt
-    from rlexp.storage.files import sha256_file
-    from rlexp.storage.ledger import latest_by_attempt, read_ledger, read_sota
-    from rlexp.storage.paired import pair_files
+    from rlexp.experiment.files import sha256_file
+    from rlexp.experiment.ledger import latest_by_attempt, read_ledger, read_sota
+    from rlexp.experiment.paired import pair_files
+    from rlexp.protocol.decision import diagnostics_from
+    from rlexp.spec import TRAINING, attempt_recipe_sha256, diff_against_parent, load_attempt
+    from rlexp.training.ingest import read_metrics
 
     att = load_attempt(attempt)
     ad = AttemptDir(att.attempt_dir)
@@ -194,7 +194,7 @@ def _clusters(att: Any, paired: dict[tuple[str, str, str], Any], sets: tuple[str
         if ref.path is None or not ref.exists:
             raise InputError(att.display_path, f"datasets.{role}.cluster", "the set's file is needed to read its "
                                                                            "clusters: state a path to it")
-        from rlexp.core.task import cluster_labels
+        from rlexp.evaluation.arithmetic_task import cluster_labels
 
         by_hash = cluster_labels(ref.path, ref.cluster, declared_in=f"{att.display_path}: datasets.{role}.cluster")
         clusters[role] = ref.cluster
@@ -213,8 +213,8 @@ def _clusters(att: Any, paired: dict[tuple[str, str, str], Any], sets: tuple[str
 def _refuse_reward_errors(ad: AttemptDir) -> None:
     """Episode records whose composed reward failed (a judge_error) are counted and refused, never
     scored: one InputError naming the first such file and the count."""
-    from rlexp.core.rewards import reward_error_counts
-    from rlexp.storage.records import read_records
+    from rlexp.environments.rewards import reward_error_counts
+    from rlexp.experiment.records import read_records
 
     for _checkpoint, _role, path in ad.record_files():
         counts = reward_error_counts(read_records(path, allow_empty=True))
@@ -229,7 +229,7 @@ def _refuse_reward_errors(ad: AttemptDir) -> None:
 def _episode_rewards(ad: AttemptDir, paired: dict[tuple[str, str, str], Any]) -> dict[tuple[str, str, str], Any]:
     """Each paired key's per-episode rewards (baseline, new), aligned as its paired records; a
     record without a reward in [0, 1] is one InputError naming its file."""
-    from rlexp.storage.records import read_records
+    from rlexp.experiment.records import read_records
 
     cache: dict[str, dict[str, float]] = {}
 
@@ -264,7 +264,7 @@ def _check_record_metadata(ad: AttemptDir, baselines: tuple[str, ...], names: li
     """The ``.meta.json`` beside each record file the decision reads: a JSON object naming what produced
     the records; within one set, every file's decoding, base model, dataset, prompt, template, grading and
     parser agree; a set where some files have metadata and others lack it is refused."""
-    from rlexp.storage.records import meta_path, read_meta
+    from rlexp.experiment.records import meta_path, read_meta
 
     for role in sets:
         metas: dict[Path, dict[str, Any]] = {}
@@ -303,9 +303,9 @@ def _short(value: Any) -> str:
 def record(decision: Decision, inputs: DecideInputs, context: dict[str, Any]) -> None:
     """Write the paired records, append the ledger, write decision.json, move the SOTA pin on
     STOP-1 — in this order (see the module docstring)."""
-    from rlexp.storage.files import atomic_write_json
-    from rlexp.storage.ledger import LedgerEntry, SotaPin, pin_sota, record_decision
-    from rlexp.storage.paired import write_pairs_for_attempt
+    from rlexp.experiment.files import atomic_write_json
+    from rlexp.experiment.ledger import LedgerEntry, SotaPin, pin_sota, record_decision
+    from rlexp.experiment.paired import write_pairs_for_attempt
 
     ad: AttemptDir = context["attempt_dir"]
     exp_dir: Path = context["experiment_dir"]

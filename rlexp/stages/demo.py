@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from rlexp.errors import CheckFailed, InputError
-from rlexp.storage.files import atomic_write_text
-from rlexp.storage.layout import AttemptDir, ExperimentDir
+from rlexp.experiment.files import atomic_write_text
+from rlexp.experiment.layout import AttemptDir, ExperimentDir
 
 EXPERIMENT = "demo"
 DEMO_LAUNCH_BATCH = "demo-launch"  # the fan-out batch of the three trainings (fanout/demo-launch.json)
@@ -318,7 +318,7 @@ def _forget_stale_attempts(experiment_dir: Path, model_dir: Path, datasets: dict
     """
     import shutil
 
-    from rlexp.storage.files import atomic_write_json, read_json, sha256_dir
+    from rlexp.experiment.files import atomic_write_json, read_json, sha256_dir
 
     state_path = experiment_dir / "demo.json"
     current = {
@@ -344,7 +344,7 @@ def step_timer(console: Any, label: str) -> tuple[dict[str, float], Callable[...
     a terminal (a log), each step's start and end are timestamped lines, flushed as written."""
     import time
 
-    from rlexp.adapters import progress
+    from rlexp.tracking import progress
 
     _quiet_libraries()
     plain = not console.is_terminal
@@ -399,7 +399,7 @@ def _started(attempt_dir: Path) -> bool:
 
 
 def _build_datasets(data_dir: Path, config: DemoConfig) -> dict[str, Any]:
-    from rlexp.storage.datasets import build_task_datasets
+    from rlexp.experiment.datasets import build_task_datasets
 
     return build_task_datasets(
         data_dir,
@@ -415,9 +415,9 @@ def _build_datasets(data_dir: Path, config: DemoConfig) -> dict[str, Any]:
 def _build_base_model(models_dir: Path, datasets: dict[str, Any], config: DemoConfig, console: Any) -> Path:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from rlexp.adapters.tinymodel import build_tiny_model, sft_tiny_model
-    from rlexp.core.task import ArithmeticTask
-    from rlexp.storage.datasets import eval_hashes
+    from rlexp.evaluation.arithmetic_task import ArithmeticTask
+    from rlexp.experiment.datasets import eval_hashes
+    from rlexp.models.tiny import build_tiny_model, sft_tiny_model
 
     untrained = models_dir / "tiny-untrained"
     if not (untrained / "config.json").exists():
@@ -433,7 +433,7 @@ def _build_base_model(models_dir: Path, datasets: dict[str, Any], config: DemoCo
         transient=False,
     ) as progress:
         bar = progress.add_task("sft", total=config.sft_steps, acc="-")
-        from rlexp.adapters import progress as plain_progress
+        from rlexp.tracking import progress as plain_progress
 
         throttle = plain_progress.Throttle(config.sft_steps) if not console.is_terminal else None
 
@@ -474,7 +474,7 @@ def _seed_from_shipped(target: Path) -> None:
     """
     import shutil
 
-    from rlexp.storage.files import make_temp_dir, replace_dir
+    from rlexp.experiment.files import make_temp_dir, replace_dir
 
     source = shipped_base()
     if (target / "sft.json").exists() or not (source / "sft.json").exists():
@@ -485,7 +485,7 @@ def _seed_from_shipped(target: Path) -> None:
 
 
 def _summary(root: Path, experiment_dir: Path, attempts: list[Path], tracking_uri: str, timings) -> dict:
-    from rlexp.storage.files import read_json
+    from rlexp.experiment.files import read_json
 
     result: dict[str, Any] = {"dir": str(root), "tracking_uri": tracking_uri, "timings_s": timings, "attempts": {}}
     for attempt_dir in attempts:

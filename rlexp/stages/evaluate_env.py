@@ -3,17 +3,17 @@ same episodes, greedy, on the spec's engine (local, vllm or openai).
 
 The targets, the selection, the record files and their metadata, the resumability and the paired
 records are :mod:`rlexp.stages.evaluate`'s: only what a target produces differs — an episode
-(:func:`rlexp.adapters.episodes.play_episodes` driven by the engine's ``generate_tokens``:
+(:func:`rlexp.environments.episodes.play_episodes` driven by the engine's ``generate_tokens``:
 token-in/token-out, every turn's ids as the engine produced them, the feedback rendered and
 tokenised once by the base model's tokenizer, so every engine is given the same ids turn by turn;
 the attempt's budgets) written
-as an eval record by :func:`rlexp.core.environments.episode_record` (the fields every record has,
+as an eval record by :func:`rlexp.environments.interface.episode_record` (the fields every record has,
 ``correct`` = the success flag, plus ``reward`` and the ``trajectory``: turns, tool calls,
 feedback, finish reason). The record metadata holds the environment settings and its ``grading``
 (an identity key) is ``episode:`` + their digest, so records of other budgets or another
 environment are never mixed into a file.
 
-On the vllm engine every checkpoint must be a LoRA adapter (what :class:`~rlexp.engines.vllm.VllmEngine`
+On the vllm engine every checkpoint must be a LoRA adapter (what :class:`~rlexp.evaluation.engines.vllm.VllmEngine`
 serves); full-weight checkpoints are evaluated on the local engine.
 """
 
@@ -43,9 +43,9 @@ def episode_settings(att: Any) -> tuple[Any, Any, str, dict[str, Any]]:
     """``(budgets, decoding, grading, extra_meta)`` of an attempt's episode eval: greedy, one
     sample, the per-turn budget as ``max_tokens``; ``grading`` (an identity key of a record file)
     is ``episode:`` + the digest of the environment settings."""
-    from rlexp.core.environments import budgets_of
-    from rlexp.engines.base import Decoding
-    from rlexp.storage.files import sha256_text
+    from rlexp.environments.interface import budgets_of
+    from rlexp.evaluation.engines.base import Decoding
+    from rlexp.experiment.files import sha256_text
 
     settings = att.environment
     decoding = Decoding.for_eval(att.eval, max_tokens=int(settings.max_tokens_per_turn))
@@ -57,7 +57,7 @@ def episode_settings(att: Any) -> tuple[Any, Any, str, dict[str, Any]]:
 def open_episode_records(path: Path, meta: dict[str, Any]) -> Any:
     """The record file's writer, resuming what it holds but the episodes whose reward failed (a
     ``judge_error``): those are played and judged again."""
-    from rlexp.storage.records import RecordWriter, drop_records
+    from rlexp.experiment.records import RecordWriter, drop_records
 
     drop_records(path, lambda r: bool(r.get("reward_error")))
     return RecordWriter.open(path, meta)
@@ -69,8 +69,8 @@ def play_into(writer: Any, engine: Any, tokenizer: Any, target: Any, problems: l
     """Play the episodes ``writer`` does not hold yet with ``target`` on ``engine``, append their
     records (graded by ``rewarder``, the attempt's ``environment.reward``, when given); the number
     appended."""
-    from rlexp.adapters.episodes import engine_turns, play_episodes
-    from rlexp.core.environments import episode_record
+    from rlexp.environments.episodes import engine_turns, play_episodes
+    from rlexp.environments.interface import episode_record
 
     todo = [i for i, p in enumerate(problems) if p["problem_hash"] not in writer.done]
     if not todo:
@@ -89,13 +89,13 @@ def play_into(writer: Any, engine: Any, tokenizer: Any, target: Any, problems: l
 
 def evaluate_episodes(att: Any, attempt_dir: Path, roles, selection, targets, base, limit, show_progress):
     """Evaluate every target on every set's episodes; an :class:`~rlexp.stages.evaluate.EvalOutcome`."""
-    from rlexp.adapters.episode_rewards import EpisodeRewarder
-    from rlexp.adapters.episodes import SlotCache
-    from rlexp.core.environments import rows_for_task
-    from rlexp.engines.base import close_engine
-    from rlexp.storage.files import atomic_write_json
-    from rlexp.storage.layout import AttemptDir
-    from rlexp.storage.records import read_records, summarize
+    from rlexp.environments.episode_rewards import EpisodeRewarder
+    from rlexp.environments.episodes import SlotCache
+    from rlexp.environments.interface import rows_for_task
+    from rlexp.evaluation.engines.base import close_engine
+    from rlexp.experiment.files import atomic_write_json
+    from rlexp.experiment.layout import AttemptDir
+    from rlexp.experiment.records import read_records, summarize
 
     from .evaluate import (
         EvalOutcome,
@@ -149,10 +149,10 @@ def baseline_episode_records(att: Any, limit: int | None) -> list[dict[str, Any]
     """Baseline-S0's greedy episodes on the primary set through the eval pipeline (written to
     ``eval/baseline_s0/ood_primary.jsonl``, so a later ``rlexp eval`` resumes from them): what G2
     grades on an environment task (the final answer of each episode)."""
-    from rlexp.adapters.episode_rewards import EpisodeRewarder
-    from rlexp.adapters.episodes import SlotCache
-    from rlexp.core.environments import rows_for_task
-    from rlexp.storage.records import BASELINE_S0, read_records
+    from rlexp.environments.episode_rewards import EpisodeRewarder
+    from rlexp.environments.episodes import SlotCache
+    from rlexp.environments.interface import rows_for_task
+    from rlexp.experiment.records import BASELINE_S0, read_records
 
     from .evaluate import Target, build_engine, check_record_files, eval_lock, load_problems, record_metas
 

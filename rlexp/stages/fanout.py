@@ -56,7 +56,7 @@ class AttemptsResult:
     """The fan-out's result per job and the decision of every attempt whose job succeeded."""
 
     fanout: Any  # rlexp.backends.fanout.FanoutResult
-    decisions: dict[str, Any]  # attempt id -> rlexp.core.decision.Decision (absent: its job failed)
+    decisions: dict[str, Any]  # attempt id -> rlexp.protocol.decision.Decision (absent: its job failed)
 
     @property
     def ok(self) -> bool:
@@ -85,9 +85,9 @@ def run_attempts(attempts: Sequence[str | Path], *, ray_address: str | None = No
     """Run each attempt's ``steps`` as one job (concurrent Ray jobs with ``ray_address``, else
     ``parallel`` processes here at a time), then decide (and with ``report``, report) the attempts
     whose job succeeded, in the order given."""
-    from rlexp.adapters.tracking import resolve_tracking_uri
     from rlexp.backends.fanout import run_jobs
-    from rlexp.core.spec import load_attempt
+    from rlexp.spec import load_attempt
+    from rlexp.tracking.runs import resolve_tracking_uri
 
     if not attempts:
         raise InputError(None, "ATTEMPT", "no attempt given")
@@ -124,7 +124,7 @@ def run_attempts(attempts: Sequence[str | Path], *, ray_address: str | None = No
 
 def _no_password(url: str | None, option: str) -> None:
     """A Ray job's entrypoint is stored by the cluster and shown by its dashboard: no secret in it."""
-    from rlexp.adapters.study import scrub_url
+    from rlexp.tracking.study import scrub_url
 
     if url and scrub_url(url) != url:
         raise InputError(None, option, "a password in the URL would be stored in the Ray job's entrypoint: give the "
@@ -141,7 +141,7 @@ class LadderRunnersResult:
     """The runner jobs' results and the ladder's rungs as the study holds them afterwards."""
 
     fanout: Any  # rlexp.backends.fanout.FanoutResult
-    rungs: list[Any]  # rlexp.core.ladder.Rung, in claim order, with their decisions
+    rungs: list[Any]  # rlexp.spec.ladder.Rung, in claim order, with their decisions
     study: str
     storage: str
 
@@ -165,10 +165,10 @@ def run_ladder_runners(experiment: str | Path, *, rungs: int, runners: int, ray_
     Each runner runs at most ``rungs`` rungs (as ``rlexp ladder run --rungs``); the ladder spec's
     ``rungs`` caps the ladder as a whole. (Shares of one total would make a runner that drew the
     root stop early and leave the rungs after it to one runner, one after another.)"""
-    from rlexp.adapters.study import LadderStudy, scrub_url
-    from rlexp.adapters.tracking import resolve_tracking_uri
     from rlexp.backends.fanout import Job, Step, run_jobs
     from rlexp.stages.ladder import ladder_rungs, load_ladder
+    from rlexp.tracking.runs import resolve_tracking_uri
+    from rlexp.tracking.study import LadderStudy, scrub_url
 
     if runners < 1:
         raise InputError(None, "--runners", f"must be at least 1, got {runners}")

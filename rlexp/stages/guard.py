@@ -20,7 +20,7 @@ trajectory, and :func:`episode_integrity` is G0 and G1 per turn between two path
 
 Every number (5 samples, 0 discordants, 98% / 0% / 5% on 200 problems, k=8 at T=0.6 and 15%,
 50 audit cases, 5% mis-parsed) is data: the SOP file's ``guardrails`` and ``parser_audit``
-sections, read through :func:`rlexp.core.sop.load_sop`. Each function takes the values (or a ``sop``)
+sections, read through :func:`rlexp.spec.sop.load_sop`. Each function takes the values (or a ``sop``)
 as optional arguments so a test or a caller can override them; left out, they come from the SOP
 in force, read only when a default is needed.
 """
@@ -34,15 +34,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlexp.core.settings import guard_settings, sop_or_default
-from rlexp.core.verdict import Verdict
 from rlexp.errors import InputError
-from rlexp.storage import verdicts
-from rlexp.storage.files import atomic_write_text, iter_jsonl
-from rlexp.storage.layout import ADAPTER_PATTERN, AttemptDir, checkpoint_name, checkpoint_step
+from rlexp.experiment import verdicts
+from rlexp.experiment.files import atomic_write_text, iter_jsonl
+from rlexp.experiment.layout import ADAPTER_PATTERN, AttemptDir, checkpoint_name, checkpoint_step
+from rlexp.protocol.verdict import Verdict
+from rlexp.spec.settings import guard_settings, sop_or_default
 
 if TYPE_CHECKING:
-    from rlexp.core.sop import G2Settings, G4Settings, Sop
+    from rlexp.spec.sop import G2Settings, G4Settings, Sop
 
 
 AUDIT_VERDICTS = ("ok", "misparse", "ambiguous")
@@ -76,7 +76,7 @@ def prompt_parity(
 def training_path_ids(tokenizer: Any, prompt: str, suffix: str, *, chat_template: bool = True) -> list[int]:
     """How the trainer tokenises a pool prompt. OpenRLHF without ``apply_chat_template`` feeds the
     raw text — exactly the parity break G0 is there to catch."""
-    from rlexp.adapters.generation import encode_prompt, render_prompt
+    from rlexp.evaluation.generation import encode_prompt, render_prompt
 
     if not chat_template:
         return list(tokenizer(prompt + suffix, add_special_tokens=True)["input_ids"])
@@ -85,7 +85,7 @@ def training_path_ids(tokenizer: Any, prompt: str, suffix: str, *, chat_template
 
 def eval_path_ids(tokenizer: Any, prompt: str, suffix: str) -> list[int]:
     """What every eval engine is given (vLLM as token ids, local as the same ids)."""
-    from rlexp.adapters.generation import encode_prompt, render_prompt
+    from rlexp.evaluation.generation import encode_prompt, render_prompt
 
     return encode_prompt(tokenizer, render_prompt(tokenizer, prompt, suffix))
 
@@ -96,8 +96,8 @@ def run_g0(attempt: str | Path, samples: int | None = None, *, sop: Sop | None =
     checkpoint's own tokenizer when it ships one — and the eval suffix)."""
     from transformers import AutoTokenizer
 
-    from rlexp.core.spec import load_attempt
-    from rlexp.storage.datasets import read_dataset
+    from rlexp.experiment.datasets import read_dataset
+    from rlexp.spec import load_attempt
 
     att = load_attempt(attempt)
     samples = samples or guard_settings(sop).g0.samples
@@ -107,7 +107,7 @@ def run_g0(attempt: str | Path, samples: int | None = None, *, sop: Sop | None =
     if source is None or source.path is None:
         raise InputError(att.spec_path, "datasets.pool", "no dataset to draw G0 samples from")
     problems = read_dataset(source.path)[:samples]
-    from rlexp.adapters.base_models import loadable
+    from rlexp.models.base_models import loadable
 
     base = loadable(base, att.spec_path)  # a GGUF file: its converted directory, the tokenizer the runs load
     train_tok = AutoTokenizer.from_pretrained(str(base))
@@ -287,8 +287,8 @@ def run_g1(
 ) -> Verdict:
     """G1 on an attempt: two given record files (in-run vs post-hoc), or adapter vs merged weights
     on ``checkpoint`` (default: the earliest saved, the smoke-run step) with the local engine."""
-    from rlexp.core.spec import load_attempt
-    from rlexp.storage.records import read_records
+    from rlexp.experiment.records import read_records
+    from rlexp.spec import load_attempt
 
     att = load_attempt(attempt)
     attempt_dir = Path(att.attempt_dir)
@@ -299,8 +299,8 @@ def run_g1(
                                      nondeterminism=nondeterminism, labels=("first", "second"), sop=sop)
         verdict = _with_numbers(verdict, paths=[str(p) for p in records])
     else:
-        from rlexp.engines.base import Decoding
-        from rlexp.engines.local import LocalEngine
+        from rlexp.evaluation.engines.base import Decoding
+        from rlexp.evaluation.engines.local import LocalEngine
         from rlexp.stages.evaluate import Target, eval_records, load_problems
 
         saved = AttemptDir(attempt_dir).checkpoints()
@@ -348,8 +348,8 @@ def _with_numbers(verdict: Verdict, **extra: Any) -> Verdict:
 def parser_ceiling(records: Sequence[dict[str, Any]], t: G2Settings | None = None, *,
                    sop: Sop | None = None) -> Verdict:  # fmt: skip
     """G2 on Baseline-S0 records with the SOP's ``guardrails.g2`` numbers (``t`` overrides them)."""
-    from rlexp.core.answers import PARSE_FAILURES
-    from rlexp.storage.records import summarize
+    from rlexp.evaluation.answers import PARSE_FAILURES
+    from rlexp.experiment.records import summarize
 
     t = t if t is not None else guard_settings(sop).g2
     s = summarize(list(records))
@@ -371,7 +371,8 @@ def parser_ceiling(records: Sequence[dict[str, Any]], t: G2Settings | None = Non
 def _baseline_records(att: Any, limit: int | None, *, show_progress: bool = False) -> list[dict[str, Any]]:
     """Baseline-S0 greedy records on the primary set, through the normal eval pipeline (written to
     ``eval/baseline_s0/ood_primary.jsonl``, so a later ``rlexp eval`` resumes from them)."""
-    from rlexp.engines.base import Decoding
+    from rlexp.evaluation.engines.base import Decoding
+    from rlexp.experiment.records import BASELINE_S0, read_records
     from rlexp.stages.evaluate import (
         Target,
         build_engine,
@@ -381,7 +382,6 @@ def _baseline_records(att: Any, limit: int | None, *, show_progress: bool = Fals
         eval_records,
         load_problems,
     )
-    from rlexp.storage.records import BASELINE_S0, read_records
 
     loaded = load_problems(att, "ood_primary", limit)
     if loaded is None:
@@ -403,7 +403,7 @@ def _baseline_records(att: Any, limit: int | None, *, show_progress: bool = Fals
 
 
 def run_g2(attempt: str | Path, problems: int | None = None, *, sop: Sop | None = None) -> Verdict:
-    from rlexp.core.spec import load_attempt
+    from rlexp.spec import load_attempt
 
     att = load_attempt(attempt)
     g2 = guard_settings(sop).g2
@@ -450,10 +450,10 @@ def run_g4(attempt: str | Path, *, k: int | None = None, limit: int | None = Non
            sop: Sop | None = None) -> Verdict:  # fmt: skip
     """Sample k at the SOP's temperature (T=0.6) on the baseline's wrong problems (from its greedy
     records on the primary set; those are produced first if missing) into ``guards/g4_samples.jsonl``."""
-    from rlexp.core.spec import load_attempt
-    from rlexp.engines.base import Decoding
+    from rlexp.evaluation.engines.base import Decoding
+    from rlexp.experiment.records import BASELINE_S0, read_records
+    from rlexp.spec import load_attempt
     from rlexp.stages.evaluate import Target, build_engine, eval_records, load_problems
-    from rlexp.storage.records import BASELINE_S0, read_records
 
     att = load_attempt(attempt)
     g4 = guard_settings(sop).g4
@@ -581,13 +581,13 @@ def run_audit_draw(attempt: str | Path, *, checkpoint: str | None = None, set_ro
     """Write ``guards/parser_audit_review.jsonl`` from the best checkpoint's incorrect records."""
     import json
 
-    from rlexp.core.spec import load_attempt
-    from rlexp.storage.records import read_records, record_path
+    from rlexp.experiment.records import read_records, record_path
+    from rlexp.spec import load_attempt
 
     att = load_attempt(attempt)
     attempt_dir = Path(att.attempt_dir)
     if checkpoint is None:
-        from rlexp.storage.results import read_selection
+        from rlexp.experiment.results import read_selection
 
         selection = read_selection(attempt_dir)
         if selection is None:  # the CLI adds which command writes it
@@ -605,7 +605,7 @@ def run_audit_draw(attempt: str | Path, *, checkpoint: str | None = None, set_ro
 
 
 def run_audit_verdicts(attempt: str | Path, verdict_file: str | Path, *, sop: Sop | None = None) -> Verdict:
-    from rlexp.core.spec import load_attempt
+    from rlexp.spec import load_attempt
 
     att = load_attempt(attempt)
     items = [record for _, record in iter_jsonl(verdict_file)]

@@ -1,6 +1,6 @@
 """``rlexp import SCRIPT ATTEMPT_DIR``: an existing launch script -> an ``attempt.yaml``.
 
-The script is read, never run (:mod:`rlexp.core.launch_script`): its one launch command, with the
+The script is read, never run (:mod:`rlexp.training.launch_script`): its one launch command, with the
 script's own variables filled in, gives the trainer and its arguments.
 
 Each trainer reads its own arguments (its package's ``script_args``, e.g. OpenRLHF's through the
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from rlexp.errors import InputError
-from rlexp.storage.layout import FOREIGN_CHECKPOINT_PATTERNS
+from rlexp.experiment.layout import FOREIGN_CHECKPOINT_PATTERNS
 from rlexp.trainers import names as trainer_names
 from rlexp.trainers import rules as trainer_rules
 from rlexp.trainers.launch import launcher
@@ -46,7 +46,10 @@ def import_script(script: str | Path, attempt_dir: str | Path, *, version: str |
     """Read ``script`` and write ``ATTEMPT_DIR/attempt.yaml`` (refused when one is there). ``env``
     (``--env``) and ``env_file`` (``--env-file``, read as ``NAME=VALUE`` data) are what the script
     would find in its environment; ``env`` wins over the file."""
-    from rlexp.core.launch_script import (
+    from rlexp.experiment.files import read_text
+    from rlexp.experiment.layout import AttemptDir
+    from rlexp.spec import values_equal
+    from rlexp.training.launch_script import (
         MAX_SCRIPT_BYTES,
         ScriptError,
         launch_of,
@@ -54,9 +57,6 @@ def import_script(script: str | Path, attempt_dir: str | Path, *, version: str |
         read_script,
         unknown_arguments,
     )
-    from rlexp.core.spec import values_equal
-    from rlexp.storage.files import read_text
-    from rlexp.storage.layout import AttemptDir
 
     script = Path(script)
     attempt_dir = Path(attempt_dir)
@@ -81,7 +81,7 @@ def import_script(script: str | Path, attempt_dir: str | Path, *, version: str |
         raise InputError(spec_path, None, "already exists: import into a new attempt directory")
     experiment = attempt_dir.resolve().parent
     where = f"line {command.line}"
-    # the launch script's trainer (rlexp.core.launch_script.launch_of) reads its own arguments
+    # the launch script's trainer (rlexp.training.launch_script.launch_of) reads its own arguments
     reader = launcher(launch.trainer).script_args()
     if hasattr(reader, "check_module"):  # a trainer with one entry point among its package's modules
         reader.check_module(script, where, launch.module)
@@ -145,7 +145,7 @@ def import_script(script: str | Path, attempt_dir: str | Path, *, version: str |
         notes.append("the eval sets (ood_primary, id, sanity), checkpoints, budget and baseline are not in a launch "
                      "script: add them to attempt.yaml (or import with --parent to inherit them)")
     if write:
-        from rlexp.storage.files import atomic_write_text
+        from rlexp.experiment.files import atomic_write_text
 
         attempt_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(spec_path, render(spec, script, left_out, notes))
@@ -166,7 +166,7 @@ def _dataset_entry(script: Path, where: str, experiment: Path, role: str, entry:
     """A dataset the script names, as the spec's ``datasets.<role>``: a file in the experiment is
     counted by plan; anything else (a file elsewhere, several files, a hub name) is external data,
     recorded with its path(s), the size given by name, and its content hash when it can be read."""
-    from rlexp.storage.files import sha256_file
+    from rlexp.experiment.files import sha256_file
 
     raw = entry["path"]
     paths = [str(p) for p in raw] if isinstance(raw, list) else [str(raw)]
@@ -212,8 +212,8 @@ def _same_dataset(new: dict[str, Any], old: Any, parent_dir: Path) -> bool:
 
 def _parent_of(parent_dir: Path) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any]]:
     """The parent's stated and resolved recipe, trainer and datasets (as its spec chain states them)."""
-    from rlexp.core.spec import load_attempt
-    from rlexp.storage.layout import AttemptDir
+    from rlexp.experiment.layout import AttemptDir
+    from rlexp.spec import load_attempt
 
     if not AttemptDir(parent_dir).spec.exists():
         raise InputError(AttemptDir(parent_dir).spec, None, "file not found: --parent names an attempt of this "
@@ -261,7 +261,7 @@ class ImportedRun:
     cut: list[tuple[int, int]] = field(default_factory=list)  # records cut by a wrap, not re-joined (lines)
     not_numbers: dict[str, int] = field(default_factory=dict)
     nonfinite_steps: list[int] = field(default_factory=list)
-    health: list[Any] = field(default_factory=list)  # the run-health verdicts (rlexp.core.run_health)
+    health: list[Any] = field(default_factory=list)  # the run-health verdicts (rlexp.protocol.run_health)
     notes: list[str] = field(default_factory=list)
 
 
@@ -288,11 +288,11 @@ def find_checkpoints(root: Path) -> dict[int, Path]:
 def _health(attempt_dir: Path, att: Any, run_rows: list[list[dict[str, Any]]]) -> list[Any]:
     """The run-health verdicts of the imported log: the plan's LR (plan.json, else the plan computed
     here without writing it) for the resume gate, the attempt's launch settings for staleness."""
-    from rlexp.adapters.monitor import planned_global_steps, planned_lr
-    from rlexp.core.run_health import health_of_log
-    from rlexp.core.sop import load_sop
+    from rlexp.experiment.layout import AttemptDir
+    from rlexp.protocol.run_health import health_of_log
+    from rlexp.spec.sop import load_sop
     from rlexp.stages.plan import build_plan
-    from rlexp.storage.layout import AttemptDir
+    from rlexp.training.monitor import planned_global_steps, planned_lr
 
     plan = AttemptDir(attempt_dir).read_plan()
     if plan is None:
@@ -313,10 +313,10 @@ def import_run(attempt_dir: str | Path, *, logs: str | Path | None = None, log_f
     ``checkpoints/global_step{N}_hf``, and ``state.json`` ``finished``, so ``rlexp eval``,
     ``decide`` and ``report`` work on it. A log holding two runs is refused (which one is asked,
     never guessed); nothing is written until everything is read."""
-    from rlexp.adapters.ingest import append_new_rows, finite_runs, read_log
-    from rlexp.core.spec import load_attempt
+    from rlexp.experiment.layout import AttemptDir
+    from rlexp.spec import load_attempt
     from rlexp.stages.launch import write_state
-    from rlexp.storage.layout import AttemptDir
+    from rlexp.training.ingest import append_new_rows, finite_runs, read_log
 
     attempt_dir = Path(attempt_dir)
     ad = AttemptDir(attempt_dir)
@@ -328,7 +328,7 @@ def import_run(attempt_dir: str | Path, *, logs: str | Path | None = None, log_f
     if logs is not None:
         if ad.metrics.exists():
             raise InputError(ad.metrics, None, "already exists: this attempt has metrics; import into a new attempt")
-        from rlexp.core.run_health import merge_resumed
+        from rlexp.protocol.run_health import merge_resumed
 
         read = read_log(logs, trainer_rules(att.trainer.name).log_trainer, log_format)
         runs = [r for r in read.runs if r.rows]

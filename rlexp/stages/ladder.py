@@ -1,7 +1,7 @@
 """`rlexp ladder propose` and `rlexp ladder run`: a single-variable ladder as an Optuna study.
 
 - :func:`propose_rung` writes the next rung's ``attempt.yaml`` (the rule is
-  :func:`rlexp.core.ladder.propose`; a requested ``change`` of two variables is refused).
+  :func:`rlexp.spec.ladder.propose`; a requested ``change`` of two variables is refused).
 - :func:`run_rung` runs one rung's attempt through the SOP's sequence, guards included —
   plan → guard g0, g2 → launch → guard g1 → eval → guard g4, audit draw → decide → report — by
   calling the stage functions; it reads and writes only the experiment directory and the MLflow
@@ -24,16 +24,16 @@ from pathlib import Path
 from typing import Any
 
 from rlexp.errors import CheckFailed, InputError
-from rlexp.storage.layout import ExperimentDir
+from rlexp.experiment.layout import ExperimentDir
 
 HEADER = "# Written by `rlexp ladder`: a rung of the ladder in ladder.yaml (docs/ladders.md).\n"
 
 
 def load_ladder(experiment_dir: str | Path):
     """The experiment's ladder spec (``ladder.yaml``), validated, its root attempt loaded."""
-    from rlexp.core.ladder import parse_ladder_spec
-    from rlexp.core.spec import load_attempt
-    from rlexp.storage.files import load_yaml
+    from rlexp.experiment.files import load_yaml
+    from rlexp.spec import load_attempt
+    from rlexp.spec.ladder import parse_ladder_spec
 
     exp = ExperimentDir(experiment_dir)
     path = exp.ladder_spec
@@ -47,7 +47,7 @@ def load_ladder(experiment_dir: str | Path):
 
 
 def _value_of(experiment_dir: Path) -> Callable[[str, str], Any]:
-    from rlexp.core.spec import load_attempt
+    from rlexp.spec import load_attempt
 
     cache: dict[str, Any] = {}
 
@@ -61,8 +61,8 @@ def _value_of(experiment_dir: Path) -> Callable[[str, str], Any]:
 
 def ladder_rungs(experiment_dir: Path, claims: list[Any]) -> list[Any]:
     """The claimed rungs in claim order, each with the decision its ``decision.json`` holds now."""
-    from rlexp.core.ladder import Rung, fault_class_of
-    from rlexp.storage.results import read_decision
+    from rlexp.experiment.results import read_decision
+    from rlexp.spec.ladder import Rung, fault_class_of
 
     rungs = []
     for c in claims:
@@ -75,7 +75,7 @@ def ladder_rungs(experiment_dir: Path, claims: list[Any]) -> list[Any]:
 
 
 def _sota(experiment_dir: Path) -> str | None:
-    from rlexp.storage.ledger import read_sota
+    from rlexp.experiment.ledger import read_sota
 
     pin = read_sota(experiment_dir)
     return pin.attempt if pin else None
@@ -88,7 +88,7 @@ def rung_spec_text(experiment_dir: Path, rung: Mapping[str, Any]) -> str:
     """The YAML of a rung's ``attempt.yaml`` (no ``id``: it is the directory's name)."""
     import yaml
 
-    from rlexp.storage.files import load_yaml
+    from rlexp.experiment.files import load_yaml
 
     parent, variable, value = rung.get("parent"), rung.get("variable"), rung.get("value")
     seed_of, seed = rung.get("seed_of"), rung.get("seed")
@@ -117,9 +117,9 @@ def write_rung(experiment_dir: Path, attempt_id: str, rung: Mapping[str, Any]) -
     against the parent (a confirmation seed: the seed against its sibling). A refused rung is removed."""
     import shutil
 
-    from rlexp.core.checks import ERROR, check_single_variable
-    from rlexp.core.spec import load_attempt
-    from rlexp.storage.files import atomic_write_text
+    from rlexp.experiment.files import atomic_write_text
+    from rlexp.protocol.checks import ERROR, check_single_variable
+    from rlexp.spec import load_attempt
 
     ad = ExperimentDir(experiment_dir).attempt(attempt_id)
     text = rung_spec_text(experiment_dir, rung)
@@ -148,7 +148,7 @@ def write_rung(experiment_dir: Path, attempt_id: str, rung: Mapping[str, Any]) -
 
 @dataclass(frozen=True)
 class ProposeResult:
-    proposal: Any                   # rlexp.core.ladder.Proposal
+    proposal: Any                   # rlexp.spec.ladder.Proposal
     spec: Path | None               # the attempt.yaml written (None when the ladder stops or waits)
 
     def to_dict(self) -> dict[str, Any]:
@@ -161,9 +161,9 @@ def propose_rung(experiment: str | Path, *, change: Mapping[str, Any] | None = N
 
     ``change`` asks for a rung of one's own choosing (``{key: value}``) from the ladder's current
     parent; more than one training variable is refused (InputError, nothing written)."""
-    from rlexp.adapters.study import LadderStudy
-    from rlexp.core.ladder import Proposal, check_one_variable, next_attempt_id, propose
-    from rlexp.core.spec import load_attempt
+    from rlexp.spec import load_attempt
+    from rlexp.spec.ladder import Proposal, check_one_variable, next_attempt_id, propose
+    from rlexp.tracking.study import LadderStudy
 
     exp = ExperimentDir(experiment).root.resolve()
     spec = load_ladder(exp)
@@ -202,7 +202,7 @@ def _rung_doc(proposal: Any) -> dict[str, Any]:
 def _free_attempt_id(exp: Path, root: str, proposal: Any, rungs: list[Any]) -> str:
     """The proposal's id, or the next ``<root>-r<N>`` free on disk when a directory of that name
     holds another spec (a rung proposed earlier and not run stays where it is)."""
-    from rlexp.core.ladder import Rung, next_attempt_id
+    from rlexp.spec.ladder import Rung, next_attempt_id
 
     attempt, seen = proposal.attempt, list(rungs)
     text = rung_spec_text(exp, _rung_doc(proposal))
@@ -244,7 +244,7 @@ def run_rung(experiment_dir: str | Path, attempt_id: str, *, tracking_uri: str |
     with error checks or a failed training run stops the rung (CheckFailed)."""
     from rich.console import Console
 
-    from rlexp.core.ladder import fault_class_of
+    from rlexp.spec.ladder import fault_class_of
     from rlexp.stages.decide import decide
     from rlexp.stages.evaluate import evaluate
     from rlexp.stages.guard import guard, run_audit_draw
@@ -307,7 +307,7 @@ def run_ladder(experiment: str | Path, *, rungs: int, storage: str | None = None
     (:func:`run_rung` by default; another process or a cluster job runs the same function)."""
     from rich.console import Console
 
-    from rlexp.adapters.study import LadderStudy, owner_id, scrub_url
+    from rlexp.tracking.study import LadderStudy, owner_id, scrub_url
 
     console = console or Console(stderr=True)
     runner = runner or run_rung
@@ -363,7 +363,7 @@ def _sibling_decided(exp: Path, study: Any, attempt: str, base: str, poll_s: flo
     """Wait until ``base``'s rung is done (decided, the SOTA pin moved on STOP-1, its trial recorded);
     CheckFailed when its rung failed, its runner on this host died before deciding, or ``wait_s``
     passed (this seed's trial fails; the next ladder run runs it again)."""
-    from rlexp.adapters.study import DONE, FAILED, owner_alive
+    from rlexp.tracking.study import DONE, FAILED, owner_alive
 
     def wait() -> None:
         started = time.monotonic()
@@ -404,8 +404,8 @@ def _next_rung(exp: Path, spec: Any, study: Any, me: str) -> Any:
     the proposal, claimed atomically (another runner's claim of the same rung or id: propose again)."""
     from dataclasses import replace
 
-    from rlexp.adapters.study import DONE, FAILED, owner_alive
-    from rlexp.core.ladder import propose
+    from rlexp.spec.ladder import propose
+    from rlexp.tracking.study import DONE, FAILED, owner_alive
 
     for _ in range(100):
         claims = study.claims()
@@ -430,7 +430,7 @@ def _next_rung(exp: Path, spec: Any, study: Any, me: str) -> Any:
 
 
 def _resumed(claim: Any) -> Any:
-    from rlexp.core.ladder import Proposal
+    from rlexp.spec.ladder import Proposal
 
     r = claim.rung
     return Proposal("run", r.get("kind") or "resumed", f"resuming {claim.attempt} (its runner stopped)",

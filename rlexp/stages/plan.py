@@ -10,21 +10,21 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlexp.core.numbers import jsonable
-from rlexp.core.plan import PLAN_FORMAT, PlanResult, error_checks  # noqa: F401  (re-exported)
-from rlexp.core.schedule import milestone_steps
+from rlexp.numbers import jsonable
+from rlexp.protocol.plan import PLAN_FORMAT, PlanResult, error_checks  # noqa: F401  (re-exported)
 from rlexp.trainers import rules as trainer_rules
 from rlexp.trainers.launch import launcher, loss_aggregation_plan
+from rlexp.training.schedule import milestone_steps
 
 if TYPE_CHECKING:
-    from rlexp.core.spec import Attempt
+    from rlexp.spec import Attempt
 
 
 def plan(attempt: str | Path) -> PlanResult:
     """Plan an attempt and write its ``plan.json``."""
-    from rlexp.core.spec import load_attempt
-    from rlexp.storage.files import atomic_write_text, to_json
-    from rlexp.storage.layout import AttemptDir
+    from rlexp.experiment.files import atomic_write_text, to_json
+    from rlexp.experiment.layout import AttemptDir
+    from rlexp.spec import load_attempt
 
     att = load_attempt(attempt)
     data = build_plan(att)
@@ -38,8 +38,8 @@ def check_datasets(att: Attempt) -> None:
     """Every row of every dataset file the attempt names (``plan`` reads them all, so a bad row is
     refused here and not by the trainer after ``launch`` has written its files). The training sets
     of an OpenRLHF-style trainer are read through the recipe's ``input_key``/``label_key``."""
-    from rlexp.core.spec import TRAINER_GRADED_ROLES
-    from rlexp.storage.datasets import check_dataset_rows
+    from rlexp.experiment.datasets import check_dataset_rows
+    from rlexp.spec import TRAINER_GRADED_ROLES
 
     for role, ref in att.datasets.items():
         if ref.path is None or not ref.exists:
@@ -58,11 +58,11 @@ def build_plan(att: Attempt) -> dict[str, Any]:
         own["loss_aggregation"] = loss_aggregation_plan(att)
         own.update(run_health_plan(att))
         return own
-    from rlexp.core.checks import clustered_primary_power, gpu_layout, preflight, primary_power, steps_for
     from rlexp.core.power import power_report
-    from rlexp.core.schedule import checkpoint_plan, lr_for_global_step, lr_rows_for_plan
-    from rlexp.core.spec import diff_against_parent
-    from rlexp.storage.files import sha256_file
+    from rlexp.experiment.files import sha256_file
+    from rlexp.protocol.checks import clustered_primary_power, gpu_layout, preflight, primary_power, steps_for
+    from rlexp.spec import diff_against_parent
+    from rlexp.training.schedule import checkpoint_plan, lr_for_global_step, lr_rows_for_plan
 
     steps = steps_for(att)
     ckpt = checkpoint_plan(steps, att.recipe, att.checkpoints_mid)
@@ -82,7 +82,7 @@ def build_plan(att: Attempt) -> dict[str, Any]:
     )
     power_json["monitor"] = monitor_power
     from rlexp.core.gate_power import add_best_of_k
-    from rlexp.core.sop import load_sop
+    from rlexp.spec.sop import load_sop
 
     add_best_of_k(power_json, load_sop())   # and the claim's probability beside it
     if clustered is not None:  # the primary set declares clusters: decide tests it cluster-robust
@@ -158,10 +158,10 @@ def build_plan(att: Attempt) -> dict[str, Any]:
 
 
 def run_health_plan(att: Attempt) -> dict[str, Any]:
-    """The expected off-policy staleness of an asynchronous launch (rlexp.core.run_health.expected_lag
+    """The expected off-policy staleness of an asynchronous launch (rlexp.protocol.run_health.expected_lag
     from the trainer's launch settings), as ``run_health.expected_lag``; nothing for a synchronous one,
     so its plan stays as it was."""
-    from rlexp.core.run_health import expected_lag
+    from rlexp.protocol.run_health import expected_lag
     from rlexp.trainers import rules as trainer_rules
 
     lag = expected_lag(trainer_rules(att.trainer.name).async_lag(dict(att.recipe)))

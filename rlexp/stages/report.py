@@ -1,12 +1,12 @@
 """The report stage: the one-page markdown report with its plots, mirrored to MLflow.
 
 :func:`gather` reads every file of the attempt the report can use into one typed object
-(:class:`rlexp.adapters.report.ReportInputs`): the spec (recipe diff), ``launch/provenance.json``
+(:class:`rlexp.reporting.ReportInputs`): the spec (recipe diff), ``launch/provenance.json``
 (hashes), ``plan.json`` (the planned LR), ``metrics.jsonl`` (stability, monitor),
 ``eval/selection.json`` and the eval records (K=3 and baselines), ``decision.json`` (paired stats,
 gates), ``guards/*.json``, and the parent and the family in the experiment. A missing piece stays
 empty (the report of a half-finished attempt is still useful); a malformed one is an InputError
-before anything is written. :mod:`rlexp.adapters.report` renders it: markdown, plots, HTML.
+before anything is written. :mod:`rlexp.reporting` renders it: markdown, plots, HTML.
 """
 
 from __future__ import annotations
@@ -16,14 +16,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from rlexp.adapters.report.inputs import ReportInputs
-from rlexp.adapters.report.markdown import render_markdown
-from rlexp.adapters.report.parent import compare_with_parent
-from rlexp.adapters.report.plots import render_plots
 from rlexp.errors import InputError
-from rlexp.storage.files import atomic_write_text, read_json, sha256_file
-from rlexp.storage.layout import AttemptDir, Checkpoint
-from rlexp.storage.records import eval_accuracies
+from rlexp.experiment.files import atomic_write_text, read_json, sha256_file
+from rlexp.experiment.layout import AttemptDir, Checkpoint
+from rlexp.experiment.records import eval_accuracies
+from rlexp.reporting.inputs import ReportInputs
+from rlexp.reporting.markdown import render_markdown
+from rlexp.reporting.parent import compare_with_parent
+from rlexp.reporting.plots import render_plots
 
 
 @dataclass(frozen=True)
@@ -43,23 +43,23 @@ def report(attempt: str | Path, *, reports_dir: str | Path | None = None,
            tracking_uri: str | None = None) -> ReportResult:
     """Write ``reports/<experiment>/<attempt>.md`` (and its PNGs) and log the attempt to MLflow
     (``tracking_uri`` "off" skips MLflow)."""
+    from rlexp.experiment.layout import AttemptDir
     from rlexp.stages.status import scrub_finished_log
-    from rlexp.storage.layout import AttemptDir
 
     ad = AttemptDir(attempt)
     if reports_dir is not None:
-        from rlexp.storage.files import check_output_dir
+        from rlexp.experiment.files import check_output_dir
 
         check_output_dir(reports_dir, "--reports-dir")
     if not (tracking_uri and tracking_uri.lower() in ("off", "none")):
-        from rlexp.adapters.tracking import check_tracking_uri
+        from rlexp.tracking.runs import check_tracking_uri
 
         check_tracking_uri(tracking_uri)  # a bad or dead store is refused before the report is written
     path = write_report(ad.root, reports_dir)
     scrub_finished_log(ad.root)  # a --no-follow run's log
     run_id = url = None
     if not (tracking_uri and tracking_uri.lower() in ("off", "none")):
-        from rlexp.adapters.tracking import log_attempt
+        from rlexp.tracking.runs import log_attempt
 
         run_id = log_attempt(ad.root, tracking_uri, report_path=path)
         url = runs_table_url(run_id, tracking_uri)
@@ -70,7 +70,7 @@ def report(attempt: str | Path, *, reports_dir: str | Path | None = None,
 def runs_table_url(run_id: str, tracking_uri: str | None, ui: str = "http://127.0.0.1:5000") -> str:
     """The MLflow UI's runs table of the run's experiment, opened on rlexp's comparison view (the
     tracking server itself when it is one, else `mlflow ui`'s default address)."""
-    from rlexp.adapters.tracking import _client, comparison_url, resolve_tracking_uri
+    from rlexp.tracking.runs import _client, comparison_url, resolve_tracking_uri
 
     uri = resolve_tracking_uri(tracking_uri)
     run = _client(uri).get_run(run_id)
@@ -81,9 +81,9 @@ def runs_table_url(run_id: str, tracking_uri: str | None, ui: str = "http://127.
 
 def gather(attempt_dir: str | Path) -> ReportInputs:
     """Read every input the report can use from an attempt directory."""
-    from rlexp.adapters.ingest import read_metrics
-    from rlexp.adapters.monitor import read_plan
-    from rlexp.core.spec import diff_against_parent, load_attempt
+    from rlexp.spec import diff_against_parent, load_attempt
+    from rlexp.training.ingest import read_metrics
+    from rlexp.training.monitor import read_plan
 
     att = load_attempt(attempt_dir)
     attempt_dir = Path(att.attempt_dir)
@@ -130,7 +130,7 @@ def gather(attempt_dir: str | Path) -> ReportInputs:
         inputs.audit_review_pending = ad.audit_review.exists()
     inputs.state = ad.read_state()
     try:
-        from rlexp.core.sop import load_sop, shipped_sop
+        from rlexp.spec.sop import load_sop, shipped_sop
 
         # the thresholds of the SOP the decision was taken under, when it is a shipped version
         inputs.sop = shipped_sop((inputs.decision or {}).get("sop_sha256")) or load_sop()
@@ -163,7 +163,7 @@ def _checkpoint_of(path: str | None) -> dict[str, Any] | None:
 def _sota_name(attempt_dir: Path, inputs: ReportInputs) -> dict[str, Any] | None:
     """Which attempt and checkpoint Baseline-SOTA was when this attempt was evaluated: the
     records' meta (the adapter they were made from), else the decision's pin, else sota.json."""
-    from rlexp.storage.records import meta_path, read_meta
+    from rlexp.experiment.records import meta_path, read_meta
 
     primary = "ood_primary"
     if inputs.sop is not None:
@@ -177,7 +177,7 @@ def _sota_name(attempt_dir: Path, inputs: ReportInputs) -> dict[str, Any] | None
         if isinstance(pin, Mapping) and pin.get("attempt") and not (inputs.decision or {}).get("sota_moved"):
             named = {"attempt": pin["attempt"], "checkpoint": pin.get("checkpoint")}
     if named is None and ("baseline_sota", primary) in inputs.accuracies:
-        from rlexp.storage.ledger import read_sota
+        from rlexp.experiment.ledger import read_sota
 
         pin = read_sota(AttemptDir(attempt_dir).experiment.root)
         named = {"attempt": pin.attempt, "checkpoint": pin.checkpoint} if pin else None
@@ -200,15 +200,15 @@ def _gather_vs_parent(att: Any, inputs: ReportInputs) -> None:
 def _gather_family(att: Any, inputs: ReportInputs) -> None:
     """The attempt's family in the experiment: its parent, its seed siblings (same recipe and pool
     SHA-256, another seed: ``decision.json``'s recipe/pool digests) and its children."""
-    from rlexp.adapters.ingest import read_metrics
-    from rlexp.adapters.monitor import monitor_points
-    from rlexp.storage.layout import ExperimentDir
+    from rlexp.experiment.layout import ExperimentDir
+    from rlexp.training.ingest import read_metrics
+    from rlexp.training.monitor import monitor_points
 
     mine = inputs.decision or {}
     members: list[dict[str, Any]] = []
     for other in ExperimentDir(att.experiment_dir).attempts():
         try:
-            from rlexp.storage.files import load_yaml
+            from rlexp.experiment.files import load_yaml
 
             spec = load_yaml(other.spec)
         except InputError:
@@ -260,7 +260,7 @@ def write_report(attempt_dir: str | Path, reports_dir: str | Path | None = None)
     out_dir = Path(reports_dir) / inputs.experiment
     plots = render_plots(inputs, out_dir, inputs.attempt_id)
     text = render_markdown(inputs, plots)
-    from rlexp.adapters.episode_report import episode_section
+    from rlexp.reporting.episodes import episode_section
 
     text += episode_section(attempt_dir, plots=plots)  # empty unless the attempt is an environment task
     return atomic_write_text(out_dir / f"{inputs.attempt_id}.md", text)

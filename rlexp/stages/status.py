@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from rlexp.errors import InputError
-from rlexp.storage.layout import AttemptDir, ExperimentDir
-from rlexp.storage.results import read_decision
+from rlexp.experiment.layout import AttemptDir, ExperimentDir
+from rlexp.experiment.results import read_decision
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ def attempt_status(attempt_dir: str | Path) -> AttemptStatus:
     A state file that says ``running`` while neither the launcher nor the trainer process exists
     is reported as ``lost`` (the machine rebooted, or both were killed): ``--resume`` continues it.
     """
-    from rlexp.core.spec import load_attempt
+    from rlexp.spec import load_attempt
 
     ad = AttemptDir(attempt_dir)
     parent, state_name, reason = None, "not launched", None
@@ -74,7 +74,7 @@ def scrub_finished_log(attempt_dir: str | Path) -> bool:
     no longer says ``running``, or its trainer pid is dead. A live trainer's log is left alone
     (an atomic rewrite would cut off its further output). True when something was replaced.
     """
-    from rlexp.adapters.provenance import scrub_file
+    from rlexp.experiment.provenance import scrub_file
 
     ad = AttemptDir(attempt_dir)
     if not (ad.stdout_log.is_file() and ad.state.is_file()):

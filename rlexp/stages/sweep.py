@@ -1,7 +1,7 @@
 """``rlexp sweep models SPEC``: evaluate candidate base models with one eval configuration, rank
-them, select one (the rules: :mod:`rlexp.core.sweep`; the guide: docs/sweeps.md).
+them, select one (the rules: :mod:`rlexp.spec.sweep`; the guide: docs/sweeps.md).
 
-The flow, all under ``experiments/<experiment>/sweeps/<sweep_id>/`` (:class:`rlexp.storage.layout.SweepDir`):
+The flow, all under ``experiments/<experiment>/sweeps/<sweep_id>/`` (:class:`rlexp.experiment.layout.SweepDir`):
 
 1. the spec is loaded and checked, and every dataset file read strictly, before anything is written;
 2. stage 1: every candidate on the stage-1 set (:func:`evaluate_candidate`, one candidate at a time);
@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from rlexp.errors import InputError
-from rlexp.storage.layout import SweepDir
+from rlexp.experiment.layout import SweepDir
 
 EngineFactory = Callable[[Any, Any, Sequence[Any]], tuple[Any, Any]]  # build_engine's signature
 
@@ -76,7 +76,7 @@ class SweepResult:
 def _decoding(settings: Any, max_tokens: int):
     """The shared decoding: greedy by default; sampling when ``eval.temperature`` > 0 (``num_samples``
     samples per problem; records grade the first, and keep every sample)."""
-    from rlexp.engines.base import Decoding
+    from rlexp.evaluation.engines.base import Decoding
 
     if settings.temperature > 0:
         return Decoding.sampling(int(settings.num_samples), max_tokens, float(settings.temperature),
@@ -121,7 +121,7 @@ def _complete(job: _Job, expected: dict[str, Any]) -> bool:
     """Whether ``job``'s record file already holds every problem, made under ``expected`` settings
     (those knowable without loading the model). Anything else goes through the pipeline, whose
     writer completes a partial file and refuses to mix settings."""
-    from rlexp.storage.records import iter_records, meta_path, read_meta
+    from rlexp.experiment.records import iter_records, meta_path, read_meta
 
     if not job.path.is_file() or not meta_path(job.path).is_file():
         return False
@@ -161,9 +161,9 @@ def evaluate_candidate(spec_path: str | Path, candidate: str, sets: Sequence[str
     other budgets) to ``truncation/<candidate>/<set>__max_tokens{N}.jsonl``. ``limit`` keeps the
     first N problems of each set. Self-contained (it loads the spec itself) so that another
     process can run it."""
-    from rlexp.core.answers import PARSER_VERSION
-    from rlexp.core.sweep import load_sweep
-    from rlexp.engines.base import close_engine
+    from rlexp.evaluation.answers import PARSER_VERSION
+    from rlexp.evaluation.engines.base import close_engine
+    from rlexp.spec.sweep import load_sweep
     from rlexp.stages.evaluate import Target, build_engine, engine_chunk, eval_records, model_sha256
 
     spec = load_sweep(spec_path)
@@ -232,14 +232,14 @@ def count_parameters(model: Path | str) -> int | None:
 
 
 def _read_stats(path: str | Path) -> Any:
-    from rlexp.core.sweep import set_stats
-    from rlexp.storage.records import read_records
+    from rlexp.experiment.records import read_records
+    from rlexp.spec.sweep import set_stats
 
     return set_stats(read_records(path))
 
 
 def _outcomes(path: str | Path) -> dict[str, int]:
-    from rlexp.storage.records import iter_records
+    from rlexp.experiment.records import iter_records
 
     return {line.problem_hash: line.correct for line in iter_records(path)}
 
@@ -254,9 +254,9 @@ def truncation_check(spec: Any, candidate: str, *, engine_factory: EngineFactory
     """The paired max_tokens comparison on the first ``subset`` problems of the set: the shorter
     budget is the baseline, so ``delta_pp`` is long − short and ``c`` counts problems only the
     longer budget gets right."""
-    from rlexp.core.sweep import set_stats, truncation_verdict
+    from rlexp.experiment.records import read_records
+    from rlexp.spec.sweep import set_stats, truncation_verdict
     from rlexp.stats import pair, paired_comparison
-    from rlexp.storage.records import read_records
 
     check = spec.truncation
     sweep = SweepDir(spec.sweep_dir)
@@ -298,9 +298,9 @@ def sweep_models(spec_path: str | Path, *, tracking_uri: str | None = None,
     """Run the sweep of ``spec_path`` (``sweeps/<id>/sweep.yaml`` or its directory); see the module
     docstring. ``tracking_uri`` "off" skips MLflow. ``ray_address``: each stage's candidates are
     evaluated at once, one Ray job each (rlexp.stages.fanout), before the loops below read them."""
-    from rlexp.core import sweep as rules
+    from rlexp.experiment.files import sha256_file
+    from rlexp.spec import sweep as rules
     from rlexp.stages.evaluate import load_problems
-    from rlexp.storage.files import sha256_file
 
     spec = rules.load_sweep(spec_path)
     for role in {spec.stage1_set, *spec.stage2_sets}:  # every dataset strictly read before any write
@@ -377,7 +377,7 @@ def sweep_models(spec_path: str | Path, *, tracking_uri: str | None = None,
     ranking_path, report_path = _write_result(spec, ranking)
     mlflow: dict[str, Any] = {}
     if not (tracking_uri and tracking_uri.lower() in ("off", "none")):
-        from rlexp.adapters.sweep_tracking import log_sweep
+        from rlexp.tracking.sweeps import log_sweep
 
         mlflow = log_sweep(ranking, spec.experiment_dir, report_path, ranking_path, tracking_uri)
     return SweepResult(ranking, ranking_path, report_path, tuple(evaluations), mlflow)
@@ -399,8 +399,8 @@ def _write_result(spec: Any, ranking: dict[str, Any]) -> tuple[Path, Path]:
     directory beside ``result/`` and swapped in whole, so a reader never sees one without the other."""
     import os
 
-    from rlexp.adapters.sweep_report import render_sweep_report
-    from rlexp.storage.files import atomic_write_json, atomic_write_text, make_temp_dir, replace_dir
+    from rlexp.experiment.files import atomic_write_json, atomic_write_text, make_temp_dir, replace_dir
+    from rlexp.reporting.sweep import render_sweep_report
 
     sweep = SweepDir(spec.sweep_dir)
     final = sweep.result_dir

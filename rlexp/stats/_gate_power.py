@@ -13,7 +13,7 @@ the exact two-sided McNemar p of (M − C, C) is below the limit, i.e. when C re
 c_m that depends on m only; the probability is the sum of P(M = m)·P(C ≥ c_m) over m, computed
 exactly (terms below 1e-15 of the total are left out). The gate's third clause (bootstrap CI
 low > 0) is left out: where McNemar rejects it almost always holds, and a test checks the result
-against the simulation of ``rlexp.core.calibrate``.
+against the simulation of ``rlexp.protocol.calibrate``.
 
 Standard library only: ``rlexp plan`` prints these figures before any GPU is used and must stay
 fast (a few milliseconds per probability at N=1000).
@@ -300,7 +300,7 @@ def gate_1b_best_of_k_normal(delta_pp: float, n: int, discordance: float, *, k: 
     carried to K checkpoints through a Gaussian copula with the checkpoints' Δ correlation r, i.e.
     1 − ∫ φ(z) Φ((t − √r z)/√(1 − r))^K dz with Φ(t) = 1 − p₁ (exact for K = 1 and for r = 0 or
     1). tests/test_gate_power.py checks it against the simulation of
-    :func:`rlexp.core.calibrate.gate_1b_best_of_k` (within 3 points; 1 at the SOP's 12% discordance).
+    :func:`rlexp.protocol.calibrate.gate_1b_best_of_k` (within 3 points; 1 at the SOP's 12% discordance).
 
     Examples
     --------
@@ -348,7 +348,7 @@ def claim_probability_normal(delta_pp: float, n: int, discordance: float, *, k: 
     With F the CDF of the maximum M of K such standardized Δ's (F(x) = ∫ φ(z) Φ((x − √r z)/√(1 − r))^K dz)
     and the two seeds independent, P = ∫ 1{x ≥ max(t₁, e)} (1 − F(max(e, 2m − x))) dF(x), e and m the
     Gate-2 bars standardized. tests/test_gate_power.py checks it against the simulation of the whole
-    rule (:func:`rlexp.core.calibrate.claim_probability`).
+    rule (:func:`rlexp.protocol.calibrate.claim_probability`).
     """
     from statistics import NormalDist
 

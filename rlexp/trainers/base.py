@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlexp.storage.layout import CHECKPOINT_DIR_PATTERNS
+from rlexp.experiment.layout import CHECKPOINT_DIR_PATTERNS
 
 
 class TrainerRules:
@@ -35,9 +35,9 @@ class TrainerRules:
     graded_by_recipe_keys: bool = True
     #: its prompts always go through the chat template (else: the recipe's ``apply_chat_template``)
     always_chat_template: bool = False
-    #: ``rlexp import --logs`` reads its logs as this trainer's (rlexp.core.trainers.metric_names.vocabulary)
+    #: ``rlexp import --logs`` reads its logs as this trainer's (rlexp.training.metric_names.vocabulary)
     log_trainer: str = ""
-    #: ``rlexp ingest``'s format (rlexp.core.trainers.metric_logs.formats()) for its console log (None: it
+    #: ``rlexp ingest``'s format (rlexp.training.metric_logs.formats()) for its console log (None: it
     #: has none with step numbers, :attr:`console_log_note` says what to give instead) and for a .jsonl
     console_log_format: str | None = "openrlhf-console"
     console_log_note: str = ""
@@ -47,7 +47,7 @@ class TrainerRules:
     checkpoint_dirs: tuple[str, ...] = (CHECKPOINT_DIR_PATTERNS["hf_checkpoint"],  # --save_hf_ckpt
                                         CHECKPOINT_DIR_PATTERNS["save_path"])  # --save_path
     weights_inside: tuple[str, ...] = ()
-    #: how ``rlexp import`` recognises its launch script (rlexp.core.launch_script.launch_of): the
+    #: how ``rlexp import`` recognises its launch script (rlexp.training.launch_script.launch_of): the
     #: Python modules it is run as (a module name, or a prefix ending in a dot), the console scripts
     #: that launch it (``trl grpo ...``), and whether any Python script (``*.py``) is one of its
     launch_modules: tuple[str, ...] = ()
@@ -61,53 +61,53 @@ class TrainerRules:
     #: it plays ``environment.actions: tool_calls`` (the model acts through the chat template's tool
     #: calls, the environment's ``tools``); the others play text turns only
     plays_tool_calls: bool = False
-    #: it trains on ``environment.reward``'s mix (rlexp.core.rewards.episode_reward, the eval's rule);
+    #: it trains on ``environment.reward``'s mix (rlexp.environments.rewards.episode_reward, the eval's rule);
     #: the others train on the environment's return, so a weighted ndcg/judge part is refused for them
     trains_reward_mix: bool = False
 
     def agentic_checks(self, env: Any, recipe: dict[str, Any], version: str) -> list[Any]:
-        """Its plan rules for an environment task (rlexp.core.agentic_checks), past the release check:
+        """Its plan rules for an environment task (rlexp.protocol.agentic_checks), past the release check:
         token budgets against its length limits, GSPO's clip range."""
         return []
 
     def group_of_one(self, recipe: dict[str, Any], version: str) -> Any:
         """A group-normalised estimator with one sample per prompt in this recipe
-        (rlexp.core.checks.GroupOfOne: the keys, and what this trainer then does), else None."""
+        (rlexp.protocol.checks.GroupOfOne: the keys, and what this trainer then does), else None."""
         return None
 
     def run_health_checks(self, recipe: dict[str, Any], version: str, env: Any = None) -> list[Any]:
-        """Its plan rules for the training-inference mismatch (rlexp.core.run_health): settings known
+        """Its plan rules for the training-inference mismatch (rlexp.protocol.run_health): settings known
         to bias the rollout correction or to switch it off, each with the trainer's own source of the
         behaviour. None by default (the local trainer generates with the model it trains)."""
         return []
 
     def async_lag(self, recipe: dict[str, Any]) -> dict[str, Any]:
-        """What its launch settings allow of off-policy staleness (rlexp.core.run_health.expected_lag's
+        """What its launch settings allow of off-policy staleness (rlexp.protocol.run_health.expected_lag's
         input: ``async``, ``queue``, ``mode``): synchronous by default."""
         return {"async": False}
 
     def key_table(self) -> Any:
-        """The recipe keys a spec for this trainer may state (rlexp.core.recipe.key_table: built once)."""
-        from rlexp.core.recipe import key_table
+        """The recipe keys a spec for this trainer may state (rlexp.spec.recipe.key_table: built once)."""
+        from rlexp.spec.recipe import key_table
 
         return key_table(self.name)
 
     def metric_vocabulary(self) -> Any:
-        """Its metric names -> rlexp's canonical names (rlexp.core.trainers.metric_names.Vocabulary):
+        """Its metric names -> rlexp's canonical names (rlexp.training.metric_names.Vocabulary):
         rlexp's own unless the trainer logs its own (its package's ``metrics`` module)."""
-        from rlexp.core.trainers.metric_names import COMMON_VOCABULARY
+        from rlexp.training.metric_names import COMMON_VOCABULARY
 
         return COMMON_VOCABULARY
 
     def log_readers(self) -> dict[str, Any]:
         """The log formats it reads its own way (name -> ``reader(text, trainer)``, returning a
-        rlexp.core.trainers.metric_logs.LogRead): none unless its package has them."""
+        rlexp.training.metric_logs.LogRead): none unless its package has them."""
         return {}
 
     def build_key_table(self) -> Any:
-        """Its key table (rlexp.core.recipe.TrainerKeyTable), built on first use: OpenRLHF's argument
+        """Its key table (rlexp.spec.recipe.TrainerKeyTable), built on first use: OpenRLHF's argument
         names unless the trainer has its own (e.g. TRL's GRPOConfig fields)."""
-        from rlexp.core.recipe import openrlhf_key_table
+        from rlexp.spec.recipe import openrlhf_key_table
 
         return openrlhf_key_table(self.name)
 
@@ -122,7 +122,7 @@ class TrainerRules:
         return self.always_chat_template or bool(recipe.get("apply_chat_template", False))
 
     #: it loads its base model from a directory on this machine (no hub): a pretrain that names none
-    #: is a warning at plan (rlexp.core.checks.check_base_model)
+    #: is a warning at plan (rlexp.protocol.checks.check_base_model)
     loads_local_model: bool = False
 
     # ---- steps and LR
@@ -134,12 +134,12 @@ class TrainerRules:
         return trainer_version
 
     def steps(self, att: Any) -> Any:
-        """The attempt's step counts (rlexp.core.schedule.Steps or a subclass): OpenRLHF's step math."""
-        from rlexp.core.schedule import compute_steps
+        """The attempt's step counts (rlexp.training.schedule.Steps or a subclass): OpenRLHF's step math."""
+        from rlexp.training.schedule import compute_steps
 
         return compute_steps(att.recipe, att.datasets["pool"].size, att.trainer.version, trainer=self.name)
 
-    # ---- preflight checks (rlexp.core.checks): which parts of the catalogue apply
+    # ---- preflight checks (rlexp.protocol.checks): which parts of the catalogue apply
     #: OpenRLHF's batch rules and its fixed min LR before v0.9.8 (check_batches, lr.min_lr_ratio_fixed)
     openrlhf_batches: bool = True
     #: OpenRLHF's GPU layout (actor, ref, reward, critic, vLLM engines)

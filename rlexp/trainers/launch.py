@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlexp.storage.layout import AttemptDir
+from rlexp.experiment.layout import AttemptDir
 from rlexp.trainers import names, package, rules
 from rlexp.trainers.base import TrainerRules
 
@@ -63,7 +63,7 @@ class TrainerLaunch:
         return latest.step if latest is not None else 0
 
     def follower(self, ad: AttemptDir, source: str, *, resume_step: int) -> Any:
-        """The reader of the run's metrics into ``metrics.jsonl`` (rlexp.adapters.ingest)."""
+        """The reader of the run's metrics into ``metrics.jsonl`` (rlexp.training.ingest)."""
         raise NotImplementedError
 
     def script_args(self) -> Any:
@@ -86,7 +86,7 @@ class TrainerLaunch:
         the same names unless the trainer's recipe spells its settings otherwise."""
         return self.gspo_settings(version, eps_low, eps_high)
 
-    # ---- the loss aggregation (recipe.loss_agg_mode, rlexp.core.recipe.LOSS_AGG_MODES)
+    # ---- the loss aggregation (recipe.loss_agg_mode, rlexp.spec.recipe.LOSS_AGG_MODES)
 
     def loss_agg_recipe(self, att: Any, mode: str, recipe: Mapping[str, Any]) -> dict[str, Any]:
         """The trainer's own recipe keys that make it aggregate its loss by ``mode``, ``recipe`` being
@@ -138,8 +138,8 @@ def loss_recipe(att: Any, stated: Mapping[str, Any]) -> dict[str, Any]:
     with GSPO; a stated recipe key that says otherwise (``policy_loss_type: ppo``, another clip
     range, another ``loss_type``) is one on that key, since launching it would run something other
     than what the spec says."""
-    from rlexp.core.recipe import GSPO_LOSS_AGG, LOSS_AGG_KEY
     from rlexp.errors import InputError
+    from rlexp.spec.recipe import GSPO_LOSS_AGG, LOSS_AGG_KEY
 
     out = dict(stated)
     env = getattr(att, "environment", None)
@@ -182,7 +182,7 @@ def loss_aggregation_plan(att: Any) -> dict[str, Any]:
     recipe states it, the trainer's own settings for it (a stated mode), Dr. GRPO's constant where
     that mode uses one, and a note on a default. An InputError where the trainer cannot do the
     stated mode (:func:`loss_recipe`)."""
-    from rlexp.core.recipe import LOSS_AGG_KEY
+    from rlexp.spec.recipe import LOSS_AGG_KEY
 
     stated = dict(getattr(att, "recipe_stated", None) or {})
     mode = stated.get(LOSS_AGG_KEY.name)

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlexp.core.schedule import LOCAL_TRAINER_VERSION  # OpenRLHF 0.11's step semantics, one process
 from rlexp.trainers.base import TrainerRules
+from rlexp.training.schedule import LOCAL_TRAINER_VERSION  # OpenRLHF 0.11's step semantics, one process
 
 
 class LocalRules(TrainerRules):

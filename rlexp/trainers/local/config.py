@@ -11,13 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlexp.core.environments import Budgets
-from rlexp.core.recipe import RECIPE_KEYS, local_trainer_keys, local_trainer_value
-from rlexp.core.schedule import LOCAL_TRAINER_VERSION
+from rlexp.environments.interface import Budgets
 from rlexp.errors import InputError
+from rlexp.spec.recipe import RECIPE_KEYS, local_trainer_keys, local_trainer_value
+from rlexp.training.schedule import LOCAL_TRAINER_VERSION
 
 if TYPE_CHECKING:
-    from rlexp.core.schedule import Steps
+    from rlexp.training.schedule import Steps
 
 
 def _default(name: str) -> Any:
@@ -30,7 +30,7 @@ def _default(name: str) -> Any:
 class TrainerConfig:
     """The local trainer's configuration: where it reads and writes, then the recipe keys it reads.
 
-    The recipe fields are the rows rlexp.core.recipe marks for the local trainer
+    The recipe fields are the rows rlexp.spec.recipe marks for the local trainer
     (``LOCAL_TRAINER_KEYS``), in table order, named as OpenRLHF names them (v0.9.x spelling, no
     dashes), each with the table's default; tests/test_recipe.py checks the two agree."""
 
@@ -45,14 +45,14 @@ class TrainerConfig:
     # stop early (intent.global_steps); None = the whole schedule
     max_global_steps: int | None = None
     trainer_version: str = LOCAL_TRAINER_VERSION
-    # an environment task (rlexp.core.spec.EnvironmentSettings); None = single-turn prompts,
+    # an environment task (rlexp.spec.EnvironmentSettings); None = single-turn prompts,
     # trained by the single-turn code path (rlexp.trainers.local.env_train otherwise)
     environment: Any = None
-    # recipe.loss_agg_mode (rlexp.core.recipe.LOSS_AGG_KEY, a key of every trainer's recipe): the policy
+    # recipe.loss_agg_mode (rlexp.spec.recipe.LOSS_AGG_KEY, a key of every trainer's recipe): the policy
     # loss's and the KL term's aggregation, as verl applies one mode to both; None: the trainer's
     # default (token-mean, GSPO's seq-mean-token-mean for its policy loss; the KL term token-mean)
     loss_agg_mode: str | None = None
-    # ---- the recipe keys (rlexp.core.recipe.LOCAL_TRAINER_KEYS; ``pretrain`` is the path above)
+    # ---- the recipe keys (rlexp.spec.recipe.LOCAL_TRAINER_KEYS; ``pretrain`` is the path above)
     advantage_estimator: str = _default("advantage_estimator")
     eps_clip: float = _default("eps_clip")
     init_kl_coef: float = _default("init_kl_coef")
@@ -113,19 +113,19 @@ class TrainerConfig:
         return loss_token_budget({"generate_max_len": self.generate_max_len}, self.environment)
 
     def recipe(self) -> dict[str, Any]:
-        """The recipe keys this configuration holds, by name (what rlexp.core.schedule reads)."""
+        """The recipe keys this configuration holds, by name (what rlexp.training.schedule reads)."""
         return {key.name: getattr(self, key.name) for key in local_trainer_keys()}
 
     def steps(self, pool_size: int) -> Steps:
         """The run's step counts and LR schedule as ``rlexp plan`` computes them — the one
         source of the trainer's step math (optimizer steps, warm-up, global steps)."""
-        from rlexp.core.schedule import compute_steps
+        from rlexp.training.schedule import compute_steps
 
         return compute_steps(self.recipe(), pool_size, self.trainer_version, trainer="local")
 
 
 def config_from_attempt(att: Any) -> TrainerConfig:
-    """Map a loaded attempt (rlexp.core.spec) onto the trainer's configuration (a TrainerConfig)."""
+    """Map a loaded attempt (rlexp.spec) onto the trainer's configuration (a TrainerConfig)."""
     recipe = dict(att.recipe)
     where = att.spec_path
     values: dict[str, Any] = {}

@@ -1,6 +1,6 @@
 """The local trainer on environment tasks: multi-turn trajectories, the agent mask, and GSPO.
 
-A trajectory interleaves model tokens and environment tokens (rlexp.core.environments). Training
+A trajectory interleaves model tokens and environment tokens (rlexp.environments.interface). Training
 on the environment's tokens — teaching the policy to *produce* tool output it was given — is the
 classic bug of agentic RL; here every loss term goes through the agent mask:
 
@@ -33,7 +33,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from rlexp.core.environments import EnvRow, Trajectory, episode_metrics
+from rlexp.environments.interface import EnvRow, Trajectory, episode_metrics
 from rlexp.trainers.local.config import EnvTrainingOptions
 from rlexp.trainers.local.loss import loss_for, trajectory_advantages
 
@@ -76,11 +76,11 @@ def collect_env_rollout(
     and precompute advantages and the old-policy and reference log-probs over the full
     trajectories; a :class:`~rlexp.trainers.local.train.Rollout` whose ``action_mask`` is the agent
     mask. ``stats`` holds the episode metrics. ``reward_of(row, trajectory)`` (a
-    :class:`rlexp.core.rewards.Combined`) is the episode's reward when ``environment.reward`` weighs
+    :class:`rlexp.environments.rewards.Combined`) is the episode's reward when ``environment.reward`` weighs
     its parts (:meth:`EnvTask.episode_reward`); None: the environment's return."""
     import torch
 
-    from rlexp.adapters.episodes import run_episodes
+    from rlexp.environments.episodes import run_episodes
     from rlexp.trainers.local.loss import masked_mean
     from rlexp.trainers.local.train import Rollout, _logprobs_in_chunks, reference_logprobs
 
@@ -96,7 +96,7 @@ def collect_env_rollout(
     input_ids, attention_mask, action_mask, token_rewards = (
         x.to(device) for x in pack_trajectories(flat, tokenizer.pad_token_id)
     )
-    # the reward the eval gives the same episode (rlexp.core.rewards.episode_reward), or the return
+    # the reward the eval gives the same episode (rlexp.environments.rewards.episode_reward), or the return
     composed = [[reward_of(row, t) if reward_of is not None else None for t in group]
                 for row, group in zip(rows, played, strict=True)]
     pairs = [list(zip(group, rs, strict=True)) for group, rs in zip(played, composed, strict=True)]
@@ -135,14 +135,14 @@ def collect_env_rollout(
 
 class EnvTask:
     """What ``train()`` of the local trainer uses on an environment task (``cfg.environment``, a
-    rlexp.core.spec.EnvironmentSettings): the rows of each step's problems, one slot cache for the
+    rlexp.spec.EnvironmentSettings): the rows of each step's problems, one slot cache for the
     whole run (each environment built once, reset between episodes), the rollout, the loss, the
     monitor's greedy success."""
 
     def __init__(self, cfg: Any, options: EnvTrainingOptions, where: str | None = None,
                  attempt_dir: Any = None) -> None:
-        from rlexp.adapters.episode_rewards import judge_of, reward_weights
-        from rlexp.adapters.episodes import SlotCache
+        from rlexp.environments.episode_rewards import judge_of, reward_weights
+        from rlexp.environments.episodes import SlotCache
 
         self.cfg, self.options, self.where = cfg, options, where
         self.cache = SlotCache(str(cfg.pool_path))
@@ -151,7 +151,7 @@ class EnvTask:
         self.weights = reward_weights(cfg.environment) if cfg.environment is not None else {}
         self.judge = None
         if "judge" in self.weights:
-            from rlexp.storage.layout import AttemptDir
+            from rlexp.experiment.layout import AttemptDir
 
             if attempt_dir is None:
                 raise ValueError("a judge-weighted reward needs the attempt directory (its judge cache)")
@@ -164,7 +164,7 @@ class EnvTask:
         when no weights are stated (the environment's return)."""
         from functools import partial
 
-        from rlexp.core.rewards import episode_reward
+        from rlexp.environments.rewards import episode_reward
 
         if not self.weights:
             return None
@@ -177,7 +177,7 @@ class EnvTask:
 
     @classmethod
     def from_config(cls, cfg: Any, where: Any = None, attempt_dir: Any = None) -> EnvTask:
-        from rlexp.core.environments import budgets_of, resolve
+        from rlexp.environments.interface import budgets_of, resolve
         from rlexp.errors import InputError
 
         settings = cfg.environment
@@ -191,7 +191,7 @@ class EnvTask:
         return cls(cfg, options, None if where is None else str(where), attempt_dir)
 
     def rows(self, problems: list[dict], suffix: str, path: Any) -> list[EnvRow]:
-        from rlexp.core.environments import rows_for_task
+        from rlexp.environments.interface import rows_for_task
 
         return rows_for_task(problems, self.cfg.environment, prompt_suffix=suffix, where=str(path))
 
@@ -205,7 +205,7 @@ class EnvTask:
     def monitor_success(self, model, tokenizer, problems: list[dict]) -> float:
         """Greedy episodes on the in-run monitor set: the share that succeed (reward >= threshold, the
         reward as the eval composes it; a reward that failed is no success, as in the eval)."""
-        from rlexp.adapters.episodes import run_episodes
+        from rlexp.environments.episodes import run_episodes
 
         rows = self.rows(problems, self.cfg.monitor_suffix, self.cfg.monitor_path)
         played = run_episodes(model, tokenizer, rows, budgets=self.options.budgets, cache=self.cache,

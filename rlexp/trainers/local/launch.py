@@ -6,14 +6,14 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from rlexp.storage.layout import AttemptDir
+from rlexp.experiment.layout import AttemptDir
 from rlexp.trainers.launch import LaunchPlan, TrainerLaunch
 from rlexp.trainers.local import RULES
 
 # the modules a launch runs: their names are recorded in every launch's argv.json, so they stay
 # (thin entries that call rlexp.trainers.local.train and env_train) for old attempts to resume
 LOCAL_TRAINER_MODULE = "rlexp.backends.local_trainer"
-# an attempt with an environment task (rlexp.core.spec.EnvironmentSettings): the same trainer,
+# an attempt with an environment task (rlexp.spec.EnvironmentSettings): the same trainer,
 # entered through the module that adds episodes, the agent mask and GSPO (docs/environments.md)
 ENV_TRAINER_MODULE = "rlexp.backends.env_trainer"
 
@@ -46,7 +46,7 @@ class LocalLaunch(TrainerLaunch):
         return loss_token_budget(att.recipe, getattr(att, "environment", None))
 
     def follower(self, ad: AttemptDir, source: str, *, resume_step: int) -> Any:
-        from rlexp.adapters import ingest
+        from rlexp.training import ingest
 
         # the local trainer writes metrics.jsonl itself; rows up to the resume point are known
         return ingest.MetricsFileFollower(ad.metrics, after_step=resume_step)

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from rlexp.core.recipe import GSPO_LOSS_AGG, LOSS_AGG_MODES
+from rlexp.spec.recipe import GSPO_LOSS_AGG, LOSS_AGG_MODES
 
 if TYPE_CHECKING:
     import torch
@@ -33,7 +33,7 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (values * mask).sum() / mask.sum().clamp(min=1)
 
 
-# The trainers' loss aggregations (verl's ``loss_agg_mode`` names; their formulas in rlexp.core.recipe,
+# The trainers' loss aggregations (verl's ``loss_agg_mode`` names; their formulas in rlexp.spec.recipe,
 # where the recipe key is declared)
 AGG_MODES = LOSS_AGG_MODES
 

@@ -2,7 +2,7 @@
 
     python -m rlexp.backends.local_trainer ATTEMPT_DIR [--resume]
 
-It reads ``ATTEMPT_DIR/attempt.yaml`` (rlexp.core.spec.load_attempt) and produces what an OpenRLHF run
+It reads ``ATTEMPT_DIR/attempt.yaml`` (rlexp.spec.load_attempt) and produces what an OpenRLHF run
 produces, so every downstream command treats a laptop run and a cluster run alike:
 
 - ``metrics.jsonl`` — one line per global step, OpenRLHF's names (``policy_loss``, ``actor_lr``,
@@ -21,7 +21,7 @@ Semantics followed (OpenRLHF v0.11, read from its source):
   ``ceil(max_steps * lr_warmup_ratio)`` and ``min_lr = min_lr_ratio × lr`` (default 0.1), stepped
   once per optimizer step, ``max_steps`` counting optimizer steps — every count (``max_steps``,
   warm-up, global steps per episode, micro-batches per optimizer step) comes from
-  :func:`rlexp.core.schedule.compute_steps`, the function ``rlexp plan`` predicts with;
+  :func:`rlexp.training.schedule.compute_steps`, the function ``rlexp plan`` predicts with;
 - ``global_step % eval_steps == 0`` evaluates, ``global_step % save_steps == 0`` saves; neither
   fires at the final step unless it is a multiple (a resumable state is still written there).
 
@@ -46,18 +46,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlexp.core.numbers import json_row
-from rlexp.core.schedule import fires
 from rlexp.errors import InputError
-from rlexp.storage.files import append_jsonl, iter_jsonl, make_temp_dir, repair_torn_tail, replace_dir
-from rlexp.storage.layout import STEP_TIME_KEY, AttemptDir, Checkpoint
+from rlexp.experiment.files import append_jsonl, iter_jsonl, make_temp_dir, repair_torn_tail, replace_dir
+from rlexp.experiment.layout import STEP_TIME_KEY, AttemptDir, Checkpoint
+from rlexp.numbers import json_row
 from rlexp.trainers.local.config import TrainerConfig, config_from_attempt
 from rlexp.trainers.local.loss import group_advantages, grpo_loss, masked_mean
+from rlexp.training.schedule import fires
 
 if TYPE_CHECKING:
     import torch
 
-    from rlexp.core.schedule import Steps
+    from rlexp.training.schedule import Steps
 
 
 # =============================================================================== the policy's log-probabilities
@@ -105,7 +105,7 @@ class Rollout:
 
 def reward_of(text: str, gold: str) -> float:
     """Exact-match reward through the shared extractor (the same one eval uses)."""
-    from rlexp.core.answers import extract_answer, is_correct
+    from rlexp.evaluation.answers import extract_answer, is_correct
 
     answer, _ = extract_answer(text)
     return 1.0 if answer is not None and is_correct(answer, gold) else 0.0
@@ -116,11 +116,11 @@ def collect_rollout(
 ) -> Rollout:
     """Decode all B × G samples together (KV cache, temperature), score them, and precompute the
     old-policy and reference log-probabilities the update needs. ``server`` (a
-    :class:`rlexp.engines.vllm_server.VllmRolloutServer` holding this step's adapter) decodes instead
+    :class:`rlexp.evaluation.engines.vllm_server.VllmRolloutServer` holding this step's adapter) decodes instead
     of ``model.generate``; the log-probabilities are this model's either way."""
     import torch
 
-    from rlexp.adapters.generation import encode_prompt, generate, render_prompt
+    from rlexp.evaluation.generation import encode_prompt, generate, render_prompt
 
     G = cfg.n_samples_per_prompt
     rendered = [render_prompt(tokenizer, p["prompt"], cfg.prompt_suffix) for p in problems]
@@ -303,7 +303,7 @@ def drop_stop_checkpoint(attempt_dir: Path, step: int, save_steps: int, total: i
 
 def truncate_metrics(path: Path, last_step: int) -> None:
     """Keep metric rows up to ``last_step``: a resumed run re-does later steps, never duplicates."""
-    from rlexp.storage.files import atomic_write_text
+    from rlexp.experiment.files import atomic_write_text
 
     if not path.exists():
         return
@@ -319,7 +319,7 @@ def truncate_metrics(path: Path, last_step: int) -> None:
 
 def monitor_accuracy(model, tokenizer, problems: list[dict], cfg: TrainerConfig) -> float:
     """Greedy exact-match accuracy on the in-run OOD monitor set (one batched decode)."""
-    from rlexp.adapters.generation import generate, render_prompt
+    from rlexp.evaluation.generation import generate, render_prompt
 
     rendered = [render_prompt(tokenizer, p["prompt"], cfg.monitor_suffix) for p in problems]
     outputs = generate(
@@ -360,15 +360,15 @@ def train(cfg: TrainerConfig, attempt_dir: Path, *, resume: bool = False, log=pr
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer, get_scheduler
 
-    from rlexp.adapters.generation import torch_device
-    from rlexp.storage.datasets import read_dataset
+    from rlexp.evaluation.generation import torch_device
+    from rlexp.experiment.datasets import read_dataset
 
     attempt_dir = Path(attempt_dir)
     cfg.validate(AttemptDir(attempt_dir).spec)
     metrics_path = AttemptDir(attempt_dir).metrics
     if not resume and metrics_path.exists() and metrics_path.stat().st_size > 0:
         raise InputError(metrics_path, None, "exists: pass --resume to continue this attempt")
-    from rlexp.adapters.base_models import loadable
+    from rlexp.models.base_models import loadable
 
     model_dir = loadable(cfg.pretrain, AttemptDir(attempt_dir).spec)  # a .gguf: its converted directory
     if not (Path(model_dir) / "config.json").exists():
@@ -412,7 +412,7 @@ def train(cfg: TrainerConfig, attempt_dir: Path, *, resume: bool = False, log=pr
         model, reference = base, copy.deepcopy(base).eval().requires_grad_(False)
 
     # ---- optimizer and the LR schedule (OpenRLHF: cosine_with_min_lr, stepped per optimizer step),
-    # built with the counts rlexp plan predicts (rlexp.core.schedule owns the step math)
+    # built with the counts rlexp plan predicts (rlexp.training.schedule owns the step math)
     steps = cfg.steps(len(pool))
     global_steps_total = steps.global_steps_total
     if cfg.max_global_steps is not None:
@@ -491,7 +491,7 @@ def train(cfg: TrainerConfig, attempt_dir: Path, *, resume: bool = False, log=pr
                     row["monitor_acc"] = env_task.monitor_success(model, tokenizer, monitor)
             row["step_time_s"] = round(time.perf_counter() - started, 4)
             row[STEP_TIME_KEY] = round(time.time(), 3)  # the step's own time: MLflow's timestamp of its metrics
-            # a NaN/inf loss is data: strict JSON's "NaN"/"Infinity" (rlexp.core.numbers.json_row)
+            # a NaN/inf loss is data: strict JSON's "NaN"/"Infinity" (rlexp.numbers.json_row)
             append_jsonl(metrics_path, json_row({"global_step": global_step, **row}))
             log(_progress_line(global_step, global_steps_total, row))
 
@@ -536,7 +536,7 @@ def start_rollout_server(model_dir: Path, cfg: TrainerConfig, attempt_dir: Path)
     import json
     import os
 
-    from rlexp.engines.vllm_server import VllmRolloutServer
+    from rlexp.evaluation.engines.vllm_server import VllmRolloutServer
 
     python = os.environ.get("RLEXP_VLLM_PYTHON") or str(Path(__file__).resolve().parents[3] / ".venv-vllm" / "bin"
                                                         / "python")
@@ -631,7 +631,7 @@ def train_on_rollout(
     return {
         "policy_loss": sums["policy_loss"] / step_groups,  # the shares of a step sum to its loss
         # OpenRLHF >= 0.9.8 logs get_last_lr() after the step's last micro-batch: the LR the
-        # *next* optimizer step will apply (rlexp.core.schedule.logged_actor_lr predicts the same number)
+        # *next* optimizer step will apply (rlexp.training.schedule.logged_actor_lr predicts the same number)
         "actor_lr": scheduler.get_last_lr()[0],
         "kl": sums["kl"] / step_groups,
         "ppo_clip_ratio": sums["ppo_clip_ratio"] / micro_batches,
@@ -672,8 +672,8 @@ def run_trainer(prog: str, description: str, argv: list[str] | None, task_of=Non
     parser.add_argument("--resume", action="store_true", help="continue from the latest saved state")
     args = parser.parse_args(argv)
     try:
-        from rlexp.adapters.generation import pin_torch_threads
-        from rlexp.core.spec import load_attempt
+        from rlexp.evaluation.generation import pin_torch_threads
+        from rlexp.spec import load_attempt
 
         pin_torch_threads()
         att = load_attempt(args.attempt_dir)

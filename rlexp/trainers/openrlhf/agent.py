@@ -14,7 +14,7 @@ the executor builds afresh, without arguments, for every episode. Hence:
   agent instance never sees it and must render the environment's text through the chat template:
   the executor tokenises the returned *text* and appends it, so the first observation is the
   templated prompt and every feedback is the template's further user turn
-  (:func:`rlexp.adapters.episodes.render_user_turn`), the ids rlexp's own rollout appends;
+  (:func:`rlexp.environments.episodes.render_user_turn`), the ids rlexp's own rollout appends;
 - OpenRLHF samples with ``skip_special_tokens=False``: the action text may carry special tokens,
   removed before the environment sees it (rlexp decodes with ``skip_special_tokens=True``);
 - ``rewards``: a tensor per step, summed over turns by the executor (the trajectory's reward);
@@ -24,7 +24,7 @@ the executor builds afresh, without arguments, for every episode. Hence:
 - budgets: before every turn the executor sets ``max_tokens`` to the room left in ``max_length``
   (``max_len``; ``prompt_max_len + generate_max_len`` before 0.9.8): a per-turn cap cannot be
   enforced, and the last feedback is appended without a length check.
-  :func:`rlexp.adapters.episodes.run_episodes` with ``max_length`` plays exactly that.
+  :func:`rlexp.environments.episodes.run_episodes` with ``max_length`` plays exactly that.
 
 The environment's own code is imported by the file (a registered name or ``module:Class``), never
 copied: rlexp (and the environment's package) must be importable on the rollout workers. The task
@@ -34,7 +34,7 @@ label itself when it is a mapping.
 
 Metrics: each episode's ``extra_logs`` (the executor keeps the last step's; ``execute`` completes
 them from the finished response) carry the local trainer's per-episode values under its names
-(:func:`rlexp.core.environments.episode_metrics`): ``turns_per_episode``,
+(:func:`rlexp.environments.interface.episode_metrics`): ``turns_per_episode``,
 ``tool_calls_per_episode``, ``env_errors`` (0/1), ``episode_return``, ``finish_<reason>`` (0/1),
 and the parts of its two ratios of sums: ``agent_tokens_per_episode`` and
 ``generated_tokens_per_episode`` (tokens after the prompt; agent_token_fraction is their quotient),
@@ -72,7 +72,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from rlexp.storage.files import atomic_write_text
+from rlexp.experiment.files import atomic_write_text
 from rlexp.trainers.openrlhf.checks import masks_error_episodes
 
 AGENT_FLAG_UNDERSCORE = "--agent_func_path"  # 0.9.3 ... 0.10.1.post2
@@ -99,9 +99,9 @@ import time
 import torch
 from openrlhf.utils.agent import AgentInstanceBase, MultiTurnAgentExecutor
 
-from rlexp.adapters.episodes import render_user_turn
-from rlexp.adapters.generation import render_prompt
-from rlexp.core.environments import FINISH_REASONS, resolve
+from rlexp.environments.episodes import render_user_turn
+from rlexp.evaluation.generation import render_prompt
+from rlexp.environments.interface import FINISH_REASONS, resolve
 
 ENVIRONMENT = {env!r}
 CONFIG = json.loads({config!r})
@@ -362,7 +362,7 @@ def check_one_environment(att: Any) -> None:
     prompt and a label, not a row's ``env``/``config``): a training-set row naming another one is
     refused here (file and line) rather than silently played in the wrong environment."""
     from rlexp.errors import InputError
-    from rlexp.storage.files import iter_jsonl
+    from rlexp.experiment.files import iter_jsonl
 
     env = att.environment
     for role in ("pool", "ood_monitor"):

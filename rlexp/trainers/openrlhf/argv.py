@@ -34,9 +34,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from rlexp.core.recipe import dotted_names
-from rlexp.core.spec import is_credential_key
 from rlexp.errors import InputError
+from rlexp.spec import is_credential_key
+from rlexp.spec.recipe import dotted_names
 from rlexp.trainers.openrlhf.parser import (
     FLAGS_DIR,
     REFRESH_SCRIPT,
@@ -51,7 +51,7 @@ __all__ = ["FLAGS_DIR"]
 TRAIN_MODULE = "openrlhf.cli.train_ppo_ray"
 
 # v0.9.x recipe key -> 0.10.2+ flag (without dashes): the ``dotted`` column of the recipe table
-# (rlexp.core.recipe); tests check both sides against the flag tables.
+# (rlexp.spec.recipe); tests check both sides against the flag tables.
 DOTTED_NAMES: dict[str, str] = dotted_names()
 
 # One v0.9.x switch that 0.10.2 split in two: both models are offloaded, as before.
@@ -447,7 +447,7 @@ def plan_train_command(att: Any) -> dict[str, Any]:
     cannot launch fails at plan time, not after an hour of Ray start-up. The attempt's paths are
     the ones ``rlexp launch`` uses; datasets that do not exist yet are named by their stated path.
     """
-    from rlexp.storage.layout import AttemptDir
+    from rlexp.experiment.layout import AttemptDir
 
     spec_file = getattr(att, "display_path", None) or att.spec_path
     version = check_version(att.trainer.version, spec_file)

@@ -1,4 +1,4 @@
-"""OpenRLHF's plan rules for an environment task (rlexp.core.agentic_checks) — pure.
+"""OpenRLHF's plan rules for an environment task (rlexp.protocol.agentic_checks) — pure.
 
 Its ``MultiTurnAgentExecutor`` (``openrlhf/utils/agent.py``) hands every turn the room left in
 ``max_length``, so the turns' budget is checked against that length, prompt included, and a per-turn
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlexp.core.agentic_checks import (
+from rlexp.protocol.agentic_checks import (
     ERROR,
     REF,
     TOKEN_CLIP_DEFAULT,
@@ -18,7 +18,7 @@ from rlexp.core.agentic_checks import (
     check_turn_budget,
     release_key,
 )
-from rlexp.core.verdict import Verdict, check
+from rlexp.protocol.verdict import Verdict, check
 
 AGENT_API_SINCE = "0.8.7"  # the token-in/token-out MultiTurnAgentExecutor
 MASKS_ERRORS_SINCE = "0.11.0"  # PolicyLoss's aggregate_loss: a sample with no action token adds 0
@@ -121,7 +121,7 @@ DR_GRPO_REFUSED_SINCE = "0.11.0"
 
 def group_of_one(recipe: dict[str, Any], version: str) -> Any:
     """OpenRLHF with one sample per prompt and an estimator that takes its baseline within the group."""
-    from rlexp.core.checks import GroupOfOne
+    from rlexp.protocol.checks import GroupOfOne
 
     estimator = str(recipe.get("advantage_estimator") or "gae")
     samples = recipe.get("n_samples_per_prompt")

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rlexp.adapters.base_models import loadable
 from rlexp.errors import InputError
-from rlexp.storage.layout import AttemptDir
+from rlexp.experiment.layout import AttemptDir
+from rlexp.models.base_models import loadable
 from rlexp.trainers.launch import LaunchPlan, TrainerLaunch
 from rlexp.trainers.openrlhf import RULES
 
@@ -111,8 +111,8 @@ class OpenRLHFLaunch(TrainerLaunch):
         seq-mean-token-mean), with the modes its choices list. A release without it applies one
         aggregation (:func:`fixed_loss_agg`): that mode is accepted and nothing written; before 0.10.4
         the token mean is each micro-batch's own, which no mode is, so any stated mode is refused."""
-        from rlexp.core.schedule import parse_version
         from rlexp.trainers.openrlhf.argv import load_flag_table
+        from rlexp.training.schedule import parse_version
 
         version = att.trainer.version
         flag = load_flag_table(version).flags.get(f"--{AGG_FLAG}")
@@ -129,7 +129,7 @@ class OpenRLHFLaunch(TrainerLaunch):
         return {}
 
     def loss_agg_default(self, att: Any, recipe: Any) -> tuple[str, str]:
-        from rlexp.core.schedule import parse_version
+        from rlexp.training.schedule import parse_version
 
         kl = "the KL loss token-mean whatever the mode"
         if recipe.get(AGG_FLAG) is not None:
@@ -179,7 +179,7 @@ class OpenRLHFLaunch(TrainerLaunch):
         return latest.step if latest is not None else 0  # none: killed before its first checkpoint
 
     def follower(self, ad: AttemptDir, source: str, *, resume_step: int) -> Any:
-        from rlexp.adapters import ingest
+        from rlexp.training import ingest
 
         # the argv logs scalars under ATTEMPT/tensorboard (attempt_recipe: use_tensorboard)
         where = {"stdout": ad.stdout_log, "tensorboard": ad.tensorboard}[source]

@@ -1,8 +1,8 @@
-"""OpenRLHF's metric names -> rlexp's canonical names (rlexp.core.trainers.metric_names)."""
+"""OpenRLHF's metric names -> rlexp's canonical names (rlexp.training.metric_names)."""
 
 from __future__ import annotations
 
-from rlexp.core.trainers.metric_names import COMMON, Ratio, Vocabulary
+from rlexp.training.metric_names import COMMON, Ratio, Vocabulary
 
 # OpenRLHF 0.9.3-0.11.2: the "Global step" dict (experience info + actor status), 0.11's
 # rollout/* stats (ppo_trainer.py), timing/step_total (0.10+), and the tqdm postfix of the actor's
@@ -18,7 +18,7 @@ NAMES: dict[str, tuple[str, ...]] = {
     "ppo_kl": ("ppo_kl",),
     "entropy": ("entropy", "entropy_loss", "ent_loss"),
     "step_time_s": ("step_time_s", "timing/step_total", "step_time", "time/step"),
-    # training-inference mismatch (rlexp.core.run_health), logged when the vLLM importance-sampling
+    # training-inference mismatch (rlexp.protocol.run_health), logged when the vLLM importance-sampling
     # correction is on: models/loss.py returns vllm_kl = masked_mean(rollout_log_probs - old_log_probs)
     # (every release 0.9.3-0.11.2) and, from 0.11, the filtered share (is_filter_ratio); ppo_actor.py
     # puts both into experience.info, averaged into the "Global step" dict

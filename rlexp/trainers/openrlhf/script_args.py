@@ -8,8 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rlexp.core.launch_script import dataset_argument, secret_argument
 from rlexp.errors import InputError
+from rlexp.training.launch_script import dataset_argument, secret_argument
 
 # read_args refuses a missing --version itself, naming the listed releases (their parsers read the flags)
 CHECKS_VERSION = True
@@ -32,7 +32,7 @@ def _recipe_key(flag_name: str) -> str:
 def _reverse_names() -> dict[str, str]:
     """``--dotted.flag`` -> its v0.9.x recipe key; where two keys share a flag (``generate_max_len``
     and the builder's ``max_new_tokens`` -> ``rollout.max_new_tokens``) the recipe's own name wins."""
-    from rlexp.core.recipe import BUILDER_ONLY_DOTTED
+    from rlexp.spec.recipe import BUILDER_ONLY_DOTTED
     from rlexp.trainers.openrlhf import argv as openrlhf
 
     reverse: dict[str, str] = {}

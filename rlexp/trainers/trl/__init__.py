@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlexp.storage.layout import CHECKPOINT_DIR_PATTERNS
+from rlexp.experiment.layout import CHECKPOINT_DIR_PATTERNS
 from rlexp.trainers.base import TrainerRules
 
 

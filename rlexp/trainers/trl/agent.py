@@ -20,10 +20,10 @@ TRL 1.16's ``GRPOTrainer(rollout_func=...)`` contract, as its code reads (``trai
   (``completions/clipped_ratio``, ``mask_truncated_completions``), so an episode never ends with
   environment tokens here (the runner appends feedback only when the episode goes on).
 
-The episodes are played by rlexp's own runner (:func:`rlexp.adapters.episodes.run_episodes`, the
+The episodes are played by rlexp's own runner (:func:`rlexp.environments.episodes.run_episodes`, the
 one the local trainer uses) with the policy TRL is training, sampled at TRL's ``temperature``; the
 environment classes are imported by the generated module from their own modules, never copied.
-The episode metrics are the local trainer's (:func:`rlexp.core.environments.episode_metrics`),
+The episode metrics are the local trainer's (:func:`rlexp.environments.interface.episode_metrics`),
 logged through TRL's ``log_metric``, so ``metrics.jsonl`` and MLflow carry the same names
 (``turns_per_episode``, ``tool_calls_per_episode``, ``env_errors``, ``agent_token_fraction``,
 ``env_latency_s``, ``episode_return``, ``finish_*``) whichever trainer ran.
@@ -90,13 +90,13 @@ def check_recipe(att: Any, grpo_kwargs: Mapping[str, Any]) -> None:
 def environment_imports(att: Any) -> dict[str, tuple[str, str]]:
     """``{environment name: (module, class name)}`` of the spec's environment and of every ``env``
     the pool's rows name (resolved here, so a bad name stops the launch before anything runs)."""
-    from rlexp.core.environments import resolve
+    from rlexp.environments.interface import resolve
 
     spec = att.display_path or att.spec_path
     names = {att.environment.name}
     pool = att.datasets.get("pool")
     if pool is not None and pool.path is not None and pool.path.exists():
-        from rlexp.storage.files import read_jsonl
+        from rlexp.experiment.files import read_jsonl
 
         names |= {str(r["env"]) for r in read_jsonl(pool.path) if isinstance(r, Mapping) and r.get("env")}
     out = {}
@@ -137,7 +137,7 @@ def encode_row(row: Any) -> str:
 
 
 def decode_rows(prompts: list[str], where: str) -> list[Any]:
-    from rlexp.core.environments import parse_rows
+    from rlexp.environments.interface import parse_rows
 
     return parse_rows([json.loads(p) for p in prompts], where)
 
@@ -153,7 +153,7 @@ def rollout_output(trajectories: list[Any], *, pad_id: int, logprobs: list[list[
     in an environment error is masked whole and its ``episode_return`` is None: the reward function
     returns None for it, which TRL (1.16) reads as unscorable, out of its group's baseline with
     advantage 0 — left out of training, as the local trainer leaves it out."""
-    from rlexp.core.environments import episode_metrics
+    from rlexp.environments.interface import episode_metrics
 
     prompt_ids, completion_ids, env_mask, out_logprobs = [], [], [], []
     for i, t in enumerate(trajectories):

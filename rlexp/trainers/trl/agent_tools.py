@@ -29,7 +29,7 @@ TRL 1.16's ``GRPOTrainer(environment_factory=...)`` contract, as its code reads
 
 rlexp's side (:class:`ToolEpisode`, the base of each generated environment class): ``reset`` plays
 the environment's ``reset(task)`` on the row's task and returns the observation; each tool is one
-declared :class:`rlexp.core.environments.Tool`, played as the action text ``Tool.action`` names
+declared :class:`rlexp.environments.interface.Tool`, played as the action text ``Tool.action`` names
 through the environment's ``step``; the model's final message (no tool call) is the episode's last
 step, played by the reward function, whose return is the episode's (the sum of its turns' rewards).
 The environment classes are imported by the generated module from their own modules, never copied.
@@ -52,7 +52,7 @@ RESPONSE_TEMPLATE_KEY = "response_template"
 def tool_tables(att: Any, imports: Mapping[str, tuple[str, str]]) -> dict[str, list[dict[str, Any]]]:
     """``{environment name: its tools as plain values}`` of every environment the attempt plays;
     an environment that declares no tools is refused on ``environment.actions``."""
-    from rlexp.core.environments import environment_tools, resolve
+    from rlexp.environments.interface import environment_tools, resolve
 
     spec = att.display_path or att.spec_path
     out = {}
@@ -144,7 +144,7 @@ class ToolEpisode:
 
     ENVIRONMENT: Any = None  # the environment class
     NAME = ""  # its name in the rows
-    TOOLS: dict[str, Any] = {}  # tool name -> rlexp.core.environments.Tool
+    TOOLS: dict[str, Any] = {}  # tool name -> rlexp.environments.interface.Tool
 
     def __init__(self) -> None:
         self._instances: dict[str, Any] = {}  # one environment per config, reset between episodes
@@ -157,7 +157,7 @@ class ToolEpisode:
 
     def reset(self, row: str | None = None, **columns: Any) -> str:
         """Start an episode on a dataset row (TRL passes the row's columns; ``row`` is its JSON)."""
-        from rlexp.core.environments import config_key
+        from rlexp.environments.interface import config_key
         from rlexp.trainers.trl.agent import decode_rows
 
         (self._row,) = decode_rows([row or ""], "trl environment_factory row")
@@ -211,10 +211,10 @@ class ToolEpisode:
 
 def tool_episode_metrics(records: list[Mapping[str, Any]]) -> dict[str, float]:
     """The episode metrics of a batch under the local trainer's names
-    (:func:`rlexp.core.environments.episode_metrics`), from the tool episodes' records; without
+    (:func:`rlexp.environments.interface.episode_metrics`), from the tool episodes' records; without
     ``agent_token_fraction`` (TRL keeps the tool mask to itself: its ``completions/mean_length``
     counts the model's tokens only)."""
-    from rlexp.core.environments import FINISH_REASONS
+    from rlexp.environments.interface import FINISH_REASONS
 
     n = len(records)
     if n == 0:

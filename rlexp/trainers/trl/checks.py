@@ -1,4 +1,4 @@
-"""TRL's plan rules for an environment task (rlexp.core.agentic_checks) — pure.
+"""TRL's plan rules for an environment task (rlexp.protocol.agentic_checks) — pure.
 
 ``rollout_func`` returns the completions whose length ``max_completion_length`` bounds: the turns
 and the feedback between them, not the prompt. With ``environment.actions: tool_calls`` TRL's own
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlexp.core.agentic_checks import TOKEN_CLIP_DEFAULT, check_gspo_clip, check_turn_budget
-from rlexp.core.verdict import Verdict
+from rlexp.protocol.agentic_checks import TOKEN_CLIP_DEFAULT, check_gspo_clip, check_turn_budget
+from rlexp.protocol.verdict import Verdict
 
 AGENT_API_SINCE = "0.28.0"  # rollout_func returning env_mask
 
@@ -42,8 +42,8 @@ def run_health_checks(recipe: dict[str, Any], version: str) -> list[Verdict]:
     use_vllm) divides the trainer's log-probs by vLLM's: top_p below 1 or top_k above 0 makes vLLM sample from
     a truncated, renormalised distribution the trainer does not score (GRPOTrainer applies temperature to
     both, not the truncation), so the weights are biased (a warning)."""
-    from rlexp.core.checks import WARNING
-    from rlexp.core.verdict import check
+    from rlexp.protocol.checks import WARNING
+    from rlexp.protocol.verdict import check
 
     if not recipe.get("use_vllm") or recipe.get("vllm_importance_sampling_correction") is False:
         return []

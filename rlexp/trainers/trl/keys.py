@@ -1,10 +1,10 @@
 """TRL's recipe keys: the fields of GRPOConfig and ModelConfig of the pinned release
-(:mod:`rlexp.trainers.trl.fields`) as a key table (rlexp.core.recipe.TrainerKeyTable), each with the
+(:mod:`rlexp.trainers.trl.fields`) as a key table (rlexp.spec.recipe.TrainerKeyTable), each with the
 kind the one-variable rule reads."""
 
 from __future__ import annotations
 
-from rlexp.core.recipe import (
+from rlexp.spec.recipe import (
     INFRASTRUCTURE,
     INSTRUMENTATION,
     JSON_VALUE,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlexp.storage.layout import AttemptDir
+from rlexp.experiment.layout import AttemptDir
 from rlexp.trainers.launch import LaunchPlan, TrainerLaunch, loss_recipe
 from rlexp.trainers.trl import RULES
 
@@ -81,7 +81,7 @@ class TrlLaunch(TrainerLaunch):
         return LaunchPlan(built.argv, files={built.script: built.script_text}, adapters=dict(built.adapters))
 
     def follower(self, ad: AttemptDir, source: str, *, resume_step: int) -> Any:
-        from rlexp.adapters import ingest
+        from rlexp.training import ingest
 
         return ingest.MetricsFollower("tensorboard", ad.tensorboard, ad.metrics, trainer=self.rules.name)
 

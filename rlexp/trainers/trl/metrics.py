@@ -1,8 +1,8 @@
-"""TRL's metric names -> rlexp's canonical names (rlexp.core.trainers.metric_names)."""
+"""TRL's metric names -> rlexp's canonical names (rlexp.training.metric_names)."""
 
 from __future__ import annotations
 
-from rlexp.core.trainers.metric_names import COMMON, Vocabulary
+from rlexp.training.metric_names import COMMON, Vocabulary
 
 # TRL 1.16 GRPOTrainer (self._metrics + transformers' loss/grad_norm/learning_rate) and older
 # TRL's completion_length; "loss" is the policy loss only where no policy_loss is logged
@@ -14,7 +14,7 @@ NAMES: dict[str, tuple[str, ...]] = {
     "group_reward_std": ("reward_std",),
     "ppo_clip_ratio": ("clip_ratio/region_mean", "clip_ratio"),
     "policy_loss": ("policy_loss", "loss"),
-    # training-inference mismatch (rlexp.core.run_health), logged when vllm_importance_sampling_correction
+    # training-inference mismatch (rlexp.protocol.run_health), logged when vllm_importance_sampling_correction
     # is on (grpo_trainer.py: |old_per_token_logps - sampling_per_token_logps| over the completion mask,
     # and the IS ratio's min/mean/max)
     "rollout_logp_diff_mean": ("sampling/sampling_logp_difference/mean",),

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlexp.adapters.base_models import loadable
 from rlexp.errors import InputError
-from rlexp.storage.layout import ADAPTER_PATTERN, AttemptDir
+from rlexp.experiment.layout import ADAPTER_PATTERN, AttemptDir
+from rlexp.models.base_models import loadable
 from rlexp.trainers.trl.metrics import NAMES as _TRL_NAMES
 
 # rlexp sets these GRPOConfig fields itself (the layout and the metrics it follows)

@@ -14,8 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rlexp.core.launch_script import argument_value, dataset_argument, secret_argument
 from rlexp.errors import InputError
+from rlexp.training.launch_script import argument_value, dataset_argument, secret_argument
 
 CHECKS_VERSION = False  # a missing --version is refused by the stage (the script does not state the release)
 DATA_IN_SCRIPT = True  # a training script may load its data itself

@@ -17,7 +17,7 @@ iterations ``μ`` (``num_iterations``) and ``S = steps_per_generation`` (default
 - the ``learning_rate`` TRL logs at a step is read by transformers' training loop *before*
   ``scheduler.step()`` (transformers 5.24.0, ``trainer.py`` "get leaning rate before update"): the
   LR that step applied, ``peak × λ(step − 1)`` — the ``applied`` logging of
-  :mod:`rlexp.core.schedule`. (transformers releases that read it after the scheduler step logged
+  :mod:`rlexp.training.schedule`. (transformers releases that read it after the scheduler step logged
   the *next* step's LR; the pinned one does not, and the CPU run checks which.)
 """
 
@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rlexp.core.schedule import Steps
+from rlexp.training.schedule import Steps
 
 # transformers' schedulers this module reproduces (name -> the lambda below)
 SCHEDULERS = ("linear", "cosine", "cosine_with_min_lr", "constant", "constant_with_warmup")
@@ -44,7 +44,7 @@ class TrlRecipeError(ValueError):
 
 @dataclass(frozen=True)
 class TrlSteps(Steps):
-    """:class:`~rlexp.core.schedule.Steps` of a TRL run: one global step is one optimizer step.
+    """:class:`~rlexp.training.schedule.Steps` of a TRL run: one global step is one optimizer step.
 
     The OpenRLHF-named fields hold their TRL counterparts: ``rollout_batch_size`` is ``P`` (prompts
     per generation batch), ``train_batch_size`` the samples per optimizer step ``B·W·GA``,

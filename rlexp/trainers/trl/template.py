@@ -5,10 +5,10 @@ The script is this template with one JSON document filled in (the GRPOConfig key
 the model and dataset paths, the layout's output paths); it holds no logic the launcher would
 have to trust blindly, and a human can rerun it by hand. It:
 
-- renders every prompt with :func:`rlexp.adapters.generation.render_prompt` (the one prompt
+- renders every prompt with :func:`rlexp.evaluation.generation.render_prompt` (the one prompt
   renderer: training, eval and the baselines see the same chat-template text) and hands TRL
   standard-format ``prompt`` text with the gold ``answer`` as a column;
-- rewards with the exact-match grader of :mod:`rlexp.core.answers` (what ``rlexp eval`` grades
+- rewards with the exact-match grader of :mod:`rlexp.evaluation.answers` (what ``rlexp eval`` grades
   with) and logs ``has_boxed`` through TRL's ``log_metric``;
 - logs through transformers' TensorBoard callback into ``ATTEMPT/tensorboard`` (the launcher
   follows those event files into ``metrics.jsonl`` and MLflow);
@@ -71,9 +71,9 @@ def main(argv):
     from transformers.trainer_utils import get_last_checkpoint
     from trl import GRPOConfig, GRPOTrainer, ModelConfig, get_peft_config
 
-    from rlexp.adapters.generation import generate, render_prompt
-    from rlexp.core.answers import extract_answer, is_correct
-    from rlexp.storage.files import read_jsonl
+    from rlexp.evaluation.generation import generate, render_prompt
+    from rlexp.evaluation.answers import extract_answer, is_correct
+    from rlexp.experiment.files import read_jsonl
 
     import transformers
     import trl

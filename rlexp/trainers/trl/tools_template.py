@@ -39,9 +39,9 @@ sys.path.insert(0, CONFIG["rlexp_root"])  # the rlexp that launched this run
 # the environments, imported from their own modules (not copied)
 {imports}
 
-from rlexp.core.environments import Tool, environment_tools, resolve, rows_for_task  # noqa: E402
-from rlexp.core.spec import EnvironmentSettings  # noqa: E402
-from rlexp.storage.files import append_jsonl  # noqa: E402
+from rlexp.environments.interface import Tool, environment_tools, resolve, rows_for_task  # noqa: E402
+from rlexp.spec import EnvironmentSettings  # noqa: E402
+from rlexp.experiment.files import append_jsonl  # noqa: E402
 from rlexp.trainers.trl import agent as trl_agent  # noqa: E402
 from rlexp.trainers.trl import agent_tools  # noqa: E402
 

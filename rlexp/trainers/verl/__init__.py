@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlexp.storage.layout import CHECKPOINT_DIR_PATTERNS
+from rlexp.experiment.layout import CHECKPOINT_DIR_PATTERNS
 from rlexp.trainers.base import TrainerRules
 
 
@@ -44,7 +44,7 @@ class VerlRules(TrainerRules):
         not (verl's YAML writes temperature: 0 for a float field), nor a list, a mapping, null or an
         interpolation: those keys take any value here, and :mod:`.hydra` checks them against the
         release (numbers, lists) at plan time."""
-        from rlexp.core.recipe import JSON_VALUE, RecipeKey, TrainerKeyTable
+        from rlexp.spec.recipe import JSON_VALUE, RecipeKey, TrainerKeyTable
         from rlexp.trainers.verl.keys import VERL_CONFIG_KEYS
         from rlexp.trainers.verl.steps import verl_kind
 

@@ -14,7 +14,7 @@ over the response only) and ``reward_score``, which verl places on the last resp
 
 Unlike OpenRLHF's executor, verl's server honours a per-request ``max_tokens``: the loop enforces
 rlexp's own budgets (``max_tokens_per_turn``, ``max_total_tokens``, capped by verl's
-``response_length``), in the order :func:`rlexp.adapters.episodes.run_episodes` plays them. The
+``response_length``), in the order :func:`rlexp.environments.episodes.run_episodes` plays them. The
 environment's code is imported by the loop, never copied; the task comes from the row's
 ``extra_info.rlexp_task`` (written by :func:`agent_row`), else prompt and ground truth.
 
@@ -42,7 +42,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from rlexp.storage.files import atomic_write_text
+from rlexp.experiment.files import atomic_write_text
 
 AGENT_NAME = "rlexp_env"
 MODULE_NAME = "rlexp_verl_agent_loop"  # the generated file is <dir>/rlexp_verl_agent_loop.py
@@ -67,9 +67,9 @@ from uuid import uuid4
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput, register
 
-from rlexp.adapters.episodes import render_user_turn
-from rlexp.adapters.generation import encode_prompt, render_prompt
-from rlexp.core.environments import resolve
+from rlexp.environments.episodes import render_user_turn
+from rlexp.evaluation.generation import encode_prompt, render_prompt
+from rlexp.environments.interface import resolve
 
 AGENT_NAME = {agent_name!r}
 ENVIRONMENT = {env!r}

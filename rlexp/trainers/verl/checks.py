@@ -1,4 +1,4 @@
-"""The preflight catalogue for a verl attempt: the catalogue's LR checks (rlexp.core.checks.check_lr,
+"""The preflight catalogue for a verl attempt: the catalogue's LR checks (rlexp.protocol.checks.check_lr,
 one implementation for every trainer) on verl's step math, verl's own step checks under the
 catalogue's ids, then the catalogue's checks that do not depend on how a
 trainer counts steps (schedule, one variable, suffix, datasets, power, groups of one sample).
@@ -18,8 +18,8 @@ VERL_REF = "docs/trainers.md#verl"
 
 
 def verl_checkpoint_plan(steps: VerlSteps, schedule: VerlSchedule, mid: int | None) -> Any:
-    """The K=3 view of verl's schedule (:class:`rlexp.core.schedule.CheckpointPlan`)."""
-    from rlexp.core.schedule import CheckpointPlan
+    """The K=3 view of verl's schedule (:class:`rlexp.training.schedule.CheckpointPlan`)."""
+    from rlexp.training.schedule import CheckpointPlan
 
     saved = set(schedule.saved)
     return CheckpointPlan(steps.global_steps_total, mid, schedule.saved, schedule.evaluated,
@@ -29,8 +29,8 @@ def verl_checkpoint_plan(steps: VerlSteps, schedule: VerlSchedule, mid: int | No
 def verl_preflight(att: Any, steps: VerlSteps, schedule: VerlSchedule, power: Any) -> list[Any]:
     """The preflight catalogue for a verl attempt: the catalogue's LR checks on verl's step math,
     verl's own step checks under the catalogue's ids, then the catalogue's trainer-independent checks
-    (rlexp.core.checks)."""
-    from rlexp.core import checks as catalogue
+    (rlexp.protocol.checks)."""
+    from rlexp.protocol import checks as catalogue
 
     ckpt = verl_checkpoint_plan(steps, schedule, att.checkpoints_mid)
     found = [*catalogue.check_lr(att, steps), *_step_checks(att, steps)]
@@ -44,8 +44,8 @@ def verl_preflight(att: Any, steps: VerlSteps, schedule: VerlSchedule, power: An
 
 
 def _step_checks(att: Any, steps: VerlSteps) -> list[Any]:
-    from rlexp.core.checks import ERROR, WARNING
-    from rlexp.core.verdict import check
+    from rlexp.protocol.checks import ERROR, WARNING
+    from rlexp.protocol.verdict import check
 
     out = []
     total = steps.global_steps_total
@@ -126,16 +126,16 @@ def estimator_keys(recipe: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def agentic_checks(env: Any, recipe: dict[str, Any], version: str) -> list[Any]:
-    """verl's plan rules for an environment task (rlexp.core.agentic_checks): the turns against
+    """verl's plan rules for an environment task (rlexp.protocol.agentic_checks): the turns against
     ``data.max_response_length`` (the prompt has its own), GSPO's clip range."""
-    from rlexp.core.agentic_checks import (
+    from rlexp.protocol.agentic_checks import (
         REF,
         TOKEN_CLIP_DEFAULT,
         WARNING,
         check_gspo_clip,
         check_turn_budget,
     )
-    from rlexp.core.verdict import check
+    from rlexp.protocol.verdict import check
 
     found = []
     if not estimator_keys(recipe):  # on grpo, rlexp's estimator leaves them out of the baseline (launch)
@@ -189,7 +189,7 @@ VERL_GROUP_OF_ONE = {
 
 def group_of_one(recipe: dict[str, Any], version: str) -> Any:
     """verl with ``actor_rollout_ref.rollout.n`` 1 and an estimator that takes its baseline within the group."""
-    from rlexp.core.checks import GroupOfOne
+    from rlexp.protocol.checks import GroupOfOne
 
     estimator = str(recipe.get("algorithm.adv_estimator") or "gae")
     samples = recipe.get("actor_rollout_ref.rollout.n")
@@ -203,8 +203,8 @@ def run_health_checks(recipe: dict[str, Any], version: str) -> list[Any]:
     weighs tokens by exp(old_log_prob - rollout_log_prob); with actor_rollout_ref.rollout.top_p below 1 vLLM
     samples from the renormalised top-p distribution while the actor scores the full softmax, so the weights
     are biased (a warning)."""
-    from rlexp.core.checks import WARNING
-    from rlexp.core.verdict import check
+    from rlexp.protocol.checks import WARNING
+    from rlexp.protocol.verdict import check
 
     corrected = (recipe.get("algorithm.rollout_correction.rollout_is") is not None
                  or recipe.get("algorithm.rollout_correction.rollout_rs") is not None)

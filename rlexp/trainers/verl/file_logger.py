@@ -1,5 +1,5 @@
 """verl's ``file`` logger (``$VERL_FILE_LOGGER_PATH``: one JSON line per step) read into canonical
-metric rows: line by line while a run lives (the launch's follower, rlexp.adapters.ingest.MetricsFollower
+metric rows: line by line while a run lives (the launch's follower, rlexp.training.ingest.MetricsFollower
 with :func:`parse_verl_line`), or the whole file at once (:func:`read_verl_metrics`)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from rlexp.adapters.ingest import IngestStats, normalise
 from rlexp.errors import InputError
+from rlexp.training.ingest import IngestStats, normalise
 
 # verl's metric names -> canonical: rlexp.trainers.verl.metrics.NAMES (one table for its
 # console, its file logger and TensorBoard).
@@ -23,7 +23,7 @@ def parse_verl_line(path: Path, number: int, line: str, stats: IngestStats) -> d
     """One line of verl's ``file`` logger, ``{"step": N, "data": {...}}`` (``FileLogger.log`` in
     verl/utils/tracking.py), as a canonical row; a blank line is None. A line that is not such an
     object is an :class:`InputError` naming file and line. orjson writes NaN and inf as ``null``:
-    a null is read as NaN and flagged (as :func:`rlexp.core.trainers.metric_logs.read_text` does
+    a null is read as NaN and flagged (as :func:`rlexp.training.metric_logs.read_text` does
     for ``rlexp ingest``); a value that is not a number is dropped and counted."""
     if not line.strip():
         return None
@@ -61,6 +61,6 @@ def read_verl_metrics(path: str | Path) -> tuple[list[dict[str, Any]], IngestSta
 
 def follower(source: str | Path, metrics_path: str | Path) -> Any:
     """The launch's follower of the file logger's output: new steps appended to ``metrics_path``."""
-    from rlexp.adapters.ingest import MetricsFollower
+    from rlexp.training.ingest import MetricsFollower
 
     return MetricsFollower("verl", source, metrics_path, trainer="verl", parse=parse_verl_line)

@@ -10,7 +10,7 @@ The command is ``python3 -m verl.trainer.main_ppo key=value ...``: one Hydra ove
 item (:func:`hydra_value` writes each value in Hydra's override grammar, quoted where a string
 would otherwise read as a number, a bool or null, or contains a character the grammar reserves).
 rlexp sets the keys that name the attempt's files (:data:`MANAGED_KEYS`): the data in verl's row
-format, the reward file grading with :mod:`rlexp.core.answers`, the checkpoint directory, the
+format, the reward file grading with :mod:`rlexp.evaluation.answers`, the checkpoint directory, the
 ``file`` logger. The metrics path is set with ``VERL_FILE_LOGGER_PATH`` in the run's environment.
 
 verl needs GPUs; nothing here imports or runs it.
@@ -216,7 +216,7 @@ def model_path(att: Any) -> str:
 
 
 def attempt_paths(att: Any) -> VerlPaths:
-    from rlexp.storage.layout import AttemptDir
+    from rlexp.experiment.layout import AttemptDir
 
     spec_file = getattr(att, "display_path", None) or att.spec_path
     ad = AttemptDir(att.attempt_dir)
@@ -262,7 +262,7 @@ def verl_row(record: Mapping[str, Any], source: str, data_source: str, index: in
 
 
 def write_verl_dataset(source: Path, target: Path, suffix: str, data_source: str) -> Path:
-    from rlexp.storage.files import atomic_write_text, read_jsonl
+    from rlexp.experiment.files import atomic_write_text, read_jsonl
 
     lines = []
     for index, record in enumerate(read_jsonl(source)):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlexp.storage.layout import AttemptDir
+from rlexp.experiment.layout import AttemptDir
 from rlexp.trainers.launch import LaunchPlan, TrainerLaunch
 from rlexp.trainers.verl import RULES
 

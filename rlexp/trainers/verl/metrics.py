@@ -1,5 +1,5 @@
-"""verl's metric names -> rlexp's canonical names (rlexp.core.trainers.metric_names), and the
-readers of its two log formats for ``rlexp ingest`` (rlexp.core.trainers.metric_logs):
+"""verl's metric names -> rlexp's canonical names (rlexp.training.metric_names), and the
+readers of its two log formats for ``rlexp ingest`` (rlexp.training.metric_logs):
 
 - ``verl-console``: ``step:N - key:value - key:value`` (verl's console logger,
   ``concat_dict_to_str``); a record wrapped over several lines (a terminal's hard wrap inside a key
@@ -15,7 +15,7 @@ import math
 import re
 from typing import Any
 
-from rlexp.core.trainers.metric_logs import (
+from rlexp.training.metric_logs import (
     MAX_JOIN,
     MAX_LINE_CHARS,
     MAX_RECORD_CHARS,
@@ -28,7 +28,7 @@ from rlexp.core.trainers.metric_logs import (
     physical_lines,
     step_of,
 )
-from rlexp.core.trainers.metric_names import COMMON, Ratio, Vocabulary
+from rlexp.training.metric_names import COMMON, Ratio, Vocabulary
 
 # verl 0.9.1 (metric_utils.py, core_algos.py, workers) and older verl as users paste it
 # (actor/lr(1e-4) scaled by 1e4, actor/entropy_loss, timing/*). kl: the KL loss to the reference
@@ -56,7 +56,7 @@ NAMES: dict[str, tuple[str, ...]] = {
     # environment error (it returns no response, so none of its tokens is trained), or a request
     # verl itself aborted (counted with them: the SOP's env_errors stop errs on the side of stopping)
     "env_errors": ("response/aborted_ratio",),
-    # training-inference mismatch (rlexp.core.run_health): rollout_corr_helper.py's off-policy metrics
+    # training-inference mismatch (rlexp.protocol.run_health): rollout_corr_helper.py's off-policy metrics
     # (kl = masked_mean(rollout_log_prob - old_log_prob), logged whenever rollout log-probs are kept) and
     # its IS weights (utils/debug/metrics.py's training/rollout_probs_diff_* is |Δp| in probability, not
     # |Δ log p|: it keeps its own name)

@@ -12,22 +12,21 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rlexp.core.numbers import jsonable
-from rlexp.core.schedule import milestone_steps
 from rlexp.errors import InputError
+from rlexp.numbers import jsonable
+from rlexp.training.schedule import milestone_steps
 
 if TYPE_CHECKING:
-    from rlexp.core.spec import Attempt
+    from rlexp.spec import Attempt
 
 
 def build_verl_plan(att: Attempt, plan_format: int) -> dict[str, Any]:
     """plan.json for a verl attempt; ``plan_format`` is rlexp.stages.plan.PLAN_FORMAT (handed in:
     the stage plan calls this module)."""
-    from rlexp.core.checks import MAX_GLOBAL_STEPS, primary_power
     from rlexp.core.power import power_report
-    from rlexp.core.schedule import lr_rows_for_plan
-    from rlexp.core.spec import diff_against_parent
-    from rlexp.storage.files import sha256_file
+    from rlexp.experiment.files import sha256_file
+    from rlexp.protocol.checks import MAX_GLOBAL_STEPS, primary_power
+    from rlexp.spec import diff_against_parent
     from rlexp.trainers.verl import hydra as backend
     from rlexp.trainers.verl.checks import verl_checkpoint_plan, verl_preflight
     from rlexp.trainers.verl.steps import (
@@ -36,6 +35,7 @@ def build_verl_plan(att: Attempt, plan_format: int) -> dict[str, Any]:
         lr_for_global_step,
         verl_schedule,
     )
+    from rlexp.training.schedule import lr_rows_for_plan
 
     spec_file = att.display_path or att.spec_path
     version = att.trainer.version
@@ -63,7 +63,7 @@ def build_verl_plan(att: Attempt, plan_format: int) -> dict[str, Any]:
     power_json["monitor"] = (power_report(monitor.size, att.baseline.discordance).as_dict()
                              if monitor and monitor.size else None)  # fmt: skip
     from rlexp.core.gate_power import add_best_of_k
-    from rlexp.core.sop import load_sop
+    from rlexp.spec.sop import load_sop
 
     add_best_of_k(power_json, load_sop())
     return {

@@ -1,4 +1,4 @@
-"""verl's reward file: :mod:`rlexp.core.answers` verbatim (as OpenRLHF's, rlexp.backends.reward_template),
+"""verl's reward file: :mod:`rlexp.evaluation.answers` verbatim (as OpenRLHF's, rlexp.backends.reward_template),
 then the ``compute_score`` function verl calls."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rlexp.backends.reward_template import answers_source
-from rlexp.storage.files import atomic_write_text, sha256_text
+from rlexp.experiment.files import atomic_write_text, sha256_text
 
 # verl calls ``compute_score(data_source, solution_str, ground_truth, extra_info, **kwargs)`` once per
 # response with the decoded response only (verl/experimental/reward_loop/reward_manager/naive.py in
@@ -27,7 +27,7 @@ VERL_REWARD_FUNCTION = "compute_score"
 
 
 def render_verl_reward_file(mode: str = "exact") -> str:
-    """The text of verl's reward file: rlexp.core.answers verbatim, then ``compute_score``."""
+    """The text of verl's reward file: rlexp.evaluation.answers verbatim, then ``compute_score``."""
     source = answers_source()
     return source.rstrip("\n") + "\n" + _WRAPPER.format(sha=sha256_text(source), mode=mode)
 

@@ -13,8 +13,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from rlexp.core.launch_script import argument_value, dataset_argument, secret_argument
 from rlexp.errors import InputError
+from rlexp.training.launch_script import argument_value, dataset_argument, secret_argument
 
 CHECKS_VERSION = False  # a missing --version is refused by the stage (the script does not state the release)
 LAUNCH_DEFAULTS: dict[str, Any] = {}

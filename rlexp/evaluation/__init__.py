@@ -1,0 +1,1 @@
+"""Evaluation: answer grading, the tasks, generation and the eval engines and harnesses."""

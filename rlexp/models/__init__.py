@@ -1,0 +1,1 @@
+"""The models a demo trains from: tiny models built locally and GGUF base models."""

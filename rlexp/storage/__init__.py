@@ -1,1 +1,0 @@
-"""The experiment directory on disk: its one layout owner, strict readers and atomic writers."""

@@ -1,0 +1,1 @@
+"""Watching and comparing runs: MLflow, Optuna studies and sweeps, progress lines."""
