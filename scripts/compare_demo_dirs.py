@@ -31,7 +31,8 @@ MAY_DIFFER = (
 )
 WITHOUT_TIMES = {  # compared after dropping wall-clock fields
     "metrics.jsonl": {"step_time_s", "time"},
-    "decision.json": {"decided_at"},
+    "decision.json": {"decided_at"},  # at any depth: the SOTA pin it carries has its own
+    "sota.json": {"decided_at"},
     "ledger.jsonl": {"decided_at"},
     "argv.json": {"created_at"},
 }
@@ -52,8 +53,17 @@ def comparable(path: Path, root: Path) -> bytes:
         drop = WITHOUT_TIMES[name]
         rows = [json.loads(line) for line in text.decode().splitlines() if line.strip()] if name.endswith(
             ".jsonl") else [json.loads(text)]
-        text = json.dumps([{k: v for k, v in r.items() if k not in drop} for r in rows], sort_keys=True).encode()
+        text = json.dumps([_without(r, drop) for r in rows], sort_keys=True).encode()
     return text.replace(str(root).encode(), b"<dir>")
+
+
+def _without(value, drop: set[str]):
+    """``value`` with the keys in ``drop`` removed at every depth."""
+    if isinstance(value, dict):
+        return {k: _without(v, drop) for k, v in value.items() if k not in drop}
+    if isinstance(value, list):
+        return [_without(v, drop) for v in value]
+    return value
 
 
 def compared_files(root: Path) -> set[str]:
