@@ -241,22 +241,10 @@ def _brief(cmp: Any) -> dict[str, Any]:
     return out
 
 
-def decide(inputs: DecideInputs, sop: Sop, *, decided_at: str) -> Decision:
-    """Apply the SOP's gates and STOP rules to the gathered inputs (pure: no reads, no writes)."""
+def _paired_comparisons(inputs: DecideInputs, sop: Sop, notes: list[str]) -> dict[tuple[str, str, str], Any]:
+    """Every (baseline, checkpoint, set) pair of the inputs compared: McNemar and the bootstrap on 0/1
+    outcomes, or the paired t on mean rewards; cluster-robust where the set names clusters."""
     from rlexp.stats import paired_comparison
-
-    att = inputs.attempt
-    names = list(inputs.checkpoints)
-    notes = [inputs.selection_note] if inputs.selection_note else []
-    if inputs.pin_is_self:
-        notes.append("this attempt holds the SOTA pin (re-decided)")
-    primary_role, id_role, _sanity_role = inputs.sets
-    decision_baseline = sop.primary.decision_baseline
-    if decision_baseline not in inputs.baselines:
-        decision_baseline = sop.primary.fallback_baseline
-        notes.append(f"no {sop.primary.decision_baseline} records (no SOTA pinned yet): gates are taken against "
-                     f"{decision_baseline}")
-    notes.extend(inputs.skipped)
 
     b = sop.bootstrap
     if inputs.primary_metric == "mean_reward":
@@ -274,6 +262,158 @@ def decide(inputs: DecideInputs, sop: Sop, *, decided_at: str) -> Decision:
             values = inputs.rewards[key] if inputs.primary_metric == "mean_reward" else (
                 inputs.paired[key].y_baseline, inputs.paired[key].y_new)
             comparisons[key] = clustered_comparison(comparisons[key], *values, labels, confidence=b.confidence)
+    return comparisons
+
+
+def _decision(audit: Mapping[str, Any] | None, max_rate: float, audit_blocks: bool, g1a_pass: bool, g1b_pass: bool,
+              gate2_passed: bool, has_siblings: bool, stop3a_passed: bool, stop3b_passed: bool,
+              gray_passed: bool) -> tuple[str, str]:
+    """The SOP's ladder, first match wins: a failed parser audit, STOP-1, CONFIRM, STOP-3a, STOP-3b,
+    CONTINUE (with the gray zone's allowance)."""
+    if audit_blocks:
+        decision = "DEBUG"
+        if audit["misparse_rate"] > max_rate + gates.EPS:
+            why = f"mis-parse rate {audit['misparse_rate']:.1%} > {max_rate:.0%}"
+        else:
+            why = f"failed (guards/parser_audit.json, mis-parse rate {audit['misparse_rate']:.1%})"
+        reason = f"parser audit: {why}: fix the parser and re-evaluate first"
+    elif g1b_pass and gate2_passed:
+        decision, reason = "STOP-1", "Gate-1b and Gate-2 pass: release candidate; the SOTA pin moves"
+    elif (g1a_pass or g1b_pass) and not has_siblings:
+        decision = "CONFIRM"
+        reason = ("Gate-1b" if g1b_pass else "Gate-1a") + " passes: run a confirmation seed (same pool, same config)"
+    elif stop3a_passed:
+        decision, reason = "STOP-3a", "same-pool stagnation: enter the fault tree"
+    elif stop3b_passed:
+        decision, reason = "STOP-3b", "pool-variance stagnation: enter the fault tree"
+    else:
+        decision = "CONTINUE"
+        reason = "no gate passes" if not (g1a_pass or g1b_pass) else "a gate passed but replication (Gate-2) failed"
+        if gray_passed:
+            reason += "; gray zone: a third run is allowed"
+    return decision, reason
+
+
+def _checkpoint_entries(names: list[str], primary: Mapping[str, Any], comparisons: Mapping[tuple[str, str, str], Any],
+                        family: Any, roles: Mapping[str, Any]) -> dict[str, Any]:
+    """decision.json's per-checkpoint entries: the primary comparison, its gates, and every other
+    comparison of the checkpoint in brief."""
+    checkpoints: dict[str, Any] = {}
+    for name in names:
+        cmp = primary[name]
+        entry = {
+            "role": roles.get(name), "n": cmp.n, "acc_base": cmp.acc_base, "acc_new": cmp.acc_new,
+            "delta_pp": cmp.delta_pp, "b": cmp.b, "c": cmp.c, "mcnemar_p": cmp.mcnemar_p,
+            "mcnemar_midp": cmp.mcnemar_midp, "ci_pp": list(cmp.ci_pp), "holm_p": family.holm_p[name],
+            "se_pp": cmp.se_pp, "mde_pp": cmp.mde_pp,
+            "gate_1a": family.gate_1a[name].passed, "gate_1b": family.gate_1b[name].passed,
+            "gate_1a_holm": family.gate_1a_holm[name].passed, "gate_1b_holm": family.gate_1b_holm[name].passed,
+            "vs": {},
+        }
+        if isinstance(cmp, ClusteredComparison):  # an unclustered checkpoint's entry is as it always was
+            entry.update(test=cmp.test, n_clusters=cmp.n_clusters, naive_mcnemar_p=cmp.naive_p,
+                         naive_ci_pp=list(cmp.naive_ci_pp))
+        for (baseline, ck, role), c in comparisons.items():
+            if ck == name:
+                entry["vs"].setdefault(baseline, {})[role] = _brief(c)
+        checkpoints[name] = entry
+    return checkpoints
+
+
+def _sota_after(decision: str, names: list[str], primary: Mapping[str, Any], family: Any, holm_mode: bool,
+               inputs: DecideInputs, decided_at: str, adjusted: Mapping[str, Any],
+               reuse: Mapping[str, Any] | None) -> tuple[dict[str, Any] | None, str | None, bool]:
+    """The SOTA pin after the decision: a STOP-1 moves it to the best checkpoint that passed Gate-1b
+    (unless the attempt already holds it there); returns (pin, the newly pinned checkpoint, moved)."""
+    sota = dict(inputs.sota) if inputs.sota else None
+    new_sota = None
+    sota_moved = False
+    if decision == "STOP-1":
+        winners = [n for n in names if getattr(family, "gate_1b_holm" if holm_mode else "gate_1b")[n].passed]
+        best = max(winners, key=lambda n: (primary[n].delta_pp, -names.index(n)))
+        if not (inputs.pin_is_self and sota and sota.get("checkpoint") == best):
+            # the pin's path (where the checkpoint lies) is filled in when the decision is recorded
+            sota_moved, new_sota = True, best
+            sota = {"attempt": inputs.attempt.id, "checkpoint": best, "path": None, "decided_at": decided_at,
+                    "selection_correction_pp": pin_correction(adjusted, best, reuse)}
+    return sota, new_sota, sota_moved
+
+
+def _replication(inputs: DecideInputs, names: list[str], primary_ck: str, primary_delta_pp: float, s0_id: Any,
+                 decision_baseline: str, primary_role: str, sop: Sop) -> tuple[list[Any], dict[str, Any],
+                                                                              dict[str, Any] | None, Verdict]:
+    """Gate-2's inputs and verdict: the sibling seeds of the same recipe and pool, the primary
+    checkpoint's selection-adjusted Δ (and the SOTA's reuse correction), then the replication gate."""
+    att = inputs.attempt
+    siblings = [e for e in inputs.history.values() if e.parent == att.parent and e.recipe_sha256 == att.recipe_sha256
+                and e.pool_sha256 == att.pool_sha256 and att.pool_sha256 is not None and e.seed != att.seed
+                and e.baseline == decision_baseline]
+    adjusted = selection_adjusted(inputs, names, primary_ck, decision_baseline, primary_role,
+                                  sop.bootstrap.confidence)
+    reuse = sota_reuse(inputs.sota if not inputs.pin_is_self else None, decision_baseline, primary_delta_pp,
+                       adjusted.get("adjusted_pp"))
+    if reuse is not None and reuse.get("adjusted_pp") is not None:
+        adjusted["replication_pp"] = reuse["adjusted_pp"]
+    elif adjusted.get("adjusted_pp") is not None:
+        adjusted["replication_pp"] = adjusted["adjusted_pp"]
+    gate2 = replication(primary_delta_pp, adjusted.get("replication_pp"), siblings,
+                        s0_id.delta_pp if s0_id is not None else None, sop)
+    return siblings, adjusted, reuse, gate2
+
+
+def _family_dict(family: Any, gate: str, names: list[str], clustered_rule: str) -> dict[str, Any]:
+    """decision.json's entry of one gate over the checkpoint family."""
+    per = getattr(family, gate)
+    first = next(iter(per.values()))
+    return {"passed": any(v.passed for v in per.values()), "rule": first.rule + clustered_rule,
+            "per_checkpoint": {n: {k: v for k, v in per[n].to_dict().items() if k != "rule"} for n in names}}
+
+
+def _fault_tree(inputs: DecideInputs, comparisons: Mapping[tuple[str, str, str], Any], primary_ck: str,
+                primary_role: str, id_role: str, sop: Sop) -> Any:
+    """The fault tree on the gathered diagnostics and the primary checkpoint's Δ vs S0 (OOD and ID)."""
+    ood = comparisons.get(("baseline_s0", primary_ck, primary_role))
+    idc = comparisons.get(("baseline_s0", primary_ck, id_role))
+    diagnostics = gates.Diagnostics(**{**inputs.diagnostics.__dict__,
+                                       "ood_delta_pp": ood.delta_pp if ood else None,
+                                       "id_delta_pp": idc.delta_pp if idc else None})
+    return gates.fault_tree(diagnostics, sop)
+
+
+def _clustered_sets(inputs: DecideInputs, comparisons: Mapping[tuple[str, str, str], Any]) -> dict[str, Any]:
+    """decision.json's ``clustered`` entry: each clustered set's column, cluster count and test."""
+    return {role: {"column": column, "n_clusters": next(
+        (c.n_clusters for (_, _, r), c in comparisons.items() if r == role and isinstance(c, ClusteredComparison)),
+        None), "test": "cluster-robust t (CR1, G − 1 df)"} for role, column in inputs.clusters.items()}
+
+
+def _parser_audit(audit: Mapping[str, Any] | None, sop: Sop, notes: list[str]
+                  ) -> tuple[Mapping[str, Any] | None, float, bool]:
+    """The parser audit, its bound under the SOP in force, and whether it blocks the decision."""
+    max_rate = sop.parser_audit.max_misparse_rate
+    # blocked by the rate under the SOP in force, or by the audit's own verdict (a stricter SOP)
+    audit_blocks = audit is not None and (audit["misparse_rate"] > max_rate + gates.EPS or not audit["audit_passed"])
+    if audit is None:
+        notes.append("no parser audit (guards/parser_audit.json): the SOP asks for one before the fault tree")
+    return audit, max_rate, audit_blocks
+
+
+def decide(inputs: DecideInputs, sop: Sop, *, decided_at: str) -> Decision:
+    """Apply the SOP's gates and STOP rules to the gathered inputs (pure: no reads, no writes)."""
+    att = inputs.attempt
+    names = list(inputs.checkpoints)
+    notes = [inputs.selection_note] if inputs.selection_note else []
+    if inputs.pin_is_self:
+        notes.append("this attempt holds the SOTA pin (re-decided)")
+    primary_role, id_role, _sanity_role = inputs.sets
+    decision_baseline = sop.primary.decision_baseline
+    if decision_baseline not in inputs.baselines:
+        decision_baseline = sop.primary.fallback_baseline
+        notes.append(f"no {sop.primary.decision_baseline} records (no SOTA pinned yet): gates are taken against "
+                     f"{decision_baseline}")
+    notes.extend(inputs.skipped)
+
+    comparisons = _paired_comparisons(inputs, sop, notes)
     primary = {name: comparisons[(decision_baseline, name, primary_role)] for name in names}
     family = gates.family_gates(primary, sop)
     holm_mode = sop.checkpoints.decide_on == "holm"
@@ -292,103 +432,30 @@ def decide(inputs: DecideInputs, sop: Sop, *, decided_at: str) -> Decision:
     current = gates.AttemptOutcome(att.id, att.parent, att.changed, att.pool_sha256, prim.delta_pp, prim.ci_pp,
                                    prim.mcnemar_p, att.recipe_sha256, att.pool_size, None, att.seed)
     history = inputs.history
-    siblings = [e for e in history.values() if e.parent == att.parent and e.recipe_sha256 == att.recipe_sha256
-                and e.pool_sha256 == att.pool_sha256 and att.pool_sha256 is not None and e.seed != att.seed
-                and e.baseline == decision_baseline]
-    adjusted = selection_adjusted(inputs, names, primary_ck, decision_baseline, primary_role,
-                                  sop.bootstrap.confidence)
-    reuse = sota_reuse(inputs.sota if not inputs.pin_is_self else None, decision_baseline, prim.delta_pp,
-                       adjusted.get("adjusted_pp"))
-    if reuse is not None and reuse.get("adjusted_pp") is not None:
-        adjusted["replication_pp"] = reuse["adjusted_pp"]
-    elif adjusted.get("adjusted_pp") is not None:
-        adjusted["replication_pp"] = adjusted["adjusted_pp"]
-    gate2 = replication(prim.delta_pp, adjusted.get("replication_pp"), siblings,
-                        s0_id.delta_pp if s0_id is not None else None, sop)
+    siblings, adjusted, reuse, gate2 = _replication(inputs, names, primary_ck, prim.delta_pp, s0_id,
+                                                    decision_baseline, primary_role, sop)
     stop3a = gates.stop_3a(current, [e.outcome() for e in history.values()], sop)
     stop3b = gates.stop_3b(current, [e.outcome() for e in history.values()], sop)
     gray = gates.gray_zone(prim.delta_pp, sop)
-    audit = inputs.parser_audit
-    max_rate = sop.parser_audit.max_misparse_rate
-    # blocked by the rate under the SOP in force, or by the audit's own verdict (a stricter SOP)
-    audit_blocks = audit is not None and (audit["misparse_rate"] > max_rate + gates.EPS or not audit["audit_passed"])
-    if audit is None:
-        notes.append("no parser audit (guards/parser_audit.json): the SOP asks for one before the fault tree")
+    audit, max_rate, audit_blocks = _parser_audit(inputs.parser_audit, sop, notes)
 
-    if audit_blocks:
-        decision = "DEBUG"
-        if audit["misparse_rate"] > max_rate + gates.EPS:
-            why = f"mis-parse rate {audit['misparse_rate']:.1%} > {max_rate:.0%}"
-        else:
-            why = f"failed (guards/parser_audit.json, mis-parse rate {audit['misparse_rate']:.1%})"
-        reason = f"parser audit: {why}: fix the parser and re-evaluate first"
-    elif g1b_pass and gate2.passed:
-        decision, reason = "STOP-1", "Gate-1b and Gate-2 pass: release candidate; the SOTA pin moves"
-    elif (g1a_pass or g1b_pass) and not siblings:
-        decision = "CONFIRM"
-        reason = ("Gate-1b" if g1b_pass else "Gate-1a") + " passes: run a confirmation seed (same pool, same config)"
-    elif stop3a.passed:
-        decision, reason = "STOP-3a", "same-pool stagnation: enter the fault tree"
-    elif stop3b.passed:
-        decision, reason = "STOP-3b", "pool-variance stagnation: enter the fault tree"
-    else:
-        decision = "CONTINUE"
-        reason = "no gate passes" if not (g1a_pass or g1b_pass) else "a gate passed but replication (Gate-2) failed"
-        if gray.passed:
-            reason += "; gray zone: a third run is allowed"
+    decision, reason = _decision(audit, max_rate, audit_blocks, g1a_pass, g1b_pass, gate2.passed, bool(siblings),
+                                 stop3a.passed, stop3b.passed, gray.passed)
 
-    ood = comparisons.get(("baseline_s0", primary_ck, primary_role))
-    idc = comparisons.get(("baseline_s0", primary_ck, id_role))
-    diagnostics = gates.Diagnostics(**{**inputs.diagnostics.__dict__,
-                                       "ood_delta_pp": ood.delta_pp if ood else None,
-                                       "id_delta_pp": idc.delta_pp if idc else None})
-    tree = gates.fault_tree(diagnostics, sop)
+    tree = _fault_tree(inputs, comparisons, primary_ck, primary_role, id_role, sop)
 
-    checkpoints: dict[str, Any] = {}
-    for name in names:
-        cmp = primary[name]
-        entry = {
-            "role": inputs.roles.get(name), "n": cmp.n, "acc_base": cmp.acc_base, "acc_new": cmp.acc_new,
-            "delta_pp": cmp.delta_pp, "b": cmp.b, "c": cmp.c, "mcnemar_p": cmp.mcnemar_p,
-            "mcnemar_midp": cmp.mcnemar_midp, "ci_pp": list(cmp.ci_pp), "holm_p": family.holm_p[name],
-            "se_pp": cmp.se_pp, "mde_pp": cmp.mde_pp,
-            "gate_1a": family.gate_1a[name].passed, "gate_1b": family.gate_1b[name].passed,
-            "gate_1a_holm": family.gate_1a_holm[name].passed, "gate_1b_holm": family.gate_1b_holm[name].passed,
-            "vs": {},
-        }
-        if isinstance(cmp, ClusteredComparison):  # an unclustered checkpoint's entry is as it always was
-            entry.update(test=cmp.test, n_clusters=cmp.n_clusters, naive_mcnemar_p=cmp.naive_p,
-                         naive_ci_pp=list(cmp.naive_ci_pp))
-        for (baseline, ck, role), c in comparisons.items():
-            if ck == name:
-                entry["vs"].setdefault(baseline, {})[role] = _brief(c)
-        checkpoints[name] = entry
+    checkpoints = _checkpoint_entries(names, primary, comparisons, family, inputs.roles)
 
     # on a clustered primary set the rules' "McNemar exact p" and CI are the cluster-robust t's
     clustered_rule = (f" [p and CI: cluster-robust t over {inputs.clusters[primary_role]} (CR1, G − 1 df), in place "
                       "of McNemar and the bootstrap]" if primary_role in inputs.clusters else "")
 
-    def family_dict(gate: str) -> dict[str, Any]:
-        per = getattr(family, gate)
-        first = next(iter(per.values()))
-        return {"passed": any(v.passed for v in per.values()), "rule": first.rule + clustered_rule,
-                "per_checkpoint": {n: {k: v for k, v in per[n].to_dict().items() if k != "rule"} for n in names}}
-
     if adjusted.get("note"):
         notes.append(adjusted["note"])
     flagged = regressions(comparisons, inputs.vs_parent, alpha=1.0 - sop.bootstrap.confidence)
 
-    sota = dict(inputs.sota) if inputs.sota else None
-    new_sota = None
-    sota_moved = False
-    if decision == "STOP-1":
-        winners = [n for n in names if getattr(family, "gate_1b_holm" if holm_mode else "gate_1b")[n].passed]
-        best = max(winners, key=lambda n: (primary[n].delta_pp, -names.index(n)))
-        if not (inputs.pin_is_self and sota and sota.get("checkpoint") == best):
-            # the pin's path (where the checkpoint lies) is filled in when the decision is recorded
-            sota_moved, new_sota = True, best
-            sota = {"attempt": att.id, "checkpoint": best, "path": None, "decided_at": decided_at,
-                    "selection_correction_pp": pin_correction(adjusted, best, reuse)}
+    sota, new_sota, sota_moved = _sota_after(decision, names, primary, family, holm_mode, inputs, decided_at,
+                                             adjusted, reuse)
 
     record: dict[str, Any] = {
         "attempt": att.id,
@@ -399,8 +466,8 @@ def decide(inputs: DecideInputs, sop: Sop, *, decided_at: str) -> Decision:
         "primary_checkpoint": primary_ck,
         "decide_on": sop.checkpoints.decide_on,
         "gates": {
-            "gate_1a": family_dict("gate_1a"), "gate_1b": family_dict("gate_1b"),
-            "gate_1a_holm": family_dict("gate_1a_holm"), "gate_1b_holm": family_dict("gate_1b_holm"),
+            **{gate: _family_dict(family, gate, names, clustered_rule)
+               for gate in ("gate_1a", "gate_1b", "gate_1a_holm", "gate_1b_holm")},
             "gate_2": replace(gate2, numbers={**gate2.numbers, "siblings": [e.attempt for e in siblings]}).to_dict(),
             "stop_3a": stop3a.to_dict(), "stop_3b": stop3b.to_dict(), "gray_zone": gray.to_dict(),
             "parser_audit": Verdict("parser_audit", None if audit is None else not audit_blocks,
@@ -425,9 +492,7 @@ def decide(inputs: DecideInputs, sop: Sop, *, decided_at: str) -> Decision:
         "decided_at": decided_at,
     }
     if inputs.clusters:  # an unclustered decision's record is as it always was
-        record["clustered"] = {role: {"column": column, "n_clusters": next(
-            (c.n_clusters for (_, _, r), c in comparisons.items() if r == role and isinstance(c, ClusteredComparison)),
-            None), "test": "cluster-robust t (CR1, G − 1 df)"} for role, column in inputs.clusters.items()}
+        record["clustered"] = _clustered_sets(inputs, comparisons)
     if inputs.primary_metric != "success":  # a success decision's record is as it always was
         record["primary_metric"] = {"name": inputs.primary_metric, "test": "paired t"}
     return Decision(att.id, decision, reason, record, new_sota)
