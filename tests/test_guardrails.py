@@ -111,7 +111,7 @@ def test_g1_catches_an_adapter_applied_twice(eval_experiment, tmp_path):
     from rlexp.cli import main
     from rlexp.engines.base import Decoding
     from rlexp.engines.local import LocalEngine, merge_adapter
-    from rlexp.stages.evaluate import Target, eval_records
+    from rlexp.stages.eval_records import Target, eval_records
     from rlexp.storage.datasets import read_dataset
 
     att = eval_experiment()

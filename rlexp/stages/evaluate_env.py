@@ -2,7 +2,7 @@
 same episodes, greedy, on the spec's engine (local, vllm or openai).
 
 The targets, the selection, the record files and their metadata, the resumability and the paired
-records are :mod:`rlexp.stages.evaluate`'s: only what a target produces differs — an episode
+records are those of :mod:`rlexp.stages.evaluate` (:mod:`rlexp.stages.eval_records`): only what a target produces differs — an episode
 (:func:`rlexp.adapters.episodes.play_episodes` driven by the engine's ``generate_tokens``:
 token-in/token-out, every turn's ids as the engine produced them, the feedback rendered and
 tokenised once by the base model's tokenizer, so every engine is given the same ids turn by turn;
@@ -88,16 +88,12 @@ def play_into(writer: Any, engine: Any, tokenizer: Any, target: Any, problems: l
 
 
 def evaluate_episodes(att: Any, attempt_dir: Path, roles, selection, targets, base, limit, show_progress):
-    """Evaluate every target on every set's episodes; an :class:`~rlexp.stages.evaluate.EvalOutcome`."""
+    """Evaluate every target on every set's episodes; an :class:`~rlexp.stages.eval_records.EvalOutcome`."""
     from rlexp.adapters.episode_rewards import EpisodeRewarder
     from rlexp.adapters.episodes import SlotCache
     from rlexp.core.environments import rows_for_task
     from rlexp.engines.base import close_engine
-    from rlexp.storage.files import atomic_write_json
-    from rlexp.storage.layout import AttemptDir
-    from rlexp.storage.records import read_records, summarize
-
-    from .evaluate import (
+    from rlexp.stages.eval_records import (
         EvalOutcome,
         FileOutcome,
         build_engine,
@@ -106,6 +102,9 @@ def evaluate_episodes(att: Any, attempt_dir: Path, roles, selection, targets, ba
         record_metas,
         write_paired,
     )
+    from rlexp.storage.files import atomic_write_json
+    from rlexp.storage.layout import AttemptDir
+    from rlexp.storage.records import read_records, summarize
 
     settings = att.environment
     budgets, decoding, grading, extra = episode_settings(att)
@@ -152,9 +151,15 @@ def baseline_episode_records(att: Any, limit: int | None) -> list[dict[str, Any]
     from rlexp.adapters.episode_rewards import EpisodeRewarder
     from rlexp.adapters.episodes import SlotCache
     from rlexp.core.environments import rows_for_task
+    from rlexp.stages.eval_records import (
+        Target,
+        build_engine,
+        check_record_files,
+        eval_lock,
+        load_problems,
+        record_metas,
+    )
     from rlexp.storage.records import BASELINE_S0, read_records
-
-    from .evaluate import Target, build_engine, check_record_files, eval_lock, load_problems, record_metas
 
     loaded = load_problems(att, "ood_primary", limit)
     if loaded is None:

@@ -301,7 +301,7 @@ def run_g1(
     else:
         from rlexp.engines.base import Decoding
         from rlexp.engines.local import LocalEngine
-        from rlexp.stages.evaluate import Target, eval_records, load_problems
+        from rlexp.stages.eval_records import Target, eval_records, load_problems
 
         saved = AttemptDir(attempt_dir).checkpoints()
         if not saved:
@@ -372,7 +372,7 @@ def _baseline_records(att: Any, limit: int | None, *, show_progress: bool = Fals
     """Baseline-S0 greedy records on the primary set, through the normal eval pipeline (written to
     ``eval/baseline_s0/ood_primary.jsonl``, so a later ``rlexp eval`` resumes from them)."""
     from rlexp.engines.base import Decoding
-    from rlexp.stages.evaluate import (
+    from rlexp.stages.eval_records import (
         Target,
         build_engine,
         check_record_files,
@@ -452,7 +452,7 @@ def run_g4(attempt: str | Path, *, k: int | None = None, limit: int | None = Non
     records on the primary set; those are produced first if missing) into ``guards/g4_samples.jsonl``."""
     from rlexp.core.spec import load_attempt
     from rlexp.engines.base import Decoding
-    from rlexp.stages.evaluate import Target, build_engine, eval_records, load_problems
+    from rlexp.stages.eval_records import Target, build_engine, eval_records, load_problems
     from rlexp.storage.records import BASELINE_S0, read_records
 
     att = load_attempt(attempt)
