@@ -6,7 +6,7 @@ and Baseline-S0 on the primary set (their ``trajectory``, ``reward`` and ``corre
 ``metrics.jsonl`` (the per-step episode metrics, first and last step). The primary metric is the
 spec's ``environment.primary_metric``: ``success`` (0/1 per episode: McNemar, rlexp.stats) or
 ``mean_reward`` (the return per episode: the paired mean-score statistics of
-rlexp.core.paired_scores), on which ``rlexp decide`` takes the SOP gates too.
+rlexp.stats.mean_score_comparison), on which ``rlexp decide`` takes the SOP gates too.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def primary_comparison(base: Sequence[Mapping[str, Any]], new: Sequence[Mapping[
     pairs = [(b, by_hash[b["problem_hash"]]) for b in base if b["problem_hash"] in by_hash]
     if metric == "mean_reward":
         pairs = [(b, n) for b, n in pairs if b.get("reward") is not None and n.get("reward") is not None]
-        from rlexp.core.paired_scores import mean_score_comparison
+        from rlexp.stats import mean_score_comparison
 
         return mean_score_comparison([float(b["reward"]) for b, _ in pairs], [float(n["reward"]) for _, n in pairs],
                                      resamples=resamples, seed=seed)

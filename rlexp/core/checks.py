@@ -42,7 +42,6 @@ from typing import Any
 
 from rlexp.core.agentic_checks import check_agentic
 from rlexp.core.engines import engine_traits
-from rlexp.core.power import WIN_THRESHOLD_PP, PowerReport, power_report
 from rlexp.core.schedule import (
     CheckpointPlan,
     Steps,
@@ -61,6 +60,7 @@ from rlexp.core.spec import (
 from rlexp.core.task import problem_hash
 from rlexp.core.verdict import Verdict, check
 from rlexp.errors import InputError
+from rlexp.stats import WIN_THRESHOLD_PP, PowerReport, power_report
 from rlexp.storage.files import iter_jsonl
 from rlexp.trainers import rules as trainer_rules
 

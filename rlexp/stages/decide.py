@@ -159,7 +159,7 @@ def gather(attempt: str | Path, sop: Any) -> tuple[DecideInputs, dict[str, Any]]
         recipe_sha256=attempt_recipe_sha256(att), seed=seed)
     history = {k: v for k, v in latest_by_attempt(read_ledger(exp_dir)).items() if k != att.id}
     rows = read_metrics(ad.metrics) if ad.metrics.exists() else []
-    from rlexp.adapters.rendering import compare_with_parent
+    from rlexp.adapters.report import compare_with_parent
 
     try:  # for the regression flags only: a parent that cannot be compared does not block the decision
         vs_parent = {c["new"]: c for c in compare_with_parent(att.attempt_dir, sop).values()}

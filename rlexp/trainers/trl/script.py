@@ -33,8 +33,11 @@ TRL_METRIC_ALIASES = {source: canonical for canonical, sources in _TRL_NAMES.ite
 
 
 @dataclass(frozen=True)
-class TrlLaunch:
-    """What the launcher writes and runs for a TRL attempt."""
+class TrlScript:
+    """What the launcher writes and runs for a TRL attempt: the argv, the generated training script
+    (its path and text) and the generated modules beside it. (The trainer's launch, the
+    ``TrainerLaunch`` the registry finds, is :class:`rlexp.trainers.trl.launch.TrlLaunch`; it
+    turns this into a ``LaunchPlan``.)"""
 
     argv: list[str]
     script: Path
@@ -79,7 +82,7 @@ def config_kwargs(att: Any, ad: AttemptDir) -> tuple[dict[str, Any], dict[str, A
     return {**stated, "output_dir": str(ad.resume_state_dir("trl")), "report_to": report_to}, model_kwargs
 
 
-def prepare_launch(att: Any, ad: AttemptDir, *, resume: bool, must_exist: bool = True) -> TrlLaunch:
+def prepare_launch(att: Any, ad: AttemptDir, *, resume: bool, must_exist: bool = True) -> TrlScript:
     """The script and argv of a TRL run of ``att`` (nothing is written here)."""
     from rlexp.trainers.trl.template import render_training_script
 
@@ -115,11 +118,11 @@ def prepare_launch(att: Any, ad: AttemptDir, *, resume: bool, must_exist: bool =
 
         adapter = tools_adapter(att, ad, kwargs, config["rlexp_root"])  # sets max_tool_calling_iterations
         text = render_training_script(att.id, att.trainer.version, config, environment_factory=True)
-        return TrlLaunch(argv + list(adapter.argv_tail), script, text, {script: text, adapter.path: adapter.text})
+        return TrlScript(argv + list(adapter.argv_tail), script, text, {script: text, adapter.path: adapter.text})
     text = render_training_script(att.id, att.trainer.version, config)
     if env is not None:  # an environment task: TRL's rollout_func adapter
         from rlexp.trainers.trl.agent import rollout_adapter
 
         adapter = rollout_adapter(att, ad, kwargs, config["rlexp_root"])
-        return TrlLaunch(argv + list(adapter.argv_tail), script, text, {script: text, adapter.path: adapter.text})
-    return TrlLaunch(argv, script, text)
+        return TrlScript(argv + list(adapter.argv_tail), script, text, {script: text, adapter.path: adapter.text})
+    return TrlScript(argv, script, text)

@@ -246,7 +246,7 @@ def write_agent_loop(directory: str | Path, env: str, config: Mapping[str, Any],
 
 
 def launch_files(att: Any, launch: Any, directory: Path) -> tuple[Any, dict[Path, str]]:
-    """``rlexp launch`` on an environment task: verl's launch (rlexp.trainers.verl.hydra.VerlLaunch) with
+    """``rlexp launch`` on an environment task: verl's launch (rlexp.trainers.verl.hydra.VerlHydraRun) with
     the agent keys added to its argv and the loop's directory on ``PYTHONPATH``, and the files to
     write. A recipe that states one of the agent keys itself is refused (Hydra would see it twice).
     A recipe on ``grpo`` runs rlexp's GRPO instead (:mod:`rlexp.trainers.verl.advantage`: the error

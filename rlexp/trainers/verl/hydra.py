@@ -273,8 +273,11 @@ def write_verl_dataset(source: Path, target: Path, suffix: str, data_source: str
 
 
 @dataclass(frozen=True)
-class VerlLaunch:
-    """Everything ``rlexp launch`` needs for a verl run."""
+class VerlHydraRun:
+    """Everything ``rlexp launch`` needs for a verl run: the Hydra argv, its environment, the data
+    files to convert and the reward and metrics files. (The trainer's launch, the ``TrainerLaunch``
+    the registry finds, is :class:`rlexp.trainers.verl.launch.VerlLaunch`; it turns this into a
+    ``LaunchPlan``.)"""
 
     argv: list[str]
     env: dict[str, str]  # the trainer's environment additions (the file logger's path)
@@ -283,7 +286,7 @@ class VerlLaunch:
     metrics_file: Path
 
 
-def prepare_launch(att: Any, *, resume: bool, must_exist: bool = True) -> VerlLaunch:
+def prepare_launch(att: Any, *, resume: bool, must_exist: bool = True) -> VerlHydraRun:
     """The argv, environment and files of a verl launch; every input checked, nothing written."""
     spec_file = getattr(att, "display_path", None) or att.spec_path
     stated = check_recipe(stated_recipe(att), att.trainer.version, spec_file)
@@ -300,5 +303,5 @@ def prepare_launch(att: Any, *, resume: bool, must_exist: bool = True) -> VerlLa
     argv = build_argv(attempt_config(stated, paths, att.id, resume=resume), att.trainer.version, spec_file)
     datasets = ((pool.path, paths.train_file, pool.prompt_suffix, DATA_SOURCE_POOL),
                 (monitor.path, paths.val_file, monitor.prompt_suffix, DATA_SOURCE_MONITOR))
-    return VerlLaunch(argv=argv, env={FILE_LOGGER_ENV: str(paths.metrics_file)}, datasets=datasets,
+    return VerlHydraRun(argv=argv, env={FILE_LOGGER_ENV: str(paths.metrics_file)}, datasets=datasets,
                       reward_file=paths.reward_file, metrics_file=paths.metrics_file)

@@ -24,9 +24,9 @@ def build_verl_plan(att: Attempt, plan_format: int) -> dict[str, Any]:
     """plan.json for a verl attempt; ``plan_format`` is rlexp.stages.plan.PLAN_FORMAT (handed in:
     the stage plan calls this module)."""
     from rlexp.core.checks import MAX_GLOBAL_STEPS, primary_power
-    from rlexp.core.power import power_report
     from rlexp.core.schedule import lr_rows_for_plan
     from rlexp.core.spec import diff_against_parent
+    from rlexp.stats import power_report
     from rlexp.storage.files import sha256_file
     from rlexp.trainers.verl import hydra as backend
     from rlexp.trainers.verl.checks import verl_checkpoint_plan, verl_preflight
@@ -62,8 +62,8 @@ def build_verl_plan(att: Attempt, plan_format: int) -> dict[str, Any]:
                                                                 "n": None}  # fmt: skip
     power_json["monitor"] = (power_report(monitor.size, att.baseline.discordance).as_dict()
                              if monitor and monitor.size else None)  # fmt: skip
-    from rlexp.core.gate_power import add_best_of_k
     from rlexp.core.sop import load_sop
+    from rlexp.stats._gate_power import add_best_of_k
 
     add_best_of_k(power_json, load_sop())
     return {
