@@ -14,7 +14,10 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rlexp.core.spec.model import Attempt
 
 TRAINING_KEYS = ("episode_return", "turns_per_episode", "tool_calls_per_episode", "env_errors",
                  "env_error_episodes_masked", "reward_error_episodes_masked", "agent_token_fraction", "env_latency_s")
@@ -149,7 +152,7 @@ def trajectory_table(base_name: str, new_name: str, b: Mapping[str, Any], n: Map
     return lines
 
 
-def _environment_of_rows(att: Any, role: str) -> dict[str, str]:
+def _environment_of_rows(att: Attempt, role: str) -> dict[str, str]:
     """problem hash → the environment its row plays, for one set (empty when the set cannot be read)."""
     from rlexp.core.environments import rows_from_dataset
     from rlexp.errors import InputError

@@ -19,9 +19,12 @@ module and use the shared ones here).
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rlexp.core.verdict import Verdict, check
+
+if TYPE_CHECKING:
+    from rlexp.core.spec.model import Attempt
 
 ERROR = "error"
 WARNING = "warning"
@@ -69,13 +72,13 @@ def check_gspo_clip(loss: str, clip: float | None, clip_name: str) -> list[Verdi
                   "0.2 (the token-level default) barely clips", REF)]
 
 
-def check_agentic(att: Any) -> list[Verdict]:
+def check_agentic(att: Attempt) -> list[Verdict]:
     """All rules for an attempt with an environment task on a trainer with an agent interface (its
     rules' ``agent_api_since``; none for the local trainer, whose episode budgets are rlexp's own):
     the release, then the trainer's own (its rules' ``agentic_checks``)."""
     from rlexp.trainers import rules as trainer_rules
 
-    env = getattr(att, "environment", None)
+    env = att.environment
     rules = trainer_rules(att.trainer.name)
     if env is None or rules.agent_api_since is None:
         return []

@@ -167,7 +167,7 @@ def check_run_health(att: Attempt) -> list[Verdict]:
     from rlexp.trainers import rules as trainer_rules
 
     return trainer_rules(att.trainer.name).run_health_checks(dict(att.recipe), str(att.trainer.version),
-                                                            getattr(att, "environment", None))
+                                                            att.environment)
 
 
 def primary_power(att: Attempt) -> PowerReport | None:

@@ -26,11 +26,14 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlexp.core.decision import BASELINES, AttemptFacts, DecideInputs, Decision
 from rlexp.errors import InputError
 from rlexp.storage.layout import AttemptDir, Checkpoint
+
+if TYPE_CHECKING:
+    from rlexp.core.spec.model import Attempt
 
 
 def decide(attempt: str | Path, *, sop_path: str | Path | None = None, now: str | None = None) -> Decision:
@@ -166,8 +169,8 @@ def gather(attempt: str | Path, sop: Any) -> tuple[DecideInputs, dict[str, Any]]
     except InputError as exc:
         vs_parent = {}
         skipped.append(f"no comparison with the parent for the regression flags: {exc}")
-    primary_metric = att.environment.primary_metric if getattr(att, "environment", None) is not None else "success"
-    if getattr(att, "environment", None) is not None:
+    primary_metric = att.environment.primary_metric if att.environment is not None else "success"
+    if att.environment is not None:
         _refuse_reward_errors(ad)
     rewards = _episode_rewards(ad, paired) if primary_metric == "mean_reward" else {}
     inputs = DecideInputs(
@@ -180,7 +183,7 @@ def gather(attempt: str | Path, sop: Any) -> tuple[DecideInputs, dict[str, Any]]
     return inputs, {"attempt_dir": ad, "experiment_dir": exp_dir, "selected": {c.name: c for c in selected}}
 
 
-def _clusters(att: Any, paired: dict[tuple[str, str, str], Any], sets: tuple[str, ...]
+def _clusters(att: Attempt, paired: dict[tuple[str, str, str], Any], sets: tuple[str, ...]
               ) -> tuple[dict[str, str], dict[tuple[str, str, str], list[Any]]]:
     """The sets that declare a cluster column (role -> column) and, for each paired key on them, the
     cluster of each paired record in its order. A record whose problem is not in the set's file is an

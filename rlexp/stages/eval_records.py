@@ -15,7 +15,7 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlexp.engines.base import Decoding, Engine, Request
 from rlexp.errors import InputError
@@ -29,6 +29,9 @@ from rlexp.storage.records import (
     make_record,
     record_path,
 )
+
+if TYPE_CHECKING:
+    from rlexp.core.spec.model import Attempt, EvalSpec
 
 DEFAULT_CHUNK = 256  # requests per engine call for engines without a preference (local)
 
@@ -70,7 +73,7 @@ class EvalOutcome:
 # --------------------------------------------------------------------------- engines
 
 
-def build_engine(att: Any, base: Path | str, targets: Sequence[Target]) -> tuple[Engine, Any]:
+def build_engine(att: EvalSpec, base: Path | str, targets: Sequence[Target]) -> tuple[Engine, Any]:
     """The engine the spec names, serving the base and each target's adapter; plus a tokenizer
     for rendering prompts (the base model's own, so its chat template)."""
     from rlexp.engines.registry import open_engine
@@ -123,7 +126,7 @@ def model_sha256(path: Path | str | None, cache_file: Path, *, save: bool = True
 # --------------------------------------------------------------------------- the pipeline
 
 
-def load_problems(att: Any, role: str, limit: int | None = None) -> tuple[list[dict[str, Any]], Path, str] | None:
+def load_problems(att: EvalSpec, role: str, limit: int | None = None) -> tuple[list[dict[str, Any]], Path, str] | None:
     from rlexp.storage.datasets import read_dataset
 
     ref = att.datasets.get(role)
@@ -255,7 +258,7 @@ def _record(problem: dict[str, Any], samples: Sequence[Any], grading: str) -> di
     return record
 
 
-def load_eval_sets(att, roles, limit) -> dict[str, tuple[Any, Path, str]]:
+def load_eval_sets(att: Attempt, roles: Sequence[str], limit: int | None) -> dict[str, tuple[Any, Path, str]]:
     """``role -> (problems, path, sha256)`` of every eval set the attempt names a path for; the
     primary set must have one."""
     datasets = {}

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlexp.core.numbers import NONFINITE_JSON
 from rlexp.engines.base import Decoding, Engine, close_engine
@@ -35,6 +35,9 @@ from rlexp.stages.eval_records import (
 from rlexp.storage.files import atomic_write_json, iter_jsonl
 from rlexp.storage.layout import ADAPTER_PATTERN, AttemptDir, ExperimentDir, checkpoint_name, checkpoint_step
 from rlexp.storage.records import BASELINE_S0, BASELINE_SOTA, read_records, record_path, summarize
+
+if TYPE_CHECKING:
+    from rlexp.core.spec.model import Attempt
 
 EVAL_SETS = ("ood_primary", "id", "sanity")
 
@@ -63,7 +66,7 @@ def monitor_points(attempt_dir: Path) -> tuple[list[tuple[int, float]], int | No
     return points, last
 
 
-def select_checkpoints(att: Any, *, write: bool = True) -> dict[str, Any]:
+def select_checkpoints(att: Attempt, *, write: bool = True) -> dict[str, Any]:
     """Run the SOP's K=3 selection and (``write``) write ``eval/selection.json``."""
     from rlexp.core.gates import RegisteredSelection, select_k3
     from rlexp.core.sop import load_sop
@@ -84,7 +87,7 @@ def select_checkpoints(att: Any, *, write: bool = True) -> dict[str, Any]:
     return payload
 
 
-def plan_targets(att: Any, selection: dict[str, Any], only: Sequence[str] | None = None) -> list[Target]:
+def plan_targets(att: Attempt, selection: dict[str, Any], only: Sequence[str] | None = None) -> list[Target]:
     """Baselines first (they are shared by every comparison), then the selected checkpoints."""
     from rlexp.storage.ledger import read_sota
 
@@ -100,7 +103,7 @@ def plan_targets(att: Any, selection: dict[str, Any], only: Sequence[str] | None
             raise InputError(ExperimentDir(att.experiment_dir).sota, "path", f"pinned checkpoint {path} does not exist")
         targets.append(Target(BASELINE_SOTA, path))
     steps = [checkpoint_step(name) for name in selection["checkpoints"]]
-    for step in getattr(att, "checkpoints_extra", ()) or ():  # pre-registered extras (sop/README.md#k3-checkpoints)
+    for step in att.checkpoints_extra:  # pre-registered extras (sop/README.md#k3-checkpoints)
         if step not in saved:
             raise InputError(att.spec_path, "checkpoints.extra", f"pre-registered step {step} was not saved")
         if step not in steps:
@@ -134,7 +137,7 @@ def evaluate(
     from rlexp.core.spec import load_attempt
 
     att = load_attempt(attempt)
-    env = getattr(att, "environment", None)
+    env = att.environment
     if env is not None and env.actions != "text":
         # the episode eval plays text turns; a model trained through tool calls would be graded on a
         # format it was not trained for
@@ -151,14 +154,16 @@ def evaluate(
     base = att.base_model()
     # the lock first: a second `rlexp eval` exits at once instead of after loading a model
     with eval_lock(attempt_dir):
-        if getattr(att, "environment", None) is not None:  # episodes instead of single generations
+        if att.environment is not None:  # episodes instead of single generations
             from rlexp.stages.evaluate_env import evaluate_episodes
 
             return evaluate_episodes(att, attempt_dir, roles, selection, targets, base, limit, show_progress)
         return _evaluate_locked(att, attempt_dir, roles, selection, targets, base, limit, show_progress, engine)
 
 
-def _evaluate_locked(att, attempt_dir, roles, selection, targets, base, limit, show_progress, engine) -> EvalOutcome:
+def _evaluate_locked(att: Attempt, attempt_dir: Path, roles: list[str], selection: dict[str, Any],
+                     targets: list[Target], base: Path | str, limit: int | None, show_progress: bool,
+                     engine: Engine | None) -> EvalOutcome:
     """Build the engine (unless one is handed in), evaluate, and close it when evaluation ends,
     also on error. A caller that hands in an engine keeps ownership: evaluate does not close it."""
     if engine is not None:
@@ -172,8 +177,9 @@ def _evaluate_locked(att, attempt_dir, roles, selection, targets, base, limit, s
         close_engine(engine)
 
 
-def _evaluate_with(att, attempt_dir, roles, selection, targets, base, limit, show_progress, engine,
-                   tokenizer) -> EvalOutcome:
+def _evaluate_with(att: Attempt, attempt_dir: Path, roles: list[str], selection: dict[str, Any],
+                   targets: list[Target], base: Path | str, limit: int | None, show_progress: bool, engine: Engine,
+                   tokenizer: Any) -> EvalOutcome:
     decoding = Decoding.for_eval(att.eval)
     datasets = load_eval_sets(att, roles, limit)
 

@@ -22,9 +22,12 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlexp.errors import InputError
+
+if TYPE_CHECKING:
+    from rlexp.core.spec.model import Attempt
 
 
 def environment_meta(settings: Any) -> dict[str, Any]:
@@ -39,7 +42,7 @@ def environment_meta(settings: Any) -> dict[str, Any]:
     return out
 
 
-def episode_settings(att: Any) -> tuple[Any, Any, str, dict[str, Any]]:
+def episode_settings(att: Attempt) -> tuple[Any, Any, str, dict[str, Any]]:
     """``(budgets, decoding, grading, extra_meta)`` of an attempt's episode eval: greedy, one
     sample, the per-turn budget as ``max_tokens``; ``grading`` (an identity key of a record file)
     is ``episode:`` + the digest of the environment settings."""
@@ -87,7 +90,7 @@ def play_into(writer: Any, engine: Any, tokenizer: Any, target: Any, problems: l
     return len(todo)
 
 
-def evaluate_episodes(att: Any, attempt_dir: Path, roles, selection, targets, base, limit, show_progress):
+def evaluate_episodes(att: Attempt, attempt_dir: Path, roles, selection, targets, base, limit, show_progress):
     """Evaluate every target on every set's episodes; an :class:`~rlexp.stages.eval_records.EvalOutcome`."""
     from rlexp.adapters.episode_rewards import EpisodeRewarder
     from rlexp.adapters.episodes import SlotCache
@@ -144,7 +147,7 @@ def evaluate_episodes(att: Any, attempt_dir: Path, roles, selection, targets, ba
     return EvalOutcome(selection, tuple(files), tuple(paired))
 
 
-def baseline_episode_records(att: Any, limit: int | None) -> list[dict[str, Any]]:
+def baseline_episode_records(att: Attempt, limit: int | None) -> list[dict[str, Any]]:
     """Baseline-S0's greedy episodes on the primary set through the eval pipeline (written to
     ``eval/baseline_s0/ood_primary.jsonl``, so a later ``rlexp eval`` resumes from them): what G2
     grades on an environment task (the final answer of each episode)."""

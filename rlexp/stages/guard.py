@@ -43,6 +43,7 @@ from rlexp.storage.layout import ADAPTER_PATTERN, AttemptDir, checkpoint_name, c
 
 if TYPE_CHECKING:
     from rlexp.core.sop import G2Settings, G4Settings, Sop
+    from rlexp.core.spec.model import Attempt
 
 
 AUDIT_VERDICTS = ("ok", "misparse", "ambiguous")
@@ -368,7 +369,7 @@ def parser_ceiling(records: Sequence[dict[str, Any]], t: G2Settings | None = Non
     )
 
 
-def _baseline_records(att: Any, limit: int | None, *, show_progress: bool = False) -> list[dict[str, Any]]:
+def _baseline_records(att: Attempt, limit: int | None, *, show_progress: bool = False) -> list[dict[str, Any]]:
     """Baseline-S0 greedy records on the primary set, through the normal eval pipeline (written to
     ``eval/baseline_s0/ood_primary.jsonl``, so a later ``rlexp eval`` resumes from them)."""
     from rlexp.engines.base import Decoding
@@ -407,7 +408,7 @@ def run_g2(attempt: str | Path, problems: int | None = None, *, sop: Sop | None 
 
     att = load_attempt(attempt)
     g2 = guard_settings(sop).g2
-    if getattr(att, "environment", None) is not None:  # episodes: G2 grades each episode's final answer
+    if att.environment is not None:  # episodes: G2 grades each episode's final answer
         from rlexp.stages.evaluate_env import baseline_episode_records
 
         records = baseline_episode_records(att, problems or g2.problems)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from rlexp.core.fields import (
     BOOLEAN,
@@ -215,6 +216,20 @@ class Baseline:
                                                              "the worst case)")
     cluster_size: float | None = declared(None, number(1), "assumed mean problems per cluster of a clustered "
                                                            "primary set whose file is not there yet")
+
+
+class EvalSpec(Protocol):
+    """What the eval pipeline (engines, eval sets) reads of a spec: an :class:`Attempt`, or a sweep
+    (:class:`rlexp.core.sweep.SweepSpec`), which has the same three attributes."""
+
+    @property
+    def eval(self) -> EvalSettings: ...
+
+    @property
+    def datasets(self) -> Mapping[str, DatasetRef]: ...
+
+    @property
+    def spec_path(self) -> Path: ...
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from rlexp.errors import InputError
 
 if TYPE_CHECKING:
     from rlexp.core.schedule import Steps
+    from rlexp.core.spec.model import Attempt
 
 
 def _default(name: str) -> Any:
@@ -124,7 +125,7 @@ class TrainerConfig:
         return compute_steps(self.recipe(), pool_size, self.trainer_version, trainer="local")
 
 
-def config_from_attempt(att: Any) -> TrainerConfig:
+def config_from_attempt(att: Attempt) -> TrainerConfig:
     """Map a loaded attempt (rlexp.core.spec) onto the trainer's configuration (a TrainerConfig)."""
     recipe = dict(att.recipe)
     where = att.spec_path
@@ -157,7 +158,7 @@ def config_from_attempt(att: Any) -> TrainerConfig:
         eval_max_len=int(recipe.get("generate_max_len") or 16),
         max_global_steps=int(global_steps) if global_steps else None,
         trainer_version=str(att.trainer.version),
-        environment=getattr(att, "environment", None),
+        environment=att.environment,
         loss_agg_mode=recipe.get("loss_agg_mode"),
         **values,
     )

@@ -70,10 +70,13 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlexp.storage.files import atomic_write_text
 from rlexp.trainers.openrlhf.checks import masks_error_episodes
+
+if TYPE_CHECKING:
+    from rlexp.core.spec.model import Attempt
 
 AGENT_FLAG_UNDERSCORE = "--agent_func_path"  # 0.9.3 ... 0.10.1.post2
 AGENT_FLAG_DOTTED = "--train.agent_func_path"  # 0.10.2 on
@@ -357,7 +360,7 @@ def load_agent_executor(agent_file: str | Path) -> Any:
     return module.AgentExecutor()
 
 
-def check_one_environment(att: Any) -> None:
+def check_one_environment(att: Attempt) -> None:
     """The generated adapters play the attempt's one environment (the trainers hand the agent a
     prompt and a label, not a row's ``env``/``config``): a training-set row naming another one is
     refused here (file and line) rather than silently played in the wrong environment."""
@@ -376,7 +379,7 @@ def check_one_environment(att: Any) -> None:
                                  f"attempt's environment.name {env.name!r} with its config")
 
 
-def launch_files(att: Any, recipe: Mapping[str, Any], agent_file: Path) -> tuple[dict[str, Any], dict[Path, str]]:
+def launch_files(att: Attempt, recipe: Mapping[str, Any], agent_file: Path) -> tuple[dict[str, Any], dict[Path, str]]:
     """``rlexp launch`` on an environment task: the recipe with the agent file in it, and the file
     to write beside the argv (the attempt's environment, its config and turn limit)."""
     check_one_environment(att)

@@ -4,7 +4,7 @@ with their suffix, and its metrics through its stdout or its TensorBoard scalars
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlexp.adapters.base_models import loadable
 from rlexp.errors import InputError
@@ -12,8 +12,11 @@ from rlexp.storage.layout import AttemptDir
 from rlexp.trainers.launch import LaunchPlan, TrainerLaunch
 from rlexp.trainers.openrlhf import RULES
 
+if TYPE_CHECKING:
+    from rlexp.core.spec.model import Attempt
 
-def training_data(att: Any, ad: AttemptDir, must_exist: bool = True) -> tuple[str, dict[str, tuple[Path, Path, str]]]:
+
+def training_data(att: Attempt, ad: AttemptDir, must_exist: bool = True) -> tuple[str, dict[str, tuple[Path, Path, str]]]:
     """The pool path for ``--prompt_data``. Prompts are stored without their suffix (the spec
     holds it), and OpenRLHF ignores ``--input_template`` under ``--apply_chat_template``, so a
     suffixed copy is written under ``launch/data/`` when a suffix is set — the hand-made
@@ -32,7 +35,7 @@ def training_data(att: Any, ad: AttemptDir, must_exist: bool = True) -> tuple[st
     return prompt_data, suffixed
 
 
-def stated_recipe(att: Any) -> dict[str, Any]:
+def stated_recipe(att: Attempt) -> dict[str, Any]:
     """The keys some spec in the chain states (the trainer's own defaults cover the rest).
 
     What a release lacks is the builder's business (:func:`rlexp.trainers.openrlhf.argv.build_train_argv`):
@@ -42,7 +45,7 @@ def stated_recipe(att: Any) -> dict[str, Any]:
     """
     from rlexp.trainers.launch import loss_recipe
 
-    return loss_recipe(att, getattr(att, "recipe_stated", None) or att.recipe)
+    return loss_recipe(att, att.recipe_stated or att.recipe)
 
 
 # The loss aggregation. OpenRLHF 0.11.2 has the flag (token-mean | seq-mean-token-mean, the KL loss
@@ -62,7 +65,7 @@ def fixed_loss_agg(recipe: Any) -> str:
 class OpenRLHFLaunch(TrainerLaunch):
     rules = RULES
 
-    def plan_details(self, att: Any, steps: Any) -> dict[str, Any]:
+    def plan_details(self, att: Attempt, steps: Any) -> dict[str, Any]:
         from rlexp.trainers.openrlhf.argv import plan_train_command
 
         return {"openrlhf_command": plan_train_command(att)}
@@ -106,7 +109,7 @@ class OpenRLHFLaunch(TrainerLaunch):
             out[underscore.get(name, name)] = value
         return out
 
-    def loss_agg_recipe(self, att: Any, mode: str, recipe: Any) -> dict[str, Any]:
+    def loss_agg_recipe(self, att: Attempt, mode: str, recipe: Any) -> dict[str, Any]:
         """``actor.loss_agg_mode`` where the release's parser has the flag (0.11.2: token-mean and
         seq-mean-token-mean), with the modes its choices list. A release without it applies one
         aggregation (:func:`fixed_loss_agg`): that mode is accepted and nothing written; before 0.10.4
@@ -128,7 +131,7 @@ class OpenRLHFLaunch(TrainerLaunch):
             raise ValueError(f"OpenRLHF {version} has no --{AGG_FLAG} (0.11.2 has): it aggregates {fixed}")
         return {}
 
-    def loss_agg_default(self, att: Any, recipe: Any) -> tuple[str, str]:
+    def loss_agg_default(self, att: Attempt, recipe: Any) -> tuple[str, str]:
         from rlexp.core.schedule import parse_version
 
         kl = "the KL loss token-mean whatever the mode"
@@ -140,7 +143,7 @@ class OpenRLHFLaunch(TrainerLaunch):
                                                 f"count and divides by the accumulation steps; {kl}")
         return fixed, f"OpenRLHF's {'GSPO' if fixed != 'token-mean' else 'default'}, over the optimizer step; {kl}"
 
-    def prepare(self, att: Any, ad: AttemptDir, *, resume: bool, must_exist: bool) -> LaunchPlan:
+    def prepare(self, att: Attempt, ad: AttemptDir, *, resume: bool, must_exist: bool) -> LaunchPlan:
         from rlexp.trainers.openrlhf import argv as openrlhf
 
         reward_file = ad.reward_func
@@ -160,7 +163,7 @@ class OpenRLHFLaunch(TrainerLaunch):
         )
         recipe = openrlhf.attempt_recipe(stated_recipe(att), paths, resume=resume)
         adapters: dict = {}
-        if getattr(att, "environment", None) is not None:  # an environment task: the agent file replaces the reward file
+        if att.environment is not None:  # an environment task: the agent file replaces the reward file
             from rlexp.trainers.openrlhf import agent
 
             recipe, adapters = agent.launch_files(att, recipe, ad.agent_func)
@@ -169,7 +172,7 @@ class OpenRLHFLaunch(TrainerLaunch):
         return LaunchPlan(built.argv, reward_file=reward_file, suffixed=suffixed, dropped=built.dropped,
                           adapters=adapters)
 
-    def resume_step(self, att: Any, ad: AttemptDir) -> int:
+    def resume_step(self, att: Attempt, ad: AttemptDir) -> int:
         latest = ad.latest_resume_state(self.rules.name)
         if latest is None and att.recipe.get("disable_ds_ckpt"):
             # OpenRLHF keeps no resumable state at all: --resume would always start over

@@ -40,16 +40,19 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlexp.errors import InputError
 from rlexp.trainers.trl.agent import check_episode_rules
+
+if TYPE_CHECKING:
+    from rlexp.core.spec.model import Attempt
 
 # a chat template TRL's tool loop can use must carry a response_template to parse the calls with
 RESPONSE_TEMPLATE_KEY = "response_template"
 
 
-def tool_tables(att: Any, imports: Mapping[str, tuple[str, str]]) -> dict[str, list[dict[str, Any]]]:
+def tool_tables(att: Attempt, imports: Mapping[str, tuple[str, str]]) -> dict[str, list[dict[str, Any]]]:
     """``{environment name: its tools as plain values}`` of every environment the attempt plays;
     an environment that declares no tools is refused on ``environment.actions``."""
     from rlexp.core.environments import environment_tools, resolve
@@ -72,7 +75,7 @@ def tool_tables(att: Any, imports: Mapping[str, tuple[str, str]]) -> dict[str, l
     return out
 
 
-def check_tool_recipe(att: Any, grpo_kwargs: Mapping[str, Any]) -> None:
+def check_tool_recipe(att: Attempt, grpo_kwargs: Mapping[str, Any]) -> None:
     """What TRL's tool loop cannot serve, refused with one line naming the field."""
     spec = att.display_path or att.spec_path
     settings = att.environment
@@ -91,7 +94,7 @@ def check_tool_recipe(att: Any, grpo_kwargs: Mapping[str, Any]) -> None:
                                                                      f"max_turns - 1 = {settings.max_turns - 1}")
 
 
-def check_tool_template(att: Any) -> None:
+def check_tool_template(att: Attempt) -> None:
     """The base model's tokenizer must carry a ``response_template`` (TRL parses the calls with it)."""
     import json
     from pathlib import Path
@@ -109,7 +112,7 @@ def check_tool_template(att: Any) -> None:
                                                         "chat template with tool calls and a tool role)")
 
 
-def tools_adapter(att: Any, ad: Any, grpo_kwargs: dict[str, Any], rlexp_root: str) -> Any:
+def tools_adapter(att: Attempt, ad: Any, grpo_kwargs: dict[str, Any], rlexp_root: str) -> Any:
     """The environment_factory module of a tool-call attempt (nothing is written here); sets
     ``max_tool_calling_iterations`` in ``grpo_kwargs`` (``max_turns - 1``)."""
     from rlexp.trainers.trl.agent import ROLLOUT_MODULE_OPTION, RolloutAdapter, environment_imports

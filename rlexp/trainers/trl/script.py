@@ -17,12 +17,15 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlexp.adapters.base_models import loadable
 from rlexp.errors import InputError
 from rlexp.storage.layout import ADAPTER_PATTERN, AttemptDir
 from rlexp.trainers.trl.metrics import NAMES as _TRL_NAMES
+
+if TYPE_CHECKING:
+    from rlexp.core.spec.model import Attempt
 
 # rlexp sets these GRPOConfig fields itself (the layout and the metrics it follows)
 OWNED_FIELDS = ("output_dir", "report_to")
@@ -61,13 +64,13 @@ def trl_python(*, must_exist: bool = True) -> Path:
     return path
 
 
-def config_kwargs(att: Any, ad: AttemptDir) -> tuple[dict[str, Any], dict[str, Any]]:
+def config_kwargs(att: Attempt, ad: AttemptDir) -> tuple[dict[str, Any], dict[str, Any]]:
     """The GRPOConfig and ModelConfig keyword arguments: the fields some spec in the chain states,
     plus the ones rlexp owns (output paths, TensorBoard, the resolved model path)."""
     from rlexp.trainers.launch import loss_recipe
     from rlexp.trainers.trl.fields import GRPO_CONFIG_FIELDS, MODEL_CONFIG_FIELDS
 
-    stated = loss_recipe(att, getattr(att, "recipe_stated", None) or {})  # environment.loss gspo: TRL's fields
+    stated = loss_recipe(att, att.recipe_stated)  # environment.loss gspo: TRL's fields
     grpo_names = {row[0] for row in GRPO_CONFIG_FIELDS}
     model_kwargs = {k: v for k, v in stated.items() if k not in grpo_names and k in {r[0] for r in MODEL_CONFIG_FIELDS}}
     model_kwargs["model_name_or_path"] = str(loadable(att.base_model(), att.spec_path))  # a .gguf: its converted directory
@@ -82,7 +85,7 @@ def config_kwargs(att: Any, ad: AttemptDir) -> tuple[dict[str, Any], dict[str, A
     return {**stated, "output_dir": str(ad.resume_state_dir("trl")), "report_to": report_to}, model_kwargs
 
 
-def prepare_launch(att: Any, ad: AttemptDir, *, resume: bool, must_exist: bool = True) -> TrlScript:
+def prepare_launch(att: Attempt, ad: AttemptDir, *, resume: bool, must_exist: bool = True) -> TrlScript:
     """The script and argv of a TRL run of ``att`` (nothing is written here)."""
     from rlexp.trainers.trl.template import render_training_script
 
@@ -112,7 +115,7 @@ def prepare_launch(att: Any, ad: AttemptDir, *, resume: bool, must_exist: bool =
     }
     script = ad.trl_script
     argv = [str(trl_python(must_exist=must_exist)), str(script)] + (["--resume"] if resume else [])
-    env = getattr(att, "environment", None)
+    env = att.environment
     if env is not None and env.actions == "tool_calls":  # TRL's environment_factory adapter
         from rlexp.trainers.trl.agent_tools import tools_adapter
 

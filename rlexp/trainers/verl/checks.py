@@ -10,9 +10,12 @@ verl's keys): the catalogue imports the spec, which imports that table.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlexp.trainers.verl.steps import VerlSchedule, VerlSteps
+
+if TYPE_CHECKING:
+    from rlexp.core.spec.model import Attempt
 
 VERL_REF = "docs/trainers.md#verl"
 
@@ -26,7 +29,7 @@ def verl_checkpoint_plan(steps: VerlSteps, schedule: VerlSchedule, mid: int | No
                           tuple(g for g in schedule.evaluated if g in saved))
 
 
-def verl_preflight(att: Any, steps: VerlSteps, schedule: VerlSchedule, power: Any) -> list[Any]:
+def verl_preflight(att: Attempt, steps: VerlSteps, schedule: VerlSchedule, power: Any) -> list[Any]:
     """The preflight catalogue for a verl attempt: the catalogue's LR checks on verl's step math,
     verl's own step checks under the catalogue's ids, then the catalogue's trainer-independent checks
     (rlexp.core.checks)."""
@@ -43,7 +46,7 @@ def verl_preflight(att: Any, steps: VerlSteps, schedule: VerlSchedule, power: An
     return sorted(found, key=lambda c: c.severity != catalogue.ERROR)
 
 
-def _step_checks(att: Any, steps: VerlSteps) -> list[Any]:
+def _step_checks(att: Attempt, steps: VerlSteps) -> list[Any]:
     from rlexp.core.checks import ERROR, WARNING
     from rlexp.core.verdict import check
 
