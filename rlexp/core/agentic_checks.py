@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from rlexp.core.recipe import EPS_CLIP_DEFAULT
 from rlexp.core.verdict import Verdict, check
 
 if TYPE_CHECKING:
@@ -29,8 +30,6 @@ if TYPE_CHECKING:
 ERROR = "error"
 WARNING = "warning"
 REF = "docs/environments.md#trainers"
-
-TOKEN_CLIP_DEFAULT = 0.2
 
 
 def release_key(version: str) -> tuple[int, ...]:
@@ -65,11 +64,11 @@ def check_turn_budget(trainer: str, *, prompt_tokens: int, max_turns: int, max_t
 
 
 def check_gspo_clip(loss: str, clip: float | None, clip_name: str) -> list[Verdict]:
-    if loss != "gspo" or clip is None or abs(float(clip) - TOKEN_CLIP_DEFAULT) > 1e-12:
+    if loss != "gspo" or clip is None or abs(float(clip) - EPS_CLIP_DEFAULT) > 1e-12:
         return []
     return [check("agent.gspo_clip", WARNING,
                   f"GSPO with {clip_name} {clip}: a sequence-level ratio is clipped with a range near 3e-4/4e-4; "
-                  "0.2 (the token-level default) barely clips", REF)]
+                  f"{EPS_CLIP_DEFAULT} (the token-level default) barely clips", REF)]
 
 
 def check_agentic(att: Attempt) -> list[Verdict]:

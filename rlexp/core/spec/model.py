@@ -136,6 +136,13 @@ ENV_JUDGE_DEFAULTS = {"max_tokens": 8, "timeout_s": 60.0, "retries": 2}
 ENV_EVAL_FIELDS = ("primary_metric", "success_threshold", "reward", "judge")
 
 
+# an episode's limits when the spec states none: the one place they are written (rlexp.core.environments.Budgets
+# takes an attempt's through budgets_of; the trainers' agent files and TRL's tool loop through the settings)
+MAX_TURNS_DEFAULT = 4
+MAX_TOKENS_PER_TURN_DEFAULT = 16
+MAX_TOTAL_TOKENS_DEFAULT = 96
+
+
 @dataclass(frozen=True)
 class EnvironmentSettings:
     """An environment task (docs/environments.md): dataset rows play episodes in ``name`` (rows may
@@ -147,9 +154,11 @@ class EnvironmentSettings:
                                                 "name or an import path")
     config: dict[str, Any] = declared(rule=MAPPING, description="that environment's config",
                                       default_factory=dict)
-    max_turns: int = declared(4, POSITIVE_INT, "turns of every episode, at most")
-    max_tokens_per_turn: int = declared(16, POSITIVE_INT, "tokens the policy generates in one turn, at most")
-    max_total_tokens: int = declared(96, POSITIVE_INT, "tokens the policy generates in one episode, at most")
+    max_turns: int = declared(MAX_TURNS_DEFAULT, POSITIVE_INT, "turns of every episode, at most")
+    max_tokens_per_turn: int = declared(MAX_TOKENS_PER_TURN_DEFAULT, POSITIVE_INT,
+                                        "tokens the policy generates in one turn, at most")
+    max_total_tokens: int = declared(MAX_TOTAL_TOKENS_DEFAULT, POSITIVE_INT,
+                                     "tokens the policy generates in one episode, at most")
     loss: str = declared("grpo", one_of(*ENV_LOSSES), "grpo: token-level ratio (recipe.eps_clip) | gspo: "
                                                       "sequence-level ratio, its own clip range")
     gspo_eps_low: float = declared(3e-4, number(0, 1, low_open=True), "GSPO's clip range below 1")

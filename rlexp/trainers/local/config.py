@@ -183,7 +183,7 @@ ADVANTAGE_MODES = ("return", "token_rewards")
 class EnvTrainingOptions:
     """What environment tasks add to the local trainer's recipe."""
 
-    budgets: Budgets = Budgets()
+    budgets: Budgets  # the attempt's (budgets_of(environment)): its defaults are the spec's
     loss_type: str = "grpo"  # grpo: token-level ratio | gspo: sequence-level ratio
     advantage_mode: str = "return"  # return | token_rewards
     # GSPO's clip range (its paper uses 3e-4 / 4e-4: the sequence ratio moves far less than a token's)

@@ -282,8 +282,9 @@ def render_agent_file(env: str, config: Mapping[str, Any], *, max_turns: int, ve
     """The agent file's text for one environment (a registered name or ``module:Class``) and its
     config (plain JSON values), ending episodes after ``max_turns`` turns and stopping the run after
     ``outage`` error episodes in a row (:func:`outage_episodes`; where the release masks them)."""
-    if int(max_turns) < 1:
-        raise ValueError("max_turns must be >= 1")
+    from rlexp.core.environments import check_budget_values
+
+    check_budget_values("environment", max_turns=max_turns)
     config_text = json.dumps(dict(config), sort_keys=True, separators=(",", ":"), allow_nan=False)
     return _TEMPLATE.format(env=env, config=config_text, max_turns=int(max_turns), flag=agent_flag(version),
                             version=version, mask_errors=masks_error_episodes(version), outage=max(1, int(outage)))

@@ -75,6 +75,15 @@ def tool_tables(att: Attempt, imports: Mapping[str, tuple[str, str]]) -> dict[st
     return out
 
 
+def tool_calling_iterations(max_turns: int) -> int:
+    """TRL's ``max_tool_calling_iterations`` for episodes of at most ``max_turns`` model turns:
+    ``max_turns - 1``. GRPOTrainer (1.16) generates the first turn in ``_generate``, before its tool
+    loop; each iteration of ``_tool_call_loop`` (``while idxs_with_tool and iteration_num <
+    self.max_tool_calling_iterations``) runs the calls of the turn before and generates one turn
+    more. N iterations are N + 1 model turns. (tests/test_trl_tool_turns.py runs TRL's own loop.)"""
+    return max_turns - 1
+
+
 def check_tool_recipe(att: Attempt, grpo_kwargs: Mapping[str, Any]) -> None:
     """What TRL's tool loop cannot serve, refused with one line naming the field."""
     spec = att.display_path or att.spec_path
@@ -89,9 +98,11 @@ def check_tool_recipe(att: Attempt, grpo_kwargs: Mapping[str, Any]) -> None:
         raise InputError(spec, "environment.max_tokens_per_turn", f"{settings.max_tokens_per_turn}: TRL's tool loop "
                                                                   "has no per-turn budget (state max_total_tokens)")
     stated = grpo_kwargs.get("max_tool_calling_iterations")
-    if stated is not None and stated != settings.max_turns - 1:
-        raise InputError(spec, "recipe.max_tool_calling_iterations", f"{stated}: rlexp sets it to environment."
-                                                                     f"max_turns - 1 = {settings.max_turns - 1}")
+    if stated is not None and stated != tool_calling_iterations(settings.max_turns):
+        raise InputError(spec, "recipe.max_tool_calling_iterations",
+                         f"{stated}: rlexp sets it to environment.max_turns - 1 = "
+                         f"{tool_calling_iterations(settings.max_turns)} (the first turn is generated before "
+                         "TRL's tool loop)")
 
 
 def check_tool_template(att: Attempt) -> None:
@@ -114,7 +125,7 @@ def check_tool_template(att: Attempt) -> None:
 
 def tools_adapter(att: Attempt, ad: Any, grpo_kwargs: dict[str, Any], rlexp_root: str) -> Any:
     """The environment_factory module of a tool-call attempt (nothing is written here); sets
-    ``max_tool_calling_iterations`` in ``grpo_kwargs`` (``max_turns - 1``)."""
+    ``max_tool_calling_iterations`` in ``grpo_kwargs`` (:func:`tool_calling_iterations`)."""
     from rlexp.trainers.trl.agent import ROLLOUT_MODULE_OPTION, RolloutAdapter, environment_imports
     from rlexp.trainers.trl.tools_template import render_tools_module
 
@@ -123,7 +134,7 @@ def tools_adapter(att: Attempt, ad: Any, grpo_kwargs: dict[str, Any], rlexp_root
     tables = tool_tables(att, imports)
     check_tool_template(att)
     settings = att.environment
-    grpo_kwargs["max_tool_calling_iterations"] = settings.max_turns - 1
+    grpo_kwargs["max_tool_calling_iterations"] = tool_calling_iterations(settings.max_turns)
     config = {
         "rlexp_root": rlexp_root,
         "environment": {"name": settings.name, "config": dict(settings.config or {}), "max_turns": settings.max_turns,

@@ -194,10 +194,10 @@ def _output(prompt_ids, response, mask, total, turns, tool_calls, finish, env_s,
 def render_agent_loop(env: str, config: Mapping[str, Any], *, max_turns: int, max_tokens_per_turn: int,
                       max_total_tokens: int) -> str:
     """The loop module's text for one environment and its budgets."""
-    for name, value in (("max_turns", max_turns), ("max_tokens_per_turn", max_tokens_per_turn),
-                        ("max_total_tokens", max_total_tokens)):
-        if int(value) < 1:
-            raise ValueError(f"{name} must be >= 1")
+    from rlexp.core.environments import check_budget_values
+
+    check_budget_values("environment", max_turns=max_turns, max_tokens_per_turn=max_tokens_per_turn,
+                        max_total_tokens=max_total_tokens)
     config_text = json.dumps(dict(config), sort_keys=True, separators=(",", ":"), allow_nan=False)
     return _TEMPLATE.format(env=env, config=config_text, max_turns=int(max_turns),
                             max_tokens_per_turn=int(max_tokens_per_turn), max_total_tokens=int(max_total_tokens),

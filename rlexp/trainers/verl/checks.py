@@ -133,11 +133,11 @@ def agentic_checks(env: Any, recipe: dict[str, Any], version: str) -> list[Any]:
     ``data.max_response_length`` (the prompt has its own), GSPO's clip range."""
     from rlexp.core.agentic_checks import (
         REF,
-        TOKEN_CLIP_DEFAULT,
         WARNING,
         check_gspo_clip,
         check_turn_budget,
     )
+    from rlexp.core.recipe import EPS_CLIP_DEFAULT
     from rlexp.core.verdict import check
 
     found = []
@@ -161,9 +161,10 @@ def agentic_checks(env: Any, recipe: dict[str, Any], version: str) -> list[Any]:
     loss = "gspo" if recipe.get("actor_rollout_ref.actor.policy_loss.loss_mode") == "gspo" else env.loss
     for side in ("low", "high"):
         key = f"actor_rollout_ref.actor.clip_ratio_{side}"
-        clip = recipe.get(key, TOKEN_CLIP_DEFAULT)
+        clip = recipe.get(key, EPS_CLIP_DEFAULT)
         if clip is None:
-            key, clip = "actor_rollout_ref.actor.clip_ratio", recipe.get("actor_rollout_ref.actor.clip_ratio", 0.2)
+            key, clip = "actor_rollout_ref.actor.clip_ratio", recipe.get("actor_rollout_ref.actor.clip_ratio",
+                                                                          EPS_CLIP_DEFAULT)
         found += check_gspo_clip(loss, clip, key)
     return found
 
