@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from rlexp.adapters.base_models import loadable
 from rlexp.errors import InputError
 from rlexp.storage.layout import AttemptDir
-from rlexp.trainers.launch import LaunchPlan, TrainerLaunch
+from rlexp.trainers.launch import LaunchPlan, TrainerLaunch, loss_recipe
 from rlexp.trainers.openrlhf import RULES
 
 if TYPE_CHECKING:
@@ -33,19 +33,6 @@ def training_data(att: Attempt, ad: AttemptDir, must_exist: bool = True) -> tupl
             suffixed[role] = (ref.path, ad.derived_dataset(ref.path), ref.prompt_suffix)
     prompt_data = str(suffixed["pool"][1]) if "pool" in suffixed else str(pool.path)
     return prompt_data, suffixed
-
-
-def stated_recipe(att: Attempt) -> dict[str, Any]:
-    """The keys some spec in the chain states (the trainer's own defaults cover the rest).
-
-    What a release lacks is the builder's business (:func:`rlexp.trainers.openrlhf.argv.build_train_argv`):
-    a planning-only key or ``min_lr_ratio`` 0.1 on v0.9.x is left out with a note, anything else is
-    an error naming the key. ``environment.loss: gspo`` adds the release's GSPO flags
-    (:func:`rlexp.trainers.launch.loss_recipe`).
-    """
-    from rlexp.trainers.launch import loss_recipe
-
-    return loss_recipe(att, att.recipe_stated or att.recipe)
 
 
 # The loss aggregation. OpenRLHF 0.11.2 has the flag (token-mean | seq-mean-token-mean, the KL loss
@@ -161,7 +148,10 @@ class OpenRLHFLaunch(TrainerLaunch):
             reward_file=reward_file,
             tensorboard_dir=ad.tensorboard,
         )
-        recipe = openrlhf.attempt_recipe(stated_recipe(att), paths, resume=resume)
+        # the keys some spec in the chain states (OpenRLHF's own defaults cover the rest), with
+        # environment.loss gspo's and recipe.loss_agg_mode's flags (loss_recipe); what a release lacks
+        # is build_train_argv's business (a planning-only key left out with a note, else an error)
+        recipe = openrlhf.attempt_recipe(loss_recipe(att, att.recipe_stated or att.recipe), paths, resume=resume)
         adapters: dict = {}
         if att.environment is not None:  # an environment task: the agent file replaces the reward file
             from rlexp.trainers.openrlhf import agent
