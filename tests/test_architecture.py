@@ -15,7 +15,8 @@ Layers, lowest first; a module may import its own layer and the layers below it,
                 rlexp._cli_help                                           script, its stored help, the app,
                                                                           errors as exit codes)
 
-Imports inside functions count: a lazy import is still a dependency.
+Imports inside functions count: a lazy import is still a dependency; a relative import (``from .evaluate
+import x``) counts as the absolute one it is.
 """
 
 from __future__ import annotations
