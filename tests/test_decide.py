@@ -705,7 +705,7 @@ def test_the_report_of_a_clustered_decision_says_so_and_gives_the_clustered_powe
 
 
 def test_the_comparison_with_the_parent_on_a_clustered_set_is_clustered_too(exp):
-    from rlexp.adapters.rendering import compare_with_parent
+    from rlexp.reporting import compare_with_parent
 
     parent = clustered_attempt(exp, "a2", "doc")
     decide(parent, now=NOW)

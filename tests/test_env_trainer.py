@@ -15,7 +15,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from rlexp.environments.interface import ExactMatchEnv, TrajectoryBuilder  # noqa: E402
+from rlexp.environments.interface import Budgets, ExactMatchEnv, TrajectoryBuilder  # noqa: E402
 from rlexp.trainers.local.config import EnvTrainingOptions  # noqa: E402
 from rlexp.trainers.local.env_train import pack_trajectories  # noqa: E402
 from rlexp.trainers.local.loss import (  # noqa: E402
@@ -135,7 +135,7 @@ def test_advantages_return_broadcast_and_token_rewards():
     dense = trajectory_advantages(returns, mask, final, estimator="group_norm", mode="token_rewards")
     assert torch.allclose(dense, adv, atol=1e-6)
     with pytest.raises(ValueError):
-        EnvTrainingOptions(loss_type="ppo")
+        EnvTrainingOptions(budgets=Budgets(4, 16, 96), loss_type="ppo")
 
 
 # One group of three two-turn episodes, worked by hand. Positions are the packed ones (entry t

@@ -123,7 +123,9 @@ def test_builder_places_each_turn_reward_at_its_last_agent_token():
     with pytest.raises(ValueError):
         b.finish("timeout")
     with pytest.raises(InputError, match="budgets.max_turns"):
-        Budgets(max_turns=0)
+        Budgets(max_turns=0, max_tokens_per_turn=16, max_total_tokens=96)
+    with pytest.raises(TypeError):  # no defaults of its own: an attempt's are its spec's
+        Budgets()  # type: ignore[call-arg]
 
 
 # ------------------------------------------------------------------------------- the episode runner

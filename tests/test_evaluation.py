@@ -197,7 +197,7 @@ def test_sigkill_at_random_points_then_resume_equals_uninterrupted(eval_experime
 
 
 def test_a_second_concurrent_eval_is_refused(eval_experiment):
-    from rlexp.stages.evaluate import eval_lock
+    from rlexp.stages.eval_records import eval_lock
 
     att = eval_experiment()
     with eval_lock(att), pytest.raises(InputError, match="another rlexp eval"):

@@ -112,7 +112,7 @@ def test_g1_catches_an_adapter_applied_twice(eval_experiment, tmp_path):
     from rlexp.evaluation.engines.base import Decoding
     from rlexp.evaluation.engines.local import LocalEngine, merge_adapter
     from rlexp.experiment.datasets import read_dataset
-    from rlexp.stages.evaluate import Target, eval_records
+    from rlexp.stages.eval_records import Target, eval_records
 
     att = eval_experiment()
     base = att.parent / "models" / "tiny-base"

@@ -375,6 +375,7 @@ def test_one_optimizer_step_is_the_same_for_micro_batch_1_2_and_whole(tiny_base_
     micro-batch sizes 1, 2 and 6 (the old per-micro-batch token mean ÷ accumulation did not)."""
     from transformers import AutoModelForCausalLM
 
+    from rlexp.environments.interface import Budgets
     from rlexp.trainers.local.config import EnvTrainingOptions
     from rlexp.trainers.local.loss import loss_for
     from rlexp.trainers.local.train import token_logprobs, train_on_rollout
@@ -388,7 +389,7 @@ def test_one_optimizer_step_is_the_same_for_micro_batch_1_2_and_whole(tiny_base_
     logp, _ = token_logprobs(ref_model, rollout.input_ids, rollout.attention_mask)
     _reference_loss(logp, rollout, mode, stated=stated).backward()
     expected = {name: p.grad.clone() for name, p in ref_model.named_parameters() if p.grad is not None}
-    loss = loss_for(EnvTrainingOptions(loss_type=loss_type))
+    loss = loss_for(EnvTrainingOptions(budgets=Budgets(4, 16, 96), loss_type=loss_type))
     changes = {}
     for micro in (1, 2, len(LENGTHS)):
         model = copy.deepcopy(base)

@@ -263,3 +263,22 @@ def test_ge1_means_at_least_one(value, refused):
     errors = list(jsonschema.Draft202012Validator(key_json_schema(key)).iter_errors(value))
     assert bool(errors) is refused
 
+
+
+def test_the_token_clip_default_is_each_trainers_own():
+    """``EPS_CLIP_DEFAULT`` (written once, rlexp.spec.recipe) is OpenRLHF 0.9.3's --eps_clip default read
+    from the release's own parser (its wheel), and the value TRL's GRPOConfig.epsilon and verl's actor
+    clip_ratio default to (their fields and keys are generated from their own dataclasses / config): so
+    the table's default, the checks' fallback and agent.gspo_clip's warning value are one number."""
+    from rlexp.protocol.agentic_checks import check_gspo_clip
+    from rlexp.spec.recipe import EPS_CLIP_DEFAULT, key_table
+    from rlexp.trainers.openrlhf.parser import ReleaseParser, fetch, listed_releases
+
+    (release,) = [r for r in listed_releases() if r.version == "0.9.3"]
+    assert ReleaseParser("0.9.3", fetch(release)).parser.get_default("eps_clip") == EPS_CLIP_DEFAULT
+    assert RECIPE_KEYS["eps_clip"].default == EPS_CLIP_DEFAULT
+    assert key_table("trl").defaults["epsilon"] == EPS_CLIP_DEFAULT
+    verl = key_table("verl").defaults
+    assert {verl[f"actor_rollout_ref.actor.clip_ratio{side}"] for side in ("", "_low", "_high")} == {EPS_CLIP_DEFAULT}
+    assert [c.name for c in check_gspo_clip("gspo", EPS_CLIP_DEFAULT, "recipe.eps_clip")] == ["agent.gspo_clip"]
+    assert check_gspo_clip("gspo", 3e-4, "recipe.eps_clip") == []

@@ -518,7 +518,7 @@ def test_a_sweep_killed_by_sigkill_continues_without_redoing_records(sweep_exper
     import sys
     import time
 
-    from rlexp.stages.evaluate import build_engine
+    from rlexp.stages.eval_records import build_engine
     from rlexp.stages.sweep import sweep_models
 
     exp, _, write = sweep_experiment

@@ -287,18 +287,27 @@ class EnvironmentCache:
 # =============================================================================== trajectories
 
 
+def check_budget_values(where: str, **limits: int) -> None:
+    """The one check of episode limits handed to code (``Budgets``, the trainers' generated agent
+    files): each at least 1. (In ``attempt.yaml`` the spec's own rule refuses them first, naming the
+    field; their defaults are the spec's, :class:`rlexp.spec.EnvironmentSettings`.)"""
+    for name, value in limits.items():
+        if int(value) < 1:
+            raise InputError(None, f"{where}.{name}", "must be >= 1")
+
+
 @dataclass(frozen=True)
 class Budgets:
-    """Episode limits: turns, new tokens per model turn, and all tokens after the prompt."""
+    """Episode limits: turns, new tokens per model turn, and all tokens after the prompt. No
+    defaults here: an attempt's are its spec's (:func:`budgets_of`)."""
 
-    max_turns: int = 4
-    max_tokens_per_turn: int = 16
-    max_total_tokens: int = 96
+    max_turns: int
+    max_tokens_per_turn: int
+    max_total_tokens: int
 
     def __post_init__(self) -> None:
-        for name in ("max_turns", "max_tokens_per_turn", "max_total_tokens"):
-            if getattr(self, name) < 1:
-                raise InputError(None, f"budgets.{name}", "must be >= 1")
+        check_budget_values("budgets", max_turns=self.max_turns, max_tokens_per_turn=self.max_tokens_per_turn,
+                            max_total_tokens=self.max_total_tokens)
 
 
 @dataclass(frozen=True)

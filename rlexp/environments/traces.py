@@ -29,7 +29,10 @@ import json
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rlexp.spec.model import Attempt
 
 EPISODE_TAG = "rlexp.episode"
 RECORD_TAG = "rlexp.record"  # the record's digest: which version of the episode the trace shows
@@ -90,7 +93,7 @@ def traced_episodes(client: Any, experiment_id: str, run_id: str) -> dict[tuple[
             return seen
 
 
-def _rows(att: Any, set_role: str) -> dict[str, tuple[str, str]]:
+def _rows(att: Attempt, set_role: str) -> dict[str, tuple[str, str]]:
     """problem hash → (prompt as played, the row's environment name) of one set's dataset file."""
     ref = att.datasets.get(set_role)
     if ref is None or ref.path is None or not Path(ref.path).is_file():
@@ -202,7 +205,7 @@ def log_episode_traces(client: Any, uri: str, experiment_id: str, run_id: str, a
     return len(set(done) - set(before))
 
 
-def _log_one(client: Any, experiment_id: str, run_id: str, att: Any, checkpoint: str, set_role: str,
+def _log_one(client: Any, experiment_id: str, run_id: str, att: Attempt, checkpoint: str, set_role: str,
              record: Mapping[str, Any], prompt: str | None, env_name: str, digest: str, tick) -> None:
     from mlflow.entities import SpanType
 

@@ -19,15 +19,17 @@ module and use the shared ones here).
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rlexp.protocol.verdict import Verdict, check
+from rlexp.spec.recipe import EPS_CLIP_DEFAULT
+
+if TYPE_CHECKING:
+    from rlexp.spec.model import Attempt
 
 ERROR = "error"
 WARNING = "warning"
 REF = "docs/environments.md#trainers"
-
-TOKEN_CLIP_DEFAULT = 0.2
 
 
 def release_key(version: str) -> tuple[int, ...]:
@@ -62,20 +64,20 @@ def check_turn_budget(trainer: str, *, prompt_tokens: int, max_turns: int, max_t
 
 
 def check_gspo_clip(loss: str, clip: float | None, clip_name: str) -> list[Verdict]:
-    if loss != "gspo" or clip is None or abs(float(clip) - TOKEN_CLIP_DEFAULT) > 1e-12:
+    if loss != "gspo" or clip is None or abs(float(clip) - EPS_CLIP_DEFAULT) > 1e-12:
         return []
     return [check("agent.gspo_clip", WARNING,
                   f"GSPO with {clip_name} {clip}: a sequence-level ratio is clipped with a range near 3e-4/4e-4; "
-                  "0.2 (the token-level default) barely clips", REF)]
+                  f"{EPS_CLIP_DEFAULT} (the token-level default) barely clips", REF)]
 
 
-def check_agentic(att: Any) -> list[Verdict]:
+def check_agentic(att: Attempt) -> list[Verdict]:
     """All rules for an attempt with an environment task on a trainer with an agent interface (its
     rules' ``agent_api_since``; none for the local trainer, whose episode budgets are rlexp's own):
     the release, then the trainer's own (its rules' ``agentic_checks``)."""
     from rlexp.trainers import rules as trainer_rules
 
-    env = getattr(att, "environment", None)
+    env = att.environment
     rules = trainer_rules(att.trainer.name)
     if env is None or rules.agent_api_since is None:
         return []

@@ -40,7 +40,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlexp.core.power import WIN_THRESHOLD_PP, PowerReport, power_report
 from rlexp.errors import InputError
 from rlexp.evaluation.arithmetic_task import problem_hash
 from rlexp.evaluation.engine_table import engine_traits
@@ -56,6 +55,7 @@ from rlexp.spec import (
     diff_against_parent,
     values_equal,
 )
+from rlexp.stats import WIN_THRESHOLD_PP, PowerReport, power_report
 from rlexp.trainers import rules as trainer_rules
 from rlexp.training.schedule import (
     CheckpointPlan,
@@ -167,7 +167,7 @@ def check_run_health(att: Attempt) -> list[Verdict]:
     from rlexp.trainers import rules as trainer_rules
 
     return trainer_rules(att.trainer.name).run_health_checks(dict(att.recipe), str(att.trainer.version),
-                                                            getattr(att, "environment", None))
+                                                            att.environment)
 
 
 def primary_power(att: Attempt) -> PowerReport | None:

@@ -6,7 +6,7 @@ and Baseline-S0 on the primary set (their ``trajectory``, ``reward`` and ``corre
 ``metrics.jsonl`` (the per-step episode metrics, first and last step). The primary metric is the
 spec's ``environment.primary_metric``: ``success`` (0/1 per episode: McNemar, rlexp.stats) or
 ``mean_reward`` (the return per episode: the paired mean-score statistics of
-rlexp.core.paired_scores), on which ``rlexp decide`` takes the SOP gates too.
+rlexp.stats.mean_score_comparison), on which ``rlexp decide`` takes the SOP gates too.
 """
 
 from __future__ import annotations
@@ -14,7 +14,10 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rlexp.spec.model import Attempt
 
 TRAINING_KEYS = ("episode_return", "turns_per_episode", "tool_calls_per_episode", "env_errors",
                  "env_error_episodes_masked", "reward_error_episodes_masked", "agent_token_fraction", "env_latency_s")
@@ -76,7 +79,7 @@ def primary_comparison(base: Sequence[Mapping[str, Any]], new: Sequence[Mapping[
     pairs = [(b, by_hash[b["problem_hash"]]) for b in base if b["problem_hash"] in by_hash]
     if metric == "mean_reward":
         pairs = [(b, n) for b, n in pairs if b.get("reward") is not None and n.get("reward") is not None]
-        from rlexp.core.paired_scores import mean_score_comparison
+        from rlexp.stats import mean_score_comparison
 
         return mean_score_comparison([float(b["reward"]) for b, _ in pairs], [float(n["reward"]) for _, n in pairs],
                                      resamples=resamples, seed=seed)
@@ -149,7 +152,7 @@ def trajectory_table(base_name: str, new_name: str, b: Mapping[str, Any], n: Map
     return lines
 
 
-def _environment_of_rows(att: Any, role: str) -> dict[str, str]:
+def _environment_of_rows(att: Attempt, role: str) -> dict[str, str]:
     """problem hash → the environment its row plays, for one set (empty when the set cannot be read)."""
     from rlexp.environments.interface import rows_from_dataset
     from rlexp.errors import InputError

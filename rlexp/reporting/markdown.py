@@ -525,14 +525,14 @@ def _parent_regressions(inputs: ReportInputs, decision: Mapping[str, Any]) -> li
 
 def _power_lines(checkpoints: Mapping[str, Any]) -> list[str]:
     """What each comparison could see: the exact McNemar test's MDE, and what a claim needs
-    (rlexp.core.gate_power): the chance that a true effect at Gate-1b's threshold (+3 pp) passes it at
+    (rlexp.stats): the chance that a true effect at Gate-1b's threshold (+3 pp) passes it at
     this n and discordance for that one checkpoint, and the effect that passes it with 80%; then, once,
     the chance that the best of the SOP's K checkpoints passes it (rlexp.protocol.calibrate.gate_1b_best_of_k,
     per checkpoint correlation), which is what a decision on K checkpoints gets. Rows without n, b and
     c (older decision files) are left out."""
-    from rlexp.core.gate_power import gate_1b_effect_for_power, gate_1b_pass_probability, mcnemar_mde
     from rlexp.protocol.calibrate import DEFAULT_CORRELATIONS, gate_1b_best_of_k
     from rlexp.spec.sop import load_sop
+    from rlexp.stats import gate_1b_effect_for_power, gate_1b_pass_probability, mcnemar_mde
 
     sop = load_sop()
     gate = sop.gate_1b

@@ -59,6 +59,7 @@ from .model import (
     Difference,
     EnvironmentSettings,
     EvalSettings,
+    EvalSpec,
     TrainerSettings,
 )
 from .schema import (
@@ -78,7 +79,7 @@ __all__ = [
     "ANSWER_MODES", "CREDENTIAL_RECIPE_KEYS", "DATASET_FIELDS", "ENGINES", "ENV_ACTIONS", "ENV_ADVANTAGE_MODES", "ENV_LOSSES",
     "ENV_PRIMARY_METRICS", "EVAL_ROLES", "INFRASTRUCTURE", "INSTRUMENTATION", "LATER_UNDERSCORE_KEYS",
     "MAX_SPEC_FLOAT", "MAX_SPEC_INT", "RECIPE_KEYS", "ROLES", "SCHEMA_DRAFT", "TRAINERS", "TRAINER_GRADED_ROLES",
-    "TRAINING", "Attempt", "Baseline", "Budget", "DatasetRef", "Difference", "EnvironmentSettings", "EvalSettings",
+    "TRAINING", "Attempt", "Baseline", "Budget", "DatasetRef", "Difference", "EnvironmentSettings", "EvalSettings", "EvalSpec",
     "TrainerSettings", "attempt_json_schema", "attempt_json_schema_text", "attempt_recipe_sha256", "change_keys",
     "change_value", "count_records", "diff_against_parent", "is_credential_key", "is_dotted_recipe_key",
     "load_attempt", "resolve_dataset", "resolve_eval_settings", "resolve_spec_path", "spec_section_rules",

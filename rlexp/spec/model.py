@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from rlexp.errors import InputError
 from rlexp.spec.fields import (
@@ -135,6 +136,13 @@ ENV_JUDGE_DEFAULTS = {"max_tokens": 8, "timeout_s": 60.0, "retries": 2}
 ENV_EVAL_FIELDS = ("primary_metric", "success_threshold", "reward", "judge")
 
 
+# an episode's limits when the spec states none: the one place they are written (rlexp.environments.interface.Budgets
+# takes an attempt's through budgets_of; the trainers' agent files and TRL's tool loop through the settings)
+MAX_TURNS_DEFAULT = 4
+MAX_TOKENS_PER_TURN_DEFAULT = 16
+MAX_TOTAL_TOKENS_DEFAULT = 96
+
+
 @dataclass(frozen=True)
 class EnvironmentSettings:
     """An environment task (docs/environments.md): dataset rows play episodes in ``name`` (rows may
@@ -146,9 +154,11 @@ class EnvironmentSettings:
                                                 "name or an import path")
     config: dict[str, Any] = declared(rule=MAPPING, description="that environment's config",
                                       default_factory=dict)
-    max_turns: int = declared(4, POSITIVE_INT, "turns of every episode, at most")
-    max_tokens_per_turn: int = declared(16, POSITIVE_INT, "tokens the policy generates in one turn, at most")
-    max_total_tokens: int = declared(96, POSITIVE_INT, "tokens the policy generates in one episode, at most")
+    max_turns: int = declared(MAX_TURNS_DEFAULT, POSITIVE_INT, "turns of every episode, at most")
+    max_tokens_per_turn: int = declared(MAX_TOKENS_PER_TURN_DEFAULT, POSITIVE_INT,
+                                        "tokens the policy generates in one turn, at most")
+    max_total_tokens: int = declared(MAX_TOTAL_TOKENS_DEFAULT, POSITIVE_INT,
+                                     "tokens the policy generates in one episode, at most")
     loss: str = declared("grpo", one_of(*ENV_LOSSES), "grpo: token-level ratio (recipe.eps_clip) | gspo: "
                                                       "sequence-level ratio, its own clip range")
     gspo_eps_low: float = declared(3e-4, number(0, 1, low_open=True), "GSPO's clip range below 1")
@@ -215,6 +225,20 @@ class Baseline:
                                                              "the worst case)")
     cluster_size: float | None = declared(None, number(1), "assumed mean problems per cluster of a clustered "
                                                            "primary set whose file is not there yet")
+
+
+class EvalSpec(Protocol):
+    """What the eval pipeline (engines, eval sets) reads of a spec: an :class:`Attempt`, or a sweep
+    (:class:`rlexp.spec.sweep.SweepSpec`), which has the same three attributes."""
+
+    @property
+    def eval(self) -> EvalSettings: ...
+
+    @property
+    def datasets(self) -> Mapping[str, DatasetRef]: ...
+
+    @property
+    def spec_path(self) -> Path: ...
 
 
 @dataclass(frozen=True)

@@ -83,6 +83,12 @@ class RecipeKey:
 
 T, I, X = TRAINING, INSTRUMENTATION, INFRASTRUCTURE  # noqa: E741 (short names keep the table readable)
 
+# The token-level clip range of the PPO ratio when the recipe states none: OpenRLHF's --eps_clip default
+# (v0.9.3's argparse), which TRL's GRPOConfig.epsilon and verl's actor clip_ratio share (tests/test_recipe.py
+# reads all three from the trainers' own code). Written here once: the table's default, the checks' fallback
+# for a recipe without it, and the value agent.gspo_clip warns at.
+EPS_CLIP_DEFAULT = 0.2
+
 # one row per key, its fields named (RecipeKey): type, default (OpenRLHF v0.9.3 argparse), kind, nullable,
 # constraint, the v0.10.2+ dotted flag; ``local`` is derived from LOCAL_TRAINER_KEYS below
 RECIPE_TABLE: list[RecipeKey] = [
@@ -103,7 +109,7 @@ RECIPE_TABLE: list[RecipeKey] = [
     # ---- algorithm
     RecipeKey(name="advantage_estimator", type="str", default="gae", kind=T, constraint="advantage", dotted="algo.advantage.estimator"),
     RecipeKey(name="policy_loss_type", type="str", default="ppo", kind=T, dotted="actor.policy_loss_type"),
-    RecipeKey(name="eps_clip", type="float", default=0.2, kind=T, constraint="gt0", dotted="actor.eps_clip"),
+    RecipeKey(name="eps_clip", type="float", default=EPS_CLIP_DEFAULT, kind=T, constraint="gt0", dotted="actor.eps_clip"),
     RecipeKey(name="eps_clip_low_high", type="float_pair", default=None, kind=T, nullable=True, dotted="actor.eps_clip_low_high"),
     RecipeKey(name="dual_clip", type="float", default=None, kind=T, nullable=True, dotted="actor.dual_clip"),
     RecipeKey(name="value_clip", type="float", default=0.5, kind=T, dotted="critic.value_clip"),

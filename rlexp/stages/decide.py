@@ -26,11 +26,14 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlexp.errors import InputError
 from rlexp.experiment.layout import AttemptDir, Checkpoint
 from rlexp.protocol.decision import BASELINES, AttemptFacts, DecideInputs, Decision
+
+if TYPE_CHECKING:
+    from rlexp.spec.model import Attempt
 
 
 def decide(attempt: str | Path, *, sop_path: str | Path | None = None, now: str | None = None) -> Decision:
@@ -159,15 +162,15 @@ def gather(attempt: str | Path, sop: Any) -> tuple[DecideInputs, dict[str, Any]]
         recipe_sha256=attempt_recipe_sha256(att), seed=seed)
     history = {k: v for k, v in latest_by_attempt(read_ledger(exp_dir)).items() if k != att.id}
     rows = read_metrics(ad.metrics) if ad.metrics.exists() else []
-    from rlexp.adapters.rendering import compare_with_parent
+    from rlexp.reporting import compare_with_parent
 
     try:  # for the regression flags only: a parent that cannot be compared does not block the decision
         vs_parent = {c["new"]: c for c in compare_with_parent(att.attempt_dir, sop).values()}
     except InputError as exc:
         vs_parent = {}
         skipped.append(f"no comparison with the parent for the regression flags: {exc}")
-    primary_metric = att.environment.primary_metric if getattr(att, "environment", None) is not None else "success"
-    if getattr(att, "environment", None) is not None:
+    primary_metric = att.environment.primary_metric if att.environment is not None else "success"
+    if att.environment is not None:
         _refuse_reward_errors(ad)
     rewards = _episode_rewards(ad, paired) if primary_metric == "mean_reward" else {}
     inputs = DecideInputs(
@@ -180,7 +183,7 @@ def gather(attempt: str | Path, sop: Any) -> tuple[DecideInputs, dict[str, Any]]
     return inputs, {"attempt_dir": ad, "experiment_dir": exp_dir, "selected": {c.name: c for c in selected}}
 
 
-def _clusters(att: Any, paired: dict[tuple[str, str, str], Any], sets: tuple[str, ...]
+def _clusters(att: Attempt, paired: dict[tuple[str, str, str], Any], sets: tuple[str, ...]
               ) -> tuple[dict[str, str], dict[tuple[str, str, str], list[Any]]]:
     """The sets that declare a cluster column (role -> column) and, for each paired key on them, the
     cluster of each paired record in its order. A record whose problem is not in the set's file is an

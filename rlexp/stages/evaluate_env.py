@@ -2,7 +2,7 @@
 same episodes, greedy, on the spec's engine (local, vllm or openai).
 
 The targets, the selection, the record files and their metadata, the resumability and the paired
-records are :mod:`rlexp.stages.evaluate`'s: only what a target produces differs — an episode
+records are those of :mod:`rlexp.stages.evaluate` (:mod:`rlexp.stages.eval_records`): only what a target produces differs — an episode
 (:func:`rlexp.environments.episodes.play_episodes` driven by the engine's ``generate_tokens``:
 token-in/token-out, every turn's ids as the engine produced them, the feedback rendered and
 tokenised once by the base model's tokenizer, so every engine is given the same ids turn by turn;
@@ -22,9 +22,12 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlexp.errors import InputError
+
+if TYPE_CHECKING:
+    from rlexp.spec.model import Attempt
 
 
 def environment_meta(settings: Any) -> dict[str, Any]:
@@ -39,7 +42,7 @@ def environment_meta(settings: Any) -> dict[str, Any]:
     return out
 
 
-def episode_settings(att: Any) -> tuple[Any, Any, str, dict[str, Any]]:
+def episode_settings(att: Attempt) -> tuple[Any, Any, str, dict[str, Any]]:
     """``(budgets, decoding, grading, extra_meta)`` of an attempt's episode eval: greedy, one
     sample, the per-turn budget as ``max_tokens``; ``grading`` (an identity key of a record file)
     is ``episode:`` + the digest of the environment settings."""
@@ -87,8 +90,8 @@ def play_into(writer: Any, engine: Any, tokenizer: Any, target: Any, problems: l
     return len(todo)
 
 
-def evaluate_episodes(att: Any, attempt_dir: Path, roles, selection, targets, base, limit, show_progress):
-    """Evaluate every target on every set's episodes; an :class:`~rlexp.stages.evaluate.EvalOutcome`."""
+def evaluate_episodes(att: Attempt, attempt_dir: Path, roles, selection, targets, base, limit, show_progress):
+    """Evaluate every target on every set's episodes; an :class:`~rlexp.stages.eval_records.EvalOutcome`."""
     from rlexp.environments.episode_rewards import EpisodeRewarder
     from rlexp.environments.episodes import SlotCache
     from rlexp.environments.interface import rows_for_task
@@ -96,8 +99,7 @@ def evaluate_episodes(att: Any, attempt_dir: Path, roles, selection, targets, ba
     from rlexp.experiment.files import atomic_write_json
     from rlexp.experiment.layout import AttemptDir
     from rlexp.experiment.records import read_records, summarize
-
-    from .evaluate import (
+    from rlexp.stages.eval_records import (
         EvalOutcome,
         FileOutcome,
         build_engine,
@@ -145,7 +147,7 @@ def evaluate_episodes(att: Any, attempt_dir: Path, roles, selection, targets, ba
     return EvalOutcome(selection, tuple(files), tuple(paired))
 
 
-def baseline_episode_records(att: Any, limit: int | None) -> list[dict[str, Any]]:
+def baseline_episode_records(att: Attempt, limit: int | None) -> list[dict[str, Any]]:
     """Baseline-S0's greedy episodes on the primary set through the eval pipeline (written to
     ``eval/baseline_s0/ood_primary.jsonl``, so a later ``rlexp eval`` resumes from them): what G2
     grades on an environment task (the final answer of each episode)."""
@@ -153,8 +155,14 @@ def baseline_episode_records(att: Any, limit: int | None) -> list[dict[str, Any]
     from rlexp.environments.episodes import SlotCache
     from rlexp.environments.interface import rows_for_task
     from rlexp.experiment.records import BASELINE_S0, read_records
-
-    from .evaluate import Target, build_engine, check_record_files, eval_lock, load_problems, record_metas
+    from rlexp.stages.eval_records import (
+        Target,
+        build_engine,
+        check_record_files,
+        eval_lock,
+        load_problems,
+        record_metas,
+    )
 
     loaded = load_problems(att, "ood_primary", limit)
     if loaded is None:

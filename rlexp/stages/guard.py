@@ -42,6 +42,7 @@ from rlexp.protocol.verdict import Verdict
 from rlexp.spec.settings import guard_settings, sop_or_default
 
 if TYPE_CHECKING:
+    from rlexp.spec.model import Attempt
     from rlexp.spec.sop import G2Settings, G4Settings, Sop
 
 
@@ -301,7 +302,7 @@ def run_g1(
     else:
         from rlexp.evaluation.engines.base import Decoding
         from rlexp.evaluation.engines.local import LocalEngine
-        from rlexp.stages.evaluate import Target, eval_records, load_problems
+        from rlexp.stages.eval_records import Target, eval_records, load_problems
 
         saved = AttemptDir(attempt_dir).checkpoints()
         if not saved:
@@ -368,12 +369,12 @@ def parser_ceiling(records: Sequence[dict[str, Any]], t: G2Settings | None = Non
     )
 
 
-def _baseline_records(att: Any, limit: int | None, *, show_progress: bool = False) -> list[dict[str, Any]]:
+def _baseline_records(att: Attempt, limit: int | None, *, show_progress: bool = False) -> list[dict[str, Any]]:
     """Baseline-S0 greedy records on the primary set, through the normal eval pipeline (written to
     ``eval/baseline_s0/ood_primary.jsonl``, so a later ``rlexp eval`` resumes from them)."""
     from rlexp.evaluation.engines.base import Decoding
     from rlexp.experiment.records import BASELINE_S0, read_records
-    from rlexp.stages.evaluate import (
+    from rlexp.stages.eval_records import (
         Target,
         build_engine,
         check_record_files,
@@ -407,7 +408,7 @@ def run_g2(attempt: str | Path, problems: int | None = None, *, sop: Sop | None 
 
     att = load_attempt(attempt)
     g2 = guard_settings(sop).g2
-    if getattr(att, "environment", None) is not None:  # episodes: G2 grades each episode's final answer
+    if att.environment is not None:  # episodes: G2 grades each episode's final answer
         from rlexp.stages.evaluate_env import baseline_episode_records
 
         records = baseline_episode_records(att, problems or g2.problems)
@@ -453,7 +454,7 @@ def run_g4(attempt: str | Path, *, k: int | None = None, limit: int | None = Non
     from rlexp.evaluation.engines.base import Decoding
     from rlexp.experiment.records import BASELINE_S0, read_records
     from rlexp.spec import load_attempt
-    from rlexp.stages.evaluate import Target, build_engine, eval_records, load_problems
+    from rlexp.stages.eval_records import Target, build_engine, eval_records, load_problems
 
     att = load_attempt(attempt)
     g4 = guard_settings(sop).g4

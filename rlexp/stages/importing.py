@@ -21,13 +21,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlexp.errors import InputError
 from rlexp.experiment.layout import FOREIGN_CHECKPOINT_PATTERNS
 from rlexp.trainers import names as trainer_names
 from rlexp.trainers import rules as trainer_rules
 from rlexp.trainers.launch import launcher
+
+if TYPE_CHECKING:
+    from rlexp.spec.model import Attempt
 
 
 @dataclass
@@ -285,7 +288,7 @@ def find_checkpoints(root: Path) -> dict[int, Path]:
     return dict(sorted(found.items()))
 
 
-def _health(attempt_dir: Path, att: Any, run_rows: list[list[dict[str, Any]]]) -> list[Any]:
+def _health(attempt_dir: Path, att: Attempt, run_rows: list[list[dict[str, Any]]]) -> list[Any]:
     """The run-health verdicts of the imported log: the plan's LR (plan.json, else the plan computed
     here without writing it) for the resume gate, the attempt's launch settings for staleness."""
     from rlexp.experiment.layout import AttemptDir

@@ -28,13 +28,16 @@ import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlexp import trainers as _trainers
 from rlexp.backends import registry as _backends
 from rlexp.errors import CheckFailed, InputError
 from rlexp.experiment.layout import AttemptDir
 from rlexp.trainers.launch import launcher
+
+if TYPE_CHECKING:
+    from rlexp.spec.model import Attempt
 
 BACKENDS = tuple(_backends.BACKENDS)  # the registry rlexp.backends.registry
 METRICS_SOURCES = _trainers.metrics_sources()  # every trainer's (rlexp.trainers.metrics_sources)
@@ -99,7 +102,7 @@ def launch(attempt: str | Path, *, backend: str | None = None, ray_address: str 
 class Prepared:
     """Everything decided before anything is written or started."""
 
-    attempt: Any  # rlexp.spec.Attempt
+    attempt: Attempt
     attempt_dir: Path
     backend: str
     argv: list[str]
@@ -120,7 +123,7 @@ class Prepared:
     built: Any = None  # rlexp.trainers.launch.LaunchPlan: the trainer's argv, files and environment
 
 
-def load_plan(att, *, write: bool = True) -> dict[str, Any]:
+def load_plan(att: Attempt, *, write: bool = True) -> dict[str, Any]:
     """``plan.json``; computed with ``rlexp plan``'s :func:`build_plan` when it is missing or was
     made from another version of the spec or of a parent in its chain (``spec_chain_sha256``
     differs), and then written unless ``write`` is false (``--dry-run`` writes nothing)."""

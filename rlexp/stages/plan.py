@@ -58,10 +58,10 @@ def build_plan(att: Attempt) -> dict[str, Any]:
         own["loss_aggregation"] = loss_aggregation_plan(att)
         own.update(run_health_plan(att))
         return own
-    from rlexp.core.power import power_report
     from rlexp.experiment.files import sha256_file
     from rlexp.protocol.checks import clustered_primary_power, gpu_layout, preflight, primary_power, steps_for
     from rlexp.spec import diff_against_parent
+    from rlexp.stats import power_report
     from rlexp.training.schedule import checkpoint_plan, lr_for_global_step, lr_rows_for_plan
 
     steps = steps_for(att)
@@ -81,8 +81,8 @@ def build_plan(att: Attempt) -> dict[str, Any]:
         power.as_dict() if power else {"mde_pp": None, "power_at_win_threshold": None, "n": None}
     )
     power_json["monitor"] = monitor_power
-    from rlexp.core.gate_power import add_best_of_k
     from rlexp.spec.sop import load_sop
+    from rlexp.stats._gate_power import add_best_of_k
 
     add_best_of_k(power_json, load_sop())   # and the claim's probability beside it
     if clustered is not None:  # the primary set declares clusters: decide tests it cluster-robust

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlexp.errors import InputError
 from rlexp.experiment.files import atomic_write_text, read_json, sha256_file
@@ -24,6 +24,9 @@ from rlexp.reporting.inputs import ReportInputs
 from rlexp.reporting.markdown import render_markdown
 from rlexp.reporting.parent import compare_with_parent
 from rlexp.reporting.plots import render_plots
+
+if TYPE_CHECKING:
+    from rlexp.spec.model import Attempt
 
 
 @dataclass(frozen=True)
@@ -187,7 +190,7 @@ def _sota_name(attempt_dir: Path, inputs: ReportInputs) -> dict[str, Any] | None
     return named
 
 
-def _gather_vs_parent(att: Any, inputs: ReportInputs) -> None:
+def _gather_vs_parent(att: Attempt, inputs: ReportInputs) -> None:
     if att.parent is None:
         inputs.vs_parent_note = "a root attempt: no parent to compare with"
         return
@@ -197,7 +200,7 @@ def _gather_vs_parent(att: Any, inputs: ReportInputs) -> None:
                                  f"attempt (`rlexp eval {inputs.commands_prefix}{att.parent_id}`)")
 
 
-def _gather_family(att: Any, inputs: ReportInputs) -> None:
+def _gather_family(att: Attempt, inputs: ReportInputs) -> None:
     """The attempt's family in the experiment: its parent, its seed siblings (same recipe and pool
     SHA-256, another seed: ``decision.json``'s recipe/pool digests) and its children."""
     from rlexp.experiment.layout import ExperimentDir

@@ -11,8 +11,8 @@ The flow, all under ``experiments/<experiment>/sweeps/<sweep_id>/`` (:class:`rle
 5. ``result/ranking.json`` and ``result/report.md`` written together (a temporary directory swapped
    in whole); then MLflow: a parent run for the sweep and a child run per candidate.
 
-Records are the eval pipeline's own (:func:`rlexp.stages.evaluate.eval_records`, the engines of
-:func:`rlexp.stages.evaluate.build_engine`, one record per problem appended as it finishes), so a
+Records are the eval pipeline's own (:func:`rlexp.stages.eval_records.eval_records`, the engines of
+:func:`rlexp.stages.eval_records.build_engine`, one record per problem appended as it finishes), so a
 killed sweep continues where it stopped: a candidate whose records are complete is not even
 loaded again, and a half-done file is completed, never redone.
 
@@ -137,7 +137,7 @@ def _complete(job: _Job, expected: dict[str, Any]) -> bool:
 
 def _jobs(spec: Any, sweep: SweepDir, candidate: str, sets: Sequence[str], limit: int | None,
           max_tokens: int | None) -> list[_Job]:
-    from rlexp.stages.evaluate import load_problems
+    from rlexp.stages.eval_records import load_problems
 
     jobs = []
     for role in sets:
@@ -164,7 +164,7 @@ def evaluate_candidate(spec_path: str | Path, candidate: str, sets: Sequence[str
     from rlexp.evaluation.answers import PARSER_VERSION
     from rlexp.evaluation.engines.base import close_engine
     from rlexp.spec.sweep import load_sweep
-    from rlexp.stages.evaluate import Target, build_engine, engine_chunk, eval_records, model_sha256
+    from rlexp.stages.eval_records import Target, build_engine, engine_chunk, eval_records, model_sha256
 
     spec = load_sweep(spec_path)
     cand = spec.candidate(candidate)
@@ -286,7 +286,7 @@ def truncation_check(spec: Any, candidate: str, *, engine_factory: EngineFactory
 
 
 def _first_hashes(spec: Any, role: str, limit: int) -> set[str]:
-    from rlexp.stages.evaluate import load_problems
+    from rlexp.stages.eval_records import load_problems
 
     problems, _, _ = load_problems(spec, role, limit)
     return {p["problem_hash"] for p in problems}
@@ -300,7 +300,7 @@ def sweep_models(spec_path: str | Path, *, tracking_uri: str | None = None,
     evaluated at once, one Ray job each (rlexp.stages.fanout), before the loops below read them."""
     from rlexp.experiment.files import sha256_file
     from rlexp.spec import sweep as rules
-    from rlexp.stages.evaluate import load_problems
+    from rlexp.stages.eval_records import load_problems
 
     spec = rules.load_sweep(spec_path)
     for role in {spec.stage1_set, *spec.stage2_sets}:  # every dataset strictly read before any write

@@ -8,9 +8,12 @@ no file is read or written.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlexp.experiment.layout import CHECKPOINT_DIR_PATTERNS
+
+if TYPE_CHECKING:
+    from rlexp.spec.model import Attempt
 
 
 class TrainerRules:
@@ -133,7 +136,7 @@ class TrainerRules:
         """The release whose step semantics the step math follows."""
         return trainer_version
 
-    def steps(self, att: Any) -> Any:
+    def steps(self, att: Attempt) -> Any:
         """The attempt's step counts (rlexp.training.schedule.Steps or a subclass): OpenRLHF's step math."""
         from rlexp.training.schedule import compute_steps
 

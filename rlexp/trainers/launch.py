@@ -10,11 +10,14 @@ import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlexp.experiment.layout import AttemptDir
 from rlexp.trainers import names, package, rules
 from rlexp.trainers.base import TrainerRules
+
+if TYPE_CHECKING:
+    from rlexp.spec.model import Attempt
 
 
 @dataclass
@@ -39,15 +42,15 @@ class TrainerLaunch:
 
     rules: TrainerRules
 
-    def own_plan(self, att: Any, plan_format: int) -> dict[str, Any] | None:
+    def own_plan(self, att: Attempt, plan_format: int) -> dict[str, Any] | None:
         """The whole plan.json when the trainer counts its own way; None: the common plan."""
         return None
 
-    def plan_details(self, att: Any, steps: Any) -> dict[str, Any]:
+    def plan_details(self, att: Attempt, steps: Any) -> dict[str, Any]:
         """What only this trainer's plan holds (merged into the plan's ``trainer`` details)."""
         return {}
 
-    def prepare(self, att: Any, ad: AttemptDir, *, resume: bool, must_exist: bool) -> LaunchPlan:
+    def prepare(self, att: Attempt, ad: AttemptDir, *, resume: bool, must_exist: bool) -> LaunchPlan:
         raise NotImplementedError
 
     def write_files(self, plan: LaunchPlan) -> None:
@@ -57,7 +60,7 @@ class TrainerLaunch:
 
             write_reward_file(plan.reward_file)
 
-    def resume_step(self, att: Any, ad: AttemptDir) -> int:
+    def resume_step(self, att: Attempt, ad: AttemptDir) -> int:
         """The step a ``--resume`` continues from (0: none saved yet, it starts over)."""
         latest = ad.latest_resume_state(self.rules.name)
         return latest.step if latest is not None else 0
@@ -88,19 +91,19 @@ class TrainerLaunch:
 
     # ---- the loss aggregation (recipe.loss_agg_mode, rlexp.spec.recipe.LOSS_AGG_MODES)
 
-    def loss_agg_recipe(self, att: Any, mode: str, recipe: Mapping[str, Any]) -> dict[str, Any]:
+    def loss_agg_recipe(self, att: Attempt, mode: str, recipe: Mapping[str, Any]) -> dict[str, Any]:
         """The trainer's own recipe keys that make it aggregate its loss by ``mode``, ``recipe`` being
         the stated recipe it goes with (GSPO's settings in); ValueError, naming the trainer and its
         release, where it has no exact equivalent."""
         raise ValueError(f"{self.rules.name} has no loss aggregation setting")
 
-    def loss_agg_default(self, att: Any, recipe: Mapping[str, Any]) -> tuple[str, str]:
+    def loss_agg_default(self, att: Attempt, recipe: Mapping[str, Any]) -> tuple[str, str]:
         """What the trainer aggregates by when the recipe states no ``loss_agg_mode`` (``recipe``:
         the resolved recipe with GSPO's settings in): a mode, or the trainer's own name for one
         that is none of them, and a note saying where that comes from."""
         return "the trainer's own", f"{self.rules.name} states no loss aggregation rlexp could name"
 
-    def loss_token_budget(self, att: Any) -> int | None:
+    def loss_token_budget(self, att: Attempt) -> int | None:
         """Dr. GRPO's constant L (``seq-mean-token-sum-norm`` divides by N·L): the most tokens one
         sequence's loss can hold, from the trainer's own length setting."""
         return None
@@ -125,7 +128,7 @@ def _same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-def loss_recipe(att: Any, stated: Mapping[str, Any]) -> dict[str, Any]:
+def loss_recipe(att: Attempt, stated: Mapping[str, Any]) -> dict[str, Any]:
     """The recipe ``stated`` with what the attempt's loss settings ask written in its trainer's own
     keys: with ``environment.loss: gspo``, the trainer's GSPO settings (:meth:`TrainerLaunch.gspo_recipe`)
     on a trainer with an agent interface (the local trainer takes the loss from the environment
@@ -142,9 +145,9 @@ def loss_recipe(att: Any, stated: Mapping[str, Any]) -> dict[str, Any]:
     from rlexp.spec.recipe import GSPO_LOSS_AGG, LOSS_AGG_KEY
 
     out = dict(stated)
-    env = getattr(att, "environment", None)
+    env = att.environment
     gspo = env is not None and env.loss == "gspo"
-    spec = getattr(att, "display_path", None) or att.spec_path
+    spec = att.display_path or att.spec_path
     mode = out.pop(LOSS_AGG_KEY.name, None)
     if mode is not None and gspo and mode != GSPO_LOSS_AGG:
         raise InputError(spec, f"recipe.{LOSS_AGG_KEY.name}", f"{mode!r} contradicts environment.loss gspo, which "
@@ -177,14 +180,14 @@ def _merge(out: dict[str, Any], settings: Mapping[str, Any], spec: Any, source: 
         out[key] = value
 
 
-def loss_aggregation_plan(att: Any) -> dict[str, Any]:
+def loss_aggregation_plan(att: Attempt) -> dict[str, Any]:
     """What the plan shows of the loss aggregation: the mode the trainer will apply, whether the
     recipe states it, the trainer's own settings for it (a stated mode), Dr. GRPO's constant where
     that mode uses one, and a note on a default. An InputError where the trainer cannot do the
     stated mode (:func:`loss_recipe`)."""
     from rlexp.spec.recipe import LOSS_AGG_KEY
 
-    stated = dict(getattr(att, "recipe_stated", None) or {})
+    stated = dict(att.recipe_stated)
     mode = stated.get(LOSS_AGG_KEY.name)
     recipe = loss_recipe(att, stated)
     launch = launcher(att.trainer.name)

@@ -28,7 +28,10 @@ import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rlexp.spec.model import Attempt
 
 LOCAL_TRAINER_VERSION = "0.11.0"  # the local CPU trainer follows OpenRLHF 0.11 step semantics
 
@@ -405,7 +408,7 @@ def checkpoint_plan(steps: Steps, recipe: Mapping[str, Any], mid: int | None) ->
     return CheckpointPlan(total, mid, tuple(saved), tuple(evaluated), candidates)
 
 
-def milestone_steps(att: Any, total: int, warmup_global: float) -> list[int]:
+def milestone_steps(att: Attempt, total: int, warmup_global: float) -> list[int]:
     """Global steps worth a row in the LR table: start, end of warm-up, step 20 (the LR check),
     quarters of the run, the mid checkpoint, the intended length, the final step."""
     points = {1, min(total, 20), max(1, math.ceil(warmup_global)), total}

@@ -10,12 +10,15 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlexp.errors import InputError
 
+if TYPE_CHECKING:
+    from rlexp.spec.model import EvalSpec
 
-def _open_local(att: Any, base: Path | str, adapters: Mapping[str, Path]) -> tuple[Any, Any]:
+
+def _open_local(att: EvalSpec, base: Path | str, adapters: Mapping[str, Path]) -> tuple[Any, Any]:
     from rlexp.evaluation.engines.local import LocalEngine
 
     settings = att.eval
@@ -25,7 +28,7 @@ def _open_local(att: Any, base: Path | str, adapters: Mapping[str, Path]) -> tup
     return engine, engine.tokenizer
 
 
-def _open_vllm(att: Any, base: Path | str, adapters: Mapping[str, Path]) -> tuple[Any, Any]:
+def _open_vllm(att: EvalSpec, base: Path | str, adapters: Mapping[str, Path]) -> tuple[Any, Any]:
     from transformers import AutoTokenizer
 
     from rlexp.evaluation.engines.vllm import VllmEngine
@@ -47,7 +50,7 @@ def _open_vllm(att: Any, base: Path | str, adapters: Mapping[str, Path]) -> tupl
     return engine, tokenizer
 
 
-def _open_openai(att: Any, base: Path | str, adapters: Mapping[str, Path]) -> tuple[Any, Any]:
+def _open_openai(att: EvalSpec, base: Path | str, adapters: Mapping[str, Path]) -> tuple[Any, Any]:
     from transformers import AutoTokenizer
 
     from rlexp.evaluation.engines.openai import OpenAIEngine
@@ -74,8 +77,8 @@ OPENERS: dict[str, Callable[[Any, Path | str, Mapping[str, Path]], tuple[Any, An
 }
 
 
-def open_engine(att: Any, base: Path | str, adapters: Mapping[str, Path]) -> tuple[Any, Any]:
-    """The engine ``att.eval.engine`` names, serving ``base`` and ``adapters`` (name -> path); a
+def open_engine(att: EvalSpec, base: Path | str, adapters: Mapping[str, Path]) -> tuple[Any, Any]:
+    """The engine ``att.eval.engine`` names (``att``: an attempt or a sweep), serving ``base`` and ``adapters`` (name -> path); a
     ``.gguf`` base is served from its converted directory (:func:`rlexp.models.base_models.loadable`)."""
     from rlexp.models.base_models import loadable
 

@@ -17,6 +17,7 @@ from rlexp.spec.recipe import RECIPE_KEYS, local_trainer_keys, local_trainer_val
 from rlexp.training.schedule import LOCAL_TRAINER_VERSION
 
 if TYPE_CHECKING:
+    from rlexp.spec.model import Attempt
     from rlexp.training.schedule import Steps
 
 
@@ -124,7 +125,7 @@ class TrainerConfig:
         return compute_steps(self.recipe(), pool_size, self.trainer_version, trainer="local")
 
 
-def config_from_attempt(att: Any) -> TrainerConfig:
+def config_from_attempt(att: Attempt) -> TrainerConfig:
     """Map a loaded attempt (rlexp.spec) onto the trainer's configuration (a TrainerConfig)."""
     recipe = dict(att.recipe)
     where = att.spec_path
@@ -157,7 +158,7 @@ def config_from_attempt(att: Any) -> TrainerConfig:
         eval_max_len=int(recipe.get("generate_max_len") or 16),
         max_global_steps=int(global_steps) if global_steps else None,
         trainer_version=str(att.trainer.version),
-        environment=getattr(att, "environment", None),
+        environment=att.environment,
         loss_agg_mode=recipe.get("loss_agg_mode"),
         **values,
     )
@@ -182,7 +183,7 @@ ADVANTAGE_MODES = ("return", "token_rewards")
 class EnvTrainingOptions:
     """What environment tasks add to the local trainer's recipe."""
 
-    budgets: Budgets = Budgets()
+    budgets: Budgets  # the attempt's (budgets_of(environment)): its defaults are the spec's
     loss_type: str = "grpo"  # grpo: token-level ratio | gspo: sequence-level ratio
     advantage_mode: str = "return"  # return | token_rewards
     # GSPO's clip range (its paper uses 3e-4 / 4e-4: the sequence ratio moves far less than a token's)

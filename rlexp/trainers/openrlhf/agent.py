@@ -70,10 +70,13 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlexp.experiment.files import atomic_write_text
 from rlexp.trainers.openrlhf.checks import masks_error_episodes
+
+if TYPE_CHECKING:
+    from rlexp.spec.model import Attempt
 
 AGENT_FLAG_UNDERSCORE = "--agent_func_path"  # 0.9.3 ... 0.10.1.post2
 AGENT_FLAG_DOTTED = "--train.agent_func_path"  # 0.10.2 on
@@ -279,8 +282,9 @@ def render_agent_file(env: str, config: Mapping[str, Any], *, max_turns: int, ve
     """The agent file's text for one environment (a registered name or ``module:Class``) and its
     config (plain JSON values), ending episodes after ``max_turns`` turns and stopping the run after
     ``outage`` error episodes in a row (:func:`outage_episodes`; where the release masks them)."""
-    if int(max_turns) < 1:
-        raise ValueError("max_turns must be >= 1")
+    from rlexp.environments.interface import check_budget_values
+
+    check_budget_values("environment", max_turns=max_turns)
     config_text = json.dumps(dict(config), sort_keys=True, separators=(",", ":"), allow_nan=False)
     return _TEMPLATE.format(env=env, config=config_text, max_turns=int(max_turns), flag=agent_flag(version),
                             version=version, mask_errors=masks_error_episodes(version), outage=max(1, int(outage)))
@@ -357,7 +361,7 @@ def load_agent_executor(agent_file: str | Path) -> Any:
     return module.AgentExecutor()
 
 
-def check_one_environment(att: Any) -> None:
+def check_one_environment(att: Attempt) -> None:
     """The generated adapters play the attempt's one environment (the trainers hand the agent a
     prompt and a label, not a row's ``env``/``config``): a training-set row naming another one is
     refused here (file and line) rather than silently played in the wrong environment."""
@@ -376,7 +380,7 @@ def check_one_environment(att: Any) -> None:
                                  f"attempt's environment.name {env.name!r} with its config")
 
 
-def launch_files(att: Any, recipe: Mapping[str, Any], agent_file: Path) -> tuple[dict[str, Any], dict[Path, str]]:
+def launch_files(att: Attempt, recipe: Mapping[str, Any], agent_file: Path) -> tuple[dict[str, Any], dict[Path, str]]:
     """``rlexp launch`` on an environment task: the recipe with the agent file in it, and the file
     to write beside the argv (the attempt's environment, its config and turn limit)."""
     check_one_environment(att)

@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlexp.errors import InputError
 from rlexp.spec import is_credential_key
@@ -45,6 +45,9 @@ from rlexp.trainers.openrlhf.parser import (
     read_table,
     version_key,
 )
+
+if TYPE_CHECKING:
+    from rlexp.spec.model import Attempt
 
 __all__ = ["FLAGS_DIR"]
 
@@ -439,7 +442,7 @@ def attempt_recipe(recipe: Mapping[str, Any], paths: AttemptPaths, *, resume: bo
     return merged
 
 
-def plan_train_command(att: Any) -> dict[str, Any]:
+def plan_train_command(att: Attempt) -> dict[str, Any]:
     """What ``rlexp plan`` records about the OpenRLHF command of an attempt, checked now.
 
     The version must be a listed release and every stated recipe key must have a flag (or a
@@ -449,7 +452,7 @@ def plan_train_command(att: Any) -> dict[str, Any]:
     """
     from rlexp.experiment.layout import AttemptDir
 
-    spec_file = getattr(att, "display_path", None) or att.spec_path
+    spec_file = att.display_path or att.spec_path
     version = check_version(att.trainer.version, spec_file)
     ad = AttemptDir(att.attempt_dir)
     pool = att.datasets.get("pool")
@@ -465,7 +468,7 @@ def plan_train_command(att: Any) -> dict[str, Any]:
     )
     from rlexp.trainers.launch import loss_recipe  # environment.loss gspo: the release's GSPO flags
 
-    recipe = loss_recipe(att, getattr(att, "recipe_stated", None) or att.recipe)
+    recipe = loss_recipe(att, att.recipe_stated or att.recipe)
     built = build_train_argv(attempt_recipe(recipe, paths), version, spec_file=spec_file)
     return {"version": built.version, "dialect": built.dialect, "flags": len(built.flag_values),
             "dropped_recipe_keys": list(built.dropped), "notes": list(built.notes)}

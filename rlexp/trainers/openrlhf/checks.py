@@ -12,13 +12,13 @@ from typing import Any
 from rlexp.protocol.agentic_checks import (
     ERROR,
     REF,
-    TOKEN_CLIP_DEFAULT,
     WARNING,
     check_gspo_clip,
     check_turn_budget,
     release_key,
 )
 from rlexp.protocol.verdict import Verdict, check
+from rlexp.spec.recipe import EPS_CLIP_DEFAULT
 
 AGENT_API_SINCE = "0.8.7"  # the token-in/token-out MultiTurnAgentExecutor
 MASKS_ERRORS_SINCE = "0.11.0"  # PolicyLoss's aggregate_loss: a sample with no action token adds 0
@@ -106,7 +106,7 @@ def agentic_checks(env: Any, recipe: dict[str, Any], version: str) -> list[Verdi
         found += check_gspo_clip("gspo", env.gspo_eps_low, "environment.gspo_eps_low")
     else:
         gspo = "gspo" in (recipe.get("policy_loss_type"), recipe.get("actor.policy_loss_type"))
-        found += check_gspo_clip("gspo" if gspo else env.loss, recipe.get("eps_clip", TOKEN_CLIP_DEFAULT),
+        found += check_gspo_clip("gspo" if gspo else env.loss, recipe.get("eps_clip", EPS_CLIP_DEFAULT),
                                  "recipe.eps_clip")
     return found
 

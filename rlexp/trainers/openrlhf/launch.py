@@ -4,16 +4,19 @@ with their suffix, and its metrics through its stdout or its TensorBoard scalars
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlexp.errors import InputError
 from rlexp.experiment.layout import AttemptDir
 from rlexp.models.base_models import loadable
-from rlexp.trainers.launch import LaunchPlan, TrainerLaunch
+from rlexp.trainers.launch import LaunchPlan, TrainerLaunch, loss_recipe
 from rlexp.trainers.openrlhf import RULES
 
+if TYPE_CHECKING:
+    from rlexp.spec.model import Attempt
 
-def training_data(att: Any, ad: AttemptDir, must_exist: bool = True) -> tuple[str, dict[str, tuple[Path, Path, str]]]:
+
+def training_data(att: Attempt, ad: AttemptDir, must_exist: bool = True) -> tuple[str, dict[str, tuple[Path, Path, str]]]:
     """The pool path for ``--prompt_data``. Prompts are stored without their suffix (the spec
     holds it), and OpenRLHF ignores ``--input_template`` under ``--apply_chat_template``, so a
     suffixed copy is written under ``launch/data/`` when a suffix is set — the hand-made
@@ -30,19 +33,6 @@ def training_data(att: Any, ad: AttemptDir, must_exist: bool = True) -> tuple[st
             suffixed[role] = (ref.path, ad.derived_dataset(ref.path), ref.prompt_suffix)
     prompt_data = str(suffixed["pool"][1]) if "pool" in suffixed else str(pool.path)
     return prompt_data, suffixed
-
-
-def stated_recipe(att: Any) -> dict[str, Any]:
-    """The keys some spec in the chain states (the trainer's own defaults cover the rest).
-
-    What a release lacks is the builder's business (:func:`rlexp.trainers.openrlhf.argv.build_train_argv`):
-    a planning-only key or ``min_lr_ratio`` 0.1 on v0.9.x is left out with a note, anything else is
-    an error naming the key. ``environment.loss: gspo`` adds the release's GSPO flags
-    (:func:`rlexp.trainers.launch.loss_recipe`).
-    """
-    from rlexp.trainers.launch import loss_recipe
-
-    return loss_recipe(att, getattr(att, "recipe_stated", None) or att.recipe)
 
 
 # The loss aggregation. OpenRLHF 0.11.2 has the flag (token-mean | seq-mean-token-mean, the KL loss
@@ -62,7 +52,7 @@ def fixed_loss_agg(recipe: Any) -> str:
 class OpenRLHFLaunch(TrainerLaunch):
     rules = RULES
 
-    def plan_details(self, att: Any, steps: Any) -> dict[str, Any]:
+    def plan_details(self, att: Attempt, steps: Any) -> dict[str, Any]:
         from rlexp.trainers.openrlhf.argv import plan_train_command
 
         return {"openrlhf_command": plan_train_command(att)}
@@ -106,7 +96,7 @@ class OpenRLHFLaunch(TrainerLaunch):
             out[underscore.get(name, name)] = value
         return out
 
-    def loss_agg_recipe(self, att: Any, mode: str, recipe: Any) -> dict[str, Any]:
+    def loss_agg_recipe(self, att: Attempt, mode: str, recipe: Any) -> dict[str, Any]:
         """``actor.loss_agg_mode`` where the release's parser has the flag (0.11.2: token-mean and
         seq-mean-token-mean), with the modes its choices list. A release without it applies one
         aggregation (:func:`fixed_loss_agg`): that mode is accepted and nothing written; before 0.10.4
@@ -128,7 +118,7 @@ class OpenRLHFLaunch(TrainerLaunch):
             raise ValueError(f"OpenRLHF {version} has no --{AGG_FLAG} (0.11.2 has): it aggregates {fixed}")
         return {}
 
-    def loss_agg_default(self, att: Any, recipe: Any) -> tuple[str, str]:
+    def loss_agg_default(self, att: Attempt, recipe: Any) -> tuple[str, str]:
         from rlexp.training.schedule import parse_version
 
         kl = "the KL loss token-mean whatever the mode"
@@ -140,7 +130,7 @@ class OpenRLHFLaunch(TrainerLaunch):
                                                 f"count and divides by the accumulation steps; {kl}")
         return fixed, f"OpenRLHF's {'GSPO' if fixed != 'token-mean' else 'default'}, over the optimizer step; {kl}"
 
-    def prepare(self, att: Any, ad: AttemptDir, *, resume: bool, must_exist: bool) -> LaunchPlan:
+    def prepare(self, att: Attempt, ad: AttemptDir, *, resume: bool, must_exist: bool) -> LaunchPlan:
         from rlexp.trainers.openrlhf import argv as openrlhf
 
         reward_file = ad.reward_func
@@ -158,9 +148,12 @@ class OpenRLHFLaunch(TrainerLaunch):
             reward_file=reward_file,
             tensorboard_dir=ad.tensorboard,
         )
-        recipe = openrlhf.attempt_recipe(stated_recipe(att), paths, resume=resume)
+        # the keys some spec in the chain states (OpenRLHF's own defaults cover the rest), with
+        # environment.loss gspo's and recipe.loss_agg_mode's flags (loss_recipe); what a release lacks
+        # is build_train_argv's business (a planning-only key left out with a note, else an error)
+        recipe = openrlhf.attempt_recipe(loss_recipe(att, att.recipe_stated or att.recipe), paths, resume=resume)
         adapters: dict = {}
-        if getattr(att, "environment", None) is not None:  # an environment task: the agent file replaces the reward file
+        if att.environment is not None:  # an environment task: the agent file replaces the reward file
             from rlexp.trainers.openrlhf import agent
 
             recipe, adapters = agent.launch_files(att, recipe, ad.agent_func)
@@ -169,7 +162,7 @@ class OpenRLHFLaunch(TrainerLaunch):
         return LaunchPlan(built.argv, reward_file=reward_file, suffixed=suffixed, dropped=built.dropped,
                           adapters=adapters)
 
-    def resume_step(self, att: Any, ad: AttemptDir) -> int:
+    def resume_step(self, att: Attempt, ad: AttemptDir) -> int:
         latest = ad.latest_resume_state(self.rules.name)
         if latest is None and att.recipe.get("disable_ds_ckpt"):
             # OpenRLHF keeps no resumable state at all: --resume would always start over

@@ -8,10 +8,13 @@ of :mod:`.fields`, run in TRL's venv (:mod:`.write_fields`).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlexp.experiment.layout import CHECKPOINT_DIR_PATTERNS
 from rlexp.trainers.base import TrainerRules
+
+if TYPE_CHECKING:
+    from rlexp.spec.model import Attempt
 
 
 class TrlRules(TrainerRules):
@@ -35,7 +38,7 @@ class TrlRules(TrainerRules):
 
         return trl_key_table()
 
-    def steps(self, att: Any) -> Any:
+    def steps(self, att: Attempt) -> Any:
         from rlexp.errors import InputError
         from rlexp.trainers.trl.steps import TrlRecipeError, trl_steps
 

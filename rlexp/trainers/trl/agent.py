@@ -35,9 +35,12 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlexp.errors import InputError
+
+if TYPE_CHECKING:
+    from rlexp.spec.model import Attempt
 
 # the training script's option naming the rollout module (tests and the template read it from here)
 ROLLOUT_MODULE_OPTION = "--rollout-module"
@@ -57,7 +60,7 @@ class RolloutAdapter:
     argv_tail: tuple[str, ...]
 
 
-def check_episode_rules(att: Any, grpo_kwargs: Mapping[str, Any]) -> None:
+def check_episode_rules(att: Attempt, grpo_kwargs: Mapping[str, Any]) -> None:
     """What neither TRL path (``rollout_func``, ``environment_factory``) can serve, refused with one
     line naming the field: a temperature of 0, per-token rewards, GSPO without sequence-level ratios."""
     spec = att.display_path or att.spec_path
@@ -72,7 +75,7 @@ def check_episode_rules(att: Any, grpo_kwargs: Mapping[str, Any]) -> None:
                                                    "loss_type: grpo (and epsilon/epsilon_high as its clip range)")
 
 
-def check_recipe(att: Any, grpo_kwargs: Mapping[str, Any]) -> None:
+def check_recipe(att: Attempt, grpo_kwargs: Mapping[str, Any]) -> None:
     """What the rollout adapter cannot serve, refused with one line naming the field."""
     spec = att.display_path or att.spec_path
     settings = att.environment
@@ -87,7 +90,7 @@ def check_recipe(att: Any, grpo_kwargs: Mapping[str, Any]) -> None:
                                                                f"max_completion_length {limit}")
 
 
-def environment_imports(att: Any) -> dict[str, tuple[str, str]]:
+def environment_imports(att: Attempt) -> dict[str, tuple[str, str]]:
     """``{environment name: (module, class name)}`` of the spec's environment and of every ``env``
     the pool's rows name (resolved here, so a bad name stops the launch before anything runs)."""
     from rlexp.environments.interface import resolve
@@ -109,7 +112,7 @@ def environment_imports(att: Any) -> dict[str, tuple[str, str]]:
     return out
 
 
-def rollout_adapter(att: Any, ad: Any, grpo_kwargs: Mapping[str, Any], rlexp_root: str) -> RolloutAdapter:
+def rollout_adapter(att: Attempt, ad: Any, grpo_kwargs: Mapping[str, Any], rlexp_root: str) -> RolloutAdapter:
     """The rollout module of an environment attempt (nothing is written here)."""
     from rlexp.trainers.trl.rollout_template import render_rollout_module
 

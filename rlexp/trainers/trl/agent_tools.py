@@ -40,16 +40,19 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlexp.errors import InputError
 from rlexp.trainers.trl.agent import check_episode_rules
+
+if TYPE_CHECKING:
+    from rlexp.spec.model import Attempt
 
 # a chat template TRL's tool loop can use must carry a response_template to parse the calls with
 RESPONSE_TEMPLATE_KEY = "response_template"
 
 
-def tool_tables(att: Any, imports: Mapping[str, tuple[str, str]]) -> dict[str, list[dict[str, Any]]]:
+def tool_tables(att: Attempt, imports: Mapping[str, tuple[str, str]]) -> dict[str, list[dict[str, Any]]]:
     """``{environment name: its tools as plain values}`` of every environment the attempt plays;
     an environment that declares no tools is refused on ``environment.actions``."""
     from rlexp.environments.interface import environment_tools, resolve
@@ -72,7 +75,16 @@ def tool_tables(att: Any, imports: Mapping[str, tuple[str, str]]) -> dict[str, l
     return out
 
 
-def check_tool_recipe(att: Any, grpo_kwargs: Mapping[str, Any]) -> None:
+def tool_calling_iterations(max_turns: int) -> int:
+    """TRL's ``max_tool_calling_iterations`` for episodes of at most ``max_turns`` model turns:
+    ``max_turns - 1``. GRPOTrainer (1.16) generates the first turn in ``_generate``, before its tool
+    loop; each iteration of ``_tool_call_loop`` (``while idxs_with_tool and iteration_num <
+    self.max_tool_calling_iterations``) runs the calls of the turn before and generates one turn
+    more. N iterations are N + 1 model turns. (tests/test_trl_tool_turns.py runs TRL's own loop.)"""
+    return max_turns - 1
+
+
+def check_tool_recipe(att: Attempt, grpo_kwargs: Mapping[str, Any]) -> None:
     """What TRL's tool loop cannot serve, refused with one line naming the field."""
     spec = att.display_path or att.spec_path
     settings = att.environment
@@ -86,12 +98,14 @@ def check_tool_recipe(att: Any, grpo_kwargs: Mapping[str, Any]) -> None:
         raise InputError(spec, "environment.max_tokens_per_turn", f"{settings.max_tokens_per_turn}: TRL's tool loop "
                                                                   "has no per-turn budget (state max_total_tokens)")
     stated = grpo_kwargs.get("max_tool_calling_iterations")
-    if stated is not None and stated != settings.max_turns - 1:
-        raise InputError(spec, "recipe.max_tool_calling_iterations", f"{stated}: rlexp sets it to environment."
-                                                                     f"max_turns - 1 = {settings.max_turns - 1}")
+    if stated is not None and stated != tool_calling_iterations(settings.max_turns):
+        raise InputError(spec, "recipe.max_tool_calling_iterations",
+                         f"{stated}: rlexp sets it to environment.max_turns - 1 = "
+                         f"{tool_calling_iterations(settings.max_turns)} (the first turn is generated before "
+                         "TRL's tool loop)")
 
 
-def check_tool_template(att: Any) -> None:
+def check_tool_template(att: Attempt) -> None:
     """The base model's tokenizer must carry a ``response_template`` (TRL parses the calls with it)."""
     import json
     from pathlib import Path
@@ -109,9 +123,9 @@ def check_tool_template(att: Any) -> None:
                                                         "chat template with tool calls and a tool role)")
 
 
-def tools_adapter(att: Any, ad: Any, grpo_kwargs: dict[str, Any], rlexp_root: str) -> Any:
+def tools_adapter(att: Attempt, ad: Any, grpo_kwargs: dict[str, Any], rlexp_root: str) -> Any:
     """The environment_factory module of a tool-call attempt (nothing is written here); sets
-    ``max_tool_calling_iterations`` in ``grpo_kwargs`` (``max_turns - 1``)."""
+    ``max_tool_calling_iterations`` in ``grpo_kwargs`` (:func:`tool_calling_iterations`)."""
     from rlexp.trainers.trl.agent import ROLLOUT_MODULE_OPTION, RolloutAdapter, environment_imports
     from rlexp.trainers.trl.tools_template import render_tools_module
 
@@ -120,7 +134,7 @@ def tools_adapter(att: Any, ad: Any, grpo_kwargs: dict[str, Any], rlexp_root: st
     tables = tool_tables(att, imports)
     check_tool_template(att)
     settings = att.environment
-    grpo_kwargs["max_tool_calling_iterations"] = settings.max_turns - 1
+    grpo_kwargs["max_tool_calling_iterations"] = tool_calling_iterations(settings.max_turns)
     config = {
         "rlexp_root": rlexp_root,
         "environment": {"name": settings.name, "config": dict(settings.config or {}), "max_turns": settings.max_turns,

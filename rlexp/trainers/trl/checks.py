@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlexp.protocol.agentic_checks import TOKEN_CLIP_DEFAULT, check_gspo_clip, check_turn_budget
+from rlexp.protocol.agentic_checks import check_gspo_clip, check_turn_budget
 from rlexp.protocol.verdict import Verdict
+from rlexp.spec.recipe import EPS_CLIP_DEFAULT
 
 AGENT_API_SINCE = "0.28.0"  # rollout_func returning env_mask
 
@@ -34,7 +35,7 @@ def _gspo_clip(env: Any, recipe: dict[str, Any]) -> list[Verdict]:
     if env.loss == "gspo":  # rlexp writes the environment's range as epsilon/epsilon_high (launch.loss_recipe)
         return check_gspo_clip("gspo", env.gspo_eps_low, "environment.gspo_eps_low")
     loss = "gspo" if recipe.get("importance_sampling_level") == "sequence" else env.loss
-    return check_gspo_clip(loss, recipe.get("epsilon", TOKEN_CLIP_DEFAULT), "recipe.epsilon")
+    return check_gspo_clip(loss, recipe.get("epsilon", EPS_CLIP_DEFAULT), "recipe.epsilon")
 
 
 def run_health_checks(recipe: dict[str, Any], version: str) -> list[Verdict]:

@@ -3,11 +3,14 @@ transformers' TensorBoard callback (TRL's metric names mapped)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlexp.experiment.layout import AttemptDir
 from rlexp.trainers.launch import LaunchPlan, TrainerLaunch, loss_recipe
 from rlexp.trainers.trl import RULES
+
+if TYPE_CHECKING:
+    from rlexp.spec.model import Attempt
 
 # the modes GRPOTrainer's loss types aggregate by exactly (TRL 1.16's _compute_loss; tests/test_loss_aggregation.py
 # runs it); with GSPO's sequence-level ratio TRL takes grpo only (GRPOConfig refuses bnpo, dr_grpo, dapo)
@@ -23,7 +26,7 @@ class TrlLaunch(TrainerLaunch):
         return {"importance_sampling_level": "sequence", "loss_type": "grpo", "epsilon": eps_low,
                 "epsilon_high": eps_high}  # fmt: skip
 
-    def loss_agg_recipe(self, att: Any, mode: str, recipe: Any) -> dict[str, Any]:
+    def loss_agg_recipe(self, att: Attempt, mode: str, recipe: Any) -> dict[str, Any]:
         """GRPOTrainer's ``loss_type`` whose aggregation (``_compute_loss``) is exactly the mode:
         ``dapo`` divides by the generation batch's tokens, the step's when ``steps_per_generation``
         equals ``gradient_accumulation_steps``; ``grpo`` and ``dr_grpo`` divide by the completions
@@ -48,33 +51,33 @@ class TrlLaunch(TrainerLaunch):
                              "masks whole among the sequences, which the mode does not")
         return {"loss_type": loss_type}
 
-    def loss_agg_default(self, att: Any, recipe: Any) -> tuple[str, str]:
+    def loss_agg_default(self, att: Attempt, recipe: Any) -> tuple[str, str]:
         loss_type = str(recipe.get("loss_type", "dapo"))
         mode = {t: m for m, t in TRL_LOSS_TYPES.items()}.get(loss_type)
         if mode is None:
             return f"TRL loss_type {loss_type}", f"TRL's {loss_type}, which none of the modes is exactly"
         return mode, f"TRL's loss_type {loss_type} (the KL term too)"
 
-    def loss_token_budget(self, att: Any) -> int | None:
+    def loss_token_budget(self, att: Attempt) -> int | None:
         """``max_completion_length``: the constant TRL's ``dr_grpo`` divides by."""
         value = att.recipe.get("max_completion_length")
         return int(value) if value is not None else None
 
-    def plan_details(self, att: Any, steps: Any) -> dict[str, Any]:
-        env = getattr(att, "environment", None)
+    def plan_details(self, att: Attempt, steps: Any) -> dict[str, Any]:
+        env = att.environment
         if env is not None and env.actions == "tool_calls":  # what TRL's tool loop cannot serve: exit 2 here
             from rlexp.trainers.trl.agent import environment_imports
             from rlexp.trainers.trl.agent_tools import check_tool_recipe, tool_tables
 
-            check_tool_recipe(att, loss_recipe(att, att.recipe_stated or {}))
+            check_tool_recipe(att, loss_recipe(att, att.recipe_stated))
             tool_tables(att, environment_imports(att))
         elif env is not None:  # what the rollout adapter cannot serve: exit 2 here
             from rlexp.trainers.trl.agent import check_recipe
 
-            check_recipe(att, loss_recipe(att, att.recipe_stated or {}))
+            check_recipe(att, loss_recipe(att, att.recipe_stated))
         return {"trl": steps.as_dict()}  # TRL's step quantities (rlexp.trainers.trl.steps)
 
-    def prepare(self, att: Any, ad: AttemptDir, *, resume: bool, must_exist: bool) -> LaunchPlan:
+    def prepare(self, att: Attempt, ad: AttemptDir, *, resume: bool, must_exist: bool) -> LaunchPlan:
         from rlexp.trainers.trl.script import prepare_launch
 
         built = prepare_launch(att, ad, resume=resume, must_exist=must_exist)

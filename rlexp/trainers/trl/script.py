@@ -17,12 +17,15 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlexp.errors import InputError
 from rlexp.experiment.layout import ADAPTER_PATTERN, AttemptDir
 from rlexp.models.base_models import loadable
 from rlexp.trainers.trl.metrics import NAMES as _TRL_NAMES
+
+if TYPE_CHECKING:
+    from rlexp.spec.model import Attempt
 
 # rlexp sets these GRPOConfig fields itself (the layout and the metrics it follows)
 OWNED_FIELDS = ("output_dir", "report_to")
@@ -33,8 +36,11 @@ TRL_METRIC_ALIASES = {source: canonical for canonical, sources in _TRL_NAMES.ite
 
 
 @dataclass(frozen=True)
-class TrlLaunch:
-    """What the launcher writes and runs for a TRL attempt."""
+class TrlScript:
+    """What the launcher writes and runs for a TRL attempt: the argv, the generated training script
+    (its path and text) and the generated modules beside it. (The trainer's launch, the
+    ``TrainerLaunch`` the registry finds, is :class:`rlexp.trainers.trl.launch.TrlLaunch`; it
+    turns this into a ``LaunchPlan``.)"""
 
     argv: list[str]
     script: Path
@@ -58,13 +64,13 @@ def trl_python(*, must_exist: bool = True) -> Path:
     return path
 
 
-def config_kwargs(att: Any, ad: AttemptDir) -> tuple[dict[str, Any], dict[str, Any]]:
+def config_kwargs(att: Attempt, ad: AttemptDir) -> tuple[dict[str, Any], dict[str, Any]]:
     """The GRPOConfig and ModelConfig keyword arguments: the fields some spec in the chain states,
     plus the ones rlexp owns (output paths, TensorBoard, the resolved model path)."""
     from rlexp.trainers.launch import loss_recipe
     from rlexp.trainers.trl.fields import GRPO_CONFIG_FIELDS, MODEL_CONFIG_FIELDS
 
-    stated = loss_recipe(att, getattr(att, "recipe_stated", None) or {})  # environment.loss gspo: TRL's fields
+    stated = loss_recipe(att, att.recipe_stated)  # environment.loss gspo: TRL's fields
     grpo_names = {row[0] for row in GRPO_CONFIG_FIELDS}
     model_kwargs = {k: v for k, v in stated.items() if k not in grpo_names and k in {r[0] for r in MODEL_CONFIG_FIELDS}}
     model_kwargs["model_name_or_path"] = str(loadable(att.base_model(), att.spec_path))  # a .gguf: its converted directory
@@ -79,7 +85,7 @@ def config_kwargs(att: Any, ad: AttemptDir) -> tuple[dict[str, Any], dict[str, A
     return {**stated, "output_dir": str(ad.resume_state_dir("trl")), "report_to": report_to}, model_kwargs
 
 
-def prepare_launch(att: Any, ad: AttemptDir, *, resume: bool, must_exist: bool = True) -> TrlLaunch:
+def prepare_launch(att: Attempt, ad: AttemptDir, *, resume: bool, must_exist: bool = True) -> TrlScript:
     """The script and argv of a TRL run of ``att`` (nothing is written here)."""
     from rlexp.trainers.trl.template import render_training_script
 
@@ -109,17 +115,17 @@ def prepare_launch(att: Any, ad: AttemptDir, *, resume: bool, must_exist: bool =
     }
     script = ad.trl_script
     argv = [str(trl_python(must_exist=must_exist)), str(script)] + (["--resume"] if resume else [])
-    env = getattr(att, "environment", None)
+    env = att.environment
     if env is not None and env.actions == "tool_calls":  # TRL's environment_factory adapter
         from rlexp.trainers.trl.agent_tools import tools_adapter
 
         adapter = tools_adapter(att, ad, kwargs, config["rlexp_root"])  # sets max_tool_calling_iterations
         text = render_training_script(att.id, att.trainer.version, config, environment_factory=True)
-        return TrlLaunch(argv + list(adapter.argv_tail), script, text, {script: text, adapter.path: adapter.text})
+        return TrlScript(argv + list(adapter.argv_tail), script, text, {script: text, adapter.path: adapter.text})
     text = render_training_script(att.id, att.trainer.version, config)
     if env is not None:  # an environment task: TRL's rollout_func adapter
         from rlexp.trainers.trl.agent import rollout_adapter
 
         adapter = rollout_adapter(att, ad, kwargs, config["rlexp_root"])
-        return TrlLaunch(argv + list(adapter.argv_tail), script, text, {script: text, adapter.path: adapter.text})
-    return TrlLaunch(argv, script, text)
+        return TrlScript(argv + list(adapter.argv_tail), script, text, {script: text, adapter.path: adapter.text})
+    return TrlScript(argv, script, text)

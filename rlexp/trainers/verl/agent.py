@@ -40,9 +40,12 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlexp.experiment.files import atomic_write_text
+
+if TYPE_CHECKING:
+    from rlexp.spec.model import Attempt
 
 AGENT_NAME = "rlexp_env"
 MODULE_NAME = "rlexp_verl_agent_loop"  # the generated file is <dir>/rlexp_verl_agent_loop.py
@@ -191,10 +194,10 @@ def _output(prompt_ids, response, mask, total, turns, tool_calls, finish, env_s,
 def render_agent_loop(env: str, config: Mapping[str, Any], *, max_turns: int, max_tokens_per_turn: int,
                       max_total_tokens: int) -> str:
     """The loop module's text for one environment and its budgets."""
-    for name, value in (("max_turns", max_turns), ("max_tokens_per_turn", max_tokens_per_turn),
-                        ("max_total_tokens", max_total_tokens)):
-        if int(value) < 1:
-            raise ValueError(f"{name} must be >= 1")
+    from rlexp.environments.interface import check_budget_values
+
+    check_budget_values("environment", max_turns=max_turns, max_tokens_per_turn=max_tokens_per_turn,
+                        max_total_tokens=max_total_tokens)
     config_text = json.dumps(dict(config), sort_keys=True, separators=(",", ":"), allow_nan=False)
     return _TEMPLATE.format(env=env, config=config_text, max_turns=int(max_turns),
                             max_tokens_per_turn=int(max_tokens_per_turn), max_total_tokens=int(max_total_tokens),
@@ -245,8 +248,8 @@ def write_agent_loop(directory: str | Path, env: str, config: Mapping[str, Any],
     return module, atomic_write_text(directory / CONFIG_FILE, render_agent_loop_config())
 
 
-def launch_files(att: Any, launch: Any, directory: Path) -> tuple[Any, dict[Path, str]]:
-    """``rlexp launch`` on an environment task: verl's launch (rlexp.trainers.verl.hydra.VerlLaunch) with
+def launch_files(att: Attempt, launch: Any, directory: Path) -> tuple[Any, dict[Path, str]]:
+    """``rlexp launch`` on an environment task: verl's launch (rlexp.trainers.verl.hydra.VerlHydraRun) with
     the agent keys added to its argv and the loop's directory on ``PYTHONPATH``, and the files to
     write. A recipe that states one of the agent keys itself is refused (Hydra would see it twice).
     A recipe on ``grpo`` runs rlexp's GRPO instead (:mod:`rlexp.trainers.verl.advantage`: the error
@@ -265,13 +268,13 @@ def launch_files(att: Any, launch: Any, directory: Path) -> tuple[Any, dict[Path
     directory = Path(directory)
     keys = agent_keys(directory / CONFIG_FILE, max_turns=env.max_turns)
     for key in keys:
-        if key in (getattr(att, "recipe_stated", None) or {}):
-            raise InputError(getattr(att, "display_path", None) or att.spec_path, f"recipe.{key}",
+        if key in att.recipe_stated:
+            raise InputError(att.display_path or att.spec_path, f"recipe.{key}",
                              "set by rlexp for an environment task (the generated agent loop)")
     module = render_agent_loop(env.name, env.config, max_turns=env.max_turns,
                                max_tokens_per_turn=env.max_tokens_per_turn, max_total_tokens=env.max_total_tokens)
     files = {directory / f"{MODULE_NAME}.py": module, directory / CONFIG_FILE: render_agent_loop_config()}
-    estimator = advantage.estimator_keys(getattr(att, "recipe", None) or {})
+    estimator = advantage.estimator_keys(att.recipe)
     argv = [a for a in launch.argv if a.split("=", 1)[0] not in estimator]  # the recipe's grpo, replaced
     if estimator:
         files[directory / f"{advantage.MODULE_NAME}.py"] = advantage.render_estimator()

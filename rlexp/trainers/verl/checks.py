@@ -10,9 +10,12 @@ verl's keys): the catalogue imports the spec, which imports that table.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlexp.trainers.verl.steps import VerlSchedule, VerlSteps
+
+if TYPE_CHECKING:
+    from rlexp.spec.model import Attempt
 
 VERL_REF = "docs/trainers.md#verl"
 
@@ -26,7 +29,7 @@ def verl_checkpoint_plan(steps: VerlSteps, schedule: VerlSchedule, mid: int | No
                           tuple(g for g in schedule.evaluated if g in saved))
 
 
-def verl_preflight(att: Any, steps: VerlSteps, schedule: VerlSchedule, power: Any) -> list[Any]:
+def verl_preflight(att: Attempt, steps: VerlSteps, schedule: VerlSchedule, power: Any) -> list[Any]:
     """The preflight catalogue for a verl attempt: the catalogue's LR checks on verl's step math,
     verl's own step checks under the catalogue's ids, then the catalogue's trainer-independent checks
     (rlexp.protocol.checks)."""
@@ -43,7 +46,7 @@ def verl_preflight(att: Any, steps: VerlSteps, schedule: VerlSchedule, power: An
     return sorted(found, key=lambda c: c.severity != catalogue.ERROR)
 
 
-def _step_checks(att: Any, steps: VerlSteps) -> list[Any]:
+def _step_checks(att: Attempt, steps: VerlSteps) -> list[Any]:
     from rlexp.protocol.checks import ERROR, WARNING
     from rlexp.protocol.verdict import check
 
@@ -130,12 +133,12 @@ def agentic_checks(env: Any, recipe: dict[str, Any], version: str) -> list[Any]:
     ``data.max_response_length`` (the prompt has its own), GSPO's clip range."""
     from rlexp.protocol.agentic_checks import (
         REF,
-        TOKEN_CLIP_DEFAULT,
         WARNING,
         check_gspo_clip,
         check_turn_budget,
     )
     from rlexp.protocol.verdict import check
+    from rlexp.spec.recipe import EPS_CLIP_DEFAULT
 
     found = []
     if not estimator_keys(recipe):  # on grpo, rlexp's estimator leaves them out of the baseline (launch)
@@ -158,9 +161,10 @@ def agentic_checks(env: Any, recipe: dict[str, Any], version: str) -> list[Any]:
     loss = "gspo" if recipe.get("actor_rollout_ref.actor.policy_loss.loss_mode") == "gspo" else env.loss
     for side in ("low", "high"):
         key = f"actor_rollout_ref.actor.clip_ratio_{side}"
-        clip = recipe.get(key, TOKEN_CLIP_DEFAULT)
+        clip = recipe.get(key, EPS_CLIP_DEFAULT)
         if clip is None:
-            key, clip = "actor_rollout_ref.actor.clip_ratio", recipe.get("actor_rollout_ref.actor.clip_ratio", 0.2)
+            key, clip = "actor_rollout_ref.actor.clip_ratio", recipe.get("actor_rollout_ref.actor.clip_ratio",
+                                                                          EPS_CLIP_DEFAULT)
         found += check_gspo_clip(loss, clip, key)
     return found
 

@@ -25,10 +25,13 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlexp.errors import InputError
 from rlexp.trainers.verl import releases
+
+if TYPE_CHECKING:
+    from rlexp.spec.model import Attempt
 
 ENTRYPOINT = ("python3", "-m", "verl.trainer.main_ppo")
 FILE_LOGGER_ENV = "VERL_FILE_LOGGER_PATH"
@@ -202,12 +205,12 @@ def build_argv(config: Mapping[str, Any], version: str, spec_file: str | Path | 
     return [*ENTRYPOINT, *overrides(config)]
 
 
-def model_path(att: Any) -> str:
+def model_path(att: Attempt) -> str:
     """``actor_rollout_ref.model.path`` as stated; a relative path that exists under the experiment
     directory becomes absolute (verl runs elsewhere), anything else (a hub id) stays as written."""
-    stated = (getattr(att, "recipe_stated", None) or {}).get(MODEL_KEY)
+    stated = att.recipe_stated.get(MODEL_KEY)
     if not isinstance(stated, str) or not stated:
-        raise InputError(getattr(att, "display_path", None) or att.spec_path, f"recipe.{MODEL_KEY}",
+        raise InputError(att.display_path or att.spec_path, f"recipe.{MODEL_KEY}",
                          "missing: the base model (a directory or a hub id)")
     path = Path(stated)
     if not path.is_absolute():
@@ -215,10 +218,10 @@ def model_path(att: Any) -> str:
     return str(path) if path.exists() else stated
 
 
-def attempt_paths(att: Any) -> VerlPaths:
+def attempt_paths(att: Attempt) -> VerlPaths:
     from rlexp.experiment.layout import AttemptDir
 
-    spec_file = getattr(att, "display_path", None) or att.spec_path
+    spec_file = att.display_path or att.spec_path
     ad = AttemptDir(att.attempt_dir)
     pool, monitor = att.datasets.get("pool"), att.datasets.get("ood_monitor")
     if pool is None or (pool.path is None and pool.stated_size is None):
@@ -233,7 +236,7 @@ def attempt_paths(att: Any) -> VerlPaths:
                      checkpoints=ad.verl_checkpoints, metrics_file=ad.verl_metrics)
 
 
-def stated_recipe(att: Any) -> dict[str, Any]:
+def stated_recipe(att: Attempt) -> dict[str, Any]:
     """The keys some spec in the chain states, with ``environment.loss: gspo``'s policy loss mode,
     aggregation and clip ratios added (:func:`rlexp.trainers.launch.loss_recipe`)."""
     from rlexp.trainers.launch import loss_recipe
@@ -241,9 +244,9 @@ def stated_recipe(att: Any) -> dict[str, Any]:
     return loss_recipe(att, att.recipe_stated)
 
 
-def plan_command(att: Any) -> dict[str, Any]:
+def plan_command(att: Attempt) -> dict[str, Any]:
     """What ``rlexp plan`` records about the verl command, checked now (InputError otherwise)."""
-    spec_file = getattr(att, "display_path", None) or att.spec_path
+    spec_file = att.display_path or att.spec_path
     stated = check_recipe(stated_recipe(att), att.trainer.version, spec_file)
     argv = build_argv(attempt_config(stated, attempt_paths(att), att.id, resume=False), att.trainer.version, spec_file)
     return {"version": att.trainer.version, "entrypoint": list(ENTRYPOINT), "overrides": len(argv) - len(ENTRYPOINT),
@@ -273,8 +276,11 @@ def write_verl_dataset(source: Path, target: Path, suffix: str, data_source: str
 
 
 @dataclass(frozen=True)
-class VerlLaunch:
-    """Everything ``rlexp launch`` needs for a verl run."""
+class VerlHydraRun:
+    """Everything ``rlexp launch`` needs for a verl run: the Hydra argv, its environment, the data
+    files to convert and the reward and metrics files. (The trainer's launch, the ``TrainerLaunch``
+    the registry finds, is :class:`rlexp.trainers.verl.launch.VerlLaunch`; it turns this into a
+    ``LaunchPlan``.)"""
 
     argv: list[str]
     env: dict[str, str]  # the trainer's environment additions (the file logger's path)
@@ -283,9 +289,9 @@ class VerlLaunch:
     metrics_file: Path
 
 
-def prepare_launch(att: Any, *, resume: bool, must_exist: bool = True) -> VerlLaunch:
+def prepare_launch(att: Attempt, *, resume: bool, must_exist: bool = True) -> VerlHydraRun:
     """The argv, environment and files of a verl launch; every input checked, nothing written."""
-    spec_file = getattr(att, "display_path", None) or att.spec_path
+    spec_file = att.display_path or att.spec_path
     stated = check_recipe(stated_recipe(att), att.trainer.version, spec_file)
     paths = attempt_paths(att)
     pool, monitor = att.datasets["pool"], att.datasets["ood_monitor"]
@@ -300,5 +306,5 @@ def prepare_launch(att: Any, *, resume: bool, must_exist: bool = True) -> VerlLa
     argv = build_argv(attempt_config(stated, paths, att.id, resume=resume), att.trainer.version, spec_file)
     datasets = ((pool.path, paths.train_file, pool.prompt_suffix, DATA_SOURCE_POOL),
                 (monitor.path, paths.val_file, monitor.prompt_suffix, DATA_SOURCE_MONITOR))
-    return VerlLaunch(argv=argv, env={FILE_LOGGER_ENV: str(paths.metrics_file)}, datasets=datasets,
+    return VerlHydraRun(argv=argv, env={FILE_LOGGER_ENV: str(paths.metrics_file)}, datasets=datasets,
                       reward_file=paths.reward_file, metrics_file=paths.metrics_file)

@@ -4,11 +4,14 @@ its latest save (``resume_mode: auto``)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlexp.experiment.layout import AttemptDir
 from rlexp.trainers.launch import LaunchPlan, TrainerLaunch
 from rlexp.trainers.verl import RULES
+
+if TYPE_CHECKING:
+    from rlexp.spec.model import Attempt
 
 AGG_KEY = "actor_rollout_ref.actor.loss_agg_mode"
 SCALE_KEY = "actor_rollout_ref.actor.loss_scale_factor"
@@ -17,7 +20,7 @@ SCALE_KEY = "actor_rollout_ref.actor.loss_scale_factor"
 class VerlLaunch(TrainerLaunch):
     rules = RULES
 
-    def own_plan(self, att: Any, plan_format: int) -> dict[str, Any] | None:
+    def own_plan(self, att: Attempt, plan_format: int) -> dict[str, Any] | None:
         from rlexp.trainers.verl.plan import build_verl_plan
 
         return build_verl_plan(att, plan_format)
@@ -31,7 +34,7 @@ class VerlLaunch(TrainerLaunch):
             "actor_rollout_ref.actor.clip_ratio_high": eps_high,
         }
 
-    def loss_agg_recipe(self, att: Any, mode: str, recipe: Any) -> dict[str, Any]:
+    def loss_agg_recipe(self, att: Attempt, mode: str, recipe: Any) -> dict[str, Any]:
         """verl's ``actor.loss_agg_mode`` has every mode (its KL loss follows it); Dr. GRPO's constant
         is ``loss_scale_factor`` (unset, verl divides by each micro-batch's padded response length)."""
         out: dict[str, Any] = {AGG_KEY: mode}
@@ -39,23 +42,23 @@ class VerlLaunch(TrainerLaunch):
             out[SCALE_KEY] = self.loss_token_budget(att)
         return out
 
-    def loss_agg_default(self, att: Any, recipe: Any) -> tuple[str, str]:
+    def loss_agg_default(self, att: Attempt, recipe: Any) -> tuple[str, str]:
         mode = str(recipe.get(AGG_KEY, "token-mean"))
         note = f"verl's {AGG_KEY} (the KL loss too)"
         if mode == "seq-mean-token-sum-norm" and recipe.get(SCALE_KEY) is None:
             note += "; L: each micro-batch's padded response length (loss_scale_factor unset)"
         return mode, note
 
-    def loss_token_budget(self, att: Any) -> int | None:
+    def loss_token_budget(self, att: Attempt) -> int | None:
         """``data.max_response_length``: the response length verl pads and truncates to."""
         return int(att.recipe["data.max_response_length"])
 
-    def prepare(self, att: Any, ad: AttemptDir, *, resume: bool, must_exist: bool) -> LaunchPlan:
+    def prepare(self, att: Attempt, ad: AttemptDir, *, resume: bool, must_exist: bool) -> LaunchPlan:
         from rlexp.trainers.verl import hydra as verl
 
         built = verl.prepare_launch(att, resume=resume, must_exist=must_exist)
         adapters: dict = {}
-        if getattr(att, "environment", None) is not None:  # an environment task: the generated agent loop
+        if att.environment is not None:  # an environment task: the generated agent loop
             from rlexp.trainers.verl import agent
 
             built, adapters = agent.launch_files(att, built, ad.agent_loop_dir)
@@ -70,7 +73,7 @@ class VerlLaunch(TrainerLaunch):
             write_verl_dataset(source, target, suffix, data_source)
         write_verl_reward_file(plan.reward_file)
 
-    def resume_step(self, att: Any, ad: AttemptDir) -> int:
+    def resume_step(self, att: Attempt, ad: AttemptDir) -> int:
         latest = ad.latest_verl_checkpoint()  # verl resumes itself (resume_mode auto) from its latest save
         return latest.step if latest is not None else 0
 

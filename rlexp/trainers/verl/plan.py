@@ -23,10 +23,10 @@ if TYPE_CHECKING:
 def build_verl_plan(att: Attempt, plan_format: int) -> dict[str, Any]:
     """plan.json for a verl attempt; ``plan_format`` is rlexp.stages.plan.PLAN_FORMAT (handed in:
     the stage plan calls this module)."""
-    from rlexp.core.power import power_report
     from rlexp.experiment.files import sha256_file
     from rlexp.protocol.checks import MAX_GLOBAL_STEPS, primary_power
     from rlexp.spec import diff_against_parent
+    from rlexp.stats import power_report
     from rlexp.trainers.verl import hydra as backend
     from rlexp.trainers.verl.checks import verl_checkpoint_plan, verl_preflight
     from rlexp.trainers.verl.steps import (
@@ -62,8 +62,8 @@ def build_verl_plan(att: Attempt, plan_format: int) -> dict[str, Any]:
                                                                 "n": None}  # fmt: skip
     power_json["monitor"] = (power_report(monitor.size, att.baseline.discordance).as_dict()
                              if monitor and monitor.size else None)  # fmt: skip
-    from rlexp.core.gate_power import add_best_of_k
     from rlexp.spec.sop import load_sop
+    from rlexp.stats._gate_power import add_best_of_k
 
     add_best_of_k(power_json, load_sop())
     return {

@@ -1,1 +1,0 @@
-"""Adapters at the edge: MLflow, provenance, metric ingestion, the tiny model, rendering."""
