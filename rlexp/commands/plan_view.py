@@ -32,7 +32,6 @@ def run(spec: Path, json_output: bool) -> int:
 def render(result: PlanResult) -> None:
     """Human output: rich tables, one per section."""
     from rich.console import Console
-    from rich.table import Table
 
     console = Console()
     data = result.data
@@ -43,6 +42,23 @@ def render(result: PlanResult) -> None:
         + (f" (parent {data['parent']})" if data["parent"] else "")
         + f" — {tr['name']} {tr['version']}, pool {s['pool_size']:,} prompts"
     )
+
+    # each section prints itself, in the order a reader checks a plan
+    _print_header_and_diff(console, result, data, s)
+    _print_loss_and_run_settings(console, result, data, s)
+    _print_steps(console, result, data, s)
+    _print_lr_and_schedule(console, result, data, s)
+    _print_checks(console, result, data, s)
+    _print_power(console, result, data, s)
+    errors = sum(c.severity == "error" for c in result.checks)
+    warnings = len(result.checks) - errors
+    verdict = "[red]blocked[/red]" if errors else "[green]ready[/green]"
+    console.print(f"{verdict}: {errors} error(s), {warnings} warning(s); plan.json written")
+
+
+def _print_header_and_diff(console: Any, result: PlanResult, data: dict[str, Any], s: dict[str, Any]) -> None:
+    """The diff against the parent, and the SOP's one-variable rule."""
+    from rich.table import Table
 
     if data["parent"]:
         diff = Table(title=f"Changed from parent {data['parent']}")
@@ -58,6 +74,9 @@ def render(result: PlanResult) -> None:
         if training != 1:
             console.print(f"[yellow]{training} training variables changed (the SOP allows one)[/yellow]")
 
+
+def _print_loss_and_run_settings(console: Any, result: PlanResult, data: dict[str, Any], s: dict[str, Any]) -> None:
+    """An environment task's budgets and loss, the loss aggregation, an asynchronous launch's staleness."""
     env = data.get("environment")
     if env:  # an environment task: the episode budgets and the loss (GSPO's own clip and trainer settings)
         console.print(f"environment [bold]{env['name']}[/bold] {env['config']}: {env['max_turns']} turns × "
@@ -87,6 +106,11 @@ def render(result: PlanResult) -> None:
         console.print(f"off-policy staleness: {lag['mode']}, batches up to "
                       f"{most if most is not None else 'an unstated number of'} policy version(s) behind "
                       "(observed in the run from the trainer's own metric where it logs one)")
+
+
+def _print_steps(console: Any, result: PlanResult, data: dict[str, Any], s: dict[str, Any]) -> None:
+    """The step math as the trainer counts it, the argv's notes and external data."""
+    from rich.table import Table
 
     steps = Table(title="Steps (as the trainer counts them)", show_header=False)
     steps.add_column("what")
@@ -123,6 +147,11 @@ def render(result: PlanResult) -> None:
             console.print(f"[dim]note:[/dim] datasets.{role}: external data ({', '.join(entry['external'])[:160]}), "
                           f"{entry.get('size')} prompts as stated; plan counts from that size")
 
+
+def _print_lr_and_schedule(console: Any, result: PlanResult, data: dict[str, Any], s: dict[str, Any]) -> None:
+    """The LR at milestones and the eval/save schedule with the K=3 checkpoints."""
+    from rich.table import Table
+
     lr = Table(title="LR at milestones (fraction of peak)")
     for col in ("global step", "optimizer steps", "LR first", "LR mean", "of peak", "actor_lr logged"):
         lr.add_column(col, justify="right")
@@ -137,7 +166,7 @@ def render(result: PlanResult) -> None:
         )
     console.print(lr)
 
-    rule = "every N-th step and the last" if verl else "global_step % N == 0"
+    rule = "every N-th step and the last" if s.get("verl") else "global_step % N == 0"
     sched = Table(title=f"Eval / save schedule ({rule})", show_header=False)
     sched.add_column("what")
     sched.add_column("steps")
@@ -151,6 +180,11 @@ def render(result: PlanResult) -> None:
     sched.add_row("K=3: best-by-monitor candidates", f"{len(ck['best_by_monitor_candidates'])} steps")
     console.print(sched)
 
+
+def _print_checks(console: Any, result: PlanResult, data: dict[str, Any], s: dict[str, Any]) -> None:
+    """The preflight checks."""
+    from rich.table import Table
+
     checks = Table(title="Preflight checks")
     for col in ("severity", "id", "message", "SOP"):
         checks.add_column(col, overflow="fold")
@@ -160,6 +194,11 @@ def render(result: PlanResult) -> None:
     if not result.checks:
         checks.add_row("[green]ok[/green]", "-", "no findings", "")
     console.print(checks)
+
+
+def _print_power(console: Any, result: PlanResult, data: dict[str, Any], s: dict[str, Any]) -> None:
+    """The power of the planned comparison and what each figure means."""
+    from rich.table import Table
 
     p = data["power"]
     power = Table(title=f"Power of the planned comparison (paired, α={p.get('alpha', 0.05)}, 80% power)")
@@ -198,10 +237,6 @@ def render(result: PlanResult) -> None:
         console.print(f"Claim (STOP-1): the probability that the whole claim rule (Gate-1b on the best of {claim['k']}, a "
                       f"second seed, Gate-2 on both seeds' selected Δ) makes the attempt a release candidate at a true "
                       f"{threshold}, same correlations (normal approximation; rlexp sop calibrate simulates it).")
-    errors = sum(c.severity == "error" for c in result.checks)
-    warnings = len(result.checks) - errors
-    verdict = "[red]blocked[/red]" if errors else "[green]ready[/green]"
-    console.print(f"{verdict}: {errors} error(s), {warnings} warning(s); plan.json written")
 
 
 def _clustered_power_line(cl: dict[str, Any], threshold: str) -> str:
