@@ -28,7 +28,6 @@ def render_plots(inputs: ReportInputs, out_dir: Path, stem: str) -> dict[str, Pa
     import matplotlib.pyplot as plt
 
     from rlexp.spec.settings import guard_settings
-    from rlexp.training.monitor import monitor_points, planned_lr_table
 
     spike_grad_norm = guard_settings().spikes.grad_norm  # the SOP's spike threshold
 
@@ -56,6 +55,20 @@ def render_plots(inputs: ReportInputs, out_dir: Path, stem: str) -> dict[str, Pa
         atomic_write_bytes(path, buffer.getvalue())
         made[name] = path
 
+    # one function a plot; each draws only when it has data
+    _plot_lr(inputs, figure, save)
+    _plot_monitor(inputs, figure, save)
+    _plot_family(inputs, figure, save)
+    _plot_grad_norm(inputs, figure, save, spike_grad_norm)
+    _plot_episodes(inputs, figure, save)
+    _plot_discordant(inputs, figure, save)
+    return made
+
+
+def _plot_lr(inputs: ReportInputs, figure, save) -> None:
+    """The planned LR (plan.json) against the logged actor_lr."""
+    from rlexp.training.monitor import planned_lr_table
+
     planned = planned_lr_table(inputs.plan)
     logged = [(r["global_step"], r["actor_lr"]) for r in inputs.metrics
               if "actor_lr" in r and math.isfinite(r["actor_lr"])]  # a NaN LR: in the stability section
@@ -71,6 +84,11 @@ def render_plots(inputs: ReportInputs, out_dir: Path, stem: str) -> dict[str, Pa
         ax.set(xlabel="global step", ylabel="learning rate", title="LR schedule: planned vs logged")
         ax.ticklabel_format(axis="y", style="sci", scilimits=(-2, 2))
         save(fig, ax, "lr")
+
+
+def _plot_monitor(inputs: ReportInputs, figure, save) -> None:
+    """The in-run OOD monitor, raw and smoothed, with the K=3 checkpoints marked."""
+    from rlexp.training.monitor import monitor_points
 
     points = monitor_points(inputs.metrics)
     if points:
@@ -89,6 +107,9 @@ def render_plots(inputs: ReportInputs, out_dir: Path, stem: str) -> dict[str, Pa
         ax.set(xlabel="global step", ylabel="accuracy (%)", title="In-run OOD monitor")
         save(fig, ax, "monitor")
 
+
+def _plot_family(inputs: ReportInputs, figure, save) -> None:
+    """The monitor of every attempt of the family."""
     if len(inputs.family_monitor) > 1:
         fig, ax = figure()
         relation = {m["attempt"]: m["relation"] for m in inputs.family}
@@ -101,6 +122,9 @@ def render_plots(inputs: ReportInputs, out_dir: Path, stem: str) -> dict[str, Pa
         ax.set(xlabel="global step", ylabel="monitor accuracy (%)", title="In-run OOD monitor: the family")
         save(fig, ax, "family")
 
+
+def _plot_grad_norm(inputs: ReportInputs, figure, save, spike_grad_norm: float) -> None:
+    """The gradient norm, its NaN/inf steps and the spikes above the SOP's threshold."""
     grad = [(r["global_step"], r["grad_norm"]) for r in inputs.metrics
             if "grad_norm" in r and math.isfinite(r["grad_norm"])]
     grad_nonfinite = [r["global_step"] for r in inputs.metrics
@@ -125,6 +149,9 @@ def render_plots(inputs: ReportInputs, out_dir: Path, stem: str) -> dict[str, Pa
         ax.set(xlabel="global step", ylabel="grad norm", title=title)
         save(fig, ax, "grad_norm")
 
+
+def _plot_episodes(inputs: ReportInputs, figure, save) -> None:
+    """An environment task: how the policy's use of its tools moves over training."""
     # an environment task: how the policy's use of its tools moves over training
     episode_series = {key: [(r["global_step"], float(r[key])) for r in inputs.metrics
                             if isinstance(r.get(key), int | float) and math.isfinite(r[key]) and "global_step" in r]
@@ -138,6 +165,9 @@ def render_plots(inputs: ReportInputs, out_dir: Path, stem: str) -> dict[str, Pa
         ax.set(xlabel="global step", ylabel="per training episode", title="Tool calls and turns over training")
         save(fig, ax, "episodes")
 
+
+def _plot_discordant(inputs: ReportInputs, figure, save) -> None:
+    """The discordant pairs of each checkpoint against the decision baseline."""
     bars = [(name, v.get("b"), v.get("c")) for name, v in checkpoint_items(inputs)
             if isinstance(v.get("b"), int) and isinstance(v.get("c"), int)]
     if bars:
@@ -150,4 +180,3 @@ def render_plots(inputs: ReportInputs, out_dir: Path, stem: str) -> dict[str, Pa
         ax.set_xticks(list(xs), [checkpoint_label(inputs, n) for n, _, _ in bars])
         ax.set(ylabel="problems", title=f"Discordant pairs vs {(inputs.decision or {}).get('baseline', 'baseline')}")
         save(fig, ax, "discordant")
-    return made
