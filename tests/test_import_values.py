@@ -199,3 +199,32 @@ def test_a_verl_module_other_than_main_ppo_is_refused_naming_it(tmp_path, capsys
     assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1, err
     assert f"line 1: python -m {module}: rlexp plans verl's trainer as verl.trainer.main_ppo" in err
     assert not (tmp_path / "a").exists()
+
+
+def test_verl_rollout_is_threshold_takes_what_verls_own_parser_takes():
+    """verl 0.9.1 types `algorithm.rollout_correction.rollout_is_threshold` as `str | float`: besides
+    a number, "LOWER_UPPER" (`0.5_4.0`, as verl's hy_v3 Megatron example passes it) is a threshold.
+    rlexp's check accepts exactly what the release's own `_parse_rollout_is_threshold` (read from the
+    pinned wheel) accepts, on each value below, and refuses the rest naming the field."""
+    from test_agent_verl import release_functions
+    from test_verl_backend import pinned_wheel
+
+    from rlexp.errors import InputError
+    from rlexp.trainers.verl import hydra
+
+    parse = release_functions(pinned_wheel(), ("_parse_rollout_is_threshold",), "verl/trainer/ppo/rollout_corr_helper.py",
+                              {"Optional": __import__("typing").Optional})["_parse_rollout_is_threshold"]
+    key = "algorithm.rollout_correction.rollout_is_threshold"
+    for value in ("0.5_4.0", 2.0, 3, "2.0", " 0.5_2 ", "4.0_0.5", "0_1", "-1_2", "x", "0.5_x", "", "_", True, -1.0, 0):
+        try:
+            parse(value)
+            verl_takes = True
+        except (TypeError, ValueError):
+            verl_takes = False
+        try:
+            hydra.check_recipe({key: value}, "0.9.1", "attempt.yaml")
+            rlexp_takes = True
+        except InputError as exc:
+            assert f"recipe.{key}" in str(exc), exc
+            rlexp_takes = False
+        assert rlexp_takes == verl_takes, value
