@@ -56,6 +56,8 @@ EXPECTED: dict[str, object] = {
     "research/LangGFM__shortest_path.sh": PLANS,
     "research/swe_bench_rl__run_rl.sh": ("import", "argument --advantage_estimator: invalid choice: 'grpo'"),
     "trl/clis_md__trl_grpo.sh": PLANS,
+    # TRL's RLOOTrainer: rlexp plans TRL's GRPOTrainer only (rlexp's limit; TRL runs it)
+    "trl/clis_md__trl_rloo.sh": ("import", "line 1: trl rloo: rlexp plans TRL's GRPOTrainer"),
     "trl/grpo_agent_py__usage.sh": PLANS,
     "trl/gspo_py__usage.sh": PLANS,
     "verl/ascend_extras__grpo_trainer__run_qwen3_235b_256k_megatron.sh": ("import",
@@ -316,11 +318,11 @@ def _other_engine(rel: str) -> bool:
 
 def test_at_least_the_stated_share_plans():
     plans = sum(v == PLANS for v in EXPECTED.values())
-    assert plans == 59 and len(EXPECTED) == 105  # docs/import.md states this table and these counts
-    # every other-engine verl script is refused, and nothing else is refused for rlexp's own limits:
-    # on the scripts rlexp's planner covers (all but the other engines' 39), 59 of 66 plan
-    other = {rel for rel in EXPECTED if _other_engine(rel)}
-    assert len(other) == 39 and all(EXPECTED[rel] != PLANS for rel in other)
+    assert plans == 59 and len(EXPECTED) == 106  # docs/import.md states this table and these counts
+    # every other-engine verl script and TRL's RLOO command are refused, and nothing else is refused
+    # for rlexp's own limits: on the scripts rlexp's planner covers (all but those 40), 59 of 66 plan
+    other = {rel for rel in EXPECTED if _other_engine(rel)} | {"trl/clis_md__trl_rloo.sh"}
+    assert len(other) == 40 and all(EXPECTED[rel] != PLANS for rel in other)
     assert sum(EXPECTED[rel] == PLANS for rel in EXPECTED if rel not in other) == 59
 
 

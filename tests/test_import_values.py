@@ -228,3 +228,26 @@ def test_verl_rollout_is_threshold_takes_what_verls_own_parser_takes():
             assert f"recipe.{key}" in str(exc), exc
             rlexp_takes = False
         assert rlexp_takes == verl_takes, value
+
+
+@pytest.mark.parametrize(("command", "refused"), [
+    ("trl rloo --model_name_or_path m --dataset_name d", "trl rloo"),
+    ("trl sft --model_name_or_path m --dataset_name d", "trl sft"),
+    ("python -m trl.scripts.rloo --model_name_or_path m --dataset_name d", "python -m trl.scripts.rloo"),
+    ("trl grpo --model_name_or_path m --dataset_name d", None),
+    ("python -m trl.scripts.grpo --model_name_or_path m --dataset_name d", None),
+])
+def test_a_trl_command_of_another_trainer_is_refused_not_planned_as_grpo(tmp_path, capsys, command, refused):
+    """`trl rloo` (TRL's CLI docs give it beside `trl grpo`) runs RLOOTrainer, whose RLOOConfig is not
+    the GRPOConfig rlexp plans: refused at import naming the command, where it was imported as GRPO."""
+    script = tmp_path / "run.sh"
+    script.write_text(command + "\n")
+    attempt = tmp_path / "exp" / "a"
+    rc = main(["import", str(script), str(attempt), "--version", "1.16.0", "--pool-size", "100"])
+    err = capsys.readouterr().err
+    if refused is None:
+        assert rc == 0, err
+        return
+    assert rc == 2 and not attempt.exists(), err
+    assert err.strip() == (f"rlexp: {script}: line 1: {refused}: rlexp plans TRL's GRPOTrainer (`trl grpo`, "
+                           f"GRPOConfig); {refused} runs another trainer")
