@@ -45,9 +45,8 @@ class VerlRules(TrainerRules):
         interpolation: those keys take any value here, and :mod:`.hydra` checks them against the
         release (numbers, lists) at plan time."""
         from rlexp.core.recipe import JSON_VALUE, RecipeKey, TrainerKeyTable
-        from rlexp.trainers.verl.hydra import NUMBER_OR_BOUNDS
         from rlexp.trainers.verl.keys import VERL_CONFIG_KEYS
-        from rlexp.trainers.verl.steps import verl_kind
+        from rlexp.trainers.verl.steps import NUMBER_OR_BOUNDS, verl_kind
 
         versions = tuple(VERL_CONFIG_KEYS)
         keys: dict[str, RecipeKey] = {}

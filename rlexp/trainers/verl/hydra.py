@@ -29,6 +29,7 @@ from typing import Any
 
 from rlexp.errors import InputError
 from rlexp.trainers.verl import releases
+from rlexp.trainers.verl.steps import NUMBER_OR_BOUNDS
 
 ENTRYPOINT = ("python3", "-m", "verl.trainer.main_ppo")
 FILE_LOGGER_ENV = "VERL_FILE_LOGGER_PATH"
@@ -63,12 +64,6 @@ def _suggest(name: str, candidates: list[str]) -> str:
         same_leaf = [c for c in candidates if c.rsplit(".", 1)[-1] == leaf]
         close = difflib.get_close_matches(name, same_leaf, n=1, cutoff=0.0)
     return f"; did you mean '{close[0]}'?" if close else ""
-
-
-# Keys whose verl dataclass field is wider than its YAML default's type: RolloutCorrectionConfig's
-# `rollout_is_threshold: str | float` (verl/trainer/config/algorithm.py) defaults to 2.0, but
-# "LOWER_UPPER" (`0.5_4.0`) is a threshold too, read by rollout_corr_helper._parse_rollout_is_threshold.
-NUMBER_OR_BOUNDS = frozenset({"algorithm.rollout_correction.rollout_is_threshold"})
 
 
 def _check_bounds(value: Any) -> str | None:
