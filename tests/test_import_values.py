@@ -251,3 +251,27 @@ def test_a_trl_command_of_another_trainer_is_refused_not_planned_as_grpo(tmp_pat
     assert rc == 2 and not attempt.exists(), err
     assert err.strip() == (f"rlexp: {script}: line 1: {refused}: rlexp plans TRL's GRPOTrainer (`trl grpo`, "
                            f"GRPOConfig); {refused} runs another trainer")
+
+
+def test_verl_values_are_read_as_hydras_own_grammar_reads_them(tmp_path, capsys):
+    """Each override value below is read by Hydra 1.3.2's own override parser (the pinned Hydra, in
+    its own process) and by import: the same value of the same type, every one. Underscores between
+    digits make numbers (`1_000`, `0.5_2`), `007` and `none` stay strings, inf/nan are floats, and
+    `0.5_4.0` (verl's lower_upper threshold) a string."""
+    from test_verl_backend import run_hydra
+
+    from rlexp.trainers.verl.script_args import hydra_scalar
+
+    words = ["1_000", "0.5_2", "0.5_4.0", "1e-6", "1_0e1_0", "007", "+5", "-0", "inf", "-inf", "nan", "NaN", "1.",
+             ".5", "1__0", "1e5", "1E+5", "0x10", "1_", "_1", "3.14", "True", "TRUE", "null", "NULL", "none", "None",
+             "abc", "1.5e-3", "-1.5E-3_0", "0.", "00", "0_0", "1_0.0_1", "+inf", "1e", "e5", ".e5", "1.e5"]
+    hydras = run_hydra({"kind": "values", "overrides": [f"k={w}" for w in words]})["values"]
+    for word, hydra in zip(words, hydras, strict=True):
+        ours = hydra_scalar(word)
+        assert type(ours) is type(hydra) and repr(ours) == repr(hydra), (word, hydra, ours)
+    # and through import: the batch size of `data.train_batch_size=1_024` is 1024, as verl gets it
+    script = tmp_path / "s.sh"
+    script.write_text(f"{VERL}  data.train_files=x.parquet data.train_batch_size=1_024\n")
+    rc, _, err = run(["import", str(script), str(tmp_path / "a"), "--version", "0.9.1", "--pool-size", "4096"], capsys)
+    assert rc == 0, err
+    assert spec_of(tmp_path / "a")["recipe"]["data.train_batch_size"] == 1024
