@@ -199,3 +199,79 @@ def test_a_verl_module_other_than_main_ppo_is_refused_naming_it(tmp_path, capsys
     assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1, err
     assert f"line 1: python -m {module}: rlexp plans verl's trainer as verl.trainer.main_ppo" in err
     assert not (tmp_path / "a").exists()
+
+
+def test_verl_rollout_is_threshold_takes_what_verls_own_parser_takes():
+    """verl 0.9.1 types `algorithm.rollout_correction.rollout_is_threshold` as `str | float`: besides
+    a number, "LOWER_UPPER" (`0.5_4.0`, as verl's hy_v3 Megatron example passes it) is a threshold.
+    rlexp's check accepts exactly what the release's own `_parse_rollout_is_threshold` (read from the
+    pinned wheel) accepts, on each value below, and refuses the rest naming the field."""
+    from test_agent_verl import release_functions
+    from test_verl_backend import pinned_wheel
+
+    from rlexp.errors import InputError
+    from rlexp.trainers.verl import hydra
+
+    parse = release_functions(pinned_wheel(), ("_parse_rollout_is_threshold",), "verl/trainer/ppo/rollout_corr_helper.py",
+                              {"Optional": __import__("typing").Optional})["_parse_rollout_is_threshold"]
+    key = "algorithm.rollout_correction.rollout_is_threshold"
+    for value in ("0.5_4.0", 2.0, 3, "2.0", " 0.5_2 ", "4.0_0.5", "0_1", "-1_2", "x", "0.5_x", "", "_", True, -1.0, 0):
+        try:
+            parse(value)
+            verl_takes = True
+        except (TypeError, ValueError):
+            verl_takes = False
+        try:
+            hydra.check_recipe({key: value}, "0.9.1", "attempt.yaml")
+            rlexp_takes = True
+        except InputError as exc:
+            assert f"recipe.{key}" in str(exc), exc
+            rlexp_takes = False
+        assert rlexp_takes == verl_takes, value
+
+
+@pytest.mark.parametrize(("command", "refused"), [
+    ("trl rloo --model_name_or_path m --dataset_name d", "trl rloo"),
+    ("trl sft --model_name_or_path m --dataset_name d", "trl sft"),
+    ("python -m trl.scripts.rloo --model_name_or_path m --dataset_name d", "python -m trl.scripts.rloo"),
+    ("trl grpo --model_name_or_path m --dataset_name d", None),
+    ("python -m trl.scripts.grpo --model_name_or_path m --dataset_name d", None),
+])
+def test_a_trl_command_of_another_trainer_is_refused_not_planned_as_grpo(tmp_path, capsys, command, refused):
+    """`trl rloo` (TRL's CLI docs give it beside `trl grpo`) runs RLOOTrainer, whose RLOOConfig is not
+    the GRPOConfig rlexp plans: refused at import naming the command, where it was imported as GRPO."""
+    script = tmp_path / "run.sh"
+    script.write_text(command + "\n")
+    attempt = tmp_path / "exp" / "a"
+    rc = main(["import", str(script), str(attempt), "--version", "1.16.0", "--pool-size", "100"])
+    err = capsys.readouterr().err
+    if refused is None:
+        assert rc == 0, err
+        return
+    assert rc == 2 and not attempt.exists(), err
+    assert err.strip() == (f"rlexp: {script}: line 1: {refused}: rlexp plans TRL's GRPOTrainer (`trl grpo`, "
+                           f"GRPOConfig); {refused} runs another trainer")
+
+
+def test_verl_values_are_read_as_hydras_own_grammar_reads_them(tmp_path, capsys):
+    """Each override value below is read by Hydra 1.3.2's own override parser (the pinned Hydra, in
+    its own process) and by import: the same value of the same type, every one. Underscores between
+    digits make numbers (`1_000`, `0.5_2`), `007` and `none` stay strings, inf/nan are floats, and
+    `0.5_4.0` (verl's lower_upper threshold) a string."""
+    from test_verl_backend import run_hydra
+
+    from rlexp.trainers.verl.script_args import hydra_scalar
+
+    words = ["1_000", "0.5_2", "0.5_4.0", "1e-6", "1_0e1_0", "007", "+5", "-0", "inf", "-inf", "nan", "NaN", "1.",
+             ".5", "1__0", "1e5", "1E+5", "0x10", "1_", "_1", "3.14", "True", "TRUE", "null", "NULL", "none", "None",
+             "abc", "1.5e-3", "-1.5E-3_0", "0.", "00", "0_0", "1_0.0_1", "+inf", "1e", "e5", ".e5", "1.e5"]
+    hydras = run_hydra({"kind": "values", "overrides": [f"k={w}" for w in words]})["values"]
+    for word, hydra in zip(words, hydras, strict=True):
+        ours = hydra_scalar(word)
+        assert type(ours) is type(hydra) and repr(ours) == repr(hydra), (word, hydra, ours)
+    # and through import: the batch size of `data.train_batch_size=1_024` is 1024, as verl gets it
+    script = tmp_path / "s.sh"
+    script.write_text(f"{VERL}  data.train_files=x.parquet data.train_batch_size=1_024\n")
+    rc, _, err = run(["import", str(script), str(tmp_path / "a"), "--version", "0.9.1", "--pool-size", "4096"], capsys)
+    assert rc == 0, err
+    assert spec_of(tmp_path / "a")["recipe"]["data.train_batch_size"] == 1024

@@ -61,6 +61,19 @@ def _kinds() -> dict[str, str]:
     return kinds
 
 
+def check_module(script: Path, where: str, module: str) -> None:
+    """TRL's command line and its `trl.scripts` modules run one trainer each (`trl rloo` RLOOTrainer,
+    `trl sft` SFTTrainer, ...): only `trl grpo` / `trl.scripts.grpo` runs the GRPOTrainer whose
+    GRPOConfig rlexp plans; another is refused, naming it, rather than planned as GRPO. (A training
+    script of the user's own, `accelerate launch train.py`, is read as a GRPO script.)"""
+    if module.startswith("trl ") or module.startswith("trl.scripts."):
+        sub = module.split(" ", 1)[1] if module.startswith("trl ") else module.rsplit(".", 1)[-1]
+        if sub != "grpo":
+            shown = f"trl {sub}" if module.startswith("trl ") else f"python -m {module}"
+            raise InputError(script, where, f"{shown[:80]}: rlexp plans TRL's GRPOTrainer (`trl grpo`, GRPOConfig); "
+                             f"{shown[:80]} runs another trainer")
+
+
 def read_args(script: Path, where: str, args: list[str], version: str | None = None):
     """The recipe, datasets, left-out keys and notes of ``--field value`` arguments."""
     kinds = _kinds()

@@ -46,12 +46,13 @@ class VerlRules(TrainerRules):
         release (numbers, lists) at plan time."""
         from rlexp.spec.recipe import JSON_VALUE, RecipeKey, TrainerKeyTable
         from rlexp.trainers.verl.keys import VERL_CONFIG_KEYS
-        from rlexp.trainers.verl.steps import verl_kind
+        from rlexp.trainers.verl.steps import NUMBER_OR_BOUNDS, verl_kind
 
         versions = tuple(VERL_CONFIG_KEYS)
         keys: dict[str, RecipeKey] = {}
         for name, type_, default in VERL_CONFIG_KEYS[versions[-1]]:  # the newest listed release's keys
-            recipe_type = _TYPES.get(type_, JSON_VALUE)
+            # a field wider than its default's type (a number or "LOWER_UPPER") is checked by hydra.check_recipe
+            recipe_type = JSON_VALUE if name in NUMBER_OR_BOUNDS else _TYPES.get(type_, JSON_VALUE)
             keys[name] = RecipeKey(name, recipe_type, default, verl_kind(name), recipe_type == JSON_VALUE)
         return TrainerKeyTable("verl", f"verl {versions[-1]} config keys (dotted Hydra paths)", keys,
                                {k.name: k.default for k in keys.values()}, keys.get, versions,

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlexp.errors import InputError
 from rlexp.trainers.verl import releases
+from rlexp.trainers.verl.steps import NUMBER_OR_BOUNDS
 
 if TYPE_CHECKING:
     from rlexp.spec.model import Attempt
@@ -68,8 +69,30 @@ def _suggest(name: str, candidates: list[str]) -> str:
     return f"; did you mean '{close[0]}'?" if close else ""
 
 
+def _check_bounds(value: Any) -> str | None:
+    """Why ``value`` is not a threshold verl's `_parse_rollout_is_threshold` takes, or None: a
+    positive number, or "LOWER_UPPER" with 0 < LOWER <= UPPER."""
+    wrong = f"must be a positive number or 'LOWER_UPPER' with 0 < LOWER <= UPPER (got {value!r})"
+    if isinstance(value, bool):
+        return wrong
+    if isinstance(value, str) and "_" in value:
+        lower_text, upper_text = value.strip().split("_", 1)
+    else:
+        lower_text, upper_text = None, value
+    try:
+        upper = float(upper_text)
+        lower = None if lower_text is None else float(lower_text)
+    except (TypeError, ValueError):
+        return wrong
+    if upper <= 0 or (lower is not None and not 0 < lower <= upper):  # as verl compares (nan passes there too)
+        return wrong
+    return None
+
+
 def _check_value(key: releases.ConfigKey, value: Any) -> str | None:
     """Why ``value`` does not fit the key's type (the type of verl's default), or None."""
+    if key.name in NUMBER_OR_BOUNDS:
+        return _check_bounds(value)
     kind = key.type
     if kind in ("null", "interpolation"):
         return None  # verl's default does not fix a type; OmegaConf takes what Hydra parses
@@ -93,7 +116,8 @@ def _check_value(key: releases.ConfigKey, value: Any) -> str | None:
 
 
 def _coerce(key: releases.ConfigKey, value: Any) -> Any:
-    if key.type == "float" and value is not None:
+    if key.type == "float" and value is not None and not (key.name in NUMBER_OR_BOUNDS and isinstance(value, str)
+                                                          and "_" in value):
         return float(value)  # a YAML 1e-6 without a dot reads as a string
     return value
 

@@ -28,6 +28,34 @@ LOGGER_NAMES = ("trainer.project_name", "trainer.experiment_name", "trainer.logg
 ENTRY_MODULE = "verl.trainer.main_ppo"
 
 
+# Hydra 1.3's override grammar for a primitive value (hydra/grammar/OverrideLexer.g4): an integer has
+# no leading zero and may have single underscores between digits (`1_000`); a float is a point or
+# exponent form with the same digits, or inf / nan in any case; true/false and null in any case.
+# `007` and `none` stay strings, as Hydra keeps them.
+_H_UINT = r"(?:0|[1-9](?:_?\d)*)"
+_H_DIGITS = r"\d(?:_?\d)*"
+_H_POINT = rf"(?:{_H_UINT}?\.{_H_DIGITS}|{_H_UINT}\.)"
+_HYDRA_INT = re.compile(rf"^[+-]?{_H_UINT}$")
+_HYDRA_FLOAT = re.compile(rf"^[+-]?(?:{_H_POINT}|(?:{_H_POINT}|{_H_UINT})[eE][+-]?{_H_DIGITS}|[Ii][Nn][Ff]|[Nn][Aa][Nn])$")
+
+
+def hydra_scalar(raw: str) -> Any:
+    """An override's value as Hydra's grammar reads it: a number, a bool, null, a list or mapping
+    (:func:`argument_value`), else the string itself."""
+    text = raw.strip()
+    if _HYDRA_INT.match(text):
+        return int(text.replace("_", ""))
+    if _HYDRA_FLOAT.match(text):
+        return float(text.replace("_", ""))
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    if text.lower() == "null":
+        return None
+    if text.startswith(("[", "{")):
+        return argument_value(raw)
+    return raw
+
+
 def check_module(script: Path, where: str, module: str) -> None:
     """A verl module other than :data:`ENTRY_MODULE` composes another config or none (verl 0.9.1's
     one-step-off and fully-async trainers have their own; a module a release no longer ships makes
@@ -76,7 +104,7 @@ def read_args(script: Path, where: str, args: list[str], version: str | None = N
         key = raw_key.lstrip("+")
         if not eq or plus > 2 or not re.match(r"^[A-Za-z_][\w.]*$", key):
             raise InputError(script, where, f"{token[:80]!r}: not a Hydra override key=value")
-        value = argument_value(raw) if raw else ""
+        value = hydra_scalar(raw) if raw else ""
         if key in DATASET_KEYS:
             role = DATASET_KEYS[key]
             path = value[0] if isinstance(value, list) and len(value) == 1 else value

@@ -391,6 +391,12 @@ _INFRASTRUCTURE_WORDS = (
 )
 
 
+# Keys whose verl dataclass field is wider than its YAML default's type: RolloutCorrectionConfig's
+# `rollout_is_threshold: str | float` (verl/trainer/config/algorithm.py) defaults to 2.0, but
+# "LOWER_UPPER" (`0.5_4.0`) is a threshold too, read by rollout_corr_helper._parse_rollout_is_threshold.
+NUMBER_OR_BOUNDS = frozenset({"algorithm.rollout_correction.rollout_is_threshold"})
+
+
 def verl_kind(name: str) -> str:
     """``training``, ``instrumentation`` or ``infrastructure`` for a verl recipe key."""
     segments = name.split(".")
