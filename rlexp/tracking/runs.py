@@ -473,25 +473,11 @@ def log_attempt(attempt_dir: str | Path, tracking_uri: str | None = None, *, rep
         return _log_attempt(attempt_dir, tracking_uri, report_path=report_path)
 
 
-def _log_attempt(attempt_dir: str | Path, tracking_uri: str | None = None, *,
-                 report_path: str | Path | None = None) -> str:
-    from mlflow.entities import Param, RunTag
-
-    ad = AttemptDir(attempt_dir)
-    attempt_dir = ad.root  # the directory, also when given its attempt.yaml
-    if not ad.spec.exists():
-        raise InputError(ad.spec, None, "file not found")
-    info = attempt_info(attempt_dir)
-    uri = resolve_tracking_uri(tracking_uri)
-    client = _client(uri)
-    run = run_for_attempt(client, Path(info["experiment_dir"]), info["id"], uri)
-    run_id = run.info.run_id
-
-    provenance = _maybe_json(ad.provenance) or {}
-    argv_doc = _maybe_json(ad.argv) or {}
-    state = _maybe_json(ad.state) or {}
-    decision = _maybe_json(ad.decision)
-
+def _params_and_tags(info: Mapping[str, Any], argv_doc: Mapping[str, Any], provenance: Mapping[str, Any],
+                     state: Mapping[str, Any], decision: Mapping[str, Any] | None, existing: Mapping[str, str],
+                     attempt_dir: Path) -> tuple[dict[str, str], dict[str, str], str | None]:
+    """The run's params (recipe, trainer, backend) and tags (lineage, pool, commit, state, decision,
+    seed group), and the seed group."""
     # params: immutable in MLflow, so only the missing ones are logged; a value that changed
     # since (an edited spec) is flagged in a tag instead of failing the whole log.
     # a credential-named key that the spec let through holds a count (e.g. a trainer's *_token_len_* key)
@@ -500,7 +486,6 @@ def _log_attempt(attempt_dir: str | Path, tracking_uri: str | None = None, *,
     params.update({f"trainer.{k}": _param_value(v) for k, v in info["trainer"].items()})
     if argv_doc.get("backend"):
         params["launch.backend"] = str(argv_doc["backend"])
-    existing = run.data.params
     changed = sorted(k for k, v in params.items() if k in existing and existing[k] != v)
 
     pool = (provenance.get("datasets") or {}).get("pool") or {}
@@ -521,6 +506,56 @@ def _log_attempt(attempt_dir: str | Path, tracking_uri: str | None = None, *,
         tags[SEED_GROUP_TAG] = group
     if changed:
         tags["rlexp.params_changed_after_logging"] = ",".join(changed)
+    return params, tags, group
+
+
+def _log_artifacts(client: Any, run_id: str, ad: AttemptDir, attempt_dir: Path,
+                   report_path: str | Path | None) -> None:
+    """The attempt's plan, provenance, argv, decision and guard verdicts, and the report (markdown,
+    its plots and the HTML view MLflow's artifact pane renders)."""
+    artifacts = [ad.plan, ad.provenance,
+                 ad.argv, ad.decision]
+    artifacts += sorted(ad.guards_dir.glob("*.json")) if ad.guards_dir.is_dir() else []
+    for path in artifacts:
+        if path.exists():
+            client.log_artifact(run_id, str(path), artifact_path=path.parent.relative_to(attempt_dir).as_posix()
+                                if path.parent != attempt_dir else None)
+    if report_path is not None and Path(report_path).exists():
+        report_path = Path(report_path)
+        client.log_artifact(run_id, str(report_path), artifact_path="report")
+        for png in sorted(report_path.parent.glob(f"{report_path.stem}_*.png")):
+            client.log_artifact(run_id, str(png), artifact_path="report")
+        import tempfile
+
+        from rlexp.reporting import report_html
+
+        with tempfile.TemporaryDirectory() as tmp:  # the HTML view MLflow's artifact pane renders
+            html = Path(tmp) / f"{report_path.stem}.html"
+            html.write_text(report_html(report_path), encoding="utf-8")
+            client.log_artifact(run_id, str(html), artifact_path="report")
+
+
+def _log_attempt(attempt_dir: str | Path, tracking_uri: str | None = None, *,
+                 report_path: str | Path | None = None) -> str:
+    from mlflow.entities import Param, RunTag
+
+    ad = AttemptDir(attempt_dir)
+    attempt_dir = ad.root  # the directory, also when given its attempt.yaml
+    if not ad.spec.exists():
+        raise InputError(ad.spec, None, "file not found")
+    info = attempt_info(attempt_dir)
+    uri = resolve_tracking_uri(tracking_uri)
+    client = _client(uri)
+    run = run_for_attempt(client, Path(info["experiment_dir"]), info["id"], uri)
+    run_id = run.info.run_id
+
+    provenance = _maybe_json(ad.provenance) or {}
+    argv_doc = _maybe_json(ad.argv) or {}
+    state = _maybe_json(ad.state) or {}
+    decision = _maybe_json(ad.decision)
+
+    params, tags, group = _params_and_tags(info, argv_doc, provenance, state, decision, run.data.params,
+                                           attempt_dir)
     tag_list = [RunTag(k, scrub(v)) for k, v in tags.items()]
     # Parallel `report`s of one attempt: each reads the params logged so far and logs the rest; two
     # that read before either wrote would both insert a param (a UNIQUE constraint failure in
@@ -576,26 +611,7 @@ def _log_attempt(attempt_dir: str | Path, tracking_uri: str | None = None, *,
               "stopped": "KILLED"}.get(str(state.get("state")))
     set_run_status(client, run_id, status)
 
-    artifacts = [ad.plan, ad.provenance,
-                 ad.argv, ad.decision]
-    artifacts += sorted(ad.guards_dir.glob("*.json")) if ad.guards_dir.is_dir() else []
-    for path in artifacts:
-        if path.exists():
-            client.log_artifact(run_id, str(path), artifact_path=path.parent.relative_to(attempt_dir).as_posix()
-                                if path.parent != attempt_dir else None)
-    if report_path is not None and Path(report_path).exists():
-        report_path = Path(report_path)
-        client.log_artifact(run_id, str(report_path), artifact_path="report")
-        for png in sorted(report_path.parent.glob(f"{report_path.stem}_*.png")):
-            client.log_artifact(run_id, str(png), artifact_path="report")
-        import tempfile
-
-        from rlexp.reporting import report_html
-
-        with tempfile.TemporaryDirectory() as tmp:  # the HTML view MLflow's artifact pane renders
-            html = Path(tmp) / f"{report_path.stem}.html"
-            html.write_text(report_html(report_path), encoding="utf-8")
-            client.log_artifact(run_id, str(html), artifact_path="report")
+    _log_artifacts(client, run_id, ad, attempt_dir, report_path)
     return run_id
 
 
