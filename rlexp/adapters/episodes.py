@@ -35,11 +35,11 @@ later episode in that slot.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from rlexp.core.environments import Budgets, EnvRow, Trajectory, TrajectoryBuilder, Turn, resolve
+from rlexp.core.episode_loop import step_environment, turn_finish
 
 
 class SlotCache:
@@ -237,34 +237,28 @@ def _advance(e: dict[str, Any], completion: Any, limit: int, tokenizer: Any, bud
     stopped = completion.finish_reason == "stop" and len(completion.token_ids) <= limit
     builder.add_agent(ids)
     text = tokenizer.decode(ids, skip_special_tokens=True)
-    started = time.perf_counter()
-    try:
-        result = e["env"].step(text)
-    except Exception as exc:  # noqa: BLE001 - recorded as env_error
-        latency = time.perf_counter() - started
-        builder.turns.append(Turn(text, len(ids), "", 0, 0.0, {"error": str(exc)}, latency))
-        e["done"] = builder.finish("env_error", f"step: {type(exc).__name__}: {exc}")
+    answer = step_environment(e["env"], text)
+    latency = answer.latency_s
+    if answer.failed:  # recorded as env_error
+        builder.turns.append(Turn(text, len(ids), "", 0, 0.0, {"error": str(answer.error)}, latency))
+        e["done"] = builder.finish("env_error", f"step: {answer.error_text()}")
         return
-    latency = time.perf_counter() - started
+    result, info = answer.result, answer.info
     builder.set_turn_reward(result.reward)
-    info: Mapping[str, Any] = dict(result.info or {})
     if remaining_room:
         _advance_remaining_room(e, builder, text, ids, result, info, latency, tokenizer, stopped=stopped,
                                 last_turn=last_turn)
         return
-    if not stopped:  # graded as it stands (as the single-turn trainer grades a cut completion), then ended
+    finish = turn_finish(stopped=stopped, done=answer.done, last_turn=last_turn)
+    if finish == "length":  # cut: graded as it stands, then ended (its feedback is not kept)
         builder.turns.append(Turn(text, len(ids), "", 0, float(result.reward), info, latency))
-        e["done"] = builder.finish("length")
+        e["done"] = builder.finish(finish)
         return
-    if result.done:
+    if finish is not None:
         builder.turns.append(Turn(text, len(ids), result.feedback, 0, float(result.reward), info, latency))
-        e["done"] = builder.finish("stop")
+        e["done"] = builder.finish(finish)
         return
     feedback_ids = encode_prompt(tokenizer, render_user_turn(tokenizer, result.feedback))
-    if last_turn:
-        builder.turns.append(Turn(text, len(ids), result.feedback, 0, float(result.reward), info, latency))
-        e["done"] = builder.finish("max_turns")
-        return
     if builder.generated + len(feedback_ids) >= budgets.max_total_tokens:
         builder.turns.append(Turn(text, len(ids), result.feedback, 0, float(result.reward), info, latency))
         e["done"] = builder.finish("length")
@@ -284,7 +278,7 @@ def _advance_remaining_room(e: dict[str, Any], builder: TrajectoryBuilder, text:
     reward = float(result.reward)
     if result.done or last_turn:
         builder.turns.append(Turn(text, len(ids), result.feedback, 0, reward, info, latency))
-        e["done"] = builder.finish("length" if not stopped else "stop" if result.done else "max_turns")
+        e["done"] = builder.finish(turn_finish(stopped=stopped, done=bool(result.done), last_turn=last_turn) or "")
         return
     feedback_ids = encode_prompt(tokenizer, render_user_turn(tokenizer, result.feedback))
     builder.add_env(feedback_ids)

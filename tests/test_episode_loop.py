@@ -1,0 +1,149 @@
+"""The one turn every environment loop shares (rlexp/core/episode_loop.py), and the runtime modules
+the generated trainer files import (their end-to-end checks inside the trainers' own code are in
+tests/test_agent_openrlhf.py, tests/test_agent_verl.py and tests/test_trl_agent.py)."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import inspect
+import threading
+from pathlib import Path
+
+import pytest
+
+from rlexp.core.environments import CalculatorEnv, StepResult
+from rlexp.core.episode_loop import step_environment, step_environment_in_thread, turn_finish
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+class Scripted:
+    """An environment answering each action from a script; ``"raise"`` raises."""
+
+    def __init__(self, answers):
+        self.answers = list(answers)
+        self.threads = []
+
+    def step(self, action_text):
+        self.threads.append(threading.get_ident())
+        answer = self.answers.pop(0)
+        if answer == "raise":
+            raise ValueError(f"no answer to {action_text!r}")
+        return answer
+
+
+def test_a_step_reads_the_result_the_one_way():
+    env = Scripted([StepResult("fb", 0.5, False, {"tool_call": True}), StepResult("", 1, True, None)])
+    first = step_environment(env, "calc 1+1")
+    assert (first.reward, first.done, first.feedback, first.tool_call, first.failed) == (0.5, False, "fb", True, False)
+    assert first.latency_s >= 0.0
+    second = step_environment(env, "\\boxed{2}")
+    assert (second.reward, second.done, second.tool_call, dict(second.info)) == (1.0, True, False, {})
+    assert isinstance(second.reward, float)  # an int reward is read as a float
+
+
+def test_a_raising_environment_is_an_outcome_not_a_crash():
+    answer = step_environment(Scripted(["raise"]), "x")
+    assert answer.failed and answer.result is None and isinstance(answer.error, ValueError)
+    assert (answer.reward, answer.done, answer.feedback, answer.tool_call) == (0.0, False, "", False)
+    assert answer.error_text() == "ValueError: no answer to 'x'"
+
+
+def test_the_asynchronous_step_runs_off_the_event_loop():
+    env = Scripted([StepResult("fb", 0.25, False, {}), "raise"])
+    loop_thread = threading.get_ident()  # asyncio.run runs the loop on the calling thread
+    first = asyncio.run(step_environment_in_thread(env, "a"))
+    second = asyncio.run(step_environment_in_thread(env, "b"))
+    assert first.reward == 0.25 and second.failed
+    assert len(env.threads) == 2 and loop_thread not in env.threads
+
+
+# The finish rules rlexp's rollout has ended episodes by (a cut turn ends the episode as "length"
+# even when the environment said done; done ends it as "stop"; the last allowed turn as
+# "max_turns"), written out case by case rather than derived from the function.
+FINISH_TABLE = [
+    # stopped, done, last_turn -> reason
+    (False, False, False, "length"),
+    (False, True, False, "length"),
+    (False, False, True, "length"),
+    (False, True, True, "length"),
+    (True, True, False, "stop"),
+    (True, True, True, "stop"),
+    (True, False, True, "max_turns"),
+    (True, False, False, None),
+]
+
+
+@pytest.mark.parametrize(("stopped", "done", "last_turn", "reason"), FINISH_TABLE)
+def test_turn_finish(stopped, done, last_turn, reason):
+    assert turn_finish(stopped=stopped, done=done, last_turn=last_turn) == reason
+
+
+def test_every_loop_steps_the_environment_through_the_shared_turn():
+    """No loop calls ``env.step`` itself: rlexp's rollout, the TRL tool episode and the two runtime
+    modules behind the OpenRLHF and verl files all go through rlexp.core.episode_loop."""
+    files = ["rlexp/adapters/episodes.py", "rlexp/trainers/trl/agent_tools.py",
+             "rlexp/trainers/openrlhf/agent_runtime.py", "rlexp/trainers/verl/agent_runtime.py"]
+    for rel in files:
+        source = (REPO / rel).read_text()
+        assert "episode_loop import" in source, rel
+        assert ".step(" not in source, f"{rel} steps an environment itself"
+
+
+# ----------------------------------------------------------------------------- the runtime modules
+
+
+def test_openrlhf_run_pools_environments_and_strips_special_tokens():
+    from types import SimpleNamespace
+
+    from rlexp.trainers.openrlhf.agent_runtime import AgentRun
+
+    run = AgentRun("calculator", {"max_calls": 2}, max_turns=3, mask_error_episodes=True, outage_episodes=4)
+    first = run.take()
+    assert isinstance(first, CalculatorEnv) and run.built == 1
+    run.idle.append(first)
+    assert run.take() is first and run.built == 1  # reused, not rebuilt
+    assert run.take() is not first and run.built == 2
+    run.tokenizer = SimpleNamespace(all_special_tokens=["<|im_end|>", "<|im", "</s>"])
+    assert run.action_text("calc 1+1<|im_end|></s>") == "calc 1+1"  # the longer token first: no "_end|>" left
+
+
+def test_verl_row_task_reads_rlexps_task_else_the_chat_and_ground_truth():
+    from rlexp.trainers.verl.agent_runtime import LoopRun, row_task
+
+    assert row_task({"extra_info": {"rlexp_task": '{"prompt": "p", "answer": "7"}'}}) == {"prompt": "p", "answer": "7"}
+    assert row_task({"raw_prompt": [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}],
+                     "reward_model": {"ground_truth": "3"}}) == {"prompt": "u", "answer": "3"}
+    assert row_task({}) == {"prompt": "", "answer": None}
+    run = LoopRun("calculator", {}, max_turns=2, max_tokens_per_turn=8, max_total_tokens=16)
+    env = run.take()
+    run.idle.append(env)
+    assert run.take() is env and isinstance(run.take(), CalculatorEnv)
+
+
+def test_runtime_modules_import_no_trainer_and_nothing_heavy():
+    """The generated files' code is importable where the trainer is not: nothing of OpenRLHF, verl,
+    TRL, torch or transformers at import time (read from the modules' top-level imports)."""
+    heavy = {"torch", "transformers", "trl", "verl", "openrlhf", "datasets", "accelerate"}
+    for rel in ("rlexp/core/episode_loop.py", "rlexp/trainers/openrlhf/agent_runtime.py",
+                "rlexp/trainers/verl/agent_runtime.py", "rlexp/trainers/trl/train_runtime.py",
+                "rlexp/trainers/trl/rollout_runtime.py", "rlexp/trainers/trl/tools_runtime.py"):
+        tree = ast.parse((REPO / rel).read_text())
+        for node in tree.body:
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            assert not {n.split(".")[0] for n in names} & heavy, (rel, names)
+
+
+def test_the_trl_reward_functions_keep_their_names_and_keywords():
+    """TRL names a reward function's metrics by its ``__name__`` and passes the dataset's columns by
+    keyword: the bound methods the generated modules export keep the names the templates had."""
+    from rlexp.trainers.trl.rollout_runtime import Rollout
+    from rlexp.trainers.trl.tools_runtime import ToolRollout
+
+    assert Rollout.episode_return.__name__ == ToolRollout.episode_return.__name__ == "episode_return"
+    params = list(inspect.signature(Rollout.episode_return).parameters)
+    assert params[1:4] == ["prompts", "completions", "episode_return"]
+    params = list(inspect.signature(ToolRollout.episode_return).parameters)
+    assert params[1:5] == ["prompts", "completions", "completion_ids", "environments"]
