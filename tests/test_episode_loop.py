@@ -128,7 +128,8 @@ def test_runtime_modules_import_no_trainer_and_nothing_heavy():
     heavy = {"torch", "transformers", "trl", "verl", "openrlhf", "datasets", "accelerate"}
     for rel in ("rlexp/core/episode_loop.py", "rlexp/trainers/openrlhf/agent_runtime.py",
                 "rlexp/trainers/verl/agent_runtime.py", "rlexp/trainers/trl/train_runtime.py",
-                "rlexp/trainers/trl/rollout_runtime.py", "rlexp/trainers/trl/tools_runtime.py"):
+                "rlexp/trainers/trl/rollout_runtime.py", "rlexp/trainers/trl/tools_runtime.py",
+                "rlexp/trainers/verl/advantage_runtime.py"):
         tree = ast.parse((REPO / rel).read_text())
         for node in tree.body:
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
@@ -147,3 +148,22 @@ def test_the_trl_reward_functions_keep_their_names_and_keywords():
     assert params[1:4] == ["prompts", "completions", "episode_return"]
     params = list(inspect.signature(ToolRollout.episode_return).parameters)
     assert params[1:5] == ["prompts", "completions", "completion_ids", "environments"]
+
+
+def test_verls_grpo_over_responses_by_hand():
+    """Group "a": returns 1 and 0 with a response, and an error episode (no response, reward 5)
+    left out: mean 0.5, sample std sqrt(0.5); group "b": one sample left (mean 0, std 1)."""
+    import math
+
+    torch = pytest.importorskip("torch")
+    from rlexp.trainers.verl.advantage_runtime import grpo_advantage_over_responses
+
+    rewards = torch.tensor([[0.0, 1.0], [0.0, 0.0], [5.0, 0.0], [0.0, 3.0]])
+    mask = torch.tensor([[1, 1], [1, 1], [0, 0], [1, 1]])
+    index = ["a", "a", "a", "b"]
+    adv, ret = grpo_advantage_over_responses(rewards, mask, index)
+    scaled = 0.5 / (math.sqrt(0.5) + 1e-6)
+    expected = [[scaled, scaled], [-scaled, -scaled], [0.0, 0.0], [3.0 / (1.0 + 1e-6)] * 2]
+    assert torch.allclose(adv, torch.tensor(expected), rtol=1e-6, atol=1e-7) and adv is ret
+    unscaled, _ = grpo_advantage_over_responses(rewards, mask, index, config={"norm_adv_by_std_in_grpo": False})
+    assert torch.allclose(unscaled, torch.tensor([[0.5, 0.5], [-0.5, -0.5], [0.0, 0.0], [3.0, 3.0]]))

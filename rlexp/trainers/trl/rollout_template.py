@@ -43,9 +43,12 @@ from rlexp.trainers.trl.rollout_runtime import Rollout  # noqa: E402
 ENVIRONMENTS = {environments}
 ROLLOUT = Rollout(CONFIG, ENVIRONMENTS)
 
+SETTINGS, BUDGETS = ROLLOUT.settings, ROLLOUT.budgets
+
 train_rows = ROLLOUT.train_rows
 rollout_func = ROLLOUT.rollout_func
-REWARD_FUNCS = [ROLLOUT.episode_return]
+episode_return = ROLLOUT.episode_return
+REWARD_FUNCS = [episode_return]
 monitor_score = ROLLOUT.monitor_score
 '''
 

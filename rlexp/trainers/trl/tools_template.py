@@ -53,9 +53,13 @@ TOOLS = json.loads(r"""
 ENVIRONMENT_FACTORY = {factory}
 ROLLOUT = ToolRollout(CONFIG, ENVIRONMENT_FACTORY)
 
+SETTINGS = ROLLOUT.settings
+
 rollout_func = None  # TRL generates and plays the tool calls itself
 train_rows = ROLLOUT.train_rows
-REWARD_FUNCS = [ROLLOUT.episode_return]
+episode_return = ROLLOUT.episode_return
+REWARD_FUNCS = [episode_return]
+end_tokens = ROLLOUT.end_tokens
 monitor_score = ROLLOUT.monitor_score
 '''
 
