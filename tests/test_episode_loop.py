@@ -167,3 +167,22 @@ def test_verls_grpo_over_responses_by_hand():
     assert torch.allclose(adv, torch.tensor(expected), rtol=1e-6, atol=1e-7) and adv is ret
     unscaled, _ = grpo_advantage_over_responses(rewards, mask, index, config={"norm_adv_by_std_in_grpo": False})
     assert torch.allclose(unscaled, torch.tensor([[0.5, 0.5], [-0.5, -0.5], [0.0, 0.0], [3.0, 3.0]]))
+
+
+def test_the_reward_functions_grade_by_hand_and_their_files_need_no_rlexp():
+    """The reward functions as modules (hand-graded cases), and the files rlexp writes from them:
+    the parser verbatim plus the function, with no import of rlexp (the workers may not have it)."""
+    from rlexp.backends.reward_template import render_reward_file
+    from rlexp.trainers.openrlhf import reward_function as openrlhf_reward
+    from rlexp.trainers.verl import reward_function as verl_reward
+    from rlexp.trainers.verl.reward import render_verl_reward_file
+
+    out = openrlhf_reward.reward_func(["Q: 2+2? so \\boxed{4}", "Q: 3? 3", "Q: 5? \\boxed{6}"],
+                                      ["Q: 2+2? ", "Q: 3? ", "Q: 5? "], ["4", "5", "5"])
+    assert [float(x) for x in out["rewards"]] == [1.0, 0.0, 0.0]
+    assert [float(x) for x in out["extra_logs"]["has_boxed"]] == [1.0, 0.0, 1.0]
+    assert verl_reward.compute_score("d", "so \\boxed{12}", 12) == 1.0
+    assert verl_reward.compute_score("d", "so \\boxed{13}", "12") == 0.0
+    for text in (render_reward_file(), render_verl_reward_file()):
+        assert "from rlexp" not in text and "import rlexp" not in text
+        compile(text, "reward_func.py", "exec")
