@@ -186,3 +186,30 @@ def test_the_reward_functions_grade_by_hand_and_their_files_need_no_rlexp():
     for text in (render_reward_file(), render_verl_reward_file()):
         assert "from rlexp" not in text and "import rlexp" not in text
         compile(text, "reward_func.py", "exec")
+
+
+def test_the_generated_files_hold_values_and_declarations_not_loops():
+    """What rlexp writes for a trainer to load states the attempt's values and declares the classes
+    the trainer looks for; every loop, branch on an outcome and handler is in a runtime module."""
+    from rlexp.core.environments import CalculatorEnv, environment_tools
+    from rlexp.trainers.openrlhf.agent import render_agent_file
+    from rlexp.trainers.trl.rollout_template import render_rollout_module
+    from rlexp.trainers.trl.template import render_training_script
+    from rlexp.trainers.trl.tools_template import render_tools_module
+    from rlexp.trainers.verl.advantage import render_estimator
+    from rlexp.trainers.verl.agent import render_agent_loop
+
+    tables = {"calculator": [{"name": t.name, "description": t.description, "params": [list(p) for p in t.params],
+                              "action": t.action} for t in environment_tools(CalculatorEnv)]}
+    imports = {"calculator": ("rlexp.core.environments", "CalculatorEnv")}
+    texts = {
+        "openrlhf agent": render_agent_file("calculator", {"max_calls": 2}, max_turns=3, version="0.11.2"),
+        "verl agent loop": render_agent_loop("calculator", {}, max_turns=3, max_tokens_per_turn=8, max_total_tokens=16),
+        "verl estimator": render_estimator(),
+        "trl script": render_training_script("t", "0.0", {"rlexp_root": "/r"}, environment_factory=True),
+        "trl rollout": render_rollout_module("t", imports, {"rlexp_root": "/r"}),
+        "trl tools": render_tools_module("t", imports, tables, {"rlexp_root": "/r"}),
+    }
+    for name, text in texts.items():
+        kinds = {type(n).__name__ for n in ast.walk(ast.parse(text))}
+        assert not kinds & {"For", "AsyncFor", "While", "Try", "With", "Lambda"}, (name, kinds)
