@@ -13,7 +13,13 @@ from pathlib import Path
 import pytest
 
 from rlexp.core.environments import CalculatorEnv, StepResult
-from rlexp.core.episode_loop import step_environment, step_environment_in_thread, turn_finish
+from rlexp.core.episode_loop import (
+    reset_environment,
+    reset_environment_in_thread,
+    step_environment,
+    step_environment_in_thread,
+    turn_finish,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -89,6 +95,23 @@ def test_every_loop_steps_the_environment_through_the_shared_turn():
         source = (REPO / rel).read_text()
         assert "episode_loop import" in source, rel
         assert ".step(" not in source, f"{rel} steps an environment itself"
+        if not rel.endswith("agent_tools.py"):  # TRL's tool loop sees a failed reset raise, as TRL reports it
+            assert ".reset(" not in source, f"{rel} resets an environment itself"
+
+
+def test_a_failed_reset_is_an_outcome_with_the_empty_observation():
+    class Broken:
+        def reset(self, task):
+            raise KeyError("prompt")
+
+    class Fine:
+        def reset(self, task):
+            return f"solve {task['prompt']}"
+
+    for start in (reset_environment(Broken(), {}), asyncio.run(reset_environment_in_thread(Broken(), {}))):
+        assert start.failed and start.observation == "" and start.error_text() == "reset: KeyError: 'prompt'"
+    for start in (reset_environment(Fine(), {"prompt": "1+1"}), asyncio.run(reset_environment_in_thread(Fine(), {"prompt": "1+1"}))):
+        assert not start.failed and start.observation == "solve 1+1"
 
 
 # ----------------------------------------------------------------------------- the runtime modules

@@ -39,7 +39,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from rlexp.core.environments import Budgets, EnvRow, Trajectory, TrajectoryBuilder, Turn, resolve
-from rlexp.core.episode_loop import step_environment, turn_finish
+from rlexp.core.episode_loop import reset_environment, step_environment, turn_finish
 
 
 class SlotCache:
@@ -182,13 +182,11 @@ def play_episodes(
             if seed is not None and hasattr(env, "seed"):
                 env.seed(seed * 1_000_003 + r * 1_009 + s)
             episode: dict[str, Any] = {"row": r, "sample": s, "env": env, "done": None}
-            try:
-                observation = env.reset(row.task)
-            except Exception as exc:  # noqa: BLE001 - an environment failure is an outcome, not a crash
-                episode["builder"] = TrajectoryBuilder(encode_prompt(tokenizer, render_prompt(tokenizer, "", "")))
-                episode["done"] = episode["builder"].finish("env_error", f"reset: {type(exc).__name__}: {exc}")
-            else:
-                episode["builder"] = TrajectoryBuilder(encode_prompt(tokenizer, render_prompt(tokenizer, observation, "")))
+            start = reset_environment(env, row.task)
+            # a failed reset: the empty observation's prompt, no turn, env_error
+            episode["builder"] = TrajectoryBuilder(encode_prompt(tokenizer, render_prompt(tokenizer, start.observation, "")))
+            if start.failed:
+                episode["done"] = episode["builder"].finish("env_error", start.error_text())
             episodes.append(episode)
 
     for turn in range(budgets.max_turns):

@@ -8,6 +8,8 @@ file, :mod:`rlexp.trainers.openrlhf.agent_runtime`), verl's agent loop
 API (a batch of episodes turn by turn, one callback per step, one coroutine per episode, TRL's own
 loop calling tools); what happens at a turn is the same everywhere, and lives here once:
 
+- :func:`reset_environment` (and :func:`reset_environment_in_thread`): the episode's start, a raise
+  recorded as the episode's environment error;
 - :func:`step_environment` (and :func:`step_environment_in_thread` for the asynchronous loops, which
   run the environment off their event loop): the environment's ``step`` timed, a raise recorded as
   the episode's environment error (an outcome, not a crash), the reward and the tool-call flag read
@@ -87,6 +89,41 @@ async def step_environment_in_thread(env: Any, action_text: str) -> EnvStep:
     except Exception as exc:  # noqa: BLE001 - an environment failure is an outcome, not a crash
         return EnvStep(None, time.perf_counter() - started, exc)
     return _answer(result, started)
+
+
+@dataclass(frozen=True)
+class EnvReset:
+    """The environment's first observation, or (``error`` set) the exception ``reset`` raised: the
+    episode then ends as an environment error with no turn, played from the empty observation."""
+
+    observation: str
+    error: BaseException | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.error is not None
+
+    def error_text(self) -> str:
+        """``reset: Type: message``, what an episode record keeps."""
+        return f"reset: {type(self.error).__name__}: {self.error}"
+
+
+def reset_environment(env: Any, task: Any) -> EnvReset:
+    """``env.reset(task)``; an exception is returned as the episode's error."""
+    try:
+        return EnvReset(env.reset(task))
+    except Exception as exc:  # noqa: BLE001 - an environment failure is an outcome, not a crash
+        return EnvReset("", exc)
+
+
+async def reset_environment_in_thread(env: Any, task: Any) -> EnvReset:
+    """:func:`reset_environment` in a worker thread (``asyncio.to_thread``)."""
+    import asyncio
+
+    try:
+        return EnvReset(await asyncio.to_thread(env.reset, task))
+    except Exception as exc:  # noqa: BLE001 - an environment failure is an outcome, not a crash
+        return EnvReset("", exc)
 
 
 def turn_finish(*, stopped: bool, done: bool, last_turn: bool) -> str | None:

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from rlexp.core.environments import FINISH_REASONS, resolve
-from rlexp.core.episode_loop import step_environment_in_thread, turn_finish
+from rlexp.core.episode_loop import reset_environment_in_thread, step_environment_in_thread, turn_finish
 
 
 class AgentRun:
@@ -89,20 +89,17 @@ class EnvironmentAgent:
         self.latency = 0.0
 
     async def reset(self, states: Mapping[str, Any], **kwargs: Any) -> dict[str, Any]:
-        import asyncio
-
         from rlexp.adapters.generation import render_prompt
 
         label = states["label"]
         task = dict(label) if isinstance(label, dict) else {"prompt": states["observation"], "answer": label}
         self.env = self.RUN.take()
-        try:
-            observation = await asyncio.to_thread(self.env.reset, task)
-        except Exception as exc:  # noqa: BLE001 - recorded as rlexp's rollout records it: an env_error episode
-            self.reset_error = f"reset: {type(exc).__name__}: {exc}"
+        start = await reset_environment_in_thread(self.env, task)
+        if start.failed:  # recorded as rlexp's rollout records it: an env_error episode, from the empty
+            # observation's prompt (the executor samples one turn from it)
+            self.reset_error = start.error_text()
             self._release()
-            observation = ""  # the prompt rlexp's rollout keeps for it (the executor samples one turn from it)
-        return {"observation": render_prompt(self.RUN.tokenizer, observation, "")}
+        return {"observation": render_prompt(self.RUN.tokenizer, start.observation, "")}
 
     def _logs(self, finish: str) -> dict[str, Any]:
         # the executor keeps the last step's extra_logs: the episode's values so far

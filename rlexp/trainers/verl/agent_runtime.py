@@ -24,7 +24,7 @@ from typing import Any
 from uuid import uuid4
 
 from rlexp.core.environments import resolve
-from rlexp.core.episode_loop import step_environment_in_thread, turn_finish
+from rlexp.core.episode_loop import reset_environment_in_thread, step_environment_in_thread, turn_finish
 
 
 class LoopRun:
@@ -70,19 +70,15 @@ class EnvironmentAgentLoop:
         self.response_length = int(self.rollout_config.response_length)
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> Any:
-        import asyncio
-
         from rlexp.adapters.generation import encode_prompt, render_prompt
 
         tok = self.tokenizer
         env = self.RUN.take()
         try:
-            try:
-                observation = await asyncio.to_thread(env.reset, row_task(kwargs))
-            except Exception:  # noqa: BLE001 - recorded as rlexp's rollout records it: an env_error episode, reward 0
-                prompt_ids = self._cap_text_prompt_length(encode_prompt(tok, render_prompt(tok, "", "")))
+            start = await reset_environment_in_thread(env, row_task(kwargs))
+            prompt_ids = self._cap_text_prompt_length(encode_prompt(tok, render_prompt(tok, start.observation, "")))
+            if start.failed:  # recorded as rlexp's rollout records it: an env_error episode, no turn, reward 0
                 return self._output(prompt_ids, [], [], 0.0, 0, 0, "env_error", 0.0)
-            prompt_ids = self._cap_text_prompt_length(encode_prompt(tok, render_prompt(tok, observation, "")))
             return await self._play(env, prompt_ids, sampling_params)
         finally:
             self.RUN.idle.append(env)
