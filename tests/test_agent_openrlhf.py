@@ -292,7 +292,8 @@ def test_real_executor_reproduces_rlexp_rollout(version, demo, references, tmp_p
                                                      max_turns=max_turns, version=version)
         with agent_openrlhf.release_agent_module(version):
             executor = agent_openrlhf.load_agent_executor(agent_file)
-            assert type(executor).__mro__[1].__name__ == "MultiTurnAgentExecutor"
+            # the release's own executor runs the episodes (rlexp's mixin only completes its output)
+            assert isinstance(executor, sys.modules["openrlhf.utils.agent"].MultiTurnAgentExecutor)
             engine = engine_for(version, demo["model"], demo["tokenizer"])
             outputs = asyncio.run(_play(executor, engine, demo, max_length, MAX_NEW_TOKENS[name]))
         assert len(outputs) == N_EPISODES
@@ -494,10 +495,10 @@ def test_environments_are_pooled_at_module_level(demo, tmp_path):
                     for r in demo["records"]]  # fmt: skip
 
         asyncio.run(one_at_a_time())
-        module = type(executor).execute.__globals__  # the agent file's namespace (not in sys.modules)
-        assert module["_BUILT"] == [1] and len(module["_IDLE"]) == 1
+        run = executor.RUN  # the agent file's module-level state (the file is not in sys.modules)
+        assert run.built == 1 and len(run.idle) == 1
         asyncio.run(_play(executor, engine, demo, max_length))  # all at once: one instance per running episode
-        assert module["_BUILT"] == [N_EPISODES] and len(module["_IDLE"]) == N_EPISODES
+        assert run.built == N_EPISODES and len(run.idle) == N_EPISODES
 
 
 @pytest.mark.parametrize("version", REPRESENTATIVES)
@@ -564,14 +565,13 @@ def test_special_tokens_in_the_sampled_text_never_reach_the_environment(demo, tm
     agent_file = agent_openrlhf.write_agent_file(tmp_path / "agent.py", "calculator", {}, max_turns=2, version="0.11.2")
     with agent_openrlhf.release_agent_module("0.11.2"):
         executor = agent_openrlhf.load_agent_executor(agent_file)
-    namespace = type(executor).execute.__globals__
-    namespace["_TOKENIZER"] = tok
+    executor.RUN.tokenizer = tok
     ids = tok("calc 12*3", add_special_tokens=False)["input_ids"]
     raw = tok.decode([tok.pad_token_id, *ids[:4], tok.bos_token_id, *ids[4:], tok.eos_token_id],
                      skip_special_tokens=False)
     assert raw != "calc 12*3"
-    assert namespace["_action_text"](raw) == tok.decode(tok(raw, add_special_tokens=False)["input_ids"],
-                                                        skip_special_tokens=True) == "calc 12*3"
+    assert executor.RUN.action_text(raw) == tok.decode(tok(raw, add_special_tokens=False)["input_ids"],
+                                                       skip_special_tokens=True) == "calc 12*3"
 
 
 @pytest.mark.parametrize("name", ["smollm2", "llama3.1", "tiny"])
@@ -627,8 +627,7 @@ def test_environment_steps_run_off_the_event_loop(demo, tmp_path):
     with agent_openrlhf.release_agent_module("0.11.2"):
         executor = agent_openrlhf.load_agent_executor(agent_file)
         engine = engine_for("0.11.2", demo["model"], demo["tokenizer"])
-        module = type(executor).execute.__globals__
-        module["_IDLE"][:] = [Recording(dict(config)) for _ in range(N_EPISODES)]
+        executor.RUN.idle[:] = [Recording(dict(config)) for _ in range(N_EPISODES)]
         loop_thread = threading.get_ident()  # asyncio.run runs the loop on the calling thread
         asyncio.run(_play(executor, engine, demo, max_length))
     assert len(seen) >= N_EPISODES and loop_thread not in seen

@@ -143,9 +143,13 @@ def test_output_fields_are_the_wheels(verl_source):
     [output] = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "AgentLoopOutput"]
     fields = {n.target.id: n.value is not None for n in output.body if isinstance(n, ast.AnnAssign)}
     required = {name for name, has_default in fields.items() if not has_default}
-    loop = ast.parse(agent_verl.render_agent_loop("calculator", {}, max_turns=2, max_tokens_per_turn=8,
-                                                  max_total_tokens=16))
-    [call] = [n for n in ast.walk(loop) if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "AgentLoopOutput"]
+    from rlexp.trainers.verl import agent_runtime
+
+    # the generated class builds its output as OUTPUT(...), OUTPUT being the wheel's AgentLoopOutput
+    assert "OUTPUT = AgentLoopOutput" in agent_verl.render_agent_loop("calculator", {}, max_turns=2,
+                                                                      max_tokens_per_turn=8, max_total_tokens=16)
+    loop = ast.parse(inspect.getsource(agent_runtime))
+    [call] = [n for n in ast.walk(loop) if isinstance(n, ast.Call) and getattr(n.func, "attr", None) == "OUTPUT"]
     passed = {k.arg for k in call.keywords}
     assert required == {"prompt_ids", "response_ids", "response_mask", "metrics"}
     assert required <= passed <= set(fields)
@@ -256,8 +260,8 @@ def test_the_loop_plays_rlexps_episodes(wheel, verl_module, generated, demo, tmp
     for env in ("calculator", "broken_env_mod:BrokenResetCalculator"):
         rows = rows_from_dataset(demo["records"], default_env=env, default_config={"max_calls": 2})
         refs = [t for [t] in run_episodes(demo["model"], demo["tokenizer"], rows, budgets=Budgets(3, 12, 30))]
-        monkeypatch.setattr(generated["module"], "ENVIRONMENT", env)
-        monkeypatch.setattr(generated["module"], "_IDLE", [])
+        monkeypatch.setattr(generated["module"].RUN, "environment", env)
+        monkeypatch.setattr(generated["module"].RUN, "idle", [])
         played += play_loop(verl_module, demo)
         references += refs
     assert {t.finish_reason for t in references} >= {"stop", "length", "env_error"}
@@ -445,10 +449,10 @@ def test_the_loops_turns_are_the_chat_templates_rendering(name, verl_module, gen
             [completion] = turns([list(prompt_ids)], sampling_params["max_tokens"], None)
             return TokenOutput(list(completion.token_ids))
 
-    module = generated["module"]
-    for key, value in {"ENVIRONMENT": "test_chat_turns", "CONFIG": {"turns": 3}, "_IDLE": [],
-                       "MAX_TOKENS_PER_TURN": 64, "MAX_TOTAL_TOKENS": 400}.items():
-        monkeypatch.setattr(module, key, value)
+    run = generated["module"].RUN  # the generated module's state
+    for key, value in {"environment": "test_chat_turns", "config": {"turns": 3}, "idle": [],
+                       "max_tokens_per_turn": 64, "max_total_tokens": 400}.items():
+        monkeypatch.setattr(run, key, value)
     config = Cfg({"actor_rollout_ref": {"rollout": {"prompt_length": 400, "response_length": 400}}, "data": {}})
     entry = verl_module._agent_loop_registry[agent_verl.AGENT_NAME]
     module_name, _, cls_name = entry["_target_"].rpartition(".")
@@ -518,8 +522,8 @@ def test_the_loop_returns_the_servers_logprobs_aligned_with_the_response(verl_mo
     """verl's rollout correction reads rollout_log_probs (AgentLoopOutput.response_logprobs): the
     server's value at every sampled token, 0.0 at the environment's tokens (masked out), one per
     response token; a server that sends none leaves the field None (verl then computes its own)."""
-    monkeypatch.setattr(generated["module"], "ENVIRONMENT", "calculator")
-    monkeypatch.setattr(generated["module"], "_IDLE", [])
+    monkeypatch.setattr(generated["module"].RUN, "environment", "calculator")
+    monkeypatch.setattr(generated["module"].RUN, "idle", [])
     outs = play_loop(verl_module, demo, with_logprobs=True)
     assert any(0 in out.response_mask for out in outs)  # multi-turn episodes: feedback positions exist
     for out in outs:
@@ -553,8 +557,8 @@ def test_verls_rollout_correction_reads_the_loops_logprobs(wheel, verl_module, g
     import torch
 
     correct = rollout_correction_functions(wheel)
-    monkeypatch.setattr(generated["module"], "ENVIRONMENT", "calculator")
-    monkeypatch.setattr(generated["module"], "_IDLE", [])
+    monkeypatch.setattr(generated["module"].RUN, "environment", "calculator")
+    monkeypatch.setattr(generated["module"].RUN, "idle", [])
     outs = play_loop(verl_module, demo, with_logprobs=True)
     n = len(outs)
     rollout = torch.zeros(n, RESPONSE_LENGTH)
@@ -601,6 +605,6 @@ def test_environment_steps_run_off_the_event_loop(verl_module, generated, demo, 
             return CalculatorEnv.step(self, action_text)
 
     loop_thread = threading.get_ident()  # asyncio.run runs the loop on the calling thread
-    monkeypatch.setattr(generated["module"], "_IDLE", [Recording({"max_calls": 2}) for _ in range(N_EPISODES)])
+    monkeypatch.setattr(generated["module"].RUN, "idle", [Recording({"max_calls": 2}) for _ in range(N_EPISODES)])
     play_loop(verl_module, demo)
     assert seen and loop_thread not in seen

@@ -41,6 +41,7 @@ CORE_PACKAGES = {"spec", "protocol", "stats"}
 # metric-log readers of training; an environment's interface and the rewards; answer grading, the
 # tasks and the table of eval engines
 CORE_MODULES = {"rlexp.training.schedule", "rlexp.training.launch_script", "rlexp.training.metric_logs",
+                "rlexp.environments.episode_loop",
                 "rlexp.training.metric_names", "rlexp.environments.interface", "rlexp.environments.rewards",
                 "rlexp.evaluation.answers", "rlexp.evaluation.math_task", "rlexp.evaluation.arithmetic_task",
                 "rlexp.evaluation.engine_table"}

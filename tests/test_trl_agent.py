@@ -244,7 +244,7 @@ def test_dry_run_with_tool_call_actions_writes_the_environment_factory(example, 
     compile(script, "train_trl.py", "exec")
     assert "from rlexp.environments.interface import CalculatorEnv as Env0" in module and "class CalculatorEnv" not in module
     assert "def calc(self, expression: str) -> str:" in module
-    assert "        environment_factory=agent.ENVIRONMENT_FACTORY,\n" in script
+    assert "return train(CONFIG, argv, environment_factory=True)" in script
     config = json.loads(script.split('CONFIG = json.loads(r"""', 1)[1].split('""")', 1)[0])
     assert config["grpo_config"]["max_tool_calling_iterations"] == 2  # max_turns 3 - 1
 
@@ -256,7 +256,7 @@ def test_the_text_actions_script_has_no_environment_factory_line(example, capsys
     assert main(["launch", str(example), "--dry-run", "--json"]) == 0
     script = (example / "launch" / "train_trl.py").read_text()
     assert "environment_factory" not in script and FACTORY_ARGUMENT not in script
-    assert "        rollout_func=agent.rollout_func if agent is not None else None,\n        args=config," in script
+    assert "return train(CONFIG, argv)\n" in script
 
 
 @pytest.mark.parametrize(("environment", "recipe", "field", "words"), [

@@ -83,7 +83,7 @@ def test_trl_trains_through_the_generated_environment_factory(trained):
     assert "from rlexp.environments.interface import CalculatorEnv as Env0" in text
     assert "def calc(self, expression: str) -> str:" in text and "def look(self, key: str) -> str:" in text
     script = (attempt / "launch" / "train_trl.py").read_text()
-    assert "environment_factory=agent.ENVIRONMENT_FACTORY" in script
+    assert "return train(CONFIG, argv, environment_factory=True)" in script
     assert '"max_tool_calling_iterations": 2' in script  # max_turns 3 - 1
     assert "rlexp: TRL max_steps=3" in log
     assert sorted(p.name for p in (attempt / "checkpoints").glob("global_step*_hf")) == ["global_step3_hf"]

@@ -35,10 +35,10 @@ later episode in that slot.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from rlexp.environments.episode_loop import reset_environment, step_environment, turn_finish
 from rlexp.environments.interface import Budgets, EnvRow, Trajectory, TrajectoryBuilder, Turn, resolve
 
 
@@ -182,13 +182,11 @@ def play_episodes(
             if seed is not None and hasattr(env, "seed"):
                 env.seed(seed * 1_000_003 + r * 1_009 + s)
             episode: dict[str, Any] = {"row": r, "sample": s, "env": env, "done": None}
-            try:
-                observation = env.reset(row.task)
-            except Exception as exc:  # noqa: BLE001 - an environment failure is an outcome, not a crash
-                episode["builder"] = TrajectoryBuilder(encode_prompt(tokenizer, render_prompt(tokenizer, "", "")))
-                episode["done"] = episode["builder"].finish("env_error", f"reset: {type(exc).__name__}: {exc}")
-            else:
-                episode["builder"] = TrajectoryBuilder(encode_prompt(tokenizer, render_prompt(tokenizer, observation, "")))
+            start = reset_environment(env, row.task)
+            # a failed reset: the empty observation's prompt, no turn, env_error
+            episode["builder"] = TrajectoryBuilder(encode_prompt(tokenizer, render_prompt(tokenizer, start.observation, "")))
+            if start.failed:
+                episode["done"] = episode["builder"].finish("env_error", start.error_text())
             episodes.append(episode)
 
     for turn in range(budgets.max_turns):
@@ -237,34 +235,28 @@ def _advance(e: dict[str, Any], completion: Any, limit: int, tokenizer: Any, bud
     stopped = completion.finish_reason == "stop" and len(completion.token_ids) <= limit
     builder.add_agent(ids)
     text = tokenizer.decode(ids, skip_special_tokens=True)
-    started = time.perf_counter()
-    try:
-        result = e["env"].step(text)
-    except Exception as exc:  # noqa: BLE001 - recorded as env_error
-        latency = time.perf_counter() - started
-        builder.turns.append(Turn(text, len(ids), "", 0, 0.0, {"error": str(exc)}, latency))
-        e["done"] = builder.finish("env_error", f"step: {type(exc).__name__}: {exc}")
+    answer = step_environment(e["env"], text)
+    latency = answer.latency_s
+    if answer.failed:  # recorded as env_error
+        builder.turns.append(Turn(text, len(ids), "", 0, 0.0, {"error": str(answer.error)}, latency))
+        e["done"] = builder.finish("env_error", f"step: {answer.error_text()}")
         return
-    latency = time.perf_counter() - started
+    result, info = answer.result, answer.info
     builder.set_turn_reward(result.reward)
-    info: Mapping[str, Any] = dict(result.info or {})
     if remaining_room:
         _advance_remaining_room(e, builder, text, ids, result, info, latency, tokenizer, stopped=stopped,
                                 last_turn=last_turn)
         return
-    if not stopped:  # graded as it stands (as the single-turn trainer grades a cut completion), then ended
+    finish = turn_finish(stopped=stopped, done=answer.done, last_turn=last_turn)
+    if finish == "length":  # cut: graded as it stands, then ended (its feedback is not kept)
         builder.turns.append(Turn(text, len(ids), "", 0, float(result.reward), info, latency))
-        e["done"] = builder.finish("length")
+        e["done"] = builder.finish(finish)
         return
-    if result.done:
+    if finish is not None:
         builder.turns.append(Turn(text, len(ids), result.feedback, 0, float(result.reward), info, latency))
-        e["done"] = builder.finish("stop")
+        e["done"] = builder.finish(finish)
         return
     feedback_ids = encode_prompt(tokenizer, render_user_turn(tokenizer, result.feedback))
-    if last_turn:
-        builder.turns.append(Turn(text, len(ids), result.feedback, 0, float(result.reward), info, latency))
-        e["done"] = builder.finish("max_turns")
-        return
     if builder.generated + len(feedback_ids) >= budgets.max_total_tokens:
         builder.turns.append(Turn(text, len(ids), result.feedback, 0, float(result.reward), info, latency))
         e["done"] = builder.finish("length")
@@ -284,7 +276,7 @@ def _advance_remaining_room(e: dict[str, Any], builder: TrajectoryBuilder, text:
     reward = float(result.reward)
     if result.done or last_turn:
         builder.turns.append(Turn(text, len(ids), result.feedback, 0, reward, info, latency))
-        e["done"] = builder.finish("length" if not stopped else "stop" if result.done else "max_turns")
+        e["done"] = builder.finish(turn_finish(stopped=stopped, done=bool(result.done), last_turn=last_turn) or "")
         return
     feedback_ids = encode_prompt(tokenizer, render_user_turn(tokenizer, result.feedback))
     builder.add_env(feedback_ids)

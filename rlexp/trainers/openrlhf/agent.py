@@ -92,19 +92,15 @@ Passed as {flag} (OpenRLHF {version}). OpenRLHF builds ``AgentExecutor()`` once 
 engine; its MultiTurnAgentExecutor builds ``Agent()`` afresh for every episode. The environment is
 imported, not copied; instances are pooled at module level and reset between episodes. The
 environment's reset and step run in a worker thread (asyncio.to_thread), so a slow tool does not
-hold up the other episodes of this engine's event loop.
+hold up the other episodes of this engine's event loop. The code is rlexp's
+(rlexp/trainers/openrlhf/agent_runtime.py); this file states the attempt's values.
 """
 
-import asyncio
 import json
-import time
 
-import torch
 from openrlhf.utils.agent import AgentInstanceBase, MultiTurnAgentExecutor
 
-from rlexp.environments.episodes import render_user_turn
-from rlexp.evaluation.generation import render_prompt
-from rlexp.environments.interface import FINISH_REASONS, resolve
+from rlexp.trainers.openrlhf import agent_runtime
 
 ENVIRONMENT = {env!r}
 CONFIG = json.loads({config!r})
@@ -113,142 +109,18 @@ MASK_ERROR_EPISODES = {mask_errors!r}  # this release's loss normalises over the
 # an outage, not a flaky step: this many error episodes in a row on one engine stop the run, before an
 # optimizer step can hold only masked episodes (its loss would be 0/0 and its gradient NaN)
 OUTAGE_EPISODES = {outage!r}
-_FAILED_IN_A_ROW = [0]
 
-_TOKENIZER = None  # the policy's tokenizer, as OpenRLHF hands it to execute()
-_IDLE = []  # environment instances not in an episode now (one episode holds one instance)
-_BUILT = [0]
+RUN = agent_runtime.AgentRun(ENVIRONMENT, CONFIG, max_turns=MAX_TURNS, mask_error_episodes=MASK_ERROR_EPISODES,
+                             outage_episodes=OUTAGE_EPISODES)
 
 
-def _take():
-    if _IDLE:
-        return _IDLE.pop()
-    _BUILT[0] += 1
-    return resolve(ENVIRONMENT)(dict(CONFIG))
+class Agent(agent_runtime.EnvironmentAgent, AgentInstanceBase):
+    RUN = RUN
 
 
-def _action_text(text):
-    """The action as rlexp decodes it (skip_special_tokens): OpenRLHF samples without skipping."""
-    for token in sorted(getattr(_TOKENIZER, "all_special_tokens", ()) or (), key=len, reverse=True):
-        if token:
-            text = text.replace(token, "")
-    return text
-
-
-def _step_output(reward, total, feedback, done, sampling_params, logs):
-    return {{
-        "rewards": torch.tensor(float(reward)),
-        "scores": torch.tensor(float(total)),  # the executor keeps the last step's: the return
-        "environment_feedback": feedback,
-        "done": done,
-        "sampling_params": sampling_params,
-        "extra_logs": {{k: torch.tensor(float(v)) for k, v in logs.items()}},
-    }}
-
-
-class Agent(AgentInstanceBase):
-    def __init__(self, *args, **kwargs):
-        self.env = None
-        self.reset_error = None
-        self.turns = 0
-        self.total = 0.0
-        self.tool_calls = 0
-        self.latency = 0.0
-
-    async def reset(self, states, **kwargs):
-        label = states["label"]
-        task = dict(label) if isinstance(label, dict) else {{"prompt": states["observation"], "answer": label}}
-        self.env = _take()
-        try:
-            observation = await asyncio.to_thread(self.env.reset, task)
-        except Exception as exc:  # recorded as rlexp's rollout records it: an env_error episode, reward 0
-            self.reset_error = f"reset: {{type(exc).__name__}}: {{exc}}"
-            self._release()
-            observation = ""  # the prompt rlexp's rollout keeps for it (the executor samples one turn from it)
-        return {{"observation": render_prompt(_TOKENIZER, observation, "")}}
-
-    def _logs(self, finish):
-        # the executor keeps the last step's extra_logs: the episode's values so far
-        return {{"turns_per_episode": self.turns, "tool_calls_per_episode": self.tool_calls,
-                "env_errors": int(finish == "env_error"), "episode_return": self.total,
-                "env_latency_s_per_episode": self.latency, "finish": FINISH_REASONS.index(finish)}}
-
-    async def step(self, states, **kwargs):
-        sampling_params = states.get("sampling_params")
-        if self.reset_error is not None:  # no environment to step: the episode ends with reward 0
-            return _step_output(0.0, 0.0, "", True, sampling_params, self._logs("env_error"))
-        self.turns += 1
-        started = time.perf_counter()
-        try:
-            result = await asyncio.to_thread(self.env.step, _action_text(states["action_text"]))
-        except Exception:  # an environment failure ends the episode with no reward for the turn, counted
-            self.latency += time.perf_counter() - started
-            self._release()
-            return _step_output(0.0, self.total, "", True, sampling_params, self._logs("env_error"))
-        self.latency += time.perf_counter() - started
-        self.total += float(result.reward)
-        if (result.info or {{}}).get("tool_call"):
-            self.tool_calls += 1
-        done = bool(result.done) or self.turns >= MAX_TURNS
-        feedback = "" if done else render_user_turn(_TOKENIZER, result.feedback)
-        if done:
-            self._release()
-        # "stop"/"max_turns" unless the turn was cut by the room left (known after the executor returns)
-        finish = ("stop" if result.done else "max_turns") if done else "length"
-        return _step_output(result.reward, self.total, feedback, done, sampling_params, self._logs(finish))
-
-    def _release(self):
-        if self.env is not None:
-            _IDLE.append(self.env)
-            self.env = None
-
-
-def episode_logs(response, max_length, eos_token_id):
-    """The extra_logs of one finished episode: the local trainer's per-episode values (its metric
-    names), the finish reason as one 0/1 flag per reason, and the token counts whose batch means
-    give agent_token_fraction (agent tokens / tokens after the prompt)."""
-    logs = {{k: float(v) for k, v in (response.get("extra_logs") or {{}}).items()}}
-    finish = FINISH_REASONS[int(logs.pop("finish"))]
-    ranges = [tuple(r) for r in response["action_ranges"]]
-    if logs["turns_per_episode"] and ranges:
-        start, end = ranges[-1]
-        # the last turn was cut iff it filled the room it was given without an end of sequence
-        # ("truncated", its finish reason, where the release returns it)
-        cut = response["truncated"] if "truncated" in response else (
-            end - start >= max_length - start and response["observation_tokens"][end - 1] != eos_token_id)
-        if cut and finish in ("stop", "max_turns"):
-            finish = "length"
-        agent = sum(e - s for s, e in ranges)
-        generated = len(response["observation_tokens"]) - ranges[0][0]
-    else:  # the environment failed at reset: rlexp's rollout has no turn and no token after the prompt
-        agent = generated = 0
-    logs.update(agent_tokens_per_episode=agent, generated_tokens_per_episode=generated)
-    logs.update({{f"finish_{{reason}}": float(reason == finish) for reason in FINISH_REASONS}})
-    return {{k: torch.tensor(float(v)) for k, v in logs.items()}}
-
-
-class AgentExecutor(MultiTurnAgentExecutor):
-    def __init__(self):
-        super().__init__(Agent)
-
-    async def execute(self, prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine, *args, **kwargs):
-        global _TOKENIZER
-        _TOKENIZER = hf_tokenizer
-        response = await super().execute(prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine,
-                                         *args, **kwargs)
-        response["extra_logs"] = episode_logs(response, max_length, getattr(hf_tokenizer, "eos_token_id", None))
-        if MASK_ERROR_EPISODES and float(response["extra_logs"]["env_errors"]) > 0:
-            _FAILED_IN_A_ROW[0] += 1
-            if _FAILED_IN_A_ROW[0] >= OUTAGE_EPISODES:
-                raise RuntimeError(
-                    f"rlexp agent: the environment {{ENVIRONMENT!r}} failed {{_FAILED_IN_A_ROW[0]}} episodes in a row "
-                    "on this engine: stopped as an outage (a step of masked episodes only has no token to train)")
-            # no action range: OpenRLHF's action_mask is 0 at every token, so the episode is out of
-            # its loss; its reward (the return so far) still enters the group's baseline
-            response["action_ranges"] = []
-        else:
-            _FAILED_IN_A_ROW[0] = 0
-        return response
+class AgentExecutor(agent_runtime.EnvironmentExecutor, MultiTurnAgentExecutor):
+    RUN = RUN
+    AGENT = Agent
 '''
 
 

@@ -38,7 +38,6 @@ The environment classes are imported by the generated module from their own modu
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -183,19 +182,18 @@ class ToolEpisode:
         return str(self._env.reset(self._row.task))
 
     def _step(self, action: str, tool: str | None) -> Any:
-        started = time.perf_counter()
-        try:
-            result = self._env.step(action)
-        except Exception as exc:  # the environment failed: the episode ends as env_error
-            self._finish_reason, self._error = "env_error", f"{type(exc).__name__}: {exc}"
-            raise
-        self._turns.append({"action": action, "tool": tool, "feedback": result.feedback, "reward": float(result.reward),
-                            "tool_call": bool(result.info.get("tool_call")),
-                            "latency_s": time.perf_counter() - started})
-        self._return += float(result.reward)
-        if result.done:
+        from rlexp.environments.episode_loop import step_environment
+
+        answer = step_environment(self._env, action)
+        if answer.error is not None:  # the environment failed: the episode ends as env_error (TRL sees the raise)
+            self._finish_reason, self._error = "env_error", answer.error_text()
+            raise answer.error
+        self._turns.append({"action": action, "tool": tool, "feedback": answer.feedback, "reward": answer.reward,
+                            "tool_call": answer.tool_call, "latency_s": answer.latency_s})
+        self._return += answer.reward
+        if answer.done:
             self._finish_reason = "stop"
-        return result
+        return answer.result
 
     def _call(self, name: str, **arguments: Any) -> str:
         """A tool call: played as the action text the tool names."""

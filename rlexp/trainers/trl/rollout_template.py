@@ -3,7 +3,8 @@
 and loaded by the training script in ``.venv-trl``.
 
 It is this template with the attempt's environment imports and one JSON document (the environment
-settings and budgets, where the episodes are logged) filled in. It defines what the training script
+settings and budgets, where the episodes are logged) filled in; its code is
+:class:`rlexp.trainers.trl.rollout_runtime.Rollout`. It defines what the training script
 hands ``GRPOTrainer``: ``train_rows`` (the dataset's ``prompt`` column: each row as JSON),
 ``rollout_func`` (episodes played by rlexp's runner, returned with TRL's ``env_mask``),
 ``REWARD_FUNCS`` (the episode return, and the episode metrics through ``log_metric``) and
@@ -22,7 +23,8 @@ GRPOTrainer(rollout_func=rollout_func, reward_funcs=REWARD_FUNCS): every prompt 
 repeated num_generations times) is one episode played by rlexp's episode runner with the policy being
 trained; completion_ids are the model and environment tokens after the prompt, env_mask marks the
 model's tokens 1 and the environment's 0 (TRL drops the 0s from the loss). The reward is the
-episode's return. Template: rlexp/trainers/trl/rollout_template.py. Edit the attempt spec, not this file.
+episode's return. Template: rlexp/trainers/trl/rollout_template.py; the code it runs:
+rlexp/trainers/trl/rollout_runtime.py. Edit the attempt spec, not this file.
 """
 
 import json
@@ -36,67 +38,18 @@ sys.path.insert(0, CONFIG["rlexp_root"])  # the rlexp that launched this run
 # the environments, imported from their own modules (not copied)
 {imports}
 
-from rlexp.environments.episodes import SlotCache, run_episodes  # noqa: E402
-from rlexp.trainers.trl import agent as trl_agent  # noqa: E402
-from rlexp.environments.interface import Budgets, resolve, rows_for_task  # noqa: E402
-from rlexp.spec import EnvironmentSettings  # noqa: E402
-from rlexp.experiment.files import append_jsonl  # noqa: E402
+from rlexp.trainers.trl.rollout_runtime import Rollout  # noqa: E402
 
 ENVIRONMENTS = {environments}
-for _name, _cls in ENVIRONMENTS.items():
-    assert resolve(_name) is _cls, f"environment {{_name}} resolves to another class than the one imported"
+ROLLOUT = Rollout(CONFIG, ENVIRONMENTS)
 
-SETTINGS = EnvironmentSettings(**CONFIG["environment"])
-BUDGETS = Budgets(SETTINGS.max_turns, SETTINGS.max_tokens_per_turn, SETTINGS.max_total_tokens)
-CACHE = SlotCache("trl rollout")  # one instance per (environment, config, slot), reset between episodes
-_CALLS = {{"step": -1, "n": 0}}
+SETTINGS, BUDGETS = ROLLOUT.settings, ROLLOUT.budgets
 
-
-def train_rows(records, suffix, where):
-    """Dataset records -> TRL rows: the ``prompt`` column is the environment row as JSON."""
-    rows = rows_for_task(list(records), SETTINGS, prompt_suffix=suffix, where=where)
-    return [{{"prompt": trl_agent.encode_row(row)}} for row in rows]
-
-
-def rollout_func(prompts, trainer):
-    """One episode per entry of ``prompts`` (TRL repeats each prompt num_generations times)."""
-    model = trainer.accelerator.unwrap_model(trainer.model)
-    tokenizer = trainer.processing_class
-    step = int(trainer.state.global_step)
-    _CALLS.update(n=_CALLS["n"] + 1 if _CALLS["step"] == step else 0, step=step)
-    seed = int(trainer.args.seed) * 1_000_003 + step * 1_009 + _CALLS["n"]
-    rows = trl_agent.decode_rows(list(prompts), "trl rollout prompts")
-    played = run_episodes(model, tokenizer, rows, budgets=BUDGETS, cache=CACHE, num_samples=1,
-                          temperature=float(trainer.temperature), seed=seed)
-    trajectories = [t for (t,) in played]
-    pad = tokenizer.pad_token_id
-    logprobs = trl_agent.sampling_logprobs(model, trajectories, float(trainer.temperature), pad)
-    output = trl_agent.rollout_output(trajectories, pad_id=pad, logprobs=logprobs)
-    if trainer.accelerator.is_main_process:  # one writer (on several processes: process 0's episodes)
-        for i, t in enumerate(trajectories):
-            append_jsonl(CONFIG["episodes_path"], trl_agent.episode_record(t, output, i, step + 1))
-    return output
-
-
-def episode_return(prompts, completions, episode_return, episode_metrics=None, log_metric=None, **kwargs):
-    """The reward TRL normalises per group: the environment's return of each episode; None for an
-    episode that ended in an environment error (TRL leaves it out of the baseline, advantage 0).
-    Logs the episode metrics under the local trainer's names."""
-    if log_metric is not None and episode_metrics:
-        for name, value in sorted(episode_metrics[0].items()):
-            log_metric(name, float(value))
-    return [None if r is None else float(r) for r in episode_return]
-
-
+train_rows = ROLLOUT.train_rows
+rollout_func = ROLLOUT.rollout_func
+episode_return = ROLLOUT.episode_return
 REWARD_FUNCS = [episode_return]
-
-
-def monitor_score(model, tokenizer, rows):
-    """Greedy episodes on the monitor rows: the share whose return reaches the success threshold."""
-    played = run_episodes(model, tokenizer, trl_agent.decode_rows([r["prompt"] for r in rows], "monitor"),
-                          budgets=BUDGETS, cache=CACHE, temperature=0.0)
-    hits = sum(1 for (t,) in played if t.episode_return >= SETTINGS.success_threshold)
-    return hits / len(rows) if rows else 0.0
+monitor_score = ROLLOUT.monitor_score
 '''
 
 

@@ -4,7 +4,8 @@ launch/trl_tools.py``) and loaded by the training script in ``.venv-trl``.
 
 It is this template with the attempt's environment imports, one class per environment (its tools
 as methods with the type hints and docstrings TRL describes them by) and one JSON document (the
-environment settings, where the episodes are logged) filled in. It defines what the training script
+environment settings, where the episodes are logged) filled in; the rest of its code is
+:class:`rlexp.trainers.trl.tools_runtime.ToolRollout`. It defines what the training script
 hands ``GRPOTrainer``: ``train_rows`` (a conversational ``prompt`` whose user message the
 environment's ``reset`` fills, the row as JSON, the ``environment`` column naming its factory),
 ``ENVIRONMENT_FACTORY``, ``rollout_func`` (None: TRL generates), ``REWARD_FUNCS`` (the episode
@@ -25,7 +26,8 @@ GRPOTrainer(environment_factory=ENVIRONMENT_FACTORY, reward_funcs=REWARD_FUNCS):
 the model's tool calls with the tokenizer's response_template and calls the methods below, each
 played as the environment's action text; the tool results' tokens are masked out of the loss by TRL
 (its tool_mask). The model's final message is the episode's last step; the reward is the episode's
-return. Template: rlexp/trainers/trl/tools_template.py. Edit the attempt spec, not this file.
+return. Template: rlexp/trainers/trl/tools_template.py; the code it runs:
+rlexp/trainers/trl/tools_runtime.py. Edit the attempt spec, not this file.
 """
 
 import json
@@ -39,78 +41,26 @@ sys.path.insert(0, CONFIG["rlexp_root"])  # the rlexp that launched this run
 # the environments, imported from their own modules (not copied)
 {imports}
 
-from rlexp.environments.interface import Tool, environment_tools, resolve, rows_for_task  # noqa: E402
-from rlexp.spec import EnvironmentSettings  # noqa: E402
-from rlexp.experiment.files import append_jsonl  # noqa: E402
-from rlexp.trainers.trl import agent as trl_agent  # noqa: E402
+from rlexp.environments.interface import Tool  # noqa: E402
 from rlexp.trainers.trl import agent_tools  # noqa: E402
+from rlexp.trainers.trl.tools_runtime import ToolRollout  # noqa: E402
 
-SETTINGS = EnvironmentSettings(**CONFIG["environment"])
 TOOLS = json.loads(r"""
 {tools}
 """)
 {classes}
 
 ENVIRONMENT_FACTORY = {factory}
-for _name, _cls in ENVIRONMENT_FACTORY.items():
-    assert resolve(_name) is _cls.ENVIRONMENT, f"environment {{_name}} resolves to another class than the one imported"
-    assert set(environment_tools(_cls.ENVIRONMENT)) == set(_cls.TOOLS.values()), f"{{_name}}: its tools changed"
+ROLLOUT = ToolRollout(CONFIG, ENVIRONMENT_FACTORY)
+
+SETTINGS = ROLLOUT.settings
+
 rollout_func = None  # TRL generates and plays the tool calls itself
-
-
-def train_rows(records, suffix, where):
-    """Dataset records -> TRL rows: an empty user message that reset() fills with the observation,
-    the row as JSON (reset's argument) and the environment that plays it."""
-    rows = rows_for_task(list(records), SETTINGS, prompt_suffix=suffix, where=where)
-    return [{{"prompt": [{{"role": "user", "content": ""}}], "row": trl_agent.encode_row(row), "environment": row.env}}
-            for row in rows]
-
-
-def episode_return(prompts, completions, completion_ids, environments, trainer_state=None, log_metric=None,
-                   **kwargs):
-    """The reward TRL normalises per group: each episode's return, its final message played as the
-    last step. Logs the episode metrics under the local trainer's names and keeps every episode."""
-    from accelerate import PartialState
-
-    ends = end_tokens()
-    records = []
-    for messages, ids, episode in zip(completions, completion_ids, environments):
-        truncated = not ids or ids[-1] not in ends  # as TRL counts a clipped completion
-        records.append(episode._finish(messages, truncated, SETTINGS.max_turns))
-    if log_metric is not None:
-        for name, value in sorted(agent_tools.tool_episode_metrics(records).items()):
-            log_metric(name, float(value))
-    step = int(trainer_state.global_step) + 1 if trainer_state is not None else 0
-    if PartialState().is_main_process:  # one writer (on several processes: process 0's episodes)
-        for prompt, record, messages, ids in zip(prompts, records, completions, completion_ids):
-            append_jsonl(CONFIG["episodes_path"], {{"global_step": step, "prompt": prompt,
-                                                    "completion_ids": list(ids), "messages": messages, **record}})
-    return [record["return"] for record in records]
-
-
+train_rows = ROLLOUT.train_rows
+episode_return = ROLLOUT.episode_return
 REWARD_FUNCS = [episode_return]
-_ENDS = []
-
-
-def end_tokens():
-    """The model's end-of-sequence and pad ids (its tokenizer, read once)."""
-    if not _ENDS:
-        from transformers import AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(CONFIG["model_name_or_path"])
-        _ENDS.extend({{tokenizer.eos_token_id, tokenizer.pad_token_id}} - {{None}})
-    return _ENDS
-
-
-def monitor_score(model, tokenizer, rows):
-    """Greedy tool episodes on the monitor rows: the share whose return reaches the success threshold."""
-    hits = 0
-    for row in rows:
-        episode = ENVIRONMENT_FACTORY[row["environment"]]()
-        record = agent_tools.greedy_tool_episode(model, tokenizer, episode, row["row"], max_turns=SETTINGS.max_turns,
-                                                 max_total_tokens=SETTINGS.max_total_tokens)
-        hits += record["return"] >= SETTINGS.success_threshold
-    return hits / len(rows) if rows else 0.0
+end_tokens = ROLLOUT.end_tokens
+monitor_score = ROLLOUT.monitor_score
 '''
 
 CLASS = '''

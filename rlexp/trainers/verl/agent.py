@@ -60,19 +60,14 @@ environment's reset and step run in a worker thread (asyncio.to_thread), so a sl
 hold up the other episodes of this worker's event loop; the server's log-probs of the sampled
 tokens come back as response_logprobs (0.0 at feedback positions), for verl's rollout correction.
 An episode that ends in an environment error returns no response: none of its tokens is trained.
+The code is rlexp's (rlexp/trainers/verl/agent_runtime.py); this file states the attempt's values.
 """
 
-import asyncio
 import json
-import time
-from typing import Any
-from uuid import uuid4
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput, register
 
-from rlexp.environments.episodes import render_user_turn
-from rlexp.evaluation.generation import encode_prompt, render_prompt
-from rlexp.environments.interface import resolve
+from rlexp.trainers.verl import agent_runtime
 
 AGENT_NAME = {agent_name!r}
 ENVIRONMENT = {env!r}
@@ -81,113 +76,14 @@ MAX_TURNS = {max_turns!r}
 MAX_TOKENS_PER_TURN = {max_tokens_per_turn!r}
 MAX_TOTAL_TOKENS = {max_total_tokens!r}
 
-_IDLE = []  # environment instances not in an episode now
-
-
-def _take():
-    return _IDLE.pop() if _IDLE else resolve(ENVIRONMENT)(dict(CONFIG))
-
-
-def _task(kwargs):
-    extra = kwargs.get("extra_info") or {{}}
-    if extra.get("rlexp_task"):
-        return json.loads(extra["rlexp_task"])
-    messages = list(kwargs.get("raw_prompt") or [])
-    prompt = messages[-1]["content"] if messages else ""
-    return {{"prompt": prompt, "answer": (kwargs.get("reward_model") or {{}}).get("ground_truth")}}
+RUN = agent_runtime.LoopRun(ENVIRONMENT, CONFIG, max_turns=MAX_TURNS, max_tokens_per_turn=MAX_TOKENS_PER_TURN,
+                            max_total_tokens=MAX_TOTAL_TOKENS)
 
 
 @register(AGENT_NAME)
-class {class_name}(AgentLoopBase):
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.response_length = int(self.rollout_config.response_length)
-
-    async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
-        tok = self.tokenizer
-        env = _take()
-        try:
-            try:
-                observation = await asyncio.to_thread(env.reset, _task(kwargs))
-            except Exception:  # recorded as rlexp's rollout records it: an env_error episode, no turn, reward 0
-                prompt_ids = self._cap_text_prompt_length(encode_prompt(tok, render_prompt(tok, "", "")))
-                return _output(prompt_ids, [], [], 0.0, 0, 0, "env_error", 0.0)
-            prompt_ids = self._cap_text_prompt_length(encode_prompt(tok, render_prompt(tok, observation, "")))
-            return await self._play(env, prompt_ids, sampling_params)
-        finally:
-            _IDLE.append(env)
-
-    async def _play(self, env, prompt_ids, sampling_params):
-        tok = self.tokenizer
-        stop_ids = {{tok.eos_token_id}}
-        budget = min(MAX_TOTAL_TOKENS, self.response_length)
-        response, mask, total, turns, tool_calls, env_s = [], [], 0.0, 0, 0, 0.0
-        logprobs = []  # the server's, per response token (None once a turn came without them)
-        finish = "max_turns"
-        for turn in range(MAX_TURNS):
-            room = min(MAX_TOKENS_PER_TURN, budget - len(response))
-            if room < 1:
-                finish = "length"
-                break
-            params = dict(sampling_params, max_tokens=room)
-            output = await self.server_manager.generate(request_id=uuid4().hex, prompt_ids=prompt_ids + response,
-                                                        sampling_params=params)
-            ids = list(output.token_ids)[:room]
-            # fewer tokens than allowed: the server stopped on a stop token (any the model's
-            # generation config names); at the cap, only the tokenizer's EOS says so
-            stopped = bool(ids) and (len(ids) < room or ids[-1] in stop_ids)
-            response += ids
-            mask += [1] * len(ids)
-            served = getattr(output, "log_probs", None)
-            logprobs = logprobs + [float(v) for v in served[: len(ids)]] if logprobs is not None and served else None
-            turns += 1
-            started = time.perf_counter()
-            try:
-                result = await asyncio.to_thread(env.step, tok.decode(ids, skip_special_tokens=True))
-            except Exception:  # an environment failure ends the episode, counted, and out of the loss:
-                # no response (verl's aborted sample: every position masked, logged as response/aborted_ratio);
-                # its return so far still enters its group's baseline (verl's GRPO mean has no exclusion)
-                env_s += time.perf_counter() - started
-                return _output(prompt_ids, [], [], total, turns, tool_calls, "env_error", env_s)
-            env_s += time.perf_counter() - started
-            total += float(result.reward)
-            tool_calls += int(bool((result.info or {{}}).get("tool_call")))
-            if not stopped or result.done or turn == MAX_TURNS - 1:
-                finish = "length" if not stopped else "stop" if result.done else "max_turns"
-                break
-            feedback = encode_prompt(tok, render_user_turn(tok, result.feedback))
-            if len(response) + len(feedback) >= budget:
-                finish = "length"
-                break
-            response += feedback
-            mask += [0] * len(feedback)
-            if logprobs is not None:
-                logprobs += [0.0] * len(feedback)  # not sampled: masked out of the loss, as verl's tool loop pads
-        if logprobs is not None and len(logprobs) != len(response):
-            logprobs = None  # a server that returned fewer log-probs than tokens: none rather than misaligned
-        return _output(prompt_ids, response[: self.response_length], mask[: self.response_length], total, turns,
-                       tool_calls, finish, env_s,
-                       logprobs[: self.response_length] if logprobs and response else None)
-
-
-def _output(prompt_ids, response, mask, total, turns, tool_calls, finish, env_s, logprobs=None):
-    """The episode as verl takes it. What verl logs of it (metric_utils.py compute_data_metrics):
-    num_turns -> num_turns/mean (verl counts chat messages: the prompt, each model turn and each
-    feedback, 2 per model turn here), the reward -> critic/score/mean, the extra field
-    tool_call_counts -> tool_call_counts/mean (the legacy trainer, trainer.use_v1=false, whose
-    batch keeps the extra fields), the environment's seconds as AgentLoopMetrics.tool_calls ->
-    agent_loop/tool_calls/* timings. The other fields carry the local trainer's names, unlogged."""
-    return AgentLoopOutput(
-        prompt_ids=prompt_ids,
-        response_ids=response,
-        response_mask=mask,
-        response_logprobs=logprobs,  # verl's rollout_log_probs (rollout correction, bypass mode)
-        reward_score=total,  # verl puts it on the last response token (rm_scores[-1])
-        num_turns=2 * turns,
-        metrics={{"tool_calls": env_s}},
-        extra_fields={{"tool_call_counts": tool_calls, "turns_per_episode": turns, "tool_calls_per_episode": tool_calls,
-                      "env_errors": int(finish == "env_error"), "finish_reason": finish}},
-    )
+class {class_name}(agent_runtime.EnvironmentAgentLoop, AgentLoopBase):
+    RUN = RUN
+    OUTPUT = AgentLoopOutput
 '''
 
 
