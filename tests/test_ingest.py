@@ -159,7 +159,7 @@ def test_append_new_rows_never_duplicates_and_repairs_torn_tail(tmp_path):
 def test_follower_reads_only_complete_lines(tmp_path):
     log = tmp_path / "stdout.log"
     metrics = tmp_path / "metrics.jsonl"
-    follower = ingest.MetricsFollower("stdout", log, metrics)
+    follower = ingest.MetricsFollower("stdout", log, metrics, trainer="openrlhf")
     assert follower.poll() == []  # no log yet
     first, second = STDOUT, STDOUT.replace("step 3", "step 4")
     log.write_text(first + second[:40])  # the trainer is mid-way through printing step 4
@@ -170,7 +170,7 @@ def test_follower_reads_only_complete_lines(tmp_path):
     assert [r["global_step"] for r in follower.close()] == [4]  # the run ended
     assert [json.loads(line)["global_step"] for line in metrics.read_text().splitlines()] == [3, 4]
     # a new follower (a resumed launch) continues the same file without duplicating
-    again = ingest.MetricsFollower("stdout", log, metrics)
+    again = ingest.MetricsFollower("stdout", log, metrics, trainer="openrlhf")
     assert again.poll() == [] and again.close() == []
 
 
@@ -186,7 +186,7 @@ def test_eval_line_joins_its_training_step(tmp_path):
     rows, _ = ingest.read_stdout_log(log)
     assert rows[0]["monitor_acc"] == 0.634 and rows[0]["eval_default_pass1"] == 0.634
     assert rows[0]["policy_loss"] == 0.0123 and "monitor_acc" not in rows[1]
-    follower = ingest.MetricsFollower("stdout", log, tmp_path / "metrics.jsonl")
+    follower = ingest.MetricsFollower("stdout", log, tmp_path / "metrics.jsonl", trainer="openrlhf")
     live = follower.poll()
     assert [(r["global_step"], r.get("monitor_acc")) for r in live] == [(3, 0.634)]
 
@@ -194,6 +194,6 @@ def test_eval_line_joins_its_training_step(tmp_path):
 def test_tensorboard_follower_waits_for_a_later_step(tmp_path):
     _write_events(tmp_path / "tb", [("train/reward", 1, 0.5), ("train/reward", 2, 0.625)])
     metrics = tmp_path / "metrics.jsonl"
-    follower = ingest.MetricsFollower("tensorboard", tmp_path / "tb", metrics)
+    follower = ingest.MetricsFollower("tensorboard", tmp_path / "tb", metrics, trainer="openrlhf")
     assert [r["global_step"] for r in follower.poll()] == [1]  # step 2 may still get scalars
     assert [r["global_step"] for r in follower.close()] == [2]

@@ -358,7 +358,7 @@ def test_stdout_follower_counts_unreadable_lines_and_restarts(tmp_path):
     lines[1] = lines[1][:lines[1].index("Global step 2:")] + "Global step 2: <lost>"  # nothing readable
     restart = openrlhf_lines([(1, {"reward": 0.9})])
     log = write(tmp_path, "stdout.log", lines + restart)
-    follower = ingest.MetricsFollower("stdout", log, tmp_path / "metrics.jsonl")
+    follower = ingest.MetricsFollower("stdout", log, tmp_path / "metrics.jsonl", trainer="openrlhf")
     rows = follower.close()
     assert [r["global_step"] for r in rows] == [1, 3]
     assert follower.stats.not_understood == [2] and follower.stats.restarts == [4]

@@ -490,7 +490,7 @@ class MetricsFollower:
     """
 
     def __init__(self, kind: str, source: str | Path, metrics_path: str | Path,
-                 aliases: Mapping[str, str] | None = None, trainer: str | None = None,
+                 aliases: Mapping[str, str] | None = None, *, trainer: str,
                  parse: Callable[[Path, int, str, IngestStats], dict[str, Any] | None] | None = None):
         poll = self._POLLS.get(kind) or (MetricsFollower._poll_lines if parse or kind in LINE_PARSERS else None)
         if poll is None:
@@ -501,7 +501,7 @@ class MetricsFollower:
         self.source = Path(source)
         self.metrics_path = Path(metrics_path)
         self.aliases = aliases
-        self.trainer = trainer or "openrlhf"
+        self.trainer = trainer
         self.stats = IngestStats()
         repair_torn_tail(self.metrics_path)
         self.known = written_steps(self.metrics_path)

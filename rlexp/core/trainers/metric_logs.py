@@ -280,7 +280,7 @@ def physical_lines(text: str) -> list[str]:
     return text.split("\n")
 
 
-def read_openrlhf_console(text: str, trainer: str = "openrlhf", reference_time=None) -> LogRead:
+def read_openrlhf_console(text: str, trainer: str, reference_time=None) -> LogRead:
     """OpenRLHF's console (see the module doc). ``reference_time``: a function (prefix -> time or
     None) for the logging prefix's time; left out, rows carry no time."""
     read = LogRead("openrlhf-console", trainer)
@@ -421,7 +421,7 @@ def read_jsonl(text: str, trainer: str) -> LogRead:
 
 # --- TRL trainer_state.json ---------------------------------------------------------------------
 
-def read_trainer_state(text: str, trainer: str = "trl") -> LogRead:
+def read_trainer_state(text: str, trainer: str) -> LogRead:
     """transformers' ``trainer_state.json`` (what TRL leaves in every checkpoint): each
     ``log_history`` entry with a ``step`` is a row (a step's train, eval and final-summary entries
     merge); an entry without one is not understood, reported by its line in the file."""
@@ -479,13 +479,12 @@ def trainer_readers() -> dict[str, Callable[[str, str], LogRead]]:
 
 def formats() -> tuple[str, ...]:
     """Every format ``rlexp ingest`` reads."""
-    return ("openrlhf-console", *trainer_readers(), *COMMON_FORMATS)
+    return (*trainer_readers(), *COMMON_FORMATS)
 
 
 def read_text(text: str, fmt: str, trainer: str) -> LogRead:
     readers: dict[str, Callable[[str, str], LogRead]] = {
-        "openrlhf-console": read_openrlhf_console, "jsonl": read_jsonl, "trainer-state": read_trainer_state,
-        **trainer_readers()}  # fmt: skip
+        "jsonl": read_jsonl, "trainer-state": read_trainer_state, **trainer_readers()}
     if fmt not in readers:
         raise ValueError(f"unknown format {fmt!r}")
     return readers[fmt](text, trainer)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rlexp.core.trainers.metric_logs import read_openrlhf_console
 from rlexp.core.trainers.metric_names import COMMON, Ratio, Vocabulary
 
 # OpenRLHF 0.9.3-0.11.2: the "Global step" dict (experience info + actor status), 0.11's
@@ -38,3 +39,6 @@ RATIOS = {
 }
 
 VOCABULARY = Vocabulary(NAMES, ratios=RATIOS)
+
+# ``rlexp ingest``'s formats of its own (its rules' log_readers): its console log, ``Global step N: {...}``
+LOG_READERS = {"openrlhf-console": read_openrlhf_console}

@@ -20,7 +20,6 @@ class VerlRules(TrainerRules):
     metrics_sources = ("verl",)  # its file logger's JSONL (VERL_FILE_LOGGER_PATH)
     metrics_source_note = "verl's metrics come from its file logger (--metrics-source verl), and only verl's"
     log_trainer = "verl"
-    openrlhf_batches = False
     console_log_format = "verl-console"
     jsonl_log_format = "verl-file"  # its file logger
     checkpoint_dirs = (CHECKPOINT_DIR_PATTERNS["default_local_dir"],)  # trainer.default_local_dir
@@ -31,6 +30,12 @@ class VerlRules(TrainerRules):
         from rlexp.trainers.verl.metrics import VOCABULARY
 
         return VOCABULARY
+
+    def steps(self, att: Any) -> Any:
+        """The shared step math of rlexp.core.schedule.compute_steps (its rollout and batch keys)."""
+        from rlexp.core.schedule import compute_steps
+
+        return compute_steps(att.recipe, att.datasets["pool"].size, att.trainer.version, trainer=self.name)
 
     def log_readers(self) -> dict[str, Any]:
         from rlexp.trainers.verl.metrics import LOG_READERS
