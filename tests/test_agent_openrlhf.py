@@ -438,8 +438,8 @@ def assert_logged_as_rlexp(version, outputs, references, monkeypatch):
     import torch
 
     from rlexp.core.environments import episode_metrics
-    from rlexp.core.trainers.metric_logs import read_openrlhf_console
     from rlexp.core.trainers.metric_names import EPISODE_METRICS
+    from rlexp.trainers.openrlhf.metrics import read_openrlhf_console
 
     process = release_experience_function(version)
     infos = [process(None, out, prompt_max_len=1024, max_new_tokens=1024, max_len=2048).info for out in outputs]

@@ -350,7 +350,7 @@ def test_ingest_fuzz_any_bytes_one_line(tmp_path, capsys, fmt):
 def test_strict_followers_still_refuse_bad_lines(tmp_path):
     path = write(tmp_path, "m.jsonl", ['{"step": 1}', "{bad"])
     with pytest.raises(InputError, match="line 2"):
-        ingest.read_training_metrics_jsonl(path)
+        ingest.read_training_metrics_jsonl(path, trainer="openrlhf")
 
 
 def test_stdout_follower_counts_unreadable_lines_and_restarts(tmp_path):

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from rlexp.adapters import ingest
-from rlexp.core.trainers.metric_logs import read_openrlhf_console
+from rlexp.trainers.openrlhf.metrics import read_openrlhf_console
 from rlexp.trainers.verl.metrics import read_verl_console
 from tests.test_metric_logs import cli, openrlhf_lines, status_011
 
