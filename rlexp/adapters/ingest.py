@@ -637,10 +637,13 @@ def read_log(path: str | Path, trainer: str, fmt: str | None = None):
     del data
     if "\0" in text and not fmt.endswith("console"):
         raise InputError(path, None, "a NUL byte: not a text file")
-    if fmt == "openrlhf-console":
+    import inspect  # here: 20 ms that only a read of a log pays
+
+    reader = metric_logs.trainer_readers().get(fmt)
+    if reader is not None and "reference_time" in inspect.signature(reader).parameters:
+        # a console whose lines carry a logging prefix (OpenRLHF's): its times, read against the file's mtime
         reference = path.stat().st_mtime
-        reader = metric_logs.trainer_readers()[fmt]  # OpenRLHF's (its package), given its prefixes' times
-        return reader(text, trainer, lambda prefix: line_time(prefix, reference))
+        return reader(text, trainer, reference_time=lambda prefix: line_time(prefix, reference))
     if fmt == "trainer-state":
         try:
             return metric_logs.read_trainer_state(text, trainer)
