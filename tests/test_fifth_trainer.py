@@ -181,12 +181,16 @@ def test_rlexp_names_no_package_outside_it():
 
 
 def test_a_trainer_that_names_no_resume_folder_is_an_error_not_openrlhfs(tmp_path):
-    """verl resumes itself (resume_mode auto) and names no resume-state folder: asking for one is an
-    error, where it used to fall back silently to OpenRLHF's checkpoints/_actor."""
+    """A trainer whose rules name no resume-state folder: asking for its resume state is an error,
+    where the layout used to fall back silently to OpenRLHF's checkpoints/_actor."""
     from rlexp.storage.layout import AttemptDir
     from rlexp.trainers import rules
+    from rlexp.trainers.base import TrainerRules
+
+    class Unsaved(TrainerRules):
+        name = "unsaved"
 
     (tmp_path / "a" / "checkpoints" / "_actor" / "global_step4").mkdir(parents=True)
     with pytest.raises(ValueError, match="names no resume-state folder"):
-        AttemptDir(tmp_path / "a").latest_resume_state(rules("verl"))
+        AttemptDir(tmp_path / "a").latest_resume_state(Unsaved())
     assert AttemptDir(tmp_path / "a").latest_resume_state(rules("openrlhf")).step == 4

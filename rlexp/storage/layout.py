@@ -17,7 +17,7 @@ or for a strictly read document, in the spirit of Optuna's storage behind a stud
         checkpoints/state/global_step{N}/  (the local trainer's resumable state)
         checkpoints/_actor/global_step{N}/ (OpenRLHF's DeepSpeed state)
         checkpoints/trl/checkpoint-{N}/    (TRL's output_dir: transformers' resumable state)
-        checkpoints/verl/global_step_{N}/  (verl's own checkpoints)
+        checkpoints/verl/global_step_{N}/  (verl's own checkpoints: its rules name the folder)
         eval/selection.json  eval/<checkpoint>/<set>.jsonl (+ .meta.json)  eval/paired/
         guards/<name>.json  guards/parser_audit_review.jsonl
         tensorboard/  final/
@@ -100,7 +100,7 @@ class Checkpoint:
     """A saved checkpoint: its global step, the role it was selected for (``final``, ``mid``,
     ``best_by_monitor``; None when not selected) and its folder (None when unknown): the adapter eval
     loads (:meth:`AttemptDir.adapter`), or a trainer's resumable state where that is what was asked
-    for (:meth:`AttemptDir.latest_resume_state`, :meth:`AttemptDir.latest_verl_checkpoint`)."""
+    for (:meth:`AttemptDir.latest_resume_state`)."""
 
     step: int
     role: str | None = None
@@ -487,22 +487,6 @@ class AttemptDir:
     def verl_metrics(self) -> Path:
         """verl's ``file`` logger output (``$VERL_FILE_LOGGER_PATH``): one JSON line per step."""
         return self.launch_dir / "verl_metrics.jsonl"
-
-    @property
-    def verl_checkpoints(self) -> Path:
-        """verl's ``trainer.default_local_dir``: its ``global_step_{N}/actor`` checkpoints."""
-        return self.checkpoints_dir / "verl"
-
-    def latest_verl_checkpoint(self) -> Checkpoint | None:
-        """The highest step verl saved (a ``global_step_{N}`` folder with an ``actor`` folder, the
-        checkpoint's ``path``), or None."""
-        saved = []
-        if self.verl_checkpoints.is_dir():
-            for child in self.verl_checkpoints.iterdir():
-                match = FOREIGN_CHECKPOINT_DIRS[2].fullmatch(child.name)
-                if match and (child / "actor").is_dir():
-                    saved.append(Checkpoint(int(match.group(1)), path=child))
-        return max(saved, key=lambda c: c.step, default=None)
 
     # ---------------------------------------------------------------- checkpoints/
     @property

@@ -53,6 +53,9 @@ class TrainerRules:
     resume_state_folder: str = ""
     #: a pattern of its own resume-state names besides ``global_step{N}`` (the step as group 1)
     own_state_names: str | None = None
+    #: a file or folder a resume state must hold to count when a launch resumes (a save whose writer
+    #: was killed has none; verl's ``actor``), or None
+    resume_state_complete: str | None = None
     #: how ``rlexp import`` recognises its launch script (rlexp.core.launch_script.launch_of): the
     #: Python modules it is run as (a module name, or a prefix ending in a dot), the console scripts
     #: that launch it (``trl grpo ...``), and whether any Python script (``*.py``) is one of its

@@ -23,6 +23,11 @@ class VerlRules(TrainerRules):
     console_log_format = "verl-console"
     jsonl_log_format = "verl-file"  # its file logger
     checkpoint_dirs = (CHECKPOINT_DIR_PATTERNS["default_local_dir"],)  # trainer.default_local_dir
+    # its trainer.default_local_dir, checkpoints/verl/global_step_{N}/actor: it resumes itself from
+    # the latest (resume_mode auto); rlexp reads the step it continues from
+    resume_state_folder = "verl"
+    own_state_names = CHECKPOINT_DIR_PATTERNS["default_local_dir"]
+    resume_state_complete = "actor"
     weights_inside = ("actor/lora_adapter", "actor/huggingface", "actor")
     launch_modules = ("verl.trainer.main_ppo", "verl.")
 
