@@ -194,3 +194,17 @@ def test_a_trainer_that_names_no_resume_folder_is_an_error_not_openrlhfs(tmp_pat
     with pytest.raises(ValueError, match="names no resume-state folder"):
         AttemptDir(tmp_path / "a").latest_resume_state(Unsaved())
     assert AttemptDir(tmp_path / "a").latest_resume_state(rules("openrlhf")).step == 4
+
+
+@pytest.mark.parametrize("stated, says", [
+    ("toy", "RLEXP_TRAINER_PACKAGES: 'toy': expected name=package"),
+    ("openrlhf=elsewhere", "RLEXP_TRAINER_PACKAGES: trainer 'openrlhf' is registered already"),
+    ("toy=no_such_package_here", "RLEXP_TRAINER_PACKAGES: trainer toy: package no_such_package_here has no RULES"),
+])
+def test_a_bad_registration_is_one_line_and_exit_2(stated, says):
+    env = {**os.environ, "PYTHONPATH": str(REPO), "RLEXP_TRAINER_PACKAGES": stated}
+    done = subprocess.run([sys.executable, "-m", "rlexp", "launch", str(EXAMPLE / "a30"), "--dry-run"],
+                          capture_output=True, text=True, env=env, timeout=120, cwd=REPO)
+    assert done.returncode == 2 and done.stdout == ""
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"rlexp: {says}")

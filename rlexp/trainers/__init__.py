@@ -80,7 +80,14 @@ def package(name: str) -> str:
 def rules(name: str) -> Any:
     """The pure rules of trainer ``name`` (its package's ``RULES``, a rlexp.trainers.base.TrainerRules;
     the registry imports no trainer module but by name, so that any core module may ask it)."""
-    return importlib.import_module(package(name)).RULES
+    module = package(name)
+    try:
+        return importlib.import_module(module).RULES
+    except (ImportError, AttributeError) as exc:
+        if module.startswith("rlexp."):
+            raise  # rlexp's own trainers: a broken install, not the user's input
+        raise InputError(None, PACKAGES_VARIABLE, f"trainer {name}: package {module} has no RULES "
+                         f"({type(exc).__name__}: {exc})") from None
 
 
 def metrics_sources() -> tuple[str, ...]:
