@@ -439,7 +439,7 @@ def assert_logged_as_rlexp(version, outputs, references, monkeypatch):
     import torch
 
     from rlexp.environments.interface import episode_metrics
-    from rlexp.training.metric_logs import read_openrlhf_console
+    from rlexp.trainers.openrlhf.metrics import read_openrlhf_console
     from rlexp.training.metric_names import EPISODE_METRICS
 
     process = release_experience_function(version)
@@ -448,7 +448,7 @@ def assert_logged_as_rlexp(version, outputs, references, monkeypatch):
         info.setdefault("kl", torch.zeros(1))
         info.setdefault("return", info["reward"])
     status = ppo_train_status(version, infos, 8, monkeypatch)
-    read = read_openrlhf_console(f"✨ Global step 1: {status}\n")
+    read = read_openrlhf_console(f"✨ Global step 1: {status}\n", "openrlhf")
     [row] = read.runs[0].rows
     expected = episode_metrics(references)
     assert set(EPISODE_METRICS) == set(expected)  # every name the local trainer logs

@@ -23,14 +23,14 @@ STDOUT = (
 
 def test_stdout_line_normalised_nan_kept_and_strings_dropped_with_count():
     stats = ingest.IngestStats()
-    row = ingest.parse_stdout_line(STDOUT, stats)
+    row = ingest.parse_stdout_line(STDOUT, stats, trainer="openrlhf")
     assert math.isnan(row.pop("kl"))  # a NaN is data: kept, its step flagged
     assert row == {"global_step": 3, "policy_loss": 0.0123, "actor_lr": 5e-07, "reward": 0.546875,
                    "response_length": 1834.5, "group_reward_std": 0.25, "grad_norm": 39.06,
                    "time": datetime.datetime(2026, 2, 23, 6, 30, 1).timestamp()}  # the line's own time
     assert stats.dropped_values == 1 and stats.dropped_keys == {"ppo_clip_ratio": 1}
     assert stats.nonfinite_steps == {3: ["kl"]}
-    assert ingest.parse_stdout_line("Episode [1/1]: 3%|█ | 3/200\n", stats) is None
+    assert ingest.parse_stdout_line("Episode [1/1]: 3%|█ | 3/200\n", stats, trainer="openrlhf") is None
 
 
 def test_read_stdout_log(tmp_path):
@@ -63,7 +63,7 @@ def test_training_metrics_jsonl_keeps_nan_and_drops_strings(tmp_path):
         '{"step": 1, "reward": 0.5, "grad_norm": 5.16, "log_ratio_abs_p99": 1.71}\n'
         '{"step": 2, "reward": NaN, "grad_norm": "171.4", "entropy": 1.31}\n'
     )
-    rows, stats = ingest.read_training_metrics_jsonl(path)
+    rows, stats = ingest.read_training_metrics_jsonl(path, trainer="openrlhf")
     assert math.isnan(rows[1].pop("reward"))
     assert rows == [{"global_step": 1, "reward": 0.5, "grad_norm": 5.16, "log_ratio_abs_p99": 1.71},
                     {"global_step": 2, "entropy": 1.31}]
@@ -79,7 +79,7 @@ def test_training_metrics_jsonl_structural_errors(tmp_path, text, field):
     path = tmp_path / "m.jsonl"
     path.write_text(text)
     with pytest.raises(InputError) as info:
-        ingest.read_training_metrics_jsonl(path)
+        ingest.read_training_metrics_jsonl(path, trainer="openrlhf")
     assert info.value.field == field and str(path) in info.value.one_line()
 
 
@@ -99,7 +99,7 @@ def test_tensorboard_scalars_become_rows(tmp_path):
         ("train/policy_loss", 2, 0.125), ("train/actor_lr", 2, 5e-7),
         ("eval/eval_probe_pass1", 2, 0.634),
     ])
-    rows, stats = ingest.read_tensorboard(tmp_path / "tb")
+    rows, stats = ingest.read_tensorboard(tmp_path / "tb", trainer="openrlhf")
     assert [r["global_step"] for r in rows] == [1, 2]
     assert rows[0]["policy_loss"] == pytest.approx(0.25) and rows[0]["grad_norm"] == pytest.approx(12.5)
     assert rows[1]["actor_lr"] == pytest.approx(5e-7, rel=1e-6)  # float32 in the event file
@@ -119,9 +119,9 @@ def test_tensorboard_dir_without_events_is_one_line_error(tmp_path):
     (tmp_path / "tb").mkdir()
     (tmp_path / "tb" / "notes.txt").write_text("x")
     with pytest.raises(InputError, match="no TensorBoard event files"):
-        ingest.read_tensorboard(tmp_path / "tb")
+        ingest.read_tensorboard(tmp_path / "tb", trainer="openrlhf")
     with pytest.raises(InputError, match="not found"):
-        ingest.read_tensorboard(tmp_path / "missing")
+        ingest.read_tensorboard(tmp_path / "missing", trainer="openrlhf")
 
 
 @pytest.mark.parametrize(("line", "field"), [
@@ -159,7 +159,7 @@ def test_append_new_rows_never_duplicates_and_repairs_torn_tail(tmp_path):
 def test_follower_reads_only_complete_lines(tmp_path):
     log = tmp_path / "stdout.log"
     metrics = tmp_path / "metrics.jsonl"
-    follower = ingest.MetricsFollower("stdout", log, metrics)
+    follower = ingest.MetricsFollower("stdout", log, metrics, trainer="openrlhf")
     assert follower.poll() == []  # no log yet
     first, second = STDOUT, STDOUT.replace("step 3", "step 4")
     log.write_text(first + second[:40])  # the trainer is mid-way through printing step 4
@@ -170,7 +170,7 @@ def test_follower_reads_only_complete_lines(tmp_path):
     assert [r["global_step"] for r in follower.close()] == [4]  # the run ended
     assert [json.loads(line)["global_step"] for line in metrics.read_text().splitlines()] == [3, 4]
     # a new follower (a resumed launch) continues the same file without duplicating
-    again = ingest.MetricsFollower("stdout", log, metrics)
+    again = ingest.MetricsFollower("stdout", log, metrics, trainer="openrlhf")
     assert again.poll() == [] and again.close() == []
 
 
@@ -186,7 +186,7 @@ def test_eval_line_joins_its_training_step(tmp_path):
     rows, _ = ingest.read_stdout_log(log)
     assert rows[0]["monitor_acc"] == 0.634 and rows[0]["eval_default_pass1"] == 0.634
     assert rows[0]["policy_loss"] == 0.0123 and "monitor_acc" not in rows[1]
-    follower = ingest.MetricsFollower("stdout", log, tmp_path / "metrics.jsonl")
+    follower = ingest.MetricsFollower("stdout", log, tmp_path / "metrics.jsonl", trainer="openrlhf")
     live = follower.poll()
     assert [(r["global_step"], r.get("monitor_acc")) for r in live] == [(3, 0.634)]
 
@@ -194,6 +194,6 @@ def test_eval_line_joins_its_training_step(tmp_path):
 def test_tensorboard_follower_waits_for_a_later_step(tmp_path):
     _write_events(tmp_path / "tb", [("train/reward", 1, 0.5), ("train/reward", 2, 0.625)])
     metrics = tmp_path / "metrics.jsonl"
-    follower = ingest.MetricsFollower("tensorboard", tmp_path / "tb", metrics)
+    follower = ingest.MetricsFollower("tensorboard", tmp_path / "tb", metrics, trainer="openrlhf")
     assert [r["global_step"] for r in follower.poll()] == [1]  # step 2 may still get scalars
     assert [r["global_step"] for r in follower.close()] == [2]

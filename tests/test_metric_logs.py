@@ -350,7 +350,7 @@ def test_ingest_fuzz_any_bytes_one_line(tmp_path, capsys, fmt):
 def test_strict_followers_still_refuse_bad_lines(tmp_path):
     path = write(tmp_path, "m.jsonl", ['{"step": 1}', "{bad"])
     with pytest.raises(InputError, match="line 2"):
-        ingest.read_training_metrics_jsonl(path)
+        ingest.read_training_metrics_jsonl(path, trainer="openrlhf")
 
 
 def test_stdout_follower_counts_unreadable_lines_and_restarts(tmp_path):
@@ -358,7 +358,7 @@ def test_stdout_follower_counts_unreadable_lines_and_restarts(tmp_path):
     lines[1] = lines[1][:lines[1].index("Global step 2:")] + "Global step 2: <lost>"  # nothing readable
     restart = openrlhf_lines([(1, {"reward": 0.9})])
     log = write(tmp_path, "stdout.log", lines + restart)
-    follower = ingest.MetricsFollower("stdout", log, tmp_path / "metrics.jsonl")
+    follower = ingest.MetricsFollower("stdout", log, tmp_path / "metrics.jsonl", trainer="openrlhf")
     rows = follower.close()
     assert [r["global_step"] for r in rows] == [1, 3]
     assert follower.stats.not_understood == [2] and follower.stats.restarts == [4]

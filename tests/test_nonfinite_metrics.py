@@ -48,7 +48,7 @@ def nan_attempt(tmp_path):
     source = tmp_path / "training_metrics.jsonl"
     source.write_text("".join(json.dumps(r) + "\n" for r in _raw_rows()))
     assert "NaN" in source.read_text() and "Infinity" in source.read_text()  # the trainer's own spelling
-    follower = ingest.MetricsFollower("jsonl", source, attempt / "metrics.jsonl")
+    follower = ingest.MetricsFollower("jsonl", source, attempt / "metrics.jsonl", trainer="openrlhf")
     written = follower.close()
     assert len(written) == 20
     flagged = {step: sorted(names) for step, names in follower.stats.nonfinite_steps.items()}

@@ -40,7 +40,7 @@ SEED = {
 
 
 def steps_of(pool: int, version: str = "0.9.3", **overrides):
-    return compute_steps({**SEED, **overrides}, pool, version)
+    return compute_steps({**SEED, **overrides}, pool, version, trainer="openrlhf")
 
 
 # ----------------------------------------------------------------------------- acceptance numbers
@@ -219,7 +219,7 @@ def test_optimizer_steps_partition_the_run(pool, n, rollout, train, episodes, ep
     recipe = {**SEED, "n_samples_per_prompt": n, "rollout_batch_size": rollout, "train_batch_size": train,
               "micro_train_batch_size": 1, "num_episodes": episodes, "max_epochs": epochs,
               "lr_warmup_ratio": warmup, "actor_num_gpus_per_node": 1}  # fmt: skip
-    s = compute_steps(recipe, pool, version)
+    s = compute_steps(recipe, pool, version, trainer="openrlhf")
     counted = sum(
         max(0, last - first + 1) for first, last in map(s.optimizer_range, range(1, s.global_steps_total + 1))
     )

@@ -347,12 +347,15 @@ def test_a_verl_resume_continues_from_its_latest_complete_save(tmp_path):
     """verl's saves are ``global_step_{N}/actor`` under checkpoints/verl: the latest is a Checkpoint
     with that folder, and the launch's resume step is its step (a save without ``actor`` is none)."""
     from rlexp.experiment.layout import AttemptDir, Checkpoint
+    from rlexp.trainers.verl import RULES
     from rlexp.trainers.verl.launch import LAUNCH
 
     ad = AttemptDir(tmp_path / "a")
-    assert ad.latest_verl_checkpoint() is None and LAUNCH.resume_step(None, ad) == 0
+    saves = ad.resume_state_dir(RULES)
+    assert saves == tmp_path / "a" / "checkpoints" / "verl"
+    assert ad.latest_resume_state(RULES, complete="actor") is None and LAUNCH.resume_step(None, ad) == 0
     for name, actor in (("global_step_2", True), ("global_step_10", True), ("global_step_12", False),
                         ("global_step10_hf", True)):
-        (ad.verl_checkpoints / name / ("actor" if actor else "optim")).mkdir(parents=True)
-    assert ad.latest_verl_checkpoint() == Checkpoint(10, path=tmp_path / "a" / "checkpoints" / "verl" / "global_step_10")
+        (saves / name / ("actor" if actor else "optim")).mkdir(parents=True)
+    assert ad.latest_resume_state(RULES, complete="actor") == Checkpoint(10, path=tmp_path / "a" / "checkpoints" / "verl" / "global_step_10")
     assert LAUNCH.resume_step(None, ad) == 10

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from rlexp.trainers.openrlhf.metrics import read_openrlhf_console
 from rlexp.trainers.verl.metrics import read_verl_console
 from rlexp.training import ingest
-from rlexp.training.metric_logs import read_openrlhf_console
 from tests.test_metric_logs import cli, openrlhf_lines, status_011
 
 DATA = Path(__file__).parent / "data" / "console_logs"
@@ -171,10 +171,10 @@ def test_ingest_prints_the_flagged_lines(capsys):
 @pytest.mark.parametrize("trim", [False, True])
 def test_openrlhf_records_wrapped_at_every_width_lose_nothing(trim):
     lines = openrlhf_lines([(s, status_011(s)) for s in (1, 2, 3)])
-    one_line = read_openrlhf_console("\n".join(lines) + "\n")
+    one_line = read_openrlhf_console("\n".join(lines) + "\n", "openrlhf")
     for width in range(20, 300, 7):
         wrapped = [w for line in lines for w in hard_wrap(line, width, trim=trim)]
-        read = read_openrlhf_console("\n".join(wrapped) + "\n")
+        read = read_openrlhf_console("\n".join(wrapped) + "\n", "openrlhf")
         assert read.rows == one_line.rows, width
         assert read.cut == [] and read.not_understood == [], width
 
@@ -191,7 +191,7 @@ def test_openrlhf_a_number_cut_and_not_continued_is_flagged_not_shortened(tmp_pa
     assert "reward" not in read.rows[0] and read.rows[0]["policy_loss"] == 0.01
     assert read.rows[1]["reward"] == 368.902
     assert read.cut == [(1, 1)]
-    joined = read_openrlhf_console(f"{cut}\n902, 'return': 0.25}}\n{second}\n")  # the rest pasted below
+    joined = read_openrlhf_console(f"{cut}\n902, 'return': 0.25}}\n{second}\n", "openrlhf")  # the rest pasted below
     assert joined.rows[0]["reward"] == 368.902 and joined.cut == []
 
 

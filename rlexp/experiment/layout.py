@@ -17,7 +17,7 @@ or for a strictly read document, in the spirit of Optuna's storage behind a stud
         checkpoints/state/global_step{N}/  (the local trainer's resumable state)
         checkpoints/_actor/global_step{N}/ (OpenRLHF's DeepSpeed state)
         checkpoints/trl/checkpoint-{N}/    (TRL's output_dir: transformers' resumable state)
-        checkpoints/verl/global_step_{N}/  (verl's own checkpoints)
+        checkpoints/verl/global_step_{N}/  (verl's own checkpoints: its rules name the folder)
         eval/selection.json  eval/<checkpoint>/<set>.jsonl (+ .meta.json)  eval/paired/
         guards/<name>.json  guards/parser_audit_review.jsonl
         tensorboard/  final/
@@ -36,7 +36,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from rlexp.errors import InputError
 
@@ -49,12 +49,8 @@ CHECKPOINT_PREFIX = "global_step"
 _CHECKPOINT_NAME = re.compile(r"global_step(\d+)")
 _ADAPTER_DIR = re.compile(r"global_step(\d+)_hf")
 ADAPTER_PATTERN = "global_step{N}_hf"  # how messages name the adapter folders
-# Names of the checkpoint directories the trainers resume from (not the adapters that are evaluated).
-RESUME_STATE_DIRS = {"local": "state", "openrlhf": "_actor", "trl": "trl"}
 # transformers' Trainer (TRL) names its resumable checkpoints checkpoint-{N} under output_dir
 _TRANSFORMERS_CHECKPOINT = re.compile(r"checkpoint-(\d+)")
-# a trainer whose resumable states have names of their own besides global_step{N} (TRL: transformers')
-_OWN_STATE_NAMES = {"trl": _TRANSFORMERS_CHECKPOINT}
 
 
 # checkpoint folders of runs rlexp did not launch (``rlexp import-run``), by how likely they hold
@@ -88,12 +84,23 @@ def checkpoint_label(name: str) -> str:
     return name if step is None else f"step {step}"
 
 
+class ResumeStateLayout(Protocol):
+    """What a trainer's rules tell the layout of its resumable states (rlexp.trainers.base.TrainerRules:
+    the layout sits below the trainers and names none of them; callers pass the rules in)."""
+
+    name: str
+    #: its folder under ``checkpoints/`` ("" : it names none, and asking for it is an error)
+    resume_state_folder: str
+    #: a pattern of its own state names besides ``global_step{N}`` (the step as group 1), or None
+    own_state_names: str | None
+
+
 @dataclass(frozen=True)
 class Checkpoint:
     """A saved checkpoint: its global step, the role it was selected for (``final``, ``mid``,
     ``best_by_monitor``; None when not selected) and its folder (None when unknown): the adapter eval
     loads (:meth:`AttemptDir.adapter`), or a trainer's resumable state where that is what was asked
-    for (:meth:`AttemptDir.latest_resume_state`, :meth:`AttemptDir.latest_verl_checkpoint`)."""
+    for (:meth:`AttemptDir.latest_resume_state`)."""
 
     step: int
     role: str | None = None
@@ -173,8 +180,8 @@ def producer_of(path: str | Path) -> str | None:
         return f"rlexp guard {path.stem}"
     if path.suffix == ".jsonl" and path.parent.parent.name == "eval":
         return "rlexp eval"
-    if _ADAPTER_DIR.fullmatch(path.name) or path.name in RESUME_STATE_DIRS.values():
-        return "rlexp launch"
+    if _ADAPTER_DIR.fullmatch(path.name) or path.parent.name == "checkpoints":
+        return "rlexp launch"  # an adapter, or a trainer's resume-state folder (its rules name it)
     return None
 
 def _read_object(path: Path, fields: dict[str, Any] | None = None) -> dict[str, Any] | None:
@@ -481,22 +488,6 @@ class AttemptDir:
         """verl's ``file`` logger output (``$VERL_FILE_LOGGER_PATH``): one JSON line per step."""
         return self.launch_dir / "verl_metrics.jsonl"
 
-    @property
-    def verl_checkpoints(self) -> Path:
-        """verl's ``trainer.default_local_dir``: its ``global_step_{N}/actor`` checkpoints."""
-        return self.checkpoints_dir / "verl"
-
-    def latest_verl_checkpoint(self) -> Checkpoint | None:
-        """The highest step verl saved (a ``global_step_{N}`` folder with an ``actor`` folder, the
-        checkpoint's ``path``), or None."""
-        saved = []
-        if self.verl_checkpoints.is_dir():
-            for child in self.verl_checkpoints.iterdir():
-                match = FOREIGN_CHECKPOINT_DIRS[2].fullmatch(child.name)
-                if match and (child / "actor").is_dir():
-                    saved.append(Checkpoint(int(match.group(1)), path=child))
-        return max(saved, key=lambda c: c.step, default=None)
-
     # ---------------------------------------------------------------- checkpoints/
     @property
     def checkpoints_dir(self) -> Path:
@@ -516,28 +507,33 @@ class AttemptDir:
                     found[int(match.group(1))] = child
         return dict(sorted(found.items()))
 
-    def resume_state_dir(self, trainer: str = "local") -> Path:
-        """The folder of the trainer's resumable states (the local trainer's or OpenRLHF's)."""
-        return self.checkpoints_dir / RESUME_STATE_DIRS.get(trainer, RESUME_STATE_DIRS["openrlhf"])
+    def resume_state_dir(self, layout: ResumeStateLayout) -> Path:
+        """The folder of a trainer's resumable states: ``checkpoints/<its folder>``, the folder its
+        rules name (rlexp.trainers.base.TrainerRules.resume_state_folder). A trainer that names none
+        is an error, never another trainer's folder."""
+        folder = layout.resume_state_folder
+        if not folder:
+            raise ValueError(f"trainer {layout.name!r} names no resume-state folder (its rules' resume_state_folder)")
+        return self.checkpoints_dir / folder
 
-    def resume_state(self, step: int, trainer: str = "local") -> Path:
-        return self.resume_state_dir(trainer) / checkpoint_name(step)
+    def resume_state(self, step: int, layout: ResumeStateLayout) -> Path:
+        return self.resume_state_dir(layout) / checkpoint_name(step)
 
-    def latest_resume_state(self, trainer: str = "local", *, complete: str | None = None
+    def latest_resume_state(self, layout: ResumeStateLayout, *, complete: str | None = None
                             ) -> Checkpoint | None:
         """The highest resumable saved step, its directory the checkpoint's ``path``; None when none.
 
-        Adapters (``global_step{N}_hf``) are for evaluation; a trainer resumes from its own state:
-        the local trainer from ``checkpoints/state/global_step{N}``, OpenRLHF (``--load_checkpoint``)
-        from its DeepSpeed checkpoint ``checkpoints/_actor/global_step{N}``. ``complete`` names a
-        file a state must hold to count (a state whose writer was killed has none).
+        Adapters (``global_step{N}_hf``) are for evaluation; a trainer resumes from its own state in
+        the folder its rules name (:meth:`resume_state_dir`): ``global_step{N}``, or a name of its own
+        (its rules' ``own_state_names``, the step as group 1). ``complete`` names a file a state must
+        hold to count (a state whose writer was killed has none).
         """
-        folder = self.resume_state_dir(trainer)
+        folder = self.resume_state_dir(layout)
+        own = re.compile(layout.own_state_names) if layout.own_state_names else None
         best: Checkpoint | None = None
         if folder.is_dir():
             for child in folder.iterdir():
                 step = checkpoint_step(child.name)
-                own = _OWN_STATE_NAMES.get(trainer)
                 if step is None and own is not None and (match := own.fullmatch(child.name)):
                     step = int(match.group(1))
                 if step is None or not child.is_dir() or (complete and not (child / complete).exists()):

@@ -61,7 +61,6 @@ from rlexp.training.schedule import (
     CheckpointPlan,
     Steps,
     checkpoint_plan,
-    min_lr_is_configurable,
 )
 
 ERROR = "error"
@@ -117,7 +116,7 @@ def preflight(att: Attempt, steps: Steps | None = None, power: PowerReport | Non
     for findings in (
         check_lr(att, steps),
         check_step_counts(att, steps),
-        check_batches(att, steps) if trainer_rules(att.trainer.name).openrlhf_batches else [],  # TRL: its own rules
+        trainer_rules(att.trainer.name).batch_checks(att, steps),  # each trainer's own batch rules
         check_schedule(att, steps, ckpt),
         check_single_variable(att),
         check_gpu_layout(att),
@@ -218,19 +217,7 @@ def check_lr(att: Attempt, steps: Steps) -> list[Verdict]:
                 f"{steps.lr_at(total).fraction_of_peak:.1%} of peak)",
                 "docs/plan.md#warm-up-and-early-lr",
             ))  # fmt: skip
-    stated = att.recipe_stated.get("min_lr_ratio")
-    if (
-        trainer_rules(att.trainer.name).openrlhf_batches
-        and stated is not None
-        and not min_lr_is_configurable(steps.trainer_version)
-        and not values_equal(stated, 0.1)
-    ):
-        out.append(check(
-            "lr.min_lr_ratio_fixed", ERROR,
-            f"min_lr_ratio {stated} has no flag in OpenRLHF {steps.trainer_version}: min LR is fixed at 0.1 × peak "
-            f"(configurable from 0.10.2 as --actor.min_lr_ratio)",
-            "docs/plan.md#fixed-minimum-lr",
-        ))  # fmt: skip
+    out.extend(trainer_rules(att.trainer.name).lr_checks(att, steps))  # its own LR rules
     return out
 
 
@@ -315,28 +302,6 @@ def _intent_message(intent: int, steps: Steps) -> str:
 
 def _actor_gpus(recipe: dict[str, Any]) -> int:
     return int(recipe["actor_num_nodes"]) * int(recipe["actor_num_gpus_per_node"])
-
-
-def check_batches(att: Attempt, steps: Steps) -> list[Verdict]:
-    out: list[Verdict] = []
-    train, micro, dp = steps.train_batch_size, steps.micro_train_batch_size, steps.data_parallel_size
-    if train % (micro * dp):
-        out.append(check(
-            "batch.train_divisible", ERROR,
-            f"train_batch_size {train} is not a multiple of micro_train_batch_size {micro} × "
-            f"{dp} data-parallel actor GPUs = {micro * dp} (gradient accumulation would be {train / (micro * dp):g})",
-            "OpenRLHF DeepSpeed config",
-        ))  # fmt: skip
-    samples = steps.rollout_batch_size * steps.n_samples_per_prompt
-    if samples % train:
-        out.append(check(
-            "batch.rollout_divisible", ERROR,
-            f"rollout_batch_size {steps.rollout_batch_size} × n_samples_per_prompt {steps.n_samples_per_prompt} = "
-            f"{samples} samples is not a multiple of train_batch_size {train}: "
-            f"{samples / train:g} optimizer steps per global step",
-            "docs/plan.md#optimizer-steps-and-global-steps",
-        ))  # fmt: skip
-    return out
 
 
 # ----------------------------------------------------------------------------- eval / save schedule

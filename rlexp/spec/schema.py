@@ -282,7 +282,7 @@ def validate_recipe(recipe: dict[str, Any], display: str, trainer: str = "openrl
     return _validate_recipe(recipe, display, trainer)
 
 
-def _validate_recipe(recipe: dict[str, Any], display: str, trainer: str = "openrlhf") -> dict[str, Any]:
+def _validate_recipe(recipe: dict[str, Any], display: str, trainer: str) -> dict[str, Any]:
     """Check each recipe key against ``trainer``'s key table (:data:`RECIPE_KEYS` for OpenRLHF and
     the local trainer); return the values, coerced."""
     table = key_table(trainer)
@@ -396,7 +396,7 @@ def change_keys() -> list[str]:
 ENV_MAPPINGS = ("config", "reward", "judge")
 
 
-def _check_change_key(ckey: str, display: str, trainer: str = "openrlhf") -> None:
+def _check_change_key(ckey: str, display: str, trainer: str) -> None:
     parts = ckey.split(".")
     if len(parts) == 3 and parts[0] == "environment" and parts[1] in ENV_MAPPINGS and parts[2]:
         return  # a key of the environment's config, reward weights or judge

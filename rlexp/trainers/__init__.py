@@ -8,14 +8,20 @@ the plan's command, the launch's argv, environment and files, the metrics follow
 Stages ask this registry for the trainer and call it; no module outside a trainer's package
 compares ``trainer.name`` with a literal (``tests/test_architecture.py`` counts them).
 
-Adding a trainer: a package ``rlexp/trainers/<name>/`` (copy an existing one) and one line in
-:data:`TRAINERS` (docs/ARCHITECTURE.md, "Adding a trainer").
+Adding a trainer: one package (copy an existing one), registered by one of: a line in
+:data:`TRAINERS` (rlexp's own), :func:`register` called before rlexp's spec modules are imported
+(a program that embeds rlexp), or ``RLEXP_TRAINER_PACKAGES=name=package[,...]`` in the environment
+(a package outside rlexp, for the CLI): docs/ARCHITECTURE.md, "Adding a trainer".
 """
 
 from __future__ import annotations
 
 import importlib
+import os
+import re
 from typing import Any
+
+from rlexp.errors import InputError
 
 # trainer.name -> its package. tests/test_architecture.py reads this table: each package (and its
 # ``launch`` module, loaded by rlexp.trainers.launch) counts as an import edge of the registry
@@ -25,6 +31,37 @@ TRAINERS: dict[str, str] = {
     "trl": "rlexp.trainers.trl",
     "verl": "rlexp.trainers.verl",
 }
+
+# the environment's registrations: "name=package[,name=package...]" (packages outside rlexp)
+PACKAGES_VARIABLE = "RLEXP_TRAINER_PACKAGES"
+_NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+_MODULE = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
+
+
+def register(name: str, package_name: str) -> None:
+    """Register trainer ``name`` as the package ``package_name`` (an importable module exposing
+    ``RULES``, with a ``launch`` module exposing ``LAUNCH``). Call it before rlexp's spec modules
+    are imported: the spec's ``trainer.name`` rule lists the trainers known then. A name rlexp
+    already has is refused (a package cannot replace a trainer)."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise InputError(None, PACKAGES_VARIABLE, f"trainer name {name!r}: expected [a-z][a-z0-9_-]*")
+    if not isinstance(package_name, str) or not _MODULE.fullmatch(package_name):
+        raise InputError(None, PACKAGES_VARIABLE, f"trainer {name}: package {package_name!r} is not a module name")
+    if TRAINERS.get(name, package_name) != package_name:
+        raise InputError(None, PACKAGES_VARIABLE, f"trainer {name!r} is registered already (as {TRAINERS[name]})")
+    TRAINERS[name] = package_name
+
+
+def _register_from_environment() -> None:
+    stated = os.environ.get(PACKAGES_VARIABLE, "")
+    for entry in filter(None, (e.strip() for e in stated.split(","))):
+        name, sep, package_name = entry.partition("=")
+        if not sep:
+            raise InputError(None, PACKAGES_VARIABLE, f"{entry!r}: expected name=package")
+        register(name.strip(), package_name.strip())
+
+
+_register_from_environment()
 
 
 def names() -> tuple[str, ...]:
@@ -43,7 +80,14 @@ def package(name: str) -> str:
 def rules(name: str) -> Any:
     """The pure rules of trainer ``name`` (its package's ``RULES``, a rlexp.trainers.base.TrainerRules;
     the registry imports no trainer module but by name, so that any core module may ask it)."""
-    return importlib.import_module(package(name)).RULES
+    module = package(name)
+    try:
+        return importlib.import_module(module).RULES
+    except (ImportError, AttributeError) as exc:
+        if module.startswith("rlexp."):
+            raise  # rlexp's own trainers: a broken install, not the user's input
+        raise InputError(None, PACKAGES_VARIABLE, f"trainer {name}: package {module} has no RULES "
+                         f"({type(exc).__name__}: {exc})") from None
 
 
 def metrics_sources() -> tuple[str, ...]:

@@ -40,9 +40,10 @@ class TrainerRules:
     always_chat_template: bool = False
     #: ``rlexp import --logs`` reads its logs as this trainer's (rlexp.training.metric_names.vocabulary)
     log_trainer: str = ""
-    #: ``rlexp ingest``'s format (rlexp.training.metric_logs.formats()) for its console log (None: it
-    #: has none with step numbers, :attr:`console_log_note` says what to give instead) and for a .jsonl
-    console_log_format: str | None = "openrlhf-console"
+    #: ``rlexp ingest``'s format (rlexp.training.metric_logs.formats(): a shared one, or one of its
+    #: :meth:`log_readers`) for its console log (None: it has none with step numbers,
+    #: :attr:`console_log_note` says what to give instead) and for a .jsonl
+    console_log_format: str | None = None
     console_log_note: str = ""
     jsonl_log_format: str = "jsonl"
     #: its checkpoint folders' names (regular expressions, the step as group 1: ``rlexp import
@@ -50,6 +51,14 @@ class TrainerRules:
     checkpoint_dirs: tuple[str, ...] = (CHECKPOINT_DIR_PATTERNS["hf_checkpoint"],  # --save_hf_ckpt
                                         CHECKPOINT_DIR_PATTERNS["save_path"])  # --save_path
     weights_inside: tuple[str, ...] = ()
+    #: the folder under the attempt's ``checkpoints/`` it resumes from (rlexp.experiment.layout
+    #: AttemptDir.resume_state_dir; "": it keeps no resume state there, and asking for one is an error)
+    resume_state_folder: str = ""
+    #: a pattern of its own resume-state names besides ``global_step{N}`` (the step as group 1)
+    own_state_names: str | None = None
+    #: a file or folder a resume state must hold to count when a launch resumes (a save whose writer
+    #: was killed has none; verl's ``actor``), or None
+    resume_state_complete: str | None = None
     #: how ``rlexp import`` recognises its launch script (rlexp.training.launch_script.launch_of): the
     #: Python modules it is run as (a module name, or a prefix ending in a dot), the console scripts
     #: that launch it (``trl grpo ...``), and whether any Python script (``*.py``) is one of its
@@ -108,11 +117,9 @@ class TrainerRules:
         return {}
 
     def build_key_table(self) -> Any:
-        """Its key table (rlexp.spec.recipe.TrainerKeyTable), built on first use: OpenRLHF's argument
-        names unless the trainer has its own (e.g. TRL's GRPOConfig fields)."""
-        from rlexp.spec.recipe import openrlhf_key_table
-
-        return openrlhf_key_table(self.name)
+        """Its key table (rlexp.spec.recipe.TrainerKeyTable), built on first use: each trainer's own
+        (OpenRLHF's argument names, TRL's GRPOConfig fields, verl's Hydra keys)."""
+        raise NotImplementedError(f"trainer {self.name!r} states no key table (its rules' build_key_table())")
 
     def recipe_reads(self, recipe: Any, role: str) -> dict[str, str]:
         """How it reads the rows of a training set (``check_dataset_rows`` keywords)."""
@@ -137,14 +144,19 @@ class TrainerRules:
         return trainer_version
 
     def steps(self, att: Attempt) -> Any:
-        """The attempt's step counts (rlexp.training.schedule.Steps or a subclass): OpenRLHF's step math."""
-        from rlexp.training.schedule import compute_steps
+        """The attempt's step counts (rlexp.training.schedule.Steps or a subclass): each trainer's own."""
+        raise NotImplementedError(f"trainer {self.name!r} states no step math (its rules' steps())")
 
-        return compute_steps(att.recipe, att.datasets["pool"].size, att.trainer.version, trainer=self.name)
+    # ---- preflight checks (rlexp.protocol.checks): its own parts of the catalogue
+    def batch_checks(self, att: Attempt, steps: Any) -> list[Any]:
+        """Its batch-size rules on the attempt's step counts (rlexp.protocol.checks.Verdict list): none by
+        default (OpenRLHF's divisibility rules live in its package)."""
+        return []
 
-    # ---- preflight checks (rlexp.protocol.checks): which parts of the catalogue apply
-    #: OpenRLHF's batch rules and its fixed min LR before v0.9.8 (check_batches, lr.min_lr_ratio_fixed)
-    openrlhf_batches: bool = True
+    def lr_checks(self, att: Attempt, steps: Any) -> list[Any]:
+        """Its LR rules past the shared ones (e.g. OpenRLHF's fixed min LR before 0.10.2): none by default."""
+        return []
+
     #: OpenRLHF's GPU layout (actor, ref, reward, critic, vLLM engines)
     gpu_layout: bool = False
     #: DeepSpeed checkpoints beside the HF saves (disk.hf_ckpt; --resume needs them)

@@ -30,6 +30,7 @@ row's ``time`` / ``timestamp`` / ``_timestamp``. A line without a time gives a r
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import math
 import re
@@ -72,7 +73,7 @@ class IngestStats:
         self.dropped_keys[key] = self.dropped_keys.get(key, 0) + 1
 
 
-def canonical_key(key: str, aliases: Mapping[str, str] | None = None, trainer: str = "openrlhf") -> str:
+def canonical_key(key: str, aliases: Mapping[str, str] | None = None, *, trainer: str) -> str:
     """A source's metric name -> its metrics.jsonl name (``aliases``: extra names first; then the
     trainer's table in :mod:`rlexp.training.metric_names`)."""
     key = key.strip()
@@ -92,7 +93,7 @@ def _is_monitor_key(key: str) -> bool:
 
 
 def normalise(raw: Mapping[str, Any], stats: IngestStats, *, step: int | None = None,
-              aliases: Mapping[str, str] | None = None, trainer: str = "openrlhf") -> dict[str, Any] | None:
+              aliases: Mapping[str, str] | None = None, trainer: str) -> dict[str, Any] | None:
     """One canonical row from a raw mapping: ``global_step`` first, numbers only (this row goes to
     ``metrics.jsonl``: a NaN or an infinity is kept as a float and its step flagged, by name, in
     ``stats.nonfinite_steps``; a value that is not a number is dropped and counted).
@@ -169,7 +170,7 @@ def line_time(prefix: str, reference: float | None = None) -> float | None:
 
 
 def parse_stdout_line(line: str, stats: IngestStats, reference: float | None = None,
-                      number: int | None = None) -> dict[str, Any] | None:
+                      number: int | None = None, *, trainer: str) -> dict[str, Any] | None:
     """``... Global step 12: {'policy_loss': 0.1, ...}`` -> a row; the in-run eval line
     ``... Evaluation completed in ..., global_step 12, eval_metrics: {'eval_x_pass1': 0.6}`` ->
     a row with ``eval_x_pass1`` and ``monitor_acc``; any other line -> None.
@@ -179,7 +180,8 @@ def parse_stdout_line(line: str, stats: IngestStats, reference: float | None = N
     readable is None and, given its ``number``, counted in ``stats.not_understood``. Names go
     through OpenRLHF's table; a NaN is kept and its step flagged in ``stats.nonfinite_steps``.
     """
-    from rlexp.training.metric_logs import EVAL_LINE, GLOBAL_STEP, dict_of
+    from rlexp.trainers.openrlhf.metrics import EVAL_LINE, GLOBAL_STEP
+    from rlexp.training.metric_logs import dict_of
 
     match = GLOBAL_STEP.search(line) or EVAL_LINE.search(line)
     if not match:
@@ -189,7 +191,7 @@ def parse_stdout_line(line: str, stats: IngestStats, reference: float | None = N
         if number is not None:
             stats.not_understood.append(number)
         return None
-    row = normalise(raw, stats, step=int(match.group(1)))
+    row = normalise(raw, stats, step=int(match.group(1)), trainer=trainer)
     stamp = line_time(line[: match.start()], reference)
     if row is not None and stamp is not None:
         row[STEP_TIME_KEY] = stamp
@@ -234,7 +236,7 @@ def finite_runs(read, runs: Any = None) -> tuple[list[list[dict[str, Any]]], Ing
 
 # --- a patched trainer's training_metrics.jsonl ---------------------------------------------------------
 
-def parse_jsonl_line(path: Path, number: int, line: str, stats: IngestStats) -> dict[str, Any] | None:
+def parse_jsonl_line(path: Path, number: int, line: str, stats: IngestStats, *, trainer: str) -> dict[str, Any] | None:
     if not line.strip():
         return None
     try:
@@ -243,13 +245,13 @@ def parse_jsonl_line(path: Path, number: int, line: str, stats: IngestStats) -> 
         raise InputError(path, f"line {number}", f"malformed JSON: {exc.msg}") from None
     if not isinstance(raw, dict):
         raise InputError(path, f"line {number}", "expected a JSON object")
-    row = normalise(raw, stats)
+    row = normalise(raw, stats, trainer=trainer)
     if row is None:
         raise InputError(path, f"line {number}", "no integer global_step (or step)")
     return row
 
 
-def read_training_metrics_jsonl(path: str | Path) -> tuple[list[dict[str, Any]], IngestStats]:
+def read_training_metrics_jsonl(path: str | Path, *, trainer: str) -> tuple[list[dict[str, Any]], IngestStats]:
     path = Path(path)
     if not path.exists():
         raise InputError(path, None, "file not found")
@@ -259,7 +261,7 @@ def read_training_metrics_jsonl(path: str | Path) -> tuple[list[dict[str, Any]],
         for number, line in enumerate(fh, start=1):
             if not line.endswith("\n"):
                 break  # a line still being written by the trainer; the follower reads it later
-            row = parse_jsonl_line(path, number, line, stats)
+            row = parse_jsonl_line(path, number, line, stats, trainer=trainer)
             if row is not None:
                 rows.append(row)
     return rows, stats
@@ -275,7 +277,7 @@ def event_dirs(root: str | Path) -> list[Path]:
     return sorted({p.parent for p in root.rglob("events.out.tfevents.*") if p.is_file()})
 
 
-def read_tensorboard(root: str | Path, aliases: Mapping[str, str] | None = None, trainer: str = "openrlhf"
+def read_tensorboard(root: str | Path, aliases: Mapping[str, str] | None = None, *, trainer: str
                      ) -> tuple[list[dict[str, Any]], IngestStats]:
     """All ``train/*`` and ``eval/*`` scalars under ``root``, merged into one row per step
     (``aliases``: the trainer's names -> metrics.jsonl names, e.g. TRL's ``learning_rate``)."""
@@ -490,18 +492,19 @@ class MetricsFollower:
     """
 
     def __init__(self, kind: str, source: str | Path, metrics_path: str | Path,
-                 aliases: Mapping[str, str] | None = None, trainer: str | None = None,
+                 aliases: Mapping[str, str] | None = None, *, trainer: str,
                  parse: Callable[[Path, int, str, IngestStats], dict[str, Any] | None] | None = None):
         poll = self._POLLS.get(kind) or (MetricsFollower._poll_lines if parse or kind in LINE_PARSERS else None)
         if poll is None:
             raise InputError(None, "metrics source", f"unknown kind {kind!r}")
         self.kind = kind
         self._poll = poll
-        self._parse = parse or LINE_PARSERS.get(kind)
+        line_parser = LINE_PARSERS.get(kind)
+        self._parse = parse or (functools.partial(line_parser, trainer=trainer) if line_parser else None)
         self.source = Path(source)
         self.metrics_path = Path(metrics_path)
         self.aliases = aliases
-        self.trainer = trainer or "openrlhf"
+        self.trainer = trainer
         self.stats = IngestStats()
         repair_torn_tail(self.metrics_path)
         self.known = written_steps(self.metrics_path)
@@ -516,7 +519,7 @@ class MetricsFollower:
         # until a later step (or the end) shows that no eval line is coming for it
         rows: list[dict[str, Any]] = []
         for number, line in self._lines.new_lines():
-            row = parse_stdout_line(line, self.stats, number=number)
+            row = parse_stdout_line(line, self.stats, number=number, trainer=self.trainer)
             if row is None:
                 continue
             last = self._pending["global_step"] if self._pending is not None else max(self.known, default=None)
@@ -544,7 +547,7 @@ class MetricsFollower:
     def _poll_tensorboard(self, final: bool) -> list[dict[str, Any]]:
         if not self.source.is_dir() or not event_dirs(self.source):
             return []
-        all_rows, self.stats = read_tensorboard(self.source, self.aliases, self.trainer)
+        all_rows, self.stats = read_tensorboard(self.source, self.aliases, trainer=self.trainer)
         if all_rows and not final:
             last = all_rows[-1]["global_step"]
             all_rows = [r for r in all_rows if r["global_step"] < last]
@@ -634,9 +637,13 @@ def read_log(path: str | Path, trainer: str, fmt: str | None = None):
     del data
     if "\0" in text and not fmt.endswith("console"):
         raise InputError(path, None, "a NUL byte: not a text file")
-    if fmt == "openrlhf-console":
+    import inspect  # here: 20 ms that only a read of a log pays
+
+    reader = metric_logs.trainer_readers().get(fmt)
+    if reader is not None and "reference_time" in inspect.signature(reader).parameters:
+        # a console whose lines carry a logging prefix (OpenRLHF's): its times, read against the file's mtime
         reference = path.stat().st_mtime
-        return metric_logs.read_openrlhf_console(text, trainer, lambda prefix: line_time(prefix, reference))
+        return reader(text, trainer, reference_time=lambda prefix: line_time(prefix, reference))
     if fmt == "trainer-state":
         try:
             return metric_logs.read_trainer_state(text, trainer)

@@ -4,19 +4,18 @@ Every reader returns a :class:`LogRead`: the steps read (canonical names, see
 :mod:`rlexp.training.metric_names`), split into runs where step numbers restart, the line
 numbers of the lines that looked like metrics but could not be read (never dropped silently), the
 values that were not numbers (counted by name) and the steps with a NaN or an infinity (kept as
-float NaN/inf, and flagged). The formats, read from each trainer's own logging code:
+float NaN/inf, and flagged). The shared machinery (:class:`LogRead`, :class:`StepRows`,
+:func:`metrics_of`, Python dict reprs read whole or pair by pair, wrapped records re-joined) and the
+formats no one trainer owns:
 
-- ``openrlhf-console``: ``✨ Global step N: {python dict repr}`` (OpenRLHF 0.9.3-0.11.2
-  ``ppo_trainer.py``), with its in-run eval line ``✨ Evaluation completed in T, global_step N,
-  eval_metrics: {...}``; a dict wrapped over several lines is re-joined, an abridged one (``…``,
-  ``...``) read pair by pair. Where a log has no "Global step" line at all, the tqdm postfix of the
-  actor's ``Train epoch [e/E]`` bar (``act_loss=…, reward=…, gen_len=…, kl=…, act_lr=…``) is read, one
-  step per completed last epoch (the postfix carries no step number: steps are counted from 1).
 - ``jsonl``: one JSON object per line with ``global_step`` or ``step``.
 - ``trainer-state``: TRL's (transformers') ``trainer_state.json``, its ``log_history`` entries.
 
-A trainer with formats of its own declares their readers in its package (``TrainerRules.log_readers``,
-e.g. its ``metrics`` module): :func:`formats` and :func:`read_text` include them.
+- ``tensorboard``: an event directory (read by rlexp.adapters.ingest).
+
+A trainer's own formats (OpenRLHF's console, verl's console and file logger) are read in its
+package (its rules' ``log_readers``, its ``metrics`` module): :func:`formats` and :func:`read_text`
+take them from the registered trainers.
 """
 
 from __future__ import annotations
@@ -176,47 +175,14 @@ class StepRows:
             row["time"] = stamp
 
 
-# --- OpenRLHF console ---------------------------------------------------------------------------
+# --- Python dict reprs (as trainers print their metrics) -------------------------------------------
 
-GLOBAL_STEP = re.compile(r"Global step (\d+)\s*:\s*(.*)$")
-class _EvalLine:
-    """OpenRLHF's in-run eval line, ``Evaluation completed in T, global_step N, eval_metrics: {...}``,
-    found in one pass: the pattern ``Evaluation completed.*?global_step ...`` would retry its lazy
-    gap from every "Evaluation completed" of a line (quadratic on a hostile one)."""
-
-    _TAIL = re.compile(r"global_step (\d+), eval_metrics:\s*(.*)$")
-
-    def search(self, line: str) -> re.Match[str] | None:
-        at = line.find("Evaluation completed")
-        return None if at < 0 else self._TAIL.search(line, at + len("Evaluation completed"))
-
-
-EVAL_LINE = _EvalLine()
-# the OpenRLHF logging prefix its NewLineFormatter repeats on continuation lines
-_PREFIX = re.compile(r"^\s*(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\d\d-\d\d \d\d:\d\d:\d\d \S+:\d+\]\s?")
 _PAIR = re.compile(r"""['"]([^'"]+)['"]\s*:\s*(tensor\([^()]*\)|np\.\w+\([^()]*\)|[^,{}\s]+)""")
 _TENSOR = re.compile(r"tensor\(\s*([^,()]+)[^()]*\)")
 _NONFINITE = re.compile(r"(?<![\w'\"])(nan|inf|-inf|NaN|Infinity|-Infinity)(?![\w'\"])")
-_TRAIN_BAR_HEAD = re.compile(r"Train epoch \[(\d+)/(\d+)\]:\s*100%")
-_POSTFIX = re.compile(r",\s*([A-Za-z_]\w*=.*)$")
 
 
-def _train_bar(segment: str) -> tuple[str, str, str] | None:
-    """A completed Train-epoch bar -> (epoch, epochs, its postfix ``k=v, ...``), in one pass:
-    ``Train epoch [e/E]: 100%|…| n/n [elapsed<left, rate, k=v, k=v]`` (the postfix is inside the
-    bar's last brackets, after the rate)."""
-    head = _TRAIN_BAR_HEAD.search(segment)
-    text = segment.rstrip()
-    if head is None or not text.endswith("]"):
-        return None
-    opening = text.rfind("[", head.end())
-    if opening < 0:
-        return None
-    postfix = _POSTFIX.search(text, opening + 1, len(text) - 1)
-    return (head.group(1), head.group(2), postfix.group(1)) if postfix else None
-
-
-def _balance(text: str) -> int:
+def brace_balance(text: str) -> int:
     return text.count("{") - text.count("}")
 
 
@@ -249,138 +215,8 @@ def dict_pairs(payload: str) -> tuple[dict[str, Any] | None, bool, bool]:
     return (pairs or None), False, cut
 
 
-HEAD_LINES = 4  # lines a record's head ("✨ Global step N: {") may be wrapped over
-_HEAD_WORDS = ("Global step", "Evaluation completed")
-
-
-def _head_across(lines: list[str], i: int) -> tuple[re.Match[str], bool, str, int] | None:
-    """A record head a wrap cut ("✨ Glob" then "al step 3: {..."): (match, is_eval, joined line,
-    next line index) when it starts on line ``i``, else None. A paste may have trimmed the space
-    the wrap fell on: both joins are tried."""
-    line = lines[i].rstrip("\r")
-    tail = line.rstrip()
-    if not ("Global step" in tail[-40:] or "Evaluation completed" in tail
-            or any(tail.endswith(word[:k]) for word in _HEAD_WORDS for k in range(1, len(word) + 1))):
-        return None
-    tight = spaced = line
-    for j in range(i + 1, min(len(lines), i + 1 + HEAD_LINES)):
-        nxt = lines[j].rstrip("\r")
-        if len(nxt) > MAX_LINE_CHARS or not nxt.strip() or GLOBAL_STEP.search(nxt) or EVAL_LINE.search(nxt):
-            return None
-        tight, spaced = tight + nxt.strip(), spaced.rstrip() + " " + nxt.strip()
-        for joined in (tight, spaced):
-            for pattern, is_eval in ((GLOBAL_STEP, False), (EVAL_LINE, True)):
-                m = pattern.search(joined)
-                if m and m.start() < len(line):
-                    return m, is_eval, joined, j + 1
-    return None
-
-
 def physical_lines(text: str) -> list[str]:
     return text.split("\n")
-
-
-def read_openrlhf_console(text: str, trainer: str = "openrlhf", reference_time=None) -> LogRead:
-    """OpenRLHF's console (see the module doc). ``reference_time``: a function (prefix -> time or
-    None) for the logging prefix's time; left out, rows carry no time."""
-    read = LogRead("openrlhf-console", trainer)
-    lines = physical_lines(text)
-    read.lines = len(lines) - (1 if lines and lines[-1] == "" else 0)
-    steps = StepRows(read)
-    i = 0
-    seen_global = False
-    while i < len(lines):
-        line = lines[i].rstrip("\r")
-        number_ = i + 1
-        if len(line) > MAX_LINE_CHARS:
-            if "Global step" in line or "Evaluation completed" in line:
-                read.not_understood.append(number_)
-            i += 1
-            continue
-        match = GLOBAL_STEP.search(line)
-        is_eval = False
-        if not match:
-            match = EVAL_LINE.search(line)
-            is_eval = match is not None
-        j = i + 1
-        if not match and (head := _head_across(lines, i)) is not None:
-            match, is_eval, line, j = head
-        if not match:
-            i += 1
-            continue
-        payload = match.group(2)
-        # a dict still open, or not begun yet ("Global step 1:" then the dict on the next line)
-        pieces, size, balance = [payload], len(payload), _balance(payload)
-        while (balance > 0 or not "".join(pieces).strip()) and j < len(lines) and j - i < MAX_JOIN:
-            nxt = lines[j].rstrip("\r")
-            if len(nxt) > MAX_LINE_CHARS or GLOBAL_STEP.search(nxt) or EVAL_LINE.search(nxt) or not nxt.strip():
-                break
-            piece = _PREFIX.sub("", nxt).strip()
-            if size + len(piece) > MAX_RECORD_CHARS:
-                break
-            pieces.append(piece)
-            size += len(piece)
-            balance += _balance(piece)
-            j += 1
-        payload = "".join(pieces)
-        if j > i + 1:
-            read.rejoined.append(number_)
-        raw, whole, cut = dict_pairs(payload)
-        last = j  # the record's last line (1-based)
-        i = j
-        if raw is None:
-            read.not_understood.append(number_)
-            continue
-        if cut:
-            read.cut.append((number_, last))
-        if not whole:
-            read.abridged.append(number_)
-        step = int(match.group(1))
-        metrics = metrics_of(raw, trainer, read, step)
-        if reference_time is not None and (stamp := reference_time(line[: match.start()])) is not None:
-            metrics["time"] = stamp
-        if is_eval:
-            steps.join(step, metrics, number_)
-        else:
-            seen_global = True
-            steps.add(step, metrics, number_, repeat_restarts=True)
-    if not seen_global and not read.runs:
-        _read_tqdm_postfixes(lines, read)
-    return read
-
-
-def _read_tqdm_postfixes(lines: list[str], read: LogRead) -> None:
-    """Logs without a "Global step" line: the actor's Train epoch bar, one step per last epoch."""
-    steps = StepRows(read)
-    step = 0
-    for i, line in enumerate(lines):
-        if "Train epoch [" not in line:
-            continue
-        segments = [s for s in line.split("\r") if "Train epoch [" in s]
-        final = next((s for s in reversed(segments) if "100%" in s), None)
-        if final is None:
-            continue
-        if len(final) > MAX_BAR_CHARS:  # no bar is this long: not one (and no pattern runs over it)
-            read.not_understood.append(i + 1)
-            continue
-        bar = _train_bar(final)
-        if bar is None:
-            read.not_understood.append(i + 1)
-            continue
-        epoch, epochs, postfix = bar
-        if epoch != epochs:
-            continue  # not the step's last epoch
-        pairs = {}
-        for item in postfix.split(", "):
-            key, eq, value = item.partition("=")
-            if eq:
-                pairs[key.strip()] = value.strip()
-        if not pairs:
-            read.not_understood.append(i + 1)
-            continue
-        step += 1
-        steps.add(step, metrics_of(pairs, read.trainer, read, step), i + 1, repeat_restarts=True)
-        read.steps_counted = True
 
 
 # --- JSON lines ---------------------------------------------------------------------------------
@@ -419,9 +255,9 @@ def read_jsonl(text: str, trainer: str) -> LogRead:
     return read
 
 
-# --- TRL trainer_state.json ---------------------------------------------------------------------
+# --- transformers' trainer_state.json (TRL's, any HF Trainer's) ---------------------------------------------------------------------
 
-def read_trainer_state(text: str, trainer: str = "trl") -> LogRead:
+def read_trainer_state(text: str, trainer: str) -> LogRead:
     """transformers' ``trainer_state.json`` (what TRL leaves in every checkpoint): each
     ``log_history`` entry with a ``step`` is a row (a step's train, eval and final-summary entries
     merge); an entry without one is not understood, reported by its line in the file."""
@@ -479,13 +315,12 @@ def trainer_readers() -> dict[str, Callable[[str, str], LogRead]]:
 
 def formats() -> tuple[str, ...]:
     """Every format ``rlexp ingest`` reads."""
-    return ("openrlhf-console", *trainer_readers(), *COMMON_FORMATS)
+    return (*trainer_readers(), *COMMON_FORMATS)
 
 
 def read_text(text: str, fmt: str, trainer: str) -> LogRead:
     readers: dict[str, Callable[[str, str], LogRead]] = {
-        "openrlhf-console": read_openrlhf_console, "jsonl": read_jsonl, "trainer-state": read_trainer_state,
-        **trainer_readers()}  # fmt: skip
+        "jsonl": read_jsonl, "trainer-state": read_trainer_state, **trainer_readers()}
     if fmt not in readers:
         raise ValueError(f"unknown format {fmt!r}")
     return readers[fmt](text, trainer)

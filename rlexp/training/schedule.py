@@ -166,7 +166,7 @@ def _get(recipe: Mapping[str, Any], key: str, default: Any) -> Any:
 
 
 def compute_steps(
-    recipe: Mapping[str, Any], pool_size: int, trainer_version: str, *, trainer: str = "openrlhf"
+    recipe: Mapping[str, Any], pool_size: int, trainer_version: str, *, trainer: str
 ) -> Steps:
     """Step counts for a resolved recipe (OpenRLHF v0.9.x key names) and a pool of ``pool_size``;
     ``trainer`` (a name of rlexp.trainers) may fix the release's step semantics and run one process."""

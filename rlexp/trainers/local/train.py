@@ -50,6 +50,7 @@ from rlexp.errors import InputError
 from rlexp.experiment.files import append_jsonl, iter_jsonl, make_temp_dir, repair_torn_tail, replace_dir
 from rlexp.experiment.layout import STEP_TIME_KEY, AttemptDir, Checkpoint
 from rlexp.numbers import json_row
+from rlexp.trainers.local import RULES
 from rlexp.trainers.local.config import TrainerConfig, config_from_attempt
 from rlexp.trainers.local.loss import group_advantages, grpo_loss, masked_mean
 from rlexp.training.schedule import fires
@@ -226,7 +227,7 @@ def adapter_dir(attempt_dir: Path, global_step: int) -> Path:
 
 
 def state_dir(attempt_dir: Path, global_step: int) -> Path:
-    return AttemptDir(attempt_dir).resume_state(global_step, "local")
+    return AttemptDir(attempt_dir).resume_state(global_step, RULES)
 
 
 def save_adapter(model, tokenizer, attempt_dir: Path, global_step: int) -> Path:
@@ -288,7 +289,7 @@ def save_state(
 def latest_state(attempt_dir: Path) -> Checkpoint | None:
     """The newest complete resumable state (its ``trainer_state.pt`` written, in the checkpoint's
     ``path``), or None."""
-    return AttemptDir(attempt_dir).latest_resume_state("local", complete="trainer_state.pt")
+    return AttemptDir(attempt_dir).latest_resume_state(RULES, complete="trainer_state.pt")
 
 
 def drop_stop_checkpoint(attempt_dir: Path, step: int, save_steps: int, total: int) -> None:

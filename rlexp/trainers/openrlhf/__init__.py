@@ -6,9 +6,12 @@ the launch :mod:`rlexp.trainers.openrlhf.launch`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlexp.trainers.base import TrainerRules
+
+if TYPE_CHECKING:
+    from rlexp.spec.model import Attempt
 
 
 class OpenRLHFRules(TrainerRules):
@@ -20,6 +23,34 @@ class OpenRLHFRules(TrainerRules):
     gpu_layout = True
     deepspeed_checkpoints = True
     launch_modules = ("openrlhf.cli.train_ppo_ray",)
+    console_log_format = "openrlhf-console"
+    resume_state_folder = "_actor"  # --load_checkpoint: its DeepSpeed checkpoint checkpoints/_actor/global_step{N}
+
+    def log_readers(self) -> dict[str, Any]:
+        from rlexp.trainers.openrlhf.metrics import LOG_READERS
+
+        return LOG_READERS
+
+    def steps(self, att: Attempt) -> Any:
+        """OpenRLHF's step math (rlexp.core.schedule.compute_steps, its trainer/ppo_trainer.py)."""
+        from rlexp.core.schedule import compute_steps
+
+        return compute_steps(att.recipe, att.datasets["pool"].size, att.trainer.version, trainer=self.name)
+
+    def build_key_table(self) -> Any:
+        from rlexp.core.recipe import openrlhf_key_table
+
+        return openrlhf_key_table(self.name)
+
+    def batch_checks(self, att: Attempt, steps: Any) -> list[Any]:
+        from rlexp.trainers.openrlhf.checks import batch_checks
+
+        return batch_checks(att, steps)
+
+    def lr_checks(self, att: Attempt, steps: Any) -> list[Any]:
+        from rlexp.trainers.openrlhf.checks import lr_checks
+
+        return lr_checks(att, steps)
 
     def metric_vocabulary(self) -> Any:
         from rlexp.trainers.openrlhf.metrics import VOCABULARY

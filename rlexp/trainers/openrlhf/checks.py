@@ -7,7 +7,7 @@ cap is reported as not enforced.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlexp.protocol.agentic_checks import (
     ERROR,
@@ -19,6 +19,9 @@ from rlexp.protocol.agentic_checks import (
 )
 from rlexp.protocol.verdict import Verdict, check
 from rlexp.spec.recipe import EPS_CLIP_DEFAULT
+
+if TYPE_CHECKING:
+    from rlexp.spec.model import Attempt
 
 AGENT_API_SINCE = "0.8.7"  # the token-in/token-out MultiTurnAgentExecutor
 MASKS_ERRORS_SINCE = "0.11.0"  # PolicyLoss's aggregate_loss: a sample with no action token adds 0
@@ -174,3 +177,45 @@ def run_health_checks(recipe: dict[str, Any], version: str, env: Any = None) -> 
             "(set top_p 1.0, or accept a correction that corrects the wrong ratio)",
             "docs/run-health.md#plan"))
     return found
+
+
+def batch_checks(att: Attempt, steps: Any) -> list[Verdict]:
+    """OpenRLHF's batch rules (its DeepSpeed config and trainer/ppo_trainer.py): the train batch a
+    multiple of micro batch × data-parallel ranks, the rollout's samples a multiple of the train batch
+    (the local trainer keeps them too: its batches are OpenRLHF's)."""
+    out: list[Verdict] = []
+    train, micro, dp = steps.train_batch_size, steps.micro_train_batch_size, steps.data_parallel_size
+    if train % (micro * dp):
+        out.append(check(
+            "batch.train_divisible", ERROR,
+            f"train_batch_size {train} is not a multiple of micro_train_batch_size {micro} × "
+            f"{dp} data-parallel actor GPUs = {micro * dp} (gradient accumulation would be {train / (micro * dp):g})",
+            "OpenRLHF DeepSpeed config",
+        ))  # fmt: skip
+    samples = steps.rollout_batch_size * steps.n_samples_per_prompt
+    if samples % train:
+        out.append(check(
+            "batch.rollout_divisible", ERROR,
+            f"rollout_batch_size {steps.rollout_batch_size} × n_samples_per_prompt {steps.n_samples_per_prompt} = "
+            f"{samples} samples is not a multiple of train_batch_size {train}: "
+            f"{samples / train:g} optimizer steps per global step",
+            "docs/plan.md#optimizer-steps-and-global-steps",
+        ))  # fmt: skip
+    return out
+
+
+def lr_checks(att: Attempt, steps: Any) -> list[Verdict]:
+    """OpenRLHF's fixed minimum LR: before 0.10.2 it has no min_lr_ratio flag (0.1 × peak, fixed)."""
+    from rlexp.core.schedule import min_lr_is_configurable
+    from rlexp.core.spec.diff import values_equal
+
+    out: list[Verdict] = []
+    stated = att.recipe_stated.get("min_lr_ratio")
+    if stated is not None and not min_lr_is_configurable(steps.trainer_version) and not values_equal(stated, 0.1):
+        out.append(check(
+            "lr.min_lr_ratio_fixed", ERROR,
+            f"min_lr_ratio {stated} has no flag in OpenRLHF {steps.trainer_version}: min LR is fixed at 0.1 × peak "
+            f"(configurable from 0.10.2 as --actor.min_lr_ratio)",
+            "docs/plan.md#fixed-minimum-lr",
+        ))  # fmt: skip
+    return out

@@ -163,10 +163,10 @@ class OpenRLHFLaunch(TrainerLaunch):
                           adapters=adapters)
 
     def resume_step(self, att: Attempt, ad: AttemptDir) -> int:
-        latest = ad.latest_resume_state(self.rules.name)
+        latest = ad.latest_resume_state(self.rules)
         if latest is None and att.recipe.get("disable_ds_ckpt"):
             # OpenRLHF keeps no resumable state at all: --resume would always start over
-            raise InputError(ad.resume_state_dir(self.rules.name), None,
+            raise InputError(ad.resume_state_dir(self.rules), None,
                              "no checkpoint to resume from (recipe.disable_ds_ckpt is set: OpenRLHF keeps no "
                              "resumable state)")
         return latest.step if latest is not None else 0  # none: killed before its first checkpoint
@@ -176,7 +176,7 @@ class OpenRLHFLaunch(TrainerLaunch):
 
         # the argv logs scalars under ATTEMPT/tensorboard (attempt_recipe: use_tensorboard)
         where = {"stdout": ad.stdout_log, "tensorboard": ad.tensorboard}[source]
-        return ingest.MetricsFollower(source, where, ad.metrics)
+        return ingest.MetricsFollower(source, where, ad.metrics, trainer=self.rules.name)
 
 
 LAUNCH = OpenRLHFLaunch()

@@ -30,7 +30,8 @@ class TrlRules(TrainerRules):
     runs_scripts = True
     console_log_note = ("TRL's console lines carry no step number: give its trainer_state.json (in each "
                         "checkpoint), its TensorBoard directory, or --format")
-    openrlhf_batches = False  # TRL's own rules: rlexp.trainers.trl.steps
+    resume_state_folder = "trl"  # its output_dir: checkpoints/trl/checkpoint-{N} (transformers' Trainer)
+    own_state_names = CHECKPOINT_DIR_PATTERNS["output_dir"]
     plays_tool_calls = True  # GRPOTrainer(environment_factory=...): rlexp.trainers.trl.agent_tools
 
     def build_key_table(self) -> Any:

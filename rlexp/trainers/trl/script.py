@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from rlexp.errors import InputError
 from rlexp.experiment.layout import ADAPTER_PATTERN, AttemptDir
 from rlexp.models.base_models import loadable
+from rlexp.trainers.trl import RULES
 from rlexp.trainers.trl.metrics import NAMES as _TRL_NAMES
 
 if TYPE_CHECKING:
@@ -82,7 +83,7 @@ def config_kwargs(att: Attempt, ad: AttemptDir) -> tuple[dict[str, Any], dict[st
     report_to = stated.get("report_to") or []
     report_to = [report_to] if isinstance(report_to, str) else list(report_to)
     report_to = [r for r in report_to if r not in ("none", "tensorboard")] + ["tensorboard"]
-    return {**stated, "output_dir": str(ad.resume_state_dir("trl")), "report_to": report_to}, model_kwargs
+    return {**stated, "output_dir": str(ad.resume_state_dir(RULES)), "report_to": report_to}, model_kwargs
 
 
 def prepare_launch(att: Attempt, ad: AttemptDir, *, resume: bool, must_exist: bool = True) -> TrlScript:

@@ -8,10 +8,13 @@ wheels (:mod:`.releases`), the recipe checked against a release's config and the
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlexp.experiment.layout import CHECKPOINT_DIR_PATTERNS
 from rlexp.trainers.base import TrainerRules
+
+if TYPE_CHECKING:
+    from rlexp.spec.model import Attempt
 
 
 class VerlRules(TrainerRules):
@@ -20,10 +23,14 @@ class VerlRules(TrainerRules):
     metrics_sources = ("verl",)  # its file logger's JSONL (VERL_FILE_LOGGER_PATH)
     metrics_source_note = "verl's metrics come from its file logger (--metrics-source verl), and only verl's"
     log_trainer = "verl"
-    openrlhf_batches = False
     console_log_format = "verl-console"
     jsonl_log_format = "verl-file"  # its file logger
     checkpoint_dirs = (CHECKPOINT_DIR_PATTERNS["default_local_dir"],)  # trainer.default_local_dir
+    # its trainer.default_local_dir, checkpoints/verl/global_step_{N}/actor: it resumes itself from
+    # the latest (resume_mode auto); rlexp reads the step it continues from
+    resume_state_folder = "verl"
+    own_state_names = CHECKPOINT_DIR_PATTERNS["default_local_dir"]
+    resume_state_complete = "actor"
     weights_inside = ("actor/lora_adapter", "actor/huggingface", "actor")
     launch_modules = ("verl.trainer.main_ppo", "verl.")
 
@@ -31,6 +38,12 @@ class VerlRules(TrainerRules):
         from rlexp.trainers.verl.metrics import VOCABULARY
 
         return VOCABULARY
+
+    def steps(self, att: Attempt) -> Any:
+        """The shared step math of rlexp.core.schedule.compute_steps (its rollout and batch keys)."""
+        from rlexp.core.schedule import compute_steps
+
+        return compute_steps(att.recipe, att.datasets["pool"].size, att.trainer.version, trainer=self.name)
 
     def log_readers(self) -> dict[str, Any]:
         from rlexp.trainers.verl.metrics import LOG_READERS

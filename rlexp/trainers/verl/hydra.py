@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlexp.errors import InputError
-from rlexp.trainers.verl import releases
+from rlexp.trainers.verl import RULES, releases
 from rlexp.trainers.verl.steps import NUMBER_OR_BOUNDS
 
 if TYPE_CHECKING:
@@ -257,7 +257,7 @@ def attempt_paths(att: Attempt) -> VerlPaths:
     # names the copy launch would write by the role; launch itself refuses it without a file
     return VerlPaths(model=model_path(att), train_file=ad.verl_dataset(pool.path or Path("pool.jsonl")),
                      val_file=ad.verl_dataset(monitor.path or Path("ood_monitor.jsonl")), reward_file=ad.reward_func,
-                     checkpoints=ad.verl_checkpoints, metrics_file=ad.verl_metrics)
+                     checkpoints=ad.resume_state_dir(RULES), metrics_file=ad.verl_metrics)
 
 
 def stated_recipe(att: Attempt) -> dict[str, Any]:

@@ -73,10 +73,6 @@ class VerlLaunch(TrainerLaunch):
             write_verl_dataset(source, target, suffix, data_source)
         write_verl_reward_file(plan.reward_file)
 
-    def resume_step(self, att: Attempt, ad: AttemptDir) -> int:
-        latest = ad.latest_verl_checkpoint()  # verl resumes itself (resume_mode auto) from its latest save
-        return latest.step if latest is not None else 0
-
     def follower(self, ad: AttemptDir, source: str, *, resume_step: int) -> Any:
         from rlexp.trainers.verl.file_logger import follower
 
