@@ -36,13 +36,13 @@ class LocalRules(TrainerRules):
     resume_state_folder = "state"  # rlexp.trainers.local.train: checkpoints/state/global_step{N}
 
     def steps(self, att: Attempt) -> Any:
-        """OpenRLHF 0.11's step math, one process (:meth:`step_version`) (rlexp.core.schedule.compute_steps, its trainer/ppo_trainer.py)."""
-        from rlexp.core.schedule import compute_steps
+        """OpenRLHF 0.11's step math, one process (:meth:`step_version`) (rlexp.training.schedule.compute_steps, its trainer/ppo_trainer.py)."""
+        from rlexp.training.schedule import compute_steps
 
         return compute_steps(att.recipe, att.datasets["pool"].size, att.trainer.version, trainer=self.name)
 
     def build_key_table(self) -> Any:
-        from rlexp.core.recipe import openrlhf_key_table
+        from rlexp.spec.recipe import openrlhf_key_table
 
         return openrlhf_key_table(self.name)
 

@@ -32,13 +32,13 @@ class OpenRLHFRules(TrainerRules):
         return LOG_READERS
 
     def steps(self, att: Attempt) -> Any:
-        """OpenRLHF's step math (rlexp.core.schedule.compute_steps, its trainer/ppo_trainer.py)."""
-        from rlexp.core.schedule import compute_steps
+        """OpenRLHF's step math (rlexp.training.schedule.compute_steps, its trainer/ppo_trainer.py)."""
+        from rlexp.training.schedule import compute_steps
 
         return compute_steps(att.recipe, att.datasets["pool"].size, att.trainer.version, trainer=self.name)
 
     def build_key_table(self) -> Any:
-        from rlexp.core.recipe import openrlhf_key_table
+        from rlexp.spec.recipe import openrlhf_key_table
 
         return openrlhf_key_table(self.name)
 

@@ -206,8 +206,8 @@ def batch_checks(att: Attempt, steps: Any) -> list[Verdict]:
 
 def lr_checks(att: Attempt, steps: Any) -> list[Verdict]:
     """OpenRLHF's fixed minimum LR: before 0.10.2 it has no min_lr_ratio flag (0.1 × peak, fixed)."""
-    from rlexp.core.schedule import min_lr_is_configurable
-    from rlexp.core.spec.diff import values_equal
+    from rlexp.spec.diff import values_equal
+    from rlexp.training.schedule import min_lr_is_configurable
 
     out: list[Verdict] = []
     stated = att.recipe_stated.get("min_lr_ratio")

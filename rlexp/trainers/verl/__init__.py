@@ -40,8 +40,8 @@ class VerlRules(TrainerRules):
         return VOCABULARY
 
     def steps(self, att: Attempt) -> Any:
-        """The shared step math of rlexp.core.schedule.compute_steps (its rollout and batch keys)."""
-        from rlexp.core.schedule import compute_steps
+        """The shared step math of rlexp.training.schedule.compute_steps (its rollout and batch keys)."""
+        from rlexp.training.schedule import compute_steps
 
         return compute_steps(att.recipe, att.datasets["pool"].size, att.trainer.version, trainer=self.name)
 
