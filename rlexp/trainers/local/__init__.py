@@ -9,16 +9,14 @@ records); its launch is :mod:`rlexp.trainers.local.launch`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rlexp.trainers.base import TrainerRules
+from rlexp.trainers.openrlhf import OpenRLHFStepMath
 from rlexp.training.schedule import LOCAL_TRAINER_VERSION  # OpenRLHF 0.11's step semantics, one process
 
-if TYPE_CHECKING:
-    from rlexp.spec.model import Attempt
 
-
-class LocalRules(TrainerRules):
+class LocalRules(OpenRLHFStepMath, TrainerRules):  # OpenRLHF 0.11's step math, one process (step_version)
     name = "local"
     backends = ("local", "ray")
     metrics_sources = ("stdout",)  # it appends metrics.jsonl itself; the source is recorded as stdout
@@ -34,27 +32,6 @@ class LocalRules(TrainerRules):
     loads_local_model = True
     trains_reward_mix = True  # rlexp.trainers.local.env_train: EnvTask.episode_reward
     resume_state_folder = "state"  # rlexp.trainers.local.train: checkpoints/state/global_step{N}
-
-    def steps(self, att: Attempt) -> Any:
-        """OpenRLHF 0.11's step math, one process (:meth:`step_version`) (rlexp.training.schedule.compute_steps, its trainer/ppo_trainer.py)."""
-        from rlexp.training.schedule import compute_steps
-
-        return compute_steps(att.recipe, att.datasets["pool"].size, att.trainer.version, trainer=self.name)
-
-    def build_key_table(self) -> Any:
-        from rlexp.spec.recipe import openrlhf_key_table
-
-        return openrlhf_key_table(self.name)
-
-    def batch_checks(self, att: Attempt, steps: Any) -> list[Any]:
-        from rlexp.trainers.openrlhf.checks import batch_checks  # its batches are OpenRLHF's
-
-        return batch_checks(att, steps)
-
-    def lr_checks(self, att: Attempt, steps: Any) -> list[Any]:
-        from rlexp.trainers.openrlhf.checks import lr_checks
-
-        return lr_checks(att, steps)
 
     def step_version(self, trainer_version: str) -> str:
         return LOCAL_TRAINER_VERSION

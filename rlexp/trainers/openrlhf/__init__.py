@@ -14,22 +14,9 @@ if TYPE_CHECKING:
     from rlexp.spec.model import Attempt
 
 
-class OpenRLHFRules(TrainerRules):
-    name = "openrlhf"
-    backends = ("process", "ray")
-    metrics_sources = ("stdout", "tensorboard")  # its `Global step N` lines, or its TensorBoard scalars
-    metrics_source_note = "OpenRLHF is followed through its stdout or its TensorBoard scalars"
-    log_trainer = "openrlhf"
-    gpu_layout = True
-    deepspeed_checkpoints = True
-    launch_modules = ("openrlhf.cli.train_ppo_ray",)
-    console_log_format = "openrlhf-console"
-    resume_state_folder = "_actor"  # --load_checkpoint: its DeepSpeed checkpoint checkpoints/_actor/global_step{N}
-
-    def log_readers(self) -> dict[str, Any]:
-        from rlexp.trainers.openrlhf.metrics import LOG_READERS
-
-        return LOG_READERS
+class OpenRLHFStepMath:
+    """OpenRLHF's step math, key table, batch and LR checks: its rules', and the local trainer's (which
+    trains with OpenRLHF's key names and step semantics in one process)."""
 
     def steps(self, att: Attempt) -> Any:
         """OpenRLHF's step math (rlexp.training.schedule.compute_steps, its trainer/ppo_trainer.py)."""
@@ -51,6 +38,24 @@ class OpenRLHFRules(TrainerRules):
         from rlexp.trainers.openrlhf.checks import lr_checks
 
         return lr_checks(att, steps)
+
+
+class OpenRLHFRules(OpenRLHFStepMath, TrainerRules):
+    name = "openrlhf"
+    backends = ("process", "ray")
+    metrics_sources = ("stdout", "tensorboard")  # its `Global step N` lines, or its TensorBoard scalars
+    metrics_source_note = "OpenRLHF is followed through its stdout or its TensorBoard scalars"
+    log_trainer = "openrlhf"
+    gpu_layout = True
+    deepspeed_checkpoints = True
+    launch_modules = ("openrlhf.cli.train_ppo_ray",)
+    console_log_format = "openrlhf-console"
+    resume_state_folder = "_actor"  # --load_checkpoint: its DeepSpeed checkpoint checkpoints/_actor/global_step{N}
+
+    def log_readers(self) -> dict[str, Any]:
+        from rlexp.trainers.openrlhf.metrics import LOG_READERS
+
+        return LOG_READERS
 
     def metric_vocabulary(self) -> Any:
         from rlexp.trainers.openrlhf.metrics import VOCABULARY
