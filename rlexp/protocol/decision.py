@@ -387,15 +387,14 @@ def _clustered_sets(inputs: DecideInputs, comparisons: Mapping[tuple[str, str, s
         None), "test": "cluster-robust t (CR1, G − 1 df)"} for role, column in inputs.clusters.items()}
 
 
-def _parser_audit(audit: Mapping[str, Any] | None, sop: Sop, notes: list[str]
-                  ) -> tuple[Mapping[str, Any] | None, float, bool]:
-    """The parser audit, its bound under the SOP in force, and whether it blocks the decision."""
+def _parser_audit(audit: Mapping[str, Any] | None, sop: Sop, notes: list[str]) -> tuple[float, bool]:
+    """The parser audit's bound under the SOP in force, and whether the audit blocks the decision."""
     max_rate = sop.parser_audit.max_misparse_rate
     # blocked by the rate under the SOP in force, or by the audit's own verdict (a stricter SOP)
     audit_blocks = audit is not None and (audit["misparse_rate"] > max_rate + gates.EPS or not audit["audit_passed"])
     if audit is None:
         notes.append("no parser audit (guards/parser_audit.json): the SOP asks for one before the fault tree")
-    return audit, max_rate, audit_blocks
+    return max_rate, audit_blocks
 
 
 def decide(inputs: DecideInputs, sop: Sop, *, decided_at: str) -> Decision:
@@ -437,7 +436,8 @@ def decide(inputs: DecideInputs, sop: Sop, *, decided_at: str) -> Decision:
     stop3a = gates.stop_3a(current, [e.outcome() for e in history.values()], sop)
     stop3b = gates.stop_3b(current, [e.outcome() for e in history.values()], sop)
     gray = gates.gray_zone(prim.delta_pp, sop)
-    audit, max_rate, audit_blocks = _parser_audit(inputs.parser_audit, sop, notes)
+    audit = inputs.parser_audit
+    max_rate, audit_blocks = _parser_audit(audit, sop, notes)
 
     decision, reason = _decision(audit, max_rate, audit_blocks, g1a_pass, g1b_pass, gate2.passed, bool(siblings),
                                  stop3a.passed, stop3b.passed, gray.passed)
