@@ -31,7 +31,7 @@ ROLE_ORDER = ("final", "mid", "best_by_monitor")
 NOT_RECIPE = ("seed", "prompt_data", "prompt_data_probs")
 
 
-class PairedOutcomes(Protocol):
+class AlignedOutcomes(Protocol):
     """Two 0/1 outcome vectors over the same problems (``rlexp.experiment.paired.PairedSet`` has them)."""
 
     y_baseline: Sequence[int]
@@ -74,7 +74,7 @@ class DecideInputs:
     roles: Mapping[str, str]                      # checkpoint -> role(s)
     baselines: tuple[str, ...]                    # baselines with records on the primary set
     sets: tuple[str, str, str]                    # primary, ID, sanity set roles
-    paired: Mapping[tuple[str, str, str], PairedOutcomes]   # (baseline, checkpoint, set) -> outcomes
+    paired: Mapping[tuple[str, str, str], AlignedOutcomes]   # (baseline, checkpoint, set) -> outcomes
     history: Mapping[str, HistoryEntry]           # latest ledger entry of every other attempt
     sota: Mapping[str, Any] | None                # the SOTA pin, as a dict, or None
     pin_is_self: bool

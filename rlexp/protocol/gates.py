@@ -397,7 +397,7 @@ def _early_stop_verdict(stop: bool, reason: str, rule: str, best_step: int | Non
 
 
 @dataclass(frozen=True)
-class Selection:
+class CheckpointSelection:
     """The K=3 checkpoints (global steps) to evaluate, and how each was chosen."""
 
     final: int
@@ -448,7 +448,7 @@ class RegisteredSelection:
     sop_sha256: str | None = None
 
     @classmethod
-    def of(cls, selection: Selection, **facts: Any) -> RegisteredSelection:
+    def of(cls, selection: CheckpointSelection, **facts: Any) -> RegisteredSelection:
         listed = tuple(selection.to_dict()["checkpoints"])
         return cls(selection.final, selection.mid, selection.best_by_monitor, listed, tuple(selection.notes),
                    **{k: tuple(v) if k == "saved_steps" else v for k, v in facts.items()})
@@ -517,7 +517,7 @@ class RegisteredSelection:
 
 
 def select_k3(monitor_points: Iterable[tuple[int, float]], final_step: int, mid_step: int | None,
-              saved_steps: Iterable[int], sop: Sop) -> Selection:
+              saved_steps: Iterable[int], sop: Sop) -> CheckpointSelection:
     """Final, pre-registered mid, and best-by-monitor; every choice is a saved step.
 
     - final: ``final_step`` if saved, else the last saved step before it (OpenRLHF saves only on
@@ -586,7 +586,7 @@ def select_k3(monitor_points: Iterable[tuple[int, float]], final_step: int, mid_
     if best is not None and best in (final, mid):
         notes.append(f"best_by_monitor coincides with {'final' if best == final else 'mid'} (step {best}); "
                      "evaluated once, no substitute (that would be picking among more than K)")
-    return Selection(final, mid, best, tuple(notes), tuple(smoothed))
+    return CheckpointSelection(final, mid, best, tuple(notes), tuple(smoothed))
 
 
 # --------------------------------------------------------------------------- fault tree (sop/README.md#fault-tree)

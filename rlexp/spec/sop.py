@@ -135,7 +135,7 @@ class CheckpointSettings(_Section):
 
 
 @dataclass(frozen=True, kw_only=True)
-class ClaimCalibration(_Section):
+class ClaimCalibrationRecord(_Section):
     """What ``rlexp sop calibrate-claim`` measured for this version's claim rule (STOP-1), under the
     model of ``rlexp sop calibrate`` (sop/README.md): the targets it was calibrated to and the rates
     it reached, each the worst case over the checkpoint correlations simulated. Measured figures
@@ -286,7 +286,7 @@ class _SopFile(_Section):
     fault_tree: FaultTreeSettings
     guardrails: GuardrailSettings
     run_health: RunHealthSettings
-    claim_calibration: ClaimCalibration | None = None   # absent: the claim rule was not calibrated
+    claim_calibration: ClaimCalibrationRecord | None = None   # absent: the claim rule was not calibrated
 
 
 @dataclass(frozen=True, kw_only=True)

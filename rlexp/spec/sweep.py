@@ -525,7 +525,7 @@ def accuracy_order(primary: Mapping[str, SetStats]) -> list[str]:
 
 
 @dataclass(frozen=True)
-class Selection:
+class FinalistChoice:
     candidate: str | None
     reason: str
     in_band: tuple[str, ...] = ()  # eligible finalists inside the band
@@ -569,13 +569,13 @@ def stage2_drops(finalists: Sequence[str], stage2: Mapping[str, Mapping[str, Set
 
 
 def select(finalists: Sequence[str], primary: Mapping[str, SetStats], params: Mapping[str, int | None],
-           stage2: Mapping[str, Mapping[str, SetStats]], criteria: Criteria, stage1_set: str) -> Selection:
+           stage2: Mapping[str, Mapping[str, SetStats]], criteria: Criteria, stage1_set: str) -> FinalistChoice:
     """The selected candidate and its one-sentence reason (the rule is the module docstring's)."""
     dropped = stage2_drops(finalists, stage2, criteria)
     eligible = [name for name in finalists if name not in dropped]
     band = band_text(criteria.band)
     if not eligible:
-        return Selection(None, f"no candidate selected: every finalist failed stage 2 "
+        return FinalistChoice(None, f"no candidate selected: every finalist failed stage 2 "
                                f"({'; '.join(f'{k}: {v}' for k, v in dropped.items())})", dropped=dropped)
     inside = [n for n in eligible if band_distance_pp(primary[n].acc, criteria.band) == 0.0]
     if not inside:
@@ -584,7 +584,7 @@ def select(finalists: Sequence[str], primary: Mapping[str, SetStats], params: Ma
                                             _size_key(params.get(n)), n))
         s = primary[name]
         side = "below" if s.acc < criteria.band[0] else "above"
-        return Selection(name, f"{name}: no finalist is inside the headroom band {band} on {stage1_set}; it is the "
+        return FinalistChoice(name, f"{name}: no finalist is inside the headroom band {band} on {stage1_set}; it is the "
                                f"closest ({_pct(s.acc)}, n={s.n}, "
                                f"{band_distance_pp(s.acc, criteria.band):.1f} pp {side}), boxed "
                                f"{_pct(s.boxed_rate)}, parse failures {_pct(s.fail_rate)}.", dropped=dropped)
@@ -607,7 +607,7 @@ def select(finalists: Sequence[str], primary: Mapping[str, SetStats], params: Ma
         others = [n for n in equivalent if n != name]
         reason = (f"{head}; its format is within {criteria.format_tolerance_pp:g} pp of "
                   f"{', '.join(others)}, and it is the smallest ({format_params(params.get(name))}).")
-    return Selection(name, reason, tuple(inside), tuple(equivalent), dropped)
+    return FinalistChoice(name, reason, tuple(inside), tuple(equivalent), dropped)
 
 
 def truncation_verdict(short: int, long: int, comparison: Mapping[str, Any], arms: Mapping[str, Any]) -> str:

@@ -21,10 +21,13 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlexp.errors import CheckFailed, InputError
 from rlexp.experiment.layout import ExperimentDir
+
+if TYPE_CHECKING:
+    from rlexp.spec.ladder import LadderSpec
 
 HEADER = "# Written by `rlexp ladder`: a rung of the ladder in ladder.yaml (docs/ladders.md).\n"
 
@@ -389,7 +392,7 @@ def _trial_attrs(attempt: str, rung: Mapping[str, Any]) -> dict[str, Any]:
             "seed": rung.get("seed"), "seed_of": rung.get("seed_of") or ""}
 
 
-def _trial_params(spec: Any, rung: Mapping[str, Any]) -> dict[str, tuple[Any, tuple]]:
+def _trial_params(spec: LadderSpec, rung: Mapping[str, Any]) -> dict[str, tuple[Any, tuple]]:
     grid = dict(spec.variables)
     variable, value = rung.get("variable"), rung.get("value")
     scalar = (type(None), bool, int, float, str)
@@ -399,7 +402,7 @@ def _trial_params(spec: Any, rung: Mapping[str, Any]) -> dict[str, tuple[Any, tu
     return {}
 
 
-def _next_rung(exp: Path, spec: Any, study: Any, me: str) -> Any:
+def _next_rung(exp: Path, spec: LadderSpec, study: Any, me: str) -> Any:
     """Claim the next rung for ``me``: a rung of mine or of a dead runner not yet done (resume), else
     the proposal, claimed atomically (another runner's claim of the same rung or id: propose again)."""
     from dataclasses import replace

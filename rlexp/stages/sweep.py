@@ -28,10 +28,13 @@ import struct
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlexp.errors import InputError
 from rlexp.experiment.layout import SweepDir
+
+if TYPE_CHECKING:
+    from rlexp.spec.sweep import SweepSpec
 
 EngineFactory = Callable[[Any, Any, Sequence[Any]], tuple[Any, Any]]  # build_engine's signature
 
@@ -135,7 +138,7 @@ def _complete(job: _Job, expected: dict[str, Any]) -> bool:
     return all(p["problem_hash"] in done for p in job.problems)
 
 
-def _jobs(spec: Any, sweep: SweepDir, candidate: str, sets: Sequence[str], limit: int | None,
+def _jobs(spec: SweepSpec, sweep: SweepDir, candidate: str, sets: Sequence[str], limit: int | None,
           max_tokens: int | None) -> list[_Job]:
     from rlexp.stages.eval_records import load_problems
 
@@ -244,12 +247,12 @@ def _outcomes(path: str | Path) -> dict[str, int]:
     return {line.problem_hash: line.correct for line in iter_records(path)}
 
 
-def _stage_covers(spec: Any, set_role: str, subset: int) -> bool:
+def _stage_covers(spec: SweepSpec, set_role: str, subset: int) -> bool:
     """The stage-1 records already hold the truncation check's problems at ``eval.max_tokens``."""
     return set_role == spec.stage1_set and (spec.stage1_limit is None or subset <= spec.stage1_limit)
 
 
-def truncation_check(spec: Any, candidate: str, *, engine_factory: EngineFactory | None = None,
+def truncation_check(spec: SweepSpec, candidate: str, *, engine_factory: EngineFactory | None = None,
                      evaluations: list[CandidateEval] | None = None) -> dict[str, Any]:
     """The paired max_tokens comparison on the first ``subset`` problems of the set: the shorter
     budget is the baseline, so ``delta_pp`` is long − short and ``c`` counts problems only the
@@ -285,7 +288,7 @@ def truncation_check(spec: Any, candidate: str, *, engine_factory: EngineFactory
             "verdict": truncation_verdict(short, long, comparison, arms)}
 
 
-def _first_hashes(spec: Any, role: str, limit: int) -> set[str]:
+def _first_hashes(spec: SweepSpec, role: str, limit: int) -> set[str]:
     from rlexp.stages.eval_records import load_problems
 
     problems, _, _ = load_problems(spec, role, limit)
@@ -383,7 +386,7 @@ def sweep_models(spec_path: str | Path, *, tracking_uri: str | None = None,
     return SweepResult(ranking, ranking_path, report_path, tuple(evaluations), mlflow)
 
 
-def _on_ray(spec: Any, candidates: list[str], sets: list[str], limit: int | None, ray_address: str, stage: str,
+def _on_ray(spec: SweepSpec, candidates: list[str], sets: list[str], limit: int | None, ray_address: str, stage: str,
             engine_factory: EngineFactory | None, say: Callable[[str], None]) -> None:
     from rlexp.stages.fanout import evaluate_candidates
 
@@ -394,7 +397,7 @@ def _on_ray(spec: Any, candidates: list[str], sets: list[str], limit: int | None
                         experiment_dir=spec.experiment_dir, batch=f"sweep-{spec.id}-{stage}")
 
 
-def _write_result(spec: Any, ranking: dict[str, Any]) -> tuple[Path, Path]:
+def _write_result(spec: SweepSpec, ranking: dict[str, Any]) -> tuple[Path, Path]:
     """``result/ranking.json`` and ``result/report.md`` together: written into a temporary
     directory beside ``result/`` and swapped in whole, so a reader never sees one without the other."""
     import os

@@ -169,8 +169,8 @@ def loss_recipe(att: Attempt, stated: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _merge(out: dict[str, Any], settings: Mapping[str, Any], spec: Any, source: str, hint: str) -> None:
-    """``settings`` into ``out``; an InputError on a key ``out`` states otherwise."""
+def _merge(out: dict[str, Any], settings: Mapping[str, Any], spec: str | Path, source: str, hint: str) -> None:
+    """``settings`` into ``out``; an InputError (naming the spec file ``spec``) on a key ``out`` states otherwise."""
     from rlexp.errors import InputError
 
     for key, value in settings.items():
