@@ -89,6 +89,15 @@ def scrub(text: str, env: Mapping[str, str] | None = None) -> str:
     return text
 
 
+def scrub_url(url: str) -> str:
+    """A store's URL without its password (for messages, attributes and recorded results)."""
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        creds, _, host = rest.rpartition("@")
+        return f"{scheme}://{creds.split(':')[0]}@{host}"
+    return url
+
+
 def scrub_file(path: str | Path, env: Mapping[str, str] | None = None) -> bool:
     """Rewrite ``path`` (atomically) with secret values replaced; True when something was found.
 

@@ -124,7 +124,7 @@ def run_attempts(attempts: Sequence[str | Path], *, ray_address: str | None = No
 
 def _no_password(url: str | None, option: str) -> None:
     """A Ray job's entrypoint is stored by the cluster and shown by its dashboard: no secret in it."""
-    from rlexp.tracking.study import scrub_url
+    from rlexp.experiment.provenance import scrub_url
 
     if url and scrub_url(url) != url:
         raise InputError(None, option, "a password in the URL would be stored in the Ray job's entrypoint: give the "
@@ -166,9 +166,10 @@ def run_ladder_runners(experiment: str | Path, *, rungs: int, runners: int, ray_
     ``rungs`` caps the ladder as a whole. (Shares of one total would make a runner that drew the
     root stop early and leave the rungs after it to one runner, one after another.)"""
     from rlexp.backends.fanout import Job, Step, run_jobs
+    from rlexp.experiment.provenance import scrub_url
     from rlexp.stages.ladder import ladder_rungs, load_ladder
     from rlexp.tracking.runs import resolve_tracking_uri
-    from rlexp.tracking.study import LadderStudy, scrub_url
+    from rlexp.tracking.study import LadderStudy
 
     if runners < 1:
         raise InputError(None, "--runners", f"must be at least 1, got {runners}")

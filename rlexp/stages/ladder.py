@@ -310,7 +310,8 @@ def run_ladder(experiment: str | Path, *, rungs: int, storage: str | None = None
     (:func:`run_rung` by default; another process or a cluster job runs the same function)."""
     from rich.console import Console
 
-    from rlexp.tracking.study import LadderStudy, owner_id, scrub_url
+    from rlexp.experiment.provenance import scrub_url
+    from rlexp.tracking.study import LadderStudy, owner_id
 
     console = console or Console(stderr=True)
     runner = runner or run_rung

@@ -45,7 +45,7 @@ from typing import Any
 from rlexp.errors import InputError
 from rlexp.experiment.files import read_json
 from rlexp.experiment.layout import STEP_TIME_KEY, AttemptDir, checkpoint_name, checkpoint_step
-from rlexp.experiment.provenance import scrub
+from rlexp.experiment.provenance import scrub, scrub_url
 from rlexp.experiment.records import eval_accuracies
 from rlexp.spec import is_credential_key
 
@@ -93,15 +93,6 @@ TRACKING_SCHEMES = ("sqlite", "postgresql", "postgres", "mysql", "mssql", "http"
 DEFAULT_PORTS = {"postgresql": 5432, "postgres": 5432, "mysql": 3306, "mssql": 1433, "http": 80, "https": 443}
 CONNECT_TIMEOUT_S = 3.0
 _reachable: set[str] = set()
-
-
-def scrub_url(url: str) -> str:
-    """The URL without its password (for messages)."""
-    if "@" in url and "://" in url:
-        scheme, rest = url.split("://", 1)
-        creds, _, host = rest.rpartition("@")
-        return f"{scheme}://{creds.split(':')[0]}@{host}"
-    return url
 
 
 def check_reachable(url: str, option: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:

@@ -80,15 +80,6 @@ def owner_alive(owner: str) -> bool | None:
     return pid_alive(int(pid))
 
 
-def scrub_url(url: str) -> str:
-    """The URL without its password (for messages and attributes)."""
-    if "@" in url and "://" in url:
-        scheme, rest = url.split("://", 1)
-        creds, _, host = rest.rpartition("@")
-        return f"{scheme}://{creds.split(':')[0]}@{host}"
-    return url
-
-
 SCHEMA_LOCK_KEY = 0x726C6578  # PostgreSQL advisory lock id held while a runner creates the tables
 
 
