@@ -1,4 +1,4 @@
-"""MLflow ingestion: ``log_batch`` (what rlexp.tracking.runs does) vs one ``log_metric`` call per value.
+"""MLflow ingestion: ``log_batch`` (what rlexp.tracking.metric_rows does) vs one ``log_metric`` call per value.
 
     .venv/bin/python benchmarks/bench_mlflow_logging.py [--steps 200] [--metrics 20]
 
@@ -26,7 +26,8 @@ def main() -> int:
 
     from mlflow.tracking import MlflowClient
 
-    from rlexp.tracking.runs import ensure_store, log_metric_rows
+    from rlexp.tracking.metric_rows import log_metric_rows
+    from rlexp.tracking.store import ensure_store
 
     rows = [{"global_step": s, **{f"metric_{i:02d}": (s * 31 + i * 7) % 101 / 100 for i in range(args.metrics)}}
             for s in range(1, args.steps + 1)]

@@ -214,7 +214,7 @@ def test_report_on_a_full_disk_fails_in_one_line_and_the_store_works_once_space_
     code, err = _run(capsys, ["eval", str(att)])
     assert code == 0, err
     _run(capsys, ["decide", str(att)])
-    from rlexp.tracking.runs import ensure_store
+    from rlexp.tracking.store import ensure_store
 
     # the report itself; the store being created (about 1 MB); a run being logged into an existing store
     for i, (free_kb, store_exists) in enumerate(((8, False), (256, False), (96, True))):

@@ -13,12 +13,13 @@ from pathlib import Path
 import pytest
 
 from rlexp.tracking import runs as tracking
+from rlexp.tracking.store import ensure_store
 
 
 @pytest.fixture(scope="module")
 def migrated_db(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("store") / "template.db"
-    tracking.ensure_store(f"sqlite:///{path}")
+    ensure_store(f"sqlite:///{path}")
     return path
 
 

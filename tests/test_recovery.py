@@ -22,6 +22,8 @@ from test_tracking import migrated_db, sqlite_uri  # noqa: F401 (fixtures)
 from rlexp.cli import main
 from rlexp.experiment import provenance
 from rlexp.tracking import runs as tracking
+from rlexp.tracking.metric_rows import LOGGED_STEP_TAG
+from rlexp.tracking.store import SUPERSEDED_BY_TAG, SUPERSEDED_TAG
 from rlexp.training import ingest
 
 
@@ -85,8 +87,8 @@ def test_killed_before_first_checkpoint_resumes_from_step_0_into_a_new_run(exp, 
     assert second.info.run_id != first.info.run_id and second.info.status == "FINISHED"
     assert [m.step for m in client.get_metric_history(second.info.run_id, "reward")] == list(range(1, 7))
     old = client.get_run(first.info.run_id)
-    assert old.data.tags[tracking.SUPERSEDED_TAG] == "true"
-    assert old.data.tags[tracking.SUPERSEDED_BY_TAG] == second.info.run_id
+    assert old.data.tags[SUPERSEDED_TAG] == "true"
+    assert old.data.tags[SUPERSEDED_BY_TAG] == second.info.run_id
 
 
 def test_mlflow_rows_are_not_duplicated_after_a_kill_between_batch_and_bookkeeping(tmp_path, sqlite_uri):  # noqa: F811
@@ -100,7 +102,7 @@ def test_mlflow_rows_are_not_duplicated_after_a_kill_between_batch_and_bookkeepi
     keys = sorted({k for r in rows for k in r if k != "global_step"})
     clean = _rows(client, run_id, keys)
     # a kill right after a batch: the rows reached MLflow, the bookkeeping tag went back to none
-    client.set_tag(run_id, tracking.LOGGED_STEP_TAG, "-1")
+    client.set_tag(run_id, LOGGED_STEP_TAG, "-1")
     tracking.log_attempt(experiment / "a2", sqlite_uri)
     live = tracking.LiveLogger(experiment / "a2", sqlite_uri)
     live.log_rows(rows)

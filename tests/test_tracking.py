@@ -15,13 +15,16 @@ import pytest
 from test_report import fill_attempt, make_experiment
 
 from rlexp.tracking import runs as tracking
+from rlexp.tracking.comparison import VIEW_KEY
+from rlexp.tracking.metric_rows import log_metric_rows, metric_name
+from rlexp.tracking.store import ensure_store, resolve_tracking_uri
 
 
 @pytest.fixture(scope="module")
 def migrated_db(tmp_path_factory) -> Path:
     """An empty, migrated SQLite store made once (MLflow's schema migration takes seconds)."""
     path = tmp_path_factory.mktemp("store") / "template.db"
-    tracking.ensure_store(f"sqlite:///{path}")
+    ensure_store(f"sqlite:///{path}")
     return path
 
 
@@ -78,7 +81,7 @@ def _check_logged(uri: str, exp: Path, run_id: str) -> None:
     assert inputs["pool"].digest == pool_sha[:36] and json.loads(inputs["pool"].profile)["sha256"] == pool_sha
     assert json.loads(inputs["pool"].source) == {"uri": "data/pool.jsonl"}
     view = json.loads(client.get_experiment(experiment.experiment_id).tags[
-        "mlflow.sharedViewState." + tracking.VIEW_KEY])
+        "mlflow.sharedViewState." + VIEW_KEY])
     assert "tags.`rlexp.decision`" in view["selectedColumns"] and "metrics.`primary/delta_pp`" in view["selectedColumns"]
     artifacts = {a.path for a in client.list_artifacts(run_id)}
     assert {"plan.json", "decision.json"} <= artifacts
@@ -116,8 +119,8 @@ def test_new_metric_rows_are_appended_not_duplicated(experiment, sqlite_uri):
 
 
 def test_metric_names_are_mlflow_safe():
-    assert tracking.metric_name("greedy_pass@1") == "greedy_pass_at_1"
-    assert tracking.metric_name("acc(ood)") == "acc_ood_"
+    assert metric_name("greedy_pass@1") == "greedy_pass_at_1"
+    assert metric_name("acc(ood)") == "acc_ood_"
 
 
 def test_log_batch_respects_the_1000_limit(experiment, tmp_path):
@@ -128,7 +131,7 @@ def test_log_batch_respects_the_1000_limit(experiment, tmp_path):
             calls.append(len(metrics))
 
     rows = [{"global_step": s, **{f"m{i}": float(i) for i in range(30)}} for s in range(1, 101)]
-    assert tracking.log_metric_rows(Client(), "r", rows) == 100
+    assert log_metric_rows(Client(), "r", rows) == 100
     assert sum(calls) == 3000 and max(calls) == 1000
 
 
@@ -149,7 +152,7 @@ def test_postgres_store(experiment):
         db_uri = uri.rsplit("/", 1)[0] + "/" + db
         first = tracking.log_attempt(experiment / "a2", db_uri)
         assert tracking.log_attempt(experiment / "a2", db_uri) == first
-        _check_logged(tracking.resolve_tracking_uri(db_uri), experiment, first)
+        _check_logged(resolve_tracking_uri(db_uri), experiment, first)
     finally:
         # MLflow keeps pooled connections to the database open: end them before dropping it
         admin.cursor().execute(

@@ -87,7 +87,7 @@ def run_attempts(attempts: Sequence[str | Path], *, ray_address: str | None = No
     whose job succeeded, in the order given."""
     from rlexp.backends.fanout import run_jobs
     from rlexp.spec import load_attempt
-    from rlexp.tracking.runs import resolve_tracking_uri
+    from rlexp.tracking.store import resolve_tracking_uri
 
     if not attempts:
         raise InputError(None, "ATTEMPT", "no attempt given")
@@ -168,7 +168,7 @@ def run_ladder_runners(experiment: str | Path, *, rungs: int, runners: int, ray_
     from rlexp.backends.fanout import Job, Step, run_jobs
     from rlexp.experiment.provenance import scrub_url
     from rlexp.stages.ladder import ladder_rungs, load_ladder
-    from rlexp.tracking.runs import resolve_tracking_uri
+    from rlexp.tracking.store import resolve_tracking_uri
     from rlexp.tracking.study import LadderStudy
 
     if runners < 1:

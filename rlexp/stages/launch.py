@@ -77,7 +77,7 @@ def launch(attempt: str | Path, *, backend: str | None = None, ray_address: str 
     if force and not (reason and reason.strip()):
         raise InputError(None, "--reason", "--force needs --reason \"why\" (it is recorded)")
     if not dry_run and not (tracking_uri and tracking_uri.lower() in ("off", "none")):
-        from rlexp.tracking.runs import check_tracking_uri
+        from rlexp.tracking.store import check_tracking_uri
 
         # a store rlexp cannot name is refused before any file is written; a store that is down is
         # not: MLflow is a mirror of the run, which goes on without it (a warning)

@@ -55,7 +55,7 @@ def report(attempt: str | Path, *, reports_dir: str | Path | None = None,
 
         check_output_dir(reports_dir, "--reports-dir")
     if not (tracking_uri and tracking_uri.lower() in ("off", "none")):
-        from rlexp.tracking.runs import check_tracking_uri
+        from rlexp.tracking.store import check_tracking_uri
 
         check_tracking_uri(tracking_uri)  # a bad or dead store is refused before the report is written
     path = write_report(ad.root, reports_dir)
@@ -73,10 +73,11 @@ def report(attempt: str | Path, *, reports_dir: str | Path | None = None,
 def runs_table_url(run_id: str, tracking_uri: str | None, ui: str = "http://127.0.0.1:5000") -> str:
     """The MLflow UI's runs table of the run's experiment, opened on rlexp's comparison view (the
     tracking server itself when it is one, else `mlflow ui`'s default address)."""
-    from rlexp.tracking.runs import _client, comparison_url, resolve_tracking_uri
+    from rlexp.tracking.comparison import comparison_url
+    from rlexp.tracking.store import resolve_tracking_uri, store_client
 
     uri = resolve_tracking_uri(tracking_uri)
-    run = _client(uri).get_run(run_id)
+    run = store_client(uri).get_run(run_id)
     return comparison_url(uri if uri.startswith(("http://", "https://")) else ui, run.info.experiment_id)
 
 

@@ -45,7 +45,7 @@ def resolve_storage(storage: str | None = None, tracking_uri: str | None = None)
 
     A PostgreSQL URL is used as given (psycopg2 named as the driver when psycopg 3 is absent, as
     for MLflow). An MLflow store that is not a SQLite file needs the study storage to be named."""
-    from rlexp.tracking.runs import resolve_tracking_uri
+    from rlexp.tracking.store import resolve_tracking_uri
 
     url = storage or os.environ.get(STORAGE_ENV)
     if not url:
@@ -88,7 +88,7 @@ def schema_lock(url: str, engine_kwargs: dict[str, Any]):
     """One runner at a time creates the study's tables: a lock file beside a SQLite database, an
     advisory lock on a PostgreSQL server."""
     if url.startswith("sqlite:///"):
-        from rlexp.tracking.runs import store_lock
+        from rlexp.tracking.store import store_lock
 
         with store_lock(url):
             yield
@@ -135,7 +135,7 @@ class LadderStudy:
             Path(self.url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
             engine_kwargs = {"connect_args": {"timeout": 120}}  # runners wait for each other's writes
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        from rlexp.tracking.runs import check_reachable
+        from rlexp.tracking.store import check_reachable
 
         check_reachable(self.url, "--storage")  # a dead database port: one line now, not a driver's long wait
         if self.url.startswith("sqlite:///"):

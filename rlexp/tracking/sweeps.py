@@ -15,27 +15,19 @@ from pathlib import Path
 from typing import Any
 
 from rlexp.experiment.provenance import scrub
-from rlexp.tracking.runs import (
-    _client,
-    experiment_id,
-    metric_name,
-    resolve_tracking_uri,
-    run_link,
-    store_lock,
-)
+from rlexp.tracking.comparison import run_link
+from rlexp.tracking.metric_rows import metric_name
+from rlexp.tracking.store import experiment_id, filter_literal, resolve_tracking_uri, store_client, store_lock
 
 SWEEP_TAG = "rlexp.sweep_id"
 CANDIDATE_TAG = "rlexp.sweep_candidate"
 PARENT = "(sweep)"  # the parent run's value of CANDIDATE_TAG
 
 
-def _quote(value: str) -> str:
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
 def _run(client, exp_id: str, sweep_id: str, candidate: str, tags: Mapping[str, str]):
     """The run of (sweep, candidate), created on first use under the store lock."""
-    query = f"tags.`{SWEEP_TAG}` = {_quote(sweep_id)} and tags.`{CANDIDATE_TAG}` = {_quote(candidate)}"
+    query = (f"tags.`{SWEEP_TAG}` = {filter_literal(sweep_id)} "
+             f"and tags.`{CANDIDATE_TAG}` = {filter_literal(candidate)}")
     found = client.search_runs([exp_id], filter_string=query, max_results=10)
     if found:
         return sorted(found, key=lambda r: (r.info.start_time or 0, r.info.run_id))[0]
@@ -65,7 +57,7 @@ def log_sweep(ranking: Mapping[str, Any], experiment_dir: Path, report_path: Pat
               tracking_uri: str | None = None) -> dict[str, Any]:
     """Mirror ``result/ranking.json`` into MLflow; returns the parent run id and each child's."""
     uri = resolve_tracking_uri(tracking_uri)
-    client = _client(uri)
+    client = store_client(uri)
     exp_id = experiment_id(client, Path(experiment_dir), uri)
     sweep_id = str(ranking["sweep"])
     selection = ranking["selection"]
