@@ -195,7 +195,7 @@ EXPECTED: dict[str, object] = {
     "verl/rloo_trainer__run_qwen3_8b_fsdp.sh": PLANS,
     "verl/rollout_correction__run_qwen2_5_7b_fsdp.sh": PLANS,
     "verl/rollout_correction__run_qwen2_5_7b_fsdp_multi_rs.sh": PLANS,
-    "verl/router_replay__run_qwen3_30b_a3b_megatron.sh": ("import", "line 68: not bash that the grammar can read"),
+    "verl/router_replay__run_qwen3_30b_a3b_megatron.sh": ("plan", "recipe.actor_rollout_ref.actor.model_engine: unknown key"),
     "verl/router_replay__run_qwen3_5_35b_a3b_veomni.sh": ("plan", "recipe.model_engine: unknown key"),
     "verl/sapo_trainer__run_qwen3_30b_a3b_fsdp.sh": PLANS,
     "verl/sapo_trainer__run_qwen3_8b_fsdp.sh": PLANS,

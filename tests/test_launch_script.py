@@ -5,9 +5,11 @@ so the test holds without it; `test_agrees_with_bash` compares them with the rea
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -43,6 +45,12 @@ CASES = [
     # defaults the grammar splits into a name and a word (`1e` + `-6`), and `$((…))` it reads as `$(` + `(…)`
     ("", "--lr ${LR:-1e-6} --m ${M:-zai-org/GLM-4.1V} --p ${P:-$((1024 * 2))}",
      ["--lr", "1e-6", "--m", "zai-org/GLM-4.1V", "--p", "2048"]),
+    # `$((…))` whose expression opens with `(` inside a default: the grammar reads `$(` + an ERROR there
+    # (rlexp reads that word again on its own); the variable unset, set, empty; quoted, in a word, two of them
+    ("N=3\n", "--t ${T:-$(((N + 1) * 2))} \"${T:-$(((N + 1) * 2))}\" --u ${U:-p$(( (N + 1) * 2 ))q} "
+     "${U:-$(((N + 1) * 2))  $((3))}", ["--t", "8", "8", "--u", "p8q", "8", "3"]),
+    ("T=5\nE=\n", "--t ${T:-$(((N + 1) * 2))} ${E-$(((1 + 1) * 2))}x ${E:+$(((1 + 1) * 2))} "
+     "${Z:=$(((2 + 1) * 2))} $Z \"${E:-$((((1 << 3)) % 5))}\"", ["--t", "5", "x", "6", "6", "3"]),
     # case: the first item whose pattern matches runs (alternatives, globs, quoted text, nested cases)
     ("D=gpu\nM=gb200\ncase \"${D}\" in\n  gpu | npu) ;;\n  *) echo bad; exit 1 ;;\nesac\n"
      "case \"$D\" in\n  npu) N=16 ;;\n  g*)\n    case \"$M\" in\n      gb200) N=4 ;;\n      *) N=8 ;;\n    esac\n"
@@ -117,6 +125,55 @@ def test_a_case_is_read_only_where_bash_s_choice_is_known():
     for case in ("case a in a) TP=1 ;& b) TP=2 ;; esac\n", "case a in @(a|b)) TP=1 ;; esac\n"):
         tp = launch_of(read_script(f"{case}python3 -m verl.trainer.main_ppo r.tp=$TP\n").argv).args[0]
         assert isinstance(tp, Unknown) and "case statement" in tp.what
+
+
+ROUTER_REPLAY = Path(__file__).resolve().parent / "data" / "launch_scripts" / "verl" / \
+    "router_replay__run_qwen3_30b_a3b_megatron.sh"
+
+
+@pytest.mark.parametrize("env", [{}, {"MAX_PROMPT_LENGTH": "1000", "MAX_RESPONSE_LENGTH": "3096"},
+                                 {"PPO_MAX_TOKEN_LEN_PER_GPU": "777"}, {"MAX_PROMPT_LENGTH": "7"}])
+def test_a_default_holding_arithmetic_reads_as_bash_expands_it(env):
+    """verl's router-replay example (line 68): ``${x:-$(((a + b) * 2))}``, which tree-sitter's grammar
+    cannot read in place; rlexp's value of it is what bash gives for the script's lines up to there."""
+    text = ROUTER_REPLAY.read_text()
+    env = {"HOME": "/root", **env}  # the script runs under `set -u` and reads $HOME (facts.json gives it)
+    script = read_script(text, env)
+    values = {k: script.variables[k] for k in ("max_prompt_length", "max_response_length",
+                                               "ppo_max_token_len_per_gpu")}
+    if len(env) == 1:  # the script's own defaults, 512 + 512, without running bash
+        assert values["ppo_max_token_len_per_gpu"] == "2048"
+    args = launch_of(script.argv).args
+    assert f"actor_rollout_ref.actor.ppo_max_token_len_per_gpu={values['ppo_max_token_len_per_gpu']}" in args
+    if shutil.which("bash") is None:
+        return
+    # bash itself on the script's lines 1-69 (assignments, `if`s on them, `set`, `export`: nothing else
+    # runs), in an environment of only `env`
+    head = "".join(text.splitlines(keepends=True)[:69])
+    assert not re.search(r"\$\((?!\()|`|^\s*(python|ray|bash|source)\b", head, flags=re.M)
+    out = subprocess.run(["bash", "-c", head + 'printf "%s\\n" "$max_prompt_length" "$max_response_length" '
+                          '"$ppo_max_token_len_per_gpu"'], capture_output=True, text=True, check=True,
+                         env={"PATH": "/usr/bin:/bin", **env}).stdout
+    assert out.splitlines() == list(values.values())
+
+
+def test_arithmetic_in_a_default_is_unknown_where_an_operand_is_and_odd_shapes_still_refused():
+    launch = "python3 -m verl.trainer.main_ppo"
+    for before, what in (("", "command substitution"), ("for i in 1; do N=$i; done\n", "for loop")):
+        value = launch_of(read_script(f"{before}{launch} a.b=${{T:-$((($(nproc) + N) * 2))}}\n"
+                                      if not before else f"{before}{launch} a.b=${{T:-$(((N + 1) * 2))}}\n").argv).args[0]
+        assert isinstance(value, Unknown) and what in value.what and value.known == "a.b=", value
+    # set, the default is not expanded: nothing unknown
+    assert launch_of(read_script(f"T=4\n{launch} a.b=${{T:-$((($(nproc) + 1) * 2))}}\n").argv).args == ["a.b=4"]
+    # `;`, `#`, a newline in that word: bash takes them as text, the grammar reads them otherwise: refused,
+    # naming the line (an error in another part of a script is not hidden by the re-reading either)
+    for word in ("$(((1 + 1) * 2));x", "$(((1 + 1) * 2)) #c", "$(((1 + 1) *\n 2))x\ny"):
+        with pytest.raises(ScriptError) as err:
+            read_script(f"A=1\n{launch} a.b=${{T:-{word}}}\n")
+        assert err.value.line == 2 and "grammar" in err.value.message, (word, err.value)
+    with pytest.raises(ScriptError) as err:
+        read_script(f"X=${{T:-$(((1 + 1) * 2))}}\nY=<bad>\n{launch} a.b=$X\n")
+    assert err.value.line == 2
 
 
 def test_env_given_fills_and_env_file_is_data():

@@ -44,6 +44,7 @@ _CHANGES_CONTEXT = ("cd", "pushd", "popd", "source", ".", "eval", "alias")
 # commands that run the rest of their words as the command: `nohup python -m ...`, `exec ...`,
 # `time ...`, `env A=1 python ...`
 _WRAPPERS = ("nohup", "exec", "time", "env")
+_DEFAULT_OPERATORS = (":-", "-", ":=", "=", ":+", "+", ":?", "?")  # ${name<op>word} with a word to expand
 _CONSTRUCTS = {"for_statement": "a for loop", "c_style_for_statement": "a for loop",
                "while_statement": "a while/until loop", "if_statement": "an if statement",
                "case_statement": "a case statement", "function_definition": "a function definition",
@@ -241,16 +242,20 @@ class _Reader:
     def check_tree(self, root) -> None:
         if not root.has_error:
             return
-        stack = [root]
+        stack, reread = [root], False
         while stack:
             node = stack.pop()
+            if node.type == "expansion" and self.reparsed_argument(node) is not None:
+                reread = True  # the grammar misread its default word, read again on its own (reparsed_argument)
+                continue
             if node.type == "ERROR" or node.is_missing:
                 line = node.start_point[0] + 1
                 snippet = self.text(node).splitlines()[0][:40] if self.text(node) else node.type
                 raise ScriptError(line, f"not bash that the grammar can read (near {snippet!r})")
             if node.has_error:
                 stack.extend(reversed(node.children))
-        raise ScriptError(None, "not bash that the grammar can read")
+        if not reread:
+            raise ScriptError(None, "not bash that the grammar can read")
 
     def statements(self, node) -> None:
         for child in node.named_children:
@@ -623,22 +628,65 @@ class _Reader:
             return
         self.notes.append(f"line {line}: {' '.join(map(str, argv))[:50]} left out (not the launch command)")
 
+    @contextmanager
+    def reading(self, source: bytes, line: int):
+        """Nodes of another parse (a here-string, a word parsed again): byte offsets are into
+        ``source``, and what they report is on ``line`` of the script."""
+        saved = (self.source, self.inner_line)
+        self.source, self.inner_line = source, line
+        try:
+            yield
+        finally:
+            self.source, self.inner_line = saved
+
+    def reparsed_argument(self, node) -> tuple[bytes, list] | None:
+        """The word of ``${name<op>word}`` parsed again on its own where the grammar cannot read it
+        in place: (the text parsed, the word's nodes in that parse), or None.
+
+        tree-sitter's bash grammar has no arithmetic expansion in that word: ``$((`` there opens a
+        command substitution around a ``((`` command, so ``${x:-$(((a + b) * 2))}`` becomes an
+        ERROR node (``$((( a + b``) and a stray word (``) * 2))``), though bash reads it (an
+        arithmetic expansion, tried first after ``$((``). The same characters as a command's
+        argument (``: word``) are read correctly, with the quoting and expansions of an unquoted
+        word. So exactly this shape is read again that way: the expansion is well formed up to its
+        operator, closed by a real ``}``, and its word holds ``$((``; the new parse must be clean
+        and one simple command whose arguments cover the whole word (a ``;``, ``|``, ``#`` or
+        newline there, which bash would take as text, makes it fail: still refused). This reads the
+        characters again with the same grammar; nothing is run."""
+        if not node.has_error:
+            return None
+        children = node.children
+        if len(children) < 4 or children[0].type != "${" or children[-1].type != "}" or children[-1].is_missing:
+            return None
+        operator = next((i for i, c in enumerate(children) if c.type in _DEFAULT_OPERATORS), None)
+        if operator is None or any(c.has_error or c.is_missing for c in children[:operator + 1]):
+            return None
+        word = self.source[children[operator].end_byte:children[-1].start_byte]
+        if b"$((" not in word:
+            return None
+        source = b": " + word
+        root = _parser().parse(source).root_node
+        if root.has_error or len(root.named_children) != 1 or root.named_children[0].type != "command":
+            return None
+        command = root.named_children[0]
+        parts = command.named_children
+        if command.end_byte != len(source) or not parts or parts[0].type != "command_name" or \
+                any(p.type in ("comment", "variable_assignment") or "redirect" in p.type for p in parts[1:]):
+            return None
+        return source, parts[1:]
+
     def inner_script(self, text: str, line: int) -> None:
         """A here-string or ``bash -c`` that holds commands: read as a script of its own, in this
         script's variables; its lines are reported as the outer line."""
         source = text.encode("utf-8", "surrogateescape")
         tree = _parser().parse(source)
-        saved = (self.source, self.inner_line)
-        self.source, self.inner_line = source, line
         start = len(self.launches)
-        try:
+        with self.reading(source, line):
             try:
                 self.check_tree(tree.root_node)
             except ScriptError as exc:
                 raise ScriptError(line, f"the command text passed to bash: {exc.message}") from None
             self.statements(tree.root_node)
-        finally:
-            self.source, self.inner_line = saved
         self.launches[start:] = [(line, argv, env) for _, argv, env in self.launches[start:]]
 
     # --- words -----------------------------------------------------------------------------
@@ -811,12 +859,22 @@ class _Reader:
             return
         operator = self.text(rest[0])
         argument_nodes = rest[1:]
+        reparsed = self.reparsed_argument(node)
 
         def argument() -> str | Unknown:
             inner = _Words(self)
             with self.nested():
-                for n in argument_nodes:
-                    self.word_into(n, inner, quoted=True)
+                if reparsed is None:
+                    for n in argument_nodes:
+                        self.word_into(n, inner, quoted=True)
+                else:  # the word parsed again: the blanks between its parts are its own text
+                    source, parts = reparsed
+                    with self.reading(source, self.line):
+                        for i, n in enumerate(parts):
+                            if i:
+                                inner.literal(_unescape_word(source[parts[i - 1].end_byte:n.start_byte].decode(
+                                    "utf-8", "surrogateescape")))
+                            self.word_into(n, inner, quoted=True)
             got = inner.done()
             return got[0] if got else ""
 
