@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from rlexp.spec.model import Attempt
+    from rlexp.experiment.layout import AttemptDir
+    from rlexp.spec.model import Attempt, EnvironmentSettings
 
 TRAINING_KEYS = ("episode_return", "turns_per_episode", "tool_calls_per_episode", "env_errors",
                  "env_error_episodes_masked", "reward_error_episodes_masked", "agent_token_fraction", "env_latency_s")
@@ -191,7 +192,6 @@ def episode_section(attempt_dir: str | Path, primary_role: str = "ood_primary",
                     plots: Mapping[str, Path] | None = None) -> str:
     """The markdown section (empty for an attempt without an environment task); ``plots``: the
     report's PNGs by name (its ``episodes`` plot is shown under the training table)."""
-    from rlexp.experiment.files import iter_jsonl, read_json
     from rlexp.experiment.layout import AttemptDir
     from rlexp.experiment.records import BASELINE_S0, read_records
     from rlexp.spec import load_attempt
@@ -201,22 +201,51 @@ def episode_section(attempt_dir: str | Path, primary_role: str = "ood_primary",
     if settings is None:
         return ""
     ad = AttemptDir(att.attempt_dir)
-    metric = settings.primary_metric
-    out = ["", "## Environment task: episodes", "",
-           f"Environment `{settings.name}` (config `{json.dumps(settings.config, sort_keys=True)}`), budgets "
-           f"{settings.max_turns} turns × {settings.max_tokens_per_turn} tokens, {settings.max_total_tokens} in all; "
-           f"loss `{settings.loss}`, advantages `{settings.advantage_mode}`. Primary metric: **{metric}** "
-           f"(success = reward ≥ {settings.success_threshold:g}; the reward is "
-           + (f"the weighted mean {json.dumps(settings.reward, sort_keys=True)} over the parts that apply to a row" if settings.reward else
-              "the episode's return") + "); the decision's gates are taken on it. "
-           "The table gives both.", ""]
     env_of = _environment_of_rows(att, primary_role)
+    out = [*_task_lines(settings), *_environment_mix_lines(env_of, primary_role), *_training_lines(ad, plots)]
+    names = [n for n in _selected_checkpoints(ad) if ad.records(n, primary_role).exists()]
+    if not ad.records(BASELINE_S0, primary_role).exists():
+        out += [f"No episode records of {BASELINE_S0} on {primary_role} yet (run `rlexp eval`).", ""]
+        return "\n".join(out) + "\n"
+    base = read_records(ad.records(BASELINE_S0, primary_role))
+    news = {name: read_records(ad.records(name, primary_role)) for name in names}
+    out += _eval_table_lines(base, news, primary_role, settings.primary_metric)
+    out += _by_environment_lines(base, news, env_of, settings.name)
+    out += _retrieval_and_error_lines(ad, base, news)
+    out += _discordant_lines(ad, base, news, names)
+    return "\n".join(out) + "\n"
+
+
+def _task_lines(settings: EnvironmentSettings) -> list[str]:
+    """The environment task's settings and how its primary metric is scored."""
+    metric = settings.primary_metric
+    return ["", "## Environment task: episodes", "",
+            f"Environment `{settings.name}` (config `{json.dumps(settings.config, sort_keys=True)}`), budgets "
+            f"{settings.max_turns} turns × {settings.max_tokens_per_turn} tokens, {settings.max_total_tokens} in all; "
+            f"loss `{settings.loss}`, advantages `{settings.advantage_mode}`. Primary metric: **{metric}** "
+            f"(success = reward ≥ {settings.success_threshold:g}; the reward is "
+            + (f"the weighted mean {json.dumps(settings.reward, sort_keys=True)} over the parts that apply to a row" if settings.reward else
+               "the episode's return") + "); the decision's gates are taken on it. "
+            "The table gives both.", ""]
+
+
+def _environment_mix_lines(env_of: Mapping[Any, str], primary_role: str) -> list[str]:
+    """How many rows of the primary set each environment class plays (when there are several)."""
+    out: list[str] = []
     played: dict[str, int] = {}
     for env in env_of.values():
         played[env] = played.get(env, 0) + 1
     if len(played) > 1:  # several environment classes in one dataset
         out += [f"Rows of {primary_role} by environment: " + ", ".join(f"`{k}` {v}" for k, v in played.items())
                 + " (grouped by environment and config, each group's environment built once).", ""]
+    return out
+
+
+def _training_lines(ad: AttemptDir, plots: Mapping[str, Path] | None) -> list[str]:
+    """The episode metrics over training (first, last, range, a sparkline)."""
+    from rlexp.experiment.files import iter_jsonl
+
+    out: list[str] = []
     if ad.metrics.exists():
         rows = [row for _, row in iter_jsonl(ad.metrics)]
         rows = [r for r in rows if any(k in r for k in TRAINING_KEYS)]
@@ -236,30 +265,37 @@ def episode_section(attempt_dir: str | Path, primary_role: str = "ood_primary",
             out.append("")
             if plots and "episodes" in plots:
                 out += [f"![tool calls and turns per episode over training]({plots['episodes'].name})", ""]
-    names: list[str] = []
-    if ad.selection.exists():
-        from rlexp.experiment.layout import checkpoint_name
-        from rlexp.protocol.decision import ROLE_ORDER
+    return out
 
-        selection = read_json(ad.selection)
-        steps = [selection.get(role) for role in ROLE_ORDER]
-        listed = [checkpoint_name(s) for s in steps if isinstance(s, int) and not isinstance(s, bool)]
-        listed += [c for c in selection.get("checkpoints") or [] if isinstance(c, str)]
-        names = list(dict.fromkeys(listed))
-    names = [n for n in names if ad.records(n, primary_role).exists()]
-    if not ad.records(BASELINE_S0, primary_role).exists():
-        out += [f"No episode records of {BASELINE_S0} on {primary_role} yet (run `rlexp eval`).", ""]
-        return "\n".join(out) + "\n"
-    base = read_records(ad.records(BASELINE_S0, primary_role))
+
+def _selected_checkpoints(ad: AttemptDir) -> list[str]:
+    """The checkpoints of ``eval/selection.json`` (roles first, then the listed ones), once each."""
+    from rlexp.experiment.files import read_json
+
+    if not ad.selection.exists():
+        return []
+    from rlexp.experiment.layout import checkpoint_name
+    from rlexp.protocol.decision import ROLE_ORDER
+
+    selection = read_json(ad.selection)
+    steps = [selection.get(role) for role in ROLE_ORDER]
+    listed = [checkpoint_name(s) for s in steps if isinstance(s, int) and not isinstance(s, bool)]
+    listed += [c for c in selection.get("checkpoints") or [] if isinstance(c, str)]
+    return list(dict.fromkeys(listed))
+
+
+def _eval_table_lines(base: list, news: Mapping[str, list], primary_role: str, metric: str) -> list[str]:
+    """The eval episodes of S0 and each checkpoint, with the primary metric's paired comparison."""
+    from rlexp.experiment.records import BASELINE_S0
+
+    out: list[str] = []
     out += [f"Eval episodes on {primary_role} (greedy):", "",
             "| model | n | success | mean reward | turns/episode | tool calls/episode | "
             f"Δ {metric} vs S0 | test | p | CI |", "|---|---|---|---|---|---|---|---|---|---|"]
     s = episode_summary(base)
     out.append(f"| {BASELINE_S0} | {s['n']} | {s['success']:.3f} | {s['mean_reward']:.3f} | "
                f"{s['turns_per_episode']:.2f} | {s['tool_calls_per_episode']:.2f} | | | | |")
-    news = {}
-    for name in names:
-        news[name] = read_records(ad.records(name, primary_role))
+    for name in news:
         s = episode_summary(news[name])
         try:
             c = primary_comparison(base, news[name], metric)
@@ -274,13 +310,29 @@ def episode_section(attempt_dir: str | Path, primary_role: str = "ood_primary",
                    f"{s['turns_per_episode']:.2f} | {s['tool_calls_per_episode']:.2f} | {delta:+.2f}{unit} | "
                    f"{c['test']} | {c['p_value']:.3g} | [{ci[0]:+.2f}, {ci[1]:+.2f}] |")
     out.append("")
+    return out
+
+
+def _by_environment_lines(base: list, news: Mapping[str, list], env_of: Mapping[Any, str], default_env: str) -> list[str]:
+    """Success and finish reasons of each model by environment class."""
+    from rlexp.experiment.records import BASELINE_S0
+
+    out: list[str] = []
     out += ["Success and finish reasons by environment class:", "",
             "| model | environment | n | success | finish reasons |", "|---|---|---|---|---|"]
     for name, recs in [(BASELINE_S0, base), *news.items()]:
-        for env, v in by_environment(recs, env_of, settings.name).items():
+        for env, v in by_environment(recs, env_of, default_env).items():
             reasons = ", ".join(f"{k} {c}" for k, c in v["finish_reasons"].items())
             out.append(f"| {name} | `{env}` | {v['n']} | {v['success']:.3f} | {reasons} |")
     out.append("")
+    return out
+
+
+def _retrieval_and_error_lines(ad: AttemptDir, base: list, news: Mapping[str, list]) -> list[str]:
+    """Retrieval quality where tasks name gold documents, failed rewards, and the judge's calls."""
+    from rlexp.experiment.records import BASELINE_S0
+
+    out: list[str] = []
     summaries = {BASELINE_S0: episode_summary(base), **{name: episode_summary(recs) for name, recs in news.items()}}
     if any("retrieval_ndcg" in v for v in summaries.values()):
         out += ["Retrieval (episodes whose task names gold documents; NDCG of the documents the search tool "
@@ -295,6 +347,15 @@ def episode_section(attempt_dir: str | Path, primary_role: str = "ood_primary",
     line = judge_calls_line(ad.judge_log)
     if line:
         out += [line, ""]
+    return out
+
+
+def _discordant_lines(ad: AttemptDir, base: list, news: Mapping[str, list], names: list[str]) -> list[str]:
+    """One discordant trajectory each way, S0 against the decision's checkpoint (else the last)."""
+    from rlexp.experiment.files import read_json
+    from rlexp.experiment.records import BASELINE_S0
+
+    out: list[str] = []
     decision = read_json(ad.decision) if ad.decision.exists() else {}
     shown = decision.get("primary_checkpoint") if decision.get("primary_checkpoint") in news else (
         names[-1] if names else None)
@@ -308,4 +369,4 @@ def episode_section(attempt_dir: str | Path, primary_role: str = "ood_primary",
             b, n = pair
             out += [f"*{title}* — problem `{b['problem_hash'][:12]}`, gold {_cell(b.get('gold'))}:", ""]
             out += trajectory_table(BASELINE_S0, shown, b, n) + [""]
-    return "\n".join(out) + "\n"
+    return out

@@ -253,12 +253,25 @@ def _display_arg(arg: str, inputs: ReportInputs) -> str:
 
 
 def render_markdown(inputs: ReportInputs, plots: Mapping[str, Path] | None = None) -> str:
-    from rlexp.training.monitor import stability
-
+    """The one-page report: the decision and the numbers behind it first, then the SOP's deliverables in order."""
     plots = plots or {}
+    lines = [*_header_lines(inputs), *_delta_lines(inputs), *_gate_lines(inputs), *_family_lines(inputs, plots),
+             *_command_lines(inputs), *_difference_lines(inputs), *_hash_lines(inputs), *_decoding_lines(inputs),
+             *_accuracy_lines(inputs), *_checkpoint_lines(inputs, plots), *_stability_lines(inputs, plots),
+             *_audit_lines(inputs), *_decision_lines(inputs)]
+    return _relative("\n".join(lines), inputs)
+
+
+def _seed_siblings(inputs: ReportInputs) -> list[str]:
+    return [m["attempt"] for m in inputs.family if m["relation"] == "seed sibling"]
+
+
+def _header_lines(inputs: ReportInputs) -> list[str]:
+    """The title, the decision and what to do next, the headline, the decision's caveats, the facts line."""
     decision = inputs.decision
+    lines: list[str] = []
     state = (inputs.state or {}).get("state", "not launched")
-    lines = [f"# {inputs.experiment} / {inputs.attempt_id}", ""]
+    lines += [f"# {inputs.experiment} / {inputs.attempt_id}", ""]
     what, command = next_step(inputs)
     if decision:
         from rlexp.protocol.decision import regression_lines
@@ -286,7 +299,7 @@ def render_markdown(inputs: ReportInputs, plots: Mapping[str, Path] | None = Non
             lines += [reuse, ""]
         if decision.get("sop_version"):
             lines += [calibration_line(decision) + ".", ""]
-    siblings = [m["attempt"] for m in inputs.family if m["relation"] == "seed sibling"]
+    siblings = _seed_siblings(inputs)
     facts = [f"parent {inputs.parent}" if inputs.parent else "root attempt (no parent)"]
     if siblings:
         facts.append("seed siblings " + ", ".join(f"[{s}]({s}.md)" for s in siblings))
@@ -297,6 +310,13 @@ def render_markdown(inputs: ReportInputs, plots: Mapping[str, Path] | None = Non
         facts.append(f"git {git['sha'][:12]}{' (dirty)' if git.get('dirty') else ''}")
     lines += [" · ".join(facts), ""]
 
+    return lines
+
+
+def _delta_lines(inputs: ReportInputs) -> list[str]:
+    """The Δ against each baseline, per checkpoint (paired)."""
+    decision = inputs.decision
+    lines: list[str] = []
     rows = _delta_rows(inputs)
     if rows:
         primary = (decision or {}).get("primary_set") or "ood_primary"
@@ -308,11 +328,24 @@ def render_markdown(inputs: ReportInputs, plots: Mapping[str, Path] | None = Non
         if inputs.vs_parent_note and inputs.parent:
             lines.append(f"\nParent: {inputs.vs_parent_note}.")
         lines.append("")
+    return lines
+
+
+def _gate_lines(inputs: ReportInputs) -> list[str]:
+    """The gates with their numbers and thresholds."""
+    decision = inputs.decision
+    lines: list[str] = []
     gate_rows = _gate_rows(inputs)
     if gate_rows:
         lines.append(f"## Gates (SOP {decision.get('sop_version', '?')}, `{str(decision.get('sop_sha256', ''))[:12]}`)")
         lines += table(["gate", "met", "numbers vs threshold"], gate_rows)
         lines.append("")
+    return lines
+
+
+def _family_lines(inputs: ReportInputs, plots: Mapping[str, Path]) -> list[str]:
+    """The attempt's family: parent, seed siblings, children, with their decisions."""
+    lines: list[str] = []
     if len(inputs.family) > 1:
         lines.append("## Family")
         lines += table(["attempt", "relation", "change", "seed", "decision", "primary Δ pp (vs)"],
@@ -327,6 +360,12 @@ def render_markdown(inputs: ReportInputs, plots: Mapping[str, Path] | None = Non
             lines.append(f"\n![monitor curves of the family]({plots['family'].name})")
         lines.append("")
 
+    return lines
+
+
+def _command_lines(inputs: ReportInputs) -> list[str]:
+    """The exact command, folded (provenance)."""
+    lines: list[str] = []
     if inputs.argv and inputs.argv.get("argv"):  # the exact command, folded (provenance)
         import shlex
 
@@ -335,6 +374,13 @@ def render_markdown(inputs: ReportInputs, plots: Mapping[str, Path] | None = Non
                   "```", shlex.join(_display_arg(str(a), inputs) for a in inputs.argv["argv"]), "```", "</details>",
                   ""]
 
+    return lines
+
+
+def _difference_lines(inputs: ReportInputs) -> list[str]:
+    """What changed against the parent."""
+    siblings = _seed_siblings(inputs)
+    lines: list[str] = []
     lines.append(f"## {DELIVERABLES[0]}")
     if inputs.diff:
         lines += table(["key", "parent", "this attempt", "kind"], inputs.diff)
@@ -348,6 +394,12 @@ def render_markdown(inputs: ReportInputs, plots: Mapping[str, Path] | None = Non
         lines.append("No difference from the parent.")
     lines.append("")
 
+    return lines
+
+
+def _hash_lines(inputs: ReportInputs) -> list[str]:
+    """The eval sets' SHA-256 digests."""
+    lines: list[str] = []
     lines.append(f"## {DELIVERABLES[1]}")
     if inputs.hashes:
         lines += table(["set", "SHA-256"], [(r, (f"`{h}`" if h else NA)
@@ -357,6 +409,12 @@ def render_markdown(inputs: ReportInputs, plots: Mapping[str, Path] | None = Non
         lines.append(NA)
     lines.append("")
 
+    return lines
+
+
+def _decoding_lines(inputs: ReportInputs) -> list[str]:
+    """The decoding settings of the eval."""
+    lines: list[str] = []
     lines.append(f"## {DELIVERABLES[2]}")
     d = inputs.decoding
     lines.append(f"temperature {fmt(d.get('temperature'))} · n {fmt(d.get('n'))} · max_tokens "
@@ -364,10 +422,23 @@ def render_markdown(inputs: ReportInputs, plots: Mapping[str, Path] | None = Non
                  f"suffix `{d.get('prompt_suffix', '')!r}`" if d else NA)
     lines.append("")
 
+    return lines
+
+
+def _accuracy_lines(inputs: ReportInputs) -> list[str]:
+    """Accuracy per checkpoint and set."""
+    lines: list[str] = []
     lines.append(f"## {DELIVERABLES[3]}")
     lines += _accuracy_table(inputs)
     lines.append("")
 
+    return lines
+
+
+def _checkpoint_lines(inputs: ReportInputs, plots: Mapping[str, Path]) -> list[str]:
+    """The per-checkpoint statistics of the decision."""
+    decision = inputs.decision
+    lines: list[str] = []
     lines.append(f"## {DELIVERABLES[4]}")
     items = checkpoint_items(inputs)
     if items:
@@ -391,6 +462,14 @@ def render_markdown(inputs: ReportInputs, plots: Mapping[str, Path] | None = Non
         lines.append(f"\n![discordant pairs]({plots['discordant'].name})")
     lines.append("")
 
+    return lines
+
+
+def _stability_lines(inputs: ReportInputs, plots: Mapping[str, Path]) -> list[str]:
+    """Training stability and the in-run gates."""
+    from rlexp.training.monitor import stability
+
+    lines: list[str] = []
     lines.append(f"## {DELIVERABLES[5]}")
     if inputs.metrics:
         st = stability(inputs.metrics)
@@ -420,6 +499,12 @@ def render_markdown(inputs: ReportInputs, plots: Mapping[str, Path] | None = Non
         lines += ["", " ".join(images)]
     lines.append("")
 
+    return lines
+
+
+def _audit_lines(inputs: ReportInputs) -> list[str]:
+    """The answer parser's audit."""
+    lines: list[str] = []
     lines.append(f"## {DELIVERABLES[6]}")
     audit = inputs.guards.get("parser_audit")
     if audit:
@@ -431,6 +516,13 @@ def render_markdown(inputs: ReportInputs, plots: Mapping[str, Path] | None = Non
         lines.append(NA + " (run `rlexp guard audit ATTEMPT --draw`)")
     lines.append("")
 
+    return lines
+
+
+def _decision_lines(inputs: ReportInputs) -> list[str]:
+    """The decision and the guardrails."""
+    decision = inputs.decision
+    lines: list[str] = []
     lines.append(f"## {DELIVERABLES[7]}")
     if decision is None:
         lines.append("No decision yet: `decision.json` is missing (run `rlexp decide`).")
@@ -450,7 +542,7 @@ def render_markdown(inputs: ReportInputs, plots: Mapping[str, Path] | None = Non
         lines += ["", "Guardrails:", ""]
         lines += table(["guard", "verdict", "detail"], [(g, guard_status(v), guard_reason(v)) for g, v in other])
     lines.append("")
-    return _relative("\n".join(lines), inputs)
+    return lines
 
 
 def _mismatch_lines(rows: Any) -> list[str]:
