@@ -248,24 +248,15 @@ def sft_tiny_model(
                             target_acc=target_acc, eval_every=eval_every, dev_size=dev_size,
                             exclude_hashes=exclude_hashes, snapshots=snapshots)
     key = sft_key(settings)
-    meta_path = out / "sft.json"
-    if meta_path.exists():
-        meta = read_json(meta_path)
-        if (meta.get("key") == key and meta.get("sha256") == sha256_dir_excluding(out, "sft.json")
-                and all((Path(d) / "config.json").exists() for d in (snapshots or {}).values())):
-            return out
+    if _sft_cached(out, key, snapshots):
+        return out
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_pretrained(model_dir)
         rng = random.Random(seed)  # the SFT's own stream: the dev sample, then the batches
-        dev = dev_sample(task, rng, dev_size, exclude_hashes)
-        train = [p for p in task.sft_problems() if p.problem_hash not in exclude_hashes]
-        dev_hashes = {p.problem_hash for p in dev}
-        train = [p for p in train if p.problem_hash not in dev_hashes]
-        if not train:
-            raise InputError(None, "task", "no SFT problems left after excluding the evaluation sets")
+        dev, train = _sft_split(task, rng, dev_size, exclude_hashes)
 
         optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.0)
         warmup = max(1, steps // 20)  # a short linear warm-up keeps the first Adam steps from diverging
@@ -297,22 +288,46 @@ def sft_tiny_model(
                     stopped_early = step < steps
                     break
     model.eval()
-    # Write into a fresh directory then swap: a killed build never leaves a half model cached.
+    _write_sft_model(model, tokenizer, out, key=key, settings=settings, steps_run=step, stopped_early=stopped_early,
+                     dev_acc=dev_acc, history=history)
+    return out
+
+
+def _sft_cached(out: Path, key: str, snapshots: Mapping[float, str | Path] | None) -> bool:
+    """Whether ``out`` already holds the model these settings make (same key, files unchanged) and
+    every snapshot directory exists."""
+    meta_path = out / "sft.json"
+    if not meta_path.exists():
+        return False
+    meta = read_json(meta_path)
+    return (meta.get("key") == key and meta.get("sha256") == sha256_dir_excluding(out, "sft.json")
+            and all((Path(d) / "config.json").exists() for d in (snapshots or {}).values()))
+
+
+def _sft_split(task: ArithmeticTask, rng: Any, dev_size: int,
+               exclude_hashes: frozenset[str]) -> tuple[list[Any], list[Any]]:
+    """The held-out dev sample (drawn first from ``rng``) and the SFT problems, neither holding an
+    evaluation set's problem nor each other's."""
+    dev = dev_sample(task, rng, dev_size, exclude_hashes)
+    dev_hashes = {p.problem_hash for p in dev}
+    train = [p for p in task.sft_problems() if p.problem_hash not in exclude_hashes and p.problem_hash not in dev_hashes]
+    if not train:
+        raise InputError(None, "task", "no SFT problems left after excluding the evaluation sets")
+    return dev, train
+
+
+def _write_sft_model(model: Any, tokenizer: Any, out: Path, *, key: str, settings: Mapping[str, Any],
+                     steps_run: int, stopped_early: bool, dev_acc: float, history: list[tuple[int, float]]) -> None:
+    """Save the model with its ``sft.json`` into a fresh directory, then swap it in: a killed build
+    never leaves a half model cached."""
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = make_temp_dir(out)
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp, save_jinja_files=False)
-    result = SftResult(
-        key=key,
-        sha256=sha256_dir(tmp),
-        steps_run=step,
-        stopped_early=stopped_early,
-        dev_acc=dev_acc,
-        history=tuple(history),
-    )
+    result = SftResult(key=key, sha256=sha256_dir(tmp), steps_run=steps_run, stopped_early=stopped_early,
+                       dev_acc=dev_acc, history=tuple(history))
     atomic_write_json(tmp / "sft.json", {**asdict(result), "settings": settings})
     replace_dir(tmp, out)
-    return out
 
 
 def sft_settings(model_dir: str | Path, task: ArithmeticTask, *, steps: int = 2000, seed: int = 0,
