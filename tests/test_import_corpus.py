@@ -560,10 +560,8 @@ def test_trl_figures_equal_trls_own(rel, outcome, trls_own_figures):
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=trl["lr"])
     scheduler = transformers.get_scheduler(trl["scheduler"], optimizer, num_warmup_steps=trl["warmup"],
                                            num_training_steps=total, scheduler_specific_kwargs=trl["kwargs"])
-    applied = []
-    for _ in range(total):
-        applied.append(optimizer.param_groups[0]["lr"])
-        optimizer.step()
-        scheduler.step()
+    # the LR step k applies, read before its scheduler.step(): LambdaLR's own base_lr × lr_lambda(k - 1)
+    # (what optimizer.param_groups holds after k - 1 steps, without stepping through every one)
+    lr_lambda, base_lr = scheduler.lr_lambdas[0], scheduler.base_lrs[0]
     for row in plan["lr"]:
-        assert row["lr_first"] == pytest.approx(applied[row["global_step"] - 1], rel=1e-12, abs=1e-18)
+        assert row["lr_first"] == pytest.approx(base_lr * lr_lambda(row["global_step"] - 1), rel=1e-12, abs=1e-18)

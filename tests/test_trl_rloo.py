@@ -167,14 +167,12 @@ def test_rloo_figures_equal_trls_own(name, tmp_path, trls_own):
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=trl["lr"])
     scheduler = transformers.get_scheduler(trl["scheduler"], optimizer, num_warmup_steps=trl["warmup"],
                                            num_training_steps=total, scheduler_specific_kwargs=trl["kwargs"])
-    applied = []
-    for _ in range(total):
-        applied.append(optimizer.param_groups[0]["lr"])
-        optimizer.step()
-        scheduler.step()
-    assert plan["lr"] and len(plan["lr"]) <= total
+    # the LR step k applies, read before its scheduler.step(): LambdaLR's own base_lr × lr_lambda(k - 1)
+    # (what optimizer.param_groups holds after k - 1 steps, without stepping through every one)
+    lr_lambda, base_lr = scheduler.lr_lambdas[0], scheduler.base_lrs[0]
+    assert plan["lr"] and plan["lr"][-1]["global_step"] <= total
     for row in plan["lr"]:
-        assert row["lr_first"] == pytest.approx(applied[row["global_step"] - 1], rel=1e-12, abs=1e-18)
+        assert row["lr_first"] == pytest.approx(base_lr * lr_lambda(row["global_step"] - 1), rel=1e-12, abs=1e-18)
 
 
 def test_the_sets_differ_from_grpos_reading_where_rloos_defaults_differ(tmp_path, trls_own):
@@ -266,3 +264,72 @@ def test_imported_rloo_script_launches_rlootrainer(imported, trls_own, capsys):
     assert "TRL RLOOTrainer (trl 1.16.0)" in script_text
     assert "grpo_config" not in config and config["model_config"]["model_name_or_path"] == "Qwen/Qwen2.5-0.5B"
     assert trls_own["launched"] == ["RLOOConfig", 2, 0.05, 1]
+
+
+RUN_SPEC = """\
+trainer: {name: trl}
+recipe:
+  advantage_estimator: rloo
+  model_name_or_path: models/tiny-base
+  per_device_train_batch_size: 4
+  gradient_accumulation_steps: 2
+  num_generations: 4
+  num_train_epochs: 1
+  max_completion_length: 8
+  learning_rate: 1.0e-3
+  lr_scheduler_type: cosine
+  warmup_steps: 1
+  logging_steps: 1
+  eval_strategy: steps
+  eval_steps: 2
+  save_strategy: steps
+  save_steps: 2
+  bf16: false
+  seed: 7
+intent: {global_steps: 4}
+checkpoints: {mid: 2}
+datasets:
+  pool: {path: data/pool_9.jsonl}
+  ood_monitor: {path: data/ood_monitor_8.jsonl}
+  ood_primary: {path: data/ood_primary_16.jsonl}
+  id: {path: data/id_8.jsonl}
+  sanity: {path: data/sanity_18.jsonl}
+eval: {engine: local, max_tokens: 8}
+"""
+
+
+@pytest.mark.slow
+def test_launch_runs_rlootrainer_with_the_planned_steps_and_lr(tmp_path):
+    """`rlexp launch` for real on CPU (the demo's tiny model): the generated script runs RLOOTrainer, and
+    its max_steps (transformers' TrainerState) and the LR it logs at every step equal the plan's."""
+    pytest.importorskip("torch")
+    trl_python_or_skip()
+    from rlexp.experiment.datasets import build_task_datasets
+    from rlexp.models.tiny import build_tiny_model
+    from rlexp.stages.launch import launch
+
+    root = tmp_path / "exp"
+    build_task_datasets(root / "data", seed=0, pool_size=9, monitor_size=8, primary_size=16, id_size=8)
+    build_tiny_model(root / "models" / "tiny-base", seed=0)
+    attempt = root / "r1"
+    attempt.mkdir()
+    (attempt / "attempt.yaml").write_text(RUN_SPEC)
+    result = launch(attempt, tracking_uri=f"sqlite:///{root / 'mlflow.db'}", poll_s=0.2)
+    log = (attempt / "launch" / "stdout.log").read_text()
+    assert result.state == "finished", log[-3000:]
+    assert "TRL RLOOTrainer" in (attempt / "launch" / "train_trl.py").read_text()
+    plan = json.loads((attempt / "plan.json").read_text())
+    # by hand: S = GA = 2, P = 4·1·2/4 = 2 prompts; floor(9/2) = 4 chunks; L = 8; ceil(8/2) = 4 steps
+    assert plan["trl"]["trainer"] == "RLOOTrainer" and plan["steps"]["optimizer_steps_total"] == 4
+    assert "rlexp: TRL max_steps=4 warmup_steps=1" in log  # TRL's own count, from its TrainerState
+    state = json.loads((attempt / "checkpoints" / "trl" / "checkpoint-4" / "trainer_state.json").read_text())
+    assert state["max_steps"] == 4 and state["global_step"] == 4
+    planned = {r["global_step"]: r for r in plan["lr"]}
+    logged = {e["step"]: e["learning_rate"] for e in state["log_history"] if "learning_rate" in e}
+    assert sorted(logged) == [1, 2, 3, 4]
+    for step, lr in logged.items():
+        assert lr == pytest.approx(planned[step]["lr_first"], rel=1e-12, abs=1e-18), step
+    # RLOOTrainer's own log keys (its KL term, beta 0.05, is in the reward: "kl" is logged)
+    assert any("kl" in e for e in state["log_history"])
+    rows = [json.loads(line) for line in (attempt / "metrics.jsonl").read_text().splitlines()]
+    assert [r["global_step"] for r in rows] == [1, 2, 3, 4]
