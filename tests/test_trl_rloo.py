@@ -246,6 +246,40 @@ def test_an_estimator_trl_has_not_and_one_generation_are_refused_in_one_line(tmp
     assert len(err.splitlines()) == 1 and "recipe.loss_agg_mode" in err and "RLOOTrainer has no loss_type" in err
 
 
+def test_an_environment_task_on_rloo_is_refused_naming_the_environment(tmp_path, capsys):
+    """RLOOTrainer (TRL 1.16) has no rollout_func nor environment_factory: the committed TRL
+    environment example (experiments/tools-trl) switched to rloo is refused at plan, in one line."""
+    import shutil
+
+    exp = tmp_path / "tools-trl"
+    shutil.copytree(REPO / "experiments" / "tools-trl", exp, ignore=shutil.ignore_patterns("launch", "plan.json"))
+    spec = yaml.safe_load((exp / "t1" / "attempt.yaml").read_text())
+    for grpo_only in ("loss_type", "scale_rewards"):  # the example states two GRPOConfig-only fields
+        del spec["recipe"][grpo_only]
+    spec["recipe"]["advantage_estimator"] = "rloo"
+    (exp / "t1" / "attempt.yaml").write_text(yaml.safe_dump(spec))
+    assert main(["plan", str(exp / "t1")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and ": environment: " in err and "RLOOTrainer takes no rollout_func" in err
+    assert not (exp / "t1" / "plan.json").exists()
+
+
+def test_a_child_cannot_switch_between_grpo_and_rloo(tmp_path, capsys):
+    """Another TRL trainer is another config class (other fields, other defaults): as for a trainer switch,
+    a child that changes advantage_estimator is refused; a root attempt for RLOO is the way."""
+    parent = rloo_attempt(tmp_path, {"num_generations": 4}, 100, name="p")
+    spec = yaml.safe_load((parent / "attempt.yaml").read_text())
+    del spec["recipe"]["advantage_estimator"]
+    (parent / "attempt.yaml").write_text(yaml.safe_dump(spec))
+    child = tmp_path / "exp" / "c"
+    child.mkdir()
+    (child / "attempt.yaml").write_text(yaml.safe_dump({"parent": "p", "change": {"advantage_estimator": "rloo"},
+                                                        "recipe": {"advantage_estimator": "rloo"}}))
+    assert main(["plan", str(child)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "recipe.advantage_estimator: 'rloo' differs from parent p's 'grpo'" in err
+
+
 def test_imported_rloo_script_launches_rlootrainer(imported, trls_own, capsys):
     """`rlexp import` of TRL's `trl rloo` command, then `rlexp launch --dry-run` through the CLI (the
     argv: .venv-trl's Python on launch/train_trl.py, nothing written), and the script that launch
