@@ -264,6 +264,18 @@ def test_an_environment_task_on_rloo_is_refused_naming_the_environment(tmp_path,
     assert not (exp / "t1" / "plan.json").exists()
 
 
+def test_the_vllm_correction_check_is_grpos_only(tmp_path, trls_own):
+    """TRL's vLLM importance-sampling correction is a GRPOConfig field RLOOConfig lacks: top_p 0.9 with
+    vLLM warns that it biases the correction on GRPO, and says nothing on RLOO, which has none."""
+    assert "vllm_importance_sampling_correction" in set(trls_own["grpo_defaults"]) - set(trls_own["rloo_defaults"])
+    d = rloo_attempt(tmp_path, {"use_vllm": True, "top_p": 0.9}, 100)
+    assert "health.is_correction_top_p" not in {c["name"] for c in plan_of(d)["checks"]}
+    spec = yaml.safe_load((d / "attempt.yaml").read_text())
+    del spec["recipe"]["advantage_estimator"]
+    (d / "attempt.yaml").write_text(yaml.safe_dump(spec))
+    assert "health.is_correction_top_p" in {c["name"] for c in plan_of(d)["checks"]}
+
+
 def test_a_child_cannot_switch_between_grpo_and_rloo(tmp_path, capsys):
     """Another TRL trainer is another config class (other fields, other defaults): as for a trainer switch,
     a child that changes advantage_estimator is refused; a root attempt for RLOO is the way."""
