@@ -56,8 +56,8 @@ EXPECTED: dict[str, object] = {
     "research/LangGFM__shortest_path.sh": PLANS,
     "research/swe_bench_rl__run_rl.sh": ("import", "argument --advantage_estimator: invalid choice: 'grpo'"),
     "trl/clis_md__trl_grpo.sh": PLANS,
-    # TRL's RLOOTrainer: rlexp plans TRL's GRPOTrainer only (rlexp's limit; TRL runs it)
-    "trl/clis_md__trl_rloo.sh": ("import", "line 1: trl rloo: rlexp plans TRL's GRPOTrainer"),
+    # TRL's RLOOTrainer (RLOOConfig's fields and defaults: advantage_estimator rloo)
+    "trl/clis_md__trl_rloo.sh": PLANS,
     "trl/grpo_agent_py__usage.sh": PLANS,
     "trl/gspo_py__usage.sh": PLANS,
     "verl/ascend_extras__grpo_trainer__run_qwen3_235b_256k_megatron.sh": ("import",
@@ -318,12 +318,12 @@ def _other_engine(rel: str) -> bool:
 
 def test_at_least_the_stated_share_plans():
     plans = sum(v == PLANS for v in EXPECTED.values())
-    assert plans == 59 and len(EXPECTED) == 106  # docs/import.md states this table and these counts
-    # every other-engine verl script and TRL's RLOO command are refused, and nothing else is refused
-    # for rlexp's own limits: on the scripts rlexp's planner covers (all but those 40), 59 of 66 plan
-    other = {rel for rel in EXPECTED if _other_engine(rel)} | {"trl/clis_md__trl_rloo.sh"}
-    assert len(other) == 40 and all(EXPECTED[rel] != PLANS for rel in other)
-    assert sum(EXPECTED[rel] == PLANS for rel in EXPECTED if rel not in other) == 59
+    assert plans == 60 and len(EXPECTED) == 106  # docs/import.md states this table and these counts
+    # every other-engine verl script is refused, and nothing else is refused for rlexp's own limits:
+    # on the scripts rlexp's planner covers (all but those 39), 60 of 67 plan
+    other = {rel for rel in EXPECTED if _other_engine(rel)}
+    assert len(other) == 39 and all(EXPECTED[rel] != PLANS for rel in other)
+    assert sum(EXPECTED[rel] == PLANS for rel in EXPECTED if rel not in other) == 60
 
 
 # the refusals that are verl's own (Hydra's, or a module the release lacks), checked against verl below
@@ -476,29 +476,36 @@ def test_openrlhf_figures_equal_openrlhfs_own(rel, outcome, openrlhf_wheels):
 
 
 TRL_PLANS = [rel for rel, v in sorted(EXPECTED.items()) if v == PLANS and _trainer(rel) == "trl"]
-# In the TRL venv: the script's words parsed by TRL's own parser, TRL's RepeatSampler and the
-# generation-batch DataLoader GRPOTrainer.get_train_dataloader builds (one process), and
-# transformers' Trainer.set_initial_training_values' step count (trainer.py of transformers 5.24:
+# In the TRL venv: the script's words parsed by TRL's own parser (`trl rloo`'s: the parser
+# trl.scripts.rloo.make_parser builds, RLOOConfig among its dataclasses), the sampler the trainer's
+# own _get_train_sampler builds (GRPOTrainer's or RLOOTrainer's, called on the parsed config; one
+# process) and the generation-batch DataLoader of its get_train_dataloader, and transformers'
+# Trainer.set_initial_training_values' step count (trainer.py of transformers 5.24:
 # num_update_steps_per_epoch = max(len_dataloader // GA + (len_dataloader % GA > 0), 1), then
 # max_steps = ceil(num_train_epochs * that) unless --max_steps is given).
 TRL_STEPS = """
 import json, math, sys
+from types import SimpleNamespace
 from torch.utils.data import DataLoader
-from trl import GRPOConfig, ModelConfig, TrlParser
+from trl import GRPOConfig, GRPOTrainer, ModelConfig, RLOOTrainer, TrlParser
 from trl.scripts.grpo import GRPOScriptArguments
-from trl.trainer.utils import RepeatSampler
+from trl.scripts.rloo import make_parser as rloo_parser
 
 
-def figures(n, words):
-    _, t, _ = TrlParser((GRPOScriptArguments, GRPOConfig, ModelConfig)).parse_args_and_config(
-        words + ["--output_dir", "o", "--use_cpu", "True"])
-    return figures_of(n, t)
+def figures(n, module, words):
+    words = words + ["--output_dir", "o", "--use_cpu", "True"]
+    if module.endswith("rloo"):
+        _, t, _, _ = rloo_parser().parse_args_and_config(words)
+        return figures_of(n, t, RLOOTrainer)
+    _, t, _ = TrlParser((GRPOScriptArguments, GRPOConfig, ModelConfig)).parse_args_and_config(words)
+    return figures_of(n, t, GRPOTrainer)
 
 
-def figures_of(n, t):
-    g = t.num_generations
-    sampler = RepeatSampler(data_source=range(n), mini_repeat_count=g, batch_size=t.generation_batch_size // g,
-                            repeat_count=t.num_iterations * t.steps_per_generation, shuffle=False)
+def figures_of(n, t, trainer):
+    # the trainer's own sampler method, on an object holding what it reads (no model is loaded)
+    own = SimpleNamespace(args=t, num_generations=t.num_generations, num_iterations=t.num_iterations,
+                          shuffle_dataset=False, train_dataset=range(n))
+    sampler = trainer._get_train_sampler(own, range(n))
     loader = DataLoader(list(range(n)), batch_size=t.per_device_train_batch_size * t.steps_per_generation,
                         sampler=sampler, drop_last=t.dataloader_drop_last)
     length, ga = len(loader), t.gradient_accumulation_steps
@@ -506,10 +513,13 @@ def figures_of(n, t):
     steps = math.ceil(t.num_train_epochs * per_epoch) if t.max_steps < 0 else t.max_steps
     return {"max_steps": steps, "warmup": t.get_warmup_steps(steps), "lr": t.learning_rate,
             "scheduler": str(getattr(t.lr_scheduler_type, "value", t.lr_scheduler_type)),
-            "kwargs": t.lr_scheduler_kwargs or {}}
+            "kwargs": t.lr_scheduler_kwargs or {}, "num_generations": t.num_generations,
+            "prompts_per_generation_batch": t.generation_batch_size // t.num_generations,
+            "steps_per_generation": t.steps_per_generation, "batches_per_epoch": length,
+            "config": type(t).__name__}
 
 
-print(json.dumps([figures(n, words) for n, words in json.loads(sys.stdin.read())]))
+print(json.dumps([figures(n, module, words) for n, module, words in json.loads(sys.stdin.read())]))
 """
 
 
@@ -523,7 +533,8 @@ def trls_own_figures():
     from rlexp.training.launch_script import launch_of, read_script
 
     python = trl_python_or_skip()
-    jobs = [(FACTS[rel]["pool_size"], launch_of(read_script((CORPUS / rel).read_text()).argv).args) for rel in TRL_PLANS]
+    launches = [launch_of(read_script((CORPUS / rel).read_text()).argv) for rel in TRL_PLANS]
+    jobs = [(FACTS[rel]["pool_size"], launch.module, launch.args) for rel, launch in zip(TRL_PLANS, launches, strict=True)]
     done = subprocess.run([str(python), "-c", TRL_STEPS], input=json.dumps(jobs), capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -540,13 +551,17 @@ def test_trl_figures_equal_trls_own(rel, outcome, trls_own_figures):
     total = trl["max_steps"]
     assert plan["steps"]["optimizer_steps_total"] == plan["steps"]["global_steps_total"] == total
     assert plan["steps"]["warmup_steps"] == trl["warmup"]
+    # the generation batches as the trainer forms them, and the class that runs (RLOOConfig for `trl rloo`)
+    assert plan["trl"]["trainer"] == trl["config"].replace("Config", "Trainer")
+    assert (plan["trl"]["num_generations"], plan["trl"]["prompts_per_generation_batch"],
+            plan["trl"]["steps_per_generation"], plan["trl"]["batches_per_epoch"]) == (
+        trl["num_generations"], trl["prompts_per_generation_batch"], trl["steps_per_generation"],
+        trl["batches_per_epoch"])
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=trl["lr"])
     scheduler = transformers.get_scheduler(trl["scheduler"], optimizer, num_warmup_steps=trl["warmup"],
                                            num_training_steps=total, scheduler_specific_kwargs=trl["kwargs"])
-    applied = []
-    for _ in range(total):
-        applied.append(optimizer.param_groups[0]["lr"])
-        optimizer.step()
-        scheduler.step()
+    # the LR step k applies, read before its scheduler.step(): LambdaLR's own base_lr × lr_lambda(k - 1)
+    # (what optimizer.param_groups holds after k - 1 steps, without stepping through every one)
+    lr_lambda, base_lr = scheduler.lr_lambdas[0], scheduler.base_lrs[0]
     for row in plan["lr"]:
-        assert row["lr_first"] == pytest.approx(applied[row["global_step"] - 1], rel=1e-12, abs=1e-18)
+        assert row["lr_first"] == pytest.approx(base_lr * lr_lambda(row["global_step"] - 1), rel=1e-12, abs=1e-18)

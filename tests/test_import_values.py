@@ -230,16 +230,21 @@ def test_verl_rollout_is_threshold_takes_what_verls_own_parser_takes():
         assert rlexp_takes == verl_takes, value
 
 
-@pytest.mark.parametrize(("command", "refused"), [
-    ("trl rloo --model_name_or_path m --dataset_name d", "trl rloo"),
-    ("trl sft --model_name_or_path m --dataset_name d", "trl sft"),
-    ("python -m trl.scripts.rloo --model_name_or_path m --dataset_name d", "python -m trl.scripts.rloo"),
-    ("trl grpo --model_name_or_path m --dataset_name d", None),
-    ("python -m trl.scripts.grpo --model_name_or_path m --dataset_name d", None),
+@pytest.mark.parametrize(("command", "refused", "estimator"), [
+    ("trl sft --model_name_or_path m --dataset_name d", "trl sft", None),
+    ("python -m trl.scripts.sft --model_name_or_path m --dataset_name d", "python -m trl.scripts.sft", None),
+    ("trl dpo --model_name_or_path m --dataset_name d", "trl dpo", None),
+    ("trl rloo --model_name_or_path m --dataset_name d", None, "rloo"),
+    ("python -m trl.scripts.rloo --model_name_or_path m --dataset_name d", None, "rloo"),
+    ("trl grpo --model_name_or_path m --dataset_name d", None, None),
+    ("python -m trl.scripts.grpo --model_name_or_path m --dataset_name d", None, None),
 ])
-def test_a_trl_command_of_another_trainer_is_refused_not_planned_as_grpo(tmp_path, capsys, command, refused):
-    """`trl rloo` (TRL's CLI docs give it beside `trl grpo`) runs RLOOTrainer, whose RLOOConfig is not
-    the GRPOConfig rlexp plans: refused at import naming the command, where it was imported as GRPO."""
+def test_a_trl_command_names_its_trainer_and_another_trainers_is_refused(tmp_path, capsys, command, refused,
+                                                                         estimator):
+    """`trl rloo` and `python -m trl.scripts.rloo` (TRL documents both) run RLOOTrainer: imported with
+    advantage_estimator rloo (RLOOConfig's fields and defaults); `trl grpo` is the recipe's default
+    (GRPOTrainer); any other TRL trainer (`trl sft`, `trl dpo`) is refused at import naming the
+    command, not planned as one of the two."""
     script = tmp_path / "run.sh"
     script.write_text(command + "\n")
     attempt = tmp_path / "exp" / "a"
@@ -247,10 +252,12 @@ def test_a_trl_command_of_another_trainer_is_refused_not_planned_as_grpo(tmp_pat
     err = capsys.readouterr().err
     if refused is None:
         assert rc == 0, err
+        recipe = yaml.safe_load((attempt / "attempt.yaml").read_text())["recipe"]
+        assert recipe.get("advantage_estimator") == estimator
         return
     assert rc == 2 and not attempt.exists(), err
-    assert err.strip() == (f"rlexp: {script}: line 1: {refused}: rlexp plans TRL's GRPOTrainer (`trl grpo`, "
-                           f"GRPOConfig); {refused} runs another trainer")
+    assert err.strip() == (f"rlexp: {script}: line 1: {refused}: rlexp plans TRL's GRPOTrainer (`trl grpo`) and "
+                           f"RLOOTrainer (`trl rloo`); {refused} runs another trainer")
 
 
 def test_verl_values_are_read_as_hydras_own_grammar_reads_them(tmp_path, capsys):

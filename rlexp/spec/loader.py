@@ -144,7 +144,10 @@ def _resolve(
     trainer = TrainerSettings(name=trainer_raw["name"], version=version, gpus=trainer_raw.get("gpus"))
 
     recipe_stated = dict(merged["recipe"])
-    recipe = {**table.defaults, **recipe_stated}
+    from rlexp.trainers import rules as trainer_rules
+
+    # the defaults of the trainer as this recipe runs it (TRL's: its config class's)
+    recipe = {**trainer_rules(trainer.name).recipe_defaults(recipe_stated), **recipe_stated}
 
     experiment_dir = spec_path.parent.parent
     eval_raw = merged["eval"]

@@ -86,8 +86,10 @@ def import_script(script: str | Path, attempt_dir: str | Path, *, version: str |
     where = f"line {command.line}"
     # the launch script's trainer (rlexp.training.launch_script.launch_of) reads its own arguments
     reader = launcher(launch.trainer).script_args()
+    implied: dict[str, Any] = {}
     if hasattr(reader, "check_module"):  # a trainer with one entry point among its package's modules
-        reader.check_module(script, where, launch.module)
+        # the recipe keys the command itself states (`trl rloo`: TRL's RLOOTrainer), else None
+        implied = reader.check_module(script, where, launch.module) or {}
     args, unknowns = unknown_arguments(launch.args, reader.ARGUMENT_STYLE)
     unknown_notes = []
     for unknown in unknowns:
@@ -101,6 +103,7 @@ def import_script(script: str | Path, attempt_dir: str | Path, *, version: str |
         raise InputError(script, f"line {unknown.value.line}", f"{unknown.value.what} reaches {unknown.key!r}, "
                          f"which plan needs ({reader.field_of(unknown.key)})")
     recipe, datasets, left_out, notes = reader.read_args(script, where, args, version)
+    recipe = {**implied, **recipe}
     notes = command.notes + unknown_notes + notes
     if "pool" not in datasets:
         if not (getattr(reader, "DATA_IN_SCRIPT", False) and launch.module.endswith(".py")):

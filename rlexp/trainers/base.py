@@ -104,6 +104,12 @@ class TrainerRules:
 
         return key_table(self.name)
 
+    def recipe_defaults(self, stated: Any) -> Any:
+        """What the keys a recipe does not state resolve to (``stated``: the keys its spec chain
+        states): the key table's defaults, unless the trainer's own defaults depend on the recipe
+        (TRL's: those of the config class its ``advantage_estimator`` names)."""
+        return self.key_table().defaults
+
     def metric_vocabulary(self) -> Any:
         """Its metric names -> rlexp's canonical names (rlexp.training.metric_names.Vocabulary):
         rlexp's own unless the trainer logs its own (its package's ``metrics`` module)."""

@@ -1,4 +1,6 @@
-"""TRL's ``GRPOTrainer`` (``trainer.name: trl``): GRPOConfig field names, in a venv of its own.
+"""TRL's ``GRPOTrainer`` and ``RLOOTrainer`` (``trainer.name: trl``): their config classes' field
+names, in a venv of its own. The recipe's ``advantage_estimator`` (``grpo``, the default, or
+``rloo``) names the trainer, as ``trl grpo`` and ``trl rloo`` do (:mod:`.keys`).
 
 Its pure rules live here and in the package's core modules (steps and LR: :mod:`.steps`; the
 pinned release's fields: :mod:`.fields`, as recipe keys: :mod:`.keys`); the adapters: the generated
@@ -26,7 +28,7 @@ class TrlRules(TrainerRules):
     log_trainer = "trl"
     console_log_format = None
     checkpoint_dirs = (CHECKPOINT_DIR_PATTERNS["output_dir"],)  # transformers' output_dir
-    launch_commands = ("trl",)  # `trl grpo ...`; `python -m trl...` and a training script too
+    launch_commands = ("trl",)  # `trl grpo ...`, `trl rloo ...`; `python -m trl...` and a training script too
     runs_scripts = True
     console_log_note = ("TRL's console lines carry no step number: give its trainer_state.json (in each "
                         "checkpoint), its TensorBoard directory, or --format")
@@ -39,10 +41,25 @@ class TrlRules(TrainerRules):
 
         return trl_key_table()
 
+    def recipe_defaults(self, stated: Any) -> Any:
+        """The defaults of the config class the recipe's ``advantage_estimator`` names (GRPOConfig's
+        unless it names rloo: RLOOConfig's)."""
+        from rlexp.trainers.trl.keys import recipe_defaults
+
+        return recipe_defaults(stated)
+
     def steps(self, att: Attempt) -> Any:
         from rlexp.errors import InputError
+        from rlexp.trainers.trl.keys import ESTIMATOR_KEY, estimator_of
         from rlexp.trainers.trl.steps import TrlRecipeError, trl_steps
 
+        parent = att.parent
+        if parent is not None and estimator_of(parent.recipe) != estimator_of(att.recipe):
+            # another TRL trainer: other fields and defaults, as a trainer switch is (the spec refuses that)
+            raise InputError(att.display_path or att.spec_path, f"recipe.{ESTIMATOR_KEY}",
+                             f"{estimator_of(att.recipe)!r} differs from parent {parent.id}'s "
+                             f"{estimator_of(parent.recipe)!r} (another TRL trainer, its config class's fields and "
+                             "defaults): start a new root attempt instead")
         try:
             return trl_steps(att.recipe, att.datasets["pool"].size, att.trainer.version, att.trainer.gpus or 1)
         except TrlRecipeError as exc:

@@ -45,7 +45,10 @@ def run_health_checks(recipe: dict[str, Any], version: str) -> list[Verdict]:
     both, not the truncation), so the weights are biased (a warning)."""
     from rlexp.protocol.checks import WARNING
     from rlexp.protocol.verdict import check
+    from rlexp.trainers.trl.keys import estimator_of
 
+    if estimator_of(recipe) == "rloo":
+        return []  # RLOOTrainer has no importance-sampling correction (RLOOConfig: no vllm_importance_sampling_*)
     if not recipe.get("use_vllm") or recipe.get("vllm_importance_sampling_correction") is False:
         return []
     found = []

@@ -1,8 +1,19 @@
-"""TRL's recipe keys: the fields of GRPOConfig and ModelConfig of the pinned release
+"""TRL's recipe keys: the fields of GRPOConfig, RLOOConfig and ModelConfig of the pinned release
 (:mod:`rlexp.trainers.trl.fields`) as a key table (rlexp.spec.recipe.TrainerKeyTable), each with the
-kind the one-variable rule reads."""
+kind the one-variable rule reads, and the key that says which of TRL's trainers runs the recipe.
+
+TRL runs one trainer per command: ``trl grpo`` GRPOTrainer (GRPOConfig), ``trl rloo`` RLOOTrainer
+(RLOOConfig, REINFORCE with a leave-one-out baseline). A recipe names it with
+``advantage_estimator`` (``grpo``, the default, or ``rloo``: the estimator's name in verl and
+OpenRLHF too). It is rlexp's key, not a config field: it picks the class whose fields the recipe
+may state and whose defaults fill the ones it does not (RLOOConfig's differ: ``num_generations``
+2, not 8; ``beta`` 0.05, not 0.0), and the class the launch runs."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import cache
+from typing import Any
 
 from rlexp.spec.recipe import (
     INFRASTRUCTURE,
@@ -12,7 +23,41 @@ from rlexp.spec.recipe import (
     RecipeKey,
     TrainerKeyTable,
 )
-from rlexp.trainers.trl.fields import GRPO_CONFIG_FIELDS, MODEL_CONFIG_FIELDS, TRL_VERSION
+from rlexp.trainers.trl.fields import GRPO_CONFIG_FIELDS, MODEL_CONFIG_FIELDS, RLOO_CONFIG_FIELDS, TRL_VERSION
+
+# the recipe key naming TRL's trainer, its values (TRL's command names) -> (trainer class, config class, fields)
+ESTIMATOR_KEY = "advantage_estimator"
+TRAINERS = {"grpo": ("GRPOTrainer", "GRPOConfig", GRPO_CONFIG_FIELDS),
+            "rloo": ("RLOOTrainer", "RLOOConfig", RLOO_CONFIG_FIELDS)}
+DEFAULT_ESTIMATOR = "grpo"
+
+
+def estimator_of(recipe: Mapping[str, Any]) -> str:
+    """The TRL trainer a recipe names (``grpo`` unless ``advantage_estimator`` says otherwise); a value
+    that names none is returned as it is, for the plan's check to name."""
+    value = recipe.get(ESTIMATOR_KEY)
+    return DEFAULT_ESTIMATOR if value is None else value
+
+
+def config_fields(estimator: str) -> tuple[tuple[str, str, object], ...]:
+    """The rows of the config class of ``estimator`` (GRPOConfig's for a value that names none)."""
+    return TRAINERS.get(estimator, TRAINERS[DEFAULT_ESTIMATOR])[2]
+
+
+def config_field_names(estimator: str) -> frozenset[str]:
+    return frozenset(row[0] for row in config_fields(estimator))
+
+
+def recipe_defaults(stated: Mapping[str, Any]) -> dict[str, Any]:
+    """What the keys a recipe does not state resolve to: the fields of the class it names (rlexp's
+    spec loader calls this through TrlRules.recipe_defaults). GRPOConfig's are the table's own
+    defaults, so a GRPO recipe resolves as before; RLOOConfig's are its own (2 generations, beta 0.05)."""
+    estimator = estimator_of(stated)
+    table = trl_key_table()
+    if estimator not in TRAINERS or estimator == DEFAULT_ESTIMATOR:
+        return dict(table.defaults)
+    own = {name: default for name, _, default in (*config_fields(estimator), *MODEL_CONFIG_FIELDS)}
+    return {**own, ESTIMATOR_KEY: estimator}
 
 # A field's kind is
 # training unless its name says it is instrumentation (logging, eval, checkpoints, hub) or
@@ -60,14 +105,23 @@ def _trl_type(annotation: str) -> tuple[str, bool]:
     return JSON_VALUE, True
 
 
+@cache
 def trl_key_table() -> TrainerKeyTable:
-    """GRPOConfig's fields, then ModelConfig's (the model and LoRA settings of ``trl grpo``)."""
+    """GRPOConfig's fields, ModelConfig's (the model and LoRA settings of ``trl grpo``), then the
+    fields only RLOOConfig has and ``advantage_estimator``. The defaults are GRPOConfig's and
+    ModelConfig's (the RLOO-only fields and the estimator have none there: a GRPO recipe that does not
+    state them resolves, and hashes, as before); an RLOO recipe's are :func:`recipe_defaults`'."""
     keys: dict[str, RecipeKey] = {}
     for name, annotation, default in (*GRPO_CONFIG_FIELDS, *MODEL_CONFIG_FIELDS):
         if name in keys:  # a field both dataclasses have (GRPOConfig's is listed first)
             continue
         type_, nullable = _trl_type(annotation)
         keys[name] = RecipeKey(name, type_, default, trl_kind(name), nullable or default is None)
-    return TrainerKeyTable("trl", f"TRL {TRL_VERSION} GRPOConfig and ModelConfig fields", keys,
-                           {k.name: k.default for k in keys.values()}, keys.get, (TRL_VERSION,),
-                           model_key="model_name_or_path")  # fmt: skip
+    defaults = {k.name: k.default for k in keys.values()}
+    for name, annotation, default in RLOO_CONFIG_FIELDS:
+        if name not in keys:
+            type_, nullable = _trl_type(annotation)
+            keys[name] = RecipeKey(name, type_, default, trl_kind(name), nullable or default is None)
+    keys[ESTIMATOR_KEY] = RecipeKey(ESTIMATOR_KEY, "str", DEFAULT_ESTIMATOR, TRAINING, True)
+    return TrainerKeyTable("trl", f"TRL {TRL_VERSION} GRPOConfig, RLOOConfig and ModelConfig fields", keys,
+                           defaults, keys.get, (TRL_VERSION,), model_key="model_name_or_path")  # fmt: skip

@@ -1,5 +1,7 @@
 """TRL's launch: the generated training script run by ``.venv-trl``'s Python, followed through
-transformers' TensorBoard callback (TRL's metric names mapped)."""
+transformers' TensorBoard callback (TRL's metric names mapped). The script runs the trainer the
+recipe's ``advantage_estimator`` names: GRPOTrainer, or RLOOTrainer (whose loss has no ``loss_type``
+and which takes no ``rollout_func``: those settings are refused for it)."""
 
 from __future__ import annotations
 
@@ -8,12 +10,16 @@ from typing import TYPE_CHECKING, Any
 from rlexp.experiment.layout import AttemptDir
 from rlexp.trainers.launch import LaunchPlan, TrainerLaunch, loss_recipe
 from rlexp.trainers.trl import RULES
+from rlexp.trainers.trl.keys import estimator_of
 
 if TYPE_CHECKING:
     from rlexp.spec.model import Attempt
 
 # the modes GRPOTrainer's loss types aggregate by exactly (TRL 1.16's _compute_loss; tests/test_loss_aggregation.py
 # runs it); with GSPO's sequence-level ratio TRL takes grpo only (GRPOConfig refuses bnpo, dr_grpo, dapo)
+# RLOOTrainer._compute_loss (TRL 1.16): one term per sequence, not per token
+RLOO_LOSS = ("its loss is the micro-batch's mean over sequences of the clipped sequence-level ratio (the sum of the "
+             "tokens' log-ratios) times the advantage")
 TRL_LOSS_TYPES = {"token-mean": "dapo", "seq-mean-token-mean": "grpo", "seq-mean-token-sum-norm": "dr_grpo"}
 
 
@@ -34,6 +40,8 @@ class TrlLaunch(TrainerLaunch):
         (``mask_truncated_completions``) would count where the modes count only sequences that
         hold a token. ``bnpo`` (each micro-batch's token mean) and ``seq-mean-token-sum`` have none."""
         version = att.trainer.version
+        if estimator_of(att.recipe) == "rloo":
+            raise ValueError(f"TRL {version}'s RLOOTrainer has no loss_type: {RLOO_LOSS}, which none of the modes is")
         loss_type = TRL_LOSS_TYPES.get(mode)
         if loss_type is None:
             spelled = ", ".join(f"{t} = {m}" for m, t in TRL_LOSS_TYPES.items())
@@ -52,6 +60,8 @@ class TrlLaunch(TrainerLaunch):
         return {"loss_type": loss_type}
 
     def loss_agg_default(self, att: Attempt, recipe: Any) -> tuple[str, str]:
+        if estimator_of(recipe) == "rloo":
+            return "TRL RLOO sequence mean", f"TRL's RLOOTrainer: {RLOO_LOSS}, which none of the modes is"
         loss_type = str(recipe.get("loss_type", "dapo"))
         mode = {t: m for m, t in TRL_LOSS_TYPES.items()}.get(loss_type)
         if mode is None:
@@ -65,6 +75,12 @@ class TrlLaunch(TrainerLaunch):
 
     def plan_details(self, att: Attempt, steps: Any) -> dict[str, Any]:
         env = att.environment
+        if env is not None and estimator_of(att.recipe) == "rloo":
+            from rlexp.errors import InputError
+
+            raise InputError(att.display_path or att.spec_path, "environment",
+                             f"TRL {att.trainer.version}'s RLOOTrainer takes no rollout_func nor environment_factory "
+                             "(GRPOTrainer does): an environment task runs on advantage_estimator grpo")
         if env is not None and env.actions == "tool_calls":  # what TRL's tool loop cannot serve: exit 2 here
             from rlexp.trainers.trl.agent import environment_imports
             from rlexp.trainers.trl.agent_tools import check_tool_recipe, tool_tables

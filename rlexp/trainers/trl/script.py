@@ -1,11 +1,13 @@
-"""Launching TRL's ``GRPOTrainer``: the generated training script, its argv and where it writes.
+"""Launching TRL's ``GRPOTrainer`` or ``RLOOTrainer``: the generated training script, its argv and
+where it writes.
 
 ``rlexp launch`` on an attempt with ``trainer.name: trl`` writes ``launch/train_trl.py`` (from
 :mod:`rlexp.trainers.trl.template`) and runs ``[<.venv-trl python>, launch/train_trl.py]`` as a
 process. TRL is not installed in the main venv (it moves the torch/transformers pins): the
 Python is ``$RLEXP_TRL_PYTHON`` when set, else ``.venv-trl/bin/python`` of the rlexp checkout
-(``scripts/setup-trl`` builds it). The recipe's stated GRPOConfig fields reach ``GRPOConfig``
-as they are, except the ones rlexp owns: ``output_dir`` (``checkpoints/trl``) and ``report_to``
+(``scripts/setup-trl`` builds it). The recipe's stated config fields reach the config class its
+``advantage_estimator`` names (``GRPOConfig``, or ``RLOOConfig`` under ``rloo_config`` in the
+script's JSON) as they are, except the ones rlexp owns: ``output_dir`` (``checkpoints/trl``) and ``report_to``
 (TensorBoard is always among them: the launcher follows its event files).
 
 Metric names: TRL's logged keys land in ``metrics.jsonl`` under the names of
@@ -66,16 +68,19 @@ def trl_python(*, must_exist: bool = True) -> Path:
 
 
 def config_kwargs(att: Attempt, ad: AttemptDir) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The GRPOConfig and ModelConfig keyword arguments: the fields some spec in the chain states,
-    plus the ones rlexp owns (output paths, TensorBoard, the resolved model path)."""
+    """The config class's (GRPOConfig or RLOOConfig) and ModelConfig's keyword arguments: the fields
+    some spec in the chain states, plus the ones rlexp owns (output paths, TensorBoard, the resolved
+    model path). A field no spec states takes the class's own default, which is what the plan
+    resolved it to (rlexp.trainers.trl.keys.recipe_defaults)."""
     from rlexp.trainers.launch import loss_recipe
-    from rlexp.trainers.trl.fields import GRPO_CONFIG_FIELDS, MODEL_CONFIG_FIELDS
+    from rlexp.trainers.trl.fields import MODEL_CONFIG_FIELDS
+    from rlexp.trainers.trl.keys import config_field_names, estimator_of
 
     stated = loss_recipe(att, att.recipe_stated)  # environment.loss gspo: TRL's fields
-    grpo_names = {row[0] for row in GRPO_CONFIG_FIELDS}
-    model_kwargs = {k: v for k, v in stated.items() if k not in grpo_names and k in {r[0] for r in MODEL_CONFIG_FIELDS}}
+    config_names = config_field_names(estimator_of(att.recipe))
+    model_kwargs = {k: v for k, v in stated.items() if k not in config_names and k in {r[0] for r in MODEL_CONFIG_FIELDS}}
     model_kwargs["model_name_or_path"] = str(loadable(att.base_model(), att.spec_path))  # a .gguf: its converted directory
-    stated = {k: v for k, v in stated.items() if k in grpo_names}
+    stated = {k: v for k, v in stated.items() if k in config_names}
     for owned in OWNED_FIELDS:
         if owned in stated and owned != "report_to":
             raise InputError(att.display_path or att.spec_path, f"recipe.{owned}",
@@ -102,9 +107,11 @@ def prepare_launch(att: Attempt, ad: AttemptDir, *, resume: bool, must_exist: bo
         raise InputError(spec, "datasets.ood_monitor", "eval_strategy asks for in-run evals: the greedy monitor "
                                                        "needs the ood_monitor set's path")
     max_new = kwargs.get("max_completion_length") or att.recipe.get("max_completion_length") or 512
+    from rlexp.trainers.trl.keys import estimator_of
+
     config = {
         "rlexp_root": str(CHECKOUT),
-        "grpo_config": kwargs,
+        f"{estimator_of(att.recipe)}_config": kwargs,  # grpo_config (GRPOConfig) or rloo_config (RLOOConfig)
         "model_config": model_kwargs,
         "pool": {"path": str(pool.path), "suffix": pool.prompt_suffix},
         "monitor": ({"path": str(monitor.path), "suffix": monitor.prompt_suffix}

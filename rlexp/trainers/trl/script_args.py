@@ -1,11 +1,13 @@
 """``rlexp import`` of a TRL launch script: ``--field value`` arguments of a TRL script become
-``GRPOConfig`` / ``ModelConfig`` fields; ``rlexp plan`` checks them against TRL's fields.
+``GRPOConfig`` (``RLOOConfig`` for ``trl rloo``) / ``ModelConfig`` fields; ``rlexp plan`` checks
+them against the fields of that class.
 
 The arguments are read as TRL's own parser (transformers' ``HfArgumentParser``) reads them: a field
 whose type is a list (``lora_target_modules: list[str] | None``) takes every word up to the next
 flag (``nargs="+"``: ``--lora_target_modules q_proj v_proj``), a bool may stand alone
-(``--use_peft``), anything else takes one value. ``trl grpo``'s own script arguments
-(``GRPOScriptArguments`` and ``ScriptArguments`` in TRL 1.16) are accepted: the dataset fields name
+(``--use_peft``), anything else takes one value. ``trl grpo``'s and ``trl rloo``'s own script
+arguments (``GRPOScriptArguments``, ``RLOOScriptArguments`` and ``ScriptArguments`` in TRL 1.16;
+the two commands' are the same names) are accepted: the dataset fields name
 the training data, and the reward (``reward_funcs``, ``reward_model_name_or_path``) is rlexp's own,
 so it is left out."""
 
@@ -45,10 +47,11 @@ def field_of(key: str) -> str:
 def _kinds() -> dict[str, str]:
     """Each field's kind as HfArgumentParser builds its option: "list" (nargs='+'), "bool" (nargs='?')
     or "one"."""
-    from rlexp.trainers.trl.fields import GRPO_CONFIG_FIELDS, MODEL_CONFIG_FIELDS
+    from rlexp.trainers.trl.fields import GRPO_CONFIG_FIELDS, MODEL_CONFIG_FIELDS, RLOO_CONFIG_FIELDS
 
     kinds: dict[str, str] = {}
-    for name, annotation, _ in (*GRPO_CONFIG_FIELDS, *MODEL_CONFIG_FIELDS):
+    # a field both config classes have is typed alike in both (transformers' TrainingArguments, or TRL's own)
+    for name, annotation, _ in (*GRPO_CONFIG_FIELDS, *RLOO_CONFIG_FIELDS, *MODEL_CONFIG_FIELDS):
         parts = [p.strip() for p in annotation.split("|") if p.strip() not in ("None", "NoneType")]
         if len(parts) == 1 and parts[0].startswith("list["):
             kinds[name] = "list"
@@ -61,17 +64,24 @@ def _kinds() -> dict[str, str]:
     return kinds
 
 
-def check_module(script: Path, where: str, module: str) -> None:
-    """TRL's command line and its `trl.scripts` modules run one trainer each (`trl rloo` RLOOTrainer,
-    `trl sft` SFTTrainer, ...): only `trl grpo` / `trl.scripts.grpo` runs the GRPOTrainer whose
-    GRPOConfig rlexp plans; another is refused, naming it, rather than planned as GRPO. (A training
-    script of the user's own, `accelerate launch train.py`, is read as a GRPO script.)"""
+def check_module(script: Path, where: str, module: str) -> dict[str, Any]:
+    """The recipe keys the command itself states. TRL's command line and its `trl.scripts` modules
+    run one trainer each: `trl grpo` / `trl.scripts.grpo` GRPOTrainer (the recipe's default),
+    `trl rloo` / `trl.scripts.rloo` RLOOTrainer (``advantage_estimator: rloo``: RLOOConfig's fields
+    and defaults); another (`trl sft` SFTTrainer, ...) is refused, naming it, rather than planned as
+    GRPO. (A training script of the user's own, `accelerate launch train.py`, is read as a GRPO
+    script.)"""
+    from rlexp.trainers.trl.keys import DEFAULT_ESTIMATOR, ESTIMATOR_KEY, TRAINERS
+
     if module.startswith("trl ") or module.startswith("trl.scripts."):
         sub = module.split(" ", 1)[1] if module.startswith("trl ") else module.rsplit(".", 1)[-1]
-        if sub != "grpo":
+        if sub not in TRAINERS:
             shown = f"trl {sub}" if module.startswith("trl ") else f"python -m {module}"
-            raise InputError(script, where, f"{shown[:80]}: rlexp plans TRL's GRPOTrainer (`trl grpo`, GRPOConfig); "
-                             f"{shown[:80]} runs another trainer")
+            raise InputError(script, where, f"{shown[:80]}: rlexp plans TRL's GRPOTrainer (`trl grpo`) and RLOOTrainer "
+                             f"(`trl rloo`); {shown[:80]} runs another trainer")
+        if sub != DEFAULT_ESTIMATOR:
+            return {ESTIMATOR_KEY: sub}
+    return {}
 
 
 def read_args(script: Path, where: str, args: list[str], version: str | None = None):
@@ -105,6 +115,9 @@ def read_args(script: Path, where: str, args: list[str], version: str | None = N
         else:
             raise InputError(script, where, f"--{key} without a value (TRL's parser expects one)")
         value: Any = [argument_value(v) for v in values] if kind == "list" else argument_value(values[0])
+        if key == "advantage_estimator":  # rlexp's key naming the trainer, which the command names here
+            raise InputError(script, where, "--advantage_estimator: not an argument of TRL's scripts (the command "
+                             "names the trainer: `trl grpo`, `trl rloo`)")
         if secret_argument(key):
             left_out.append(key)
         elif key in DATASET_FLAGS:

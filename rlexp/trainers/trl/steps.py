@@ -1,5 +1,11 @@
-"""TRL ``GRPOTrainer`` step math and learning rate, read from the released code (docs/trainers.md
-cites the lines of TRL 1.16.0 and transformers 5.24.0), without importing either.
+"""TRL ``GRPOTrainer`` and ``RLOOTrainer`` step math and learning rate, read from the released code
+(docs/trainers.md cites the lines of TRL 1.16.0 and transformers 5.24.0), without importing either.
+
+The two trainers batch alike: RLOOConfig.__post_init__ derives ``steps_per_generation`` and
+``generation_batch_size`` as GRPOConfig's does, and RLOOTrainer's ``get_train_dataloader`` and
+``_get_train_sampler`` are GRPOTrainer's (the same RepeatSampler, the same generation-batch
+DataLoader); what differs is the config's fields and defaults (:mod:`.keys`: the class the recipe's
+``advantage_estimator`` names) and the loss.
 
 With per-process batch ``B`` (``per_device_train_batch_size``), processes ``W`` (``trainer.gpus``,
 1 on a CPU), gradient accumulation ``GA``, generations per prompt ``G`` (``num_generations``),
@@ -28,6 +34,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from rlexp.spec.recipe import COMMON_KEYS
+from rlexp.trainers.trl.fields import MODEL_CONFIG_FIELDS
+from rlexp.trainers.trl.keys import ESTIMATOR_KEY, TRAINERS, config_field_names, estimator_of
 from rlexp.training.schedule import Steps
 
 # transformers' schedulers this module reproduces (name -> the lambda below)
@@ -62,6 +71,7 @@ class TrlSteps(Steps):
     lr_scheduler_type: str = "linear"
     num_cycles: float = 0.5
     warmup_rule_text: str = ""  # how warmup_steps was computed, for messages
+    trainer_class: str = "GRPOTrainer"  # the TRL trainer the recipe's advantage_estimator names
 
     def optimizer_steps_through(self, global_step: int) -> int:
         return max(0, min(global_step, self.global_steps_total))
@@ -87,6 +97,7 @@ class TrlSteps(Steps):
     def as_dict(self) -> dict[str, Any]:
         """The TRL quantities of ``plan.json`` (``steps.trl``)."""
         return {
+            "trainer": self.trainer_class,
             "per_device_train_batch_size": self.per_device_train_batch_size,
             "processes": self.processes,
             "gradient_accumulation_steps": self.gradient_accumulation_steps,
@@ -112,6 +123,35 @@ class TrlSteps(Steps):
 ONE_GENERATION = ("1: GRPO takes its baseline within a prompt's group, and TRL refuses it at start (GRPOConfig: "
                   "'ValueError: GRPO requires at least 2 generations per prompt to calculate the advantages. "
                   "You provided 1, which is less than the minimum required.')")
+
+
+def one_generation(estimator: str) -> str:
+    """The refusal of one generation per prompt, in the words of the config class that refuses it."""
+    if estimator == "rloo":
+        return ("1: RLOO's leave-one-out baseline is the mean of a prompt's other completions, and TRL refuses it at "
+                "start (RLOOConfig: 'ValueError: RLOO requires at least 2 generations per prompt to calculate the "
+                "advantages. You provided 1, which is less than the minimum required.')")
+    return ONE_GENERATION
+
+
+def check_class_fields(recipe: Mapping[str, Any], version: str) -> str:
+    """The TRL trainer the recipe names (``grpo`` or ``rloo``), after checking that every key it
+    holds is a field of that trainer's config class (or ModelConfig's, or rlexp's own): a GRPOConfig
+    field on an RLOO recipe (``loss_type``, ``scale_rewards``, ...) is refused naming it, and so is
+    an RLOOConfig-only one (``normalize_advantages``) on a GRPO recipe."""
+    estimator = estimator_of(recipe)
+    if estimator not in TRAINERS:
+        raise TrlRecipeError(ESTIMATOR_KEY, f"{estimator!r}: TRL {version} runs grpo (GRPOTrainer, `trl grpo`) or "
+                                            "rloo (RLOOTrainer, `trl rloo`)")
+    own = config_field_names(estimator) | {row[0] for row in MODEL_CONFIG_FIELDS} | {ESTIMATOR_KEY, *COMMON_KEYS}
+    config = TRAINERS[estimator][1]
+    for key in recipe:
+        if key not in own:
+            others = [f"{TRAINERS[e][1]}'s" for e in TRAINERS if e != estimator and key in config_field_names(e)]
+            whose = f" (a field of {' and '.join(others)})" if others else ""
+            raise TrlRecipeError(key, f"{config} (TRL {version}, advantage_estimator {estimator}) has no such "
+                                      f"field{whose}: {TRAINERS[estimator][0]} would not take it")
+    return estimator
 
 
 def _int(recipe: Mapping[str, Any], key: str, minimum: int) -> int:
@@ -143,18 +183,20 @@ def trl_steps(recipe: Mapping[str, Any], pool_size: int, version: str, processes
     of ``pool_size`` prompts on ``processes`` processes. TrlRecipeError names a bad key."""
     if pool_size < 0:
         raise ValueError(f"pool_size must be >= 0, got {pool_size}")
+    estimator = check_class_fields(recipe, version)
+    config = TRAINERS[estimator][1]
     b = _int(recipe, "per_device_train_batch_size", 1)
     ga = _int(recipe, "gradient_accumulation_steps", 1)
     if recipe.get("num_generations") == 1 and not isinstance(recipe.get("num_generations"), bool):
-        raise TrlRecipeError("num_generations", ONE_GENERATION)
-    g = _int(recipe, "num_generations", 2)  # GRPOConfig refuses fewer than 2 generations
+        raise TrlRecipeError("num_generations", one_generation(estimator))
+    g = _int(recipe, "num_generations", 2)  # GRPOConfig and RLOOConfig refuse fewer than 2 generations
     mu = _int(recipe, "num_iterations", 1)
     w = max(1, int(processes))
     stated_s, stated_gb = recipe.get("steps_per_generation"), recipe.get("generation_batch_size")
-    # GRPOConfig.__post_init__: S defaults to GA; a generation_batch_size sets it instead
+    # GRPOConfig.__post_init__ (RLOOConfig's alike): S defaults to GA; a generation_batch_size sets it instead
     if stated_s is not None and stated_gb is not None:
         raise TrlRecipeError("steps_per_generation", "generation_batch_size and steps_per_generation are "
-                                                     "mutually exclusive in GRPOConfig")
+                                                     f"mutually exclusive in {config}")
     if stated_gb is not None:
         gb = _int(recipe, "generation_batch_size", 1)
         if gb % (b * w):
@@ -242,6 +284,7 @@ def trl_steps(recipe: Mapping[str, Any], pool_size: int, version: str, processes
         lr_scheduler_type=scheduler,
         num_cycles=num_cycles,
         warmup_rule_text=rule,
+        trainer_class=TRAINERS[estimator][0],
     )
 
 

@@ -29,7 +29,8 @@ def rollout_module(argv: Sequence[str]) -> Any:
 
 
 def train(config: Mapping[str, Any], argv: Sequence[str], *, environment_factory: bool = False) -> int:
-    """One GRPOTrainer run on the attempt's ``config``; ``environment_factory``: the module named by
+    """One GRPOTrainer run on the attempt's ``config`` (an RLOOTrainer run where it holds
+    ``rloo_config``, RLOOConfig's keyword arguments, instead of ``grpo_config``); ``environment_factory``: the module named by
     ``--rollout-module`` gives GRPOTrainer its ``ENVIRONMENT_FACTORY`` (an environment task whose
     actions are tool calls)."""
     os.environ["TENSORBOARD_LOGGING_DIR"] = config["tensorboard_dir"]
@@ -40,7 +41,7 @@ def train(config: Mapping[str, Any], argv: Sequence[str], *, environment_factory
     from torch.utils.tensorboard import SummaryWriter
     from transformers import AutoTokenizer, TrainerCallback, set_seed
     from transformers.trainer_utils import get_last_checkpoint
-    from trl import GRPOConfig, GRPOTrainer, ModelConfig, get_peft_config
+    from trl import GRPOConfig, GRPOTrainer, ModelConfig, RLOOConfig, RLOOTrainer, get_peft_config
 
     from rlexp.evaluation.answers import extract_answer, is_correct
     from rlexp.evaluation.generation import generate, render_prompt
@@ -49,7 +50,9 @@ def train(config: Mapping[str, Any], argv: Sequence[str], *, environment_factory
     # what really ran (the launcher's provenance records the pinned versions)
     print(f"rlexp: trl {trl.__version__} transformers {transformers.__version__} torch {torch.__version__}",
           flush=True)
-    set_seed(int(config["grpo_config"].get("seed", 42)))
+    rloo = "rloo_config" in config  # `trl rloo`: RLOOTrainer, RLOOConfig (no rollout_func: plan refuses an environment)
+    config_kwargs = config["rloo_config" if rloo else "grpo_config"]
+    set_seed(int(config_kwargs.get("seed", 42)))
     tokenizer = AutoTokenizer.from_pretrained(config["model_config"]["model_name_or_path"])
     agent = rollout_module(argv)  # an environment task: episodes through TRL's rollout_func
 
@@ -110,17 +113,18 @@ def train(config: Mapping[str, Any], argv: Sequence[str], *, environment_factory
             tokenizer.save_pretrained(out)
 
     model_args = ModelConfig(**config["model_config"])
-    grpo = GRPOConfig(**config["grpo_config"])
+    grpo = (RLOOConfig if rloo else GRPOConfig)(**config_kwargs)
     # as TRL's own `trl grpo` script builds the model's keyword arguments from ModelConfig
     model_init_kwargs = dict(revision=model_args.model_revision, trust_remote_code=grpo.trust_remote_code,
                              attn_implementation=model_args.attn_implementation, dtype=model_args.dtype)
     model_init_kwargs.update(grpo.model_init_kwargs or {})
     grpo.model_init_kwargs = model_init_kwargs
     factory = {"environment_factory": agent.ENVIRONMENT_FACTORY} if environment_factory else {}
-    trainer = GRPOTrainer(
+    if agent is not None:
+        factory["rollout_func"] = agent.rollout_func
+    trainer = (RLOOTrainer if rloo else GRPOTrainer)(
         model=model_args.model_name_or_path,
         reward_funcs=agent.REWARD_FUNCS if agent is not None else [exact_match],
-        rollout_func=agent.rollout_func if agent is not None else None,
         **factory,
         args=grpo,
         train_dataset=Dataset.from_list(pool),
