@@ -144,7 +144,7 @@ def _resolve(
     trainer = TrainerSettings(name=trainer_raw["name"], version=version, gpus=trainer_raw.get("gpus"))
 
     recipe_stated = dict(merged["recipe"])
-    recipe = {**table.defaults, **recipe_stated}
+    recipe = table.recipe(recipe_stated)
 
     experiment_dir = spec_path.parent.parent
     eval_raw = merged["eval"]
