@@ -282,3 +282,39 @@ def test_the_token_clip_default_is_each_trainers_own():
     assert {verl[f"actor_rollout_ref.actor.clip_ratio{side}"] for side in ("", "_low", "_high")} == {EPS_CLIP_DEFAULT}
     assert [c.name for c in check_gspo_clip("gspo", EPS_CLIP_DEFAULT, "recipe.eps_clip")] == ["agent.gspo_clip"]
     assert check_gspo_clip("gspo", 3e-4, "recipe.eps_clip") == []
+
+
+def test_every_recipe_field_is_the_v093_parsers_argument_with_its_type_and_default():
+    """Each field of the typed Recipe against OpenRLHF 0.9.3's own ``train_ppo_ray`` parser, loaded from the
+    release's wheel: the argument exists, its type is the field's, and its default, converted by the parser's
+    own type as argparse would a command-line value, is the field's default."""
+    import argparse
+    from dataclasses import fields
+
+    from rlexp.spec.recipe import Recipe
+    from rlexp.trainers.openrlhf.parser import ReleaseParser, fetch, listed_releases
+
+    (release,) = [r for r in listed_releases() if r.version == "0.9.3"]
+    actions = {a.dest: a for a in ReleaseParser("0.9.3", fetch(release)).parser._actions}
+    not_in_093 = {"min_lr_ratio", "bf16", "offload", "flash_attn"}  # v0.11's name / releases before 0.9
+    element = {"int": int, "float": float, "str": str, "str_list": str, "float_pair": float}
+    checked = 0
+    for f in fields(Recipe):
+        if f.name == "extra" or f.name in not_in_093:
+            continue
+        action, key = actions[f.name], RECIPE_KEYS[f.name]
+        if key.type == "bool":
+            assert isinstance(action, argparse._StoreTrueAction) and action.default is False is f.default, f.name
+        else:
+            assert action.type in (element[key.type], None if key.type == "str" else element[key.type]), f.name
+            convert = action.type or str
+            if f.name == "wandb_run_name":  # OpenRLHF stamps the parse time ("ppo_%m%dT%H:%M"): unset here
+                assert action.default.startswith("ppo_") and f.default is None
+            elif action.default is None:
+                assert f.default is None, f.name
+            elif isinstance(action.default, list | tuple):  # a nargs argument
+                assert tuple(convert(v) for v in action.default) == f.default, f.name
+            else:
+                assert convert(action.default) == f.default and type(f.default) is element[key.type], f.name
+        checked += 1
+    assert checked == len(RECIPE_KEYS) - len(not_in_093) == 139

@@ -165,7 +165,7 @@ def check_run_health(att: Attempt) -> list[Verdict]:
     settings its own code is known to get wrong silently, each with that code named."""
     from rlexp.trainers import rules as trainer_rules
 
-    return trainer_rules(att.trainer.name).run_health_checks(dict(att.recipe), str(att.trainer.version),
+    return trainer_rules(att.trainer.name).run_health_checks(att.recipe, str(att.trainer.version),
                                                             att.environment)
 
 
@@ -603,7 +603,7 @@ def check_group_of_one(att: Attempt) -> list[Verdict]:
     """Every trainer, every attempt (not only environment tasks): a baseline taken within a prompt's
     group needs two samples of the prompt. The trainer's rules say whether its recipe is such a
     case and what the trainer does with it (``TrainerRules.group_of_one``)."""
-    found = trainer_rules(att.trainer.name).group_of_one(dict(att.recipe), str(att.trainer.version))
+    found = trainer_rules(att.trainer.name).group_of_one(att.recipe, str(att.trainer.version))
     if found is None:
         return []
     return [check(

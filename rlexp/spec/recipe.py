@@ -302,6 +302,11 @@ class Recipe(RecipeView):
         return cls(**{k: v for k, v in stated.items() if k in TABLE_FIELDS},
                    extra={k: v for k, v in stated.items() if k not in TABLE_FIELDS})
 
+    @property
+    def loss_agg_mode(self) -> str | None:
+        """``loss_agg_mode`` (:data:`COMMON_KEYS`: every trainer's recipe has it, with no default); None: unset."""
+        return self.extra.get(LOSS_AGG_KEY.name)
+
     def __getitem__(self, key: str) -> Any:
         if key in TABLE_FIELDS:
             return getattr(self, key)
