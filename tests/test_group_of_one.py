@@ -82,7 +82,7 @@ def test_openrlhf_creates_a_critic_exactly_where_rlexp_counts_one(openrlhf_parse
             if critic:
                 recipe["critic_pretrain"] = critic
             args = openrlhf_parsers[version].parse(openrlhf.build_train_argv(recipe, version).argv[3:]).args
-            assert bool(get(args, "critic_pretrain")) == critic_created(recipe), (estimator, critic)
+            assert bool(get(args, "critic_pretrain")) == critic_created(Recipe.of(recipe)), (estimator, critic)
 
 
 # ----------------------------------------------------------------------------- verl 0.9.1
