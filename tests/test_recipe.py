@@ -318,3 +318,31 @@ def test_every_recipe_field_is_the_v093_parsers_argument_with_its_type_and_defau
                 assert convert(action.default) == f.default and type(f.default) is element[key.type], f.name
         checked += 1
     assert checked == len(RECIPE_KEYS) - len(not_in_093) == 139
+
+
+def test_the_typed_recipe_is_the_resolved_mapping_it_replaces(tmp_path):
+    """``att.recipe`` read by key is what the loader resolved before the recipe was typed, key for key and
+    in the same order (the plan, the digest and the tracked parameters iterate it): the table's defaults
+    in table order with the stated values in, then the keys outside the table as stated. Read by
+    attribute it is the same value, and it cannot be changed."""
+    import dataclasses
+
+    from rlexp.spec.recipe import RECIPE_DEFAULTS, NativeRecipe, Recipe, key_table
+
+    d = tmp_path / "exp" / "a1"
+    d.mkdir(parents=True)
+    stated = {"actor.loss_agg_mode": "token-mean", "eps_clip": 0.1, "pretrain": "m", "partial_rollout": True}
+    (d / "attempt.yaml").write_text(yaml.safe_dump({"trainer": {"name": "openrlhf", "version": "0.11.2"},
+                                                    "recipe": stated}, sort_keys=False))
+    att = load_attempt(d)
+    assert isinstance(att.recipe, Recipe)
+    assert list(att.recipe.items()) == list({**RECIPE_DEFAULTS, **stated}.items())
+    assert att.recipe.eps_clip == 0.1 and att.recipe.seed == 42 and att.recipe.pretrain == "m"
+    assert dict(att.recipe.extra) == {"actor.loss_agg_mode": "token-mean", "partial_rollout": True}
+    assert att.recipe == {**RECIPE_DEFAULTS, **stated} and att.recipe.get("not_a_key") is None
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        att.recipe.eps_clip = 0.3  # type: ignore[misc]
+    with pytest.raises(ValueError, match="eps_clip"):
+        Recipe(extra={"eps_clip": 0.3})  # a described key has one home: its field
+    trl = key_table("trl").recipe({"epsilon": 3e-4})
+    assert isinstance(trl, NativeRecipe) and trl == {**key_table("trl").defaults, "epsilon": 3e-4}
