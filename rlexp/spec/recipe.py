@@ -323,6 +323,14 @@ class Recipe(RecipeView):
 TABLE_FIELD_ORDER: tuple[str, ...] = tuple(f.name for f in fields(Recipe) if f.name != "extra")
 TABLE_FIELDS = frozenset(TABLE_FIELD_ORDER)
 
+
+def as_recipe(recipe: Mapping[str, Any]) -> Recipe:
+    """``recipe`` read in OpenRLHF's terms: a :class:`Recipe` as it is; a mapping (some of its keys: the local
+    trainer's configuration, a test's few keys) with Recipe's own default for each key it lacks or leaves null."""
+    if isinstance(recipe, Recipe):
+        return recipe
+    return Recipe(**{k: v for k, v in recipe.items() if k in TABLE_FIELDS and v is not None})
+
 # The token-level clip range of the PPO ratio when a recipe states none: Recipe.eps_clip's default,
 # OpenRLHF's --eps_clip, which TRL's GRPOConfig.epsilon and verl's actor clip_ratio share
 # (tests/test_recipe.py reads all three from the trainers' own code); the value agent.gspo_clip warns at.
