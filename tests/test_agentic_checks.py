@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from rlexp.protocol import agentic_checks as ac
+from rlexp.spec.recipe import Recipe, key_table
 from rlexp.trainers import rules as trainer_rules
 from rlexp.trainers.openrlhf import checks as openrlhf_checks
 
@@ -42,10 +43,10 @@ def test_releases_before_the_agent_api_are_refused_in_one_line(trainer, version,
 
 
 def test_openrlhf_max_length_per_release():
-    assert openrlhf_checks.openrlhf_max_length("0.9.3", {}) == (2048, "prompt_max_len 1024 + generate_max_len 1024")
-    assert openrlhf_checks.openrlhf_max_length("0.9.7", {"prompt_max_len": 100, "generate_max_len": 50, "max_len": 9999})[0] == 150
-    assert openrlhf_checks.openrlhf_max_length("0.9.8", {}) == (2048, "max_len")
-    assert openrlhf_checks.openrlhf_max_length("0.11.2", {"max_len": 300}) == (300, "max_len")
+    assert openrlhf_checks.openrlhf_max_length("0.9.3", Recipe.of({})) == (2048, "prompt_max_len 1024 + generate_max_len 1024")
+    assert openrlhf_checks.openrlhf_max_length("0.9.7", Recipe.of({"prompt_max_len": 100, "generate_max_len": 50, "max_len": 9999}))[0] == 150
+    assert openrlhf_checks.openrlhf_max_length("0.9.8", Recipe.of({})) == (2048, "max_len")
+    assert openrlhf_checks.openrlhf_max_length("0.11.2", Recipe.of({"max_len": 300})) == (300, "max_len")
 
 
 def test_turn_budget_names_both_numbers():
@@ -243,7 +244,9 @@ def _att(trainer, version, recipe, **env):
 
     settings = EnvironmentSettings(**{"name": "calculator", "max_turns": 3, "max_tokens_per_turn": 100,
                                       "max_total_tokens": 300, **env})
-    return SimpleNamespace(environment=settings, trainer=SimpleNamespace(name=trainer, version=version), recipe=recipe)
+    # the recipe as load_attempt resolves it for that trainer (OpenRLHF's, the local trainer's: a typed Recipe)
+    return SimpleNamespace(environment=settings, trainer=SimpleNamespace(name=trainer, version=version),
+                           recipe=key_table(trainer).recipe(recipe))
 
 
 def test_check_agentic_per_trainer():

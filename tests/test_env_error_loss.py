@@ -264,11 +264,13 @@ def test_openrlhf_an_outage_stops_the_run_before_a_step_of_masked_episodes(token
     """Error episodes in a row up to the agent file's outage count stop the run (an exception out
     of the executor, which fails OpenRLHF's rollout); a success in between starts the count again.
     The count is half an engine's share of an optimizer step."""
+    from rlexp.spec.recipe import Recipe
     from rlexp.trainers.openrlhf import agent as agent_openrlhf
 
-    assert agent_openrlhf.outage_episodes({"train_batch_size": 128, "vllm_num_engines": 4}) == 16
-    assert agent_openrlhf.outage_episodes({"train.batch_size": 64}) == 32
-    assert agent_openrlhf.outage_episodes({"train_batch_size": 1}) == 1
+    assert agent_openrlhf.outage_episodes(Recipe.of({"train_batch_size": 128, "vllm_num_engines": 4})) == 16
+    assert agent_openrlhf.outage_episodes(Recipe.of({"train_batch_size": 64})) == 32
+    assert agent_openrlhf.outage_episodes(Recipe.of({})) == 64  # OpenRLHF's train_batch_size 128, one engine
+    assert agent_openrlhf.outage_episodes(Recipe.of({"train_batch_size": 1})) == 1
 
     def agent_file(name, outage):
         return agent_openrlhf.write_agent_file(tmp_path / name, ENV, {}, max_turns=1, version=OPENRLHF, outage=outage)

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from rlexp.protocol.checks import critic_created
+from rlexp.spec.recipe import Recipe
 from rlexp.trainers.openrlhf import argv as openrlhf
 from rlexp.trainers.openrlhf.checks import group_of_one as openrlhf_group_of_one
 from rlexp.trainers.trl.steps import ONE_GENERATION
@@ -56,7 +57,7 @@ def test_openrlhf_refusals_are_the_releases_own(openrlhf_parsers, version):
             refused = None
         except Rejected as exc:
             refused = str(exc)
-        found = openrlhf_group_of_one(recipe, version)
+        found = openrlhf_group_of_one(Recipe.of(recipe), version)
         if refused is not None:  # rlexp quotes the release's own assertion
             assert found is not None and "refuses it at start" in found.outcome, (estimator, refused)
             assert f"{estimator} requires n_samples_per_prompt > 1" in refused
@@ -66,7 +67,7 @@ def test_openrlhf_refusals_are_the_releases_own(openrlhf_parsers, version):
         else:  # gae (a critic), reinforce (no baseline): no group, nothing to flag
             assert found is None, estimator
         # with two samples no release refuses any of them, and rlexp flags none
-        assert openrlhf_group_of_one({**recipe, "n_samples_per_prompt": 2}, version) is None
+        assert openrlhf_group_of_one(Recipe.of({**recipe, "n_samples_per_prompt": 2}), version) is None
 
 
 @pytest.mark.openrlhf_wheels
@@ -81,7 +82,7 @@ def test_openrlhf_creates_a_critic_exactly_where_rlexp_counts_one(openrlhf_parse
             if critic:
                 recipe["critic_pretrain"] = critic
             args = openrlhf_parsers[version].parse(openrlhf.build_train_argv(recipe, version).argv[3:]).args
-            assert bool(get(args, "critic_pretrain")) == critic_created(recipe), (estimator, critic)
+            assert bool(get(args, "critic_pretrain")) == critic_created(Recipe.of(recipe)), (estimator, critic)
 
 
 # ----------------------------------------------------------------------------- verl 0.9.1
@@ -210,6 +211,6 @@ def test_local_trainer_gives_a_group_of_one_advantage_zero(estimator):
 
     rewards = torch.tensor([[1.0], [0.0], [0.5]])  # three prompts, one sample each
     assert torch.count_nonzero(group_advantages(rewards, estimator)) == 0  # the trainer's own loss
-    found = local_group_of_one({"advantage_estimator": estimator, "n_samples_per_prompt": 1}, "local")
+    found = local_group_of_one(Recipe.of({"advantage_estimator": estimator, "n_samples_per_prompt": 1}), "local")
     assert found is not None and "advantage 0" in found.outcome
-    assert local_group_of_one({"advantage_estimator": estimator, "n_samples_per_prompt": 2}, "local") is None
+    assert local_group_of_one(Recipe.of({"advantage_estimator": estimator, "n_samples_per_prompt": 2}), "local") is None

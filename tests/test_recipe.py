@@ -282,3 +282,67 @@ def test_the_token_clip_default_is_each_trainers_own():
     assert {verl[f"actor_rollout_ref.actor.clip_ratio{side}"] for side in ("", "_low", "_high")} == {EPS_CLIP_DEFAULT}
     assert [c.name for c in check_gspo_clip("gspo", EPS_CLIP_DEFAULT, "recipe.eps_clip")] == ["agent.gspo_clip"]
     assert check_gspo_clip("gspo", 3e-4, "recipe.eps_clip") == []
+
+
+def test_every_recipe_field_is_the_v093_parsers_argument_with_its_type_and_default():
+    """Each field of the typed Recipe against OpenRLHF 0.9.3's own ``train_ppo_ray`` parser, loaded from the
+    release's wheel: the argument exists, its type is the field's, and its default, converted by the parser's
+    own type as argparse would a command-line value, is the field's default."""
+    import argparse
+    from dataclasses import fields
+
+    from rlexp.spec.recipe import Recipe
+    from rlexp.trainers.openrlhf.parser import ReleaseParser, fetch, listed_releases
+
+    (release,) = [r for r in listed_releases() if r.version == "0.9.3"]
+    actions = {a.dest: a for a in ReleaseParser("0.9.3", fetch(release)).parser._actions}
+    not_in_093 = {"min_lr_ratio", "bf16", "offload", "flash_attn"}  # v0.11's name / releases before 0.9
+    element = {"int": int, "float": float, "str": str, "str_list": str, "float_pair": float}
+    checked = 0
+    for f in fields(Recipe):
+        if f.name == "extra" or f.name in not_in_093:
+            continue
+        action, key = actions[f.name], RECIPE_KEYS[f.name]
+        if key.type == "bool":
+            assert isinstance(action, argparse._StoreTrueAction) and action.default is False is f.default, f.name
+        else:
+            assert action.type in (element[key.type], None if key.type == "str" else element[key.type]), f.name
+            convert = action.type or str
+            if f.name == "wandb_run_name":  # OpenRLHF stamps the parse time ("ppo_%m%dT%H:%M"): unset here
+                assert action.default.startswith("ppo_") and f.default is None
+            elif action.default is None:
+                assert f.default is None, f.name
+            elif isinstance(action.default, list | tuple):  # a nargs argument
+                assert tuple(convert(v) for v in action.default) == f.default, f.name
+            else:
+                assert convert(action.default) == f.default and type(f.default) is element[key.type], f.name
+        checked += 1
+    assert checked == len(RECIPE_KEYS) - len(not_in_093) == 139
+
+
+def test_the_typed_recipe_is_the_resolved_mapping_it_replaces(tmp_path):
+    """``att.recipe`` read by key is what the loader resolved before the recipe was typed, key for key and
+    in the same order (the plan, the digest and the tracked parameters iterate it): the table's defaults
+    in table order with the stated values in, then the keys outside the table as stated. Read by
+    attribute it is the same value, and it cannot be changed."""
+    import dataclasses
+
+    from rlexp.spec.recipe import RECIPE_DEFAULTS, NativeRecipe, Recipe, key_table
+
+    d = tmp_path / "exp" / "a1"
+    d.mkdir(parents=True)
+    stated = {"actor.loss_agg_mode": "token-mean", "eps_clip": 0.1, "pretrain": "m", "partial_rollout": True}
+    (d / "attempt.yaml").write_text(yaml.safe_dump({"trainer": {"name": "openrlhf", "version": "0.11.2"},
+                                                    "recipe": stated}, sort_keys=False))
+    att = load_attempt(d)
+    assert isinstance(att.recipe, Recipe)
+    assert list(att.recipe.items()) == list({**RECIPE_DEFAULTS, **stated}.items())
+    assert att.recipe.eps_clip == 0.1 and att.recipe.seed == 42 and att.recipe.pretrain == "m"
+    assert dict(att.recipe.extra) == {"actor.loss_agg_mode": "token-mean", "partial_rollout": True}
+    assert att.recipe == {**RECIPE_DEFAULTS, **stated} and att.recipe.get("not_a_key") is None
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        att.recipe.eps_clip = 0.3  # type: ignore[misc]
+    with pytest.raises(ValueError, match="eps_clip"):
+        Recipe(extra={"eps_clip": 0.3})  # a described key has one home: its field
+    trl = key_table("trl").recipe({"epsilon": 3e-4})
+    assert isinstance(trl, NativeRecipe) and trl == {**key_table("trl").defaults, "epsilon": 3e-4}

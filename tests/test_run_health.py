@@ -220,7 +220,11 @@ def _ids(found):
 
 
 def test_openrlhf_correction_is_off_with_gspo_in_every_release():
-    from rlexp.trainers.openrlhf.checks import run_health_checks
+    from rlexp.spec.recipe import Recipe
+    from rlexp.trainers.openrlhf.checks import run_health_checks as checks
+
+    def run_health_checks(stated, version, env=None):  # on the recipe load_attempt resolves from ``stated``
+        return checks(Recipe.of(stated), version, env)
 
     for recipe in ({"enable_vllm_is_correction": True, "policy_loss_type": "gspo"},  # 0.9.x-0.10.1
                    {"algo.advantage.is_correction_enable": True, "actor.policy_loss_type": "gspo"},  # 0.10.2+

@@ -84,5 +84,5 @@ def check_agentic(att: Attempt) -> list[Verdict]:
     version = str(att.trainer.version)
     found = check_release(rules.name, version, rules.agent_api_since)
     if not found:
-        found = rules.agentic_checks(env, dict(att.recipe), version)
+        found = rules.agentic_checks(env, att.recipe, version)
     return sorted(found, key=lambda c: c.severity != ERROR)

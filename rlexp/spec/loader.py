@@ -147,7 +147,7 @@ def _resolve(
     from rlexp.trainers import rules as trainer_rules
 
     # the defaults of the trainer as this recipe runs it (TRL's: its config class's)
-    recipe = {**trainer_rules(trainer.name).recipe_defaults(recipe_stated), **recipe_stated}
+    recipe = table.recipe(recipe_stated, trainer_rules(trainer.name).recipe_defaults(recipe_stated))
 
     experiment_dir = spec_path.parent.parent
     eval_raw = merged["eval"]

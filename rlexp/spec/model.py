@@ -20,6 +20,8 @@ from rlexp.spec.fields import (
     record,
 )
 from rlexp.spec.recipe import (
+    NativeRecipe,
+    Recipe,
     key_table,
 )
 from rlexp.trainers import names as trainer_names
@@ -248,7 +250,9 @@ class Attempt:
     change: dict[str, Any]
     intent: dict[str, Any]
     trainer: TrainerSettings
-    recipe: dict[str, Any]  # fully resolved: parent chain merged, defaults applied
+    # fully resolved (parent chain merged, defaults applied): OpenRLHF's and the local trainer's typed
+    # Recipe (att.recipe.eps_clip), another trainer's NativeRecipe; both read-only mappings by key
+    recipe: Recipe | NativeRecipe
     recipe_stated: dict[str, Any]  # only the keys some spec in the chain states
     datasets: dict[str, DatasetRef]
     eval: EvalSettings

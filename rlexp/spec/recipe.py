@@ -42,8 +42,8 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 TRAINING = "training"
@@ -83,168 +83,269 @@ class RecipeKey:
 
 T, I, X = TRAINING, INSTRUMENTATION, INFRASTRUCTURE  # noqa: E741 (short names keep the table readable)
 
-# The token-level clip range of the PPO ratio when the recipe states none: OpenRLHF's --eps_clip default
-# (v0.9.3's argparse), which TRL's GRPOConfig.epsilon and verl's actor clip_ratio share (tests/test_recipe.py
-# reads all three from the trainers' own code). Written here once: the table's default, the checks' fallback
-# for a recipe without it, and the value agent.gspo_clip warns at.
-EPS_CLIP_DEFAULT = 0.2
+FloatPair = tuple[float, float]  # type float_pair: two numbers (a range, Adam's betas)
+ModuleNames = str | list[str]  # type str_list: one name or pattern ("all-linear"), or distinct names
 
-# one row per key, its fields named (RecipeKey): type, default (OpenRLHF v0.9.3 argparse), kind, nullable,
-# constraint, the v0.10.2+ dotted flag; ``local`` is derived from LOCAL_TRAINER_KEYS below
-RECIPE_TABLE: list[RecipeKey] = [
+# a field's annotation (a string: annotations are not evaluated here) -> its value type in the table
+ANNOTATION_TYPES = {"int": "int", "float": "float", "bool": "bool", "str": "str", "ModuleNames": "str_list",
+                    "FloatPair": "float_pair"}
+
+
+def row(default: Any, kind: str, *, constraint: str | None = None, dotted: str | None = None) -> Any:
+    """One OpenRLHF argument as a field of :class:`Recipe`: its default (v0.9.3's argparse), its kind,
+    its bound and its v0.10.2+ flag; its type, and whether null is allowed, is the field's annotation."""
+    return field(default=default, metadata={"kind": kind, "constraint": constraint, "dotted": dotted})
+
+
+class RecipeView(Mapping[str, Any]):
+    """A resolved recipe read by key, read-only: the trainer-neutral code (the one-variable diff, the
+    digest, the plan) and the trainers whose recipe is read by name (TRL, verl) read any recipe this
+    way; each key's value is the stated one, else its trainer table's default."""
+
+    __slots__ = ()
+
+
+@dataclass(frozen=True, eq=False)
+class NativeRecipe(RecipeView):
+    """The recipe of a trainer whose keys are its own and have no typed class here (TRL's GRPOConfig
+    fields, verl's dotted config keys): every key, stated or defaulted, in its table's order."""
+
+    values: Mapping[str, Any]
+
+    def __getitem__(self, key: str) -> Any:
+        return self.values[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.values)
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+
+@dataclass(frozen=True, eq=False)
+class Recipe(RecipeView):
+    """The recipe of OpenRLHF and the local trainer, typed: one field per OpenRLHF ``train_ppo_ray``
+    argument in its v0.9.x spelling, declared once with its default (OpenRLHF v0.9.3's argparse
+    default, which tests/test_recipe.py compares with the release's own parser), its kind, its bound
+    and its v0.10.2+ flag (:func:`row`). :data:`RECIPE_TABLE` is read from these fields, so the spec
+    schema, the JSON Schema, the local trainer's keys and both flag dialects follow them.
+
+    Code reads a key as an attribute (``att.recipe.eps_clip``). The keys the table does not describe
+    (the later underscore flags, a newer release's dotted flags, :data:`COMMON_KEYS`) are in
+    :attr:`extra`, as stated. As a mapping (:class:`RecipeView`) it is the ``dict`` it replaces: the
+    table's keys in table order, then the extra ones in the order the spec states them."""
+
     # ---- model, reward, data
-    RecipeKey(name="pretrain", type="str", default=None, kind=T, nullable=True, dotted="actor.model_name_or_path"),
-    RecipeKey(name="reward_pretrain", type="str", default=None, kind=T, nullable=True, dotted="reward.model_name_or_path"),
-    RecipeKey(name="remote_rm_url", type="str", default=None, kind=T, nullable=True, dotted="reward.remote_url"),
-    RecipeKey(name="critic_pretrain", type="str", default=None, kind=T, nullable=True, dotted="critic.model_name_or_path"),
-    RecipeKey(name="value_head_prefix", type="str", default="score", kind=T, dotted="ds.value_head_prefix"),
-    RecipeKey(name="agent_func_path", type="str", default=None, kind=T, nullable=True, dotted="train.agent_func_path"),
-    RecipeKey(name="prompt_data", type="str", default=None, kind=T, nullable=True, dotted="data.prompt_dataset"),
-    RecipeKey(name="prompt_data_probs", type="str", default=None, kind=T, nullable=True, dotted="data.prompt_probs"),
-    RecipeKey(name="prompt_split", type="str", default="train", kind=T, dotted="data.prompt_split"),
-    RecipeKey(name="input_key", type="str", default="input", kind=T, dotted="data.input_key"),
-    RecipeKey(name="label_key", type="str", default=None, kind=T, nullable=True, dotted="data.label_key"),
-    RecipeKey(name="input_template", type="str", default=None, kind=T, nullable=True, dotted="data.input_template"),
-    RecipeKey(name="apply_chat_template", type="bool", default=False, kind=T, dotted="data.apply_chat_template"),
+    pretrain: str | None = row(None, T, dotted="actor.model_name_or_path")
+    reward_pretrain: str | None = row(None, T, dotted="reward.model_name_or_path")
+    remote_rm_url: str | None = row(None, T, dotted="reward.remote_url")
+    critic_pretrain: str | None = row(None, T, dotted="critic.model_name_or_path")
+    value_head_prefix: str = row("score", T, dotted="ds.value_head_prefix")
+    agent_func_path: str | None = row(None, T, dotted="train.agent_func_path")
+    prompt_data: str | None = row(None, T, dotted="data.prompt_dataset")
+    prompt_data_probs: str | None = row(None, T, dotted="data.prompt_probs")
+    prompt_split: str = row("train", T, dotted="data.prompt_split")
+    input_key: str = row("input", T, dotted="data.input_key")
+    label_key: str | None = row(None, T, dotted="data.label_key")
+    input_template: str | None = row(None, T, dotted="data.input_template")
+    apply_chat_template: bool = row(False, T, dotted="data.apply_chat_template")
     # ---- algorithm
-    RecipeKey(name="advantage_estimator", type="str", default="gae", kind=T, constraint="advantage", dotted="algo.advantage.estimator"),
-    RecipeKey(name="policy_loss_type", type="str", default="ppo", kind=T, dotted="actor.policy_loss_type"),
-    RecipeKey(name="eps_clip", type="float", default=EPS_CLIP_DEFAULT, kind=T, constraint="gt0", dotted="actor.eps_clip"),
-    RecipeKey(name="eps_clip_low_high", type="float_pair", default=None, kind=T, nullable=True, dotted="actor.eps_clip_low_high"),
-    RecipeKey(name="dual_clip", type="float", default=None, kind=T, nullable=True, dotted="actor.dual_clip"),
-    RecipeKey(name="value_clip", type="float", default=0.5, kind=T, dotted="critic.value_clip"),
-    RecipeKey(name="lambd", type="float", default=1.0, kind=T, dotted="algo.advantage.lambd"),
-    RecipeKey(name="gamma", type="float", default=1.0, kind=T, dotted="algo.advantage.gamma"),
-    RecipeKey(name="init_kl_coef", type="float", default=0.01, kind=T, constraint="ge0", dotted="algo.kl.init_coef"),
-    RecipeKey(name="use_kl_loss", type="bool", default=False, kind=T, dotted="algo.kl.use_loss"),
-    RecipeKey(name="kl_estimator", type="str", default="k1", kind=T, constraint="kl_estimator", dotted="algo.kl.estimator"),
-    RecipeKey(name="kl_target", type="float", default=None, kind=T, nullable=True, dotted="algo.kl.target"),
-    RecipeKey(name="kl_horizon", type="int", default=10000, kind=T, dotted="algo.kl.horizon"),
-    RecipeKey(name="entropy_loss_coef", type="float", default=None, kind=T, nullable=True, dotted="actor.entropy_coef"),
-    RecipeKey(name="aux_loss_coef", type="float", default=0.0, kind=T, dotted="actor.aux_loss_coef"),
-    RecipeKey(name="ptx_coef", type="float", default=0.05, kind=T),
-    RecipeKey(name="normalize_reward", type="bool", default=False, kind=T, dotted="reward.normalize_enable"),
-    RecipeKey(name="no_advantage_std_norm", type="bool", default=False, kind=T, dotted="algo.advantage.no_std_norm"),
-    RecipeKey(name="reward_clip_range", type="float_pair", default=(-10.0, 10.0), kind=T, dotted="reward.clip_range"),
-    RecipeKey(name="overlong_buffer_len", type="float", default=None, kind=T, nullable=True, dotted="reward.overlong_buffer_len"),
-    RecipeKey(name="overlong_penalty_factor", type="float", default=1.0, kind=T, dotted="reward.overlong_penalty_factor"),
-    RecipeKey(name="stop_properly_penalty_coef", type="float", default=None, kind=T, nullable=True, dotted="reward.stop_properly_penalty_coef"),
-    RecipeKey(name="dynamic_filtering", type="bool", default=False, kind=T, dotted="algo.dynamic_filtering_enable"),
-    RecipeKey(name="dynamic_filtering_reward_range", type="float_pair", default=(0.0, 1.0), kind=T, dotted="algo.dynamic_filtering_range"),
-    RecipeKey(name="async_train", type="bool", default=False, kind=T, dotted="train.async_enable"),
-    RecipeKey(name="enable_vllm_is_correction", type="bool", default=False, kind=T, dotted="algo.advantage.is_correction_enable"),
-    RecipeKey(name="vllm_is_truncated_threshold", type="float_pair", default=(0.5, 5.0), kind=T, dotted="algo.advantage.is_correction_threshold"),
-    RecipeKey(name="vllm_is_correction_type", type="str", default="tis", kind=T, dotted="algo.advantage.is_correction_type"),
+    advantage_estimator: str = row("gae", T, constraint="advantage", dotted="algo.advantage.estimator")
+    policy_loss_type: str = row("ppo", T, dotted="actor.policy_loss_type")
+    eps_clip: float = row(0.2, T, constraint="gt0", dotted="actor.eps_clip")
+    eps_clip_low_high: FloatPair | None = row(None, T, dotted="actor.eps_clip_low_high")
+    dual_clip: float | None = row(None, T, dotted="actor.dual_clip")
+    value_clip: float = row(0.5, T, dotted="critic.value_clip")
+    lambd: float = row(1.0, T, dotted="algo.advantage.lambd")
+    gamma: float = row(1.0, T, dotted="algo.advantage.gamma")
+    init_kl_coef: float = row(0.01, T, constraint="ge0", dotted="algo.kl.init_coef")
+    use_kl_loss: bool = row(False, T, dotted="algo.kl.use_loss")
+    kl_estimator: str = row("k1", T, constraint="kl_estimator", dotted="algo.kl.estimator")
+    kl_target: float | None = row(None, T, dotted="algo.kl.target")
+    kl_horizon: int = row(10000, T, dotted="algo.kl.horizon")
+    entropy_loss_coef: float | None = row(None, T, dotted="actor.entropy_coef")
+    aux_loss_coef: float = row(0.0, T, dotted="actor.aux_loss_coef")
+    ptx_coef: float = row(0.05, T)
+    normalize_reward: bool = row(False, T, dotted="reward.normalize_enable")
+    no_advantage_std_norm: bool = row(False, T, dotted="algo.advantage.no_std_norm")
+    reward_clip_range: FloatPair = row((-10.0, 10.0), T, dotted="reward.clip_range")
+    overlong_buffer_len: float | None = row(None, T, dotted="reward.overlong_buffer_len")
+    overlong_penalty_factor: float = row(1.0, T, dotted="reward.overlong_penalty_factor")
+    stop_properly_penalty_coef: float | None = row(None, T, dotted="reward.stop_properly_penalty_coef")
+    dynamic_filtering: bool = row(False, T, dotted="algo.dynamic_filtering_enable")
+    dynamic_filtering_reward_range: FloatPair = row((0.0, 1.0), T, dotted="algo.dynamic_filtering_range")
+    async_train: bool = row(False, T, dotted="train.async_enable")
+    enable_vllm_is_correction: bool = row(False, T, dotted="algo.advantage.is_correction_enable")
+    vllm_is_truncated_threshold: FloatPair = row((0.5, 5.0), T, dotted="algo.advantage.is_correction_threshold")
+    vllm_is_correction_type: str = row("tis", T, dotted="algo.advantage.is_correction_type")
     # 0.10.2 renamed it and kept its meaning (freeze the actor for N steps while the critic warms up)
-    RecipeKey(name="freezing_actor_steps", type="int", default=-1, kind=T, dotted="critic.freezing_steps"),
+    freezing_actor_steps: int = row(-1, T, dotted="critic.freezing_steps")
     # ---- sampling and lengths
-    RecipeKey(name="n_samples_per_prompt", type="int", default=1, kind=T, constraint="ge1", dotted="rollout.n_samples_per_prompt"),
-    RecipeKey(name="temperature", type="float", default=1.0, kind=T, constraint="ge0", dotted="rollout.temperature"),
-    RecipeKey(name="top_p", type="float", default=1.0, kind=T, constraint="gt0", dotted="rollout.top_p"),
-    RecipeKey(name="prompt_max_len", type="int", default=1024, kind=T, constraint="ge1"),
-    RecipeKey(name="generate_max_len", type="int", default=1024, kind=T, constraint="ge1", dotted="rollout.max_new_tokens"),
-    RecipeKey(name="max_len", type="int", default=None, kind=T, nullable=True, constraint="ge1", dotted="data.max_len"),
-    RecipeKey(name="max_samples", type="int", default=100_000_000, kind=T, constraint="ge1", dotted="data.max_samples"),
+    n_samples_per_prompt: int = row(1, T, constraint="ge1", dotted="rollout.n_samples_per_prompt")
+    temperature: float = row(1.0, T, constraint="ge0", dotted="rollout.temperature")
+    top_p: float = row(1.0, T, constraint="gt0", dotted="rollout.top_p")
+    prompt_max_len: int = row(1024, T, constraint="ge1")
+    generate_max_len: int = row(1024, T, constraint="ge1", dotted="rollout.max_new_tokens")
+    max_len: int | None = row(None, T, constraint="ge1", dotted="data.max_len")
+    max_samples: int = row(100_000_000, T, constraint="ge1", dotted="data.max_samples")
     # ---- batches, epochs, steps
-    RecipeKey(name="num_episodes", type="int", default=1, kind=T, constraint="ge1", dotted="train.num_episodes"),
-    RecipeKey(name="max_epochs", type="int", default=1, kind=T, constraint="ge1", dotted="train.max_epochs"),
-    RecipeKey(name="rollout_batch_size", type="int", default=1024, kind=T, constraint="ge1", dotted="rollout.batch_size"),
-    RecipeKey(name="micro_rollout_batch_size", type="int", default=8, kind=X, constraint="ge1", dotted="rollout.micro_batch_size"),
-    RecipeKey(name="train_batch_size", type="int", default=128, kind=T, constraint="ge1", dotted="train.batch_size"),
-    RecipeKey(name="micro_train_batch_size", type="int", default=4, kind=T, constraint="ge1", dotted="train.micro_batch_size"),
-    RecipeKey(name="use_dynamic_batch", type="bool", default=False, kind=T, dotted="train.dynamic_batch_enable"),
-    RecipeKey(name="seed", type="int", default=42, kind=T, constraint="ge0", dotted="train.seed"),
-    RecipeKey(name="full_determinism", type="bool", default=False, kind=T, dotted="train.full_determinism_enable"),
+    num_episodes: int = row(1, T, constraint="ge1", dotted="train.num_episodes")
+    max_epochs: int = row(1, T, constraint="ge1", dotted="train.max_epochs")
+    rollout_batch_size: int = row(1024, T, constraint="ge1", dotted="rollout.batch_size")
+    micro_rollout_batch_size: int = row(8, X, constraint="ge1", dotted="rollout.micro_batch_size")
+    train_batch_size: int = row(128, T, constraint="ge1", dotted="train.batch_size")
+    micro_train_batch_size: int = row(4, T, constraint="ge1", dotted="train.micro_batch_size")
+    use_dynamic_batch: bool = row(False, T, dotted="train.dynamic_batch_enable")
+    seed: int = row(42, T, constraint="ge0", dotted="train.seed")
+    full_determinism: bool = row(False, T, dotted="train.full_determinism_enable")
     # ---- optimiser and LR schedule
-    RecipeKey(name="actor_learning_rate", type="float", default=1e-6, kind=T, constraint="gt0", dotted="actor.adam.lr"),
-    RecipeKey(name="critic_learning_rate", type="float", default=9e-6, kind=T, constraint="gt0", dotted="critic.adam.lr"),
-    RecipeKey(name="lr_warmup_ratio", type="float", default=0.03, kind=T, constraint="ratio", dotted="actor.lr_warmup_ratio"),
-    RecipeKey(name="min_lr_ratio", type="float", default=0.1, kind=T, constraint="ratio", dotted="actor.min_lr_ratio"),  # v0.11 name; v0.9.x fixes it at 0.1
-    RecipeKey(name="lr_scheduler", type="str", default="cosine_with_min_lr", kind=T, dotted="actor.lr_scheduler"),
-    RecipeKey(name="max_norm", type="float", default=1.0, kind=T, constraint="gt0", dotted="actor.max_norm"),
-    RecipeKey(name="l2", type="float", default=0.0, kind=T, constraint="ge0", dotted="actor.adam.weight_decay"),
-    RecipeKey(name="adam_betas", type="float_pair", default=(0.9, 0.95), kind=T, dotted="actor.adam.betas"),
-    RecipeKey(name="enable_ema", type="bool", default=False, kind=T, dotted="train.enable_ema"),
-    RecipeKey(name="ema_beta", type="float", default=0.992, kind=T, dotted="train.ema_beta"),
+    actor_learning_rate: float = row(1e-6, T, constraint="gt0", dotted="actor.adam.lr")
+    critic_learning_rate: float = row(9e-6, T, constraint="gt0", dotted="critic.adam.lr")
+    lr_warmup_ratio: float = row(0.03, T, constraint="ratio", dotted="actor.lr_warmup_ratio")
+    min_lr_ratio: float = row(0.1, T, constraint="ratio", dotted="actor.min_lr_ratio")  # v0.11 name; v0.9.x fixes it at 0.1
+    lr_scheduler: str = row("cosine_with_min_lr", T, dotted="actor.lr_scheduler")
+    max_norm: float = row(1.0, T, constraint="gt0", dotted="actor.max_norm")
+    l2: float = row(0.0, T, constraint="ge0", dotted="actor.adam.weight_decay")
+    adam_betas: FloatPair = row((0.9, 0.95), T, dotted="actor.adam.betas")
+    enable_ema: bool = row(False, T, dotted="train.enable_ema")
+    ema_beta: float = row(0.992, T, dotted="train.ema_beta")
     # ---- LoRA and precision
-    RecipeKey(name="lora_rank", type="int", default=0, kind=T, constraint="ge0", dotted="ds.lora.rank"),
-    RecipeKey(name="lora_alpha", type="int", default=16, kind=T, constraint="ge0", dotted="ds.lora.alpha"),
-    RecipeKey(name="target_modules", type="str_list", default="all-linear", kind=T, dotted="ds.lora.target_modules"),
-    RecipeKey(name="lora_dropout", type="float", default=0.0, kind=T, constraint="ratio", dotted="ds.lora.dropout"),
-    RecipeKey(name="load_in_4bit", type="bool", default=False, kind=T, dotted="ds.load_in_4bit"),
-    RecipeKey(name="param_dtype", type="str", default="bf16", kind=T, dotted="ds.param_dtype"),
-    RecipeKey(name="bf16", type="bool", default=False, kind=T),  # flag of releases before param_dtype
-    RecipeKey(name="grad_accum_dtype", type="str", default=None, kind=T, nullable=True, dotted="ds.grad_accum_dtype"),
+    lora_rank: int = row(0, T, constraint="ge0", dotted="ds.lora.rank")
+    lora_alpha: int = row(16, T, constraint="ge0", dotted="ds.lora.alpha")
+    target_modules: ModuleNames = row("all-linear", T, dotted="ds.lora.target_modules")
+    lora_dropout: float = row(0.0, T, constraint="ratio", dotted="ds.lora.dropout")
+    load_in_4bit: bool = row(False, T, dotted="ds.load_in_4bit")
+    param_dtype: str = row("bf16", T, dotted="ds.param_dtype")
+    bf16: bool = row(False, T)  # flag of releases before param_dtype
+    grad_accum_dtype: str | None = row(None, T, dotted="ds.grad_accum_dtype")
     # ---- GPU layout (infrastructure)
-    RecipeKey(name="actor_num_nodes", type="int", default=1, kind=X, constraint="ge1", dotted="actor.num_nodes"),
-    RecipeKey(name="actor_num_gpus_per_node", type="int", default=8, kind=X, constraint="ge1", dotted="actor.num_gpus_per_node"),
-    RecipeKey(name="ref_num_nodes", type="int", default=1, kind=X, constraint="ge1", dotted="ref.num_nodes"),
-    RecipeKey(name="ref_num_gpus_per_node", type="int", default=8, kind=X, constraint="ge1", dotted="ref.num_gpus_per_node"),
-    RecipeKey(name="reward_num_nodes", type="int", default=1, kind=X, constraint="ge1", dotted="reward.num_nodes"),
-    RecipeKey(name="reward_num_gpus_per_node", type="int", default=8, kind=X, constraint="ge1", dotted="reward.num_gpus_per_node"),
-    RecipeKey(name="critic_num_nodes", type="int", default=1, kind=X, constraint="ge1", dotted="critic.num_nodes"),
-    RecipeKey(name="critic_num_gpus_per_node", type="int", default=8, kind=X, constraint="ge1", dotted="critic.num_gpus_per_node"),
-    RecipeKey(name="colocate_actor_ref", type="bool", default=False, kind=X, dotted="train.colocate_actor_ref"),
-    RecipeKey(name="colocate_critic_reward", type="bool", default=False, kind=X, dotted="train.colocate_critic_reward"),
-    RecipeKey(name="colocate_all_models", type="bool", default=False, kind=X, dotted="train.colocate_all"),
-    RecipeKey(name="vllm_num_engines", type="int", default=None, kind=X, nullable=True, constraint="ge0", dotted="vllm.num_engines"),
-    RecipeKey(name="vllm_tensor_parallel_size", type="int", default=1, kind=X, constraint="ge1", dotted="vllm.tensor_parallel_size"),
-    RecipeKey(name="vllm_gpu_memory_utilization", type="float", default=0.95, kind=X, constraint="ratio", dotted="vllm.gpu_memory_utilization"),
-    RecipeKey(name="vllm_sync_backend", type="str", default="nccl", kind=X, dotted="vllm.sync_backend"),
-    RecipeKey(name="vllm_sync_with_ray", type="bool", default=False, kind=X, dotted="vllm.sync_with_ray"),
-    RecipeKey(name="vllm_enable_sleep", type="bool", default=False, kind=X, dotted="vllm.enable_sleep"),
-    RecipeKey(name="vllm_generate_batch_size", type="int", default=None, kind=X, nullable=True, constraint="ge1", dotted="rollout.vllm_generate_batch_size"),
-    RecipeKey(name="enable_prefix_caching", type="bool", default=False, kind=X, dotted="vllm.enable_prefix_caching"),
-    RecipeKey(name="enforce_eager", type="bool", default=False, kind=X, dotted="vllm.enforce_eager"),
-    RecipeKey(name="async_queue_size", type="int", default=1, kind=X, constraint="ge1", dotted="train.async_queue_size"),
-    RecipeKey(name="zero_stage", type="int", default=2, kind=X, constraint="ge0", dotted="ds.zero_stage"),
-    RecipeKey(name="gradient_checkpointing", type="bool", default=False, kind=X, dotted="actor.gradient_checkpointing_enable"),
-    RecipeKey(name="gradient_checkpointing_use_reentrant", type="bool", default=False, kind=X, dotted="actor.gradient_checkpointing_reentrant"),
-    RecipeKey(name="deepcompile", type="bool", default=False, kind=X, dotted="ds.deepcompile"),
-    RecipeKey(name="zpg", type="int", default=1, kind=X, constraint="ge1", dotted="ds.zpg"),
-    RecipeKey(name="adam_offload", type="bool", default=False, kind=X, dotted="ds.adam_offload"),
-    RecipeKey(name="offload", type="bool", default=False, kind=X),  # flag of releases before 0.9
-    RecipeKey(name="actor_init_on_gpu", type="bool", default=False, kind=X),
-    RecipeKey(name="attn_implementation", type="str", default="flash_attention_2", kind=X, dotted="ds.attn_implementation"),
-    RecipeKey(name="flash_attn", type="bool", default=False, kind=X),  # flag of releases before attn_implementation
-    RecipeKey(name="use_liger_kernel", type="bool", default=False, kind=X, dotted="ds.use_liger_kernel"),
-    RecipeKey(name="overlap_comm", type="bool", default=False, kind=X, dotted="ds.overlap_comm"),
-    RecipeKey(name="disable_fast_tokenizer", type="bool", default=False, kind=X, dotted="data.disable_fast_tokenizer"),
-    RecipeKey(name="deepspeed_enable_sleep", type="bool", default=False, kind=X, dotted="ds.enable_sleep"),
-    RecipeKey(name="ds_tensor_parallel_size", type="int", default=1, kind=X, constraint="ge1", dotted="ds.tensor_parallel_size"),
-    RecipeKey(name="ring_attn_size", type="int", default=1, kind=X, constraint="ge1", dotted="ds.ring_attn_size"),
-    RecipeKey(name="ring_head_stride", type="int", default=1, kind=X, constraint="ge1", dotted="ds.ring_attn_head_stride"),
-    RecipeKey(name="packing_samples", type="bool", default=False, kind=X, dotted="ds.packing_samples"),
-    RecipeKey(name="rollout_max_tokens_per_gpu", type="int", default=None, kind=X, nullable=True, constraint="ge1", dotted="rollout.max_tokens_per_gpu"),
-    RecipeKey(name="train_max_tokens_per_gpu", type="int", default=16192, kind=X, constraint="ge1", dotted="train.max_tokens_per_gpu"),
-    RecipeKey(name="ref_reward_offload", type="bool", default=False, kind=X),
-    RecipeKey(name="local_rank", type="int", default=-1, kind=X),
+    actor_num_nodes: int = row(1, X, constraint="ge1", dotted="actor.num_nodes")
+    actor_num_gpus_per_node: int = row(8, X, constraint="ge1", dotted="actor.num_gpus_per_node")
+    ref_num_nodes: int = row(1, X, constraint="ge1", dotted="ref.num_nodes")
+    ref_num_gpus_per_node: int = row(8, X, constraint="ge1", dotted="ref.num_gpus_per_node")
+    reward_num_nodes: int = row(1, X, constraint="ge1", dotted="reward.num_nodes")
+    reward_num_gpus_per_node: int = row(8, X, constraint="ge1", dotted="reward.num_gpus_per_node")
+    critic_num_nodes: int = row(1, X, constraint="ge1", dotted="critic.num_nodes")
+    critic_num_gpus_per_node: int = row(8, X, constraint="ge1", dotted="critic.num_gpus_per_node")
+    colocate_actor_ref: bool = row(False, X, dotted="train.colocate_actor_ref")
+    colocate_critic_reward: bool = row(False, X, dotted="train.colocate_critic_reward")
+    colocate_all_models: bool = row(False, X, dotted="train.colocate_all")
+    vllm_num_engines: int | None = row(None, X, constraint="ge0", dotted="vllm.num_engines")
+    vllm_tensor_parallel_size: int = row(1, X, constraint="ge1", dotted="vllm.tensor_parallel_size")
+    vllm_gpu_memory_utilization: float = row(0.95, X, constraint="ratio", dotted="vllm.gpu_memory_utilization")
+    vllm_sync_backend: str = row("nccl", X, dotted="vllm.sync_backend")
+    vllm_sync_with_ray: bool = row(False, X, dotted="vllm.sync_with_ray")
+    vllm_enable_sleep: bool = row(False, X, dotted="vllm.enable_sleep")
+    vllm_generate_batch_size: int | None = row(None, X, constraint="ge1", dotted="rollout.vllm_generate_batch_size")
+    enable_prefix_caching: bool = row(False, X, dotted="vllm.enable_prefix_caching")
+    enforce_eager: bool = row(False, X, dotted="vllm.enforce_eager")
+    async_queue_size: int = row(1, X, constraint="ge1", dotted="train.async_queue_size")
+    zero_stage: int = row(2, X, constraint="ge0", dotted="ds.zero_stage")
+    gradient_checkpointing: bool = row(False, X, dotted="actor.gradient_checkpointing_enable")
+    gradient_checkpointing_use_reentrant: bool = row(False, X, dotted="actor.gradient_checkpointing_reentrant")
+    deepcompile: bool = row(False, X, dotted="ds.deepcompile")
+    zpg: int = row(1, X, constraint="ge1", dotted="ds.zpg")
+    adam_offload: bool = row(False, X, dotted="ds.adam_offload")
+    offload: bool = row(False, X)  # flag of releases before 0.9
+    actor_init_on_gpu: bool = row(False, X)
+    attn_implementation: str = row("flash_attention_2", X, dotted="ds.attn_implementation")
+    flash_attn: bool = row(False, X)  # flag of releases before attn_implementation
+    use_liger_kernel: bool = row(False, X, dotted="ds.use_liger_kernel")
+    overlap_comm: bool = row(False, X, dotted="ds.overlap_comm")
+    disable_fast_tokenizer: bool = row(False, X, dotted="data.disable_fast_tokenizer")
+    deepspeed_enable_sleep: bool = row(False, X, dotted="ds.enable_sleep")
+    ds_tensor_parallel_size: int = row(1, X, constraint="ge1", dotted="ds.tensor_parallel_size")
+    ring_attn_size: int = row(1, X, constraint="ge1", dotted="ds.ring_attn_size")
+    ring_head_stride: int = row(1, X, constraint="ge1", dotted="ds.ring_attn_head_stride")
+    packing_samples: bool = row(False, X, dotted="ds.packing_samples")
+    rollout_max_tokens_per_gpu: int | None = row(None, X, constraint="ge1", dotted="rollout.max_tokens_per_gpu")
+    train_max_tokens_per_gpu: int = row(16192, X, constraint="ge1", dotted="train.max_tokens_per_gpu")
+    ref_reward_offload: bool = row(False, X)
+    local_rank: int = row(-1, X)
     # ---- eval, checkpoints, logging (instrumentation)
-    RecipeKey(name="eval_steps", type="int", default=-1, kind=I, constraint="steps", dotted="eval.steps"),
-    RecipeKey(name="save_steps", type="int", default=-1, kind=I, constraint="steps", dotted="ckpt.save_steps"),
-    RecipeKey(name="logging_steps", type="int", default=1, kind=I, constraint="ge1", dotted="logger.logging_steps"),
-    RecipeKey(name="eval_dataset", type="str", default=None, kind=I, nullable=True, dotted="eval.dataset"),
-    RecipeKey(name="eval_split", type="str", default="train", kind=I, dotted="eval.split"),
-    RecipeKey(name="eval_temperature", type="float", default=0.6, kind=I, constraint="ge0", dotted="eval.temperature"),
-    RecipeKey(name="eval_n_samples_per_prompt", type="int", default=4, kind=I, constraint="ge1", dotted="eval.n_samples_per_prompt"),
-    RecipeKey(name="ckpt_path", type="str", default="./ckpt/checkpoints_ppo_ray", kind=I, dotted="ckpt.path"),
-    RecipeKey(name="save_path", type="str", default="./ckpt", kind=I, dotted="ckpt.output_dir"),
-    RecipeKey(name="save_hf_ckpt", type="bool", default=False, kind=I, dotted="ckpt.save_hf"),
-    RecipeKey(name="disable_ds_ckpt", type="bool", default=False, kind=I, dotted="ckpt.disable_ds"),
-    RecipeKey(name="max_ckpt_num", type="int", default=3, kind=I, constraint="ge1", dotted="ckpt.max_num"),
-    RecipeKey(name="max_ckpt_mem", type="int", default=100_000_000, kind=I, constraint="ge1", dotted="ckpt.max_mem"),
-    RecipeKey(name="load_checkpoint", type="bool", default=False, kind=I, dotted="ckpt.load_enable"),
-    RecipeKey(name="use_ds_universal_ckpt", type="bool", default=False, kind=I, dotted="ds.use_universal_ckpt"),
-    RecipeKey(name="save_value_network", type="bool", default=False, kind=I, dotted="critic.save_value_network"),
-    RecipeKey(name="use_wandb", type="str", default=None, kind=I, nullable=True),
-    RecipeKey(name="wandb_org", type="str", default=None, kind=I, nullable=True, dotted="logger.wandb.org"),
-    RecipeKey(name="wandb_group", type="str", default=None, kind=I, nullable=True, dotted="logger.wandb.group"),
-    RecipeKey(name="wandb_project", type="str", default="openrlhf_train_ppo", kind=I, dotted="logger.wandb.project"),
-    RecipeKey(name="wandb_run_name", type="str", default=None, kind=I, nullable=True, dotted="logger.wandb.run_name"),
-    RecipeKey(name="use_tensorboard", type="str", default=None, kind=I, nullable=True, dotted="logger.tensorboard_dir"),
-    RecipeKey(name="perf", type="bool", default=False, kind=I),
-    RecipeKey(name="use_ms", type="bool", default=False, kind=I),
-]
+    eval_steps: int = row(-1, I, constraint="steps", dotted="eval.steps")
+    save_steps: int = row(-1, I, constraint="steps", dotted="ckpt.save_steps")
+    logging_steps: int = row(1, I, constraint="ge1", dotted="logger.logging_steps")
+    eval_dataset: str | None = row(None, I, dotted="eval.dataset")
+    eval_split: str = row("train", I, dotted="eval.split")
+    eval_temperature: float = row(0.6, I, constraint="ge0", dotted="eval.temperature")
+    eval_n_samples_per_prompt: int = row(4, I, constraint="ge1", dotted="eval.n_samples_per_prompt")
+    ckpt_path: str = row("./ckpt/checkpoints_ppo_ray", I, dotted="ckpt.path")
+    save_path: str = row("./ckpt", I, dotted="ckpt.output_dir")
+    save_hf_ckpt: bool = row(False, I, dotted="ckpt.save_hf")
+    disable_ds_ckpt: bool = row(False, I, dotted="ckpt.disable_ds")
+    max_ckpt_num: int = row(3, I, constraint="ge1", dotted="ckpt.max_num")
+    max_ckpt_mem: int = row(100_000_000, I, constraint="ge1", dotted="ckpt.max_mem")
+    load_checkpoint: bool = row(False, I, dotted="ckpt.load_enable")
+    use_ds_universal_ckpt: bool = row(False, I, dotted="ds.use_universal_ckpt")
+    save_value_network: bool = row(False, I, dotted="critic.save_value_network")
+    use_wandb: str | None = row(None, I)
+    wandb_org: str | None = row(None, I, dotted="logger.wandb.org")
+    wandb_group: str | None = row(None, I, dotted="logger.wandb.group")
+    wandb_project: str = row("openrlhf_train_ppo", I, dotted="logger.wandb.project")
+    wandb_run_name: str | None = row(None, I, dotted="logger.wandb.run_name")
+    use_tensorboard: str | None = row(None, I, dotted="logger.tensorboard_dir")
+    perf: bool = row(False, I)
+    use_ms: bool = row(False, I)
+    # the stated keys the table does not describe, by name: the later underscore flags, the dotted
+    # flags of newer releases, loss_agg_mode; in the order the spec states them
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        clash = TABLE_FIELDS.intersection(self.extra)
+        if clash:
+            raise ValueError(f"recipe keys of the table given as extra: {sorted(clash)}")
+
+    @classmethod
+    def of(cls, stated: Mapping[str, Any]) -> Recipe:
+        """The recipe of the stated keys, the others at their default."""
+        return cls(**{k: v for k, v in stated.items() if k in TABLE_FIELDS},
+                   extra={k: v for k, v in stated.items() if k not in TABLE_FIELDS})
+
+    @property
+    def loss_agg_mode(self) -> str | None:
+        """``loss_agg_mode`` (:data:`COMMON_KEYS`: every trainer's recipe has it, with no default); None: unset."""
+        return self.extra.get(LOSS_AGG_KEY.name)
+
+    def __getitem__(self, key: str) -> Any:
+        if key in TABLE_FIELDS:
+            return getattr(self, key)
+        return self.extra[key]
+
+    def __iter__(self) -> Iterator[str]:
+        yield from TABLE_FIELD_ORDER
+        yield from self.extra
+
+    def __len__(self) -> int:
+        return len(TABLE_FIELD_ORDER) + len(self.extra)
+
+
+TABLE_FIELD_ORDER: tuple[str, ...] = tuple(f.name for f in fields(Recipe) if f.name != "extra")
+TABLE_FIELDS = frozenset(TABLE_FIELD_ORDER)
+
+
+def as_recipe(recipe: Mapping[str, Any]) -> Recipe:
+    """``recipe`` read in OpenRLHF's terms: a :class:`Recipe` as it is; a mapping (some of its keys: the local
+    trainer's configuration, a test's few keys) with Recipe's own default for each key it lacks or leaves null."""
+    if isinstance(recipe, Recipe):
+        return recipe
+    return Recipe(**{k: v for k, v in recipe.items() if k in TABLE_FIELDS and v is not None})
+
+# The token-level clip range of the PPO ratio when a recipe states none: Recipe.eps_clip's default,
+# OpenRLHF's --eps_clip, which TRL's GRPOConfig.epsilon and verl's actor clip_ratio share
+# (tests/test_recipe.py reads all three from the trainers' own code); the value agent.gspo_clip warns at.
+EPS_CLIP_DEFAULT: float = Recipe.eps_clip
+
+
+def _table_row(f: Any) -> RecipeKey:
+    """The table row of one field of :class:`Recipe`."""
+    base, nullable, _ = str(f.type).partition(" | None")
+    return RecipeKey(name=f.name, type=ANNOTATION_TYPES[base], default=f.default, kind=f.metadata["kind"],
+                     nullable=bool(nullable), constraint=f.metadata["constraint"], dotted=f.metadata["dotted"])
+
+
+# one row per field of Recipe, in its order; ``local`` is derived from LOCAL_TRAINER_KEYS below
+RECIPE_TABLE: list[RecipeKey] = [_table_row(f) for f in fields(Recipe) if f.name != "extra"]
 
 # The keys the local trainer reads; it ignores the others (GPU layout, vLLM, critic, ...). It
 # implements group_norm and dr_grpo only, and always the k3 KL-loss form.
@@ -320,6 +421,9 @@ COMMON_KEY_DESCRIPTIONS = {
 }
 
 
+_DEFAULT_TYPES = {"int": int, "float": float, "bool": bool, "str": str, "str_list": str, "float_pair": tuple}
+
+
 def _build(rows: list[RecipeKey]) -> dict[str, RecipeKey]:
     keys: dict[str, RecipeKey] = {}
     local = set(LOCAL_TRAINER_KEYS)
@@ -329,6 +433,8 @@ def _build(rows: list[RecipeKey]) -> dict[str, RecipeKey]:
             raise ValueError(f"recipe table: bad row {row.name!r}")
         if row.default is None and not row.nullable:
             raise ValueError(f"recipe table: {row.name!r} has no default and is not nullable")
+        if row.default is not None and type(row.default) is not _DEFAULT_TYPES[row.type]:
+            raise ValueError(f"recipe table: {row.name!r}'s default is not a {row.type}")
         keys[row.name] = replace(row, local=row.name in local)
     unknown = local - set(keys)
     if unknown:
@@ -524,13 +630,22 @@ class TrainerKeyTable:
     model_key: str = "pretrain"  # the key naming the base model (Attempt.base_model reads it)
     names_only_schema: bool = False  # the JSON Schema lists the keys by name only (~900 keys would bloat it)
     schema_note: str = ""  # the rest of that schema's description: where the keys and their defaults are
+    typed: type[Recipe] | None = None  # the trainer's typed recipe; None: a NativeRecipe of its keys
+
+    def recipe(self, stated: Mapping[str, Any], defaults: Mapping[str, Any] | None = None) -> Recipe | NativeRecipe:
+        """The resolved recipe of the ``stated`` keys: every described key, at its default unless stated.
+        ``defaults``: a native table's defaults as this recipe runs (TRL's RLOOConfig's for an RLOO
+        recipe); a typed recipe's are its fields'."""
+        if self.typed is not None:
+            return self.typed.of(stated)
+        return NativeRecipe({**(self.defaults if defaults is None else defaults), **stated})
 
 
 def openrlhf_key_table(trainer: str) -> TrainerKeyTable:
     """OpenRLHF's argument names (the table above), the table of every trainer that reads them
     (OpenRLHF, the local trainer: rlexp.trainers.base.TrainerRules.build_key_table's default)."""
     return TrainerKeyTable(trainer, "OpenRLHF v0.9.x argument names without the dashes", RECIPE_KEYS,
-                           RECIPE_DEFAULTS, recipe_key)  # fmt: skip
+                           RECIPE_DEFAULTS, recipe_key, typed=Recipe)  # fmt: skip
 
 
 JSON_VALUE = "json"  # a key of a composite type (a dict, a union): any YAML value, checked by the trainer at launch

@@ -307,7 +307,7 @@ def _health(attempt_dir: Path, att: Attempt, run_rows: list[list[dict[str, Any]]
         except InputError:
             plan = None
     lr = (lambda step: planned_lr(plan, step)) if plan else None
-    return health_of_log(run_rows, load_sop(), planned_lr=lr, lag=trainer_rules(att.trainer.name).async_lag(dict(att.recipe)),
+    return health_of_log(run_rows, load_sop(), planned_lr=lr, lag=trainer_rules(att.trainer.name).async_lag(att.recipe),
                          planned_steps=planned_global_steps(plan))
 
 

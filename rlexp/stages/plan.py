@@ -164,7 +164,7 @@ def run_health_plan(att: Attempt) -> dict[str, Any]:
     from rlexp.protocol.run_health import expected_lag
     from rlexp.trainers import rules as trainer_rules
 
-    lag = expected_lag(trainer_rules(att.trainer.name).async_lag(dict(att.recipe)))
+    lag = expected_lag(trainer_rules(att.trainer.name).async_lag(att.recipe))
     return {} if lag["max_versions"] == 0 else {"run_health": {"expected_lag": lag}}
 
 

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 from rlexp.experiment.layout import CHECKPOINT_DIR_PATTERNS
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from rlexp.spec.model import Attempt
 
 
@@ -77,23 +79,23 @@ class TrainerRules:
     #: the others train on the environment's return, so a weighted ndcg/judge part is refused for them
     trains_reward_mix: bool = False
 
-    def agentic_checks(self, env: Any, recipe: dict[str, Any], version: str) -> list[Any]:
+    def agentic_checks(self, env: Any, recipe: Mapping[str, Any], version: str) -> list[Any]:
         """Its plan rules for an environment task (rlexp.protocol.agentic_checks), past the release check:
         token budgets against its length limits, GSPO's clip range."""
         return []
 
-    def group_of_one(self, recipe: dict[str, Any], version: str) -> Any:
+    def group_of_one(self, recipe: Mapping[str, Any], version: str) -> Any:
         """A group-normalised estimator with one sample per prompt in this recipe
         (rlexp.protocol.checks.GroupOfOne: the keys, and what this trainer then does), else None."""
         return None
 
-    def run_health_checks(self, recipe: dict[str, Any], version: str, env: Any = None) -> list[Any]:
+    def run_health_checks(self, recipe: Mapping[str, Any], version: str, env: Any = None) -> list[Any]:
         """Its plan rules for the training-inference mismatch (rlexp.protocol.run_health): settings known
         to bias the rollout correction or to switch it off, each with the trainer's own source of the
         behaviour. None by default (the local trainer generates with the model it trains)."""
         return []
 
-    def async_lag(self, recipe: dict[str, Any]) -> dict[str, Any]:
+    def async_lag(self, recipe: Mapping[str, Any]) -> dict[str, Any]:
         """What its launch settings allow of off-policy staleness (rlexp.protocol.run_health.expected_lag's
         input: ``async``, ``queue``, ``mode``): synchronous by default."""
         return {"async": False}

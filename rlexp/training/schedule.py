@@ -128,9 +128,10 @@ class Steps:
 
     def eval_save_steps(self, recipe: Mapping[str, Any]) -> tuple[list[int], list[int]]:
         """Global steps with an in-run eval, and with a saved checkpoint (OpenRLHF: multiples only)."""
-        total = self.global_steps_total
-        return (firing_steps(int(_get(recipe, "eval_steps", -1)), total),
-                firing_steps(int(_get(recipe, "save_steps", -1)), total))  # fmt: skip
+        from rlexp.spec.recipe import as_recipe
+
+        r, total = as_recipe(recipe), self.global_steps_total
+        return firing_steps(int(r.eval_steps), total), firing_steps(int(r.save_steps), total)
 
     @property
     def warmup_global_steps(self) -> float:
@@ -160,38 +161,31 @@ class Steps:
         return self.optimizer_steps_through(global_step - 1) + 1, self.optimizer_steps_through(global_step)
 
 
-def _get(recipe: Mapping[str, Any], key: str, default: Any) -> Any:
-    value = recipe.get(key)
-    return default if value is None else value
-
-
 def compute_steps(
     recipe: Mapping[str, Any], pool_size: int, trainer_version: str, *, trainer: str
 ) -> Steps:
-    """Step counts for a resolved recipe (OpenRLHF v0.9.x key names) and a pool of ``pool_size``;
-    ``trainer`` (a name of rlexp.trainers) may fix the release's step semantics and run one process."""
+    """Step counts for a resolved recipe (OpenRLHF v0.9.x key names: a Recipe, or a mapping of some of its
+    keys, the others at Recipe's defaults) and a pool of ``pool_size``; ``trainer`` (a name of
+    rlexp.trainers) may fix the release's step semantics and run one process."""
+    from rlexp.spec.recipe import as_recipe
     from rlexp.trainers import rules
 
     how = rules(trainer)
     version = how.step_version(trainer_version)
     if pool_size < 0:
         raise ValueError(f"pool_size must be >= 0, got {pool_size}")
-    n = int(_get(recipe, "n_samples_per_prompt", 1))
-    rollout = int(_get(recipe, "rollout_batch_size", 1024))
-    train = int(_get(recipe, "train_batch_size", 128))
-    micro = int(_get(recipe, "micro_train_batch_size", 4))
-    episodes = int(_get(recipe, "num_episodes", 1))
-    epochs = int(_get(recipe, "max_epochs", 1))
-    max_samples = int(_get(recipe, "max_samples", 100_000_000))
-    peak = float(_get(recipe, "actor_learning_rate", 1e-6))
-    warmup_ratio = float(_get(recipe, "lr_warmup_ratio", 0.03))
+    r = as_recipe(recipe)
+    n, rollout, train = int(r.n_samples_per_prompt), int(r.rollout_batch_size), int(r.train_batch_size)
+    micro, episodes, epochs = int(r.micro_train_batch_size), int(r.num_episodes), int(r.max_epochs)
+    max_samples = int(r.max_samples)
+    peak, warmup_ratio = float(r.actor_learning_rate), float(r.lr_warmup_ratio)
     for name, value in (("n_samples_per_prompt", n), ("rollout_batch_size", rollout),
                         ("train_batch_size", train), ("micro_train_batch_size", micro),
                         ("num_episodes", episodes), ("max_epochs", epochs)):  # fmt: skip
         if value < 1:
             raise ValueError(f"{name} must be >= 1, got {value}")
-    actor_gpus = int(_get(recipe, "actor_num_nodes", 1)) * int(_get(recipe, "actor_num_gpus_per_node", 8))
-    model_parallel = int(_get(recipe, "ring_attn_size", 1)) * int(_get(recipe, "ds_tensor_parallel_size", 1))
+    actor_gpus = int(r.actor_num_nodes) * int(r.actor_num_gpus_per_node)
+    model_parallel = int(r.ring_attn_size) * int(r.ds_tensor_parallel_size)
     dp = max(1, actor_gpus // max(1, model_parallel))
     if how.single_process:
         dp = 1
@@ -206,7 +200,7 @@ def compute_steps(
     total_global = gpe * episodes
 
     if min_lr_is_configurable(version):
-        ratio = float(_get(recipe, "min_lr_ratio", 0.1))
+        ratio = float(r.min_lr_ratio)
         rate = ratio  # v0.11 passes min_lr_rate directly
     else:
         ratio = 0.1

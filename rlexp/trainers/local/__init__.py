@@ -9,11 +9,14 @@ records); its launch is :mod:`rlexp.trainers.local.launch`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlexp.trainers.base import TrainerRules
 from rlexp.trainers.openrlhf import OpenRLHFStepMath
 from rlexp.training.schedule import LOCAL_TRAINER_VERSION  # OpenRLHF 0.11's step semantics, one process
+
+if TYPE_CHECKING:
+    from rlexp.spec.recipe import Recipe
 
 
 class LocalRules(OpenRLHFStepMath, TrainerRules):  # OpenRLHF 0.11's step math, one process (step_version)
@@ -36,7 +39,7 @@ class LocalRules(OpenRLHFStepMath, TrainerRules):  # OpenRLHF 0.11's step math, 
     def step_version(self, trainer_version: str) -> str:
         return LOCAL_TRAINER_VERSION
 
-    def group_of_one(self, recipe: dict[str, Any], version: str) -> Any:
+    def group_of_one(self, recipe: Recipe, version: str) -> Any:  # type: ignore[override]
         from rlexp.trainers.local.checks import group_of_one
 
         return group_of_one(recipe, version)

@@ -1,5 +1,5 @@
 """The local trainer's configuration (pure): :class:`TrainerConfig` (where it reads and writes, the
-recipe keys it reads with the recipe table's defaults), mapped from a loaded attempt by
+recipe keys it reads with :class:`~rlexp.spec.recipe.Recipe`'s defaults), mapped from a loaded attempt by
 :func:`config_from_attempt`, and what an environment task adds (:class:`EnvTrainingOptions`).
 
 Core layer: it reads no file; the trainer that runs it is :mod:`rlexp.trainers.local.train`.
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlexp.environments.interface import Budgets
 from rlexp.errors import InputError
-from rlexp.spec.recipe import RECIPE_KEYS, local_trainer_keys, local_trainer_value
+from rlexp.spec.recipe import RECIPE_KEYS, Recipe, local_trainer_keys, local_trainer_value
 from rlexp.training.schedule import LOCAL_TRAINER_VERSION
 
 if TYPE_CHECKING:
@@ -21,8 +21,9 @@ if TYPE_CHECKING:
     from rlexp.training.schedule import Steps
 
 
-def _default(name: str) -> Any:
-    """The recipe table's default of key ``name`` as the trainer holds it (its one default)."""
+def _as_held(name: str) -> Any:
+    """Recipe's default of key ``name`` as the trainer holds it (a tuple of module names for the
+    recipe's ``target_modules``), for the one key whose value the trainer holds otherwise."""
     key = RECIPE_KEYS[name]
     return local_trainer_value(key, key.default)
 
@@ -31,9 +32,10 @@ def _default(name: str) -> Any:
 class TrainerConfig:
     """The local trainer's configuration: where it reads and writes, then the recipe keys it reads.
 
-    The recipe fields are the rows rlexp.spec.recipe marks for the local trainer
-    (``LOCAL_TRAINER_KEYS``), in table order, named as OpenRLHF names them (v0.9.x spelling, no
-    dashes), each with the table's default; tests/test_recipe.py checks the two agree."""
+    The recipe fields are the fields of :class:`~rlexp.spec.recipe.Recipe` marked for the local trainer
+    (``LOCAL_TRAINER_KEYS``), in its order, named as OpenRLHF names them (v0.9.x spelling, no
+    dashes), each defaulting to Recipe's own (``Recipe.eps_clip``: written once, on Recipe);
+    tests/test_recipe.py checks the two agree."""
 
     pretrain: Path
     pool_path: Path
@@ -42,7 +44,7 @@ class TrainerConfig:
     monitor_path: Path | None = None
     prompt_suffix: str = ""
     monitor_suffix: str = ""
-    eval_max_len: int = _default("generate_max_len")
+    eval_max_len: int = Recipe.generate_max_len
     # stop early (intent.global_steps); None = the whole schedule
     max_global_steps: int | None = None
     trainer_version: str = LOCAL_TRAINER_VERSION
@@ -54,30 +56,30 @@ class TrainerConfig:
     # default (token-mean, GSPO's seq-mean-token-mean for its policy loss; the KL term token-mean)
     loss_agg_mode: str | None = None
     # ---- the recipe keys (rlexp.spec.recipe.LOCAL_TRAINER_KEYS; ``pretrain`` is the path above)
-    advantage_estimator: str = _default("advantage_estimator")
-    eps_clip: float = _default("eps_clip")
-    init_kl_coef: float = _default("init_kl_coef")
-    n_samples_per_prompt: int = _default("n_samples_per_prompt")
-    temperature: float = _default("temperature")
-    generate_max_len: int = _default("generate_max_len")
-    max_samples: int = _default("max_samples")
-    num_episodes: int = _default("num_episodes")
-    max_epochs: int = _default("max_epochs")
-    rollout_batch_size: int = _default("rollout_batch_size")
-    train_batch_size: int = _default("train_batch_size")
-    micro_train_batch_size: int = _default("micro_train_batch_size")
-    seed: int = _default("seed")
-    actor_learning_rate: float = _default("actor_learning_rate")
-    lr_warmup_ratio: float = _default("lr_warmup_ratio")
-    min_lr_ratio: float = _default("min_lr_ratio")
-    max_norm: float = _default("max_norm")
-    l2: float = _default("l2")
-    adam_betas: tuple[float, float] = _default("adam_betas")
-    lora_rank: int = _default("lora_rank")
-    lora_alpha: int = _default("lora_alpha")
-    target_modules: tuple[str, ...] = _default("target_modules")
-    eval_steps: int = _default("eval_steps")
-    save_steps: int = _default("save_steps")
+    advantage_estimator: str = Recipe.advantage_estimator
+    eps_clip: float = Recipe.eps_clip
+    init_kl_coef: float = Recipe.init_kl_coef
+    n_samples_per_prompt: int = Recipe.n_samples_per_prompt
+    temperature: float = Recipe.temperature
+    generate_max_len: int = Recipe.generate_max_len
+    max_samples: int = Recipe.max_samples
+    num_episodes: int = Recipe.num_episodes
+    max_epochs: int = Recipe.max_epochs
+    rollout_batch_size: int = Recipe.rollout_batch_size
+    train_batch_size: int = Recipe.train_batch_size
+    micro_train_batch_size: int = Recipe.micro_train_batch_size
+    seed: int = Recipe.seed
+    actor_learning_rate: float = Recipe.actor_learning_rate
+    lr_warmup_ratio: float = Recipe.lr_warmup_ratio
+    min_lr_ratio: float = Recipe.min_lr_ratio
+    max_norm: float = Recipe.max_norm
+    l2: float = Recipe.l2
+    adam_betas: tuple[float, float] = Recipe.adam_betas
+    lora_rank: int = Recipe.lora_rank
+    lora_alpha: int = Recipe.lora_alpha
+    target_modules: tuple[str, ...] = _as_held("target_modules")
+    eval_steps: int = Recipe.eval_steps
+    save_steps: int = Recipe.save_steps
 
     def validate(self, where: str | Path | None = None) -> None:
         cfg = self
@@ -111,7 +113,7 @@ class TrainerConfig:
     @property
     def loss_token_budget(self) -> int:
         """Dr. GRPO's constant L (:func:`loss_token_budget`)."""
-        return loss_token_budget({"generate_max_len": self.generate_max_len}, self.environment)
+        return loss_token_budget(self.generate_max_len, self.environment)
 
     def recipe(self) -> dict[str, Any]:
         """The recipe keys this configuration holds, by name (what rlexp.training.schedule reads)."""
@@ -127,17 +129,18 @@ class TrainerConfig:
 
 def config_from_attempt(att: Attempt) -> TrainerConfig:
     """Map a loaded attempt (rlexp.spec) onto the trainer's configuration (a TrainerConfig)."""
-    recipe = dict(att.recipe)
+    recipe = att.recipe
     where = att.spec_path
     values: dict[str, Any] = {}
-    for key in local_trainer_keys():
-        if key.name == "pretrain" or recipe.get(key.name) is None:
+    for key in local_trainer_keys():  # the fields TrainerConfig shares with Recipe, as the trainer holds them
+        value = getattr(recipe, key.name)
+        if key.name == "pretrain" or value is None:
             continue
         try:
-            values[key.name] = local_trainer_value(key, recipe[key.name])
+            values[key.name] = local_trainer_value(key, value)
         except (TypeError, ValueError):
-            raise InputError(where, f"recipe.{key.name}", f"expected {key.type}, got {recipe[key.name]!r}") from None
-    pretrain = recipe.get("pretrain")
+            raise InputError(where, f"recipe.{key.name}", f"expected {key.type}, got {value!r}") from None
+    pretrain = recipe.pretrain
     if not pretrain:
         raise InputError(where, "recipe.pretrain", "missing")
     pretrain_path = Path(pretrain)
@@ -155,21 +158,21 @@ def config_from_attempt(att: Attempt) -> TrainerConfig:
         monitor_path=Path(monitor.path) if monitor is not None and monitor.path is not None else None,
         prompt_suffix=pool.prompt_suffix or "",
         monitor_suffix=(monitor.prompt_suffix if monitor is not None else None) or pool.prompt_suffix or "",
-        eval_max_len=int(recipe.get("generate_max_len") or 16),
+        eval_max_len=recipe.generate_max_len,
         max_global_steps=int(global_steps) if global_steps else None,
         trainer_version=str(att.trainer.version),
         environment=att.environment,
-        loss_agg_mode=recipe.get("loss_agg_mode"),
+        loss_agg_mode=recipe.loss_agg_mode,
         **values,
     )
 
 
-def loss_token_budget(recipe: Any, environment: Any) -> int:
+def loss_token_budget(generate_max_len: int, environment: Any) -> int:
     """Dr. GRPO's constant L for ``seq-mean-token-sum-norm``: the most agent tokens one sequence can
     hold, ``environment.max_total_tokens`` on an environment task, else ``generate_max_len``."""
     if environment is not None:
         return int(environment.max_total_tokens)
-    return int(recipe.get("generate_max_len") or _default("generate_max_len"))
+    return generate_max_len
 
 
 # =============================================================================== environment tasks

@@ -46,7 +46,7 @@ class LocalLaunch(TrainerLaunch):
         completion budget ``generate_max_len``."""
         from rlexp.trainers.local.config import loss_token_budget
 
-        return loss_token_budget(att.recipe, att.environment)
+        return loss_token_budget(att.recipe.generate_max_len, att.environment)
 
     def follower(self, ad: AttemptDir, source: str, *, resume_step: int) -> Any:
         from rlexp.training import ingest

@@ -12,6 +12,7 @@ from rlexp.trainers.base import TrainerRules
 
 if TYPE_CHECKING:
     from rlexp.spec.model import Attempt
+    from rlexp.spec.recipe import Recipe
 
 
 class OpenRLHFStepMath:
@@ -68,26 +69,25 @@ class OpenRLHFRules(OpenRLHFStepMath, TrainerRules):
 
         return AGENT_API_SINCE
 
-    def agentic_checks(self, env: Any, recipe: dict[str, Any], version: str) -> list[Any]:
+    def agentic_checks(self, env: Any, recipe: Recipe, version: str) -> list[Any]:  # type: ignore[override]
         from rlexp.trainers.openrlhf.checks import agentic_checks
 
         return agentic_checks(env, recipe, version)
 
-    def group_of_one(self, recipe: dict[str, Any], version: str) -> Any:
+    def group_of_one(self, recipe: Recipe, version: str) -> Any:  # type: ignore[override]
         from rlexp.trainers.openrlhf.checks import group_of_one
 
         return group_of_one(recipe, version)
 
-    def run_health_checks(self, recipe: dict[str, Any], version: str, env: Any = None) -> list[Any]:
+    def run_health_checks(self, recipe: Recipe, version: str, env: Any = None) -> list[Any]:  # type: ignore[override]
         from rlexp.trainers.openrlhf.checks import run_health_checks
 
         return run_health_checks(recipe, version, env)
 
-    def async_lag(self, recipe: dict[str, Any]) -> dict[str, Any]:
+    def async_lag(self, recipe: Recipe) -> dict[str, Any]:  # type: ignore[override]
         # --async_train (--train.async_enable from 0.10.2; a recipe states it under its v0.9 name): the
         # sampler runs ahead of the trainer by up to --async_queue_size batches (cli/train_ppo_ray.py)
-        return {"async": bool(recipe.get("async_train")), "queue": recipe.get("async_queue_size", 1),
-                "mode": "async sampler (queue)"}
+        return {"async": recipe.async_train, "queue": recipe.async_queue_size, "mode": "async sampler (queue)"}
 
 
 RULES = OpenRLHFRules()

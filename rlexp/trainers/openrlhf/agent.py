@@ -77,6 +77,7 @@ from rlexp.trainers.openrlhf.checks import masks_error_episodes
 
 if TYPE_CHECKING:
     from rlexp.spec.model import Attempt
+    from rlexp.spec.recipe import Recipe
 
 AGENT_FLAG_UNDERSCORE = "--agent_func_path"  # 0.9.3 ... 0.10.1.post2
 AGENT_FLAG_DOTTED = "--train.agent_func_path"  # 0.10.2 on
@@ -135,18 +136,14 @@ def agent_flag(version: str) -> str:
     raise ValueError(f"OpenRLHF {table.version} has no agent-file flag")
 
 
-def outage_episodes(recipe: Mapping[str, Any]) -> int:
+def outage_episodes(recipe: Recipe) -> int:
     """Error episodes in a row, on one vLLM engine, that the agent file stops the run at: half of
     that engine's share of an optimizer step (``train_batch_size`` samples over the engines), at
     least 1. An optimizer step whose every episode failed would hold no action token once they are
     masked; the engines share a step's prompts evenly, so such a step makes every engine see at
     least its share in a row, and half of it leaves room for an uneven split. Independent errors at
     the SOP's stop rate (a quarter) reach 16 in a row with probability 0.25**16 ≈ 2e-10."""
-    from rlexp.trainers.openrlhf.checks import stated_value
-
-    batch = stated_value(recipe, "train_batch_size", "train.batch_size") or 128
-    engines = stated_value(recipe, "vllm_num_engines", "vllm.num_engines") or 1
-    return max(1, int(batch) // (2 * max(1, int(engines))))
+    return max(1, recipe.train_batch_size // (2 * max(1, recipe.vllm_num_engines or 1)))
 
 
 def render_agent_file(env: str, config: Mapping[str, Any], *, max_turns: int, version: str,
@@ -258,5 +255,5 @@ def launch_files(att: Attempt, recipe: Mapping[str, Any], agent_file: Path) -> t
     check_one_environment(att)
     env = att.environment
     text = render_agent_file(env.name, env.config, max_turns=env.max_turns, version=att.trainer.version,
-                             outage=outage_episodes(recipe))
+                             outage=outage_episodes(att.recipe))
     return agent_recipe(recipe, agent_file), {Path(agent_file): text}

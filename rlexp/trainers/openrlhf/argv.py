@@ -458,7 +458,7 @@ def plan_train_command(att: Attempt) -> dict[str, Any]:
     pool = att.datasets.get("pool")
     monitor = att.datasets.get("ood_monitor")
     paths = AttemptPaths(
-        pretrain=str(att.recipe.get("pretrain") or ""),
+        pretrain=att.recipe.pretrain or "",
         prompt_data=str(pool.path) if pool is not None and pool.path is not None else "",
         eval_dataset=str(monitor.path) if monitor is not None and monitor.path is not None else None,
         save_path=ad.final_model,

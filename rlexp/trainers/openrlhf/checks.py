@@ -18,10 +18,10 @@ from rlexp.protocol.agentic_checks import (
     release_key,
 )
 from rlexp.protocol.verdict import Verdict, check
-from rlexp.spec.recipe import EPS_CLIP_DEFAULT
 
 if TYPE_CHECKING:
     from rlexp.spec.model import Attempt
+    from rlexp.spec.recipe import Recipe
 
 AGENT_API_SINCE = "0.8.7"  # the token-in/token-out MultiTurnAgentExecutor
 MASKS_ERRORS_SINCE = "0.11.0"  # PolicyLoss's aggregate_loss: a sample with no action token adds 0
@@ -35,13 +35,12 @@ def masks_error_episodes(version: str) -> bool:
     return release_key(version) >= release_key(MASKS_ERRORS_SINCE)
 
 
-def openrlhf_max_length(version: str, recipe: dict[str, Any]) -> tuple[int, str]:
+def openrlhf_max_length(version: str, recipe: Recipe) -> tuple[int, str]:
     """OpenRLHF's ``max_length`` handed to the agent executor, and how it is named: ``max_len``
-    (default 2048) from 0.9.8, ``prompt_max_len + generate_max_len`` (1024 each) before."""
+    (2048 when unset) from 0.9.8, ``prompt_max_len + generate_max_len`` before."""
     if release_key(version) >= release_key("0.9.8"):
-        return int(recipe.get("max_len") or 2048), "max_len"
-    prompt = int(recipe.get("prompt_max_len") or 1024)
-    generate = int(recipe.get("generate_max_len") or recipe.get("max_new_tokens") or 1024)
+        return int(recipe.max_len or 2048), "max_len"
+    prompt, generate = recipe.prompt_max_len, recipe.generate_max_len
     return prompt + generate, f"prompt_max_len {prompt} + generate_max_len {generate}"
 
 
@@ -68,11 +67,7 @@ def check_openrlhf_max_new_tokens(version: str, recipe: dict[str, Any]) -> list[
                   "computes max_length - max_new_tokens and fails on the default None (fixed in 0.10.2)", REF)]
 
 
-def stated_value(recipe: dict[str, Any], name: str, dotted: str) -> Any:
-    return recipe.get(name, recipe.get(dotted))
-
-
-def check_openrlhf_env_errors(version: str, recipe: dict[str, Any]) -> list[Verdict]:
+def check_openrlhf_env_errors(version: str, recipe: Recipe) -> list[Verdict]:
     """What OpenRLHF does with an episode that ended in an environment error (the agent file,
     rlexp.trainers.openrlhf.agent): out of the loss from 0.11.0, in its group's baseline always.
     From 0.11.0 the experience's ``kl`` of such a sample is 0/0 (``masked_mean`` over no action
@@ -89,7 +84,9 @@ def check_openrlhf_env_errors(version: str, recipe: dict[str, Any]) -> list[Verd
                    "env_errors is logged and the SOP's guardrails.env_errors stop applies; an outage (error episodes "
                    "in a row, half an engine's share of a step) stops the run before a step of masked episodes "
                    "only, whose loss would be 0/0", REF)]
-    if stated_value(recipe, "kl_target", "algo.kl.target") and not stated_value(recipe, "use_kl_loss", "algo.kl.use_loss"):
+    # either spelling: the dotted one is refused by the argv builder, but a check reads what the spec says
+    kl_target = recipe.kl_target or recipe.extra.get("algo.kl.target")
+    if kl_target and not (recipe.use_kl_loss or recipe.extra.get("algo.kl.use_loss")):
         found.append(check("agent.env_error_kl_target", ERROR,
                            f"OpenRLHF {version}: kl_target (the adaptive KL controller) without use_kl_loss on an "
                            "environment task: an environment-error episode has no action token, its KL mean is 0/0 "
@@ -97,9 +94,9 @@ def check_openrlhf_env_errors(version: str, recipe: dict[str, Any]) -> list[Verd
     return found
 
 
-def agentic_checks(env: Any, recipe: dict[str, Any], version: str) -> list[Verdict]:
+def agentic_checks(env: Any, recipe: Recipe, version: str) -> list[Verdict]:
     max_length, name = openrlhf_max_length(version, recipe)
-    found = check_turn_budget("openrlhf", prompt_tokens=int(recipe.get("prompt_max_len") or 0),
+    found = check_turn_budget("openrlhf", prompt_tokens=recipe.prompt_max_len,
                               max_turns=env.max_turns, max_tokens_per_turn=env.max_tokens_per_turn,
                               limit=max_length, limit_name=name, prompt_included=True)
     found += check_openrlhf_max_new_tokens(version, recipe)
@@ -108,9 +105,8 @@ def agentic_checks(env: Any, recipe: dict[str, Any], version: str) -> list[Verdi
     if env.loss == "gspo":  # rlexp writes the environment's range as eps_clip_low_high (launch.loss_recipe)
         found += check_gspo_clip("gspo", env.gspo_eps_low, "environment.gspo_eps_low")
     else:
-        gspo = "gspo" in (recipe.get("policy_loss_type"), recipe.get("actor.policy_loss_type"))
-        found += check_gspo_clip("gspo" if gspo else env.loss, recipe.get("eps_clip", EPS_CLIP_DEFAULT),
-                                 "recipe.eps_clip")
+        gspo = "gspo" in (recipe.policy_loss_type, recipe.extra.get("actor.policy_loss_type"))
+        found += check_gspo_clip("gspo" if gspo else env.loss, recipe.eps_clip, "recipe.eps_clip")
     return found
 
 
@@ -122,13 +118,12 @@ REFUSES_ONE_SAMPLE = ("rloo", "reinforce_baseline", "group_norm")
 DR_GRPO_REFUSED_SINCE = "0.11.0"
 
 
-def group_of_one(recipe: dict[str, Any], version: str) -> Any:
+def group_of_one(recipe: Recipe, version: str) -> Any:
     """OpenRLHF with one sample per prompt and an estimator that takes its baseline within the group."""
     from rlexp.protocol.checks import GroupOfOne
 
-    estimator = str(recipe.get("advantage_estimator") or "gae")
-    samples = recipe.get("n_samples_per_prompt")
-    if samples is None or int(samples) > 1:
+    estimator, samples = recipe.advantage_estimator, recipe.n_samples_per_prompt
+    if samples > 1:
         return None
     refused = REFUSES_ONE_SAMPLE + (("dr_grpo",) if release_key(version) >= release_key(DR_GRPO_REFUSED_SINCE) else ())
     if estimator in refused:
@@ -139,26 +134,26 @@ def group_of_one(recipe: dict[str, Any], version: str) -> Any:
                    f"advantage is 0 and only the KL term moves the policy (refused from {DR_GRPO_REFUSED_SINCE})")
     else:
         return None
-    return GroupOfOne("advantage_estimator", estimator, "n_samples_per_prompt", int(samples), outcome)
+    return GroupOfOne("advantage_estimator", estimator, "n_samples_per_prompt", samples, outcome)
 
-def vllm_is_correction_on(recipe: dict[str, Any]) -> bool:
+
+def vllm_is_correction_on(recipe: Recipe) -> bool:
     """The vLLM importance-sampling correction in any release's spelling: --enable_vllm_is_correction
     (0.9.x-0.10.1), --algo.advantage.is_correction_enable (0.10.2-0.11.1), --algo.advantage.is_correction_level
     other than off (0.11.2)."""
-    level = recipe.get("algo.advantage.is_correction_level")
-    return bool(recipe.get("enable_vllm_is_correction") or recipe.get("algo.advantage.is_correction_enable")
+    level = recipe.extra.get("algo.advantage.is_correction_level")
+    return bool(recipe.enable_vllm_is_correction or recipe.extra.get("algo.advantage.is_correction_enable")
                 or (level is not None and str(level) != "off"))
 
 
-def run_health_checks(recipe: dict[str, Any], version: str, env: Any = None) -> list[Verdict]:
+def run_health_checks(recipe: Recipe, version: str, env: Any = None) -> list[Verdict]:
     """The mismatch settings OpenRLHF gets wrong silently: its PolicyLoss (models/loss.py, every release
     0.9.3-0.11.2) applies the vLLM correction, and logs vllm_kl, only when policy_loss_type is ppo; with
     GSPO the correction asked for is never applied. A top_p below 1 makes vLLM sample from a truncated,
     renormalised distribution the trainer's log-probs never see (the trainer scores the full softmax), so
     the IS weights are biased. Without the correction, vllm_kl is not logged: the mismatch goes unmeasured."""
-    gspo = "gspo" in (recipe.get("policy_loss_type"), recipe.get("actor.policy_loss_type"),
-                      getattr(env, "loss", None))
-    top_p = recipe.get("top_p", 1.0)  # rollout.top_p from 0.10.2: a recipe states it under its v0.9 name
+    gspo = "gspo" in (recipe.policy_loss_type, recipe.extra.get("actor.policy_loss_type"), getattr(env, "loss", None))
+    top_p = recipe.top_p  # rollout.top_p from 0.10.2: a recipe states it under its v0.9 name
     found: list[Verdict] = []
     if not vllm_is_correction_on(recipe):
         return found

@@ -164,7 +164,7 @@ class OpenRLHFLaunch(TrainerLaunch):
 
     def resume_step(self, att: Attempt, ad: AttemptDir) -> int:
         latest = ad.latest_resume_state(self.rules)
-        if latest is None and att.recipe.get("disable_ds_ckpt"):
+        if latest is None and att.recipe.disable_ds_ckpt:
             # OpenRLHF keeps no resumable state at all: --resume would always start over
             raise InputError(ad.resume_state_dir(self.rules), None,
                              "no checkpoint to resume from (recipe.disable_ds_ckpt is set: OpenRLHF keeps no "
