@@ -56,19 +56,36 @@ class VerlRules(TrainerRules):
         (:func:`.steps.verl_kind`). Float, bool and str defaults type their key; an int default does
         not (verl's YAML writes temperature: 0 for a float field), nor a list, a mapping, null or an
         interpolation: those keys take any value here, and :mod:`.hydra` checks them against the
-        release (numbers, lists) at plan time."""
+        release (numbers, lists) at plan time.
+
+        The described keys and their defaults are FSDP's (verl's default engine); a spec may also
+        state ``model_engine`` and the keys of another engine's config (:mod:`.engine_keys`), which
+        :func:`.hydra.check_recipe` holds against the config of the engine the recipe chooses."""
         from rlexp.spec.recipe import JSON_VALUE, RecipeKey, TrainerKeyTable
+        from rlexp.trainers.verl.engine_keys import VERL_ENGINE_KEYS
         from rlexp.trainers.verl.keys import VERL_CONFIG_KEYS
+        from rlexp.trainers.verl.releases import DEFAULT_ENGINE, ENGINE_KEY
         from rlexp.trainers.verl.steps import NUMBER_OR_BOUNDS, verl_kind
 
-        versions = tuple(VERL_CONFIG_KEYS)
-        keys: dict[str, RecipeKey] = {}
-        for name, type_, default in VERL_CONFIG_KEYS[versions[-1]]:  # the newest listed release's keys
+        def row(name: str, type_: str, default: Any) -> RecipeKey:
             # a field wider than its default's type (a number or "LOWER_UPPER") is checked by hydra.check_recipe
             recipe_type = JSON_VALUE if name in NUMBER_OR_BOUNDS else _TYPES.get(type_, JSON_VALUE)
-            keys[name] = RecipeKey(name, recipe_type, default, verl_kind(name), recipe_type == JSON_VALUE)
+            return RecipeKey(name, recipe_type, default, verl_kind(name), recipe_type == JSON_VALUE)
+
+        versions = tuple(VERL_CONFIG_KEYS)
+        keys = {name: row(name, type_, default) for name, type_, default in VERL_CONFIG_KEYS[versions[-1]]}
+        # another engine's keys: typed by that engine's default where FSDP's config lacks the key
+        engine_keys: dict[str, RecipeKey] = {ENGINE_KEY: RecipeKey(ENGINE_KEY, "str", DEFAULT_ENGINE, "training")}
+        for rows in VERL_ENGINE_KEYS.get(versions[-1], {}).values():
+            for name, type_, default in rows:
+                if name not in keys:
+                    engine_keys.setdefault(name, row(name, type_, default))
+
+        def lookup(name: str) -> RecipeKey | None:
+            return keys.get(name) or engine_keys.get(name)
+
         return TrainerKeyTable("verl", f"verl {versions[-1]} config keys (dotted Hydra paths)", keys,
-                               {k.name: k.default for k in keys.values()}, keys.get, versions,
+                               {k.name: k.default for k in keys.values()}, lookup, versions,
                                model_key="actor_rollout_ref.model.path", names_only_schema=True,
                                schema_note="unstated keys take verl's default; the keys are "
                                "rlexp/trainers/verl/keys.py's (types checked by rlexp plan)")  # fmt: skip

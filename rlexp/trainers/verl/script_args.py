@@ -77,9 +77,39 @@ def dropped(key: str) -> bool:
 
 def field_of(key: str) -> str:
     if key.startswith("--config"):
-        return "the Hydra config verl composes; rlexp plans with ppo_trainer"
+        return "the Hydra config verl composes; rlexp plans with ppo_trainer (and its model_engine)"
     role = DATASET_KEYS.get(key)
     return f"datasets.{role}: the data's path" if role else f"recipe key {key}"
+
+
+def _config_name_engine(script: Path, where: str, token: str) -> str | None:
+    """The engine a ``--config-name`` chooses (None: another --config option, which sets no key).
+    ``ppo_megatron_trainer`` is ppo_trainer with ``model_engine: megatron`` and nothing else (verl
+    deprecated it for ``model_engine=megatron``); any other config is refused."""
+    from rlexp.trainers.verl.releases import CONFIG_NAME_ENGINES
+
+    option, _, chosen = token.partition("=")
+    if option != "--config-name":
+        return None
+    name = chosen.strip().strip("'\"").removesuffix(".yaml")
+    if name not in CONFIG_NAME_ENGINES:
+        raise InputError(script, where, f"{token[:80]}: rlexp plans verl's ppo_trainer config (its key table "
+                         f"is that config's, per model_engine), not {chosen!r}")
+    return CONFIG_NAME_ENGINES[name]
+
+
+def _engine(script: Path, where: str, args: list[str]) -> str | None:
+    """The engine the command composes: ``model_engine=...`` (the last one, as Hydra applies them) or
+    the one its ``--config-name`` implies; None when neither says (verl's default)."""
+    engine = None
+    for token in args:
+        if token.startswith("--config-name"):
+            engine = _config_name_engine(script, where, token) or engine
+    for token in args:
+        key, eq, raw = token.partition("=")
+        if eq and key.lstrip("+") == "model_engine":
+            engine = hydra_scalar(raw) if raw else ""
+    return engine
 
 
 def read_args(script: Path, where: str, args: list[str], version: str | None = None):
@@ -87,17 +117,21 @@ def read_args(script: Path, where: str, args: list[str], version: str | None = N
     from rlexp.trainers.verl import releases
     from rlexp.trainers.verl.hydra import check_version
 
-    table = releases.read_table(check_version(version, script)) if version else {}
-    recipe: dict[str, Any] = {}
+    engine = _engine(script, where, args)
+    stated_engine = {releases.ENGINE_KEY: engine} if engine is not None else {}
+    table: dict[str, Any] = {}
+    if version:  # `+` additions are checked against the engine's config (plan refuses an engine rlexp lacks)
+        listed = releases.engines_of(check_version(version, script))
+        table = releases.read_table(version, engine if engine in listed else releases.DEFAULT_ENGINE)
+    recipe: dict[str, Any] = dict(stated_engine)
     datasets: dict[str, dict[str, Any]] = {}
     left_out: list[str] = []
     notes: list[str] = []
     for token in args:
         if token.startswith(("--config-name", "--config-path", "--config-dir")):
-            option, _, chosen = token.partition("=")
-            if option == "--config-name" and chosen not in ("ppo_trainer", "ppo_trainer.yaml"):
-                raise InputError(script, where, f"{token[:80]}: rlexp plans verl's ppo_trainer config (its key table "
-                                 f"is that config's), not {chosen!r}")
+            if _config_name_engine(script, where, token) not in (None, releases.DEFAULT_ENGINE):
+                notes.append(f"{token[:80]}: verl composes ppo_trainer with model_engine {engine} (the recipe's "
+                             f"{releases.ENGINE_KEY}: {engine})")
             continue
         raw_key, eq, raw = token.partition("=")
         plus = len(raw_key) - len(raw_key.lstrip("+"))
@@ -105,6 +139,8 @@ def read_args(script: Path, where: str, args: list[str], version: str | None = N
         if not eq or plus > 2 or not re.match(r"^[A-Za-z_][\w.]*$", key):
             raise InputError(script, where, f"{token[:80]!r}: not a Hydra override key=value")
         value = hydra_scalar(raw) if raw else ""
+        if key == releases.ENGINE_KEY:
+            continue  # read above (a config-group choice, not a key of the composed config)
         if key in DATASET_KEYS:
             role = DATASET_KEYS[key]
             path = value[0] if isinstance(value, list) and len(value) == 1 else value
