@@ -54,7 +54,7 @@ if request["kind"] == "compose":
     from omegaconf import OmegaConf
     try:
         with initialize_config_dir(config_dir=request["config_dir"], version_base=None):
-            cfg = compose(config_name="ppo_trainer", overrides=request["overrides"])
+            cfg = compose(config_name=request.get("config_name", "ppo_trainer"), overrides=request["overrides"])
         print(json.dumps({"config": OmegaConf.to_container(cfg, resolve=False)}))
     except Exception as exc:
         print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}))
@@ -112,9 +112,9 @@ def hydra_compose(wheel, tmp_path_factory):
     with a list of overrides by Hydra itself, as ``python -m verl.trainer.main_ppo`` would."""
     config_dir = config_dir_of(wheel, tmp_path_factory.mktemp("verl-config"))
 
-    def run(overrides: list[str]) -> dict:
+    def run(overrides: list[str], config_name: str = "ppo_trainer") -> dict:
         answer = run_hydra({"kind": "compose", "config_dir": str(config_dir),
-                            "overrides": overrides})
+                            "overrides": overrides, "config_name": config_name})
         if "error" in answer:
             raise RuntimeError(answer["error"])
         return answer["config"]
@@ -142,6 +142,47 @@ def test_committed_keys_are_what_hydra_composes(hydra_compose):
     # the composed config also holds the defaults-list choice model_engine (dp), a config group, not a key
     assert set(composed) - set(committed) == {"model_engine"}
     assert {k: composed[k] for k in committed} == committed
+
+
+@pytest.mark.parametrize("engine", ["megatron", "veomni"])
+def test_engine_tables_match_the_wheel(wheel, engine):
+    from_wheel = {k.name: (k.type, k.default) for k in verl_config.wheel_keys(wheel, engine)}
+    committed = {k.name: (k.type, k.default) for k in verl_config.read_table(VERSION, engine).values()}
+    assert from_wheel == committed
+
+
+@pytest.mark.parametrize(("overrides", "config_name", "engine"), [
+    (["model_engine=megatron"], "ppo_trainer", "megatron"),
+    ([], "ppo_megatron_trainer", "megatron"),  # verl's deprecated spelling of the same choice
+    (["model_engine=veomni"], "ppo_trainer", "veomni"),
+])  # fmt: skip
+def test_an_engine_choice_composes_to_its_table(hydra_compose, overrides, config_name, engine):
+    """The engine's table (the wheel's flattened config for it) is what Hydra composes when a script
+    chooses the engine, as verl's own examples do: the same keys, the same defaults."""
+    composed = _flat(hydra_compose(overrides, config_name))
+    committed = {name: key.default for name, key in verl_config.read_table(VERSION, engine).items()}
+    assert composed.pop("model_engine") == engine  # the choice itself: a defaults-list group, not a table key
+    assert composed == committed
+    # and it is another config: FSDP's optimizer and engine keys are not there
+    assert "actor_rollout_ref.actor.fsdp_config.param_offload" not in committed
+
+
+def test_a_megatron_recipe_is_checked_against_megatron_keys():
+    stated = {"model_engine": "megatron", "actor_rollout_ref.actor.megatron.tensor_model_parallel_size": 2,
+              "actor_rollout_ref.actor.optim.lr_decay_style": "cosine"}
+    assert verl.check_recipe(stated, VERSION, "spec.yaml")["actor_rollout_ref.actor.megatron.tensor_model_parallel_size"] == 2
+    # the same keys without the engine: FSDP's config lacks them, and the refusal names the engine that has them
+    with pytest.raises(InputError, match=r"megatron\.tensor_model_parallel_size: not a key of verl 0\.9\.1's config "
+                       r"with model_engine dp .*state model_engine: megatron"):
+        verl.check_recipe({k: v for k, v in stated.items() if k != "model_engine"}, VERSION, "spec.yaml")
+    # FSDP's own keys are outside the megatron config
+    with pytest.raises(InputError, match="fsdp_config.param_offload: not a key of verl 0.9.1's config with "
+                                         "model_engine megatron"):
+        verl.check_recipe({**stated, "actor_rollout_ref.actor.fsdp_config.param_offload": True}, VERSION, "spec.yaml")
+    with pytest.raises(InputError, match="recipe.model_engine: 'mindspeed': rlexp has no key table"):
+        verl.check_recipe({"model_engine": "mindspeed"}, VERSION, "spec.yaml")
+    argv = verl.build_argv(stated, VERSION)
+    assert "model_engine=megatron" in argv
 
 
 # ----------------------------------------------------------------------------- Hydra values

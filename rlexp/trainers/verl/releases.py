@@ -57,6 +57,14 @@ FETCH_SCRIPT = "scripts/fetch-verl"
 # argv (verl pins hydra-core; 1.3.2 is its current release). Installed into the cache, never the venv.
 HYDRA_REQUIREMENT = "hydra-core==1.3.2"
 
+# megatron-core, whose OptimizerParamScheduler verl's Megatron engine builds (verl/utils/megatron/optimizer.py):
+# the tests hold rlexp's Megatron LR schedule against that class itself. verl 0.9.1 pins no megatron-core
+# (its "mcore" extra names only mbridge); 0.16.1 is the release verl's Megatron code names (core_v0.15+
+# callbacks). Downloaded (pip download --no-deps, a CPython 3.11 wheel, sha256-pinned) and installed with
+# pip --target into the cache, never the venv; it imports torch (the venv has it).
+MEGATRON_CORE = Release("0.16.1", "megatron_core-0.16.1-cp311-cp311-manylinux_2_24_x86_64.manylinux_2_28_x86_64.whl",
+                        "38f6bef63cd4ebc4c39c1eccbaf578596accba5c47d012faffa0670913aec131")
+
 # The types a key's default can have (the type of ``null`` defaults is open: any value is accepted).
 TYPES = ("int", "float", "bool", "str", "list", "dict", "null", "interpolation")
 
@@ -110,6 +118,25 @@ def fetch_hydra(dest: Path | None = None, python: str = sys.executable) -> Path:
     if result.returncode != 0:
         tail = (result.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise ReleaseError(f"pip install --target {target} {HYDRA_REQUIREMENT} failed: {tail}")
+    return target
+
+
+def megatron_core_dir(dest: Path | None = None) -> Path:
+    """Where ``scripts/fetch-verl`` installs megatron-core (``pip install --no-deps --target``)."""
+    return (dest or cache_dir()) / f"megatron-core-{MEGATRON_CORE.version}"
+
+
+def fetch_megatron_core(dest: Path | None = None, python: str = sys.executable) -> Path:
+    """megatron-core's pinned wheel in the cache (sha256 checked), installed beside it with ``--target``."""
+    target = megatron_core_dir(dest)
+    if (target / "megatron" / "core" / "optimizer_param_scheduler.py").exists():
+        return target
+    wheel = pinned_wheels.fetch("megatron_core", MEGATRON_CORE, dest or cache_dir(), refresh_script=FETCH_SCRIPT)
+    argv = [python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-compile", "--target", str(target), str(wheel)]
+    result = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        tail = (result.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise ReleaseError(f"pip install --target {target} {wheel.name} failed: {tail}")
     return target
 
 
@@ -264,12 +291,14 @@ def _fetch_all(out) -> int:
         except ReleaseError as exc:
             print(f"verl {release.version}: {exc}", file=sys.stderr)
             errors += 1
-    try:
-        fetch_hydra(dest)
-    except ReleaseError as exc:
-        print(str(exc), file=sys.stderr)
-        errors += 1
-    print(f"{len(listed_releases()) - errors} verl wheel(s) and {HYDRA_REQUIREMENT} in {dest}", file=out)
+    for fetch_tool in (fetch_hydra, fetch_megatron_core):
+        try:
+            fetch_tool(dest)
+        except ReleaseError as exc:
+            print(str(exc), file=sys.stderr)
+            errors += 1
+    print(f"{len(listed_releases())} verl wheel(s), {HYDRA_REQUIREMENT} and megatron-core=={MEGATRON_CORE.version} "
+          f"in {dest} ({errors} failed)", file=out)
     return 1 if errors else 0
 
 
