@@ -66,11 +66,25 @@ elif request["kind"] == "compose_each":  # one verdict per list of overrides: "o
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from omegaconf import OmegaConf
+    # a job may choose its config and config groups (["model_engine=megatron"], "ppo_megatron_trainer"):
+    # composed once per choice, with Hydra's compose
+    bases = {}
     with initialize_config_dir(config_dir=request["config_dir"], version_base=None):
-        base = compose(config_name="ppo_trainer", overrides=[])
+        for job in request["overrides_each"]:
+            choice = (job["config_name"], tuple(job["groups"])) if isinstance(job, dict) else ("ppo_trainer", ())
+            if choice not in bases:
+                try:
+                    bases[choice] = compose(config_name=choice[0], overrides=list(choice[1]))
+                except Exception as exc:
+                    bases[choice] = f"{type(exc).__name__}: {exc}"
     parser, verdicts = OverridesParser.create(), []
-    for overrides in request["overrides_each"]:
-        cfg = copy.deepcopy(base)
+    for job in request["overrides_each"]:
+        choice = (job["config_name"], tuple(job["groups"])) if isinstance(job, dict) else ("ppo_trainer", ())
+        overrides = job["overrides"] if isinstance(job, dict) else job
+        if isinstance(bases[choice], str):  # the choice itself is refused (a config group verl lacks)
+            verdicts.append(bases[choice])
+            continue
+        cfg = copy.deepcopy(bases[choice])
         OmegaConf.set_struct(cfg, True)
         try:
             ConfigLoaderImpl._apply_overrides_to_config(parser.parse_overrides(overrides), cfg)

@@ -128,9 +128,19 @@ def engine_of(stated: Mapping[str, Any], version: str, spec_file: str | Path | N
     engine = stated.get(releases.ENGINE_KEY, releases.DEFAULT_ENGINE)
     listed = releases.engines_of(version)
     if engine not in listed:
-        raise InputError(spec_file, f"recipe.{releases.ENGINE_KEY}", f"{engine!r}: rlexp has no key table for this "
-                         f"engine of verl {version} (listed: {', '.join(listed)}; rlexp's limit)")
+        raise InputError(spec_file, f"recipe.{releases.ENGINE_KEY}", unknown_engine(engine, version))
     return engine
+
+
+def unknown_engine(engine: Any, version: str) -> str:
+    """Why ``engine`` cannot be planned: verl ``version`` has no such engine (Hydra stops at start), or
+    rlexp has no key table for it."""
+    offered = releases.engine_choices(version)
+    if offered and engine not in offered:
+        return (f"{engine!r}: verl {version}'s config group {releases.ENGINE_KEY} has no such engine (it offers "
+                f"{', '.join(offered)}): Hydra stops before training")
+    return (f"{engine!r}: rlexp has no key table for this engine of verl {version} (listed: "
+            f"{', '.join(releases.engines_of(version))}; rlexp's limit)")
 
 
 def key_table(stated: Mapping[str, Any], version: str, spec_file: str | Path | None) -> dict[str, releases.ConfigKey]:

@@ -114,8 +114,9 @@ def build_verl_plan(att: Attempt, plan_format: int) -> dict[str, Any]:
                 "reaches_last_step": steps.reaches_last_step,
                 "actor_updates": steps.actor_updates,
                 "critic_warmup": steps.critic_warmup,
-                **({"lr_scheduler_type": steps.scheduler, "num_cycles": steps.num_cycles,
-                    "zero_indexed_step": steps.zero_indexed_step} if steps.lr_schedule is None else
+                "lr_scheduler_type": steps.scheduler,  # FSDP's lr_scheduler_type, or Megatron's lr_decay_style
+                **({"num_cycles": steps.num_cycles, "zero_indexed_step": steps.zero_indexed_step}
+                   if steps.lr_schedule is None else
                    {"model_engine": steps.engine, "lr_scheduler": steps.lr_schedule.as_dict(),
                     "parallelism": verl_gpu_layout(config)}),
                 "filter_overlong_prompts": steps.filters_prompts,

@@ -2,10 +2,13 @@
 keys, values read as Hydra reads them (YAML scalars, ``[a,b]`` lists, ``{k: v}`` mappings).
 
 ``+key=value`` (Hydra's addition) is checked against the release's composed config, as Hydra
-composes it: adding a key the config already has is refused (Hydra refuses it); a key inside one of
+composes it: adding a key the config already holds a value for is refused (Hydra refuses it; it adds
+over a null default, and merges a mapping or list); a key inside one of
 its mappings (``+actor_rollout_ref.model.override_config.max_position_embeddings=32768``) becomes
 that mapping's entry in the recipe; a key the composed config has nowhere is left out with a note
-(verl's code does not read it through the config rlexp plans with). ``++key`` adds or overrides."""
+(verl's code does not read it through the config rlexp plans with). ``++key`` adds or overrides, and
+is read the same way. The config is the one of the engine the script chooses (``model_engine=...``, or
+``--config-name ppo_megatron_trainer``, which becomes the recipe's ``model_engine: megatron``)."""
 
 from __future__ import annotations
 
@@ -122,6 +125,11 @@ def read_args(script: Path, where: str, args: list[str], version: str | None = N
     table: dict[str, Any] = {}
     if version:  # `+` additions are checked against the engine's config (plan refuses an engine rlexp lacks)
         listed = releases.engines_of(check_version(version, script))
+        offered = releases.engine_choices(version)
+        if engine is not None and offered and engine not in offered:  # verl's own refusal, at import
+            from rlexp.trainers.verl.hydra import unknown_engine
+
+            raise InputError(script, where, f"model_engine={engine}: " + unknown_engine(engine, version))
         table = releases.read_table(version, engine if engine in listed else releases.DEFAULT_ENGINE)
     recipe: dict[str, Any] = dict(stated_engine)
     datasets: dict[str, dict[str, Any]] = {}
@@ -147,8 +155,11 @@ def read_args(script: Path, where: str, args: list[str], version: str | None = N
             datasets[role] = dataset_argument(path if isinstance(path, list) else str(path), key)
         elif dropped(key):
             left_out.append(key)
-        elif plus == 1 and table:
+        elif plus and table and key not in table:  # + and ++ add a key: into a mapping, or nowhere
             _addition(script, where, key, value, table, recipe, left_out, notes, version)
+        elif plus == 1 and table and not _hydra_adds(table[key], value):
+            raise InputError(script, where, f"+{key}: verl {version}'s config already has {key}, and Hydra refuses "
+                             f"to add it again (\"Could not append to config\"): write {key}=VALUE")
         else:
             recipe[key] = value
     if "pool" not in datasets:
@@ -156,17 +167,23 @@ def read_args(script: Path, where: str, args: list[str], version: str | None = N
     return recipe, datasets, left_out, notes
 
 
+def _hydra_adds(existing: Any, value: Any) -> bool:
+    """Whether Hydra's ``+key=value`` accepts a key the config has (hydra/_internal/config_loader_impl.py,
+    1.3: ``OmegaConf.select(cfg, key) is None or isinstance(value, (dict, list))``): a null default, or a
+    mapping or list merged into it. An interpolated default is taken as set (what it resolves to is not
+    known here)."""
+    return existing.type == "null" or isinstance(value, dict | list)
+
+
 def _addition(script: Path, where: str, key: str, value: Any, table: dict[str, Any], recipe: dict[str, Any],
               left_out: list[str], notes: list[str], version: str | None) -> None:
-    """``+key=value`` as Hydra composes it against the release's config."""
-    if key in table:
-        raise InputError(script, where, f"+{key}: verl {version}'s config already has {key}, and Hydra refuses to "
-                         f"add it again (\"Could not append to config\"): write {key}=VALUE")
+    """``+key=value`` (or ``++``) of a key the release's config lacks, as Hydra composes it."""
     parts = key.split(".")
     for cut in range(len(parts) - 1, 0, -1):
         parent = ".".join(parts[:cut])
         if parent in table:
-            if table[parent].type not in ("dict", "null"):
+            # Hydra adds into a mapping, a null, or an interpolation (which the mapping of the added key replaces)
+            if table[parent].type not in ("dict", "null", "interpolation"):
                 raise InputError(script, where, f"+{key}: {parent} is a {table[parent].type} in verl {version}'s "
                                  "config, not a mapping a key can be added to")
             mapping = recipe.setdefault(parent, {})
