@@ -193,8 +193,12 @@ def test_a_megatron_recipe_is_checked_against_megatron_keys():
     with pytest.raises(InputError, match="fsdp_config.param_offload: not a key of verl 0.9.1's config with "
                                          "model_engine megatron"):
         verl.check_recipe({**stated, "actor_rollout_ref.actor.fsdp_config.param_offload": True}, VERSION, "spec.yaml")
-    with pytest.raises(InputError, match="recipe.model_engine: 'mindspeed': rlexp has no key table"):
+    with pytest.raises(InputError, match="recipe.model_engine: 'mindspeed': verl 0.9.1's config group model_engine "
+                                         "has no such engine"):
         verl.check_recipe({"model_engine": "mindspeed"}, VERSION, "spec.yaml")
+    # an engine verl offers but rlexp has no table for
+    with pytest.raises(InputError, match="recipe.model_engine: 'torchtitan': rlexp has no key table"):
+        verl.check_recipe({"model_engine": "torchtitan"}, VERSION, "spec.yaml")
     argv = verl.build_argv(stated, VERSION)
     assert "model_engine=megatron" in argv
 

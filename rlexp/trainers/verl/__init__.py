@@ -64,8 +64,7 @@ class VerlRules(TrainerRules):
         from rlexp.spec.recipe import JSON_VALUE, RecipeKey, TrainerKeyTable
         from rlexp.trainers.verl.engine_keys import VERL_ENGINE_KEYS
         from rlexp.trainers.verl.keys import VERL_CONFIG_KEYS
-        from rlexp.trainers.verl.releases import DEFAULT_ENGINE, ENGINE_KEY
-        from rlexp.trainers.verl.steps import NUMBER_OR_BOUNDS, verl_kind
+        from rlexp.trainers.verl.steps import DEFAULT_ENGINE, ENGINE_KEY, NUMBER_OR_BOUNDS, verl_kind
 
         def row(name: str, type_: str, default: Any) -> RecipeKey:
             # a field wider than its default's type (a number or "LOWER_UPPER") is checked by hydra.check_recipe

@@ -31,6 +31,7 @@ from typing import Any
 
 from rlexp.backends import pinned_wheels
 from rlexp.backends.pinned_wheels import Release, ReleaseError, sha256_of  # noqa: F401  (re-exported)
+from rlexp.trainers.verl.steps import DEFAULT_ENGINE, ENGINE_KEY
 
 KEYS_MODULE = Path(__file__).resolve().parent / "keys.py"
 KEYS_SHOWN = "rlexp/trainers/verl/keys.py"  # how messages name it
@@ -39,9 +40,9 @@ ENGINE_KEYS_SHOWN = "rlexp/trainers/verl/engine_keys.py"
 CACHE_ENV = "RLEXP_VERL_CACHE"
 GENERATED_CONFIG = "verl/trainer/config/_generated_ppo_trainer.yaml"
 # model_engine (ppo_trainer.yaml's first defaults-list choice) -> the wheel's flattened config for it;
-# "dp" (FSDP) is verl's default and rlexp's first table (keys.py), the others are engine_keys.py's
-DEFAULT_ENGINE = "dp"
-ENGINE_KEY = "model_engine"
+# "dp" (FSDP, DEFAULT_ENGINE) is verl's default and rlexp's first table (keys.py), the others are
+# engine_keys.py's. A new engine is one entry here, its table regenerated, and its LR schedule in
+# steps.ENGINE_SCHEDULES.
 ENGINES = {
     "dp": GENERATED_CONFIG,
     "megatron": "verl/trainer/config/_generated_ppo_megatron_trainer.yaml",

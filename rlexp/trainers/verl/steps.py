@@ -50,7 +50,8 @@ from typing import Any
 
 ACTOR_OPTIM = "actor_rollout_ref.actor.optim"
 SCHEDULER_TYPES = ("constant", "cosine")
-ENGINE_KEY = "model_engine"  # the config-group choice (releases.ENGINE_KEY); absent: verl's default, dp
+ENGINE_KEY = "model_engine"  # the config-group choice; absent: verl's default engine
+DEFAULT_ENGINE = "dp"  # FSDP
 
 # The keys the step math reads (every one is in verl 0.9.1's config).
 STEP_KEYS = (
@@ -219,11 +220,11 @@ def compute_verl_steps(config: Mapping[str, Any], pool_size: int, version: str) 
     mini = _int(config, "actor_rollout_ref.actor.ppo_mini_batch_size", minimum=1)
     ppo_epochs = _int(config, "actor_rollout_ref.actor.ppo_epochs", minimum=1)
     critic_warmup = _int(config, "trainer.critic_warmup", minimum=0)
-    engine = config.get(ENGINE_KEY) or "dp"
-    if engine != "dp" and engine not in ENGINE_SCHEDULES:
+    engine = config.get(ENGINE_KEY) or DEFAULT_ENGINE
+    if engine != DEFAULT_ENGINE and engine not in ENGINE_SCHEDULES:
         raise VerlConfigError(ENGINE_KEY, ENGINE_NOT_YET.get(engine, f"{engine!r}: rlexp does not plan verl's "
                                                                      "LR schedule on this engine (rlexp's limit)"))
-    if engine == "dp":
+    if engine == DEFAULT_ENGINE:
         stated_warmup = _int(config, f"{ACTOR_OPTIM}.lr_warmup_steps")
         ratio = _float(config, f"{ACTOR_OPTIM}.lr_warmup_steps_ratio")
         if not 0 <= ratio <= 1:
@@ -246,7 +247,7 @@ def compute_verl_steps(config: Mapping[str, Any], pool_size: int, version: str) 
     data_total = per_epoch * epochs
     total = stated_total if stated_total is not None else data_total
     schedule = None
-    if engine != "dp":  # the trainer writes total × k into the optimizer's total_training_steps
+    if engine != DEFAULT_ENGINE:  # the trainer writes total × k into the optimizer's total_training_steps
         schedule = ENGINE_SCHEDULES[engine](config, total * k)
         stated_warmup, ratio = schedule.warmup_steps, 0.0
         kind = schedule.decay_style
