@@ -219,3 +219,33 @@ def test_what_megatron_core_refuses_plan_refuses(megatron_answers, index):
     assert err.value.key == f"{OPT}.{key}"
     answer = megatron_answers[len(CASES) + index]
     assert answer.get("error", "").startswith(error + ":"), answer
+
+
+# ----------------------------------------------------------------------------- verl's Megatron layout checks
+
+
+def _layout(**stated):
+    return megatron_config(**{"trainer__n_gpus_per_node": 8, "trainer__nnodes": 1, "data__train_batch_size": 64,
+                              "actor_rollout_ref__rollout__n": 4,
+                              "actor_rollout_ref__actor__ppo_micro_batch_size_per_gpu": 4, **stated})
+
+
+def test_megatron_layout_checks_are_verls_validate_config():
+    """verl/utils/config.py validate_config (0.9.1), Megatron branch, worked by hand: 8 GPUs split by
+    tp × pp × cp; then train_batch_size × n (256) divisible by dp × ppo_micro_batch_size_per_gpu."""
+    from rlexp.trainers.verl.checks import megatron_layout_checks, verl_gpu_layout
+
+    tp = f"{MEGATRON.replace('.', '__')}__tensor_model_parallel_size"
+    cp = f"{MEGATRON.replace('.', '__')}__context_parallel_size"
+    assert megatron_layout_checks(_layout(**{tp: 2})) == []  # dp 4, 4 × 4 = 16 divides 256
+    assert verl_gpu_layout(_layout(**{tp: 2}))["data_parallel_size"] == 4
+    [found] = megatron_layout_checks(_layout(**{tp: 3}))
+    assert found.name == "gpu.layout" and found.severity == "error"
+    assert "n_gpus (8" in found.rule and "model_parallel_size (3" in found.rule
+    [found] = megatron_layout_checks(_layout(**{tp: 2, cp: 2, "actor_rollout_ref__actor__ppo_micro_batch_size_per_gpu": 3}))
+    assert found.name == "batch.train_divisible"  # dp 2, minimal 6: 256 % 6 = 4
+    assert "real_train_batch_size (256" in found.rule and "minimal possible batch size (6" in found.rule
+    # verl checks neither with dynamic batch sizes
+    assert megatron_layout_checks(_layout(**{tp: 3, "actor_rollout_ref__actor__use_dynamic_bsz": True})) == []
+    fsdp = {name: key.default for name, key in verl_config.read_table("0.9.1").items()}
+    assert verl_gpu_layout(fsdp) is None
