@@ -58,9 +58,9 @@ class VerlRules(TrainerRules):
         interpolation: those keys take any value here, and :mod:`.hydra` checks them against the
         release (numbers, lists) at plan time.
 
-        The described keys and their defaults are FSDP's (verl's default engine); a spec may also
-        state ``model_engine`` and the keys of another engine's config (:mod:`.engine_keys`), which
-        :func:`.hydra.check_recipe` holds against the config of the engine the recipe chooses."""
+        The defaults are FSDP's (verl's default engine); the keys add ``model_engine`` and the keys of
+        the other engines' configs (:mod:`.engine_keys`), which :func:`.hydra.check_recipe` holds
+        against the config of the engine the recipe chooses (a key of another engine is refused there)."""
         from rlexp.spec.recipe import JSON_VALUE, RecipeKey, TrainerKeyTable
         from rlexp.trainers.verl.engine_keys import VERL_ENGINE_KEYS
         from rlexp.trainers.verl.keys import VERL_CONFIG_KEYS
@@ -73,21 +73,20 @@ class VerlRules(TrainerRules):
 
         versions = tuple(VERL_CONFIG_KEYS)
         keys = {name: row(name, type_, default) for name, type_, default in VERL_CONFIG_KEYS[versions[-1]]}
-        # another engine's keys: typed by that engine's default where FSDP's config lacks the key
-        engine_keys: dict[str, RecipeKey] = {ENGINE_KEY: RecipeKey(ENGINE_KEY, "str", DEFAULT_ENGINE, "training")}
+        defaults = {k.name: k.default for k in keys.values()}  # FSDP's: an unstated key takes verl's default
+        # the engine choice, then the other engines' keys (typed by their engine's default), after FSDP's
+        keys[ENGINE_KEY] = RecipeKey(ENGINE_KEY, "str", DEFAULT_ENGINE, "training")
         for rows in VERL_ENGINE_KEYS.get(versions[-1], {}).values():
             for name, type_, default in rows:
-                if name not in keys:
-                    engine_keys.setdefault(name, row(name, type_, default))
-
-        def lookup(name: str) -> RecipeKey | None:
-            return keys.get(name) or engine_keys.get(name)
+                keys.setdefault(name, row(name, type_, default))
+        lookup = keys.get
 
         return TrainerKeyTable("verl", f"verl {versions[-1]} config keys (dotted Hydra paths)", keys,
-                               {k.name: k.default for k in keys.values()}, lookup, versions,
+                               defaults, lookup, versions,
                                model_key="actor_rollout_ref.model.path", names_only_schema=True,
-                               schema_note="unstated keys take verl's default; the keys are "
-                               "rlexp/trainers/verl/keys.py's (types checked by rlexp plan)")  # fmt: skip
+                               schema_note="unstated keys take verl's default (FSDP's); the keys are "
+                               "rlexp/trainers/verl/keys.py's and, for another model_engine, engine_keys.py's "
+                               "(types and the engine checked by rlexp plan)")  # fmt: skip
 
 
     @property
