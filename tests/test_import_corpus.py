@@ -60,96 +60,78 @@ EXPECTED: dict[str, object] = {
     "trl/clis_md__trl_rloo.sh": ("import", "line 1: trl rloo: rlexp plans TRL's GRPOTrainer"),
     "trl/grpo_agent_py__usage.sh": PLANS,
     "trl/gspo_py__usage.sh": PLANS,
-    "verl/ascend_extras__grpo_trainer__run_qwen3_235b_256k_megatron.sh": ("plan",
-        "recipe.actor_rollout_ref.actor.megatron.grad_offload: unknown key"),
-    "verl/ascend_extras__grpo_trainer__run_qwen3_30b_a3b_megatron.sh": ("plan",
-        "recipe.actor_rollout_ref.actor.megatron.grad_offload: unknown key"),
+    "verl/ascend_extras__grpo_trainer__run_qwen3_235b_256k_megatron.sh": PLANS,
+    "verl/ascend_extras__grpo_trainer__run_qwen3_30b_a3b_megatron.sh": PLANS,
     "verl/ascend_extras__grpo_trainer__run_qwen3_30b_a3b_mindspeed.sh": ("import",
         "line 236: model_engine=mindspeed: 'mindspeed': verl 0.9.1's config group model_engine has no such engine"),
     "verl/ascend_extras__grpo_trainer__run_qwen3_32b_fsdp.sh": PLANS,
     "verl/ascend_extras__grpo_trainer__run_qwen3_32b_mindspeed.sh": ("import",
         "line 224: model_engine=mindspeed: 'mindspeed': verl 0.9.1's config group model_engine has no such engine"),
-    "verl/ascend_extras__grpo_trainer__run_qwen3_5_122b_a10b_32k_megatron.sh": ("plan",
-        "recipe.actor_rollout_ref.actor.megatron.grad_offload: unknown key"),
+    "verl/ascend_extras__grpo_trainer__run_qwen3_5_122b_a10b_32k_megatron.sh": PLANS,
     "verl/ascend_extras__grpo_trainer__run_qwen3_next_80b_fsdp.sh": PLANS,
     "verl/ascend_extras__gspo_trainer__run_qwen3_32b_fsdp.sh": PLANS,
     "verl/ascend_extras__ppo_trainer__run_qwen3_8b_fsdp.sh": PLANS,
     "verl/cispo_trainer__run_qwen3_8b_fsdp.sh": PLANS,
-    "verl/dppo_trainer__run_qwen3_30b_a3b_megatron.sh": ("plan",
-        "recipe.actor_rollout_ref.actor.megatron.grad_offload: unknown key"),
+    "verl/dppo_trainer__run_qwen3_30b_a3b_megatron.sh": PLANS,
     "verl/gdpo_trainer__run_qwen3_8b_fsdp.sh": PLANS,
     "verl/gmpo_trainer__run_qwen3_8b_fsdp.sh": PLANS,
     "verl/gpg_trainer__run_qwen3_8b_fsdp.sh": PLANS,
     "verl/gpg_trainer__run_qwen3_8b_megatron.sh": PLANS,
-    "verl/grpo_trainer__run_deepseek_v3_671b_megatron.sh": ("plan",
-        "recipe.actor_rollout_ref.actor.megatron.grad_offload: unknown key"),
-    "verl/grpo_trainer__run_deepseek_v4_flash_megatron.sh": ("plan",
-        "recipe.actor_rollout_ref.actor.megatron.grad_offload: unknown key"),
+    "verl/grpo_trainer__run_deepseek_v3_671b_megatron.sh": PLANS,
+    "verl/grpo_trainer__run_deepseek_v4_flash_megatron.sh": PLANS,
     "verl/grpo_trainer__run_deepseek_v4_veomni.sh": ("plan",
         "recipe.model_engine: model_engine veomni: VeOmni's LR scheduler: not yet"),
     "verl/grpo_trainer__run_glm4_1v_9b_fsdp.sh": PLANS,
     # the example adds (+) a key verl's own config has: Hydra refuses it ("Could not append to config")
     "verl/grpo_trainer__run_gpt_oss_20b_fsdp.sh": ("import", "line 132: +actor_rollout_ref.actor.fsdp_config.model_dtype: "
                                                              "verl 0.9.1's config already has"),
-    "verl/grpo_trainer__run_hy_v3_megatron.sh": ("plan",
-        "recipe.actor_rollout_ref.actor.megatron.grad_offload: unknown key"),
+    "verl/grpo_trainer__run_hy_v3_megatron.sh": PLANS,
     "verl/grpo_trainer__run_kimi_k2_6_glm5_1_megatron_lite.sh": ("import",
         "line 201: 'actor@actor_rollout_ref.actor=mlite_actor': not a Hydra override key=value"),
     "verl/grpo_trainer__run_minicpm_o_2_6_fsdp.sh": PLANS,
     "verl/grpo_trainer__run_mistral_nemo_12b_skyworkrm_fsdp.sh": PLANS,
     "verl/grpo_trainer__run_moonlight_16b_a3b_megatron.sh": PLANS,
-    "verl/grpo_trainer__run_nemotron_nano_v3_30b_a3b_megatron.sh": ("plan",
-        "recipe.actor_rollout_ref.actor.megatron.grad_offload: unknown key"),
+    "verl/grpo_trainer__run_nemotron_nano_v3_30b_a3b_megatron.sh": PLANS,
     "verl/grpo_trainer__run_qwen2-7b_math_megatron_fsdp.sh": PLANS,
     "verl/grpo_trainer__run_qwen2_5_32b_fsdp.sh": PLANS,
     "verl/grpo_trainer__run_qwen2_5_vl_7b_fsdp.sh": PLANS,
     "verl/grpo_trainer__run_qwen2_5_vl_7b_megatron.sh": PLANS,
-    "verl/grpo_trainer__run_qwen3_235b_a22b_megatron.sh": ("plan",
-        "recipe.actor_rollout_ref.actor.megatron.grad_offload: unknown key"),
+    "verl/grpo_trainer__run_qwen3_235b_a22b_megatron.sh": PLANS,
     "verl/grpo_trainer__run_qwen3_30b_a3b_fsdp.sh": PLANS,
-    "verl/grpo_trainer__run_qwen3_30b_a3b_megatron.sh": ("plan",
-        "recipe.actor_rollout_ref.actor.megatron.grad_offload: unknown key"),
+    "verl/grpo_trainer__run_qwen3_30b_a3b_megatron.sh": PLANS,
     "verl/grpo_trainer__run_qwen3_30b_veomni.sh": ("plan",
         "recipe.model_engine: model_engine veomni: VeOmni's LR scheduler: not yet"),
     "verl/grpo_trainer__run_qwen3_4b_fsdp.sh": PLANS,
     "verl/grpo_trainer__run_qwen3_5-122b-a10b_veomni.sh": ("plan",
         "recipe.model_engine: model_engine veomni: VeOmni's LR scheduler: not yet"),
-    "verl/grpo_trainer__run_qwen3_5_122b_a10b_megatron.sh": ("plan",
-        "recipe.actor_rollout_ref.actor.megatron.grad_offload: unknown key"),
+    "verl/grpo_trainer__run_qwen3_5_122b_a10b_megatron.sh": PLANS,
     "verl/grpo_trainer__run_qwen3_5_27b_fsdp.sh": PLANS,
     "verl/grpo_trainer__run_qwen3_5_2b_openr1_fsdp.sh": PLANS,
     "verl/grpo_trainer__run_qwen3_5_2b_video_fsdp.sh": PLANS,
     "verl/grpo_trainer__run_qwen3_5_35b_a3b_veomni.sh": ("plan",
         "recipe.model_engine: model_engine veomni: VeOmni's LR scheduler: not yet"),
     "verl/grpo_trainer__run_qwen3_5_35b_fsdp.sh": PLANS,
-    "verl/grpo_trainer__run_qwen3_5_35b_megatron.sh": ("plan",
-        "recipe.actor_rollout_ref.actor.megatron.grad_offload: unknown key"),
+    "verl/grpo_trainer__run_qwen3_5_35b_megatron.sh": PLANS,
     "verl/grpo_trainer__run_qwen3_5_35b_megatron_lite.sh": ("import",
         "line 184: 'actor@actor_rollout_ref.actor=mlite_actor': not a Hydra override key=value"),
-    "verl/grpo_trainer__run_qwen3_5_397b_megatron.sh": ("plan",
-        "recipe.actor_rollout_ref.actor.megatron.grad_offload: unknown key"),
+    "verl/grpo_trainer__run_qwen3_5_397b_megatron.sh": PLANS,
     "verl/grpo_trainer__run_qwen3_8b_fsdp.sh": PLANS,
     "verl/grpo_trainer__run_qwen3_8b_megatron.sh": PLANS,
     "verl/grpo_trainer__run_qwen3_next_80b_a3b_fsdp.sh": PLANS,
-    "verl/grpo_trainer__run_qwen3_vl_235b_a22b_megatron.sh": ("plan",
-        "recipe.actor_rollout_ref.actor.megatron.grad_offload: unknown key"),
+    "verl/grpo_trainer__run_qwen3_vl_235b_a22b_megatron.sh": PLANS,
     "verl/grpo_trainer__run_qwen3_vl_30b_a3b_fsdp.sh": PLANS,
-    "verl/grpo_trainer__run_qwen3_vl_30b_a3b_megatron.sh": ("plan",
-        "recipe.actor_rollout_ref.actor.megatron.grad_offload: unknown key"),
+    "verl/grpo_trainer__run_qwen3_vl_30b_a3b_megatron.sh": PLANS,
     "verl/grpo_trainer__run_qwen3_vl_30b_moe_veomni.sh": ("plan",
         "recipe.model_engine: model_engine veomni: VeOmni's LR scheduler: not yet"),
     "verl/grpo_trainer__run_qwen3_vl_8b_fsdp.sh": PLANS,
     "verl/grpo_trainer__run_qwen3_vl_8b_megatron.sh": PLANS,
     "verl/grpo_trainer__run_seed_oss_36b_fsdp.sh": PLANS,
-    "verl/gspo_trainer__run_qwen3_30b_a3b_megatron.sh": ("plan",
-        "recipe.actor_rollout_ref.actor.megatron.grad_offload: unknown key"),
+    "verl/gspo_trainer__run_qwen3_30b_a3b_megatron.sh": PLANS,
     "verl/gspo_trainer__run_qwen3_8b_fsdp.sh": PLANS,
     "verl/mtp_trainer__run_mimo_7b_mtp_fully_async_megatron_multinode.sh": ("import",
         "line 62: python -m verl.experimental.fully_async_policy.fully_async_main: rlexp plans verl's trainer as"),
-    "verl/mtp_trainer__run_mimo_7b_mtp_megatron.sh": ("plan",
-        "recipe.actor_rollout_ref.actor.megatron.grad_offload: unknown key"),
-    "verl/mtp_trainer__run_mimo_7b_mtp_rl_vllm_sgl_megatron.sh": ("plan",
-        "recipe.actor_rollout_ref.actor.megatron.grad_offload: unknown key"),
+    "verl/mtp_trainer__run_mimo_7b_mtp_megatron.sh": PLANS,
+    "verl/mtp_trainer__run_mimo_7b_mtp_rl_vllm_sgl_megatron.sh": PLANS,
     "verl/otb_trainer__run_qwen3_8b_fsdp.sh": PLANS,
     "verl/ppo_trainer__run_qwen3_8b_fsdp.sh": PLANS,
     "verl/ppo_trainer__run_qwen3_8b_megatron.sh": PLANS,
@@ -174,8 +156,7 @@ EXPECTED: dict[str, object] = {
     "verl/sapo_trainer__run_qwen3_30b_a3b_fsdp.sh": PLANS,
     "verl/sapo_trainer__run_qwen3_8b_fsdp.sh": PLANS,
     "verl/tuning__lora__run_qwen2_5_vl_7b_fsdp.sh": PLANS,
-    "verl/tuning__lora__run_qwen3_30b_a3b_megatron.sh": ("plan",
-        "recipe.actor_rollout_ref.actor.megatron.grad_offload: unknown key"),
+    "verl/tuning__lora__run_qwen3_30b_a3b_megatron.sh": PLANS,
     "verl/tuning__lora__run_qwen3_8b_from_adapter_fsdp.sh": PLANS,
     "verl/tuning__lora__run_qwen3_8b_fsdp.sh": PLANS,
     "verl/tuning__lora__run_qwen3_8b_merge_fsdp.sh": ("import", "+actor_rollout_ref.model.lora.merge: verl 0.9.1's "
@@ -291,12 +272,12 @@ def _other_engine(rel: str) -> bool:
 
 def test_at_least_the_stated_share_plans():
     plans = sum(v == PLANS for v in EXPECTED.values())
-    assert plans == 66 and len(EXPECTED) == 106  # docs/import.md states this table and these counts
+    assert plans == 85 and len(EXPECTED) == 106  # docs/import.md states this table and these counts
     # those verl scripts and TRL's RLOO command are refused, and nothing else is refused for rlexp's
-    # own limits but the one script the grammar cannot read: on the others, 66 of 95 plan
+    # own limits but the one script the grammar cannot read: on the others, 85 of 95 plan
     other = {rel for rel in EXPECTED if _other_engine(rel)} | {"trl/clis_md__trl_rloo.sh"}
     assert len(other) == 10 and all(EXPECTED[rel] != PLANS for rel in other)
-    assert sum(EXPECTED[rel] == PLANS for rel in EXPECTED if rel not in other) == 66
+    assert sum(EXPECTED[rel] == PLANS for rel in EXPECTED if rel not in other) == 85
 
 
 def _reader_refused(rel: str) -> bool:
@@ -329,27 +310,32 @@ def _hydra_job(args: list) -> dict:
 @pytest.fixture(scope="module")
 def hydras_verdicts(tmp_path_factory):
     """{script: "ok" or the error verl's start-up meets}: the module `python -m` runs looked up in
-    verl 0.9.1's wheel, then the script's overrides composed by Hydra itself with that release's
-    own config (its ppo_trainer.yaml and defaults list from the wheel), as
-    `python -m verl.trainer.main_ppo` does at start. A value only running tells (a run name from
-    `$(date)`) is composed as the text around it."""
+    the wheel of the script's release (facts.json's `--version`), then the script's overrides composed
+    by Hydra itself with that release's own config (its ppo_trainer.yaml and defaults list from the
+    wheel, with the engine the script chooses), as `python -m verl.trainer.main_ppo` does at start. A
+    value only running tells (a run name from `$(date)`) is composed as the text around it."""
     import zipfile
 
     from test_verl_backend import config_dir_of, pinned_wheel, run_hydra
 
     from rlexp.training.launch_script import launch_of, read_script
 
-    wheel = pinned_wheel()
-    shipped = set(zipfile.ZipFile(wheel).namelist())
-    config_dir = config_dir_of(wheel, tmp_path_factory.mktemp("verl-config"))
-    jobs, missing = [], {}
-    for rel in VERL_SCRIPTS:
-        launch = launch_of(read_script((CORPUS / rel).read_text(), FACTS[rel].get("env", {})).argv)
-        if launch.module.replace(".", "/") + ".py" not in shipped:
-            missing[rel] = f"ModuleNotFoundError: No module named '{launch.module}'"
-        jobs.append(_hydra_job(launch.args))
-    answer = run_hydra({"kind": "compose_each", "config_dir": str(config_dir), "overrides_each": jobs})
-    return {rel: missing.get(rel, verdict) for rel, verdict in zip(VERL_SCRIPTS, answer["verdicts"], strict=True)}
+    verdicts = {}
+    for version in sorted({FACTS[rel]["version"] for rel in VERL_SCRIPTS}):
+        rels = [rel for rel in VERL_SCRIPTS if FACTS[rel]["version"] == version]
+        wheel = pinned_wheel(version)
+        with zipfile.ZipFile(wheel) as archive:
+            shipped = set(archive.namelist())
+        config_dir = config_dir_of(wheel, tmp_path_factory.mktemp("verl-config"))
+        jobs, missing = [], {}
+        for rel in rels:
+            launch = launch_of(read_script((CORPUS / rel).read_text(), FACTS[rel].get("env", {})).argv)
+            if launch.module.replace(".", "/") + ".py" not in shipped:
+                missing[rel] = f"ModuleNotFoundError: No module named '{launch.module}'"
+            jobs.append(_hydra_job(launch.args))
+        answer = run_hydra({"kind": "compose_each", "config_dir": str(config_dir), "overrides_each": jobs})
+        verdicts.update({rel: missing.get(rel, v) for rel, v in zip(rels, answer["verdicts"], strict=True)})
+    return verdicts
 
 
 @pytest.mark.parametrize("rel", VERL_SCRIPTS)
@@ -375,7 +361,7 @@ def test_verl_scripts_are_refused_where_verls_hydra_refuses_them(rel, hydras_ver
         found = re.search(r"model_engine=(\w+)|--config-name=\S*ppo_(megatron)", (CORPUS / rel).read_text())
         engine = (found.group(1) or found.group(2)) if found else "dp"
         assert re.match(r"ConfigCompositionException: Could not override '[\w.]+'", verdict), verdict
-        assert key not in releases.read_table("0.9.1", engine)
+        assert key not in releases.read_table(FACTS[rel]["version"], engine)
     else:  # the key rlexp's refusal names is the one Hydra refuses to add again
         key = re.search(r"\+([\w.]+): verl 0\.9\.1's config already has", EXPECTED[rel][1]).group(1)
         assert "Could not append to config" in verdict and f"'{key}'" in verdict, verdict
@@ -388,11 +374,12 @@ OPENRLHF_PLANS = [rel for rel, v in sorted(EXPECTED.items()) if v == PLANS and _
 
 
 def _verl_config(rel: str, spec: dict) -> dict:
-    """verl 0.9.1's config with the script's engine (the release's table for it) and its recipe."""
+    """The script's verl release's config with its engine (the release's table for it) and its recipe."""
     from rlexp.trainers.verl import releases
 
     engine = spec["recipe"].get("model_engine", "dp")
-    return {**{k: key.default for k, key in releases.read_table("0.9.1", engine).items()}, **spec["recipe"]}
+    table = releases.read_table(FACTS[rel]["version"], engine)
+    return {**{k: key.default for k, key in table.items()}, **spec["recipe"]}
 
 
 def _verls_step_count(rel: str, config: dict) -> tuple[int, int]:
@@ -417,16 +404,19 @@ def megatron_cores_lrs(outcome):
     child process for all the Megatron scripts)."""
     from test_verl_megatron_lr import run_megatron
 
-    requests = []
-    for rel in VERL_MEGATRON_PLANS:
-        verb, err, _, spec = outcome(rel)
-        assert verb == PLANS, err
-        config = _verl_config(rel, spec)
-        horizon, total = _verls_step_count(rel, config)
-        prefix = "actor_rollout_ref.actor.optim."
-        optim = {k[len(prefix):]: v for k, v in config.items() if k.startswith(prefix)}
-        requests.append({**optim, "total_training_steps": horizon, "updates": total})
-    return dict(zip(VERL_MEGATRON_PLANS, run_megatron(requests), strict=True))
+    answers = {}
+    for version in sorted({FACTS[rel]["version"] for rel in VERL_MEGATRON_PLANS}):  # each release's own code
+        rels, requests = [rel for rel in VERL_MEGATRON_PLANS if FACTS[rel]["version"] == version], []
+        for rel in rels:
+            verb, err, _, spec = outcome(rel)
+            assert verb == PLANS, err
+            config = _verl_config(rel, spec)
+            horizon, total = _verls_step_count(rel, config)
+            prefix = "actor_rollout_ref.actor.optim."
+            optim = {k[len(prefix):]: v for k, v in config.items() if k.startswith(prefix)}
+            requests.append({**optim, "total_training_steps": horizon, "updates": total})
+        answers.update(zip(rels, run_megatron(requests, version), strict=True))
+    return answers
 
 
 @pytest.mark.parametrize("rel", VERL_PLANS)
@@ -442,6 +432,7 @@ def test_verl_figures_equal_verls_own(rel, outcome, verl_schedulers, request):  
         assert "error" not in answer, answer
         applied, logged = answer["applied"], answer["logged"]
     else:
+        assert FACTS[rel]["version"] == "0.9.1"  # verl_schedulers are 0.9.1's (0.9.0's torch_functional.py is the same)
         applied, logged = _fsdp_lrs(config, horizon, total, verl_schedulers)
     rows = plan["lr"]  # every global step, or an even sample of a long run (plan.json's lr_rows says which)
     assert rows[-1]["global_step"] == total and (len(rows) == total or plan["lr_rows"] != "all")

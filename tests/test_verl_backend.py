@@ -26,13 +26,13 @@ from rlexp.training import ingest
 VERSION = "0.9.1"
 
 
-def pinned_wheel() -> Path:
-    """The pinned wheel (and Hydra) from the cache; on CI fetched if missing, never skipped."""
+def pinned_wheel(version: str = VERSION) -> Path:
+    """A listed release's pinned wheel (and Hydra) from the cache; on CI fetched if missing, never skipped."""
     if os.environ.get("CI"):
         verl_config.fetch_hydra()
-        return verl_config.fetch(verl_config.listed_releases()[0])
+        return verl_config.fetch(next(r for r in verl_config.listed_releases() if r.version == version))
     try:
-        return verl_config.wheel_for(VERSION)
+        return verl_config.wheel_for(version)
     except verl_config.ReleaseError as exc:
         pytest.skip(str(exc))
 
@@ -123,10 +123,14 @@ def config_dir_of(wheel: Path, root: Path) -> Path:
 @pytest.fixture(scope="module")
 def hydra_compose(wheel, tmp_path_factory):
     """verl's ``main_ppo`` config (ppo_trainer.yaml and its defaults list, from the wheel) composed
-    with a list of overrides by Hydra itself, as ``python -m verl.trainer.main_ppo`` would."""
-    config_dir = config_dir_of(wheel, tmp_path_factory.mktemp("verl-config"))
+    with a list of overrides by Hydra itself, as ``python -m verl.trainer.main_ppo`` would (another
+    listed release's with ``version``)."""
+    config_dirs = {VERSION: config_dir_of(wheel, tmp_path_factory.mktemp("verl-config"))}
 
-    def run(overrides: list[str], config_name: str = "ppo_trainer") -> dict:
+    def run(overrides: list[str], config_name: str = "ppo_trainer", version: str = VERSION) -> dict:
+        if version not in config_dirs:
+            config_dirs[version] = config_dir_of(pinned_wheel(version), tmp_path_factory.mktemp("verl-config"))
+        config_dir = config_dirs[version]
         answer = run_hydra({"kind": "compose", "config_dir": str(config_dir),
                             "overrides": overrides, "config_name": config_name})
         if "error" in answer:
@@ -158,23 +162,28 @@ def test_committed_keys_are_what_hydra_composes(hydra_compose):
     assert {k: composed[k] for k in committed} == committed
 
 
-@pytest.mark.parametrize("engine", ["megatron", "veomni"])
-def test_engine_tables_match_the_wheel(wheel, engine):
+@pytest.mark.parametrize(("version", "engine"), [(VERSION, "megatron"), (VERSION, "veomni"), ("0.9.0", "dp"),
+                                                ("0.9.0", "megatron"), ("0.9.0", "veomni")])
+def test_engine_tables_match_the_wheel(version, engine):
+    wheel = pinned_wheel(version)
+    assert verl_config.sha256_of(wheel) == next(r.sha256 for r in verl_config.listed_releases() if r.version == version)
     from_wheel = {k.name: (k.type, k.default) for k in verl_config.wheel_keys(wheel, engine)}
-    committed = {k.name: (k.type, k.default) for k in verl_config.read_table(VERSION, engine).values()}
+    committed = {k.name: (k.type, k.default) for k in verl_config.read_table(version, engine).values()}
     assert from_wheel == committed
+    assert verl_config.engine_choices(version) == verl_config.engine_choices_of(wheel)
 
 
-@pytest.mark.parametrize(("overrides", "config_name", "engine"), [
-    (["model_engine=megatron"], "ppo_trainer", "megatron"),
-    ([], "ppo_megatron_trainer", "megatron"),  # verl's deprecated spelling of the same choice
-    (["model_engine=veomni"], "ppo_trainer", "veomni"),
+@pytest.mark.parametrize(("overrides", "config_name", "engine", "version"), [
+    (["model_engine=megatron"], "ppo_trainer", "megatron", VERSION),
+    ([], "ppo_megatron_trainer", "megatron", VERSION),  # verl's deprecated spelling of the same choice
+    (["model_engine=veomni"], "ppo_trainer", "veomni", VERSION),
+    (["model_engine=megatron"], "ppo_trainer", "megatron", "0.9.0"),  # the release the corpus's examples are from
 ])  # fmt: skip
-def test_an_engine_choice_composes_to_its_table(hydra_compose, overrides, config_name, engine):
+def test_an_engine_choice_composes_to_its_table(hydra_compose, overrides, config_name, engine, version):
     """The engine's table (the wheel's flattened config for it) is what Hydra composes when a script
     chooses the engine, as verl's own examples do: the same keys, the same defaults."""
-    composed = _flat(hydra_compose(overrides, config_name))
-    committed = {name: key.default for name, key in verl_config.read_table(VERSION, engine).items()}
+    composed = _flat(hydra_compose(overrides, config_name, version))
+    committed = {name: key.default for name, key in verl_config.read_table(version, engine).items()}
     assert composed.pop("model_engine") == engine  # the choice itself: a defaults-list group, not a table key
     assert composed == committed
     # and it is another config: FSDP's optimizer and engine keys are not there

@@ -101,8 +101,7 @@ for case in request["cases"]:
     applied, logged = [], []
     for _ in range(case["updates"]):
         applied.append(optimizer.param_groups[0]["lr"])  # what the update's optimizer steps use
-        optimizer.step()
-        scheduler.step(1)  # verl: Engine.lr_scheduler_step, once per local update
+        scheduler.step(1)  # verl: Engine.lr_scheduler_step, once per local update (it only sets the LR)
         logged.append(optimizer.param_groups[0]["lr"])  # get_megatron_last_lr: what verl logs
     answers.append({"applied": applied, "logged": logged, "warmup": scheduler.lr_warmup_steps,
                     "decay": scheduler.lr_decay_steps})
@@ -119,13 +118,13 @@ def megatron_core_dir():
     return path
 
 
-def run_megatron(cases: list[dict]) -> list[dict]:
+def run_megatron(cases: list[dict], version: str = "0.9.1") -> list[dict]:
     """Each case (verl's optimizer config, with ``total_training_steps`` as the trainer sets it, and
-    ``updates``) through verl's and megatron-core's own code."""
+    ``updates``) through verl ``version``'s and megatron-core's own code."""
     from test_verl_backend import pinned_wheel
 
     pytest.importorskip("torch")
-    source = verl_config.read_wheel_text(pinned_wheel(), "verl/utils/megatron/optimizer.py")
+    source = verl_config.read_wheel_text(pinned_wheel(version), "verl/utils/megatron/optimizer.py")
     env = {**os.environ, "PYTHONPATH": str(megatron_core_dir())}
     done = subprocess.run([sys.executable, "-c", _CHILD], input=json.dumps({"verl_source": source, "cases": cases}),
                           env=env, capture_output=True, text=True, check=False, timeout=300)

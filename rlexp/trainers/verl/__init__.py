@@ -71,17 +71,24 @@ class VerlRules(TrainerRules):
             recipe_type = JSON_VALUE if name in NUMBER_OR_BOUNDS else _TYPES.get(type_, JSON_VALUE)
             return RecipeKey(name, recipe_type, default, verl_kind(name), recipe_type == JSON_VALUE)
 
-        versions = tuple(VERL_CONFIG_KEYS)
-        keys = {name: row(name, type_, default) for name, type_, default in VERL_CONFIG_KEYS[versions[-1]]}
+        # newest first: its keys and defaults are the table's, and a spec without trainer.version plans with it
+        versions = tuple(sorted(VERL_CONFIG_KEYS, key=lambda v: tuple(int(p) for p in v.split(".")[:3]), reverse=True))
+        keys = {name: row(name, type_, default) for name, type_, default in VERL_CONFIG_KEYS[versions[0]]}
         defaults = {k.name: k.default for k in keys.values()}  # FSDP's: an unstated key takes verl's default
         # the engine choice, then the other engines' keys (typed by their engine's default), after FSDP's
         keys[ENGINE_KEY] = RecipeKey(ENGINE_KEY, "str", DEFAULT_ENGINE, "training")
-        for rows in VERL_ENGINE_KEYS.get(versions[-1], {}).values():
+        for rows in VERL_ENGINE_KEYS.get(versions[0], {}).values():
             for name, type_, default in rows:
                 keys.setdefault(name, row(name, type_, default))
+        # an older listed release's keys its successor dropped (0.9.0's actor.megatron.grad_offload):
+        # accepted here, held against that release's own config at plan
+        for version in versions[1:]:
+            for rows in (VERL_CONFIG_KEYS[version], *VERL_ENGINE_KEYS.get(version, {}).values()):
+                for name, type_, default in rows:
+                    keys.setdefault(name, row(name, type_, default))
         lookup = keys.get
 
-        return TrainerKeyTable("verl", f"verl {versions[-1]} config keys (dotted Hydra paths)", keys,
+        return TrainerKeyTable("verl", f"verl {', '.join(versions)} config keys (dotted Hydra paths)", keys,
                                defaults, lookup, versions,
                                model_key="actor_rollout_ref.model.path", names_only_schema=True,
                                schema_note="unstated keys take verl's default (FSDP's); the keys are "

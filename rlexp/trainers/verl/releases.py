@@ -79,10 +79,16 @@ class ConfigKey:
     default: Any
 
 
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in version.split(".")[:3])
+
+
 def listed_releases() -> list[Release]:
+    """The listed releases, newest first (the one a spec without ``trainer.version`` plans with)."""
     from rlexp.trainers.verl.keys import VERL_RELEASES
 
-    return [Release(version, wheel, sha256) for version, (wheel, sha256) in VERL_RELEASES.items()]
+    return sorted((Release(version, wheel, sha256) for version, (wheel, sha256) in VERL_RELEASES.items()),
+                  key=lambda r: _version_key(r.version), reverse=True)
 
 
 def known_versions() -> list[str]:
@@ -330,7 +336,7 @@ def _refresh(wanted: list[str], out) -> int:
     if not wanted and not listed:
         raise ReleaseError(f"name the verl release(s) to list, e.g. {REFRESH_SCRIPT} 0.9.1")
     entries, engine_entries, choices = [], [], {}
-    for version in sorted(set(listed) | set(wanted), key=lambda v: tuple(int(p) for p in v.split(".")[:3])):
+    for version in sorted(set(listed) | set(wanted), key=_version_key):
         release, path = pinned_wheels.wheel_to_list("verl", version, listed, wanted, dest, refresh_script=REFRESH_SCRIPT)
         keys = wheel_keys(path)
         entries.append((release, keys))
