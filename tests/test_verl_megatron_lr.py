@@ -248,3 +248,32 @@ def test_megatron_layout_checks_are_verls_validate_config():
     assert megatron_layout_checks(_layout(**{tp: 3, "actor_rollout_ref__actor__use_dynamic_bsz": True})) == []
     fsdp = {name: key.default for name, key in verl_config.read_table("0.9.1").items()}
     assert verl_gpu_layout(fsdp) is None
+
+
+# ----------------------------------------------------------------------------- import: the engine a script chooses
+
+
+def test_import_reads_the_engine_and_adds_as_hydra_does(tmp_path):
+    """`--config-name ppo_megatron_trainer` is `model_engine: megatron`; `+key` is checked against that
+    engine's config as Hydra 1.3 adds (over a null default, into an interpolated mapping; refused over a
+    value); a key of another engine is refused at plan, naming the engine that has it."""
+    from rlexp.errors import InputError
+    from rlexp.trainers.verl import hydra
+    from rlexp.trainers.verl.script_args import read_args
+
+    script = tmp_path / "run.sh"
+    args = ["--config-name=ppo_megatron_trainer.yaml", "data.train_files=/d/train.parquet",
+            f"+{MEGATRON}.override_transformer_config.recompute_method=uniform",  # null in the config: Hydra adds
+            "+actor_rollout_ref.ref.megatron.override_transformer_config.use_flash_attn=True",  # an interpolation
+            f"{MEGATRON}.tensor_model_parallel_size=2"]
+    recipe, datasets, _, notes = read_args(script, "line 3", args, "0.9.1")
+    assert recipe["model_engine"] == "megatron" and any("model_engine megatron" in n for n in notes)
+    assert recipe[f"{MEGATRON}.override_transformer_config.recompute_method"] == "uniform"
+    assert recipe["actor_rollout_ref.ref.megatron.override_transformer_config"] == {"use_flash_attn": True}
+    assert hydra.check_recipe(recipe, "0.9.1", "a.yaml")[f"{MEGATRON}.tensor_model_parallel_size"] == 2
+    with pytest.raises(InputError, match=r"\+actor_rollout_ref.actor.megatron.use_mbridge: verl 0.9.1's config already"):
+        read_args(script, "line 3", ["model_engine=megatron", "data.train_files=x", f"+{MEGATRON}.use_mbridge=false"],
+                  "0.9.1")
+    with pytest.raises(InputError, match="ppo_megatron_lite"):  # a config rlexp has no table for
+        read_args(script, "line 3", ["--config-name=ppo_megatron_lite", "data.train_files=x"], "0.9.1")
+    assert datasets["pool"]
