@@ -178,6 +178,7 @@ def test_engine_tables_match_the_wheel(version, engine):
     ([], "ppo_megatron_trainer", "megatron", VERSION),  # verl's deprecated spelling of the same choice
     (["model_engine=veomni"], "ppo_trainer", "veomni", VERSION),
     (["model_engine=megatron"], "ppo_trainer", "megatron", "0.9.0"),  # the release the corpus's examples are from
+    (["model_engine=mindspeed"], "ppo_trainer", "mindspeed", "0.9.0"),  # no flattened file: composed at refresh
 ])  # fmt: skip
 def test_an_engine_choice_composes_to_its_table(hydra_compose, overrides, config_name, engine, version):
     """The engine's table (the wheel's flattened config for it) is what Hydra composes when a script
@@ -188,6 +189,7 @@ def test_an_engine_choice_composes_to_its_table(hydra_compose, overrides, config
     assert composed == committed
     # and it is another config: FSDP's optimizer and engine keys are not there
     assert "actor_rollout_ref.actor.fsdp_config.param_offload" not in committed
+    assert committed["actor_rollout_ref.actor.optim._target_"] != "verl.workers.config.FSDPOptimizerConfig"
 
 
 def test_a_megatron_recipe_is_checked_against_megatron_keys():

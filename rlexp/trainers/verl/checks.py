@@ -38,7 +38,7 @@ def verl_preflight(att: Attempt, steps: VerlSteps, schedule: VerlSchedule, power
 
     ckpt = verl_checkpoint_plan(steps, schedule, att.checkpoints_mid)
     found = [*catalogue.check_lr(att, steps), *_step_checks(att, steps)]
-    if config is not None and steps.engine == "megatron":
+    if config is not None:
         found += megatron_layout_checks(config)
     found += catalogue.check_schedule(att, steps, ckpt, eval_key="trainer.test_freq", save_key="trainer.save_freq",
                                       fires_rule="every multiple of the frequency and the last step")
@@ -116,9 +116,11 @@ MEGATRON = "actor_rollout_ref.actor.megatron"
 
 
 def verl_gpu_layout(config: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The actor's Megatron parallelism over the trainer's GPUs (None on another engine): what
-    verl's ``validate_config`` (verl/utils/config.py) divides ``trainer.n_gpus_per_node × trainer.nnodes`` by."""
-    if config.get("model_engine") != "megatron":
+    """The actor's Megatron parallelism over the trainer's GPUs (None unless ``actor.strategy`` is
+    ``megatron``, the branch verl's ``validate_config`` (verl/utils/config.py) takes: it divides
+    ``trainer.n_gpus_per_node × trainer.nnodes`` by these sizes; MindSpeed's ``mindspeed_megatron``
+    takes the other branch)."""
+    if config.get("actor_rollout_ref.actor.strategy") != "megatron":
         return None
     sizes = {name: config.get(f"{MEGATRON}.{name}") for name in
              ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size")}

@@ -172,7 +172,7 @@ def check_recipe(stated: Mapping[str, Any], version: str, spec_file: str | Path 
         key = keys.get(name)
         if key is None:
             raise InputError(spec_file, where, f"not a key of verl {version}'s config with model_engine {engine} "
-                             f"({releases.ENGINES[engine]})" + (_other_engines(name, version, engine)
+                             f"({releases.config_source(engine)})" + (_other_engines(name, version, engine)
                                                                 or _suggest(name, names)))
         if value is not None:
             problem = _check_value(key, value)
@@ -315,7 +315,7 @@ def plan_command(att: Attempt) -> dict[str, Any]:
     argv = build_argv(attempt_config(stated, attempt_paths(att), att.id, resume=False), att.trainer.version, spec_file)
     engine = engine_of(stated, att.trainer.version, spec_file)
     out = {"version": att.trainer.version, "entrypoint": list(ENTRYPOINT), "overrides": len(argv) - len(ENTRYPOINT),
-           "config": releases.ENGINES[engine]}
+           "config": releases.config_source(engine)}
     if engine != releases.DEFAULT_ENGINE:  # plan.json of an FSDP attempt stays as it was
         out["model_engine"] = engine
     return out

@@ -43,11 +43,20 @@ GENERATED_CONFIG = "verl/trainer/config/_generated_ppo_trainer.yaml"
 # "dp" (FSDP, DEFAULT_ENGINE) is verl's default and rlexp's first table (keys.py), the others are
 # engine_keys.py's. A new engine is one entry here, its table regenerated, and its LR schedule in
 # steps.ENGINE_SCHEDULES.
-ENGINES = {
+ENGINES: dict[str, str | None] = {
     "dp": GENERATED_CONFIG,
     "megatron": "verl/trainer/config/_generated_ppo_megatron_trainer.yaml",
     "veomni": "verl/trainer/config/_generated_ppo_veomni_trainer.yaml",
+    # Ascend's MindSpeed (verl 0.9.0's config group has it, 0.9.1's does not): its wheel ships no flattened
+    # config, so the refresh composes ppo_trainer with model_engine=mindspeed with Hydra, as verl's
+    # print_cfg.py does for the generated files
+    "mindspeed": None,
 }
+
+
+def config_source(engine: str) -> str:
+    """Where an engine's table comes from, for messages."""
+    return ENGINES[engine] or f"{CONFIG_DIR}/ppo_trainer.yaml with {ENGINE_KEY}={engine}, composed by Hydra"
 # --config-name choices that are ppo_trainer with another engine and nothing else (ppo_megatron_trainer.yaml:
 # "defaults: [ppo_trainer, override model_engine: megatron, _self_]", deprecated by verl for model_engine=megatron)
 CONFIG_NAME_ENGINES = {"ppo_trainer": "dp", "ppo_megatron_trainer": "megatron"}
@@ -174,6 +183,8 @@ def generated_config(wheel: Path, engine: str = DEFAULT_ENGINE) -> dict[str, Any
     import yaml
 
     member = ENGINES[engine]
+    if member is None:
+        raise ReleaseError(f"{wheel.name}: no flattened config for model_engine {engine} (composed_config)")
     doc = yaml.safe_load(read_wheel_text(wheel, member))
     if not isinstance(doc, dict):
         raise ReleaseError(f"{wheel.name}: {member} is not a mapping")
@@ -215,6 +226,41 @@ def flatten(config: dict[str, Any]) -> list[ConfigKey]:
 
 def wheel_keys(wheel: Path, engine: str = DEFAULT_ENGINE) -> list[ConfigKey]:
     return flatten(generated_config(wheel, engine))
+
+
+_COMPOSE = """
+import json, sys
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+config_dir, engine = sys.argv[1], sys.argv[2]
+with initialize_config_dir(config_dir=config_dir, version_base=None):
+    cfg = compose(config_name="ppo_trainer", overrides=[f"model_engine={engine}"])
+print(json.dumps(OmegaConf.to_container(cfg, resolve=False)))
+"""
+
+
+def composed_config(wheel: Path, engine: str, python: str = sys.executable) -> dict[str, Any]:
+    """``ppo_trainer`` with ``model_engine=<engine>`` composed by Hydra (installed by :func:`fetch_hydra`,
+    run in a child process) from the wheel's config folder, without the choice itself."""
+    import json
+    import tempfile
+
+    hydra_path = fetch_hydra()
+    with tempfile.TemporaryDirectory() as root, zipfile.ZipFile(wheel) as archive:
+        archive.extractall(root, [n for n in archive.namelist()
+                                  if n.startswith(CONFIG_DIR + "/") and n.endswith(".yaml")])
+        result = subprocess.run([python, "-c", _COMPOSE, str(Path(root) / CONFIG_DIR), engine], capture_output=True,
+                                text=True, check=False, env={"PYTHONPATH": str(hydra_path), "PATH": "/usr/bin:/bin"})
+    if result.returncode != 0:
+        tail = (result.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise ReleaseError(f"{wheel.name}: Hydra could not compose model_engine={engine}: {tail}")
+    config = json.loads(result.stdout)
+    config.pop(ENGINE_KEY, None)  # the choice, not a key of the composed config
+    return config
+
+
+def composed_keys(wheel: Path, engine: str) -> list[ConfigKey]:
+    return flatten(composed_config(wheel, engine))
 
 
 # ----------------------------------------------------------------------------- key tables
@@ -342,8 +388,11 @@ def _refresh(wanted: list[str], out) -> int:
         entries.append((release, keys))
         with zipfile.ZipFile(path) as archive:
             shipped = set(archive.namelist())
+        offered = engine_choices_of(path)
         engines = {engine: wheel_keys(path, engine) for engine in ENGINES
                    if engine != DEFAULT_ENGINE and ENGINES[engine] in shipped}
+        engines.update({engine: composed_keys(path, engine) for engine, member in ENGINES.items()
+                        if member is None and engine in offered})
         engine_entries.append((release, engines))
         choices[version] = engine_choices_of(path)
         print(f"verl {version}: {len(keys)} keys; " + ", ".join(f"{e} {len(k)}" for e, k in engines.items()), file=out)

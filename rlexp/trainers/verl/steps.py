@@ -387,7 +387,9 @@ def _megatron(config: Mapping[str, Any], horizon: int) -> Any:
 # model_engine -> (resolved config, the scheduler's horizon) -> its schedule: lr(i) and factor(i) after i
 # scheduler steps, peak_lr, warmup_steps, decay_style, min_lr_reached, warmup_rule(recipe), as_dict();
 # FSDP's (dp) is the LambdaLR math above. An engine verl composes but rlexp cannot plan yet says why.
-ENGINE_SCHEDULES: dict[str, Any] = {"megatron": _megatron}
+# MindSpeed's engines (verl 0.9.0, workers/engine/mindspeed) subclass the Megatron engine and build its
+# scheduler (optim@optim: megatron), so theirs is Megatron's
+ENGINE_SCHEDULES: dict[str, Any] = {"megatron": _megatron, "mindspeed": _megatron}
 ENGINE_NOT_YET = {"veomni": "model_engine veomni: VeOmni's LR scheduler: not yet (rlexp's limit)"}
 
 
