@@ -26,13 +26,13 @@ from rlexp.training import ingest
 VERSION = "0.9.1"
 
 
-def pinned_wheel() -> Path:
-    """The pinned wheel (and Hydra) from the cache; on CI fetched if missing, never skipped."""
+def pinned_wheel(version: str = VERSION) -> Path:
+    """A listed release's pinned wheel (and Hydra) from the cache; on CI fetched if missing, never skipped."""
     if os.environ.get("CI"):
         verl_config.fetch_hydra()
-        return verl_config.fetch(verl_config.listed_releases()[0])
+        return verl_config.fetch(next(r for r in verl_config.listed_releases() if r.version == version))
     try:
-        return verl_config.wheel_for(VERSION)
+        return verl_config.wheel_for(version)
     except verl_config.ReleaseError as exc:
         pytest.skip(str(exc))
 
@@ -54,7 +54,7 @@ if request["kind"] == "compose":
     from omegaconf import OmegaConf
     try:
         with initialize_config_dir(config_dir=request["config_dir"], version_base=None):
-            cfg = compose(config_name="ppo_trainer", overrides=request["overrides"])
+            cfg = compose(config_name=request.get("config_name", "ppo_trainer"), overrides=request["overrides"])
         print(json.dumps({"config": OmegaConf.to_container(cfg, resolve=False)}))
     except Exception as exc:
         print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}))
@@ -66,11 +66,25 @@ elif request["kind"] == "compose_each":  # one verdict per list of overrides: "o
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from omegaconf import OmegaConf
+    # a job may choose its config and config groups (["model_engine=megatron"], "ppo_megatron_trainer"):
+    # composed once per choice, with Hydra's compose
+    bases = {}
     with initialize_config_dir(config_dir=request["config_dir"], version_base=None):
-        base = compose(config_name="ppo_trainer", overrides=[])
+        for job in request["overrides_each"]:
+            choice = (job["config_name"], tuple(job["groups"])) if isinstance(job, dict) else ("ppo_trainer", ())
+            if choice not in bases:
+                try:
+                    bases[choice] = compose(config_name=choice[0], overrides=list(choice[1]))
+                except Exception as exc:
+                    bases[choice] = f"{type(exc).__name__}: {exc}"
     parser, verdicts = OverridesParser.create(), []
-    for overrides in request["overrides_each"]:
-        cfg = copy.deepcopy(base)
+    for job in request["overrides_each"]:
+        choice = (job["config_name"], tuple(job["groups"])) if isinstance(job, dict) else ("ppo_trainer", ())
+        overrides = job["overrides"] if isinstance(job, dict) else job
+        if isinstance(bases[choice], str):  # the choice itself is refused (a config group verl lacks)
+            verdicts.append(bases[choice])
+            continue
+        cfg = copy.deepcopy(bases[choice])
         OmegaConf.set_struct(cfg, True)
         try:
             ConfigLoaderImpl._apply_overrides_to_config(parser.parse_overrides(overrides), cfg)
@@ -109,12 +123,16 @@ def config_dir_of(wheel: Path, root: Path) -> Path:
 @pytest.fixture(scope="module")
 def hydra_compose(wheel, tmp_path_factory):
     """verl's ``main_ppo`` config (ppo_trainer.yaml and its defaults list, from the wheel) composed
-    with a list of overrides by Hydra itself, as ``python -m verl.trainer.main_ppo`` would."""
-    config_dir = config_dir_of(wheel, tmp_path_factory.mktemp("verl-config"))
+    with a list of overrides by Hydra itself, as ``python -m verl.trainer.main_ppo`` would (another
+    listed release's with ``version``)."""
+    config_dirs = {VERSION: config_dir_of(wheel, tmp_path_factory.mktemp("verl-config"))}
 
-    def run(overrides: list[str]) -> dict:
+    def run(overrides: list[str], config_name: str = "ppo_trainer", version: str = VERSION) -> dict:
+        if version not in config_dirs:
+            config_dirs[version] = config_dir_of(pinned_wheel(version), tmp_path_factory.mktemp("verl-config"))
+        config_dir = config_dirs[version]
         answer = run_hydra({"kind": "compose", "config_dir": str(config_dir),
-                            "overrides": overrides})
+                            "overrides": overrides, "config_name": config_name})
         if "error" in answer:
             raise RuntimeError(answer["error"])
         return answer["config"]
@@ -142,6 +160,58 @@ def test_committed_keys_are_what_hydra_composes(hydra_compose):
     # the composed config also holds the defaults-list choice model_engine (dp), a config group, not a key
     assert set(composed) - set(committed) == {"model_engine"}
     assert {k: composed[k] for k in committed} == committed
+
+
+@pytest.mark.parametrize(("version", "engine"), [(VERSION, "megatron"), (VERSION, "veomni"), ("0.9.0", "dp"),
+                                                ("0.9.0", "megatron"), ("0.9.0", "veomni")])
+def test_engine_tables_match_the_wheel(version, engine):
+    wheel = pinned_wheel(version)
+    assert verl_config.sha256_of(wheel) == next(r.sha256 for r in verl_config.listed_releases() if r.version == version)
+    from_wheel = {k.name: (k.type, k.default) for k in verl_config.wheel_keys(wheel, engine)}
+    committed = {k.name: (k.type, k.default) for k in verl_config.read_table(version, engine).values()}
+    assert from_wheel == committed
+    assert verl_config.engine_choices(version) == verl_config.engine_choices_of(wheel)
+
+
+@pytest.mark.parametrize(("overrides", "config_name", "engine", "version"), [
+    (["model_engine=megatron"], "ppo_trainer", "megatron", VERSION),
+    ([], "ppo_megatron_trainer", "megatron", VERSION),  # verl's deprecated spelling of the same choice
+    (["model_engine=veomni"], "ppo_trainer", "veomni", VERSION),
+    (["model_engine=megatron"], "ppo_trainer", "megatron", "0.9.0"),  # the release the corpus's examples are from
+    (["model_engine=mindspeed"], "ppo_trainer", "mindspeed", "0.9.0"),  # no flattened file: composed at refresh
+])  # fmt: skip
+def test_an_engine_choice_composes_to_its_table(hydra_compose, overrides, config_name, engine, version):
+    """The engine's table (the wheel's flattened config for it) is what Hydra composes when a script
+    chooses the engine, as verl's own examples do: the same keys, the same defaults."""
+    composed = _flat(hydra_compose(overrides, config_name, version))
+    committed = {name: key.default for name, key in verl_config.read_table(version, engine).items()}
+    assert composed.pop("model_engine") == engine  # the choice itself: a defaults-list group, not a table key
+    assert composed == committed
+    # and it is another config: FSDP's optimizer and engine keys are not there
+    assert "actor_rollout_ref.actor.fsdp_config.param_offload" not in committed
+    assert committed["actor_rollout_ref.actor.optim._target_"] != "verl.workers.config.FSDPOptimizerConfig"
+
+
+def test_a_megatron_recipe_is_checked_against_megatron_keys():
+    stated = {"model_engine": "megatron", "actor_rollout_ref.actor.megatron.tensor_model_parallel_size": 2,
+              "actor_rollout_ref.actor.optim.lr_decay_style": "cosine"}
+    assert verl.check_recipe(stated, VERSION, "spec.yaml")["actor_rollout_ref.actor.megatron.tensor_model_parallel_size"] == 2
+    # the same keys without the engine: FSDP's config lacks them, and the refusal names the engine that has them
+    with pytest.raises(InputError, match=r"megatron\.tensor_model_parallel_size: not a key of verl 0\.9\.1's config "
+                       r"with model_engine dp .*state model_engine: megatron"):
+        verl.check_recipe({k: v for k, v in stated.items() if k != "model_engine"}, VERSION, "spec.yaml")
+    # FSDP's own keys are outside the megatron config
+    with pytest.raises(InputError, match="fsdp_config.param_offload: not a key of verl 0.9.1's config with "
+                                         "model_engine megatron"):
+        verl.check_recipe({**stated, "actor_rollout_ref.actor.fsdp_config.param_offload": True}, VERSION, "spec.yaml")
+    with pytest.raises(InputError, match="recipe.model_engine: 'mindspeed': verl 0.9.1's config group model_engine "
+                                         "has no such engine"):
+        verl.check_recipe({"model_engine": "mindspeed"}, VERSION, "spec.yaml")
+    # an engine verl offers but rlexp has no table for
+    with pytest.raises(InputError, match="recipe.model_engine: 'torchtitan': rlexp has no key table"):
+        verl.check_recipe({"model_engine": "torchtitan"}, VERSION, "spec.yaml")
+    argv = verl.build_argv(stated, VERSION)
+    assert "model_engine=megatron" in argv
 
 
 # ----------------------------------------------------------------------------- Hydra values

@@ -138,7 +138,8 @@ def _print_steps(console: Any, result: PlanResult, data: dict[str, Any], s: dict
         v = verl
         steps.add_row("verl: total_training_steps (LR scheduler horizon)", f"{v['total_training_steps']:,}")
         steps.add_row("verl: scheduler / validation at step 0",
-                      f"{v['lr_scheduler_type']} / {'yes' if data.get('validation_at_step_0') else 'no'}")
+                      (f"{v['model_engine']} " if v.get("model_engine") else "")
+                      + f"{v['lr_scheduler_type']} / {'yes' if data.get('validation_at_step_0') else 'no'}")
     console.print(steps)
     for note in (data.get("openrlhf_command") or {}).get("notes", []):
         console.print(f"[dim]argv note:[/dim] {note}")

@@ -56,22 +56,44 @@ class VerlRules(TrainerRules):
         (:func:`.steps.verl_kind`). Float, bool and str defaults type their key; an int default does
         not (verl's YAML writes temperature: 0 for a float field), nor a list, a mapping, null or an
         interpolation: those keys take any value here, and :mod:`.hydra` checks them against the
-        release (numbers, lists) at plan time."""
-        from rlexp.spec.recipe import JSON_VALUE, RecipeKey, TrainerKeyTable
-        from rlexp.trainers.verl.keys import VERL_CONFIG_KEYS
-        from rlexp.trainers.verl.steps import NUMBER_OR_BOUNDS, verl_kind
+        release (numbers, lists) at plan time.
 
-        versions = tuple(VERL_CONFIG_KEYS)
-        keys: dict[str, RecipeKey] = {}
-        for name, type_, default in VERL_CONFIG_KEYS[versions[-1]]:  # the newest listed release's keys
+        The defaults are FSDP's (verl's default engine); the keys add ``model_engine`` and the keys of
+        the other engines' configs (:mod:`.engine_keys`), which :func:`.hydra.check_recipe` holds
+        against the config of the engine the recipe chooses (a key of another engine is refused there)."""
+        from rlexp.spec.recipe import JSON_VALUE, RecipeKey, TrainerKeyTable
+        from rlexp.trainers.verl.engine_keys import VERL_ENGINE_KEYS
+        from rlexp.trainers.verl.keys import VERL_CONFIG_KEYS
+        from rlexp.trainers.verl.steps import DEFAULT_ENGINE, ENGINE_KEY, NUMBER_OR_BOUNDS, verl_kind
+
+        def row(name: str, type_: str, default: Any) -> RecipeKey:
             # a field wider than its default's type (a number or "LOWER_UPPER") is checked by hydra.check_recipe
             recipe_type = JSON_VALUE if name in NUMBER_OR_BOUNDS else _TYPES.get(type_, JSON_VALUE)
-            keys[name] = RecipeKey(name, recipe_type, default, verl_kind(name), recipe_type == JSON_VALUE)
-        return TrainerKeyTable("verl", f"verl {versions[-1]} config keys (dotted Hydra paths)", keys,
-                               {k.name: k.default for k in keys.values()}, keys.get, versions,
+            return RecipeKey(name, recipe_type, default, verl_kind(name), recipe_type == JSON_VALUE)
+
+        # newest first: its keys and defaults are the table's, and a spec without trainer.version plans with it
+        versions = tuple(sorted(VERL_CONFIG_KEYS, key=lambda v: tuple(int(p) for p in v.split(".")[:3]), reverse=True))
+        keys = {name: row(name, type_, default) for name, type_, default in VERL_CONFIG_KEYS[versions[0]]}
+        defaults = {k.name: k.default for k in keys.values()}  # FSDP's: an unstated key takes verl's default
+        # the engine choice, then the other engines' keys (typed by their engine's default), after FSDP's
+        keys[ENGINE_KEY] = RecipeKey(ENGINE_KEY, "str", DEFAULT_ENGINE, "training")
+        for rows in VERL_ENGINE_KEYS.get(versions[0], {}).values():
+            for name, type_, default in rows:
+                keys.setdefault(name, row(name, type_, default))
+        # an older listed release's keys its successor dropped (0.9.0's actor.megatron.grad_offload):
+        # accepted here, held against that release's own config at plan
+        for version in versions[1:]:
+            for rows in (VERL_CONFIG_KEYS[version], *VERL_ENGINE_KEYS.get(version, {}).values()):
+                for name, type_, default in rows:
+                    keys.setdefault(name, row(name, type_, default))
+        lookup = keys.get
+
+        return TrainerKeyTable("verl", f"verl {', '.join(versions)} config keys (dotted Hydra paths)", keys,
+                               defaults, lookup, versions,
                                model_key="actor_rollout_ref.model.path", names_only_schema=True,
-                               schema_note="unstated keys take verl's default; the keys are "
-                               "rlexp/trainers/verl/keys.py's (types checked by rlexp plan)")  # fmt: skip
+                               schema_note="unstated keys take verl's default (FSDP's); the keys are "
+                               "rlexp/trainers/verl/keys.py's and, for another model_engine, engine_keys.py's "
+                               "(types and the engine checked by rlexp plan)")  # fmt: skip
 
 
     @property

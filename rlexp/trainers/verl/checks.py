@@ -29,7 +29,8 @@ def verl_checkpoint_plan(steps: VerlSteps, schedule: VerlSchedule, mid: int | No
                           tuple(g for g in schedule.evaluated if g in saved))
 
 
-def verl_preflight(att: Attempt, steps: VerlSteps, schedule: VerlSchedule, power: Any) -> list[Any]:
+def verl_preflight(att: Attempt, steps: VerlSteps, schedule: VerlSchedule, power: Any,
+                   config: Mapping[str, Any] | None = None) -> list[Any]:
     """The preflight catalogue for a verl attempt: the catalogue's LR checks on verl's step math,
     verl's own step checks under the catalogue's ids, then the catalogue's trainer-independent checks
     (rlexp.protocol.checks)."""
@@ -37,6 +38,8 @@ def verl_preflight(att: Attempt, steps: VerlSteps, schedule: VerlSchedule, power
 
     ckpt = verl_checkpoint_plan(steps, schedule, att.checkpoints_mid)
     found = [*catalogue.check_lr(att, steps), *_step_checks(att, steps)]
+    if config is not None:
+        found += megatron_layout_checks(config)
     found += catalogue.check_schedule(att, steps, ckpt, eval_key="trainer.test_freq", save_key="trainer.save_freq",
                                       fires_rule="every multiple of the frequency and the last step")
     for findings in (catalogue.check_single_variable(att), catalogue.check_suffix(att),
@@ -105,6 +108,65 @@ def _step_checks(att: Attempt, steps: VerlSteps) -> list[Any]:
             VERL_REF,
         ))  # fmt: skip
     return out
+
+
+# ----------------------------------------------------------------------------- the Megatron engine's layout
+
+MEGATRON = "actor_rollout_ref.actor.megatron"
+
+
+def verl_gpu_layout(config: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The actor's Megatron parallelism over the trainer's GPUs (None unless ``actor.strategy`` is
+    ``megatron``, the branch verl's ``validate_config`` (verl/utils/config.py) takes: it divides
+    ``trainer.n_gpus_per_node × trainer.nnodes`` by these sizes; MindSpeed's ``mindspeed_megatron``
+    takes the other branch)."""
+    if config.get("actor_rollout_ref.actor.strategy") != "megatron":
+        return None
+    sizes = {name: config.get(f"{MEGATRON}.{name}") for name in
+             ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size")}
+    nodes, per_node = config.get("trainer.nnodes"), config.get("trainer.n_gpus_per_node")
+    numbers = [*sizes.values(), nodes, per_node]
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in numbers):
+        return {"n_gpus": None, **sizes, "data_parallel_size": None}
+    n_gpus = nodes * per_node
+    model_parallel = sizes["tensor_model_parallel_size"] * sizes["pipeline_model_parallel_size"]
+    split = model_parallel * sizes["context_parallel_size"]
+    return {"n_gpus": n_gpus, **sizes, "data_parallel_size": n_gpus // split if n_gpus % split == 0 else None}
+
+
+def megatron_layout_checks(config: Mapping[str, Any]) -> list[Any]:
+    """What verl 0.9.1's ``validate_config`` asserts for the Megatron actor before training (only without
+    ``actor.use_dynamic_bsz``, as there): the GPUs divide by tensor × pipeline × context parallel sizes,
+    and ``train_batch_size × rollout.n`` by the data-parallel size × ``ppo_micro_batch_size_per_gpu``."""
+    from rlexp.protocol.checks import ERROR
+    from rlexp.protocol.verdict import check
+
+    layout = verl_gpu_layout(config)
+    if layout is None or config.get("actor_rollout_ref.actor.use_dynamic_bsz") or layout["n_gpus"] is None:
+        return []
+    n_gpus = layout["n_gpus"]
+    model_parallel = layout["tensor_model_parallel_size"] * layout["pipeline_model_parallel_size"]
+    cp = layout["context_parallel_size"]
+    if layout["data_parallel_size"] is None:
+        return [check(
+            "gpu.layout", ERROR,
+            f"verl stops before training: n_gpus ({n_gpus} = trainer.n_gpus_per_node × trainer.nnodes) must be "
+            f"divisible by model_parallel_size ({model_parallel} = {MEGATRON}.tensor_model_parallel_size × "
+            f"pipeline_model_parallel_size) times context_parallel_size ({cp}) (verl's validate_config)",
+            VERL_REF)]  # fmt: skip
+    micro = config.get("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu")
+    train_batch, n = config.get("data.train_batch_size"), config.get("actor_rollout_ref.rollout.n")
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (micro, train_batch, n)):
+        return []  # verl's own arithmetic on a null micro batch is not a check (the plan does not guess it)
+    minimal = layout["data_parallel_size"] * micro
+    if minimal > 0 and (train_batch * n) % minimal:
+        return [check(
+            "batch.train_divisible", ERROR,
+            f"verl stops before training: real_train_batch_size ({train_batch * n} = data.train_batch_size × "
+            f"actor_rollout_ref.rollout.n) must be divisible by minimal possible batch size ({minimal} = Megatron "
+            f"data-parallel size {layout['data_parallel_size']} × actor.ppo_micro_batch_size_per_gpu {micro}) "
+            "(verl's validate_config)", VERL_REF)]  # fmt: skip
+    return []
 
 
 # ----------------------------------------------------------------------------- environment tasks

@@ -122,9 +122,43 @@ def _coerce(key: releases.ConfigKey, value: Any) -> Any:
     return value
 
 
+def engine_of(stated: Mapping[str, Any], version: str, spec_file: str | Path | None) -> str:
+    """The engine the recipe composes (``model_engine``, ppo_trainer.yaml's first defaults-list choice;
+    verl's own default ``dp``, FSDP), one that ``version`` has a key table for."""
+    engine = stated.get(releases.ENGINE_KEY, releases.DEFAULT_ENGINE)
+    listed = releases.engines_of(version)
+    if engine not in listed:
+        raise InputError(spec_file, f"recipe.{releases.ENGINE_KEY}", unknown_engine(engine, version))
+    return engine
+
+
+def unknown_engine(engine: Any, version: str) -> str:
+    """Why ``engine`` cannot be planned: verl ``version`` has no such engine (Hydra stops at start), or
+    rlexp has no key table for it."""
+    offered = releases.engine_choices(version)
+    if offered and engine not in offered:
+        return (f"{engine!r}: verl {version}'s config group {releases.ENGINE_KEY} has no such engine (it offers "
+                f"{', '.join(offered)}): Hydra stops before training")
+    return (f"{engine!r}: rlexp has no key table for this engine of verl {version} (listed: "
+            f"{', '.join(releases.engines_of(version))}; rlexp's limit)")
+
+
+def key_table(stated: Mapping[str, Any], version: str, spec_file: str | Path | None) -> dict[str, releases.ConfigKey]:
+    """The keys of the config verl composes for this recipe: the release's, with its engine's."""
+    return releases.read_table(check_version(version, spec_file), engine_of(stated, version, spec_file))
+
+
+def _other_engines(name: str, version: str, engine: str) -> str:
+    """Which other engines' configs have ``name`` (for the refusal's hint)."""
+    others = [e for e in releases.engines_of(version) if e != engine and name in releases.read_table(version, e)]
+    return f" (a key of model_engine {' and '.join(others)}: state {releases.ENGINE_KEY}: {others[0]})" if others else ""
+
+
 def check_recipe(stated: Mapping[str, Any], version: str, spec_file: str | Path | None) -> dict[str, Any]:
-    """The stated recipe checked against verl ``version``'s config; returns it with numbers coerced."""
-    keys = releases.read_table(check_version(version, spec_file))
+    """The stated recipe checked against verl ``version``'s config with the recipe's engine; returns it
+    with numbers coerced."""
+    keys = key_table(stated, version, spec_file)
+    engine = engine_of(stated, version, spec_file)
     names = list(keys)
     out: dict[str, Any] = {}
     for name, value in stated.items():
@@ -132,10 +166,14 @@ def check_recipe(stated: Mapping[str, Any], version: str, spec_file: str | Path 
         if name in MANAGED_KEYS:
             raise InputError(spec_file, where, "set by rlexp launch from the spec (datasets, attempt directory, "
                              "reward): leave it out of the recipe")
+        if name == releases.ENGINE_KEY:
+            out[name] = value
+            continue
         key = keys.get(name)
         if key is None:
-            raise InputError(spec_file, where, f"not a key of verl {version}'s config "
-                             f"({releases.GENERATED_CONFIG})" + _suggest(name, names))
+            raise InputError(spec_file, where, f"not a key of verl {version}'s config with model_engine {engine} "
+                             f"({releases.config_source(engine)})" + (_other_engines(name, version, engine)
+                                                                or _suggest(name, names)))
         if value is not None:
             problem = _check_value(key, value)
             if problem:
@@ -145,9 +183,11 @@ def check_recipe(stated: Mapping[str, Any], version: str, spec_file: str | Path 
 
 
 def resolved_config(stated: Mapping[str, Any], version: str, spec_file: str | Path | None = None) -> dict[str, Any]:
-    """Every key of the release's config: its default, or the stated value."""
+    """Every key of the release's config with the recipe's engine: its default, or the stated value
+    (``model_engine`` included: the engine the step math's LR schedule is built for)."""
     checked = check_recipe(stated, version, spec_file)
-    return {**{name: key.default for name, key in releases.read_table(version).items()}, **checked}
+    defaults = {name: key.default for name, key in key_table(stated, version, spec_file).items()}
+    return {**defaults, releases.ENGINE_KEY: engine_of(stated, version, spec_file), **checked}
 
 
 # ----------------------------------------------------------------------------- Hydra values
@@ -222,9 +262,9 @@ def attempt_config(stated: Mapping[str, Any], paths: VerlPaths, attempt_id: str,
 
 def build_argv(config: Mapping[str, Any], version: str, spec_file: str | Path | None = None) -> list[str]:
     """``python3 -m verl.trainer.main_ppo key=value ...``, every key checked against ``version``."""
-    keys = releases.read_table(check_version(version, spec_file))
+    keys = key_table(config, version, spec_file)
     for name in config:
-        if name not in keys:
+        if name not in keys and name != releases.ENGINE_KEY:
             raise InputError(spec_file, f"recipe.{name}", f"not a key of verl {version}'s config")
     return [*ENTRYPOINT, *overrides(config)]
 
@@ -273,8 +313,12 @@ def plan_command(att: Attempt) -> dict[str, Any]:
     spec_file = att.display_path or att.spec_path
     stated = check_recipe(stated_recipe(att), att.trainer.version, spec_file)
     argv = build_argv(attempt_config(stated, attempt_paths(att), att.id, resume=False), att.trainer.version, spec_file)
-    return {"version": att.trainer.version, "entrypoint": list(ENTRYPOINT), "overrides": len(argv) - len(ENTRYPOINT),
-            "config": releases.GENERATED_CONFIG}
+    engine = engine_of(stated, att.trainer.version, spec_file)
+    out = {"version": att.trainer.version, "entrypoint": list(ENTRYPOINT), "overrides": len(argv) - len(ENTRYPOINT),
+           "config": releases.config_source(engine)}
+    if engine != releases.DEFAULT_ENGINE:  # plan.json of an FSDP attempt stays as it was
+        out["model_engine"] = engine
+    return out
 
 
 def verl_row(record: Mapping[str, Any], source: str, data_source: str, index: int) -> dict[str, Any]:

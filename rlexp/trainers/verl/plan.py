@@ -28,7 +28,7 @@ def build_verl_plan(att: Attempt, plan_format: int) -> dict[str, Any]:
     from rlexp.spec import diff_against_parent
     from rlexp.stats import power_report
     from rlexp.trainers.verl import hydra as backend
-    from rlexp.trainers.verl.checks import verl_checkpoint_plan, verl_preflight
+    from rlexp.trainers.verl.checks import verl_checkpoint_plan, verl_gpu_layout, verl_preflight
     from rlexp.trainers.verl.steps import (
         VerlConfigError,
         compute_verl_steps,
@@ -54,7 +54,7 @@ def build_verl_plan(att: Attempt, plan_format: int) -> dict[str, Any]:
     schedule = verl_schedule(config, steps)
     ckpt = verl_checkpoint_plan(steps, schedule, att.checkpoints_mid)
     power = primary_power(att)
-    checks = verl_preflight(att, steps, schedule, power)
+    checks = verl_preflight(att, steps, schedule, power, config)
     milestones = milestone_steps(att, steps.global_steps_total, steps.warmup_global_steps)
     rows, coverage = lr_rows_for_plan(steps, extra=milestones)  # reads only global_steps_total
     monitor = att.datasets.get("ood_monitor")
@@ -99,7 +99,8 @@ def build_verl_plan(att: Attempt, plan_format: int) -> dict[str, Any]:
             "warmup_steps": steps.warmup_steps,
             "warmup_global_steps": steps.warmup_global_steps,
             "peak_lr": steps.peak_lr,
-            "min_lr": steps.peak_lr * (steps.min_lr_ratio if steps.scheduler == "cosine" else 1.0),
+            "min_lr": (steps.lr_schedule.min_lr_reached if steps.lr_schedule is not None else
+                       steps.peak_lr * (steps.min_lr_ratio if steps.scheduler == "cosine" else 1.0)),
             "min_lr_ratio": steps.min_lr_ratio,
             "actor_lr_logging": "after_scheduler_step",
             "verl": {
@@ -113,9 +114,11 @@ def build_verl_plan(att: Attempt, plan_format: int) -> dict[str, Any]:
                 "reaches_last_step": steps.reaches_last_step,
                 "actor_updates": steps.actor_updates,
                 "critic_warmup": steps.critic_warmup,
-                "lr_scheduler_type": steps.scheduler,
-                "num_cycles": steps.num_cycles,
-                "zero_indexed_step": steps.zero_indexed_step,
+                "lr_scheduler_type": steps.scheduler,  # FSDP's lr_scheduler_type, or Megatron's lr_decay_style
+                **({"num_cycles": steps.num_cycles, "zero_indexed_step": steps.zero_indexed_step}
+                   if steps.lr_schedule is None else
+                   {"model_engine": steps.engine, "lr_scheduler": steps.lr_schedule.as_dict(),
+                    "parallelism": verl_gpu_layout(config)}),
                 "filter_overlong_prompts": steps.filters_prompts,
             },
         },

@@ -8,6 +8,12 @@ result of that composition, flattened into one file, ``verl/trainer/config/_gene
 the wheel (``zipfile`` + ``yaml.safe_load``; verl is never imported, installed or run: it needs GPUs)
 and flattens it into one row per dotted key with the key's default and the type of that default.
 
+The engine that trains the actor is part of what verl composes: ``ppo_trainer.yaml``'s defaults list
+starts with ``model_engine: dp`` and picks ``actor@actor_rollout_ref.actor: ${model_engine}_actor``
+(likewise the ref, the critic and their optimizers), so ``model_engine=megatron`` composes another
+config, which the wheel ships flattened too (``_generated_ppo_megatron_trainer.yaml``, made by verl's
+CI with ``print_cfg.py model_engine=megatron``). Each engine of :data:`ENGINES` has its own table.
+
 The rows of each listed release are committed as data in :mod:`rlexp.trainers.verl.keys`
 (written by ``scripts/refresh-verl-keys``, with the wheel's sha256) so that ``rlexp plan``
 validates a verl recipe without the wheel or a network; ``scripts/fetch-verl`` downloads the listed wheels (``pip download --no-deps``, each
@@ -25,17 +31,49 @@ from typing import Any
 
 from rlexp.backends import pinned_wheels
 from rlexp.backends.pinned_wheels import Release, ReleaseError, sha256_of  # noqa: F401  (re-exported)
+from rlexp.trainers.verl.steps import DEFAULT_ENGINE, ENGINE_KEY
 
 KEYS_MODULE = Path(__file__).resolve().parent / "keys.py"
 KEYS_SHOWN = "rlexp/trainers/verl/keys.py"  # how messages name it
+ENGINE_KEYS_MODULE = Path(__file__).resolve().parent / "engine_keys.py"
+ENGINE_KEYS_SHOWN = "rlexp/trainers/verl/engine_keys.py"
 CACHE_ENV = "RLEXP_VERL_CACHE"
 GENERATED_CONFIG = "verl/trainer/config/_generated_ppo_trainer.yaml"
+# model_engine (ppo_trainer.yaml's first defaults-list choice) -> the wheel's flattened config for it;
+# "dp" (FSDP, DEFAULT_ENGINE) is verl's default and rlexp's first table (keys.py), the others are
+# engine_keys.py's. A new engine is one entry here, its table regenerated, and its LR schedule in
+# steps.ENGINE_SCHEDULES.
+ENGINES: dict[str, str | None] = {
+    "dp": GENERATED_CONFIG,
+    "megatron": "verl/trainer/config/_generated_ppo_megatron_trainer.yaml",
+    "veomni": "verl/trainer/config/_generated_ppo_veomni_trainer.yaml",
+    # Ascend's MindSpeed (verl 0.9.0's config group has it, 0.9.1's does not): its wheel ships no flattened
+    # config, so the refresh composes ppo_trainer with model_engine=mindspeed with Hydra, as verl's
+    # print_cfg.py does for the generated files
+    "mindspeed": None,
+}
+
+
+def config_source(engine: str) -> str:
+    """Where an engine's table comes from, for messages."""
+    return ENGINES[engine] or f"{CONFIG_DIR}/ppo_trainer.yaml with {ENGINE_KEY}={engine}, composed by Hydra"
+# --config-name choices that are ppo_trainer with another engine and nothing else (ppo_megatron_trainer.yaml:
+# "defaults: [ppo_trainer, override model_engine: megatron, _self_]", deprecated by verl for model_engine=megatron)
+CONFIG_NAME_ENGINES = {"ppo_trainer": "dp", "ppo_megatron_trainer": "megatron"}
 CONFIG_DIR = "verl/trainer/config"  # ppo_trainer.yaml and the files of its defaults list
 REFRESH_SCRIPT = "scripts/refresh-verl-keys"
 FETCH_SCRIPT = "scripts/fetch-verl"
 # Hydra's own override parser and composer, for the tests that compose verl's config with rlexp's
 # argv (verl pins hydra-core; 1.3.2 is its current release). Installed into the cache, never the venv.
 HYDRA_REQUIREMENT = "hydra-core==1.3.2"
+
+# megatron-core, whose OptimizerParamScheduler verl's Megatron engine builds (verl/utils/megatron/optimizer.py):
+# the tests hold rlexp's Megatron LR schedule against that class itself. verl 0.9.1 pins no megatron-core
+# (its "mcore" extra names only mbridge); 0.16.1 is the release verl's Megatron code names (core_v0.15+
+# callbacks). Downloaded (pip download --no-deps, a CPython 3.11 wheel, sha256-pinned) and installed with
+# pip --target into the cache, never the venv; it imports torch (the venv has it).
+MEGATRON_CORE = Release("0.16.1", "megatron_core-0.16.1-cp311-cp311-manylinux_2_24_x86_64.manylinux_2_28_x86_64.whl",
+                        "38f6bef63cd4ebc4c39c1eccbaf578596accba5c47d012faffa0670913aec131")
 
 # The types a key's default can have (the type of ``null`` defaults is open: any value is accepted).
 TYPES = ("int", "float", "bool", "str", "list", "dict", "null", "interpolation")
@@ -50,10 +88,16 @@ class ConfigKey:
     default: Any
 
 
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in version.split(".")[:3])
+
+
 def listed_releases() -> list[Release]:
+    """The listed releases, newest first (the one a spec without ``trainer.version`` plans with)."""
     from rlexp.trainers.verl.keys import VERL_RELEASES
 
-    return [Release(version, wheel, sha256) for version, (wheel, sha256) in VERL_RELEASES.items()]
+    return sorted((Release(version, wheel, sha256) for version, (wheel, sha256) in VERL_RELEASES.items()),
+                  key=lambda r: _version_key(r.version), reverse=True)
 
 
 def known_versions() -> list[str]:
@@ -93,6 +137,25 @@ def fetch_hydra(dest: Path | None = None, python: str = sys.executable) -> Path:
     return target
 
 
+def megatron_core_dir(dest: Path | None = None) -> Path:
+    """Where ``scripts/fetch-verl`` installs megatron-core (``pip install --no-deps --target``)."""
+    return (dest or cache_dir()) / f"megatron-core-{MEGATRON_CORE.version}"
+
+
+def fetch_megatron_core(dest: Path | None = None, python: str = sys.executable) -> Path:
+    """megatron-core's pinned wheel in the cache (sha256 checked), installed beside it with ``--target``."""
+    target = megatron_core_dir(dest)
+    if (target / "megatron" / "core" / "optimizer_param_scheduler.py").exists():
+        return target
+    wheel = pinned_wheels.fetch("megatron_core", MEGATRON_CORE, dest or cache_dir(), refresh_script=FETCH_SCRIPT)
+    argv = [python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-compile", "--target", str(target), str(wheel)]
+    result = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        tail = (result.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise ReleaseError(f"pip install --target {target} {wheel.name} failed: {tail}")
+    return target
+
+
 def wheel_for(version: str, dest: Path | None = None) -> Path:
     """The cached wheel of a listed release (no download; :class:`ReleaseError` when absent)."""
     for release in listed_releases():
@@ -115,13 +178,16 @@ def read_wheel_text(wheel: Path, member: str) -> str:
             raise ReleaseError(f"{wheel.name} has no {member}") from None
 
 
-def generated_config(wheel: Path) -> dict[str, Any]:
-    """The wheel's flattened trainer config, as a nested mapping (``yaml.safe_load``)."""
+def generated_config(wheel: Path, engine: str = DEFAULT_ENGINE) -> dict[str, Any]:
+    """The wheel's flattened trainer config for ``engine``, as a nested mapping (``yaml.safe_load``)."""
     import yaml
 
-    doc = yaml.safe_load(read_wheel_text(wheel, GENERATED_CONFIG))
+    member = ENGINES[engine]
+    if member is None:
+        raise ReleaseError(f"{wheel.name}: no flattened config for model_engine {engine} (composed_config)")
+    doc = yaml.safe_load(read_wheel_text(wheel, member))
     if not isinstance(doc, dict):
-        raise ReleaseError(f"{wheel.name}: {GENERATED_CONFIG} is not a mapping")
+        raise ReleaseError(f"{wheel.name}: {member} is not a mapping")
     return doc
 
 
@@ -158,8 +224,43 @@ def flatten(config: dict[str, Any]) -> list[ConfigKey]:
     return keys
 
 
-def wheel_keys(wheel: Path) -> list[ConfigKey]:
-    return flatten(generated_config(wheel))
+def wheel_keys(wheel: Path, engine: str = DEFAULT_ENGINE) -> list[ConfigKey]:
+    return flatten(generated_config(wheel, engine))
+
+
+_COMPOSE = """
+import json, sys
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+config_dir, engine = sys.argv[1], sys.argv[2]
+with initialize_config_dir(config_dir=config_dir, version_base=None):
+    cfg = compose(config_name="ppo_trainer", overrides=[f"model_engine={engine}"])
+print(json.dumps(OmegaConf.to_container(cfg, resolve=False)))
+"""
+
+
+def composed_config(wheel: Path, engine: str, python: str = sys.executable) -> dict[str, Any]:
+    """``ppo_trainer`` with ``model_engine=<engine>`` composed by Hydra (installed by :func:`fetch_hydra`,
+    run in a child process) from the wheel's config folder, without the choice itself."""
+    import json
+    import tempfile
+
+    hydra_path = fetch_hydra()
+    with tempfile.TemporaryDirectory() as root, zipfile.ZipFile(wheel) as archive:
+        archive.extractall(root, [n for n in archive.namelist()
+                                  if n.startswith(CONFIG_DIR + "/") and n.endswith(".yaml")])
+        result = subprocess.run([python, "-c", _COMPOSE, str(Path(root) / CONFIG_DIR), engine], capture_output=True,
+                                text=True, check=False, env={"PYTHONPATH": str(hydra_path), "PATH": "/usr/bin:/bin"})
+    if result.returncode != 0:
+        tail = (result.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise ReleaseError(f"{wheel.name}: Hydra could not compose model_engine={engine}: {tail}")
+    config = json.loads(result.stdout)
+    config.pop(ENGINE_KEY, None)  # the choice, not a key of the composed config
+    return config
+
+
+def composed_keys(wheel: Path, engine: str) -> list[ConfigKey]:
+    return flatten(composed_config(wheel, engine))
 
 
 # ----------------------------------------------------------------------------- key tables
@@ -187,13 +288,71 @@ def format_keys_module(entries: list[tuple[Release, list[ConfigKey]]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def read_table(version: str) -> dict[str, ConfigKey]:
-    """The committed keys of a listed release, by key."""
+def engine_choices_of(wheel: Path) -> tuple[str, ...]:
+    """The engines the wheel's config group ``model_engine`` offers (``model_engine/<name>.yaml``)."""
+    prefix = f"{CONFIG_DIR}/{ENGINE_KEY}/"
+    with zipfile.ZipFile(wheel) as archive:
+        return tuple(sorted(n[len(prefix):-len(".yaml")] for n in archive.namelist()
+                            if n.startswith(prefix) and n.endswith(".yaml") and "/" not in n[len(prefix):]))
+
+
+def format_engine_keys_module(entries: list[tuple[Release, dict[str, list[ConfigKey]]]],
+                              choices: dict[str, tuple[str, ...]] | None = None) -> str:
+    """The text of :mod:`rlexp.trainers.verl.engine_keys`: each listed release's keys per engine other
+    than the default one (whose keys are :mod:`rlexp.trainers.verl.keys`'s)."""
+    lines = [
+        '"""verl\'s trainer config keys per engine (model_engine) other than FSDP\'s ("dp", in keys.py), per',
+        "listed release: (dotted key, type of the default, default).",
+        "",
+        f"Generated by ``{REFRESH_SCRIPT}`` from each release's wheel (each engine's flattened config,",
+        "rlexp.trainers.verl.releases.ENGINES); do not edit. Data, not verl's code.",
+        '"""',
+        "",
+        "# version -> the engines its config group model_engine offers (verl/trainer/config/model_engine/*.yaml)",
+        "VERL_ENGINE_CHOICES: dict[str, tuple[str, ...]] = {",
+        *(f"    {version!r}: {names!r}," for version, names in (choices or {}).items()),
+        "}",
+        "",
+        "VERL_ENGINE_KEYS: dict[str, dict[str, tuple[tuple[str, str, object], ...]]] = {",
+    ]
+    for release, engines in entries:
+        lines.append(f"    {release.version!r}: {{")
+        for engine, keys in engines.items():
+            lines.append(f"        {engine!r}: (")
+            lines += [f"            ({k.name!r}, {k.type!r}, {k.default!r})," for k in keys]
+            lines.append("        ),")
+        lines.append("    },")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def engines_of(version: str) -> tuple[str, ...]:
+    """The engines whose keys are listed for ``version`` (the default one first)."""
+    from rlexp.trainers.verl.engine_keys import VERL_ENGINE_KEYS
+
+    return (DEFAULT_ENGINE, *VERL_ENGINE_KEYS.get(version, {}))
+
+
+def engine_choices(version: str) -> tuple[str, ...]:
+    """Every engine ``version``'s config group ``model_engine`` offers (rlexp has tables for some)."""
+    from rlexp.trainers.verl.engine_keys import VERL_ENGINE_CHOICES
+
+    return VERL_ENGINE_CHOICES.get(version, ())
+
+
+def read_table(version: str, engine: str = DEFAULT_ENGINE) -> dict[str, ConfigKey]:
+    """The committed keys of a listed release's config with ``engine`` (model_engine), by key."""
+    from rlexp.trainers.verl.engine_keys import VERL_ENGINE_KEYS
     from rlexp.trainers.verl.keys import VERL_CONFIG_KEYS
 
     rows = VERL_CONFIG_KEYS.get(version)
     if rows is None:
         raise ReleaseError(f"verl {version} is not listed (run {REFRESH_SCRIPT} {version})")
+    if engine != DEFAULT_ENGINE:
+        rows = VERL_ENGINE_KEYS.get(version, {}).get(engine)
+        if rows is None:
+            raise ReleaseError(f"verl {version}: no key table for model_engine {engine!r} (listed: "
+                               f"{', '.join(engines_of(version))})")
     return {name: ConfigKey(name, type_, default) for name, type_, default in rows}
 
 
@@ -206,12 +365,14 @@ def _fetch_all(out) -> int:
         except ReleaseError as exc:
             print(f"verl {release.version}: {exc}", file=sys.stderr)
             errors += 1
-    try:
-        fetch_hydra(dest)
-    except ReleaseError as exc:
-        print(str(exc), file=sys.stderr)
-        errors += 1
-    print(f"{len(listed_releases()) - errors} verl wheel(s) and {HYDRA_REQUIREMENT} in {dest}", file=out)
+    for fetch_tool in (fetch_hydra, fetch_megatron_core):
+        try:
+            fetch_tool(dest)
+        except ReleaseError as exc:
+            print(str(exc), file=sys.stderr)
+            errors += 1
+    print(f"{len(listed_releases())} verl wheel(s), {HYDRA_REQUIREMENT} and megatron-core=={MEGATRON_CORE.version} "
+          f"in {dest} ({errors} failed)", file=out)
     return 1 if errors else 0
 
 
@@ -220,14 +381,24 @@ def _refresh(wanted: list[str], out) -> int:
     listed = {r.version: r for r in listed_releases()} if KEYS_MODULE.exists() else {}
     if not wanted and not listed:
         raise ReleaseError(f"name the verl release(s) to list, e.g. {REFRESH_SCRIPT} 0.9.1")
-    entries = []
-    for version in sorted(set(listed) | set(wanted), key=lambda v: tuple(int(p) for p in v.split(".")[:3])):
+    entries, engine_entries, choices = [], [], {}
+    for version in sorted(set(listed) | set(wanted), key=_version_key):
         release, path = pinned_wheels.wheel_to_list("verl", version, listed, wanted, dest, refresh_script=REFRESH_SCRIPT)
         keys = wheel_keys(path)
         entries.append((release, keys))
-        print(f"verl {version}: {len(keys)} keys", file=out)
+        with zipfile.ZipFile(path) as archive:
+            shipped = set(archive.namelist())
+        offered = engine_choices_of(path)
+        engines = {engine: wheel_keys(path, engine) for engine in ENGINES
+                   if engine != DEFAULT_ENGINE and ENGINES[engine] in shipped}
+        engines.update({engine: composed_keys(path, engine) for engine, member in ENGINES.items()
+                        if member is None and engine in offered})
+        engine_entries.append((release, engines))
+        choices[version] = engine_choices_of(path)
+        print(f"verl {version}: {len(keys)} keys; " + ", ".join(f"{e} {len(k)}" for e, k in engines.items()), file=out)
     KEYS_MODULE.write_text(format_keys_module(entries), encoding="utf-8")
-    print(f"{len(entries)} release(s) -> {KEYS_SHOWN}", file=out)
+    ENGINE_KEYS_MODULE.write_text(format_engine_keys_module(engine_entries, choices), encoding="utf-8")
+    print(f"{len(entries)} release(s) -> {KEYS_SHOWN}, {ENGINE_KEYS_SHOWN}", file=out)
     return 0
 
 

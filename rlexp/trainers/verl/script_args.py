@@ -2,14 +2,18 @@
 keys, values read as Hydra reads them (YAML scalars, ``[a,b]`` lists, ``{k: v}`` mappings).
 
 ``+key=value`` (Hydra's addition) is checked against the release's composed config, as Hydra
-composes it: adding a key the config already has is refused (Hydra refuses it); a key inside one of
+composes it: adding a key the config already holds a value for is refused (Hydra refuses it; it adds
+over a null default, and merges a mapping or list); a key inside one of
 its mappings (``+actor_rollout_ref.model.override_config.max_position_embeddings=32768``) becomes
 that mapping's entry in the recipe; a key the composed config has nowhere is left out with a note
-(verl's code does not read it through the config rlexp plans with). ``++key`` adds or overrides."""
+(verl's code does not read it through the config rlexp plans with). ``++key`` adds or overrides, and
+is read the same way. The config is the one of the engine the script chooses (``model_engine=...``, or
+``--config-name ppo_megatron_trainer``, which becomes the recipe's ``model_engine: megatron``)."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -66,20 +70,55 @@ def check_module(script: Path, where: str, module: str) -> None:
                          "or is not in the release")
 
 
-def dropped(key: str) -> bool:
-    """Whether import leaves ``key`` out anyway (rlexp sets it, a logger, a credential, the reward)."""
+def dropped(key: str, table: Mapping[str, Any] | None = None) -> bool:
+    """Whether import leaves ``key`` out anyway (rlexp sets it, a logger, a credential, the reward).
+    A key whose name reads like a credential's but whose default in the release's config (``table``)
+    is a number or a bool holds no text, so no secret (``ppo_max_token_len_per_gpu`` counts tokens,
+    ``data.continuous_token.enable`` switches a feature): it is kept, and checked like any key."""
     from rlexp.trainers.verl.hydra import MANAGED_KEYS
 
-    return (key in MANAGED_KEYS and key not in DATASET_KEYS) or key in LOGGER_NAMES or secret_argument(key) \
+    known = (table or {}).get(key)
+    secret = secret_argument(key) and not (known is not None and known.type in ("int", "float", "bool"))
+    return (key in MANAGED_KEYS and key not in DATASET_KEYS) or key in LOGGER_NAMES or secret \
         or key.startswith(("reward_model.reward_kwargs", "trainer.default_local_dir", "trainer.validation_data_dir",
                            "trainer.rollout_data_dir"))
 
 
 def field_of(key: str) -> str:
     if key.startswith("--config"):
-        return "the Hydra config verl composes; rlexp plans with ppo_trainer"
+        return "the Hydra config verl composes; rlexp plans with ppo_trainer (and its model_engine)"
     role = DATASET_KEYS.get(key)
     return f"datasets.{role}: the data's path" if role else f"recipe key {key}"
+
+
+def _config_name_engine(script: Path, where: str, token: str) -> str | None:
+    """The engine a ``--config-name`` chooses (None: another --config option, which sets no key).
+    ``ppo_megatron_trainer`` is ppo_trainer with ``model_engine: megatron`` and nothing else (verl
+    deprecated it for ``model_engine=megatron``); any other config is refused."""
+    from rlexp.trainers.verl.releases import CONFIG_NAME_ENGINES
+
+    option, _, chosen = token.partition("=")
+    if option != "--config-name":
+        return None
+    name = chosen.strip().strip("'\"").removesuffix(".yaml")
+    if name not in CONFIG_NAME_ENGINES:
+        raise InputError(script, where, f"{token[:80]}: rlexp plans verl's ppo_trainer config (its key table "
+                         f"is that config's, per model_engine), not {chosen!r}")
+    return CONFIG_NAME_ENGINES[name]
+
+
+def _engine(script: Path, where: str, args: list[str]) -> str | None:
+    """The engine the command composes: ``model_engine=...`` (the last one, as Hydra applies them) or
+    the one its ``--config-name`` implies; None when neither says (verl's default)."""
+    engine = None
+    for token in args:
+        if token.startswith("--config-name"):
+            engine = _config_name_engine(script, where, token) or engine
+    for token in args:
+        key, eq, raw = token.partition("=")
+        if eq and key.lstrip("+") == "model_engine":
+            engine = hydra_scalar(raw) if raw else ""
+    return engine
 
 
 def read_args(script: Path, where: str, args: list[str], version: str | None = None):
@@ -87,17 +126,26 @@ def read_args(script: Path, where: str, args: list[str], version: str | None = N
     from rlexp.trainers.verl import releases
     from rlexp.trainers.verl.hydra import check_version
 
-    table = releases.read_table(check_version(version, script)) if version else {}
-    recipe: dict[str, Any] = {}
+    engine = _engine(script, where, args)
+    stated_engine = {releases.ENGINE_KEY: engine} if engine is not None else {}
+    table: dict[str, Any] = {}
+    if version:  # `+` additions are checked against the engine's config (plan refuses an engine rlexp lacks)
+        listed = releases.engines_of(check_version(version, script))
+        offered = releases.engine_choices(version)
+        if engine is not None and offered and engine not in offered:  # verl's own refusal, at import
+            from rlexp.trainers.verl.hydra import unknown_engine
+
+            raise InputError(script, where, f"model_engine={engine}: " + unknown_engine(engine, version))
+        table = releases.read_table(version, engine if engine in listed else releases.DEFAULT_ENGINE)
+    recipe: dict[str, Any] = dict(stated_engine)
     datasets: dict[str, dict[str, Any]] = {}
     left_out: list[str] = []
     notes: list[str] = []
     for token in args:
         if token.startswith(("--config-name", "--config-path", "--config-dir")):
-            option, _, chosen = token.partition("=")
-            if option == "--config-name" and chosen not in ("ppo_trainer", "ppo_trainer.yaml"):
-                raise InputError(script, where, f"{token[:80]}: rlexp plans verl's ppo_trainer config (its key table "
-                                 f"is that config's), not {chosen!r}")
+            if _config_name_engine(script, where, token) not in (None, releases.DEFAULT_ENGINE):
+                notes.append(f"{token[:80]}: verl composes ppo_trainer with model_engine {engine} (the recipe's "
+                             f"{releases.ENGINE_KEY}: {engine})")
             continue
         raw_key, eq, raw = token.partition("=")
         plus = len(raw_key) - len(raw_key.lstrip("+"))
@@ -105,14 +153,19 @@ def read_args(script: Path, where: str, args: list[str], version: str | None = N
         if not eq or plus > 2 or not re.match(r"^[A-Za-z_][\w.]*$", key):
             raise InputError(script, where, f"{token[:80]!r}: not a Hydra override key=value")
         value = hydra_scalar(raw) if raw else ""
+        if key == releases.ENGINE_KEY:
+            continue  # read above (a config-group choice, not a key of the composed config)
         if key in DATASET_KEYS:
             role = DATASET_KEYS[key]
             path = value[0] if isinstance(value, list) and len(value) == 1 else value
             datasets[role] = dataset_argument(path if isinstance(path, list) else str(path), key)
-        elif dropped(key):
+        elif dropped(key, table):
             left_out.append(key)
-        elif plus == 1 and table:
+        elif plus and table and key not in table:  # + and ++ add a key: into a mapping, or nowhere
             _addition(script, where, key, value, table, recipe, left_out, notes, version)
+        elif plus == 1 and table and not _hydra_adds(table[key], value):
+            raise InputError(script, where, f"+{key}: verl {version}'s config already has {key}, and Hydra refuses "
+                             f"to add it again (\"Could not append to config\"): write {key}=VALUE")
         else:
             recipe[key] = value
     if "pool" not in datasets:
@@ -120,17 +173,23 @@ def read_args(script: Path, where: str, args: list[str], version: str | None = N
     return recipe, datasets, left_out, notes
 
 
+def _hydra_adds(existing: Any, value: Any) -> bool:
+    """Whether Hydra's ``+key=value`` accepts a key the config has (hydra/_internal/config_loader_impl.py,
+    1.3: ``OmegaConf.select(cfg, key) is None or isinstance(value, (dict, list))``): a null default, or a
+    mapping or list merged into it. An interpolated default is taken as set (what it resolves to is not
+    known here)."""
+    return existing.type == "null" or isinstance(value, dict | list)
+
+
 def _addition(script: Path, where: str, key: str, value: Any, table: dict[str, Any], recipe: dict[str, Any],
               left_out: list[str], notes: list[str], version: str | None) -> None:
-    """``+key=value`` as Hydra composes it against the release's config."""
-    if key in table:
-        raise InputError(script, where, f"+{key}: verl {version}'s config already has {key}, and Hydra refuses to "
-                         f"add it again (\"Could not append to config\"): write {key}=VALUE")
+    """``+key=value`` (or ``++``) of a key the release's config lacks, as Hydra composes it."""
     parts = key.split(".")
     for cut in range(len(parts) - 1, 0, -1):
         parent = ".".join(parts[:cut])
         if parent in table:
-            if table[parent].type not in ("dict", "null"):
+            # Hydra adds into a mapping, a null, or an interpolation (which the mapping of the added key replaces)
+            if table[parent].type not in ("dict", "null", "interpolation"):
                 raise InputError(script, where, f"+{key}: {parent} is a {table[parent].type} in verl {version}'s "
                                  "config, not a mapping a key can be added to")
             mapping = recipe.setdefault(parent, {})

@@ -32,6 +32,13 @@ plan stage merges the stated keys over the defaults of the release's key table,
 - ``LambdaLR`` applies ``peak × λ(0)`` to the first update; scheduler step ``i`` (0-based) applies
   ``λ(i)``, and the ``actor/lr`` verl logs is read *after* ``scheduler.step()``: ``λ(i + 1)``, the
   LR of the next update (with k > 1, V1 averages it over the k updates: not modelled here).
+
+The step counts above are the trainer's (``trainer_base.py`` / ``ray_trainer.py``), whatever engine
+trains the actor; the LR schedule is the engine's (``model_engine``): the warm-up and schedules above
+are FSDP's (``dp``, verl's default); Megatron's is megatron-core's OptimizerParamScheduler
+(:mod:`rlexp.trainers.verl.megatron_schedule`), stepped at the same points (``engine_workers.py``
+calls the engine's ``lr_scheduler_step`` once per local update and logs the LR it returns: the
+optimizer's after the step). :data:`ENGINE_SCHEDULES` maps each engine to its schedule.
 """
 
 from __future__ import annotations
@@ -43,6 +50,8 @@ from typing import Any
 
 ACTOR_OPTIM = "actor_rollout_ref.actor.optim"
 SCHEDULER_TYPES = ("constant", "cosine")
+ENGINE_KEY = "model_engine"  # the config-group choice; absent: verl's default engine
+DEFAULT_ENGINE = "dp"  # FSDP
 
 # The keys the step math reads (every one is in verl 0.9.1's config).
 STEP_KEYS = (
@@ -96,6 +105,8 @@ class VerlSteps:
     num_cycles: float
     zero_indexed_step: bool
     filters_prompts: bool  # data.filter_overlong_prompts: N may be smaller than planned
+    engine: str = "dp"  # model_engine: whose LR scheduler (FSDP's LambdaLR above, or ENGINE_SCHEDULES')
+    lr_schedule: Any = None  # the engine's schedule (lr(i), factor(i), ...) when not FSDP's
 
     @property
     def first_update_step(self) -> int:
@@ -133,6 +144,8 @@ class VerlSteps:
 
     def warmup_rule(self, recipe: Mapping[str, Any]) -> str:
         """How ``warmup_steps`` was computed, for messages."""
+        if self.lr_schedule is not None:
+            return self.lr_schedule.warmup_rule(recipe)
         stated = recipe.get(f"{ACTOR_OPTIM}.lr_warmup_steps")
         if isinstance(stated, int) and stated > 0:
             return f"lr_warmup_steps {stated}"
@@ -207,14 +220,19 @@ def compute_verl_steps(config: Mapping[str, Any], pool_size: int, version: str) 
     mini = _int(config, "actor_rollout_ref.actor.ppo_mini_batch_size", minimum=1)
     ppo_epochs = _int(config, "actor_rollout_ref.actor.ppo_epochs", minimum=1)
     critic_warmup = _int(config, "trainer.critic_warmup", minimum=0)
-    stated_warmup = _int(config, f"{ACTOR_OPTIM}.lr_warmup_steps")
-    ratio = _float(config, f"{ACTOR_OPTIM}.lr_warmup_steps_ratio")
-    if not 0 <= ratio <= 1:
-        raise VerlConfigError(f"{ACTOR_OPTIM}.lr_warmup_steps_ratio", f"must be between 0 and 1 (got {ratio})")
-    min_lr_ratio = _float(config, f"{ACTOR_OPTIM}.min_lr_ratio", default=0.0)  # None means 0.0 in verl
-    if not 0 <= min_lr_ratio <= 1:  # verl asserts it
-        raise VerlConfigError(f"{ACTOR_OPTIM}.min_lr_ratio", f"must be between 0 and 1 (got {min_lr_ratio})")
-    kind = scheduler_type(config)
+    engine = config.get(ENGINE_KEY) or DEFAULT_ENGINE
+    if engine != DEFAULT_ENGINE and engine not in ENGINE_SCHEDULES:
+        raise VerlConfigError(ENGINE_KEY, ENGINE_NOT_YET.get(engine, f"{engine!r}: rlexp does not plan verl's "
+                                                                     "LR schedule on this engine (rlexp's limit)"))
+    if engine == DEFAULT_ENGINE:
+        stated_warmup = _int(config, f"{ACTOR_OPTIM}.lr_warmup_steps")
+        ratio = _float(config, f"{ACTOR_OPTIM}.lr_warmup_steps_ratio")
+        if not 0 <= ratio <= 1:
+            raise VerlConfigError(f"{ACTOR_OPTIM}.lr_warmup_steps_ratio", f"must be between 0 and 1 (got {ratio})")
+        min_lr_ratio = _float(config, f"{ACTOR_OPTIM}.min_lr_ratio", default=0.0)  # None means 0.0 in verl
+        if not 0 <= min_lr_ratio <= 1:  # verl asserts it
+            raise VerlConfigError(f"{ACTOR_OPTIM}.min_lr_ratio", f"must be between 0 and 1 (got {min_lr_ratio})")
+        kind = scheduler_type(config)
 
     use_v1 = bool(config.get("trainer.use_v1", True))
     k = 1
@@ -228,6 +246,12 @@ def compute_verl_steps(config: Mapping[str, Any], pool_size: int, version: str) 
     per_epoch = prompts // batch
     data_total = per_epoch * epochs
     total = stated_total if stated_total is not None else data_total
+    schedule = None
+    if engine != DEFAULT_ENGINE:  # the trainer writes total × k into the optimizer's total_training_steps
+        schedule = ENGINE_SCHEDULES[engine](config, total * k)
+        stated_warmup, ratio = schedule.warmup_steps, 0.0
+        kind = schedule.decay_style
+        min_lr_ratio = schedule.min_lr_reached / schedule.peak_lr if schedule.peak_lr else 0.0
     return VerlSteps(
         version=version,
         pool_size=pool_size,
@@ -254,9 +278,11 @@ def compute_verl_steps(config: Mapping[str, Any], pool_size: int, version: str) 
         peak_lr=_float(config, f"{ACTOR_OPTIM}.lr"),
         scheduler=kind,
         min_lr_ratio=min_lr_ratio,
-        num_cycles=_float(config, f"{ACTOR_OPTIM}.num_cycles"),
+        num_cycles=_float(config, f"{ACTOR_OPTIM}.num_cycles") if schedule is None else math.nan,
         zero_indexed_step=bool(config.get(f"{ACTOR_OPTIM}.zero_indexed_step", True)),
         filters_prompts=bool(config.get("data.filter_overlong_prompts")),
+        engine=engine,
+        lr_schedule=schedule,
     )
 
 
@@ -266,7 +292,10 @@ def compute_verl_steps(config: Mapping[str, Any], pool_size: int, version: str) 
 def lr_lambda(scheduler_step: int, steps: VerlSteps) -> float:
     """verl's ``lr_lambda`` after ``scheduler_step`` calls of ``scheduler.step()``: the same float
     operations, in the same order, as ``get_constant_schedule_with_warmup`` and
-    ``get_cosine_schedule_with_warmup`` (``init_lr_ratio`` 0, as verl's FSDP engine builds it)."""
+    ``get_cosine_schedule_with_warmup`` (``init_lr_ratio`` 0, as verl's FSDP engine builds it); on
+    another engine, its schedule's LR as a fraction of the peak."""
+    if steps.lr_schedule is not None:
+        return steps.lr_schedule.factor(scheduler_step)
     warmup = steps.warmup_steps
     if steps.scheduler == "constant":
         if scheduler_step < warmup:
@@ -280,6 +309,13 @@ def lr_lambda(scheduler_step: int, steps: VerlSteps) -> float:
     progress = float(current - warmup) / float(max(1, steps.scheduler_total - warmup))
     x = math.cos(math.pi * float(steps.num_cycles) * 2.0 * progress)
     return max(m, x * coef + intercept)
+
+
+def lr_value(scheduler_step: int, steps: VerlSteps) -> float:
+    """The LR an update applies after ``scheduler_step`` scheduler steps."""
+    if steps.lr_schedule is not None:
+        return steps.lr_schedule.lr(scheduler_step)
+    return steps.peak_lr * lr_lambda(scheduler_step, steps)
 
 
 @dataclass(frozen=True)
@@ -306,14 +342,19 @@ def lr_for_global_step(global_step: int, steps: VerlSteps) -> VerlStepLR:
     update = steps.update_index(global_step)
     per_step = steps.optimizer_steps_per_global_step
     if update is None:  # critic warm-up: the actor is not updated; its LR would be λ(0)
-        lr = steps.peak_lr * lr_lambda(0, steps)
+        lr = lr_value(0, steps)
         return VerlStepLR(global_step, None, 1, 0, lr, lr, _fraction(lr, steps), None)
     k = steps.scheduler_steps_per_global_step
-    lambdas = [lr_lambda(update * k + j, steps) for j in range(k)]
-    mean = steps.peak_lr * math.fsum(lambdas) / k
-    logged = steps.peak_lr * lr_lambda(update * k + k, steps) if k == 1 else None
+    if steps.lr_schedule is None:
+        lambdas = [lr_lambda(update * k + j, steps) for j in range(k)]
+        mean = steps.peak_lr * math.fsum(lambdas) / k
+        first = steps.peak_lr * lambdas[0]
+    else:
+        lrs = [lr_value(update * k + j, steps) for j in range(k)]
+        mean, first = math.fsum(lrs) / k, lrs[0]
+    logged = lr_value(update * k + k, steps) if k == 1 else None
     return VerlStepLR(global_step, update, update * per_step + 1, (update + 1) * per_step,
-                      steps.peak_lr * lambdas[0], mean, _fraction(mean, steps), logged)
+                      first, mean, _fraction(mean, steps), logged)
 
 
 def _fraction(lr: float, steps: VerlSteps) -> float:
@@ -329,6 +370,36 @@ def max_fraction_through(global_step: int, steps: VerlSteps) -> float:
     # the LR rises through warm-up and falls after (cosine) or stays (constant): the maximum is at
     # the end of warm-up or at the last update, whichever comes first
     return max(lr_lambda(min(last, steps.warmup_steps), steps), lr_lambda(last, steps))
+
+
+# ----------------------------------------------------------------------------- the engines' schedules
+
+
+def _megatron(config: Mapping[str, Any], horizon: int) -> Any:
+    from rlexp.trainers.verl.megatron_schedule import MegatronConfigError, megatron_lr_schedule
+
+    try:
+        return megatron_lr_schedule(config, horizon)
+    except MegatronConfigError as exc:
+        raise VerlConfigError(exc.key, str(exc)) from None
+
+
+def _veomni(config: Mapping[str, Any], horizon: int) -> Any:
+    from rlexp.trainers.verl.veomni_schedule import SCHEDULE_KEYS, VeOmniScheduleError, veomni_lr_schedule
+
+    try:
+        return veomni_lr_schedule(horizon, **{key: config.get(f"{ACTOR_OPTIM}.{key}") for key in SCHEDULE_KEYS})
+    except VeOmniScheduleError as exc:
+        raise VerlConfigError(f"{ACTOR_OPTIM}.{exc.key}", exc.message) from None
+
+
+# model_engine -> (resolved config, the scheduler's horizon) -> its schedule: lr(i) and factor(i) after i
+# scheduler steps, peak_lr, warmup_steps, decay_style, min_lr_reached, warmup_rule(recipe), as_dict();
+# FSDP's (dp) is the LambdaLR math above. An engine verl composes but rlexp cannot plan yet says why.
+# MindSpeed's engines (verl 0.9.0, workers/engine/mindspeed) subclass the Megatron engine and build its
+# scheduler (optim@optim: megatron), so theirs is Megatron's
+ENGINE_SCHEDULES: dict[str, Any] = {"megatron": _megatron, "mindspeed": _megatron, "veomni": _veomni}
+ENGINE_NOT_YET: dict[str, str] = {}  # an engine verl composes whose schedule rlexp does not model: why
 
 
 # ----------------------------------------------------------------------------- validation and saves

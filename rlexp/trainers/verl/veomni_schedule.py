@@ -45,7 +45,9 @@ its order, times ``lr`` as ``LambdaLR`` multiplies.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 SCHEDULER_TYPES = ("constant", "linear", "cosine")  # VeOmni's lr_decay_style; any other is its ValueError
 # the optimizer keys (under actor_rollout_ref.actor.optim, or critic.optim) verl hands VeOmni, by their
@@ -73,7 +75,7 @@ class VeOmniLRSchedule:
     train_steps: int      # N: the scheduler's length (verl's optim.total_training_steps)
     warmup_steps: int     # W = int(N × lr_warmup_steps_ratio)
     decay_steps: int      # D = int(N × lr_decay_ratio): where cosine's decay ends (others: N)
-    lr: float
+    peak_lr: float        # lr
     scheduler: str
     lr_min: float         # cosine's floor (constant and linear do not read it)
     lr_start: float
@@ -82,7 +84,7 @@ class VeOmniLRSchedule:
         """``f(step)``: the multiplier of ``lr`` after ``step`` calls of ``scheduler.step()``."""
         if step < 0:
             raise ValueError(f"step must be >= 0, got {step}")
-        warmup, lr = self.warmup_steps, self.lr
+        warmup, lr = self.warmup_steps, self.peak_lr
         if step < warmup:
             return (self.lr_start + (lr - self.lr_start) * step / max(1, warmup)) / lr
         if self.scheduler == "constant":
@@ -100,11 +102,43 @@ class VeOmniLRSchedule:
     def lr_at(self, step: int) -> float:
         """The LR after ``step`` scheduler steps: what update ``step`` (0-based) runs with, and
         the ``actor/lr`` verl logs with update ``step - 1``."""
-        return self.lr * self.factor(step)
+        return self.peak_lr * self.factor(step)
 
     def lrs(self) -> list[float]:
         """``lr_at(i)`` for ``i`` = 0 … N: the N updates' LRs, then the value logged after the last."""
         return [self.lr_at(i) for i in range(self.train_steps + 1)]
+
+    # what the plan reads of an engine's schedule (rlexp.trainers.verl.steps.ENGINE_SCHEDULES)
+    name = "veomni"
+
+    def lr(self, step: int) -> float:
+        """:meth:`lr_at` under the name every engine's schedule answers to."""
+        return self.lr_at(step)
+
+    @property
+    def decay_style(self) -> str:
+        return self.scheduler
+
+    @property
+    def min_lr_reached(self) -> float:
+        """The LR the schedule ends at: ``lr`` (constant), else where the decay has brought it by step N
+        (the decay only falls after the warm-up, so its end is its lowest)."""
+        if self.scheduler == "constant":
+            return self.peak_lr
+        return self.lr_at(max(self.train_steps, self.warmup_steps))
+
+    def warmup_rule(self, recipe: Mapping[str, Any]) -> str:
+        ratio = recipe.get("actor_rollout_ref.actor.optim.lr_warmup_steps_ratio", 0.0)
+        rule = f"int({ratio} × total_training_steps {self.train_steps:,})"
+        stated = recipe.get("actor_rollout_ref.actor.optim.lr_warmup_steps")
+        if isinstance(stated, int) and not isinstance(stated, bool) and stated > 0:
+            rule += f"; lr_warmup_steps {stated} is not read by the VeOmni engine"
+        return rule
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"lr": self.peak_lr, "lr_scheduler_type": self.scheduler, "lr_start": self.lr_start,
+                "lr_min": self.lr_min, "lr_warmup_steps": self.warmup_steps, "lr_decay_steps": self.decay_steps,
+                "total_training_steps": self.train_steps}
 
 
 def veomni_lr_schedule(train_steps: int, *, lr: float, lr_scheduler_type: str = "cosine",
@@ -129,5 +163,5 @@ def veomni_lr_schedule(train_steps: int, *, lr: float, lr_scheduler_type: str = 
         raise VeOmniScheduleError("lr", "0: VeOmni's schedule divides by it (the run fails when the scheduler "
                                   "is built)")
     decay = int(train_steps * lr_decay_ratio) if lr_scheduler_type == "cosine" else train_steps
-    return VeOmniLRSchedule(train_steps=train_steps, warmup_steps=warmup, decay_steps=decay, lr=float(lr),
+    return VeOmniLRSchedule(train_steps=train_steps, warmup_steps=warmup, decay_steps=decay, peak_lr=float(lr),
                             scheduler=lr_scheduler_type, lr_min=float(lr_min), lr_start=float(lr_start))
