@@ -11,13 +11,11 @@ or for a strictly read document, in the spirit of Optuna's storage behind a stud
       <attempt_id>/                      AttemptDir
         attempt.yaml  plan.json  metrics.jsonl  decision.json
         launch/{argv.json, launch.sh, provenance.json, reward_func.py, launches.jsonl,
-                spikes.jsonl, stdout.log, state.json, data/, train_trl.py, verl_metrics.jsonl,
-                agent_func.py, agent_loop/, judge_cache.jsonl, judge_calls.jsonl}
+                spikes.jsonl, stdout.log, state.json, judge_cache.jsonl, judge_calls.jsonl}
+        launch/...                       (a trainer's own files: rlexp.trainers.<name>.files names them)
         checkpoints/global_step{N}_hf/   (adapters, for evaluation)
-        checkpoints/state/global_step{N}/  (the local trainer's resumable state)
-        checkpoints/_actor/global_step{N}/ (OpenRLHF's DeepSpeed state)
-        checkpoints/trl/checkpoint-{N}/    (TRL's output_dir: transformers' resumable state)
-        checkpoints/verl/global_step_{N}/  (verl's own checkpoints: its rules name the folder)
+        checkpoints/<folder>/<state>/    (a trainer's resumable states: its rules name the folder
+                                          and the states' names)
         eval/selection.json  eval/<checkpoint>/<set>.jsonl (+ .meta.json)  eval/paired/
         guards/<name>.json  guards/parser_audit_review.jsonl
         tensorboard/  final/
@@ -49,21 +47,12 @@ CHECKPOINT_PREFIX = "global_step"
 _CHECKPOINT_NAME = re.compile(r"global_step(\d+)")
 _ADAPTER_DIR = re.compile(r"global_step(\d+)_hf")
 ADAPTER_PATTERN = "global_step{N}_hf"  # how messages name the adapter folders
-# transformers' Trainer (TRL) names its resumable checkpoints checkpoint-{N} under output_dir
-_TRANSFORMERS_CHECKPOINT = re.compile(r"checkpoint-(\d+)")
-
-
-# checkpoint folders of runs rlexp did not launch (``rlexp import-run``), by how likely they hold
-# what eval loads: OpenRLHF's --save_hf_ckpt (rlexp's own layout), transformers/TRL's output_dir,
-# verl's trainer.default_local_dir, OpenRLHF's --save_path per step
-_VERL_CHECKPOINT = re.compile(r"global_step_(\d+)")
-FOREIGN_CHECKPOINT_DIRS = (_ADAPTER_DIR, _TRANSFORMERS_CHECKPOINT, _VERL_CHECKPOINT, _CHECKPOINT_NAME)
-# the same folder names as patterns (the step as group 1), by whose layout they are: each trainer's
-# rules (rlexp.trainers) name the ones it writes
-CHECKPOINT_DIR_PATTERNS = {"hf_checkpoint": _ADAPTER_DIR.pattern, "save_path": _CHECKPOINT_NAME.pattern,
-                           "default_local_dir": _VERL_CHECKPOINT.pattern,
-                           "output_dir": _TRANSFORMERS_CHECKPOINT.pattern}
-FOREIGN_CHECKPOINT_PATTERNS = "global_step{N}_hf, checkpoint-{N}, global_step_{N}"  # how messages name them
+# rlexp's own checkpoint folder names as patterns (the step as group 1); a trainer's rules name the
+# folders it writes (rlexp.trainers.base.TrainerRules.checkpoint_dirs), its own ones in its package
+ADAPTER_DIR_PATTERN = _ADAPTER_DIR.pattern
+CHECKPOINT_NAME_PATTERN = _CHECKPOINT_NAME.pattern
+# how messages name the checkpoint folders of runs rlexp did not launch (``rlexp import-run``)
+FOREIGN_CHECKPOINT_PATTERNS = "global_step{N}_hf, checkpoint-{N}, global_step_{N}"
 
 
 def checkpoint_name(step: int) -> str:
@@ -423,43 +412,6 @@ class AttemptDir:
         return self.launch_dir / "reward_func.py"
 
     @property
-    def agent_func(self) -> Path:
-        """OpenRLHF on an environment task: the generated agent file (rlexp.trainers.openrlhf.agent)."""
-        return self.launch_dir / "agent_func.py"
-
-    @property
-    def agent_loop_dir(self) -> Path:
-        """verl on an environment task: the generated agent loop module and its config YAML
-        (rlexp.trainers.verl.agent names the files inside)."""
-        return self.launch_dir / "agent_loop"
-
-    @property
-    def trl_script(self) -> Path:
-        """TRL backend: the generated training script (rlexp.trainers.trl.template)."""
-        return self.launch_dir / "train_trl.py"
-
-    @property
-    def trl_rollout_module(self) -> Path:
-        """TRL on an environment task: the generated rollout_func module (rlexp.trainers.trl.rollout_template)."""
-        return self.launch_dir / "trl_rollout.py"
-
-    @property
-    def trl_tools_module(self) -> Path:
-        """TRL on an environment task played through tool calls: the generated environment_factory module
-        (rlexp.trainers.trl.tools_template)."""
-        return self.launch_dir / "trl_tools.py"
-
-    @property
-    def trl_episodes(self) -> Path:
-        """TRL on an environment task: every training episode as the rollout handed it to TRL (ids, env_mask, turns)."""
-        return self.launch_dir / "trl_episodes.jsonl"
-
-    @property
-    def monitor_tensorboard(self) -> Path:
-        """TRL backend: the event directory of the in-run monitor's ``train/monitor_acc``."""
-        return self.tensorboard / "rlexp_monitor"
-
-    @property
     def launches(self) -> Path:
         return self.launch_dir / "launches.jsonl"
 
@@ -474,19 +426,6 @@ class AttemptDir:
     @property
     def state(self) -> Path:
         return self.launch_dir / "state.json"
-
-    def derived_dataset(self, source: Path) -> Path:
-        """Where a suffixed copy of a dataset is written for a trainer that cannot add the suffix."""
-        return self.launch_dir / "data" / f"{Path(source).stem}.suffixed.jsonl"
-
-    def verl_dataset(self, source: Path) -> Path:
-        """A dataset rewritten into verl's row format (chat prompt, reward_model.ground_truth)."""
-        return self.launch_dir / "data" / f"{Path(source).stem}.verl.jsonl"
-
-    @property
-    def verl_metrics(self) -> Path:
-        """verl's ``file`` logger output (``$VERL_FILE_LOGGER_PATH``): one JSON line per step."""
-        return self.launch_dir / "verl_metrics.jsonl"
 
     # ---------------------------------------------------------------- checkpoints/
     @property

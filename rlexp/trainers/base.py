@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rlexp.experiment.layout import CHECKPOINT_DIR_PATTERNS
+from rlexp.experiment.layout import ADAPTER_DIR_PATTERN, CHECKPOINT_NAME_PATTERN
 
 if TYPE_CHECKING:
     from rlexp.spec.model import Attempt
@@ -48,8 +48,8 @@ class TrainerRules:
     jsonl_log_format: str = "jsonl"
     #: its checkpoint folders' names (regular expressions, the step as group 1: ``rlexp import
     #: --checkpoints``), and the folders inside one where its weights may be
-    checkpoint_dirs: tuple[str, ...] = (CHECKPOINT_DIR_PATTERNS["hf_checkpoint"],  # --save_hf_ckpt
-                                        CHECKPOINT_DIR_PATTERNS["save_path"])  # --save_path
+    checkpoint_dirs: tuple[str, ...] = (ADAPTER_DIR_PATTERN,  # --save_hf_ckpt
+                                        CHECKPOINT_NAME_PATTERN)  # --save_path
     weights_inside: tuple[str, ...] = ()
     #: the folder under the attempt's ``checkpoints/`` it resumes from (rlexp.experiment.layout
     #: AttemptDir.resume_state_dir; "": it keeps no resume state there, and asking for one is an error)

@@ -11,6 +11,7 @@ from rlexp.experiment.layout import AttemptDir
 from rlexp.models.base_models import loadable
 from rlexp.trainers.launch import LaunchPlan, TrainerLaunch, loss_recipe
 from rlexp.trainers.openrlhf import RULES
+from rlexp.trainers.openrlhf.files import OpenRLHFFiles
 
 if TYPE_CHECKING:
     from rlexp.spec.model import Attempt
@@ -30,7 +31,7 @@ def training_data(att: Attempt, ad: AttemptDir, must_exist: bool = True) -> tupl
     for role in ("pool", "ood_monitor"):
         ref = att.datasets.get(role)
         if ref is not None and ref.path is not None and ref.prompt_suffix:
-            suffixed[role] = (ref.path, ad.derived_dataset(ref.path), ref.prompt_suffix)
+            suffixed[role] = (ref.path, OpenRLHFFiles.of(ad).suffixed_dataset(ref.path), ref.prompt_suffix)
     prompt_data = str(suffixed["pool"][1]) if "pool" in suffixed else str(pool.path)
     return prompt_data, suffixed
 
@@ -156,7 +157,7 @@ class OpenRLHFLaunch(TrainerLaunch):
         if att.environment is not None:  # an environment task: the agent file replaces the reward file
             from rlexp.trainers.openrlhf import agent
 
-            recipe, adapters = agent.launch_files(att, recipe, ad.agent_func)
+            recipe, adapters = agent.launch_files(att, recipe, OpenRLHFFiles.of(ad).agent_func)
             reward_file = None
         built = openrlhf.build_train_argv(recipe, att.trainer.version, spec_file=att.display_path or att.spec_path)
         return LaunchPlan(built.argv, reward_file=reward_file, suffixed=suffixed, dropped=built.dropped,

@@ -23,6 +23,7 @@ from rlexp.errors import InputError
 from rlexp.experiment.layout import ADAPTER_PATTERN, AttemptDir
 from rlexp.models.base_models import loadable
 from rlexp.trainers.trl import RULES
+from rlexp.trainers.trl.files import TrlFiles
 from rlexp.trainers.trl.metrics import NAMES as _TRL_NAMES
 
 if TYPE_CHECKING:
@@ -111,10 +112,10 @@ def prepare_launch(att: Attempt, ad: AttemptDir, *, resume: bool, must_exist: bo
                     if monitor is not None and monitor.path is not None else None),
         "monitor_max_new_tokens": int(max_new),
         "tensorboard_dir": str(ad.tensorboard),
-        "monitor_tensorboard_dir": str(ad.monitor_tensorboard),
+        "monitor_tensorboard_dir": str(TrlFiles.of(ad).monitor_tensorboard),
         "checkpoint_pattern": str(ad.checkpoints_dir / ADAPTER_PATTERN),
     }
-    script = ad.trl_script
+    script = TrlFiles.of(ad).script
     argv = [str(trl_python(must_exist=must_exist)), str(script)] + (["--resume"] if resume else [])
     env = att.environment
     if env is not None and env.actions == "tool_calls":  # TRL's environment_factory adapter
