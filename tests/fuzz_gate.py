@@ -363,7 +363,7 @@ def readers(exp: Path) -> dict[str, tuple[list[str], Callable[[Path], Any]]]:
     from rlexp.spec import load_attempt
     from rlexp.spec.sop import load_sop
     from rlexp.stages.ladder import load_ladder
-    from rlexp.training.ingest import read_metrics
+    from rlexp.training.metrics_file import read_metrics
 
     a2 = AttemptDir(exp / "a2")
     return {

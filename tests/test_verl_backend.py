@@ -21,7 +21,7 @@ from rlexp.trainers.verl import file_logger
 from rlexp.trainers.verl import hydra as verl
 from rlexp.trainers.verl import releases as verl_config
 from rlexp.trainers.verl.steps import verl_kind
-from rlexp.training import ingest
+from rlexp.training import metrics_file
 
 VERSION = "0.9.1"
 
@@ -327,7 +327,7 @@ def test_follower_appends_new_steps_once(tmp_path):
     with source.open("a") as fh:
         fh.write('ta": {"actor/lr": 4e-7}}\n')
     assert [r["global_step"] for r in follower.close()] == [2]
-    assert [r["global_step"] for r in ingest.read_metrics(metrics)] == [0, 1, 2]
+    assert [r["global_step"] for r in metrics_file.read_metrics(metrics)] == [0, 1, 2]
     # a resumed verl truncates its file (FileLogger opens it "wb") and logs from its checkpoint on
     source.write_text(json.dumps(VERL_LINES[2]) + "\n" + json.dumps({"step": 3, "data": {"actor/lr": 6e-7}}) + "\n")
     assert [r["global_step"] for r in follower.poll()] == [3]

@@ -107,7 +107,7 @@ def gather(attempt: str | Path, sop: Any) -> tuple[DecideInputs, dict[str, Any]]
     from rlexp.experiment.paired import pair_files
     from rlexp.protocol.decision import diagnostics_from
     from rlexp.spec import TRAINING, attempt_recipe_sha256, diff_against_parent, load_attempt
-    from rlexp.training.ingest import read_metrics
+    from rlexp.training.metrics_file import read_metrics
 
     att = load_attempt(attempt)
     ad = AttemptDir(att.attempt_dir)

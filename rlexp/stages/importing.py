@@ -319,7 +319,8 @@ def import_run(attempt_dir: str | Path, *, logs: str | Path | None = None, log_f
     from rlexp.experiment.layout import AttemptDir
     from rlexp.spec import load_attempt
     from rlexp.stages.launch import write_state
-    from rlexp.training.ingest import append_new_rows, finite_runs, read_log
+    from rlexp.training.log_files import finite_runs, read_log
+    from rlexp.training.metrics_file import append_new_rows
 
     attempt_dir = Path(attempt_dir)
     ad = AttemptDir(attempt_dir)

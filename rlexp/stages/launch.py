@@ -175,7 +175,7 @@ def prepare(attempt: Path, *, backend: str | None = None, ray_address: str | Non
     if resume:
         metrics_source = _resume_metrics_source(attempt_dir, metrics_source)
         # every input is checked before the first write (a plan.json below, the launch files later)
-        from rlexp.training.ingest import metrics_resume_point
+        from rlexp.training.metrics_file import metrics_resume_point
 
         resume_rows = metrics_resume_point(AttemptDir(attempt_dir).metrics)
     metrics_source = metrics_source or rules.metrics_sources[0]
@@ -270,7 +270,7 @@ def write_launch_files(p: Prepared) -> None:
     if p.resume and not p.keep_metrics:
         # the general rule: metrics after the resume point are discarded here and re-logged (in the
         # file by the trainer, in MLflow by the follower, into a new run when the old one held them)
-        from rlexp.training.ingest import cut_metrics
+        from rlexp.training.metrics_file import cut_metrics
 
         cut_metrics(ad.metrics, p.resume_step)
     ad.launch_dir.mkdir(parents=True, exist_ok=True)
@@ -423,7 +423,7 @@ def run(p: Prepared, *, tracking_uri: str | None = None, follow: bool = True, po
     from rlexp.backends import process
     from rlexp.backends.registry import backend as backend_named
     from rlexp.experiment import provenance
-    from rlexp.training import ingest, monitor
+    from rlexp.training import metrics_file, monitor
 
     attempt_dir = p.attempt_dir
     ad = AttemptDir(attempt_dir)
@@ -467,7 +467,7 @@ def run(p: Prepared, *, tracking_uri: str | None = None, follow: bool = True, po
         follower = _follower(p, ad)
         # rows already in the file (a resumed run) inform the monitor but are not re-logged
         if metrics_path.exists():
-            run_monitor.rows = [dict(r) for r in ingest.read_metrics(metrics_path, allow_torn_tail=True)]
+            run_monitor.rows = [dict(r) for r in metrics_file.read_metrics(metrics_path, allow_torn_tail=True)]
         bar = _StepProgress(p.plan, done=len(run_monitor.rows))
         while True:
             rows = follower.poll()

@@ -85,7 +85,7 @@ def runs_table_url(run_id: str, tracking_uri: str | None, ui: str = "http://127.
 def gather(attempt_dir: str | Path) -> ReportInputs:
     """Read every input the report can use from an attempt directory."""
     from rlexp.spec import diff_against_parent, load_attempt
-    from rlexp.training.ingest import read_metrics
+    from rlexp.training.metrics_file import read_metrics
     from rlexp.training.monitor import read_plan
 
     att = load_attempt(attempt_dir)
@@ -204,7 +204,7 @@ def _gather_family(att: Attempt, inputs: ReportInputs) -> None:
     """The attempt's family in the experiment: its parent, its seed siblings (same recipe and pool
     SHA-256, another seed: ``decision.json``'s recipe/pool digests) and its children."""
     from rlexp.experiment.layout import ExperimentDir
-    from rlexp.training.ingest import read_metrics
+    from rlexp.training.metrics_file import read_metrics
     from rlexp.training.monitor import monitor_points
 
     mine = inputs.decision or {}

@@ -569,7 +569,7 @@ def _log_attempt(attempt_dir: str | Path, tracking_uri: str | None = None, *,
     metrics_path = ad.metrics
     rows: list[dict[str, Any]] = []
     if metrics_path.exists():
-        from rlexp.training.ingest import read_metrics
+        from rlexp.training.metrics_file import read_metrics
 
         rows = read_metrics(metrics_path, allow_torn_tail=True)
     training_keys = _training_keys_in_run(run)

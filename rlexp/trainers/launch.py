@@ -66,7 +66,7 @@ class TrainerLaunch:
         return latest.step if latest is not None else 0
 
     def follower(self, ad: AttemptDir, source: str, *, resume_step: int) -> Any:
-        """The reader of the run's metrics into ``metrics.jsonl`` (rlexp.training.ingest)."""
+        """The reader of the run's metrics into ``metrics.jsonl`` (rlexp.training.followers)."""
         raise NotImplementedError
 
     def script_args(self) -> Any:

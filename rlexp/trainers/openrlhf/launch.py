@@ -173,11 +173,11 @@ class OpenRLHFLaunch(TrainerLaunch):
         return latest.step if latest is not None else 0  # none: killed before its first checkpoint
 
     def follower(self, ad: AttemptDir, source: str, *, resume_step: int) -> Any:
-        from rlexp.training import ingest
+        from rlexp.training import followers
 
         # the argv logs scalars under ATTEMPT/tensorboard (attempt_recipe: use_tensorboard)
         where = {"stdout": ad.stdout_log, "tensorboard": ad.tensorboard}[source]
-        return ingest.MetricsFollower(source, where, ad.metrics, trainer=self.rules.name)
+        return followers.MetricsFollower(source, where, ad.metrics, trainer=self.rules.name)
 
 
 LAUNCH = OpenRLHFLaunch()
