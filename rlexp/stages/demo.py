@@ -290,7 +290,8 @@ def _evaluate_and_decide(attempt_dir: Path, config: DemoConfig | None, tracking_
     ``limits``: G1's problems (``g1``), G4's problems and samples (``g4``, ``k``), where not the demo's."""
     from rlexp.stages.decide import decide
     from rlexp.stages.evaluate import evaluate
-    from rlexp.stages.guard import guard, run_audit_draw
+    from rlexp.stages.guard import guard
+    from rlexp.stages.guard_audit import run_audit_draw
     from rlexp.stages.report import report
 
     step = _stepper(attempt_dir.name, console, timed)

@@ -118,7 +118,8 @@ def write_rung(experiment_dir: Path, attempt_id: str, rung: Mapping[str, Any]) -
     import shutil
 
     from rlexp.experiment.files import atomic_write_text
-    from rlexp.protocol.checks import ERROR, check_single_variable
+    from rlexp.protocol.variable_checks import check_single_variable
+    from rlexp.protocol.verdict import ERROR
     from rlexp.spec import load_attempt
 
     ad = ExperimentDir(experiment_dir).attempt(attempt_id)
@@ -247,7 +248,8 @@ def run_rung(experiment_dir: str | Path, attempt_id: str, *, tracking_uri: str |
     from rlexp.spec.ladder import fault_class_of
     from rlexp.stages.decide import decide
     from rlexp.stages.evaluate import evaluate
-    from rlexp.stages.guard import guard, run_audit_draw
+    from rlexp.stages.guard import guard
+    from rlexp.stages.guard_audit import run_audit_draw
     from rlexp.stages.launch import launch
     from rlexp.stages.plan import plan
     from rlexp.stages.report import report

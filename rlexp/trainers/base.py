@@ -84,7 +84,7 @@ class TrainerRules:
 
     def group_of_one(self, recipe: dict[str, Any], version: str) -> Any:
         """A group-normalised estimator with one sample per prompt in this recipe
-        (rlexp.protocol.checks.GroupOfOne: the keys, and what this trainer then does), else None."""
+        (rlexp.protocol.recipe_checks.GroupOfOne: the keys, and what this trainer then does), else None."""
         return None
 
     def run_health_checks(self, recipe: dict[str, Any], version: str, env: Any = None) -> list[Any]:

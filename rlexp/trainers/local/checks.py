@@ -8,7 +8,7 @@ from typing import Any
 def group_of_one(recipe: dict[str, Any], version: str) -> Any:
     """Both of its estimators (group_norm, dr_grpo) centre a reward on its group's mean
     (rlexp.trainers.local.loss.group_advantages): a group of one sample has advantage 0."""
-    from rlexp.protocol.checks import GroupOfOne
+    from rlexp.protocol.recipe_checks import GroupOfOne
 
     samples = recipe.get("n_samples_per_prompt")
     estimator = str(recipe.get("advantage_estimator") or "group_norm")
