@@ -2,8 +2,9 @@
 
 Every stage reads what the stage before it wrote, so the directory is the protocol's source of
 truth (MLflow only mirrors it). This module is the only place that spells a file name of that
-layout; every other module asks an :class:`ExperimentDir` or an :class:`AttemptDir` for a path
-or for a strictly read document, in the spirit of Optuna's storage behind a study::
+layout; every other module asks an :class:`ExperimentDir` or an :class:`AttemptDir` (and the
+objects it hands out by concept: :class:`EvalFiles`, :class:`GuardFiles`) for a path or for a
+strictly read document, in the spirit of Optuna's storage behind a study::
 
     experiments/<experiment>/            ExperimentDir
       data/  models/  ledger.jsonl  sota.json  ladder.yaml
@@ -334,6 +335,85 @@ class ExperimentDir:
 
 
 @dataclass(frozen=True)
+class EvalFiles:
+    """``<attempt>/eval/`` (and a sweep's): the K=3 selection, the per-problem records of each model
+    on each set (``<checkpoint>/<set>.jsonl``), the paired records, the judge's cache and call log."""
+
+    dir: Path
+
+    @property
+    def selection(self) -> Path:
+        return self.dir / "selection.json"
+
+    def read_selection(self) -> dict[str, Any] | None:
+        return _read_object(self.selection, SELECTION_FIELDS)
+
+    @property
+    def judge_cache(self) -> Path:
+        """``eval/judge_cache.jsonl``: the LLM judge's scores by (judge model, prompt, answer)."""
+        return self.dir / "judge_cache.jsonl"
+
+    @property
+    def judge_log(self) -> Path:
+        """``eval/judge_calls.jsonl``: one line per call that reached the judge (latency, ok or error)."""
+        return self.dir / "judge_calls.jsonl"
+
+    @property
+    def hash_cache(self) -> Path:
+        return self.dir / ".hash_cache.json"
+
+    def records(self, checkpoint: str, set_role: str) -> Path:
+        """``eval/<checkpoint>/<set>.jsonl``: per-problem records of one model on one set."""
+        return self.dir / checkpoint / f"{set_role}.jsonl"
+
+    def record_files(self) -> list[tuple[str, str, Path]]:
+        """``(checkpoint, set_role, path)`` of every record file, paired records excluded."""
+        out = []
+        if self.dir.is_dir():
+            for folder in sorted(p for p in self.dir.iterdir() if p.is_dir() and p.name != "paired"):
+                for path in sorted(folder.glob("*.jsonl")):
+                    out.append((folder.name, path.stem, path))
+        return out
+
+    @property
+    def paired_dir(self) -> Path:
+        return self.dir / "paired"
+
+    def paired(self, baseline: str, checkpoint: str, set_role: str) -> Path:
+        return self.paired_dir / f"{baseline}__{checkpoint}__{set_role}.jsonl"
+
+
+@dataclass(frozen=True)
+class GuardFiles:
+    """``<attempt>/guards/``: one verdict per guard, the parser audit's review file, the records G1
+    and G4 drew."""
+
+    dir: Path
+
+    def verdict(self, name: str) -> Path:
+        """``guards/<name>.json``: one guard verdict."""
+        return self.dir / f"{name}.json"
+
+    def read(self, name: str) -> dict[str, Any] | None:
+        """A guard's verdict as written (strictly an object), or None when it was not run."""
+        return _read_object(self.verdict(name))
+
+    def verdicts(self) -> list[Path]:
+        return sorted(self.dir.glob("*.json")) if self.dir.is_dir() else []
+
+    @property
+    def audit_review(self) -> Path:
+        return self.dir / "parser_audit_review.jsonl"
+
+    def g1_records(self, checkpoint: str, set_role: str, label: str) -> Path:
+        return self.dir / "g1" / f"{checkpoint}__{set_role}__{label}.jsonl"
+
+    @property
+    def g4_samples(self) -> Path:
+        return self.dir / "g4_samples.jsonl"
+
+
+@dataclass(frozen=True)
 class AttemptDir:
     """``experiments/<experiment>/<attempt_id>/``: every path of an attempt and its readers."""
 
@@ -481,71 +561,16 @@ class AttemptDir:
                     best = Checkpoint(step, path=child)
         return best
 
-    # ---------------------------------------------------------------- eval/
+    # ---------------------------------------------------------------- eval/, guards/
     @property
-    def eval_dir(self) -> Path:
-        return self.root / "eval"
-
-    @property
-    def selection(self) -> Path:
-        return self.eval_dir / "selection.json"
+    def evals(self) -> EvalFiles:
+        """``eval/``: the selection, the per-problem and paired records, the judge's cache and log."""
+        return EvalFiles(self.root / "eval")
 
     @property
-    def judge_cache(self) -> Path:
-        """``eval/judge_cache.jsonl``: the LLM judge's scores by (judge model, prompt, answer)."""
-        return self.eval_dir / "judge_cache.jsonl"
-
-    @property
-    def judge_log(self) -> Path:
-        """``eval/judge_calls.jsonl``: one line per call that reached the judge (latency, ok or error)."""
-        return self.eval_dir / "judge_calls.jsonl"
-
-    @property
-    def hash_cache(self) -> Path:
-        return self.eval_dir / ".hash_cache.json"
-
-    def records(self, checkpoint: str, set_role: str) -> Path:
-        """``eval/<checkpoint>/<set>.jsonl``: per-problem records of one model on one set."""
-        return self.eval_dir / checkpoint / f"{set_role}.jsonl"
-
-    def record_files(self) -> list[tuple[str, str, Path]]:
-        """``(checkpoint, set_role, path)`` of every record file, paired records excluded."""
-        out = []
-        if self.eval_dir.is_dir():
-            for folder in sorted(p for p in self.eval_dir.iterdir() if p.is_dir() and p.name != "paired"):
-                for path in sorted(folder.glob("*.jsonl")):
-                    out.append((folder.name, path.stem, path))
-        return out
-
-    @property
-    def paired_dir(self) -> Path:
-        return self.eval_dir / "paired"
-
-    def paired(self, baseline: str, checkpoint: str, set_role: str) -> Path:
-        return self.paired_dir / f"{baseline}__{checkpoint}__{set_role}.jsonl"
-
-    # ---------------------------------------------------------------- guards/
-    @property
-    def guards_dir(self) -> Path:
-        return self.root / "guards"
-
-    def guard(self, name: str) -> Path:
-        """``guards/<name>.json``: one guard verdict."""
-        return self.guards_dir / f"{name}.json"
-
-    def guard_verdicts(self) -> list[Path]:
-        return sorted(self.guards_dir.glob("*.json")) if self.guards_dir.is_dir() else []
-
-    @property
-    def audit_review(self) -> Path:
-        return self.guards_dir / "parser_audit_review.jsonl"
-
-    def g1_records(self, checkpoint: str, set_role: str, label: str) -> Path:
-        return self.guards_dir / "g1" / f"{checkpoint}__{set_role}__{label}.jsonl"
-
-    @property
-    def g4_samples(self) -> Path:
-        return self.guards_dir / "g4_samples.jsonl"
+    def guards(self) -> GuardFiles:
+        """``guards/``: the guards' verdicts and the records they drew."""
+        return GuardFiles(self.root / "guards")
 
     # ---------------------------------------------------------------- strict readers
     def read_plan(self) -> dict[str, Any] | None:
@@ -560,14 +585,8 @@ class AttemptDir:
     def read_provenance(self) -> dict[str, Any] | None:
         return _read_object(self.provenance, PROVENANCE_FIELDS)
 
-    def read_selection(self) -> dict[str, Any] | None:
-        return _read_object(self.selection, SELECTION_FIELDS)
-
     def read_decision(self) -> dict[str, Any] | None:
         return _read_object(self.decision, DECISION_FIELDS)
-
-    def read_guard(self, name: str) -> dict[str, Any] | None:
-        return _read_object(self.guard(name))
 
     def last_metrics_step(self) -> int:
         """The highest ``global_step`` among the complete lines of ``metrics.jsonl`` (0 if none).
@@ -635,13 +654,17 @@ class SweepDir:
         return self.root / "eval"
 
     @property
+    def evals(self) -> EvalFiles:
+        """``eval/``, laid out as an attempt's (the eval pipeline writes both)."""
+        return EvalFiles(self.eval_dir)
+
+    @property
     def hash_cache(self) -> Path:
-        """The same file the eval pipeline keeps for an attempt rooted here (``AttemptDir.hash_cache``)."""
-        return AttemptDir(self.root).hash_cache
+        return self.evals.hash_cache
 
     def records(self, candidate: str, set_role: str) -> Path:
-        """``eval/<candidate>/<set>.jsonl``: the same place ``AttemptDir.records`` names."""
-        return AttemptDir(self.root).records(candidate, set_role)
+        """``eval/<candidate>/<set>.jsonl``."""
+        return self.evals.records(candidate, set_role)
 
     def candidate_lock(self, candidate: str) -> Path:
         return self.eval_dir / candidate / ".lock"

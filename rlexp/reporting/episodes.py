@@ -237,20 +237,20 @@ def episode_section(attempt_dir: str | Path, primary_role: str = "ood_primary",
             if plots and "episodes" in plots:
                 out += [f"![tool calls and turns per episode over training]({plots['episodes'].name})", ""]
     names: list[str] = []
-    if ad.selection.exists():
+    if ad.evals.selection.exists():
         from rlexp.experiment.layout import checkpoint_name
         from rlexp.protocol.decision import ROLE_ORDER
 
-        selection = read_json(ad.selection)
+        selection = read_json(ad.evals.selection)
         steps = [selection.get(role) for role in ROLE_ORDER]
         listed = [checkpoint_name(s) for s in steps if isinstance(s, int) and not isinstance(s, bool)]
         listed += [c for c in selection.get("checkpoints") or [] if isinstance(c, str)]
         names = list(dict.fromkeys(listed))
-    names = [n for n in names if ad.records(n, primary_role).exists()]
-    if not ad.records(BASELINE_S0, primary_role).exists():
+    names = [n for n in names if ad.evals.records(n, primary_role).exists()]
+    if not ad.evals.records(BASELINE_S0, primary_role).exists():
         out += [f"No episode records of {BASELINE_S0} on {primary_role} yet (run `rlexp eval`).", ""]
         return "\n".join(out) + "\n"
-    base = read_records(ad.records(BASELINE_S0, primary_role))
+    base = read_records(ad.evals.records(BASELINE_S0, primary_role))
     out += [f"Eval episodes on {primary_role} (greedy):", "",
             "| model | n | success | mean reward | turns/episode | tool calls/episode | "
             f"Δ {metric} vs S0 | test | p | CI |", "|---|---|---|---|---|---|---|---|---|---|"]
@@ -259,7 +259,7 @@ def episode_section(attempt_dir: str | Path, primary_role: str = "ood_primary",
                f"{s['turns_per_episode']:.2f} | {s['tool_calls_per_episode']:.2f} | | | | |")
     news = {}
     for name in names:
-        news[name] = read_records(ad.records(name, primary_role))
+        news[name] = read_records(ad.evals.records(name, primary_role))
         s = episode_summary(news[name])
         try:
             c = primary_comparison(base, news[name], metric)
@@ -292,7 +292,7 @@ def episode_section(attempt_dir: str | Path, primary_role: str = "ood_primary",
     if any(errors.values()):
         listed = ", ".join(f"{name} {k}" for name, k in errors.items() if k)
         out += [f"Episodes whose reward failed (judge_error; reward unknown, not 0): {listed}.", ""]
-    line = judge_calls_line(ad.judge_log)
+    line = judge_calls_line(ad.evals.judge_log)
     if line:
         out += [line, ""]
     decision = read_json(ad.decision) if ad.decision.exists() else {}

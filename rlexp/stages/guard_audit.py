@@ -135,13 +135,13 @@ def run_audit_draw(attempt: str | Path, *, checkpoint: str | None = None, set_ro
 
         selection = read_selection(attempt_dir)
         if selection is None:  # the CLI adds which command writes it
-            raise InputError(AttemptDir(attempt_dir).selection, None, "file not found")
+            raise InputError(AttemptDir(attempt_dir).evals.selection, None, "file not found")
         step = selection.best_by_monitor or selection.final
         if step is None:
-            raise InputError(AttemptDir(attempt_dir).selection, "final", "no checkpoint selected")
+            raise InputError(AttemptDir(attempt_dir).evals.selection, "final", "no checkpoint selected")
         checkpoint = checkpoint_name(step)
     items = audit_draw(read_records(record_path(attempt_dir, checkpoint, set_role)), n, seed, sop=sop)
-    out = AttemptDir(attempt_dir).audit_review
+    out = AttemptDir(attempt_dir).guards.audit_review
     text = "".join(json.dumps({"checkpoint": checkpoint, "set": set_role, **it}, ensure_ascii=False) + "\n"
                    for it in items)
     path = atomic_write_text(out, text)

@@ -142,7 +142,7 @@ def run_g4(attempt: str | Path, *, k: int | None = None, limit: int | None = Non
     base = att.base_model()
     target = Target(BASELINE_S0, None)
     engine, tokenizer = build_engine(att, base, [target])
-    out = AttemptDir(att.attempt_dir).g4_samples
+    out = AttemptDir(att.attempt_dir).guards.g4_samples
     with engine:
         eval_records(engine, tokenizer, attempt_dir=Path(att.attempt_dir), set_role="ood_primary",
                      problems=problems, dataset_sha256=loaded[2], targets=[target], base=base,

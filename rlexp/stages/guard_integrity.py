@@ -198,7 +198,7 @@ def run_g1(
         suffix = att.datasets[role].prompt_suffix or ""
         paths = {}
         for label, merge in (("adapter", False), ("merged", True)):
-            out = AttemptDir(attempt_dir).g1_records(name, role, label)
+            out = AttemptDir(attempt_dir).guards.g1_records(name, role, label)
             # one engine at a time, closed before the next loads: never two models in memory
             with LocalEngine(base, {name: saved[step]}, merge=merge) as engine:
                 eval_records(engine, engine.tokenizer, attempt_dir=attempt_dir, set_role=role, problems=problems,

@@ -113,10 +113,10 @@ def gather(attempt_dir: str | Path) -> ReportInputs:
     inputs.plan = read_plan(attempt_dir)
     if ad.metrics.exists():
         inputs.metrics = read_metrics(ad.metrics)
-    inputs.selection = ad.read_selection()
+    inputs.selection = ad.evals.read_selection()
     inputs.accuracies = eval_accuracies(attempt_dir)
     inputs.decision = ad.read_decision()
-    guards = ad.guards_dir
+    guards = ad.guards.dir
     if guards.is_dir():
         for path in sorted(guards.glob("*.json")):
             doc = read_json(path)
@@ -130,7 +130,7 @@ def gather(attempt_dir: str | Path) -> ReportInputs:
                 if doc["passed"] not in (True, False, None):
                     raise InputError(path, "passed", f"must be true, false or null, got {doc['passed']!r}")
                 inputs.guards[path.stem] = doc
-        inputs.audit_review_pending = ad.audit_review.exists()
+        inputs.audit_review_pending = ad.guards.audit_review.exists()
     inputs.state = ad.read_state()
     try:
         from rlexp.spec.sop import load_sop, shipped_sop
@@ -171,7 +171,7 @@ def _sota_name(attempt_dir: Path, inputs: ReportInputs) -> dict[str, Any] | None
     primary = "ood_primary"
     if inputs.sop is not None:
         primary = inputs.sop.primary.set_role
-    records = AttemptDir(attempt_dir).records("baseline_sota", primary)
+    records = AttemptDir(attempt_dir).evals.records("baseline_sota", primary)
     named = None
     if meta_path(records).exists():
         named = _checkpoint_of(read_meta(records).get("adapter_path"))

@@ -515,7 +515,7 @@ def _log_artifacts(client: Any, run_id: str, ad: AttemptDir, attempt_dir: Path,
     its plots and the HTML view MLflow's artifact pane renders)."""
     artifacts = [ad.plan, ad.provenance,
                  ad.argv, ad.decision]
-    artifacts += sorted(ad.guards_dir.glob("*.json")) if ad.guards_dir.is_dir() else []
+    artifacts += sorted(ad.guards.dir.glob("*.json")) if ad.guards.dir.is_dir() else []
     for path in artifacts:
         if path.exists():
             client.log_artifact(run_id, str(path), artifact_path=path.parent.relative_to(attempt_dir).as_posix()
@@ -592,7 +592,7 @@ def _log_attempt(attempt_dir: str | Path, tracking_uri: str | None = None, *,
     # an environment task's eval episodes, one trace each (nothing for single-turn attempts)
     log_episode_traces(client, uri, run.info.experiment_id, run_id, attempt_dir)
 
-    selection = _maybe_json(ad.selection) or {}
+    selection = _maybe_json(ad.evals.selection) or {}
     point, role_tags = role_metrics(attempt_dir, selection, decision)
     with store_lock(uri):  # parallel loggers: each point value once
         _log_single_metrics(client, client.get_run(run_id), point)

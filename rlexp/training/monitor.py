@@ -360,7 +360,7 @@ class RunMonitor:
 
         doc = json.loads(json.dumps(verdict.to_dict()))  # as it reads back from disk
         if verdict.name not in self.written:
-            path = AttemptDir(self.attempt_dir).guard(verdict.name)
+            path = AttemptDir(self.attempt_dir).guards.verdict(verdict.name)
             if path.exists():  # a resumed run: the previous launch's verdict counts as written
                 with contextlib.suppress(InputError):  # unreadable: rewrite it
                     self.written[verdict.name] = read_json(path)
