@@ -351,11 +351,11 @@ def test_a_verl_resume_continues_from_its_latest_complete_save(tmp_path):
     from rlexp.trainers.verl.launch import LAUNCH
 
     ad = AttemptDir(tmp_path / "a")
-    saves = ad.resume_state_dir(RULES)
+    saves = ad.checkpoint_files.resume_state_dir(RULES)
     assert saves == tmp_path / "a" / "checkpoints" / "verl"
-    assert ad.latest_resume_state(RULES, complete="actor") is None and LAUNCH.resume_step(None, ad) == 0
+    assert ad.checkpoint_files.latest_resume_state(RULES, complete="actor") is None and LAUNCH.resume_step(None, ad) == 0
     for name, actor in (("global_step_2", True), ("global_step_10", True), ("global_step_12", False),
                         ("global_step10_hf", True)):
         (saves / name / ("actor" if actor else "optim")).mkdir(parents=True)
-    assert ad.latest_resume_state(RULES, complete="actor") == Checkpoint(10, path=tmp_path / "a" / "checkpoints" / "verl" / "global_step_10")
+    assert ad.checkpoint_files.latest_resume_state(RULES, complete="actor") == Checkpoint(10, path=tmp_path / "a" / "checkpoints" / "verl" / "global_step_10")
     assert LAUNCH.resume_step(None, ad) == 10

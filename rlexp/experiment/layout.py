@@ -3,7 +3,7 @@
 Every stage reads what the stage before it wrote, so the directory is the protocol's source of
 truth (MLflow only mirrors it). This module is the only place that spells a file name of that
 layout; every other module asks an :class:`ExperimentDir` or an :class:`AttemptDir` (and the
-objects it hands out by concept: :class:`EvalFiles`, :class:`GuardFiles`) for a path or for a
+objects it hands out by concept: :class:`CheckpointFiles`, :class:`EvalFiles`, :class:`GuardFiles`) for a path or for a
 strictly read document, in the spirit of Optuna's storage behind a study::
 
     experiments/<experiment>/            ExperimentDir
@@ -89,8 +89,8 @@ class ResumeStateLayout(Protocol):
 class Checkpoint:
     """A saved checkpoint: its global step, the role it was selected for (``final``, ``mid``,
     ``best_by_monitor``; None when not selected) and its folder (None when unknown): the adapter eval
-    loads (:meth:`AttemptDir.adapter`), or a trainer's resumable state where that is what was asked
-    for (:meth:`AttemptDir.latest_resume_state`)."""
+    loads (:meth:`CheckpointFiles.adapter`), or a trainer's resumable state where that is what was asked
+    for (:meth:`CheckpointFiles.latest_resume_state`)."""
 
     step: int
     role: str | None = None
@@ -335,6 +335,63 @@ class ExperimentDir:
 
 
 @dataclass(frozen=True)
+class CheckpointFiles:
+    """``<attempt>/checkpoints/``: the adapters eval loads (``global_step{N}_hf``) and, in the folder
+    each trainer's rules name, its resumable states."""
+
+    dir: Path
+
+    def adapter(self, step: int) -> Path:
+        """The saved adapter of a global step (what eval loads): ``checkpoints/global_step{N}_hf``."""
+        return self.dir / ADAPTER_PATTERN.replace("{N}", str(int(step)))
+
+    def adapters(self) -> dict[int, Path]:
+        """Saved adapters ``{global_step: directory}``, by step."""
+        found: dict[int, Path] = {}
+        if self.dir.is_dir():
+            for child in self.dir.iterdir():
+                match = _ADAPTER_DIR.fullmatch(child.name)
+                if match and child.is_dir():
+                    found[int(match.group(1))] = child
+        return dict(sorted(found.items()))
+
+    def resume_state_dir(self, layout: ResumeStateLayout) -> Path:
+        """The folder of a trainer's resumable states: ``checkpoints/<its folder>``, the folder its
+        rules name (rlexp.trainers.base.TrainerRules.resume_state_folder). A trainer that names none
+        is an error, never another trainer's folder."""
+        folder = layout.resume_state_folder
+        if not folder:
+            raise ValueError(f"trainer {layout.name!r} names no resume-state folder (its rules' resume_state_folder)")
+        return self.dir / folder
+
+    def resume_state(self, step: int, layout: ResumeStateLayout) -> Path:
+        return self.resume_state_dir(layout) / checkpoint_name(step)
+
+    def latest_resume_state(self, layout: ResumeStateLayout, *, complete: str | None = None
+                            ) -> Checkpoint | None:
+        """The highest resumable saved step, its directory the checkpoint's ``path``; None when none.
+
+        Adapters (``global_step{N}_hf``) are for evaluation; a trainer resumes from its own state in
+        the folder its rules name (:meth:`resume_state_dir`): ``global_step{N}``, or a name of its own
+        (its rules' ``own_state_names``, the step as group 1). ``complete`` names a file a state must
+        hold to count (a state whose writer was killed has none).
+        """
+        folder = self.resume_state_dir(layout)
+        own = re.compile(layout.own_state_names) if layout.own_state_names else None
+        best: Checkpoint | None = None
+        if folder.is_dir():
+            for child in folder.iterdir():
+                step = checkpoint_step(child.name)
+                if step is None and own is not None and (match := own.fullmatch(child.name)):
+                    step = int(match.group(1))
+                if step is None or not child.is_dir() or (complete and not (child / complete).exists()):
+                    continue
+                if best is None or step > best.step:
+                    best = Checkpoint(step, path=child)
+        return best
+
+
+@dataclass(frozen=True)
 class EvalFiles:
     """``<attempt>/eval/`` (and a sweep's): the K=3 selection, the per-problem records of each model
     on each set (``<checkpoint>/<set>.jsonl``), the paired records, the judge's cache and call log."""
@@ -507,61 +564,12 @@ class AttemptDir:
     def state(self) -> Path:
         return self.launch_dir / "state.json"
 
-    # ---------------------------------------------------------------- checkpoints/
+    # ---------------------------------------------------------------- checkpoints/, eval/, guards/
     @property
-    def checkpoints_dir(self) -> Path:
-        return self.root / "checkpoints"
+    def checkpoint_files(self) -> CheckpointFiles:
+        """``checkpoints/``: the adapters eval loads and each trainer's resumable states."""
+        return CheckpointFiles(self.root / "checkpoints")
 
-    def adapter(self, step: int) -> Path:
-        """The saved adapter of a global step (what eval loads): ``checkpoints/global_step{N}_hf``."""
-        return self.checkpoints_dir / ADAPTER_PATTERN.replace("{N}", str(int(step)))
-
-    def checkpoints(self) -> dict[int, Path]:
-        """Saved adapters ``{global_step: directory}``, by step."""
-        found: dict[int, Path] = {}
-        if self.checkpoints_dir.is_dir():
-            for child in self.checkpoints_dir.iterdir():
-                match = _ADAPTER_DIR.fullmatch(child.name)
-                if match and child.is_dir():
-                    found[int(match.group(1))] = child
-        return dict(sorted(found.items()))
-
-    def resume_state_dir(self, layout: ResumeStateLayout) -> Path:
-        """The folder of a trainer's resumable states: ``checkpoints/<its folder>``, the folder its
-        rules name (rlexp.trainers.base.TrainerRules.resume_state_folder). A trainer that names none
-        is an error, never another trainer's folder."""
-        folder = layout.resume_state_folder
-        if not folder:
-            raise ValueError(f"trainer {layout.name!r} names no resume-state folder (its rules' resume_state_folder)")
-        return self.checkpoints_dir / folder
-
-    def resume_state(self, step: int, layout: ResumeStateLayout) -> Path:
-        return self.resume_state_dir(layout) / checkpoint_name(step)
-
-    def latest_resume_state(self, layout: ResumeStateLayout, *, complete: str | None = None
-                            ) -> Checkpoint | None:
-        """The highest resumable saved step, its directory the checkpoint's ``path``; None when none.
-
-        Adapters (``global_step{N}_hf``) are for evaluation; a trainer resumes from its own state in
-        the folder its rules name (:meth:`resume_state_dir`): ``global_step{N}``, or a name of its own
-        (its rules' ``own_state_names``, the step as group 1). ``complete`` names a file a state must
-        hold to count (a state whose writer was killed has none).
-        """
-        folder = self.resume_state_dir(layout)
-        own = re.compile(layout.own_state_names) if layout.own_state_names else None
-        best: Checkpoint | None = None
-        if folder.is_dir():
-            for child in folder.iterdir():
-                step = checkpoint_step(child.name)
-                if step is None and own is not None and (match := own.fullmatch(child.name)):
-                    step = int(match.group(1))
-                if step is None or not child.is_dir() or (complete and not (child / complete).exists()):
-                    continue
-                if best is None or step > best.step:
-                    best = Checkpoint(step, path=child)
-        return best
-
-    # ---------------------------------------------------------------- eval/, guards/
     @property
     def evals(self) -> EvalFiles:
         """``eval/``: the selection, the per-problem and paired records, the judge's cache and log."""

@@ -63,7 +63,7 @@ def _read_selection(ad: AttemptDir) -> tuple[tuple[Checkpoint, ...], str | None]
 
     selection = read_selection(ad.root)
     assert selection is not None  # it exists (above)
-    selected = tuple(replace(c, path=ad.adapter(c.step)) for c in selection.selected())
+    selected = tuple(replace(c, path=ad.checkpoint_files.adapter(c.step)) for c in selection.selected())
     if not selected:
         raise InputError(path, "checkpoints", "no checkpoint selected")
     return selected, selection.sop_sha256

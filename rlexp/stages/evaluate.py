@@ -78,9 +78,9 @@ def select_checkpoints(att: Attempt, *, write: bool = True) -> dict[str, Any]:
     from rlexp.spec.sop import load_sop
 
     attempt_dir = Path(att.attempt_dir)
-    saved = AttemptDir(attempt_dir).checkpoints()
+    saved = AttemptDir(attempt_dir).checkpoint_files.adapters()
     if not saved:
-        raise InputError(AttemptDir(attempt_dir).checkpoints_dir, ADAPTER_PATTERN, "no saved checkpoints to evaluate")
+        raise InputError(AttemptDir(attempt_dir).checkpoint_files.dir, ADAPTER_PATTERN, "no saved checkpoints to evaluate")
     points, last = monitor_points(attempt_dir)
     final_step = last if last is not None else max(saved)
     sop = load_sop()
@@ -98,7 +98,7 @@ def plan_targets(att: Attempt, selection: dict[str, Any], only: Sequence[str] | 
     from rlexp.experiment.ledger import read_sota
 
     attempt_dir = Path(att.attempt_dir)
-    saved = AttemptDir(attempt_dir).checkpoints()
+    saved = AttemptDir(attempt_dir).checkpoint_files.adapters()
     targets = [Target(BASELINE_S0, None)]
     pin = read_sota(att.experiment_dir)
     if pin is not None:

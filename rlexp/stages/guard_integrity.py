@@ -179,13 +179,13 @@ def run_g1(
         from rlexp.evaluation.engines.local import LocalEngine
         from rlexp.stages.eval_records import Target, eval_records, load_problems
 
-        saved = AttemptDir(attempt_dir).checkpoints()
+        saved = AttemptDir(attempt_dir).checkpoint_files.adapters()
         if not saved:
-            raise InputError(AttemptDir(attempt_dir).checkpoints_dir, ADAPTER_PATTERN, "no checkpoint to check")
+            raise InputError(AttemptDir(attempt_dir).checkpoint_files.dir, ADAPTER_PATTERN, "no checkpoint to check")
         name = checkpoint or checkpoint_name(min(saved))
         step = checkpoint_step(name)
         if step is None or step not in saved:
-            raise InputError(AttemptDir(attempt_dir).checkpoints_dir, name, "no such saved checkpoint")
+            raise InputError(AttemptDir(attempt_dir).checkpoint_files.dir, name, "no such saved checkpoint")
         role = set_role or ("ood_monitor" if att.datasets.get("ood_monitor") is not None
                             and att.datasets["ood_monitor"].path is not None else "ood_primary")
         loaded = load_problems(att, role, limit)

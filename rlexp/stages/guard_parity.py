@@ -78,7 +78,7 @@ def run_g0(attempt: str | Path, samples: int | None = None, *, sop: Sop | None =
     base = loadable(base, att.spec_path)  # a GGUF file: its converted directory, the tokenizer the runs load
     train_tok = AutoTokenizer.from_pretrained(str(base))
     eval_source = str(base)
-    saved = AttemptDir(att.attempt_dir).checkpoints()
+    saved = AttemptDir(att.attempt_dir).checkpoint_files.adapters()
     if saved:
         last = saved[max(saved)]
         if (last / "tokenizer_config.json").exists():

@@ -356,8 +356,8 @@ def import_run(attempt_dir: str | Path, *, logs: str | Path | None = None, log_f
         root = Path(checkpoints)
         if not root.is_dir():
             raise InputError(root, None, "not a directory (the run's checkpoint folder)")
-        if ad.checkpoints():
-            raise InputError(ad.checkpoints_dir, None, "already holds checkpoints: import into a new attempt")
+        if ad.checkpoint_files.adapters():
+            raise InputError(ad.checkpoint_files.dir, None, "already holds checkpoints: import into a new attempt")
         found = find_checkpoints(root)
         if not found:
             raise InputError(root, None, f"no checkpoint folders with weights ({FOREIGN_CHECKPOINT_PATTERNS}: "
@@ -366,7 +366,7 @@ def import_run(attempt_dir: str | Path, *, logs: str | Path | None = None, log_f
     if rows:
         append_new_rows(ad.metrics, rows)
     for step, source in found.items():
-        link = ad.adapter(step)
+        link = ad.checkpoint_files.adapter(step)
         link.parent.mkdir(parents=True, exist_ok=True)
         link.symlink_to(source.resolve(), target_is_directory=True)
         out.checkpoints[step] = str(source.resolve())

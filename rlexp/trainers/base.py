@@ -52,7 +52,7 @@ class TrainerRules:
                                         CHECKPOINT_NAME_PATTERN)  # --save_path
     weights_inside: tuple[str, ...] = ()
     #: the folder under the attempt's ``checkpoints/`` it resumes from (rlexp.experiment.layout
-    #: AttemptDir.resume_state_dir; "": it keeps no resume state there, and asking for one is an error)
+    #: CheckpointFiles.resume_state_dir; "": it keeps no resume state there, and asking for one is an error)
     resume_state_folder: str = ""
     #: a pattern of its own resume-state names besides ``global_step{N}`` (the step as group 1)
     own_state_names: str | None = None

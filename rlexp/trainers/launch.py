@@ -62,7 +62,7 @@ class TrainerLaunch:
 
     def resume_step(self, att: Attempt, ad: AttemptDir) -> int:
         """The step a ``--resume`` continues from (0: none saved yet, it starts over)."""
-        latest = ad.latest_resume_state(self.rules, complete=self.rules.resume_state_complete)
+        latest = ad.checkpoint_files.latest_resume_state(self.rules, complete=self.rules.resume_state_complete)
         return latest.step if latest is not None else 0
 
     def follower(self, ad: AttemptDir, source: str, *, resume_step: int) -> Any:

@@ -462,7 +462,7 @@ def plan_train_command(att: Attempt) -> dict[str, Any]:
         prompt_data=str(pool.path) if pool is not None and pool.path is not None else "",
         eval_dataset=str(monitor.path) if monitor is not None and monitor.path is not None else None,
         save_path=ad.final_model,
-        ckpt_path=ad.checkpoints_dir,
+        ckpt_path=ad.checkpoint_files.dir,
         reward_file=ad.reward_func,
         tensorboard_dir=ad.tensorboard,
     )

@@ -145,7 +145,7 @@ class OpenRLHFLaunch(TrainerLaunch):
             prompt_data=prompt_data,
             eval_dataset=eval_dataset,
             save_path=ad.final_model,
-            ckpt_path=ad.checkpoints_dir,
+            ckpt_path=ad.checkpoint_files.dir,
             reward_file=reward_file,
             tensorboard_dir=ad.tensorboard,
         )
@@ -164,10 +164,10 @@ class OpenRLHFLaunch(TrainerLaunch):
                           adapters=adapters)
 
     def resume_step(self, att: Attempt, ad: AttemptDir) -> int:
-        latest = ad.latest_resume_state(self.rules)
+        latest = ad.checkpoint_files.latest_resume_state(self.rules)
         if latest is None and att.recipe.get("disable_ds_ckpt"):
             # OpenRLHF keeps no resumable state at all: --resume would always start over
-            raise InputError(ad.resume_state_dir(self.rules), None,
+            raise InputError(ad.checkpoint_files.resume_state_dir(self.rules), None,
                              "no checkpoint to resume from (recipe.disable_ds_ckpt is set: OpenRLHF keeps no "
                              "resumable state)")
         return latest.step if latest is not None else 0  # none: killed before its first checkpoint
