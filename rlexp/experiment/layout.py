@@ -3,7 +3,7 @@
 Every stage reads what the stage before it wrote, so the directory is the protocol's source of
 truth (MLflow only mirrors it). This module is the only place that spells a file name of that
 layout; every other module asks an :class:`ExperimentDir` or an :class:`AttemptDir` (and the
-objects it hands out by concept: :class:`CheckpointFiles`, :class:`EvalFiles`, :class:`GuardFiles`) for a path or for a
+objects it hands out by concept: :class:`LaunchFiles`, :class:`CheckpointFiles`, :class:`EvalFiles`, :class:`GuardFiles`) for a path or for a
 strictly read document, in the spirit of Optuna's storage behind a study::
 
     experiments/<experiment>/            ExperimentDir
@@ -335,6 +335,73 @@ class ExperimentDir:
 
 
 @dataclass(frozen=True)
+class LaunchFiles:
+    """``<attempt>/launch/``: the argv and its readable copy, provenance, the run's state and log, the
+    launches and spikes seen, the training judge's cache and log, the shared reward file; a trainer's
+    own files here are named in its package (rlexp.trainers.<name>.files)."""
+
+    dir: Path
+
+    @property
+    def argv(self) -> Path:
+        return self.dir / "argv.json"
+
+    @property
+    def training_judge_cache(self) -> Path:
+        """``launch/judge_cache.jsonl``: the judge's scores of training episodes (the local trainer's
+        weighted ``judge`` part), kept apart from the eval's cache, which an eval may write meanwhile."""
+        return self.dir / "judge_cache.jsonl"
+
+    @property
+    def training_judge_log(self) -> Path:
+        """``launch/judge_calls.jsonl``: one line per judge call of the training run."""
+        return self.dir / "judge_calls.jsonl"
+
+    @property
+    def launch_script(self) -> Path:
+        return self.dir / "launch.sh"
+
+    @property
+    def provenance(self) -> Path:
+        return self.dir / "provenance.json"
+
+    @property
+    def reward_func(self) -> Path:
+        return self.dir / "reward_func.py"
+
+    @property
+    def launches(self) -> Path:
+        return self.dir / "launches.jsonl"
+
+    @property
+    def spikes(self) -> Path:
+        return self.dir / "spikes.jsonl"
+
+    @property
+    def stdout_log(self) -> Path:
+        return self.dir / "stdout.log"
+
+    @property
+    def state(self) -> Path:
+        return self.dir / "state.json"
+
+    def read_state(self) -> dict[str, Any] | None:
+        return _read_object(self.state, STATE_FIELDS)
+
+    def read_argv(self) -> dict[str, Any] | None:
+        return _read_object(self.argv, ARGV_FIELDS)
+
+    def read_provenance(self) -> dict[str, Any] | None:
+        return _read_object(self.provenance, PROVENANCE_FIELDS)
+
+    def is_running(self, state: dict[str, Any] | None = None) -> bool:
+        """state.json says running and its trainer or its launcher is still alive on this machine."""
+        state = self.read_state() if state is None else state
+        return bool(state) and state.get("state") == "running" and (
+            pid_alive(state.get("pid")) or pid_alive(state.get("launcher_pid")))
+
+
+@dataclass(frozen=True)
 class CheckpointFiles:
     """``<attempt>/checkpoints/``: the adapters eval loads (``global_step{N}_hf``) and, in the folder
     each trainer's rules name, its resumable states."""
@@ -516,55 +583,12 @@ class AttemptDir:
     def final_model(self) -> Path:
         return self.root / "final"
 
-    # ---------------------------------------------------------------- launch/
+    # ---------------------------------------------------------------- launch/, checkpoints/, eval/, guards/
     @property
-    def launch_dir(self) -> Path:
-        return self.root / "launch"
+    def launch(self) -> LaunchFiles:
+        """``launch/``: what ``rlexp launch`` wrote and keeps up to date (argv, provenance, state)."""
+        return LaunchFiles(self.root / "launch")
 
-    @property
-    def argv(self) -> Path:
-        return self.launch_dir / "argv.json"
-
-    @property
-    def training_judge_cache(self) -> Path:
-        """``launch/judge_cache.jsonl``: the judge's scores of training episodes (the local trainer's
-        weighted ``judge`` part), kept apart from the eval's cache, which an eval may write meanwhile."""
-        return self.launch_dir / "judge_cache.jsonl"
-
-    @property
-    def training_judge_log(self) -> Path:
-        """``launch/judge_calls.jsonl``: one line per judge call of the training run."""
-        return self.launch_dir / "judge_calls.jsonl"
-
-    @property
-    def launch_script(self) -> Path:
-        return self.launch_dir / "launch.sh"
-
-    @property
-    def provenance(self) -> Path:
-        return self.launch_dir / "provenance.json"
-
-    @property
-    def reward_func(self) -> Path:
-        return self.launch_dir / "reward_func.py"
-
-    @property
-    def launches(self) -> Path:
-        return self.launch_dir / "launches.jsonl"
-
-    @property
-    def spikes(self) -> Path:
-        return self.launch_dir / "spikes.jsonl"
-
-    @property
-    def stdout_log(self) -> Path:
-        return self.launch_dir / "stdout.log"
-
-    @property
-    def state(self) -> Path:
-        return self.launch_dir / "state.json"
-
-    # ---------------------------------------------------------------- checkpoints/, eval/, guards/
     @property
     def checkpoint_files(self) -> CheckpointFiles:
         """``checkpoints/``: the adapters eval loads and each trainer's resumable states."""
@@ -583,15 +607,6 @@ class AttemptDir:
     # ---------------------------------------------------------------- strict readers
     def read_plan(self) -> dict[str, Any] | None:
         return _read_object(self.plan, PLAN_FIELDS)
-
-    def read_state(self) -> dict[str, Any] | None:
-        return _read_object(self.state, STATE_FIELDS)
-
-    def read_argv(self) -> dict[str, Any] | None:
-        return _read_object(self.argv, ARGV_FIELDS)
-
-    def read_provenance(self) -> dict[str, Any] | None:
-        return _read_object(self.provenance, PROVENANCE_FIELDS)
 
     def read_decision(self) -> dict[str, Any] | None:
         return _read_object(self.decision, DECISION_FIELDS)
@@ -620,12 +635,6 @@ class AttemptDir:
 
     def has_metrics(self) -> bool:
         return self.metrics.exists() and self.metrics.stat().st_size > 0
-
-    def is_running(self, state: dict[str, Any] | None = None) -> bool:
-        """state.json says running and its trainer or its launcher is still alive on this machine."""
-        state = self.read_state() if state is None else state
-        return bool(state) and state.get("state") == "running" and (
-            pid_alive(state.get("pid")) or pid_alive(state.get("launcher_pid")))
 
 
 @dataclass(frozen=True)

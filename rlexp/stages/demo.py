@@ -281,7 +281,7 @@ def _launch_together(attempts: list[Path], tracking_uri: str, console: Any) -> N
         console.print(f"{job.name} training: {'finished' if job.ok else 'failed'} ({took})")
         if not job.ok:
             raise CheckFailed(f"demo: the training run of {job.name} failed (exit {job.exit_code}); "
-                              f"its output: {job.log_path}, its state: {AttemptDir(attempt_dir).state}")
+                              f"its output: {job.log_path}, its state: {AttemptDir(attempt_dir).launch.state}")
 
 
 def _evaluate_and_decide(attempt_dir: Path, config: DemoConfig | None, tracking_uri: str, console: Any,
@@ -396,7 +396,7 @@ def _quiet_libraries() -> None:
 
 def _started(attempt_dir: Path) -> bool:
     """A previous demo already launched this attempt: resume it rather than start over."""
-    return AttemptDir(attempt_dir).state.exists()
+    return AttemptDir(attempt_dir).launch.state.exists()
 
 
 def _build_datasets(data_dir: Path, config: DemoConfig) -> dict[str, Any]:

@@ -267,7 +267,7 @@ def run_rung(experiment_dir: str | Path, attempt_id: str, *, tracking_uri: str |
         raise CheckFailed(f"ladder: plan of {name} has error checks, first {first['name']}: {first['rule']}")
     show(guard("g0", ad.root))
     show(guard("g2", ad.root))
-    launched = launch(ad.root, backend="local", tracking_uri=tracking_uri, resume=ad.state.exists())
+    launched = launch(ad.root, backend="local", tracking_uri=tracking_uri, resume=ad.launch.state.exists())
     if launched.state == "failed":
         raise CheckFailed(f"ladder: the training run of {name} failed: {launched.run.get('reason')}")
     show(guard("g1", ad.root, **({"limit": g1_limit} if g1_limit else {})))

@@ -100,7 +100,7 @@ def gather(attempt_dir: str | Path) -> ReportInputs:
     inputs.decoding = {"temperature": att.eval.temperature, "n": att.eval.num_samples,
                        "max_tokens": att.eval.max_tokens, "top_p": att.eval.top_p, "engine": att.eval.engine,
                        "prompt_suffix": att.eval.prompt_suffix}
-    inputs.provenance = ad.read_provenance()
+    inputs.provenance = ad.launch.read_provenance()
     recorded = (inputs.provenance or {}).get("datasets") or {}
     for role, ref in att.datasets.items():
         entry = recorded.get(role)
@@ -109,7 +109,7 @@ def gather(attempt_dir: str | Path) -> ReportInputs:
         inputs.hashes[role] = at_launch or now
         if at_launch and now and at_launch != now:  # the file was edited after the run started
             inputs.hash_changed.append(role)
-    inputs.argv = ad.read_argv()
+    inputs.argv = ad.launch.read_argv()
     inputs.plan = read_plan(attempt_dir)
     if ad.metrics.exists():
         inputs.metrics = read_metrics(ad.metrics)
@@ -131,7 +131,7 @@ def gather(attempt_dir: str | Path) -> ReportInputs:
                     raise InputError(path, "passed", f"must be true, false or null, got {doc['passed']!r}")
                 inputs.guards[path.stem] = doc
         inputs.audit_review_pending = ad.guards.audit_review.exists()
-    inputs.state = ad.read_state()
+    inputs.state = ad.launch.read_state()
     try:
         from rlexp.spec.sop import load_sop, shipped_sop
 

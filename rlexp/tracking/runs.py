@@ -513,8 +513,8 @@ def _log_artifacts(client: Any, run_id: str, ad: AttemptDir, attempt_dir: Path,
                    report_path: str | Path | None) -> None:
     """The attempt's plan, provenance, argv, decision and guard verdicts, and the report (markdown,
     its plots and the HTML view MLflow's artifact pane renders)."""
-    artifacts = [ad.plan, ad.provenance,
-                 ad.argv, ad.decision]
+    artifacts = [ad.plan, ad.launch.provenance,
+                 ad.launch.argv, ad.decision]
     artifacts += sorted(ad.guards.dir.glob("*.json")) if ad.guards.dir.is_dir() else []
     for path in artifacts:
         if path.exists():
@@ -549,9 +549,9 @@ def _log_attempt(attempt_dir: str | Path, tracking_uri: str | None = None, *,
     run = run_for_attempt(client, Path(info["experiment_dir"]), info["id"], uri)
     run_id = run.info.run_id
 
-    provenance = _maybe_json(ad.provenance) or {}
-    argv_doc = _maybe_json(ad.argv) or {}
-    state = _maybe_json(ad.state) or {}
+    provenance = _maybe_json(ad.launch.provenance) or {}
+    argv_doc = _maybe_json(ad.launch.argv) or {}
+    state = _maybe_json(ad.launch.state) or {}
     decision = _maybe_json(ad.decision)
 
     params, tags, group = _params_and_tags(info, argv_doc, provenance, state, decision, run.data.params,

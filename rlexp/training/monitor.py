@@ -382,7 +382,7 @@ class RunMonitor:
         self.rows = [by_step[s] for s in sorted(by_step)]
         for spike in spikes(new_rows, self.spike_threshold):
             if spike.global_step not in self.logged_spikes:
-                append_jsonl(AttemptDir(self.attempt_dir).spikes, json_row(asdict(spike)))
+                append_jsonl(AttemptDir(self.attempt_dir).launch.spikes, json_row(asdict(spike)))
                 self.logged_spikes.add(spike.global_step)
         self._write(g3_smoke(self.rows, sop=self.sop, planned_steps=planned_global_steps(self.plan)))
         self._write(g5_runtime(self.rows, self.plan, sop=self.sop))

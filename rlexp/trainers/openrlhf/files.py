@@ -21,7 +21,7 @@ class OpenRLHFFiles:
 
     @classmethod
     def of(cls, ad: AttemptDir) -> OpenRLHFFiles:
-        return cls(ad.launch_dir)
+        return cls(ad.launch.dir)
 
     def suffixed_dataset(self, source: Path) -> Path:
         """A copy of a dataset with the prompt suffix added (OpenRLHF cannot add one itself)."""

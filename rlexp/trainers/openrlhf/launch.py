@@ -134,7 +134,7 @@ class OpenRLHFLaunch(TrainerLaunch):
     def prepare(self, att: Attempt, ad: AttemptDir, *, resume: bool, must_exist: bool) -> LaunchPlan:
         from rlexp.trainers.openrlhf import argv as openrlhf
 
-        reward_file = ad.reward_func
+        reward_file = ad.launch.reward_func
         prompt_data, suffixed = training_data(att, ad, must_exist=must_exist)
         monitor = att.datasets.get("ood_monitor")
         eval_dataset = None
@@ -176,7 +176,7 @@ class OpenRLHFLaunch(TrainerLaunch):
         from rlexp.training import followers
 
         # the argv logs scalars under ATTEMPT/tensorboard (attempt_recipe: use_tensorboard)
-        where = {"stdout": ad.stdout_log, "tensorboard": ad.tensorboard}[source]
+        where = {"stdout": ad.launch.stdout_log, "tensorboard": ad.tensorboard}[source]
         return followers.MetricsFollower(source, where, ad.metrics, trainer=self.rules.name)
 
 

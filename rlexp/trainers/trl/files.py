@@ -23,7 +23,7 @@ class TrlFiles:
 
     @classmethod
     def of(cls, ad: AttemptDir) -> TrlFiles:
-        return cls(ad.launch_dir, ad.tensorboard)
+        return cls(ad.launch.dir, ad.tensorboard)
 
     @property
     def script(self) -> Path:

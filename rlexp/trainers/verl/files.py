@@ -21,7 +21,7 @@ class VerlFiles:
 
     @classmethod
     def of(cls, ad: AttemptDir) -> VerlFiles:
-        return cls(ad.launch_dir)
+        return cls(ad.launch.dir)
 
     def dataset(self, source: Path) -> Path:
         """A dataset rewritten into verl's row format (chat prompt, reward_model.ground_truth)."""

@@ -257,7 +257,7 @@ def attempt_paths(att: Attempt) -> VerlPaths:
     # a set stated by its size alone (external data an import recorded as several files): the plan
     # names the copy launch would write by the role; launch itself refuses it without a file
     return VerlPaths(model=model_path(att), train_file=VerlFiles.of(ad).dataset(pool.path or Path("pool.jsonl")),
-                     val_file=VerlFiles.of(ad).dataset(monitor.path or Path("ood_monitor.jsonl")), reward_file=ad.reward_func,
+                     val_file=VerlFiles.of(ad).dataset(monitor.path or Path("ood_monitor.jsonl")), reward_file=ad.launch.reward_func,
                      checkpoints=ad.checkpoint_files.resume_state_dir(RULES), metrics_file=VerlFiles.of(ad).metrics)
 
 
