@@ -238,7 +238,7 @@ def _resume_metrics_source(attempt_dir: Path, asked: str | None) -> str | None:
     from rlexp.experiment.files import read_json
 
     for name in ("argv", "state"):
-        path = getattr(AttemptDir(attempt_dir), name)
+        path = getattr(AttemptDir(attempt_dir).launch, name)
         if not path.exists():
             continue
         doc = read_json(path)
