@@ -31,7 +31,7 @@ CASES = {
 
 
 def timed(path: Path, trainer: str, fmt: str | None) -> float:
-    from rlexp.training.ingest import read_log
+    from rlexp.training.log_files import read_log
 
     start = time.perf_counter()
     read_log(path, trainer, fmt)

@@ -363,7 +363,7 @@ def readers(exp: Path) -> dict[str, tuple[list[str], Callable[[Path], Any]]]:
     from rlexp.spec import load_attempt
     from rlexp.spec.sop import load_sop
     from rlexp.stages.ladder import load_ladder
-    from rlexp.training.ingest import read_metrics
+    from rlexp.training.metrics_file import read_metrics
 
     a2 = AttemptDir(exp / "a2")
     return {
@@ -383,7 +383,7 @@ def readers(exp: Path) -> dict[str, tuple[list[str], Callable[[Path], Any]]]:
         "read_ledger": (["ledger.jsonl"], lambda p: read_ledger(exp)),
         "attempt files": (["a2/launch/state.json", "a2/launch/argv.json", "a2/launch/provenance.json",
                            "a2/eval/selection.json", "a2/decision.json", "a2/plan.json"],
-                          lambda p: (a2.read_state(), a2.read_argv(), a2.read_provenance(), a2.read_selection(),
+                          lambda p: (a2.launch.read_state(), a2.launch.read_argv(), a2.launch.read_provenance(), a2.evals.read_selection(),
                                      a2.read_decision(), a2.read_plan())),
         "read_items": ([*RECORDS, *HARNESS_FILES], lambda p: read_items(p)),
     }

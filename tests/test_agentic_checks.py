@@ -195,7 +195,9 @@ def test_launch_writes_the_adapter_files_beside_the_argv(tmp_path):
     from rlexp.stages.demo_tools import ToolsDemoConfig, build_datasets
     from rlexp.stages.launch import prepare, write_launch_files
     from rlexp.trainers.openrlhf import agent as agent_openrlhf
+    from rlexp.trainers.openrlhf.files import OpenRLHFFiles
     from rlexp.trainers.verl import agent as agent_verl
+    from rlexp.trainers.verl.files import VerlFiles
 
     root = tmp_path / "experiments" / "tools-cluster"
     # the sizes the examples state; the calculator task alone (an OpenRLHF or verl run plays one environment)
@@ -204,16 +206,16 @@ def test_launch_writes_the_adapter_files_beside_the_argv(tmp_path):
         shutil.copytree(EXAMPLES / attempt_id, root / attempt_id)
         write_launch_files(prepare(root / attempt_id))
     o1, v1 = AttemptDir(root / "o1"), AttemptDir(root / "v1")
-    argv = json.loads(o1.argv.read_text())["argv"]
-    assert argv[argv.index("--train.agent_func_path") + 1] == str(o1.agent_func)
-    assert not o1.reward_func.exists()  # OpenRLHF sets remote_rm_url to "agent" with an agent file
+    argv = json.loads(o1.launch.argv.read_text())["argv"]
+    assert argv[argv.index("--train.agent_func_path") + 1] == str(OpenRLHFFiles.of(o1).agent_func)
+    assert not o1.launch.reward_func.exists()  # OpenRLHF sets remote_rm_url to "agent" with an agent file
     with agent_openrlhf.release_agent_module("0.11.2"):
-        executor = agent_openrlhf.load_agent_executor(o1.agent_func)
+        executor = agent_openrlhf.load_agent_executor(OpenRLHFFiles.of(o1).agent_func)
         assert type(executor).__name__ == "AgentExecutor"
-    loop_dir = v1.agent_loop_dir
+    loop_dir = VerlFiles.of(v1).agent_loop_dir
     assert (loop_dir / f"{agent_verl.MODULE_NAME}.py").exists()
     assert yaml.safe_load((loop_dir / agent_verl.CONFIG_FILE).read_text())[0]["name"] == agent_verl.AGENT_NAME
-    argv = json.loads(v1.argv.read_text())["argv"]
+    argv = json.loads(v1.launch.argv.read_text())["argv"]
     assert f"actor_rollout_ref.rollout.agent.agent_loop_config_path={loop_dir / agent_verl.CONFIG_FILE}" in argv
 
 

@@ -398,8 +398,9 @@ def checkpoint_names_built_or_parsed(tree: ast.AST) -> list[tuple[int, str]]:
 # layout's helpers there; counted here so that none is added meanwhile
 _PENDING_CHECKPOINT_NAMES: dict[str, int] = {}
 # storage.files cannot import the layout (the layout reads through it): its pattern of the temporary
-# folders an earlier version left beside checkpoints stays there
-_OWN_CHECKPOINT_NAMES = {"rlexp.experiment.files": 1}
+# folders an earlier version left beside checkpoints stays there; verl's package names its own
+# checkpoint folders (global_step_{N}, its trainer.default_local_dir), which are not rlexp's
+_OWN_CHECKPOINT_NAMES = {"rlexp.experiment.files": 1, "rlexp.trainers.verl": 1}
 
 
 def test_only_the_layout_builds_or_parses_checkpoint_names():

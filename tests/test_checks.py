@@ -10,7 +10,9 @@ import pytest
 import yaml
 
 from rlexp.errors import InputError
-from rlexp.protocol.checks import ERROR, WARNING, gpu_layout, has_errors, preflight
+from rlexp.protocol.checks import has_errors, preflight
+from rlexp.protocol.resource_checks import gpu_layout
+from rlexp.protocol.verdict import ERROR, WARNING
 from rlexp.spec import load_attempt
 
 # The A29B recipe (experiments/seed-a30/a29b): the fixed recipe every incident below is a variation of.

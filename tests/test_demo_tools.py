@@ -45,7 +45,7 @@ def test_demo_tools_fast_end_to_end(tmp_path, monkeypatch, capsys):
     from rlexp.experiment.layout import AttemptDir
 
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
-    episodes = sum(len(read_records(p)) for _, _, p in AttemptDir(attempt).record_files())
+    episodes = sum(len(read_records(p)) for _, _, p in AttemptDir(attempt).evals.record_files())
     (experiment,) = [e for e in client.search_experiments() if e.name != "Default"]
     traces = client.search_traces(locations=[experiment.experiment_id], max_results=1000, include_spans=False)
     assert len(traces) == episodes

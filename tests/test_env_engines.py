@@ -128,7 +128,7 @@ def test_eval_of_episodes_through_the_openai_engine_equals_the_local_engine(env_
     from rlexp.environments.episodes import render_user_turn
     from rlexp.evaluation.generation import encode_prompt, render_prompt
     from rlexp.stages.evaluate import evaluate
-    from rlexp.stages.guard import pipeline_integrity
+    from rlexp.stages.guard_integrity import pipeline_integrity
 
     local = evaluate(env_attempt, show_progress=False)
     names = sorted({f.checkpoint for f in local.files})
@@ -195,7 +195,7 @@ def test_openai_generate_tokens_refuses_a_server_without_token_ids(tiny_base_mod
 
 def test_episode_integrity_by_hand():
     """G0/G1 per turn on hand-made episodes: prompt [1,2], turns are runs of agent tokens."""
-    from rlexp.stages.guard import episode_integrity, turn_segments
+    from rlexp.stages.guard_integrity import episode_integrity, turn_segments
 
     mask = [0, 0, 1, 1, 0, 1]
     assert turn_segments([1, 2, 7, 8, 3, 9], mask) == [([1, 2], [7, 8]), ([1, 2, 7, 8, 3], [9])]
@@ -226,7 +226,7 @@ def test_episode_integrity_by_hand():
 
 
 def test_g1_compares_every_turn_of_episode_records():
-    from rlexp.stages.guard import pipeline_integrity
+    from rlexp.stages.guard_integrity import pipeline_integrity
 
     def rec(first_action):
         return {"problem_hash": "h", "output": "\\boxed{5}", "correct": 1,
@@ -242,7 +242,7 @@ def test_g1_compares_every_turn_of_episode_records():
 
 
 def test_audit_draw_carries_the_trajectory():
-    from rlexp.stages.guard import audit_draw
+    from rlexp.stages.guard_audit import audit_draw
 
     trajectory = {"finish_reason": "stop", "turns": [{"action": "calc 2*3", "feedback": "6"}]}
     records = [{"problem_hash": "a", "correct": 0, "output": "6", "trajectory": trajectory},
@@ -254,7 +254,7 @@ def test_audit_draw_carries_the_trajectory():
 def test_g2_on_an_environment_task_grades_the_final_answers_of_s0_episodes(env_attempt):
     from rlexp.evaluation.answers import extract_answer
     from rlexp.stages.evaluate import evaluate
-    from rlexp.stages.guard import run_g2
+    from rlexp.stages.guard_baseline import run_g2
 
     verdict = run_g2(env_attempt, problems=6)
     records = read_records(record_path(env_attempt, "baseline_s0", "ood_primary"))

@@ -34,7 +34,7 @@ def judged_attempt(eval_experiment):
 def _all_records(att):
     from rlexp.experiment.layout import AttemptDir
 
-    return {(c, s): read_records(p) for c, s, p in AttemptDir(att).record_files()}
+    return {(c, s): read_records(p) for c, s, p in AttemptDir(att).evals.record_files()}
 
 
 def test_judge_rewarded_eval_caches_every_call(judged_attempt):

@@ -149,7 +149,7 @@ def experiment(tmp_path_factory):
 
 def test_launch_local_trains_an_environment_task(experiment, monkeypatch, capsys, sqlite_uri):  # noqa: F811
     from rlexp.cli import main
-    from rlexp.training.ingest import read_metrics
+    from rlexp.training.metrics_file import read_metrics
 
     monkeypatch.setenv("PYTHONPATH", str(REPO))
     monkeypatch.setenv("RLEXP_TORCH_THREADS", "1")

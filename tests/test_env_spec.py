@@ -20,7 +20,7 @@ def child(root, attempt_id, text):
 
 
 def verdicts(att):
-    from rlexp.protocol.checks import check_single_variable
+    from rlexp.protocol.variable_checks import check_single_variable
 
     return {v.name: v for v in check_single_variable(att)}
 

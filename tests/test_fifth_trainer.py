@@ -106,8 +106,8 @@ class ToyLaunch(TrainerLaunch):
 
     def prepare(self, att, ad, *, resume, must_exist):
         config = ad.root / "launch" / "toy.json"
-        argv = ["toy-train", "--config", str(config), "--save", str(ad.resume_state_dir(RULES))]
-        if resume and (latest := ad.latest_resume_state(RULES)) is not None:
+        argv = ["toy-train", "--config", str(config), "--save", str(ad.checkpoint_files.resume_state_dir(RULES))]
+        if resume and (latest := ad.checkpoint_files.latest_resume_state(RULES)) is not None:
             argv += ["--resume-from", str(latest.path)]
         own = json.dumps({"lr": att.recipe["actor_learning_rate"], "steps": RULES.steps(att).global_steps_total})
         return LaunchPlan(argv, files={config: own})
@@ -192,8 +192,8 @@ def test_a_trainer_that_names_no_resume_folder_is_an_error_not_openrlhfs(tmp_pat
 
     (tmp_path / "a" / "checkpoints" / "_actor" / "global_step4").mkdir(parents=True)
     with pytest.raises(ValueError, match="names no resume-state folder"):
-        AttemptDir(tmp_path / "a").latest_resume_state(Unsaved())
-    assert AttemptDir(tmp_path / "a").latest_resume_state(rules("openrlhf")).step == 4
+        AttemptDir(tmp_path / "a").checkpoint_files.latest_resume_state(Unsaved())
+    assert AttemptDir(tmp_path / "a").checkpoint_files.latest_resume_state(rules("openrlhf")).step == 4
 
 
 @pytest.mark.parametrize("stated, says", [

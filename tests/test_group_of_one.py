@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from rlexp.protocol.checks import critic_created
+from rlexp.protocol.resource_checks import critic_created
 from rlexp.spec.recipe import Recipe
 from rlexp.trainers.openrlhf import argv as openrlhf
 from rlexp.trainers.openrlhf.checks import group_of_one as openrlhf_group_of_one

@@ -12,15 +12,10 @@ from rlexp.errors import InputError
 from rlexp.experiment.files import read_json, read_jsonl
 from rlexp.experiment.records import read_records, record_path, summarize
 from rlexp.spec.sop import DEFAULT_SOP, load_sop
-from rlexp.stages.guard import (
-    audit_draw,
-    audit_verdicts,
-    parser_ceiling,
-    passk_headroom,
-    pipeline_integrity,
-    prompt_parity,
-    suspicion_flags,
-)
+from rlexp.stages.guard_audit import audit_draw, audit_verdicts, suspicion_flags
+from rlexp.stages.guard_baseline import parser_ceiling, passk_headroom
+from rlexp.stages.guard_integrity import pipeline_integrity
+from rlexp.stages.guard_parity import prompt_parity
 
 
 def sop_with(tmp_path, **sections):
@@ -52,7 +47,7 @@ def test_prompt_parity_core():
 
 def test_g0_passes_then_fails_on_suffix_and_template(eval_experiment):
     from rlexp.cli import main
-    from rlexp.stages.guard import run_g0
+    from rlexp.stages.guard_parity import run_g0
 
     att = eval_experiment()
     verdict = run_g0(att)
@@ -96,7 +91,7 @@ def test_pipeline_integrity_core():
 
 
 def test_g1_adapter_vs_merged_passes(eval_experiment):
-    from rlexp.stages.guard import run_g1
+    from rlexp.stages.guard_integrity import run_g1
 
     att = eval_experiment()
     verdict = run_g1(att, set_role="id")
@@ -195,7 +190,7 @@ def test_g1_g4_and_audit_read_their_numbers_from_the_sop_file(tmp_path):
 
 def test_g2_on_real_baseline_records(eval_experiment):
     from rlexp.cli import main
-    from rlexp.stages.guard import run_g2
+    from rlexp.stages.guard_baseline import run_g2
 
     att = eval_experiment()
     verdict = run_g2(att, problems=10)
@@ -216,7 +211,7 @@ def test_g2_records_at_eval_seed_7_are_resumed_by_eval(eval_experiment):
     record the same decoding (G2 once left the seed out, and eval refused its records)."""
     from rlexp.experiment.records import read_meta
     from rlexp.stages.evaluate import evaluate
-    from rlexp.stages.guard import run_g2
+    from rlexp.stages.guard_baseline import run_g2
 
     att = eval_experiment(extra_eval=", seed: 7")
     run_g2(att, problems=4)
@@ -232,7 +227,8 @@ def test_g2_records_at_eval_seed_7_are_resumed_by_eval(eval_experiment):
 def test_g1_and_g4_record_the_eval_seed_too(eval_experiment):
     """Every record file an attempt writes carries its eval settings' seed (G1 and G4 once left it out)."""
     from rlexp.experiment.records import read_meta
-    from rlexp.stages.guard import run_g1, run_g4
+    from rlexp.stages.guard_baseline import run_g4
+    from rlexp.stages.guard_integrity import run_g1
 
     att = eval_experiment(extra_eval=", seed: 7")
     run_g1(att, set_role="id", limit=2)
@@ -244,7 +240,7 @@ def test_g1_and_g4_record_the_eval_seed_too(eval_experiment):
 
 def test_changed_decoding_is_refused_naming_the_setting(eval_experiment):
     from rlexp.stages.evaluate import evaluate
-    from rlexp.stages.guard import run_g2
+    from rlexp.stages.guard_baseline import run_g2
 
     att = eval_experiment()
     run_g2(att, problems=2)
@@ -276,7 +272,7 @@ def test_passk_headroom_numbers():
 
 
 def test_g4_samples_the_baseline_wrong_problems(eval_experiment):
-    from rlexp.stages.guard import run_g4
+    from rlexp.stages.guard_baseline import run_g4
 
     att = eval_experiment()
     verdict = run_g4(att, k=2, limit=4)

@@ -10,7 +10,7 @@ import os
 import pytest
 
 from rlexp.errors import InputError
-from rlexp.training import ingest
+from rlexp.training import followers, ingest, log_files, metrics_file
 
 # The line OpenRLHF v0.9.3 prints (ppo_trainer.py: logger.info(f"✨ Global step {global_step}: {log_status}")),
 # a Python dict repr; 'nan' and a string are what crashed the seed's A19 run.
@@ -36,7 +36,7 @@ def test_stdout_line_normalised_nan_kept_and_strings_dropped_with_count():
 def test_read_stdout_log(tmp_path):
     log = tmp_path / "stdout.log"
     log.write_text("noise\n" + STDOUT + STDOUT.replace("step 3", "step 4").replace("0.0123", "0.02"))
-    rows, stats = ingest.read_stdout_log(log)
+    rows, stats = log_files.finite_rows(log_files.read_log(log, "openrlhf", "openrlhf-console"))
     assert [r["global_step"] for r in rows] == [3, 4] and rows[1]["policy_loss"] == 0.02
     assert stats.rows == 2 and stats.dropped_values == 2 and stats.nonfinite_steps == {3: ["kl"], 4: ["kl"]}
 
@@ -50,7 +50,7 @@ def test_openrlhf_log_prefix_without_a_year_gives_the_step_time(tmp_path):
                    "✨ Global step 9: {'reward': 0.75}\n")  # no prefix: no time
     january = datetime.datetime(2027, 1, 1, 0, 5).timestamp()
     os.utime(log, (january, january))
-    rows, _ = ingest.read_stdout_log(log)
+    rows, _ = log_files.finite_rows(log_files.read_log(log, "openrlhf", "openrlhf-console"))
     assert rows[0]["time"] == datetime.datetime(2026, 12, 31, 23, 59, 58).timestamp()  # last year's December
     assert rows[1]["time"] == datetime.datetime(2027, 1, 1, 0, 0, 3).timestamp()
     assert "time" not in rows[2] and rows[2]["reward"] == 0.75
@@ -134,7 +134,7 @@ def test_normalised_metrics_file_is_read_strictly(tmp_path, line, field):
     path = tmp_path / "metrics.jsonl"
     path.write_text(line + "\n")
     with pytest.raises(InputError) as info:
-        ingest.read_metrics(path)
+        metrics_file.read_metrics(path)
     assert info.value.field == field
 
 
@@ -142,24 +142,24 @@ def test_duplicate_step_in_metrics_is_an_error(tmp_path):
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"global_step": 1}\n{"global_step": 1}\n')
     with pytest.raises(InputError, match="appears twice"):
-        ingest.read_metrics(path)
+        metrics_file.read_metrics(path)
 
 
 def test_append_new_rows_never_duplicates_and_repairs_torn_tail(tmp_path):
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"global_step": 1, "reward": 0.5}\n{"global_step": 2, "rew')  # killed mid-line
-    written = ingest.append_new_rows(path, [{"global_step": 1, "reward": 9.0}, {"global_step": 2, "reward": 0.25},
+    written = metrics_file.append_new_rows(path, [{"global_step": 1, "reward": 9.0}, {"global_step": 2, "reward": 0.25},
                                             {"global_step": 3, "reward": 0.75}])
     assert [r["global_step"] for r in written] == [2, 3]
-    rows = ingest.read_metrics(path)
+    rows = metrics_file.read_metrics(path)
     assert [(r["global_step"], r["reward"]) for r in rows] == [(1, 0.5), (2, 0.25), (3, 0.75)]
-    assert ingest.append_new_rows(path, rows) == []
+    assert metrics_file.append_new_rows(path, rows) == []
 
 
 def test_follower_reads_only_complete_lines(tmp_path):
     log = tmp_path / "stdout.log"
     metrics = tmp_path / "metrics.jsonl"
-    follower = ingest.MetricsFollower("stdout", log, metrics, trainer="openrlhf")
+    follower = followers.MetricsFollower("stdout", log, metrics, trainer="openrlhf")
     assert follower.poll() == []  # no log yet
     first, second = STDOUT, STDOUT.replace("step 3", "step 4")
     log.write_text(first + second[:40])  # the trainer is mid-way through printing step 4
@@ -170,7 +170,7 @@ def test_follower_reads_only_complete_lines(tmp_path):
     assert [r["global_step"] for r in follower.close()] == [4]  # the run ended
     assert [json.loads(line)["global_step"] for line in metrics.read_text().splitlines()] == [3, 4]
     # a new follower (a resumed launch) continues the same file without duplicating
-    again = ingest.MetricsFollower("stdout", log, metrics, trainer="openrlhf")
+    again = followers.MetricsFollower("stdout", log, metrics, trainer="openrlhf")
     assert again.poll() == [] and again.close() == []
 
 
@@ -183,10 +183,10 @@ EVAL = ("2026-02-23 06:41:10 INFO ppo_trainer ✨ Evaluation completed in 0:01:0
 def test_eval_line_joins_its_training_step(tmp_path):
     log = tmp_path / "stdout.log"
     log.write_text(STDOUT + EVAL + STDOUT.replace("step 3", "step 4"))
-    rows, _ = ingest.read_stdout_log(log)
+    rows, _ = log_files.finite_rows(log_files.read_log(log, "openrlhf", "openrlhf-console"))
     assert rows[0]["monitor_acc"] == 0.634 and rows[0]["eval_default_pass1"] == 0.634
     assert rows[0]["policy_loss"] == 0.0123 and "monitor_acc" not in rows[1]
-    follower = ingest.MetricsFollower("stdout", log, tmp_path / "metrics.jsonl", trainer="openrlhf")
+    follower = followers.MetricsFollower("stdout", log, tmp_path / "metrics.jsonl", trainer="openrlhf")
     live = follower.poll()
     assert [(r["global_step"], r.get("monitor_acc")) for r in live] == [(3, 0.634)]
 
@@ -194,6 +194,6 @@ def test_eval_line_joins_its_training_step(tmp_path):
 def test_tensorboard_follower_waits_for_a_later_step(tmp_path):
     _write_events(tmp_path / "tb", [("train/reward", 1, 0.5), ("train/reward", 2, 0.625)])
     metrics = tmp_path / "metrics.jsonl"
-    follower = ingest.MetricsFollower("tensorboard", tmp_path / "tb", metrics, trainer="openrlhf")
+    follower = followers.MetricsFollower("tensorboard", tmp_path / "tb", metrics, trainer="openrlhf")
     assert [r["global_step"] for r in follower.poll()] == [1]  # step 2 may still get scalars
     assert [r["global_step"] for r in follower.close()] == [2]

@@ -23,7 +23,7 @@ from test_report import make_experiment
 from test_tracking import migrated_db  # noqa: F401 (fixture)
 
 from rlexp.backends.process import pid_alive, wait_for
-from rlexp.training.ingest import read_metrics
+from rlexp.training.metrics_file import read_metrics
 
 KILLS = 10
 SEED = int(os.environ.get("RLEXP_KILL_LOOP_SEED", "20261126"))

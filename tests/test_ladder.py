@@ -184,7 +184,7 @@ def test_the_ladder_stops_at_its_rungs_and_when_the_grid_is_exhausted():
 def test_propose_writes_a_one_variable_child_and_refuses_two_variables(tmp_path):
     import yaml
 
-    from rlexp.protocol.checks import check_single_variable
+    from rlexp.protocol.variable_checks import check_single_variable
     from rlexp.spec import diff_against_parent, load_attempt
 
     exp = experiment(tmp_path)
@@ -215,7 +215,7 @@ def test_propose_writes_a_one_variable_child_and_refuses_two_variables(tmp_path)
 
 
 def test_a_confirmation_seed_plans_as_one_variable_and_a_seed_of_that_changes_more_is_refused(tmp_path):
-    from rlexp.protocol.checks import check_single_variable
+    from rlexp.protocol.variable_checks import check_single_variable
     from rlexp.spec import load_attempt
     from rlexp.stages.ladder import write_rung
 

@@ -24,7 +24,7 @@ from rlexp.cli import main
 from rlexp.errors import InputError
 from rlexp.stages import launch as launch_cmd
 from rlexp.trainers.local import launch as local_launch
-from rlexp.training.ingest import read_metrics
+from rlexp.training.metrics_file import read_metrics
 
 FAKE_TRAINER = r'''
 import json, os, signal, sys, time
@@ -553,9 +553,9 @@ def test_process_backend_follows_tensorboard_scalars(tmp_path, monkeypatch):
     prepared = launch_cmd.prepare(att, metrics_source="tensorboard")
     assert prepared.argv[prepared.argv.index("--use_tensorboard") + 1] == str(att / "tensorboard")
     polls = []
-    from rlexp.training import ingest
+    from rlexp.training import followers
 
-    original = ingest.MetricsFollower.poll
+    original = followers.MetricsFollower.poll
 
     def counting_poll(self, final=False):
         assert self.kind == "tensorboard" and self.source == att / "tensorboard"
@@ -563,7 +563,7 @@ def test_process_backend_follows_tensorboard_scalars(tmp_path, monkeypatch):
         polls.append([r["global_step"] for r in rows])
         return rows
 
-    monkeypatch.setattr(ingest.MetricsFollower, "poll", counting_poll)
+    monkeypatch.setattr(followers.MetricsFollower, "poll", counting_poll)
     prepared.argv = [sys.executable, "-c", TB_TRAINER, str(att / "tensorboard" / "run1")]
     launch_cmd.write_launch_files(prepared)
     result = launch_cmd.run(prepared, tracking_uri="off", poll_s=0.05)

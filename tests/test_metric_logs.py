@@ -31,7 +31,7 @@ import pytest
 
 from rlexp.cli import main
 from rlexp.errors import InputError
-from rlexp.training import ingest
+from rlexp.training import followers, ingest, log_files, metrics_file
 
 OPENRLHF_FORMAT = "%(levelname)s %(asctime)s %(filename)s:%(lineno)d] %(message)s"
 OPENRLHF_DATEFMT = "%m-%d %H:%M:%S"
@@ -77,7 +77,7 @@ def cli(args, capsys):
 
 def test_openrlhf_011_names_mapped(tmp_path):
     lines = openrlhf_lines([(s, status_011(s)) for s in (1, 2, 3)])
-    read = ingest.read_log(write(tmp_path, "train.log", lines), "openrlhf")
+    read = log_files.read_log(write(tmp_path, "train.log", lines), "openrlhf")
     rows = read.rows
     assert [r["global_step"] for r in rows] == [1, 2, 3] and read.not_understood == []
     row = rows[1]
@@ -91,14 +91,14 @@ def test_openrlhf_011_names_mapped(tmp_path):
 
 def test_openrlhf_rollout_names_when_the_status_has_no_reward(tmp_path):
     status = {k: v for k, v in status_011(1).items() if k not in ("reward", "response_length")}
-    read = ingest.read_log(write(tmp_path, "train.log", openrlhf_lines([(1, status)])), "openrlhf")
+    read = log_files.read_log(write(tmp_path, "train.log", openrlhf_lines([(1, status)])), "openrlhf")
     assert read.rows[0]["reward"] == 0.3 and read.rows[0]["response_length"] == 510.0
 
 
 def test_openrlhf_one_unreadable_line_in_the_middle_is_counted(tmp_path):
     lines = openrlhf_lines([(s, status_011(s)) for s in range(1, 6)])
     lines[2] = lines[2].split("Global step 3:")[0] + "Global step 3: <metrics lost>"
-    read = ingest.read_log(write(tmp_path, "train.log", ["vLLM noise"] + lines), "openrlhf")
+    read = log_files.read_log(write(tmp_path, "train.log", ["vLLM noise"] + lines), "openrlhf")
     assert [r["global_step"] for r in read.rows] == [1, 2, 4, 5]
     assert read.not_understood == [4]
 
@@ -107,7 +107,7 @@ def test_openrlhf_wrapped_and_abridged_lines(tmp_path):
     lines = openrlhf_lines([(s, status_011(s)) for s in (1, 2, 3)])
     wrapped = [lines[1][i:i + 80] for i in range(0, len(lines[1]), 80)]  # a terminal's hard wrap
     abridged = lines[2][:lines[2].index("'ppo_kl'")] + "…, 'kl': 0.002}"
-    read = ingest.read_log(write(tmp_path, "train.log", [lines[0], *wrapped, abridged, "done"]), "openrlhf")
+    read = log_files.read_log(write(tmp_path, "train.log", [lines[0], *wrapped, abridged, "done"]), "openrlhf")
     assert [r["global_step"] for r in read.rows] == [1, 2, 3] and read.not_understood == []
     assert read.rejoined == [2] and read.abridged == [2 + len(wrapped)]
     assert read.rows[1]["step_time_s"] == 55.5 and read.rows[1]["policy_loss"] == pytest.approx(0.02)
@@ -119,10 +119,10 @@ def test_openrlhf_two_runs_in_one_file_are_not_merged(tmp_path):
     first = openrlhf_lines([(s, {"reward": 0.1 * s}) for s in (1, 2, 3)])
     second = openrlhf_lines([(s, {"reward": 0.5 + s}) for s in (1, 2)])
     path = write(tmp_path, "train.log", first + ["restarted"] + second)
-    read = ingest.read_log(path, "openrlhf")
+    read = log_files.read_log(path, "openrlhf")
     assert [r.steps for r in read.runs] == [[1, 2, 3], [1, 2]] and read.runs[1].first_line == 5
     assert read.runs[1].rows[1]["reward"] == 2.5
-    summary = ingest.log_summary(path, read)
+    summary = log_files.log_summary(path, read)
     assert [(r["first_step"], r["last_step"]) for r in summary["runs"]] == [(1, 3), (1, 2)]
 
 
@@ -130,7 +130,7 @@ def test_openrlhf_nan_is_kept_and_flagged(tmp_path):
     lines = openrlhf_lines([(1, {"reward": 0.5, "kl": 0.1}), (2, {"reward": 0.5, "kl": float("nan"),
                                                                   "policy_loss": float("inf")})])
     assert "'kl': nan" in lines[1]  # Python's repr, what the log holds
-    read = ingest.read_log(write(tmp_path, "train.log", lines), "openrlhf")
+    read = log_files.read_log(write(tmp_path, "train.log", lines), "openrlhf")
     assert math.isnan(read.rows[1]["kl"]) and read.rows[1]["policy_loss"] == math.inf
     assert sorted(read.nonfinite) == [(2, "kl"), (2, "policy_loss")]
 
@@ -139,7 +139,7 @@ def test_openrlhf_eval_line_joins_its_step(tmp_path):
     lines = openrlhf_lines([(10, {"reward": 0.5})])
     lines.append("INFO 02-23 06:31:00 ppo_trainer.py:598] ✨ Evaluation completed in 0:01:02, global_step 10, "
                  "eval_metrics: {'eval_probe_pass1': 0.625}")
-    read = ingest.read_log(write(tmp_path, "train.log", lines), "openrlhf")
+    read = log_files.read_log(write(tmp_path, "train.log", lines), "openrlhf")
     assert len(read.rows) == 1 and read.rows[0]["monitor_acc"] == 0.625 and read.rows[0]["reward"] == 0.5
 
 
@@ -154,7 +154,7 @@ def test_openrlhf_tqdm_postfix_when_there_is_no_global_step_line(tmp_path):
                 bar.set_postfix({"act_loss": 0.0123 * step, "reward": 0.5, "return": 0.5, "gen_len": 300.0 + step,
                                  "tot_len": 450.0, "kl": 0.0, "act_lr": 1e-06, "grad_norm": 0.3})
             bar.close()
-    read = ingest.read_log(write(tmp_path, "train.log", stream.getvalue().split("\n")), "openrlhf")
+    read = log_files.read_log(write(tmp_path, "train.log", stream.getvalue().split("\n")), "openrlhf")
     assert read.steps_counted and [r["global_step"] for r in read.rows] == [1, 2]
     assert read.rows[1]["policy_loss"] == pytest.approx(0.0246) and read.rows[1]["actor_lr"] == 1e-6
     assert read.rows[1]["response_length"] == 302.0 and read.rows[0]["grad_norm"] == 0.3
@@ -177,7 +177,7 @@ def verl_data(step: int) -> dict:
 def test_verl_console_091(tmp_path):
     lines = ["(TaskRunner pid=1) " + verl_console(s, verl_data(s)) for s in (1, 2, 3)]
     lines.insert(2, "step:2 - garbage")  # one unreadable line in the middle
-    read = ingest.read_log(write(tmp_path, "verl.log", ["Training Progress: 0%"] + lines), "verl")
+    read = log_files.read_log(write(tmp_path, "verl.log", ["Training Progress: 0%"] + lines), "verl")
     assert read.format == "verl-console" and read.not_understood == [4]
     assert [r["global_step"] for r in read.rows] == [1, 2, 3]
     row = read.rows[0]
@@ -194,7 +194,7 @@ def test_verl_console_older_names_and_pasted_wrapping(tmp_path):
              "    - actor/pg_loss:-0.005 - actor/lr(1e-4):0.010 - actor/reward_kl_penalty:0.001",
              "    - critic/score/mean:0.004 - response_length/mean:210.000",
              "step:6 - actor/lr(1e-4):0.020 - timing/step:30.000 - actor/entropy_loss:nan"]
-    read = ingest.read_log(write(tmp_path, "verl.log", lines), "verl")
+    read = log_files.read_log(write(tmp_path, "verl.log", lines), "verl")
     assert read.rejoined == [1] and read.not_understood == []
     first, second = read.rows
     assert first["actor_lr"] == pytest.approx(1e-6) and first["entropy"] == 0.433 and first["kl"] == 0.001
@@ -208,7 +208,7 @@ def test_verl_file_logger(tmp_path):
     lines = [json.dumps({"step": s, "data": {**verl_data(s), "actor/kl_loss": None if s == 2 else 0.003}})
              for s in (0, 1, 2, 3)]
     lines.insert(2, '{"step": 1, "data": ')  # cut line in the middle
-    read = ingest.read_log(write(tmp_path, "verl_metrics.jsonl", lines), "verl")
+    read = log_files.read_log(write(tmp_path, "verl_metrics.jsonl", lines), "verl")
     assert read.format == "verl-file" and read.not_understood == [3]
     assert [r["global_step"] for r in read.rows] == [0, 1, 2, 3]
     assert math.isnan(read.rows[2]["kl"]) and read.nonfinite == [(2, "kl")]  # orjson's null for a NaN
@@ -235,7 +235,7 @@ def test_trl_trainer_state(tmp_path):
                {"epoch": 0.3, "step": 3, "total_flos": 0.0, "train_loss": 0.02, "train_runtime": 12.5}]
     path = tmp_path / "trainer_state.json"
     path.write_text(trainer_state(entries))
-    read = ingest.read_log(path, "trl")
+    read = log_files.read_log(path, "trl")
     assert read.format == "trainer-state" and [r["global_step"] for r in read.rows] == [1, 2, 3]
     text = path.read_text().splitlines()
     [line] = read.not_understood
@@ -251,7 +251,7 @@ def test_trl_older_names(tmp_path):
     old = {"loss": 0.03, "learning_rate": 5e-7, "completion_length": 200.0, "reward": 0.4, "step": 1}
     path = tmp_path / "trainer_state.json"
     path.write_text(trainer_state([old]))
-    row = ingest.read_log(path, "trl").rows[0]
+    row = log_files.read_log(path, "trl").rows[0]
     assert row == {"global_step": 1, "policy_loss": 0.03, "actor_lr": 5e-7, "response_length": 200.0, "reward": 0.4}
 
 
@@ -269,7 +269,7 @@ def test_one_vocabulary_whichever_reader(tmp_path):
             if key != "step":
                 writer.add_scalar(f"train/{key}", value, entry["step"])
     writer.close()
-    names = [set(ingest.read_log(p, "trl").rows[1]) - {"time", "epoch"} for p in (state, jsonl, tmp_path / "tb")]
+    names = [set(log_files.read_log(p, "trl").rows[1]) - {"time", "epoch"} for p in (state, jsonl, tmp_path / "tb")]
     assert names[0] == names[1] == names[2]
     assert {"actor_lr", "group_reward_std", "response_length", "policy_loss"} <= names[0]
 
@@ -298,7 +298,7 @@ def test_a_ratio_logged_in_parts():
 def test_jsonl_one_bad_line_counted(tmp_path):
     lines = ['{"step": 1, "reward": 0.5}', '{"step": 2, "reward": NaN}', "not json", '{"reward": 0.1}',
              '{"step": 3, "clip_ratio": 0.1}']
-    read = ingest.read_log(write(tmp_path, "training_metrics.jsonl", lines), "openrlhf")
+    read = log_files.read_log(write(tmp_path, "training_metrics.jsonl", lines), "openrlhf")
     assert read.not_understood == [3, 4] and [r["global_step"] for r in read.rows] == [1, 2, 3]
     assert math.isnan(read.rows[1]["reward"]) and read.rows[2] == {"global_step": 3, "ppo_clip_ratio": 0.1}
 
@@ -358,12 +358,12 @@ def test_stdout_follower_counts_unreadable_lines_and_restarts(tmp_path):
     lines[1] = lines[1][:lines[1].index("Global step 2:")] + "Global step 2: <lost>"  # nothing readable
     restart = openrlhf_lines([(1, {"reward": 0.9})])
     log = write(tmp_path, "stdout.log", lines + restart)
-    follower = ingest.MetricsFollower("stdout", log, tmp_path / "metrics.jsonl", trainer="openrlhf")
+    follower = followers.MetricsFollower("stdout", log, tmp_path / "metrics.jsonl", trainer="openrlhf")
     rows = follower.close()
     assert [r["global_step"] for r in rows] == [1, 3]
     assert follower.stats.not_understood == [2] and follower.stats.restarts == [4]
     assert follower.stats.nonfinite_steps == {3: ["kl"]} and math.isnan(rows[1]["kl"])  # kept, flagged
     assert '"kl": "NaN"' in (tmp_path / "metrics.jsonl").read_text()  # strict JSON's spelling on disk
-    assert math.isnan(ingest.read_metrics(tmp_path / "metrics.jsonl")[1]["kl"])
-    rows, stats = ingest.read_stdout_log(log)
+    assert math.isnan(metrics_file.read_metrics(tmp_path / "metrics.jsonl")[1]["kl"])
+    rows, stats = log_files.finite_rows(log_files.read_log(log, "openrlhf", "openrlhf-console"))
     assert stats.runs == 2 and [r["global_step"] for r in rows] == [1] and rows[0]["reward"] == 0.9

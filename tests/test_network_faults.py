@@ -262,7 +262,7 @@ def test_rlexp_eval_with_a_judge_that_is_not_http_counts_judge_errors_and_the_re
             f"  reward: {{env: 0.5, judge: 0.5}}, judge: {{base_url: '{url}', model: j, retries: 2, timeout_s: 5}}}}\n"))
 
     def records():
-        return [r for _, _, p in AttemptDir(att).record_files() for r in read_records(p)]
+        return [r for _, _, p in AttemptDir(att).evals.record_files() for r in read_records(p)]
 
     with FaultServer("non_http") as server:
         judge_at(server.url)

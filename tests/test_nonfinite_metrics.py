@@ -16,7 +16,7 @@ from test_report import fill_attempt, make_experiment
 from test_tracking import migrated_db, sqlite_uri  # noqa: F401  (pytest fixtures)
 
 from rlexp.errors import InputError
-from rlexp.training import ingest, monitor
+from rlexp.training import followers, metrics_file, monitor
 
 NAN_STEP = 7  # grad_norm and policy_loss diverge here
 INF_STEP = 12  # ratio_max overflows here
@@ -48,7 +48,7 @@ def nan_attempt(tmp_path):
     source = tmp_path / "training_metrics.jsonl"
     source.write_text("".join(json.dumps(r) + "\n" for r in _raw_rows()))
     assert "NaN" in source.read_text() and "Infinity" in source.read_text()  # the trainer's own spelling
-    follower = ingest.MetricsFollower("jsonl", source, attempt / "metrics.jsonl", trainer="openrlhf")
+    follower = followers.MetricsFollower("jsonl", source, attempt / "metrics.jsonl", trainer="openrlhf")
     written = follower.close()
     assert len(written) == 20
     flagged = {step: sorted(names) for step, names in follower.stats.nonfinite_steps.items()}
@@ -67,19 +67,19 @@ def test_metrics_jsonl_holds_the_nan_as_strict_json_and_the_reader_returns_float
     assert on_disk[INF_STEP]["ratio_max"] == "Infinity"
     assert on_disk[NAN_STEP]["reward"] == pytest.approx(0.47)  # the rest of the step is there too
 
-    rows = {r["global_step"]: r for r in ingest.read_metrics(path)}
+    rows = {r["global_step"]: r for r in metrics_file.read_metrics(path)}
     assert math.isnan(rows[NAN_STEP]["grad_norm"]) and math.isnan(rows[NAN_STEP]["policy_loss"])
     assert rows[INF_STEP]["ratio_max"] == math.inf
     assert rows[6]["grad_norm"] == 3.0 and rows[INF_STEP - 1]["ratio_max"] == 1.5
 
     # the local trainer's file, followed as written: the same spelling decoded, the step flagged
-    follower = ingest.MetricsFileFollower(path)
+    follower = followers.MetricsFileFollower(path)
     followed = {r["global_step"]: r for r in follower.poll()}
     assert math.isnan(followed[NAN_STEP]["grad_norm"])
     assert sorted(follower.stats.nonfinite_steps) == [NAN_STEP, INF_STEP]
 
     # a resume cuts the file and rewrites it: the NaN survives the rewrite
-    assert ingest.cut_metrics(path, 10) == 10
+    assert metrics_file.cut_metrics(path, 10) == 10
     assert json.loads(path.read_text().splitlines()[NAN_STEP - 1])["grad_norm"] == "NaN"
 
 
@@ -88,7 +88,7 @@ def test_metrics_jsonl_is_strict_about_any_other_spelling(tmp_path, value):
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"global_step": 1, "reward": 0.5}\n{"global_step": 2, "reward": ' + value + "}\n")
     with pytest.raises(InputError) as err:
-        ingest.read_metrics(path)
+        metrics_file.read_metrics(path)
     assert str(path) in str(err.value) and "line 2: reward" in str(err.value)
 
 
@@ -128,7 +128,7 @@ def test_report_renders_and_flags_the_step(nan_attempt, tmp_path):
 def test_the_in_run_monitor_and_guards_take_the_nan(nan_attempt):
     from rlexp.stages.evaluate import monitor_points
 
-    rows = ingest.read_metrics(nan_attempt / "metrics.jsonl")
+    rows = metrics_file.read_metrics(nan_attempt / "metrics.jsonl")
     run = monitor.RunMonitor(nan_attempt, plan=monitor.read_plan(nan_attempt))
     assert run.update(rows) is None  # 4 monitor points: patience 5 cannot have run out
     spikes = [json.loads(x) for x in (nan_attempt / "launch" / "spikes.jsonl").read_text().splitlines()]

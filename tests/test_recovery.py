@@ -24,7 +24,7 @@ from rlexp.experiment import provenance
 from rlexp.tracking import runs as tracking
 from rlexp.tracking.metric_rows import LOGGED_STEP_TAG
 from rlexp.tracking.store import SUPERSEDED_BY_TAG, SUPERSEDED_TAG
-from rlexp.training import ingest
+from rlexp.training import followers, metrics_file
 
 
 def _snapshot(root: Path) -> dict[str, bytes]:
@@ -98,7 +98,7 @@ def test_mlflow_rows_are_not_duplicated_after_a_kill_between_batch_and_bookkeepi
     fill_attempt(experiment / "a2")
     run_id = tracking.log_attempt(experiment / "a2", sqlite_uri)
     client = _client(sqlite_uri)
-    rows = ingest.read_metrics(experiment / "a2" / "metrics.jsonl")
+    rows = metrics_file.read_metrics(experiment / "a2" / "metrics.jsonl")
     keys = sorted({k for r in rows for k in r if k != "global_step"})
     clean = _rows(client, run_id, keys)
     # a kill right after a batch: the rows reached MLflow, the bookkeeping tag went back to none
@@ -135,7 +135,7 @@ def test_metrics_follower_survives_the_trainer_rewriting_the_file(tmp_path):
         tmp.replace(path)  # what the trainer does: an atomic rewrite
 
     write([{"global_step": s, "reward": 0.5} for s in (1, 2, 3)])
-    follower = ingest.MetricsFileFollower(path)
+    follower = followers.MetricsFileFollower(path)
     assert [r["global_step"] for r in follower.poll()] == [1, 2, 3]
     longer = {"global_step": 3, "reward": 0.123456789012345, "kl": 0.000123456789, "entropy": 1.23456789}
     write([{"global_step": 1, "reward": 0.5}, {"global_step": 2, "reward": 0.5}, longer])
@@ -153,9 +153,9 @@ def test_cut_metrics_keeps_rows_up_to_the_resume_point_and_drops_a_torn_line(tmp
     path = tmp_path / "metrics.jsonl"
     path.write_text("".join(json.dumps({"global_step": s, "reward": s / 10}) + "\n" for s in (1, 2, 3, 4))
                     + '{"global_step": 5, "re')
-    assert ingest.cut_metrics(path, 2) == 2
+    assert metrics_file.cut_metrics(path, 2) == 2
     assert path.read_text() == '{"global_step": 1, "reward": 0.1}\n{"global_step": 2, "reward": 0.2}\n'
-    assert ingest.cut_metrics(path, 2) == 0
+    assert metrics_file.cut_metrics(path, 2) == 0
 
 
 # ------------------------------------------------------------------------- parallel
@@ -188,7 +188,7 @@ def test_secret_scrubber_reads_a_snapshot_while_another_thread_changes_the_envir
 
 LOGGER = r'''
 import sys
-from rlexp.training.ingest import read_metrics
+from rlexp.training.metrics_file import read_metrics
 from rlexp.tracking.runs import LiveLogger
 live = LiveLogger(sys.argv[1], sys.argv[2])
 rows = read_metrics(sys.argv[1] + "/metrics.jsonl")
@@ -215,7 +215,7 @@ def test_parallel_reports_and_live_loggers_on_one_attempt(tmp_path, sqlite_uri):
             failures.append(err.decode()[-400:])
     assert failures == []
     [run] = _attempt_runs(sqlite_uri)
-    rows = ingest.read_metrics(experiment / "a2" / "metrics.jsonl")
+    rows = metrics_file.read_metrics(experiment / "a2" / "metrics.jsonl")
     keys = sorted({k for r in rows for k in r if k != "global_step"})
     logged = _rows(_client(sqlite_uri), run.info.run_id, keys)
     pairs = [(k, s) for k, s, _ in logged]

@@ -203,7 +203,7 @@ def test_staleness_expected_from_settings_and_observed_from_verl():
 
 
 def test_verl_staleness_metric_names(tmp_path):
-    from rlexp.training.ingest import read_log
+    from rlexp.training.log_files import read_log
 
     lines = [f"step:{s} - training/off_policy/trajectory_staleness/mean:{v / 2} - "
              f"training/off_policy/trajectory_staleness/max:{v}" for s, v in ((1, 0), (2, 1), (3, 2))]

@@ -370,8 +370,8 @@ def test_a_trl_resume_continues_from_transformers_checkpoint_folders(tmp_path):
     trl_rules, local_rules = rules("trl"), rules("local")
     ad = AttemptDir(tmp_path / "a")
     for name in ("checkpoint-2", "checkpoint-10", "checkpoint-x", "global_step4_hf"):
-        (ad.resume_state_dir(trl_rules) / name).mkdir(parents=True)
-    assert ad.resume_state_dir(trl_rules) == tmp_path / "a" / "checkpoints" / "trl"
-    assert ad.latest_resume_state(trl_rules) == Checkpoint(10, path=ad.resume_state_dir(trl_rules) / "checkpoint-10")
-    assert ad.latest_resume_state(local_rules) is None  # other trainers keep their own naming
+        (ad.checkpoint_files.resume_state_dir(trl_rules) / name).mkdir(parents=True)
+    assert ad.checkpoint_files.resume_state_dir(trl_rules) == tmp_path / "a" / "checkpoints" / "trl"
+    assert ad.checkpoint_files.latest_resume_state(trl_rules) == Checkpoint(10, path=ad.checkpoint_files.resume_state_dir(trl_rules) / "checkpoint-10")
+    assert ad.checkpoint_files.latest_resume_state(local_rules) is None  # other trainers keep their own naming
 

@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[1]
 def test_a_guard_verdict_reads_back_as_the_verdict_written(tmp_path):
     from rlexp.experiment.verdicts import read_verdict, write_verdict
     from rlexp.protocol.verdict import Verdict
-    from rlexp.stages.guard import parser_ceiling
+    from rlexp.stages.guard_baseline import parser_ceiling
 
     records = [{"problem_hash": f"p{i}", "output": f"\\boxed{{{i}}}", "answer": str(i), "parse_method": "boxed",
                 "correct": i % 2, "finish_reason": "stop", "completion_tokens": 3} for i in range(10)]

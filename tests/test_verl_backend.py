@@ -21,7 +21,7 @@ from rlexp.trainers.verl import file_logger
 from rlexp.trainers.verl import hydra as verl
 from rlexp.trainers.verl import releases as verl_config
 from rlexp.trainers.verl.steps import verl_kind
-from rlexp.training import ingest
+from rlexp.training import metrics_file
 
 VERSION = "0.9.1"
 
@@ -397,7 +397,7 @@ def test_follower_appends_new_steps_once(tmp_path):
     with source.open("a") as fh:
         fh.write('ta": {"actor/lr": 4e-7}}\n')
     assert [r["global_step"] for r in follower.close()] == [2]
-    assert [r["global_step"] for r in ingest.read_metrics(metrics)] == [0, 1, 2]
+    assert [r["global_step"] for r in metrics_file.read_metrics(metrics)] == [0, 1, 2]
     # a resumed verl truncates its file (FileLogger opens it "wb") and logs from its checkpoint on
     source.write_text(json.dumps(VERL_LINES[2]) + "\n" + json.dumps({"step": 3, "data": {"actor/lr": 6e-7}}) + "\n")
     assert [r["global_step"] for r in follower.poll()] == [3]
@@ -421,11 +421,11 @@ def test_a_verl_resume_continues_from_its_latest_complete_save(tmp_path):
     from rlexp.trainers.verl.launch import LAUNCH
 
     ad = AttemptDir(tmp_path / "a")
-    saves = ad.resume_state_dir(RULES)
+    saves = ad.checkpoint_files.resume_state_dir(RULES)
     assert saves == tmp_path / "a" / "checkpoints" / "verl"
-    assert ad.latest_resume_state(RULES, complete="actor") is None and LAUNCH.resume_step(None, ad) == 0
+    assert ad.checkpoint_files.latest_resume_state(RULES, complete="actor") is None and LAUNCH.resume_step(None, ad) == 0
     for name, actor in (("global_step_2", True), ("global_step_10", True), ("global_step_12", False),
                         ("global_step10_hf", True)):
         (saves / name / ("actor" if actor else "optim")).mkdir(parents=True)
-    assert ad.latest_resume_state(RULES, complete="actor") == Checkpoint(10, path=tmp_path / "a" / "checkpoints" / "verl" / "global_step_10")
+    assert ad.checkpoint_files.latest_resume_state(RULES, complete="actor") == Checkpoint(10, path=tmp_path / "a" / "checkpoints" / "verl" / "global_step_10")
     assert LAUNCH.resume_step(None, ad) == 10

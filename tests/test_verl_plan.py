@@ -216,7 +216,7 @@ for row in plan["lr"][:12]:
 
 def test_launch_follows_verls_file_logger(experiment, monkeypatch, tmp_path):
     from rlexp.stages import launch as launch_stage
-    from rlexp.training.ingest import read_metrics
+    from rlexp.training.metrics_file import read_metrics
 
     attempt_dir = attempt(experiment, "a11")
     monkeypatch.chdir(tmp_path)

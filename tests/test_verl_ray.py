@@ -36,7 +36,7 @@ def test_a_verl_job_on_ray_is_followed_through_its_file_logger(ray_head, tmp_pat
     from ray.job_submission import JobSubmissionClient
 
     from rlexp.stages import launch as launch_stage
-    from rlexp.training.ingest import read_metrics
+    from rlexp.training.metrics_file import read_metrics
 
     root = tmp_path / "verl-exp"
     for name, n in (("pool", 1000), ("monitor", 50), ("primary", 400)):

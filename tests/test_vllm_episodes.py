@@ -9,7 +9,7 @@ datasets and supervised base, Baseline-S0, built by `rlexp demo --task tools`'s 
 call then an answer). The same episodes are then played here through
 :class:`rlexp.evaluation.engines.vllm.VllmEngine` (one `LLM`, float32, eager), the episode runner handing it
 the ids each episode holds, turn by turn. The two sides must agree as
-:func:`rlexp.stages.guard.episode_integrity` says: equal input ids on every turn compared (G0 per
+:func:`rlexp.stages.guard_integrity.episode_integrity` says: equal input ids on every turn compared (G0 per
 turn), every turn token-equal on the episodes whose first turn agrees (G1 per turn), and >= 99%
 of the episodes identical. The rates are printed to the log.
 
@@ -88,7 +88,7 @@ def test_vllm_plays_the_tool_demo_episodes_like_the_local_engine(local_episodes,
     from rlexp.evaluation.engines.base import Decoding
     from rlexp.evaluation.engines.vllm import VllmEngine
     from rlexp.experiment.records import BASELINE_S0
-    from rlexp.stages.guard import episode_integrity
+    from rlexp.stages.guard_integrity import episode_integrity
 
     budgets, rows, hashes = _rows(local_episodes)
     local = local_episodes["episodes"]
@@ -174,7 +174,7 @@ def test_vllm_serve_and_the_openai_engine_play_the_same_episodes(local_episodes,
     from rlexp.evaluation.engines.base import Decoding
     from rlexp.evaluation.engines.openai import OpenAIEngine
     from rlexp.experiment.records import BASELINE_S0
-    from rlexp.stages.guard import episode_integrity
+    from rlexp.stages.guard_integrity import episode_integrity
 
     budgets, rows, hashes = _rows(local_episodes)
     adapters = local_episodes["adapters"]

@@ -19,7 +19,7 @@ import pytest
 
 from rlexp.trainers.openrlhf.metrics import read_openrlhf_console
 from rlexp.trainers.verl.metrics import read_verl_console
-from rlexp.training import ingest
+from rlexp.training import log_files
 from tests.test_metric_logs import cli, openrlhf_lines, status_011
 
 DATA = Path(__file__).parent / "data" / "console_logs"
@@ -185,7 +185,7 @@ def test_openrlhf_a_number_cut_and_not_continued_is_flagged_not_shortened(tmp_pa
     status = {"policy_loss": 0.01, "kl": 0.002, "reward": 368.902, "return": 0.25}
     first, second = openrlhf_lines([(1, status), (2, status)])
     cut = first[:first.index("368.") + len("368.")]
-    read = ingest.read_log(
+    read = log_files.read_log(
         (tmp_path / "train.log").write_text(f"{cut}\n{second}\n") and tmp_path / "train.log", "openrlhf")
     assert [r["global_step"] for r in read.rows] == [1, 2]
     assert "reward" not in read.rows[0] and read.rows[0]["policy_loss"] == 0.01

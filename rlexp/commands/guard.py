@@ -57,7 +57,7 @@ def g0(
     as_json: JsonOpt = False,
 ) -> None:
     """G0 prompt parity: training-path vs eval-path input_ids on pool samples."""
-    from rlexp.stages.guard import run_g0
+    from rlexp.stages.guard_parity import run_g0
 
     _report(run_g0(attempt, samples, sop=_load_sop(sop_file)), as_json)
 
@@ -78,7 +78,7 @@ def g1(
     as_json: JsonOpt = False,
 ) -> None:
     """G1 pipeline integrity: adapter vs merged weights (or two record files) must agree."""
-    from rlexp.stages.guard import run_g1
+    from rlexp.stages.guard_integrity import run_g1
 
     _report(run_g1(attempt, checkpoint=checkpoint, set_role=set_role, limit=limit, records=records,
                    nondeterminism=nondeterminism, sop=_load_sop(sop_file)), as_json)
@@ -92,7 +92,7 @@ def g2(
     as_json: JsonOpt = False,
 ) -> None:
     """G2 parser ceiling on Baseline-S0: boxed >= 98%, failures 0%, truncation <= 5% (SOP guardrails.g2)."""
-    from rlexp.stages.guard import run_g2
+    from rlexp.stages.guard_baseline import run_g2
 
     _report(run_g2(attempt, problems, sop=_load_sop(sop_file)), as_json)
 
@@ -106,7 +106,7 @@ def g4(
     as_json: JsonOpt = False,
 ) -> None:
     """G4 pass@k headroom: k samples at T=0.6 on the baseline's wrong problems, pass@k >= 15% (SOP guardrails.g4)."""
-    from rlexp.stages.guard import run_g4
+    from rlexp.stages.guard_baseline import run_g4
 
     _report(run_g4(attempt, k=k, limit=limit, sop=_load_sop(sop_file)), as_json)
 
@@ -127,7 +127,7 @@ def audit(
 ) -> None:
     """Parser audit (sop/README.md#parser-audit): draw 50 incorrect cases for review, or score the reviewed file."""
     from rlexp.errors import InputError
-    from rlexp.stages.guard import run_audit_draw, run_audit_verdicts
+    from rlexp.stages.guard_audit import run_audit_draw, run_audit_verdicts
 
     if draw == (verdicts is not None):
         raise InputError(None, "audit", "give exactly one of --draw or --verdicts FILE")

@@ -21,7 +21,7 @@ def ingest(
     """Read one training-metrics file as `launch` would: steps read, metrics by canonical name, lines not
     understood (by number), runs found. Nothing is written. Exit 2 when no step could be read."""
     from rlexp.errors import InputError
-    from rlexp.training.ingest import log_summary, read_log, summary_lines
+    from rlexp.training.log_files import log_summary, read_log, summary_lines
 
     read = read_log(file, trainer, fmt)
     summary = log_summary(file, read)

@@ -54,7 +54,7 @@ class EpisodeRewarder:
         self.settings = settings
         self.weights = reward_weights(settings)
         ad = AttemptDir(attempt_dir)
-        self.judge = judge_of(settings, ad.judge_cache, ad.judge_log) if "judge" in self.weights else None
+        self.judge = judge_of(settings, ad.evals.judge_cache, ad.evals.judge_log) if "judge" in self.weights else None
 
     @property
     def active(self) -> bool:

@@ -162,7 +162,7 @@ def log_episode_traces(client: Any, uri: str, experiment_id: str, run_id: str, a
     if att.environment is None:
         return 0
     ad = AttemptDir(att.attempt_dir)
-    files = [(c, s, p) for c, s, p in ad.record_files()]
+    files = [(c, s, p) for c, s, p in ad.evals.record_files()]
     if not files:
         return 0
     clock = [time.time_ns()]

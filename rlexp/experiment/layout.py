@@ -2,8 +2,9 @@
 
 Every stage reads what the stage before it wrote, so the directory is the protocol's source of
 truth (MLflow only mirrors it). This module is the only place that spells a file name of that
-layout; every other module asks an :class:`ExperimentDir` or an :class:`AttemptDir` for a path
-or for a strictly read document, in the spirit of Optuna's storage behind a study::
+layout; every other module asks an :class:`ExperimentDir` or an :class:`AttemptDir` (and the
+objects it hands out by concept: :class:`LaunchFiles`, :class:`CheckpointFiles`, :class:`EvalFiles`, :class:`GuardFiles`) for a path or for a
+strictly read document, in the spirit of Optuna's storage behind a study::
 
     experiments/<experiment>/            ExperimentDir
       data/  models/  ledger.jsonl  sota.json  ladder.yaml
@@ -11,13 +12,11 @@ or for a strictly read document, in the spirit of Optuna's storage behind a stud
       <attempt_id>/                      AttemptDir
         attempt.yaml  plan.json  metrics.jsonl  decision.json
         launch/{argv.json, launch.sh, provenance.json, reward_func.py, launches.jsonl,
-                spikes.jsonl, stdout.log, state.json, data/, train_trl.py, verl_metrics.jsonl,
-                agent_func.py, agent_loop/, judge_cache.jsonl, judge_calls.jsonl}
+                spikes.jsonl, stdout.log, state.json, judge_cache.jsonl, judge_calls.jsonl}
+        launch/...                       (a trainer's own files: rlexp.trainers.<name>.files names them)
         checkpoints/global_step{N}_hf/   (adapters, for evaluation)
-        checkpoints/state/global_step{N}/  (the local trainer's resumable state)
-        checkpoints/_actor/global_step{N}/ (OpenRLHF's DeepSpeed state)
-        checkpoints/trl/checkpoint-{N}/    (TRL's output_dir: transformers' resumable state)
-        checkpoints/verl/global_step_{N}/  (verl's own checkpoints: its rules name the folder)
+        checkpoints/<folder>/<state>/    (a trainer's resumable states: its rules name the folder
+                                          and the states' names)
         eval/selection.json  eval/<checkpoint>/<set>.jsonl (+ .meta.json)  eval/paired/
         guards/<name>.json  guards/parser_audit_review.jsonl
         tensorboard/  final/
@@ -49,21 +48,12 @@ CHECKPOINT_PREFIX = "global_step"
 _CHECKPOINT_NAME = re.compile(r"global_step(\d+)")
 _ADAPTER_DIR = re.compile(r"global_step(\d+)_hf")
 ADAPTER_PATTERN = "global_step{N}_hf"  # how messages name the adapter folders
-# transformers' Trainer (TRL) names its resumable checkpoints checkpoint-{N} under output_dir
-_TRANSFORMERS_CHECKPOINT = re.compile(r"checkpoint-(\d+)")
-
-
-# checkpoint folders of runs rlexp did not launch (``rlexp import-run``), by how likely they hold
-# what eval loads: OpenRLHF's --save_hf_ckpt (rlexp's own layout), transformers/TRL's output_dir,
-# verl's trainer.default_local_dir, OpenRLHF's --save_path per step
-_VERL_CHECKPOINT = re.compile(r"global_step_(\d+)")
-FOREIGN_CHECKPOINT_DIRS = (_ADAPTER_DIR, _TRANSFORMERS_CHECKPOINT, _VERL_CHECKPOINT, _CHECKPOINT_NAME)
-# the same folder names as patterns (the step as group 1), by whose layout they are: each trainer's
-# rules (rlexp.trainers) name the ones it writes
-CHECKPOINT_DIR_PATTERNS = {"hf_checkpoint": _ADAPTER_DIR.pattern, "save_path": _CHECKPOINT_NAME.pattern,
-                           "default_local_dir": _VERL_CHECKPOINT.pattern,
-                           "output_dir": _TRANSFORMERS_CHECKPOINT.pattern}
-FOREIGN_CHECKPOINT_PATTERNS = "global_step{N}_hf, checkpoint-{N}, global_step_{N}"  # how messages name them
+# rlexp's own checkpoint folder names as patterns (the step as group 1); a trainer's rules name the
+# folders it writes (rlexp.trainers.base.TrainerRules.checkpoint_dirs), its own ones in its package
+ADAPTER_DIR_PATTERN = _ADAPTER_DIR.pattern
+CHECKPOINT_NAME_PATTERN = _CHECKPOINT_NAME.pattern
+# how messages name the checkpoint folders of runs rlexp did not launch (``rlexp import-run``)
+FOREIGN_CHECKPOINT_PATTERNS = "global_step{N}_hf, checkpoint-{N}, global_step_{N}"
 
 
 def checkpoint_name(step: int) -> str:
@@ -99,8 +89,8 @@ class ResumeStateLayout(Protocol):
 class Checkpoint:
     """A saved checkpoint: its global step, the role it was selected for (``final``, ``mid``,
     ``best_by_monitor``; None when not selected) and its folder (None when unknown): the adapter eval
-    loads (:meth:`AttemptDir.adapter`), or a trainer's resumable state where that is what was asked
-    for (:meth:`AttemptDir.latest_resume_state`)."""
+    loads (:meth:`CheckpointFiles.adapter`), or a trainer's resumable state where that is what was asked
+    for (:meth:`CheckpointFiles.latest_resume_state`)."""
 
     step: int
     role: str | None = None
@@ -345,6 +335,209 @@ class ExperimentDir:
 
 
 @dataclass(frozen=True)
+class LaunchFiles:
+    """``<attempt>/launch/``: the argv and its readable copy, provenance, the run's state and log, the
+    launches and spikes seen, the training judge's cache and log, the shared reward file; a trainer's
+    own files here are named in its package (rlexp.trainers.<name>.files)."""
+
+    dir: Path
+
+    @property
+    def argv(self) -> Path:
+        return self.dir / "argv.json"
+
+    @property
+    def training_judge_cache(self) -> Path:
+        """``launch/judge_cache.jsonl``: the judge's scores of training episodes (the local trainer's
+        weighted ``judge`` part), kept apart from the eval's cache, which an eval may write meanwhile."""
+        return self.dir / "judge_cache.jsonl"
+
+    @property
+    def training_judge_log(self) -> Path:
+        """``launch/judge_calls.jsonl``: one line per judge call of the training run."""
+        return self.dir / "judge_calls.jsonl"
+
+    @property
+    def launch_script(self) -> Path:
+        return self.dir / "launch.sh"
+
+    @property
+    def provenance(self) -> Path:
+        return self.dir / "provenance.json"
+
+    @property
+    def reward_func(self) -> Path:
+        return self.dir / "reward_func.py"
+
+    @property
+    def launches(self) -> Path:
+        return self.dir / "launches.jsonl"
+
+    @property
+    def spikes(self) -> Path:
+        return self.dir / "spikes.jsonl"
+
+    @property
+    def stdout_log(self) -> Path:
+        return self.dir / "stdout.log"
+
+    @property
+    def state(self) -> Path:
+        return self.dir / "state.json"
+
+    def read_state(self) -> dict[str, Any] | None:
+        return _read_object(self.state, STATE_FIELDS)
+
+    def read_argv(self) -> dict[str, Any] | None:
+        return _read_object(self.argv, ARGV_FIELDS)
+
+    def read_provenance(self) -> dict[str, Any] | None:
+        return _read_object(self.provenance, PROVENANCE_FIELDS)
+
+    def is_running(self, state: dict[str, Any] | None = None) -> bool:
+        """state.json says running and its trainer or its launcher is still alive on this machine."""
+        state = self.read_state() if state is None else state
+        return bool(state) and state.get("state") == "running" and (
+            pid_alive(state.get("pid")) or pid_alive(state.get("launcher_pid")))
+
+
+@dataclass(frozen=True)
+class CheckpointFiles:
+    """``<attempt>/checkpoints/``: the adapters eval loads (``global_step{N}_hf``) and, in the folder
+    each trainer's rules name, its resumable states."""
+
+    dir: Path
+
+    def adapter(self, step: int) -> Path:
+        """The saved adapter of a global step (what eval loads): ``checkpoints/global_step{N}_hf``."""
+        return self.dir / ADAPTER_PATTERN.replace("{N}", str(int(step)))
+
+    def adapters(self) -> dict[int, Path]:
+        """Saved adapters ``{global_step: directory}``, by step."""
+        found: dict[int, Path] = {}
+        if self.dir.is_dir():
+            for child in self.dir.iterdir():
+                match = _ADAPTER_DIR.fullmatch(child.name)
+                if match and child.is_dir():
+                    found[int(match.group(1))] = child
+        return dict(sorted(found.items()))
+
+    def resume_state_dir(self, layout: ResumeStateLayout) -> Path:
+        """The folder of a trainer's resumable states: ``checkpoints/<its folder>``, the folder its
+        rules name (rlexp.trainers.base.TrainerRules.resume_state_folder). A trainer that names none
+        is an error, never another trainer's folder."""
+        folder = layout.resume_state_folder
+        if not folder:
+            raise ValueError(f"trainer {layout.name!r} names no resume-state folder (its rules' resume_state_folder)")
+        return self.dir / folder
+
+    def resume_state(self, step: int, layout: ResumeStateLayout) -> Path:
+        return self.resume_state_dir(layout) / checkpoint_name(step)
+
+    def latest_resume_state(self, layout: ResumeStateLayout, *, complete: str | None = None
+                            ) -> Checkpoint | None:
+        """The highest resumable saved step, its directory the checkpoint's ``path``; None when none.
+
+        Adapters (``global_step{N}_hf``) are for evaluation; a trainer resumes from its own state in
+        the folder its rules name (:meth:`resume_state_dir`): ``global_step{N}``, or a name of its own
+        (its rules' ``own_state_names``, the step as group 1). ``complete`` names a file a state must
+        hold to count (a state whose writer was killed has none).
+        """
+        folder = self.resume_state_dir(layout)
+        own = re.compile(layout.own_state_names) if layout.own_state_names else None
+        best: Checkpoint | None = None
+        if folder.is_dir():
+            for child in folder.iterdir():
+                step = checkpoint_step(child.name)
+                if step is None and own is not None and (match := own.fullmatch(child.name)):
+                    step = int(match.group(1))
+                if step is None or not child.is_dir() or (complete and not (child / complete).exists()):
+                    continue
+                if best is None or step > best.step:
+                    best = Checkpoint(step, path=child)
+        return best
+
+
+@dataclass(frozen=True)
+class EvalFiles:
+    """``<attempt>/eval/`` (and a sweep's): the K=3 selection, the per-problem records of each model
+    on each set (``<checkpoint>/<set>.jsonl``), the paired records, the judge's cache and call log."""
+
+    dir: Path
+
+    @property
+    def selection(self) -> Path:
+        return self.dir / "selection.json"
+
+    def read_selection(self) -> dict[str, Any] | None:
+        return _read_object(self.selection, SELECTION_FIELDS)
+
+    @property
+    def judge_cache(self) -> Path:
+        """``eval/judge_cache.jsonl``: the LLM judge's scores by (judge model, prompt, answer)."""
+        return self.dir / "judge_cache.jsonl"
+
+    @property
+    def judge_log(self) -> Path:
+        """``eval/judge_calls.jsonl``: one line per call that reached the judge (latency, ok or error)."""
+        return self.dir / "judge_calls.jsonl"
+
+    @property
+    def hash_cache(self) -> Path:
+        return self.dir / ".hash_cache.json"
+
+    def records(self, checkpoint: str, set_role: str) -> Path:
+        """``eval/<checkpoint>/<set>.jsonl``: per-problem records of one model on one set."""
+        return self.dir / checkpoint / f"{set_role}.jsonl"
+
+    def record_files(self) -> list[tuple[str, str, Path]]:
+        """``(checkpoint, set_role, path)`` of every record file, paired records excluded."""
+        out = []
+        if self.dir.is_dir():
+            for folder in sorted(p for p in self.dir.iterdir() if p.is_dir() and p.name != "paired"):
+                for path in sorted(folder.glob("*.jsonl")):
+                    out.append((folder.name, path.stem, path))
+        return out
+
+    @property
+    def paired_dir(self) -> Path:
+        return self.dir / "paired"
+
+    def paired(self, baseline: str, checkpoint: str, set_role: str) -> Path:
+        return self.paired_dir / f"{baseline}__{checkpoint}__{set_role}.jsonl"
+
+
+@dataclass(frozen=True)
+class GuardFiles:
+    """``<attempt>/guards/``: one verdict per guard, the parser audit's review file, the records G1
+    and G4 drew."""
+
+    dir: Path
+
+    def verdict(self, name: str) -> Path:
+        """``guards/<name>.json``: one guard verdict."""
+        return self.dir / f"{name}.json"
+
+    def read(self, name: str) -> dict[str, Any] | None:
+        """A guard's verdict as written (strictly an object), or None when it was not run."""
+        return _read_object(self.verdict(name))
+
+    def verdicts(self) -> list[Path]:
+        return sorted(self.dir.glob("*.json")) if self.dir.is_dir() else []
+
+    @property
+    def audit_review(self) -> Path:
+        return self.dir / "parser_audit_review.jsonl"
+
+    def g1_records(self, checkpoint: str, set_role: str, label: str) -> Path:
+        return self.dir / "g1" / f"{checkpoint}__{set_role}__{label}.jsonl"
+
+    @property
+    def g4_samples(self) -> Path:
+        return self.dir / "g4_samples.jsonl"
+
+
+@dataclass(frozen=True)
 class AttemptDir:
     """``experiments/<experiment>/<attempt_id>/``: every path of an attempt and its readers."""
 
@@ -390,245 +583,33 @@ class AttemptDir:
     def final_model(self) -> Path:
         return self.root / "final"
 
-    # ---------------------------------------------------------------- launch/
+    # ---------------------------------------------------------------- launch/, checkpoints/, eval/, guards/
     @property
-    def launch_dir(self) -> Path:
-        return self.root / "launch"
-
-    @property
-    def argv(self) -> Path:
-        return self.launch_dir / "argv.json"
+    def launch(self) -> LaunchFiles:
+        """``launch/``: what ``rlexp launch`` wrote and keeps up to date (argv, provenance, state)."""
+        return LaunchFiles(self.root / "launch")
 
     @property
-    def training_judge_cache(self) -> Path:
-        """``launch/judge_cache.jsonl``: the judge's scores of training episodes (the local trainer's
-        weighted ``judge`` part), kept apart from the eval's cache, which an eval may write meanwhile."""
-        return self.launch_dir / "judge_cache.jsonl"
+    def checkpoint_files(self) -> CheckpointFiles:
+        """``checkpoints/``: the adapters eval loads and each trainer's resumable states."""
+        return CheckpointFiles(self.root / "checkpoints")
 
     @property
-    def training_judge_log(self) -> Path:
-        """``launch/judge_calls.jsonl``: one line per judge call of the training run."""
-        return self.launch_dir / "judge_calls.jsonl"
+    def evals(self) -> EvalFiles:
+        """``eval/``: the selection, the per-problem and paired records, the judge's cache and log."""
+        return EvalFiles(self.root / "eval")
 
     @property
-    def launch_script(self) -> Path:
-        return self.launch_dir / "launch.sh"
-
-    @property
-    def provenance(self) -> Path:
-        return self.launch_dir / "provenance.json"
-
-    @property
-    def reward_func(self) -> Path:
-        return self.launch_dir / "reward_func.py"
-
-    @property
-    def agent_func(self) -> Path:
-        """OpenRLHF on an environment task: the generated agent file (rlexp.trainers.openrlhf.agent)."""
-        return self.launch_dir / "agent_func.py"
-
-    @property
-    def agent_loop_dir(self) -> Path:
-        """verl on an environment task: the generated agent loop module and its config YAML
-        (rlexp.trainers.verl.agent names the files inside)."""
-        return self.launch_dir / "agent_loop"
-
-    @property
-    def trl_script(self) -> Path:
-        """TRL backend: the generated training script (rlexp.trainers.trl.template)."""
-        return self.launch_dir / "train_trl.py"
-
-    @property
-    def trl_rollout_module(self) -> Path:
-        """TRL on an environment task: the generated rollout_func module (rlexp.trainers.trl.rollout_template)."""
-        return self.launch_dir / "trl_rollout.py"
-
-    @property
-    def trl_tools_module(self) -> Path:
-        """TRL on an environment task played through tool calls: the generated environment_factory module
-        (rlexp.trainers.trl.tools_template)."""
-        return self.launch_dir / "trl_tools.py"
-
-    @property
-    def trl_episodes(self) -> Path:
-        """TRL on an environment task: every training episode as the rollout handed it to TRL (ids, env_mask, turns)."""
-        return self.launch_dir / "trl_episodes.jsonl"
-
-    @property
-    def monitor_tensorboard(self) -> Path:
-        """TRL backend: the event directory of the in-run monitor's ``train/monitor_acc``."""
-        return self.tensorboard / "rlexp_monitor"
-
-    @property
-    def launches(self) -> Path:
-        return self.launch_dir / "launches.jsonl"
-
-    @property
-    def spikes(self) -> Path:
-        return self.launch_dir / "spikes.jsonl"
-
-    @property
-    def stdout_log(self) -> Path:
-        return self.launch_dir / "stdout.log"
-
-    @property
-    def state(self) -> Path:
-        return self.launch_dir / "state.json"
-
-    def derived_dataset(self, source: Path) -> Path:
-        """Where a suffixed copy of a dataset is written for a trainer that cannot add the suffix."""
-        return self.launch_dir / "data" / f"{Path(source).stem}.suffixed.jsonl"
-
-    def verl_dataset(self, source: Path) -> Path:
-        """A dataset rewritten into verl's row format (chat prompt, reward_model.ground_truth)."""
-        return self.launch_dir / "data" / f"{Path(source).stem}.verl.jsonl"
-
-    @property
-    def verl_metrics(self) -> Path:
-        """verl's ``file`` logger output (``$VERL_FILE_LOGGER_PATH``): one JSON line per step."""
-        return self.launch_dir / "verl_metrics.jsonl"
-
-    # ---------------------------------------------------------------- checkpoints/
-    @property
-    def checkpoints_dir(self) -> Path:
-        return self.root / "checkpoints"
-
-    def adapter(self, step: int) -> Path:
-        """The saved adapter of a global step (what eval loads): ``checkpoints/global_step{N}_hf``."""
-        return self.checkpoints_dir / ADAPTER_PATTERN.replace("{N}", str(int(step)))
-
-    def checkpoints(self) -> dict[int, Path]:
-        """Saved adapters ``{global_step: directory}``, by step."""
-        found: dict[int, Path] = {}
-        if self.checkpoints_dir.is_dir():
-            for child in self.checkpoints_dir.iterdir():
-                match = _ADAPTER_DIR.fullmatch(child.name)
-                if match and child.is_dir():
-                    found[int(match.group(1))] = child
-        return dict(sorted(found.items()))
-
-    def resume_state_dir(self, layout: ResumeStateLayout) -> Path:
-        """The folder of a trainer's resumable states: ``checkpoints/<its folder>``, the folder its
-        rules name (rlexp.trainers.base.TrainerRules.resume_state_folder). A trainer that names none
-        is an error, never another trainer's folder."""
-        folder = layout.resume_state_folder
-        if not folder:
-            raise ValueError(f"trainer {layout.name!r} names no resume-state folder (its rules' resume_state_folder)")
-        return self.checkpoints_dir / folder
-
-    def resume_state(self, step: int, layout: ResumeStateLayout) -> Path:
-        return self.resume_state_dir(layout) / checkpoint_name(step)
-
-    def latest_resume_state(self, layout: ResumeStateLayout, *, complete: str | None = None
-                            ) -> Checkpoint | None:
-        """The highest resumable saved step, its directory the checkpoint's ``path``; None when none.
-
-        Adapters (``global_step{N}_hf``) are for evaluation; a trainer resumes from its own state in
-        the folder its rules name (:meth:`resume_state_dir`): ``global_step{N}``, or a name of its own
-        (its rules' ``own_state_names``, the step as group 1). ``complete`` names a file a state must
-        hold to count (a state whose writer was killed has none).
-        """
-        folder = self.resume_state_dir(layout)
-        own = re.compile(layout.own_state_names) if layout.own_state_names else None
-        best: Checkpoint | None = None
-        if folder.is_dir():
-            for child in folder.iterdir():
-                step = checkpoint_step(child.name)
-                if step is None and own is not None and (match := own.fullmatch(child.name)):
-                    step = int(match.group(1))
-                if step is None or not child.is_dir() or (complete and not (child / complete).exists()):
-                    continue
-                if best is None or step > best.step:
-                    best = Checkpoint(step, path=child)
-        return best
-
-    # ---------------------------------------------------------------- eval/
-    @property
-    def eval_dir(self) -> Path:
-        return self.root / "eval"
-
-    @property
-    def selection(self) -> Path:
-        return self.eval_dir / "selection.json"
-
-    @property
-    def judge_cache(self) -> Path:
-        """``eval/judge_cache.jsonl``: the LLM judge's scores by (judge model, prompt, answer)."""
-        return self.eval_dir / "judge_cache.jsonl"
-
-    @property
-    def judge_log(self) -> Path:
-        """``eval/judge_calls.jsonl``: one line per call that reached the judge (latency, ok or error)."""
-        return self.eval_dir / "judge_calls.jsonl"
-
-    @property
-    def hash_cache(self) -> Path:
-        return self.eval_dir / ".hash_cache.json"
-
-    def records(self, checkpoint: str, set_role: str) -> Path:
-        """``eval/<checkpoint>/<set>.jsonl``: per-problem records of one model on one set."""
-        return self.eval_dir / checkpoint / f"{set_role}.jsonl"
-
-    def record_files(self) -> list[tuple[str, str, Path]]:
-        """``(checkpoint, set_role, path)`` of every record file, paired records excluded."""
-        out = []
-        if self.eval_dir.is_dir():
-            for folder in sorted(p for p in self.eval_dir.iterdir() if p.is_dir() and p.name != "paired"):
-                for path in sorted(folder.glob("*.jsonl")):
-                    out.append((folder.name, path.stem, path))
-        return out
-
-    @property
-    def paired_dir(self) -> Path:
-        return self.eval_dir / "paired"
-
-    def paired(self, baseline: str, checkpoint: str, set_role: str) -> Path:
-        return self.paired_dir / f"{baseline}__{checkpoint}__{set_role}.jsonl"
-
-    # ---------------------------------------------------------------- guards/
-    @property
-    def guards_dir(self) -> Path:
-        return self.root / "guards"
-
-    def guard(self, name: str) -> Path:
-        """``guards/<name>.json``: one guard verdict."""
-        return self.guards_dir / f"{name}.json"
-
-    def guard_verdicts(self) -> list[Path]:
-        return sorted(self.guards_dir.glob("*.json")) if self.guards_dir.is_dir() else []
-
-    @property
-    def audit_review(self) -> Path:
-        return self.guards_dir / "parser_audit_review.jsonl"
-
-    def g1_records(self, checkpoint: str, set_role: str, label: str) -> Path:
-        return self.guards_dir / "g1" / f"{checkpoint}__{set_role}__{label}.jsonl"
-
-    @property
-    def g4_samples(self) -> Path:
-        return self.guards_dir / "g4_samples.jsonl"
+    def guards(self) -> GuardFiles:
+        """``guards/``: the guards' verdicts and the records they drew."""
+        return GuardFiles(self.root / "guards")
 
     # ---------------------------------------------------------------- strict readers
     def read_plan(self) -> dict[str, Any] | None:
         return _read_object(self.plan, PLAN_FIELDS)
 
-    def read_state(self) -> dict[str, Any] | None:
-        return _read_object(self.state, STATE_FIELDS)
-
-    def read_argv(self) -> dict[str, Any] | None:
-        return _read_object(self.argv, ARGV_FIELDS)
-
-    def read_provenance(self) -> dict[str, Any] | None:
-        return _read_object(self.provenance, PROVENANCE_FIELDS)
-
-    def read_selection(self) -> dict[str, Any] | None:
-        return _read_object(self.selection, SELECTION_FIELDS)
-
     def read_decision(self) -> dict[str, Any] | None:
         return _read_object(self.decision, DECISION_FIELDS)
-
-    def read_guard(self, name: str) -> dict[str, Any] | None:
-        return _read_object(self.guard(name))
 
     def last_metrics_step(self) -> int:
         """The highest ``global_step`` among the complete lines of ``metrics.jsonl`` (0 if none).
@@ -654,12 +635,6 @@ class AttemptDir:
 
     def has_metrics(self) -> bool:
         return self.metrics.exists() and self.metrics.stat().st_size > 0
-
-    def is_running(self, state: dict[str, Any] | None = None) -> bool:
-        """state.json says running and its trainer or its launcher is still alive on this machine."""
-        state = self.read_state() if state is None else state
-        return bool(state) and state.get("state") == "running" and (
-            pid_alive(state.get("pid")) or pid_alive(state.get("launcher_pid")))
 
 
 @dataclass(frozen=True)
@@ -696,13 +671,17 @@ class SweepDir:
         return self.root / "eval"
 
     @property
+    def evals(self) -> EvalFiles:
+        """``eval/``, laid out as an attempt's (the eval pipeline writes both)."""
+        return EvalFiles(self.eval_dir)
+
+    @property
     def hash_cache(self) -> Path:
-        """The same file the eval pipeline keeps for an attempt rooted here (``AttemptDir.hash_cache``)."""
-        return AttemptDir(self.root).hash_cache
+        return self.evals.hash_cache
 
     def records(self, candidate: str, set_role: str) -> Path:
-        """``eval/<candidate>/<set>.jsonl``: the same place ``AttemptDir.records`` names."""
-        return AttemptDir(self.root).records(candidate, set_role)
+        """``eval/<candidate>/<set>.jsonl``."""
+        return self.evals.records(candidate, set_role)
 
     def candidate_lock(self, candidate: str) -> Path:
         return self.eval_dir / candidate / ".lock"

@@ -141,7 +141,7 @@ def read_paired_records(path: str | Path) -> list[PairedRecord]:
 
 def paired_path(attempt_dir: str | Path, baseline: str, checkpoint: str, set_role: str) -> Path:
     """``eval/paired/<baseline>__<checkpoint>__<set>.jsonl``."""
-    return AttemptDir(attempt_dir).paired(baseline, checkpoint, set_role)
+    return AttemptDir(attempt_dir).evals.paired(baseline, checkpoint, set_role)
 
 
 def attempt_pairs(baselines: Sequence[str], checkpoints: Sequence[str], *,

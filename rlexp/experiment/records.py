@@ -68,7 +68,7 @@ BASELINE_SOTA = "baseline_sota"
 
 
 def record_path(attempt_dir: str | Path, checkpoint: str, set_role: str) -> Path:
-    return AttemptDir(attempt_dir).records(checkpoint, set_role)
+    return AttemptDir(attempt_dir).evals.records(checkpoint, set_role)
 
 
 def meta_path(records_path: str | Path) -> Path:
@@ -308,7 +308,7 @@ def eval_accuracies(attempt_dir: str | Path) -> dict[tuple[str, str], dict[str, 
     """(checkpoint, set) -> {acc, n} from ``eval/<checkpoint>/<set>.jsonl`` (paired/ excluded;
     files without records are skipped). Every file is read strictly (:func:`iter_records`)."""
     out: dict[tuple[str, str], dict[str, float]] = {}
-    for checkpoint, set_role, path in AttemptDir(attempt_dir).record_files():
+    for checkpoint, set_role, path in AttemptDir(attempt_dir).evals.record_files():
         correct = [line.correct for line in iter_records(path)]
         if correct:
             out[(checkpoint, set_role)] = {"acc": sum(correct) / len(correct), "n": float(len(correct))}

@@ -26,8 +26,8 @@ def read_selection(attempt_dir: str | Path) -> RegisteredSelection | None:
     from rlexp.protocol.gates import RegisteredSelection
 
     ad = AttemptDir(attempt_dir)
-    data = ad.read_selection()
-    return None if data is None else RegisteredSelection.from_dict(data, ad.selection)
+    data = ad.evals.read_selection()
+    return None if data is None else RegisteredSelection.from_dict(data, ad.evals.selection)
 
 
 def read_decision(attempt_dir: str | Path) -> Decision | None:

@@ -12,12 +12,12 @@ from rlexp.protocol.verdict import Verdict
 
 def write_verdict(attempt_dir: str | Path, verdict: Verdict) -> Path:
     """Write (atomically) the verdict under its name in the attempt's ``guards/``."""
-    return atomic_write_json(AttemptDir(attempt_dir).guard(verdict.name), verdict.to_dict())
+    return atomic_write_json(AttemptDir(attempt_dir).guards.verdict(verdict.name), verdict.to_dict())
 
 
 def read_verdict(attempt_dir: str | Path, name: str) -> Verdict | None:
     """The verdict of guard ``name`` (None when the guard was not run); a file that is not a verdict
     is an InputError naming it and the field."""
     ad = AttemptDir(attempt_dir)
-    data = ad.read_guard(name)
-    return None if data is None else Verdict.from_dict(data, ad.guard(name))
+    data = ad.guards.read(name)
+    return None if data is None else Verdict.from_dict(data, ad.guards.verdict(name))

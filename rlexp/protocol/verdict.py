@@ -14,7 +14,9 @@ from typing import Any
 
 from rlexp.errors import InputError
 
-SEVERITIES = ("error", "warning")
+ERROR = "error"  # a failed check that blocks (the launch, the plan)
+WARNING = "warning"  # a failed check that is printed
+SEVERITIES = (ERROR, WARNING)
 
 
 @dataclass(frozen=True)

@@ -203,12 +203,12 @@ def episode_section(attempt_dir: str | Path, primary_role: str = "ood_primary",
     ad = AttemptDir(att.attempt_dir)
     env_of = _environment_of_rows(att, primary_role)
     out = [*_task_lines(settings), *_environment_mix_lines(env_of, primary_role), *_training_lines(ad, plots)]
-    names = [n for n in _selected_checkpoints(ad) if ad.records(n, primary_role).exists()]
-    if not ad.records(BASELINE_S0, primary_role).exists():
+    names = [n for n in _selected_checkpoints(ad) if ad.evals.records(n, primary_role).exists()]
+    if not ad.evals.records(BASELINE_S0, primary_role).exists():
         out += [f"No episode records of {BASELINE_S0} on {primary_role} yet (run `rlexp eval`).", ""]
         return "\n".join(out) + "\n"
-    base = read_records(ad.records(BASELINE_S0, primary_role))
-    news = {name: read_records(ad.records(name, primary_role)) for name in names}
+    base = read_records(ad.evals.records(BASELINE_S0, primary_role))
+    news = {name: read_records(ad.evals.records(name, primary_role)) for name in names}
     out += _eval_table_lines(base, news, primary_role, settings.primary_metric)
     out += _by_environment_lines(base, news, env_of, settings.name)
     out += _retrieval_and_error_lines(ad, base, news)
@@ -272,12 +272,12 @@ def _selected_checkpoints(ad: AttemptDir) -> list[str]:
     """The checkpoints of ``eval/selection.json`` (roles first, then the listed ones), once each."""
     from rlexp.experiment.files import read_json
 
-    if not ad.selection.exists():
+    if not ad.evals.selection.exists():
         return []
     from rlexp.experiment.layout import checkpoint_name
     from rlexp.protocol.decision import ROLE_ORDER
 
-    selection = read_json(ad.selection)
+    selection = read_json(ad.evals.selection)
     steps = [selection.get(role) for role in ROLE_ORDER]
     listed = [checkpoint_name(s) for s in steps if isinstance(s, int) and not isinstance(s, bool)]
     listed += [c for c in selection.get("checkpoints") or [] if isinstance(c, str)]
@@ -344,7 +344,7 @@ def _retrieval_and_error_lines(ad: AttemptDir, base: list, news: Mapping[str, li
     if any(errors.values()):
         listed = ", ".join(f"{name} {k}" for name, k in errors.items() if k)
         out += [f"Episodes whose reward failed (judge_error; reward unknown, not 0): {listed}.", ""]
-    line = judge_calls_line(ad.judge_log)
+    line = judge_calls_line(ad.evals.judge_log)
     if line:
         out += [line, ""]
     return out

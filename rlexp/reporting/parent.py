@@ -28,8 +28,8 @@ def compare_with_parent(attempt_dir: str | Path, sop: Any = None) -> dict[str, d
         sop = load_sop()
     primary = sop.primary.set_role
     parent_dir, mine_dir = AttemptDir(att.parent.attempt_dir), AttemptDir(att.attempt_dir)
-    parent_roles = role_checkpoints(parent_dir.read_selection() if parent_dir.selection.exists() else None)
-    mine = role_checkpoints(mine_dir.read_selection() if mine_dir.selection.exists() else None)
+    parent_roles = role_checkpoints(parent_dir.evals.read_selection() if parent_dir.evals.selection.exists() else None)
+    mine = role_checkpoints(mine_dir.evals.read_selection() if mine_dir.evals.selection.exists() else None)
     b = sop.bootstrap
     ref = att.datasets.get(primary)
     by_hash = None
@@ -42,8 +42,8 @@ def compare_with_parent(attempt_dir: str | Path, sop: Any = None) -> dict[str, d
     for role in ROLES:
         if role not in mine or role not in parent_roles:
             continue
-        base_path = parent_dir.records(parent_roles[role], primary)
-        new_path = mine_dir.records(mine[role], primary)
+        base_path = parent_dir.evals.records(parent_roles[role], primary)
+        new_path = mine_dir.evals.records(mine[role], primary)
         if not (base_path.exists() and new_path.exists()):
             continue
         paired = pair_files(base_path, new_path)

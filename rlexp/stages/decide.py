@@ -56,14 +56,14 @@ def decide(attempt: str | Path, *, sop_path: str | Path | None = None, now: str 
 def _read_selection(ad: AttemptDir) -> tuple[tuple[Checkpoint, ...], str | None]:
     """The selected checkpoints in role order (each with its role(s) and its adapter folder) and the
     SHA-256 of the SOP file the selection was made under, from eval/selection.json."""
-    path = ad.selection
+    path = ad.evals.selection
     if not path.exists():
         raise InputError(path, None, "file not found: run `rlexp eval` first (it pre-registers the K=3 checkpoints)")
     from rlexp.experiment.results import read_selection
 
     selection = read_selection(ad.root)
     assert selection is not None  # it exists (above)
-    selected = tuple(replace(c, path=ad.adapter(c.step)) for c in selection.selected())
+    selected = tuple(replace(c, path=ad.checkpoint_files.adapter(c.step)) for c in selection.selected())
     if not selected:
         raise InputError(path, "checkpoints", "no checkpoint selected")
     return selected, selection.sop_sha256
@@ -75,8 +75,8 @@ def _parser_audit(ad: AttemptDir) -> dict[str, Any] | None:
     from rlexp.numbers import finite_number
     from rlexp.protocol.verdict import Verdict
 
-    path = ad.guard("parser_audit")
-    data = ad.read_guard("parser_audit")
+    path = ad.guards.verdict("parser_audit")
+    data = ad.guards.read("parser_audit")
     if data is None:
         return None
     passed = data.get("passed")
@@ -107,7 +107,7 @@ def gather(attempt: str | Path, sop: Any) -> tuple[DecideInputs, dict[str, Any]]
     from rlexp.experiment.paired import pair_files
     from rlexp.protocol.decision import diagnostics_from
     from rlexp.spec import TRAINING, attempt_recipe_sha256, diff_against_parent, load_attempt
-    from rlexp.training.ingest import read_metrics
+    from rlexp.training.metrics_file import read_metrics
 
     att = load_attempt(attempt)
     ad = AttemptDir(att.attempt_dir)
@@ -124,18 +124,18 @@ def gather(attempt: str | Path, sop: Any) -> tuple[DecideInputs, dict[str, Any]]
     pin = read_sota(exp_dir)
     sets = (sop.primary.set_role, sop.primary.secondary_role, sop.primary.sanity_role)
     primary_role = sets[0]
-    present = tuple(b for b in BASELINES if ad.records(b, primary_role).exists())
+    present = tuple(b for b in BASELINES if ad.evals.records(b, primary_role).exists())
     if "baseline_s0" not in present:
-        raise InputError(ad.records("baseline_s0", primary_role), None,
+        raise InputError(ad.evals.records("baseline_s0", primary_role), None,
                          "file not found: Baseline-S0 must be evaluated with the same pipeline (run `rlexp eval`)")
     pin_is_self = pin is not None and pin.attempt == att.id  # re-deciding the attempt that moved the pin
     if pin is not None and not pin_is_self and "baseline_sota" not in present:
-        raise InputError(ad.records("baseline_sota", primary_role), None,
+        raise InputError(ad.evals.records("baseline_sota", primary_role), None,
                          f"file not found: a SOTA is pinned ({pin.attempt}/{pin.checkpoint}) but was not evaluated "
                          f"(run `rlexp eval`)")
     for name in names:
-        if not ad.records(name, primary_role).exists():
-            raise InputError(ad.records(name, primary_role), None,
+        if not ad.evals.records(name, primary_role).exists():
+            raise InputError(ad.evals.records(name, primary_role), None,
                              "file not found: every pre-registered checkpoint must be evaluated (run `rlexp eval`)")
 
     _check_record_metadata(ad, present, names, sets)
@@ -144,7 +144,7 @@ def gather(attempt: str | Path, sop: Any) -> tuple[DecideInputs, dict[str, Any]]
     for baseline in present:
         for name in names:
             for role in sets:
-                base_file, new_file = ad.records(baseline, role), ad.records(name, role)
+                base_file, new_file = ad.evals.records(baseline, role), ad.evals.records(name, role)
                 if role != primary_role and not (base_file.exists() and new_file.exists()):
                     if base_file.exists() or new_file.exists():
                         skipped.append(f"{role}: records of {baseline} or {name} missing; that comparison is skipped")
@@ -219,7 +219,7 @@ def _refuse_reward_errors(ad: AttemptDir) -> None:
     from rlexp.environments.rewards import reward_error_counts
     from rlexp.experiment.records import read_records
 
-    for _checkpoint, _role, path in ad.record_files():
+    for _checkpoint, _role, path in ad.evals.record_files():
         counts = reward_error_counts(read_records(path, allow_empty=True))
         failed = {k: v for k, v in counts.items() if k != "episodes" and v}
         if failed:
@@ -237,7 +237,7 @@ def _episode_rewards(ad: AttemptDir, paired: dict[tuple[str, str, str], Any]) ->
     cache: dict[str, dict[str, float]] = {}
 
     def rewards_of(name: str, role: str) -> dict[str, float]:
-        path = ad.records(name, role)
+        path = ad.evals.records(name, role)
         if str(path) not in cache:
             out = {}
             for i, r in enumerate(read_records(path), 1):
@@ -273,7 +273,7 @@ def _check_record_metadata(ad: AttemptDir, baselines: tuple[str, ...], names: li
         metas: dict[Path, dict[str, Any]] = {}
         missing: list[Path] = []
         for name in (*baselines, *names):
-            records = ad.records(name, role)
+            records = ad.evals.records(name, role)
             if not records.exists():
                 continue
             mpath = meta_path(records)

@@ -281,7 +281,7 @@ def _launch_together(attempts: list[Path], tracking_uri: str, console: Any) -> N
         console.print(f"{job.name} training: {'finished' if job.ok else 'failed'} ({took})")
         if not job.ok:
             raise CheckFailed(f"demo: the training run of {job.name} failed (exit {job.exit_code}); "
-                              f"its output: {job.log_path}, its state: {AttemptDir(attempt_dir).state}")
+                              f"its output: {job.log_path}, its state: {AttemptDir(attempt_dir).launch.state}")
 
 
 def _evaluate_and_decide(attempt_dir: Path, config: DemoConfig | None, tracking_uri: str, console: Any,
@@ -290,7 +290,8 @@ def _evaluate_and_decide(attempt_dir: Path, config: DemoConfig | None, tracking_
     ``limits``: G1's problems (``g1``), G4's problems and samples (``g4``, ``k``), where not the demo's."""
     from rlexp.stages.decide import decide
     from rlexp.stages.evaluate import evaluate
-    from rlexp.stages.guard import guard, run_audit_draw
+    from rlexp.stages.guard import guard
+    from rlexp.stages.guard_audit import run_audit_draw
     from rlexp.stages.report import report
 
     step = _stepper(attempt_dir.name, console, timed)
@@ -395,7 +396,7 @@ def _quiet_libraries() -> None:
 
 def _started(attempt_dir: Path) -> bool:
     """A previous demo already launched this attempt: resume it rather than start over."""
-    return AttemptDir(attempt_dir).state.exists()
+    return AttemptDir(attempt_dir).launch.state.exists()
 
 
 def _build_datasets(data_dir: Path, config: DemoConfig) -> dict[str, Any]:

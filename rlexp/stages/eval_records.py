@@ -159,7 +159,7 @@ def record_metas(
     from rlexp.evaluation.answers import PARSER_VERSION
     from rlexp.evaluation.generation import chat_template_sha256
 
-    cache_file = AttemptDir(attempt_dir).hash_cache
+    cache_file = AttemptDir(attempt_dir).evals.hash_cache
     base_sha = model_sha256(base, cache_file, save=save_hashes)  # a hub name is recorded as "name:<id>"
     common = {
         "engine": getattr(engine, "name", type(engine).__name__),

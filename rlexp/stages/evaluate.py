@@ -78,9 +78,9 @@ def select_checkpoints(att: Attempt, *, write: bool = True) -> dict[str, Any]:
     from rlexp.spec.sop import load_sop
 
     attempt_dir = Path(att.attempt_dir)
-    saved = AttemptDir(attempt_dir).checkpoints()
+    saved = AttemptDir(attempt_dir).checkpoint_files.adapters()
     if not saved:
-        raise InputError(AttemptDir(attempt_dir).checkpoints_dir, ADAPTER_PATTERN, "no saved checkpoints to evaluate")
+        raise InputError(AttemptDir(attempt_dir).checkpoint_files.dir, ADAPTER_PATTERN, "no saved checkpoints to evaluate")
     points, last = monitor_points(attempt_dir)
     final_step = last if last is not None else max(saved)
     sop = load_sop()
@@ -89,7 +89,7 @@ def select_checkpoints(att: Attempt, *, write: bool = True) -> dict[str, Any]:
                                      saved_steps=list(saved), monitor_points=len(points), sop_version=sop.version,
                                      sop_sha256=sop.sha256).to_dict()
     if write:
-        atomic_write_json(AttemptDir(attempt_dir).selection, payload)
+        atomic_write_json(AttemptDir(attempt_dir).evals.selection, payload)
     return payload
 
 
@@ -98,7 +98,7 @@ def plan_targets(att: Attempt, selection: dict[str, Any], only: Sequence[str] | 
     from rlexp.experiment.ledger import read_sota
 
     attempt_dir = Path(att.attempt_dir)
-    saved = AttemptDir(attempt_dir).checkpoints()
+    saved = AttemptDir(attempt_dir).checkpoint_files.adapters()
     targets = [Target(BASELINE_S0, None)]
     pin = read_sota(att.experiment_dir)
     if pin is not None:
@@ -121,7 +121,7 @@ def plan_targets(att: Attempt, selection: dict[str, Any], only: Sequence[str] | 
         unknown = [n for n in only if n not in known]
         if unknown:
             raise InputError(
-                AttemptDir(attempt_dir).selection,
+                AttemptDir(attempt_dir).evals.selection,
                 "checkpoint",
                 f"{unknown[0]!r} is not pre-registered (evaluable: {', '.join(sorted(known))}); "
                 "the SOP evaluates the K=3 checkpoints, never picks among many",
@@ -194,7 +194,7 @@ def _evaluate_with(att: Attempt, attempt_dir: Path, roles: list[str], selection:
         check_record_files(engine, tokenizer, attempt_dir=attempt_dir, set_role=role, dataset_sha256=digest,
                            targets=targets, base=base, decoding=decoding, suffix=ref.prompt_suffix or "",
                            grading=ref.answer_mode)
-    atomic_write_json(AttemptDir(attempt_dir).selection, selection)
+    atomic_write_json(AttemptDir(attempt_dir).evals.selection, selection)
     files: list[FileOutcome] = []
     with _progress_bar(show_progress) as bar:
         total = sum(len(problems) * len(targets) for problems, _, _ in datasets.values())

@@ -124,7 +124,7 @@ def evaluate_episodes(att: Attempt, attempt_dir: Path, roles, selection, targets
         for role, (_problems, _rows, digest) in datasets.items():  # every file checked before the first write
             check_record_files(engine, tokenizer, set_role=role, dataset_sha256=digest,
                                suffix=att.datasets[role].prompt_suffix or "", **where)
-        atomic_write_json(AttemptDir(attempt_dir).selection, selection)
+        atomic_write_json(AttemptDir(attempt_dir).evals.selection, selection)
         cache = SlotCache()
         rewarder = EpisodeRewarder(settings, attempt_dir)  # environment.reward: the judge, NDCG (or nothing)
         files = []

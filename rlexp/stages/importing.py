@@ -322,7 +322,8 @@ def import_run(attempt_dir: str | Path, *, logs: str | Path | None = None, log_f
     from rlexp.experiment.layout import AttemptDir
     from rlexp.spec import load_attempt
     from rlexp.stages.launch import write_state
-    from rlexp.training.ingest import append_new_rows, finite_runs, read_log
+    from rlexp.training.log_files import finite_runs, read_log
+    from rlexp.training.metrics_file import append_new_rows
 
     attempt_dir = Path(attempt_dir)
     ad = AttemptDir(attempt_dir)
@@ -358,8 +359,8 @@ def import_run(attempt_dir: str | Path, *, logs: str | Path | None = None, log_f
         root = Path(checkpoints)
         if not root.is_dir():
             raise InputError(root, None, "not a directory (the run's checkpoint folder)")
-        if ad.checkpoints():
-            raise InputError(ad.checkpoints_dir, None, "already holds checkpoints: import into a new attempt")
+        if ad.checkpoint_files.adapters():
+            raise InputError(ad.checkpoint_files.dir, None, "already holds checkpoints: import into a new attempt")
         found = find_checkpoints(root)
         if not found:
             raise InputError(root, None, f"no checkpoint folders with weights ({FOREIGN_CHECKPOINT_PATTERNS}: "
@@ -368,7 +369,7 @@ def import_run(attempt_dir: str | Path, *, logs: str | Path | None = None, log_f
     if rows:
         append_new_rows(ad.metrics, rows)
     for step, source in found.items():
-        link = ad.adapter(step)
+        link = ad.checkpoint_files.adapter(step)
         link.parent.mkdir(parents=True, exist_ok=True)
         link.symlink_to(source.resolve(), target_is_directory=True)
         out.checkpoints[step] = str(source.resolve())

@@ -121,7 +121,8 @@ def write_rung(experiment_dir: Path, attempt_id: str, rung: Mapping[str, Any]) -
     import shutil
 
     from rlexp.experiment.files import atomic_write_text
-    from rlexp.protocol.checks import ERROR, check_single_variable
+    from rlexp.protocol.variable_checks import check_single_variable
+    from rlexp.protocol.verdict import ERROR
     from rlexp.spec import load_attempt
 
     ad = ExperimentDir(experiment_dir).attempt(attempt_id)
@@ -250,7 +251,8 @@ def run_rung(experiment_dir: str | Path, attempt_id: str, *, tracking_uri: str |
     from rlexp.spec.ladder import fault_class_of
     from rlexp.stages.decide import decide
     from rlexp.stages.evaluate import evaluate
-    from rlexp.stages.guard import guard, run_audit_draw
+    from rlexp.stages.guard import guard
+    from rlexp.stages.guard_audit import run_audit_draw
     from rlexp.stages.launch import launch
     from rlexp.stages.plan import plan
     from rlexp.stages.report import report
@@ -268,7 +270,7 @@ def run_rung(experiment_dir: str | Path, attempt_id: str, *, tracking_uri: str |
         raise CheckFailed(f"ladder: plan of {name} has error checks, first {first['name']}: {first['rule']}")
     show(guard("g0", ad.root))
     show(guard("g2", ad.root))
-    launched = launch(ad.root, backend="local", tracking_uri=tracking_uri, resume=ad.state.exists())
+    launched = launch(ad.root, backend="local", tracking_uri=tracking_uri, resume=ad.launch.state.exists())
     if launched.state == "failed":
         raise CheckFailed(f"ladder: the training run of {name} failed: {launched.run.get('reason')}")
     show(guard("g1", ad.root, **({"limit": g1_limit} if g1_limit else {})))

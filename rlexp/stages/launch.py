@@ -175,7 +175,7 @@ def prepare(attempt: Path, *, backend: str | None = None, ray_address: str | Non
     if resume:
         metrics_source = _resume_metrics_source(attempt_dir, metrics_source)
         # every input is checked before the first write (a plan.json below, the launch files later)
-        from rlexp.training.ingest import metrics_resume_point
+        from rlexp.training.metrics_file import metrics_resume_point
 
         resume_rows = metrics_resume_point(AttemptDir(attempt_dir).metrics)
     metrics_source = metrics_source or rules.metrics_sources[0]
@@ -195,11 +195,11 @@ def prepare(attempt: Path, *, backend: str | None = None, ray_address: str | Non
                           f"{first.get('rule', '')} (fix the spec, or --force --reason \"...\")")
 
     ad = AttemptDir(attempt_dir)
-    state = ad.read_state()
-    if ad.is_running(state or {}):
-        raise InputError(ad.state, "state", f"already running (pid {state.get('pid')}); stop it first")
+    state = ad.launch.read_state()
+    if ad.launch.is_running(state or {}):
+        raise InputError(ad.launch.state, "state", f"already running (pid {state.get('pid')}); stop it first")
     # a run of this attempt that is still alive (a Ray job): re-attached to on --resume
-    reattach = None if dry_run else runner.live_submission(state, ray_address, resume=resume, state_path=ad.state)
+    reattach = None if dry_run else runner.live_submission(state, ray_address, resume=resume, state_path=ad.launch.state)
     if reattach is not None:
         return Prepared(attempt=att, attempt_dir=attempt_dir, backend=backend, argv=_saved_argv(attempt_dir),
                         resume=resume, force_reason=reason if force else None, plan=plan, reward_file=None,
@@ -226,7 +226,7 @@ def _saved_argv(attempt_dir: Path) -> list[str]:
     """The argv recorded by the launch that a re-attach follows."""
     from rlexp.experiment.files import read_json
 
-    path = AttemptDir(attempt_dir).argv
+    path = AttemptDir(attempt_dir).launch.argv
     doc = read_json(path) if path.exists() else None
     return list(doc.get("argv") or []) if isinstance(doc, dict) else []
 
@@ -238,7 +238,7 @@ def _resume_metrics_source(attempt_dir: Path, asked: str | None) -> str | None:
     from rlexp.experiment.files import read_json
 
     for name in ("argv", "state"):
-        path = getattr(AttemptDir(attempt_dir), name)
+        path = getattr(AttemptDir(attempt_dir).launch, name)
         if not path.exists():
             continue
         doc = read_json(path)
@@ -270,12 +270,12 @@ def write_launch_files(p: Prepared) -> None:
     if p.resume and not p.keep_metrics:
         # the general rule: metrics after the resume point are discarded here and re-logged (in the
         # file by the trainer, in MLflow by the follower, into a new run when the old one held them)
-        from rlexp.training.ingest import cut_metrics
+        from rlexp.training.metrics_file import cut_metrics
 
         cut_metrics(ad.metrics, p.resume_step)
-    ad.launch_dir.mkdir(parents=True, exist_ok=True)
+    ad.launch.dir.mkdir(parents=True, exist_ok=True)
     if p.ray_job is not None and p.ray_job.reattach:  # the files describe the submission followed again
-        append_jsonl(ad.launches, {
+        append_jsonl(ad.launch.launches, {
             "at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "backend": p.backend, "resume": True,
             "reattach": p.ray_job.submission_id, "force_reason": p.force_reason, "pid": os.getpid()})
         return
@@ -296,13 +296,13 @@ def write_launch_files(p: Prepared) -> None:
     doc = {"argv": argv, "backend": p.backend, "cwd": str(p.attempt_dir), "resume": p.resume,
            "metrics_source": p.metrics_source, "created_at": now, "force_reason": p.force_reason,
            "dropped_recipe_keys": list(p.dropped)}
-    atomic_write_json(ad.argv, doc)
+    atomic_write_json(ad.launch.argv, doc)
     header = ["#!/usr/bin/env bash", "# Written by `rlexp launch` for humans to read; rlexp never runs it.",
               f"# attempt: {p.attempt.id}   backend: {p.backend}   written: {now}"]
     if p.force_reason:
         header.append("# launched with --force: " + " ".join(p.force_reason.split()))
     body = " \\\n    ".join(shlex.quote(a) for a in argv)
-    atomic_write_text(ad.launch_script, "\n".join(header) + f"\ncd {shlex.quote(str(p.attempt_dir))}\n"
+    atomic_write_text(ad.launch.launch_script, "\n".join(header) + f"\ncd {shlex.quote(str(p.attempt_dir))}\n"
                       + body + "\n")
     att = p.attempt
     datasets = {role: ref.path for role, ref in att.datasets.items()}
@@ -333,8 +333,8 @@ def write_launch_files(p: Prepared) -> None:
         trainer={"name": att.trainer.name, "version": att.trainer.version, "gpus": att.trainer.gpus,
                  "backend": p.backend},
         argv=p.argv, repo_dir=Path(__file__).resolve().parents[2], extra=extra)
-    atomic_write_json(ad.provenance, prov.to_dict())
-    append_jsonl(ad.launches, {"at": now, "backend": p.backend, "resume": p.resume,
+    atomic_write_json(ad.launch.provenance, prov.to_dict())
+    append_jsonl(ad.launch.launches, {"at": now, "backend": p.backend, "resume": p.resume,
                                **({"resume_step": p.resume_step} if p.resume else {}),
                                "force_reason": p.force_reason, "pid": os.getpid()})
 
@@ -364,7 +364,7 @@ def write_state(attempt_dir: Path, state: str, **fields: Any) -> dict[str, Any]:
     from rlexp.experiment.files import atomic_write_json
 
     doc = {"state": state, **fields, "updated_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
-    atomic_write_json(AttemptDir(attempt_dir).state, doc)
+    atomic_write_json(AttemptDir(attempt_dir).launch.state, doc)
     return doc
 
 
@@ -423,7 +423,7 @@ def run(p: Prepared, *, tracking_uri: str | None = None, follow: bool = True, po
     from rlexp.backends import process
     from rlexp.backends.registry import backend as backend_named
     from rlexp.experiment import provenance
-    from rlexp.training import ingest, monitor
+    from rlexp.training import metrics_file, monitor
 
     attempt_dir = p.attempt_dir
     ad = AttemptDir(attempt_dir)
@@ -436,9 +436,9 @@ def run(p: Prepared, *, tracking_uri: str | None = None, follow: bool = True, po
         base.update(fields)
         write_state(attempt_dir, "running", **base, reason=None)
 
-    previous_state = AttemptDir(attempt_dir).read_state() or {}
+    previous_state = AttemptDir(attempt_dir).launch.read_state() or {}
     try:
-        proc = runner.start(p.argv, p.ray_job, log_path=ad.stdout_log, cwd=attempt_dir,
+        proc = runner.start(p.argv, p.ray_job, log_path=ad.launch.stdout_log, cwd=attempt_dir,
                             env=p.built.env if p.built is not None else None, follow=follow,
                             log_start=previous_state.get("ray_log_start"), record=record)
     except InputError as exc:  # the cluster refused the job: nothing runs, say so in state.json
@@ -467,7 +467,7 @@ def run(p: Prepared, *, tracking_uri: str | None = None, follow: bool = True, po
         follower = _follower(p, ad)
         # rows already in the file (a resumed run) inform the monitor but are not re-logged
         if metrics_path.exists():
-            run_monitor.rows = [dict(r) for r in ingest.read_metrics(metrics_path, allow_torn_tail=True)]
+            run_monitor.rows = [dict(r) for r in metrics_file.read_metrics(metrics_path, allow_torn_tail=True)]
         bar = _StepProgress(p.plan, done=len(run_monitor.rows))
         while True:
             rows = follower.poll()
@@ -497,7 +497,7 @@ def run(p: Prepared, *, tracking_uri: str | None = None, follow: bool = True, po
         code = stop_child()
         write_state(attempt_dir, "failed", **base, exit_code=code,
                     reason=f"rlexp launch stopped the run: {exc}".splitlines()[0][:300])
-        provenance.scrub_file(ad.stdout_log)
+        provenance.scrub_file(ad.launch.stdout_log)
         raise
     finally:
         if bar is not None:
@@ -527,8 +527,8 @@ def run(p: Prepared, *, tracking_uri: str | None = None, follow: bool = True, po
     else:
         run_monitor.record_crash(code if code is not None else 1)
         state = write_state(attempt_dir, "failed", **base, exit_code=code,
-                            reason=f"{ended}; see {ad.stdout_log.relative_to(ad.root)}")
-    provenance.scrub_file(ad.stdout_log)  # secrets a trainer printed never stay on disk
+                            reason=f"{ended}; see {ad.launch.stdout_log.relative_to(ad.root)}")
+    provenance.scrub_file(ad.launch.stdout_log)  # secrets a trainer printed never stay on disk
     if live is not None:
         live.finish()
     steps = max((r["global_step"] for r in run_monitor.rows), default=0)

@@ -59,7 +59,9 @@ def build_plan(att: Attempt) -> dict[str, Any]:
         own.update(run_health_plan(att))
         return own
     from rlexp.experiment.files import sha256_file
-    from rlexp.protocol.checks import clustered_primary_power, gpu_layout, preflight, primary_power, steps_for
+    from rlexp.protocol.checks import preflight, steps_for
+    from rlexp.protocol.power_checks import clustered_primary_power, primary_power
+    from rlexp.protocol.resource_checks import gpu_layout
     from rlexp.spec import diff_against_parent
     from rlexp.stats import power_report
     from rlexp.training.schedule import checkpoint_plan, lr_for_global_step, lr_rows_for_plan

@@ -86,7 +86,7 @@ def runs_table_url(run_id: str, tracking_uri: str | None, ui: str = "http://127.
 def gather(attempt_dir: str | Path) -> ReportInputs:
     """Read every input the report can use from an attempt directory."""
     from rlexp.spec import diff_against_parent, load_attempt
-    from rlexp.training.ingest import read_metrics
+    from rlexp.training.metrics_file import read_metrics
     from rlexp.training.monitor import read_plan
 
     att = load_attempt(attempt_dir)
@@ -101,7 +101,7 @@ def gather(attempt_dir: str | Path) -> ReportInputs:
     inputs.decoding = {"temperature": att.eval.temperature, "n": att.eval.num_samples,
                        "max_tokens": att.eval.max_tokens, "top_p": att.eval.top_p, "engine": att.eval.engine,
                        "prompt_suffix": att.eval.prompt_suffix}
-    inputs.provenance = ad.read_provenance()
+    inputs.provenance = ad.launch.read_provenance()
     recorded = (inputs.provenance or {}).get("datasets") or {}
     for role, ref in att.datasets.items():
         entry = recorded.get(role)
@@ -110,14 +110,14 @@ def gather(attempt_dir: str | Path) -> ReportInputs:
         inputs.hashes[role] = at_launch or now
         if at_launch and now and at_launch != now:  # the file was edited after the run started
             inputs.hash_changed.append(role)
-    inputs.argv = ad.read_argv()
+    inputs.argv = ad.launch.read_argv()
     inputs.plan = read_plan(attempt_dir)
     if ad.metrics.exists():
         inputs.metrics = read_metrics(ad.metrics)
-    inputs.selection = ad.read_selection()
+    inputs.selection = ad.evals.read_selection()
     inputs.accuracies = eval_accuracies(attempt_dir)
     inputs.decision = ad.read_decision()
-    guards = ad.guards_dir
+    guards = ad.guards.dir
     if guards.is_dir():
         for path in sorted(guards.glob("*.json")):
             doc = read_json(path)
@@ -131,8 +131,8 @@ def gather(attempt_dir: str | Path) -> ReportInputs:
                 if doc["passed"] not in (True, False, None):
                     raise InputError(path, "passed", f"must be true, false or null, got {doc['passed']!r}")
                 inputs.guards[path.stem] = doc
-        inputs.audit_review_pending = ad.audit_review.exists()
-    inputs.state = ad.read_state()
+        inputs.audit_review_pending = ad.guards.audit_review.exists()
+    inputs.state = ad.launch.read_state()
     try:
         from rlexp.spec.sop import load_sop, shipped_sop
 
@@ -172,7 +172,7 @@ def _sota_name(attempt_dir: Path, inputs: ReportInputs) -> dict[str, Any] | None
     primary = "ood_primary"
     if inputs.sop is not None:
         primary = inputs.sop.primary.set_role
-    records = AttemptDir(attempt_dir).records("baseline_sota", primary)
+    records = AttemptDir(attempt_dir).evals.records("baseline_sota", primary)
     named = None
     if meta_path(records).exists():
         named = _checkpoint_of(read_meta(records).get("adapter_path"))
@@ -205,7 +205,7 @@ def _gather_family(att: Attempt, inputs: ReportInputs) -> None:
     """The attempt's family in the experiment: its parent, its seed siblings (same recipe and pool
     SHA-256, another seed: ``decision.json``'s recipe/pool digests) and its children."""
     from rlexp.experiment.layout import ExperimentDir
-    from rlexp.training.ingest import read_metrics
+    from rlexp.training.metrics_file import read_metrics
     from rlexp.training.monitor import monitor_points
 
     mine = inputs.decision or {}

@@ -42,11 +42,11 @@ def attempt_status(attempt_dir: str | Path) -> AttemptStatus:
         reason = f"spec: {exc.one_line()}"
     if ad.plan.exists():
         state_name = "planned"
-    state = ad.read_state()
+    state = ad.launch.read_state()
     if state is not None:
         state_name = str(state.get("state", "?"))
         reason = state.get("reason")
-        if state_name == "running" and not ad.is_running(state):
+        if state_name == "running" and not ad.launch.is_running(state):
             from rlexp.backends.registry import BACKENDS
 
             runner = BACKENDS.get(str(state.get("backend")))
@@ -77,12 +77,12 @@ def scrub_finished_log(attempt_dir: str | Path) -> bool:
     from rlexp.experiment.provenance import scrub_file
 
     ad = AttemptDir(attempt_dir)
-    if not (ad.stdout_log.is_file() and ad.state.is_file()):
+    if not (ad.launch.stdout_log.is_file() and ad.launch.state.is_file()):
         return False
-    state = ad.read_state()
-    if ad.is_running(state):
+    state = ad.launch.read_state()
+    if ad.launch.is_running(state):
         return False  # a launcher still appends the log (a Ray run's mirror) or a trainer writes it
-    return scrub_file(ad.stdout_log)
+    return scrub_file(ad.launch.stdout_log)
 
 
 def status(experiment: str | Path) -> list[AttemptStatus]:

@@ -161,9 +161,9 @@ def _log_artifacts(client: Any, run_id: str, ad: AttemptDir, attempt_dir: Path,
                    report_path: str | Path | None) -> None:
     """The attempt's plan, provenance, argv, decision and guard verdicts, and the report (markdown,
     its plots and the HTML view MLflow's artifact pane renders)."""
-    artifacts = [ad.plan, ad.provenance,
-                 ad.argv, ad.decision]
-    artifacts += sorted(ad.guards_dir.glob("*.json")) if ad.guards_dir.is_dir() else []
+    artifacts = [ad.plan, ad.launch.provenance,
+                 ad.launch.argv, ad.decision]
+    artifacts += sorted(ad.guards.dir.glob("*.json")) if ad.guards.dir.is_dir() else []
     for path in artifacts:
         if path.exists():
             client.log_artifact(run_id, str(path), artifact_path=path.parent.relative_to(attempt_dir).as_posix()
@@ -197,9 +197,9 @@ def _log_attempt(attempt_dir: str | Path, tracking_uri: str | None = None, *,
     run = run_for_attempt(client, Path(info["experiment_dir"]), info["id"], uri)
     run_id = run.info.run_id
 
-    provenance = _maybe_json(ad.provenance) or {}
-    argv_doc = _maybe_json(ad.argv) or {}
-    state = _maybe_json(ad.state) or {}
+    provenance = _maybe_json(ad.launch.provenance) or {}
+    argv_doc = _maybe_json(ad.launch.argv) or {}
+    state = _maybe_json(ad.launch.state) or {}
     decision = _maybe_json(ad.decision)
 
     params, tags, group = _params_and_tags(info, argv_doc, provenance, state, decision, run.data.params,
@@ -217,7 +217,7 @@ def _log_attempt(attempt_dir: str | Path, tracking_uri: str | None = None, *,
     metrics_path = ad.metrics
     rows: list[dict[str, Any]] = []
     if metrics_path.exists():
-        from rlexp.training.ingest import read_metrics
+        from rlexp.training.metrics_file import read_metrics
 
         rows = read_metrics(metrics_path, allow_torn_tail=True)
     training_keys = _training_keys_in_run(run)
@@ -240,7 +240,7 @@ def _log_attempt(attempt_dir: str | Path, tracking_uri: str | None = None, *,
     # an environment task's eval episodes, one trace each (nothing for single-turn attempts)
     log_episode_traces(client, uri, run.info.experiment_id, run_id, attempt_dir)
 
-    selection = _maybe_json(ad.selection) or {}
+    selection = _maybe_json(ad.evals.selection) or {}
     point, role_tags = role_metrics(attempt_dir, selection, decision)
     with store_lock(uri):  # parallel loggers: each point value once
         _log_single_metrics(client, client.get_run(run_id), point)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rlexp.experiment.layout import CHECKPOINT_DIR_PATTERNS
+from rlexp.experiment.layout import ADAPTER_DIR_PATTERN, CHECKPOINT_NAME_PATTERN
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -50,11 +50,11 @@ class TrainerRules:
     jsonl_log_format: str = "jsonl"
     #: its checkpoint folders' names (regular expressions, the step as group 1: ``rlexp import
     #: --checkpoints``), and the folders inside one where its weights may be
-    checkpoint_dirs: tuple[str, ...] = (CHECKPOINT_DIR_PATTERNS["hf_checkpoint"],  # --save_hf_ckpt
-                                        CHECKPOINT_DIR_PATTERNS["save_path"])  # --save_path
+    checkpoint_dirs: tuple[str, ...] = (ADAPTER_DIR_PATTERN,  # --save_hf_ckpt
+                                        CHECKPOINT_NAME_PATTERN)  # --save_path
     weights_inside: tuple[str, ...] = ()
     #: the folder under the attempt's ``checkpoints/`` it resumes from (rlexp.experiment.layout
-    #: AttemptDir.resume_state_dir; "": it keeps no resume state there, and asking for one is an error)
+    #: CheckpointFiles.resume_state_dir; "": it keeps no resume state there, and asking for one is an error)
     resume_state_folder: str = ""
     #: a pattern of its own resume-state names besides ``global_step{N}`` (the step as group 1)
     own_state_names: str | None = None
@@ -86,7 +86,7 @@ class TrainerRules:
 
     def group_of_one(self, recipe: Mapping[str, Any], version: str) -> Any:
         """A group-normalised estimator with one sample per prompt in this recipe
-        (rlexp.protocol.checks.GroupOfOne: the keys, and what this trainer then does), else None."""
+        (rlexp.protocol.recipe_checks.GroupOfOne: the keys, and what this trainer then does), else None."""
         return None
 
     def run_health_checks(self, recipe: Mapping[str, Any], version: str, env: Any = None) -> list[Any]:

@@ -62,11 +62,11 @@ class TrainerLaunch:
 
     def resume_step(self, att: Attempt, ad: AttemptDir) -> int:
         """The step a ``--resume`` continues from (0: none saved yet, it starts over)."""
-        latest = ad.latest_resume_state(self.rules, complete=self.rules.resume_state_complete)
+        latest = ad.checkpoint_files.latest_resume_state(self.rules, complete=self.rules.resume_state_complete)
         return latest.step if latest is not None else 0
 
     def follower(self, ad: AttemptDir, source: str, *, resume_step: int) -> Any:
-        """The reader of the run's metrics into ``metrics.jsonl`` (rlexp.training.ingest)."""
+        """The reader of the run's metrics into ``metrics.jsonl`` (rlexp.training.followers)."""
         raise NotImplementedError
 
     def script_args(self) -> Any:

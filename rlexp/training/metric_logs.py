@@ -11,7 +11,7 @@ formats no one trainer owns:
 - ``jsonl``: one JSON object per line with ``global_step`` or ``step``.
 - ``trainer-state``: TRL's (transformers') ``trainer_state.json``, its ``log_history`` entries.
 
-- ``tensorboard``: an event directory (read by rlexp.training.ingest).
+- ``tensorboard``: an event directory (read by rlexp.training.log_files).
 
 A trainer's own formats (OpenRLHF's console, verl's console and file logger) are read in its
 package (its rules' ``log_readers``, its ``metrics`` module): :func:`formats` and :func:`read_text`

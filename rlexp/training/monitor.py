@@ -360,7 +360,7 @@ class RunMonitor:
 
         doc = json.loads(json.dumps(verdict.to_dict()))  # as it reads back from disk
         if verdict.name not in self.written:
-            path = AttemptDir(self.attempt_dir).guard(verdict.name)
+            path = AttemptDir(self.attempt_dir).guards.verdict(verdict.name)
             if path.exists():  # a resumed run: the previous launch's verdict counts as written
                 with contextlib.suppress(InputError):  # unreadable: rewrite it
                     self.written[verdict.name] = read_json(path)
@@ -382,7 +382,7 @@ class RunMonitor:
         self.rows = [by_step[s] for s in sorted(by_step)]
         for spike in spikes(new_rows, self.spike_threshold):
             if spike.global_step not in self.logged_spikes:
-                append_jsonl(AttemptDir(self.attempt_dir).spikes, json_row(asdict(spike)))
+                append_jsonl(AttemptDir(self.attempt_dir).launch.spikes, json_row(asdict(spike)))
                 self.logged_spikes.add(spike.global_step)
         self._write(g3_smoke(self.rows, sop=self.sop, planned_steps=planned_global_steps(self.plan)))
         self._write(g5_runtime(self.rows, self.plan, sop=self.sop))

@@ -101,14 +101,14 @@ class Steps:
         """How ``warmup_steps`` was computed, for messages."""
         return f"ceil({self.optimizer_steps_total:,} × {recipe.get('lr_warmup_ratio')})"
 
-    # ---- what the step checks (rlexp.protocol.checks.check_step_counts) ask: a trainer whose step math
+    # ---- what the step checks (rlexp.protocol.step_checks.check_step_counts) ask: a trainer whose step math
     # differs from OpenRLHF's words the findings its own way (None: the catalogue's OpenRLHF wording)
     partial_batch_ref = "docs/plan.md#optimizer-steps-and-global-steps"  # a class attribute, not a field
 
     def step_message(self, check_id: str, intent: int | None = None) -> str | None:
         return None
 
-    # ---- what the LR checks (rlexp.protocol.checks.check_lr) ask of every trainer's step math
+    # ---- what the LR checks (rlexp.protocol.step_checks.check_lr) ask of every trainer's step math
     lr_unit = "optimizer"  # the steps its LR scheduler counts (a class attribute, not a field)
 
     @property

@@ -11,7 +11,7 @@ if TYPE_CHECKING:
 def group_of_one(recipe: Recipe, version: str) -> Any:
     """Both of its estimators (group_norm, dr_grpo) centre a reward on its group's mean
     (rlexp.trainers.local.loss.group_advantages): a group of one sample has advantage 0."""
-    from rlexp.protocol.checks import GroupOfOne
+    from rlexp.protocol.recipe_checks import GroupOfOne
 
     if recipe.n_samples_per_prompt > 1:
         return None

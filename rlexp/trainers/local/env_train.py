@@ -156,7 +156,7 @@ class EnvTask:
             if attempt_dir is None:
                 raise ValueError("a judge-weighted reward needs the attempt directory (its judge cache)")
             ad = AttemptDir(attempt_dir)
-            self.judge = judge_of(cfg.environment, ad.training_judge_cache, ad.training_judge_log)
+            self.judge = judge_of(cfg.environment, ad.launch.training_judge_cache, ad.launch.training_judge_log)
 
     def episode_reward(self, row: EnvRow, trajectory: Trajectory) -> Any:
         """The episode's reward under ``environment.reward`` — the eval's rule (the parts that apply to

@@ -49,10 +49,10 @@ class LocalLaunch(TrainerLaunch):
         return loss_token_budget(att.recipe.generate_max_len, att.environment)
 
     def follower(self, ad: AttemptDir, source: str, *, resume_step: int) -> Any:
-        from rlexp.training import ingest
+        from rlexp.training import followers
 
         # the local trainer writes metrics.jsonl itself; rows up to the resume point are known
-        return ingest.MetricsFileFollower(ad.metrics, after_step=resume_step)
+        return followers.MetricsFileFollower(ad.metrics, after_step=resume_step)
 
 
 LAUNCH = LocalLaunch()

@@ -223,11 +223,11 @@ def reference_logprobs(model, input_ids, attention_mask, chunk: int, reference=N
 
 
 def adapter_dir(attempt_dir: Path, global_step: int) -> Path:
-    return AttemptDir(attempt_dir).adapter(global_step)
+    return AttemptDir(attempt_dir).checkpoint_files.adapter(global_step)
 
 
 def state_dir(attempt_dir: Path, global_step: int) -> Path:
-    return AttemptDir(attempt_dir).resume_state(global_step, RULES)
+    return AttemptDir(attempt_dir).checkpoint_files.resume_state(global_step, RULES)
 
 
 def save_adapter(model, tokenizer, attempt_dir: Path, global_step: int) -> Path:
@@ -289,7 +289,7 @@ def save_state(
 def latest_state(attempt_dir: Path) -> Checkpoint | None:
     """The newest complete resumable state (its ``trainer_state.pt`` written, in the checkpoint's
     ``path``), or None."""
-    return AttemptDir(attempt_dir).latest_resume_state(RULES, complete="trainer_state.pt")
+    return AttemptDir(attempt_dir).checkpoint_files.latest_resume_state(RULES, complete="trainer_state.pt")
 
 
 def drop_stop_checkpoint(attempt_dir: Path, step: int, save_steps: int, total: int) -> None:

@@ -462,8 +462,8 @@ def plan_train_command(att: Attempt) -> dict[str, Any]:
         prompt_data=str(pool.path) if pool is not None and pool.path is not None else "",
         eval_dataset=str(monitor.path) if monitor is not None and monitor.path is not None else None,
         save_path=ad.final_model,
-        ckpt_path=ad.checkpoints_dir,
-        reward_file=ad.reward_func,
+        ckpt_path=ad.checkpoint_files.dir,
+        reward_file=ad.launch.reward_func,
         tensorboard_dir=ad.tensorboard,
     )
     from rlexp.trainers.launch import loss_recipe  # environment.loss gspo: the release's GSPO flags

@@ -120,7 +120,7 @@ DR_GRPO_REFUSED_SINCE = "0.11.0"
 
 def group_of_one(recipe: Recipe, version: str) -> Any:
     """OpenRLHF with one sample per prompt and an estimator that takes its baseline within the group."""
-    from rlexp.protocol.checks import GroupOfOne
+    from rlexp.protocol.recipe_checks import GroupOfOne
 
     estimator, samples = recipe.advantage_estimator, recipe.n_samples_per_prompt
     if samples > 1:

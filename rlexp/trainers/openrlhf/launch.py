@@ -11,6 +11,7 @@ from rlexp.experiment.layout import AttemptDir
 from rlexp.models.base_models import loadable
 from rlexp.trainers.launch import LaunchPlan, TrainerLaunch, loss_recipe
 from rlexp.trainers.openrlhf import RULES
+from rlexp.trainers.openrlhf.files import OpenRLHFFiles
 
 if TYPE_CHECKING:
     from rlexp.spec.model import Attempt
@@ -30,7 +31,7 @@ def training_data(att: Attempt, ad: AttemptDir, must_exist: bool = True) -> tupl
     for role in ("pool", "ood_monitor"):
         ref = att.datasets.get(role)
         if ref is not None and ref.path is not None and ref.prompt_suffix:
-            suffixed[role] = (ref.path, ad.derived_dataset(ref.path), ref.prompt_suffix)
+            suffixed[role] = (ref.path, OpenRLHFFiles.of(ad).suffixed_dataset(ref.path), ref.prompt_suffix)
     prompt_data = str(suffixed["pool"][1]) if "pool" in suffixed else str(pool.path)
     return prompt_data, suffixed
 
@@ -133,7 +134,7 @@ class OpenRLHFLaunch(TrainerLaunch):
     def prepare(self, att: Attempt, ad: AttemptDir, *, resume: bool, must_exist: bool) -> LaunchPlan:
         from rlexp.trainers.openrlhf import argv as openrlhf
 
-        reward_file = ad.reward_func
+        reward_file = ad.launch.reward_func
         prompt_data, suffixed = training_data(att, ad, must_exist=must_exist)
         monitor = att.datasets.get("ood_monitor")
         eval_dataset = None
@@ -144,7 +145,7 @@ class OpenRLHFLaunch(TrainerLaunch):
             prompt_data=prompt_data,
             eval_dataset=eval_dataset,
             save_path=ad.final_model,
-            ckpt_path=ad.checkpoints_dir,
+            ckpt_path=ad.checkpoint_files.dir,
             reward_file=reward_file,
             tensorboard_dir=ad.tensorboard,
         )
@@ -156,27 +157,27 @@ class OpenRLHFLaunch(TrainerLaunch):
         if att.environment is not None:  # an environment task: the agent file replaces the reward file
             from rlexp.trainers.openrlhf import agent
 
-            recipe, adapters = agent.launch_files(att, recipe, ad.agent_func)
+            recipe, adapters = agent.launch_files(att, recipe, OpenRLHFFiles.of(ad).agent_func)
             reward_file = None
         built = openrlhf.build_train_argv(recipe, att.trainer.version, spec_file=att.display_path or att.spec_path)
         return LaunchPlan(built.argv, reward_file=reward_file, suffixed=suffixed, dropped=built.dropped,
                           adapters=adapters)
 
     def resume_step(self, att: Attempt, ad: AttemptDir) -> int:
-        latest = ad.latest_resume_state(self.rules)
+        latest = ad.checkpoint_files.latest_resume_state(self.rules)
         if latest is None and att.recipe.disable_ds_ckpt:
             # OpenRLHF keeps no resumable state at all: --resume would always start over
-            raise InputError(ad.resume_state_dir(self.rules), None,
+            raise InputError(ad.checkpoint_files.resume_state_dir(self.rules), None,
                              "no checkpoint to resume from (recipe.disable_ds_ckpt is set: OpenRLHF keeps no "
                              "resumable state)")
         return latest.step if latest is not None else 0  # none: killed before its first checkpoint
 
     def follower(self, ad: AttemptDir, source: str, *, resume_step: int) -> Any:
-        from rlexp.training import ingest
+        from rlexp.training import followers
 
         # the argv logs scalars under ATTEMPT/tensorboard (attempt_recipe: use_tensorboard)
-        where = {"stdout": ad.stdout_log, "tensorboard": ad.tensorboard}[source]
-        return ingest.MetricsFollower(source, where, ad.metrics, trainer=self.rules.name)
+        where = {"stdout": ad.launch.stdout_log, "tensorboard": ad.tensorboard}[source]
+        return followers.MetricsFollower(source, where, ad.metrics, trainer=self.rules.name)
 
 
 LAUNCH = OpenRLHFLaunch()

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rlexp.experiment.layout import CHECKPOINT_DIR_PATTERNS
 from rlexp.trainers.base import TrainerRules
 
 if TYPE_CHECKING:
@@ -27,13 +26,13 @@ class TrlRules(TrainerRules):
     metrics_source_note = "trainer trl is followed through its TensorBoard events"
     log_trainer = "trl"
     console_log_format = None
-    checkpoint_dirs = (CHECKPOINT_DIR_PATTERNS["output_dir"],)  # transformers' output_dir
+    checkpoint_dirs = (r"checkpoint-(\d+)",)  # transformers' output_dir: checkpoint-{N}
     launch_commands = ("trl",)  # `trl grpo ...`, `trl rloo ...`; `python -m trl...` and a training script too
     runs_scripts = True
     console_log_note = ("TRL's console lines carry no step number: give its trainer_state.json (in each "
                         "checkpoint), its TensorBoard directory, or --format")
     resume_state_folder = "trl"  # its output_dir: checkpoints/trl/checkpoint-{N} (transformers' Trainer)
-    own_state_names = CHECKPOINT_DIR_PATTERNS["output_dir"]
+    own_state_names = checkpoint_dirs[0]
     plays_tool_calls = True  # GRPOTrainer(environment_factory=...): rlexp.trainers.trl.agent_tools
 
     def build_key_table(self) -> Any:

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlexp.errors import InputError
+from rlexp.trainers.trl.files import TrlFiles
 
 if TYPE_CHECKING:
     from rlexp.spec.model import Attempt
@@ -124,10 +125,11 @@ def rollout_adapter(att: Attempt, ad: Any, grpo_kwargs: Mapping[str, Any], rlexp
                         "max_tokens_per_turn": settings.max_tokens_per_turn,
                         "max_total_tokens": settings.max_total_tokens,
                         "success_threshold": settings.success_threshold},
-        "episodes_path": str(ad.trl_episodes),
+        "episodes_path": str(TrlFiles.of(ad).episodes),
     }
     text = render_rollout_module(att.id, environment_imports(att), config)
-    return RolloutAdapter(ad.trl_rollout_module, text, (ROLLOUT_MODULE_OPTION, str(ad.trl_rollout_module)))
+    module = TrlFiles.of(ad).rollout_module
+    return RolloutAdapter(module, text, (ROLLOUT_MODULE_OPTION, str(module)))
 
 
 # ----------------------------------------------------------------------------- run by the generated module

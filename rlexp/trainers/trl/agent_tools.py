@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlexp.errors import InputError
 from rlexp.trainers.trl.agent import check_episode_rules
+from rlexp.trainers.trl.files import TrlFiles
 
 if TYPE_CHECKING:
     from rlexp.spec.model import Attempt
@@ -140,11 +141,12 @@ def tools_adapter(att: Attempt, ad: Any, grpo_kwargs: dict[str, Any], rlexp_root
                         "max_tokens_per_turn": settings.max_tokens_per_turn,
                         "max_total_tokens": settings.max_total_tokens,
                         "success_threshold": settings.success_threshold, "actions": settings.actions},
-        "episodes_path": str(ad.trl_episodes),
+        "episodes_path": str(TrlFiles.of(ad).episodes),
         "model_name_or_path": str(att.base_model()),
     }
     text = render_tools_module(att.id, imports, tables, config)
-    return RolloutAdapter(ad.trl_tools_module, text, (ROLLOUT_MODULE_OPTION, str(ad.trl_tools_module)))
+    module = TrlFiles.of(ad).tools_module
+    return RolloutAdapter(module, text, (ROLLOUT_MODULE_OPTION, str(module)))
 
 
 # ----------------------------------------------------------------------------- run by the generated module

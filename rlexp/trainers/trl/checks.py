@@ -43,8 +43,7 @@ def run_health_checks(recipe: dict[str, Any], version: str) -> list[Verdict]:
     use_vllm) divides the trainer's log-probs by vLLM's: top_p below 1 or top_k above 0 makes vLLM sample from
     a truncated, renormalised distribution the trainer does not score (GRPOTrainer applies temperature to
     both, not the truncation), so the weights are biased (a warning)."""
-    from rlexp.protocol.checks import WARNING
-    from rlexp.protocol.verdict import check
+    from rlexp.protocol.verdict import WARNING, check
     from rlexp.trainers.trl.keys import estimator_of
 
     if estimator_of(recipe) == "rloo":

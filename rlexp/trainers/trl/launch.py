@@ -100,9 +100,9 @@ class TrlLaunch(TrainerLaunch):
         return LaunchPlan(built.argv, files={built.script: built.script_text}, adapters=dict(built.adapters))
 
     def follower(self, ad: AttemptDir, source: str, *, resume_step: int) -> Any:
-        from rlexp.training import ingest
+        from rlexp.training import followers
 
-        return ingest.MetricsFollower("tensorboard", ad.tensorboard, ad.metrics, trainer=self.rules.name)
+        return followers.MetricsFollower("tensorboard", ad.tensorboard, ad.metrics, trainer=self.rules.name)
 
     def provenance_extra(self, argv: list[str]) -> dict[str, Any]:
         # TRL runs in .venv-trl, whose versions the main venv cannot see

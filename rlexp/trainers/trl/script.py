@@ -25,6 +25,7 @@ from rlexp.errors import InputError
 from rlexp.experiment.layout import ADAPTER_PATTERN, AttemptDir
 from rlexp.models.base_models import loadable
 from rlexp.trainers.trl import RULES
+from rlexp.trainers.trl.files import TrlFiles
 from rlexp.trainers.trl.metrics import NAMES as _TRL_NAMES
 
 if TYPE_CHECKING:
@@ -88,7 +89,7 @@ def config_kwargs(att: Attempt, ad: AttemptDir) -> tuple[dict[str, Any], dict[st
     report_to = stated.get("report_to") or []
     report_to = [report_to] if isinstance(report_to, str) else list(report_to)
     report_to = [r for r in report_to if r not in ("none", "tensorboard")] + ["tensorboard"]
-    return {**stated, "output_dir": str(ad.resume_state_dir(RULES)), "report_to": report_to}, model_kwargs
+    return {**stated, "output_dir": str(ad.checkpoint_files.resume_state_dir(RULES)), "report_to": report_to}, model_kwargs
 
 
 def prepare_launch(att: Attempt, ad: AttemptDir, *, resume: bool, must_exist: bool = True) -> TrlScript:
@@ -118,10 +119,10 @@ def prepare_launch(att: Attempt, ad: AttemptDir, *, resume: bool, must_exist: bo
                     if monitor is not None and monitor.path is not None else None),
         "monitor_max_new_tokens": int(max_new),
         "tensorboard_dir": str(ad.tensorboard),
-        "monitor_tensorboard_dir": str(ad.monitor_tensorboard),
-        "checkpoint_pattern": str(ad.checkpoints_dir / ADAPTER_PATTERN),
+        "monitor_tensorboard_dir": str(TrlFiles.of(ad).monitor_tensorboard),
+        "checkpoint_pattern": str(ad.checkpoint_files.dir / ADAPTER_PATTERN),
     }
-    script = ad.trl_script
+    script = TrlFiles.of(ad).script
     argv = [str(trl_python(must_exist=must_exist)), str(script)] + (["--resume"] if resume else [])
     env = att.environment
     if env is not None and env.actions == "tool_calls":  # TRL's environment_factory adapter

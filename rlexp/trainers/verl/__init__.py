@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rlexp.experiment.layout import CHECKPOINT_DIR_PATTERNS
 from rlexp.trainers.base import TrainerRules
 
 if TYPE_CHECKING:
@@ -25,11 +24,11 @@ class VerlRules(TrainerRules):
     log_trainer = "verl"
     console_log_format = "verl-console"
     jsonl_log_format = "verl-file"  # its file logger
-    checkpoint_dirs = (CHECKPOINT_DIR_PATTERNS["default_local_dir"],)  # trainer.default_local_dir
+    checkpoint_dirs = (r"global_step_(\d+)",)  # trainer.default_local_dir: global_step_{N}
     # its trainer.default_local_dir, checkpoints/verl/global_step_{N}/actor: it resumes itself from
     # the latest (resume_mode auto); rlexp reads the step it continues from
     resume_state_folder = "verl"
-    own_state_names = CHECKPOINT_DIR_PATTERNS["default_local_dir"]
+    own_state_names = checkpoint_dirs[0]
     resume_state_complete = "actor"
     weights_inside = ("actor/lora_adapter", "actor/huggingface", "actor")
     launch_modules = ("verl.trainer.main_ppo", "verl.")

@@ -1,4 +1,4 @@
-"""The preflight catalogue for a verl attempt: the catalogue's LR checks (rlexp.protocol.checks.check_lr,
+"""The preflight catalogue for a verl attempt: the catalogue's LR checks (rlexp.protocol.step_checks.check_lr,
 one implementation for every trainer) on verl's step math, verl's own step checks under the
 catalogue's ids, then the catalogue's checks that do not depend on how a
 trainer counts steps (schedule, one variable, suffix, datasets, power, groups of one sample).
@@ -34,24 +34,30 @@ def verl_preflight(att: Attempt, steps: VerlSteps, schedule: VerlSchedule, power
     """The preflight catalogue for a verl attempt: the catalogue's LR checks on verl's step math,
     verl's own step checks under the catalogue's ids, then the catalogue's trainer-independent checks
     (rlexp.protocol.checks)."""
-    from rlexp.protocol import checks as catalogue
+    from rlexp.protocol.agentic_checks import check_agentic
+    from rlexp.protocol.checks import check_run_health
+    from rlexp.protocol.data_checks import check_datasets, check_suffix
+    from rlexp.protocol.power_checks import check_power
+    from rlexp.protocol.recipe_checks import check_group_of_one
+    from rlexp.protocol.step_checks import check_lr, check_schedule
+    from rlexp.protocol.variable_checks import check_single_variable
+    from rlexp.protocol.verdict import ERROR
 
     ckpt = verl_checkpoint_plan(steps, schedule, att.checkpoints_mid)
-    found = [*catalogue.check_lr(att, steps), *_step_checks(att, steps)]
+    found = [*check_lr(att, steps), *_step_checks(att, steps)]
     if config is not None:
         found += megatron_layout_checks(config)
-    found += catalogue.check_schedule(att, steps, ckpt, eval_key="trainer.test_freq", save_key="trainer.save_freq",
-                                      fires_rule="every multiple of the frequency and the last step")
-    for findings in (catalogue.check_single_variable(att), catalogue.check_suffix(att),
-                     catalogue.check_datasets(att), catalogue.check_power(att, power), catalogue.check_group_of_one(att),
-                     catalogue.check_agentic(att), catalogue.check_run_health(att)):  # fmt: skip
+    found += check_schedule(att, steps, ckpt, eval_key="trainer.test_freq", save_key="trainer.save_freq",
+                            fires_rule="every multiple of the frequency and the last step")
+    for findings in (check_single_variable(att), check_suffix(att),
+                     check_datasets(att), check_power(att, power), check_group_of_one(att),
+                     check_agentic(att), check_run_health(att)):  # fmt: skip
         found.extend(findings)
-    return sorted(found, key=lambda c: c.severity != catalogue.ERROR)
+    return sorted(found, key=lambda c: c.severity != ERROR)
 
 
 def _step_checks(att: Attempt, steps: VerlSteps) -> list[Any]:
-    from rlexp.protocol.checks import ERROR, WARNING
-    from rlexp.protocol.verdict import check
+    from rlexp.protocol.verdict import ERROR, WARNING, check
 
     out = []
     total = steps.global_steps_total
@@ -255,7 +261,7 @@ VERL_GROUP_OF_ONE = {
 
 def group_of_one(recipe: dict[str, Any], version: str) -> Any:
     """verl with ``actor_rollout_ref.rollout.n`` 1 and an estimator that takes its baseline within the group."""
-    from rlexp.protocol.checks import GroupOfOne
+    from rlexp.protocol.recipe_checks import GroupOfOne
 
     estimator = str(recipe.get("algorithm.adv_estimator") or "gae")
     samples = recipe.get("actor_rollout_ref.rollout.n")
@@ -269,8 +275,7 @@ def run_health_checks(recipe: dict[str, Any], version: str) -> list[Any]:
     weighs tokens by exp(old_log_prob - rollout_log_prob); with actor_rollout_ref.rollout.top_p below 1 vLLM
     samples from the renormalised top-p distribution while the actor scores the full softmax, so the weights
     are biased (a warning)."""
-    from rlexp.protocol.checks import WARNING
-    from rlexp.protocol.verdict import check
+    from rlexp.protocol.verdict import WARNING, check
 
     corrected = (recipe.get("algorithm.rollout_correction.rollout_is") is not None
                  or recipe.get("algorithm.rollout_correction.rollout_rs") is not None)

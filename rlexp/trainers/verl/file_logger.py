@@ -1,5 +1,5 @@
 """verl's ``file`` logger (``$VERL_FILE_LOGGER_PATH``: one JSON line per step) read into canonical
-metric rows: line by line while a run lives (the launch's follower, rlexp.training.ingest.MetricsFollower
+metric rows: line by line while a run lives (the launch's follower, rlexp.training.followers.MetricsFollower
 with :func:`parse_verl_line`), or the whole file at once (:func:`read_verl_metrics`)."""
 
 from __future__ import annotations
@@ -61,6 +61,6 @@ def read_verl_metrics(path: str | Path) -> tuple[list[dict[str, Any]], IngestSta
 
 def follower(source: str | Path, metrics_path: str | Path) -> Any:
     """The launch's follower of the file logger's output: new steps appended to ``metrics_path``."""
-    from rlexp.training.ingest import MetricsFollower
+    from rlexp.training.followers import MetricsFollower
 
     return MetricsFollower("verl", source, metrics_path, trainer="verl", parse=parse_verl_line)

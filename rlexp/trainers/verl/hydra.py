@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlexp.errors import InputError
 from rlexp.trainers.verl import RULES, releases
+from rlexp.trainers.verl.files import VerlFiles
 from rlexp.trainers.verl.steps import NUMBER_OR_BOUNDS
 
 if TYPE_CHECKING:
@@ -295,9 +296,9 @@ def attempt_paths(att: Attempt) -> VerlPaths:
                          "state the in-run monitor set")
     # a set stated by its size alone (external data an import recorded as several files): the plan
     # names the copy launch would write by the role; launch itself refuses it without a file
-    return VerlPaths(model=model_path(att), train_file=ad.verl_dataset(pool.path or Path("pool.jsonl")),
-                     val_file=ad.verl_dataset(monitor.path or Path("ood_monitor.jsonl")), reward_file=ad.reward_func,
-                     checkpoints=ad.resume_state_dir(RULES), metrics_file=ad.verl_metrics)
+    return VerlPaths(model=model_path(att), train_file=VerlFiles.of(ad).dataset(pool.path or Path("pool.jsonl")),
+                     val_file=VerlFiles.of(ad).dataset(monitor.path or Path("ood_monitor.jsonl")), reward_file=ad.launch.reward_func,
+                     checkpoints=ad.checkpoint_files.resume_state_dir(RULES), metrics_file=VerlFiles.of(ad).metrics)
 
 
 def stated_recipe(att: Attempt) -> dict[str, Any]:

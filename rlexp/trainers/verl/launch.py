@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from rlexp.experiment.layout import AttemptDir
 from rlexp.trainers.launch import LaunchPlan, TrainerLaunch
 from rlexp.trainers.verl import RULES
+from rlexp.trainers.verl.files import VerlFiles
 
 if TYPE_CHECKING:
     from rlexp.spec.model import Attempt
@@ -61,7 +62,7 @@ class VerlLaunch(TrainerLaunch):
         if att.environment is not None:  # an environment task: the generated agent loop
             from rlexp.trainers.verl import agent
 
-            built, adapters = agent.launch_files(att, built, ad.agent_loop_dir)
+            built, adapters = agent.launch_files(att, built, VerlFiles.of(ad).agent_loop_dir)
         return LaunchPlan(built.argv, reward_file=built.reward_file, env=built.env, own=built, adapters=adapters)
 
     def write_files(self, plan: LaunchPlan) -> None:
@@ -76,7 +77,7 @@ class VerlLaunch(TrainerLaunch):
     def follower(self, ad: AttemptDir, source: str, *, resume_step: int) -> Any:
         from rlexp.trainers.verl.file_logger import follower
 
-        return follower(ad.verl_metrics, ad.metrics)  # its file logger: one JSON line per step
+        return follower(VerlFiles.of(ad).metrics, ad.metrics)  # its file logger: one JSON line per step
 
 
 LAUNCH = VerlLaunch()

@@ -24,7 +24,8 @@ def build_verl_plan(att: Attempt, plan_format: int) -> dict[str, Any]:
     """plan.json for a verl attempt; ``plan_format`` is rlexp.stages.plan.PLAN_FORMAT (handed in:
     the stage plan calls this module)."""
     from rlexp.experiment.files import sha256_file
-    from rlexp.protocol.checks import MAX_GLOBAL_STEPS, primary_power
+    from rlexp.protocol.checks import MAX_GLOBAL_STEPS
+    from rlexp.protocol.power_checks import primary_power
     from rlexp.spec import diff_against_parent
     from rlexp.stats import power_report
     from rlexp.trainers.verl import hydra as backend

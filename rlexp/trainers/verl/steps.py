@@ -131,7 +131,7 @@ class VerlSteps:
         """Global steps until the LR first reaches its peak (warm-up counted in scheduler steps)."""
         return self.warmup_steps / self.scheduler_steps_per_global_step + self.first_update_step - 1
 
-    # ---- what the LR checks (rlexp.protocol.checks.check_lr) ask of every trainer's step math
+    # ---- what the LR checks (rlexp.protocol.step_checks.check_lr) ask of every trainer's step math
     lr_unit = "scheduler"  # verl's scheduler counts its own steps (k per global step)
 
     @property
