@@ -34,6 +34,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from test_trl_run import SPEC
 from trl_venv import trl_python_or_skip
 
 from rlexp.cli import main
@@ -312,36 +313,8 @@ def test_imported_rloo_script_launches_rlootrainer(imported, trls_own, capsys):
     assert trls_own["launched"] == ["RLOOConfig", 2, 0.05, 1]
 
 
-RUN_SPEC = """\
-trainer: {name: trl}
-recipe:
-  advantage_estimator: rloo
-  model_name_or_path: models/tiny-base
-  per_device_train_batch_size: 4
-  gradient_accumulation_steps: 2
-  num_generations: 4
-  num_train_epochs: 1
-  max_completion_length: 8
-  learning_rate: 1.0e-3
-  lr_scheduler_type: cosine
-  warmup_steps: 1
-  logging_steps: 1
-  eval_strategy: steps
-  eval_steps: 2
-  save_strategy: steps
-  save_steps: 2
-  bf16: false
-  seed: 7
-intent: {global_steps: 4}
-checkpoints: {mid: 2}
-datasets:
-  pool: {path: data/pool_9.jsonl}
-  ood_monitor: {path: data/ood_monitor_8.jsonl}
-  ood_primary: {path: data/ood_primary_16.jsonl}
-  id: {path: data/id_8.jsonl}
-  sanity: {path: data/sanity_18.jsonl}
-eval: {engine: local, max_tokens: 8}
-"""
+# test_trl_run.py's real CPU run, on RLOOTrainer
+RUN_SPEC = SPEC.replace("recipe:\n", "recipe:\n  advantage_estimator: rloo\n", 1)
 
 
 @pytest.mark.slow
