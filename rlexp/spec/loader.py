@@ -36,11 +36,11 @@ from .schema import (
     _ID_RE,
     _SCHEMA,
     _check_change_key,
-    _counts_something,
     _validate,
     _validate_recipe,
     _validate_section,
     credential_in,
+    holds_no_secret,
     is_credential_key,
 )
 
@@ -170,7 +170,7 @@ def _resolve(
                              f"keys must be strings, got {type(ckey).__name__} {ckey!r:.40}")
         _check_change_key(ckey, display, trainer.name)
         if (is_credential_key(ckey) and cvalue is not None and cvalue is not False
-                and not _counts_something(recipe_key_for(trainer.name, ckey), cvalue)):
+                and not holds_no_secret(recipe_key_for(trainer.name, ckey), cvalue)):
             raise InputError(display, f"change.{ckey}", "a credential does not go in a spec: set it in an "
                                                          "environment variable instead (e.g. WANDB_API_KEY)")
 

@@ -77,8 +77,10 @@ _CREDENTIAL_WORD = re.compile(r"(?:^|[._-])(?:api[._-]?key|apikey|token|secret|p
                               re.IGNORECASE)
 
 
-def _counts_something(key: RecipeKey | None, value: Any = None) -> bool:
-    """A trainer's key whose default is a number names a count, never a credential (verl's
+def holds_no_secret(key: Any, value: Any = None) -> bool:
+    """Whether ``value`` of a key named like a credential's cannot be one, by the key's default
+    (``key``: a recipe key or a trainer's config key, anything with a ``default``; None: unknown).
+    A key whose default is a number names a count, never a credential (verl's
     ``ppo_max_token_len_per_gpu`` is a number of tokens); one whose default is a bool switches a
     feature, and a bool value holds no secret (verl's ``data.continuous_token.enable``)."""
     if key is None:
@@ -297,7 +299,7 @@ def _validate_recipe(recipe: dict[str, Any], display: str, trainer: str) -> dict
         if not isinstance(name, str):
             raise InputError(display, where, f"keys must be strings, got {type(name).__name__} {name!r:.40}")
         if (is_credential_key(name) and value is not None and value is not False
-                and not _counts_something(table.lookup(name), value)):
+                and not holds_no_secret(table.lookup(name), value)):
             raise InputError(display, where, "a credential does not go in a spec (it would reach plan.json, the "
                                              "report and MLflow): set it in an environment variable instead "
                                              "(e.g. WANDB_API_KEY, HF_TOKEN)")

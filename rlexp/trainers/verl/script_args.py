@@ -13,7 +13,6 @@ is read the same way. The config is the one of the engine the script chooses (``
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -70,15 +69,15 @@ def check_module(script: Path, where: str, module: str) -> None:
                          "or is not in the release")
 
 
-def dropped(key: str, table: Mapping[str, Any] | None = None) -> bool:
+def dropped(key: str, known: Any = None, value: Any = None) -> bool:
     """Whether import leaves ``key`` out anyway (rlexp sets it, a logger, a credential, the reward).
-    A key whose name reads like a credential's but whose default in the release's config (``table``)
-    is a number or a bool holds no text, so no secret (``ppo_max_token_len_per_gpu`` counts tokens,
-    ``data.continuous_token.enable`` switches a feature): it is kept, and checked like any key."""
+    A key named like a credential's is kept when the release's config (``known``: its key there)
+    says its value holds no secret, by the spec's own rule (``rlexp.spec.schema.holds_no_secret``:
+    ``ppo_max_token_len_per_gpu`` counts tokens, ``data.continuous_token.enable`` switches a feature)."""
+    from rlexp.spec.schema import holds_no_secret
     from rlexp.trainers.verl.hydra import MANAGED_KEYS
 
-    known = (table or {}).get(key)
-    secret = secret_argument(key) and not (known is not None and known.type in ("int", "float", "bool"))
+    secret = secret_argument(key) and not holds_no_secret(known, value)
     return (key in MANAGED_KEYS and key not in DATASET_KEYS) or key in LOGGER_NAMES or secret \
         or key.startswith(("reward_model.reward_kwargs", "trainer.default_local_dir", "trainer.validation_data_dir",
                            "trainer.rollout_data_dir"))
@@ -159,7 +158,7 @@ def read_args(script: Path, where: str, args: list[str], version: str | None = N
             role = DATASET_KEYS[key]
             path = value[0] if isinstance(value, list) and len(value) == 1 else value
             datasets[role] = dataset_argument(path if isinstance(path, list) else str(path), key)
-        elif dropped(key, table):
+        elif dropped(key, table.get(key), value):
             left_out.append(key)
         elif plus and table and key not in table:  # + and ++ add a key: into a mapping, or nowhere
             _addition(script, where, key, value, table, recipe, left_out, notes, version)
