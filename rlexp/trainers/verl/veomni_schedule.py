@@ -37,8 +37,8 @@ Read from the two releases' code:
 
 When it applies: verl's engine worker calls ``scheduler.step()`` once per actor update, after the
 update's last mini-batch, and logs ``get_last_lr()[0]`` as ``actor/lr``. So update ``u`` (0-based
-count of updates) runs all of its optimizer steps at ``lr_at(u)``, and the ``actor/lr`` logged with it
-is ``lr_at(u + 1)``, the LR the next update will use. The float operations below are VeOmni's, in
+count of updates) runs all of its optimizer steps at ``lr(u)``, and the ``actor/lr`` logged with it
+is ``lr(u + 1)``, the LR the next update will use. The float operations below are VeOmni's, in
 its order, times ``lr`` as ``LambdaLR`` multiplies.
 """
 
@@ -99,21 +99,17 @@ class VeOmniLRSchedule:
         wave = 0.5 * (1.0 + math.cos(math.pi * 0.5 * 2.0 * progress))  # VeOmni's num_cycles 0.5, its order
         return max(0, wave * (1 - floor) + floor)
 
-    def lr_at(self, step: int) -> float:
+    def lr(self, step: int) -> float:
         """The LR after ``step`` scheduler steps: what update ``step`` (0-based) runs with, and
         the ``actor/lr`` verl logs with update ``step - 1``."""
         return self.peak_lr * self.factor(step)
 
     def lrs(self) -> list[float]:
-        """``lr_at(i)`` for ``i`` = 0 … N: the N updates' LRs, then the value logged after the last."""
-        return [self.lr_at(i) for i in range(self.train_steps + 1)]
+        """``lr(i)`` for ``i`` = 0 … N: the N updates' LRs, then the value logged after the last."""
+        return [self.lr(i) for i in range(self.train_steps + 1)]
 
     # what the plan reads of an engine's schedule (rlexp.trainers.verl.steps.ENGINE_SCHEDULES)
     name = "veomni"
-
-    def lr(self, step: int) -> float:
-        """:meth:`lr_at` under the name every engine's schedule answers to."""
-        return self.lr_at(step)
 
     @property
     def decay_style(self) -> str:
@@ -125,7 +121,7 @@ class VeOmniLRSchedule:
         (the decay only falls after the warm-up, so its end is its lowest)."""
         if self.scheduler == "constant":
             return self.peak_lr
-        return self.lr_at(max(self.train_steps, self.warmup_steps))
+        return self.lr(max(self.train_steps, self.warmup_steps))
 
     def warmup_rule(self, recipe: Mapping[str, Any]) -> str:
         ratio = recipe.get("actor_rollout_ref.actor.optim.lr_warmup_steps_ratio", 0.0)
