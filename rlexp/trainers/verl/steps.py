@@ -222,8 +222,8 @@ def compute_verl_steps(config: Mapping[str, Any], pool_size: int, version: str) 
     critic_warmup = _int(config, "trainer.critic_warmup", minimum=0)
     engine = config.get(ENGINE_KEY) or DEFAULT_ENGINE
     if engine != DEFAULT_ENGINE and engine not in ENGINE_SCHEDULES:
-        raise VerlConfigError(ENGINE_KEY, ENGINE_NOT_YET.get(engine, f"{engine!r}: rlexp does not plan verl's "
-                                                                     "LR schedule on this engine (rlexp's limit)"))
+        raise VerlConfigError(ENGINE_KEY, f"{engine!r}: rlexp does not plan verl's LR schedule on this engine "
+                                          "(rlexp's limit)")
     if engine == DEFAULT_ENGINE:
         stated_warmup = _int(config, f"{ACTOR_OPTIM}.lr_warmup_steps")
         ratio = _float(config, f"{ACTOR_OPTIM}.lr_warmup_steps_ratio")
@@ -395,11 +395,10 @@ def _veomni(config: Mapping[str, Any], horizon: int) -> Any:
 
 # model_engine -> (resolved config, the scheduler's horizon) -> its schedule: lr(i) and factor(i) after i
 # scheduler steps, peak_lr, warmup_steps, decay_style, min_lr_reached, warmup_rule(recipe), as_dict();
-# FSDP's (dp) is the LambdaLR math above. An engine verl composes but rlexp cannot plan yet says why.
+# FSDP's (dp) is the LambdaLR math above; another engine verl composes (torchtitan) is refused at plan.
 # MindSpeed's engines (verl 0.9.0, workers/engine/mindspeed) subclass the Megatron engine and build its
 # scheduler (optim@optim: megatron), so theirs is Megatron's
 ENGINE_SCHEDULES: dict[str, Any] = {"megatron": _megatron, "mindspeed": _megatron, "veomni": _veomni}
-ENGINE_NOT_YET: dict[str, str] = {}  # an engine verl composes whose schedule rlexp does not model: why
 
 
 # ----------------------------------------------------------------------------- validation and saves
