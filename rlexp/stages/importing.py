@@ -31,6 +31,7 @@ from rlexp.trainers.launch import launcher
 
 if TYPE_CHECKING:
     from rlexp.spec.model import Attempt
+    from rlexp.training.launch_script import Launch, Script
 
 
 @dataclass
@@ -49,20 +50,61 @@ def import_script(script: str | Path, attempt_dir: str | Path, *, version: str |
     """Read ``script`` and write ``ATTEMPT_DIR/attempt.yaml`` (refused when one is there). ``env``
     (``--env``) and ``env_file`` (``--env-file``, read as ``NAME=VALUE`` data) are what the script
     would find in its environment; ``env`` wins over the file."""
-    from rlexp.experiment.files import read_text
     from rlexp.experiment.layout import AttemptDir
-    from rlexp.spec import values_equal
+
+    script = Path(script)
+    attempt_dir = Path(attempt_dir)
+    command, launch = _read_command(script, env, env_file)
+    spec_path = AttemptDir(attempt_dir).spec
+    if spec_path.exists() and write:
+        raise InputError(spec_path, None, "already exists: import into a new attempt directory")
+    experiment = attempt_dir.resolve().parent
+    where = f"line {command.line}"
+    # the launch script's trainer (rlexp.training.launch_script.launch_of) reads its own arguments
+    reader = launcher(launch.trainer).script_args()
+    recipe, datasets, left_out, notes = _read_arguments(reader, script, where, launch, version)
+    notes = command.notes + notes
+    if version is None and not reader.CHECKS_VERSION:
+        raise InputError(script, None, f"the {launch.trainer} release is not stated in the script: give it with "
+                         "--version (the steps and keys depend on it)")
+    trainer: dict[str, Any] = {"name": launch.trainer, "version": str(version)}
+    if gpus is not None:
+        trainer["gpus"] = gpus
+    spec: dict[str, Any] = {"id": attempt_dir.name,
+                            "description": f"imported from {script.name} (rlexp import; the script was not run)"}
+    stated_sizes = {"pool": pool_size, "ood_monitor": monitor_size}
+    for role in list(datasets):
+        datasets[role] = _dataset_entry(script, where, experiment, role, datasets[role], stated_sizes.get(role), notes)
+    if parent is not None:
+        spec.update(_child_spec(reader, experiment, parent, trainer, recipe, datasets, intent_steps, notes))
+    else:
+        if intent_steps is not None:
+            spec["intent"] = {"global_steps": intent_steps}
+        spec["trainer"] = trainer
+        spec["recipe"] = recipe
+        spec["datasets"] = datasets
+        notes.append("the eval sets (ood_primary, id, sanity), checkpoints, budget and baseline are not in a launch "
+                     "script: add them to attempt.yaml (or import with --parent to inherit them)")
+    if write:
+        from rlexp.experiment.files import atomic_write_text
+
+        attempt_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(spec_path, render(spec, script, left_out, notes))
+    return Imported(spec, launch.trainer, spec_path, left_out, notes)
+
+
+def _read_command(script: Path, env: dict[str, str] | None, env_file: str | Path | None) -> tuple[Script, Launch]:
+    """The script's one launch command, read with the environment it is given (never run), and the
+    trainer launch it makes (:func:`rlexp.training.launch_script.launch_of`)."""
+    from rlexp.experiment.files import read_text
     from rlexp.training.launch_script import (
         MAX_SCRIPT_BYTES,
         ScriptError,
         launch_of,
         read_env_file,
         read_script,
-        unknown_arguments,
     )
 
-    script = Path(script)
-    attempt_dir = Path(attempt_dir)
     environment: dict[str, str] = {}
     if env_file is not None:
         _check_size(Path(env_file), MAX_SCRIPT_BYTES)
@@ -79,13 +121,16 @@ def import_script(script: str | Path, attempt_dir: str | Path, *, version: str |
     except ScriptError as exc:
         where = f"line {exc.line}" if exc.line else (f"line {command.line}" if "command" in locals() else None)
         raise InputError(script, where, exc.message) from None
-    spec_path = AttemptDir(attempt_dir).spec
-    if spec_path.exists() and write:
-        raise InputError(spec_path, None, "already exists: import into a new attempt directory")
-    experiment = attempt_dir.resolve().parent
-    where = f"line {command.line}"
-    # the launch script's trainer (rlexp.training.launch_script.launch_of) reads its own arguments
-    reader = launcher(launch.trainer).script_args()
+    return command, launch
+
+
+def _read_arguments(reader: Any, script: Path, where: str, launch: Launch, version: str | None,
+                    ) -> tuple[dict[str, Any], dict[str, Any], list[str], list[str]]:
+    """The launch's arguments as the trainer reads them: the recipe, the datasets, what is left out and
+    the notes. A value the script leaves unknown is refused where it reaches a key plan needs, and
+    noted where import drops that key anyway."""
+    from rlexp.training.launch_script import unknown_arguments
+
     implied: dict[str, Any] = {}
     if hasattr(reader, "check_module"):  # a trainer with one entry point among its package's modules
         # the recipe keys the command itself states (`trl rloo`: TRL's RLOOTrainer), else None
@@ -103,8 +148,7 @@ def import_script(script: str | Path, attempt_dir: str | Path, *, version: str |
         raise InputError(script, f"line {unknown.value.line}", f"{unknown.value.what} reaches {unknown.key!r}, "
                          f"which plan needs ({reader.field_of(unknown.key)})")
     recipe, datasets, left_out, notes = reader.read_args(script, where, args, version)
-    recipe = {**implied, **recipe}
-    notes = command.notes + unknown_notes + notes
+    notes = unknown_notes + notes
     if "pool" not in datasets:
         if not (getattr(reader, "DATA_IN_SCRIPT", False) and launch.module.endswith(".py")):
             raise InputError(script, where, f"no training data in the {launch.trainer} command (datasets.pool, which "
@@ -112,50 +156,33 @@ def import_script(script: str | Path, attempt_dir: str | Path, *, version: str |
         datasets["pool"] = {"path": [launch.module], "flag": f"the data {launch.module} loads"}
         notes.append(f"datasets.pool: the training data is loaded inside {launch.module} (no --dataset_name): "
                      "recorded as its source")
-    if version is None and not reader.CHECKS_VERSION:
-        raise InputError(script, None, f"the {launch.trainer} release is not stated in the script: give it with "
-                         "--version (the steps and keys depend on it)")
-    trainer: dict[str, Any] = {"name": launch.trainer, "version": str(version)}
-    if gpus is not None:
-        trainer["gpus"] = gpus
-    spec: dict[str, Any] = {"id": attempt_dir.name,
-                            "description": f"imported from {script.name} (rlexp import; the script was not run)"}
-    stated_sizes = {"pool": pool_size, "ood_monitor": monitor_size}
-    for role in list(datasets):
-        datasets[role] = _dataset_entry(script, where, experiment, role, datasets[role], stated_sizes.get(role), notes)
-    if parent is not None:
-        spec["parent"] = parent
-        parent_stated, parent_recipe, parent_trainer, parent_datasets = _parent_of(experiment / parent)
-        differs = {k: v for k, v in recipe.items() if k not in parent_recipe or not values_equal(parent_recipe[k], v)}
-        missing = [k for k in parent_stated if k not in recipe
-                   and not (k in reader.LAUNCH_DEFAULTS and reader.LAUNCH_DEFAULTS[k] == parent_stated[k])]
-        if missing:
-            notes.append(f"keys the parent states that the script does not ({', '.join(missing)}): the parent's "
-                         "values are inherited")
-        spec["change"] = dict(differs)
-        if intent_steps is not None:
-            spec["intent"] = {"global_steps": intent_steps}
-        if trainer["name"] != parent_trainer.get("name") or trainer["version"] != str(parent_trainer.get("version")):
-            spec["trainer"] = trainer
-        spec["recipe"] = differs
-        changed = {r: d for r, d in datasets.items()
-                   if not _same_dataset(d, parent_datasets.get(r), experiment / parent)}
-        if changed:
-            spec["datasets"] = changed
-    else:
-        if intent_steps is not None:
-            spec["intent"] = {"global_steps": intent_steps}
-        spec["trainer"] = trainer
-        spec["recipe"] = recipe
-        spec["datasets"] = datasets
-        notes.append("the eval sets (ood_primary, id, sanity), checkpoints, budget and baseline are not in a launch "
-                     "script: add them to attempt.yaml (or import with --parent to inherit them)")
-    if write:
-        from rlexp.experiment.files import atomic_write_text
+    return {**implied, **recipe}, datasets, left_out, notes
 
-        attempt_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(spec_path, render(spec, script, left_out, notes))
-    return Imported(spec, launch.trainer, spec_path, left_out, notes)
+
+def _child_spec(reader: Any, experiment: Path, parent: str, trainer: dict[str, Any], recipe: dict[str, Any],
+                datasets: dict[str, Any], intent_steps: int | None, notes: list[str]) -> dict[str, Any]:
+    """The spec's fields for an attempt imported as a child of ``parent``: only what the script
+    changes, declared as the change, so plan checks the one-variable rule on it."""
+    from rlexp.spec import values_equal
+
+    spec: dict[str, Any] = {"parent": parent}
+    parent_stated, parent_recipe, parent_trainer, parent_datasets = _parent_of(experiment / parent)
+    differs = {k: v for k, v in recipe.items() if k not in parent_recipe or not values_equal(parent_recipe[k], v)}
+    missing = [k for k in parent_stated if k not in recipe
+               and not (k in reader.LAUNCH_DEFAULTS and reader.LAUNCH_DEFAULTS[k] == parent_stated[k])]
+    if missing:
+        notes.append(f"keys the parent states that the script does not ({', '.join(missing)}): the parent's "
+                     "values are inherited")
+    spec["change"] = dict(differs)
+    if intent_steps is not None:
+        spec["intent"] = {"global_steps": intent_steps}
+    if trainer["name"] != parent_trainer.get("name") or trainer["version"] != str(parent_trainer.get("version")):
+        spec["trainer"] = trainer
+    spec["recipe"] = differs
+    changed = {r: d for r, d in datasets.items() if not _same_dataset(d, parent_datasets.get(r), experiment / parent)}
+    if changed:
+        spec["datasets"] = changed
+    return spec
 
 
 def _check_size(path: Path, limit: int) -> None:
