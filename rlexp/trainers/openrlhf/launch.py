@@ -173,11 +173,12 @@ class OpenRLHFLaunch(TrainerLaunch):
         return latest.step if latest is not None else 0  # none: killed before its first checkpoint
 
     def follower(self, ad: AttemptDir, source: str, *, resume_step: int) -> Any:
+        from rlexp.trainers.openrlhf.console import CONSOLE
         from rlexp.training import followers
 
         # the argv logs scalars under ATTEMPT/tensorboard (attempt_recipe: use_tensorboard)
         where = {"stdout": ad.launch.stdout_log, "tensorboard": ad.tensorboard}[source]
-        return followers.MetricsFollower(source, where, ad.metrics, trainer=self.rules.name)
+        return followers.MetricsFollower(source, where, ad.metrics, trainer=self.rules.name, console=CONSOLE)
 
 
 LAUNCH = OpenRLHFLaunch()
