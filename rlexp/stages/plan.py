@@ -61,7 +61,6 @@ def build_plan(att: Attempt) -> dict[str, Any]:
     from rlexp.experiment.files import sha256_file
     from rlexp.protocol.checks import preflight, steps_for
     from rlexp.protocol.power_checks import clustered_primary_power, primary_power
-    from rlexp.protocol.resource_checks import gpu_layout
     from rlexp.spec import diff_against_parent
     from rlexp.stats import power_report
     from rlexp.training.schedule import checkpoint_plan, lr_for_global_step, lr_rows_for_plan
@@ -77,7 +76,7 @@ def build_plan(att: Attempt) -> dict[str, Any]:
     monitor_power = (
         power_report(monitor.size, att.baseline.discordance).as_dict() if monitor and monitor.size else None
     )
-    layout = gpu_layout(att.recipe) if trainer_rules(att.trainer.name).gpu_layout else None
+    layout = trainer_rules(att.trainer.name).gpu_layout(att.recipe)
     trainer_plan = trainer_details(att, steps)
     power_json: dict[str, Any] = (
         power.as_dict() if power else {"mde_pp": None, "power_at_win_threshold": None, "n": None}

@@ -165,7 +165,15 @@ class TrainerRules:
         """Its LR rules past the shared ones (e.g. OpenRLHF's fixed min LR before 0.10.2): none by default."""
         return []
 
-    #: OpenRLHF's GPU layout (actor, ref, reward, critic, vLLM engines)
-    gpu_layout: bool = False
+    def gpu_layout(self, recipe: Any) -> Any:
+        """The GPUs its placement asks for, by role (rlexp.trainers.openrlhf.checks.GpuLayout: ``total``,
+        ``notes`` and the roles' counts), shown in the plan; None (the default): it states none."""
+        return None
+
+    def gpu_layout_checks(self, att: Attempt) -> list[Any]:
+        """Its layout's preflight rules (rlexp.protocol.checks.Verdict list: co-location, the GPUs the
+        layout needs against ``trainer.gpus``): none by default."""
+        return []
+
     #: DeepSpeed checkpoints beside the HF saves (disk.hf_ckpt; --resume needs them)
     deepspeed_checkpoints: bool = False

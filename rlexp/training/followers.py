@@ -132,11 +132,11 @@ class MetricsFollower:
                  aliases: Mapping[str, str] | None = None, *, trainer: str,
                  parse: Callable[[Path, int, str, IngestStats], dict[str, Any] | None] | None = None,
                  console: ConsoleFormat | None = None):
-        if kind == "stdout" and console is None:
-            raise InputError(None, "metrics source", "stdout: no console format (the trainer's package states it)")
         poll = self._POLLS.get(kind) or (MetricsFollower._poll_lines if parse or kind in LINE_PARSERS else None)
         if poll is None:
             raise InputError(None, "metrics source", f"unknown kind {kind!r}")
+        if poll is MetricsFollower._poll_stdout and console is None:
+            raise InputError(None, "metrics source", f"{kind}: no console format (its trainer's package states it)")
         self.kind = kind
         self._poll = poll
         self.console = console

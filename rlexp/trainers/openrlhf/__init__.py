@@ -47,7 +47,6 @@ class OpenRLHFRules(OpenRLHFStepMath, TrainerRules):
     metrics_sources = ("stdout", "tensorboard")  # its `Global step N` lines, or its TensorBoard scalars
     metrics_source_note = "OpenRLHF is followed through its stdout or its TensorBoard scalars"
     log_trainer = "openrlhf"
-    gpu_layout = True
     deepspeed_checkpoints = True
     launch_modules = ("openrlhf.cli.train_ppo_ray",)
     console_log_format = "openrlhf-console"
@@ -83,6 +82,16 @@ class OpenRLHFRules(OpenRLHFStepMath, TrainerRules):
         from rlexp.trainers.openrlhf.checks import run_health_checks
 
         return run_health_checks(recipe, version, env)
+
+    def gpu_layout(self, recipe: Recipe) -> Any:  # type: ignore[override]
+        from rlexp.trainers.openrlhf.checks import gpu_layout
+
+        return gpu_layout(recipe)
+
+    def gpu_layout_checks(self, att: Attempt) -> list[Any]:
+        from rlexp.trainers.openrlhf.checks import gpu_layout_checks
+
+        return gpu_layout_checks(att)
 
     def async_lag(self, recipe: Recipe) -> dict[str, Any]:  # type: ignore[override]
         # --async_train (--train.async_enable from 0.10.2; a recipe states it under its v0.9 name): the
