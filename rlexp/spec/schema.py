@@ -284,8 +284,9 @@ def _validate_section(
     return out
 
 
-def validate_recipe(recipe: dict[str, Any], display: str, trainer: str = "openrlhf") -> dict[str, Any]:
-    """Check recipe keys and values as a spec's ``recipe`` section does; returns them coerced."""
+def validate_recipe(recipe: dict[str, Any], display: str, trainer: str) -> dict[str, Any]:
+    """Check recipe keys and values as a spec's ``recipe`` section for ``trainer`` (a ``trainer.name``)
+    does; returns them coerced."""
     return _validate_recipe(recipe, display, trainer)
 
 
