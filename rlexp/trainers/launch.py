@@ -54,11 +54,8 @@ class TrainerLaunch:
         raise NotImplementedError
 
     def write_files(self, plan: LaunchPlan) -> None:
-        """The files of the launch beyond the argv (its reward function)."""
-        if plan.reward_file is not None:
-            from rlexp.backends.reward_template import write_reward_file
-
-            write_reward_file(plan.reward_file)
+        """The files of the launch beyond the argv (its reward function, at ``plan.reward_file``): none
+        by default."""
 
     def resume_step(self, att: Attempt, ad: AttemptDir) -> int:
         """The step a ``--resume`` continues from (0: none saved yet, it starts over)."""

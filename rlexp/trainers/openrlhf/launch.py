@@ -163,6 +163,12 @@ class OpenRLHFLaunch(TrainerLaunch):
         return LaunchPlan(built.argv, reward_file=reward_file, suffixed=suffixed, dropped=built.dropped,
                           adapters=adapters)
 
+    def write_files(self, plan: LaunchPlan) -> None:
+        if plan.reward_file is not None:  # --remote_rm_url (an environment task's agent file grades itself)
+            from rlexp.trainers.openrlhf.reward import write_reward_file
+
+            write_reward_file(plan.reward_file)
+
     def resume_step(self, att: Attempt, ad: AttemptDir) -> int:
         latest = ad.checkpoint_files.latest_resume_state(self.rules)
         if latest is None and att.recipe.disable_ds_ckpt:
