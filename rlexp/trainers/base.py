@@ -36,6 +36,8 @@ class TrainerRules:
     metrics_source_note: str = ""
     #: ``trainer.version`` when the spec states none (None: the key table's first listed release)
     default_version: str | None = None
+    #: how its releases are written, for the message when a spec states none and it has no default
+    version_example: str = ""
     #: it reads its training sets through the recipe's ``input_key``/``label_key``
     graded_by_recipe_keys: bool = True
     #: its prompts always go through the chat template (else: the recipe's ``apply_chat_template``)

@@ -47,6 +47,7 @@ class OpenRLHFRules(OpenRLHFStepMath, TrainerRules):
     metrics_sources = ("stdout", "tensorboard")  # its `Global step N` lines, or its TensorBoard scalars
     metrics_source_note = "OpenRLHF is followed through its stdout or its TensorBoard scalars"
     log_trainer = "openrlhf"
+    version_example = '"0.9.3" or "0.11.0"'  # every listed release's flags are read; none is assumed
     deepspeed_checkpoints = True
     launch_modules = ("openrlhf.cli.train_ppo_ray",)
     console_log_format = "openrlhf-console"
