@@ -163,6 +163,12 @@ class TrainerRules:
         default (OpenRLHF's divisibility rules live in its package)."""
         return []
 
+    def partial_batch_note(self, steps: Any) -> str | None:
+        """What it does with a partial last rollout batch (appended to the ``steps.partial_batch``
+        warning), when its step math leaves one and words it no way of its own (``Steps.step_message``):
+        None by default (the warning then states the batch alone)."""
+        return None
+
     def lr_checks(self, att: Attempt, steps: Any) -> list[Any]:
         """Its LR rules past the shared ones (e.g. OpenRLHF's fixed min LR before 0.10.2): none by default."""
         return []

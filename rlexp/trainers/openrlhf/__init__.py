@@ -40,6 +40,11 @@ class OpenRLHFStepMath:
 
         return lr_checks(att, steps)
 
+    def partial_batch_note(self, steps: Any) -> str | None:
+        from rlexp.trainers.openrlhf.checks import partial_batch_note
+
+        return partial_batch_note(steps)
+
 
 class OpenRLHFRules(OpenRLHFStepMath, TrainerRules):
     name = "openrlhf"

@@ -333,3 +333,14 @@ def gpu_layout_checks(att: Attempt) -> list[Verdict]:
             ref,
         ))  # fmt: skip
     return out
+
+
+def partial_batch_note(steps: Any) -> str:
+    """What OpenRLHF does with a partial last rollout batch (``steps.partial_batch``): its dataloader
+    drops it before 0.11 (``drop_last``), trains it as a short last global step from 0.11."""
+    if steps.drops_partial_batch:
+        kept = steps.prompts - steps.partial_batch_prompts
+        return (f"OpenRLHF {steps.trainer_version} drops it every episode (trains {kept:,} of "
+                f"{steps.prompts:,} prompts; ≥ 0.11 would train it as a short global step)")
+    return (f"OpenRLHF {steps.trainer_version} trains it as a short last global step of each episode "
+            f"(≤ 0.10.x would drop it)")
