@@ -198,6 +198,25 @@ def loss_aggregation_plan(att: Attempt) -> dict[str, Any]:
     return out
 
 
+def check_one_environment(att: Attempt) -> None:
+    """The generated adapters play the attempt's one environment (the trainers hand the agent a
+    prompt and a label, not a row's ``env``/``config``): a training-set row naming another one is
+    refused here (file and line) rather than silently played in the wrong environment."""
+    from rlexp.errors import InputError
+    from rlexp.experiment.files import iter_jsonl
+
+    env = att.environment
+    for role in ("pool", "ood_monitor"):
+        ref = att.datasets.get(role)
+        if ref is None or ref.path is None or not Path(ref.path).exists():
+            continue
+        for line, record in iter_jsonl(ref.path):
+            if record.get("env", env.name) != env.name or dict(record.get("config", env.config) or {}) != dict(env.config):
+                raise InputError(ref.path, f"line {line}: env",
+                                 f"this row names its own environment; on {att.trainer.name} every row plays the "
+                                 f"attempt's environment.name {env.name!r} with its config")
+
+
 def launcher(name: str) -> TrainerLaunch:
     """The launch side of trainer ``name`` (its package's ``launch.LAUNCH``)."""
     module = importlib.import_module(package(name) + ".launch")
