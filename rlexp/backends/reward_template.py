@@ -1,6 +1,6 @@
 """What every trainer's reward file shares: the source of :mod:`rlexp.evaluation.answers` verbatim, with
 its SHA-256, then the trainer's own reward function (its package's ``reward_function`` module, from
-:data:`APPENDED_MARKER` on; OpenRLHF's is rlexp.trainers.openrlhf.reward, verl's rlexp.trainers.verl.reward).
+:data:`APPENDED_MARKER` on; its package's ``reward`` module writes the file).
 
 The trainer's workers may not have rlexp installed, so the file embeds the parser's *source*: training
 rewards and ``rlexp eval`` grade with byte-identical code (the seed lost comparisons to a reward parser
