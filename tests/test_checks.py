@@ -11,9 +11,9 @@ import yaml
 
 from rlexp.errors import InputError
 from rlexp.protocol.checks import has_errors, preflight
-from rlexp.protocol.resource_checks import gpu_layout
 from rlexp.protocol.verdict import ERROR, WARNING
 from rlexp.spec import load_attempt
+from rlexp.trainers.openrlhf.checks import gpu_layout
 
 # The A29B recipe (experiments/seed-a30/a29b): the fixed recipe every incident below is a variation of.
 A29B_RECIPE = {

@@ -128,6 +128,26 @@ def test_cli_plan_exits_2_on_a_bad_environment(tmp_path, capsys):
 # ----------------------------------------------------------------------------------- launch
 
 
+def test_a_row_naming_another_environment_is_refused_by_the_generated_adapters(tmp_path):
+    """The agent adapters OpenRLHF and verl are given play the attempt's one environment: a pool row
+    naming another one (or another config) is refused naming file and line, never played wrongly."""
+    from rlexp.trainers.launch import check_one_environment
+
+    d = write_attempt(tmp_path, "a1")
+    (tmp_path / "data").mkdir()
+    rows = [{"prompt": "1+1", "answer": "2", "env": "calculator", "config": {"max_calls": 1}},
+            {"prompt": "2+2", "answer": "4", "env": "calculator", "config": {"max_calls": 3}}]
+    pool = tmp_path / "data" / "pool_16.jsonl"
+    pool.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    att = load_attempt(d)
+    with pytest.raises(InputError) as err:
+        check_one_environment(att)
+    assert (err.value.file, err.value.field) == (str(pool), "line 2: env")
+    assert "on local every row plays the attempt's environment.name 'calculator'" in err.value.message
+    pool.write_text(json.dumps(rows[0]) + "\n")
+    check_one_environment(att)  # the attempt's own environment and config: played
+
+
 @pytest.fixture(scope="module")
 def experiment(tmp_path_factory):
     pytest.importorskip("torch")

@@ -195,8 +195,8 @@ def test_verls_grpo_over_responses_by_hand():
 def test_the_reward_functions_grade_by_hand_and_their_files_need_no_rlexp():
     """The reward functions as modules (hand-graded cases), and the files rlexp writes from them:
     the parser verbatim plus the function, with no import of rlexp (the workers may not have it)."""
-    from rlexp.backends.reward_template import render_reward_file
     from rlexp.trainers.openrlhf import reward_function as openrlhf_reward
+    from rlexp.trainers.openrlhf.reward import render_reward_file
     from rlexp.trainers.verl import reward_function as verl_reward
     from rlexp.trainers.verl.reward import render_verl_reward_file
 

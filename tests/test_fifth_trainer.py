@@ -135,6 +135,7 @@ def test_a_fifth_trainer_is_one_package_and_nothing_else(tmp_path):
     shutil.copytree(EXAMPLE, experiment, ignore=shutil.ignore_patterns("plan.json"))
     spec = yaml.safe_load((experiment / "a29b" / "attempt.yaml").read_text())
     spec["id"], spec["trainer"]["name"] = "t1", "toy"
+    spec["recipe"]["max_samples"] = 3197  # a partial last batch for both step maths (8 and 16 prompts)
     attempt = experiment / "t1"
     attempt.mkdir()
     (attempt / "attempt.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
@@ -150,6 +151,10 @@ def test_a_fifth_trainer_is_one_package_and_nothing_else(tmp_path):
     assert steps["global_steps_total"] == expected and steps["optimizer_steps_total"] == expected
     openrlhf_total = math.ceil(prompts / spec["recipe"]["rollout_batch_size"]) * spec["recipe"]["num_episodes"]
     assert expected != openrlhf_total  # the figures tell the two step maths apart
+    # OpenRLHF's rules are not assumed: no GPU layout of its placement, no word of its partial-batch rule
+    assert plan["gpu_layout"] is None and not [c for c in plan["checks"] if c["name"].startswith("gpu.")]
+    partial = [c for c in plan["checks"] if c["name"] == "steps.partial_batch"]
+    assert partial and "OpenRLHF" not in json.dumps(partial), partial
 
     # launch, dry run: its argv, its config file named and not written, its own resume folder
     _, launched = _rlexp(["launch", str(attempt), "--dry-run", "--force", "--reason", "test", "--json"], env)

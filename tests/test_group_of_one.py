@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from rlexp.protocol.resource_checks import critic_created
 from rlexp.spec.recipe import Recipe
 from rlexp.trainers.openrlhf import argv as openrlhf
+from rlexp.trainers.openrlhf.checks import critic_created
 from rlexp.trainers.openrlhf.checks import group_of_one as openrlhf_group_of_one
 from rlexp.trainers.trl.steps import ONE_GENERATION
 from rlexp.trainers.verl import releases as verl_releases

@@ -10,6 +10,7 @@ import os
 import pytest
 
 from rlexp.errors import InputError
+from rlexp.trainers.openrlhf import console
 from rlexp.training import followers, ingest, log_files, metrics_file
 
 # The line OpenRLHF v0.9.3 prints (ppo_trainer.py: logger.info(f"✨ Global step {global_step}: {log_status}")),
@@ -23,14 +24,14 @@ STDOUT = (
 
 def test_stdout_line_normalised_nan_kept_and_strings_dropped_with_count():
     stats = ingest.IngestStats()
-    row = ingest.parse_stdout_line(STDOUT, stats, trainer="openrlhf")
+    row = console.parse_stdout_line(STDOUT, stats, trainer="openrlhf")
     assert math.isnan(row.pop("kl"))  # a NaN is data: kept, its step flagged
     assert row == {"global_step": 3, "policy_loss": 0.0123, "actor_lr": 5e-07, "reward": 0.546875,
                    "response_length": 1834.5, "group_reward_std": 0.25, "grad_norm": 39.06,
                    "time": datetime.datetime(2026, 2, 23, 6, 30, 1).timestamp()}  # the line's own time
     assert stats.dropped_values == 1 and stats.dropped_keys == {"ppo_clip_ratio": 1}
     assert stats.nonfinite_steps == {3: ["kl"]}
-    assert ingest.parse_stdout_line("Episode [1/1]: 3%|█ | 3/200\n", stats, trainer="openrlhf") is None
+    assert console.parse_stdout_line("Episode [1/1]: 3%|█ | 3/200\n", stats, trainer="openrlhf") is None
 
 
 def test_read_stdout_log(tmp_path):
@@ -159,7 +160,7 @@ def test_append_new_rows_never_duplicates_and_repairs_torn_tail(tmp_path):
 def test_follower_reads_only_complete_lines(tmp_path):
     log = tmp_path / "stdout.log"
     metrics = tmp_path / "metrics.jsonl"
-    follower = followers.MetricsFollower("stdout", log, metrics, trainer="openrlhf")
+    follower = followers.MetricsFollower("stdout", log, metrics, trainer="openrlhf", console=console.CONSOLE)
     assert follower.poll() == []  # no log yet
     first, second = STDOUT, STDOUT.replace("step 3", "step 4")
     log.write_text(first + second[:40])  # the trainer is mid-way through printing step 4
@@ -170,7 +171,7 @@ def test_follower_reads_only_complete_lines(tmp_path):
     assert [r["global_step"] for r in follower.close()] == [4]  # the run ended
     assert [json.loads(line)["global_step"] for line in metrics.read_text().splitlines()] == [3, 4]
     # a new follower (a resumed launch) continues the same file without duplicating
-    again = followers.MetricsFollower("stdout", log, metrics, trainer="openrlhf")
+    again = followers.MetricsFollower("stdout", log, metrics, trainer="openrlhf", console=console.CONSOLE)
     assert again.poll() == [] and again.close() == []
 
 
@@ -186,7 +187,7 @@ def test_eval_line_joins_its_training_step(tmp_path):
     rows, _ = log_files.finite_rows(log_files.read_log(log, "openrlhf", "openrlhf-console"))
     assert rows[0]["monitor_acc"] == 0.634 and rows[0]["eval_default_pass1"] == 0.634
     assert rows[0]["policy_loss"] == 0.0123 and "monitor_acc" not in rows[1]
-    follower = followers.MetricsFollower("stdout", log, tmp_path / "metrics.jsonl", trainer="openrlhf")
+    follower = followers.MetricsFollower("stdout", log, tmp_path / "metrics.jsonl", trainer="openrlhf", console=console.CONSOLE)
     live = follower.poll()
     assert [(r["global_step"], r.get("monitor_acc")) for r in live] == [(3, 0.634)]
 

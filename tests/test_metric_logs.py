@@ -31,6 +31,7 @@ import pytest
 
 from rlexp.cli import main
 from rlexp.errors import InputError
+from rlexp.trainers.openrlhf import console
 from rlexp.training import followers, ingest, log_files, metrics_file
 
 OPENRLHF_FORMAT = "%(levelname)s %(asctime)s %(filename)s:%(lineno)d] %(message)s"
@@ -358,7 +359,7 @@ def test_stdout_follower_counts_unreadable_lines_and_restarts(tmp_path):
     lines[1] = lines[1][:lines[1].index("Global step 2:")] + "Global step 2: <lost>"  # nothing readable
     restart = openrlhf_lines([(1, {"reward": 0.9})])
     log = write(tmp_path, "stdout.log", lines + restart)
-    follower = followers.MetricsFollower("stdout", log, tmp_path / "metrics.jsonl", trainer="openrlhf")
+    follower = followers.MetricsFollower("stdout", log, tmp_path / "metrics.jsonl", trainer="openrlhf", console=console.CONSOLE)
     rows = follower.close()
     assert [r["global_step"] for r in rows] == [1, 3]
     assert follower.stats.not_understood == [2] and follower.stats.restarts == [4]

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from rlexp.backends import ray_jobs
-from rlexp.backends.reward_template import render_reward_file, write_reward_file
 from rlexp.errors import InputError
 from rlexp.trainers.openrlhf import argv as openrlhf
+from rlexp.trainers.openrlhf.reward import render_reward_file, write_reward_file
 
 # The A30 recipe of the campaign behind the SOP (experiments/seed-a30 holds it as specs): A29B plus
 # micro_train_batch_size 2, LoRA on an 8-GPU layout (vLLM 2 engines x TP 2, the reference model

@@ -1,23 +1,15 @@
-"""The reward-function file handed to OpenRLHF as ``--remote_rm_url path.py``.
+"""What every trainer's reward file shares: the source of :mod:`rlexp.evaluation.answers` verbatim, with
+its SHA-256, then the trainer's own reward function (its package's ``reward_function`` module, from
+:data:`APPENDED_MARKER` on; its package's ``reward`` module writes the file).
 
-OpenRLHF imports that file on its Ray workers and calls ``reward_func(queries, prompts, labels)``
-(``openrlhf/utils/agent.py`` at v0.9.3), expecting ``{"rewards", "scores", "extra_logs"}``. The
-workers may not have rlexp installed, so the file embeds the *source* of :mod:`rlexp.evaluation.answers`
-verbatim, with its SHA-256: training rewards and ``rlexp eval`` grade with byte-identical code
-(the seed lost comparisons to a reward parser that drifted from the eval parser), and the
-provenance records which parser trained the run. The function after the parser is the source of
-:mod:`rlexp.trainers.openrlhf.reward_function` (a module of its own, linted and tested).
-
-Reward = 1.0 when the extracted answer equals the gold (exact mode), else 0.0 — the SOP's pure
-exact-match reward. ``extra_logs`` carries the parse method so "has_boxed" is logged per step.
+The trainer's workers may not have rlexp installed, so the file embeds the parser's *source*: training
+rewards and ``rlexp eval`` grade with byte-identical code (the seed lost comparisons to a reward parser
+that drifted from the eval parser), and the provenance records which parser trained the run.
 """
 
 from __future__ import annotations
 
 import inspect
-from pathlib import Path
-
-from rlexp.experiment.files import atomic_write_text, sha256_text
 
 # where a reward function module's appended part begins (the line itself is kept)
 APPENDED_MARKER = "# ---- appended to rlexp.evaluation.answers in the reward file ----\n"
@@ -38,15 +30,3 @@ def answers_source() -> str:
     import rlexp.evaluation.answers
 
     return inspect.getsource(rlexp.evaluation.answers)
-
-
-def render_reward_file(mode: str = "exact") -> str:
-    """The text of the reward file: rlexp.evaluation.answers verbatim, then ``reward_func``."""
-    from rlexp.trainers.openrlhf import reward_function
-
-    source = answers_source()
-    return source.rstrip("\n") + "\n" + appended_source(reward_function, "OpenRLHF", sha256_text(source), mode)
-
-
-def write_reward_file(path: str | Path, mode: str = "exact") -> Path:
-    return atomic_write_text(path, render_reward_file(mode))

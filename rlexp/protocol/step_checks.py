@@ -100,17 +100,11 @@ def check_step_counts(att: Attempt, steps: Steps) -> list[Verdict]:
     if steps.partial_batch_prompts and total and own:
         out.append(check("steps.partial_batch", WARNING, own, steps.partial_batch_ref))
     elif steps.partial_batch_prompts and total:
-        kept = steps.prompts - steps.partial_batch_prompts
-        if steps.drops_partial_batch:
-            what = (f"OpenRLHF {steps.trainer_version} drops it every episode (trains {kept:,} of "
-                    f"{steps.prompts:,} prompts; ≥ 0.11 would train it as a short global step)")  # fmt: skip
-        else:
-            what = (f"OpenRLHF {steps.trainer_version} trains it as a short last global step of each episode "
-                    f"(≤ 0.10.x would drop it)")  # fmt: skip
+        what = trainer_rules(att.trainer.name).partial_batch_note(steps)  # what the trainer does with it
         out.append(check(
             "steps.partial_batch", WARNING,
             f"{steps.prompts:,} prompts leave a partial last rollout batch of {steps.partial_batch_prompts} "
-            f"(rollout_batch_size {steps.rollout_batch_size}): {what}",
+            f"(rollout_batch_size {steps.rollout_batch_size})" + (f": {what}" if what else ""),
             "docs/plan.md#optimizer-steps-and-global-steps",
         ))  # fmt: skip
     return out

@@ -51,7 +51,14 @@ from rlexp.spec.fields import (
     object_json,
     with_input_gate,
 )
-from rlexp.spec.recipe import FLAG_VALUE, RECIPE_KEYS, TRAINING, key_json_schema, recipe_key
+from rlexp.spec.recipe import (
+    FLAG_VALUE,
+    RECIPE_KEYS,
+    RECIPE_TABLE_TRAINER,
+    TRAINING,
+    key_json_schema,
+    recipe_key,
+)
 
 MAX_RUNGS = 1000
 MAX_VALUES = 100
@@ -106,7 +113,7 @@ def _grid(value: Any) -> tuple[tuple[str, tuple[Any, ...]], ...]:
         checked = []
         for i, item in enumerate(values):
             try:
-                checked.append(validate_recipe({name: item}, "variables")[name])  # its message, not its file
+                checked.append(validate_recipe({name: item}, "variables", RECIPE_TABLE_TRAINER)[name])  # its message, not its file
             except InputError as exc:
                 raise Invalid(exc.message, at=f"{name}[{i}]") from None
         for i, item in enumerate(checked):
@@ -338,7 +345,7 @@ def rung_differences(parent: Attempt, change: Mapping[str, Any], display: str | 
         if meta is None or meta.type == FLAG_VALUE:
             raise InputError(display, f"{field} {key}", "a rung changes a recipe key of the recipe table")
         try:
-            checked = validate_recipe({key: value}, str(display))[key]
+            checked = validate_recipe({key: value}, str(display), parent.trainer.name)[key]
         except InputError as exc:
             raise InputError(display, f"{field} {key}", exc.message) from None
         if not values_equal(parent.recipe.get(key), checked):

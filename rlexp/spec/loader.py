@@ -131,11 +131,13 @@ def _resolve(
     if version is None:
         from rlexp.trainers import rules as trainer_rules
 
-        version = trainer_rules(trainer_raw["name"]).default_version  # local: OpenRLHF 0.11's step semantics
+        how = trainer_rules(trainer_raw["name"])
+        version = how.default_version  # local: OpenRLHF 0.11's step semantics
         if version is None and table.versions:
             version = table.versions[0]  # the one release whose keys the table lists
         elif version is None:
-            raise InputError(display, "trainer.version", 'required for openrlhf (e.g. "0.9.3" or "0.11.0")')
+            example = f" (e.g. {how.version_example})" if how.version_example else ""
+            raise InputError(display, "trainer.version", f"required for {trainer_raw['name']}{example}")
     if not re.match(r"^\d+\.\d+", version):
         raise InputError(display, "trainer.version", f'{version!r} is not a version like "0.9.3"')
     if table.versions and version not in table.versions:

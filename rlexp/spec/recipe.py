@@ -447,6 +447,9 @@ def _build(rows: list[RecipeKey]) -> dict[str, RecipeKey]:
 
 RECIPE_KEYS: dict[str, RecipeKey] = _build(RECIPE_TABLE)
 RECIPE_DEFAULTS: dict[str, Any] = {k.name: k.default for k in RECIPE_KEYS.values()}
+# the trainer whose arguments the table names: a check of recipe values made before any attempt
+# is loaded (a ladder's grid) checks them as this trainer's
+RECIPE_TABLE_TRAINER = "openrlhf"
 
 
 def dotted_names() -> dict[str, str]:

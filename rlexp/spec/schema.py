@@ -219,7 +219,7 @@ def attempt_json_schema() -> dict[str, Any]:
     # inherits its trainer without stating it is checked as OpenRLHF's by editors; rlexp plan knows)
     others = [t for t in TRAINERS if key_table(t).keys is not RECIPE_KEYS]
     by_trainer = [_when_trainer([t], table_json_schema(key_table(t))) for t in others]
-    openrlhf = _when_trainer([t for t in TRAINERS if t not in others], recipe_json_schema(), negate=others)
+    recipe_table = _when_trainer([t for t in TRAINERS if t not in others], recipe_json_schema(), negate=others)
     return with_input_gate({
         "$schema": SCHEMA_DRAFT,
         "title": "rlexp attempt spec (attempt.yaml)",
@@ -227,7 +227,7 @@ def attempt_json_schema() -> dict[str, Any]:
         "type": "object",
         "additionalProperties": False,
         "properties": properties,
-        "allOf": [openrlhf, *by_trainer],
+        "allOf": [recipe_table, *by_trainer],
     })
 
 
@@ -284,8 +284,9 @@ def _validate_section(
     return out
 
 
-def validate_recipe(recipe: dict[str, Any], display: str, trainer: str = "openrlhf") -> dict[str, Any]:
-    """Check recipe keys and values as a spec's ``recipe`` section does; returns them coerced."""
+def validate_recipe(recipe: dict[str, Any], display: str, trainer: str) -> dict[str, Any]:
+    """Check recipe keys and values as a spec's ``recipe`` section for ``trainer`` (a ``trainer.name``)
+    does; returns them coerced."""
     return _validate_recipe(recipe, display, trainer)
 
 

@@ -53,17 +53,11 @@ def build_plan(att: Attempt) -> dict[str, Any]:
     check_datasets(att)
     own = launcher(att.trainer.name).own_plan(att, PLAN_FORMAT)
     if own is not None:  # a trainer that counts its own way writes its own plan (TrainerLaunch.own_plan)
-        if att.environment is not None:  # its environment settings (GSPO's among them) as any plan shows them
-            own["environment"] = environment_plan(att)
-        own["loss_aggregation"] = loss_aggregation_plan(att)
-        own.update(run_health_plan(att))
-        return own
+        return with_shared_sections(att, own)
     from rlexp.experiment.files import sha256_file
     from rlexp.protocol.checks import preflight, steps_for
     from rlexp.protocol.power_checks import clustered_primary_power, primary_power
-    from rlexp.protocol.resource_checks import gpu_layout
     from rlexp.spec import diff_against_parent
-    from rlexp.stats import power_report
     from rlexp.training.schedule import checkpoint_plan, lr_for_global_step, lr_rows_for_plan
 
     steps = steps_for(att)
@@ -73,22 +67,9 @@ def build_plan(att: Attempt) -> dict[str, Any]:
     checks = preflight(att, steps, power, clustered)
     milestones = milestone_steps(att, steps.global_steps_total, steps.warmup_global_steps)
     rows, coverage = lr_rows_for_plan(steps, extra=milestones)
-    monitor = att.datasets.get("ood_monitor")
-    monitor_power = (
-        power_report(monitor.size, att.baseline.discordance).as_dict() if monitor and monitor.size else None
-    )
-    layout = gpu_layout(att.recipe) if trainer_rules(att.trainer.name).gpu_layout else None
+    monitor_power = _monitor_power(att)
+    layout = trainer_rules(att.trainer.name).gpu_layout(att.recipe)
     trainer_plan = trainer_details(att, steps)
-    power_json: dict[str, Any] = (
-        power.as_dict() if power else {"mde_pp": None, "power_at_win_threshold": None, "n": None}
-    )
-    power_json["monitor"] = monitor_power
-    from rlexp.spec.sop import load_sop
-    from rlexp.stats._gate_power import add_best_of_k
-
-    add_best_of_k(power_json, load_sop())   # and the claim's probability beside it
-    if clustered is not None:  # the primary set declares clusters: decide tests it cluster-robust
-        power_json["clustered"] = clustered
     plan = {
         "format": PLAN_FORMAT,
         "attempt": att.id,
@@ -105,26 +86,7 @@ def build_plan(att: Attempt) -> dict[str, Any]:
             for d in diff_against_parent(att)
         ],
         "datasets": {role: ref.plan_row() for role, ref in att.datasets.items()},
-        "steps": {
-            "pool_size": steps.pool_size,
-            "prompts": steps.prompts,
-            "optimizer_steps_total": steps.optimizer_steps_total,
-            "optimizer_steps_per_episode": steps.optimizer_steps_per_episode,
-            "optimizer_steps_per_global_step": steps.optimizer_steps_per_global_step,
-            "optimizer_steps_run": steps.optimizer_steps_run,
-            "global_steps_per_episode": steps.global_steps_per_episode,
-            "global_steps_total": steps.global_steps_total,
-            "partial_batch_prompts": steps.partial_batch_prompts,
-            "drops_partial_batch": steps.drops_partial_batch,
-            "micro_batches_per_optimizer_step": steps.micro_batches_per_optimizer_step,
-            "data_parallel_size": steps.data_parallel_size,
-            "warmup_steps": steps.warmup_steps,
-            "warmup_global_steps": steps.warmup_global_steps,
-            "peak_lr": steps.peak_lr,
-            "min_lr": steps.min_lr,
-            "min_lr_ratio": steps.min_lr_ratio,
-            "actor_lr_logging": steps.actor_lr_logging,
-        },
+        "steps": steps_section(steps),
         "lr_rows": coverage,
         "lr": [lr_for_global_step(g, steps).as_dict() for g in rows],
         "lr_milestones": [lr_for_global_step(g, steps).as_dict() for g in milestones],
@@ -136,27 +98,85 @@ def build_plan(att: Attempt) -> dict[str, Any]:
             "extra": list(att.checkpoints_extra),
             "best_by_monitor_candidates": list(ckpt.best_by_monitor_candidates),
         },
-        "gpu_layout": (
-            {
-                "vllm": layout.vllm,
-                "actor": layout.actor,
-                "reference": layout.reference,
-                "reward": layout.reward,
-                "critic": layout.critic,
-                "total": layout.total,
-                "notes": list(layout.notes),
-            }
-            if layout
-            else None
-        ),  # fmt: skip
+        "gpu_layout": gpu_layout_section(layout),
         "checks": [c.to_dict() for c in checks],
-        "power": power_json,
+        "power": power_section(power, monitor_power, clustered),
     }
-    if att.environment is not None:  # single-turn plans stay as they were
+    return with_shared_sections(att, plan)
+
+
+def with_shared_sections(att: Attempt, plan: dict[str, Any]) -> dict[str, Any]:
+    """``plan`` (the common one, or a trainer's own) with the sections every trainer's plan shows the
+    same way: the environment task's settings (single-turn plans stay as they were), the loss
+    aggregation and the expected staleness of an asynchronous run."""
+    if att.environment is not None:
         plan["environment"] = environment_plan(att)
     plan["loss_aggregation"] = loss_aggregation_plan(att)
     plan.update(run_health_plan(att))
     return plan
+
+
+def steps_section(steps: Any) -> dict[str, Any]:
+    """The step counts of the trainer's step math (rlexp.training.schedule.Steps) as ``plan.json``'s ``steps``."""
+    return {
+        "pool_size": steps.pool_size,
+        "prompts": steps.prompts,
+        "optimizer_steps_total": steps.optimizer_steps_total,
+        "optimizer_steps_per_episode": steps.optimizer_steps_per_episode,
+        "optimizer_steps_per_global_step": steps.optimizer_steps_per_global_step,
+        "optimizer_steps_run": steps.optimizer_steps_run,
+        "global_steps_per_episode": steps.global_steps_per_episode,
+        "global_steps_total": steps.global_steps_total,
+        "partial_batch_prompts": steps.partial_batch_prompts,
+        "drops_partial_batch": steps.drops_partial_batch,
+        "micro_batches_per_optimizer_step": steps.micro_batches_per_optimizer_step,
+        "data_parallel_size": steps.data_parallel_size,
+        "warmup_steps": steps.warmup_steps,
+        "warmup_global_steps": steps.warmup_global_steps,
+        "peak_lr": steps.peak_lr,
+        "min_lr": steps.min_lr,
+        "min_lr_ratio": steps.min_lr_ratio,
+        "actor_lr_logging": steps.actor_lr_logging,
+    }
+
+
+def _monitor_power(att: Attempt) -> dict[str, Any] | None:
+    """The power of the in-run monitor set's comparison (None without one, or without its size)."""
+    from rlexp.stats import power_report
+
+    monitor = att.datasets.get("ood_monitor")
+    return power_report(monitor.size, att.baseline.discordance).as_dict() if monitor and monitor.size else None
+
+
+def power_section(power: Any, monitor_power: dict[str, Any] | None, clustered: Any) -> dict[str, Any]:
+    """``plan.json``'s ``power``: the primary comparison's, the monitor's, the claim's probability
+    beside them (best of K) and, where the primary set declares clusters, the cluster-robust one."""
+    from rlexp.spec.sop import load_sop
+    from rlexp.stats._gate_power import add_best_of_k
+
+    power_json: dict[str, Any] = (
+        power.as_dict() if power else {"mde_pp": None, "power_at_win_threshold": None, "n": None}
+    )
+    power_json["monitor"] = monitor_power
+    add_best_of_k(power_json, load_sop())   # and the claim's probability beside it
+    if clustered is not None:  # the primary set declares clusters: decide tests it cluster-robust
+        power_json["clustered"] = clustered
+    return power_json
+
+
+def gpu_layout_section(layout: Any) -> dict[str, Any] | None:
+    """The GPUs the trainer's placement asks for, by role (its rules' ``gpu_layout``; None: it states none)."""
+    if not layout:
+        return None
+    return {
+        "vllm": layout.vllm,
+        "actor": layout.actor,
+        "reference": layout.reference,
+        "reward": layout.reward,
+        "critic": layout.critic,
+        "total": layout.total,
+        "notes": list(layout.notes),
+    }
 
 
 def run_health_plan(att: Attempt) -> dict[str, Any]:

@@ -36,6 +36,8 @@ class TrainerRules:
     metrics_source_note: str = ""
     #: ``trainer.version`` when the spec states none (None: the key table's first listed release)
     default_version: str | None = None
+    #: how its releases are written, for the message when a spec states none and it has no default
+    version_example: str = ""
     #: it reads its training sets through the recipe's ``input_key``/``label_key``
     graded_by_recipe_keys: bool = True
     #: its prompts always go through the chat template (else: the recipe's ``apply_chat_template``)
@@ -161,11 +163,25 @@ class TrainerRules:
         default (OpenRLHF's divisibility rules live in its package)."""
         return []
 
+    def partial_batch_note(self, steps: Any) -> str | None:
+        """What it does with a partial last rollout batch (appended to the ``steps.partial_batch``
+        warning), when its step math leaves one and words it no way of its own (``Steps.step_message``):
+        None by default (the warning then states the batch alone)."""
+        return None
+
     def lr_checks(self, att: Attempt, steps: Any) -> list[Any]:
         """Its LR rules past the shared ones (e.g. OpenRLHF's fixed min LR before 0.10.2): none by default."""
         return []
 
-    #: OpenRLHF's GPU layout (actor, ref, reward, critic, vLLM engines)
-    gpu_layout: bool = False
+    def gpu_layout(self, recipe: Any) -> Any:
+        """The GPUs its placement asks for, by role (rlexp.trainers.openrlhf.checks.GpuLayout: ``total``,
+        ``notes`` and the roles' counts), shown in the plan; None (the default): it states none."""
+        return None
+
+    def gpu_layout_checks(self, att: Attempt) -> list[Any]:
+        """Its layout's preflight rules (rlexp.protocol.checks.Verdict list: co-location, the GPUs the
+        layout needs against ``trainer.gpus``): none by default."""
+        return []
+
     #: DeepSpeed checkpoints beside the HF saves (disk.hf_ckpt; --resume needs them)
     deepspeed_checkpoints: bool = False

@@ -54,11 +54,8 @@ class TrainerLaunch:
         raise NotImplementedError
 
     def write_files(self, plan: LaunchPlan) -> None:
-        """The files of the launch beyond the argv (its reward function)."""
-        if plan.reward_file is not None:
-            from rlexp.backends.reward_template import write_reward_file
-
-            write_reward_file(plan.reward_file)
+        """The files of the launch beyond the argv (its reward function, at ``plan.reward_file``): none
+        by default."""
 
     def resume_step(self, att: Attempt, ad: AttemptDir) -> int:
         """The step a ``--resume`` continues from (0: none saved yet, it starts over)."""
@@ -199,6 +196,25 @@ def loss_aggregation_plan(att: Attempt) -> dict[str, Any]:
     if out["mode"] == "seq-mean-token-sum-norm":
         out["token_budget"] = launch.loss_token_budget(att)
     return out
+
+
+def check_one_environment(att: Attempt) -> None:
+    """The generated adapters play the attempt's one environment (the trainers hand the agent a
+    prompt and a label, not a row's ``env``/``config``): a training-set row naming another one is
+    refused here (file and line) rather than silently played in the wrong environment."""
+    from rlexp.errors import InputError
+    from rlexp.experiment.files import iter_jsonl
+
+    env = att.environment
+    for role in ("pool", "ood_monitor"):
+        ref = att.datasets.get(role)
+        if ref is None or ref.path is None or not Path(ref.path).exists():
+            continue
+        for line, record in iter_jsonl(ref.path):
+            if record.get("env", env.name) != env.name or dict(record.get("config", env.config) or {}) != dict(env.config):
+                raise InputError(ref.path, f"line {line}: env",
+                                 f"this row names its own environment; on {att.trainer.name} every row plays the "
+                                 f"attempt's environment.name {env.name!r} with its config")
 
 
 def launcher(name: str) -> TrainerLaunch:

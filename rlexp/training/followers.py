@@ -1,7 +1,7 @@
 """Following a live run: each poll reads what its metrics source gained and appends the new steps to
 ``ATTEMPT/metrics.jsonl`` (:mod:`rlexp.training.metrics_file`), never a step twice.
 
-A source is a console log (OpenRLHF's ``Global step N`` lines), a JSON-lines file (a patched
+A source is a console log (read by its trainer's :class:`ConsoleFormat`: OpenRLHF's ``Global step N`` lines), a JSON-lines file (a patched
 trainer's ``training_metrics.jsonl``, or a trainer's own logger read by its package), a TensorBoard
 event directory, or the local trainer's own ``metrics.jsonl`` (:class:`MetricsFileFollower`). Only
 complete lines are read: a line still being written waits for its newline.
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,6 @@ from rlexp.training.ingest import (
     IngestStats,
     event_dirs,
     parse_jsonl_line,
-    parse_stdout_line,
     read_tensorboard,
 )
 from rlexp.training.metrics_file import (
@@ -32,7 +32,17 @@ from rlexp.training.metrics_file import (
     written_steps,
 )
 
-GLOBAL_STEP_TEXT = "Global step "
+
+@dataclass(frozen=True)
+class ConsoleFormat:
+    """A trainer's console log as a live metrics source (its package's, e.g.
+    rlexp.trainers.openrlhf.console.CONSOLE): ``parse(line, stats, number=N, trainer=name)`` reads one
+    line into a row (None: not a metrics line), ``is_step_line(line)`` tells a step's own line from a
+    line that joins a step already printed (its in-run eval): only a step line whose number goes back
+    starts a new run."""
+
+    parse: Callable[..., dict[str, Any] | None]
+    is_step_line: Callable[[str], bool]
 
 
 def _join(row: dict[str, Any], later: Mapping[str, Any]) -> None:
@@ -110,7 +120,8 @@ class MetricsFileFollower:
 class MetricsFollower:
     """Tails one metrics source while the run lives and appends new steps to ``metrics.jsonl``.
 
-    ``kind`` is ``stdout`` (a log with ``Global step N: {...}`` lines), ``jsonl`` (a patched trainer's
+    ``kind`` is ``stdout`` (a trainer's console log, each line read by ``console``, its package's
+    :class:`ConsoleFormat`), ``jsonl`` (a patched trainer's
     ``training_metrics.jsonl``), ``tensorboard`` (an event directory; a step is written once a later
     step exists, or at :meth:`close`, so its scalars are complete), or any other name with ``parse``:
     a JSON-lines file of a trainer's own format, each line read by ``parse(path, number, line, stats)``
@@ -119,12 +130,16 @@ class MetricsFollower:
 
     def __init__(self, kind: str, source: str | Path, metrics_path: str | Path,
                  aliases: Mapping[str, str] | None = None, *, trainer: str,
-                 parse: Callable[[Path, int, str, IngestStats], dict[str, Any] | None] | None = None):
+                 parse: Callable[[Path, int, str, IngestStats], dict[str, Any] | None] | None = None,
+                 console: ConsoleFormat | None = None):
         poll = self._POLLS.get(kind) or (MetricsFollower._poll_lines if parse or kind in LINE_PARSERS else None)
         if poll is None:
             raise InputError(None, "metrics source", f"unknown kind {kind!r}")
+        if poll is MetricsFollower._poll_stdout and console is None:
+            raise InputError(None, "metrics source", f"{kind}: no console format (its trainer's package states it)")
         self.kind = kind
         self._poll = poll
+        self.console = console
         line_parser = LINE_PARSERS.get(kind)
         self._parse = parse or (functools.partial(line_parser, trainer=trainer) if line_parser else None)
         self.source = Path(source)
@@ -141,15 +156,16 @@ class MetricsFollower:
         return append_new_rows(self.metrics_path, self._poll(self, final), self.known)
 
     def _poll_stdout(self, final: bool) -> list[dict[str, Any]]:
-        # OpenRLHF prints "Global step N" and only then evaluates step N: hold each step's row
-        # until a later step (or the end) shows that no eval line is coming for it
+        # a trainer may print a step's line before its in-run eval of that step (OpenRLHF does):
+        # hold each step's row until a later step (or the end) shows that no eval line is coming for it
+        assert self.console is not None
         rows: list[dict[str, Any]] = []
         for number, line in self._lines.new_lines():
-            row = parse_stdout_line(line, self.stats, number=number, trainer=self.trainer)
+            row = self.console.parse(line, self.stats, number=number, trainer=self.trainer)
             if row is None:
                 continue
             last = self._pending["global_step"] if self._pending is not None else max(self.known, default=None)
-            if last is not None and row["global_step"] < last and GLOBAL_STEP_TEXT in line:
+            if last is not None and row["global_step"] < last and self.console.is_step_line(line):
                 self.stats.restarts.append(number)  # a second run in the same log: its steps are not merged
             if self._pending is not None and self._pending["global_step"] == row["global_step"]:
                 _join(self._pending, row)

@@ -44,9 +44,7 @@ from rlexp.errors import InputError
 from rlexp.experiment.files import finite_number
 from rlexp.experiment.layout import STEP_TIME_KEY
 from rlexp.numbers import nonfinite_value
-from rlexp.training.metric_names import canonical_row
-
-MONITOR_KEYS = ("monitor_acc", "greedy_pass_at_1", "greedy_pass@1", "pass1", "pass@1")
+from rlexp.training.metric_names import canonical_row, is_monitor_key
 
 # a logging prefix's time: ISO date (Python logging's asctime), or month-day without a year (OpenRLHF)
 _ISO_TIME = re.compile(r"(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,6}))?")
@@ -68,11 +66,6 @@ class IngestStats:
     def drop(self, key: str) -> None:
         self.dropped_values += 1
         self.dropped_keys[key] = self.dropped_keys.get(key, 0) + 1
-
-
-def _is_monitor_key(key: str) -> bool:
-    tail = key.split("/")[-1].lower()
-    return any(tail == m or tail.endswith(m) for m in MONITOR_KEYS)
 
 
 def normalise(raw: Mapping[str, Any], stats: IngestStats, *, step: int | None = None,
@@ -110,7 +103,7 @@ def normalise(raw: Mapping[str, Any], stats: IngestStats, *, step: int | None = 
                 continue
             nonfinite.append(name)
         if name.startswith("eval/") or name.startswith("eval_"):
-            if _is_monitor_key(name):
+            if is_monitor_key(name):
                 values["monitor_acc"] = number if number <= 1.0 else number / 100.0
             values[name.replace("/", "_")] = number
             continue
@@ -150,35 +143,6 @@ def line_time(prefix: str, reference: float | None = None) -> float | None:
     except ValueError:  # 02-30, 25:00: not a time
         return None
     return None
-
-
-def parse_stdout_line(line: str, stats: IngestStats, reference: float | None = None,
-                      number: int | None = None, *, trainer: str) -> dict[str, Any] | None:
-    """``... Global step 12: {'policy_loss': 0.1, ...}`` -> a row; the in-run eval line
-    ``... Evaluation completed in ..., global_step 12, eval_metrics: {'eval_x_pass1': 0.6}`` ->
-    a row with ``eval_x_pass1`` and ``monitor_acc``; any other line -> None.
-
-    The dict is a Python repr (single quotes, ``nan``, ``tensor(0.5)``); a cut or abridged one is
-    read pair by pair (:mod:`rlexp.training.metric_logs`). A metrics line with nothing
-    readable is None and, given its ``number``, counted in ``stats.not_understood``. Names go
-    through OpenRLHF's table; a NaN is kept and its step flagged in ``stats.nonfinite_steps``.
-    """
-    from rlexp.trainers.openrlhf.metrics import EVAL_LINE, GLOBAL_STEP
-    from rlexp.training.metric_logs import dict_of
-
-    match = GLOBAL_STEP.search(line) or EVAL_LINE.search(line)
-    if not match:
-        return None
-    raw, _ = dict_of(match.group(2))
-    if raw is None:
-        if number is not None:
-            stats.not_understood.append(number)
-        return None
-    row = normalise(raw, stats, step=int(match.group(1)), trainer=trainer)
-    stamp = line_time(line[: match.start()], reference)
-    if row is not None and stamp is not None:
-        row[STEP_TIME_KEY] = stamp
-    return row
 
 
 # --- a patched trainer's training_metrics.jsonl ---------------------------------------------------------

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlexp.training.metric_names import STEP_KEYS, canonical_row, number
+from rlexp.training.metric_names import STEP_KEYS, canonical_row, is_monitor_key, number
 
 # the formats every trainer's logs may come in; a trainer's own formats come after the console's
 COMMON_FORMATS = ("jsonl", "trainer-state", "tensorboard")
@@ -87,14 +87,6 @@ def step_of(value: Any) -> int | None:
     return int(n)
 
 
-MONITOR_KEYS = ("monitor_acc", "greedy_pass_at_1", "greedy_pass@1", "pass1", "pass@1")
-
-
-def _is_monitor_key(key: str) -> bool:
-    tail = key.split("/")[-1].lower()
-    return any(tail == m or tail.endswith(m) for m in MONITOR_KEYS)
-
-
 def metrics_of(raw: Mapping[str, Any], trainer: str, read: LogRead, step: int) -> dict[str, float]:
     """A raw mapping's metrics under canonical names; non-numbers counted, NaN/inf kept and flagged."""
     out: dict[str, float] = {}
@@ -108,7 +100,7 @@ def metrics_of(raw: Mapping[str, Any], trainer: str, read: LogRead, step: int) -
         if not math.isfinite(n):
             read.nonfinite.append((step, name))
         if name.startswith(("eval/", "eval_")):  # in-run eval: eval_<set>_pass1 is also monitor_acc
-            if _is_monitor_key(name) and math.isfinite(n):
+            if is_monitor_key(name) and math.isfinite(n):
                 out["monitor_acc"] = n if n <= 1.0 else n / 100.0
             name = name.replace("/", "_")
         out[name] = n

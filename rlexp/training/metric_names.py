@@ -23,6 +23,16 @@ from functools import cache
 from typing import Any
 
 STEP_KEYS = ("global_step", "step", "training/global_step", "train/global_step")
+
+# an in-run eval's accuracy under any of these names (a set's ``eval_<set>_pass1``, ...) is also
+# the run's ``monitor_acc``, the one the gates follow
+MONITOR_KEYS = ("monitor_acc", "greedy_pass_at_1", "greedy_pass@1", "pass1", "pass@1")
+
+
+def is_monitor_key(key: str) -> bool:
+    """Whether a logged eval metric's name ends in one of :data:`MONITOR_KEYS`."""
+    tail = key.split("/")[-1].lower()
+    return any(tail == m or tail.endswith(m) for m in MONITOR_KEYS)
 TIME_KEY = "time"  # rlexp.experiment.layout.STEP_TIME_KEY (core cannot import storage)
 
 # names every trainer's rows may carry (rlexp's own metrics.jsonl, the seed's patched trainer)

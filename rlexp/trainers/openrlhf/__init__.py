@@ -40,6 +40,11 @@ class OpenRLHFStepMath:
 
         return lr_checks(att, steps)
 
+    def partial_batch_note(self, steps: Any) -> str | None:
+        from rlexp.trainers.openrlhf.checks import partial_batch_note
+
+        return partial_batch_note(steps)
+
 
 class OpenRLHFRules(OpenRLHFStepMath, TrainerRules):
     name = "openrlhf"
@@ -47,7 +52,7 @@ class OpenRLHFRules(OpenRLHFStepMath, TrainerRules):
     metrics_sources = ("stdout", "tensorboard")  # its `Global step N` lines, or its TensorBoard scalars
     metrics_source_note = "OpenRLHF is followed through its stdout or its TensorBoard scalars"
     log_trainer = "openrlhf"
-    gpu_layout = True
+    version_example = '"0.9.3" or "0.11.0"'  # every listed release's flags are read; none is assumed
     deepspeed_checkpoints = True
     launch_modules = ("openrlhf.cli.train_ppo_ray",)
     console_log_format = "openrlhf-console"
@@ -83,6 +88,16 @@ class OpenRLHFRules(OpenRLHFStepMath, TrainerRules):
         from rlexp.trainers.openrlhf.checks import run_health_checks
 
         return run_health_checks(recipe, version, env)
+
+    def gpu_layout(self, recipe: Recipe) -> Any:  # type: ignore[override]
+        from rlexp.trainers.openrlhf.checks import gpu_layout
+
+        return gpu_layout(recipe)
+
+    def gpu_layout_checks(self, att: Attempt) -> list[Any]:
+        from rlexp.trainers.openrlhf.checks import gpu_layout_checks
+
+        return gpu_layout_checks(att)
 
     def async_lag(self, recipe: Recipe) -> dict[str, Any]:  # type: ignore[override]
         # --async_train (--train.async_enable from 0.10.2; a recipe states it under its v0.9 name): the

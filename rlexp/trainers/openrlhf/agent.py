@@ -73,6 +73,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from rlexp.experiment.files import atomic_write_text
+from rlexp.trainers.launch import check_one_environment
 from rlexp.trainers.openrlhf.checks import masks_error_episodes
 
 if TYPE_CHECKING:
@@ -228,25 +229,6 @@ def load_agent_executor(agent_file: str | Path) -> Any:
     if not issubclass(module.AgentExecutor, base):
         raise ValueError(f"{agent_file}: AgentExecutor does not subclass this release's AgentExecutorBase")
     return module.AgentExecutor()
-
-
-def check_one_environment(att: Attempt) -> None:
-    """The generated adapters play the attempt's one environment (the trainers hand the agent a
-    prompt and a label, not a row's ``env``/``config``): a training-set row naming another one is
-    refused here (file and line) rather than silently played in the wrong environment."""
-    from rlexp.errors import InputError
-    from rlexp.experiment.files import iter_jsonl
-
-    env = att.environment
-    for role in ("pool", "ood_monitor"):
-        ref = att.datasets.get(role)
-        if ref is None or ref.path is None or not Path(ref.path).exists():
-            continue
-        for line, record in iter_jsonl(ref.path):
-            if record.get("env", env.name) != env.name or dict(record.get("config", env.config) or {}) != dict(env.config):
-                raise InputError(ref.path, f"line {line}: env",
-                                 f"this row names its own environment; on {att.trainer.name} every row plays the "
-                                 f"attempt's environment.name {env.name!r} with its config")
 
 
 def launch_files(att: Attempt, recipe: Mapping[str, Any], agent_file: Path) -> tuple[dict[str, Any], dict[Path, str]]:

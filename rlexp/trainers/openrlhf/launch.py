@@ -163,6 +163,12 @@ class OpenRLHFLaunch(TrainerLaunch):
         return LaunchPlan(built.argv, reward_file=reward_file, suffixed=suffixed, dropped=built.dropped,
                           adapters=adapters)
 
+    def write_files(self, plan: LaunchPlan) -> None:
+        if plan.reward_file is not None:  # --remote_rm_url (an environment task's agent file grades itself)
+            from rlexp.trainers.openrlhf.reward import write_reward_file
+
+            write_reward_file(plan.reward_file)
+
     def resume_step(self, att: Attempt, ad: AttemptDir) -> int:
         latest = ad.checkpoint_files.latest_resume_state(self.rules)
         if latest is None and att.recipe.disable_ds_ckpt:
@@ -173,11 +179,12 @@ class OpenRLHFLaunch(TrainerLaunch):
         return latest.step if latest is not None else 0  # none: killed before its first checkpoint
 
     def follower(self, ad: AttemptDir, source: str, *, resume_step: int) -> Any:
+        from rlexp.trainers.openrlhf.console import CONSOLE
         from rlexp.training import followers
 
         # the argv logs scalars under ATTEMPT/tensorboard (attempt_recipe: use_tensorboard)
         where = {"stdout": ad.launch.stdout_log, "tensorboard": ad.tensorboard}[source]
-        return followers.MetricsFollower(source, where, ad.metrics, trainer=self.rules.name)
+        return followers.MetricsFollower(source, where, ad.metrics, trainer=self.rules.name, console=CONSOLE)
 
 
 LAUNCH = OpenRLHFLaunch()

@@ -155,7 +155,7 @@ def launch_files(att: Attempt, launch: Any, directory: Path) -> tuple[Any, dict[
     import os
 
     from rlexp.errors import InputError
-    from rlexp.trainers.openrlhf.agent import check_one_environment
+    from rlexp.trainers.launch import check_one_environment
     from rlexp.trainers.verl import advantage
     from rlexp.trainers.verl.hydra import overrides
 
