@@ -358,19 +358,123 @@ def train(cfg: TrainerConfig, attempt_dir: Path, *, resume: bool = False, log=pr
     import random
 
     import torch
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM, AutoTokenizer, get_scheduler
 
-    from rlexp.evaluation.generation import torch_device
     from rlexp.experiment.datasets import read_dataset
 
     attempt_dir = Path(attempt_dir)
+    metrics_path = AttemptDir(attempt_dir).metrics
+    model_dir, engine = _check_start(cfg, attempt_dir, resume, env_task, rollout_server)
+    stop = _StopFlag()
+    previous_handler = signal.signal(signal.SIGTERM, stop)
+
+    # ---- seed everything; data and models
+    random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    pool = read_dataset(cfg.pool_path)[: cfg.max_samples]  # OpenRLHF: --max_samples caps the prompts used
+    monitor = read_dataset(cfg.monitor_path) if cfg.monitor_path is not None else []
+    tokenizer, model, reference = _load_policy(cfg, model_dir)
+
+    # ---- optimizer and the LR schedule (OpenRLHF: cosine_with_min_lr, stepped per optimizer step),
+    # built with the counts rlexp plan predicts (rlexp.training.schedule owns the step math)
+    steps = cfg.steps(len(pool))
+    global_steps_total = steps.global_steps_total
+    if cfg.max_global_steps is not None:
+        global_steps_total = min(global_steps_total, cfg.max_global_steps)
+    if cfg.environment is not None and env_task is None:
+        raise InputError(AttemptDir(attempt_dir).spec, "environment",
+                         "an environment task trains through python -m rlexp.backends.env_trainer")
+    optimizer, scheduler = _optimizer_and_schedule(model, cfg, steps)
+
+    # ---- resume: weights, optimizer, scheduler, RNG; drop metric rows after the checkpoint
+    start_step = _resume_state(attempt_dir, model, optimizer, scheduler, log) if resume else 0
+    if resume:
+        truncate_metrics(metrics_path, start_step)
+        drop_stop_checkpoint(attempt_dir, start_step, cfg.save_steps, global_steps_total)
+
+    # ---- the loop: one global step = rollout B×G, then train in micro-batches
+    steps_per_episode = steps.global_steps_per_episode
+    global_step = start_step
+    server, own_server = rollout_server, False
+    adapters = Path(tempfile.mkdtemp(prefix="rlexp-rollout-adapters-")) if engine == "vllm" else None
+    try:
+        if engine == "vllm" and server is None:
+            server, own_server = start_rollout_server(model_dir, cfg, attempt_dir), True
+        while global_step < global_steps_total:
+            global_step += 1
+            started = time.perf_counter()
+            episode, batch_index = divmod(global_step - 1, steps_per_episode)
+            problems = _prompt_batch(pool, cfg, episode, batch_index)
+
+            model.eval()
+            if server is not None:  # the policy as it is now, to the server (as OpenRLHF syncs LoRA to vLLM)
+                sync_adapter(server, model, adapters, global_step)
+            seed = cfg.seed * 1_000_003 + global_step
+            if env_task is None:
+                rollout = collect_rollout(model, tokenizer, problems, cfg, seed=seed, reference=reference,
+                                          server=server)
+                row = train_on_rollout(model, optimizer, scheduler, rollout, cfg, steps)
+            else:
+                rollout = env_task.rollout(model, tokenizer, problems, seed=seed, reference=reference)
+                row = train_on_rollout(model, optimizer, scheduler, rollout, cfg, steps, loss=env_task.loss)
+            row.update(rollout.stats)
+
+            if fires(global_step, cfg.eval_steps) and monitor:
+                row["monitor_acc"] = (monitor_accuracy(model, tokenizer, monitor, cfg) if env_task is None
+                                      else env_task.monitor_success(model, tokenizer, monitor))
+            row["step_time_s"] = round(time.perf_counter() - started, 4)
+            row[STEP_TIME_KEY] = round(time.time(), 3)  # the step's own time: MLflow's timestamp of its metrics
+            # a NaN/inf loss is data: strict JSON's "NaN"/"Infinity" (rlexp.numbers.json_row)
+            append_jsonl(metrics_path, json_row({"global_step": global_step, **row}))
+            log(_progress_line(global_step, global_steps_total, row))
+
+            _save_checkpoints(model, tokenizer, optimizer, scheduler, attempt_dir, cfg, global_step, episode,
+                              last=global_step == global_steps_total, stop=stop)
+            if stop.requested:
+                log(f"SIGTERM: stopped after global step {global_step}")
+                break
+    finally:
+        signal.signal(signal.SIGTERM, previous_handler)
+        if own_server:
+            server.close()
+        if adapters is not None:
+            import shutil
+
+            shutil.rmtree(adapters, ignore_errors=True)
+    return global_step
+
+
+def _prompt_batch(pool: list[dict], cfg: TrainerConfig, episode: int, batch_index: int) -> list[dict]:
+    """The prompts of one global step: the ``batch_index``-th slice of the pool shuffled by the
+    episode's own seed, so a resumed run draws the same batches."""
+    import random
+
+    order = list(range(len(pool)))
+    random.Random(f"{cfg.seed}:episode:{episode}").shuffle(order)
+    chosen = order[batch_index * cfg.rollout_batch_size : (batch_index + 1) * cfg.rollout_batch_size]
+    return [pool[i] for i in chosen]
+
+
+def _save_checkpoints(model: Any, tokenizer: Any, optimizer: Any, scheduler: Any, attempt_dir: Path,
+                      cfg: TrainerConfig, global_step: int, episode: int, *, last: bool, stop: _StopFlag) -> None:
+    """The adapter every ``save_steps`` and on SIGTERM; the resume state then, and after the last step
+    (``stop`` is read at each test: a SIGTERM that lands while the adapter is written still saves the state)."""
+    if fires(global_step, cfg.save_steps) or stop.requested:
+        save_adapter(model, tokenizer, attempt_dir, global_step)
+    if fires(global_step, cfg.save_steps) or stop.requested or last:
+        save_state(model, optimizer, scheduler, attempt_dir, global_step, {"episode": episode})
+
+
+def _check_start(cfg: TrainerConfig, attempt_dir: Path, resume: bool, env_task: Any,
+                 rollout_server: Any) -> tuple[Path, str]:
+    """Refuse a run that cannot start (its config, a fresh run over existing metrics, a base model that is
+    not a local model directory, an engine that cannot train this recipe) before anything is loaded;
+    return the model's directory and the rollout engine."""
+    from rlexp.models.base_models import loadable
+
     cfg.validate(AttemptDir(attempt_dir).spec)
     metrics_path = AttemptDir(attempt_dir).metrics
     if not resume and metrics_path.exists() and metrics_path.stat().st_size > 0:
         raise InputError(metrics_path, None, "exists: pass --resume to continue this attempt")
-    from rlexp.models.base_models import loadable
-
     model_dir = loadable(cfg.pretrain, AttemptDir(attempt_dir).spec)  # a .gguf: its converted directory
     if not (Path(model_dir) / "config.json").exists():
         raise InputError(
@@ -380,14 +484,19 @@ def train(cfg: TrainerConfig, attempt_dir: Path, *, resume: bool = False, log=pr
     if engine == "vllm" and (env_task is not None or cfg.lora_rank < 1):
         raise InputError("RLEXP_ROLLOUT_ENGINE", None, "the rollout engine 'vllm' takes single-turn LoRA "
                          "training only (an environment task or a full fine-tune: use 'transformers')")
-    stop = _StopFlag()
-    previous_handler = signal.signal(signal.SIGTERM, stop)
+    return Path(model_dir), engine
 
-    # ---- seed everything; data and models
-    random.seed(cfg.seed)
-    torch.manual_seed(cfg.seed)
-    pool = read_dataset(cfg.pool_path)[: cfg.max_samples]  # OpenRLHF: --max_samples caps the prompts used
-    monitor = read_dataset(cfg.monitor_path) if cfg.monitor_path is not None else []
+
+def _load_policy(cfg: TrainerConfig, model_dir: Path) -> tuple[Any, Any, Any]:
+    """The tokenizer, the policy (a LoRA adapter over the base, or the base itself for a full
+    fine-tune) and the reference: None where it is the policy with its adapter disabled, else a frozen
+    copy of the base."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rlexp.evaluation.generation import torch_device
+
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(torch_device())
     if cfg.base_name is not None:
@@ -406,21 +515,18 @@ def train(cfg: TrainerConfig, attempt_dir: Path, *, resume: bool = False, log=pr
     if cfg.lora_rank >= 1:
         with warnings.catch_warnings():  # peft calls a transformers API deprecated in v5
             warnings.simplefilter("ignore", FutureWarning)
-            model, reference = get_peft_model(base, lora), None  # reference = this model, adapter disabled
-    else:  # full fine-tune: the reference is a frozen copy of the base
-        import copy
+            return tokenizer, get_peft_model(base, lora), None  # reference = this model, adapter disabled
+    import copy  # full fine-tune: the reference is a frozen copy of the base
 
-        model, reference = base, copy.deepcopy(base).eval().requires_grad_(False)
+    return tokenizer, base, copy.deepcopy(base).eval().requires_grad_(False)
 
-    # ---- optimizer and the LR schedule (OpenRLHF: cosine_with_min_lr, stepped per optimizer step),
-    # built with the counts rlexp plan predicts (rlexp.training.schedule owns the step math)
-    steps = cfg.steps(len(pool))
-    global_steps_total = steps.global_steps_total
-    if cfg.max_global_steps is not None:
-        global_steps_total = min(global_steps_total, cfg.max_global_steps)
-    if cfg.environment is not None and env_task is None:
-        raise InputError(AttemptDir(attempt_dir).spec, "environment",
-                         "an environment task trains through python -m rlexp.backends.env_trainer")
+
+def _optimizer_and_schedule(model: Any, cfg: TrainerConfig, steps: Steps) -> tuple[Any, Any]:
+    """AdamW over the trainable parameters and transformers' ``cosine_with_min_lr`` as OpenRLHF builds
+    it, with the warm-up and the optimizer-step total of rlexp's step math."""
+    import torch
+    from transformers import get_scheduler
+
     optimizer = torch.optim.AdamW(
         [p for p in model.parameters() if p.requires_grad],
         lr=cfg.actor_learning_rate,
@@ -434,85 +540,30 @@ def train(cfg: TrainerConfig, attempt_dir: Path, *, resume: bool = False, log=pr
         num_training_steps=steps.optimizer_steps_total,
         scheduler_specific_kwargs={"min_lr_rate": steps.min_lr_rate},  # v0.11 passes the rate itself
     )
+    return optimizer, scheduler
 
-    # ---- resume: weights, optimizer, scheduler, RNG; drop metric rows after the checkpoint
-    start_step = 0
-    if resume and (latest := latest_state(attempt_dir)) is not None:
-        state = torch.load(latest.path / "trainer_state.pt", weights_only=False)
-        params = dict(model.named_parameters())
-        with torch.no_grad():
-            for name, value in state["trainable"].items():
-                params[name].copy_(value)
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        torch.set_rng_state(state["torch_rng"])
-        random.setstate(state["python_rng"])
-        start_step = int(state["global_step"])
-        log(f"resumed from {latest.name}")
-    if resume:
-        truncate_metrics(metrics_path, start_step)
-        drop_stop_checkpoint(attempt_dir, start_step, cfg.save_steps, global_steps_total)
 
-    # ---- the loop: one global step = rollout B×G, then train in micro-batches
-    steps_per_episode = steps.global_steps_per_episode
-    global_step = start_step
-    server, own_server = rollout_server, False
-    adapters = Path(tempfile.mkdtemp(prefix="rlexp-rollout-adapters-")) if engine == "vllm" else None
-    try:
-        if engine == "vllm" and server is None:
-            server, own_server = start_rollout_server(model_dir, cfg, attempt_dir), True
-        while global_step < global_steps_total:
-            global_step += 1
-            started = time.perf_counter()
-            episode, batch_index = divmod(global_step - 1, steps_per_episode)
-            order = list(range(len(pool)))
-            random.Random(f"{cfg.seed}:episode:{episode}").shuffle(order)
-            chosen = order[batch_index * cfg.rollout_batch_size : (batch_index + 1) * cfg.rollout_batch_size]
-            problems = [pool[i] for i in chosen]
+def _resume_state(attempt_dir: Path, model: Any, optimizer: Any, scheduler: Any, log) -> int:
+    """Load the latest saved state (trainable weights, optimizer, scheduler, both RNGs) into the run;
+    return its global step (0 where there is none)."""
+    import random
 
-            model.eval()
-            if server is not None:  # the policy as it is now, to the server (as OpenRLHF syncs LoRA to vLLM)
-                sync_adapter(server, model, adapters, global_step)
-            if env_task is None:
-                rollout = collect_rollout(
-                    model, tokenizer, problems, cfg, seed=cfg.seed * 1_000_003 + global_step, reference=reference,
-                    server=server,
-                )
-                row = train_on_rollout(model, optimizer, scheduler, rollout, cfg, steps)
-            else:
-                rollout = env_task.rollout(model, tokenizer, problems, seed=cfg.seed * 1_000_003 + global_step,
-                                           reference=reference)
-                row = train_on_rollout(model, optimizer, scheduler, rollout, cfg, steps, loss=env_task.loss)
-            row.update(rollout.stats)
+    import torch
 
-            if fires(global_step, cfg.eval_steps) and monitor:
-                if env_task is None:
-                    row["monitor_acc"] = monitor_accuracy(model, tokenizer, monitor, cfg)
-                else:
-                    row["monitor_acc"] = env_task.monitor_success(model, tokenizer, monitor)
-            row["step_time_s"] = round(time.perf_counter() - started, 4)
-            row[STEP_TIME_KEY] = round(time.time(), 3)  # the step's own time: MLflow's timestamp of its metrics
-            # a NaN/inf loss is data: strict JSON's "NaN"/"Infinity" (rlexp.numbers.json_row)
-            append_jsonl(metrics_path, json_row({"global_step": global_step, **row}))
-            log(_progress_line(global_step, global_steps_total, row))
-
-            last = global_step == global_steps_total
-            if fires(global_step, cfg.save_steps) or stop.requested:
-                save_adapter(model, tokenizer, attempt_dir, global_step)
-            if fires(global_step, cfg.save_steps) or stop.requested or last:
-                save_state(model, optimizer, scheduler, attempt_dir, global_step, {"episode": episode})
-            if stop.requested:
-                log(f"SIGTERM: stopped after global step {global_step}")
-                break
-    finally:
-        signal.signal(signal.SIGTERM, previous_handler)
-        if own_server:
-            server.close()
-        if adapters is not None:
-            import shutil
-
-            shutil.rmtree(adapters, ignore_errors=True)
-    return global_step
+    latest = latest_state(attempt_dir)
+    if latest is None:
+        return 0
+    state = torch.load(latest.path / "trainer_state.pt", weights_only=False)
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        for name, value in state["trainable"].items():
+            params[name].copy_(value)
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    torch.set_rng_state(state["torch_rng"])
+    random.setstate(state["python_rng"])
+    log(f"resumed from {latest.name}")
+    return int(state["global_step"])
 
 
 ROLLOUT_ENGINES = ("transformers", "vllm")
