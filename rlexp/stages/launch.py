@@ -420,7 +420,6 @@ def run(p: Prepared, *, tracking_uri: str | None = None, follow: bool = True, po
     import os
     import signal
 
-    from rlexp.backends import process
     from rlexp.backends.registry import backend as backend_named
     from rlexp.experiment import provenance
     from rlexp.training import metrics_file, monitor
@@ -445,9 +444,6 @@ def run(p: Prepared, *, tracking_uri: str | None = None, follow: bool = True, po
         write_state(attempt_dir, "failed", **base, exit_code=None, reason=exc.one_line())
         raise
     base.update(runner.state_fields(proc))
-
-    def stop_child() -> int:
-        return proc.stop()
     write_state(attempt_dir, "running", **base, reason=None)
     if not follow:
         return {"state": "running", "pid": proc.pid, "backend": p.backend, "attempt": p.attempt.id}
@@ -469,23 +465,7 @@ def run(p: Prepared, *, tracking_uri: str | None = None, follow: bool = True, po
         if metrics_path.exists():
             run_monitor.rows = [dict(r) for r in metrics_file.read_metrics(metrics_path, allow_torn_tail=True)]
         bar = _StepProgress(p.plan, done=len(run_monitor.rows))
-        while True:
-            rows = follower.poll()
-            if rows:
-                bar.advance(rows)
-                if live is not None:
-                    live.log_rows(rows)
-                verdict = run_monitor.update(rows)
-                if verdict is not None:
-                    stop_verdict = verdict
-                    stop_child()
-                    break
-            if interrupted:
-                stop_child()
-                break
-            if proc.poll() is not None:
-                break
-            process.wait_for(lambda: proc.poll() is not None or bool(interrupted), poll_s)
+        stop_verdict = _watch(proc, follower, run_monitor, bar, live, interrupted, poll_s)
         rows = follower.close()
         if rows:
             if live is not None:
@@ -494,7 +474,7 @@ def run(p: Prepared, *, tracking_uri: str | None = None, follow: bool = True, po
     except BaseException as exc:
         # a bad metrics line or a bug here must not leave an unwatched trainer and a state file
         # that says "running": stop the child, record why, then report the error as usual
-        code = stop_child()
+        code = proc.stop()
         write_state(attempt_dir, "failed", **base, exit_code=code,
                     reason=f"rlexp launch stopped the run: {exc}".splitlines()[0][:300])
         provenance.scrub_file(ad.launch.stdout_log)
@@ -506,6 +486,48 @@ def run(p: Prepared, *, tracking_uri: str | None = None, follow: bool = True, po
             signal.signal(signum, handler)
     code = proc.wait()
     run_monitor.finish()  # the resume gate over what this launch logged (guards/resume.json)
+    state, code = _record_end(p, base, proc, code, run_monitor, stop_verdict, interrupted)
+    provenance.scrub_file(ad.launch.stdout_log)  # secrets a trainer printed never stay on disk
+    if live is not None:
+        live.finish()
+    return _outcome(p, state, code, run_monitor, follower)
+
+
+def _watch(proc: Any, follower: Any, run_monitor: Any, bar: _StepProgress, live: Any, interrupted: dict[str, int],
+           poll_s: float) -> Any:
+    """Follow the running trainer: each poll's new metric rows advance the bar, reach MLflow and the
+    in-run monitor; a STOP verdict or a signal to rlexp launch stops the child. Returns the verdict
+    that stopped it (None: the trainer ended, or a signal stopped it)."""
+    from rlexp.backends import process
+
+    while True:
+        rows = follower.poll()
+        if rows:
+            bar.advance(rows)
+            if live is not None:
+                live.log_rows(rows)
+            verdict = run_monitor.update(rows)
+            if verdict is not None:
+                proc.stop()
+                return verdict
+        if interrupted:
+            proc.stop()
+            return None
+        if proc.poll() is not None:
+            return None
+        process.wait_for(lambda: proc.poll() is not None or bool(interrupted), poll_s)
+
+
+def _record_end(p: Prepared, base: dict[str, Any], proc: Any, code: int | None, run_monitor: Any,
+                stop_verdict: Any, interrupted: dict[str, int]) -> tuple[dict[str, Any], int | None]:
+    """Write how the run ended to state.json (stopped from outside, by a STOP rule, by a signal to
+    rlexp launch, finished, or failed) and return that state with the trainer's exit code: a Ray
+    job's own code where the Job API has one."""
+    import signal
+
+    from rlexp.backends import process
+
+    attempt_dir, ad = p.attempt_dir, AttemptDir(p.attempt_dir)
     ended = f"trainer {process.describe_exit(code)}"
     job_end = proc.view()  # a Ray job: the Job API's word on how the job ended (a process: None)
     if job_end is not None:
@@ -528,9 +550,12 @@ def run(p: Prepared, *, tracking_uri: str | None = None, follow: bool = True, po
         run_monitor.record_crash(code if code is not None else 1)
         state = write_state(attempt_dir, "failed", **base, exit_code=code,
                             reason=f"{ended}; see {ad.launch.stdout_log.relative_to(ad.root)}")
-    provenance.scrub_file(ad.launch.stdout_log)  # secrets a trainer printed never stay on disk
-    if live is not None:
-        live.finish()
+    return state, code
+
+
+def _outcome(p: Prepared, state: dict[str, Any], code: int | None, run_monitor: Any, follower: Any) -> dict[str, Any]:
+    """What ``rlexp launch`` reports of a followed run: its end, its steps, and what the metric reader
+    dropped, did not understand, found non-finite or saw restart."""
     steps = max((r["global_step"] for r in run_monitor.rows), default=0)
     stats = getattr(follower, "stats", None)
     dropped = getattr(stats, "dropped_keys", {})
