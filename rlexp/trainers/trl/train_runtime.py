@@ -38,14 +38,9 @@ def train(config: Mapping[str, Any], argv: Sequence[str], *, environment_factory
     import transformers
     import trl
     from datasets import Dataset
-    from torch.utils.tensorboard import SummaryWriter
-    from transformers import AutoTokenizer, TrainerCallback, set_seed
+    from transformers import AutoTokenizer, set_seed
     from transformers.trainer_utils import get_last_checkpoint
     from trl import GRPOConfig, GRPOTrainer, ModelConfig, RLOOConfig, RLOOTrainer, get_peft_config
-
-    from rlexp.evaluation.answers import extract_answer, is_correct
-    from rlexp.evaluation.generation import generate, render_prompt
-    from rlexp.experiment.files import read_jsonl
 
     # what really ran (the launcher's provenance records the pinned versions)
     print(f"rlexp: trl {trl.__version__} transformers {transformers.__version__} torch {torch.__version__}",
@@ -55,62 +50,12 @@ def train(config: Mapping[str, Any], argv: Sequence[str], *, environment_factory
     set_seed(int(config_kwargs.get("seed", 42)))
     tokenizer = AutoTokenizer.from_pretrained(config["model_config"]["model_name_or_path"])
     agent = rollout_module(argv)  # an environment task: episodes through TRL's rollout_func
-
-    def rows(ref: Mapping[str, Any]) -> list[dict[str, Any]]:
-        if agent is not None:
-            return agent.train_rows(read_jsonl(ref["path"]), ref["suffix"], ref["path"])
-        return [{"prompt": render_prompt(tokenizer, str(r["prompt"]), ref["suffix"]), "answer": str(r["answer"])}
-                for r in read_jsonl(ref["path"])]
-
-    pool = rows(config["pool"])
-    monitor = rows(config["monitor"]) if config["monitor"] else []
-
-    def grade(text: str, gold: str) -> tuple[float, str]:
-        answer, method = extract_answer(text)
-        return (1.0 if answer is not None and is_correct(answer, gold) else 0.0), method
-
-    def exact_match(prompts: Any, completions: list[str], answer: list[str], log_metric: Any = None,
-                    **kwargs: Any) -> list[float]:  # fmt: skip
-        graded = [grade(text, gold) for text, gold in zip(completions, answer, strict=False)]
-        if log_metric is not None:
-            log_metric("has_boxed", sum(m == "boxed" for _, m in graded) / max(1, len(graded)))
-        return [reward for reward, _ in graded]
+    pool = _rows(config["pool"], agent, tokenizer)
+    monitor = _rows(config["monitor"], agent, tokenizer) if config["monitor"] else []
 
     stop = {"asked": False}
     signal.signal(signal.SIGTERM, lambda *_: stop.update(asked=True))
-    writer = SummaryWriter(config["monitor_tensorboard_dir"])
-
-    class RlexpCallback(TrainerCallback):  # type: ignore[misc]
-        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            # the step count transformers computed (rlexp plan predicts it): one line for humans and tests
-            print(f"rlexp: TRL max_steps={state.max_steps} warmup_steps={args.get_warmup_steps(state.max_steps)}",
-                  flush=True)
-
-        def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> Any:
-            if control.should_evaluate:
-                control.should_evaluate = False  # the SOP's greedy monitor replaces TRL's sampled eval
-                if monitor:
-                    model.eval()
-                    with torch.no_grad():
-                        if agent is not None:  # greedy episodes: the share that succeed
-                            acc = agent.monitor_score(model, tokenizer, monitor)
-                        else:
-                            outs = generate(model, tokenizer, [r["prompt"] for r in monitor],
-                                            max_new_tokens=config["monitor_max_new_tokens"], temperature=0.0)
-                            acc = sum(grade(o[0].text, r["answer"])[0]
-                                      for o, r in zip(outs, monitor, strict=False)) / len(monitor)
-                    model.train()
-                    writer.add_scalar("train/monitor_acc", acc, state.global_step)
-                    writer.flush()
-            if stop["asked"]:
-                control.should_save = True
-                control.should_training_stop = True
-            return control
-
-        def on_save(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
-            out = config["checkpoint_pattern"].replace("{N}", str(state.global_step))
-            model.save_pretrained(out)
-            tokenizer.save_pretrained(out)
+    callback, writer = _rlexp_callback(config, tokenizer, monitor, agent, stop)
 
     model_args = ModelConfig(**config["model_config"])
     grpo = (RLOOConfig if rloo else GRPOConfig)(**config_kwargs)
@@ -130,7 +75,7 @@ def train(config: Mapping[str, Any], argv: Sequence[str], *, environment_factory
         train_dataset=Dataset.from_list(pool),
         eval_dataset=Dataset.from_list(monitor) if monitor else None,
         processing_class=tokenizer,
-        callbacks=[RlexpCallback()],
+        callbacks=[callback],
         peft_config=get_peft_config(model_args),
     )
     resume = None
@@ -140,3 +85,81 @@ def train(config: Mapping[str, Any], argv: Sequence[str], *, environment_factory
     trainer.train(resume_from_checkpoint=resume)
     writer.close()
     return 0
+
+
+def _rows(ref: Mapping[str, Any], agent: Any, tokenizer: Any) -> list[dict[str, Any]]:
+    """A dataset's rows as the trainer takes them: an environment task's own rows, else the rendered
+    prompt and its gold answer."""
+    from rlexp.evaluation.generation import render_prompt
+    from rlexp.experiment.files import read_jsonl
+
+    if agent is not None:
+        return agent.train_rows(read_jsonl(ref["path"]), ref["suffix"], ref["path"])
+    return [{"prompt": render_prompt(tokenizer, str(r["prompt"]), ref["suffix"]), "answer": str(r["answer"])}
+            for r in read_jsonl(ref["path"])]
+
+
+def grade(text: str, gold: str) -> tuple[float, str]:
+    """1.0 when the completion's extracted answer equals ``gold``, with how it was extracted."""
+    from rlexp.evaluation.answers import extract_answer, is_correct
+
+    answer, method = extract_answer(text)
+    return (1.0 if answer is not None and is_correct(answer, gold) else 0.0), method
+
+
+def exact_match(prompts: Any, completions: list[str], answer: list[str], log_metric: Any = None,
+                **kwargs: Any) -> list[float]:  # fmt: skip
+    """The reward function (TRL logs it as ``rewards/exact_match``), with the share of boxed answers."""
+    graded = [grade(text, gold) for text, gold in zip(completions, answer, strict=False)]
+    if log_metric is not None:
+        log_metric("has_boxed", sum(m == "boxed" for _, m in graded) / max(1, len(graded)))
+    return [reward for reward, _ in graded]
+
+
+def _rlexp_callback(config: Mapping[str, Any], tokenizer: Any, monitor: list[dict[str, Any]], agent: Any,
+                    stop: dict[str, bool]) -> tuple[Any, Any]:
+    """The TrainerCallback that prints the step count transformers computed, replaces TRL's sampled
+    eval with the SOP's greedy monitor (to TensorBoard), saves each checkpoint where rlexp reads it and
+    stops after a SIGTERM with a save; and its TensorBoard writer."""
+    import torch
+    from torch.utils.tensorboard import SummaryWriter
+    from transformers import TrainerCallback
+
+    from rlexp.evaluation.generation import generate
+
+    writer = SummaryWriter(config["monitor_tensorboard_dir"])
+
+    def monitor_score(model: Any) -> float:
+        if agent is not None:  # greedy episodes: the share that succeed
+            return agent.monitor_score(model, tokenizer, monitor)
+        outs = generate(model, tokenizer, [r["prompt"] for r in monitor],
+                        max_new_tokens=config["monitor_max_new_tokens"], temperature=0.0)
+        return sum(grade(o[0].text, r["answer"])[0] for o, r in zip(outs, monitor, strict=False)) / len(monitor)
+
+    class RlexpCallback(TrainerCallback):  # type: ignore[misc]
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            # the step count transformers computed (rlexp plan predicts it): one line for humans and tests
+            print(f"rlexp: TRL max_steps={state.max_steps} warmup_steps={args.get_warmup_steps(state.max_steps)}",
+                  flush=True)
+
+        def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> Any:
+            if control.should_evaluate:
+                control.should_evaluate = False  # the SOP's greedy monitor replaces TRL's sampled eval
+                if monitor:
+                    model.eval()
+                    with torch.no_grad():
+                        acc = monitor_score(model)
+                    model.train()
+                    writer.add_scalar("train/monitor_acc", acc, state.global_step)
+                    writer.flush()
+            if stop["asked"]:
+                control.should_save = True
+                control.should_training_stop = True
+            return control
+
+        def on_save(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+            out = config["checkpoint_pattern"].replace("{N}", str(state.global_step))
+            model.save_pretrained(out)
+            tokenizer.save_pretrained(out)
+
+    return RlexpCallback(), writer
