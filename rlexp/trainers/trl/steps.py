@@ -192,19 +192,7 @@ def trl_steps(recipe: Mapping[str, Any], pool_size: int, version: str, processes
     g = _int(recipe, "num_generations", 2)  # GRPOConfig and RLOOConfig refuse fewer than 2 generations
     mu = _int(recipe, "num_iterations", 1)
     w = max(1, int(processes))
-    stated_s, stated_gb = recipe.get("steps_per_generation"), recipe.get("generation_batch_size")
-    # GRPOConfig.__post_init__ (RLOOConfig's alike): S defaults to GA; a generation_batch_size sets it instead
-    if stated_s is not None and stated_gb is not None:
-        raise TrlRecipeError("steps_per_generation", "generation_batch_size and steps_per_generation are "
-                                                     f"mutually exclusive in {config}")
-    if stated_gb is not None:
-        gb = _int(recipe, "generation_batch_size", 1)
-        if gb % (b * w):
-            raise TrlRecipeError("generation_batch_size", f"{gb} is not a multiple of the global batch "
-                                                          f"{b} × {w} processes = {b * w}")
-        s = gb // (b * w)
-    else:
-        s = _int(recipe, "steps_per_generation", 1) if stated_s is not None else ga
+    s = _steps_per_generation(recipe, b, w, ga, config)
     generation_batch = b * w * s
     if generation_batch % g:
         raise TrlRecipeError("num_generations", f"the generation batch {b} × {w} × {s} = {generation_batch} "
@@ -223,30 +211,8 @@ def trl_steps(recipe: Mapping[str, Any], pool_size: int, version: str, processes
     else:
         max_steps = math.ceil(epochs * update_steps)
 
-    warm = float(recipe.get("warmup_steps") or 0.0)
-    if warm >= 1:
-        warmup, rule = int(warm), f"warmup_steps {int(warm)} (absolute)"
-    else:
-        warmup = math.ceil(max_steps * warm)
-        rule = f"ceil({max_steps:,} × warmup_steps {warm:g})"
-
-    scheduler = str(recipe.get("lr_scheduler_type") or "linear")
-    if scheduler not in SCHEDULERS:
-        raise TrlRecipeError("lr_scheduler_type", f"{scheduler!r} is not planned by rlexp (supported: "
-                                                  f"{', '.join(SCHEDULERS)})")
-    peak = float(recipe.get("learning_rate") or 0.0)
-    kwargs = scheduler_kwargs(recipe)
-    num_cycles = float(kwargs.get("num_cycles", 0.5))
-    rate = 0.0
-    if scheduler == "cosine_with_min_lr":
-        # transformers: exactly one of min_lr / min_lr_rate; min_lr is divided by the optimizer's lr
-        if ("min_lr" in kwargs) == ("min_lr_rate" in kwargs):
-            raise TrlRecipeError("lr_scheduler_kwargs", "cosine_with_min_lr needs exactly one of min_lr and "
-                                                        "min_lr_rate")
-        rate = float(kwargs["min_lr_rate"]) if "min_lr_rate" in kwargs else float(kwargs["min_lr"]) / peak
-    elif scheduler in ("constant", "constant_with_warmup"):
-        rate = 1.0
-
+    warmup, rule = _warmup(recipe, max_steps)
+    scheduler, peak, num_cycles, rate = _lr_schedule(recipe)
     return TrlSteps(
         trainer_version=version,
         pool_size=pool_size,
@@ -286,6 +252,53 @@ def trl_steps(recipe: Mapping[str, Any], pool_size: int, version: str, processes
         warmup_rule_text=rule,
         trainer_class=TRAINERS[estimator][0],
     )
+
+
+def _steps_per_generation(recipe: Mapping[str, Any], b: int, w: int, ga: int, config: str) -> int:
+    """S, the optimizer micro-steps one generation feeds, as GRPOConfig.__post_init__ (RLOOConfig's alike)
+    sets it: ``steps_per_generation``, else ``generation_batch_size`` / (B × processes), else GA."""
+    stated_s, stated_gb = recipe.get("steps_per_generation"), recipe.get("generation_batch_size")
+    if stated_s is not None and stated_gb is not None:
+        raise TrlRecipeError("steps_per_generation", "generation_batch_size and steps_per_generation are "
+                                                     f"mutually exclusive in {config}")
+    if stated_gb is not None:
+        gb = _int(recipe, "generation_batch_size", 1)
+        if gb % (b * w):
+            raise TrlRecipeError("generation_batch_size", f"{gb} is not a multiple of the global batch "
+                                                          f"{b} × {w} processes = {b * w}")
+        return gb // (b * w)
+    return _int(recipe, "steps_per_generation", 1) if stated_s is not None else ga
+
+
+def _warmup(recipe: Mapping[str, Any], max_steps: int) -> tuple[int, str]:
+    """transformers' warm-up steps (``get_warmup_steps``: a ``warmup_steps`` of 1 or more is a count, below
+    1 a ratio of the run) and how it was found, in words."""
+    warm = float(recipe.get("warmup_steps") or 0.0)
+    if warm >= 1:
+        return int(warm), f"warmup_steps {int(warm)} (absolute)"
+    return math.ceil(max_steps * warm), f"ceil({max_steps:,} × warmup_steps {warm:g})"
+
+
+def _lr_schedule(recipe: Mapping[str, Any]) -> tuple[str, float, float, float]:
+    """The scheduler's name, the peak LR, cosine's ``num_cycles`` and the floor as a fraction of the peak
+    (cosine_with_min_lr's rate; 1 for the constant schedules; 0 otherwise)."""
+    scheduler = str(recipe.get("lr_scheduler_type") or "linear")
+    if scheduler not in SCHEDULERS:
+        raise TrlRecipeError("lr_scheduler_type", f"{scheduler!r} is not planned by rlexp (supported: "
+                                                  f"{', '.join(SCHEDULERS)})")
+    peak = float(recipe.get("learning_rate") or 0.0)
+    kwargs = scheduler_kwargs(recipe)
+    num_cycles = float(kwargs.get("num_cycles", 0.5))
+    rate = 0.0
+    if scheduler == "cosine_with_min_lr":
+        # transformers: exactly one of min_lr / min_lr_rate; min_lr is divided by the optimizer's lr
+        if ("min_lr" in kwargs) == ("min_lr_rate" in kwargs):
+            raise TrlRecipeError("lr_scheduler_kwargs", "cosine_with_min_lr needs exactly one of min_lr and "
+                                                        "min_lr_rate")
+        rate = float(kwargs["min_lr_rate"]) if "min_lr_rate" in kwargs else float(kwargs["min_lr"]) / peak
+    elif scheduler in ("constant", "constant_with_warmup"):
+        rate = 1.0
+    return scheduler, peak, num_cycles, rate
 
 
 def trl_lambda(k: int, steps: TrlSteps) -> float:
