@@ -27,9 +27,8 @@ def build_verl_plan(att: Attempt, plan_format: int) -> dict[str, Any]:
     from rlexp.protocol.checks import MAX_GLOBAL_STEPS
     from rlexp.protocol.power_checks import primary_power
     from rlexp.spec import diff_against_parent
-    from rlexp.stats import power_report
     from rlexp.trainers.verl import hydra as backend
-    from rlexp.trainers.verl.checks import verl_checkpoint_plan, verl_gpu_layout, verl_preflight
+    from rlexp.trainers.verl.checks import verl_checkpoint_plan, verl_preflight
     from rlexp.trainers.verl.steps import (
         VerlConfigError,
         compute_verl_steps,
@@ -58,15 +57,6 @@ def build_verl_plan(att: Attempt, plan_format: int) -> dict[str, Any]:
     checks = verl_preflight(att, steps, schedule, power, config)
     milestones = milestone_steps(att, steps.global_steps_total, steps.warmup_global_steps)
     rows, coverage = lr_rows_for_plan(steps, extra=milestones)  # reads only global_steps_total
-    monitor = att.datasets.get("ood_monitor")
-    power_json: dict[str, Any] = power.as_dict() if power else {"mde_pp": None, "power_at_win_threshold": None,
-                                                                "n": None}  # fmt: skip
-    power_json["monitor"] = (power_report(monitor.size, att.baseline.discordance).as_dict()
-                             if monitor and monitor.size else None)  # fmt: skip
-    from rlexp.spec.sop import load_sop
-    from rlexp.stats._gate_power import add_best_of_k
-
-    add_best_of_k(power_json, load_sop())
     return {
         "format": plan_format,
         "attempt": att.id,
@@ -82,47 +72,7 @@ def build_verl_plan(att: Attempt, plan_format: int) -> dict[str, Any]:
         "diff": [{"key": d.key, "parent": jsonable(d.parent), "value": jsonable(d.value), "kind": d.kind}
                  for d in diff_against_parent(att)],
         "datasets": {role: ref.plan_row() for role, ref in att.datasets.items()},
-        "steps": {
-            "pool_size": steps.pool_size,
-            "prompts": steps.prompts,
-            # the OpenRLHF plan's names, verl's meaning: optimizer steps are mini-batch updates of the
-            # actor; the LR scheduler's horizon is total_training_steps (global steps), under "verl"
-            "optimizer_steps_total": steps.optimizer_steps_total,
-            "optimizer_steps_per_episode": steps.batches_per_epoch * steps.optimizer_steps_per_global_step,
-            "optimizer_steps_per_global_step": steps.optimizer_steps_per_global_step,
-            "optimizer_steps_run": steps.optimizer_steps_total,
-            "global_steps_per_episode": steps.batches_per_epoch,
-            "global_steps_total": steps.global_steps_total,
-            "partial_batch_prompts": steps.partial_batch_prompts,
-            "drops_partial_batch": True,
-            "micro_batches_per_optimizer_step": None,
-            "data_parallel_size": None,
-            "warmup_steps": steps.warmup_steps,
-            "warmup_global_steps": steps.warmup_global_steps,
-            "peak_lr": steps.peak_lr,
-            "min_lr": (steps.lr_schedule.min_lr_reached if steps.lr_schedule is not None else
-                       steps.peak_lr * (steps.min_lr_ratio if steps.scheduler == "cosine" else 1.0)),
-            "min_lr_ratio": steps.min_lr_ratio,
-            "actor_lr_logging": "after_scheduler_step",
-            "verl": {
-                "batch_prompts": steps.batch_prompts,
-                "total_epochs": steps.total_epochs,
-                "use_v1": steps.use_v1,
-                "total_training_steps": steps.total_training_steps,
-                "scheduler_steps_per_global_step": steps.scheduler_steps_per_global_step,
-                "scheduler_total": steps.scheduler_total,
-                "total_training_steps_stated": steps.total_training_steps_stated,
-                "reaches_last_step": steps.reaches_last_step,
-                "actor_updates": steps.actor_updates,
-                "critic_warmup": steps.critic_warmup,
-                "lr_scheduler_type": steps.scheduler,  # FSDP's lr_scheduler_type, or Megatron's lr_decay_style
-                **({"num_cycles": steps.num_cycles, "zero_indexed_step": steps.zero_indexed_step}
-                   if steps.lr_schedule is None else
-                   {"model_engine": steps.engine, "lr_scheduler": steps.lr_schedule.as_dict(),
-                    "parallelism": verl_gpu_layout(config)}),
-                "filter_overlong_prompts": steps.filters_prompts,
-            },
-        },
+        "steps": _steps_section(steps, config),
         "lr_rows": coverage,
         "lr": [lr_for_global_step(g, steps).as_dict() for g in rows],
         "lr_milestones": [lr_for_global_step(g, steps).as_dict() for g in milestones],
@@ -133,5 +83,68 @@ def build_verl_plan(att: Attempt, plan_format: int) -> dict[str, Any]:
                         "best_by_monitor_candidates": list(ckpt.best_by_monitor_candidates)},
         "gpu_layout": None,
         "checks": [c.to_dict() for c in checks],
-        "power": power_json,
+        "power": _power_section(att, power),
     }
+
+
+def _steps_section(steps: Any, config: Any) -> dict[str, Any]:
+    """plan.json's ``steps`` for verl: the OpenRLHF plan's names with verl's meaning, and verl's own
+    figures under ``verl`` (the engine's scheduler and parallelism where it is not FSDP's)."""
+    from rlexp.trainers.verl.checks import verl_gpu_layout
+
+    return {
+        "pool_size": steps.pool_size,
+        "prompts": steps.prompts,
+        # the OpenRLHF plan's names, verl's meaning: optimizer steps are mini-batch updates of the
+        # actor; the LR scheduler's horizon is total_training_steps (global steps), under "verl"
+        "optimizer_steps_total": steps.optimizer_steps_total,
+        "optimizer_steps_per_episode": steps.batches_per_epoch * steps.optimizer_steps_per_global_step,
+        "optimizer_steps_per_global_step": steps.optimizer_steps_per_global_step,
+        "optimizer_steps_run": steps.optimizer_steps_total,
+        "global_steps_per_episode": steps.batches_per_epoch,
+        "global_steps_total": steps.global_steps_total,
+        "partial_batch_prompts": steps.partial_batch_prompts,
+        "drops_partial_batch": True,
+        "micro_batches_per_optimizer_step": None,
+        "data_parallel_size": None,
+        "warmup_steps": steps.warmup_steps,
+        "warmup_global_steps": steps.warmup_global_steps,
+        "peak_lr": steps.peak_lr,
+        "min_lr": (steps.lr_schedule.min_lr_reached if steps.lr_schedule is not None else
+                   steps.peak_lr * (steps.min_lr_ratio if steps.scheduler == "cosine" else 1.0)),
+        "min_lr_ratio": steps.min_lr_ratio,
+        "actor_lr_logging": "after_scheduler_step",
+        "verl": {
+            "batch_prompts": steps.batch_prompts,
+            "total_epochs": steps.total_epochs,
+            "use_v1": steps.use_v1,
+            "total_training_steps": steps.total_training_steps,
+            "scheduler_steps_per_global_step": steps.scheduler_steps_per_global_step,
+            "scheduler_total": steps.scheduler_total,
+            "total_training_steps_stated": steps.total_training_steps_stated,
+            "reaches_last_step": steps.reaches_last_step,
+            "actor_updates": steps.actor_updates,
+            "critic_warmup": steps.critic_warmup,
+            "lr_scheduler_type": steps.scheduler,  # FSDP's lr_scheduler_type, or Megatron's lr_decay_style
+            **({"num_cycles": steps.num_cycles, "zero_indexed_step": steps.zero_indexed_step}
+               if steps.lr_schedule is None else
+               {"model_engine": steps.engine, "lr_scheduler": steps.lr_schedule.as_dict(),
+                "parallelism": verl_gpu_layout(config)}),
+            "filter_overlong_prompts": steps.filters_prompts,
+        },
+    }
+
+
+def _power_section(att: Attempt, power: Any) -> dict[str, Any]:
+    """plan.json's ``power``: the primary eval set's, the monitor's, and best-of-k's."""
+    from rlexp.spec.sop import load_sop
+    from rlexp.stats import power_report
+    from rlexp.stats._gate_power import add_best_of_k
+
+    monitor = att.datasets.get("ood_monitor")
+    power_json: dict[str, Any] = power.as_dict() if power else {"mde_pp": None, "power_at_win_threshold": None,
+                                                                "n": None}  # fmt: skip
+    power_json["monitor"] = (power_report(monitor.size, att.baseline.discordance).as_dict()
+                             if monitor and monitor.size else None)  # fmt: skip
+    add_best_of_k(power_json, load_sop())
+    return power_json
