@@ -51,9 +51,10 @@ EDGE_MODULES = {"rlexp.experiment.provenance", "rlexp.experiment.lfs"}
 ADAPTER_PACKAGES = {"training", "environments", "evaluation", "tracking", "reporting", "models", "backends"}
 CLI = {"rlexp.cli", "rlexp.console", "rlexp.cli_runtime", "rlexp._cli_help", "rlexp.__main__"}
 # the pure modules of a trainer's package (rlexp.trainers.<name>.<module>): its step math and LR
-# (steps), its preflight checks (checks), its config keys or fields as data (keys, fields), its metric
-# names and log readers (metrics); each is core, imports nothing above it and writes nothing
-TRAINER_CORE_MODULES = {"steps", "checks", "keys", "fields", "metrics"}
+# (steps), its preflight checks (checks), its config keys or fields as data (keys, fields), its typed
+# recipe (recipe), its metric names and log readers (metrics); each is core, imports nothing above it
+# and writes nothing
+TRAINER_CORE_MODULES = {"steps", "checks", "keys", "fields", "recipe", "metrics"}
 # a package's own pure modules besides those (trainer name -> module names): the local trainer's
 # configuration and its loss (pure functions of tensors); each is core as the modules above are
 PACKAGE_CORE_MODULES = {"local": {"config", "loss"}, "verl": {"engine_keys", "megatron_schedule", "veomni_schedule"}}

@@ -241,13 +241,18 @@ def test_openrlhf_correction_is_off_with_gspo_in_every_release():
 
 
 def test_trl_and_verl_top_p_with_the_correction():
-    from rlexp.trainers.trl.checks import run_health_checks as trl_checks
+    from rlexp.trainers.trl.checks import run_health_checks
+    from rlexp.trainers.trl.recipe import TrlRecipe
     from rlexp.trainers.verl.checks import run_health_checks as verl_checks
+
+    def trl_checks(stated, version):
+        return run_health_checks(TrlRecipe.of(stated), version)
 
     assert _ids(trl_checks({"use_vllm": True, "top_p": 0.95}, "1.16.0")) == {"health.is_correction_top_p"}
     assert _ids(trl_checks({"use_vllm": True, "top_k": 50}, "1.16.0")) == {"health.is_correction_top_p"}
     assert trl_checks({"use_vllm": True, "top_p": 0.95, "vllm_importance_sampling_correction": False}, "1.16.0") == []
     assert trl_checks({"use_vllm": False, "top_p": 0.95}, "1.16.0") == []
+    assert trl_checks({"use_vllm": True, "top_p": 0.95, "advantage_estimator": "rloo"}, "1.16.0") == []
     assert _ids(verl_checks({"algorithm.rollout_correction.rollout_is": "token",
                              "actor_rollout_ref.rollout.top_p": 0.9}, "0.9.1")) == {"health.is_correction_top_p"}
     assert verl_checks({"actor_rollout_ref.rollout.top_p": 0.9}, "0.9.1") == []

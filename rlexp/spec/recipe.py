@@ -633,7 +633,10 @@ class TrainerKeyTable:
     model_key: str = "pretrain"  # the key naming the base model (Attempt.base_model reads it)
     names_only_schema: bool = False  # the JSON Schema lists the keys by name only (~900 keys would bloat it)
     schema_note: str = ""  # the rest of that schema's description: where the keys and their defaults are
-    typed: type[Recipe] | None = None  # the trainer's typed recipe; None: a NativeRecipe of its keys
+    typed: type[Recipe] | None = None  # OpenRLHF's typed recipe (its fields declare the defaults); None: native
+    # the class of a native table's recipe: the resolved keys as a mapping, with the trainer's typed
+    # attributes over them where its package declares them (TRL's TrlRecipe)
+    native: type[NativeRecipe] = NativeRecipe
 
     def recipe(self, stated: Mapping[str, Any], defaults: Mapping[str, Any] | None = None) -> Recipe | NativeRecipe:
         """The resolved recipe of the ``stated`` keys: every described key, at its default unless stated.
@@ -641,7 +644,7 @@ class TrainerKeyTable:
         recipe); a typed recipe's are its fields'."""
         if self.typed is not None:
             return self.typed.of(stated)
-        return NativeRecipe({**(self.defaults if defaults is None else defaults), **stated})
+        return self.native({**(self.defaults if defaults is None else defaults), **stated})
 
 
 def openrlhf_key_table(trainer: str) -> TrainerKeyTable:

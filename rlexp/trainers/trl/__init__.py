@@ -36,9 +36,13 @@ class TrlRules(TrainerRules):
     plays_tool_calls = True  # GRPOTrainer(environment_factory=...): rlexp.trainers.trl.agent_tools
 
     def build_key_table(self) -> Any:
-        from rlexp.trainers.trl.keys import trl_key_table
+        """GRPOConfig's, RLOOConfig's and ModelConfig's fields, whose resolved recipe is a TrlRecipe."""
+        from dataclasses import replace
 
-        return trl_key_table()
+        from rlexp.trainers.trl.keys import trl_key_table
+        from rlexp.trainers.trl.recipe import TrlRecipe
+
+        return replace(trl_key_table(), native=TrlRecipe)
 
     def recipe_defaults(self, stated: Any) -> Any:
         """The defaults of the config class the recipe's ``advantage_estimator`` names (GRPOConfig's

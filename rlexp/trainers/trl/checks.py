@@ -10,35 +10,37 @@ which the adapter was run with.)
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlexp.protocol.agentic_checks import check_gspo_clip, check_turn_budget
 from rlexp.protocol.verdict import Verdict
-from rlexp.spec.recipe import EPS_CLIP_DEFAULT
+
+if TYPE_CHECKING:
+    from rlexp.trainers.trl.recipe import TrlRecipe
 
 AGENT_API_SINCE = "0.28.0"  # rollout_func returning env_mask
 
 
-def agentic_checks(env: Any, recipe: dict[str, Any], version: str) -> list[Verdict]:
+def agentic_checks(env: Any, recipe: TrlRecipe, version: str) -> list[Verdict]:
     if getattr(env, "actions", "text") == "tool_calls":
         # TRL's tool loop has no per-turn budget: it clips the whole completion at max_completion_length
         # (which the adapter requires equal to max_total_tokens and max_tokens_per_turn)
         return _gspo_clip(env, recipe)
-    found = check_turn_budget("trl", prompt_tokens=0, max_turns=env.max_turns,
-                              max_tokens_per_turn=env.max_tokens_per_turn,
-                              limit=int(recipe.get("max_completion_length") or 512),
-                              limit_name="max_completion_length", prompt_included=False)
+    limit = recipe.max_completion_length  # None: TRL caps no completion, so no budget can be exceeded
+    found = [] if limit is None else check_turn_budget(
+        "trl", prompt_tokens=0, max_turns=env.max_turns, max_tokens_per_turn=env.max_tokens_per_turn,
+        limit=int(limit), limit_name="max_completion_length", prompt_included=False)
     return found + _gspo_clip(env, recipe)
 
 
-def _gspo_clip(env: Any, recipe: dict[str, Any]) -> list[Verdict]:
+def _gspo_clip(env: Any, recipe: TrlRecipe) -> list[Verdict]:
     if env.loss == "gspo":  # rlexp writes the environment's range as epsilon/epsilon_high (launch.loss_recipe)
         return check_gspo_clip("gspo", env.gspo_eps_low, "environment.gspo_eps_low")
-    loss = "gspo" if recipe.get("importance_sampling_level") == "sequence" else env.loss
-    return check_gspo_clip(loss, recipe.get("epsilon", EPS_CLIP_DEFAULT), "recipe.epsilon")
+    loss = "gspo" if recipe.importance_sampling_level == "sequence" else env.loss
+    return check_gspo_clip(loss, recipe.epsilon, "recipe.epsilon")
 
 
-def run_health_checks(recipe: dict[str, Any], version: str) -> list[Verdict]:
+def run_health_checks(recipe: TrlRecipe, version: str) -> list[Verdict]:
     """TRL's vLLM importance-sampling correction (vllm_importance_sampling_correction, on by default with
     use_vllm) divides the trainer's log-probs by vLLM's: top_p below 1 or top_k above 0 makes vLLM sample from
     a truncated, renormalised distribution the trainer does not score (GRPOTrainer applies temperature to
@@ -48,10 +50,10 @@ def run_health_checks(recipe: dict[str, Any], version: str) -> list[Verdict]:
 
     if estimator_of(recipe) == "rloo":
         return []  # RLOOTrainer has no importance-sampling correction (RLOOConfig: no vllm_importance_sampling_*)
-    if not recipe.get("use_vllm") or recipe.get("vllm_importance_sampling_correction") is False:
+    if not recipe.use_vllm or recipe.vllm_importance_sampling_correction is False:
         return []
     found = []
-    top_p, top_k = recipe.get("top_p", 1.0), recipe.get("top_k", 0)
+    top_p, top_k = recipe.top_p, recipe.top_k
     truncated = [f"{name} {value}" for name, value, bad in (
         ("top_p", top_p, isinstance(top_p, int | float) and top_p < 1.0),
         ("top_k", top_k, isinstance(top_k, int) and not isinstance(top_k, bool) and top_k > 0)) if bad]

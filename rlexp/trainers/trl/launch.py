@@ -62,7 +62,7 @@ class TrlLaunch(TrainerLaunch):
     def loss_agg_default(self, att: Attempt, recipe: Any) -> tuple[str, str]:
         if estimator_of(recipe) == "rloo":
             return "TRL RLOO sequence mean", f"TRL's RLOOTrainer: {RLOO_LOSS}, which none of the modes is"
-        loss_type = str(recipe.get("loss_type", "dapo"))
+        loss_type = str(recipe["loss_type"])  # the resolved recipe with the loss rewrite over it (a dict)
         mode = {t: m for m, t in TRL_LOSS_TYPES.items()}.get(loss_type)
         if mode is None:
             return f"TRL loss_type {loss_type}", f"TRL's {loss_type}, which none of the modes is exactly"
@@ -70,7 +70,7 @@ class TrlLaunch(TrainerLaunch):
 
     def loss_token_budget(self, att: Attempt) -> int | None:
         """``max_completion_length``: the constant TRL's ``dr_grpo`` divides by."""
-        value = att.recipe.get("max_completion_length")
+        value = att.recipe.max_completion_length
         return int(value) if value is not None else None
 
     def plan_details(self, att: Attempt, steps: Any) -> dict[str, Any]:

@@ -107,7 +107,8 @@ def prepare_launch(att: Attempt, ad: AttemptDir, *, resume: bool, must_exist: bo
     if str(kwargs.get("eval_strategy", "no")) != "no" and (monitor is None or monitor.path is None):
         raise InputError(spec, "datasets.ood_monitor", "eval_strategy asks for in-run evals: the greedy monitor "
                                                        "needs the ood_monitor set's path")
-    max_new = kwargs.get("max_completion_length") or att.recipe.get("max_completion_length") or 512
+    # the greedy monitor decodes as far as training does; a recipe that caps nothing (null) gets 512 tokens
+    max_new = kwargs.get("max_completion_length") or att.recipe.max_completion_length or 512
     from rlexp.trainers.trl.keys import estimator_of
 
     config = {

@@ -32,12 +32,15 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlexp.spec.recipe import COMMON_KEYS
 from rlexp.trainers.trl.fields import MODEL_CONFIG_FIELDS
 from rlexp.trainers.trl.keys import ESTIMATOR_KEY, TRAINERS, config_field_names, estimator_of
 from rlexp.training.schedule import Steps
+
+if TYPE_CHECKING:
+    from rlexp.trainers.trl.recipe import TrlRecipe
 
 # transformers' schedulers this module reproduces (name -> the lambda below)
 SCHEDULERS = ("linear", "cosine", "cosine_with_min_lr", "constant", "constant_with_warmup")
@@ -82,7 +85,7 @@ class TrlSteps(Steps):
     def warmup_rule(self, recipe: Mapping[str, Any]) -> str:
         return self.warmup_rule_text
 
-    def eval_save_steps(self, recipe: Mapping[str, Any]) -> tuple[list[int], list[int]]:
+    def eval_save_steps(self, recipe: TrlRecipe) -> tuple[list[int], list[int]]:  # type: ignore[override]
         return eval_save_steps(recipe, self)
 
     partial_batch_ref = "docs/trainers.md#trl-grpotrainer"
@@ -154,16 +157,16 @@ def check_class_fields(recipe: Mapping[str, Any], version: str) -> str:
     return estimator
 
 
-def _int(recipe: Mapping[str, Any], key: str, minimum: int) -> int:
-    value = recipe.get(key)
+def _int(key: str, value: Any, minimum: int) -> int:
+    """``value`` (the recipe's ``key``) as a whole number of at least ``minimum``."""
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise TrlRecipeError(key, f"must be an integer >= {minimum} (got {value!r})")
     return value
 
 
-def scheduler_kwargs(recipe: Mapping[str, Any]) -> dict[str, Any]:
+def scheduler_kwargs(recipe: TrlRecipe) -> dict[str, Any]:
     """``lr_scheduler_kwargs`` as a mapping (TRL accepts a dict or its JSON text)."""
-    raw = recipe.get("lr_scheduler_kwargs")
+    raw = recipe.lr_scheduler_kwargs
     if raw in (None, "", {}):
         return {}
     if isinstance(raw, str):
@@ -178,19 +181,19 @@ def scheduler_kwargs(recipe: Mapping[str, Any]) -> dict[str, Any]:
     return dict(raw)
 
 
-def trl_steps(recipe: Mapping[str, Any], pool_size: int, version: str, processes: int = 1) -> TrlSteps:
+def trl_steps(recipe: TrlRecipe, pool_size: int, version: str, processes: int = 1) -> TrlSteps:
     """The step counts and LR schedule of a resolved TRL recipe (GRPOConfig field names) over a pool
     of ``pool_size`` prompts on ``processes`` processes. TrlRecipeError names a bad key."""
     if pool_size < 0:
         raise ValueError(f"pool_size must be >= 0, got {pool_size}")
     estimator = check_class_fields(recipe, version)
     config = TRAINERS[estimator][1]
-    b = _int(recipe, "per_device_train_batch_size", 1)
-    ga = _int(recipe, "gradient_accumulation_steps", 1)
-    if recipe.get("num_generations") == 1 and not isinstance(recipe.get("num_generations"), bool):
+    b = _int("per_device_train_batch_size", recipe.per_device_train_batch_size, 1)
+    ga = _int("gradient_accumulation_steps", recipe.gradient_accumulation_steps, 1)
+    if recipe.num_generations == 1 and not isinstance(recipe.num_generations, bool):
         raise TrlRecipeError("num_generations", one_generation(estimator))
-    g = _int(recipe, "num_generations", 2)  # GRPOConfig and RLOOConfig refuse fewer than 2 generations
-    mu = _int(recipe, "num_iterations", 1)
+    g = _int("num_generations", recipe.num_generations, 2)  # GRPOConfig and RLOOConfig refuse fewer than 2
+    mu = _int("num_iterations", recipe.num_iterations, 1)
     w = max(1, int(processes))
     s = _steps_per_generation(recipe, b, w, ga, config)
     generation_batch = b * w * s
@@ -201,9 +204,8 @@ def trl_steps(recipe: Mapping[str, Any], pool_size: int, version: str, processes
     chunks = pool_size // prompts_per_generation
     batches = chunks * mu * s  # L: RepeatSampler's length / (B·S) per process
     update_steps = max(batches // ga + int(batches % ga > 0), 1)
-    epochs = float(recipe.get("num_train_epochs") or 0.0)
-    stated_max = recipe.get("max_steps")
-    stated_max = -1 if stated_max is None else int(stated_max)
+    epochs = float(recipe.num_train_epochs)
+    stated_max = int(recipe.max_steps)
     if stated_max > 0:
         max_steps = stated_max
     elif batches == 0:
@@ -254,39 +256,39 @@ def trl_steps(recipe: Mapping[str, Any], pool_size: int, version: str, processes
     )
 
 
-def _steps_per_generation(recipe: Mapping[str, Any], b: int, w: int, ga: int, config: str) -> int:
+def _steps_per_generation(recipe: TrlRecipe, b: int, w: int, ga: int, config: str) -> int:
     """S, the optimizer micro-steps one generation feeds, as GRPOConfig.__post_init__ (RLOOConfig's alike)
     sets it: ``steps_per_generation``, else ``generation_batch_size`` / (B × processes), else GA."""
-    stated_s, stated_gb = recipe.get("steps_per_generation"), recipe.get("generation_batch_size")
+    stated_s, stated_gb = recipe.steps_per_generation, recipe.generation_batch_size
     if stated_s is not None and stated_gb is not None:
         raise TrlRecipeError("steps_per_generation", "generation_batch_size and steps_per_generation are "
                                                      f"mutually exclusive in {config}")
     if stated_gb is not None:
-        gb = _int(recipe, "generation_batch_size", 1)
+        gb = _int("generation_batch_size", stated_gb, 1)
         if gb % (b * w):
             raise TrlRecipeError("generation_batch_size", f"{gb} is not a multiple of the global batch "
                                                           f"{b} × {w} processes = {b * w}")
         return gb // (b * w)
-    return _int(recipe, "steps_per_generation", 1) if stated_s is not None else ga
+    return _int("steps_per_generation", stated_s, 1) if stated_s is not None else ga
 
 
-def _warmup(recipe: Mapping[str, Any], max_steps: int) -> tuple[int, str]:
+def _warmup(recipe: TrlRecipe, max_steps: int) -> tuple[int, str]:
     """transformers' warm-up steps (``get_warmup_steps``: a ``warmup_steps`` of 1 or more is a count, below
     1 a ratio of the run) and how it was found, in words."""
-    warm = float(recipe.get("warmup_steps") or 0.0)
+    warm = float(recipe.warmup_steps)
     if warm >= 1:
         return int(warm), f"warmup_steps {int(warm)} (absolute)"
     return math.ceil(max_steps * warm), f"ceil({max_steps:,} × warmup_steps {warm:g})"
 
 
-def _lr_schedule(recipe: Mapping[str, Any]) -> tuple[str, float, float, float]:
+def _lr_schedule(recipe: TrlRecipe) -> tuple[str, float, float, float]:
     """The scheduler's name, the peak LR, cosine's ``num_cycles`` and the floor as a fraction of the peak
     (cosine_with_min_lr's rate; 1 for the constant schedules; 0 otherwise)."""
-    scheduler = str(recipe.get("lr_scheduler_type") or "linear")
+    scheduler = str(recipe.lr_scheduler_type)
     if scheduler not in SCHEDULERS:
         raise TrlRecipeError("lr_scheduler_type", f"{scheduler!r} is not planned by rlexp (supported: "
                                                   f"{', '.join(SCHEDULERS)})")
-    peak = float(recipe.get("learning_rate") or 0.0)
+    peak = float(recipe.learning_rate)
     kwargs = scheduler_kwargs(recipe)
     num_cycles = float(kwargs.get("num_cycles", 0.5))
     rate = 0.0
@@ -350,15 +352,12 @@ def firing_steps(strategy: str, every: Any, steps: TrlSteps, *, delay: float = 0
     return sorted(p for p in points if p >= delay)
 
 
-def eval_save_steps(recipe: Mapping[str, Any], steps: TrlSteps) -> tuple[list[int], list[int]]:
+def eval_save_steps(recipe: TrlRecipe, steps: TrlSteps) -> tuple[list[int], list[int]]:
     """The in-run monitor eval steps (GRPOConfig's eval schedule; ``eval_steps`` None takes
     ``logging_steps``) and the checkpoint steps (its save schedule)."""
-    eval_every = recipe.get("eval_steps")
-    if eval_every is None:
-        eval_every = recipe.get("logging_steps") or 10
-    evaluated = firing_steps(str(recipe.get("eval_strategy") or "no"), eval_every, steps,
-                             delay=float(recipe.get("eval_delay") or 0))  # fmt: skip
-    saved = firing_steps(str(recipe.get("save_strategy") or "steps"), recipe.get("save_steps") or 500, steps)
+    eval_every = recipe.eval_steps if recipe.eval_steps is not None else recipe.logging_steps
+    evaluated = firing_steps(str(recipe.eval_strategy), eval_every, steps, delay=float(recipe.eval_delay))
+    saved = firing_steps(str(recipe.save_strategy), recipe.save_steps, steps)
     return evaluated, saved
 
 
