@@ -10,15 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from rlexp.trainers.trl.recipe import TrlRecipe
+from rlexp.trainers.trl.recipe import Field, TrlRecipe
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def typed_fields() -> list[str]:
     """The attributes TrlRecipe declares over its fields (``estimator`` is rlexp's key, not a field)."""
-    return [name for name, member in vars(TrlRecipe).items()
-            if isinstance(member, property) and name != "estimator"]
+    return [name for name, member in vars(TrlRecipe).items() if isinstance(member, Field)]
 
 
 def test_each_attribute_reads_the_field_of_its_name():

@@ -15,9 +15,32 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar, overload
 
 from rlexp.spec.recipe import NativeRecipe
+
+T = TypeVar("T")
+
+
+class Field(Generic[T]):
+    """A config field of the resolved recipe, read as an attribute of the same name; ``only_grpo``: a
+    field only GRPOConfig has, None on an RLOO recipe (RLOOConfig has no such field)."""
+
+    def __init__(self, *, only_grpo: bool = False):
+        self.only_grpo = only_grpo
+        self.name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, recipe: None, owner: type) -> Field[T]: ...
+    @overload
+    def __get__(self, recipe: TrlRecipe, owner: type) -> T: ...
+    def __get__(self, recipe: TrlRecipe | None, owner: type) -> Field[T] | T:
+        if recipe is None:
+            return self
+        return recipe.values.get(self.name) if self.only_grpo else recipe.values[self.name]
 
 
 @dataclass(frozen=True, eq=False)
@@ -40,112 +63,36 @@ class TrlRecipe(NativeRecipe):
         return estimator_of(self.values)
 
     # ---- batches and steps
-    @property
-    def per_device_train_batch_size(self) -> int:
-        return self.values["per_device_train_batch_size"]
-
-    @property
-    def gradient_accumulation_steps(self) -> int:
-        return self.values["gradient_accumulation_steps"]
-
-    @property
-    def num_generations(self) -> int | None:
-        return self.values["num_generations"]
-
-    @property
-    def num_iterations(self) -> int:
-        return self.values["num_iterations"]
-
-    @property
-    def steps_per_generation(self) -> int | None:
-        return self.values["steps_per_generation"]
-
-    @property
-    def generation_batch_size(self) -> int | None:
-        return self.values["generation_batch_size"]
-
-    @property
-    def num_train_epochs(self) -> float:
-        return self.values["num_train_epochs"]
-
-    @property
-    def max_steps(self) -> int:
-        return self.values["max_steps"]
-
-    @property
-    def max_completion_length(self) -> int | None:
-        return self.values["max_completion_length"]
+    per_device_train_batch_size = Field[int]()
+    gradient_accumulation_steps = Field[int]()
+    num_generations = Field[int | None]()
+    num_iterations = Field[int]()
+    steps_per_generation = Field[int | None]()
+    generation_batch_size = Field[int | None]()
+    num_train_epochs = Field[float]()
+    max_steps = Field[int]()
+    max_completion_length = Field[int | None]()
 
     # ---- the LR schedule
-    @property
-    def learning_rate(self) -> float:
-        return self.values["learning_rate"]
-
-    @property
-    def warmup_steps(self) -> float:
-        return self.values["warmup_steps"]
-
-    @property
-    def lr_scheduler_type(self) -> str:
-        return self.values["lr_scheduler_type"]
-
-    @property
-    def lr_scheduler_kwargs(self) -> dict[str, Any] | str | None:
-        return self.values["lr_scheduler_kwargs"]
+    learning_rate = Field[float]()
+    warmup_steps = Field[float]()
+    lr_scheduler_type = Field[str]()
+    lr_scheduler_kwargs = Field[dict[str, Any] | str | None]()
 
     # ---- eval and save schedule
-    @property
-    def eval_strategy(self) -> str:
-        return self.values["eval_strategy"]
-
-    @property
-    def eval_steps(self) -> float | None:
-        return self.values["eval_steps"]
-
-    @property
-    def eval_delay(self) -> float:
-        return self.values["eval_delay"]
-
-    @property
-    def logging_steps(self) -> float:
-        return self.values["logging_steps"]
-
-    @property
-    def save_strategy(self) -> str:
-        return self.values["save_strategy"]
-
-    @property
-    def save_steps(self) -> float:
-        return self.values["save_steps"]
+    eval_strategy = Field[str]()
+    eval_steps = Field[float | None]()
+    eval_delay = Field[float]()
+    logging_steps = Field[float]()
+    save_strategy = Field[str]()
+    save_steps = Field[float]()
 
     # ---- the loss and the sampler
-    @property
-    def epsilon(self) -> float:
-        return self.values["epsilon"]
-
-    @property
-    def loss_type(self) -> str | None:
-        """GRPOConfig's loss aggregation (None on an RLOO recipe)."""
-        return self.values.get("loss_type")
-
-    @property
-    def importance_sampling_level(self) -> str | None:
-        """``token`` or ``sequence`` (GSPO) on GRPOConfig (None on an RLOO recipe)."""
-        return self.values.get("importance_sampling_level")
-
-    @property
-    def use_vllm(self) -> bool:
-        return self.values["use_vllm"]
-
-    @property
-    def vllm_importance_sampling_correction(self) -> bool | None:
-        """GRPOConfig's correction of vLLM's sampling by the trainer's log-probs (None on an RLOO recipe)."""
-        return self.values.get("vllm_importance_sampling_correction")
-
-    @property
-    def top_p(self) -> float:
-        return self.values["top_p"]
-
-    @property
-    def top_k(self) -> int:
-        return self.values["top_k"]
+    epsilon = Field[float]()
+    loss_type = Field[str | None](only_grpo=True)  # GRPOConfig's loss aggregation
+    importance_sampling_level = Field[str | None](only_grpo=True)  # token, or sequence (GSPO)
+    use_vllm = Field[bool]()
+    # GRPOConfig's correction of vLLM's sampling by the trainer's log-probs
+    vllm_importance_sampling_correction = Field[bool | None](only_grpo=True)
+    top_p = Field[float]()
+    top_k = Field[int]()
