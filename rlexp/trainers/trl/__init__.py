@@ -53,15 +53,15 @@ class TrlRules(TrainerRules):
 
     def steps(self, att: Attempt) -> Any:
         from rlexp.errors import InputError
-        from rlexp.trainers.trl.keys import ESTIMATOR_KEY, estimator_of
+        from rlexp.trainers.trl.keys import ESTIMATOR_KEY
         from rlexp.trainers.trl.steps import TrlRecipeError, trl_steps
 
         parent = att.parent
-        if parent is not None and estimator_of(parent.recipe) != estimator_of(att.recipe):
+        if parent is not None and parent.recipe.estimator != att.recipe.estimator:
             # another TRL trainer: other fields and defaults, as a trainer switch is (the spec refuses that)
             raise InputError(att.display_path or att.spec_path, f"recipe.{ESTIMATOR_KEY}",
-                             f"{estimator_of(att.recipe)!r} differs from parent {parent.id}'s "
-                             f"{estimator_of(parent.recipe)!r} (another TRL trainer, its config class's fields and "
+                             f"{att.recipe.estimator!r} differs from parent {parent.id}'s "
+                             f"{parent.recipe.estimator!r} (another TRL trainer, its config class's fields and "
                              "defaults): start a new root attempt instead")
         try:
             return trl_steps(att.recipe, att.datasets["pool"].size, att.trainer.version, att.trainer.gpus or 1)

@@ -46,9 +46,8 @@ def run_health_checks(recipe: TrlRecipe, version: str) -> list[Verdict]:
     a truncated, renormalised distribution the trainer does not score (GRPOTrainer applies temperature to
     both, not the truncation), so the weights are biased (a warning)."""
     from rlexp.protocol.verdict import WARNING, check
-    from rlexp.trainers.trl.keys import estimator_of
 
-    if estimator_of(recipe) == "rloo":
+    if recipe.estimator == "rloo":
         return []  # RLOOTrainer has no importance-sampling correction (RLOOConfig: no vllm_importance_sampling_*)
     if not recipe.use_vllm or recipe.vllm_importance_sampling_correction is False:
         return []

@@ -40,7 +40,7 @@ class TrlLaunch(TrainerLaunch):
         (``mask_truncated_completions``) would count where the modes count only sequences that
         hold a token. ``bnpo`` (each micro-batch's token mean) and ``seq-mean-token-sum`` have none."""
         version = att.trainer.version
-        if estimator_of(att.recipe) == "rloo":
+        if att.recipe.estimator == "rloo":
             raise ValueError(f"TRL {version}'s RLOOTrainer has no loss_type: {RLOO_LOSS}, which none of the modes is")
         loss_type = TRL_LOSS_TYPES.get(mode)
         if loss_type is None:
@@ -75,7 +75,7 @@ class TrlLaunch(TrainerLaunch):
 
     def plan_details(self, att: Attempt, steps: Any) -> dict[str, Any]:
         env = att.environment
-        if env is not None and estimator_of(att.recipe) == "rloo":
+        if env is not None and att.recipe.estimator == "rloo":
             from rlexp.errors import InputError
 
             raise InputError(att.display_path or att.spec_path, "environment",

@@ -75,10 +75,10 @@ def config_kwargs(att: Attempt, ad: AttemptDir) -> tuple[dict[str, Any], dict[st
     resolved it to (rlexp.trainers.trl.keys.recipe_defaults)."""
     from rlexp.trainers.launch import loss_recipe
     from rlexp.trainers.trl.fields import MODEL_CONFIG_FIELDS
-    from rlexp.trainers.trl.keys import config_field_names, estimator_of
+    from rlexp.trainers.trl.keys import config_field_names
 
     stated = loss_recipe(att, att.recipe_stated)  # environment.loss gspo: TRL's fields
-    config_names = config_field_names(estimator_of(att.recipe))
+    config_names = config_field_names(att.recipe.estimator)
     model_kwargs = {k: v for k, v in stated.items() if k not in config_names and k in {r[0] for r in MODEL_CONFIG_FIELDS}}
     model_kwargs["model_name_or_path"] = str(loadable(att.base_model(), att.spec_path))  # a .gguf: its converted directory
     stated = {k: v for k, v in stated.items() if k in config_names}
@@ -109,11 +109,10 @@ def prepare_launch(att: Attempt, ad: AttemptDir, *, resume: bool, must_exist: bo
                                                        "needs the ood_monitor set's path")
     # the greedy monitor decodes as far as training does; a recipe that caps nothing (null) gets 512 tokens
     max_new = kwargs.get("max_completion_length") or att.recipe.max_completion_length or 512
-    from rlexp.trainers.trl.keys import estimator_of
 
     config = {
         "rlexp_root": str(CHECKOUT),
-        f"{estimator_of(att.recipe)}_config": kwargs,  # grpo_config (GRPOConfig) or rloo_config (RLOOConfig)
+        f"{att.recipe.estimator}_config": kwargs,  # grpo_config (GRPOConfig) or rloo_config (RLOOConfig)
         "model_config": model_kwargs,
         "pool": {"path": str(pool.path), "suffix": pool.prompt_suffix},
         "monitor": ({"path": str(monitor.path), "suffix": monitor.prompt_suffix}

@@ -14,6 +14,8 @@ import signal
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from rlexp.evaluation.answers import extract_answer, is_correct  # pure Python: the reward's hot path
+
 
 def rollout_module(argv: Sequence[str]) -> Any:
     """An environment task's rollout module, named by --rollout-module (None: single-turn prompts)."""
@@ -101,8 +103,6 @@ def _rows(ref: Mapping[str, Any], agent: Any, tokenizer: Any) -> list[dict[str, 
 
 def grade(text: str, gold: str) -> tuple[float, str]:
     """1.0 when the completion's extracted answer equals ``gold``, with how it was extracted."""
-    from rlexp.evaluation.answers import extract_answer, is_correct
-
     answer, method = extract_answer(text)
     return (1.0 if answer is not None and is_correct(answer, gold) else 0.0), method
 
