@@ -408,3 +408,24 @@ def test_the_corpus_example_plans_with_verls_own_figures(corpus_plan, megatron_c
         g = row["global_step"]
         assert row["lr_first"] == pytest.approx(answer["applied"][g - 1], rel=1e-12, abs=1e-30), g
         assert row["actor_lr_logged"] == pytest.approx(answer["logged"][g - 1], rel=1e-12, abs=1e-30), g
+
+
+def test_a_fully_async_recipe_is_asynchronous_for_run_health():
+    from rlexp.trainers.verl import RULES
+
+    assert RULES.async_lag({fully_async.ENTRY_KEY: fully_async.MODULE}) == {"async": True, "mode": "fully_async",
+                                                                             "queue": None}
+    assert RULES.async_lag({})["async"] is False
+
+
+def test_launch_refuses_what_only_plan_supports(corpus_plan):
+    """A fully-async attempt plans; launch refuses it in one line naming entry_module (its logs count
+    parameter versions, which rlexp's reader does not map to trainer steps)."""
+    from rlexp.errors import InputError
+    from rlexp.spec.loader import load_attempt
+    from rlexp.trainers.verl.hydra import prepare_launch
+
+    plan, _ = corpus_plan
+    with pytest.raises(InputError, match="does not launch it") as err:
+        prepare_launch(load_attempt(plan["spec"]), resume=False, must_exist=False)
+    assert "recipe.entry_module" in str(err.value)

@@ -126,6 +126,10 @@ class VerlRules(TrainerRules):
     def async_lag(self, recipe: dict[str, Any]) -> dict[str, Any]:
         # trainer.v1.trainer_mode (trainer/ppo/v1/trainer_base.py): sync keeps every batch on-policy; the
         # async modes generate ahead and log training/off_policy/trajectory_staleness/* themselves
+        from rlexp.trainers.verl.fully_async import is_fully_async
+
+        if is_fully_async(recipe):  # generates ahead by a staleness budget in samples, not a version count
+            return {"async": True, "mode": "fully_async", "queue": None}
         mode = str(recipe.get("trainer.v1.trainer_mode") or "sync")
         return {"async": mode != "sync", "mode": mode,
                 "queue": recipe.get(f"trainer.v1.{mode}.parameter_sync_step") if mode != "sync" else None}

@@ -6,8 +6,9 @@ A verl recipe states verl's own dotted Hydra keys (``data.train_batch_size``,
 the pinned release (:mod:`rlexp.trainers.verl.releases`, read from its wheel): an unknown key is one
 line naming the spec and the key with a "did you mean", a value of the wrong type likewise.
 
-The command is ``python3 -m verl.trainer.main_ppo key=value ...``: one Hydra override per argv
-item (:func:`hydra_value` writes each value in Hydra's override grammar, quoted where a string
+The command is ``python3 -m verl.trainer.main_ppo key=value ...`` (or the fully-async trainer's
+module and config when the recipe's ``entry_module`` names it: rlexp.trainers.verl.fully_async): one
+Hydra override per argv item (:func:`hydra_value` writes each value in Hydra's override grammar, quoted where a string
 would otherwise read as a number, a bool or null, or contains a character the grammar reserves).
 rlexp sets the keys that name the attempt's files (:data:`MANAGED_KEYS`): the data in verl's row
 format, the reward file grading with :mod:`rlexp.evaluation.answers`, the checkpoint directory, the
@@ -378,6 +379,10 @@ def prepare_launch(att: Attempt, *, resume: bool, must_exist: bool = True) -> Ve
     """The argv, environment and files of a verl launch; every input checked, nothing written."""
     spec_file = att.display_path or att.spec_path
     stated = check_recipe(stated_recipe(att), att.trainer.version, spec_file)
+    if fully_async.is_fully_async(stated):  # planned, not launched: rlexp reads its logs by trainer step
+        raise InputError(spec_file, f"recipe.{ENTRY_KEY}", "rlexp plans verl's fully-async trainer but does not "
+                         "launch it: its metrics and checkpoints are numbered by parameter version, not by the "
+                         "plan's trainer steps, and rlexp's log reader does not map them yet")
     paths = attempt_paths(att)
     pool, monitor = att.datasets["pool"], att.datasets["ood_monitor"]
     for role, ref in (("pool", pool), ("ood_monitor", monitor)):
