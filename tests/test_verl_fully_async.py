@@ -375,6 +375,14 @@ def test_without_lr_decay_steps_verl_stops_and_plan_refuses(megatron_cores):
     assert err.value.key == f"{OPT}.lr_decay_steps"
 
 
+def test_settings_whose_counts_depend_on_timing_are_refused():
+    for key, value in (("async_training.partial_rollout", False),
+                       ("async_training.use_dynamic_resource_scheduling", True)):
+        with pytest.raises(VerlConfigError, match="rlexp's limit") as err:
+            steps_of({**fa_config(), key: value}, 1000, "0.9.0")
+        assert err.value.key == key
+
+
 def test_only_the_megatron_engine_and_verls_own_batch_settings_plan():
     with pytest.raises(VerlConfigError, match="Megatron engine only"):
         steps_of({**fa_config(), "model_engine": "dp"}, 1000, "0.9.0")

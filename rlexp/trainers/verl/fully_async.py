@@ -27,7 +27,8 @@ How it counts (verl/experimental/fully_async_policy/, both wheels):
   reaches ``max_required_samples``, the message queue's length (``_should_pause_generation``), and
   ``reset_staleness`` sets that count to the samples in flight plus those queued, so the queue never
   overflows (``message_queue.py`` drops the oldest only then). So L is a count, not a measurement;
-  ``async_training.staleness_threshold`` changes how far ahead the rollout runs, not how many steps;
+  ``async_training.staleness_threshold`` changes how far ahead the rollout runs, not how many steps
+  (with ``partial_rollout`` on, verl's default; :data:`UNPLANNED` lists what is refused);
 - the actor's LR scheduler is built when the trainer's workers start (``_create_trainer`` →
   ``init_workers``), before ``set_total_train_steps`` writes the rollouter's ``int(T / (required ×
   trigger))`` into the trainer's own copy of the config (``fully_async_main.py``): the workers never
@@ -67,6 +68,12 @@ CONFIG_DIR = "verl/experimental/fully_async_policy/config"
 # its --config-name choices -> the engine each composes (fully_async_main's default: fully_async_ppo_trainer)
 CONFIG_NAMES = {"fully_async_ppo_trainer": "dp", "fully_async_ppo_megatron_trainer": "megatron"}
 PLANNED_ENGINES = ("megatron",)
+# settings under which the counts below are not shown to hold (the key, the value planned, why)
+UNPLANNED = (
+    ("async_training.partial_rollout", True, "without it, llm_server.py gives up a generation the weight sync "
+     "aborts ('aborted samples will be dropped'), so what reaches the trainer depends on timing"),
+    ("async_training.use_dynamic_resource_scheduling", False, "its hybrid replicas and waits are not modelled"),
+)
 
 
 def is_fully_async(config: Mapping[str, Any]) -> bool:
@@ -112,6 +119,10 @@ def fully_async_steps(config: Mapping[str, Any], pool_size: int, version: str) -
     if engine not in PLANNED_ENGINES:
         raise VerlConfigError(ENGINE_KEY, f"{engine!r}: rlexp plans verl's fully-async trainer on the Megatron "
                               "engine only (rlexp's limit)")
+    for key, planned, why in UNPLANNED:
+        if config.get(key) != planned:
+            raise VerlConfigError(key, f"{config.get(key)!r}: rlexp plans the fully-async trainer with {planned} only "
+                                  f"(rlexp's limit: {why})")
     if config.get("data.train_batch_size") != 0:  # the rollouter asserts both
         raise VerlConfigError("data.train_batch_size", "must be 0 for the fully-async trainer (verl asserts it)")
     if config.get("data.gen_batch_size") != 1:
