@@ -404,6 +404,8 @@ def test_the_corpus_example_plans_with_verls_own_figures(corpus_plan, megatron_c
     total = plan["steps"]["global_steps_total"]
     assert total == verl["steps"] == 51_200 // 32  # the script: 51,200 rollouts of 17,398 × 10, 32 a step
     assert plan["steps"]["verl"]["fully_async"]["parameter_versions"] == verl["versions"] == 400
+    # what the count assumes is in the plan: a queue drop (a race in verl's pause rule) would shorten the run
+    assert "dropped_stale_samples" in plan["steps"]["verl"]["fully_async"]["counts_assume"]
     assert plan["eval_global_steps"] == [g for g, _ in verl["validations"] if g > 0]
     assert plan["save_global_steps"] == [g for g, _ in verl["saves"]] == []  # save_freq -1
     assert plan["validation_at_step_0"] is (verl["validations"][:1] == [[0, 0]]) is False

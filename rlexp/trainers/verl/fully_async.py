@@ -23,11 +23,16 @@ How it counts (verl/experimental/fully_async_policy/, both wheels):
   (``require_batches × ppo_epochs`` optimizer steps) and one scheduler step; every
   ``async_training.trigger_parameter_sync_step`` steps the parameter version rises by one
   (``_fit_update_local_step``) and the weights go to the rollout: ``V = floor(L / trigger)`` versions;
-- no sample is lost on the way, by construction: the rollouter pauses before ``staleness_samples``
-  reaches ``max_required_samples``, the message queue's length (``_should_pause_generation``), and
-  ``reset_staleness`` sets that count to the samples in flight plus those queued, so the queue never
-  overflows (``message_queue.py`` drops the oldest only then). So L is a count, not a measurement;
-  ``async_training.staleness_threshold`` changes how far ahead the rollout runs, not how many steps
+- L holds when no sample is lost on the way, which is what verl's design aims at, not what it
+  guarantees: the rollouter pauses before ``staleness_samples`` reaches ``max_required_samples``, the
+  message queue's length (``_should_pause_generation``), and ``reset_staleness`` sets that count to
+  the samples in flight plus those queued; but a prompt the processor has taken from its pending
+  queue and not yet submitted (it waits for a free generation slot) is in neither, so at a weight
+  sync the count can fall one short, and if the trainer then takes nothing for long enough (a
+  checkpoint, a validation) the queue can overflow and drop its oldest sample (``message_queue.py``
+  ``put_sample``; verl logs ``count/dropped_stale_samples``). Each such drop makes the run
+  ``floor((T - drops) / required)`` steps. The plan says so (:data:`COUNTS_ASSUME`);
+  ``async_training.staleness_threshold`` changes how far ahead the rollout runs, not the count
   (with ``partial_rollout`` on, verl's default; :data:`UNPLANNED` lists what is refused);
 - the actor's LR scheduler is built when the trainer's workers start (``_create_trainer`` →
   ``init_workers``), before ``set_total_train_steps`` writes the rollouter's ``int(T / (required ×
@@ -68,6 +73,9 @@ CONFIG_DIR = "verl/experimental/fully_async_policy/config"
 # its --config-name choices -> the engine each composes (fully_async_main's default: fully_async_ppo_trainer)
 CONFIG_NAMES = {"fully_async_ppo_trainer": "dp", "fully_async_ppo_megatron_trainer": "megatron"}
 PLANNED_ENGINES = ("megatron",)
+COUNTS_ASSUME = ("no sample dropped by verl's message queue: its pause rule prevents it but for a race at a weight "
+                 "sync (a prompt taken but not yet submitted goes uncounted); each drop, logged as "
+                 "count/dropped_stale_samples, makes the run floor((prompts_fed - drops) / prompts_per_step) steps")
 # settings under which the counts below are not shown to hold (the key, the value planned, why)
 UNPLANNED = (
     ("async_training.partial_rollout", True, "without it, llm_server.py gives up a generation the weight sync "
@@ -161,7 +169,7 @@ def fully_async_steps(config: Mapping[str, Any], pool_size: int, version: str) -
         num_cycles=float("nan"), zero_indexed_step=True,
         filters_prompts=bool(config.get("data.filter_overlong_prompts")), engine=engine, lr_schedule=schedule,
         fully_async={"fully_async": {
-            "module": MODULE, "prompts_fed": fed, "prompts_per_step": required,
+            "module": MODULE, "counts_assume": COUNTS_ASSUME, "prompts_fed": fed, "prompts_per_step": required,
             "prompts_not_trained": fed % required, "trigger_parameter_sync_step": trigger,
             "parameter_versions": updates // trigger,
             "verl_total_train_steps": int(fed / (required * trigger)),  # its progress bar; the scheduler never sees it
