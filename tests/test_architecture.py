@@ -57,7 +57,8 @@ CLI = {"rlexp.cli", "rlexp.console", "rlexp.cli_runtime", "rlexp._cli_help", "rl
 TRAINER_CORE_MODULES = {"steps", "checks", "keys", "fields", "recipe", "metrics"}
 # a package's own pure modules besides those (trainer name -> module names): the local trainer's
 # configuration and its loss (pure functions of tensors); each is core as the modules above are
-PACKAGE_CORE_MODULES = {"local": {"config", "loss"}, "verl": {"engine_keys", "megatron_schedule", "veomni_schedule"}}
+PACKAGE_CORE_MODULES = {"local": {"config", "loss"},
+                        "verl": {"engine_keys", "megatron_schedule", "veomni_schedule", "fully_async", "fully_async_keys"}}
 
 
 def is_trainer_core_module(parts: list[str]) -> bool:

@@ -122,8 +122,8 @@ EXPECTED: dict[str, object] = {
     "verl/grpo_trainer__run_seed_oss_36b_fsdp.sh": PLANS,
     "verl/gspo_trainer__run_qwen3_30b_a3b_megatron.sh": PLANS,
     "verl/gspo_trainer__run_qwen3_8b_fsdp.sh": PLANS,
-    "verl/mtp_trainer__run_mimo_7b_mtp_fully_async_megatron_multinode.sh": ("import",
-        "line 62: python -m verl.experimental.fully_async_policy.fully_async_main: rlexp plans verl's trainer as"),
+    # verl's fully-async trainer: its figures are checked against its own loop in tests/test_verl_fully_async.py
+    "verl/mtp_trainer__run_mimo_7b_mtp_fully_async_megatron_multinode.sh": PLANS,
     "verl/mtp_trainer__run_mimo_7b_mtp_megatron.sh": PLANS,
     "verl/mtp_trainer__run_mimo_7b_mtp_rl_vllm_sgl_megatron.sh": PLANS,
     "verl/otb_trainer__run_qwen3_8b_fsdp.sh": PLANS,
@@ -254,10 +254,15 @@ def test_each_script_plans_or_is_refused_in_one_line_naming_where(rel, outcome, 
 
 # A verl example rlexp cannot plan for its own limits: one on an engine whose LR schedule rlexp does not
 # model: on Megatron-Lite (an `actor@...=mlite_actor` group choice from a plugin outside verl's release,
-# which composes another actor config than any table), or run by verl's fully-async trainer (another module
-# and config). FSDP (verl's default), Megatron (`model_engine=megatron`, or the `ppo_megatron_trainer`
-# config), MindSpeed and VeOmni are planned, each with its own key table and LR schedule.
-OTHER_ENGINE = re.compile(r"@actor_rollout_ref\.actor=mlite|fully_async_policy")
+# which composes another actor config than any table). FSDP (verl's default), Megatron (`model_engine=megatron`,
+# or the `ppo_megatron_trainer` config), MindSpeed and VeOmni are planned, each with its own key table and LR
+# schedule; so is verl's fully-async trainer (its own module, config and counts).
+OTHER_ENGINE = re.compile(r"@actor_rollout_ref\.actor=mlite")
+FULLY_ASYNC = re.compile(r"verl\.experimental\.fully_async_policy")  # its own config and counts (test_verl_fully_async)
+
+
+def _fully_async(rel: str) -> bool:
+    return _trainer(rel) == "verl" and bool(FULLY_ASYNC.search((CORPUS / rel).read_text()))
 
 
 def _other_engine(rel: str) -> bool:
@@ -266,12 +271,12 @@ def _other_engine(rel: str) -> bool:
 
 def test_at_least_the_stated_share_plans():
     plans = sum(v == PLANS for v in EXPECTED.values())
-    assert plans == 94 and len(EXPECTED) == 106  # docs/import.md states this table and these counts
-    # those three verl scripts are refused, and nothing else is refused for rlexp's own limits: on the
-    # others, 94 of 103 plan, and the 9 that do not are refused by the trainer itself (checked below)
+    assert plans == 95 and len(EXPECTED) == 106  # docs/import.md states this table and these counts
+    # those two verl scripts are refused, and nothing else is refused for rlexp's own limits: on the
+    # others, 95 of 104 plan, and the 9 that do not are refused by the trainer itself (checked below)
     other = {rel for rel in EXPECTED if _other_engine(rel)}
-    assert len(other) == 3 and all(EXPECTED[rel] != PLANS for rel in other)
-    assert sum(EXPECTED[rel] == PLANS for rel in EXPECTED if rel not in other) == 94
+    assert len(other) == 2 and all(EXPECTED[rel] != PLANS for rel in other)
+    assert sum(EXPECTED[rel] == PLANS for rel in EXPECTED if rel not in other) == 95
 
 
 def _reader_refused(rel: str) -> bool:
@@ -281,7 +286,7 @@ def _reader_refused(rel: str) -> bool:
 
 # the refusals that are verl's own (Hydra's, or a module the release lacks), checked against verl below
 VERL_SCRIPTS = [rel for rel in sorted(EXPECTED) if _trainer(rel) == "verl" and not _other_engine(rel)
-                and not _reader_refused(rel)]
+                and not _fully_async(rel) and not _reader_refused(rel)]
 
 
 def _hydra_job(args: list) -> dict:
@@ -363,7 +368,8 @@ def test_verl_scripts_are_refused_where_verls_hydra_refuses_them(rel, hydras_ver
 
 # --- the figures equal each trainer's own computation ---------------------------------------------
 
-VERL_PLANS = [rel for rel, v in sorted(EXPECTED.items()) if v == PLANS and _trainer(rel) == "verl"]
+VERL_PLANS = [rel for rel, v in sorted(EXPECTED.items())
+              if v == PLANS and _trainer(rel) == "verl" and not _fully_async(rel)]
 OPENRLHF_PLANS = [rel for rel, v in sorted(EXPECTED.items()) if v == PLANS and _trainer(rel) == "openrlhf"]
 
 

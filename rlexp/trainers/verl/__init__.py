@@ -62,6 +62,8 @@ class VerlRules(TrainerRules):
         against the config of the engine the recipe chooses (a key of another engine is refused there)."""
         from rlexp.spec.recipe import JSON_VALUE, RecipeKey, TrainerKeyTable
         from rlexp.trainers.verl.engine_keys import VERL_ENGINE_KEYS
+        from rlexp.trainers.verl.fully_async import ENTRY_KEY, MAIN_PPO
+        from rlexp.trainers.verl.fully_async_keys import FULLY_ASYNC_DELTA
         from rlexp.trainers.verl.keys import VERL_CONFIG_KEYS
         from rlexp.trainers.verl.steps import DEFAULT_ENGINE, ENGINE_KEY, NUMBER_OR_BOUNDS, verl_kind
 
@@ -76,6 +78,11 @@ class VerlRules(TrainerRules):
         defaults = {k.name: k.default for k in keys.values()}  # FSDP's: an unstated key takes verl's default
         # the engine choice, then the other engines' keys (typed by their engine's default), after FSDP's
         keys[ENGINE_KEY] = RecipeKey(ENGINE_KEY, "str", DEFAULT_ENGINE, "training")
+        # the trainer module (main_ppo, or the fully-async trainer, whose config adds its own keys)
+        keys[ENTRY_KEY] = RecipeKey(ENTRY_KEY, "str", MAIN_PPO, "training")
+        for rows in FULLY_ASYNC_DELTA.values():
+            for name, type_, default in rows:
+                keys.setdefault(name, row(name, type_, default))
         for rows in VERL_ENGINE_KEYS.get(versions[0], {}).values():
             for name, type_, default in rows:
                 keys.setdefault(name, row(name, type_, default))
@@ -119,6 +126,10 @@ class VerlRules(TrainerRules):
     def async_lag(self, recipe: dict[str, Any]) -> dict[str, Any]:
         # trainer.v1.trainer_mode (trainer/ppo/v1/trainer_base.py): sync keeps every batch on-policy; the
         # async modes generate ahead and log training/off_policy/trajectory_staleness/* themselves
+        from rlexp.trainers.verl.fully_async import is_fully_async
+
+        if is_fully_async(recipe):  # generates ahead by a staleness budget in samples, not a version count
+            return {"async": True, "mode": "fully_async", "queue": None}
         mode = str(recipe.get("trainer.v1.trainer_mode") or "sync")
         return {"async": mode != "sync", "mode": mode,
                 "queue": recipe.get(f"trainer.v1.{mode}.parameter_sync_step") if mode != "sync" else None}

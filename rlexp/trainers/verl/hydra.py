@@ -6,8 +6,9 @@ A verl recipe states verl's own dotted Hydra keys (``data.train_batch_size``,
 the pinned release (:mod:`rlexp.trainers.verl.releases`, read from its wheel): an unknown key is one
 line naming the spec and the key with a "did you mean", a value of the wrong type likewise.
 
-The command is ``python3 -m verl.trainer.main_ppo key=value ...``: one Hydra override per argv
-item (:func:`hydra_value` writes each value in Hydra's override grammar, quoted where a string
+The command is ``python3 -m verl.trainer.main_ppo key=value ...`` (or the fully-async trainer's
+module and config when the recipe's ``entry_module`` names it: rlexp.trainers.verl.fully_async): one
+Hydra override per argv item (:func:`hydra_value` writes each value in Hydra's override grammar, quoted where a string
 would otherwise read as a number, a bool or null, or contains a character the grammar reserves).
 rlexp sets the keys that name the attempt's files (:data:`MANAGED_KEYS`): the data in verl's row
 format, the reward file grading with :mod:`rlexp.evaluation.answers`, the checkpoint directory, the
@@ -28,14 +29,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlexp.errors import InputError
-from rlexp.trainers.verl import RULES, releases
+from rlexp.trainers.verl import RULES, fully_async, fully_async_config, releases
 from rlexp.trainers.verl.files import VerlFiles
+from rlexp.trainers.verl.fully_async import ENTRY_KEY, MAIN_PPO
 from rlexp.trainers.verl.steps import NUMBER_OR_BOUNDS
 
 if TYPE_CHECKING:
     from rlexp.spec.model import Attempt
 
 ENTRYPOINT = ("python3", "-m", "verl.trainer.main_ppo")
+ENTRY_MODULES = (MAIN_PPO, fully_async.MODULE)  # the trainers rlexp plans (the recipe's entry_module)
 FILE_LOGGER_ENV = "VERL_FILE_LOGGER_PATH"
 DATA_SOURCE_POOL = "rlexp_pool"
 DATA_SOURCE_MONITOR = "rlexp_ood_monitor"
@@ -145,8 +148,10 @@ def unknown_engine(engine: Any, version: str) -> str:
 
 
 def key_table(stated: Mapping[str, Any], version: str, spec_file: str | Path | None) -> dict[str, releases.ConfigKey]:
-    """The keys of the config verl composes for this recipe: the release's, with its engine's."""
-    return releases.read_table(check_version(version, spec_file), engine_of(stated, version, spec_file))
+    """The keys of the config verl composes for this recipe: the release's, with its engine's (and the
+    fully-async trainer's, when the recipe runs it)."""
+    read = fully_async_config.table if fully_async.is_fully_async(stated) else releases.read_table
+    return read(check_version(version, spec_file), engine_of(stated, version, spec_file))
 
 
 def _other_engines(name: str, version: str, engine: str) -> str:
@@ -167,7 +172,9 @@ def check_recipe(stated: Mapping[str, Any], version: str, spec_file: str | Path 
         if name in MANAGED_KEYS:
             raise InputError(spec_file, where, "set by rlexp launch from the spec (datasets, attempt directory, "
                              "reward): leave it out of the recipe")
-        if name == releases.ENGINE_KEY:
+        if name in (releases.ENGINE_KEY, ENTRY_KEY):
+            if name == ENTRY_KEY and value not in ENTRY_MODULES:
+                raise InputError(spec_file, where, f"{value!r}: rlexp plans verl's {' and '.join(ENTRY_MODULES)}")
             out[name] = value
             continue
         key = keys.get(name)
@@ -265,9 +272,17 @@ def build_argv(config: Mapping[str, Any], version: str, spec_file: str | Path | 
     """``python3 -m verl.trainer.main_ppo key=value ...``, every key checked against ``version``."""
     keys = key_table(config, version, spec_file)
     for name in config:
-        if name not in keys and name != releases.ENGINE_KEY:
+        if name not in keys and name not in (releases.ENGINE_KEY, ENTRY_KEY):
             raise InputError(spec_file, f"recipe.{name}", f"not a key of verl {version}'s config")
-    return [*ENTRYPOINT, *overrides(config)]
+    return [*entrypoint(config), *overrides({k: v for k, v in config.items() if k != ENTRY_KEY})]
+
+
+def entrypoint(config: Mapping[str, Any]) -> list[str]:
+    """``python3 -m`` the recipe's trainer; the fully-async one with its own config."""
+    if not fully_async.is_fully_async(config):
+        return list(ENTRYPOINT)
+    engine = config.get(releases.ENGINE_KEY, releases.DEFAULT_ENGINE)
+    return ["python3", "-m", fully_async.MODULE, f"--config-name={fully_async.config_name(engine)}"]
 
 
 def model_path(att: Attempt) -> str:
@@ -315,8 +330,10 @@ def plan_command(att: Attempt) -> dict[str, Any]:
     stated = check_recipe(stated_recipe(att), att.trainer.version, spec_file)
     argv = build_argv(attempt_config(stated, attempt_paths(att), att.id, resume=False), att.trainer.version, spec_file)
     engine = engine_of(stated, att.trainer.version, spec_file)
-    out = {"version": att.trainer.version, "entrypoint": list(ENTRYPOINT), "overrides": len(argv) - len(ENTRYPOINT),
-           "config": releases.config_source(engine)}
+    start = entrypoint(stated)
+    out = {"version": att.trainer.version, "entrypoint": start, "overrides": len(argv) - len(start),
+           "config": (f"{fully_async.CONFIG_DIR}/{fully_async.config_name(engine)}.yaml"
+                      if fully_async.is_fully_async(stated) else releases.config_source(engine))}
     if engine != releases.DEFAULT_ENGINE:  # plan.json of an FSDP attempt stays as it was
         out["model_engine"] = engine
     return out
@@ -362,6 +379,10 @@ def prepare_launch(att: Attempt, *, resume: bool, must_exist: bool = True) -> Ve
     """The argv, environment and files of a verl launch; every input checked, nothing written."""
     spec_file = att.display_path or att.spec_path
     stated = check_recipe(stated_recipe(att), att.trainer.version, spec_file)
+    if fully_async.is_fully_async(stated):  # planned, not launched: rlexp reads its logs by trainer step
+        raise InputError(spec_file, f"recipe.{ENTRY_KEY}", "rlexp plans verl's fully-async trainer but does not "
+                         "launch it: its metrics and checkpoints are numbered by parameter version, not by the "
+                         "plan's trainer steps, and rlexp's log reader does not map them yet")
     paths = attempt_paths(att)
     pool, monitor = att.datasets["pool"], att.datasets["ood_monitor"]
     for role, ref in (("pool", pool), ("ood_monitor", monitor)):

@@ -29,12 +29,11 @@ def build_verl_plan(att: Attempt, plan_format: int) -> dict[str, Any]:
     from rlexp.spec import diff_against_parent
     from rlexp.trainers.verl import hydra as backend
     from rlexp.trainers.verl.checks import verl_checkpoint_plan, verl_preflight
-    from rlexp.trainers.verl.steps import (
-        VerlConfigError,
-        compute_verl_steps,
-        lr_for_global_step,
-        verl_schedule,
+    from rlexp.trainers.verl.fully_async import (  # main_ppo's, or the fully-async trainer's
+        schedule_of,
+        steps_of,
     )
+    from rlexp.trainers.verl.steps import VerlConfigError, lr_for_global_step
     from rlexp.training.schedule import lr_rows_for_plan
 
     spec_file = att.display_path or att.spec_path
@@ -45,13 +44,13 @@ def build_verl_plan(att: Attempt, plan_format: int) -> dict[str, Any]:
     if pool is None or pool.size is None:
         raise InputError(spec_file, "datasets.pool", "the training pool (path or size) is needed to plan")
     try:
-        steps = compute_verl_steps(config, pool.size, version)
+        steps = steps_of(config, pool.size, version)
     except VerlConfigError as exc:
         raise InputError(spec_file, f"recipe.{exc.key}", str(exc)) from None
     if steps.total_training_steps > MAX_GLOBAL_STEPS:
         raise InputError(spec_file, "recipe.trainer.total_training_steps",
                          f"the run would take {steps.total_training_steps} global steps, over the limit of {MAX_GLOBAL_STEPS}")
-    schedule = verl_schedule(config, steps)
+    schedule = schedule_of(config, steps)
     ckpt = verl_checkpoint_plan(steps, schedule, att.checkpoints_mid)
     power = primary_power(att)
     checks = verl_preflight(att, steps, schedule, power, config)
@@ -130,7 +129,7 @@ def _steps_section(steps: Any, config: Any) -> dict[str, Any]:
                if steps.lr_schedule is None else
                {"model_engine": steps.engine, "lr_scheduler": steps.lr_schedule.as_dict(),
                 "parallelism": verl_gpu_layout(config)}),
-            "filter_overlong_prompts": steps.filters_prompts,
+            "filter_overlong_prompts": steps.filters_prompts, **(steps.fully_async or {}),  # its own counts
         },
     }
 

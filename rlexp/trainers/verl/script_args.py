@@ -59,10 +59,15 @@ def hydra_scalar(raw: str) -> Any:
     return raw
 
 
-def check_module(script: Path, where: str, module: str) -> None:
-    """A verl module other than :data:`ENTRY_MODULE` composes another config or none (verl 0.9.1's
-    one-step-off and fully-async trainers have their own; a module a release no longer ships makes
-    ``python -m`` fail): refused, naming it, rather than planned as ``main_ppo``."""
+def check_module(script: Path, where: str, module: str) -> dict[str, Any] | None:
+    """:data:`ENTRY_MODULE`, or the fully-async trainer (the recipe's ``entry_module``: its own config
+    and step counts, rlexp.trainers.verl.fully_async); another verl module composes another config or
+    none (the one-step-off trainer has its own; a module a release no longer ships makes ``python -m``
+    fail): refused, naming it, rather than planned as ``main_ppo``."""
+    from rlexp.trainers.verl import fully_async
+
+    if module == fully_async.MODULE:
+        return {fully_async.ENTRY_KEY: module}
     if module != ENTRY_MODULE:
         raise InputError(script, where, f"python -m {module[:80]}: rlexp plans verl's trainer as {ENTRY_MODULE} runs "
                          "it (its ppo_trainer config is rlexp's key table); another module composes another config "
@@ -94,12 +99,15 @@ def _config_name_engine(script: Path, where: str, token: str) -> str | None:
     """The engine a ``--config-name`` chooses (None: another --config option, which sets no key).
     ``ppo_megatron_trainer`` is ppo_trainer with ``model_engine: megatron`` and nothing else (verl
     deprecated it for ``model_engine=megatron``); any other config is refused."""
+    from rlexp.trainers.verl.fully_async import CONFIG_NAMES
     from rlexp.trainers.verl.releases import CONFIG_NAME_ENGINES
 
     option, _, chosen = token.partition("=")
     if option != "--config-name":
         return None
     name = chosen.strip().strip("'\"").removesuffix(".yaml")
+    if name in CONFIG_NAMES:  # the fully-async trainer's configs (its module sets the recipe's entry_module)
+        return CONFIG_NAMES[name]
     if name not in CONFIG_NAME_ENGINES:
         raise InputError(script, where, f"{token[:80]}: rlexp plans verl's ppo_trainer config (its key table "
                          f"is that config's, per model_engine), not {chosen!r}")
@@ -135,14 +143,20 @@ def read_args(script: Path, where: str, args: list[str], version: str | None = N
             from rlexp.trainers.verl.hydra import unknown_engine
 
             raise InputError(script, where, f"model_engine={engine}: " + unknown_engine(engine, version))
-        table = releases.read_table(version, engine if engine in listed else releases.DEFAULT_ENGINE)
+        from rlexp.trainers.verl import fully_async_config
+
+        read = fully_async_config.table if _names_fully_async_config(args) else releases.read_table
+        table = read(version, engine if engine in listed else releases.DEFAULT_ENGINE)
     recipe: dict[str, Any] = dict(stated_engine)
     datasets: dict[str, dict[str, Any]] = {}
     left_out: list[str] = []
     notes: list[str] = []
     for token in args:
         if token.startswith(("--config-name", "--config-path", "--config-dir")):
-            if _config_name_engine(script, where, token) not in (None, releases.DEFAULT_ENGINE):
+            if token.startswith("--config-name") and _names_fully_async_config([token]):
+                notes.append(f"{token[:80]}: verl's fully-async trainer composes ppo_trainer with model_engine "
+                             f"{engine} and its own keys (the recipe's entry_module and {releases.ENGINE_KEY})")
+            elif _config_name_engine(script, where, token) not in (None, releases.DEFAULT_ENGINE):
                 notes.append(f"{token[:80]}: verl composes ppo_trainer with model_engine {engine} (the recipe's "
                              f"{releases.ENGINE_KEY}: {engine})")
             continue
@@ -170,6 +184,14 @@ def read_args(script: Path, where: str, args: list[str], version: str | None = N
     if "pool" not in datasets:
         raise InputError(script, where, "no data.train_files: the data the run trains on is needed for its steps")
     return recipe, datasets, left_out, notes
+
+
+def _names_fully_async_config(args: list[str]) -> bool:
+    """Whether ``--config-name`` names one of the fully-async trainer's configs."""
+    from rlexp.trainers.verl.fully_async import CONFIG_NAMES
+
+    return any(t.partition("=")[2].strip().strip("'\"").removesuffix(".yaml") in CONFIG_NAMES
+               for t in args if t.startswith("--config-name"))
 
 
 def _hydra_adds(existing: Any, value: Any) -> bool:

@@ -107,6 +107,7 @@ class VerlSteps:
     filters_prompts: bool  # data.filter_overlong_prompts: N may be smaller than planned
     engine: str = "dp"  # model_engine: whose LR scheduler (FSDP's LambdaLR above, or ENGINE_SCHEDULES')
     lr_schedule: Any = None  # the engine's schedule (lr(i), factor(i), ...) when not FSDP's
+    fully_async: Any = None  # the fully-async trainer's own counts, for plan.json (rlexp.trainers.verl.fully_async)
 
     @property
     def first_update_step(self) -> int:
