@@ -396,3 +396,43 @@ def test_the_tiny_tool_template_renders_calls_and_parses_them_back(tmp_path):
     assert parsed["tool_calls"] == call["tool_calls"]
     answer = tok.parse_response(tok("\\boxed{408}<|eos|>", add_special_tokens=False)["input_ids"], prefix=prefix)
     assert answer == {"role": "assistant", "content": "\\boxed{408}"}
+
+
+def _drop_recipe_key(attempt: Path, key: str) -> None:
+    spec = yaml.safe_load((attempt / "attempt.yaml").read_text())
+    del spec["recipe"][key]
+    (attempt / "attempt.yaml").write_text(yaml.safe_dump(spec))
+
+
+def test_an_unstated_completion_cap_is_trls_default_and_null_caps_nothing(example, capsys):
+    """The turn budget is held against max_completion_length as TRL runs it: unstated, GRPOConfig's own
+    default (512 in TRL 1.16; tests/test_trl_recipe.py holds rlexp's table to TRL's dataclass); stated
+    null, TRL passes no cap to generation, so no budget can be exceeded (not a 512 of rlexp's)."""
+    from rlexp.cli import main
+
+    _drop_recipe_key(example, "max_completion_length")
+    _edit(example, environment={"max_total_tokens": 600}, recipe={"eval_strategy": "no"})
+    assert main(["launch", str(example), "--dry-run", "--force", "--reason", "cap"]) == 2
+    err = capsys.readouterr().err
+    assert "environment.max_total_tokens" in err and "600 exceeds the recipe's max_completion_length 512" in err, err
+
+    _edit(example, recipe={"max_completion_length": None})
+    assert main(["launch", str(example), "--dry-run", "--force", "--reason", "no cap"]) == 0, capsys.readouterr().err
+
+
+def test_a_null_completion_cap_is_refused_where_a_number_is_needed(example, capsys):
+    """TRL's tool loop compares every completion's length with max_completion_length (None fails
+    there), and the greedy monitor decodes as far as training does: both need a number."""
+    from rlexp.cli import main
+
+    _edit(example, recipe={"max_completion_length": None})  # eval_strategy: steps, so the monitor runs
+    assert main(["launch", str(example), "--dry-run", "--force", "--reason", "monitor"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "recipe.max_completion_length" in line and "greedy monitor" in line, line
+
+    _as_tool_calls(example)
+    _edit(example, recipe={"eval_strategy": "no"})
+    assert main(["plan", str(example)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "recipe.max_completion_length" in line and "tool loop" in line, line
+    assert not (example / "plan.json").exists()

@@ -85,8 +85,9 @@ def check_recipe(att: Attempt, grpo_kwargs: Mapping[str, Any]) -> None:
             raise InputError(spec, f"recipe.{key}", f"{grpo_kwargs[key]!r}: the environment rollout samples the plain "
                                                     f"softmax at temperature (leave {key} at {default!r})")
     check_episode_rules(att, grpo_kwargs)
-    limit = int(grpo_kwargs.get("max_completion_length") or 512)
-    if settings.max_total_tokens > limit:
+    # as stated, else TRL's default (TrlRecipe); None: TRL caps no completion, so no budget is exceeded
+    limit = grpo_kwargs.get("max_completion_length", att.recipe.max_completion_length)
+    if limit is not None and settings.max_total_tokens > int(limit):
         raise InputError(spec, "environment.max_total_tokens", f"{settings.max_total_tokens} exceeds the recipe's "
                                                                f"max_completion_length {limit}")
 

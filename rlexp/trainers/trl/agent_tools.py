@@ -89,8 +89,12 @@ def check_tool_recipe(att: Attempt, grpo_kwargs: Mapping[str, Any]) -> None:
     spec = att.display_path or att.spec_path
     settings = att.environment
     check_episode_rules(att, grpo_kwargs)
-    limit = int(grpo_kwargs.get("max_completion_length") or 512)
-    if settings.max_total_tokens != limit:
+    limit = grpo_kwargs.get("max_completion_length", att.recipe.max_completion_length)  # else TRL's default
+    if limit is None:  # TRL's tool loop compares each completion's length with it: None fails there
+        raise InputError(spec, "recipe.max_completion_length", "null: TRL's tool loop bounds the whole completion "
+                                                               f"by it (state {settings.max_total_tokens}, "
+                                                               "environment.max_total_tokens)")
+    if settings.max_total_tokens != int(limit):
         raise InputError(spec, "environment.max_total_tokens", f"{settings.max_total_tokens}: TRL's tool loop bounds "
                                                                f"the whole completion by max_completion_length "
                                                                f"{limit} (state the same number)")

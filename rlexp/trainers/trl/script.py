@@ -107,8 +107,11 @@ def prepare_launch(att: Attempt, ad: AttemptDir, *, resume: bool, must_exist: bo
     if str(kwargs.get("eval_strategy", "no")) != "no" and (monitor is None or monitor.path is None):
         raise InputError(spec, "datasets.ood_monitor", "eval_strategy asks for in-run evals: the greedy monitor "
                                                        "needs the ood_monitor set's path")
-    # the greedy monitor decodes as far as training does; a recipe that caps nothing (null) gets 512 tokens
-    max_new = kwargs.get("max_completion_length") or att.recipe.max_completion_length or 512
+    # the greedy monitor decodes as far as training does: the stated cap, else TRL's default (TrlRecipe)
+    max_new = kwargs.get("max_completion_length", att.recipe.max_completion_length)
+    if max_new is None and str(kwargs.get("eval_strategy", "no")) != "no":
+        raise InputError(spec, "recipe.max_completion_length", "null: the greedy monitor decodes as far as training "
+                                                               "does and needs a number of tokens")
 
     config = {
         "rlexp_root": str(CHECKOUT),
@@ -117,7 +120,7 @@ def prepare_launch(att: Attempt, ad: AttemptDir, *, resume: bool, must_exist: bo
         "pool": {"path": str(pool.path), "suffix": pool.prompt_suffix},
         "monitor": ({"path": str(monitor.path), "suffix": monitor.prompt_suffix}
                     if monitor is not None and monitor.path is not None else None),
-        "monitor_max_new_tokens": int(max_new),
+        "monitor_max_new_tokens": None if max_new is None else int(max_new),  # None: no monitor runs
         "tensorboard_dir": str(ad.tensorboard),
         "monitor_tensorboard_dir": str(TrlFiles.of(ad).monitor_tensorboard),
         "checkpoint_pattern": str(ad.checkpoint_files.dir / ADAPTER_PATTERN),
