@@ -104,6 +104,12 @@ class RecipeView(Mapping[str, Any]):
 
     __slots__ = ()
 
+    @classmethod
+    def resolve(cls, stated: Mapping[str, Any], defaults: Mapping[str, Any]) -> RecipeView:
+        """The recipe of the ``stated`` keys, the others at ``defaults`` (the key table's, or the ones
+        this recipe runs with): how a key table builds its recipe (:meth:`TrainerKeyTable.recipe`)."""
+        raise NotImplementedError
+
 
 @dataclass(frozen=True, eq=False)
 class NativeRecipe(RecipeView):
@@ -111,6 +117,10 @@ class NativeRecipe(RecipeView):
     fields, verl's dotted config keys): every key, stated or defaulted, in its table's order."""
 
     values: Mapping[str, Any]
+
+    @classmethod
+    def resolve(cls, stated: Mapping[str, Any], defaults: Mapping[str, Any]) -> NativeRecipe:
+        return cls({**defaults, **stated})
 
     def __getitem__(self, key: str) -> Any:
         return self.values[key]
@@ -301,6 +311,11 @@ class Recipe(RecipeView):
         """The recipe of the stated keys, the others at their default."""
         return cls(**{k: v for k, v in stated.items() if k in TABLE_FIELDS},
                    extra={k: v for k, v in stated.items() if k not in TABLE_FIELDS})
+
+    @classmethod
+    def resolve(cls, stated: Mapping[str, Any], defaults: Mapping[str, Any]) -> Recipe:
+        del defaults  # the fields declare them (the table's defaults are read from the fields)
+        return cls.of(stated)
 
     @property
     def loss_agg_mode(self) -> str | None:
@@ -633,25 +648,22 @@ class TrainerKeyTable:
     model_key: str = "pretrain"  # the key naming the base model (Attempt.base_model reads it)
     names_only_schema: bool = False  # the JSON Schema lists the keys by name only (~900 keys would bloat it)
     schema_note: str = ""  # the rest of that schema's description: where the keys and their defaults are
-    typed: type[Recipe] | None = None  # OpenRLHF's typed recipe (its fields declare the defaults); None: native
-    # the class of a native table's recipe: the resolved keys as a mapping, with the trainer's typed
-    # attributes over them where its package declares them (TRL's TrlRecipe)
-    native: type[NativeRecipe] = NativeRecipe
+    # the class of the resolved recipe: OpenRLHF's Recipe (a field per key), a trainer's own typed
+    # attributes over its keys (TRL's TrlRecipe), or the plain mapping of a table's keys
+    recipe_type: type[RecipeView] = NativeRecipe
 
-    def recipe(self, stated: Mapping[str, Any], defaults: Mapping[str, Any] | None = None) -> Recipe | NativeRecipe:
+    def recipe(self, stated: Mapping[str, Any], defaults: Mapping[str, Any] | None = None) -> RecipeView:
         """The resolved recipe of the ``stated`` keys: every described key, at its default unless stated.
-        ``defaults``: a native table's defaults as this recipe runs (TRL's RLOOConfig's for an RLOO
-        recipe); a typed recipe's are its fields'."""
-        if self.typed is not None:
-            return self.typed.of(stated)
-        return self.native({**(self.defaults if defaults is None else defaults), **stated})
+        ``defaults``: the defaults this recipe runs with where they are not the table's (TRL's
+        RLOOConfig's for an RLOO recipe)."""
+        return self.recipe_type.resolve(stated, self.defaults if defaults is None else defaults)
 
 
 def openrlhf_key_table(trainer: str) -> TrainerKeyTable:
     """OpenRLHF's argument names (the table above), the table of every trainer that reads them
     (OpenRLHF, the local trainer: rlexp.trainers.base.TrainerRules.build_key_table's default)."""
     return TrainerKeyTable(trainer, "OpenRLHF v0.9.x argument names without the dashes", RECIPE_KEYS,
-                           RECIPE_DEFAULTS, recipe_key, typed=Recipe)  # fmt: skip
+                           RECIPE_DEFAULTS, recipe_key, recipe_type=Recipe)  # fmt: skip
 
 
 JSON_VALUE = "json"  # a key of a composite type (a dict, a union): any YAML value, checked by the trainer at launch

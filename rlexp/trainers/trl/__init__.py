@@ -42,7 +42,7 @@ class TrlRules(TrainerRules):
         from rlexp.trainers.trl.keys import trl_key_table
         from rlexp.trainers.trl.recipe import TrlRecipe
 
-        return replace(trl_key_table(), native=TrlRecipe)
+        return replace(trl_key_table(), recipe_type=TrlRecipe)
 
     def recipe_defaults(self, stated: Any) -> Any:
         """The defaults of the config class the recipe's ``advantage_estimator`` names (GRPOConfig's
