@@ -249,3 +249,30 @@ def test_a_token_count_is_not_a_credential(experiment, capsys):
     assert load_attempt(attempt_dir).recipe["actor_rollout_ref.actor.ppo_max_token_len_per_gpu"] == 8192
     code, data, err = plan(attempt_dir, capsys)
     assert code == 0, err
+
+
+def test_every_typed_recipe_leaf_defaults_to_each_release_and_engine_that_has_its_key():
+    """VerlRecipe's leaves read their defaults from the newest release's FSDP table; every listed release
+    and every engine whose composed config has the key gives the same default (so an unstated key reads
+    the same whichever engine runs it), and every leaf is a key of every listed release. An unstated recipe
+    read by attribute holds the table's defaults, stated keys their stated value."""
+    from rlexp.spec.recipe import key_table
+    from rlexp.trainers.verl.engine_keys import VERL_ENGINE_KEYS
+    from rlexp.trainers.verl.keys import VERL_CONFIG_KEYS
+    from rlexp.trainers.verl.recipe import VerlRecipe, leaves
+
+    typed = {f.metadata["key"]: f.default for f in leaves(VerlRecipe)}
+    assert "actor_rollout_ref.actor.clip_ratio" in typed and typed["data.max_response_length"] == 512
+    for version, rows in VERL_CONFIG_KEYS.items():
+        tables = {"dp": rows, **VERL_ENGINE_KEYS.get(version, {})}
+        assert set(typed) <= {name for name, _, _ in rows}, version
+        for engine, engine_rows in tables.items():
+            own = {name: default for name, _, default in engine_rows}
+            assert {k: own[k] for k in typed if k in own} == {k: v for k, v in typed.items() if k in own}, (
+                version, engine)
+    table = key_table("verl")
+    unstated = table.recipe({})
+    assert {k: table.defaults[k] for k in typed} == typed
+    assert unstated.actor_rollout_ref.actor.clip_ratio == table.defaults["actor_rollout_ref.actor.clip_ratio"]
+    stated = table.recipe({"actor_rollout_ref.actor.optim.lr_warmup_steps": 7, "trainer.v1.trainer_mode": "x"})
+    assert stated.actor_rollout_ref.actor.optim.lr_warmup_steps == 7 and stated.trainer.v1.trainer_mode == "x"

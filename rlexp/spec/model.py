@@ -19,11 +19,7 @@ from rlexp.spec.fields import (
     one_of,
     record,
 )
-from rlexp.spec.recipe import (
-    NativeRecipe,
-    Recipe,
-    key_table,
-)
+from rlexp.spec.recipe import RecipeView, key_table
 from rlexp.trainers import names as trainer_names
 
 ROLES = ("pool", "ood_monitor", "ood_primary", "id", "sanity")
@@ -250,9 +246,10 @@ class Attempt:
     change: dict[str, Any]
     intent: dict[str, Any]
     trainer: TrainerSettings
-    # fully resolved (parent chain merged, defaults applied): OpenRLHF's and the local trainer's typed
-    # Recipe (att.recipe.eps_clip), another trainer's NativeRecipe; both read-only mappings by key
-    recipe: Recipe | NativeRecipe
+    # fully resolved (parent chain merged, defaults applied), of its key table's recipe_type: OpenRLHF's
+    # and the local trainer's Recipe (att.recipe.eps_clip), TRL's TrlRecipe (att.recipe.epsilon), verl's
+    # VerlRecipe (att.recipe.actor_rollout_ref.actor.clip_ratio); each a read-only mapping by key too
+    recipe: RecipeView
     recipe_stated: dict[str, Any]  # only the keys some spec in the chain states
     datasets: dict[str, DatasetRef]
     eval: EvalSettings

@@ -65,6 +65,7 @@ class VerlRules(TrainerRules):
         from rlexp.trainers.verl.fully_async import ENTRY_KEY, MAIN_PPO
         from rlexp.trainers.verl.fully_async_keys import FULLY_ASYNC_DELTA
         from rlexp.trainers.verl.keys import VERL_CONFIG_KEYS
+        from rlexp.trainers.verl.recipe import LISTED_VERSIONS, VerlRecipe
         from rlexp.trainers.verl.steps import DEFAULT_ENGINE, ENGINE_KEY, NUMBER_OR_BOUNDS, verl_kind
 
         def row(name: str, type_: str, default: Any) -> RecipeKey:
@@ -73,7 +74,7 @@ class VerlRules(TrainerRules):
             return RecipeKey(name, recipe_type, default, verl_kind(name), recipe_type == JSON_VALUE)
 
         # newest first: its keys and defaults are the table's, and a spec without trainer.version plans with it
-        versions = tuple(sorted(VERL_CONFIG_KEYS, key=lambda v: tuple(int(p) for p in v.split(".")[:3]), reverse=True))
+        versions = LISTED_VERSIONS
         keys = {name: row(name, type_, default) for name, type_, default in VERL_CONFIG_KEYS[versions[0]]}
         defaults = {k.name: k.default for k in keys.values()}  # FSDP's: an unstated key takes verl's default
         # the engine choice, then the other engines' keys (typed by their engine's default), after FSDP's
@@ -96,7 +97,7 @@ class VerlRules(TrainerRules):
 
         return TrainerKeyTable("verl", f"verl {', '.join(versions)} config keys (dotted Hydra paths)", keys,
                                defaults, lookup, versions,
-                               model_key="actor_rollout_ref.model.path", names_only_schema=True,
+                               model_key="actor_rollout_ref.model.path", names_only_schema=True, recipe_type=VerlRecipe,
                                schema_note="unstated keys take verl's default (FSDP's); the keys are "
                                "rlexp/trainers/verl/keys.py's and, for another model_engine, engine_keys.py's "
                                "(types and the engine checked by rlexp plan)")  # fmt: skip
@@ -127,12 +128,15 @@ class VerlRules(TrainerRules):
         # trainer.v1.trainer_mode (trainer/ppo/v1/trainer_base.py): sync keeps every batch on-policy; the
         # async modes generate ahead and log training/off_policy/trajectory_staleness/* themselves
         from rlexp.trainers.verl.fully_async import is_fully_async
+        from rlexp.trainers.verl.recipe import as_verl_recipe
 
         if is_fully_async(recipe):  # generates ahead by a staleness budget in samples, not a version count
             return {"async": True, "mode": "fully_async", "queue": None}
-        mode = str(recipe.get("trainer.v1.trainer_mode") or "sync")
+        v1 = as_verl_recipe(recipe).trainer.v1
+        mode = str(v1.trainer_mode)
+        # only separate_async has a parameter_sync_step (the trainer's queue of generated batches)
         return {"async": mode != "sync", "mode": mode,
-                "queue": recipe.get(f"trainer.v1.{mode}.parameter_sync_step") if mode != "sync" else None}
+                "queue": v1.separate_async.parameter_sync_step if mode == "separate_async" else None}
 
 
 _TYPES = {"float": "float", "bool": "bool", "str": "str"}  # a default of these types types its key

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from rlexp.trainers.verl.recipe import as_verl_recipe
 from rlexp.trainers.verl.steps import VerlSchedule, VerlSteps
 
 if TYPE_CHECKING:
@@ -61,7 +62,8 @@ def _step_checks(att: Attempt, steps: VerlSteps) -> list[Any]:
 
     out = []
     total = steps.global_steps_total
-    batch_key = "data.gen_batch_size" if not steps.use_v1 and att.recipe.get("data.gen_batch_size") else "data.train_batch_size"
+    gen_batch = as_verl_recipe(att.recipe).data.gen_batch_size
+    batch_key = "data.gen_batch_size" if not steps.use_v1 and gen_batch else "data.train_batch_size"
     if total == 0:
         out.append(check(
             "steps.empty", ERROR,
@@ -191,7 +193,8 @@ def estimator_keys(recipe: Mapping[str, Any]) -> dict[str, Any]:
     """The Hydra keys that make verl use rlexp's estimator for an environment task: only where the
     recipe's estimator is ``grpo`` and it names no ``external_lib`` of its own (rlexp would have to
     replace it); none otherwise (verl's estimator, and the plan's ``agent.env_error_baseline``)."""
-    if recipe.get(ESTIMATOR_KEY) != "grpo" or recipe.get(IMPORT_KEY) is not None:
+    typed = as_verl_recipe(recipe)
+    if typed.algorithm.adv_estimator != "grpo" or typed.actor_rollout_ref.model.external_lib is not None:
         return {}
     return {ESTIMATOR_KEY: ESTIMATOR, IMPORT_KEY: ESTIMATOR_MODULE}
 
@@ -206,18 +209,19 @@ def agentic_checks(env: Any, recipe: dict[str, Any], version: str) -> list[Any]:
         check_turn_budget,
     )
     from rlexp.protocol.verdict import check
-    from rlexp.spec.recipe import EPS_CLIP_DEFAULT
 
+    typed = as_verl_recipe(recipe)
+    actor = typed.actor_rollout_ref.actor
     found = []
     if not estimator_keys(recipe):  # on grpo, rlexp's estimator leaves them out of the baseline (launch)
         found.append(check(
             "agent.env_error_baseline", WARNING,
             f"verl {version}: an episode that ends in an environment error is out of the loss (no response) "
             f"but its reward still counts in its group's baseline (algorithm.adv_estimator "
-            f"{recipe.get('algorithm.adv_estimator') or 'gae'}; rlexp replaces only grpo, and only without "
+            f"{typed.algorithm.adv_estimator}; rlexp replaces only grpo, and only without "
             "actor_rollout_ref.model.external_lib); env_errors is logged (response/aborted_ratio) and the SOP's "
             "guardrails.env_errors stop applies", REF))  # fmt: skip
-    limit = recipe.get("data.max_response_length")
+    limit = typed.data.max_response_length
     if limit is not None:
         found += check_turn_budget("verl", prompt_tokens=0, max_turns=env.max_turns,
                                    max_tokens_per_turn=env.max_tokens_per_turn, limit=int(limit),
@@ -226,13 +230,11 @@ def agentic_checks(env: Any, recipe: dict[str, Any], version: str) -> list[Any]:
     # verl's GSPO loss clips with clip_ratio_low/high (clip_ratio when they are null)
     if env.loss == "gspo":  # rlexp writes the environment's range as clip_ratio_low/high (launch.loss_recipe)
         return found + check_gspo_clip("gspo", env.gspo_eps_low, "environment.gspo_eps_low")
-    loss = "gspo" if recipe.get("actor_rollout_ref.actor.policy_loss.loss_mode") == "gspo" else env.loss
-    for side in ("low", "high"):
+    loss = "gspo" if actor.policy_loss.loss_mode == "gspo" else env.loss
+    for side, clip in (("low", actor.clip_ratio_low), ("high", actor.clip_ratio_high)):
         key = f"actor_rollout_ref.actor.clip_ratio_{side}"
-        clip = recipe.get(key, EPS_CLIP_DEFAULT)
         if clip is None:
-            key, clip = "actor_rollout_ref.actor.clip_ratio", recipe.get("actor_rollout_ref.actor.clip_ratio",
-                                                                          EPS_CLIP_DEFAULT)
+            key, clip = "actor_rollout_ref.actor.clip_ratio", actor.clip_ratio
         found += check_gspo_clip(loss, clip, key)
     return found
 
@@ -263,8 +265,9 @@ def group_of_one(recipe: dict[str, Any], version: str) -> Any:
     """verl with ``actor_rollout_ref.rollout.n`` 1 and an estimator that takes its baseline within the group."""
     from rlexp.protocol.recipe_checks import GroupOfOne
 
-    estimator = str(recipe.get("algorithm.adv_estimator") or "gae")
-    samples = recipe.get("actor_rollout_ref.rollout.n")
+    typed = as_verl_recipe(recipe)
+    estimator = str(typed.algorithm.adv_estimator)
+    samples = typed.actor_rollout_ref.rollout.n
     if samples is None or int(samples) > 1 or estimator not in VERL_GROUP_OF_ONE:
         return None
     return GroupOfOne("algorithm.adv_estimator", estimator, "actor_rollout_ref.rollout.n", int(samples),
@@ -277,9 +280,10 @@ def run_health_checks(recipe: dict[str, Any], version: str) -> list[Any]:
     are biased (a warning)."""
     from rlexp.protocol.verdict import WARNING, check
 
-    corrected = (recipe.get("algorithm.rollout_correction.rollout_is") is not None
-                 or recipe.get("algorithm.rollout_correction.rollout_rs") is not None)
-    top_p = recipe.get("actor_rollout_ref.rollout.top_p", 1)
+    typed = as_verl_recipe(recipe)
+    correction = typed.algorithm.rollout_correction
+    corrected = correction.rollout_is is not None or correction.rollout_rs is not None
+    top_p = typed.actor_rollout_ref.rollout.top_p
     if corrected and isinstance(top_p, int | float) and not isinstance(top_p, bool) and top_p < 1:
         return [check(
             "health.is_correction_top_p", WARNING,

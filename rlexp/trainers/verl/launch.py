@@ -10,6 +10,7 @@ from rlexp.experiment.layout import AttemptDir
 from rlexp.trainers.launch import LaunchPlan, TrainerLaunch
 from rlexp.trainers.verl import RULES
 from rlexp.trainers.verl.files import VerlFiles
+from rlexp.trainers.verl.recipe import as_verl_recipe
 
 if TYPE_CHECKING:
     from rlexp.spec.model import Attempt
@@ -44,15 +45,16 @@ class VerlLaunch(TrainerLaunch):
         return out
 
     def loss_agg_default(self, att: Attempt, recipe: Any) -> tuple[str, str]:
-        mode = str(recipe.get(AGG_KEY, "token-mean"))
+        actor = as_verl_recipe(recipe).actor_rollout_ref.actor
+        mode = str(actor.loss_agg_mode)
         note = f"verl's {AGG_KEY} (the KL loss too)"
-        if mode == "seq-mean-token-sum-norm" and recipe.get(SCALE_KEY) is None:
+        if mode == "seq-mean-token-sum-norm" and actor.loss_scale_factor is None:
             note += "; L: each micro-batch's padded response length (loss_scale_factor unset)"
         return mode, note
 
     def loss_token_budget(self, att: Attempt) -> int | None:
         """``data.max_response_length``: the response length verl pads and truncates to."""
-        return int(att.recipe["data.max_response_length"])
+        return int(as_verl_recipe(att.recipe).data.max_response_length)
 
     def prepare(self, att: Attempt, ad: AttemptDir, *, resume: bool, must_exist: bool) -> LaunchPlan:
         from rlexp.trainers.verl import hydra as verl

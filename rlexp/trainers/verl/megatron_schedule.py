@@ -108,11 +108,13 @@ class MegatronLRSchedule:
         return self.max_lr if self.decay_style == "constant" else self.min_lr
 
     def warmup_rule(self, recipe: Mapping[str, Any]) -> str:
-        stated = recipe.get(f"{ACTOR_OPTIM}.lr_warmup_steps")
+        from rlexp.trainers.verl.recipe import as_verl_recipe
+
+        optim = as_verl_recipe(recipe).actor_rollout_ref.actor.optim
+        stated = optim.lr_warmup_steps
         if isinstance(stated, int) and not isinstance(stated, bool) and stated > 0:
             return f"lr_warmup_steps {stated}"
-        ratio = recipe.get(f"{ACTOR_OPTIM}.lr_warmup_steps_ratio")
-        return f"int({ratio} × lr_decay_steps {self.decay_steps:,})"
+        return f"int({optim.lr_warmup_steps_ratio} × lr_decay_steps {self.decay_steps:,})"
 
     def as_dict(self) -> dict[str, Any]:
         return {"lr_warmup_init": self.init_lr, "lr": self.max_lr, "min_lr": self.min_lr,

@@ -147,11 +147,12 @@ class VerlSteps:
         """How ``warmup_steps`` was computed, for messages."""
         if self.lr_schedule is not None:
             return self.lr_schedule.warmup_rule(recipe)
-        stated = recipe.get(f"{ACTOR_OPTIM}.lr_warmup_steps")
-        if isinstance(stated, int) and stated > 0:
-            return f"lr_warmup_steps {stated}"
-        ratio = recipe.get(f"{ACTOR_OPTIM}.lr_warmup_steps_ratio")
-        return f"int({ratio} × {self.scheduler_total:,} scheduler steps)"
+        from rlexp.trainers.verl.recipe import as_verl_recipe
+
+        optim = as_verl_recipe(recipe).actor_rollout_ref.actor.optim
+        if isinstance(optim.lr_warmup_steps, int) and optim.lr_warmup_steps > 0:
+            return f"lr_warmup_steps {optim.lr_warmup_steps}"
+        return f"int({optim.lr_warmup_steps_ratio} × {self.scheduler_total:,} scheduler steps)"
 
     def lr_at(self, global_step: int) -> VerlStepLR:
         return lr_for_global_step(global_step, self)

@@ -124,9 +124,11 @@ class VeOmniLRSchedule:
         return self.lr(max(self.train_steps, self.warmup_steps))
 
     def warmup_rule(self, recipe: Mapping[str, Any]) -> str:
-        ratio = recipe.get("actor_rollout_ref.actor.optim.lr_warmup_steps_ratio", 0.0)
-        rule = f"int({ratio} × total_training_steps {self.train_steps:,})"
-        stated = recipe.get("actor_rollout_ref.actor.optim.lr_warmup_steps")
+        from rlexp.trainers.verl.recipe import as_verl_recipe
+
+        optim = as_verl_recipe(recipe).actor_rollout_ref.actor.optim
+        rule = f"int({optim.lr_warmup_steps_ratio} × total_training_steps {self.train_steps:,})"
+        stated = optim.lr_warmup_steps
         if isinstance(stated, int) and not isinstance(stated, bool) and stated > 0:
             rule += f"; lr_warmup_steps {stated} is not read by the VeOmni engine"
         return rule
