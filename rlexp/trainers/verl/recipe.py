@@ -15,10 +15,10 @@ the tracked parameters and the Hydra argv read it by key.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import Field, dataclass, field, fields, replace
+from dataclasses import Field, dataclass, field, fields
 from typing import Any
 
-from rlexp.spec.recipe import RecipeView
+from rlexp.spec.recipe import NativeRecipe
 from rlexp.trainers.verl.keys import VERL_CONFIG_KEYS
 
 # the listed releases, newest first: its keys and defaults are the key table's (rlexp.trainers.verl.VerlRules)
@@ -114,9 +114,10 @@ class Trainer:
     v1: TrainerV1 = node(TrainerV1)
 
 
-def _tree(cls: type, resolved: Mapping[str, Any]) -> Any:
-    """An instance of ``cls`` whose leaves hold the resolved values (their defaults where a key is absent)."""
-    values = {}
+def _tree(cls: type, resolved: Mapping[str, Any], **given: Any) -> Any:
+    """An instance of ``cls`` whose leaves hold the resolved values (their defaults where a key is absent);
+    ``given``: its other fields."""
+    values = dict(given)
     for f in fields(cls):
         if "node" in f.metadata:
             values[f.name] = _tree(f.metadata["node"], resolved)
@@ -135,33 +136,23 @@ def leaves(cls: type) -> Iterator[Field[Any]]:
 
 
 @dataclass(frozen=True, eq=False)
-class VerlRecipe(RecipeView):
-    """A resolved verl recipe: the keys rlexp reads as a tree of attributes, every key by its dotted name."""
+class VerlRecipe(NativeRecipe):
+    """A resolved verl recipe: every key by its dotted name (the mapping, ``values``), and the keys rlexp
+    reads as a tree of attributes."""
 
     actor_rollout_ref: ActorRolloutRef = node(ActorRolloutRef)
     data: Data = node(Data)
     algorithm: Algorithm = node(Algorithm)
     trainer: Trainer = node(Trainer)
-    # every key of the resolved recipe, read or not, in its order: the mapping
-    values: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
     def of(cls, resolved: Mapping[str, Any]) -> VerlRecipe:
         """The typed recipe of a resolved mapping (the table's defaults, then the stated keys)."""
-        return replace(_tree(cls, resolved), values=dict(resolved))
+        return _tree(cls, resolved, values=dict(resolved))
 
     @classmethod
     def resolve(cls, stated: Mapping[str, Any], defaults: Mapping[str, Any]) -> VerlRecipe:
         return cls.of({**defaults, **stated})
-
-    def __getitem__(self, name: str) -> Any:
-        return self.values[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.values)
-
-    def __len__(self) -> int:
-        return len(self.values)
 
 
 def as_verl_recipe(recipe: Mapping[str, Any]) -> VerlRecipe:
