@@ -269,3 +269,44 @@ def test_mutated_corpus_scripts_are_read_or_refused_in_one_line(tmp_path, capsys
         if rc == 2:
             assert len(err.strip().splitlines()) == 1 and err.startswith("rlexp: "), err
             assert not (tmp_path / f"a{i}").exists()
+
+
+RESEARCH = Path(__file__).resolve().parent / "data" / "launch_scripts" / "research"
+
+
+def _bash_argv(path: Path) -> list[str]:
+    """What bash passes to `python3` when it runs the script, `python3` and `tee` replaced by shell
+    functions (the two files below set variables and run only those two)."""
+    out = subprocess.run(["bash", "-c", 'python3() { printf "%s\\n" "$@"; }; tee() { cat; }; source "$0"', str(path)],
+                         capture_output=True, text=True, check=True, cwd=path.parent).stdout
+    return out.splitlines()
+
+
+@pytest.mark.parametrize(("name", "last"), [
+    # `trainer.total_epochs=15 \` then commented-out flags: the comment ends the command; what
+    # follows, `max_turns=10 \` + `2>&1 | tee log`, is a pipeline of an assignment (the grammar misreads it)
+    ("Travel-R1__train_grpo.sh", "trainer.total_epochs=15"),
+    # `max_turns=10\` + `    2>&1 | tee log`: the 2 is the redirect's descriptor, not an argument
+    ("word_guess_R1__train_grpo.sh", "max_turns=10"),
+])
+def test_pipelines_the_grammar_misreads_are_read_as_bash_runs_them(name, last):
+    script = read_script((RESEARCH / name).read_text())
+    args = launch_of(script.argv).args
+    assert args[-1] == last and "2" not in args
+    if shutil.which("bash") is not None:  # bash's own reading of the same file
+        assert ["-m", "verl.trainer.main_ppo", *args] == _bash_argv(RESEARCH / name)
+
+
+def test_the_script_folder_idiom_is_the_folder_import_was_given():
+    """`SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"` (a real research script): bash prints
+    the folder the script is in; import knows it, so data paths built on it are known."""
+    text = (RESEARCH / "RLVR-vs-SFT-Qwen2.5-1.5b__train_grpo.sh").read_text()
+    args = launch_of(read_script(text, script_dir="/exp/scripts").argv).args
+    assert "data.train_files=/exp/scripts/data/train.parquet" in args
+    assert "data.val_files=/exp/scripts/data/gsm8k_test.parquet" in args
+    unknown = [a for a in launch_of(read_script(text).argv).args if isinstance(a, Unknown)]  # folder not given
+    assert unknown and "command substitution" in unknown[0].what and unknown[0].line == 5
+    # another command substitution stays unknown even with the folder given
+    other = read_script('D="$(cd /tmp && pwd)"\npython3 -m verl.trainer.main_ppo data.train_files=$D/t\n',
+                        script_dir="/exp")
+    assert isinstance(launch_of(other.argv).args[0], Unknown)

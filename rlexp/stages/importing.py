@@ -116,7 +116,7 @@ def _read_command(script: Path, env: dict[str, str] | None, env_file: str | Path
     _check_size(script, MAX_SCRIPT_BYTES)
     text = read_text(script)
     try:
-        command = read_script(text, environment, script_name=script.name)
+        command = read_script(text, environment, script_name=script.name, script_dir=str(script.resolve().parent))
         launch = launch_of(command.argv)
     except ScriptError as exc:
         where = f"line {exc.line}" if exc.line else (f"line {command.line}" if "command" in locals() else None)

@@ -99,9 +99,11 @@ def _parser():
     return tree_sitter.Parser(tree_sitter.Language(tree_sitter_bash.language()))
 
 
-def read_script(text: str, env: dict[str, str] | None = None, *, script_name: str = "script.sh") -> Script:
+def read_script(text: str, env: dict[str, str] | None = None, *, script_name: str = "script.sh",
+                script_dir: str | None = None) -> Script:
     """The script's launch command (see the module doc): ``env`` is what the script would find in
-    its environment (``--env``); a :class:`ScriptError` naming the line when the script is not bash
+    its environment (``--env``); ``script_dir`` the folder the script is in (the value of the idiom
+    ``$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)``, unknown without it); a :class:`ScriptError` naming the line when the script is not bash
     the grammar can read, has no launch command or two, or exceeds a bound."""
     if "\0" in text:
         raise ScriptError(None, "a NUL byte: not a shell script")
@@ -114,6 +116,7 @@ def read_script(text: str, env: dict[str, str] | None = None, *, script_name: st
     if end is not None and not re.search(r"(?<!\\)(\\\\)+(\r?\n)?[ \t]*\Z", text):
         text = text[:end.start()] + " " + text[end.start() + 1:]
     reader = _Reader(text, dict(env or {}), script_name)
+    reader.script_dir = script_dir
     reader.run()
     return reader.result()
 
@@ -202,6 +205,7 @@ class _Reader:
         self.sourced: int | None = None   # the line of a `source` that was not read
         self.hidden: list[tuple[int, int, str, int]] = []  # launches inside loops etc.: line, its line, what
         self.inner_line: int | None = None  # inside a here-string or bash -c: the line that holds it
+        self.script_dir: str | None = None  # the folder the script is in, when import knows it
 
     # --- bounds -------------------------------------------------------------------------------
     def count(self, n: int) -> None:
@@ -247,6 +251,9 @@ class _Reader:
             node = stack.pop()
             if node.type == "expansion" and self.reparsed_argument(node) is not None:
                 reread = True  # the grammar misread its default word, read again on its own (reparsed_argument)
+                continue
+            if node.type == "command" and _misread_pipe(node) is not None:
+                reread = True  # `VAR=v 2>&1 | cmd`: a pipeline the grammar misreads (command() reads it)
                 continue
             if node.type == "ERROR" or node.is_missing:
                 line = node.start_point[0] + 1
@@ -560,6 +567,14 @@ class _Reader:
 
     def command(self, node, herestrings: list) -> None:
         line = node.start_point[0] + 1
+        pipe = _misread_pipe(node)
+        if pipe is not None:
+            # bash runs each element of a pipeline in a subshell: the assignments before the `|` set
+            # nothing in the script, and what follows it only takes their output
+            rest = self.text(node)[pipe.end_byte - node.start_byte:]
+            self.notes.append(f"line {line}: {self.short(node)} left out (assignments in a pipeline's "
+                              f"subshell, and where the output went: |{' '.join(rest.replace(chr(92) + chr(10), ' ').split())[:40]})")
+            return
         prefix: dict[str, str] = {}
         argv: list[Arg] = []
         for child in node.named_children:
@@ -573,6 +588,11 @@ class _Reader:
             elif child.type in ("file_redirect", "heredoc_redirect"):
                 self.notes.append(f"line {line}: {self.short(child)} left out (where the output went)")
             elif child.type == "comment":
+                continue
+            elif child.type in ("number", "word") and self.text(child).isdigit() and \
+                    self.source[child.end_byte:child.end_byte + 1] in (b">", b"<"):
+                # `2>&1` right after a line continuation: the grammar reads the 2 as a word, bash as
+                # the redirect's file descriptor (digits written against `>` or `<` always are)
                 continue
             else:
                 target = child.named_children[0] if child.type == "command_name" else child
@@ -769,6 +789,9 @@ class _Reader:
                 out.mark_unknown(value.line, value.what)
             else:
                 out.literal(str(value))
+        elif kind == "command_substitution" and self.script_dir is not None and \
+                _SCRIPT_DIR_IDIOM.match(self.text(node)):
+            out.literal(self.script_dir)  # the folder the script is in, which that idiom prints
         elif kind == "command_substitution":
             out.mark_unknown(self.line, f"{self.text(node)[:40]} (a command substitution: only running it tells "
                                         "its value)")
@@ -1027,6 +1050,29 @@ def _only_all_elements(quoted: str) -> bool:
 
 def _is_launch(argv: list[Arg]) -> bool:
     return _launch_strength(argv) > 0
+
+
+
+# `$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)` (also with `$0`, `-P`, `>/dev/null`): the folder the
+# script is in, the usual way a script finds files beside it
+_SCRIPT_DIR_IDIOM = re.compile(
+    r'^\$\(\s*cd\s+(?:--\s+)?"?\$\(\s*dirname\s+(?:--\s+)?"?\$(?:\{BASH_SOURCE(?:\[0\])?\}|BASH_SOURCE|0|\{0\})"?\s*\)"?'
+    r'\s*(?:(?:&>|>)\s*/dev/null\s*(?:2>&1\s*)?)?&&\s*pwd(?:\s+-P)?\s*\)$')
+
+
+def _misread_pipe(node):
+    """The ``|`` inside a ``command`` node where tree-sitter-bash misreads a pipeline whose first
+    element has assignments and redirects but no command (``max_turns=10 2>&1 | tee log``, which bash
+    runs: ``bash -n`` accepts it): the ERROR node holding the ``|``, or None for any other tree."""
+    before = []
+    for child in node.children:
+        if child.type == "ERROR":
+            if child.text.strip() not in (b"|", b"|&") or not before:
+                return None
+            return child if all(c.type in ("variable_assignment", "file_redirect") for c in before) else None
+        if child.is_named:
+            before.append(child)
+    return None
 
 
 def _launch_strength(argv: list[Arg]) -> int:
