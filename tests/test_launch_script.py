@@ -274,11 +274,12 @@ def test_mutated_corpus_scripts_are_read_or_refused_in_one_line(tmp_path, capsys
 RESEARCH = Path(__file__).resolve().parent / "data" / "launch_scripts" / "research"
 
 
-def _bash_argv(path: Path) -> list[str]:
+def _bash_argv(path: Path, cwd: Path) -> list[str]:
     """What bash passes to `python3` when it runs the script, `python3` and `tee` replaced by shell
-    functions (the two files below set variables and run only those two)."""
+    functions (the two files below, reviewed, set variables and run only those two), in ``cwd``
+    (a temporary folder: nothing is written beside the committed files)."""
     out = subprocess.run(["bash", "-c", 'python3() { printf "%s\\n" "$@"; }; tee() { cat; }; source "$0"', str(path)],
-                         capture_output=True, text=True, check=True, cwd=path.parent).stdout
+                         capture_output=True, text=True, check=True, cwd=cwd).stdout
     return out.splitlines()
 
 
@@ -289,12 +290,12 @@ def _bash_argv(path: Path) -> list[str]:
     # `max_turns=10\` + `    2>&1 | tee log`: the 2 is the redirect's descriptor, not an argument
     ("word_guess_R1__train_grpo.sh", "max_turns=10"),
 ])
-def test_pipelines_the_grammar_misreads_are_read_as_bash_runs_them(name, last):
+def test_pipelines_the_grammar_misreads_are_read_as_bash_runs_them(name, last, tmp_path):
     script = read_script((RESEARCH / name).read_text())
     args = launch_of(script.argv).args
     assert args[-1] == last and "2" not in args
     if shutil.which("bash") is not None:  # bash's own reading of the same file
-        assert ["-m", "verl.trainer.main_ppo", *args] == _bash_argv(RESEARCH / name)
+        assert ["-m", "verl.trainer.main_ppo", *args] == _bash_argv(RESEARCH / name, tmp_path)
 
 
 def test_the_script_folder_idiom_is_the_folder_import_was_given():
