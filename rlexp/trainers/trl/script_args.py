@@ -70,9 +70,17 @@ def check_module(script: Path, where: str, module: str) -> dict[str, Any]:
     `trl rloo` / `trl.scripts.rloo` RLOOTrainer (``advantage_estimator: rloo``: RLOOConfig's fields
     and defaults); another (`trl sft` SFTTrainer, ...) is refused, naming it, rather than planned as
     GRPO. (A training script of the user's own, `accelerate launch train.py`, is read as a GRPO
-    script.)"""
+    script; one of TRL's own examples is read by what it runs, rlexp.trainers.trl.examples.)"""
+    from rlexp.trainers.trl import examples
     from rlexp.trainers.trl.keys import DEFAULT_ESTIMATOR, ESTIMATOR_KEY, TRAINERS
 
+    example = examples.example_of(module)
+    if example is not None:
+        why = examples.refusal(example)
+        if why is not None:
+            raise InputError(script, where, why)
+        estimator = examples.PARSED[example]
+        return {} if estimator == DEFAULT_ESTIMATOR else {ESTIMATOR_KEY: estimator}
     if module.startswith("trl ") or module.startswith("trl.scripts."):
         sub = module.split(" ", 1)[1] if module.startswith("trl ") else module.rsplit(".", 1)[-1]
         if sub not in TRAINERS:

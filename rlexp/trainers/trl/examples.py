@@ -1,0 +1,64 @@
+"""TRL's own example scripts (``examples/scripts/`` of huggingface/trl, read at commit f2cd577; the
+wheel does not ship them): what each runs and where its configuration comes from.
+
+A command that launches one of them (``accelerate launch examples/scripts/rloo_vlm.py ...``) is read
+by what that script does, not as a script of one's own (which rlexp reads as a GRPO script whose
+``--field value`` flags are GRPOConfig's):
+
+- a script that parses ``(ScriptArguments, GRPOConfig|RLOOConfig, ModelConfig)`` with ``TrlParser``
+  takes its trainer's fields from the command line, as ``trl grpo`` / ``trl rloo`` do: it is planned
+  with that trainer (``rloo_vlm.py``: RLOOTrainer, RLOOConfig's fields and defaults);
+- a script that builds its config in its own code (``GRPOConfig(...)`` from its own argparse flags, the
+  OpenEnv / Harbor / OpenReward agents, ``rloo.py``) states nothing of it on the command line: planning
+  it from the command would plan the config's defaults, not the run, so it is refused;
+- a script that runs another trainer (PPOTrainer and AsyncGRPOTrainer of ``trl.experimental``,
+  SFTTrainer, DPOTrainer, ...) is refused, naming it.
+"""
+
+from __future__ import annotations
+
+# path under examples/scripts/ -> the trainer (rlexp's estimator name) of a TrlParser script
+PARSED = {"grpo_agent.py": "grpo", "grpo_continuous_batching.py": "grpo", "grpo_vlm.py": "grpo", "gspo.py": "grpo",
+          "gspo_vlm.py": "grpo", "rloo_vlm.py": "rloo"}
+# path -> the config class the script builds in its own code (its command line holds the script's own flags)
+OWN_CONFIG = {"grpo_2048.py": "GRPOConfig", "rloo.py": "RLOOConfig", "harbor/data_agent.py": "GRPOConfig",
+              "openreward/seta.py": "GRPOConfig",
+              **{f"openenv/{name}.py": "GRPOConfig" for name in (
+                  "browsergym", "browsergym_llm", "carla", "carla_vlm", "carla_vlm_gemma", "catch", "echo",
+                  "multi_env", "sudoku", "wordle")}}
+# path -> the trainer it runs, which rlexp does not plan
+OTHER_TRAINER = {"async_grpo.py": "AsyncGRPOTrainer (trl.experimental.async_grpo)",
+                 "openenv/opencode.py": "AsyncGRPOTrainer (trl.experimental.async_grpo)",
+                 "ppo/ppo.py": "PPOTrainer (trl.experimental.ppo)", "ppo/ppo_tldr.py": "PPOTrainer (trl.experimental.ppo)",
+                 "bco.py": "BCOTrainer", "cpo.py": "CPOTrainer", "distillation.py": "DistillationTrainer",
+                 "dpo.py": "DPOTrainer", "dpo_vlm.py": "DPOTrainer", "gkd.py": "GKDTrainer", "gold.py": "GOLDTrainer",
+                 "kto.py": "KTOTrainer", "mpo_vlm.py": "DPOTrainer", "nash_md.py": "NashMDTrainer",
+                 "online_dpo.py": "OnlineDPOTrainer", "online_dpo_vlm.py": "OnlineDPOTrainer", "orpo.py": "ORPOTrainer",
+                 "prm.py": "PRMTrainer", "reward_modeling.py": "RewardTrainer", "sdft.py": "SDFTTrainer",
+                 "sdpo.py": "SDPOTrainer", "sft.py": "SFTTrainer", "sft_diffusion_gemma.py": "SFTTrainer",
+                 "sft_gemma3.py": "SFTTrainer", "sft_gpt_oss.py": "SFTTrainer", "sft_nemotron_3.py": "SFTTrainer",
+                 "sft_tiny_aya_tool_calling.py": "SFTTrainer", "sft_vlm.py": "SFTTrainer",
+                 "sft_vlm_gemma3.py": "SFTTrainer", "ssd.py": "SSDTrainer", "tpo.py": "TPOTrainer",
+                 "xpo.py": "XPOTrainer"}
+PLANNED = "rlexp plans TRL's GRPOTrainer and RLOOTrainer"
+
+
+def example_of(module: str) -> str | None:
+    """The path under ``examples/scripts/`` of the TRL example ``module`` launches, or None."""
+    path = module.replace("\\", "/")
+    marker = "examples/scripts/"
+    if not (path.startswith(marker) or f"/{marker}" in path):
+        return None
+    found = path[path.rindex(marker) + len(marker):]
+    return found if found in PARSED or found in OWN_CONFIG or found in OTHER_TRAINER else None
+
+
+def refusal(example: str) -> str | None:
+    """Why a command launching TRL's ``examples/scripts/<example>`` is not planned, or None."""
+    shown = f"examples/scripts/{example}"
+    if example in OTHER_TRAINER:
+        return f"{shown} runs TRL's {OTHER_TRAINER[example]}; {PLANNED}"
+    if example in OWN_CONFIG:
+        return (f"{shown} builds its {OWN_CONFIG[example]} in its own code from flags of its own: rlexp plans the "
+                "TRL config a command states (`trl grpo`, `trl rloo`, a TrlParser script)")
+    return None

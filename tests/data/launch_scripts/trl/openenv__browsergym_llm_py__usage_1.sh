@@ -1,0 +1,1 @@
+python examples/scripts/openenv/browsergym_llm.py --vllm-mode colocate

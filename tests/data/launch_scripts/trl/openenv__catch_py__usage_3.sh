@@ -1,0 +1,1 @@
+python examples/scripts/openenv/catch.py --env-mode docker-local --vllm-mode colocate

@@ -1,0 +1,1 @@
+python examples/scripts/openenv/sudoku.py --vllm-mode colocate

@@ -1,0 +1,1 @@
+python examples/scripts/openenv/wordle.py --vllm-mode colocate

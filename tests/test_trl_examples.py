@@ -1,0 +1,37 @@
+"""How a command launching one of TRL's own example scripts is read (rlexp.trainers.trl.examples): the
+trainer its TrlParser builds, or a one-line refusal naming the example; a script of one's own that is
+not among them is still read as a GRPO script. (The corpus test imports TRL's real usage commands.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rlexp.errors import InputError
+from rlexp.trainers.trl.script_args import check_module
+
+
+@pytest.mark.parametrize(("module", "implied"), [
+    ("examples/scripts/rloo_vlm.py", {"advantage_estimator": "rloo"}),
+    ("/home/u/trl/examples/scripts/rloo_vlm.py", {"advantage_estimator": "rloo"}),
+    ("examples/scripts/grpo_vlm.py", {}),
+    ("train.py", {}),  # one's own script: GRPO
+    ("my/examples/scripts/my_grpo.py", {}),  # not one of TRL's examples
+])
+def test_trl_examples_that_parse_their_config_plan_with_its_trainer(module, implied):
+    assert check_module(Path("s.sh"), "line 3", module) == implied
+
+
+@pytest.mark.parametrize(("module", "words"), [
+    ("examples/scripts/ppo/ppo.py", "runs TRL's PPOTrainer (trl.experimental.ppo)"),
+    ("examples/scripts/async_grpo.py", "runs TRL's AsyncGRPOTrainer"),
+    ("examples/scripts/openenv/wordle.py", "builds its GRPOConfig in its own code"),
+    ("examples/scripts/rloo.py", "builds its RLOOConfig in its own code"),
+    ("examples/scripts/sft.py", "runs TRL's SFTTrainer"),
+])
+def test_trl_examples_rlexp_does_not_plan_are_refused_in_one_line(module, words):
+    with pytest.raises(InputError) as caught:
+        check_module(Path("s.sh"), "line 3", module)
+    text = str(caught.value)
+    assert words in text and "line 3" in text and "\n" not in text
