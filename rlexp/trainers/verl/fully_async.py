@@ -63,6 +63,7 @@ from rlexp.trainers.verl.steps import (
     VerlSchedule,
     VerlSteps,
     compute_verl_steps,
+    config_int,
     verl_schedule,
 )
 
@@ -109,15 +110,6 @@ def schedule_of(config: Mapping[str, Any], steps: VerlSteps) -> VerlSchedule:
 
 
 
-def _int(config: Mapping[str, Any], key: str, minimum: int) -> int:
-    value = config.get(key)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise VerlConfigError(key, f"must be an integer (got {value!r})")
-    if value < minimum:
-        raise VerlConfigError(key, f"must be >= {minimum} (got {value})")
-    return value
-
-
 def fully_async_steps(config: Mapping[str, Any], pool_size: int, version: str) -> VerlSteps:
     """The fully-async trainer's counts as :class:`VerlSteps`: a global step is one trainer step (one
     actor update, one scheduler step; verl's ``training/global_step``); ``fully_async`` holds its own."""
@@ -135,18 +127,19 @@ def fully_async_steps(config: Mapping[str, Any], pool_size: int, version: str) -
         raise VerlConfigError("data.train_batch_size", "must be 0 for the fully-async trainer (verl asserts it)")
     if config.get("data.gen_batch_size") != 1:
         raise VerlConfigError("data.gen_batch_size", "must be 1 for the fully-async trainer (verl asserts it)")
-    epochs = _int(config, "trainer.total_epochs", 1)
-    n = _int(config, "actor_rollout_ref.rollout.n", 1)
-    mini = _int(config, "actor_rollout_ref.actor.ppo_mini_batch_size", 1)
-    ppo_epochs = _int(config, "actor_rollout_ref.actor.ppo_epochs", 1)
-    require = _int(config, "async_training.require_batches", 1)
-    trigger = _int(config, "async_training.trigger_parameter_sync_step", 1)
-    critic_warmup = _int(config, "trainer.critic_warmup", 0)
+    epochs = config_int(config, "trainer.total_epochs", minimum=1)
+    n = config_int(config, "actor_rollout_ref.rollout.n", minimum=1)
+    mini = config_int(config, "actor_rollout_ref.actor.ppo_mini_batch_size", minimum=1)
+    ppo_epochs = config_int(config, "actor_rollout_ref.actor.ppo_epochs", minimum=1)
+    require = config_int(config, "async_training.require_batches", minimum=1)
+    trigger = config_int(config, "async_training.trigger_parameter_sync_step", minimum=1)
+    critic_warmup = config_int(config, "trainer.critic_warmup", minimum=0)
     max_samples = config.get("data.train_max_samples")
     prompts = min(pool_size, max_samples) if isinstance(max_samples, int) and max_samples > 0 else pool_size
     stated_rollouts = config.get("rollout.total_rollout_steps")
-    fed = prompts * epochs if stated_rollouts is None else min(_int(config, "rollout.total_rollout_steps", 0),
-                                                               prompts * epochs)
+    fed = prompts * epochs
+    if stated_rollouts is not None:
+        fed = min(config_int(config, "rollout.total_rollout_steps", minimum=0), fed)
     required = mini * require
     updates = fed // required
     try:  # built from the optimizer config as composed (see the module's docstring)

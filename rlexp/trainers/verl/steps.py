@@ -167,7 +167,8 @@ class VerlSteps:
         return global_step - self.first_update_step
 
 
-def _int(config: Mapping[str, Any], key: str, *, minimum: int | None = None, optional: bool = False) -> int | None:
+def config_int(config: Mapping[str, Any], key: str, *, minimum: int | None = None, optional: bool = False) -> int | None:
+    """The integer at ``key`` of the composed config, or a :class:`VerlConfigError` naming the key."""
     value = config.get(key)
     if value is None and optional:
         return None
@@ -213,21 +214,21 @@ def compute_verl_steps(config: Mapping[str, Any], pool_size: int, version: str) 
     """The step counts of a verl run on a pool of ``pool_size`` prompts."""
     if pool_size < 0:
         raise ValueError(f"pool_size must be >= 0, got {pool_size}")
-    train_batch = _int(config, "data.train_batch_size", minimum=1)
-    gen_batch = _int(config, "data.gen_batch_size", minimum=1, optional=True)
-    max_samples = _int(config, "data.train_max_samples", optional=True)
-    epochs = _int(config, "trainer.total_epochs", minimum=1)
-    stated_total = _int(config, "trainer.total_training_steps", minimum=1, optional=True)
-    n = _int(config, "actor_rollout_ref.rollout.n", minimum=1)
-    mini = _int(config, "actor_rollout_ref.actor.ppo_mini_batch_size", minimum=1)
-    ppo_epochs = _int(config, "actor_rollout_ref.actor.ppo_epochs", minimum=1)
-    critic_warmup = _int(config, "trainer.critic_warmup", minimum=0)
+    train_batch = config_int(config, "data.train_batch_size", minimum=1)
+    gen_batch = config_int(config, "data.gen_batch_size", minimum=1, optional=True)
+    max_samples = config_int(config, "data.train_max_samples", optional=True)
+    epochs = config_int(config, "trainer.total_epochs", minimum=1)
+    stated_total = config_int(config, "trainer.total_training_steps", minimum=1, optional=True)
+    n = config_int(config, "actor_rollout_ref.rollout.n", minimum=1)
+    mini = config_int(config, "actor_rollout_ref.actor.ppo_mini_batch_size", minimum=1)
+    ppo_epochs = config_int(config, "actor_rollout_ref.actor.ppo_epochs", minimum=1)
+    critic_warmup = config_int(config, "trainer.critic_warmup", minimum=0)
     engine = config.get(ENGINE_KEY) or DEFAULT_ENGINE
     if engine != DEFAULT_ENGINE and engine not in ENGINE_SCHEDULES:
         raise VerlConfigError(ENGINE_KEY, f"{engine!r}: rlexp does not plan verl's LR schedule on this engine "
                                           "(rlexp's limit)")
     if engine == DEFAULT_ENGINE:
-        stated_warmup = _int(config, f"{ACTOR_OPTIM}.lr_warmup_steps")
+        stated_warmup = config_int(config, f"{ACTOR_OPTIM}.lr_warmup_steps")
         ratio = _float(config, f"{ACTOR_OPTIM}.lr_warmup_steps_ratio")
         if not 0 <= ratio <= 1:
             raise VerlConfigError(f"{ACTOR_OPTIM}.lr_warmup_steps_ratio", f"must be between 0 and 1 (got {ratio})")
@@ -239,7 +240,7 @@ def compute_verl_steps(config: Mapping[str, Any], pool_size: int, version: str) 
     use_v1 = bool(config.get("trainer.use_v1", True))
     k = 1
     if use_v1 and config.get("trainer.v1.trainer_mode") == "separate_async":
-        k = _int(config, "trainer.v1.separate_async.parameter_sync_step", minimum=1)
+        k = config_int(config, "trainer.v1.separate_async.parameter_sync_step", minimum=1)
         if train_batch % k:  # verl asserts it (PPOTrainer.step)
             raise VerlConfigError("trainer.v1.separate_async.parameter_sync_step",
                                   f"data.train_batch_size {train_batch} is not a multiple of it ({k})")
@@ -423,8 +424,8 @@ def _fires(step: int, every: int, steps: VerlSteps) -> bool:
 def verl_schedule(config: Mapping[str, Any], steps: VerlSteps) -> VerlSchedule:
     """``trainer.test_freq`` / ``trainer.save_freq``: every multiple and the last step (when the
     frequency is > 0); the legacy trainer saves only at a step that updates the actor."""
-    test_freq = _int(config, "trainer.test_freq")
-    save_freq = _int(config, "trainer.save_freq")
+    test_freq = config_int(config, "trainer.test_freq")
+    save_freq = config_int(config, "trainer.save_freq")
     total = steps.global_steps_total
     evaluated = tuple(g for g in range(1, total + 1) if _fires(g, test_freq, steps))
     saved = tuple(g for g in range(1, total + 1)
