@@ -90,8 +90,9 @@ def is_fully_async(config: Mapping[str, Any]) -> bool:
 
 
 def config_name(engine: str) -> str:
-    """The fully-async config that composes ``engine`` (both compose any engine with ``model_engine=``)."""
-    return "fully_async_ppo_megatron_trainer" if engine == "megatron" else "fully_async_ppo_trainer"
+    """The fully-async config that composes ``engine`` (both compose any engine with ``model_engine=``):
+    the one :data:`CONFIG_NAMES` gives it, else fully_async_main's default."""
+    return next((name for name, its in CONFIG_NAMES.items() if its == engine), "fully_async_ppo_trainer")
 
 
 # ----------------------------------------------------------------------------- the step counts

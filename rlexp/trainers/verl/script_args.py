@@ -102,15 +102,14 @@ def _config_name_engine(script: Path, where: str, token: str) -> str | None:
     from rlexp.trainers.verl.fully_async import CONFIG_NAMES
     from rlexp.trainers.verl.releases import CONFIG_NAME_ENGINES
 
-    option, _, chosen = token.partition("=")
-    if option != "--config-name":
+    name = _config_name(token)
+    if name is None:
         return None
-    name = chosen.strip().strip("'\"").removesuffix(".yaml")
     if name in CONFIG_NAMES:  # the fully-async trainer's configs (its module sets the recipe's entry_module)
         return CONFIG_NAMES[name]
     if name not in CONFIG_NAME_ENGINES:
         raise InputError(script, where, f"{token[:80]}: rlexp plans verl's ppo_trainer config (its key table "
-                         f"is that config's, per model_engine), not {chosen!r}")
+                         f"is that config's, per model_engine), not {token.partition('=')[2]!r}")
     return CONFIG_NAME_ENGINES[name]
 
 
@@ -186,12 +185,17 @@ def read_args(script: Path, where: str, args: list[str], version: str | None = N
     return recipe, datasets, left_out, notes
 
 
+def _config_name(token: str) -> str | None:
+    """The config a ``--config-name=NAME`` token names (quotes and ``.yaml`` off); None for another token."""
+    option, _, chosen = token.partition("=")
+    return chosen.strip().strip("'\"").removesuffix(".yaml") if option == "--config-name" else None
+
+
 def _names_fully_async_config(args: list[str]) -> bool:
     """Whether ``--config-name`` names one of the fully-async trainer's configs."""
     from rlexp.trainers.verl.fully_async import CONFIG_NAMES
 
-    return any(t.partition("=")[2].strip().strip("'\"").removesuffix(".yaml") in CONFIG_NAMES
-               for t in args if t.startswith("--config-name"))
+    return any(_config_name(t) in CONFIG_NAMES for t in args)
 
 
 def _hydra_adds(existing: Any, value: Any) -> bool:
