@@ -74,42 +74,42 @@ EXPECTED: dict[str, object] = {
     "trl/clis_md__trl_rloo.sh": PLANS,
     "trl/grpo_agent_py__usage.sh": PLANS,
     "trl/grpo_continuous_batching_py__usage_1.sh": ("plan", "recipe.num_generations: the generation batch 8 × 1 × 1 = 8 completions is not a multiple of num_generations 32"),
-    "trl/grpo_continuous_batching_py__usage_2.sh": ("plan", "recipe.num_generations: the generation batch 8 × 1 × 1 = 8 completions is not a multiple of num_generations 32"),
+    "trl/grpo_continuous_batching_py__usage_2.sh": PLANS,
     "trl/grpo_vlm_py__usage_1.sh": PLANS,
     "trl/grpo_vlm_py__usage_2.sh": PLANS,
     "trl/gspo_py__usage.sh": PLANS,
     "trl/gspo_vlm_py__usage.sh": PLANS,
-    "trl/harbor__data_agent_py__usage.sh": ("import", "line 1: examples/scripts/harbor/data_agent.py builds its GRPOConfig in its own code"),
-    "trl/openenv__browsergym_llm_py__usage_1.sh": ("import", "line 1: examples/scripts/openenv/browsergym_llm.py builds its GRPOConfig in its own code"),
-    "trl/openenv__browsergym_llm_py__usage_2.sh": ("import", "line 1: examples/scripts/openenv/browsergym_llm.py builds its GRPOConfig in its own code"),
-    "trl/openenv__browsergym_py__usage_1.sh": ("import", "line 1: examples/scripts/openenv/browsergym.py builds its GRPOConfig in its own code"),
-    "trl/openenv__browsergym_py__usage_2.sh": ("import", "line 1: examples/scripts/openenv/browsergym.py builds its GRPOConfig in its own code"),
-    "trl/openenv__browsergym_py__usage_3.sh": ("import", "line 1: examples/scripts/openenv/browsergym.py builds its GRPOConfig in its own code"),
-    "trl/openenv__carla_py__usage_1.sh": ("import", "line 1: examples/scripts/openenv/carla.py builds its GRPOConfig in its own code"),
-    "trl/openenv__carla_py__usage_2.sh": ("import", "line 1: examples/scripts/openenv/carla.py builds its GRPOConfig in its own code"),
-    "trl/openenv__carla_vlm_gemma_py__usage.sh": ("import", "line 1: examples/scripts/openenv/carla_vlm_gemma.py builds its GRPOConfig in its own code"),
-    "trl/openenv__carla_vlm_py__usage.sh": ("import", "line 1: examples/scripts/openenv/carla_vlm.py builds its GRPOConfig in its own code"),
-    "trl/openenv__catch_py__usage_1.sh": ("import", "line 1: examples/scripts/openenv/catch.py builds its GRPOConfig in its own code"),
-    "trl/openenv__catch_py__usage_2.sh": ("import", "line 1: examples/scripts/openenv/catch.py builds its GRPOConfig in its own code"),
-    "trl/openenv__catch_py__usage_3.sh": ("import", "line 1: examples/scripts/openenv/catch.py builds its GRPOConfig in its own code"),
-    "trl/openenv__echo_py__usage_1.sh": ("import", "line 1: examples/scripts/openenv/echo.py builds its GRPOConfig in its own code"),
-    "trl/openenv__echo_py__usage_2.sh": ("import", "line 1: examples/scripts/openenv/echo.py builds its GRPOConfig in its own code"),
-    "trl/openenv__multi_env_py__usage.sh": ("import", "line 1: examples/scripts/openenv/multi_env.py builds its GRPOConfig in its own code"),
+    "trl/harbor__data_agent_py__usage.sh": PLANS,
+    "trl/openenv__browsergym_llm_py__usage_1.sh": ("plan", "recipe.top_p: must not be null"),
+    "trl/openenv__browsergym_llm_py__usage_2.sh": ("plan", "recipe.top_p: must not be null"),
+    "trl/openenv__browsergym_py__usage_1.sh": PLANS,
+    "trl/openenv__browsergym_py__usage_2.sh": PLANS,
+    "trl/openenv__browsergym_py__usage_3.sh": PLANS,
+    "trl/openenv__carla_py__usage_1.sh": ("plan", "recipe.num_generations: 1: GRPO takes its baseline within a prompt's group, and TRL refuses it at start"),
+    "trl/openenv__carla_py__usage_2.sh": PLANS,
+    "trl/openenv__carla_vlm_gemma_py__usage.sh": PLANS,
+    "trl/openenv__carla_vlm_py__usage.sh": PLANS,
+    "trl/openenv__catch_py__usage_1.sh": PLANS,
+    "trl/openenv__catch_py__usage_2.sh": PLANS,
+    "trl/openenv__catch_py__usage_3.sh": PLANS,
+    "trl/openenv__echo_py__usage_1.sh": PLANS,
+    "trl/openenv__echo_py__usage_2.sh": PLANS,
+    "trl/openenv__multi_env_py__usage.sh": PLANS,
     "trl/openenv__opencode_py__usage.sh": ("import", "runs TRL's AsyncGRPOTrainer (trl.experimental.async_grpo); rlexp plans"),
-    "trl/openenv__sudoku_py__usage_1.sh": ("import", "line 1: examples/scripts/openenv/sudoku.py builds its GRPOConfig in its own code"),
-    "trl/openenv__sudoku_py__usage_2.sh": ("import", "line 1: examples/scripts/openenv/sudoku.py builds its GRPOConfig in its own code"),
-    "trl/openenv__sudoku_py__usage_3.sh": ("import", "line 1: examples/scripts/openenv/sudoku.py builds its GRPOConfig in its own code"),
-    "trl/openenv__sudoku_py__usage_4.sh": ("import", "line 1: examples/scripts/openenv/sudoku.py builds its GRPOConfig in its own code"),
-    "trl/openenv__wordle_py__usage_1.sh": ("import", "line 1: examples/scripts/openenv/wordle.py builds its GRPOConfig in its own code"),
-    "trl/openenv__wordle_py__usage_2.sh": ("import", "line 1: examples/scripts/openenv/wordle.py builds its GRPOConfig in its own code"),
-    "trl/openenv__wordle_py__usage_3.sh": ("import", "line 1: examples/scripts/openenv/wordle.py builds its GRPOConfig in its own code"),
-    "trl/openreward__seta_py__usage_1.sh": ("import", "line 1: examples/scripts/openreward/seta.py builds its GRPOConfig in its own code"),
-    "trl/openreward__seta_py__usage_2.sh": ("import", "line 1: examples/scripts/openreward/seta.py builds its GRPOConfig in its own code"),
+    "trl/openenv__sudoku_py__usage_1.sh": ("plan", "recipe.top_p: must not be null"),
+    "trl/openenv__sudoku_py__usage_2.sh": ("plan", "recipe.top_p: must not be null"),
+    "trl/openenv__sudoku_py__usage_3.sh": ("plan", "recipe.top_p: must not be null"),
+    "trl/openenv__sudoku_py__usage_4.sh": ("plan", "recipe.top_p: must not be null"),
+    "trl/openenv__wordle_py__usage_1.sh": PLANS,
+    "trl/openenv__wordle_py__usage_2.sh": PLANS,
+    "trl/openenv__wordle_py__usage_3.sh": PLANS,
+    "trl/openreward__seta_py__usage_1.sh": PLANS,
+    "trl/openreward__seta_py__usage_2.sh": PLANS,
     "trl/ppo__ppo_py__usage_1.sh": ("import", "line 1: examples/scripts/ppo/ppo.py runs TRL's PPOTrainer (trl.experimental.ppo); rlexp plans"),
     "trl/ppo__ppo_py__usage_2.sh": ("import", "line 1: examples/scripts/ppo/ppo.py runs TRL's PPOTrainer (trl.experimental.ppo); rlexp plans"),
     "trl/ppo__ppo_tldr_py__usage_1.sh": ("import", "line 1: examples/scripts/ppo/ppo_tldr.py runs TRL's PPOTrainer (trl.experimental.ppo); rlexp plans"),
     "trl/ppo__ppo_tldr_py__usage_2.sh": ("import", "line 1: examples/scripts/ppo/ppo_tldr.py runs TRL's PPOTrainer (trl.experimental.ppo); rlexp plans"),
-    "trl/rloo_py__usage_1.sh": ("import", "line 1: examples/scripts/rloo.py builds its RLOOConfig in its own code"),
+    "trl/rloo_py__usage_1.sh": PLANS,
     "trl/rloo_py__usage_2.sh": PLANS,
     "trl/rloo_vlm_py__usage_1.sh": PLANS,
     "trl/rloo_vlm_py__usage_2.sh": PLANS,
@@ -249,8 +249,11 @@ def import_and_plan(rel: str, tmp_path: Path) -> tuple[str, str, dict | None, di
 
     facts = FACTS[rel]
     attempt = tmp_path / "exp" / "a"
-    args = ["import", str(CORPUS / rel), str(attempt), "--version", facts["version"],
-            "--pool-size", str(facts["pool_size"])]
+    args = ["import", str(CORPUS / rel), str(attempt), "--version", facts["version"]]
+    if "pool_size" in facts:  # else the script's own code states the count (TRL's OpenEnv examples)
+        args += ["--pool-size", str(facts["pool_size"])]
+    if "workdir" in facts:  # where the command runs from: the training script it names is read there
+        args += ["--workdir", str(CORPUS / facts["workdir"])]
     if "monitor_size" in facts:
         args += ["--monitor-size", str(facts["monitor_size"])]
     for name, value in facts.get("env", {}).items():
@@ -323,24 +326,22 @@ def _other_engine(rel: str) -> bool:
 
 def test_at_least_the_stated_share_plans():
     plans = sum(v == PLANS for v in EXPECTED.values())
-    assert plans == 103 and len(EXPECTED) == 156  # docs/import.md states this table and these counts
-    # those two verl scripts and the TRL examples rlexp does not plan (another trainer, or a config built
-    # in the example's own code) are refused, and nothing else is refused for rlexp's own limits: on the
-    # others, 103 of 122 plan, and the 19 that do not are refused by the trainer itself (checked below)
+    assert plans == 123 and len(EXPECTED) == 156  # docs/import.md states this table and these counts
+    # those two verl scripts and the TRL examples that run a trainer rlexp does not plan are refused,
+    # and nothing else is refused for rlexp's own limits: on the others, 123 of 148 plan, and the
+    # 25 that do not are refused by the trainer itself, its engine or bash (checked below)
     other = {rel for rel in EXPECTED if _other_engine(rel)}
     assert len(other) == 2 and all(EXPECTED[rel] != PLANS for rel in other)
     examples = {rel for rel in EXPECTED if _trl_example_refused(rel)}
-    assert len(examples) == 32 and all(EXPECTED[rel][0] == "import" for rel in examples)
+    assert len(examples) == 6 and all(EXPECTED[rel][0] == "import" for rel in examples)
     rest = [rel for rel in EXPECTED if rel not in other | examples]
-    assert len(rest) == 122 and sum(EXPECTED[rel] == PLANS for rel in rest) == 103
+    assert len(rest) == 148 and sum(EXPECTED[rel] == PLANS for rel in rest) == 123
 
 
-# TRL's examples that build their config in their own code or run a trainer rlexp does not plan: each
-# source read at huggingface/trl f2cd577 (tests/data/launch_scripts/README.md): `GRPOConfig(` /
-# `RLOOConfig(` in the script under its own argparse flags, or `from trl.experimental.ppo import
-# PPOConfig, PPOTrainer` / `from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer`
-TRL_EXAMPLES_NOT_PLANNED = re.compile(r"examples/scripts/(async_grpo|rloo|ppo/ppo|ppo/ppo_tldr|harbor/data_agent|"
-                                      r"openreward/seta|openenv/\w+)\.py")
+# TRL's examples that run a trainer rlexp does not plan: each source read at huggingface/trl f2cd577
+# (tests/data/launch_scripts/README.md): `from trl.experimental.ppo import PPOConfig, PPOTrainer` /
+# `from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer`
+TRL_EXAMPLES_NOT_PLANNED = re.compile(r"examples/scripts/(async_grpo|ppo/ppo|ppo/ppo_tldr|openenv/opencode)\.py")
 
 
 def _trl_example_refused(rel: str) -> bool:
@@ -623,36 +624,152 @@ def test_openrlhf_figures_equal_openrlhfs_own(rel, outcome, openrlhf_wheels):
 TRL_PLANS = [rel for rel, v in sorted(EXPECTED.items()) if v == PLANS and _trainer(rel) == "trl"]
 # refused at plan for what TRL's own config refuses (GRPOConfig.__post_init__ on one process)
 TRL_REFUSED = [rel for rel, v in sorted(EXPECTED.items()) if v != PLANS and v[0] == "plan" and _trainer(rel) == "trl"]
-# In the TRL venv: the script's words parsed by TRL's own parser (`trl rloo`'s: the parser
-# trl.scripts.rloo.make_parser builds, RLOOConfig among its dataclasses), the sampler the trainer's
-# own _get_train_sampler builds (GRPOTrainer's or RLOOTrainer's, called on the parsed config; one
-# process) and the generation-batch DataLoader of its get_train_dataloader, and transformers'
+# In the TRL venv, TRL's own objects give each command's figures:
+# - a command whose words are its config's fields (`trl grpo`, `trl rloo`, a TrlParser script): the
+#   words parsed by TRL's own parser (`trl rloo`'s: trl.scripts.rloo.make_parser, RLOOConfig among its
+#   dataclasses);
+# - a TRL example that builds its config in its own code (the OpenEnv, Harbor and OpenReward agents,
+#   rloo.py): the example itself, run with the command's words (runpy, from the folder the command runs
+#   in) up to its trainer, which is replaced by a stand-in that keeps the config and the training set the
+#   example built (its environments' client packages, which the TRL venv lacks, answer any attribute; a
+#   hub dataset or a Harbor/OpenReward task suite is the given count of rows; no process is started);
+# then, on the config: the sampler the trainer's own _get_train_sampler builds (GRPOTrainer's or
+# RLOOTrainer's) and the generation-batch DataLoader of its get_train_dataloader, sharded over the
+# processes by accelerate's own prepare_data_loader as the Trainer's accelerator does (W processes:
+# TrainingArguments.world_size, which GRPOConfig.__post_init__ reads, reports W), and transformers'
 # Trainer.set_initial_training_values' step count (trainer.py of transformers 5.24:
 # num_update_steps_per_epoch = max(len_dataloader // GA + (len_dataloader % GA > 0), 1), then
-# max_steps = ceil(num_train_epochs * that) unless --max_steps is given).
+# max_steps = ceil(num_train_epochs * that) unless max_steps is given).
 TRL_STEPS = """
-import json, math, sys
+import ast, importlib.abc, importlib.machinery, importlib.util, json, math, os, runpy, subprocess, sys, types
 from types import SimpleNamespace
+from unittest import mock
+
+import transformers
+
+WORLD = [1]
+transformers.TrainingArguments.world_size = property(lambda self: WORLD[0])
+
+import datasets
+from accelerate.data_loader import prepare_data_loader
 from torch.utils.data import DataLoader
+import trl
 from trl import GRPOConfig, GRPOTrainer, ModelConfig, RLOOTrainer, TrlParser
 from trl.scripts.grpo import GRPOScriptArguments
 from trl import RLOOConfig, ScriptArguments
 from trl.scripts.rloo import make_parser as rloo_parser
 
 
-def figures(n, module, words):
-    words = words + ["--output_dir", "o", "--use_cpu", "True"]
+class Stub(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    tops = set()
+
+    def find_spec(self, name, path, target=None):
+        return importlib.machinery.ModuleSpec(name, self, is_package=True) if name.split(".")[0] in self.tops else None
+
+    def create_module(self, spec):
+        module = types.ModuleType(spec.name)
+        module.__getattr__ = lambda attr: mock.MagicMock(name=f"{spec.name}.{attr}")
+        return module
+
+    def exec_module(self, module):
+        module.__path__ = []
+
+
+STUB = Stub()
+sys.meta_path.append(STUB)
+
+
+def no_process(*args, **kwargs):
+    raise RuntimeError("the reference run starts no process")
+
+
+subprocess.Popen = subprocess.run = no_process
+POOL = [0]
+
+
+class Rows:
+    def __init__(self, n):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __getattr__(self, name):  # map, filter, remove_columns...: the rows the plan is given stay
+        return lambda *a, **k: self
+
+
+def load_dataset(*args, split=None, **kwargs):
+    return [Rows(POOL[0]) for _ in split] if isinstance(split, (list, tuple)) else Rows(POOL[0])
+
+
+class Suite:
+    def __init__(self, *args, **kwargs):
+        self.train_dataset = Rows(POOL[0])
+
+    def __getattr__(self, name):
+        return mock.MagicMock(name=name)
+
+
+datasets.load_dataset = load_dataset
+import trl.experimental.harbor as harbor, trl.experimental.openreward as openreward
+harbor.HarborSpec = openreward.OpenRewardSpec = Suite
+for cls in (GRPOConfig, RLOOConfig):  # on a CPU, TrainingArguments refuses bf16 unless use_cpu
+    def init(self, *a, _init=cls.__init__, **k):
+        k.setdefault("use_cpu", True)
+        _init(self, *a, **k)
+    cls.__init__ = init
+
+
+class Built(Exception):
+    pass
+
+
+def stand_in(trainer):
+    def build(*args, **kwargs):
+        raise Built(trainer, kwargs)
+    return build
+
+
+def run_example(path, words, workdir):
+    tops = set()
+    for node in ast.walk(ast.parse(open(os.path.join(workdir, path)).read())):
+        if isinstance(node, ast.Import):
+            tops |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            tops.add(node.module.split(".")[0])
+    STUB.tops = {t for t in tops if importlib.util.find_spec(t) is None}
+    trl.GRPOTrainer, trl.RLOOTrainer = stand_in(GRPOTrainer), stand_in(RLOOTrainer)
+    here, sys.argv = os.getcwd(), [path] + words
+    os.chdir(workdir)
     try:
-        if module.endswith("rloo"):
+        runpy.run_path(path, run_name="__main__")
+    except Built as built:
+        trainer, kwargs = built.args
+        return kwargs["args"], len(kwargs["train_dataset"]), trainer
+    finally:
+        os.chdir(here)
+        trl.GRPOTrainer, trl.RLOOTrainer = GRPOTrainer, RLOOTrainer
+    raise AssertionError(f"{path} built no trainer")
+
+
+def figures(job):
+    WORLD[0], POOL[0] = job["processes"], job["n"] or 0
+    words = job["words"]
+    try:
+        if job["workdir"]:
+            t, n, trainer = run_example(job["module"], words, job["workdir"])
+            return figures_of(n, t, trainer)
+        words = words + ["--output_dir", "o", "--use_cpu", "True"]
+        if job["module"].endswith("rloo"):
             _, t, _, _ = rloo_parser().parse_args_and_config(words)
-            return figures_of(n, t, RLOOTrainer)
-        if module.endswith("examples/scripts/rloo_vlm.py"):  # its own parser (rloo_vlm.py at f2cd577, line 81)
+            return figures_of(job["n"], t, RLOOTrainer)
+        if job["module"].endswith("examples/scripts/rloo_vlm.py"):  # its own parser (rloo_vlm.py at f2cd577, line 81)
             _, t, _ = TrlParser((ScriptArguments, RLOOConfig, ModelConfig)).parse_args_and_config(words)
-            return figures_of(n, t, RLOOTrainer)
+            return figures_of(job["n"], t, RLOOTrainer)
         _, t, _ = TrlParser((GRPOScriptArguments, GRPOConfig, ModelConfig)).parse_args_and_config(words)
     except ValueError as exc:  # the config's own __post_init__ refuses the command
         return {"error": str(exc)}
-    return figures_of(n, t, GRPOTrainer)
+    return figures_of(job["n"], t, GRPOTrainer)
 
 
 def figures_of(n, t, trainer):
@@ -662,6 +779,8 @@ def figures_of(n, t, trainer):
     sampler = trainer._get_train_sampler(own, range(n))
     loader = DataLoader(list(range(n)), batch_size=t.per_device_train_batch_size * t.steps_per_generation,
                         sampler=sampler, drop_last=t.dataloader_drop_last)
+    if WORLD[0] > 1:
+        loader = prepare_data_loader(loader, num_processes=WORLD[0], process_index=0, put_on_device=False)
     length, ga = len(loader), t.gradient_accumulation_steps
     per_epoch = max(length // ga + int(length % ga > 0), 1)
     steps = math.ceil(t.num_train_epochs * per_epoch) if t.max_steps < 0 else t.max_steps
@@ -670,11 +789,36 @@ def figures_of(n, t, trainer):
             "kwargs": t.lr_scheduler_kwargs or {}, "num_generations": t.num_generations,
             "prompts_per_generation_batch": t.generation_batch_size // t.num_generations,
             "steps_per_generation": t.steps_per_generation, "batches_per_epoch": length,
-            "config": type(t).__name__}
+            "config": type(t).__name__, "rows": n, "processes": WORLD[0], "top_p": t.top_p,
+            "use_vllm": t.use_vllm}
 
 
-print(json.dumps([figures(n, module, words) for n, module, words in json.loads(sys.stdin.read())]))
+print(json.dumps([figures(job) for job in json.loads(sys.stdin.read())]))
 """
+
+
+def _trl_job(rel: str) -> dict:
+    """What the TRL venv is given for one command: the rows (None where the example's code builds
+    them), the module or example, its words, the processes (from the launcher, as the command states
+    them: its own --num_processes, or its accelerate config file's num_processes) and, for an example
+    that builds its config in code, the folder the command runs in."""
+    from rlexp.training.launch_script import launch_of, read_script
+
+    launch = launch_of(read_script((CORPUS / rel).read_text()).argv)
+    facts = FACTS[rel]
+    workdir = CORPUS / facts["workdir"] if "workdir" in facts else None
+    launcher = [str(w) for w in launch.launcher]
+    processes = 1
+    if launcher[0] == "accelerate":
+        if "--num_processes" in launcher:
+            processes = int(launcher[launcher.index("--num_processes") + 1])
+        else:
+            config = yaml.safe_load((workdir / launcher[launcher.index("--config_file") + 1]).read_text())
+            processes = config["num_processes"]
+    built = workdir is not None and (workdir / launch.module).is_file() and "TrlParser" not in (
+        workdir / launch.module).read_text()
+    return {"n": facts.get("pool_size"), "module": launch.module, "words": [str(w) for w in launch.args],
+            "processes": processes, "workdir": str(workdir) if built else None}
 
 
 @pytest.fixture(scope="module")
@@ -684,25 +828,30 @@ def trls_own_figures():
 
     from trl_venv import trl_python_or_skip
 
-    from rlexp.training.launch_script import launch_of, read_script
-
     python = trl_python_or_skip()
     rels = TRL_PLANS + TRL_REFUSED
-    launches = [launch_of(read_script((CORPUS / rel).read_text()).argv) for rel in rels]
-    jobs = [(FACTS[rel]["pool_size"], launch.module, launch.args) for rel, launch in zip(rels, launches, strict=True)]
-    done = subprocess.run([str(python), "-c", TRL_STEPS], input=json.dumps(jobs), capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run([str(python), "-c", TRL_STEPS], input=json.dumps([_trl_job(rel) for rel in rels]),
+                          capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     return dict(zip(rels, json.loads(done.stdout.strip().splitlines()[-1]), strict=True))
 
 
 @pytest.mark.parametrize("rel", TRL_REFUSED)
 def test_trl_refusals_are_trls_own(rel, trls_own_figures):
-    """rlexp refuses a TRL command at plan where TRL's own config (its parser building GRPOConfig on one
-    process, as plan counts) refuses it: the same numbers, in TRL's words."""
-    error = trls_own_figures[rel].get("error", "")
+    """rlexp refuses a TRL command at plan where TRL (or the vLLM engine it generates with) refuses it:
+    TRL's config, built from the command on the processes it starts, refuses it in its own words
+    (the same numbers), or the config it builds holds ``top_p=None`` for vLLM's SamplingParams, which
+    refuses None (tests/test_vllm_real.py::test_vllm_sampling_params_refuse_top_p_none)."""
+    trl, refusal = trls_own_figures[rel], EXPECTED[rel][1]
+    error = trl.get("error", "")
+    if "top_p" in refusal:
+        assert not error and trl["top_p"] is None and trl["use_vllm"] is True, trl
+        return
+    if "at least 2 generations" in error:
+        assert "recipe.num_generations: 1:" in refusal and "You provided 1" in error, error
+        return
     assert re.search(r"generation_batch_size \((\d+)\) must be divisible by num_generations \((\d+)\)", error), error
-    found = re.search(r"generation batch .* = (\d+) completions is not a multiple of num_generations (\d+)", EXPECTED[rel][1])
+    found = re.search(r"generation batch .* = (\d+) completions is not a multiple of num_generations (\d+)", refusal)
     assert f"generation_batch_size ({found.group(1)}) must be divisible by num_generations ({found.group(2)})" in error
 
 
@@ -710,10 +859,13 @@ def test_trl_refusals_are_trls_own(rel, trls_own_figures):
 def test_trl_figures_equal_trls_own(rel, outcome, trls_own_figures):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    verb, err, plan, _ = outcome(rel)
+    verb, err, plan, spec = outcome(rel)
     assert verb == PLANS, err
     trl = trls_own_figures[rel]
     total = trl["max_steps"]
+    # the processes the command starts, and the prompts the example's own code builds (when it does)
+    assert plan["trl"]["processes"] == trl["processes"]
+    assert spec["datasets"]["pool"]["size"] == trl["rows"] or "pool_size" in FACTS[rel]
     assert plan["steps"]["optimizer_steps_total"] == plan["steps"]["global_steps_total"] == total
     assert plan["steps"]["warmup_steps"] == trl["warmup"]
     # the generation batches as the trainer forms them, and the class that runs (RLOOConfig for `trl rloo`)

@@ -339,3 +339,15 @@ def test_cpu_lora_op_gives_no_lora_tokens_the_last_slot():
     bgmv_shrink(x, lora_a, y, torch.tensor([0, -1]), 1.0)  # token 0: slot 0 (empty); token 1: no LoRA
     assert torch.equal(y[0], torch.zeros(rank))
     assert torch.equal(y[1], torch.full((rank,), float(hidden)))  # the "no LoRA" token got the last slot
+
+
+def test_vllm_sampling_params_refuse_top_p_none():
+    """Why `rlexp plan` refuses a TRL recipe whose top_p is None (TRL's sudoku and browsergym_llm
+    examples build `GRPOConfig(top_p=args.top_p)` with `--top-p` defaulting to None, and use vLLM):
+    TRL passes its config's top_p to vLLM's SamplingParams as is (trl/generation/vllm_generation.py,
+    `SamplingParams(**generation_kwargs)` with `"top_p": top_p`), and SamplingParams refuses None."""
+    from vllm import SamplingParams
+
+    with pytest.raises(TypeError):
+        SamplingParams(top_p=None, temperature=0.8, top_k=10)
+    assert SamplingParams(top_p=1.0, temperature=0.8).top_p == 1.0

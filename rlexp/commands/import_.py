@@ -27,6 +27,9 @@ def import_script(
                                                   "($HOME, $DATA_DIR, ...); repeatable.")] = None,
     env_file: Annotated[Path | None, typer.Option("--env-file", help="A file of NAME=VALUE lines for the script's "
                                                   "environment (read as data, never run).")] = None,
+    workdir: Annotated[Path | None, typer.Option("--workdir", help="The folder the script's command runs from: a "
+                                                 "training script it names by a relative path (python train.py) is "
+                                                 "read from there (default: the current directory).")] = None,
 ) -> None:
     """Write ATTEMPT_DIR/attempt.yaml from an existing launch script (OpenRLHF flags through that release's own
     parser; verl Hydra overrides; TRL GRPOConfig fields), then check it with `rlexp plan ATTEMPT_DIR`. What
@@ -43,7 +46,8 @@ def import_script(
             raise InputError(None, "--env", f"{item[:60]!r}: expected NAME=VALUE")
         environment[name] = value
     result = run(script, attempt_dir, version=version, pool_size=pool_size, monitor_size=monitor_size,
-                 parent=parent, intent_steps=intent_steps, gpus=gpus, env=environment, env_file=env_file)
+                 parent=parent, intent_steps=intent_steps, gpus=gpus, env=environment, env_file=env_file,
+                 workdir=workdir)
     print(f"{result.spec_path} written ({result.trainer}; {len(result.spec.get('recipe', {}))} recipe keys)")
     if result.left_out:
         print(f"left out (rlexp sets these, or they carry a secret): {', '.join(result.left_out)}")

@@ -46,15 +46,18 @@ class Imported:
 def import_script(script: str | Path, attempt_dir: str | Path, *, version: str | None = None,
                   pool_size: int | None = None, monitor_size: int | None = None, parent: str | None = None,
                   intent_steps: int | None = None, gpus: int | None = None, env: dict[str, str] | None = None,
-                  env_file: str | Path | None = None, write: bool = True) -> Imported:
+                  env_file: str | Path | None = None, workdir: str | Path | None = None,
+                  write: bool = True) -> Imported:
     """Read ``script`` and write ``ATTEMPT_DIR/attempt.yaml`` (refused when one is there). ``env``
     (``--env``) and ``env_file`` (``--env-file``, read as ``NAME=VALUE`` data) are what the script
-    would find in its environment; ``env`` wins over the file."""
+    would find in its environment; ``env`` wins over the file. ``workdir``: the folder the script's
+    command runs from, where a relative path it launches (``python train.py``) is read (the current
+    directory when None)."""
     from rlexp.experiment.layout import AttemptDir
 
     script = Path(script)
     attempt_dir = Path(attempt_dir)
-    command, launch = _read_command(script, env, env_file)
+    command, launch, environment = _read_command(script, env, env_file)
     spec_path = AttemptDir(attempt_dir).spec
     if spec_path.exists() and write:
         raise InputError(spec_path, None, "already exists: import into a new attempt directory")
@@ -62,12 +65,27 @@ def import_script(script: str | Path, attempt_dir: str | Path, *, version: str |
     where = f"line {command.line}"
     # the launch script's trainer (rlexp.training.launch_script.launch_of) reads its own arguments
     reader = launcher(launch.trainer).script_args()
-    recipe, datasets, left_out, notes = _read_arguments(reader, script, where, launch, version)
+    built = None
+    if hasattr(reader, "read_source"):  # a training script that builds its config in its own code
+        built = reader.read_source(script, where, launch, workdir=None if workdir is None else Path(workdir),
+                                   env=environment)
+    if built is not None:
+        recipe, datasets, left_out, notes = built
+    else:
+        recipe, datasets, left_out, notes = _read_arguments(reader, script, where, launch, version)
     notes = command.notes + notes
     if version is None and not reader.CHECKS_VERSION:
         raise InputError(script, None, f"the {launch.trainer} release is not stated in the script: give it with "
                          "--version (the steps and keys depend on it)")
     trainer: dict[str, Any] = {"name": launch.trainer, "version": str(version)}
+    if hasattr(reader, "processes"):  # a trainer whose batches depend on the processes the launcher starts
+        started, how = reader.processes(script, where, launch, workdir=None if workdir is None else Path(workdir))
+        if gpus is None:
+            gpus = started if started > 1 else None
+            if started > 1:
+                notes.append(f"trainer.gpus: {started} processes ({how})")
+        elif gpus != started:
+            notes.append(f"trainer.gpus: {gpus} as given with --gpus; the command states {started} ({how})")
     if gpus is not None:
         trainer["gpus"] = gpus
     spec: dict[str, Any] = {"id": attempt_dir.name,
@@ -93,9 +111,10 @@ def import_script(script: str | Path, attempt_dir: str | Path, *, version: str |
     return Imported(spec, launch.trainer, spec_path, left_out, notes)
 
 
-def _read_command(script: Path, env: dict[str, str] | None, env_file: str | Path | None) -> tuple[Script, Launch]:
-    """The script's one launch command, read with the environment it is given (never run), and the
-    trainer launch it makes (:func:`rlexp.training.launch_script.launch_of`)."""
+def _read_command(script: Path, env: dict[str, str] | None, env_file: str | Path | None,
+                  ) -> tuple[Script, Launch, dict[str, str]]:
+    """The script's one launch command, read with the environment it is given (never run), the
+    trainer launch it makes (:func:`rlexp.training.launch_script.launch_of`) and that environment."""
     from rlexp.experiment.files import read_text
     from rlexp.training.launch_script import (
         MAX_SCRIPT_BYTES,
@@ -121,7 +140,7 @@ def _read_command(script: Path, env: dict[str, str] | None, env_file: str | Path
     except ScriptError as exc:
         where = f"line {exc.line}" if exc.line else (f"line {command.line}" if "command" in locals() else None)
         raise InputError(script, where, exc.message) from None
-    return command, launch
+    return command, launch, environment
 
 
 def _read_arguments(reader: Any, script: Path, where: str, launch: Launch, version: str | None,
@@ -202,13 +221,19 @@ def _dataset_entry(script: Path, where: str, experiment: Path, role: str, entry:
     from rlexp.experiment.files import sha256_file
 
     raw = entry["path"]
+    counted = entry.get("size")  # the prompts the script's own code builds (rlexp.training.python_script)
+    option = "--pool-size" if role == "pool" else "--monitor-size"
+    if counted is not None:
+        if size is not None and size != counted:
+            raise InputError(script, f"{where}: {entry['flag']}", f"{option} {size}, but the script's code builds "
+                             f"{counted} prompts")
+        size = counted
     paths = [str(p) for p in raw] if isinstance(raw, list) else [str(raw)]
     resolved = [Path(p) if Path(p).is_absolute() else experiment / p for p in paths]
     here = experiment.resolve()
     inside = [_is_within(p, here) for p in resolved]
     if len(paths) == 1 and inside[0] and resolved[0].is_file():
         return {"path": paths[0]}
-    option = "--pool-size" if role == "pool" else "--monitor-size"
     if size is None:
         shown = paths[0] if len(paths) == 1 else f"{len(paths)} files ({', '.join(paths)[:120]})"
         raise InputError(script, f"{where}: {entry['flag']}",
@@ -223,7 +248,8 @@ def _dataset_entry(script: Path, where: str, experiment: Path, role: str, entry:
         out["allow_outside"] = True
     if len(paths) == 1 and resolved[0].is_file():
         out["sha256"] = sha256_file(resolved[0])
-    notes.append(f"datasets.{role}: external data ({', '.join(paths)[:120]}), {size} prompts as given with {option}"
+    how = "counted from the script's code" if counted is not None else f"as given with {option}"
+    notes.append(f"datasets.{role}: external data ({', '.join(paths)[:120]}), {size} prompts {how}"
                  + ("" if "sha256" in out else "; not readable here, so no content hash"))
     return out
 

@@ -9,7 +9,12 @@ flag (``nargs="+"``: ``--lora_target_modules q_proj v_proj``), a bool may stand 
 arguments (``GRPOScriptArguments``, ``RLOOScriptArguments`` and ``ScriptArguments`` in TRL 1.16;
 the two commands' are the same names) are accepted: the dataset fields name
 the training data, and the reward (``reward_funcs``, ``reward_model_name_or_path``) is rlexp's own,
-so it is left out."""
+so it is left out.
+
+A training script that builds its config in its own code (``GRPOConfig(learning_rate=args.lr, ...)``
+under argparse flags of its own) states nothing of it on the command line: :func:`read_source` reads
+the script's source, when it is found, and follows its code without running it
+(:mod:`rlexp.training.python_script`) to the fields it passes."""
 
 from __future__ import annotations
 
@@ -62,6 +67,217 @@ def _kinds() -> dict[str, str]:
     for name, is_list in SCRIPT_ARGUMENTS.items():
         kinds[name] = "list" if is_list else ("bool" if name in ("dataset_streaming", "ignore_bias_buffers") else "one")
     return kinds
+
+
+CONFIG_CLASSES = {"GRPOConfig": "grpo", "RLOOConfig": "rloo"}
+TRAINER_CLASSES = ("GRPOTrainer", "RLOOTrainer")
+ARGUMENT_PARSERS = ("TrlParser", "HfArgumentParser")  # a script parsing its config's fields from its flags
+
+
+def read_source(script: Path, where: str, launch: Any, *, workdir: Path | None, env: dict[str, str],
+                ) -> tuple[dict[str, Any], dict[str, Any], list[str], list[str]] | None:
+    """The recipe, datasets, left-out keys and notes of a training script that builds its GRPOConfig
+    (RLOOConfig) in its own code, read from its source; None where the script's flags are its config's
+    fields (a TrlParser script, ``trl grpo``) or its source is not found (then its flags are read as
+    GRPOConfig's, as TRL's own scripts take them). ``workdir``: the folder the command runs from (a
+    relative script path is read from there; the current directory when None)."""
+    from rlexp.trainers.trl import examples
+
+    module = launch.module
+    if not module.endswith(".py"):
+        return None
+    example = examples.example_of(module)
+    if example is not None and example not in examples.OWN_CONFIG:
+        return None  # a TrlParser example, or another trainer's (check_module refuses it)
+    path = Path(module) if Path(module).is_absolute() else (workdir or Path.cwd()) / module
+    if not path.is_file():
+        if example is not None:
+            raise InputError(script, where, f"{examples.refusal(example)}; rlexp reads that code from the file, "
+                             f"which is not at {path}: give the folder the command runs from with --workdir")
+        return None
+    source = _source_text(path)
+    import ast
+
+    try:
+        names = {n.id for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Name)} | {
+            n.attr for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Attribute)}
+    except (SyntaxError, RecursionError, MemoryError, ValueError):
+        names = set()  # the reader below names what is wrong
+    if names & set(ARGUMENT_PARSERS):
+        return None
+    return _read_built_config(script, path, source, launch, env)
+
+
+def processes(script: Path, where: str, launch: Any, *, workdir: Path | None) -> tuple[int, str]:
+    """The processes the launch command starts, which TRL trains on (its world size: the attempt's
+    ``trainer.gpus``), and how the command states it: ``accelerate launch --num_processes N`` (or the
+    ``num_processes`` of its ``--config_file``, read from ``workdir``), ``torchrun --nproc_per_node N
+    --nnodes M``, ``deepspeed --num_gpus N --num_nodes M``; ``python`` runs one."""
+    launcher = [str(t) for t in launch.launcher]
+    tool = launcher[0].rsplit("/", 1)[-1] if launcher else "python"
+
+    def option(*names: str) -> str | None:
+        for i, token in enumerate(launcher):
+            for name in names:
+                if token == name and i + 1 < len(launcher):
+                    return launcher[i + 1]
+                if token.startswith(name + "="):
+                    return token.split("=", 1)[1]
+        return None
+
+    def count(value: str | None, shown: str, default: int | None) -> int:
+        if value is None:
+            if default is None:
+                raise InputError(script, where, f"{tool} without {shown}: the processes come from the machine that "
+                                 "ran it, and plan needs them (TRL's batches per step): give them with --gpus N")
+            return default
+        if not value.isdigit() or int(value) < 1:
+            raise InputError(script, where, f"{shown} {value[:40]!r}: not a count of processes rlexp can read (plan "
+                             "needs it: TRL's batches per step); give it with --gpus N")
+        return int(value)
+
+    if tool == "accelerate":
+        stated = option("--num_processes", "--num-processes")
+        if stated is not None:
+            return count(stated, "--num_processes", None), f"accelerate launch --num_processes {stated}"
+        config = option("--config_file", "--config-file")
+        if config is None:
+            count(None, "--num_processes or --config_file", None)
+        return _accelerate_config_processes(script, where, config, workdir), f"num_processes in {config}"
+    if tool == "torchrun":
+        per_node = count(option("--nproc_per_node", "--nproc-per-node"), "--nproc_per_node", 1)
+        nodes = count(option("--nnodes"), "--nnodes", 1)
+        return per_node * nodes, f"torchrun: {per_node} per node × {nodes} node(s)"
+    if tool == "deepspeed":
+        per_node = count(option("--num_gpus"), "--num_gpus", None)
+        nodes = count(option("--num_nodes"), "--num_nodes", 1)
+        return per_node * nodes, f"deepspeed: {per_node} per node × {nodes} node(s)"
+    return 1, f"{tool} runs one process"
+
+
+def _accelerate_config_processes(script: Path, where: str, config: str, workdir: Path | None) -> int:
+    """``num_processes`` of an accelerate config file (safe YAML, read as data)."""
+    import yaml
+
+    path = Path(config) if Path(config).is_absolute() else (workdir or Path.cwd()) / config
+    if not path.is_file():
+        raise InputError(script, where, f"accelerate's --config_file {config}: not found at {path}, and plan needs its "
+                         "num_processes (TRL's batches per step): give the folder the command runs from with "
+                         "--workdir, or the processes with --gpus N")
+    text = _source_text(path)
+    try:
+        settings = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise InputError(path, None, f"not YAML that parses ({str(exc).splitlines()[0][:80]})") from None
+    value = settings.get("num_processes") if isinstance(settings, dict) else None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InputError(path, "num_processes", f"{value!r:.40}: expected a count of processes (plan needs it: TRL's "
+                         "batches per step); give it with --gpus N")
+    return value
+
+
+def _source_text(path: Path) -> str:
+    from rlexp.experiment.files import read_text
+    from rlexp.training.launch_script import MAX_SCRIPT_BYTES
+
+    size = path.stat().st_size
+    if size > MAX_SCRIPT_BYTES:
+        raise InputError(path, None, f"{size} bytes: rlexp import reads files of at most {MAX_SCRIPT_BYTES} bytes")
+    return read_text(path)
+
+
+def _read_built_config(script: Path, path: Path, source: str, launch: Any, env: dict[str, str],
+                       ) -> tuple[dict[str, Any], dict[str, Any], list[str], list[str]]:
+    """Follow the script's code to its one config call and its trainer call."""
+    from rlexp.trainers.trl.keys import ESTIMATOR_KEY
+    from rlexp.trainers.trl.recipe import Field, TrlRecipe
+    from rlexp.training import python_script as py
+    from rlexp.training.launch_script import PLACEHOLDER, Unknown
+
+    words: list[str] = []
+    unknown_words: dict[str, py.Unknown] = {}
+    for i, token in enumerate(launch.args):
+        if isinstance(token, Unknown):
+            word = f"{PLACEHOLDER}-{i}"
+            unknown_words[word] = py.Unknown(token.line, f"{token.what} (line {token.line} of {script.name})")
+            words.append(word)
+        else:
+            words.append(token)
+    try:
+        found = py.read(source, words, env=env, configs=tuple(CONFIG_CLASSES), trainers=TRAINER_CLASSES,
+                        unknown_words=unknown_words)
+    except py.ReadError as exc:
+        raise InputError(path, f"line {exc.line}" if exc.line else None, exc.message) from None
+    shown = path.name
+    if not found.configs:
+        raise InputError(path, None, f"{shown} builds no GRPOConfig or RLOOConfig that rlexp can follow, and does not "
+                         "parse one with TrlParser: rlexp plans TRL's GRPOTrainer and RLOOTrainer")
+    if len(found.configs) > 1:
+        lines = ", ".join(str(c.line) for c in found.configs)
+        raise InputError(path, f"lines {lines}", f"{shown} builds {len(found.configs)} configs: rlexp plans one run")
+    config = found.configs[0]
+    where = f"line {config.line}"
+    if config.conditional is not None:
+        raise InputError(path, where, f"{config.cls}(…) is built on a path rlexp cannot follow "
+                         f"({config.conditional.why}), and plan needs its fields")
+    if config.all_unknown is not None:
+        raise InputError(path, where, f"{config.all_unknown.why}: plan needs the config's fields")
+    needed = {name for name, value in vars(TrlRecipe).items() if isinstance(value, Field)}
+    recipe: dict[str, Any] = {}
+    left_out: list[str] = []
+    notes: list[str] = [f"the config is {config.cls}(…) on line {config.line} of {shown}, read from its code "
+                        "(not run)"]
+    for key, value in config.fields.items():
+        if key in OWNED or secret_argument(key):
+            left_out.append(key)
+        elif py.known(value):
+            recipe[key] = _plain(value)
+        elif key in needed:
+            why = py.first_unknown(value, config.line)
+            raise InputError(path, f"line {why.line}", f"{why.why} reaches {config.cls}({key}=…), which plan needs "
+                             f"(recipe key {key})")
+        else:
+            why = py.first_unknown(value, config.line)
+            notes.append(f"line {why.line} of {shown}: {key} left out, its value is not known ({why.why})")
+    estimator = CONFIG_CLASSES[config.cls]
+    implied = {} if estimator == "grpo" else {ESTIMATOR_KEY: estimator}
+    datasets = {"pool": {"path": [launch.module], "flag": f"the data {launch.module} loads"}}
+    trainers = [t for t in found.trainers if t.arguments.get("args") is config]
+    if trainers:
+        arguments = trainers[0].arguments
+        model = arguments.get("model")
+        if isinstance(model, str):
+            recipe["model_name_or_path"] = model
+        elif model is not None:
+            notes.append(f"line {trainers[0].line} of {shown}: the model is not known "
+                         f"({py.first_unknown(model, trainers[0].line).why})")
+        datasets["pool"] = _pool(launch.module, arguments.get("train_dataset"), shown, notes)
+        if "peft_config" in arguments:
+            notes.append(f"line {trainers[0].line} of {shown}: a peft_config is passed to the trainer (LoRA); "
+                         "rlexp does not read its settings")
+    return {**implied, **recipe}, datasets, left_out, notes
+
+
+def _pool(module: str, dataset: Any, shown: str, notes: list[str]) -> dict[str, Any]:
+    """The training set the script's trainer is given: a hub name, or the data the script builds (with
+    its size where its code states it)."""
+    from rlexp.training import python_script as py
+
+    if isinstance(dataset, py.Dataset):
+        entry: dict[str, Any] = {"path": dataset.hub_name or [module], "flag": f"{dataset.source} in {shown}"}
+        if dataset.hub_name is None and dataset.size is not None:
+            entry["size"] = dataset.size
+        return entry
+    return {"path": [module], "flag": f"the data {module} loads"}
+
+
+def _plain(value: Any) -> Any:
+    """A value as YAML writes it (tuples as lists)."""
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return value
 
 
 def check_module(script: Path, where: str, module: str) -> dict[str, Any]:

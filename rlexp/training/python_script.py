@@ -1,0 +1,838 @@
+"""A Python training script read without running it: the config it builds in its own code.
+
+Many training scripts build their trainer's config in code, from command-line flags of their own::
+
+    parser.add_argument("--learning-rate", type=float, default=5e-6)
+    ...
+    args = parser.parse_args()
+    trainer = GRPOTrainer(model=args.model, train_dataset=dataset,
+                          args=GRPOConfig(learning_rate=args.learning_rate, num_generations=4, ...))
+
+The command that launches such a script states none of the config, so the config can only be known
+from the script's code. This module reads that code with Python's own grammar (:mod:`ast`) and
+follows, statement by statement from the top of the module, what it would compute from the command's
+words, without running any of it: no module is imported, no function of the script is called (its
+body is read with its arguments bound), no file is opened. The one piece of code that runs is
+Python's own :mod:`argparse`, on a parser rebuilt from the script's ``add_argument`` calls whose
+arguments are literals (a ``type=`` that is a function of the script's gives an unknown value).
+
+What is followed: assignments (names, tuple unpacking, a dict's item, an attribute of the config),
+the script's own functions called with known arguments, an ``if`` whose test is known (the branch
+Python takes), literals, arithmetic, comparisons, ``and``/``or``, conditional expressions,
+f-strings, ``len``/``int``/``float``/``str``/``min``/``max``, a few methods of strings and dicts,
+``os.environ.get`` (from the environment import is given), ``Dataset.from_dict`` of columns whose
+length is known (``[prompt] * args.dataset_size``, ``[... for _ in range(1000)]``) and
+``load_dataset(name)``. Everything else is an :class:`Unknown` that keeps its line and why: a call
+of anything else, a name assigned inside a loop or under a condition that is not known, a value
+read from a file. An unknown becomes an error only where it reaches a value the caller needs.
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+from dataclasses import dataclass, field
+from typing import Any
+
+MAX_STEPS = 200_000          # expressions and statements followed while reading one script
+MAX_CALL_DEPTH = 40          # the script's own functions calling each other
+MAX_ITEMS = 10_000           # items of a list built by repetition that are kept (longer: only its length)
+MAX_TEXT = 1 << 20           # characters of a string built while reading
+
+
+class ReadError(ValueError):
+    """The script cannot be read, or its own code refuses the command (``line`` names where)."""
+
+    def __init__(self, line: int | None, message: str):
+        self.line = line
+        self.message = message
+        super().__init__(message)
+
+
+@dataclass(frozen=True)
+class Unknown:
+    """A value only running the script would tell: where (``line``) and why."""
+
+    line: int
+    why: str
+
+
+@dataclass(frozen=True)
+class Sized:
+    """A list whose length is known and whose items are not (``[prompt] * n`` with an unknown prompt)."""
+
+    length: int
+
+
+@dataclass(frozen=True)
+class Name:
+    """Something the script imported or Python provides, by its dotted name (``trl.GRPOConfig``)."""
+
+    dotted: str
+
+    @property
+    def last(self) -> str:
+        return self.dotted.rsplit(".", 1)[-1]
+
+
+@dataclass
+class Dataset:
+    """A training set the script builds: ``size`` its rows (None: not known), ``source`` in words."""
+
+    size: int | None
+    source: str
+    line: int
+    hub_name: str | None = None
+
+
+@dataclass
+class ConfigCall:
+    """One evaluated ``<Class>(field=value, ...)`` of a config class: each stated field's value (an
+    :class:`Unknown` where it cannot be known); ``all_unknown`` where ``**kwargs`` hides which fields."""
+
+    cls: str
+    line: int
+    fields: dict[str, Any] = field(default_factory=dict)
+    all_unknown: Unknown | None = None
+    conditional: Unknown | None = None   # built under a condition or in a loop rlexp cannot follow
+
+
+@dataclass
+class TrainerCall:
+    cls: str
+    line: int
+    arguments: dict[str, Any]
+
+
+@dataclass
+class ScriptRead:
+    """What the script builds: its config calls and trainer calls, in the order they were reached."""
+
+    configs: list[ConfigCall]
+    trainers: list[TrainerCall]
+
+
+@dataclass
+class _Parser:
+    line: int
+    options: list[tuple[tuple[str, ...], dict[str, Any], int]] = field(default_factory=list)
+    defaults: dict[str, Any] = field(default_factory=dict)
+    allow_abbrev: bool = True
+    broken: Unknown | None = None
+
+
+@dataclass
+class _Namespace:
+    values: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class _Bound:
+    obj: Any
+    method: str
+
+
+@dataclass
+class _Function:
+    node: ast.FunctionDef | ast.AsyncFunctionDef
+    module: dict[str, Any]
+
+
+class _Return(Exception):
+    def __init__(self, value: Any):
+        self.value = value
+
+
+class _BranchEnds(Exception):
+    """A ``raise`` on a path whose condition is not known: that path ends there."""
+
+
+_BUILTINS = ("len", "int", "float", "str", "bool", "min", "max", "abs", "round", "range", "list", "tuple", "dict",
+             "sorted", "sum", "print", "isinstance", "ValueError", "TypeError", "RuntimeError", "SystemExit")
+_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+           ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
+_COMPARE = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
+            ast.Gt: operator.gt, ast.GtE: operator.ge, ast.Is: operator.is_, ast.IsNot: operator.is_not,
+            ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b}
+_STR_METHODS = ("split", "rsplit", "strip", "lstrip", "rstrip", "lower", "upper", "replace", "startswith",
+                "endswith", "join", "format", "removeprefix", "removesuffix")
+_SAME_SIZE = ("shuffle", "map", "rename_column", "rename_columns", "remove_columns", "cast", "cast_column",
+              "with_format", "flatten")
+PLACEHOLDER_PREFIX = "rlexp-unknown-value"
+
+
+def known(value: Any) -> bool:
+    """Whether ``value`` is wholly known (no :class:`Unknown` or :class:`Sized` anywhere inside)."""
+    if isinstance(value, (Unknown, Sized, Dataset, _Parser, _Namespace, _Bound, _Function, Name, ConfigCall)):
+        return False
+    if isinstance(value, (list, tuple)):
+        return all(known(v) for v in value)
+    if isinstance(value, dict):
+        return all(known(v) for v in value.values())
+    return True
+
+
+def first_unknown(value: Any, line: int) -> Unknown:
+    """The :class:`Unknown` inside ``value`` (or one saying what kind of thing it is)."""
+    if isinstance(value, Unknown):
+        return value
+    for inner in (value if isinstance(value, (list, tuple)) else value.values() if isinstance(value, dict) else ()):
+        if not known(inner):
+            return first_unknown(inner, line)
+    if isinstance(value, Name):
+        return Unknown(line, f"{value.dotted.lstrip('.')}, an object of the running script, not a value")
+    kind = {Sized: "a list whose items are not known", Dataset: "a dataset",
+            _Function: "a function of the script"}.get(type(value), "an object of the script")
+    return Unknown(line, kind)
+
+
+def read(source: str, argv: list[str], *, env: dict[str, str] | None = None,
+         configs: tuple[str, ...] = (), trainers: tuple[str, ...] = (), unknown_words: dict[str, Unknown] | None = None,
+         ) -> ScriptRead:
+    """Follow ``source`` run as ``python script.py *argv`` and return the calls of the classes named in
+    ``configs`` and ``trainers`` it reaches. ``unknown_words``: words of ``argv`` that stand for a value
+    the launch script leaves unknown (the word -> why). ReadError where the source is not Python or its
+    own argument parser refuses ``argv``."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as exc:
+        raise ReadError(exc.lineno, f"not Python that parses: {exc.msg}") from None
+    except (RecursionError, MemoryError, ValueError):
+        raise ReadError(None, "nested too deeply to read") from None
+    reader = _Reader(argv, env or {}, configs, trainers, unknown_words or {})
+    try:
+        reader.block(tree.body, reader.module)
+    except _Return:
+        pass
+    except _BranchEnds:
+        pass
+    except RecursionError:
+        raise ReadError(None, "nested too deeply to read") from None
+    return ScriptRead(reader.configs, reader.trainers)
+
+
+class _Reader:
+    def __init__(self, argv: list[str], env: dict[str, str], configs: tuple[str, ...], trainers: tuple[str, ...],
+                 unknown_words: dict[str, Unknown]):
+        self.argv = argv
+        self.env = env
+        self.config_names = configs
+        self.trainer_names = trainers
+        self.unknown_words = unknown_words
+        self.module: dict[str, Any] = {"__name__": "__main__"}
+        self.configs: list[ConfigCall] = []
+        self.trainers: list[TrainerCall] = []
+        self.steps = 0
+        self.depth = 0
+        self.uncertain: list[Unknown] = []   # why the statements being read may not run (innermost last)
+
+    # ---- statements
+    def block(self, body: list[ast.stmt], scope: dict[str, Any]) -> None:
+        for stmt in body:
+            self.statement(stmt, scope)
+
+    def statement(self, node: ast.stmt, scope: dict[str, Any]) -> None:
+        self._count(node)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            scope[node.name] = _Function(node, self.module)
+        elif isinstance(node, ast.ClassDef):
+            scope[node.name] = Unknown(node.lineno, f"an object of the script's class {node.name}")
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                scope[alias.asname or alias.name.split(".")[0]] = Name(alias.name if alias.asname
+                                                                       else alias.name.split(".")[0])
+        elif isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                scope[alias.asname or alias.name] = Name(f"{node.module or ''}.{alias.name}")
+        elif isinstance(node, ast.Assign):
+            value = self.expr(node.value, scope)
+            for target in node.targets:
+                self.assign(target, value, scope, node.lineno)
+        elif isinstance(node, ast.AnnAssign):
+            if node.value is not None:
+                self.assign(node.target, self.expr(node.value, scope), scope, node.lineno)
+        elif isinstance(node, ast.AugAssign):
+            current = self.expr(_as_load(node.target), scope)
+            self.assign(node.target, self._binary(node.op, current, self.expr(node.value, scope), node.lineno),
+                        scope, node.lineno)
+        elif isinstance(node, ast.Expr):
+            self.expr(node.value, scope)
+        elif isinstance(node, ast.If):
+            self._if(node, scope)
+        elif isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
+            self._uncertain(Unknown(node.lineno, f"set in the loop on line {node.lineno}"),
+                            [*([ast.Assign(targets=[node.target], value=ast.Constant(None), lineno=node.lineno)]
+                               if isinstance(node, (ast.For, ast.AsyncFor)) else []), *node.body, *node.orelse],
+                            scope)
+        elif isinstance(node, (ast.With, ast.AsyncWith)):
+            for item in node.items:
+                self.expr(item.context_expr, scope)
+                if item.optional_vars is not None:
+                    self.assign(item.optional_vars, Unknown(node.lineno, "the value of a `with` statement"), scope,
+                                node.lineno)
+            self.block(node.body, scope)
+        elif isinstance(node, ast.Try) or type(node).__name__ == "TryStar":
+            self.block(node.body, scope)   # the path without an exception
+            self.block(node.orelse, scope)
+            self.block(node.finalbody, scope)
+        elif isinstance(node, ast.Return):
+            raise _Return(None if node.value is None else self.expr(node.value, scope))
+        elif isinstance(node, ast.Raise):
+            if self.uncertain:
+                raise _BranchEnds()
+            shown = ast.unparse(node.exc)[:120] if node.exc is not None else "raise"
+            raise ReadError(node.lineno, f"the script's own code stops here with these arguments ({shown})")
+        elif isinstance(node, ast.Match):
+            why = Unknown(node.lineno, f"set in the `match` on line {node.lineno}")
+            for case in node.cases:
+                self._uncertain(why, case.body, scope)
+        # pass, assert, global, nonlocal, del, break, continue: nothing to follow
+
+    def _if(self, node: ast.If, scope: dict[str, Any]) -> None:
+        test = self.expr(node.test, scope)
+        if _decided(test):
+            self.block(node.body if _truth(test) else node.orelse, scope)
+            return
+        why = Unknown(node.lineno, f"set under the condition on line {node.lineno}, which is not known "
+                      f"({first_unknown(test, node.lineno).why})")
+        self._uncertain(why, node.body, scope)
+        self._uncertain(why, node.orelse, scope)
+
+    def _uncertain(self, why: Unknown, body: list[ast.stmt], scope: dict[str, Any]) -> None:
+        self.uncertain.append(why)
+        try:
+            self.block(body, scope)
+        except _BranchEnds:
+            pass
+        except _Return:
+            pass  # a return on a path not known to run: the function goes on as if it had not
+        finally:
+            self.uncertain.pop()
+
+    def assign(self, target: ast.expr, value: Any, scope: dict[str, Any], line: int) -> None:
+        if self.uncertain:
+            value = self.uncertain[-1]
+        if isinstance(target, ast.Name):
+            scope[target.id] = value
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            items = list(value) if isinstance(value, (tuple, list)) and len(value) == len(target.elts) else None
+            for i, element in enumerate(target.elts):
+                inner = items[i] if items is not None else (
+                    value if isinstance(value, Unknown) else Unknown(line, "one of several values unpacked"))
+                self.assign(element, inner, scope, line)
+        elif isinstance(target, ast.Subscript):
+            container = self.expr(target.value, scope)
+            key = self.expr(target.slice, scope)
+            if isinstance(container, dict):
+                if known(key):
+                    container[key] = value
+                else:
+                    for k in list(container):
+                        container[k] = Unknown(line, "a dict item under a key not known")
+        elif isinstance(target, ast.Attribute):
+            obj = self.expr(target.value, scope)
+            if isinstance(obj, ConfigCall):
+                obj.fields[target.attr] = value
+            elif isinstance(obj, _Namespace):
+                obj.values[target.attr] = value
+
+    # ---- expressions
+    def expr(self, node: ast.expr, scope: dict[str, Any]) -> Any:
+        self._count(node)
+        line = getattr(node, "lineno", 0)
+        if isinstance(node, ast.Constant):
+            return node.value
+        if isinstance(node, ast.Name):
+            return self._lookup(node.id, scope, line)
+        if isinstance(node, ast.Attribute):
+            return self._attribute(self.expr(node.value, scope), node.attr, line)
+        if isinstance(node, ast.Subscript):
+            return self._subscript(self.expr(node.value, scope), self.expr(node.slice, scope), line)
+        if isinstance(node, ast.Slice):
+            parts = [None if p is None else self.expr(p, scope) for p in (node.lower, node.upper, node.step)]
+            return slice(*parts) if all(known(p) for p in parts) else Unknown(line, "a slice not known")
+        if isinstance(node, ast.BinOp):
+            return self._binary(node.op, self.expr(node.left, scope), self.expr(node.right, scope), line)
+        if isinstance(node, ast.UnaryOp):
+            operand = self.expr(node.operand, scope)
+            if isinstance(node.op, ast.Not):
+                return not _truth(operand) if _decided(operand) else Unknown(line, "a `not` of a value not known")
+            if not known(operand) or not isinstance(operand, (int, float)):
+                return first_unknown(operand, line) if not known(operand) else Unknown(line, "an operation rlexp "
+                                                                                        "does not follow")
+            return {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Invert: operator.invert}[type(node.op)](
+                operand)
+        if isinstance(node, ast.BoolOp):
+            return self._bool(node, scope)
+        if isinstance(node, ast.Compare):
+            return self._compare(node, scope)
+        if isinstance(node, ast.IfExp):
+            test = self.expr(node.test, scope)
+            if _decided(test):
+                return self.expr(node.body if _truth(test) else node.orelse, scope)
+            return Unknown(line, f"chosen by a condition not known ({first_unknown(test, line).why})")
+        if isinstance(node, ast.JoinedStr):
+            return self._fstring(node, scope)
+        if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+            return self._sequence(node, scope)
+        if isinstance(node, ast.Dict):
+            return self._dict(node, scope)
+        if isinstance(node, (ast.ListComp, ast.GeneratorExp, ast.SetComp)):
+            return self._comprehension(node, scope)
+        if isinstance(node, ast.Call):
+            return self._call(node, scope)
+        if isinstance(node, ast.NamedExpr):
+            value = self.expr(node.value, scope)
+            self.assign(node.target, value, scope, line)
+            return value
+        return Unknown(line, f"{type(node).__name__.lower()} expression")
+
+    def _lookup(self, name: str, scope: dict[str, Any], line: int) -> Any:
+        if name in scope:
+            return scope[name]
+        if name in self.module:
+            return self.module[name]
+        if name in ("True", "False", "None"):
+            return {"True": True, "False": False, "None": None}[name]
+        if name in _BUILTINS:
+            return Name(f"builtins.{name}")
+        return Unknown(line, f"{name} (not assigned where rlexp reads)")
+
+    def _attribute(self, obj: Any, attr: str, line: int) -> Any:
+        if isinstance(obj, Name):
+            return Name(f"{obj.dotted}.{attr}")
+        if isinstance(obj, _Namespace):
+            if attr not in obj.values:
+                return Unknown(line, f"args.{attr}, which the script's parser does not define")
+            return obj.values[attr]
+        if isinstance(obj, ConfigCall):
+            return obj.fields.get(attr, Unknown(line, f"{obj.cls}.{attr} at its default"))
+        if isinstance(obj, Unknown):
+            return obj
+        if isinstance(obj, (_Parser, Dataset, str, dict, list)):
+            return _Bound(obj, attr)
+        return Unknown(line, f".{attr} of a value rlexp does not follow")
+
+    def _subscript(self, obj: Any, key: Any, line: int) -> Any:
+        if isinstance(obj, Dataset) and isinstance(key, str):   # a DatasetDict's split
+            return Dataset(None, f"{obj.source}, split {key!r}", line, obj.hub_name)
+        if not known(key):
+            return first_unknown(key, line)
+        if isinstance(obj, (dict, list, tuple, str)):
+            try:
+                return obj[key]
+            except (KeyError, IndexError, TypeError):
+                return Unknown(line, "an item that is not there")
+        if isinstance(obj, Unknown):
+            return obj
+        return Unknown(line, "an item of a value rlexp does not follow")
+
+    def _binary(self, op: ast.operator, left: Any, right: Any, line: int) -> Any:
+        if isinstance(op, ast.Mult) and isinstance(right, (list, tuple, Sized)) and isinstance(left, int):
+            left, right = right, left
+        if isinstance(op, ast.Mult) and isinstance(left, (list, tuple, Sized)) and isinstance(right, int) \
+                and not isinstance(right, bool):
+            length = _length(left) * max(right, 0)
+            if isinstance(left, Sized) or not known(left) or length > MAX_ITEMS:
+                return Sized(length)
+            return left * right
+        if isinstance(op, ast.Add) and isinstance(left, (list, Sized)) and isinstance(right, (list, Sized)):
+            if isinstance(left, list) and isinstance(right, list) and known(left) and known(right):
+                return left + right if len(left) + len(right) <= MAX_ITEMS else Sized(len(left) + len(right))
+            return Sized(_length(left) + _length(right))
+        if not known(left) or not known(right):
+            return first_unknown(left if not known(left) else right, line)
+        fn = _BINARY.get(type(op))
+        if fn is None:
+            return Unknown(line, "an operation rlexp does not follow")
+        if isinstance(op, ast.Pow) and isinstance(right, (int, float)) and abs(right) > 64:
+            return Unknown(line, "a power too large to follow")
+        if isinstance(op, ast.Mult) and isinstance(left, str) and isinstance(right, int) and len(left) * right > MAX_TEXT:
+            return Unknown(line, "a string too long to follow")
+        try:
+            result = fn(left, right)
+        except Exception:  # noqa: BLE001 - Python would raise here: what the script does then is not followed
+            return Unknown(line, "an operation that fails on these values")
+        if isinstance(result, str) and len(result) > MAX_TEXT:
+            return Unknown(line, "a string too long to follow")
+        return result
+
+    def _bool(self, node: ast.BoolOp, scope: dict[str, Any]) -> Any:
+        value: Any = None
+        for item in node.values:
+            value = self.expr(item, scope)
+            if not _decided(value):
+                return Unknown(node.lineno, f"an `{'and' if isinstance(node.op, ast.And) else 'or'}` of a value "
+                               f"not known ({first_unknown(value, node.lineno).why})")
+            if _truth(value) == isinstance(node.op, ast.Or):
+                return value
+        return value
+
+    def _compare(self, node: ast.Compare, scope: dict[str, Any]) -> Any:
+        left = self.expr(node.left, scope)
+        for op, right_node in zip(node.ops, node.comparators, strict=True):
+            right = self.expr(right_node, scope)
+            if isinstance(op, (ast.Is, ast.IsNot)) and (left is None or right is None) and (
+                    known(left) or known(right)) and not isinstance(left if right is None else right, Unknown):
+                result = (left is right) == isinstance(op, ast.Is)
+            elif not known(left) or not known(right):
+                return first_unknown(left if not known(left) else right, node.lineno)
+            else:
+                try:
+                    result = _COMPARE[type(op)](left, right)
+                except Exception:  # noqa: BLE001 - a comparison Python refuses: not followed
+                    return Unknown(node.lineno, "a comparison that fails on these values")
+            if not result:
+                return False
+            left = right
+        return True
+
+    def _fstring(self, node: ast.JoinedStr, scope: dict[str, Any]) -> Any:
+        parts = []
+        for value in node.values:
+            if isinstance(value, ast.Constant):
+                parts.append(str(value.value))
+                continue
+            inner = self.expr(value.value, scope)
+            if not known(inner):
+                return first_unknown(inner, node.lineno)
+            spec = self._fstring(value.format_spec, scope) if value.format_spec is not None else ""
+            if not isinstance(spec, str):
+                return spec
+            inner = {115: str, 114: repr, 97: ascii}.get(value.conversion, lambda v: v)(inner)
+            try:
+                parts.append(format(inner, spec))
+            except Exception:  # noqa: BLE001 - a format Python refuses: not followed
+                return Unknown(node.lineno, "an f-string that fails on these values")
+        text = "".join(parts)
+        return text if len(text) <= MAX_TEXT else Unknown(node.lineno, "a string too long to follow")
+
+    def _sequence(self, node: ast.List | ast.Tuple | ast.Set, scope: dict[str, Any]) -> Any:
+        items: list[Any] = []
+        for element in node.elts:
+            if isinstance(element, ast.Starred):
+                inner = self.expr(element.value, scope)
+                if isinstance(inner, (list, tuple)):
+                    items.extend(inner)
+                    continue
+                return Sized(len(items) + _length(inner)) if isinstance(inner, Sized) else \
+                    Unknown(node.lineno, "a list with items unpacked from a value not known")
+            items.append(self.expr(element, scope))
+        if len(items) > MAX_ITEMS:
+            return Sized(len(items))
+        if isinstance(node, ast.Tuple):
+            return tuple(items)
+        if isinstance(node, ast.Set):
+            return Unknown(node.lineno, "a set") if not known(items) else set(items)
+        return items
+
+    def _dict(self, node: ast.Dict, scope: dict[str, Any]) -> Any:
+        out: dict[Any, Any] = {}
+        for key_node, value_node in zip(node.keys, node.values, strict=True):
+            value = self.expr(value_node, scope)
+            if key_node is None:   # {**other}
+                if not isinstance(value, dict):
+                    return Unknown(node.lineno, "a dict spread from a value not known")
+                out.update(value)
+                continue
+            key = self.expr(key_node, scope)
+            if not known(key) or isinstance(key, (list, dict)):
+                return Unknown(node.lineno, "a dict with a key not known")
+            out[key] = value
+        return out
+
+    def _comprehension(self, node: ast.ListComp | ast.GeneratorExp | ast.SetComp, scope: dict[str, Any]) -> Any:
+        generator = node.generators[0]
+        iterable = self.expr(generator.iter, scope)
+        if len(node.generators) == 1 and not generator.ifs and not isinstance(node, ast.SetComp) \
+                and isinstance(iterable, (range, list, tuple, str, dict, Sized)):
+            return Sized(_length(iterable))
+        return Unknown(node.lineno, "a comprehension whose length rlexp does not follow")
+
+    # ---- calls
+    def _call(self, node: ast.Call, scope: dict[str, Any]) -> Any:
+        line = node.lineno
+        func = self.expr(node.func, scope)
+        args: list[Any] = []
+        for arg in node.args:
+            if isinstance(arg, ast.Starred):
+                inner = self.expr(arg.value, scope)
+                if not isinstance(inner, (list, tuple)):
+                    return Unknown(line, "a call with arguments unpacked from a value not known")
+                args.extend(inner)
+            else:
+                args.append(self.expr(arg, scope))
+        kwargs: dict[str, Any] = {}
+        hidden: Unknown | None = None
+        for keyword in node.keywords:
+            value = self.expr(keyword.value, scope)
+            if keyword.arg is not None:
+                kwargs[keyword.arg] = value
+            elif isinstance(value, dict) and all(isinstance(k, str) for k in value):
+                kwargs.update(value)
+            else:
+                hidden = Unknown(line, f"fields passed as **{ast.unparse(keyword.value)[:60]}, which is not known")
+        if isinstance(func, _Function):
+            return self._run(func, args, kwargs, line)
+        if isinstance(func, _Bound):
+            return self._method(func, args, kwargs, line)
+        if isinstance(func, Name):
+            return self._named(func, args, kwargs, hidden, line)
+        if isinstance(func, Unknown):
+            return Unknown(line, f"the value of {ast.unparse(node.func)[:60]}(…), which only running the script "
+                           "gives")
+        return Unknown(line, f"the value of {ast.unparse(node.func)[:60]}(…), which only running the script gives")
+
+    def _run(self, func: _Function, args: list[Any], kwargs: dict[str, Any], line: int) -> Any:
+        if self.uncertain:
+            return Unknown(line, f"the value of {func.node.name}(…) on a path not known to run")
+        if self.depth >= MAX_CALL_DEPTH:
+            return Unknown(line, f"{func.node.name}(…) called {MAX_CALL_DEPTH} deep")
+        local: dict[str, Any] = {}
+        spec = func.node.args
+        positional = [*spec.posonlyargs, *spec.args]
+        defaults = [None] * (len(positional) - len(spec.defaults)) + list(spec.defaults)
+        for i, param in enumerate(positional):
+            if i < len(args):
+                local[param.arg] = args[i]
+            elif param.arg in kwargs:
+                local[param.arg] = kwargs[param.arg]
+            elif defaults[i] is not None:
+                local[param.arg] = self.expr(defaults[i], func.module)
+            else:
+                local[param.arg] = Unknown(line, f"{param.arg}, an argument {func.node.name}() is not given")
+        for param, default in zip(spec.kwonlyargs, spec.kw_defaults, strict=True):
+            local[param.arg] = kwargs.get(param.arg, self.expr(default, func.module) if default is not None else
+                                          Unknown(line, f"{param.arg}, an argument {func.node.name}() is not given"))
+        if spec.vararg is not None:
+            local[spec.vararg.arg] = tuple(args[len(positional):])
+        if spec.kwarg is not None:
+            local[spec.kwarg.arg] = {k: v for k, v in kwargs.items() if k not in {p.arg for p in positional}}
+        self.depth += 1
+        try:
+            self.block(func.node.body, local)
+        except _Return as done:
+            return done.value
+        finally:
+            self.depth -= 1
+        return None
+
+    def _named(self, func: Name, args: list[Any], kwargs: dict[str, Any], hidden: Unknown | None, line: int) -> Any:
+        dotted = func.dotted
+        if func.last in self.config_names and dotted.startswith("trl"):
+            call = ConfigCall(func.last, line, dict(kwargs), hidden, self.uncertain[-1] if self.uncertain else None)
+            self.configs.append(call)
+            return call
+        if func.last in self.trainer_names and dotted.startswith("trl"):
+            if not self.uncertain:
+                self.trainers.append(TrainerCall(func.last, line, dict(kwargs)))
+            return Unknown(line, f"the {func.last}")
+        if dotted in ("argparse.ArgumentParser", "argparse.ArgumentParser"):
+            parser = _Parser(line)
+            if "allow_abbrev" in kwargs and isinstance(kwargs["allow_abbrev"], bool):
+                parser.allow_abbrev = kwargs["allow_abbrev"]
+            return parser
+        if dotted in ("os.environ.get", "os.getenv"):
+            if args and isinstance(args[0], str) and args[0] in self.env:
+                return self.env[args[0]]
+            shown = args[0] if args and isinstance(args[0], str) else "a variable"
+            return Unknown(line, f"${shown} from the environment; give it with --env {shown}=VALUE")
+        if dotted.endswith("Dataset.from_dict") and dotted.startswith("datasets"):
+            return self._from_dict(args, kwargs, line)
+        if dotted == "datasets.load_dataset":
+            return self._load_dataset(args, kwargs, line)
+        if dotted.startswith("builtins."):
+            return _builtin(func.last, args, kwargs, line)
+        return Unknown(line, f"the value of {dotted.lstrip('.')}(…), which only running the script gives")
+
+    def _from_dict(self, args: list[Any], kwargs: dict[str, Any], line: int) -> Dataset:
+        columns = args[0] if args else kwargs.get("mapping")
+        size = None
+        if isinstance(columns, dict) and columns:
+            lengths = {_length(c) for c in columns.values() if isinstance(c, (list, tuple, Sized))}
+            size = lengths.pop() if len(lengths) == 1 else None
+        return Dataset(size, f"built by Dataset.from_dict on line {line}", line)
+
+    def _load_dataset(self, args: list[Any], kwargs: dict[str, Any], line: int) -> Any:
+        name = args[0] if args and isinstance(args[0], str) else kwargs.get("path")
+        hub = name if isinstance(name, str) else None
+        shown = f"load_dataset({hub!r})" if hub else "load_dataset(…)"
+        split = kwargs.get("split", args[2] if len(args) > 2 else None)
+        if isinstance(split, (list, tuple)) and known(split):
+            return tuple(Dataset(None, f"{shown}, split {s!r}", line, hub) for s in split)
+        return Dataset(None, f"{shown}" + (f", split {split!r}" if known(split) and split else ""), line, hub)
+
+    def _method(self, bound: _Bound, args: list[Any], kwargs: dict[str, Any], line: int) -> Any:
+        obj, method = bound.obj, bound.method
+        if isinstance(obj, _Parser):
+            return self._parser_method(obj, method, args, kwargs, line)
+        if isinstance(obj, Dataset):
+            if method == "select" and args and isinstance(args[0], (range, list, tuple, Sized)):
+                return Dataset(_length(args[0]), f"{obj.source}, selected", line, obj.hub_name)
+            if method in _SAME_SIZE:
+                return Dataset(obj.size, obj.source, obj.line, obj.hub_name)
+            return Unknown(line, f"the dataset's .{method}(…)")
+        if isinstance(obj, str) and method in _STR_METHODS and known(args) and known(kwargs):
+            try:
+                result = getattr(obj, method)(*args, **kwargs)
+            except Exception:  # noqa: BLE001 - Python would raise: not followed
+                return Unknown(line, f"str.{method} failing on these values")
+            return result if not isinstance(result, str) or len(result) <= MAX_TEXT else Unknown(line, "too long")
+        if isinstance(obj, dict):
+            if method == "get" and args and known(args[0]):
+                return obj.get(args[0], args[1] if len(args) > 1 else None)
+            if method == "update" and not self.uncertain and args and isinstance(args[0], dict):
+                obj.update(args[0])
+                obj.update(kwargs)
+                return None
+            if method in ("update", "setdefault", "pop"):
+                for key in list(obj):
+                    obj[key] = Unknown(line, f"a dict item changed by .{method}(…) rlexp does not follow")
+            return Unknown(line, f"dict.{method}(…)")
+        return Unknown(line, f".{method}(…) of a value rlexp does not follow")
+
+    def _parser_method(self, parser: _Parser, method: str, args: list[Any], kwargs: dict[str, Any], line: int) -> Any:
+        if method in ("add_argument_group", "add_mutually_exclusive_group"):
+            return parser   # their options are the parser's
+        if method == "add_argument":
+            if self.uncertain:
+                parser.broken = Unknown(line, f"an option added on a path not known to run (line {line})")
+            elif not all(isinstance(a, str) for a in args) or not args:
+                parser.broken = Unknown(line, f"an option whose name is not known (line {line})")
+            else:
+                parser.options.append((tuple(args), kwargs, line))
+            return None
+        if method == "set_defaults":
+            parser.defaults.update(kwargs)
+            return None
+        if method in ("parse_args", "parse_known_args"):
+            words = args[0] if args else kwargs.get("args")
+            if words is not None and not (isinstance(words, list) and known(words)):
+                return Unknown(line, "arguments parsed from a list not known")
+            namespace = self._parse(parser, self.argv if words is None else [str(w) for w in words],
+                                    method == "parse_known_args", line)
+            return (namespace, Unknown(line, "the arguments the parser left")) if method == "parse_known_args" \
+                else namespace
+        return Unknown(line, f"the parser's .{method}(…)")
+
+    def _parse(self, spec: _Parser, words: list[str], known_only: bool, line: int) -> Any:
+        """``words`` parsed by Python's argparse, rebuilt from the script's options."""
+        import argparse
+
+        if spec.broken is not None:
+            return spec.broken
+
+        class Refused(Exception):
+            pass
+
+        class Parser(argparse.ArgumentParser):
+            def error(self, message: str):  # type: ignore[override]
+                raise Refused(message)
+
+            def exit(self, status: int = 0, message: str | None = None):  # type: ignore[override]
+                raise Refused(message or f"exits with status {status}")
+
+        parser = Parser(prog="script", add_help=False, allow_abbrev=spec.allow_abbrev)
+        unknown = self.unknown_words
+        actions = {"argparse.BooleanOptionalAction": argparse.BooleanOptionalAction}
+
+        def converter(kind: Any):
+            def convert(text: str) -> Any:
+                if text in unknown:
+                    return unknown[text]
+                if isinstance(kind, _Function):
+                    return Unknown(line, f"a value converted by the script's own {kind.node.name}()")
+                return kind(text)
+            convert.__name__ = getattr(kind, "__name__", "value")
+            return convert
+
+        try:
+            for names, options, where in spec.options:
+                settings = {k: v for k, v in options.items() if k not in ("help", "metavar")}
+                kind = settings.get("type")
+                if kind is not None:
+                    builtin = kind.last if isinstance(kind, Name) and kind.dotted.startswith("builtins.") else None
+                    if builtin in ("int", "float", "str"):
+                        settings["type"] = converter({"int": int, "float": float, "str": str}[builtin])
+                    elif isinstance(kind, _Function):
+                        settings["type"] = converter(kind)
+                    else:
+                        return Unknown(where, f"an option typed by {getattr(kind, 'dotted', 'a value')}, which rlexp "
+                                       "does not follow")
+                elif settings.get("action") in (None, "store", "append", "extend"):
+                    settings["type"] = converter(str)
+                action = settings.get("action")
+                if isinstance(action, Name):
+                    if action.dotted not in actions:
+                        return Unknown(where, f"an option with the action {action.dotted}, which rlexp does not "
+                                       "follow")
+                    settings["action"] = actions[action.dotted]
+                if not known({k: v for k, v in settings.items() if k not in ("type", "action", "default")}):
+                    return Unknown(where, "an option whose settings are not known")
+                parser.add_argument(*names, **settings)
+            parser.set_defaults(**spec.defaults)
+            if known_only:
+                namespace, _ = parser.parse_known_args(words)
+            else:
+                namespace = parser.parse_args(words)
+        except Refused as exc:
+            raise ReadError(line, f"the script's own argument parser refuses the command: {exc}") from None
+        except (TypeError, ValueError, argparse.ArgumentError) as exc:
+            return Unknown(line, f"an argument parser rlexp cannot rebuild ({exc})")
+        values = {name: (unknown[value] if isinstance(value, str) and value in unknown else value)
+                  for name, value in vars(namespace).items()}
+        return _Namespace(values)
+
+    def _count(self, node: ast.AST) -> None:
+        self.steps += 1
+        if self.steps > MAX_STEPS:
+            raise ReadError(getattr(node, "lineno", None), f"more than {MAX_STEPS} steps to follow: too long to read")
+
+
+def _builtin(name: str, args: list[Any], kwargs: dict[str, Any], line: int) -> Any:
+    if name == "len" and len(args) == 1:
+        target = args[0]
+        if isinstance(target, (list, tuple, str, dict, range, Sized)):
+            return _length(target)
+        if isinstance(target, Dataset) and target.size is not None:
+            return target.size
+        return first_unknown(target, line) if isinstance(target, Unknown) else Unknown(line, "the length of a value "
+                                                                                          "not known")
+    if name == "range" and known(args) and all(isinstance(a, int) for a in args) and 1 <= len(args) <= 3:
+        return range(*args)
+    if name in ("int", "float", "str", "bool", "min", "max", "abs", "round", "sorted", "sum", "list", "tuple",
+                "dict", "isinstance") and known(args) and known(kwargs) and name != "isinstance":
+        try:
+            result = {"int": int, "float": float, "str": str, "bool": bool, "min": min, "max": max, "abs": abs,
+                      "round": round, "sorted": sorted, "sum": sum, "list": list, "tuple": tuple,
+                      "dict": dict}[name](*args, **kwargs)
+        except Exception:  # noqa: BLE001 - Python would raise: not followed
+            return Unknown(line, f"{name}(…) failing on these values")
+        return result if not isinstance(result, str) or len(result) <= MAX_TEXT else Unknown(line, "too long")
+    if name == "dict" and not args:
+        return dict(kwargs)
+    if name == "print":
+        return None
+    return Unknown(line, f"{name}(…) of a value not known")
+
+
+def _length(value: Any) -> int:
+    return value.length if isinstance(value, Sized) else len(value)
+
+
+def _decided(value: Any) -> bool:
+    """Whether ``value``'s truth is known (a known value, or an object that is always true)."""
+    return known(value) or isinstance(value, (Dataset, _Parser, _Namespace, Name, _Function, ConfigCall, Sized))
+
+
+def _truth(value: Any) -> bool:
+    if isinstance(value, Sized):
+        return value.length > 0
+    if isinstance(value, (Dataset, _Parser, _Namespace, Name, _Function, ConfigCall)):
+        return True
+    return bool(value)
+
+
+def _as_load(target: ast.expr) -> ast.expr:
+    copy = ast.parse(ast.unparse(target), mode="eval").body
+    return ast.copy_location(copy, target)
