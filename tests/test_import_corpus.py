@@ -882,3 +882,14 @@ def test_trl_figures_equal_trls_own(rel, outcome, trls_own_figures):
     lr_lambda, base_lr = scheduler.lr_lambdas[0], scheduler.base_lrs[0]
     for row in plan["lr"]:
         assert row["lr_first"] == pytest.approx(base_lr * lr_lambda(row["global_step"] - 1), rel=1e-12, abs=1e-18)
+
+
+def test_the_docs_table_states_each_scripts_outcome():
+    """docs/import.md's corpus table has one row per script, and each row says what EXPECTED pins."""
+    rows = dict(re.findall(r"^\| `([^`]+\.sh)` \| [^|]* \| (.*) \|$", (REPO / "docs" / "import.md").read_text(), re.M))
+    assert set(rows) == set(EXPECTED)
+    for rel, expected in EXPECTED.items():
+        if expected == PLANS:
+            assert rows[rel].startswith("imports and plans"), rel
+        else:
+            assert rows[rel].startswith(f"refused at {expected[0]}"), rel

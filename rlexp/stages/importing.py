@@ -79,7 +79,12 @@ def import_script(script: str | Path, attempt_dir: str | Path, *, version: str |
                          "--version (the steps and keys depend on it)")
     trainer: dict[str, Any] = {"name": launch.trainer, "version": str(version)}
     if hasattr(reader, "processes"):  # a trainer whose batches depend on the processes the launcher starts
-        started, how = reader.processes(script, where, launch, workdir=None if workdir is None else Path(workdir))
+        try:
+            started, how = reader.processes(script, where, launch, workdir=None if workdir is None else Path(workdir))
+        except InputError:
+            if gpus is None:
+                raise
+            started, how = gpus, "not known from the command"
         if gpus is None:
             gpus = started if started > 1 else None
             if started > 1:

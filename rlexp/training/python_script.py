@@ -813,7 +813,10 @@ def _builtin(name: str, args: list[Any], kwargs: dict[str, Any], line: int) -> A
         return dict(kwargs)
     if name == "print":
         return None
-    return Unknown(line, f"{name}(…) of a value not known")
+    for value in (*args, *kwargs.values()):
+        if not known(value):
+            return first_unknown(value, line)
+    return Unknown(line, f"{name}(…) of these values")
 
 
 def _length(value: Any) -> int:

@@ -9,8 +9,10 @@ by what that script does, not as a script of one's own (which rlexp reads as a G
   takes its trainer's fields from the command line, as ``trl grpo`` / ``trl rloo`` do: it is planned
   with that trainer (``rloo_vlm.py``: RLOOTrainer, RLOOConfig's fields and defaults);
 - a script that builds its config in its own code (``GRPOConfig(...)`` from its own argparse flags, the
-  OpenEnv / Harbor / OpenReward agents, ``rloo.py``) states nothing of it on the command line: planning
-  it from the command would plan the config's defaults, not the run, so it is refused;
+  OpenEnv / Harbor / OpenReward agents, ``rloo.py``) states nothing of it on the command line: its
+  config is read from its source (:func:`rlexp.trainers.trl.script_args.read_source`, from the folder
+  the command runs in), and refused when that file is not there (planning it from the command alone
+  would plan the config's defaults, not the run);
 - a script that runs another trainer (PPOTrainer and AsyncGRPOTrainer of ``trl.experimental``,
   SFTTrainer, DPOTrainer, ...) is refused, naming it.
 """

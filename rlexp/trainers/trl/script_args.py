@@ -113,11 +113,15 @@ def processes(script: Path, where: str, launch: Any, *, workdir: Path | None) ->
     ``trainer.gpus``), and how the command states it: ``accelerate launch --num_processes N`` (or the
     ``num_processes`` of its ``--config_file``, read from ``workdir``), ``torchrun --nproc_per_node N
     --nnodes M``, ``deepspeed --num_gpus N --num_nodes M``; ``python`` runs one."""
-    launcher = [str(t) for t in launch.launcher]
-    tool = launcher[0].rsplit("/", 1)[-1] if launcher else "python"
+    from rlexp.training.launch_script import Unknown
 
-    def option(*names: str) -> str | None:
+    launcher = list(launch.launcher)
+    tool = str(launcher[0]).rsplit("/", 1)[-1] if launcher else "python"
+
+    def option(*names: str) -> Any:
         for i, token in enumerate(launcher):
+            if isinstance(token, Unknown):
+                continue
             for name in names:
                 if token == name and i + 1 < len(launcher):
                     return launcher[i + 1]
@@ -125,12 +129,15 @@ def processes(script: Path, where: str, launch: Any, *, workdir: Path | None) ->
                     return token.split("=", 1)[1]
         return None
 
-    def count(value: str | None, shown: str, default: int | None) -> int:
+    def count(value: Any, shown: str, default: int | None) -> int:
         if value is None:
             if default is None:
                 raise InputError(script, where, f"{tool} without {shown}: the processes come from the machine that "
                                  "ran it, and plan needs them (TRL's batches per step): give them with --gpus N")
             return default
+        if isinstance(value, Unknown):
+            raise InputError(script, f"line {value.line}", f"{value.what} reaches {tool}'s {shown}, the processes "
+                             "plan needs (TRL's batches per step); or give them with --gpus N")
         if not value.isdigit() or int(value) < 1:
             raise InputError(script, where, f"{shown} {value[:40]!r}: not a count of processes rlexp can read (plan "
                              "needs it: TRL's batches per step); give it with --gpus N")
@@ -141,8 +148,8 @@ def processes(script: Path, where: str, launch: Any, *, workdir: Path | None) ->
         if stated is not None:
             return count(stated, "--num_processes", None), f"accelerate launch --num_processes {stated}"
         config = option("--config_file", "--config-file")
-        if config is None:
-            count(None, "--num_processes or --config_file", None)
+        if config is None or isinstance(config, Unknown):
+            count(config, "--num_processes or --config_file", None)
         return _accelerate_config_processes(script, where, config, workdir), f"num_processes in {config}"
     if tool == "torchrun":
         per_node = count(option("--nproc_per_node", "--nproc-per-node"), "--nproc_per_node", 1)
