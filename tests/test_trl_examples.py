@@ -24,7 +24,7 @@ def test_trl_examples_that_parse_their_config_plan_with_its_trainer(module, impl
 
 
 @pytest.mark.parametrize(("module", "words"), [
-    ("examples/scripts/ppo/ppo.py", "runs TRL's PPOTrainer (trl.experimental.ppo)"),
+    ("examples/scripts/ppo/ppo.py", "runs TRL's PPOTrainer (trl.experimental.ppo, a module TRL 1.16.0 does not ship"),
     ("examples/scripts/async_grpo.py", "runs TRL's AsyncGRPOTrainer"),
     ("examples/scripts/openenv/wordle.py", "builds its GRPOConfig in its own code"),
     ("examples/scripts/rloo.py", "builds its RLOOConfig in its own code"),
@@ -35,3 +35,21 @@ def test_trl_examples_rlexp_does_not_plan_are_refused_in_one_line(module, words)
         check_module(Path("s.sh"), "line 3", module)
     text = str(caught.value)
     assert words in text and "line 3" in text and "\n" not in text
+
+
+def test_trl_1_16_ships_async_grpo_and_not_ppo():
+    """What the refusals say of TRL 1.16.0, the release whose config rlexp reads: its wheel ships
+    AsyncGRPOTrainer (an example running it is rlexp's limit) and no trl.experimental.ppo (TRL's PPO
+    examples, at the main commit the corpus copies, cannot run on it)."""
+    import subprocess
+
+    from trl_venv import trl_python_or_skip
+
+    python = trl_python_or_skip()
+    probe = ("import importlib.util as u, json, trl; print(json.dumps([trl.__version__, "
+             "u.find_spec('trl.experimental.async_grpo') is not None, u.find_spec('trl.experimental.ppo') is not None]))")
+    done = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-1000:]
+    import json
+
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == ["1.16.0", True, False]
