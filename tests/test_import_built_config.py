@@ -132,8 +132,10 @@ def test_an_unknown_word_of_the_launch_script_is_refused_where_it_reaches_a_need
     ("from trl import GRPOConfig\na = GRPOConfig(learning_rate=1.0)\nb = GRPOConfig(learning_rate=2.0)\n",
      "lines 2, 3: train.py builds 2 configs"),
     ("from trl import GRPOConfig\nkw = load()\nc = GRPOConfig(**kw)\n", "fields passed as **kw"),
-    ("print('no config here')\n", "builds no GRPOConfig or RLOOConfig that rlexp can follow"),
-    ("import argparse\np = argparse.ArgumentParser()\np.add_argument('--n', type=int)\np.parse_args()\n",
+    ("from trl import GRPOTrainer\nprint('no config here')\n",
+     "builds no GRPOConfig or RLOOConfig that rlexp can follow"),
+    ("import argparse\nfrom trl import GRPOConfig\np = argparse.ArgumentParser()\np.add_argument('--n', type=int)\n"
+     "p.parse_args()\n",
      "the script's own argument parser refuses the command"),
     ("def f(:\n", "not Python that parses"),
 ])
@@ -141,6 +143,16 @@ def test_a_script_whose_config_cannot_be_followed_is_refused_in_one_line(tmp_pat
     rc, _, err, attempt = _import(tmp_path, "python train.py --n x\n", train=train)
     assert rc == 2 and not attempt.exists(), err
     assert words in err and len(err.strip().splitlines()) == 1 and "train.py" in err, err
+
+
+def test_a_script_naming_no_trl_config_is_read_by_its_flags(tmp_path):
+    """A script that hands its flags to a module of its own (it names no TRL config or trainer) is read
+    as a script whose source is not found: its flags are GRPOConfig's fields."""
+    train = "from mylib import main\nmain()\n"
+    rc, _, err, attempt = _import(tmp_path, "python train.py --learning_rate 3e-6 --dataset_name d\n", train=train,
+                                  more=["--pool-size", "50"])
+    assert rc == 0, err
+    assert yaml.safe_load((attempt / "attempt.yaml").read_text())["recipe"] == {"learning_rate": 3e-6}
 
 
 def test_a_script_parsing_its_config_with_trlparser_is_read_by_its_flags(tmp_path):

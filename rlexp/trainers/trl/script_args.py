@@ -99,11 +99,16 @@ def read_source(script: Path, where: str, launch: Any, *, workdir: Path | None, 
     import ast
 
     try:
-        names = {n.id for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Name)} | {
-            n.attr for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Attribute)}
+        nodes = list(ast.walk(ast.parse(source)))
     except (SyntaxError, RecursionError, MemoryError, ValueError):
-        names = set()  # the reader below names what is wrong
+        return _read_built_config(script, path, source, launch, env)  # it names what is wrong, in one line
+    names = {n.id for n in nodes if isinstance(n, ast.Name)} | {n.attr for n in nodes if isinstance(n, ast.Attribute)} \
+        | {n.name.rsplit(".", 1)[-1] for n in nodes if isinstance(n, ast.alias)}  # what it imports, by the name TRL gives
     if names & set(ARGUMENT_PARSERS):
+        return None
+    if not names & {*CONFIG_CLASSES, *TRAINER_CLASSES} and example is None:
+        # it names no TRL config or trainer (it may hand its flags to a module of its own): read its
+        # flags as GRPOConfig's, as a script that cannot be read is
         return None
     return _read_built_config(script, path, source, launch, env)
 
