@@ -9,7 +9,7 @@ dataset sizes, `--env`), and planned.
   verl's global steps are `len(train_dataloader) * total_epochs` (verl/trainer/ppo/ray_trainer.py,
   `_create_dataloader`, a drop_last sampler) and its LR at every step is verl 0.9.1's own scheduler
   (its source read from the pinned wheel, as tests/test_verl_steps.py does); OpenRLHF's scheduler
-  length is `prepare_datasets`' `max_steps` (openrlhf/trainer/ppo_trainer.py at both tags:
+  length is `prepare_datasets`' `max_steps` (openrlhf/trainer/ppo_trainer.py at every tag here:
   `len(prompts_dataset) * n_samples_per_prompt // train_batch_size * num_episodes * max_epochs`),
   with the values read by that release's own argument parser, and its LR at every optimizer step
   is transformers' `cosine_with_min_lr` as OpenRLHF builds it; TRL's step count is what its own
@@ -39,6 +39,8 @@ FACTS = json.loads((CORPUS / "facts.json").read_text())
 PLANS = "plans"
 # script -> PLANS, or (the verb that refuses, words of its one-line refusal)
 EXPECTED: dict[str, object] = {
+    "openrlhf-0.10.0/train_vlm_math_hybrid_engine.sh": PLANS,
+    "openrlhf-0.10.2/train_ppo_ray_slurm.sh": ("import", "line 15: not bash that the grammar can read"),
     "openrlhf-0.9.3/train_dapo_ray_hybrid_engine.sh": ("import", "unrecognized arguments: --vllm_enable_is_correction"),
     "openrlhf-0.9.3/train_ppo_ray_hybrid_engine.sh": PLANS,
     "openrlhf-0.9.3/train_ppo_ray_slurm.sh": ("import", "line 15: not bash that the grammar can read"),
@@ -46,6 +48,17 @@ EXPECTED: dict[str, object] = {
     "openrlhf-0.9.3/train_prorlv2_math_hybrid_engine.sh": PLANS,
     "openrlhf-0.9.3/train_reinforce_baseline_hybrid_engine.sh": PLANS,
     "openrlhf-0.9.3/train_reinforce_baseline_ray_agent_async.sh": PLANS,
+    "openrlhf-0.9.4/train_ppo_ray_slurm.sh": ("import", "line 15: not bash that the grammar can read"),
+    "openrlhf-0.9.5/train_ppo_ray_slurm.sh": ("import", "line 15: not bash that the grammar can read"),
+    # no OpenRLHF release has --vllm_enable_is_correction (0.9.x: --enable_vllm_is_correction)
+    "openrlhf-0.9.8/train_dapo_ray_hybrid_engine.sh": ("import", "unrecognized arguments: --vllm_enable_is_correction"),
+    "openrlhf-0.9.8/train_ppo_ray_hybrid_engine.sh": PLANS,
+    "openrlhf-0.9.8/train_ppo_ray_slurm.sh": ("import", "line 15: not bash that the grammar can read"),
+    "openrlhf-0.9.8/train_ppo_with_reward_fn.sh": PLANS,
+    "openrlhf-0.9.8/train_prorlv2_math_hybrid_engine.sh": PLANS,
+    "openrlhf-0.9.8/train_reinforce_baseline_hybrid_engine.sh": PLANS,
+    "openrlhf-0.9.8/train_reinforce_baseline_ray_agent_async.sh": PLANS,
+    "openrlhf-0.9.9/train_reinforce_baseline_ray_agent_async.sh": PLANS,
     "openrlhf/train_dapo_ray_hybrid_engine.sh": PLANS,
     "openrlhf/train_ppo_ray_hybrid_engine.sh": PLANS,
     "openrlhf/train_ppo_ray_slurm.sh": ("import", "line 15: not bash that the grammar can read"),
@@ -235,11 +248,11 @@ def _params():
 
 @pytest.fixture(scope="module")
 def openrlhf_wheels():
+    """{version: its wheel} for every OpenRLHF release the corpus's scripts are given (facts.json)."""
     from rlexp.trainers.openrlhf.parser import fetch, listed_releases
 
-    for release in listed_releases():
-        if release.version in ("0.9.3", "0.11.0"):
-            fetch(release)
+    wanted = {FACTS[rel]["version"] for rel in EXPECTED if _trainer(rel) == "openrlhf"}
+    return {release.version: fetch(release) for release in listed_releases() if release.version in wanted}
 
 
 def import_and_plan(rel: str, tmp_path: Path) -> tuple[str, str, dict | None, dict | None]:
@@ -326,9 +339,9 @@ def _other_engine(rel: str) -> bool:
 
 def test_at_least_the_stated_share_plans():
     plans = sum(v == PLANS for v in EXPECTED.values())
-    assert plans == 123 and len(EXPECTED) == 156  # docs/import.md states this table and these counts
+    assert plans == 130 and len(EXPECTED) == 168  # docs/import.md states this table and these counts
     # those two verl scripts and the two TRL examples that run AsyncGRPOTrainer are refused, and nothing
-    # else is refused for rlexp's own limits: on the others, 123 of 152 plan, and the 29 that do not are
+    # else is refused for rlexp's own limits: on the others, 130 of 164 plan, and the 34 that do not are
     # refused by the trainer itself (the PPO examples: TRL 1.16.0 has no trl.experimental.ppo), its
     # engine or bash (checked below)
     other = {rel for rel in EXPECTED if _other_engine(rel)}
@@ -336,7 +349,7 @@ def test_at_least_the_stated_share_plans():
     examples = {rel for rel in EXPECTED if _trl_example_refused(rel)}
     assert len(examples) == 2 and all(EXPECTED[rel][0] == "import" for rel in examples)
     rest = [rel for rel in EXPECTED if rel not in other | examples]
-    assert len(rest) == 152 and sum(EXPECTED[rel] == PLANS for rel in rest) == 123
+    assert len(rest) == 164 and sum(EXPECTED[rel] == PLANS for rel in rest) == 130
 
 
 # TRL's examples that run a trainer rlexp does not plan and TRL 1.16.0 ships: each source read at
@@ -444,6 +457,39 @@ def test_verl_scripts_are_refused_where_verls_hydra_refuses_them(rel, hydras_ver
 
             table = releases.read_table(FACTS[rel]["version"], "dp")
             assert first.group(1) not in table and key in table, verdict
+
+
+# OpenRLHF's examples that rlexp refuses: each is refused by bash itself or by the release's own parser
+OPENRLHF_EXAMPLES_REFUSED = [rel for rel, v in sorted(EXPECTED.items()) if v != PLANS and rel.startswith("openrlhf")]
+
+
+@pytest.mark.openrlhf_wheels
+@pytest.mark.parametrize("rel", OPENRLHF_EXAMPLES_REFUSED)
+def test_openrlhf_example_refusals_are_bashs_or_openrlhfs_own(rel, openrlhf_wheels):
+    """A Slurm template (`<...>` placeholders) is not bash: `bash -n`, which reads a script without running
+    any of it, stops at the line rlexp names; a flag rlexp's import refuses is one the release's
+    train_ppo_ray.py (read from its wheel) does not define."""
+    import subprocess
+
+    refusal = EXPECTED[rel][1]
+    if "not bash that the grammar can read" in refusal:
+        line = re.search(r"line (\d+):", refusal).group(1)
+        done = subprocess.run(["bash", "-n", str(CORPUS / rel)], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2 and f"line {line}: syntax error" in done.stderr, done.stderr
+        return
+    flag = re.search(r"unrecognized arguments: (--\w+)", refusal).group(1)
+    assert flag in (CORPUS / rel).read_text()
+    source = _wheel_source(openrlhf_wheels[FACTS[rel]["version"]], "openrlhf/cli/train_ppo_ray.py")
+    assert "add_argument(" in source and f'"{flag}"' not in source
+
+
+def _wheel_source(wheel: Path, module_path: str) -> str:
+    """A file of an OpenRLHF wheel, at its root or under ``<dist>.data/purelib/`` (where its wheels put it)."""
+    import zipfile
+
+    with zipfile.ZipFile(wheel) as archive:
+        [name] = [n for n in archive.namelist() if n == module_path or n.endswith(f".data/purelib/{module_path}")]
+        return archive.read(name).decode("utf-8")
 
 
 # --- the figures equal each trainer's own computation ---------------------------------------------
@@ -591,16 +637,29 @@ def test_openrlhf_figures_equal_openrlhfs_own(rel, outcome, openrlhf_wheels):
 
     pool = min(FACTS[rel]["pool_size"], value("--max_samples", "--data.max_samples"))
     n = value("--n_samples_per_prompt", "--rollout.n_samples_per_prompt")
-    # openrlhf/trainer/ppo_trainer.py prepare_datasets (v0.9.3 and v0.11.0)
+    # openrlhf/trainer/ppo_trainer.py prepare_datasets (the same at every tag of the corpus, v0.9.3 to v0.11.0,
+    # in either dialect's names): read in the release's wheel
+    trainer = re.sub(r"\s+", "", _wheel_source(openrlhf_wheels[version], "openrlhf/trainer/ppo_trainer.py"))
+    assert ("max_steps=(len(prompts_dataset)*args.n_samples_per_prompt//args.train_batch_size*args.num_episodes"
+            "*args.max_epochs)") in trainer or ("max_steps=(len(prompts_dataset)*args.rollout.n_samples_per_prompt"
+                                                "//args.train.batch_size*args.train.num_episodes*args.train.max_epochs)"
+                                                ) in trainer, version
     max_steps = (pool * n // value("--train_batch_size", "--train.batch_size")
                  * value("--num_episodes", "--train.num_episodes") * value("--max_epochs", "--train.max_epochs"))
     assert plan["steps"]["optimizer_steps_total"] == max_steps
     lr = value("--actor_learning_rate", "--actor.adam.lr")
     ratio = value("--lr_warmup_ratio", "--actor.lr_warmup_ratio")
-    # v0.9.3 ppo_actor passes min_lr = 0.1 x lr; v0.11.0 deepspeed passes min_lr_rate = --actor.min_lr_ratio
-    kwargs = {"min_lr": lr * 0.1} if version == "0.9.3" else {"min_lr_rate": value("--actor.min_lr_ratio")}
+    # the actor's scheduler as the release's own ppo_actor.py (read from its wheel) builds it: up to
+    # 0.10.1.post2 with min_lr = 0.1 x --actor_learning_rate, from 0.10.2 through its DeepSpeed strategy,
+    # which passes min_lr_rate = --actor.min_lr_ratio
+    actor = _wheel_source(openrlhf_wheels[version], "openrlhf/trainer/ray/ppo_actor.py")
+    if 'scheduler_specific_kwargs={"min_lr": args.actor_learning_rate * 0.1}' in actor:
+        kwargs = {"min_lr": lr * 0.1}
+    else:
+        assert "min_lr_ratio=args.actor.min_lr_ratio" in actor, version
+        kwargs = {"min_lr_rate": value("--actor.min_lr_ratio")}
     schedulers = [getattr(parsed, by_flag[f]) for f in ("--lr_scheduler", "--actor.lr_scheduler") if f in by_flag]
-    assert schedulers in ([], ["cosine_with_min_lr"])  # what OpenRLHF builds by default (both tags)
+    assert schedulers in ([], ["cosine_with_min_lr"])  # what OpenRLHF builds by default (every tag)
     optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=lr)
     scheduler = transformers.get_scheduler("cosine_with_min_lr", optimizer, num_warmup_steps=math.ceil(max_steps * ratio),
                                            num_training_steps=max_steps, scheduler_specific_kwargs=kwargs)
@@ -621,6 +680,31 @@ def test_openrlhf_figures_equal_openrlhfs_own(rel, outcome, openrlhf_wheels):
         assert row["lr_first"] == pytest.approx(applied[first - 1], rel=1e-12, abs=1e-20)
         assert row["lr_mean"] == pytest.approx(math.fsum(applied[first - 1:last]) / (last - first + 1), rel=1e-9,
                                                abs=1e-20)
+
+
+# the examples of the releases (0.9.8 to 0.10.1.post2) whose parser names the response budget --max_new_tokens
+OPENRLHF_MAX_NEW_TOKENS = [rel for rel in OPENRLHF_PLANS if re.search(r"^\s*--max_new_tokens ", (CORPUS / rel).read_text(), re.M)]
+
+
+@pytest.mark.openrlhf_wheels
+@pytest.mark.parametrize("rel", OPENRLHF_MAX_NEW_TOKENS)
+def test_max_new_tokens_is_imported_as_the_response_budget(rel, outcome, openrlhf_wheels):
+    """--max_new_tokens (0.9.8's name of --generate_max_len) is the recipe's generate_max_len, and the
+    command rlexp builds for the imported attempt gives the release's own parser the script's value."""
+    from rlexp.trainers.openrlhf import argv as openrlhf_argv
+    from rlexp.trainers.openrlhf import parser as openrlhf_parser
+    from rlexp.training.launch_script import launch_of, read_script
+
+    verb, err, _, spec = outcome(rel)
+    assert verb == PLANS, err
+    version = FACTS[rel]["version"]
+    parser = openrlhf_parser.load_release_parser(version)
+    args = [a if isinstance(a, str) else "x" for a in launch_of(read_script((CORPUS / rel).read_text()).argv).args]
+    stated = parser.parse(args, post_parse=False).args.max_new_tokens
+    assert stated is not None and spec["recipe"]["generate_max_len"] == stated
+    assert "max_new_tokens" not in spec["recipe"]
+    argv = openrlhf_argv.build_train_argv({"generate_max_len": spec["recipe"]["generate_max_len"]}, version).argv
+    assert parser.parse(argv[3:], post_parse=False).args.max_new_tokens == stated
 
 
 TRL_PLANS = [rel for rel, v in sorted(EXPECTED.items()) if v == PLANS and _trainer(rel) == "trl"]

@@ -31,7 +31,9 @@ def _recipe_key(flag_name: str) -> str:
 
 def _reverse_names() -> dict[str, str]:
     """``--dotted.flag`` -> its v0.9.x recipe key; where two keys share a flag (``generate_max_len``
-    and the builder's ``max_new_tokens`` -> ``rollout.max_new_tokens``) the recipe's own name wins."""
+    and the builder's ``max_new_tokens`` -> ``rollout.max_new_tokens``) the recipe's own name wins.
+    The builder's own underscore names are read as that recipe key too: 0.9.8 to 0.10.1.post2 call the
+    response budget ``--max_new_tokens``, which attempt.yaml states as ``generate_max_len``."""
     from rlexp.spec.recipe import BUILDER_ONLY_DOTTED
     from rlexp.trainers.openrlhf import argv as openrlhf
 
@@ -39,6 +41,8 @@ def _reverse_names() -> dict[str, str]:
     for key, dotted in openrlhf.DOTTED_NAMES.items():
         if key not in BUILDER_ONLY_DOTTED:
             reverse.setdefault(f"--{dotted}", key)
+    for key, dotted in BUILDER_ONLY_DOTTED.items():
+        reverse[f"--{key}"] = reverse[f"--{dotted}"]
     for key, names in openrlhf.SPLIT_NAMES.items():
         for name in names:
             reverse[f"--{name}"] = key
