@@ -132,7 +132,7 @@ def test_an_unknown_word_of_the_launch_script_is_refused_where_it_reaches_a_need
     ("from trl import GRPOConfig\na = GRPOConfig(learning_rate=1.0)\nb = GRPOConfig(learning_rate=2.0)\n",
      "lines 2, 3: train.py builds 2 configs"),
     ("from trl import GRPOConfig\nkw = load()\nc = GRPOConfig(**kw)\n", "fields passed as **kw"),
-    ("print('no config here')\n", "builds no GRPOConfig or RLOOConfig that rlexp can follow"),
+    ("print('no config here')\n", "builds no GRPOConfig, RLOOConfig or AsyncGRPOConfig that rlexp can follow"),
     ("import argparse\np = argparse.ArgumentParser()\np.add_argument('--n', type=int)\np.parse_args()\n",
      "the script's own argument parser refuses the command"),
     ("def f(:\n", "not Python that parses"),
