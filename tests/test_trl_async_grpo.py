@@ -167,6 +167,16 @@ def test_without_max_steps_the_plan_refuses_in_one_line(max_steps, tmp_path, cap
     assert not (d / "plan.json").exists()
 
 
+def test_an_intent_other_than_max_steps_is_an_error_naming_max_steps_only(tmp_path):
+    d = async_attempt(tmp_path, {"max_steps": 30, "num_train_epochs": 2}, 100)
+    spec = yaml.safe_load((d / "attempt.yaml").read_text())
+    spec["intent"] = {"global_steps": 40}
+    (d / "attempt.yaml").write_text(yaml.safe_dump(spec))
+    found = [c for c in plan_of(d)["checks"] if c["name"] == "steps.intent"]
+    assert len(found) == 1 and found[0]["severity"] == "error"
+    assert "max_steps 30" in found[0]["rule"] and found[0]["rule"].endswith("intent is 40: state max_steps: 40")
+
+
 def test_an_in_run_eval_is_refused_naming_eval_strategy(tmp_path):
     with pytest.raises(InputError) as err:
         plan_of(async_attempt(tmp_path, {"max_steps": 10, "eval_strategy": "steps", "eval_steps": 5}, 100))

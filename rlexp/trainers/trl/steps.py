@@ -460,6 +460,8 @@ def intent_message(intent: int, steps: TrlSteps) -> str:
                f"{steps.rollout_batch_size}) × num_iterations {steps.num_iterations} × steps_per_generation "
                f"{steps.steps_per_generation}")
             + f", intent is {intent:,}")
+    if steps.trainer_class == TRAINERS[ASYNC_GRPO][0]:  # its epochs do not set its steps
+        return f"{head}: state max_steps: {intent}"
     return f"{head}: state max_steps: {intent} or change num_train_epochs"
 
 
