@@ -133,7 +133,7 @@ def test_an_unknown_word_of_the_launch_script_is_refused_where_it_reaches_a_need
      "lines 2, 3: train.py builds 2 configs"),
     ("from trl import GRPOConfig\nkw = load()\nc = GRPOConfig(**kw)\n", "fields passed as **kw"),
     ("from trl import GRPOTrainer\nprint('no config here')\n",
-     "builds no GRPOConfig or RLOOConfig that rlexp can follow"),
+     "builds no GRPOConfig, RLOOConfig or AsyncGRPOConfig that rlexp can follow"),
     ("import argparse\nfrom trl import GRPOConfig\np = argparse.ArgumentParser()\np.add_argument('--n', type=int)\n"
      "p.parse_args()\n",
      "the script's own argument parser refuses the command"),

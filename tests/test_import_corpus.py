@@ -81,7 +81,7 @@ EXPECTED: dict[str, object] = {
     "research/learn-Search-R1__train_grpo.sh": ("import", "+trainer.val_only: verl 0.9.1's config already has"),
     "research/swe_bench_rl__run_rl.sh": ("import", "argument --advantage_estimator: invalid choice: 'grpo'"),
     "research/word_guess_R1__train_grpo.sh": ("import", "+trainer.val_only: verl 0.9.1's config already has"),
-    "trl/async_grpo_py__usage.sh": ("import", "runs TRL's AsyncGRPOTrainer (trl.experimental.async_grpo); rlexp plans"),
+    "trl/async_grpo_py__usage.sh": PLANS,
     "trl/clis_md__trl_grpo.sh": PLANS,
     # TRL's RLOOTrainer (RLOOConfig's fields and defaults: advantage_estimator rloo)
     "trl/clis_md__trl_rloo.sh": PLANS,
@@ -108,7 +108,7 @@ EXPECTED: dict[str, object] = {
     "trl/openenv__echo_py__usage_1.sh": PLANS,
     "trl/openenv__echo_py__usage_2.sh": PLANS,
     "trl/openenv__multi_env_py__usage.sh": PLANS,
-    "trl/openenv__opencode_py__usage.sh": ("import", "runs TRL's AsyncGRPOTrainer (trl.experimental.async_grpo); rlexp plans"),
+    "trl/openenv__opencode_py__usage.sh": ("import", "imports has_tool_call from trl.experimental.async_grpo.openenv_harness, which TRL 1.16.0 does not have"),
     "trl/openenv__sudoku_py__usage_1.sh": ("plan", "recipe.top_p: must not be null"),
     "trl/openenv__sudoku_py__usage_2.sh": ("plan", "recipe.top_p: must not be null"),
     "trl/openenv__sudoku_py__usage_3.sh": ("plan", "recipe.top_p: must not be null"),
@@ -339,28 +339,28 @@ def _other_engine(rel: str) -> bool:
 
 def test_at_least_the_stated_share_plans():
     plans = sum(v == PLANS for v in EXPECTED.values())
-    assert plans == 130 and len(EXPECTED) == 168  # docs/import.md states this table and these counts
-    # those two verl scripts and the two TRL examples that run AsyncGRPOTrainer are refused, and nothing
-    # else is refused for rlexp's own limits: on the others, 130 of 164 plan, and the 34 that do not are
-    # refused by the trainer itself (the PPO examples: TRL 1.16.0 has no trl.experimental.ppo), its
-    # engine or bash (checked below)
+    assert plans == 131 and len(EXPECTED) == 168  # docs/import.md states this table and these counts
+    # those two verl scripts are refused, and nothing else is refused for rlexp's own limits: on the
+    # others, 131 of 166 plan, and the 35 that do not are refused by the trainer itself (the PPO
+    # examples: TRL 1.16.0 has no trl.experimental.ppo; opencode.py imports what its openenv_harness
+    # lacks), its engine or bash (checked below); async_grpo.py, which runs AsyncGRPOTrainer, plans
     other = {rel for rel in EXPECTED if _other_engine(rel)}
     assert len(other) == 2 and all(EXPECTED[rel] != PLANS for rel in other)
-    examples = {rel for rel in EXPECTED if _trl_example_refused(rel)}
-    assert len(examples) == 2 and all(EXPECTED[rel][0] == "import" for rel in examples)
-    rest = [rel for rel in EXPECTED if rel not in other | examples]
-    assert len(rest) == 164 and sum(EXPECTED[rel] == PLANS for rel in rest) == 130
+    examples = {rel: EXPECTED[rel] for rel in EXPECTED if _trl_async_example(rel)}
+    assert examples == {"trl/async_grpo_py__usage.sh": PLANS, "trl/openenv__opencode_py__usage.sh": (
+        "import", "imports has_tool_call from trl.experimental.async_grpo.openenv_harness, which TRL 1.16.0 does not have")}
+    rest = [rel for rel in EXPECTED if rel not in other]
+    assert len(rest) == 166 and sum(EXPECTED[rel] == PLANS for rel in rest) == 131
 
 
-# TRL's examples that run a trainer rlexp does not plan and TRL 1.16.0 ships: each source read at
-# huggingface/trl f2cd577 (tests/data/launch_scripts/README.md): `from trl.experimental.async_grpo import
-# AsyncGRPOConfig, AsyncGRPOTrainer` (the PPO examples import trl.experimental.ppo, which TRL 1.16.0 does
-# not ship: tests/test_trl_examples.py::test_trl_1_16_ships_async_grpo_and_not_ppo)
-TRL_EXAMPLES_NOT_PLANNED = re.compile(r"examples/scripts/(async_grpo|openenv/opencode)\.py")
+# TRL's examples that run AsyncGRPOTrainer: each source read at huggingface/trl f2cd577
+# (tests/data/launch_scripts/README.md): `from trl.experimental.async_grpo import AsyncGRPOConfig,
+# AsyncGRPOTrainer`, which TRL 1.16.0 ships (tests/test_trl_examples.py::test_trl_1_16_ships_async_grpo_and_not_ppo)
+TRL_ASYNC_EXAMPLES = re.compile(r"examples/scripts/(async_grpo|openenv/opencode)\.py")
 
 
-def _trl_example_refused(rel: str) -> bool:
-    return _trainer(rel) == "trl" and bool(TRL_EXAMPLES_NOT_PLANNED.search((CORPUS / rel).read_text()))
+def _trl_async_example(rel: str) -> bool:
+    return _trainer(rel) == "trl" and bool(TRL_ASYNC_EXAMPLES.search((CORPUS / rel).read_text()))
 
 
 def _reader_refused(rel: str) -> bool:
@@ -725,12 +725,15 @@ TRL_REFUSED = [rel for rel, v in sorted(EXPECTED.items()) if v != PLANS and v[0]
 # TrainingArguments.world_size, which GRPOConfig.__post_init__ reads, reports W), and transformers'
 # Trainer.set_initial_training_values' step count (trainer.py of transformers 5.24:
 # num_update_steps_per_epoch = max(len_dataloader // GA + (len_dataloader % GA > 0), 1), then
-# max_steps = ceil(num_train_epochs * that) unless max_steps is given).
+# max_steps = ceil(num_train_epochs * that) unless max_steps is given). AsyncGRPOTrainer's stand-in
+# captures the AsyncGRPOConfig the example builds; its loader (the rollout queue) has no length, so
+# the figures are set_initial_training_values' own on such a loader.
 TRL_STEPS = """
 import ast, importlib.abc, importlib.machinery, importlib.util, json, math, os, runpy, subprocess, sys, types
 from types import SimpleNamespace
 from unittest import mock
 
+import torch
 import transformers
 
 WORLD = [1]
@@ -744,6 +747,8 @@ from trl import GRPOConfig, GRPOTrainer, ModelConfig, RLOOTrainer, TrlParser
 from trl.scripts.grpo import GRPOScriptArguments
 from trl import RLOOConfig, ScriptArguments
 from trl.scripts.rloo import make_parser as rloo_parser
+import trl.experimental.async_grpo as async_grpo
+from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer
 
 
 class Stub(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -799,7 +804,7 @@ class Suite:
 datasets.load_dataset = load_dataset
 import trl.experimental.harbor as harbor, trl.experimental.openreward as openreward
 harbor.HarborSpec = openreward.OpenRewardSpec = Suite
-for cls in (GRPOConfig, RLOOConfig):  # on a CPU, TrainingArguments refuses bf16 unless use_cpu
+for cls in (GRPOConfig, RLOOConfig, AsyncGRPOConfig):  # on a CPU, TrainingArguments refuses bf16 unless use_cpu
     def init(self, *a, _init=cls.__init__, **k):
         k.setdefault("use_cpu", True)
         _init(self, *a, **k)
@@ -825,6 +830,7 @@ def run_example(path, words, workdir):
             tops.add(node.module.split(".")[0])
     STUB.tops = {t for t in tops if importlib.util.find_spec(t) is None}
     trl.GRPOTrainer, trl.RLOOTrainer = stand_in(GRPOTrainer), stand_in(RLOOTrainer)
+    async_grpo.AsyncGRPOTrainer = stand_in(AsyncGRPOTrainer)
     here, sys.argv = os.getcwd(), [path] + words
     os.chdir(workdir)
     try:
@@ -835,6 +841,7 @@ def run_example(path, words, workdir):
     finally:
         os.chdir(here)
         trl.GRPOTrainer, trl.RLOOTrainer = GRPOTrainer, RLOOTrainer
+        async_grpo.AsyncGRPOTrainer = AsyncGRPOTrainer
     raise AssertionError(f"{path} built no trainer")
 
 
@@ -858,7 +865,29 @@ def figures(job):
     return figures_of(job["n"], t, GRPOTrainer)
 
 
+def async_figures(n, t):
+    # AsyncGRPOTrainer's DataLoader is an IterableDataset (its rollout queue): transformers' own
+    # set_initial_training_values on a loader without a length, as the trainer's train() calls it
+    assert t.max_steps > 0  # else AsyncGRPOTrainer.__init__ sets its own "safety ceiling" (not planned)
+    class Queue(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            return iter(())
+    own = SimpleNamespace(get_total_train_batch_size=lambda args: 0, get_sp_size=lambda: 1)
+    values = transformers.Trainer.set_initial_training_values(own, t, DataLoader(Queue()))
+    per_epoch, steps_in_epoch, steps = values[1], values[5], values[-1]
+    return {"max_steps": steps, "warmup": t.get_warmup_steps(steps), "lr": t.learning_rate,
+            "scheduler": str(getattr(t.lr_scheduler_type, "value", t.lr_scheduler_type)),
+            "kwargs": t.lr_scheduler_kwargs or {}, "num_generations": t.num_generations,
+            "update_steps_per_epoch": per_epoch, "micro_batches_per_epoch": steps_in_epoch,
+            "gradient_accumulation_steps": t.gradient_accumulation_steps,
+            "eval_strategy": str(getattr(t.eval_strategy, "value", t.eval_strategy)),
+            "save_strategy": str(getattr(t.save_strategy, "value", t.save_strategy)), "save_steps": t.save_steps,
+            "config": type(t).__name__, "rows": n, "processes": WORLD[0]}
+
+
 def figures_of(n, t, trainer):
+    if trainer is AsyncGRPOTrainer:
+        return async_figures(n, t)
     # the trainer's own sampler method, on an object holding what it reads (no model is loaded)
     own = SimpleNamespace(args=t, num_generations=t.num_generations, num_iterations=t.num_iterations,
                           shuffle_dataset=False, train_dataset=range(n))
@@ -898,6 +927,8 @@ def _trl_job(rel: str) -> dict:
     if launcher[0] == "accelerate":
         if "--num_processes" in launcher:
             processes = int(launcher[launcher.index("--num_processes") + 1])
+        elif "--config_file" not in launcher:  # async_grpo.py's: one GPU visible (CUDA_VISIBLE_DEVICES=0)
+            processes = 1
         else:
             config = yaml.safe_load((workdir / launcher[launcher.index("--config_file") + 1]).read_text())
             processes = config["num_processes"]
@@ -954,12 +985,19 @@ def test_trl_figures_equal_trls_own(rel, outcome, trls_own_figures):
     assert spec["datasets"]["pool"]["size"] == trl["rows"] or "pool_size" in FACTS[rel]
     assert plan["steps"]["optimizer_steps_total"] == plan["steps"]["global_steps_total"] == total
     assert plan["steps"]["warmup_steps"] == trl["warmup"]
-    # the generation batches as the trainer forms them, and the class that runs (RLOOConfig for `trl rloo`)
-    assert plan["trl"]["trainer"] == trl["config"].replace("Config", "Trainer")
-    assert (plan["trl"]["num_generations"], plan["trl"]["prompts_per_generation_batch"],
-            plan["trl"]["steps_per_generation"], plan["trl"]["batches_per_epoch"]) == (
-        trl["num_generations"], trl["prompts_per_generation_batch"], trl["steps_per_generation"],
-        trl["batches_per_epoch"])
+    if trl["config"] == "AsyncGRPOConfig":
+        # transformers' loop over a loader without a length: one "epoch" of max_steps optimizer steps of GA
+        # micro-batches; what a step trains (prompts, passes over them) the plan states as not known
+        assert plan["trl"]["trainer"] == "AsyncGRPOTrainer" and plan["trl"]["max_steps_stated"] == total > 0
+        assert plan["steps"]["global_steps_per_episode"] == trl["update_steps_per_epoch"] == total
+        assert plan["trl"]["gradient_accumulation_steps"] == trl["gradient_accumulation_steps"] == (
+            trl["micro_batches_per_epoch"] // total)
+        assert plan["trl"]["num_generations"] == trl["num_generations"]
+        assert plan["trl"]["prompts_per_optimizer_step"] is None and plan["trl"]["not_known_before_the_run"]
+        assert plan["trl"]["lr_scheduler_type"] == trl["scheduler"] and trl["eval_strategy"] == "no"
+        assert trl["save_strategy"] == "no" and plan["save_global_steps"] == []  # both examples save nothing
+    else:
+        _trl_batches_equal(plan, trl)
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=trl["lr"])
     scheduler = transformers.get_scheduler(trl["scheduler"], optimizer, num_warmup_steps=trl["warmup"],
                                            num_training_steps=total, scheduler_specific_kwargs=trl["kwargs"])
@@ -968,6 +1006,15 @@ def test_trl_figures_equal_trls_own(rel, outcome, trls_own_figures):
     lr_lambda, base_lr = scheduler.lr_lambdas[0], scheduler.base_lrs[0]
     for row in plan["lr"]:
         assert row["lr_first"] == pytest.approx(base_lr * lr_lambda(row["global_step"] - 1), rel=1e-12, abs=1e-18)
+
+
+def _trl_batches_equal(plan: dict, trl: dict) -> None:
+    # the generation batches as the trainer forms them, and the class that runs (RLOOConfig for `trl rloo`)
+    assert plan["trl"]["trainer"] == trl["config"].replace("Config", "Trainer")
+    assert (plan["trl"]["num_generations"], plan["trl"]["prompts_per_generation_batch"],
+            plan["trl"]["steps_per_generation"], plan["trl"]["batches_per_epoch"]) == (
+        trl["num_generations"], trl["prompts_per_generation_batch"], trl["steps_per_generation"],
+        trl["batches_per_epoch"])
 
 
 def test_the_docs_table_states_each_scripts_outcome():

@@ -25,7 +25,9 @@ def test_trl_examples_that_parse_their_config_plan_with_its_trainer(module, impl
 
 @pytest.mark.parametrize(("module", "words"), [
     ("examples/scripts/ppo/ppo.py", "runs TRL's PPOTrainer (trl.experimental.ppo, a module TRL 1.16.0 does not ship"),
-    ("examples/scripts/async_grpo.py", "runs TRL's AsyncGRPOTrainer"),
+    ("examples/scripts/async_grpo.py", "builds its AsyncGRPOConfig in its own code"),
+    ("examples/scripts/openenv/opencode.py", "imports has_tool_call from trl.experimental.async_grpo.openenv_harness, "
+                                             "which TRL 1.16.0 does not have"),
     ("examples/scripts/openenv/wordle.py", "builds its GRPOConfig in its own code"),
     ("examples/scripts/rloo.py", "builds its RLOOConfig in its own code"),
     ("examples/scripts/sft.py", "runs TRL's SFTTrainer"),
@@ -37,19 +39,33 @@ def test_trl_examples_rlexp_does_not_plan_are_refused_in_one_line(module, words)
     assert words in text and "line 3" in text and "\n" not in text
 
 
+# the names trl.experimental.async_grpo.openenv_harness of the TRL venv defines or imports at its top level (read, not
+# imported: it imports openenv, which the venv does not have)
+HARNESS_NAMES = (
+    "import ast, importlib.util as u; tree = ast.parse(open(u.find_spec('trl.experimental.async_grpo').submodule_search"
+    "_locations[0] + '/openenv_harness.py').read()); names = sorted({a.asname or a.name for n in tree.body if isinstance"
+    "(n, (ast.Import, ast.ImportFrom)) for a in n.names} | {n.name for n in tree.body if hasattr(n, 'name')})")
+
+
 def test_trl_1_16_ships_async_grpo_and_not_ppo():
     """What the refusals say of TRL 1.16.0, the release whose config rlexp reads: its wheel ships
-    AsyncGRPOTrainer (an example running it is rlexp's limit) and no trl.experimental.ppo (TRL's PPO
-    examples, at the main commit the corpus copies, cannot run on it)."""
+    AsyncGRPOTrainer (its examples that state max_steps are planned) and no trl.experimental.ppo (TRL's PPO
+    examples, at the main commit the corpus copies, cannot run on it); its openenv_harness has
+    HarnessRolloutWorker but no has_tool_call, which opencode.py at that commit imports from it (so it
+    stops at its imports on the release)."""
     import subprocess
 
     from trl_venv import trl_python_or_skip
 
     python = trl_python_or_skip()
-    probe = ("import importlib.util as u, json, trl; print(json.dumps([trl.__version__, "
-             "u.find_spec('trl.experimental.async_grpo') is not None, u.find_spec('trl.experimental.ppo') is not None]))")
+    probe = (f"{HARNESS_NAMES}; import json, trl; print(json.dumps([trl.__version__, "
+             "u.find_spec('trl.experimental.async_grpo') is not None, u.find_spec('trl.experimental.ppo') is not None, "
+             "'HarnessRolloutWorker' in names, 'has_tool_call' in names]))")
     done = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-1000:]
     import json
 
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == ["1.16.0", True, False]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == ["1.16.0", True, False, True, False]
+    source = (Path(__file__).parent / "data/launch_scripts/trl/src/examples/scripts/openenv/opencode.py").read_text()
+    block = source[source.index("from trl.experimental.async_grpo.openenv_harness import ("):]
+    assert "    has_tool_call,\n)" in block[:block.index(")") + 1]

@@ -82,9 +82,13 @@ def import_script(script: str | Path, attempt_dir: str | Path, *, version: str |
         try:
             started, how = reader.processes(script, where, launch, workdir=None if workdir is None else Path(workdir))
         except InputError:
-            if gpus is None:
+            if gpus is None and reader.processes_needed(recipe):
                 raise
             started, how = gpus, "not known from the command"
+            if gpus is None:  # a trainer whose steps do not depend on them (TRL's AsyncGRPOTrainer)
+                notes.append("trainer.gpus: the command does not state the processes it starts (the launcher's own "
+                             "settings decide), left unset (1): this trainer's step count and LR do not depend on them")
+                started = 1
         if gpus is None:
             gpus = started if started > 1 else None
             if started > 1:

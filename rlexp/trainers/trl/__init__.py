@@ -1,6 +1,8 @@
 """TRL's ``GRPOTrainer`` and ``RLOOTrainer`` (``trainer.name: trl``): their config classes' field
 names, in a venv of its own. The recipe's ``advantage_estimator`` (``grpo``, the default, or
-``rloo``) names the trainer, as ``trl grpo`` and ``trl rloo`` do (:mod:`.keys`).
+``rloo``) names the trainer, as ``trl grpo`` and ``trl rloo`` do (:mod:`.keys`); ``async_grpo``,
+``trl.experimental.async_grpo``'s AsyncGRPOTrainer, is planned with a stated ``max_steps`` and not
+launched.
 
 Its pure rules live here and in the package's core modules (steps and LR: :mod:`.steps`; the
 pinned release's fields: :mod:`.fields`, as recipe keys: :mod:`.keys`); the adapters: the generated

@@ -47,8 +47,8 @@ def run_health_checks(recipe: TrlRecipe, version: str) -> list[Verdict]:
     both, not the truncation), so the weights are biased (a warning)."""
     from rlexp.protocol.verdict import WARNING, check
 
-    if recipe.estimator == "rloo":
-        return []  # RLOOTrainer has no importance-sampling correction (RLOOConfig: no vllm_importance_sampling_*)
+    if recipe.estimator != "grpo":
+        return []  # RLOOConfig and AsyncGRPOConfig have no vllm_importance_sampling_correction
     if not recipe.use_vllm or recipe.vllm_importance_sampling_correction is False:
         return []
     found = []

@@ -9,12 +9,14 @@ by what that script does, not as a script of one's own (which rlexp reads as a G
   takes its trainer's fields from the command line, as ``trl grpo`` / ``trl rloo`` do: it is planned
   with that trainer (``rloo_vlm.py``: RLOOTrainer, RLOOConfig's fields and defaults);
 - a script that builds its config in its own code (``GRPOConfig(...)`` from its own argparse flags, the
-  OpenEnv / Harbor / OpenReward agents, ``rloo.py``) states nothing of it on the command line: its
+  OpenEnv / Harbor / OpenReward agents, ``rloo.py``; ``AsyncGRPOConfig(...)`` in ``async_grpo.py`` and
+  ``openenv/opencode.py``, run by AsyncGRPOTrainer) states nothing of it on the command line: its
   config is read from its source (:func:`rlexp.trainers.trl.script_args.read_source`, from the folder
   the command runs in), and refused when that file is not there (planning it from the command alone
   would plan the config's defaults, not the run);
-- a script that runs another trainer (PPOTrainer and AsyncGRPOTrainer of ``trl.experimental``,
-  SFTTrainer, DPOTrainer, ...) is refused, naming it.
+- a script that runs another trainer (PPOTrainer of ``trl.experimental``, SFTTrainer, DPOTrainer, ...)
+  is refused, naming it; so is one that imports what the release rlexp reads does not have (it cannot
+  run on it).
 """
 
 from __future__ import annotations
@@ -24,16 +26,18 @@ PARSED = {"grpo_agent.py": "grpo", "grpo_continuous_batching.py": "grpo", "grpo_
           "gspo_vlm.py": "grpo", "rloo_vlm.py": "rloo"}
 # path -> the config class the script builds in its own code (its command line holds the script's own flags)
 OWN_CONFIG = {"grpo_2048.py": "GRPOConfig", "rloo.py": "RLOOConfig", "harbor/data_agent.py": "GRPOConfig",
-              "openreward/seta.py": "GRPOConfig",
+              "openreward/seta.py": "GRPOConfig", "async_grpo.py": "AsyncGRPOConfig",
+              "openenv/opencode.py": "AsyncGRPOConfig",
               **{f"openenv/{name}.py": "GRPOConfig" for name in (
                   "browsergym", "browsergym_llm", "carla", "carla_vlm", "carla_vlm_gemma", "catch", "echo",
                   "multi_env", "sudoku", "wordle")}}
 # TRL's main branch at f2cd577 still had trl.experimental.ppo; the 1.16.0 wheel, whose config rlexp reads, has not
 PPO_GONE = "PPOTrainer (trl.experimental.ppo, a module TRL 1.16.0 does not ship: the example cannot run on it)"
+# path -> what it imports that TRL 1.16.0 lacks (main at f2cd577 had it): it stops at its imports on the release
+NOT_ON_RELEASE = {"openenv/opencode.py": "imports has_tool_call from trl.experimental.async_grpo.openenv_harness, "
+                                         "which TRL 1.16.0 does not have: the example cannot run on it"}
 # path -> the trainer it runs, which rlexp does not plan
-OTHER_TRAINER = {"async_grpo.py": "AsyncGRPOTrainer (trl.experimental.async_grpo)",
-                 "openenv/opencode.py": "AsyncGRPOTrainer (trl.experimental.async_grpo)",
-                 "ppo/ppo.py": PPO_GONE, "ppo/ppo_tldr.py": PPO_GONE,
+OTHER_TRAINER = {"ppo/ppo.py": PPO_GONE, "ppo/ppo_tldr.py": PPO_GONE,
                  "bco.py": "BCOTrainer", "cpo.py": "CPOTrainer", "distillation.py": "DistillationTrainer",
                  "dpo.py": "DPOTrainer", "dpo_vlm.py": "DPOTrainer", "gkd.py": "GKDTrainer", "gold.py": "GOLDTrainer",
                  "kto.py": "KTOTrainer", "mpo_vlm.py": "DPOTrainer", "nash_md.py": "NashMDTrainer",
@@ -44,7 +48,7 @@ OTHER_TRAINER = {"async_grpo.py": "AsyncGRPOTrainer (trl.experimental.async_grpo
                  "sft_tiny_aya_tool_calling.py": "SFTTrainer", "sft_vlm.py": "SFTTrainer",
                  "sft_vlm_gemma3.py": "SFTTrainer", "ssd.py": "SSDTrainer", "tpo.py": "TPOTrainer",
                  "xpo.py": "XPOTrainer"}
-PLANNED = "rlexp plans TRL's GRPOTrainer and RLOOTrainer"
+PLANNED = "rlexp plans TRL's GRPOTrainer, RLOOTrainer and AsyncGRPOTrainer"
 
 
 def example_of(module: str) -> str | None:
@@ -60,6 +64,8 @@ def example_of(module: str) -> str | None:
 def refusal(example: str) -> str | None:
     """Why a command launching TRL's ``examples/scripts/<example>`` is not planned, or None."""
     shown = f"examples/scripts/{example}"
+    if example in NOT_ON_RELEASE:
+        return f"{shown} {NOT_ON_RELEASE[example]}"
     if example in OTHER_TRAINER:
         return f"{shown} runs TRL's {OTHER_TRAINER[example]}; {PLANNED}"
     if example in OWN_CONFIG:

@@ -1,13 +1,15 @@
-"""TRL's recipe keys: the fields of GRPOConfig, RLOOConfig and ModelConfig of the pinned release
+"""TRL's recipe keys: the fields of GRPOConfig, RLOOConfig, AsyncGRPOConfig and ModelConfig of the pinned release
 (:mod:`rlexp.trainers.trl.fields`) as a key table (rlexp.spec.recipe.TrainerKeyTable), each with the
 kind the one-variable rule reads, and the key that says which of TRL's trainers runs the recipe.
 
 TRL runs one trainer per command: ``trl grpo`` GRPOTrainer (GRPOConfig), ``trl rloo`` RLOOTrainer
-(RLOOConfig, REINFORCE with a leave-one-out baseline). A recipe names it with
-``advantage_estimator`` (``grpo``, the default, or ``rloo``: the estimator's name in verl and
-OpenRLHF too). It is rlexp's key, not a config field: it picks the class whose fields the recipe
+(RLOOConfig, REINFORCE with a leave-one-out baseline); ``trl.experimental.async_grpo``'s
+AsyncGRPOTrainer (AsyncGRPOConfig: generation on a vLLM server, overlapped with training) runs from a
+script of one's own. A recipe names it with ``advantage_estimator`` (``grpo``, the default, ``rloo``:
+the estimator's name in verl and OpenRLHF too, or ``async_grpo``). It is rlexp's key, not a config field: it picks the class whose fields the recipe
 may state and whose defaults fill the ones it does not (RLOOConfig's differ: ``num_generations``
-2, not 8; ``beta`` 0.05, not 0.0), and the class the launch runs."""
+2, not 8; ``beta`` 0.05, not 0.0; AsyncGRPOConfig's ``lr_scheduler_type`` constant, not linear), and
+the class the launch runs."""
 
 from __future__ import annotations
 
@@ -23,13 +25,22 @@ from rlexp.spec.recipe import (
     RecipeKey,
     TrainerKeyTable,
 )
-from rlexp.trainers.trl.fields import GRPO_CONFIG_FIELDS, MODEL_CONFIG_FIELDS, RLOO_CONFIG_FIELDS, TRL_VERSION
+from rlexp.trainers.trl.fields import (
+    ASYNC_GRPO_CONFIG_FIELDS,
+    GRPO_CONFIG_FIELDS,
+    MODEL_CONFIG_FIELDS,
+    RLOO_CONFIG_FIELDS,
+    TRL_VERSION,
+)
 
-# the recipe key naming TRL's trainer, its values (TRL's command names) -> (trainer class, config class, fields)
+# the recipe key naming TRL's trainer, its values -> (trainer class, config class, fields)
 ESTIMATOR_KEY = "advantage_estimator"
 TRAINERS = {"grpo": ("GRPOTrainer", "GRPOConfig", GRPO_CONFIG_FIELDS),
-            "rloo": ("RLOOTrainer", "RLOOConfig", RLOO_CONFIG_FIELDS)}
+            "rloo": ("RLOOTrainer", "RLOOConfig", RLOO_CONFIG_FIELDS),
+            "async_grpo": ("AsyncGRPOTrainer", "AsyncGRPOConfig", ASYNC_GRPO_CONFIG_FIELDS)}
 DEFAULT_ESTIMATOR = "grpo"
+ASYNC_GRPO = "async_grpo"  # trl.experimental.async_grpo: no `trl` command runs it
+CLI_COMMANDS = ("grpo", "rloo")  # `trl grpo`, `trl rloo`: the TRAINERS TRL's command line runs
 
 
 def estimator_of(recipe: Mapping[str, Any]) -> str:
@@ -51,7 +62,8 @@ def config_field_names(estimator: str) -> frozenset[str]:
 def recipe_defaults(stated: Mapping[str, Any]) -> dict[str, Any]:
     """What the keys a recipe does not state resolve to: the fields of the class it names (rlexp's
     spec loader calls this through TrlRules.recipe_defaults). GRPOConfig's are the table's own
-    defaults, so a GRPO recipe resolves as before; RLOOConfig's are its own (2 generations, beta 0.05)."""
+    defaults, so a GRPO recipe resolves as before; RLOOConfig's are its own (2 generations, beta 0.05),
+    and so are AsyncGRPOConfig's (a constant LR, logging every step)."""
     estimator = estimator_of(stated)
     table = trl_key_table()
     if estimator not in TRAINERS or estimator == DEFAULT_ESTIMATOR:
@@ -108,9 +120,10 @@ def _trl_type(annotation: str) -> tuple[str, bool]:
 @cache
 def trl_key_table() -> TrainerKeyTable:
     """GRPOConfig's fields, ModelConfig's (the model and LoRA settings of ``trl grpo``), then the
-    fields only RLOOConfig has and ``advantage_estimator``. The defaults are GRPOConfig's and
-    ModelConfig's (the RLOO-only fields and the estimator have none there: a GRPO recipe that does not
-    state them resolves, and hashes, as before); an RLOO recipe's are :func:`recipe_defaults`'."""
+    fields only RLOOConfig or AsyncGRPOConfig has and ``advantage_estimator``. The defaults are GRPOConfig's and
+    ModelConfig's (the RLOO- and AsyncGRPO-only fields and the estimator have none there: a GRPO recipe
+    that does not state them resolves, and hashes, as before); an RLOO or AsyncGRPO recipe's are
+    :func:`recipe_defaults`'."""
     keys: dict[str, RecipeKey] = {}
     for name, annotation, default in (*GRPO_CONFIG_FIELDS, *MODEL_CONFIG_FIELDS):
         if name in keys:  # a field both dataclasses have (GRPOConfig's is listed first)
@@ -118,10 +131,10 @@ def trl_key_table() -> TrainerKeyTable:
         type_, nullable = _trl_type(annotation)
         keys[name] = RecipeKey(name, type_, default, trl_kind(name), nullable or default is None)
     defaults = {k.name: k.default for k in keys.values()}
-    for name, annotation, default in RLOO_CONFIG_FIELDS:
+    for name, annotation, default in (*RLOO_CONFIG_FIELDS, *ASYNC_GRPO_CONFIG_FIELDS):
         if name not in keys:
             type_, nullable = _trl_type(annotation)
             keys[name] = RecipeKey(name, type_, default, trl_kind(name), nullable or default is None)
     keys[ESTIMATOR_KEY] = RecipeKey(ESTIMATOR_KEY, "str", DEFAULT_ESTIMATOR, TRAINING, True)
-    return TrainerKeyTable("trl", f"TRL {TRL_VERSION} GRPOConfig, RLOOConfig and ModelConfig fields", keys,
+    return TrainerKeyTable("trl", f"TRL {TRL_VERSION} GRPOConfig, RLOOConfig, AsyncGRPOConfig and ModelConfig fields", keys,
                            defaults, keys.get, (TRL_VERSION,), model_key="model_name_or_path")  # fmt: skip

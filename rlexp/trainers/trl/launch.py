@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from rlexp.experiment.layout import AttemptDir
 from rlexp.trainers.launch import LaunchPlan, TrainerLaunch, loss_recipe
 from rlexp.trainers.trl import RULES
-from rlexp.trainers.trl.keys import estimator_of
+from rlexp.trainers.trl.keys import ASYNC_GRPO, estimator_of
 
 if TYPE_CHECKING:
     from rlexp.spec.model import Attempt
@@ -20,6 +20,10 @@ if TYPE_CHECKING:
 # RLOOTrainer._compute_loss (TRL 1.16): one term per sequence, not per token
 RLOO_LOSS = ("its loss is the micro-batch's mean over sequences of the clipped sequence-level ratio (the sum of the "
              "tokens' log-ratios) times the advantage")
+# AsyncGRPOTrainer.compute_loss (TRL 1.16): a micro-batch's clipped token terms summed over the trained tokens of
+# that micro-batch on all processes, over gradient_accumulation_steps
+ASYNC_GRPO_LOSS = ("its loss is each micro-batch's token mean (its tokens' clipped terms over the micro-batch's trained "
+                   "tokens on all processes), averaged over the optimizer step's micro-batches")
 TRL_LOSS_TYPES = {"token-mean": "dapo", "seq-mean-token-mean": "grpo", "seq-mean-token-sum-norm": "dr_grpo"}
 
 
@@ -42,6 +46,9 @@ class TrlLaunch(TrainerLaunch):
         version = att.trainer.version
         if att.recipe.estimator == "rloo":
             raise ValueError(f"TRL {version}'s RLOOTrainer has no loss_type: {RLOO_LOSS}, which none of the modes is")
+        if att.recipe.estimator == ASYNC_GRPO:
+            raise ValueError(f"TRL {version}'s AsyncGRPOTrainer has no loss_type: {ASYNC_GRPO_LOSS}, which none of the "
+                             "modes is exactly")
         loss_type = TRL_LOSS_TYPES.get(mode)
         if loss_type is None:
             spelled = ", ".join(f"{t} = {m}" for m, t in TRL_LOSS_TYPES.items())
@@ -62,6 +69,9 @@ class TrlLaunch(TrainerLaunch):
     def loss_agg_default(self, att: Attempt, recipe: Any) -> tuple[str, str]:
         if estimator_of(recipe) == "rloo":
             return "TRL RLOO sequence mean", f"TRL's RLOOTrainer: {RLOO_LOSS}, which none of the modes is"
+        if estimator_of(recipe) == ASYNC_GRPO:
+            return ("TRL AsyncGRPO micro-batch token mean",
+                    f"TRL's AsyncGRPOTrainer: {ASYNC_GRPO_LOSS}, which none of the modes is exactly")
         loss_type = str(recipe["loss_type"])  # the resolved recipe with the loss rewrite over it (a dict)
         mode = {t: m for m, t in TRL_LOSS_TYPES.items()}.get(loss_type)
         if mode is None:
@@ -75,6 +85,12 @@ class TrlLaunch(TrainerLaunch):
 
     def plan_details(self, att: Attempt, steps: Any) -> dict[str, Any]:
         env = att.environment
+        if env is not None and att.recipe.estimator == ASYNC_GRPO:
+            from rlexp.errors import InputError
+
+            raise InputError(att.display_path or att.spec_path, "environment",
+                             f"rlexp plans TRL {att.trainer.version}'s AsyncGRPOTrainer from a script of one's own "
+                             "and does not launch it: an environment task runs on advantage_estimator grpo")
         if env is not None and att.recipe.estimator == "rloo":
             from rlexp.errors import InputError
 

@@ -1,13 +1,14 @@
-"""TRL's typed recipe: the resolved GRPOConfig/RLOOConfig fields, read by TRL's code as attributes.
+"""TRL's typed recipe: the resolved GRPOConfig/RLOOConfig/AsyncGRPOConfig fields, read by TRL's code as
+attributes.
 
 A TRL recipe holds every field of the config class its ``advantage_estimator`` names (GRPOConfig's,
-or RLOOConfig's for ``rloo``) and ModelConfig's, each at its stated value or at the class's own
+RLOOConfig's for ``rloo``, AsyncGRPOConfig's for ``async_grpo``) and ModelConfig's, each at its stated value or at the class's own
 default. Those defaults are written once, in :mod:`rlexp.trainers.trl.fields` (generated from TRL's
 own dataclasses and checked against them), and reach the recipe through the key table
 (:func:`rlexp.trainers.trl.keys.recipe_defaults`): nothing here states a default. The attributes
 below are the fields rlexp's TRL code reads (the step math, the eval and save schedule, the
-preflight, the launch); a field only GRPOConfig has is None on an RLOO recipe, whose class has no
-such field. As a mapping (:class:`rlexp.spec.recipe.RecipeView`) it is every field in the table's
+preflight, the launch); a field not every one of those classes has (``loss_type``: GRPOConfig's
+only; ``num_iterations``: not AsyncGRPOConfig's) is None on a recipe whose class has no such field. As a mapping (:class:`rlexp.spec.recipe.RecipeView`) it is every field in the table's
 order, as the trainer-neutral code (the one-variable diff, the digest, the plan) reads any recipe.
 """
 
@@ -23,11 +24,11 @@ T = TypeVar("T")
 
 
 class Field(Generic[T]):
-    """A config field of the resolved recipe, read as an attribute of the same name; ``only_grpo``: a
-    field only GRPOConfig has, None on an RLOO recipe (RLOOConfig has no such field)."""
+    """A config field of the resolved recipe, read as an attribute of the same name; ``partial``: a
+    field not every TRL config class has, None on a recipe whose class has no such field."""
 
-    def __init__(self, *, only_grpo: bool = False):
-        self.only_grpo = only_grpo
+    def __init__(self, *, partial: bool = False):
+        self.partial = partial
         self.name = ""
 
     def __set_name__(self, owner: type, name: str) -> None:
@@ -40,7 +41,7 @@ class Field(Generic[T]):
     def __get__(self, recipe: TrlRecipe | None, owner: type) -> Field[T] | T:
         if recipe is None:
             return self
-        return recipe.values.get(self.name) if self.only_grpo else recipe.values[self.name]
+        return recipe.values.get(self.name) if self.partial else recipe.values[self.name]
 
 
 @dataclass(frozen=True, eq=False)
@@ -57,7 +58,8 @@ class TrlRecipe(NativeRecipe):
     # ---- which trainer
     @property
     def estimator(self) -> str:
-        """``grpo`` (GRPOTrainer) or ``rloo`` (RLOOTrainer): rlexp's ``advantage_estimator``."""
+        """``grpo`` (GRPOTrainer), ``rloo`` (RLOOTrainer) or ``async_grpo`` (AsyncGRPOTrainer): rlexp's
+        ``advantage_estimator``."""
         from rlexp.trainers.trl.keys import estimator_of
 
         return estimator_of(self.values)
@@ -66,9 +68,9 @@ class TrlRecipe(NativeRecipe):
     per_device_train_batch_size = Field[int]()
     gradient_accumulation_steps = Field[int]()
     num_generations = Field[int | None]()
-    num_iterations = Field[int]()
-    steps_per_generation = Field[int | None]()
-    generation_batch_size = Field[int | None]()
+    num_iterations = Field[int | None](partial=True)  # AsyncGRPOConfig has none
+    steps_per_generation = Field[int | None](partial=True)
+    generation_batch_size = Field[int | None](partial=True)
     num_train_epochs = Field[float]()
     max_steps = Field[int]()
     max_completion_length = Field[int | None]()
@@ -89,10 +91,10 @@ class TrlRecipe(NativeRecipe):
 
     # ---- the loss and the sampler
     epsilon = Field[float]()
-    loss_type = Field[str | None](only_grpo=True)  # GRPOConfig's loss aggregation
-    importance_sampling_level = Field[str | None](only_grpo=True)  # token, or sequence (GSPO)
-    use_vllm = Field[bool]()
+    loss_type = Field[str | None](partial=True)  # GRPOConfig's loss aggregation
+    importance_sampling_level = Field[str | None](partial=True)  # token, or sequence (GSPO)
+    use_vllm = Field[bool | None](partial=True)  # AsyncGRPOConfig has none: it always generates on a vLLM server
     # GRPOConfig's correction of vLLM's sampling by the trainer's log-probs
-    vllm_importance_sampling_correction = Field[bool | None](only_grpo=True)
+    vllm_importance_sampling_correction = Field[bool | None](partial=True)
     top_p = Field[float]()
     top_k = Field[int]()

@@ -26,6 +26,7 @@ from rlexp.experiment.layout import ADAPTER_PATTERN, AttemptDir
 from rlexp.models.base_models import loadable
 from rlexp.trainers.trl import RULES
 from rlexp.trainers.trl.files import TrlFiles
+from rlexp.trainers.trl.keys import ASYNC_GRPO, ESTIMATOR_KEY
 from rlexp.trainers.trl.metrics import NAMES as _TRL_NAMES
 
 if TYPE_CHECKING:
@@ -97,6 +98,10 @@ def prepare_launch(att: Attempt, ad: AttemptDir, *, resume: bool, must_exist: bo
     from rlexp.trainers.trl.template import render_training_script
 
     spec = att.display_path or att.spec_path
+    if att.recipe.estimator == ASYNC_GRPO:  # its rollout worker, vLLM server and weight transfer are not generated
+        raise InputError(spec, f"recipe.{ESTIMATOR_KEY}", f"{ASYNC_GRPO}: rlexp plans TRL's AsyncGRPOTrainer but does "
+                         "not launch it (it needs a vLLM server of its own, which rlexp's TRL launch does not start); "
+                         "run it with your script")
     pool = att.datasets.get("pool")
     if pool is None or pool.path is None:
         raise InputError(spec, "datasets.pool.path", "required to launch training")

@@ -69,8 +69,9 @@ def _kinds() -> dict[str, str]:
     return kinds
 
 
-CONFIG_CLASSES = {"GRPOConfig": "grpo", "RLOOConfig": "rloo"}
-TRAINER_CLASSES = ("GRPOTrainer", "RLOOTrainer")
+# the config classes a script may build, and their trainers (AsyncGRPO's: `from trl.experimental.async_grpo import`)
+CONFIG_CLASSES = {"GRPOConfig": "grpo", "RLOOConfig": "rloo", "AsyncGRPOConfig": "async_grpo"}
+TRAINER_CLASSES = ("GRPOTrainer", "RLOOTrainer", "AsyncGRPOTrainer")
 ARGUMENT_PARSERS = ("TrlParser", "HfArgumentParser")  # a script parsing its config's fields from its flags
 
 
@@ -89,6 +90,8 @@ def read_source(script: Path, where: str, launch: Any, *, workdir: Path | None, 
     example = examples.example_of(module)
     if example is not None and example not in examples.OWN_CONFIG:
         return None  # a TrlParser example, or another trainer's (check_module refuses it)
+    if example in examples.NOT_ON_RELEASE:
+        raise InputError(script, where, examples.refusal(example))
     path = Path(module) if Path(module).is_absolute() else (workdir or Path.cwd()) / module
     if not path.is_file():
         if example is not None:
@@ -111,6 +114,14 @@ def read_source(script: Path, where: str, launch: Any, *, workdir: Path | None, 
         # flags as GRPOConfig's, as a script that cannot be read is
         return None
     return _read_built_config(script, path, source, launch, env)
+
+
+def processes_needed(recipe: dict[str, Any]) -> bool:
+    """Whether the plan of ``recipe`` needs the processes: not AsyncGRPOTrainer's, whose step count is the
+    stated max_steps whatever the processes (rlexp.trainers.trl.steps.async_grpo_steps)."""
+    from rlexp.trainers.trl.keys import ASYNC_GRPO, ESTIMATOR_KEY
+
+    return recipe.get(ESTIMATOR_KEY) != ASYNC_GRPO
 
 
 def processes(script: Path, where: str, launch: Any, *, workdir: Path | None) -> tuple[int, str]:
@@ -222,8 +233,9 @@ def _read_built_config(script: Path, path: Path, source: str, launch: Any, env: 
         raise InputError(path, f"line {exc.line}" if exc.line else None, exc.message) from None
     shown = path.name
     if not found.configs:
-        raise InputError(path, None, f"{shown} builds no GRPOConfig or RLOOConfig that rlexp can follow, and does not "
-                         "parse one with TrlParser: rlexp plans TRL's GRPOTrainer and RLOOTrainer")
+        raise InputError(path, None, f"{shown} builds no GRPOConfig, RLOOConfig or AsyncGRPOConfig that rlexp can "
+                         "follow, and does not parse one with TrlParser: rlexp plans TRL's GRPOTrainer, RLOOTrainer "
+                         "and AsyncGRPOTrainer")
     if len(found.configs) > 1:
         lines = ", ".join(str(c.line) for c in found.configs)
         raise InputError(path, f"lines {lines}", f"{shown} builds {len(found.configs)} configs: rlexp plans one run")
@@ -300,7 +312,7 @@ def check_module(script: Path, where: str, module: str) -> dict[str, Any]:
     GRPO. (A training script of the user's own, `accelerate launch train.py`, is read as a GRPO
     script; one of TRL's own examples is read by what it runs, rlexp.trainers.trl.examples.)"""
     from rlexp.trainers.trl import examples
-    from rlexp.trainers.trl.keys import DEFAULT_ESTIMATOR, ESTIMATOR_KEY, TRAINERS
+    from rlexp.trainers.trl.keys import CLI_COMMANDS, DEFAULT_ESTIMATOR, ESTIMATOR_KEY
 
     example = examples.example_of(module)
     if example is not None:
@@ -311,7 +323,7 @@ def check_module(script: Path, where: str, module: str) -> dict[str, Any]:
         return {} if estimator == DEFAULT_ESTIMATOR else {ESTIMATOR_KEY: estimator}
     if module.startswith("trl ") or module.startswith("trl.scripts."):
         sub = module.split(" ", 1)[1] if module.startswith("trl ") else module.rsplit(".", 1)[-1]
-        if sub not in TRAINERS:
+        if sub not in CLI_COMMANDS:
             shown = f"trl {sub}" if module.startswith("trl ") else f"python -m {module}"
             raise InputError(script, where, f"{shown[:80]}: rlexp plans TRL's GRPOTrainer (`trl grpo`) and RLOOTrainer "
                              f"(`trl rloo`); {shown[:80]} runs another trainer")

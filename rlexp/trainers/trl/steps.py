@@ -25,6 +25,18 @@ iterations ``μ`` (``num_iterations``) and ``S = steps_per_generation`` (default
   LR that step applied, ``peak × λ(step − 1)`` — the ``applied`` logging of
   :mod:`rlexp.training.schedule`. (transformers releases that read it after the scheduler step logged
   the *next* step's LR; the pinned one does not, and the CPU run checks which.)
+
+AsyncGRPOTrainer (``trl.experimental.async_grpo``, ``advantage_estimator: async_grpo``) trains on a
+rollout queue a vLLM server fills while it trains: its DataLoader is an IterableDataset without a
+length, so transformers' ``set_initial_training_values`` takes ``max_steps`` as it is stated (one
+"epoch" of ``max_steps`` optimizer steps of ``GA`` micro-batches each) and builds the scheduler over
+it; warm-up and the LR are the rule above. How many prompts a step trains is not known before the
+run (a token-budgeted micro-batch holds as many samples as fit ``token_budget``; a multi-turn
+conversation forks into a varying number of rows; samples older than ``max_staleness`` weight
+updates are discarded), and neither are the passes over the prompts. Without ``max_steps`` the
+trainer sets its own from those unknowns (a "safety ceiling" of ``num_train_epochs × prompts ×
+num_generations × rows per conversation / samples per step``) and stops by counting prompts
+trained: its step count is not known before the run, and the plan refuses it.
 """
 
 from __future__ import annotations
@@ -36,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlexp.spec.recipe import COMMON_KEYS
 from rlexp.trainers.trl.fields import MODEL_CONFIG_FIELDS
-from rlexp.trainers.trl.keys import ESTIMATOR_KEY, TRAINERS, config_field_names, estimator_of
+from rlexp.trainers.trl.keys import ASYNC_GRPO, ESTIMATOR_KEY, TRAINERS, config_field_names, estimator_of
 from rlexp.training.schedule import Steps
 
 if TYPE_CHECKING:
@@ -99,6 +111,8 @@ class TrlSteps(Steps):
 
     def as_dict(self) -> dict[str, Any]:
         """The TRL quantities of ``plan.json`` (``steps.trl``)."""
+        if self.trainer_class == TRAINERS[ASYNC_GRPO][0]:
+            return self.async_as_dict()
         return {
             "trainer": self.trainer_class,
             "per_device_train_batch_size": self.per_device_train_batch_size,
@@ -121,6 +135,37 @@ class TrlSteps(Steps):
         }
 
 
+    def async_as_dict(self) -> dict[str, Any]:
+        """AsyncGRPOTrainer's quantities: what is known before the run, and what is not (None, and why)."""
+        return {
+            "trainer": self.trainer_class,
+            "per_device_train_batch_size": self.per_device_train_batch_size,
+            "processes": self.processes,
+            "gradient_accumulation_steps": self.gradient_accumulation_steps,
+            "num_generations": self.n_samples_per_prompt,
+            "micro_batches_per_optimizer_step": self.gradient_accumulation_steps,
+            "max_steps_stated": self.max_steps_stated,
+            "max_steps": self.optimizer_steps_total,
+            "warmup_steps": self.warmup_steps,
+            "warmup_rule": self.warmup_rule_text,
+            "lr_scheduler_type": self.lr_scheduler_type,
+            "logged_learning_rate": "the LR the step applied (read before scheduler.step())",
+            "prompts_per_optimizer_step": None,
+            "num_train_epochs": None,
+            "not_known_before_the_run": list(ASYNC_NOT_KNOWN),
+        }
+
+
+# what AsyncGRPOTrainer decides while it runs (async_grpo_trainer.py of TRL 1.16.0), so the plan states no figure
+ASYNC_NOT_KNOWN = (
+    "prompts per optimizer step: a micro-batch holds as many samples as fit token_budget (by default the vLLM "
+    "server's max_model_len, read at train start), or B × processes samples with token_budget <= 0, and a "
+    "multi-turn conversation forks into a varying number of rows",
+    "passes over the prompts: max_steps stops the run, whatever number of prompts it has trained; samples more "
+    "than max_staleness weight updates old are discarded",
+)
+
+
 # TRL's GRPO (and GSPO: the same group advantages) takes its baseline within a prompt's group, and
 # its GRPOConfig refuses one generation per prompt before training, in these words
 ONE_GENERATION = ("1: GRPO takes its baseline within a prompt's group, and TRL refuses it at start (GRPOConfig: "
@@ -138,14 +183,15 @@ def one_generation(estimator: str) -> str:
 
 
 def check_class_fields(recipe: Mapping[str, Any], version: str) -> str:
-    """The TRL trainer the recipe names (``grpo`` or ``rloo``), after checking that every key it
+    """The TRL trainer the recipe names (``grpo``, ``rloo`` or ``async_grpo``), after checking that every key it
     holds is a field of that trainer's config class (or ModelConfig's, or rlexp's own): a GRPOConfig
     field on an RLOO recipe (``loss_type``, ``scale_rewards``, ...) is refused naming it, and so is
     an RLOOConfig-only one (``normalize_advantages``) on a GRPO recipe."""
     estimator = estimator_of(recipe)
     if estimator not in TRAINERS:
-        raise TrlRecipeError(ESTIMATOR_KEY, f"{estimator!r}: TRL {version} runs grpo (GRPOTrainer, `trl grpo`) or "
-                                            "rloo (RLOOTrainer, `trl rloo`)")
+        raise TrlRecipeError(ESTIMATOR_KEY, f"{estimator!r}: TRL {version} runs grpo (GRPOTrainer, `trl grpo`), "
+                                            "rloo (RLOOTrainer, `trl rloo`) or async_grpo (AsyncGRPOTrainer of "
+                                            "trl.experimental.async_grpo)")
     own = config_field_names(estimator) | {row[0] for row in MODEL_CONFIG_FIELDS} | {ESTIMATOR_KEY, *COMMON_KEYS}
     config = TRAINERS[estimator][1]
     for key in recipe:
@@ -187,6 +233,8 @@ def trl_steps(recipe: TrlRecipe, pool_size: int, version: str, processes: int = 
     if pool_size < 0:
         raise ValueError(f"pool_size must be >= 0, got {pool_size}")
     estimator = check_class_fields(recipe, version)
+    if estimator == ASYNC_GRPO:
+        return async_grpo_steps(recipe, pool_size, version, processes)
     config = TRAINERS[estimator][1]
     b = _int("per_device_train_batch_size", recipe.per_device_train_batch_size, 1)
     ga = _int("gradient_accumulation_steps", recipe.gradient_accumulation_steps, 1)
@@ -253,6 +301,40 @@ def trl_steps(recipe: TrlRecipe, pool_size: int, version: str, processes: int = 
         num_cycles=num_cycles,
         warmup_rule_text=rule,
         trainer_class=TRAINERS[estimator][0],
+    )
+
+
+def async_grpo_steps(recipe: TrlRecipe, pool_size: int, version: str, processes: int = 1) -> TrlSteps:
+    """AsyncGRPOTrainer's steps (see the module docstring): ``max_steps`` as stated, or refused."""
+    stated_max = recipe.max_steps
+    if isinstance(stated_max, bool) or not isinstance(stated_max, int) or stated_max <= 0:
+        raise TrlRecipeError("max_steps", f"{stated_max!r}: AsyncGRPOTrainer's step count is not known before the "
+                                          "run without a stated max_steps > 0 (it counts the prompts it trains, and "
+                                          "how many a step trains depends on token budgets and forks): state max_steps")
+    if str(recipe.eval_strategy) != "no":
+        raise TrlRecipeError("eval_strategy", f"{recipe.eval_strategy!r}: AsyncGRPOTrainer gives transformers' "
+                                              "Trainer no eval_dataset, and the Trainer refuses an eval_strategy "
+                                              "without one: state eval_strategy no")
+    b = _int("per_device_train_batch_size", recipe.per_device_train_batch_size, 1)
+    ga = _int("gradient_accumulation_steps", recipe.gradient_accumulation_steps, 1)
+    g = _int("num_generations", recipe.num_generations, 1)
+    w = max(1, int(processes))
+    warmup, rule = _warmup(recipe, stated_max)
+    scheduler, peak, num_cycles, rate = _lr_schedule(recipe)
+    return TrlSteps(
+        trainer_version=version, pool_size=pool_size, prompts=pool_size, n_samples_per_prompt=g,
+        rollout_batch_size=0,  # not known: no sampler forms generation batches of a fixed number of prompts
+        train_batch_size=b * w * ga, micro_train_batch_size=b, data_parallel_size=w, num_episodes=1, max_epochs=1,
+        optimizer_steps_total=stated_max,
+        # transformers: a DataLoader without a length makes one "epoch" of max_steps optimizer steps
+        optimizer_steps_per_episode=stated_max, optimizer_steps_per_global_step=1,
+        micro_batches_per_optimizer_step=ga, global_steps_per_episode=stated_max, global_steps_total=stated_max,
+        partial_batch_prompts=0, drops_partial_batch=False, optimizer_steps_run=stated_max, warmup_steps=warmup,
+        peak_lr=peak, min_lr_ratio=rate, min_lr_rate=rate, actor_lr_logging="applied",
+        per_device_train_batch_size=b, processes=w, gradient_accumulation_steps=ga, steps_per_generation=ga,
+        num_iterations=1, num_train_epochs=float(recipe.num_train_epochs), max_steps_stated=stated_max,
+        batches_per_epoch=stated_max * ga, update_steps_per_epoch=stated_max, lr_scheduler_type=scheduler,
+        num_cycles=num_cycles, warmup_rule_text=rule, trainer_class=TRAINERS[ASYNC_GRPO][0],
     )
 
 
@@ -378,6 +460,8 @@ def intent_message(intent: int, steps: TrlSteps) -> str:
                f"{steps.rollout_batch_size}) × num_iterations {steps.num_iterations} × steps_per_generation "
                f"{steps.steps_per_generation}")
             + f", intent is {intent:,}")
+    if steps.trainer_class == TRAINERS[ASYNC_GRPO][0]:  # its epochs do not set its steps
+        return f"{head}: state max_steps: {intent}"
     return f"{head}: state max_steps: {intent} or change num_train_epochs"
 
 
