@@ -31,13 +31,18 @@ from __future__ import annotations
 
 import ast
 import operator
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 MAX_STEPS = 200_000          # expressions and statements followed while reading one script
 MAX_CALL_DEPTH = 40          # the script's own functions calling each other
 MAX_ITEMS = 10_000           # items of a list built by repetition that are kept (longer: only its length)
-MAX_TEXT = 1 << 20           # characters of a string built while reading
+MAX_TEXT = 1 << 20           # characters of a string built while reading (and the size of any one value)
+MAX_INT_BITS = 1 << 15       # bits of an integer computed while reading (Python's str() stops at 4,300 digits)
+MAX_DEPTH = 40               # lists/dicts nested in one value (deeper: unknown, so no walk of it recurses far)
+MAX_WALKED = 2_000_000       # items of values looked at (known(), sizes) while reading one script
+MAX_PRODUCED = 64 << 20      # characters / items of all the values computed while reading one script
 
 
 class ReadError(ValueError):
@@ -55,6 +60,15 @@ class Unknown:
 
     line: int
     why: str
+
+
+@dataclass(frozen=True)
+class _Spoiled(Unknown):
+    """Put in a list or dict that the script changes in a way rlexp does not follow: its items, its
+    length and its keys are then all unknown (every name bound to it sees the same object)."""
+
+
+_SPOILED_KEY = ("rlexp", "spoiled")   # the key a spoiled dict holds its _Spoiled under (no script has it)
 
 
 @dataclass(frozen=True)
@@ -118,7 +132,15 @@ class _Parser:
     options: list[tuple[tuple[str, ...], dict[str, Any], int]] = field(default_factory=list)
     defaults: dict[str, Any] = field(default_factory=dict)
     allow_abbrev: bool = True
+    add_help: bool = True   # -h/--help: also what `--he` abbreviates, or makes ambiguous
+    prefix_chars: str = "-"
+    conflict_handler: str = "error"
     broken: Unknown | None = None
+
+
+# ArgumentParser(...) settings read (the others change only its help text)
+_PARSER_FOLLOWED = ("allow_abbrev", "add_help", "prefix_chars", "conflict_handler")
+_PARSER_SETTINGS = ("prog", "usage", "description", "epilog", "formatter_class", "exit_on_error", *_PARSER_FOLLOWED)
 
 
 @dataclass
@@ -135,7 +157,28 @@ class _Bound:
 @dataclass
 class _Function:
     node: ast.FunctionDef | ast.AsyncFunctionDef
-    module: dict[str, Any]
+    scope: dict[Any, Any]              # where it is defined: the names it sees besides its own
+    defaults: list[Any]                # evaluated where it is defined, as Python does
+    kw_defaults: list[Any]
+
+
+_OUTER = ("rlexp", "outer")            # a function's scope: the scope it was defined in
+_GLOBAL = ("rlexp", "global")          # a function's scope: its `global` names
+_NONLOCAL = ("rlexp", "nonlocal")      # a function's scope: its `nonlocal` names
+_NO_DEFAULT = object()                 # a parameter without a default
+_NOT_FOLLOWED = object()               # a change of a container that is not followed
+
+
+def _generator(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """Whether calling the function returns a generator (a ``yield`` in its own body) instead of running it."""
+    stack: list[ast.AST] = list(node.body)
+    while stack:
+        item = stack.pop()
+        if isinstance(item, (ast.Yield, ast.YieldFrom)):
+            return True
+        if not isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            stack.extend(ast.iter_child_nodes(item))
+    return False
 
 
 class _Return(Exception):
@@ -147,8 +190,16 @@ class _BranchEnds(Exception):
     """A ``raise`` on a path whose condition is not known: that path ends there."""
 
 
+class _Raised(ReadError):
+    """A ``raise`` reached on a known path (a ``try`` around it may catch it)."""
+
+
 _BUILTINS = ("len", "int", "float", "str", "bool", "min", "max", "abs", "round", "range", "list", "tuple", "dict",
-             "sorted", "sum", "print", "isinstance", "ValueError", "TypeError", "RuntimeError", "SystemExit")
+             "sorted", "sum", "print", "isinstance", "ValueError", "TypeError", "RuntimeError", "SystemExit",
+             # not followed, but known not to change the lists and dicts they are given
+             "iter", "enumerate", "zip", "reversed", "repr", "type", "id", "hash", "hasattr", "getattr",
+             "issubclass", "any", "all", "map", "filter", "next", "set", "frozenset", "open", "callable", "format",
+             "divmod", "pow", "ord", "chr", "hex", "bin", "oct")
 _BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
            ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
 _COMPARE = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
@@ -161,14 +212,20 @@ _SAME_SIZE = ("shuffle", "map", "rename_column", "rename_columns", "remove_colum
 PLACEHOLDER_PREFIX = "rlexp-unknown-value"
 
 
+# Items known() and _size() have looked at since the read began: _Reader._count adds them to its
+# budget, so a script cannot make rlexp walk one large value over and over for free (a script's
+# `if x:` repeated 50,000 times over a list of 10,000 items would otherwise take minutes).
+_walked = [0]
+
+
 def known(value: Any) -> bool:
     """Whether ``value`` is wholly known (no :class:`Unknown` or :class:`Sized` anywhere inside)."""
     if isinstance(value, (Unknown, Sized, Dataset, _Parser, _Namespace, _Bound, _Function, Name, ConfigCall)):
         return False
-    if isinstance(value, (list, tuple)):
-        return all(known(v) for v in value)
-    if isinstance(value, dict):
-        return all(known(v) for v in value.values())
+    if isinstance(value, (list, tuple, dict, set, frozenset)):
+        items = value.values() if isinstance(value, dict) else value
+        _walked[0] += len(items)
+        return all(known(v) for v in items)
     return True
 
 
@@ -200,6 +257,7 @@ def read(source: str, argv: list[str], *, env: dict[str, str] | None = None,
     except (RecursionError, MemoryError, ValueError):
         raise ReadError(None, "nested too deeply to read") from None
     reader = _Reader(argv, env or {}, configs, trainers, unknown_words or {})
+    _walked[0] = 0
     try:
         reader.block(tree.body, reader.module)
     except _Return:
@@ -225,6 +283,8 @@ class _Reader:
         self.steps = 0
         self.depth = 0
         self.uncertain: list[Unknown] = []   # why the statements being read may not run (innermost last)
+        self.frames: list[list[Unknown | None]] = []   # per function being read: a return on a path not known
+        self.produced = 0                    # size of the values computed so far (MAX_PRODUCED)
 
     # ---- statements
     def block(self, body: list[ast.stmt], scope: dict[str, Any]) -> None:
@@ -234,7 +294,11 @@ class _Reader:
     def statement(self, node: ast.stmt, scope: dict[str, Any]) -> None:
         self._count(node)
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            scope[node.name] = _Function(node, self.module)
+            spec = node.args
+            function = _Function(node, scope, [self.expr(d, scope) for d in spec.defaults],
+                                 [_NO_DEFAULT if d is None else self.expr(d, scope) for d in spec.kw_defaults])
+            # defined on a path not known to run: which definition a later call meets is not known
+            scope[node.name] = self.uncertain[-1] if self.uncertain else function
         elif isinstance(node, ast.ClassDef):
             scope[node.name] = Unknown(node.lineno, f"an object of the script's class {node.name}")
         elif isinstance(node, ast.Import):
@@ -253,8 +317,18 @@ class _Reader:
                 self.assign(node.target, self.expr(node.value, scope), scope, node.lineno)
         elif isinstance(node, ast.AugAssign):
             current = self.expr(_as_load(node.target), scope)
-            self.assign(node.target, self._binary(node.op, current, self.expr(node.value, scope), node.lineno),
-                        scope, node.lineno)
+            value = self.expr(node.value, scope)
+            if isinstance(current, (list, dict)):
+                # `x += y` changes the list (dict) itself, which other names may hold too
+                if not self.uncertain and isinstance(current, list) and isinstance(node.op, ast.Add) \
+                        and isinstance(value, (list, tuple)) and not _spoiled(current) and not _spoiled(value):
+                    current.extend(value)
+                else:
+                    self._spoil(current, node.lineno, f"changed by `{ast.unparse(node)[:60]}`")
+                self.assign(node.target, current, scope, node.lineno)
+            else:
+                self.assign(node.target, self._bounded(self._binary(node.op, current, value, node.lineno),
+                                                       node.lineno), scope, node.lineno)
         elif isinstance(node, ast.Expr):
             self.expr(node.value, scope)
         elif isinstance(node, ast.If):
@@ -272,8 +346,17 @@ class _Reader:
                                 node.lineno)
             self.block(node.body, scope)
         elif isinstance(node, ast.Try) or type(node).__name__ == "TryStar":
-            self.block(node.body, scope)   # the path without an exception
-            self.block(node.orelse, scope)
+            try:
+                self.block(node.body, scope)   # the path without an exception
+            except _Raised as raised:
+                if not node.handlers:
+                    raise
+                # a handler may catch it (which one, Python's exception types say): the rest is not known
+                why = Unknown(raised.line or node.lineno, f"set after the exception raised on line {raised.line}")
+                for handler in node.handlers:
+                    self._uncertain(why, handler.body, scope)
+            else:
+                self.block(node.orelse, scope)
             self.block(node.finalbody, scope)
         elif isinstance(node, ast.Return):
             raise _Return(None if node.value is None else self.expr(node.value, scope))
@@ -281,12 +364,17 @@ class _Reader:
             if self.uncertain:
                 raise _BranchEnds()
             shown = ast.unparse(node.exc)[:120] if node.exc is not None else "raise"
-            raise ReadError(node.lineno, f"the script's own code stops here with these arguments ({shown})")
+            raise _Raised(node.lineno, f"the script's own code stops here with these arguments ({shown})")
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            scope.setdefault(_GLOBAL if isinstance(node, ast.Global) else _NONLOCAL, set()).update(node.names)
+        elif isinstance(node, ast.Delete):
+            for target in node.targets:
+                self._delete(target, scope, node.lineno)
         elif isinstance(node, ast.Match):
             why = Unknown(node.lineno, f"set in the `match` on line {node.lineno}")
             for case in node.cases:
                 self._uncertain(why, case.body, scope)
-        # pass, assert, global, nonlocal, del, break, continue: nothing to follow
+        # pass, assert, break, continue: nothing to follow
 
     def _if(self, node: ast.If, scope: dict[str, Any]) -> None:
         test = self.expr(node.test, scope)
@@ -299,21 +387,58 @@ class _Reader:
         self._uncertain(why, node.orelse, scope)
 
     def _uncertain(self, why: Unknown, body: list[ast.stmt], scope: dict[str, Any]) -> None:
+        entry = len(self.uncertain)
         self.uncertain.append(why)
         try:
             self.block(body, scope)
         except _BranchEnds:
             pass
         except _Return:
-            pass  # a return on a path not known to run: the function goes on as if it had not
+            # a return on a path not known to run: what the function returns, and whether the rest of
+            # its body runs, are not known from here on
+            if self.frames and self.frames[-1][0] is None:
+                self.frames[-1][0] = Unknown(why.line, f"returned early under the condition on line {why.line}")
         finally:
-            self.uncertain.pop()
+            del self.uncertain[entry:]
+        if self.frames and self.frames[-1][0] is not None:
+            self.uncertain.append(self.frames[-1][0])
+
+    def _spoil(self, container: Any, line: int, why: str) -> None:
+        """``container`` (a list, dict or set of the script) changed in a way not followed: all of it unknown."""
+        mark = _Spoiled(line, why)
+        if isinstance(container, list):
+            container[:] = [mark]
+        elif isinstance(container, dict):
+            container.clear()
+            container[_SPOILED_KEY] = mark
+        elif isinstance(container, set):
+            container.clear()
+            container.add(mark)
+
+    def _delete(self, target: ast.expr, scope: dict[Any, Any], line: int) -> None:
+        if isinstance(target, ast.Name):
+            scope[target.id] = Unknown(line, f"{target.id}, deleted on line {line}")
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            for element in target.elts:
+                self._delete(element, scope, line)
+        elif isinstance(target, ast.Subscript):
+            container = self.expr(target.value, scope)
+            key = self.expr(target.slice, scope)
+            if isinstance(container, dict) and not self.uncertain and known(key) and not _spoiled(container) \
+                    and not isinstance(key, (list, dict)) and key in container:
+                del container[key]
+            else:
+                self._spoil(container, line, f"an item deleted on line {line}")
+        elif isinstance(target, ast.Attribute):
+            obj = self.expr(target.value, scope)
+            if isinstance(obj, ConfigCall):
+                obj.fields[target.attr] = Unknown(line, f"{target.attr}, deleted on line {line}")
 
     def assign(self, target: ast.expr, value: Any, scope: dict[str, Any], line: int) -> None:
         if self.uncertain:
             value = self.uncertain[-1]
         if isinstance(target, ast.Name):
-            scope[target.id] = value
+            self._scope_of(target.id, scope)[target.id] = value
         elif isinstance(target, (ast.Tuple, ast.List)):
             items = list(value) if isinstance(value, (tuple, list)) and len(value) == len(target.elts) else None
             for i, element in enumerate(target.elts):
@@ -323,12 +448,17 @@ class _Reader:
         elif isinstance(target, ast.Subscript):
             container = self.expr(target.value, scope)
             key = self.expr(target.slice, scope)
-            if isinstance(container, dict):
-                if known(key):
-                    container[key] = value
-                else:
-                    for k in list(container):
-                        container[k] = Unknown(line, "a dict item under a key not known")
+            # an item set on a path not known to run, under a key not known, or a list's item by an index
+            # not known: which items (keys, length) the list or dict has is then not known
+            settable = not _spoiled(container) and (
+                (isinstance(container, dict) and known(key) and not isinstance(key, (list, dict, set))
+                 and (not self.uncertain or key in container))
+                or (isinstance(container, list) and not self.uncertain and type(key) is int
+                    and -len(container) <= key < len(container)))
+            if settable:
+                container[key] = value
+            elif isinstance(container, (list, dict)):
+                self._spoil(container, line, f"an item set on line {line}")
         elif isinstance(target, ast.Attribute):
             obj = self.expr(target.value, scope)
             if isinstance(obj, ConfigCall):
@@ -338,6 +468,25 @@ class _Reader:
 
     # ---- expressions
     def expr(self, node: ast.expr, scope: dict[str, Any]) -> Any:
+        value = self._expr(node, scope)
+        if isinstance(node, _COMPUTES):
+            value = self._bounded(value, getattr(node, "lineno", 0))
+        return value
+
+    def _bounded(self, value: Any, line: int) -> Any:
+        """``value``, computed by the script's code, if it is small enough to keep: a script must not
+        make rlexp hold gigabytes (``[[0] * 9999] * 9999``, ``x = x * x`` over and over), nor a value
+        so deep that walking it recurses far. Counted into what the whole read may compute."""
+        why = _too_big(value)
+        if why is not None:
+            value = Sized(len(value)) if isinstance(value, (list, tuple)) else Unknown(line, why)
+        self.produced += _shallow_size(value)
+        if self.produced > MAX_PRODUCED:
+            raise ReadError(line, f"computes values of more than {MAX_PRODUCED} characters or items in all: too "
+                            "much to read")
+        return value
+
+    def _expr(self, node: ast.expr, scope: dict[str, Any]) -> Any:
         self._count(node)
         line = getattr(node, "lineno", 0)
         if isinstance(node, ast.Constant):
@@ -387,9 +536,25 @@ class _Reader:
             return value
         return Unknown(line, f"{type(node).__name__.lower()} expression")
 
+    def _scope_of(self, name: str, scope: dict[Any, Any]) -> dict[Any, Any]:
+        """The scope an assignment to ``name`` in ``scope`` binds it in (``global``/``nonlocal``)."""
+        if name in scope.get(_GLOBAL, ()):
+            return self.module
+        if name in scope.get(_NONLOCAL, ()):
+            outer = scope.get(_OUTER)
+            while outer is not None and outer is not self.module:
+                if name in outer:
+                    return outer
+                outer = outer.get(_OUTER)
+        return scope
+
     def _lookup(self, name: str, scope: dict[str, Any], line: int) -> Any:
-        if name in scope:
-            return scope[name]
+        if name in scope.get(_GLOBAL, ()):
+            scope = self.module
+        while scope is not None:   # its own names, then those of the functions it is defined in
+            if name in scope:
+                return scope[name]
+            scope = scope.get(_OUTER)
         if name in self.module:
             return self.module[name]
         if name in ("True", "False", "None"):
@@ -409,7 +574,7 @@ class _Reader:
             return obj.fields.get(attr, Unknown(line, f"{obj.cls}.{attr} at its default"))
         if isinstance(obj, Unknown):
             return obj
-        if isinstance(obj, (_Parser, Dataset, str, dict, list)):
+        if isinstance(obj, (_Parser, Dataset, str, dict, list, set)):
             return _Bound(obj, attr)
         return Unknown(line, f".{attr} of a value rlexp does not follow")
 
@@ -428,11 +593,15 @@ class _Reader:
         return Unknown(line, "an item of a value rlexp does not follow")
 
     def _binary(self, op: ast.operator, left: Any, right: Any, line: int) -> Any:
-        if isinstance(op, ast.Mult) and isinstance(right, (list, tuple, Sized)) and isinstance(left, int):
-            left, right = right, left
+        if isinstance(op, ast.Mult) and isinstance(right, (list, tuple, Sized, str, bytes)) and isinstance(left, int):
+            left, right = right, left   # n * seq is seq * n
+        if isinstance(op, (ast.Mult, ast.Add)) and (_spoiled(left) or _spoiled(right)):
+            return first_unknown(left if _spoiled(left) else right, line)
         if isinstance(op, ast.Mult) and isinstance(left, (list, tuple, Sized)) and isinstance(right, int) \
                 and not isinstance(right, bool):
             length = _length(left) * max(right, 0)
+            if length.bit_length() > MAX_INT_BITS:
+                return Unknown(line, "a list too long to follow")
             if isinstance(left, Sized) or not known(left) or length > MAX_ITEMS:
                 return Sized(length)
             return left * right
@@ -445,10 +614,21 @@ class _Reader:
         fn = _BINARY.get(type(op))
         if fn is None:
             return Unknown(line, "an operation rlexp does not follow")
-        if isinstance(op, ast.Pow) and isinstance(right, (int, float)) and abs(right) > 64:
-            return Unknown(line, "a power too large to follow")
-        if isinstance(op, ast.Mult) and isinstance(left, str) and isinstance(right, int) and len(left) * right > MAX_TEXT:
+        # what would be too large is refused before Python computes it (a gigabyte string, a number
+        # of billions of digits): afterwards is too late
+        if isinstance(op, ast.Mult) and isinstance(left, (str, bytes)) and isinstance(right, int) \
+                and len(left) * right > MAX_TEXT:
             return Unknown(line, "a string too long to follow")
+        if isinstance(left, int) and isinstance(right, int):
+            if isinstance(op, ast.Mult) and left.bit_length() + right.bit_length() > MAX_INT_BITS:
+                return Unknown(line, "a number too large to follow")
+            if isinstance(op, ast.Pow) and right > 0 and left.bit_length() * right > MAX_INT_BITS:
+                return Unknown(line, "a power too large to follow")
+        if isinstance(op, ast.Pow) and isinstance(right, int) and abs(right) > MAX_INT_BITS:
+            return Unknown(line, "a power too large to follow")
+        if isinstance(op, ast.Mod) and isinstance(left, (str, bytes)) and (
+                _wide(left) or len(left) + left.count("%" if isinstance(left, str) else b"%") * _size(right) > MAX_TEXT):
+            return Unknown(line, "a %-format too wide to follow")
         try:
             result = fn(left, right)
         except Exception:  # noqa: BLE001 - Python would raise here: what the script does then is not followed
@@ -477,6 +657,9 @@ class _Reader:
                 result = (left is right) == isinstance(op, ast.Is)
             elif not known(left) or not known(right):
                 return first_unknown(left if not known(left) else right, node.lineno)
+            elif isinstance(op, (ast.In, ast.NotIn)) and isinstance(right, range) and type(left) is not int \
+                    and len(right) > MAX_ITEMS:
+                return Unknown(node.lineno, "a search of a range too long to follow")   # not int: one by one
             else:
                 try:
                     result = _COMPARE[type(op)](left, right)
@@ -489,6 +672,7 @@ class _Reader:
 
     def _fstring(self, node: ast.JoinedStr, scope: dict[str, Any]) -> Any:
         parts = []
+        total = 0
         for value in node.values:
             if isinstance(value, ast.Constant):
                 parts.append(str(value.value))
@@ -499,11 +683,16 @@ class _Reader:
             spec = self._fstring(value.format_spec, scope) if value.format_spec is not None else ""
             if not isinstance(spec, str):
                 return spec
+            if _wide(spec):   # `{x:1000000000}` would be a gigabyte of spaces
+                return Unknown(node.lineno, "an f-string too wide to follow")
             inner = {115: str, 114: repr, 97: ascii}.get(value.conversion, lambda v: v)(inner)
             try:
                 parts.append(format(inner, spec))
             except Exception:  # noqa: BLE001 - a format Python refuses: not followed
                 return Unknown(node.lineno, "an f-string that fails on these values")
+            total += len(parts[-1])
+            if total > MAX_TEXT:   # `f"{x}{x}{x}…"` of a long x: stopped as it grows
+                return Unknown(node.lineno, "a string too long to follow")
         text = "".join(parts)
         return text if len(text) <= MAX_TEXT else Unknown(node.lineno, "a string too long to follow")
 
@@ -545,7 +734,7 @@ class _Reader:
         generator = node.generators[0]
         iterable = self.expr(generator.iter, scope)
         if len(node.generators) == 1 and not generator.ifs and not isinstance(node, ast.SetComp) \
-                and isinstance(iterable, (range, list, tuple, str, dict, Sized)):
+                and _countable(iterable):
             return Sized(_length(iterable))
         return Unknown(node.lineno, "a comprehension whose length rlexp does not follow")
 
@@ -557,7 +746,7 @@ class _Reader:
         for arg in node.args:
             if isinstance(arg, ast.Starred):
                 inner = self.expr(arg.value, scope)
-                if not isinstance(inner, (list, tuple)):
+                if not isinstance(inner, (list, tuple)) or _spoiled(inner):
                     return Unknown(line, "a call with arguments unpacked from a value not known")
                 args.extend(inner)
             else:
@@ -578,44 +767,52 @@ class _Reader:
             return self._method(func, args, kwargs, line)
         if isinstance(func, Name):
             return self._named(func, args, kwargs, hidden, line)
-        if isinstance(func, Unknown):
-            return Unknown(line, f"the value of {ast.unparse(node.func)[:60]}(…), which only running the script "
-                           "gives")
+        self._unfollowed_call(args, kwargs, line)
         return Unknown(line, f"the value of {ast.unparse(node.func)[:60]}(…), which only running the script gives")
 
     def _run(self, func: _Function, args: list[Any], kwargs: dict[str, Any], line: int) -> Any:
-        if self.uncertain:
-            return Unknown(line, f"the value of {func.node.name}(…) on a path not known to run")
+        # (on a path not known to run, the body is read all the same: its changes to the script's
+        # lists, dicts and globals are then unknown, as are its assignments)
         if self.depth >= MAX_CALL_DEPTH:
             return Unknown(line, f"{func.node.name}(…) called {MAX_CALL_DEPTH} deep")
-        local: dict[str, Any] = {}
+        if isinstance(func.node, ast.AsyncFunctionDef) or _generator(func.node):
+            return Unknown(line, f"the coroutine or generator {func.node.name}(…) returns, not run by the call")
+        local: dict[Any, Any] = {_OUTER: func.scope}
         spec = func.node.args
         positional = [*spec.posonlyargs, *spec.args]
-        defaults = [None] * (len(positional) - len(spec.defaults)) + list(spec.defaults)
+        defaults = [_NO_DEFAULT] * (len(positional) - len(func.defaults)) + list(func.defaults)
         for i, param in enumerate(positional):
             if i < len(args):
                 local[param.arg] = args[i]
             elif param.arg in kwargs:
                 local[param.arg] = kwargs[param.arg]
-            elif defaults[i] is not None:
-                local[param.arg] = self.expr(defaults[i], func.module)
+            elif defaults[i] is not _NO_DEFAULT:
+                local[param.arg] = defaults[i]
             else:
                 local[param.arg] = Unknown(line, f"{param.arg}, an argument {func.node.name}() is not given")
-        for param, default in zip(spec.kwonlyargs, spec.kw_defaults, strict=True):
-            local[param.arg] = kwargs.get(param.arg, self.expr(default, func.module) if default is not None else
+        for param, default in zip(spec.kwonlyargs, func.kw_defaults, strict=True):
+            local[param.arg] = kwargs.get(param.arg, default if default is not _NO_DEFAULT else
                                           Unknown(line, f"{param.arg}, an argument {func.node.name}() is not given"))
         if spec.vararg is not None:
             local[spec.vararg.arg] = tuple(args[len(positional):])
         if spec.kwarg is not None:
             local[spec.kwarg.arg] = {k: v for k, v in kwargs.items() if k not in {p.arg for p in positional}}
         self.depth += 1
+        entry = len(self.uncertain)
+        frame: list[Unknown | None] = [None]
+        self.frames.append(frame)
         try:
             self.block(func.node.body, local)
+            value = None
         except _Return as done:
-            return done.value
+            value = done.value
         finally:
             self.depth -= 1
-        return None
+            self.frames.pop()
+            del self.uncertain[entry:]
+        if frame[0] is not None:   # it may have returned earlier, on a path not known
+            return Unknown(line, f"the value of {func.node.name}(…), {frame[0].why} (line {frame[0].line})")
+        return value
 
     def _named(self, func: Name, args: list[Any], kwargs: dict[str, Any], hidden: Unknown | None, line: int) -> Any:
         dotted = func.dotted
@@ -627,10 +824,22 @@ class _Reader:
             if not self.uncertain:
                 self.trainers.append(TrainerCall(func.last, line, dict(kwargs)))
             return Unknown(line, f"the {func.last}")
-        if dotted in ("argparse.ArgumentParser", "argparse.ArgumentParser"):
+        if dotted == "argparse.ArgumentParser":
             parser = _Parser(line)
-            if "allow_abbrev" in kwargs and isinstance(kwargs["allow_abbrev"], bool):
-                parser.allow_abbrev = kwargs["allow_abbrev"]
+            for key in ("allow_abbrev", "add_help"):
+                if key in kwargs and isinstance(kwargs[key], bool):
+                    setattr(parser, key, kwargs[key])
+            if isinstance(kwargs.get("prefix_chars"), str) and kwargs["prefix_chars"]:
+                parser.prefix_chars = kwargs["prefix_chars"]
+            if kwargs.get("conflict_handler") in ("error", "resolve"):
+                parser.conflict_handler = kwargs["conflict_handler"]
+            # anything else that changes what the parser takes (parents=, fromfile_prefix_chars= reading
+            # words from a file, argument_default=, a non-literal setting) is not followed
+            changes = [k for k in kwargs if k not in _PARSER_SETTINGS or (k in _PARSER_FOLLOWED and not (
+                isinstance(kwargs[k], bool) or (isinstance(kwargs[k], str) and kwargs[k])))]
+            if len(args) > 3 or changes or (args and not known(args)):
+                shown = changes[0] + "=" if changes else "arguments"
+                parser.broken = Unknown(line, f"an argument parser built with {shown} rlexp does not follow")
             return parser
         if dotted in ("os.environ.get", "os.getenv"):
             if args and isinstance(args[0], str) and args[0] in self.env:
@@ -643,14 +852,16 @@ class _Reader:
             return self._load_dataset(args, kwargs, line)
         if dotted.startswith("builtins."):
             return _builtin(func.last, args, kwargs, line)
+        self._unfollowed_call(args, kwargs, line)
         return Unknown(line, f"the value of {dotted.lstrip('.')}(…), which only running the script gives")
 
     def _from_dict(self, args: list[Any], kwargs: dict[str, Any], line: int) -> Dataset:
         columns = args[0] if args else kwargs.get("mapping")
         size = None
         if isinstance(columns, dict) and columns:
-            lengths = {_length(c) for c in columns.values() if isinstance(c, (list, tuple, Sized))}
-            size = lengths.pop() if len(lengths) == 1 else None
+            lengths = {_length(c) if _countable(c) else None for c in columns.values()
+                       if isinstance(c, (list, tuple, Sized))}
+            size = lengths.pop() if len(lengths) == 1 and not _spoiled(columns) else None
         return Dataset(size, f"built by Dataset.from_dict on line {line}", line)
 
     def _load_dataset(self, args: list[Any], kwargs: dict[str, Any], line: int) -> Any:
@@ -667,29 +878,76 @@ class _Reader:
         if isinstance(obj, _Parser):
             return self._parser_method(obj, method, args, kwargs, line)
         if isinstance(obj, Dataset):
-            if method == "select" and args and isinstance(args[0], (range, list, tuple, Sized)):
+            if method == "select" and args and isinstance(args[0], (range, list, tuple, Sized)) and _countable(args[0]):
                 return Dataset(_length(args[0]), f"{obj.source}, selected", line, obj.hub_name)
             if method in _SAME_SIZE:
                 return Dataset(obj.size, obj.source, obj.line, obj.hub_name)
             return Unknown(line, f"the dataset's .{method}(…)")
         if isinstance(obj, str) and method in _STR_METHODS and known(args) and known(kwargs):
+            if _amplifies(obj, method, args, kwargs):
+                return Unknown(line, f"str.{method}(…) giving a string too long to follow")
             try:
                 result = getattr(obj, method)(*args, **kwargs)
             except Exception:  # noqa: BLE001 - Python would raise: not followed
                 return Unknown(line, f"str.{method} failing on these values")
             return result if not isinstance(result, str) or len(result) <= MAX_TEXT else Unknown(line, "too long")
-        if isinstance(obj, dict):
-            if method == "get" and args and known(args[0]):
-                return obj.get(args[0], args[1] if len(args) > 1 else None)
-            if method == "update" and not self.uncertain and args and isinstance(args[0], dict):
-                obj.update(args[0])
-                obj.update(kwargs)
-                return None
-            if method in ("update", "setdefault", "pop"):
-                for key in list(obj):
-                    obj[key] = Unknown(line, f"a dict item changed by .{method}(…) rlexp does not follow")
-            return Unknown(line, f"dict.{method}(…)")
+        if isinstance(obj, (list, dict, set)):
+            return self._container_method(obj, method, args, kwargs, line)
+        self._unfollowed_call(args, kwargs, line)
         return Unknown(line, f".{method}(…) of a value rlexp does not follow")
+
+    def _container_method(self, obj: list | dict | set, method: str, args: list[Any], kwargs: dict[str, Any],
+                          line: int) -> Any:
+        """A method of a list, dict or set of the script: followed where it is certain to run and its
+        arguments are known; any other change spoils the container (all of it unknown), as it could
+        have changed any item, the length or the keys."""
+        if _spoiled(obj):
+            return first_unknown(obj, line)
+        if method in ("get", "copy", "index", "count", "keys", "values", "items"):   # they change nothing
+            if method == "get" and isinstance(obj, dict) and args and known(args[0]) and len(args) <= 2 \
+                    and not isinstance(args[0], (list, dict, set)):
+                return obj.get(args[0], args[1] if len(args) > 1 else None)
+            if method == "copy" and not kwargs and not args:
+                return obj.copy()
+            return Unknown(line, f".{method}(…) of a {type(obj).__name__}")
+        followed = self._change(obj, method, args, kwargs, line)
+        if followed is not _NOT_FOLLOWED:
+            return followed
+        self._spoil(obj, line, f"changed by .{method}(…) on line {line}")
+        return Unknown(line, f"the value of .{method}(…)")
+
+    def _change(self, obj: list | dict | set, method: str, args: list[Any], kwargs: dict[str, Any], line: int) -> Any:
+        """The few changes of a container that are followed (``_NOT_FOLLOWED`` for the rest)."""
+        if self.uncertain:
+            return _NOT_FOLLOWED
+        if isinstance(obj, list):
+            if method == "append" and len(args) == 1:
+                obj.append(args[0])
+                return None
+            if method == "extend" and len(args) == 1 and isinstance(args[0], (list, tuple)) and not _spoiled(args[0]):
+                obj.extend(args[0])
+                return None
+            if method == "insert" and len(args) == 2 and type(args[0]) is int:
+                obj.insert(args[0], args[1])
+                return None
+        if isinstance(obj, dict):
+            if method == "update" and len(args) <= 1 and all(isinstance(k, str) for k in kwargs) and (not args or (isinstance(args[0], dict)
+                                                                       and not _spoiled(args[0]))):
+                obj.update(*args, **kwargs)
+                return None
+            if method == "setdefault" and 1 <= len(args) <= 2 and known(args[0]) \
+                    and not isinstance(args[0], (list, dict, set)):
+                return obj.setdefault(args[0], args[1] if len(args) > 1 else None)
+            if method == "pop" and 1 <= len(args) <= 2 and known(args[0]) and not isinstance(args[0], (list, dict, set)) \
+                    and (args[0] in obj or len(args) == 2):
+                return obj.pop(*args)
+        return _NOT_FOLLOWED
+
+    def _unfollowed_call(self, args: list[Any], kwargs: dict[str, Any], line: int) -> None:
+        """A call rlexp does not follow may change the lists and dicts it is given: they become unknown."""
+        for value in (*args, *kwargs.values()):
+            if isinstance(value, (list, dict, set)) and not _spoiled(value):
+                self._spoil(value, line, f"given to a call on line {line} that rlexp does not follow")
 
     def _parser_method(self, parser: _Parser, method: str, args: list[Any], kwargs: dict[str, Any], line: int) -> Any:
         if method in ("add_argument_group", "add_mutually_exclusive_group"):
@@ -730,9 +988,13 @@ class _Reader:
                 raise Refused(message)
 
             def exit(self, status: int = 0, message: str | None = None):  # type: ignore[override]
-                raise Refused(message or f"exits with status {status}")
+                raise Refused(message or f"exits with status {status} (help or version)")
 
-        parser = Parser(prog="script", add_help=False, allow_abbrev=spec.allow_abbrev)
+            def _print_message(self, message: str, file: Any = None) -> None:
+                pass   # help and usage text are not rlexp's output
+
+        parser = Parser(prog="script", add_help=spec.add_help, allow_abbrev=spec.allow_abbrev,
+                        prefix_chars=spec.prefix_chars, conflict_handler=spec.conflict_handler)
         unknown = self.unknown_words
         actions = {"argparse.BooleanOptionalAction": argparse.BooleanOptionalAction}
 
@@ -787,19 +1049,29 @@ class _Reader:
         self.steps += 1
         if self.steps > MAX_STEPS:
             raise ReadError(getattr(node, "lineno", None), f"more than {MAX_STEPS} steps to follow: too long to read")
+        if _walked[0] > MAX_WALKED:
+            raise ReadError(getattr(node, "lineno", None), f"looks at more than {MAX_WALKED} items of its values: "
+                            "too much to read")
 
 
 def _builtin(name: str, args: list[Any], kwargs: dict[str, Any], line: int) -> Any:
     if name == "len" and len(args) == 1:
         target = args[0]
-        if isinstance(target, (list, tuple, str, dict, range, Sized)):
+        if _countable(target):
             return _length(target)
         if isinstance(target, Dataset) and target.size is not None:
             return target.size
         return first_unknown(target, line) if isinstance(target, Unknown) else Unknown(line, "the length of a value "
                                                                                           "not known")
     if name == "range" and known(args) and all(isinstance(a, int) for a in args) and 1 <= len(args) <= 3:
-        return range(*args)
+        try:
+            numbers = range(*args)
+            len(numbers)
+        except (ValueError, OverflowError):   # a step of 0; more than sys.maxsize numbers
+            return Unknown(line, "a range Python refuses or rlexp cannot count")
+        return numbers
+    if any(isinstance(a, range) and len(a) > MAX_ITEMS for a in args) and name != "len":
+        return Unknown(line, f"{name}(…) of a range too long to follow")   # sum(range(10**12)) would take hours
     if name in ("int", "float", "str", "bool", "min", "max", "abs", "round", "sorted", "sum", "list", "tuple",
                 "dict", "isinstance") and known(args) and known(kwargs) and name != "isinstance":
         try:
@@ -820,6 +1092,11 @@ def _length(value: Any) -> int:
     return value.length if isinstance(value, Sized) else len(value)
 
 
+def _countable(value: Any) -> bool:
+    """Whether ``value``'s length is known (a spoiled list's is not)."""
+    return isinstance(value, (range, list, tuple, str, dict, Sized)) and not _spoiled(value)
+
+
 def _decided(value: Any) -> bool:
     """Whether ``value``'s truth is known (a known value, or an object that is always true)."""
     return known(value) or isinstance(value, (Dataset, _Parser, _Namespace, Name, _Function, ConfigCall, Sized))
@@ -836,3 +1113,94 @@ def _truth(value: Any) -> bool:
 def _as_load(target: ast.expr) -> ast.expr:
     copy = ast.parse(ast.unparse(target), mode="eval").body
     return ast.copy_location(copy, target)
+
+
+# expressions whose value is computed (not looked up): what they give is checked by _Reader._bounded
+_COMPUTES = (ast.BinOp, ast.UnaryOp, ast.Call, ast.List, ast.Tuple, ast.Set, ast.Dict, ast.JoinedStr, ast.Subscript,
+             ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+_WIDTH = re.compile(r"\d{5,}|\*")   # a width or precision of 10,000 or more, or one given by an argument
+
+
+def _wide(template: str | bytes) -> bool:
+    """Whether a format spec (or %-template) asks for 10,000 characters or more, or takes its width
+    from an argument: such a value is not computed."""
+    text = template if isinstance(template, str) else template.decode("latin-1")
+    return bool(_WIDTH.search(text))
+
+
+def _measure(value: Any) -> tuple[int, int, int]:
+    """(characters, items, depth) of ``value``, walked without recursion; stops once over the limits."""
+    units = nodes = depth = 0
+    stack = [(value, 1)]
+    while stack and units <= MAX_TEXT and nodes <= 2 * MAX_ITEMS and depth <= MAX_DEPTH:
+        item, level = stack.pop()
+        nodes += 1
+        if isinstance(item, (str, bytes)):
+            units += len(item)
+        elif isinstance(item, int):
+            units += item.bit_length() // 3 + 1
+        elif isinstance(item, (list, tuple, set, frozenset, dict)):
+            depth = max(depth, level)
+            units += 2
+            stack.extend((child, level + 1) for child in (item.values() if isinstance(item, dict) else item))
+        else:
+            units += 24
+    _walked[0] += nodes
+    return units, nodes, depth
+
+
+def _size(value: Any) -> int:
+    """About how many characters ``str(value)`` has (more than MAX_TEXT: at least that)."""
+    return _measure(value)[0]
+
+
+def _too_big(value: Any) -> str | None:
+    """Why ``value`` is too large (or deep) to keep; None where it is not."""
+    if isinstance(value, (str, bytes)):
+        return "a string too long to follow" if len(value) > MAX_TEXT else None
+    if isinstance(value, int):
+        return "a number too large to follow" if value.bit_length() > MAX_INT_BITS else None
+    if isinstance(value, Sized):
+        return "a list too long to follow" if value.length.bit_length() > MAX_INT_BITS else None
+    if not isinstance(value, (list, tuple, set, frozenset, dict)):
+        return None
+    units, nodes, depth = _measure(value)
+    if depth > MAX_DEPTH:
+        return "a value nested too deeply to follow"
+    if units > MAX_TEXT or nodes > 2 * MAX_ITEMS:
+        return "a value too large to follow"
+    return None
+
+
+def _shallow_size(value: Any) -> int:
+    if isinstance(value, (str, bytes, list, tuple, set, frozenset, dict)):
+        return len(value)
+    if isinstance(value, int):
+        return value.bit_length() // 8
+    return 1
+
+
+def _spoiled(value: Any) -> bool:
+    """Whether ``value`` is a list or dict the script changed in a way rlexp does not follow."""
+    if isinstance(value, dict):
+        return _SPOILED_KEY in value
+    if isinstance(value, (list, set)):
+        _walked[0] += len(value)
+        return any(isinstance(item, _Spoiled) for item in value)
+    return False
+
+
+def _amplifies(text: str, method: str, args: list[Any], kwargs: dict[str, Any]) -> bool:
+    """Whether ``text.<method>(*args)`` could give a string too long to keep, checked before Python
+    builds it (``sep.join(long)``, ``s.replace("", s)``, ``"{:>1000000000}".format(x)``)."""
+    if method == "join" and args and isinstance(args[0], (str, list, tuple, dict, set)):
+        return len(text) * len(args[0]) + _size(args[0]) > MAX_TEXT
+    if method == "replace" and len(args) >= 2 and isinstance(args[0], str) and isinstance(args[1], str):
+        count = text.count(args[0]) if args[0] else len(text) + 1
+        if len(args) > 2 and isinstance(args[2], int) and args[2] >= 0:
+            count = min(count, args[2])
+        return len(text) + count * max(0, len(args[1]) - len(args[0])) > MAX_TEXT
+    if method == "format":
+        largest = max((_size(v) for v in (*args, *kwargs.values())), default=0)
+        return _wide(text) or len(text) + text.count("{") * largest > MAX_TEXT
+    return False

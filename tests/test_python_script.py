@@ -1,0 +1,469 @@
+"""rlexp.training.python_script against CPython itself: each script below is run for real (in one
+child interpreter, with stand-in ``trl`` and ``datasets`` modules that record what the script gives
+them) under several command lines, and read by python_script under the same ones. Every field the
+reader states as known must be the value CPython computed (type included); a field CPython set that
+the reader does not know must be an Unknown, never a wrong value. The scripts cover each construct
+the module's docstring says it follows; then what it leaves unknown (with the right line), what it
+refuses (ReadError naming the line), and hostile input (sizes, depths, loops) that must end fast.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import pickle
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from rlexp.training import python_script as py
+
+# --- the stand-ins and the child interpreter that runs the scripts --------------------------------
+
+TRL_STUB = '''
+import sys
+CONFIGS = []
+TRAINERS = []
+
+class GRPOConfig:
+    def __init__(self, **kwargs):
+        self.__dict__.update(kwargs)
+        CONFIGS.append((sys._getframe(1).f_lineno, self))
+
+class GRPOTrainer:
+    def __init__(self, **kwargs):
+        TRAINERS.append((sys._getframe(1).f_lineno, kwargs))
+'''
+
+DATASETS_STUB = '''
+class Dataset:
+    def __init__(self, rows):
+        self.rows = rows
+
+    @classmethod
+    def from_dict(cls, mapping):
+        lengths = {len(column) for column in mapping.values()}
+        assert len(lengths) == 1, "columns of different lengths"
+        return cls(lengths.pop())
+
+    def __len__(self):
+        return self.rows
+
+    def shuffle(self, seed=None):
+        return Dataset(self.rows)
+
+    def select(self, indices):
+        return Dataset(len(indices))
+'''
+
+DRIVER = r'''
+import base64, os, pickle, runpy, sys, json
+sys.path.insert(0, sys.argv[1])
+import trl, datasets
+channel = sys.stdout                     # the answers; what the scripts print goes nowhere
+sys.stdout = sys.stderr = open(os.devnull, "w")
+
+def plain(value):
+    if isinstance(value, datasets.Dataset):
+        return ("<dataset>", value.rows)
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        items = [plain(v) for v in value]
+        return items if isinstance(value, list) else tuple(items)
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    return ("<object>", type(value).__name__)
+
+for line in sys.stdin:
+    request = json.loads(line)
+    trl.CONFIGS.clear()
+    trl.TRAINERS.clear()
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(request["env"])
+    sys.argv = [request["path"], *request["argv"]]
+    error = None
+    try:
+        runpy.run_path(request["path"], run_name="__main__")
+    except SystemExit as exc:
+        error = f"SystemExit({exc.code})"   # 0 too: `--help` prints and stops before any config
+    except BaseException as exc:
+        error = f"{type(exc).__name__}: {exc}"
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    configs = [(line, {k: plain(v) for k, v in vars(c).items()}) for line, c in trl.CONFIGS]
+    ids = {id(c): i for i, (_, c) in enumerate(trl.CONFIGS)}
+    trainers = [(line, {k: (("<config>", ids.get(id(v))) if isinstance(v, trl.GRPOConfig) else plain(v))
+                        for k, v in kw.items()}) for line, kw in trl.TRAINERS]
+    out = {"configs": configs, "trainers": trainers, "error": error}
+    channel.write(base64.b64encode(pickle.dumps(out)).decode() + "\n")
+    channel.flush()
+'''
+
+
+class Python:
+    """One child interpreter (no site packages) that runs scripts as ``python script.py *argv``."""
+
+    def __init__(self, folder: Path):
+        (folder / "stubs" / "trl").mkdir(parents=True)
+        (folder / "stubs" / "datasets").mkdir()
+        (folder / "stubs" / "trl" / "__init__.py").write_text(TRL_STUB)
+        (folder / "stubs" / "datasets" / "__init__.py").write_text(DATASETS_STUB)
+        (folder / "driver.py").write_text(DRIVER)
+        self.folder = folder
+        self.count = 0
+        self.child = subprocess.Popen([sys.executable, "-S", "-E", str(folder / "driver.py"), str(folder / "stubs")],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def run(self, source: str, argv: list[str], env: dict[str, str]) -> dict:
+        self.count += 1
+        path = self.folder / f"script_{self.count}.py"
+        path.write_text(source)
+        assert self.child.stdin is not None and self.child.stdout is not None
+        self.child.stdin.write(json.dumps({"path": str(path), "argv": argv, "env": env}) + "\n")
+        self.child.stdin.flush()
+        return pickle.loads(base64.b64decode(self.child.stdout.readline()))  # noqa: S301 - our own child's output
+
+    def close(self) -> None:
+        assert self.child.stdin is not None
+        self.child.stdin.close()
+        self.child.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def python(tmp_path_factory):
+    child = Python(tmp_path_factory.mktemp("cpython"))
+    yield child
+    child.close()
+
+
+# --- the comparison -------------------------------------------------------------------------------
+
+def same(reader_value, python_value) -> bool:
+    """Equal with the same types all the way down (True is not 1, 1 is not 1.0, a tuple not a list)."""
+    if isinstance(python_value, tuple) and len(python_value) == 2 and python_value[0] in ("<dataset>", "<object>"):
+        return False  # an object of the running script: the reader cannot hold it as a known value
+    if type(reader_value) is not type(python_value):
+        return False
+    if isinstance(python_value, (list, tuple)):
+        return len(reader_value) == len(python_value) and all(map(same, reader_value, python_value))
+    if isinstance(python_value, dict):
+        return reader_value.keys() == python_value.keys() and all(same(reader_value[k], python_value[k])
+                                                                  for k in python_value)
+    if isinstance(python_value, float) and math.isnan(python_value):
+        return math.isnan(reader_value)
+    return reader_value == python_value
+
+
+MISSED: dict[str, set[str]] = {}   # script -> fields CPython knows and the reader leaves unknown
+
+
+def compare(name: str, source: str, argv: list[str], env: dict[str, str], python: Python, *,
+            reader_env: dict[str, str] | None = None) -> tuple[py.ScriptRead | None, dict]:
+    """Run ``source`` in CPython and read it; assert the reader states nothing CPython contradicts."""
+    ran = python.run(source, argv, env)
+    shown = f"{name} {argv} env={env}"
+    try:
+        got = py.read(source, argv, env=env if reader_env is None else reader_env,
+                      configs=("GRPOConfig",), trainers=("GRPOTrainer",))
+    except py.ReadError as exc:
+        assert ran["error"] is not None, f"{shown}: the reader refuses ({exc.line}: {exc.message}) what CPython runs"
+        return None, ran
+    if ran["error"] is not None and ran["error"].startswith("SystemExit(2)"):
+        raise AssertionError(f"{shown}: CPython's argparse refuses the command ({ran['error']}), the reader does not")
+    python_configs: dict[int, list[dict]] = {}
+    for line, fields in ran["configs"]:
+        python_configs.setdefault(line, []).append(fields)
+    seen: dict[int, int] = {}
+    for config in got.configs:
+        k = seen[config.line] = seen.get(config.line, -1) + 1
+        built = python_configs.get(config.line, [])
+        if k >= len(built):
+            assert config.conditional is not None or ran["error"] is not None, \
+                f"{shown}: the reader says line {config.line} builds a config for sure; CPython built none there"
+            continue
+        fields = built[k]
+        for key, value in config.fields.items():
+            if py.known(value):
+                assert key in fields, f"{shown}: the reader has {key}={value!r}, which CPython never set"
+                assert same(value, fields[key]), \
+                    f"{shown}: line {config.line} {key}: the reader says {value!r}, CPython {fields[key]!r}"
+            else:
+                assert isinstance(py.first_unknown(value, config.line), py.Unknown)
+        for key in fields:
+            if key not in config.fields:
+                assert config.all_unknown is not None, f"{shown}: CPython set {key}={fields[key]!r}; the reader " \
+                                                        "does not know it is set"
+            elif not py.known(config.fields[key]):
+                MISSED.setdefault(name, set()).add(key)
+    for trainer, (line, arguments) in zip(got.trainers, ran["trainers"], strict=False):
+        assert trainer.line == line, f"{shown}: trainer on line {trainer.line}, CPython's on {line}"
+        dataset = trainer.arguments.get("train_dataset")
+        if isinstance(dataset, py.Dataset) and dataset.size is not None:
+            assert ("<dataset>", dataset.size) == arguments["train_dataset"], \
+                f"{shown}: the reader's dataset has {dataset.size} rows, CPython's {arguments['train_dataset']}"
+        for key, value in trainer.arguments.items():
+            if key != "args" and py.known(value):
+                assert same(value, arguments[key]), f"{shown}: trainer {key}: {value!r} vs {arguments[key]!r}"
+    return got, ran
+
+
+# --- the scripts: each construct the docstring claims, under several command lines ---------------
+
+HEADER = "import argparse\nimport os\nfrom trl import GRPOConfig, GRPOTrainer\nfrom datasets import Dataset\n"
+
+SCRIPTS: dict[str, tuple[str, list[list[str]]]] = {
+    "assignments": ("""
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--lr", type=float, default=1e-5)
+        parser.add_argument("--steps", type=int, default=10)
+        parser.add_argument("--name", default="run")
+        args = parser.parse_args()
+        lr = args.lr
+        a, (b, c) = args.steps, (2, "x")
+        [d, e] = [args.name, 3.5]
+        f: int = b * 3
+        g = h = args.steps + 1
+        g += 4
+        h -= 1
+        h *= 2
+        cfg = GRPOConfig(learning_rate=lr, max_steps=a, seed=b, run_name=c + d, warmup_ratio=e, logging_steps=f,
+                         save_steps=g, eval_steps=h)
+        GRPOTrainer(model=args.name, args=cfg)
+        """, [[], ["--lr", "3e-4", "--steps", "7", "--name", "qwen"], ["--lr=0.5", "--steps=-3"],
+              ["--name", ""], ["--lr", "inf"], ["--lr", "nan"], ["--steps", "1_000"]]),
+    "dict_items_and_attributes": ("""
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--beta", type=float, default=0.04)
+        parser.add_argument("--gens", type=int, default=8)
+        args = parser.parse_args()
+        extra = {"beta": args.beta, "temperature": 0.7}
+        extra["num_generations"] = args.gens
+        extra["temperature"] = extra["temperature"] * 2
+        more = dict(top_p=0.9, top_k=extra["num_generations"])
+        merged = {**extra, **more, "loss_type": "dr_grpo"}
+        merged.update({"top_k": 5})
+        cfg = GRPOConfig(**merged, epsilon=merged.get("beta"), delta=merged.get("missing", 3))
+        cfg.max_completion_length = args.gens * 64
+        cfg.beta = cfg.beta + 1
+        GRPOTrainer(args=cfg)
+        """, [[], ["--beta", "0"], ["--gens", "2", "--beta", "-1.5"]]),
+    "functions": ("""
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--size", type=int, default=4)
+        parser.add_argument("--model", default="Qwen/Qwen2-0.5B")
+        args = parser.parse_args()
+
+        def scaled(value, factor=2, *, offset=0):
+            total = value * factor + offset
+            return total
+
+        def pair(a, b=None):
+            if b is None:
+                return a, a
+            return a, b
+
+        def nothing():
+            x = 1
+
+        def name_of(model, /, suffix="-grpo"):
+            return model.split("/")[-1] + suffix
+
+        first, second = pair(args.size)
+        third, fourth = pair(b=args.size + 1, a=0)
+        cfg = GRPOConfig(per_device_train_batch_size=scaled(args.size), gradient_accumulation_steps=scaled(
+            args.size, 3, offset=1), num_generations=scaled(factor=1, value=first), max_steps=second + third + fourth,
+            run_name=name_of(args.model), output_dir=name_of(args.model, "-out"), seed=nothing())
+        GRPOTrainer(model=args.model, args=cfg)
+        """, [[], ["--size", "0"], ["--size", "-7", "--model", "a/b/c"], ["--model", "plain"]]),
+    "conditions": ("""
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--mode", choices=["fast", "slow", "mid"], default="mid")
+        parser.add_argument("--lr", type=float)
+        parser.add_argument("--n", type=int, default=3)
+        args = parser.parse_args()
+        if args.mode == "fast":
+            steps = 10
+        elif args.mode == "slow":
+            steps = 1000
+        else:
+            steps = 100
+        if args.lr is None:
+            lr = 1e-6
+        if args.lr is not None:
+            lr = args.lr
+        if not args.n:
+            steps = 0
+        big = args.n > 2 and args.n <= 10
+        either = args.n or 7
+        chosen = "many" if args.n >= 5 else "few"
+        chain = 0 < args.n < 5 != 4
+        member = args.mode in ("fast", "mid") and args.mode not in ["slow"]
+        cfg = GRPOConfig(max_steps=steps, learning_rate=lr, scale_rewards=big, num_iterations=either, run_name=chosen,
+                         mask_truncated_completions=chain, shuffle_dataset=member, bf16=not member)
+        GRPOTrainer(args=cfg)
+        """, [[], ["--mode", "fast"], ["--mode=slow", "--lr", "2e-5"], ["--n", "0"], ["--n", "7", "--lr", "0"],
+              ["--n", "-1"], ["--n", "11"], ["--mode", "other"]]),
+    "fstrings_and_arithmetic": ("""
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--lr", type=float, default=0.000123)
+        parser.add_argument("--n", type=int, default=17)
+        parser.add_argument("--tag", type=str, default="exp")
+        args = parser.parse_args()
+        name = f"{args.tag!r}-{args.lr:.2e}-{args.n:05d}-{args.n!s:>6}-{args.tag.upper()}-{args.lr:{'g'}}-{'x'!a}"
+        cfg = GRPOConfig(run_name=name, a=args.n // 4, b=args.n % 5, c=args.n ** 2, d=args.lr * 2 / 3,
+                         e=args.lr // 0.0001, f=args.lr % 0.0001, g=2.0 ** args.n if args.n < 60 else 0,
+                         h=-args.n, i=+args.lr, j=args.n / 2, k=(args.n - 3) * (args.n + 3),
+                         m=len(args.tag), o=int(args.lr * 1000), p=float(args.n), q=str(args.n) + "x",
+                         r=min(args.n, 8), s=max(args.lr, 1e-4, 0.5e-4), t=round(args.lr, 5), u=round(args.n / 3),
+                         v=abs(-args.n), w=args.n ** -1 if args.n else None, x=~args.n, y=True + args.n,
+                         z=args.tag * 3, aa=[args.n] * 3, ab=(args.tag,) * 2, ac=[1, 2] + [args.n])
+        GRPOTrainer(args=cfg)
+        """, [[], ["--lr", "1", "--n", "0", "--tag", "Z"], ["--n", "-9", "--lr", "-2.5e-3"],
+              ["--tag", "a b c", "--n", "123456"], ["--lr", "1e300", "--n", "59"]]),
+    "str_methods": ("""
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--model", default="  Org/Model-Name-7B ")
+        parser.add_argument("--targets", default="q_proj,k_proj , v_proj")
+        args = parser.parse_args()
+        model = args.model.strip()
+        short = model.rsplit("/", 1)[-1].lower().replace("-", "_")
+        parts = [p.strip() for p in args.targets.split(",")]
+        cfg = GRPOConfig(run_name=short, hub_model_id="{}/{}-grpo".format("me", short),
+                         output_dir="-".join(["out", short]), b=model.startswith("Org"), c=model.endswith("B"),
+                         d=model.removeprefix("Org/"), e=model.removesuffix("-7B"), f=args.targets.split(","),
+                         g=model.upper(), h=args.model.lstrip(), i=args.model.rstrip(), j=parts,
+                         k="{name}:{0}".format(1, name=short), m=model[:3], n=model[-2:], o=model[::2])
+        GRPOTrainer(args=cfg)
+        """, [[], ["--model", "x"], ["--model", "a/b/c-7B", "--targets", ""], ["--targets", ",,,"]]),
+    "datasets": ("""
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--dataset-size", type=int, default=64)
+        parser.add_argument("--prompt", default="Count to ten")
+        args = parser.parse_args()
+        prompts = [args.prompt] * args.dataset_size
+        answers = [str(i) for i in range(args.dataset_size)]
+        train = Dataset.from_dict({"prompt": prompts, "answer": answers})
+        other = Dataset.from_dict({"prompt": [args.prompt, args.prompt + "!"] * 3})
+        GRPOTrainer(model="m", train_dataset=train, args=GRPOConfig(x=len(prompts), y=len(answers)))
+        GRPOTrainer(model="m", train_dataset=other.shuffle(seed=0), args=GRPOConfig())
+        GRPOTrainer(model="m", train_dataset=train.select(range(5)), args=GRPOConfig())
+        """, [[], ["--dataset-size", "1"], ["--dataset-size", "20000"], ["--dataset-size", "0"],
+              ["--dataset-size", "-4"]]),
+    "argparse_kinds": ("""
+        parser = argparse.ArgumentParser(description="demo")
+        parser.add_argument("--use-vllm", action="store_true")
+        parser.add_argument("--no-bf16", dest="bf16", action="store_false")
+        parser.add_argument("--peft", action=argparse.BooleanOptionalAction, default=False)
+        parser.add_argument("--funcs", nargs="+", default=["a"])
+        parser.add_argument("--sizes", nargs="+", type=int, default=[1])
+        parser.add_argument("--loss", choices=["grpo", "dr_grpo", "bnpo"], default="grpo")
+        parser.add_argument("--gen", dest="num_generations", type=int, default=8)
+        parser.add_argument("--learning_rate", "--lr", type=float, default=1e-6)
+        parser.add_argument("--count", action="count", default=0)
+        parser.add_argument("--const", action="store_const", const=42, default=1)
+        parser.add_argument("--many", action="append", default=None)
+        group = parser.add_argument_group("x")
+        group.add_argument("--grouped", type=int, default=5)
+        parser.set_defaults(beta=0.5, loss="bnpo")
+        args = parser.parse_args()
+        cfg = GRPOConfig(use_vllm=args.use_vllm, bf16=args.bf16, peft=args.peft, funcs=args.funcs, sizes=args.sizes,
+                         loss_type=args.loss, num_generations=args.num_generations, learning_rate=args.learning_rate,
+                         count=args.count, const=args.const, many=args.many, grouped=args.grouped, beta=args.beta)
+        GRPOTrainer(args=cfg)
+        """, [[], ["--use-vllm", "--no-bf16", "--peft"], ["--no-peft", "--funcs", "x", "y", "--sizes", "3", "4"],
+              ["--loss", "dr_grpo", "--gen", "2"], ["--lr", "5e-7"], ["--learning", "5e-7"], ["--use", "--gro=3"],
+              ["--count", "--count", "--const", "--many", "a", "--many=b"], ["--loss", "ppo"], ["--gen", "x"],
+              ["--sizes"], ["stray"], ["--grouped", "1", "--grouped", "2"], ["--g", "1"], ["--he"], ["-h"],
+              ["--beta", "1"], ["--lr", "-1"], ["--funcs=a", "b"], ["--", "--lr"]]),
+    "parse_known_args_and_no_abbrev": ("""
+        parser = argparse.ArgumentParser(allow_abbrev=False)
+        parser.add_argument("--steps", type=int, default=3)
+        parser.add_argument("pos", nargs="?", default="p")
+        args, rest = parser.parse_known_args()
+        cfg = GRPOConfig(max_steps=args.steps, run_name=args.pos, rest=rest)
+        GRPOTrainer(args=cfg)
+        """, [[], ["--steps", "9"], ["--ste", "9"], ["--other", "1", "x"], ["y", "--steps=2"]]),
+    "environment": ("""
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--seed", type=int, default=int(os.environ.get("SEED", "7")))
+        args = parser.parse_args()
+        rank = os.environ.get("RANK")
+        world = int(os.getenv("WORLD_SIZE", "1"))
+        cfg = GRPOConfig(seed=args.seed, rank=rank, world=world, home=os.environ.get("HOME_DIR", "/x"))
+        GRPOTrainer(args=cfg)
+        """, [[], ["--seed", "3"]]),
+    "mutation_and_scopes": ("""
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--n", type=int, default=2)
+        args = parser.parse_args()
+        items = [1, 2]
+        alias = items
+        items.append(args.n)
+        table = {"a": 1}
+        table.setdefault("b", 5)
+        table.pop("a")
+        listed = [0, 0]
+        listed[0] = args.n
+        grown = [1]
+        view = grown
+        grown += [2]
+        counter = 0
+
+        def bump():
+            global counter
+            counter = counter + args.n
+
+        bump()
+        lr = 1.0
+
+        def outer():
+            lr = 2.0
+
+            def inner():
+                return lr
+            return inner()
+
+        base = 3
+
+        def with_default(x=base):
+            return x
+
+        base = 4
+        cfg = GRPOConfig(a=alias, b=len(items), c=table, d="a" in table, e=listed, f=view, g=counter, h=outer(),
+                         i=with_default(), j=table.get("a", 9), k=len(table))
+        GRPOTrainer(args=cfg)
+        """, [[], ["--n", "5"]]),
+}
+
+
+def _case_ids():
+    return [(name, i) for name, (_, cases) in SCRIPTS.items() for i in range(len(cases))]
+
+
+@pytest.mark.parametrize(("name", "case"), _case_ids(), ids=[f"{n}-{i}" for n, i in _case_ids()])
+def test_the_reader_states_what_cpython_computes(python, name, case):
+    body, cases = SCRIPTS[name]
+    source = HEADER + textwrap.dedent(body)
+    compare(name, source, cases[case], {}, python)
+
+
+def test_most_fields_are_known(python):
+    """The scripts above are what the reader follows: its known fields are most of CPython's (a
+    reader that left everything unknown would pass the test above)."""
+    known = total = 0
+    for name, (body, cases) in SCRIPTS.items():
+        source = HEADER + textwrap.dedent(body)
+        got, ran = compare(name, source, cases[0], {}, python)
+        if got is None or not ran["configs"]:
+            continue
+        for config in got.configs:
+            total += len(config.fields)
+            known += sum(py.known(v) for v in config.fields.values())
+    assert total > 100 and known / total > 0.8, (known, total)
