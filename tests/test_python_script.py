@@ -16,9 +16,12 @@ import pickle
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from rlexp.training import python_script as py
 
@@ -467,3 +470,147 @@ def test_most_fields_are_known(python):
             total += len(config.fields)
             known += sum(py.known(v) for v in config.fields.values())
     assert total > 100 and known / total > 0.8, (known, total)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=st.integers(-10**6, 10**6), lr=st.floats(allow_nan=True, allow_infinity=True),
+       tag=st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=12))
+def test_generated_values_agree_with_cpython(python, steps, lr, tag):
+    """Any int, float and string on the command line: the reader's fields are CPython's."""
+    body, _ = SCRIPTS["fstrings_and_arithmetic"]
+    source = HEADER + textwrap.dedent(body)
+    argv = ["--n", str(steps), f"--lr={lr!r}", f"--tag={tag}"]
+    got, ran = compare("generated", source, argv, {}, python)
+    if ran["error"] is None:
+        assert got is not None and got.configs and py.known(got.configs[0].fields["run_name"])
+
+
+# --- what is left unknown, with its line; what is refused ----------------------------------------
+
+def _read(body: str, argv: list[str] | None = None, env: dict[str, str] | None = None) -> py.ScriptRead:
+    return py.read(HEADER + textwrap.dedent(body), argv or [], env=env, configs=("GRPOConfig",),
+                   trainers=("GRPOTrainer",))
+
+
+@pytest.mark.parametrize(("body", "line", "words"), [
+    ("for i in range(3):\n    lr = i\nGRPOConfig(learning_rate=lr)\n", 5, "loop on line 5"),
+    ("while os.environ.get('X'):\n    lr = 1\nGRPOConfig(learning_rate=lr)\n", 5, "loop on line 5"),
+    ("if os.environ.get('X'):\n    lr = 1\nelse:\n    lr = 2\nGRPOConfig(learning_rate=lr)\n", 5, "condition on line 5"),
+    ("cfg = {}\nif os.environ.get('X'):\n    cfg['a'] = 1\nGRPOConfig(learning_rate=len(cfg))\n", 7,
+     "an item set on line 7"),
+    ("import helpers\nx = helpers.kwargs()\nGRPOConfig(**x)\n", 7, "fields passed as **x"),
+    ("import helpers\nGRPOConfig(learning_rate=helpers.lr(1))\n", 6, "helpers.lr"),
+    ("lr = float(open('lr.txt').read())\nGRPOConfig(learning_rate=lr)\n", 5, "open"),
+    ("GRPOConfig(learning_rate=os.environ.get('LR'))\n", 5, "$LR from the environment"),
+    ("items = [1]\nimport helpers\nhelpers.fill(items)\nGRPOConfig(learning_rate=len(items))\n", 7,
+     "given to a call on line 7"),
+    ("def f():\n    if os.environ.get('A'):\n        return 1\n    return 2\nGRPOConfig(learning_rate=f())\n", 6,
+     "returned early under the condition on line 6"),
+])
+def test_what_only_running_tells_is_unknown_with_its_line(body, line, words):
+    config = _read(body).configs[-1]
+    value = config.fields.get("learning_rate")
+    why = config.all_unknown if value is None else py.first_unknown(value, config.line)
+    assert why is not None and why.line == line and words in why.why, why
+
+
+def test_a_config_built_in_a_loop_or_under_an_unknown_condition_is_marked():
+    configs = _read("for i in range(2):\n    GRPOConfig(seed=i)\nif os.environ.get('X'):\n    GRPOConfig(seed=1)\n"
+                    "else:\n    GRPOConfig(seed=2)\n").configs
+    assert [(c.line, c.conditional is not None) for c in configs] == [(6, True), (8, True), (10, True)]
+
+
+@pytest.mark.parametrize(("body", "argv", "line", "words"), [
+    ("raise SystemExit('no')\n", [], 5, "stops here"),
+    ("p = argparse.ArgumentParser()\np.add_argument('--n', type=int)\na = p.parse_args()\nif a.n > 3:\n"
+     "    raise ValueError(a.n)\n", ["--n", "4"], 9, "ValueError(a.n)"),
+    ("def check(n):\n    if n:\n        raise ValueError('x')\ncheck(1)\n", [], 7, "ValueError"),
+    ("p = argparse.ArgumentParser()\np.add_argument('--n', type=int, required=True)\np.parse_args()\n", [], 7,
+     "required: --n"),
+    ("p = argparse.ArgumentParser()\np.add_argument('--n', type=int)\np.parse_args()\n", ["--n", "x"], 7,
+     "invalid int value"),
+    ("p = argparse.ArgumentParser()\np.add_argument('--height', type=int)\np.parse_args()\n", ["--h", "1"], 7,
+     "ambiguous option"),
+])
+def test_a_known_path_that_stops_is_a_read_error_naming_its_line(body, argv, line, words):
+    with pytest.raises(py.ReadError) as caught:
+        _read(body, argv)
+    assert caught.value.line == line and words in caught.value.message, (caught.value.line, caught.value.message)
+
+
+def test_a_raise_under_an_unknown_condition_ends_only_that_path():
+    config = _read("if os.environ.get('X'):\n    raise ValueError('x')\nGRPOConfig(seed=3)\n").configs[0]
+    assert config.fields == {"seed": 3} and config.conditional is None
+
+
+# --- hostile input: any size, any depth, any bytes -> one clean error or an Unknown, fast ----------
+
+HOSTILE = {
+    "list of 10**12": "x = [0] * 10**12\nGRPOConfig(a=x, b=len(x))\n",
+    "string of 10**12": "x = 'a' * 10**12\ny = 10**12 * b'a'\nGRPOConfig(a=x, b=y)\n",
+    "2 ** 10**10": "GRPOConfig(a=2 ** 10**10, b=10**10**10, c=1 << 10**10)\n",
+    "squaring": "x = 10**60\n" + "x = x * x\n" * 40 + "GRPOConfig(a=x)\n",
+    "5,000 parentheses": "x = " + "(" * 5000 + "1" + ")" * 5000 + "\n",
+    "5,000 lists": "x = " + "[" * 5000 + "1" + "]" * 5000 + "\n",
+    "1,000 nested ifs": "".join(" " * i + "if True:\n" for i in range(1000)) + " " * 1000 + "x = 1\n",
+    "1,000 nested functions": "".join(" " * i + f"def f{i}():\n" for i in range(1000)) + " " * 1000 + "pass\n",
+    "a chain of 100,000 additions": "x = " + "+".join(["1"] * 100_000) + "\n",
+    "mutual recursion": "def f(n):\n    return g(n) + g(n + 1)\ndef g(n):\n    return f(n)\nGRPOConfig(a=f(1))\n",
+    "while True": "while True:\n    x = 1\nGRPOConfig(a=1)\n",
+    "1 MiB": "x = 1\n" * ((1 << 20) // 6),
+    "20,000 assignments": "x = 1\n" * 20_000 + "GRPOConfig(a=x)\n",
+    "wide formats": "a = f'{1:1000000000}'\nb = '{:>1000000000}'.format(1)\nc = '%1000000000d' % 1\n"
+                    "d = '%*d' % (10**9, 1)\nGRPOConfig(a=a, b=b, c=c, d=d)\n",
+    "amplifying str methods": "x = 'a' * 1000000\nGRPOConfig(a=x.join([x] * 1000), b=x.replace('', x), "
+                              "c=f'{x}{x}{x}{x}{x}{x}', d='-'.join(x))\n",
+    "ranges": "GRPOConfig(a=sum(range(10**12)), b=sorted(range(10**12)), c=len(range(10**30)), "
+              "d='a' in range(10**12), e=range(1, 2, 0))\n",
+    "shared sublists": "x = [1]\n" + "x = [x, x]\n" * 60 + "GRPOConfig(a=x, b=str(x), c=x == x[:])\n",
+    "deep nesting by steps": "x = 1\n" + "x = [x]\n" * 5000 + "GRPOConfig(a=x, b=str(x))\n",
+    "10 GB of references": "x = 'a' * 1000000\ny = [x] * 10000\nGRPOConfig(a=str(y), b=[[1] * 9999] * 9999)\n",
+    "64 MB in steps": "x = 'a' * 1000000\n" + "".join(f"y{i} = x + 'b'\n" for i in range(100)),
+    "walked over and over": "x = [[0] * 99] * 100\n" + "if x:\n    pass\n" * 20_000,
+    "not Python": "\x00\x01 {{{ this is not python",
+    "almost Python": "def f(:\n",
+}
+
+
+def _read_hostile(source: str) -> py.ScriptRead | None:
+    try:
+        return py.read(HEADER + source, [], configs=("GRPOConfig",), trainers=("GRPOTrainer",))
+    except py.ReadError as exc:
+        assert exc.message
+        return None
+
+
+@pytest.mark.parametrize("name", list(HOSTILE))
+def test_hostile_input_ends_fast_with_an_error_or_unknowns(name):
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    start = time.perf_counter()
+    found = _read_hostile(HOSTILE[name])
+    elapsed = time.perf_counter() - start
+    grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) << 10   # the peak, if this raised it
+    TIMINGS[name] = (elapsed, grown)
+    assert elapsed < 5, elapsed   # well under a second unloaded; a 2-core machine shared by others is slower
+    assert grown < 300 << 20, grown
+    if found is not None:
+        for config in found.configs:
+            for value in config.fields.values():
+                if py.known(value):   # whatever is known is small
+                    assert len(repr(value)) < 1 << 21
+
+
+TIMINGS: dict[str, tuple[float, int]] = {}
+
+
+def test_bytes_that_are_not_utf8_are_refused_by_rlexp_import(tmp_path):
+    from rlexp.errors import InputError
+    from rlexp.trainers.trl.script_args import _source_text
+
+    script = tmp_path / "train.py"
+    script.write_bytes(b"import argparse\nx = '\xff\xfe'\n")
+    with pytest.raises(InputError) as caught:
+        _source_text(script)
+    assert "UTF-8" in str(caught.value) or "utf-8" in str(caught.value).lower()

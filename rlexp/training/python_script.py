@@ -35,6 +35,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+MAX_SOURCE = 256 << 10      # characters of a script (training scripts are tens of KB; Python's own parser
+                             # takes seconds over a MiB, before any step is counted)
 MAX_STEPS = 200_000          # expressions and statements followed while reading one script
 MAX_CALL_DEPTH = 40          # the script's own functions calling each other
 MAX_ITEMS = 10_000           # items of a list built by repetition that are kept (longer: only its length)
@@ -160,6 +162,7 @@ class _Function:
     scope: dict[Any, Any]              # where it is defined: the names it sees besides its own
     defaults: list[Any]                # evaluated where it is defined, as Python does
     kw_defaults: list[Any]
+    generator: bool                    # an async def or a `yield` in it: a call returns an object, runs nothing
 
 
 _OUTER = ("rlexp", "outer")            # a function's scope: the scope it was defined in
@@ -250,6 +253,8 @@ def read(source: str, argv: list[str], *, env: dict[str, str] | None = None,
     ``configs`` and ``trainers`` it reaches. ``unknown_words``: words of ``argv`` that stand for a value
     the launch script leaves unknown (the word -> why). ReadError where the source is not Python or its
     own argument parser refuses ``argv``."""
+    if len(source) > MAX_SOURCE:
+        raise ReadError(None, f"{len(source)} characters: rlexp reads training scripts of at most {MAX_SOURCE}")
     try:
         tree = ast.parse(source)
     except SyntaxError as exc:
@@ -296,7 +301,8 @@ class _Reader:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             spec = node.args
             function = _Function(node, scope, [self.expr(d, scope) for d in spec.defaults],
-                                 [_NO_DEFAULT if d is None else self.expr(d, scope) for d in spec.kw_defaults])
+                                 [_NO_DEFAULT if d is None else self.expr(d, scope) for d in spec.kw_defaults],
+                                 isinstance(node, ast.AsyncFunctionDef) or _generator(node))
             # defined on a path not known to run: which definition a later call meets is not known
             scope[node.name] = self.uncertain[-1] if self.uncertain else function
         elif isinstance(node, ast.ClassDef):
@@ -775,7 +781,7 @@ class _Reader:
         # lists, dicts and globals are then unknown, as are its assignments)
         if self.depth >= MAX_CALL_DEPTH:
             return Unknown(line, f"{func.node.name}(…) called {MAX_CALL_DEPTH} deep")
-        if isinstance(func.node, ast.AsyncFunctionDef) or _generator(func.node):
+        if func.generator:
             return Unknown(line, f"the coroutine or generator {func.node.name}(…) returns, not run by the call")
         local: dict[Any, Any] = {_OUTER: func.scope}
         spec = func.node.args
@@ -811,7 +817,7 @@ class _Reader:
             self.frames.pop()
             del self.uncertain[entry:]
         if frame[0] is not None:   # it may have returned earlier, on a path not known
-            return Unknown(line, f"the value of {func.node.name}(…), {frame[0].why} (line {frame[0].line})")
+            return Unknown(frame[0].line, f"the value of {func.node.name}(…) called on line {line}: {frame[0].why}")
         return value
 
     def _named(self, func: Name, args: list[Any], kwargs: dict[str, Any], hidden: Unknown | None, line: int) -> Any:
@@ -1057,6 +1063,8 @@ class _Reader:
 def _builtin(name: str, args: list[Any], kwargs: dict[str, Any], line: int) -> Any:
     if name == "len" and len(args) == 1:
         target = args[0]
+        if _spoiled(target):
+            return first_unknown(target, line)
         if _countable(target):
             return _length(target)
         if isinstance(target, Dataset) and target.size is not None:
@@ -1085,7 +1093,9 @@ def _builtin(name: str, args: list[Any], kwargs: dict[str, Any], line: int) -> A
         return dict(kwargs)
     if name == "print":
         return None
-    return Unknown(line, f"{name}(…) of a value not known")
+    if not known(args) or not known(kwargs):
+        return first_unknown([*args, *kwargs.values()], line)
+    return Unknown(line, f"the value of {name}(…), which only running the script gives")
 
 
 def _length(value: Any) -> int:
