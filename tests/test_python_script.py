@@ -443,6 +443,176 @@ SCRIPTS: dict[str, tuple[str, list[list[str]]]] = {
                          i=with_default(), j=table.get("a", 9), k=len(table))
         GRPOTrainer(args=cfg)
         """, [[], ["--n", "5"]]),
+    "more_mutation": ("""
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--n", type=int, default=2)
+        args = parser.parse_args()
+        funcs = []
+        for name in ["a", "b"]:
+            funcs.append(name)
+        mods = ["q"]
+        mods.extend(["k", "v"])
+        mods.insert(0, "o")
+        extra = {"x": 1, "y": 2}
+        gone = extra.pop("x")
+        kept = extra.setdefault("y", 9)
+        added = extra.setdefault("z", args.n)
+        del extra["y"]
+        counts = {"a": 1}
+        counts["a"] += args.n
+        stack = [1, 2, 3]
+        stack.pop()
+        stack.reverse()
+
+        class Helper:
+            def fill(self, items):
+                items.append(99)
+
+        touched = [1]
+        Helper().fill(touched)
+        seen = set()
+        seen.add(args.n)
+
+        def remember(value, into=[]):
+            into.append(value)
+            return len(into)
+
+        remember(1)
+        calls = remember(2)
+        args.n = args.n * 10
+        cfg = GRPOConfig(a=funcs, b=mods, c=extra, d=gone, e=kept, f=added, g=counts, h=stack, i=touched,
+                         j=len(seen), k=calls, m=args.n)
+        cfg.k += 1
+        GRPOTrainer(args=cfg)
+        """, [[], ["--n", "0"]]),
+    "more_scopes": ("""
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--lr", type=float, default=0.5)
+        args = parser.parse_args()
+
+        def late():
+            v = 1
+
+            def inner():
+                return v
+            v = 2
+            return inner()
+
+        def counter():
+            total = 0
+
+            def add(k):
+                nonlocal total
+                total += k
+            add(3)
+            add(args.lr)
+            return total
+
+        def gen():
+            yield 1
+
+        async def coro():
+            return 1
+
+        def star(*items, **named):
+            return len(items) + len(named)
+
+        def main():
+            return GRPOConfig(a=late(), b=counter(), c=star(1, 2, x=3), d=star(*[1, 2, 3]), e=gen() is not None,
+                              f=(w := args.lr * 2) + w, g=[x for x in range(3)])
+
+        if __name__ == "__main__":
+            cfg = main()
+            GRPOTrainer(args=cfg)
+        """, [[], ["--lr", "-0.25"]]),
+    "try_and_raise": ("""
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--n", type=int, default=1)
+        args = parser.parse_args()
+        try:
+            value = 10 // args.n
+        except ZeroDivisionError:
+            value = -1
+        try:
+            if args.n > 5:
+                raise ValueError("big")
+            size = "small"
+        except ValueError:
+            size = "big"
+        else:
+            size = size + "!"
+        finally:
+            done = True
+        if args.n < 0:
+            raise SystemExit("negative")
+        GRPOTrainer(args=GRPOConfig(a=value, b=size, c=done))
+        """, [[], ["--n", "0"], ["--n", "9"], ["--n", "-2"]]),
+    "formats_and_builtins": ("""
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--x", type=float, default=2.5)
+        parser.add_argument("--k", type=int, default=3)
+        parser.add_argument("--word", default="abc")
+        args = parser.parse_args()
+        cfg = GRPOConfig(a="%s-%d-%.3f" % (args.word, args.k, args.x), b="{:.2f}|{:>6}|{!r}".format(args.x, args.k,
+                         args.word), c=int("ff", 16), d=float("1e-3"), e=str(args.x), f=round(args.x), g=round(0.125, 2),
+                         h=sorted([args.k, 1, 2]), i=sum([args.k, args.x]), j=list(range(args.k)),
+                         k=tuple(range(0, 10, args.k)) if args.k > 0 else (), m=len(range(args.k)), n=args.k == 3.0,
+                         o=True + True, p=divmod(args.k, 2) if args.k else 0, q=1 if args.x else 2,
+                         r=args.word in "xabcx", s=[1, 2, 3][args.k % 3], t={"a": 1}.get(args.word, args.k),
+                         u=args.word * 0, v=abs(args.x) ** 0.5 if args.x > 0 else 0.0, w=10 ** args.k if args.k < 50
+                         else 0, y=args.k ** -2 if args.k else 0, z=max([args.x, 1.0]), aa=min("b", args.word),
+                         ab=f"{args.k:+d}{args.x:e}{args.x:%}{args.k:x}{args.k:,}", ac=2 ** 70, ad=-(2 ** 70) // 3,
+                         ae=bool(args.k), af=str(None), ag=args.word[1:], ah=(args.k, args.x) < (3, 3.0))
+        GRPOTrainer(args=cfg)
+        """, [[], ["--x", "-1", "--k", "0", "--word", ""], ["--k", "7", "--x", "1e-9"], ["--word", "zz", "--k", "-4"]]),
+    "failures_inside_try": ("""
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--n", type=int, default=1)
+        parser.add_argument("--key", default="a")
+        args = parser.parse_args()
+        table = {"a": 1}
+        w = 0
+        try:
+            v = 10 // args.n
+            w = 5
+        except ZeroDivisionError:
+            w = 6
+        u = 0
+        try:
+            u = table[args.key]
+            u = u + 1
+        except KeyError:
+            u = -1
+        t = 0
+        try:
+            if os.environ.get("FLAG"):
+                t = int("x")
+            t = 7
+        except ValueError:
+            pass
+
+        def parse(text):
+            return int(text)
+
+        q = 0
+        try:
+            q = parse(args.key)
+            q = q * 2
+        except ValueError:
+            q = -5
+        GRPOTrainer(args=GRPOConfig(w=w, u=u, t=t, q=q))
+        """, [[], ["--n", "0"], ["--key", "b"], ["--key", "12"]]),
+    "setattr_and_environment_writes": ("""
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--lr", type=float, default=0.5)
+        args = parser.parse_args()
+        setattr(args, "lr", 9.0)
+        os.environ["MODE"] = "fast"
+        os.environ.setdefault("OTHER", "x")
+        cfg = GRPOConfig(learning_rate=args.lr, mode=os.environ.get("MODE"), other=os.getenv("OTHER"))
+        setattr(cfg, "beta", 0.25)
+        GRPOTrainer(args=cfg)
+        """, [[], ["--lr", "1"]]),
 }
 
 

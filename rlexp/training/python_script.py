@@ -70,6 +70,18 @@ class _Spoiled(Unknown):
     length and its keys are then all unknown (every name bound to it sees the same object)."""
 
 
+@dataclass(frozen=True)
+class _Failed(Unknown):
+    """What an operation gives that Python refuses with an exception (``10 // 0``, ``int("x")``, a
+    missing key): inside a ``try`` the exception goes to its handlers (_Reader.expr sees each one made)."""
+
+    def __post_init__(self) -> None:
+        _failures[0] += 1
+
+
+_failures = [0]   # _Failed values made since the read began
+
+
 _SPOILED_KEY = ("rlexp", "spoiled")   # the key a spoiled dict holds its _Spoiled under (no script has it)
 
 
@@ -202,7 +214,7 @@ _BUILTINS = ("len", "int", "float", "str", "bool", "min", "max", "abs", "round",
              # not followed, but known not to change the lists and dicts they are given
              "iter", "enumerate", "zip", "reversed", "repr", "type", "id", "hash", "hasattr", "getattr",
              "issubclass", "any", "all", "map", "filter", "next", "set", "frozenset", "open", "callable", "format",
-             "divmod", "pow", "ord", "chr", "hex", "bin", "oct")
+             "divmod", "pow", "ord", "chr", "hex", "bin", "oct", "setattr")
 _BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
            ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
 _COMPARE = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
@@ -290,6 +302,10 @@ class _Reader:
         self.uncertain: list[Unknown] = []   # why the statements being read may not run (innermost last)
         self.frames: list[list[Unknown | None]] = []   # per function being read: a return on a path not known
         self.produced = 0                    # size of the values computed so far (MAX_PRODUCED)
+        # per `try` with handlers whose body is being read: len(uncertain) at its start, and why an
+        # exception may have been raised on a path not known to run (then its handlers may run)
+        self.guards: list[list[Any]] = []
+        self.env_changed: Unknown | None = None   # os.environ changed in a way not followed
 
     # ---- statements
     def block(self, body: list[ast.stmt], scope: dict[str, Any]) -> None:
@@ -352,21 +368,12 @@ class _Reader:
                                 node.lineno)
             self.block(node.body, scope)
         elif isinstance(node, ast.Try) or type(node).__name__ == "TryStar":
-            try:
-                self.block(node.body, scope)   # the path without an exception
-            except _Raised as raised:
-                if not node.handlers:
-                    raise
-                # a handler may catch it (which one, Python's exception types say): the rest is not known
-                why = Unknown(raised.line or node.lineno, f"set after the exception raised on line {raised.line}")
-                for handler in node.handlers:
-                    self._uncertain(why, handler.body, scope)
-            else:
-                self.block(node.orelse, scope)
-            self.block(node.finalbody, scope)
+            self._try(node, scope)
         elif isinstance(node, ast.Return):
             raise _Return(None if node.value is None else self.expr(node.value, scope))
         elif isinstance(node, ast.Raise):
+            if self.guards:
+                self._raises(Unknown(node.lineno, f"the exception raised on line {node.lineno}"))
             if self.uncertain:
                 raise _BranchEnds()
             shown = ast.unparse(node.exc)[:120] if node.exc is not None else "raise"
@@ -381,6 +388,35 @@ class _Reader:
             for case in node.cases:
                 self._uncertain(why, case.body, scope)
         # pass, assert, break, continue: nothing to follow
+
+    def _try(self, node: ast.Try, scope: dict[Any, Any]) -> None:
+        guard: list[Any] = [len(self.uncertain), None]
+        if node.handlers:
+            self.guards.append(guard)
+        raised: _Raised | None = None
+        try:
+            self.block(node.body, scope)
+        except _Raised as exc:
+            if not node.handlers:
+                if self.uncertain:
+                    raise _BranchEnds() from None
+                raise
+            raised = exc
+        finally:
+            if node.handlers:
+                self.guards.pop()
+        if raised is not None:
+            # a handler may catch it (which one, Python's exception types say): what it sets is not known
+            why = Unknown(raised.line or node.lineno, f"set after the exception raised on line {raised.line}")
+            for handler in node.handlers:
+                self._uncertain(why, handler.body, scope)
+        elif guard[1] is not None:   # raised on a path not known to run: handlers or else, either may run
+            why = Unknown(guard[1].line, f"set after the exception that line {guard[1].line} may raise")
+            for body in (*(h.body for h in node.handlers), node.orelse):
+                self._uncertain(why, body, scope)
+        else:
+            self.block(node.orelse, scope)
+        self.block(node.finalbody, scope)
 
     def _if(self, node: ast.If, scope: dict[str, Any]) -> None:
         test = self.expr(node.test, scope)
@@ -465,19 +501,49 @@ class _Reader:
                 container[key] = value
             elif isinstance(container, (list, dict)):
                 self._spoil(container, line, f"an item set on line {line}")
+            elif isinstance(container, Name) and container.dotted == "os.environ":
+                if isinstance(key, str) and isinstance(value, str) and not self.uncertain:
+                    self.env[key] = value
+                elif isinstance(key, str):
+                    self.env[key] = Unknown(line, f"${key}, set on line {line} to a value not known")
+                else:
+                    self.env_changed = Unknown(line, f"the environment, changed on line {line}")
         elif isinstance(target, ast.Attribute):
-            obj = self.expr(target.value, scope)
-            if isinstance(obj, ConfigCall):
-                obj.fields[target.attr] = value
-            elif isinstance(obj, _Namespace):
-                obj.values[target.attr] = value
+            self._set_attribute(self.expr(target.value, scope), target.attr, value)
+
+    def _set_attribute(self, obj: Any, attr: str, value: Any) -> None:
+        if isinstance(obj, ConfigCall):
+            obj.fields[attr] = value
+        elif isinstance(obj, _Namespace):
+            obj.values[attr] = value
+
+    def _environment(self, key: str, default: Any, line: int, *, required: bool = False) -> Any:
+        """``os.environ[key]`` / ``os.environ.get(key, default)``: from the environment import is given."""
+        if self.env_changed is not None:
+            return self.env_changed
+        if key in self.env:
+            return self.env[key]
+        return Unknown(line, f"${key} from the environment; give it with --env {key}=VALUE")
 
     # ---- expressions
     def expr(self, node: ast.expr, scope: dict[str, Any]) -> Any:
+        failures = _failures[0]
         value = self._expr(node, scope)
         if isinstance(node, _COMPUTES):
             value = self._bounded(value, getattr(node, "lineno", 0))
+        if self.guards and _failures[0] != failures:
+            # Python raises here, inside a `try`: the rest of its body does not run (its handlers do);
+            # outside one the script stops, and no value after it matters
+            self._raises(Unknown(getattr(node, "lineno", 0), "an exception Python raises here"))
         return value
+
+    def _raises(self, why: Unknown) -> None:
+        """An exception raised at ``why.line`` while a ``try`` with handlers is being read."""
+        guard = self.guards[-1]
+        if len(self.uncertain) > guard[0]:   # on a path not known to run: that path ends; the handlers may run
+            guard[1] = guard[1] or why
+            raise _BranchEnds()
+        raise _Raised(why.line, why.why)
 
     def _bounded(self, value: Any, line: int) -> Any:
         """``value``, computed by the script's code, if it is small enough to keep: a script must not
@@ -589,11 +655,15 @@ class _Reader:
             return Dataset(None, f"{obj.source}, split {key!r}", line, obj.hub_name)
         if not known(key):
             return first_unknown(key, line)
+        if _spoiled(obj):   # its keys and length are not known: a missing item is no error here
+            return first_unknown(obj, line)
+        if isinstance(obj, Name) and obj.dotted == "os.environ" and isinstance(key, str):
+            return self._environment(key, None, line, required=True)
         if isinstance(obj, (dict, list, tuple, str)):
             try:
                 return obj[key]
             except (KeyError, IndexError, TypeError):
-                return Unknown(line, "an item that is not there")
+                return _Failed(line, "an item that is not there")
         if isinstance(obj, Unknown):
             return obj
         return Unknown(line, "an item of a value rlexp does not follow")
@@ -638,7 +708,7 @@ class _Reader:
         try:
             result = fn(left, right)
         except Exception:  # noqa: BLE001 - Python would raise here: what the script does then is not followed
-            return Unknown(line, "an operation that fails on these values")
+            return _Failed(line, "an operation that fails on these values")
         if isinstance(result, str) and len(result) > MAX_TEXT:
             return Unknown(line, "a string too long to follow")
         return result
@@ -670,7 +740,7 @@ class _Reader:
                 try:
                     result = _COMPARE[type(op)](left, right)
                 except Exception:  # noqa: BLE001 - a comparison Python refuses: not followed
-                    return Unknown(node.lineno, "a comparison that fails on these values")
+                    return _Failed(node.lineno, "a comparison that fails on these values")
             if not result:
                 return False
             left = right
@@ -695,7 +765,7 @@ class _Reader:
             try:
                 parts.append(format(inner, spec))
             except Exception:  # noqa: BLE001 - a format Python refuses: not followed
-                return Unknown(node.lineno, "an f-string that fails on these values")
+                return _Failed(node.lineno, "an f-string that fails on these values")
             total += len(parts[-1])
             if total > MAX_TEXT:   # `f"{x}{x}{x}…"` of a long x: stopped as it grows
                 return Unknown(node.lineno, "a string too long to follow")
@@ -848,10 +918,20 @@ class _Reader:
                 parser.broken = Unknown(line, f"an argument parser built with {shown} rlexp does not follow")
             return parser
         if dotted in ("os.environ.get", "os.getenv"):
-            if args and isinstance(args[0], str) and args[0] in self.env:
-                return self.env[args[0]]
-            shown = args[0] if args and isinstance(args[0], str) else "a variable"
-            return Unknown(line, f"${shown} from the environment; give it with --env {shown}=VALUE")
+            if args and isinstance(args[0], str):
+                return self._environment(args[0], args[1] if len(args) > 1 else None, line)
+            return Unknown(line, "a variable of the environment not known")
+        if dotted == "os.environ.setdefault" and len(args) == 2 and isinstance(args[0], str):
+            if self.env_changed is None and args[0] not in self.env:   # the environment's value, else this one
+                self.env[args[0]] = Unknown(line, f"${args[0]}, set on line {line} unless the environment has it")
+            return self._environment(args[0], None, line)
+        if dotted.startswith("os.environ.") or dotted in ("os.putenv", "os.unsetenv"):
+            # setdefault of a variable that may be set, update, pop, clear: not followed
+            self.env_changed = Unknown(line, f"the environment, changed on line {line} by {dotted}(…)")
+            return self.env_changed
+        if dotted == "builtins.setattr" and len(args) == 3 and isinstance(args[1], str) and not kwargs:
+            self._set_attribute(args[0], args[1], self.uncertain[-1] if self.uncertain else args[2])
+            return None
         if dotted.endswith("Dataset.from_dict") and dotted.startswith("datasets"):
             return self._from_dict(args, kwargs, line)
         if dotted == "datasets.load_dataset":
@@ -895,7 +975,7 @@ class _Reader:
             try:
                 result = getattr(obj, method)(*args, **kwargs)
             except Exception:  # noqa: BLE001 - Python would raise: not followed
-                return Unknown(line, f"str.{method} failing on these values")
+                return _Failed(line, f"str.{method} failing on these values")
             return result if not isinstance(result, str) or len(result) <= MAX_TEXT else Unknown(line, "too long")
         if isinstance(obj, (list, dict, set)):
             return self._container_method(obj, method, args, kwargs, line)
@@ -952,8 +1032,14 @@ class _Reader:
     def _unfollowed_call(self, args: list[Any], kwargs: dict[str, Any], line: int) -> None:
         """A call rlexp does not follow may change the lists and dicts it is given: they become unknown."""
         for value in (*args, *kwargs.values()):
+            why = f"given to a call on line {line} that rlexp does not follow"
             if isinstance(value, (list, dict, set)) and not _spoiled(value):
-                self._spoil(value, line, f"given to a call on line {line} that rlexp does not follow")
+                self._spoil(value, line, why)
+            elif isinstance(value, _Namespace):
+                for key in value.values:
+                    value.values[key] = Unknown(line, f"args.{key}, {why}")
+            elif isinstance(value, ConfigCall) and value.all_unknown is None:
+                value.all_unknown = Unknown(line, f"the {value.cls}, {why} (it may set any field)")
 
     def _parser_method(self, parser: _Parser, method: str, args: list[Any], kwargs: dict[str, Any], line: int) -> Any:
         if method in ("add_argument_group", "add_mutually_exclusive_group"):
@@ -1074,9 +1160,12 @@ def _builtin(name: str, args: list[Any], kwargs: dict[str, Any], line: int) -> A
     if name == "range" and known(args) and all(isinstance(a, int) for a in args) and 1 <= len(args) <= 3:
         try:
             numbers = range(*args)
+        except ValueError:   # a step of 0
+            return _Failed(line, "a range Python refuses")
+        try:
             len(numbers)
-        except (ValueError, OverflowError):   # a step of 0; more than sys.maxsize numbers
-            return Unknown(line, "a range Python refuses or rlexp cannot count")
+        except OverflowError:   # more than sys.maxsize numbers
+            return Unknown(line, "a range rlexp cannot count")
         return numbers
     if any(isinstance(a, range) and len(a) > MAX_ITEMS for a in args) and name != "len":
         return Unknown(line, f"{name}(…) of a range too long to follow")   # sum(range(10**12)) would take hours
@@ -1087,7 +1176,7 @@ def _builtin(name: str, args: list[Any], kwargs: dict[str, Any], line: int) -> A
                       "round": round, "sorted": sorted, "sum": sum, "list": list, "tuple": tuple,
                       "dict": dict}[name](*args, **kwargs)
         except Exception:  # noqa: BLE001 - Python would raise: not followed
-            return Unknown(line, f"{name}(…) failing on these values")
+            return _Failed(line, f"{name}(…) failing on these values")
         return result if not isinstance(result, str) or len(result) <= MAX_TEXT else Unknown(line, "too long")
     if name == "dict" and not args:
         return dict(kwargs)
