@@ -784,3 +784,79 @@ def test_bytes_that_are_not_utf8_are_refused_by_rlexp_import(tmp_path):
     with pytest.raises(InputError) as caught:
         _source_text(script)
     assert "UTF-8" in str(caught.value) or "utf-8" in str(caught.value).lower()
+
+
+# --- conditions the reader cannot know: CPython runs both ways, the reader must agree with both ----
+
+UNKNOWN_CONDITIONS = """
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--n", type=int, default=2)
+    args = parser.parse_args()
+    flag = os.environ.get("FLAG")
+    table = {"a": 1}
+    items = [1, 2]
+    counter = 0
+    lr = 0.1
+    if flag:
+        lr = 0.2
+        table["b"] = 2
+        table["a"] = 3
+        items.append(3)
+        args.n = 7
+    else:
+        lr = lr * 2
+    for i in range(args.n):
+        counter += i
+        if i == 1 and flag:
+            break
+
+    def bump():
+        global counter
+        counter = 100
+
+    def first(xs):
+        if flag:
+            return xs[0]
+        return xs[-1]
+
+    if flag == "2":
+        bump()
+    if flag:
+        def pick():
+            return 1
+    else:
+        def pick():
+            return 2
+    y = 0
+    z = (y := 5) if flag else 6
+    w = 0
+    either = flag or (w := 9)
+    seen = []
+    made = [seen.append(i) for i in range(3) if flag]
+    k = 0
+    if flag == "3":
+        raise SystemExit("stop")
+    try:
+        if flag:
+            k = int("x")
+        k = 4
+    except ValueError:
+        k = 8
+    while flag and k < 10:
+        k += 1
+    cfg = GRPOConfig(lr=lr, table=table, b="b" in table, n_items=len(items), n=args.n, counter=counter,
+                     first=first([1, 2, 3]), pick=pick(), y=y, w=w, seen=seen, k=k, t=len(table), fixed=5)
+    if flag:
+        cfg.beta = 0.5
+    GRPOTrainer(args=cfg)
+"""
+
+
+@pytest.mark.parametrize("env", [{}, {"FLAG": "1"}, {"FLAG": "2"}, {"FLAG": "3"}, {"FLAG": ""}])
+def test_unknown_conditions_never_give_a_wrong_value(python, env):
+    """The reader is not given FLAG: whatever CPython does with it or without, no known field differs."""
+    got, ran = compare("unknown_conditions", HEADER + textwrap.dedent(UNKNOWN_CONDITIONS), [], env, python,
+                       reader_env={})
+    assert got is not None and got.configs[0].fields["fixed"] == 5
+    known = {k for k, v in got.configs[0].fields.items() if py.known(v)}
+    assert known == {"fixed"}, known   # every other field depends on FLAG

@@ -591,14 +591,16 @@ class _Reader:
             test = self.expr(node.test, scope)
             if _decided(test):
                 return self.expr(node.body if _truth(test) else node.orelse, scope)
-            return Unknown(line, f"chosen by a condition not known ({first_unknown(test, line).why})")
+            why = Unknown(line, f"chosen by a condition not known ({first_unknown(test, line).why})")
+            self._maybe_evaluated(why, [node.body, node.orelse], scope)
+            return why
         if isinstance(node, ast.JoinedStr):
             return self._fstring(node, scope)
         if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
             return self._sequence(node, scope)
         if isinstance(node, ast.Dict):
             return self._dict(node, scope)
-        if isinstance(node, (ast.ListComp, ast.GeneratorExp, ast.SetComp)):
+        if isinstance(node, (ast.ListComp, ast.GeneratorExp, ast.SetComp, ast.DictComp)):
             return self._comprehension(node, scope)
         if isinstance(node, ast.Call):
             return self._call(node, scope)
@@ -718,8 +720,10 @@ class _Reader:
         for item in node.values:
             value = self.expr(item, scope)
             if not _decided(value):
-                return Unknown(node.lineno, f"an `{'and' if isinstance(node.op, ast.And) else 'or'}` of a value "
-                               f"not known ({first_unknown(value, node.lineno).why})")
+                why = Unknown(node.lineno, f"an `{'and' if isinstance(node.op, ast.And) else 'or'}` of a value "
+                              f"not known ({first_unknown(value, node.lineno).why})")
+                self._maybe_evaluated(why, node.values[node.values.index(item) + 1:], scope)
+                return why
             if _truth(value) == isinstance(node.op, ast.Or):
                 return value
         return value
@@ -806,10 +810,45 @@ class _Reader:
             out[key] = value
         return out
 
-    def _comprehension(self, node: ast.ListComp | ast.GeneratorExp | ast.SetComp, scope: dict[str, Any]) -> Any:
+    def _maybe_evaluated(self, why: Unknown, nodes: list[ast.expr], scope: dict[Any, Any]) -> None:
+        """Expressions Python may evaluate or not, or many times (the other branch of a conditional
+        expression, the rest of an ``and``, a comprehension's items): read once under ``why``, so that
+        what they change (a walrus, an ``.append``, a call of the script's function) becomes unknown."""
+        entry = len(self.uncertain)
+        self.uncertain.append(why)
+        try:
+            for item in nodes:
+                self.expr(item, scope)
+        except _BranchEnds:
+            pass
+        finally:
+            del self.uncertain[entry:]
+
+    def _comprehension(self, node: ast.ListComp | ast.GeneratorExp | ast.SetComp | ast.DictComp,
+                       scope: dict[str, Any]) -> Any:
         generator = node.generators[0]
         iterable = self.expr(generator.iter, scope)
-        if len(node.generators) == 1 and not generator.ifs and not isinstance(node, ast.SetComp) \
+        why = Unknown(node.lineno, f"set in the comprehension on line {node.lineno}")
+        inner: dict[Any, Any] = {_OUTER: scope}   # its own names; a walrus in it binds the enclosing scope's
+        entry = len(self.uncertain)
+        self.uncertain.append(why)
+        try:
+            for i, each in enumerate(node.generators):
+                if i:
+                    self.expr(each.iter, inner)
+                self.assign(each.target, why, inner, node.lineno)
+            parts = [*(c for g in node.generators for c in g.ifs),
+                     *((node.key, node.value) if isinstance(node, ast.DictComp) else (node.elt,))]
+            for part in parts:
+                self.expr(part, inner)
+            for walrus in (n for part in parts for n in ast.walk(part) if isinstance(n, ast.NamedExpr)):
+                if isinstance(walrus.target, ast.Name):
+                    self._scope_of(walrus.target.id, scope)[walrus.target.id] = why
+        except _BranchEnds:
+            pass
+        finally:
+            del self.uncertain[entry:]
+        if len(node.generators) == 1 and not generator.ifs and isinstance(node, (ast.ListComp, ast.GeneratorExp)) \
                 and _countable(iterable):
             return Sized(_length(iterable))
         return Unknown(node.lineno, "a comprehension whose length rlexp does not follow")
