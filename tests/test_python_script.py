@@ -40,6 +40,7 @@ class GRPOConfig:
 class GRPOTrainer:
     def __init__(self, **kwargs):
         TRAINERS.append((sys._getframe(1).f_lineno, kwargs))
+        self.args = kwargs.get("args")
 '''
 
 DATASETS_STUB = '''
@@ -613,6 +614,59 @@ SCRIPTS: dict[str, tuple[str, list[list[str]]]] = {
         setattr(cfg, "beta", 0.25)
         GRPOTrainer(args=cfg)
         """, [[], ["--lr", "1"]]),
+    "unpacking_calls_and_truth": ("""
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--n", type=int, default=3)
+        args = parser.parse_args()
+        first, *rest = [args.n, 2, 3]
+        *init, last = (1, args.n)
+        a, *middle, b = range(1, args.n + 3) if False else [1, 2, 3, 4, 5][: args.n + 2]
+        rest2 = 0
+        [head, *rest2] = [9]
+
+        def f(x=1, y=2):
+            return x + y
+
+        opts = {"x": 10} if args.n > 100 else {"x": 20}
+        extra = [5] * (args.n % 3)
+        empty = Dataset.from_dict({"prompt": [""] * (args.n % 2)})
+        has_rows = "yes" if empty else "no"
+        cfg = GRPOConfig(a=first, b=rest, c=init, d=last, e=middle, f=f(**opts), g=f(*extra), h=max(1, *extra),
+                         i=head, j=rest2, k=has_rows, m=a + b)
+        trainer = GRPOTrainer(args=cfg, train_dataset=empty)
+        trainer.args.num_iterations = args.n * 2
+        """, [[], ["--n", "4"], ["--n", "2"], ["--n", "0"]]),
+    "argparse_more": ("""
+        parser = argparse.ArgumentParser(add_help=False, prefix_chars="-+")
+        mode = parser.add_mutually_exclusive_group()
+        mode.add_argument("--fast", action="store_true")
+        mode.add_argument("--slow", action="store_true")
+        parser.add_argument("--height", type=int, default=1)
+        parser.add_argument("+plus", type=int, default=0)
+        parser.add_argument("--h2", type=int, default=2)
+        args = parser.parse_args()
+        if args.height < 0:
+            parser.error("negative")
+        GRPOTrainer(args=GRPOConfig(fast=args.fast, slow=args.slow, height=args.height, plus=args.plus, h2=args.h2))
+        """, [[], ["--fast"], ["--fast", "--slow"], ["--he", "3"], ["--h", "3"], ["-h"], ["+plus", "4"],
+              ["--height", "-2"], ["--height=-2"]]),
+    "exits_and_classes": ("""
+        import sys
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--stop", type=int, default=0)
+        args = parser.parse_args()
+        registry = []
+
+        class Plugin:
+            registry.append("plugin")
+            size = 3
+
+        if args.stop == 1:
+            sys.exit(0)
+        if args.stop == 2:
+            exit(3)
+        GRPOTrainer(args=GRPOConfig(registry=registry, stop=args.stop))
+        """, [[], ["--stop", "1"], ["--stop", "2"], ["--stop", "3"]]),
 }
 
 

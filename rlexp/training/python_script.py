@@ -97,6 +97,7 @@ class Name:
     """Something the script imported or Python provides, by its dotted name (``trl.GRPOConfig``)."""
 
     dotted: str
+    module: bool = False   # imported by `import x` (a module: true, not None); else it may be any value
 
     @property
     def last(self) -> str:
@@ -143,7 +144,8 @@ class ScriptRead:
 @dataclass
 class _Parser:
     line: int
-    options: list[tuple[tuple[str, ...], dict[str, Any], int]] = field(default_factory=list)
+    options: list[tuple[tuple[str, ...], dict[str, Any], int, int | None]] = field(default_factory=list)
+    exclusive: list[tuple[dict[str, Any], int | None]] = field(default_factory=list)   # settings, group it is in
     defaults: dict[str, Any] = field(default_factory=dict)
     allow_abbrev: bool = True
     add_help: bool = True   # -h/--help: also what `--he` abbreviates, or makes ambiguous
@@ -155,6 +157,21 @@ class _Parser:
 # ArgumentParser(...) settings read (the others change only its help text)
 _PARSER_FOLLOWED = ("allow_abbrev", "add_help", "prefix_chars", "conflict_handler")
 _PARSER_SETTINGS = ("prog", "usage", "description", "epilog", "formatter_class", "exit_on_error", *_PARSER_FOLLOWED)
+
+
+@dataclass
+class _Group:
+    """A mutually exclusive group of a parser (``index`` in its ``exclusive``)."""
+
+    parser: _Parser
+    index: int
+
+
+@dataclass
+class _Action:
+    """What ``add_argument`` returns: changing it (``action.default = …``) is not followed."""
+
+    parser: _Parser
 
 
 @dataclass
@@ -214,7 +231,7 @@ _BUILTINS = ("len", "int", "float", "str", "bool", "min", "max", "abs", "round",
              # not followed, but known not to change the lists and dicts they are given
              "iter", "enumerate", "zip", "reversed", "repr", "type", "id", "hash", "hasattr", "getattr",
              "issubclass", "any", "all", "map", "filter", "next", "set", "frozenset", "open", "callable", "format",
-             "divmod", "pow", "ord", "chr", "hex", "bin", "oct", "setattr")
+             "divmod", "pow", "ord", "chr", "hex", "bin", "oct", "setattr", "exit", "quit")
 _BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
            ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
 _COMPARE = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
@@ -235,7 +252,8 @@ _walked = [0]
 
 def known(value: Any) -> bool:
     """Whether ``value`` is wholly known (no :class:`Unknown` or :class:`Sized` anywhere inside)."""
-    if isinstance(value, (Unknown, Sized, Dataset, _Parser, _Namespace, _Bound, _Function, Name, ConfigCall)):
+    if isinstance(value, (Unknown, Sized, Dataset, _Parser, _Namespace, _Bound, _Function, Name, ConfigCall,
+                          TrainerCall, _Group, _Action)):
         return False
     if isinstance(value, (list, tuple, dict, set, frozenset)):
         items = value.values() if isinstance(value, dict) else value
@@ -253,7 +271,7 @@ def first_unknown(value: Any, line: int) -> Unknown:
             return first_unknown(inner, line)
     if isinstance(value, Name):
         return Unknown(line, f"{value.dotted.lstrip('.')}, an object of the running script, not a value")
-    kind = {Sized: "a list whose items are not known", Dataset: "a dataset",
+    kind = {Sized: "a list whose items are not known", Dataset: "a dataset", TrainerCall: "a trainer",
             _Function: "a function of the script"}.get(type(value), "an object of the script")
     return Unknown(line, kind)
 
@@ -322,11 +340,14 @@ class _Reader:
             # defined on a path not known to run: which definition a later call meets is not known
             scope[node.name] = self.uncertain[-1] if self.uncertain else function
         elif isinstance(node, ast.ClassDef):
+            # its body runs once, now: read (under uncertainty, in a scope of its own) for what it changes
+            self._uncertain(Unknown(node.lineno, f"set in the body of class {node.name}"), node.body,
+                            {_OUTER: scope})
             scope[node.name] = Unknown(node.lineno, f"an object of the script's class {node.name}")
         elif isinstance(node, ast.Import):
             for alias in node.names:
                 scope[alias.asname or alias.name.split(".")[0]] = Name(alias.name if alias.asname
-                                                                       else alias.name.split(".")[0])
+                                                                       else alias.name.split(".")[0], module=True)
         elif isinstance(node, ast.ImportFrom):
             for alias in node.names:
                 scope[alias.asname or alias.name] = Name(f"{node.module or ''}.{alias.name}")
@@ -372,12 +393,7 @@ class _Reader:
         elif isinstance(node, ast.Return):
             raise _Return(None if node.value is None else self.expr(node.value, scope))
         elif isinstance(node, ast.Raise):
-            if self.guards:
-                self._raises(Unknown(node.lineno, f"the exception raised on line {node.lineno}"))
-            if self.uncertain:
-                raise _BranchEnds()
-            shown = ast.unparse(node.exc)[:120] if node.exc is not None else "raise"
-            raise _Raised(node.lineno, f"the script's own code stops here with these arguments ({shown})")
+            self._stop(node.lineno, ast.unparse(node.exc)[:120] if node.exc is not None else "raise")
         elif isinstance(node, (ast.Global, ast.Nonlocal)):
             scope.setdefault(_GLOBAL if isinstance(node, ast.Global) else _NONLOCAL, set()).update(node.names)
         elif isinstance(node, ast.Delete):
@@ -388,6 +404,15 @@ class _Reader:
             for case in node.cases:
                 self._uncertain(why, case.body, scope)
         # pass, assert, break, continue: nothing to follow
+
+    def _stop(self, line: int, shown: str) -> None:
+        """A ``raise`` (``sys.exit()``, ``parser.error()``) reached: a ReadError on a known path, the end of
+        the path on one not known to run, the handlers of the ``try`` around it."""
+        if self.guards:
+            self._raises(Unknown(line, f"the exception raised on line {line}"))
+        if self.uncertain:
+            raise _BranchEnds()
+        raise _Raised(line, f"the script's own code stops here with these arguments ({shown})")
 
     def _try(self, node: ast.Try, scope: dict[Any, Any]) -> None:
         guard: list[Any] = [len(self.uncertain), None]
@@ -482,11 +507,17 @@ class _Reader:
         if isinstance(target, ast.Name):
             self._scope_of(target.id, scope)[target.id] = value
         elif isinstance(target, (ast.Tuple, ast.List)):
-            items = list(value) if isinstance(value, (tuple, list)) and len(value) == len(target.elts) else None
+            starred = [i for i, e in enumerate(target.elts) if isinstance(e, ast.Starred)]
+            count = len(target.elts)
+            items = list(value) if isinstance(value, (tuple, list)) and not _spoiled(value) and (
+                len(value) == count or (starred and len(value) >= count - 1)) else None
+            if items is not None and starred:   # `a, *rest, b = …`: the starred name takes a list of the middle
+                at, tail = starred[0], count - starred[0] - 1
+                items = [*items[:at], items[at:len(items) - tail], *items[len(items) - tail:]]
             for i, element in enumerate(target.elts):
                 inner = items[i] if items is not None else (
                     value if isinstance(value, Unknown) else Unknown(line, "one of several values unpacked"))
-                self.assign(element, inner, scope, line)
+                self.assign(element.value if isinstance(element, ast.Starred) else element, inner, scope, line)
         elif isinstance(target, ast.Subscript):
             container = self.expr(target.value, scope)
             key = self.expr(target.slice, scope)
@@ -512,7 +543,11 @@ class _Reader:
             self._set_attribute(self.expr(target.value, scope), target.attr, value)
 
     def _set_attribute(self, obj: Any, attr: str, value: Any) -> None:
-        if isinstance(obj, ConfigCall):
+        if isinstance(obj, _Action):
+            obj.parser.broken = obj.parser.broken or Unknown(0, f"an option whose .{attr} the script changes")
+        elif isinstance(obj, _Parser):
+            obj.broken = obj.broken or Unknown(obj.line, f"a parser whose .{attr} the script changes")
+        elif isinstance(obj, ConfigCall):
             obj.fields[attr] = value
         elif isinstance(obj, _Namespace):
             obj.values[attr] = value
@@ -646,9 +681,13 @@ class _Reader:
             return obj.values[attr]
         if isinstance(obj, ConfigCall):
             return obj.fields.get(attr, Unknown(line, f"{obj.cls}.{attr} at its default"))
+        if isinstance(obj, TrainerCall):
+            if attr == "args" and isinstance(obj.arguments.get("args"), ConfigCall):
+                return obj.arguments["args"]
+            return Unknown(line, f"the {obj.cls}'s .{attr}")
         if isinstance(obj, Unknown):
             return obj
-        if isinstance(obj, (_Parser, Dataset, str, dict, list, set)):
+        if isinstance(obj, (_Parser, _Group, Dataset, str, dict, list, set)):
             return _Bound(obj, attr)
         return Unknown(line, f".{attr} of a value rlexp does not follow")
 
@@ -732,8 +771,10 @@ class _Reader:
         left = self.expr(node.left, scope)
         for op, right_node in zip(node.ops, node.comparators, strict=True):
             right = self.expr(right_node, scope)
+            other = left if right is None else right
             if isinstance(op, (ast.Is, ast.IsNot)) and (left is None or right is None) and (
-                    known(left) or known(right)) and not isinstance(left if right is None else right, Unknown):
+                    known(left) or known(right)) and not isinstance(other, (Unknown, Sized)) and (
+                    not isinstance(other, (Name, Dataset)) or _decided(other)):
                 result = (left is right) == isinstance(op, ast.Is)
             elif not known(left) or not known(right):
                 return first_unknown(left if not known(left) else right, node.lineno)
@@ -810,6 +851,17 @@ class _Reader:
             out[key] = value
         return out
 
+    def _maybe_run(self, why: Unknown, func: _Function, args: list[Any], kwargs: dict[str, Any], line: int) -> None:
+        """A function of the script run with arguments not known: read under ``why`` for what it changes."""
+        entry = len(self.uncertain)
+        self.uncertain.append(why)
+        try:
+            self._run(func, args, kwargs, line)
+        except _BranchEnds:
+            pass
+        finally:
+            del self.uncertain[entry:]
+
     def _maybe_evaluated(self, why: Unknown, nodes: list[ast.expr], scope: dict[Any, Any]) -> None:
         """Expressions Python may evaluate or not, or many times (the other branch of a conditional
         expression, the rest of an ``and``, a comprehension's items): read once under ``why``, so that
@@ -858,16 +910,17 @@ class _Reader:
         line = node.lineno
         func = self.expr(node.func, scope)
         args: list[Any] = []
+        hidden: Unknown | None = None   # arguments `*x` / `**x` hides
         for arg in node.args:
             if isinstance(arg, ast.Starred):
                 inner = self.expr(arg.value, scope)
                 if not isinstance(inner, (list, tuple)) or _spoiled(inner):
-                    return Unknown(line, "a call with arguments unpacked from a value not known")
+                    hidden = Unknown(line, "a call with arguments unpacked from a value not known")
+                    continue
                 args.extend(inner)
             else:
                 args.append(self.expr(arg, scope))
         kwargs: dict[str, Any] = {}
-        hidden: Unknown | None = None
         for keyword in node.keywords:
             value = self.expr(keyword.value, scope)
             if keyword.arg is not None:
@@ -877,7 +930,14 @@ class _Reader:
             else:
                 hidden = Unknown(line, f"fields passed as **{ast.unparse(keyword.value)[:60]}, which is not known")
         if isinstance(func, _Function):
+            if hidden is not None:   # which arguments it is given is not known: what it does, nor its value
+                self._maybe_run(hidden, func, args, kwargs, line)
+                return hidden
             return self._run(func, args, kwargs, line)
+        if hidden is not None and not (isinstance(func, Name) and func.last in (*self.config_names,
+                                                                              *self.trainer_names)):
+            self._unfollowed_call(args, kwargs, line)   # max(1, *x) is not max(1)
+            return hidden
         if isinstance(func, _Bound):
             return self._method(func, args, kwargs, line)
         if isinstance(func, Name):
@@ -936,9 +996,10 @@ class _Reader:
             self.configs.append(call)
             return call
         if func.last in self.trainer_names and dotted.startswith("trl"):
+            trainer = TrainerCall(func.last, line, dict(kwargs))
             if not self.uncertain:
-                self.trainers.append(TrainerCall(func.last, line, dict(kwargs)))
-            return Unknown(line, f"the {func.last}")
+                self.trainers.append(trainer)
+            return trainer   # trainer.args is the config it was given
         if dotted == "argparse.ArgumentParser":
             parser = _Parser(line)
             for key in ("allow_abbrev", "add_help"):
@@ -975,6 +1036,8 @@ class _Reader:
             return self._from_dict(args, kwargs, line)
         if dotted == "datasets.load_dataset":
             return self._load_dataset(args, kwargs, line)
+        if dotted in ("sys.exit", "builtins.exit", "builtins.quit", "os._exit", "os.abort"):
+            self._stop(line, f"{dotted.removeprefix('builtins.')}(…)")
         if dotted.startswith("builtins."):
             return _builtin(func.last, args, kwargs, line)
         self._unfollowed_call(args, kwargs, line)
@@ -1002,6 +1065,8 @@ class _Reader:
         obj, method = bound.obj, bound.method
         if isinstance(obj, _Parser):
             return self._parser_method(obj, method, args, kwargs, line)
+        if isinstance(obj, _Group):
+            return self._parser_method(obj.parser, method, args, kwargs, line, obj.index)
         if isinstance(obj, Dataset):
             if method == "select" and args and isinstance(args[0], (range, list, tuple, Sized)) and _countable(args[0]):
                 return Dataset(_length(args[0]), f"{obj.source}, selected", line, obj.hub_name)
@@ -1077,23 +1142,38 @@ class _Reader:
             elif isinstance(value, _Namespace):
                 for key in value.values:
                     value.values[key] = Unknown(line, f"args.{key}, {why}")
+            elif isinstance(value, TrainerCall) and isinstance(value.arguments.get("args"), ConfigCall):
+                self._unfollowed_call([value.arguments["args"]], {}, line)
             elif isinstance(value, ConfigCall) and value.all_unknown is None:
                 value.all_unknown = Unknown(line, f"the {value.cls}, {why} (it may set any field)")
 
-    def _parser_method(self, parser: _Parser, method: str, args: list[Any], kwargs: dict[str, Any], line: int) -> Any:
-        if method in ("add_argument_group", "add_mutually_exclusive_group"):
-            return parser   # their options are the parser's
+    def _parser_method(self, parser: _Parser, method: str, args: list[Any], kwargs: dict[str, Any], line: int,
+                       group: int | None = None) -> Any:
+        if method == "add_argument_group":
+            return parser if group is None else _Group(parser, group)   # its options are the parser's
+        if method == "add_mutually_exclusive_group":
+            if not known(kwargs) or args:
+                parser.broken = Unknown(line, f"an exclusive group with settings not known (line {line})")
+            parser.exclusive.append((kwargs, group))
+            return _Group(parser, len(parser.exclusive) - 1)
         if method == "add_argument":
             if self.uncertain:
                 parser.broken = Unknown(line, f"an option added on a path not known to run (line {line})")
             elif not all(isinstance(a, str) for a in args) or not args:
                 parser.broken = Unknown(line, f"an option whose name is not known (line {line})")
             else:
-                parser.options.append((tuple(args), kwargs, line))
-            return None
+                parser.options.append((tuple(args), kwargs, line, group))
+            return _Action(parser)
         if method == "set_defaults":
+            if self.uncertain or args:
+                parser.broken = Unknown(line, f"defaults set on a path not known to run (line {line})")
             parser.defaults.update(kwargs)
             return None
+        if method in ("error", "exit"):
+            self._stop(line, f"parser.{method}(…)")
+        if group is not None:
+            parser.broken = Unknown(line, f"a group's .{method}(…), which rlexp does not follow")
+            return Unknown(line, f"the group's .{method}(…)")
         if method in ("parse_args", "parse_known_args"):
             words = args[0] if args else kwargs.get("args")
             if words is not None and not (isinstance(words, list) and known(words)):
@@ -1102,6 +1182,9 @@ class _Reader:
                                     method == "parse_known_args", line)
             return (namespace, Unknown(line, "the arguments the parser left")) if method == "parse_known_args" \
                 else namespace
+        if method not in ("print_help", "print_usage", "format_help", "format_usage", "get_default"):
+            # add_subparsers, register, …: the parser takes other words than the rebuilt one would
+            parser.broken = Unknown(line, f"a parser whose .{method}(…) rlexp does not follow")
         return Unknown(line, f"the parser's .{method}(…)")
 
     def _parse(self, spec: _Parser, words: list[str], known_only: bool, line: int) -> Any:
@@ -1140,7 +1223,10 @@ class _Reader:
             return convert
 
         try:
-            for names, options, where in spec.options:
+            groups: list[Any] = []
+            for settings, outer in spec.exclusive:
+                groups.append((parser if outer is None else groups[outer]).add_mutually_exclusive_group(**settings))
+            for names, options, where, group in spec.options:
                 settings = {k: v for k, v in options.items() if k not in ("help", "metavar")}
                 kind = settings.get("type")
                 if kind is not None:
@@ -1162,7 +1248,7 @@ class _Reader:
                     settings["action"] = actions[action.dotted]
                 if not known({k: v for k, v in settings.items() if k not in ("type", "action", "default")}):
                     return Unknown(where, "an option whose settings are not known")
-                parser.add_argument(*names, **settings)
+                (parser if group is None else groups[group]).add_argument(*names, **settings)
             parser.set_defaults(**spec.defaults)
             if known_only:
                 namespace, _ = parser.parse_known_args(words)
@@ -1236,14 +1322,25 @@ def _countable(value: Any) -> bool:
 
 
 def _decided(value: Any) -> bool:
-    """Whether ``value``'s truth is known (a known value, or an object that is always true)."""
-    return known(value) or isinstance(value, (Dataset, _Parser, _Namespace, Name, _Function, ConfigCall, Sized))
+    """Whether ``value``'s truth is known (a known value, or an object that is always true). A name
+    imported from a module may be a constant (``from settings import DEBUG``), a dataset is false when
+    empty: neither is decided unless known to be a module, a followed library's object, a known size."""
+    if isinstance(value, Name):
+        return value.module or value.dotted.startswith(_FOLLOWED_LIBRARIES)
+    if isinstance(value, Dataset):
+        return value.size is not None
+    return known(value) or isinstance(value, (_Parser, _Namespace, _Function, ConfigCall, Sized, TrainerCall))
+
+
+_FOLLOWED_LIBRARIES = ("trl.", "datasets.", "argparse.", "os.", "builtins.")
 
 
 def _truth(value: Any) -> bool:
     if isinstance(value, Sized):
         return value.length > 0
-    if isinstance(value, (Dataset, _Parser, _Namespace, Name, _Function, ConfigCall)):
+    if isinstance(value, Dataset):
+        return bool(value.size)
+    if isinstance(value, (_Parser, _Namespace, Name, _Function, ConfigCall, TrainerCall)):
         return True
     return bool(value)
 
