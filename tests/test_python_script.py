@@ -914,3 +914,166 @@ def test_unknown_conditions_never_give_a_wrong_value(python, env):
     assert got is not None and got.configs[0].fields["fixed"] == 5
     known = {k for k, v in got.configs[0].fields.items() if py.known(v)}
     assert known == {"fixed"}, known   # every other field depends on FLAG
+
+
+# --- generated programs: statements over a few names, some under a condition the reader is not given
+
+INTS = ("a", "b", "c")
+
+
+def _int_expr(draw, depth: int = 0) -> str:
+    choice = draw(st.integers(0, 9 if depth < 2 else 3))
+    if choice == 0:
+        return str(draw(st.integers(-5, 12)))
+    if choice == 1:
+        return draw(st.sampled_from(INTS))
+    if choice == 2:
+        return "args.n"
+    if choice == 3:
+        return draw(st.sampled_from(["len(lst)", "len(d)", "d.get('k', 4)", "lst[0] if lst else 7"]))
+    if choice == 4:
+        op = draw(st.sampled_from(["+", "-", "*", "//", "%", "**"]))
+        right = _int_expr(draw, depth + 1) if op != "**" else str(draw(st.integers(0, 3)))
+        return f"({_int_expr(draw, depth + 1)} {op} {right})"
+    if choice == 5:
+        return f"({_int_expr(draw, depth + 1)} if {_condition(draw, depth + 1)} else {_int_expr(draw, depth + 1)})"
+    if choice == 6:
+        return f"f({_int_expr(draw, depth + 1)})"
+    if choice == 7:
+        return "(1 if flag else 2)"
+    if choice == 8:
+        return f"int({_int_expr(draw, depth + 1)} > 2 {draw(st.sampled_from(['and', 'or']))} flag == '1')"
+    return f"(({_int_expr(draw, depth + 1)}) if {draw(st.sampled_from(['flag', 'not flag']))} else 0)"
+
+
+def _condition(draw, depth: int = 0) -> str:
+    choice = draw(st.integers(0, 4))
+    if choice == 0:
+        return f"{_int_expr(draw, depth + 1)} {draw(st.sampled_from(['<', '>=', '==', '!=']))} {_int_expr(draw, depth + 1)}"
+    if choice == 1:
+        return draw(st.sampled_from(["flag", "not flag", "flag == '1'", "flag is None"]))
+    if choice == 2:
+        return draw(st.sampled_from(["'k' in d", "'k' not in d", "lst", "not lst", "len(lst) > 1"]))
+    if choice == 3:
+        return f"({_condition(draw, depth + 1)}) and ({_condition(draw, depth + 1)})"
+    return f"({_condition(draw, depth + 1)}) or ({_condition(draw, depth + 1)})"
+
+
+def _block(draw, indent: int, depth: int) -> list[str]:
+    pad = " " * indent
+    lines: list[str] = []
+    for _ in range(draw(st.integers(1, 4))):
+        kind = draw(st.integers(0, 20 if depth < 2 else 6))
+        name = draw(st.sampled_from(INTS))
+        if kind > 10:
+            lines += [pad + line for line in _more(draw, name).splitlines()]
+            continue
+        if kind <= 1:
+            lines.append(f"{pad}{name} = {_int_expr(draw)}")
+        elif kind == 2:
+            lines.append(f"{pad}{name} {draw(st.sampled_from(['+=', '-=', '*=']))} {_int_expr(draw)}")
+        elif kind == 3:
+            lines.append(f"{pad}lst.append({_int_expr(draw)})")
+        elif kind == 4:
+            lines.append(f"{pad}d[{draw(st.sampled_from(['k', 'm']))!r}] = {_int_expr(draw)}")
+        elif kind == 5:
+            lines.append(f"{pad}if 'k' in d:\n{pad}    del d['k']")
+        elif kind == 6:
+            lines.append(f"{pad}g()")
+        elif kind <= 8:
+            lines.append(f"{pad}if {_condition(draw)}:")
+            lines += _block(draw, indent + 4, depth + 1)
+            if draw(st.booleans()):
+                lines.append(f"{pad}else:")
+                lines += _block(draw, indent + 4, depth + 1)
+        elif kind == 9:
+            lines.append(f"{pad}for i in range({draw(st.integers(0, 3))}):")
+            lines += _block(draw, indent + 4, depth + 1)
+        else:
+            lines.append(f"{pad}try:\n{pad}    {name} = {_int_expr(draw)} // {_int_expr(draw)}")
+            lines.append(f"{pad}except ZeroDivisionError:\n{pad}    {name} = {_int_expr(draw)}")
+    return lines
+
+
+def _more(draw, name: str) -> str:
+    """The rarer statements: early returns, walrus, comprehensions with effects, aliases, swaps, loops."""
+    return draw(st.sampled_from([
+        f"{name} = h({_int_expr(draw)})",
+        f"{name} = ({name}2 := {_int_expr(draw)}) + {name}2",
+        f"[lst.append({_int_expr(draw)}) for _ in range({draw(st.integers(0, 2))})]",
+        f"{name} = {name} if {_condition(draw)} else (alias.append(5) or 9)",
+        "a, b = b, a",
+        f"d.update({{'m': {_int_expr(draw)}}})",
+        "d.pop('m', None)",
+        f"lst.extend([{_int_expr(draw)}])",
+        f"alias.insert(0, {_int_expr(draw)})",
+        f"lst = lst + [{_int_expr(draw)}]",
+        f"while {name} < 5:\n    {name} += 1",
+        f"for i in range(3):\n    if {_condition(draw)}:\n        break\n    {name} += i",
+        f"for i in range(2):\n    if i == 0:\n        continue\n    {name} = i",
+        f"{name} = k()",
+        "d.setdefault('k', 5)",
+        f"a = sum(x for x in lst) + {_int_expr(draw)}",
+    ]))
+
+
+@st.composite
+def programs(draw):
+    body = "\n".join(_block(draw, 0, 0))
+    return HEADER + textwrap.dedent("""
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--n", type=int, default=3)
+        args = parser.parse_args()
+        flag = os.environ.get("FLAG")
+        a, b, c = 1, 2, 3
+        lst = [1]
+        d = {"k": 1}
+
+        def f(x):
+            if flag == "1":
+                return x + 1
+            return x * 2
+
+        def g():
+            global a
+            a = a + 1
+            lst.append(a)
+
+        def h(x):
+            if x > 2:
+                return x
+            lst.append(x)
+            return 0
+
+        def k():
+            total = 0
+
+            def add(v):
+                nonlocal total
+                total += v
+            for v in lst[:3]:
+                add(v)
+            return total
+
+        alias = lst
+        a2 = b2 = c2 = 0
+        """) + body + "\nGRPOTrainer(args=GRPOConfig(a=a, b=b, c=c, lst=lst, d=d, n=args.n, fixed=1))\n"
+
+
+GENERATED = {"examples": 0, "fields": 0, "known": 0}
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                   HealthCheck.too_slow])
+@given(source=programs(), n=st.integers(-3, 6), flag=st.sampled_from([None, "1", "0"]))
+def test_generated_programs_never_give_a_wrong_value(python, source, n, flag):
+    """Random programs over a few names (assignments, +=, ifs, loops, try, the script's functions,
+    list and dict changes), some of it under FLAG, which the reader is not given: whatever CPython
+    computes with FLAG unset or set, no field the reader states differs."""
+    env = {} if flag is None else {"FLAG": flag}
+    got, ran = compare("generated program", source, ["--n", str(n)], env, python, reader_env={})
+    if got is not None and ran["error"] is None:
+        GENERATED["examples"] += 1
+        fields = got.configs[0].fields
+        GENERATED["fields"] += len(fields)
+        GENERATED["known"] += sum(py.known(v) for v in fields.values())
