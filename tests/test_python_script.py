@@ -1063,7 +1063,7 @@ def programs(draw):
 GENERATED = {"examples": 0, "fields": 0, "known": 0}
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                    HealthCheck.too_slow])
 @given(source=programs(), n=st.integers(-3, 6), flag=st.sampled_from([None, "1", "0"]))
 def test_generated_programs_never_give_a_wrong_value(python, source, n, flag):

@@ -37,7 +37,8 @@ from typing import Any
 
 MAX_SOURCE = 256 << 10      # characters of a script (training scripts are tens of KB; Python's own parser
                              # takes seconds over a MiB, before any step is counted)
-MAX_STEPS = 200_000          # expressions and statements followed while reading one script
+MAX_STEPS = 50_000           # expressions and statements followed while reading one script (the TRL
+                             # examples take at most 600; mutual recursion is stopped here)
 MAX_CALL_DEPTH = 40          # the script's own functions calling each other
 MAX_ITEMS = 10_000           # items of a list built by repetition that are kept (longer: only its length)
 MAX_TEXT = 1 << 20           # characters of a string built while reading (and the size of any one value)
