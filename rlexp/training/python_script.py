@@ -16,15 +16,30 @@ body is read with its arguments bound), no file is opened. The one piece of code
 Python's own :mod:`argparse`, on a parser rebuilt from the script's ``add_argument`` calls whose
 arguments are literals (a ``type=`` that is a function of the script's gives an unknown value).
 
-What is followed: assignments (names, tuple unpacking, a dict's item, an attribute of the config),
-the script's own functions called with known arguments, an ``if`` whose test is known (the branch
-Python takes), literals, arithmetic, comparisons, ``and``/``or``, conditional expressions,
-f-strings, ``len``/``int``/``float``/``str``/``min``/``max``, a few methods of strings and dicts,
-``os.environ.get`` (from the environment import is given), ``Dataset.from_dict`` of columns whose
-length is known (``[prompt] * args.dataset_size``, ``[... for _ in range(1000)]``) and
-``load_dataset(name)``. Everything else is an :class:`Unknown` that keeps its line and why: a call
-of anything else, a name assigned inside a loop or under a condition that is not known, a value
-read from a file. An unknown becomes an error only where it reaches a value the caller needs.
+What is followed: assignments (names, tuple unpacking with a starred name, a dict's or list's item,
+an attribute of the config or of the parsed arguments, ``setattr``), ``global``/``nonlocal`` and
+functions defined inside functions, the script's own functions called with known arguments (their
+defaults evaluated where they are defined), an ``if`` whose test is known (the branch Python takes),
+literals, arithmetic, comparisons, ``and``/``or``, conditional expressions, f-strings,
+``len``/``int``/``float``/``str``/``min``/``max``/``round``/``sorted``/``sum``, a few methods of
+strings, ``append``/``extend``/``insert`` of lists and ``get``/``update``/``setdefault``/``pop`` of
+dicts, ``os.environ`` (from the environment import is given, and what the script sets in it),
+``Dataset.from_dict`` of columns whose length is known (``[prompt] * args.dataset_size``,
+``[... for _ in range(1000)]``), ``load_dataset(name)``, ``trainer.args``. A ``try`` body is followed
+as far as Python would run it: an exception Python raises there (``10 // 0``, a missing key, a
+``raise``) sends the reader to the handlers, which may or may not catch it. Everything else is an
+:class:`Unknown` that keeps its line and why: a call of anything else (and the lists, dicts, arguments
+and config it is given, which it may change), a name assigned inside a loop or under a condition that
+is not known, a function's value after a ``return`` under such a condition, a value read from a file.
+Where a list or dict is changed in a way not followed, all of it becomes unknown (its items, its
+length, its keys), for every name that holds it. An unknown becomes an error only where it reaches a
+value the caller needs.
+
+The reader is checked against CPython itself (tests/test_python_script.py): scripts run for real
+with stand-in ``trl``/``datasets`` modules must give every value the reader states. A script cannot
+make it work long or hold much: steps, call depth, the size and depth of any one value, the numbers'
+digits, format widths and the total computed are bounded (the constants below); past them a value is
+unknown, or the read stops with a :class:`ReadError`.
 """
 
 from __future__ import annotations
@@ -35,7 +50,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-MAX_SOURCE = 256 << 10      # characters of a script (training scripts are tens of KB; Python's own parser
+MAX_SOURCE = 256 << 10       # characters of a script (training scripts are tens of KB; Python's own parser
                              # takes seconds over a MiB, before any step is counted)
 MAX_STEPS = 50_000           # expressions and statements followed while reading one script (the TRL
                              # examples take at most 600; mutual recursion is stopped here)
