@@ -667,6 +667,42 @@ SCRIPTS: dict[str, tuple[str, list[list[str]]]] = {
             exit(3)
         GRPOTrainer(args=GRPOConfig(registry=registry, stop=args.stop))
         """, [[], ["--stop", "1"], ["--stop", "2"], ["--stop", "3"]]),
+    "sys_argv_identity_decorators": ("""
+        import sys
+        from sys import argv
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--n", type=int, default=1)
+        parser.add_argument("--m", type=int, default=0)
+        if "--double" in sys.argv[1:]:
+            sys.argv.remove("--double")
+        sys.argv += ["--m", "5"]
+        args = parser.parse_args()
+        again = parser.parse_args(argv[1:3])
+        big = 1000
+        other = 1000
+        text = "ab"
+        same = [1]
+
+        def twice(fn):
+            def run(x):
+                return fn(fn(x))
+            return run
+
+        def keep(fn):
+            return fn
+
+        @twice
+        def inc(x):
+            return x + 1
+
+        @keep
+        def dec(x):
+            return x - 1
+
+        GRPOTrainer(args=GRPOConfig(n=args.n, m=args.m, again=again.n, a=big is other, b=text is "ab",
+                                    c=same is same, d=same is not [1], e=None is None, f=inc(args.n),
+                                    g=dec(args.n), rest=sys.argv[1:]))
+        """, [[], ["--n", "3"], ["--n", "4", "--double"]]),
 }
 
 

@@ -340,6 +340,8 @@ class _Reader:
         # exception may have been raised on a path not known to run (then its handlers may run)
         self.guards: list[list[Any]] = []
         self.env_changed: Unknown | None = None   # os.environ changed in a way not followed
+        # sys.argv, one list as in Python (a script may change it before parse_args() reads it)
+        self.sys_argv: list[Any] = [Unknown(0, "sys.argv[0], the script's path as it was run"), *argv]
 
     # ---- statements
     def block(self, body: list[ast.stmt], scope: dict[str, Any]) -> None:
@@ -353,8 +355,16 @@ class _Reader:
             function = _Function(node, scope, [self.expr(d, scope) for d in spec.defaults],
                                  [_NO_DEFAULT if d is None else self.expr(d, scope) for d in spec.kw_defaults],
                                  isinstance(node, ast.AsyncFunctionDef) or _generator(node))
+            value: Any = function
+            for decorator in reversed(node.decorator_list):   # `@d def f` binds f = d(f)
+                wrapper = self.expr(decorator, scope)
+                if isinstance(wrapper, _Function):
+                    value = self._run(wrapper, [value], {}, node.lineno)
+                else:
+                    self._unfollowed_call([value], {}, node.lineno)
+                    value = Unknown(node.lineno, f"{node.name}, decorated by {ast.unparse(decorator)[:60]}")
             # defined on a path not known to run: which definition a later call meets is not known
-            scope[node.name] = self.uncertain[-1] if self.uncertain else function
+            scope[node.name] = self.uncertain[-1] if self.uncertain else value
         elif isinstance(node, ast.ClassDef):
             # its body runs once, now: read (under uncertainty, in a scope of its own) for what it changes
             self._uncertain(Unknown(node.lineno, f"set in the body of class {node.name}"), node.body,
@@ -366,7 +376,8 @@ class _Reader:
                                                                        else alias.name.split(".")[0], module=True)
         elif isinstance(node, ast.ImportFrom):
             for alias in node.names:
-                scope[alias.asname or alias.name] = Name(f"{node.module or ''}.{alias.name}")
+                dotted = f"{node.module or ''}.{alias.name}"
+                scope[alias.asname or alias.name] = self.sys_argv if dotted == "sys.argv" else Name(dotted)
         elif isinstance(node, ast.Assign):
             value = self.expr(node.value, scope)
             for target in node.targets:
@@ -559,7 +570,9 @@ class _Reader:
             self._set_attribute(self.expr(target.value, scope), target.attr, value)
 
     def _set_attribute(self, obj: Any, attr: str, value: Any) -> None:
-        if isinstance(obj, _Action):
+        if isinstance(obj, Name) and f"{obj.dotted}.{attr}" == "sys.argv":
+            self.sys_argv = value if isinstance(value, list) else [_Spoiled(0, "sys.argv, set to a value not known")]
+        elif isinstance(obj, _Action):
             obj.parser.broken = obj.parser.broken or Unknown(0, f"an option whose .{attr} the script changes")
         elif isinstance(obj, _Parser):
             obj.broken = obj.broken or Unknown(obj.line, f"a parser whose .{attr} the script changes")
@@ -690,7 +703,7 @@ class _Reader:
 
     def _attribute(self, obj: Any, attr: str, line: int) -> Any:
         if isinstance(obj, Name):
-            return Name(f"{obj.dotted}.{attr}")
+            return self.sys_argv if f"{obj.dotted}.{attr}" == "sys.argv" else Name(f"{obj.dotted}.{attr}")
         if isinstance(obj, _Namespace):
             if attr not in obj.values:
                 return Unknown(line, f"args.{attr}, which the script's parser does not define")
@@ -788,10 +801,18 @@ class _Reader:
         for op, right_node in zip(node.ops, node.comparators, strict=True):
             right = self.expr(right_node, scope)
             other = left if right is None else right
+            if isinstance(op, (ast.Is, ast.IsNot)) and not any(v is None or isinstance(v, (bool, list, dict, set))
+                                                               for v in (left, right)):
+                # whether two equal numbers or strings are one object is CPython's affair (its constants,
+                # its caches): not followed
+                return Unknown(node.lineno, "an `is` of values that are not None, a bool or a container")
             if isinstance(op, (ast.Is, ast.IsNot)) and (left is None or right is None) and (
                     known(left) or known(right)) and not isinstance(other, (Unknown, Sized)) and (
                     not isinstance(other, (Name, Dataset)) or _decided(other)):
                 result = (left is right) == isinstance(op, ast.Is)
+            elif isinstance(op, (ast.In, ast.NotIn)) and known(left) and isinstance(right, (list, tuple)) \
+                    and not _spoiled(right) and any(known(item) and _equal(item, left) for item in right):
+                result = isinstance(op, ast.In)   # found among the known items, whatever the others are
             elif not known(left) or not known(right):
                 return first_unknown(left if not known(left) else right, node.lineno)
             elif isinstance(op, (ast.In, ast.NotIn)) and isinstance(right, range) and type(left) is not int \
@@ -1192,9 +1213,13 @@ class _Reader:
             return Unknown(line, f"the group's .{method}(…)")
         if method in ("parse_args", "parse_known_args"):
             words = args[0] if args else kwargs.get("args")
-            if words is not None and not (isinstance(words, list) and known(words)):
-                return Unknown(line, "arguments parsed from a list not known")
-            namespace = self._parse(parser, self.argv if words is None else [str(w) for w in words],
+            if words is None:   # argparse reads sys.argv[1:] when called
+                words = self.sys_argv[1:] if isinstance(self.sys_argv, list) and not _spoiled(self.sys_argv) \
+                    else None
+            if not (isinstance(words, (list, tuple)) and known(words) and all(isinstance(w, str) for w in words)) \
+                    or len(args) > 1 or set(kwargs) - {"args"}:   # namespace=: its attributes stay
+                return Unknown(line, "arguments parsed from a list not known, or into a namespace given")
+            namespace = self._parse(parser, list(words),
                                     method == "parse_known_args", line)
             return (namespace, Unknown(line, "the arguments the parser left")) if method == "parse_known_args" \
                 else namespace
@@ -1330,6 +1355,14 @@ def _builtin(name: str, args: list[Any], kwargs: dict[str, Any], line: int) -> A
 
 def _length(value: Any) -> int:
     return value.length if isinstance(value, Sized) else len(value)
+
+
+def _equal(a: Any, b: Any) -> bool:
+    """``a == b`` as Python's ``in`` tests it, False where Python's == would raise."""
+    try:
+        return bool(a is b or a == b)
+    except Exception:  # noqa: BLE001 - an __eq__ that fails: not equal here, the caller goes on
+        return False
 
 
 def _countable(value: Any) -> bool:
