@@ -829,7 +829,7 @@ HOSTILE = {
     "deep nesting by steps": "x = 1\n" + "x = [x]\n" * 5000 + "GRPOConfig(a=x, b=str(x))\n",
     "10 GB of references": "x = 'a' * 1000000\ny = [x] * 10000\nGRPOConfig(a=str(y), b=[[1] * 9999] * 9999)\n",
     "64 MB in steps": "x = 'a' * 1000000\n" + "".join(f"y{i} = x + 'b'\n" for i in range(100)),
-    "walked over and over": "x = [[0] * 99] * 100\n" + "if x:\n    pass\n" * 20_000,
+    "walked over and over": "x = [[0] * 99] * 100\n" + "if x:\n    pass\n" * 8_000,
     "not Python": "\x00\x01 {{{ this is not python",
     "almost Python": "def f(:\n",
 }

@@ -59,7 +59,8 @@ MAX_ITEMS = 10_000           # items of a list built by repetition that are kept
 MAX_TEXT = 1 << 20           # characters of a string built while reading (and the size of any one value)
 MAX_INT_BITS = 1 << 15       # bits of an integer computed while reading (Python's str() stops at 4,300 digits)
 MAX_DEPTH = 40               # lists/dicts nested in one value (deeper: unknown, so no walk of it recurses far)
-MAX_WALKED = 2_000_000       # items of values looked at (known(), sizes) while reading one script
+MAX_WALKED = 1_000_000       # items of values looked at (known(), sizes) while reading one script (the
+                             # TRL examples: at most 64,000)
 MAX_PRODUCED = 64 << 20      # characters / items of all the values computed while reading one script
 
 
