@@ -865,17 +865,6 @@ def test_hostile_input_ends_fast_with_an_error_or_unknowns(name):
 TIMINGS: dict[str, tuple[float, int]] = {}
 
 
-def test_bytes_that_are_not_utf8_are_refused_by_rlexp_import(tmp_path):
-    from rlexp.errors import InputError
-    from rlexp.trainers.trl.script_args import _source_text
-
-    script = tmp_path / "train.py"
-    script.write_bytes(b"import argparse\nx = '\xff\xfe'\n")
-    with pytest.raises(InputError) as caught:
-        _source_text(script)
-    assert "UTF-8" in str(caught.value) or "utf-8" in str(caught.value).lower()
-
-
 # --- conditions the reader cannot know: CPython runs both ways, the reader must agree with both ----
 
 UNKNOWN_CONDITIONS = """
@@ -1113,3 +1102,55 @@ def test_generated_programs_never_give_a_wrong_value(python, source, n, flag):
         fields = got.configs[0].fields
         GENERATED["fields"] += len(fields)
         GENERATED["known"] += sum(py.known(v) for v in fields.values())
+
+
+# --- the same through `rlexp import`: one line naming the training script, exit 2, nothing written --
+
+GOOD_SCRIPT = (HEADER + "parser = argparse.ArgumentParser()\nparser.add_argument('--lr', type=float)\n"
+               "args = parser.parse_args()\nGRPOTrainer(model='m', args=GRPOConfig(learning_rate=args.lr))\n")
+
+
+@pytest.mark.parametrize(("script", "words"), [
+    (b"import argparse\nx = '\xff\xfe'\n", "UTF-8"),
+    (b"\x00\x01 {{{ this is not python", "not Python that parses"),
+    (b"def f(:\n", "line 1"),
+    (HEADER.encode() + b"raise SystemExit('no GPU')\n", "line 5"),
+    (HEADER.encode() + b"x = 10**10**10\nwhile True:\n    x = x * x\nGRPOConfig(learning_rate=x)\n",
+     "learning_rate"),
+    (HEADER.encode() + b"x = 1\n" * 60_000, "rlexp reads training scripts of at most"),
+    (GOOD_SCRIPT.replace("type=float", "type=int").encode(), "invalid int value"),
+])
+def test_rlexp_import_refuses_a_training_script_in_one_line(tmp_path, script, words):
+    import contextlib
+    import io
+
+    from rlexp.cli import main
+
+    (tmp_path / "train.py").write_bytes(script)
+    (tmp_path / "run.sh").write_text("python train.py --lr 0.5\n")
+    attempt = tmp_path / "exp" / "a"
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        rc = main(["import", str(tmp_path / "run.sh"), str(attempt), "--version", "1.16.0", "--pool-size", "100",
+                   "--workdir", str(tmp_path)])
+    message = err.getvalue().strip()
+    assert rc == 2 and not attempt.exists(), message
+    assert len(message.splitlines()) == 1 and "train.py" in message and words in message, message
+
+
+def test_rlexp_import_reads_the_learning_rate_the_script_computes(tmp_path):
+    import contextlib
+    import io
+
+    import yaml
+
+    from rlexp.cli import main
+
+    (tmp_path / "train.py").write_text(GOOD_SCRIPT)
+    (tmp_path / "run.sh").write_text("python train.py --lr 0.5\n")
+    attempt = tmp_path / "exp" / "a"
+    with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+        rc = main(["import", str(tmp_path / "run.sh"), str(attempt), "--version", "1.16.0", "--pool-size", "100",
+                   "--workdir", str(tmp_path)])
+    assert rc == 0
+    assert yaml.safe_load((attempt / "attempt.yaml").read_text())["recipe"]["learning_rate"] == 0.5
