@@ -1117,7 +1117,7 @@ GOOD_SCRIPT = (HEADER + "parser = argparse.ArgumentParser()\nparser.add_argument
     (HEADER.encode() + b"raise SystemExit('no GPU')\n", "line 5"),
     (HEADER.encode() + b"x = 10**10**10\nwhile True:\n    x = x * x\nGRPOConfig(learning_rate=x)\n",
      "learning_rate"),
-    (HEADER.encode() + b"x = 1\n" * 60_000, "rlexp reads training scripts of at most"),
+    (HEADER.encode() + b"# " + b"x" * 300_000 + b"\n", "rlexp reads training scripts of at most"),
     (GOOD_SCRIPT.replace("type=float", "type=int").encode(), "invalid int value"),
 ])
 def test_rlexp_import_refuses_a_training_script_in_one_line(tmp_path, script, words):
