@@ -1154,3 +1154,25 @@ def test_rlexp_import_reads_the_learning_rate_the_script_computes(tmp_path):
                    "--workdir", str(tmp_path)])
     assert rc == 0
     assert yaml.safe_load((attempt / "attempt.yaml").read_text())["recipe"]["learning_rate"] == 0.5
+
+
+EARLY_RETURN_THEN_RAISE = """
+    def check():
+        if os.environ.get("FLAG"):
+            return 1
+        raise ValueError("no FLAG")
+
+    value = check()
+    after = 5
+    GRPOTrainer(args=GRPOConfig(value=value, after=after, fixed=2))
+"""
+
+
+@pytest.mark.parametrize("env", [{}, {"FLAG": "1"}])
+def test_a_function_that_returns_early_or_raises_leaves_the_rest_conditional(python, env):
+    """CPython builds the config only with FLAG set: the reader, not given FLAG, still reaches it,
+    as a config built on a path it cannot follow, and states nothing CPython contradicts."""
+    got, _ = compare("early_return_then_raise", HEADER + textwrap.dedent(EARLY_RETURN_THEN_RAISE), [], env, python,
+                     reader_env={})
+    assert got is not None and len(got.configs) == 1
+    assert got.configs[0].conditional is not None and got.configs[0].conditional.line == 7

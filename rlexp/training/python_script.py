@@ -1014,15 +1014,22 @@ class _Reader:
         entry = len(self.uncertain)
         frame: list[Unknown | None] = [None]
         self.frames.append(frame)
+        ended = False
         try:
             self.block(func.node.body, local)
             value = None
         except _Return as done:
             value = done.value
+        except _BranchEnds:
+            if frame[0] is None:
+                raise
+            ended = True   # it raised after a return on a path not known: it returned there, or raised
         finally:
             self.depth -= 1
             self.frames.pop()
             del self.uncertain[entry:]
+        if ended:   # the caller goes on only where it returned early: the rest of the caller is not certain
+            self.uncertain.append(frame[0])
         if frame[0] is not None:   # it may have returned earlier, on a path not known
             return Unknown(frame[0].line, f"the value of {func.node.name}(…) called on line {line}: {frame[0].why}")
         return value
