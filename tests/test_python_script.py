@@ -703,6 +703,27 @@ SCRIPTS: dict[str, tuple[str, list[list[str]]]] = {
                                     c=same is same, d=same is not [1], e=None is None, f=inc(args.n),
                                     g=dec(args.n), rest=sys.argv[1:]))
         """, [[], ["--n", "3"], ["--n", "4", "--double"]]),
+    "loop_heads": ("""
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--n", type=int, default=0)
+        args = parser.parse_args()
+        items = [1]
+        calls = {"n": 0}
+
+        def grow():
+            items.append(2)
+            return [0] * args.n
+
+        def more():
+            calls["n"] = calls["n"] + 1
+            return calls["n"] < args.n
+
+        for x in grow():
+            pass
+        while more():
+            pass
+        GRPOTrainer(args=GRPOConfig(items=items, calls=calls, n=len(items)))
+        """, [[], ["--n", "2"]]),
 }
 
 

@@ -405,9 +405,18 @@ class _Reader:
         elif isinstance(node, ast.If):
             self._if(node, scope)
         elif isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
+            # what it loops over (a while's first test) Python evaluates once for sure: what that changes
+            head = self.expr(node.test if isinstance(node, ast.While) else node.iter, scope)
+            if (isinstance(node, ast.While) and _decided(head) and not _truth(head)) or (
+                    not isinstance(node, ast.While) and _countable(head) and _length(head) == 0):
+                self.block(node.orelse, scope)   # no pass at all: only its else runs
+                return
             self._uncertain(Unknown(node.lineno, f"set in the loop on line {node.lineno}"),
                             [*([ast.Assign(targets=[node.target], value=ast.Constant(None), lineno=node.lineno)]
-                               if isinstance(node, (ast.For, ast.AsyncFor)) else []), *node.body, *node.orelse],
+                               if isinstance(node, (ast.For, ast.AsyncFor)) else []), *node.body,
+                             # a while's test again, after each pass
+                             *([ast.Expr(node.test, lineno=node.lineno)] if isinstance(node, ast.While) else []),
+                             *node.orelse],
                             scope)
         elif isinstance(node, (ast.With, ast.AsyncWith)):
             for item in node.items:
