@@ -165,6 +165,8 @@ def same(reader_value, python_value) -> bool:
     return reader_value == python_value
 
 
+LIMITS = ("rlexp does not follow the script's functions so deep", "too long to read", "too much to read",
+          "rlexp reads training scripts of at most")
 MISSED: dict[str, set[str]] = {}   # script -> fields CPython knows and the reader leaves unknown
 
 
@@ -177,7 +179,9 @@ def compare(name: str, source: str, argv: list[str], env: dict[str, str], python
         got = py.read(source, argv, env=env if reader_env is None else reader_env,
                       configs=("GRPOConfig",), trainers=("GRPOTrainer",))
     except py.ReadError as exc:
-        assert ran["error"] is not None, f"{shown}: the reader refuses ({exc.line}: {exc.message}) what CPython runs"
+        # refusing what CPython runs is allowed only at the reader's own limits (said in its message)
+        assert ran["error"] is not None or any(limit in exc.message for limit in LIMITS), \
+            f"{shown}: the reader refuses ({exc.line}: {exc.message}) what CPython runs"
         return None, ran
     if ran["error"] is not None and ran["error"].startswith("SystemExit(2)"):
         raise AssertionError(f"{shown}: CPython's argparse refuses the command ({ran['error']}), the reader does not")
@@ -724,6 +728,28 @@ SCRIPTS: dict[str, tuple[str, list[list[str]]]] = {
             pass
         GRPOTrainer(args=GRPOConfig(items=items, calls=calls, n=len(items)))
         """, [[], ["--n", "2"]]),
+    "asserts_and_recursion": ("""
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--n", type=int, default=3)
+        args = parser.parse_args()
+        items = []
+
+        def fill(k):
+            if k <= 0:
+                return
+            items.append(k)
+            fill(k - 1)
+
+        fill(args.n)
+        x = 1
+        try:
+            assert args.n < 5, "too many"
+            x = 2
+        except AssertionError:
+            x = 3
+        assert args.n != 4
+        GRPOTrainer(args=GRPOConfig(items=items, x=x))
+        """, [[], ["--n", "0"], ["--n", "4"], ["--n", "7"], ["--n", "45"]]),
 }
 
 

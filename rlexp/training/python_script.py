@@ -431,6 +431,10 @@ class _Reader:
             raise _Return(None if node.value is None else self.expr(node.value, scope))
         elif isinstance(node, ast.Raise):
             self._stop(node.lineno, ast.unparse(node.exc)[:120] if node.exc is not None else "raise")
+        elif isinstance(node, ast.Assert):   # `if not test: raise AssertionError` (Python run without -O)
+            check = ast.If(test=ast.UnaryOp(op=ast.Not(), operand=node.test),
+                           body=[ast.Raise(exc=ast.Name(id="AssertionError", ctx=ast.Load()), cause=None)], orelse=[])
+            self._if(ast.fix_missing_locations(ast.copy_location(check, node)), scope)
         elif isinstance(node, (ast.Global, ast.Nonlocal)):
             scope.setdefault(_GLOBAL if isinstance(node, ast.Global) else _NONLOCAL, set()).update(node.names)
         elif isinstance(node, ast.Delete):
@@ -440,7 +444,7 @@ class _Reader:
             why = Unknown(node.lineno, f"set in the `match` on line {node.lineno}")
             for case in node.cases:
                 self._uncertain(why, case.body, scope)
-        # pass, assert, break, continue: nothing to follow
+        # pass, break, continue: nothing to follow
 
     def _stop(self, line: int, shown: str) -> None:
         """A ``raise`` (``sys.exit()``, ``parser.error()``) reached: a ReadError on a known path, the end of
@@ -996,7 +1000,9 @@ class _Reader:
         # (on a path not known to run, the body is read all the same: its changes to the script's
         # lists, dicts and globals are then unknown, as are its assignments)
         if self.depth >= MAX_CALL_DEPTH:
-            return Unknown(line, f"{func.node.name}(…) called {MAX_CALL_DEPTH} deep")
+            # not followed deeper, and what the deeper calls change (a list they fill) is not known either
+            raise ReadError(line, f"{func.node.name}(…) called more than {MAX_CALL_DEPTH} deep: rlexp does not follow "
+                            "the script's functions so deep")
         if func.generator:
             return Unknown(line, f"the coroutine or generator {func.node.name}(…) returns, not run by the call")
         local: dict[Any, Any] = {_OUTER: func.scope}
