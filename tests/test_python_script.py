@@ -1086,6 +1086,10 @@ def _more(draw, name: str) -> str:
         f"{name} = k()",
         "d.setdefault('k', 5)",
         f"a = sum(x for x in lst) + {_int_expr(draw)}",
+        f"kw[{draw(st.sampled_from(['beta', 'seed']))!r}] = {_int_expr(draw)}",
+        f"kw.update(seed={_int_expr(draw)})",
+        f"assert {_condition(draw)}",
+        f"setattr(args, 'n', {_int_expr(draw)})",
     ]))
 
 
@@ -1128,8 +1132,14 @@ def programs(draw):
             return total
 
         alias = lst
+        kw = {"beta": 0}
         a2 = b2 = c2 = 0
-        """) + body + "\nGRPOTrainer(args=GRPOConfig(a=a, b=b, c=c, lst=lst, d=d, n=args.n, fixed=1))\n"
+        """) + body + textwrap.dedent(f"""
+        cfg = GRPOConfig(a=a, b=b, c=c, lst=lst, d=d, n=args.n, fixed=1, **kw)
+        if {_condition(draw)}:
+            cfg.a = {_int_expr(draw)}
+        GRPOTrainer(args=cfg)
+        """)
 
 
 GENERATED = {"examples": 0, "fields": 0, "known": 0}
