@@ -475,6 +475,16 @@ SCRIPTS: dict[str, tuple[str, list[list[str]]]] = {
 
         touched = [1]
         Helper().fill(touched)
+        inner = [1]
+        holder = {"inner": inner, "pair": (inner, 2)}
+
+        class Deep:
+            def fill(self, box):
+                box["inner"].append(5)
+
+        Deep().fill(holder)
+        nested_arg = [[0]]
+        Helper().fill(nested_arg[0])
         seen = set()
         seen.add(args.n)
 
@@ -486,7 +496,7 @@ SCRIPTS: dict[str, tuple[str, list[list[str]]]] = {
         calls = remember(2)
         args.n = args.n * 10
         cfg = GRPOConfig(a=funcs, b=mods, c=extra, d=gone, e=kept, f=added, g=counts, h=stack, i=touched,
-                         j=len(seen), k=calls, m=args.n)
+                         j=len(seen), k=calls, m=args.n, o=inner, p=nested_arg)
         cfg.k += 1
         GRPOTrainer(args=cfg)
         """, [[], ["--n", "0"]]),

@@ -1194,18 +1194,32 @@ class _Reader:
         return _NOT_FOLLOWED
 
     def _unfollowed_call(self, args: list[Any], kwargs: dict[str, Any], line: int) -> None:
-        """A call rlexp does not follow may change the lists and dicts it is given: they become unknown."""
-        for value in (*args, *kwargs.values()):
-            why = f"given to a call on line {line} that rlexp does not follow"
-            if isinstance(value, (list, dict, set)) and not _spoiled(value):
-                self._spoil(value, line, why)
+        """A call rlexp does not follow may change the lists and dicts it is given, and those inside
+        them (``helper({"mods": mods})`` may append to ``mods``): they all become unknown, as do the
+        parsed arguments and the config it is given."""
+        why = f"given to a call on line {line} that rlexp does not follow"
+        stack: list[Any] = [*args, *kwargs.values()]
+        seen: set[int] = set()
+        while stack and len(seen) < 4 * MAX_ITEMS:
+            value = stack.pop()
+            if id(value) in seen:
+                continue
+            seen.add(id(value))
+            _walked[0] += 1
+            if isinstance(value, (list, dict, set, tuple)) and not _spoiled(value):
+                stack.extend(value.values() if isinstance(value, dict) else value)
+                if not isinstance(value, tuple):
+                    self._spoil(value, line, why)
             elif isinstance(value, _Namespace):
+                stack.extend(value.values.values())
                 for key in value.values:
                     value.values[key] = Unknown(line, f"args.{key}, {why}")
-            elif isinstance(value, TrainerCall) and isinstance(value.arguments.get("args"), ConfigCall):
-                self._unfollowed_call([value.arguments["args"]], {}, line)
-            elif isinstance(value, ConfigCall) and value.all_unknown is None:
-                value.all_unknown = Unknown(line, f"the {value.cls}, {why} (it may set any field)")
+            elif isinstance(value, TrainerCall):
+                stack.append(value.arguments.get("args"))
+            elif isinstance(value, ConfigCall):
+                stack.extend(value.fields.values())
+                if value.all_unknown is None:
+                    value.all_unknown = Unknown(line, f"the {value.cls}, {why} (it may set any field)")
 
     def _parser_method(self, parser: _Parser, method: str, args: list[Any], kwargs: dict[str, Any], line: int,
                        group: int | None = None) -> Any:
