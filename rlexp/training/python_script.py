@@ -1128,6 +1128,9 @@ class _Reader:
         if isinstance(obj, _Group):
             return self._parser_method(obj.parser, method, args, kwargs, line, obj.index)
         if isinstance(obj, Dataset):
+            if method not in ("select", "shuffle", "rename_column", "rename_columns", "remove_columns", "cast",
+                              "cast_column", "with_format", "flatten"):
+                self._unfollowed_call(args, kwargs, line)   # .map(fn, fn_kwargs=…) runs the script's code on them
             if method == "select" and args and isinstance(args[0], (range, list, tuple, Sized)) and _countable(args[0]):
                 return Dataset(_length(args[0]), f"{obj.source}, selected", line, obj.hub_name)
             if method in _SAME_SIZE:
