@@ -127,7 +127,7 @@ def test_an_unknown_word_of_the_launch_script_is_refused_where_it_reaches_a_need
 
 
 @pytest.mark.parametrize(("train", "words"), [
-    ("from trl import GRPOConfig\nimport sys\nif len(sys.argv) > 5:\n    c = GRPOConfig(learning_rate=1.0)\n",
+    ("from trl import GRPOConfig\nimport os\nif os.environ.get('FLAG'):\n    c = GRPOConfig(learning_rate=1.0)\n",
      "GRPOConfig(…) is built on a path rlexp cannot follow"),
     ("from trl import GRPOConfig\na = GRPOConfig(learning_rate=1.0)\nb = GRPOConfig(learning_rate=2.0)\n",
      "lines 2, 3: train.py builds 2 configs"),

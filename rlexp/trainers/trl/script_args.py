@@ -101,6 +101,10 @@ def read_source(script: Path, where: str, launch: Any, *, workdir: Path | None, 
     source = _source_text(path)
     import ast
 
+    from rlexp.training.python_script import MAX_SOURCE
+
+    if len(source) > MAX_SOURCE:  # refused by the reader, before Python's parser spends seconds on it
+        return _read_built_config(script, path, source, launch, env)
     try:
         nodes = list(ast.walk(ast.parse(source)))
     except (SyntaxError, RecursionError, MemoryError, ValueError):
