@@ -177,7 +177,7 @@ def compare(name: str, source: str, argv: list[str], env: dict[str, str], python
     shown = f"{name} {argv} env={env}"
     try:
         got = py.read(source, argv, env=env if reader_env is None else reader_env,
-                      configs=("GRPOConfig",), trainers=("GRPOTrainer",))
+                      configs=("GRPOConfig",), trainers=("GRPOTrainer",), library="trl")
     except py.ReadError as exc:
         # refusing what CPython runs is allowed only at the reader's own limits (said in its message)
         assert ran["error"] is not None or any(limit in exc.message for limit in LIMITS), \
@@ -806,7 +806,7 @@ def test_generated_values_agree_with_cpython(python, steps, lr, tag):
 
 def _read(body: str, argv: list[str] | None = None, env: dict[str, str] | None = None) -> py.ScriptRead:
     return py.read(HEADER + textwrap.dedent(body), argv or [], env=env, configs=("GRPOConfig",),
-                   trainers=("GRPOTrainer",))
+                   trainers=("GRPOTrainer",), library="trl")
 
 
 @pytest.mark.parametrize(("body", "line", "words"), [
@@ -894,7 +894,7 @@ HOSTILE = {
 
 def _read_hostile(source: str) -> py.ScriptRead | None:
     try:
-        return py.read(HEADER + source, [], configs=("GRPOConfig",), trainers=("GRPOTrainer",))
+        return py.read(HEADER + source, [], configs=("GRPOConfig",), trainers=("GRPOTrainer",), library="trl")
     except py.ReadError as exc:
         assert exc.message
         return None

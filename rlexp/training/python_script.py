@@ -294,10 +294,11 @@ def first_unknown(value: Any, line: int) -> Unknown:
 
 
 def read(source: str, argv: list[str], *, env: dict[str, str] | None = None,
-         configs: tuple[str, ...] = (), trainers: tuple[str, ...] = (), unknown_words: dict[str, Unknown] | None = None,
-         ) -> ScriptRead:
+         configs: tuple[str, ...] = (), trainers: tuple[str, ...] = (), library: str = "",
+         unknown_words: dict[str, Unknown] | None = None) -> ScriptRead:
     """Follow ``source`` run as ``python script.py *argv`` and return the calls of the classes named in
-    ``configs`` and ``trainers`` it reaches. ``unknown_words``: words of ``argv`` that stand for a value
+    ``configs`` and ``trainers`` it reaches, classes of the package ``library`` (imported from it or
+    from one of its modules: ``from trl import GRPOConfig``, ``trl.trainer.grpo_config.GRPOConfig``). ``unknown_words``: words of ``argv`` that stand for a value
     the launch script leaves unknown (the word -> why). ReadError where the source is not Python or its
     own argument parser refuses ``argv``."""
     if len(source) > MAX_SOURCE:
@@ -309,6 +310,7 @@ def read(source: str, argv: list[str], *, env: dict[str, str] | None = None,
     except (RecursionError, MemoryError, ValueError):
         raise ReadError(None, "nested too deeply to read") from None
     reader = _Reader(argv, env or {}, configs, trainers, unknown_words or {})
+    reader.library = library
     _walked[0] = 0
     try:
         reader.block(tree.body, reader.module)
@@ -328,6 +330,7 @@ class _Reader:
         self.env = env
         self.config_names = configs
         self.trainer_names = trainers
+        self.library = ""   # the package the config and trainer classes come from
         self.unknown_words = unknown_words
         self.module: dict[str, Any] = {"__name__": "__main__"}
         self.configs: list[ConfigCall] = []
@@ -1051,11 +1054,12 @@ class _Reader:
 
     def _named(self, func: Name, args: list[Any], kwargs: dict[str, Any], hidden: Unknown | None, line: int) -> Any:
         dotted = func.dotted
-        if func.last in self.config_names and dotted.startswith("trl"):
+        ours = dotted == self.library or dotted.startswith(f"{self.library}.")
+        if func.last in self.config_names and ours:
             call = ConfigCall(func.last, line, dict(kwargs), hidden, self.uncertain[-1] if self.uncertain else None)
             self.configs.append(call)
             return call
-        if func.last in self.trainer_names and dotted.startswith("trl"):
+        if func.last in self.trainer_names and ours:
             trainer = TrainerCall(func.last, line, dict(kwargs))
             if not self.uncertain:
                 self.trainers.append(trainer)
@@ -1421,7 +1425,7 @@ def _decided(value: Any) -> bool:
     return known(value) or isinstance(value, (_Parser, _Namespace, _Function, ConfigCall, Sized, TrainerCall))
 
 
-_FOLLOWED_LIBRARIES = ("trl.", "datasets.", "argparse.", "os.", "builtins.")
+_FOLLOWED_LIBRARIES = ("datasets.", "argparse.", "os.", "builtins.")
 
 
 def _truth(value: Any) -> bool:

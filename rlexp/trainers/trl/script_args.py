@@ -231,7 +231,7 @@ def _read_built_config(script: Path, path: Path, source: str, launch: Any, env: 
         else:
             words.append(token)
     try:
-        found = py.read(source, words, env=env, configs=tuple(CONFIG_CLASSES), trainers=TRAINER_CLASSES,
+        found = py.read(source, words, env=env, configs=tuple(CONFIG_CLASSES), trainers=TRAINER_CLASSES, library="trl",
                         unknown_words=unknown_words)
     except py.ReadError as exc:
         raise InputError(path, f"line {exc.line}" if exc.line else None, exc.message) from None
