@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from trl_venv import trl_python_or_skip
+from trl_venv import plan_of, trl_attempt, trl_python_or_skip
 
 from rlexp.cli import main
 from rlexp.errors import InputError
@@ -104,20 +104,7 @@ def trls_own():
 
 
 def async_attempt(root: Path, recipe: dict, pool: int, name: str = "a1") -> Path:
-    d = root / "exp" / name
-    d.mkdir(parents=True)
-    spec = {"trainer": {"name": "trl", "version": "1.16.0"},
-            "recipe": {"advantage_estimator": "async_grpo", "model_name_or_path": "m", **recipe},
-            "datasets": {"pool": {"size": pool}, "ood_primary": {"size": 500}}}
-    (d / "attempt.yaml").write_text(yaml.safe_dump(spec))
-    return d
-
-
-def plan_of(d: Path) -> dict:
-    from rlexp.spec import load_attempt
-    from rlexp.stages.plan import build_plan
-
-    return build_plan(load_attempt(d))
+    return trl_attempt(root, "async_grpo", recipe, pool, name)
 
 
 @pytest.mark.parametrize("name", list(SETS))

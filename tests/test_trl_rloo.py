@@ -35,7 +35,7 @@ from pathlib import Path
 import pytest
 import yaml
 from test_trl_run import SPEC
-from trl_venv import trl_python_or_skip
+from trl_venv import plan_of, trl_attempt, trl_python_or_skip
 
 from rlexp.cli import main
 from rlexp.errors import InputError
@@ -129,20 +129,7 @@ def trls_own(imported):
 
 
 def rloo_attempt(root: Path, recipe: dict, pool: int, name: str = "r1") -> Path:
-    d = root / "exp" / name
-    d.mkdir(parents=True)
-    spec = {"trainer": {"name": "trl", "version": "1.16.0"},
-            "recipe": {"advantage_estimator": "rloo", "model_name_or_path": "m", **recipe},
-            "datasets": {"pool": {"size": pool}, "ood_primary": {"size": 500}}}
-    (d / "attempt.yaml").write_text(yaml.safe_dump(spec))
-    return d
-
-
-def plan_of(d: Path) -> dict:
-    from rlexp.spec import load_attempt
-    from rlexp.stages.plan import build_plan
-
-    return build_plan(load_attempt(d))
+    return trl_attempt(root, "rloo", recipe, pool, name)
 
 
 # the corpus command (`clis`) is checked so by tests/test_import_corpus.py, on TRL's own parser

@@ -19,3 +19,25 @@ def trl_python_or_skip() -> Path:
             raise RuntimeError(f"CI: {python} is missing; scripts/run-tests builds it with scripts/setup-trl")
         pytest.skip(f"no TRL venv at {python} (run scripts/setup-trl)", allow_module_level=True)
     return python
+
+
+def trl_attempt(root: Path, estimator: str, recipe: dict, pool: int, name: str) -> Path:
+    """An attempt of TRL 1.16.0 running the trainer ``estimator`` names (``rloo``, ``async_grpo``),
+    with ``recipe`` over a pool of ``pool`` prompts."""
+    import yaml
+
+    d = root / "exp" / name
+    d.mkdir(parents=True)
+    spec = {"trainer": {"name": "trl", "version": "1.16.0"},
+            "recipe": {"advantage_estimator": estimator, "model_name_or_path": "m", **recipe},
+            "datasets": {"pool": {"size": pool}, "ood_primary": {"size": 500}}}
+    (d / "attempt.yaml").write_text(yaml.safe_dump(spec))
+    return d
+
+
+def plan_of(d: Path) -> dict:
+    """The plan rlexp builds for the attempt in ``d``."""
+    from rlexp.spec import load_attempt
+    from rlexp.stages.plan import build_plan
+
+    return build_plan(load_attempt(d))
