@@ -110,22 +110,16 @@ class TrlSteps(Steps):
         return message(self) if message else None
 
     def as_dict(self) -> dict[str, Any]:
-        """The TRL quantities of ``plan.json`` (``steps.trl``)."""
-        if self.trainer_class == TRAINERS[ASYNC_GRPO][0]:
-            return self.async_as_dict()
-        return {
+        """The TRL quantities of ``plan.json`` (``steps.trl``); AsyncGRPOTrainer's state what is not known
+        before the run (None, and why) instead of the generation batches it does not form."""
+        head = {
             "trainer": self.trainer_class,
             "per_device_train_batch_size": self.per_device_train_batch_size,
             "processes": self.processes,
             "gradient_accumulation_steps": self.gradient_accumulation_steps,
             "num_generations": self.n_samples_per_prompt,
-            "steps_per_generation": self.steps_per_generation,
-            "num_iterations": self.num_iterations,
-            "prompts_per_generation_batch": self.rollout_batch_size,
-            "prompts_dropped_per_epoch": self.partial_batch_prompts,
-            "batches_per_epoch": self.batches_per_epoch,
-            "update_steps_per_epoch": self.update_steps_per_epoch,
-            "num_train_epochs": self.num_train_epochs,
+        }
+        schedule = {
             "max_steps_stated": self.max_steps_stated,
             "max_steps": self.optimizer_steps_total,
             "warmup_steps": self.warmup_steps,
@@ -133,26 +127,20 @@ class TrlSteps(Steps):
             "lr_scheduler_type": self.lr_scheduler_type,
             "logged_learning_rate": "the LR the step applied (read before scheduler.step())",
         }
-
-
-    def async_as_dict(self) -> dict[str, Any]:
-        """AsyncGRPOTrainer's quantities: what is known before the run, and what is not (None, and why)."""
+        if self.trainer_class == TRAINERS[ASYNC_GRPO][0]:
+            return {**head, "micro_batches_per_optimizer_step": self.gradient_accumulation_steps, **schedule,
+                    "prompts_per_optimizer_step": None, "num_train_epochs": None,
+                    "not_known_before_the_run": list(ASYNC_NOT_KNOWN)}
         return {
-            "trainer": self.trainer_class,
-            "per_device_train_batch_size": self.per_device_train_batch_size,
-            "processes": self.processes,
-            "gradient_accumulation_steps": self.gradient_accumulation_steps,
-            "num_generations": self.n_samples_per_prompt,
-            "micro_batches_per_optimizer_step": self.gradient_accumulation_steps,
-            "max_steps_stated": self.max_steps_stated,
-            "max_steps": self.optimizer_steps_total,
-            "warmup_steps": self.warmup_steps,
-            "warmup_rule": self.warmup_rule_text,
-            "lr_scheduler_type": self.lr_scheduler_type,
-            "logged_learning_rate": "the LR the step applied (read before scheduler.step())",
-            "prompts_per_optimizer_step": None,
-            "num_train_epochs": None,
-            "not_known_before_the_run": list(ASYNC_NOT_KNOWN),
+            **head,
+            "steps_per_generation": self.steps_per_generation,
+            "num_iterations": self.num_iterations,
+            "prompts_per_generation_batch": self.rollout_batch_size,
+            "prompts_dropped_per_epoch": self.partial_batch_prompts,
+            "batches_per_epoch": self.batches_per_epoch,
+            "update_steps_per_epoch": self.update_steps_per_epoch,
+            "num_train_epochs": self.num_train_epochs,
+            **schedule,
         }
 
 
