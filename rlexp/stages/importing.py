@@ -79,22 +79,8 @@ def import_script(script: str | Path, attempt_dir: str | Path, *, version: str |
                          "--version (the steps and keys depend on it)")
     trainer: dict[str, Any] = {"name": launch.trainer, "version": str(version)}
     if hasattr(reader, "processes"):  # a trainer whose batches depend on the processes the launcher starts
-        try:
-            started, how = reader.processes(script, where, launch, workdir=None if workdir is None else Path(workdir))
-        except InputError:
-            if gpus is None and reader.processes_needed(recipe):
-                raise
-            started, how = gpus, "not known from the command"
-            if gpus is None:  # a trainer whose steps do not depend on them (TRL's AsyncGRPOTrainer)
-                notes.append("trainer.gpus: the command does not state the processes it starts (the launcher's own "
-                             "settings decide), left unset (1): this trainer's step count and LR do not depend on them")
-                started = 1
-        if gpus is None:
-            gpus = started if started > 1 else None
-            if started > 1:
-                notes.append(f"trainer.gpus: {started} processes ({how})")
-        elif gpus != started:
-            notes.append(f"trainer.gpus: {gpus} as given with --gpus; the command states {started} ({how})")
+        gpus = _processes(reader, script, where, launch, None if workdir is None else Path(workdir), gpus, recipe,
+                          notes)
     if gpus is not None:
         trainer["gpus"] = gpus
     spec: dict[str, Any] = {"id": attempt_dir.name,
@@ -118,6 +104,30 @@ def import_script(script: str | Path, attempt_dir: str | Path, *, version: str |
         attempt_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(spec_path, render(spec, script, left_out, notes))
     return Imported(spec, launch.trainer, spec_path, left_out, notes)
+
+
+def _processes(reader: Any, script: Path, where: str, launch: Launch, workdir: Path | None, gpus: int | None,
+               recipe: dict[str, Any], notes: list[str]) -> int | None:
+    """The attempt's ``trainer.gpus``: the processes the launch command starts (the trainer's
+    ``processes``), or ``--gpus`` where given (noted where it differs); None for one process. A count the
+    command leaves unknown is refused unless ``--gpus`` gives it or the plan does not need it."""
+    try:
+        started, how = reader.processes(script, where, launch, workdir=workdir)
+    except InputError:
+        if gpus is None and reader.processes_needed(recipe):
+            raise
+        started, how = gpus, "not known from the command"
+        if gpus is None:  # a trainer whose steps do not depend on them (TRL's AsyncGRPOTrainer)
+            notes.append("trainer.gpus: the command does not state the processes it starts (the launcher's own "
+                         "settings decide), left unset (1): this trainer's step count and LR do not depend on them")
+            started = 1
+    if gpus is None:
+        if started > 1:
+            notes.append(f"trainer.gpus: {started} processes ({how})")
+        return started if started > 1 else None
+    if gpus != started:
+        notes.append(f"trainer.gpus: {gpus} as given with --gpus; the command states {started} ({how})")
+    return gpus
 
 
 def _read_command(script: Path, env: dict[str, str] | None, env_file: str | Path | None,
