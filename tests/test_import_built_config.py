@@ -234,3 +234,62 @@ def test_a_bad_accelerate_config_is_refused_naming_its_field(tmp_path):
                        "--workdir", str(tmp_path)])
     assert rc == 2 and not attempt.exists()
     assert "acc.yaml: num_processes: 'eight'" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(("extra", "field"), [
+    ("model_init_kwargs={'token': 'hf_' + 'a' * 30},", "model_init_kwargs"),
+    ("vllm_server_base_url='http://user:pw123@host:8000',", "vllm_server_base_url"),
+    ("hub_model_id=__import__('os').environ.get('HF_TOKEN'),", "hub_model_id"),
+])
+def test_a_credential_the_code_passes_never_reaches_the_attempt(tmp_path, extra, field):
+    rc, out, err, attempt = _import(tmp_path, "python train.py\n", extra=extra,
+                                    more=["--env", "HF_TOKEN=secret-value-123"])
+    assert rc == 0, err
+    text = (attempt / "attempt.yaml").read_text()
+    assert field not in yaml.safe_load(text)["recipe"]
+    assert "pw123" not in text and "hf_aaaa" not in text and "secret-value-123" not in text
+
+
+@pytest.mark.parametrize(("launcher", "gpus"), [
+    ("uv run accelerate launch --num_processes 8", 8),
+    ("ray job submit --address http://h:8265 -- torchrun --nproc_per_node 4", 4),
+])
+def test_the_processes_are_read_behind_a_wrapper(tmp_path, launcher, gpus):
+    script = tmp_path / "run.sh"
+    script.write_text(f"{launcher} examples/scripts/openenv/echo.py\n")
+    attempt = tmp_path / "exp" / "a"
+    rc, out, err = _run(["import", str(script), str(attempt), "--version", "1.16.0", "--workdir",
+                         str(CORPUS / "trl" / "src")])
+    assert rc == 0, err
+    assert yaml.safe_load((attempt / "attempt.yaml").read_text())["trainer"]["gpus"] == gpus
+
+
+@pytest.mark.parametrize("launcher", ["accelerate launch --num_processes ²", "torchrun --nnodes 99999999999999",
+                                      "deepspeed --hostfile hosts --num_gpus 8"])
+def test_a_process_count_rlexp_cannot_read_is_refused_in_one_line(tmp_path, launcher):
+    script = tmp_path / "run.sh"
+    script.write_text(f"{launcher} train.py --dataset_name d\n")
+    attempt = tmp_path / "exp" / "a"
+    rc, _, err = _run(["import", str(script), str(attempt), "--version", "1.16.0", "--pool-size", "10",
+                       "--workdir", str(tmp_path)])
+    assert rc == 2 and not attempt.exists() and len(err.strip().splitlines()) == 1 and "--gpus" in err, err
+
+
+def test_a_config_built_beside_a_trlparser_is_read_from_the_code(tmp_path):
+    train = ("from trl import GRPOConfig, GRPOTrainer, ModelConfig, ScriptArguments, TrlParser\n"
+             "script_args, model_args = TrlParser((ScriptArguments, ModelConfig)).parse_args_and_config()\n"
+             "config = GRPOConfig(num_generations=16, per_device_train_batch_size=16, learning_rate=3e-6)\n")
+    rc, _, err, attempt = _import(tmp_path, "python train.py --model_name_or_path m\n", train=train,
+                                  more=["--pool-size", "50"])
+    assert rc == 0, err
+    recipe = yaml.safe_load((attempt / "attempt.yaml").read_text())["recipe"]
+    assert (recipe["num_generations"], recipe["learning_rate"]) == (16, 3e-6)
+
+
+def test_a_workdir_that_is_not_a_folder_is_refused(tmp_path):
+    (tmp_path / "f").write_text("x")
+    script = tmp_path / "run.sh"
+    script.write_text("python train.py --dataset_name d\n")
+    rc, _, err = _run(["import", str(script), str(tmp_path / "exp" / "a"), "--version", "1.16.0", "--pool-size", "5",
+                       "--workdir", str(tmp_path / "f")])
+    assert rc == 2 and "--workdir: not a folder" in err

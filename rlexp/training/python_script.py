@@ -1096,6 +1096,9 @@ class _Reader:
         if dotted == "builtins.setattr" and len(args) == 3 and isinstance(args[1], str) and not kwargs:
             self._set_attribute(args[0], args[1], self.uncertain[-1] if self.uncertain else args[2])
             return None
+        if dotted == "builtins.setattr":  # a field named by a value not known (`for k, v in d.items(): setattr(cfg, k, v)`)
+            self._unfollowed_call(args, kwargs, line)
+            return None
         if dotted.endswith("Dataset.from_dict") and dotted.startswith("datasets"):
             return self._from_dict(args, kwargs, line)
         if dotted == "datasets.load_dataset":
@@ -1137,8 +1140,10 @@ class _Reader:
                 self._unfollowed_call(args, kwargs, line)   # .map(fn, fn_kwargs=…) runs the script's code on them
             if method == "select" and args and isinstance(args[0], (range, list, tuple, Sized)) and _countable(args[0]):
                 return Dataset(_length(args[0]), f"{obj.source}, selected", line, obj.hub_name)
-            if method in _SAME_SIZE:
+            if method in _SAME_SIZE and not (method == "map" and kwargs.get("batched", False) is not False):
                 return Dataset(obj.size, obj.source, obj.line, obj.hub_name)
+            if method == "map":  # a batched map may return any number of rows
+                return Dataset(None, f"{obj.source}, mapped in batches", line, obj.hub_name)
             return Unknown(line, f"the dataset's .{method}(…)")
         if isinstance(obj, str) and method in _STR_METHODS and known(args) and known(kwargs):
             if _amplifies(obj, method, args, kwargs):

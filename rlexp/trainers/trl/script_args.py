@@ -18,6 +18,7 @@ the script's source, when it is found, and follows its code without running it
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +74,7 @@ def _kinds() -> dict[str, str]:
 CONFIG_CLASSES = {"GRPOConfig": "grpo", "RLOOConfig": "rloo", "AsyncGRPOConfig": "async_grpo"}
 TRAINER_CLASSES = ("GRPOTrainer", "RLOOTrainer", "AsyncGRPOTrainer")
 ARGUMENT_PARSERS = ("TrlParser", "HfArgumentParser")  # a script parsing its config's fields from its flags
+MAX_PROCESSES = 1_000_000_000  # trainer.gpus's own bound (the spec refuses more)
 
 
 def read_source(script: Path, where: str, launch: Any, *, workdir: Path | None, env: dict[str, str],
@@ -92,12 +94,14 @@ def read_source(script: Path, where: str, launch: Any, *, workdir: Path | None, 
         return None  # a TrlParser example, or another trainer's (check_module refuses it)
     if example in examples.NOT_ON_RELEASE:
         raise InputError(script, where, examples.refusal(example))
+    if workdir is not None and not workdir.is_dir():
+        raise InputError(workdir, "--workdir", "not a folder: the folder the script's command runs from")
     path = Path(module) if Path(module).is_absolute() else (workdir or Path.cwd()) / module
     if not path.is_file():
         if example is not None:
             raise InputError(script, where, f"{examples.refusal(example)}; rlexp reads that code from the file, "
                              f"which is not at {path}: give the folder the command runs from with --workdir")
-        return None
+        return None  # read by its flags (the stage notes that the source was not found)
     source = _source_text(path)
     import ast
 
@@ -111,8 +115,9 @@ def read_source(script: Path, where: str, launch: Any, *, workdir: Path | None, 
         return _read_built_config(script, path, source, launch, env)  # it names what is wrong, in one line
     names = {n.id for n in nodes if isinstance(n, ast.Name)} | {n.attr for n in nodes if isinstance(n, ast.Attribute)} \
         | {n.name.rsplit(".", 1)[-1] for n in nodes if isinstance(n, ast.alias)}  # what it imports, by the name TRL gives
-    if names & set(ARGUMENT_PARSERS):
-        return None
+    calls = {getattr(n.func, "id", None) or getattr(n.func, "attr", None) for n in nodes if isinstance(n, ast.Call)}
+    if names & set(ARGUMENT_PARSERS) and not calls & set(CONFIG_CLASSES):
+        return None  # its parser reads the config's fields from its flags (a config it builds itself is read below)
     if not names & {*CONFIG_CLASSES, *TRAINER_CLASSES} and example is None:
         # it names no TRL config or trainer (it may hand its flags to a module of its own): read its
         # flags as GRPOConfig's, as a script that cannot be read is
@@ -136,6 +141,11 @@ def processes(script: Path, where: str, launch: Any, *, workdir: Path | None) ->
     from rlexp.training.launch_script import Unknown
 
     launcher = list(launch.launcher)
+    # the tool that starts the processes, after any wrapper in front (`uv run`, `ray job submit --`)
+    tools = [i for i, t in enumerate(launcher) if isinstance(t, str) and re.fullmatch(
+        r"accelerate|torchrun|deepspeed|python(\d(\.\d+)?)?", t.rsplit("/", 1)[-1])]
+    start = tools[0] if tools else 0
+    launcher = launcher[start:]
     tool = str(launcher[0]).rsplit("/", 1)[-1] if launcher else "python"
 
     def option(*names: str) -> Any:
@@ -158,9 +168,9 @@ def processes(script: Path, where: str, launch: Any, *, workdir: Path | None) ->
         if isinstance(value, Unknown):
             raise InputError(script, f"line {value.line}", f"{value.what} reaches {tool}'s {shown}, the processes "
                              "plan needs (TRL's batches per step); or give them with --gpus N")
-        if not value.isdigit() or int(value) < 1:
-            raise InputError(script, where, f"{shown} {value[:40]!r}: not a count of processes rlexp can read (plan "
-                             "needs it: TRL's batches per step); give it with --gpus N")
+        if not re.fullmatch(r"[0-9]{1,10}", value) or not 1 <= int(value) <= MAX_PROCESSES:
+            raise InputError(script, where, f"{shown} {value[:40]!r}: not a count of processes rlexp can read (1 to "
+                             f"{MAX_PROCESSES}; plan needs it: TRL's batches per step); give it with --gpus N")
         return int(value)
 
     if tool == "accelerate":
@@ -177,8 +187,13 @@ def processes(script: Path, where: str, launch: Any, *, workdir: Path | None) ->
         return per_node * nodes, f"torchrun: {per_node} per node × {nodes} node(s)"
     if tool == "deepspeed":
         per_node = count(option("--num_gpus"), "--num_gpus", None)
-        nodes = count(option("--num_nodes"), "--num_nodes", 1)
-        return per_node * nodes, f"deepspeed: {per_node} per node × {nodes} node(s)"
+        # without --num_nodes, deepspeed runs on every host of its hostfile (--hostfile, else /job/hostfile
+        # where the training machine has one): a named hostfile's hosts are not known here
+        hostfile = option("--hostfile") is not None
+        nodes = count(option("--num_nodes"), "--num_nodes (with --hostfile, every host in it)", None if hostfile else 1)
+        counted = "" if option("--num_nodes") is not None else ", as one node (deepspeed's /job/hostfile, where the " \
+            "machine has one, would add its hosts)"
+        return per_node * nodes, f"deepspeed: {per_node} per node × {nodes} node(s){counted}"
     return 1, f"{tool} runs one process"
 
 
@@ -197,7 +212,7 @@ def _accelerate_config_processes(script: Path, where: str, config: str, workdir:
     except yaml.YAMLError as exc:
         raise InputError(path, None, f"not YAML that parses ({str(exc).splitlines()[0][:80]})") from None
     value = settings.get("num_processes") if isinstance(settings, dict) else None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_PROCESSES:
         raise InputError(path, "num_processes", f"{value!r:.40}: expected a count of processes (plan needs it: TRL's "
                          "batches per step); give it with --gpus N")
     return value
@@ -256,7 +271,7 @@ def _read_built_config(script: Path, path: Path, source: str, launch: Any, env: 
     notes: list[str] = [f"the config is {config.cls}(…) on line {config.line} of {shown}, read from its code "
                         "(not run)"]
     for key, value in config.fields.items():
-        if key in OWNED or secret_argument(key):
+        if key in OWNED or secret_argument(key) or (py.known(value) and holds_secret(key, _plain(value), env)):
             left_out.append(key)
         elif py.known(value):
             recipe[key] = _plain(value)
@@ -275,7 +290,10 @@ def _read_built_config(script: Path, path: Path, source: str, launch: Any, env: 
         arguments = trainers[0].arguments
         model = arguments.get("model")
         if isinstance(model, str):
-            recipe["model_name_or_path"] = model
+            if holds_secret("model_name_or_path", model, env):
+                left_out.append("model_name_or_path")
+            else:
+                recipe["model_name_or_path"] = model
         elif model is not None:
             notes.append(f"line {trainers[0].line} of {shown}: the model is not known "
                          f"({py.first_unknown(model, trainers[0].line).why})")
@@ -286,6 +304,33 @@ def _read_built_config(script: Path, path: Path, source: str, launch: Any, env: 
     return {**implied, **recipe}, datasets, left_out, notes
 
 
+def holds_secret(key: str, value: Any, env: dict[str, str]) -> bool:
+    """Whether ``value`` carries a credential, which never reaches attempt.yaml: a URL with user:key@, a
+    key-shaped string, a mapping entry named like one (``model_init_kwargs={"token": ...}``, also inside
+    a JSON text), or the value of a credential the environment holds (``model=os.environ["HF_TOKEN"]``)."""
+    import contextlib
+    import json
+
+    from rlexp.spec.schema import credential_in, is_credential_key
+
+    if isinstance(value, str) and value.lstrip().startswith("{"):
+        with contextlib.suppress(ValueError):
+            value = json.loads(value)
+    if credential_in(value, key, by_key=True) is not None:
+        return True
+    secrets = {v for name, v in env.items() if is_credential_key(name) and len(v) >= 4}
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+        elif isinstance(item, str) and item in secrets:
+            return True
+    return False
+
+
 def _pool(module: str, dataset: Any, shown: str, notes: list[str]) -> dict[str, Any]:
     """The training set the script's trainer is given: a hub name, or the data the script builds (with
     its size where its code states it)."""
@@ -293,7 +338,7 @@ def _pool(module: str, dataset: Any, shown: str, notes: list[str]) -> dict[str, 
 
     if isinstance(dataset, py.Dataset):
         entry: dict[str, Any] = {"path": dataset.hub_name or [module], "flag": f"{dataset.source} in {shown}"}
-        if dataset.hub_name is None and dataset.size is not None:
+        if dataset.size is not None:  # counted from the code (`from_dict`, `.select(range(500))`)
             entry["size"] = dataset.size
         return entry
     return {"path": [module], "flag": f"the data {module} loads"}
@@ -370,7 +415,7 @@ def read_args(script: Path, where: str, args: list[str], version: str | None = N
         if key == "advantage_estimator":  # rlexp's key naming the trainer, which the command names here
             raise InputError(script, where, "--advantage_estimator: not an argument of TRL's scripts (the command "
                              "names the trainer: `trl grpo`, `trl rloo`)")
-        if secret_argument(key):
+        if secret_argument(key) or holds_secret(key, value, {}):
             left_out.append(key)
         elif key in DATASET_FLAGS:
             datasets["pool"] = dataset_argument(str(value), f"--{key}")
