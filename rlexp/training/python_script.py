@@ -293,24 +293,30 @@ def first_unknown(value: Any, line: int) -> Unknown:
     return Unknown(line, kind)
 
 
-def read(source: str, argv: list[str], *, env: dict[str, str] | None = None,
-         configs: tuple[str, ...] = (), trainers: tuple[str, ...] = (), library: str = "",
-         unknown_words: dict[str, Unknown] | None = None) -> ScriptRead:
-    """Follow ``source`` run as ``python script.py *argv`` and return the calls of the classes named in
-    ``configs`` and ``trainers`` it reaches, classes of the package ``library`` (imported from it or
-    from one of its modules: ``from trl import GRPOConfig``, ``trl.trainer.grpo_config.GRPOConfig``). ``unknown_words``: words of ``argv`` that stand for a value
-    the launch script leaves unknown (the word -> why). ReadError where the source is not Python or its
-    own argument parser refuses ``argv``."""
+def parse(source: str) -> ast.Module:
+    """The script's syntax tree: ReadError where it is longer than :data:`MAX_SOURCE`, is not Python, or
+    nests deeper than Python's parser goes."""
     if len(source) > MAX_SOURCE:
         raise ReadError(None, f"{len(source)} characters: rlexp reads training scripts of at most {MAX_SOURCE}")
     try:
-        tree = ast.parse(source)
+        return ast.parse(source)
     except SyntaxError as exc:
         raise ReadError(exc.lineno, f"not Python that parses: {exc.msg}") from None
     except (RecursionError, MemoryError, ValueError):
         raise ReadError(None, "nested too deeply to read") from None
-    reader = _Reader(argv, env or {}, configs, trainers, unknown_words or {})
-    reader.library = library
+
+
+def read(source: str | ast.Module, argv: list[str], *, env: dict[str, str] | None = None,
+         configs: tuple[str, ...] = (), trainers: tuple[str, ...] = (), library: str = "",
+         unknown_words: dict[str, Unknown] | None = None) -> ScriptRead:
+    """Follow ``source`` (its text, or the tree :func:`parse` made of it) run as ``python script.py
+    *argv`` and return the calls of the classes named in ``configs`` and ``trainers`` it reaches,
+    classes of the package ``library`` (imported from it or from one of its modules: ``from trl import
+    GRPOConfig``, ``trl.trainer.grpo_config.GRPOConfig``). ``unknown_words``: words of ``argv`` that
+    stand for a value the launch script leaves unknown (the word -> why). ReadError where the source is
+    not Python or its own argument parser refuses ``argv``."""
+    tree = source if isinstance(source, ast.Module) else parse(source)
+    reader = _Reader(argv, env or {}, configs, trainers, library, unknown_words or {})
     _walked[0] = 0
     try:
         reader.block(tree.body, reader.module)
@@ -325,12 +331,12 @@ def read(source: str, argv: list[str], *, env: dict[str, str] | None = None,
 
 class _Reader:
     def __init__(self, argv: list[str], env: dict[str, str], configs: tuple[str, ...], trainers: tuple[str, ...],
-                 unknown_words: dict[str, Unknown]):
+                 library: str, unknown_words: dict[str, Unknown]):
         self.argv = argv
         self.env = env
         self.config_names = configs
         self.trainer_names = trainers
-        self.library = ""   # the package the config and trainer classes come from
+        self.library = library   # the package the config and trainer classes come from
         self.unknown_words = unknown_words
         self.module: dict[str, Any] = {"__name__": "__main__"}
         self.configs: list[ConfigCall] = []

@@ -20,10 +20,15 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlexp.errors import InputError
 from rlexp.training.launch_script import argument_value, dataset_argument, secret_argument
+
+if TYPE_CHECKING:
+    import ast
+
+    from rlexp.training.python_script import ReadError
 
 CHECKS_VERSION = False  # a missing --version is refused by the stage (the script does not state the release)
 DATA_IN_SCRIPT = True  # a training script may load its data itself
@@ -96,23 +101,22 @@ def read_source(script: Path, where: str, launch: Any, *, workdir: Path | None, 
         raise InputError(script, where, examples.refusal(example))
     if workdir is not None and not workdir.is_dir():
         raise InputError(workdir, "--workdir", "not a folder: the folder the script's command runs from")
-    path = Path(module) if Path(module).is_absolute() else (workdir or Path.cwd()) / module
+    path = _in_workdir(module, workdir)
     if not path.is_file():
         if example is not None:
             raise InputError(script, where, f"{examples.refusal(example)}; rlexp reads that code from the file, "
                              f"which is not at {path}: give the folder the command runs from with --workdir")
-        return None  # read by its flags (the stage notes that the source was not found)
+        return None  # read by its flags, as a script whose source is not here
     source = _source_text(path)
     import ast
 
-    from rlexp.training.python_script import MAX_SOURCE
+    from rlexp.training import python_script as py
 
-    if len(source) > MAX_SOURCE:  # refused by the reader, before Python's parser spends seconds on it
-        return _read_built_config(script, path, source, launch, env)
     try:
-        nodes = list(ast.walk(ast.parse(source)))
-    except (SyntaxError, RecursionError, MemoryError, ValueError):
-        return _read_built_config(script, path, source, launch, env)  # it names what is wrong, in one line
+        tree = py.parse(source)  # parsed once: the reader below follows the same tree
+    except py.ReadError as exc:
+        raise _script_error(path, exc) from None
+    nodes = list(ast.walk(tree))
     names = {n.id for n in nodes if isinstance(n, ast.Name)} | {n.attr for n in nodes if isinstance(n, ast.Attribute)} \
         | {n.name.rsplit(".", 1)[-1] for n in nodes if isinstance(n, ast.alias)}  # what it imports, by the name TRL gives
     calls = {getattr(n.func, "id", None) or getattr(n.func, "attr", None) for n in nodes if isinstance(n, ast.Call)}
@@ -122,7 +126,7 @@ def read_source(script: Path, where: str, launch: Any, *, workdir: Path | None, 
         # it names no TRL config or trainer (it may hand its flags to a module of its own): read its
         # flags as GRPOConfig's, as a script that cannot be read is
         return None
-    return _read_built_config(script, path, source, launch, env)
+    return _read_built_config(script, path, tree, launch, env)
 
 
 def processes_needed(recipe: dict[str, Any]) -> bool:
@@ -201,7 +205,7 @@ def _accelerate_config_processes(script: Path, where: str, config: str, workdir:
     """``num_processes`` of an accelerate config file (safe YAML, read as data)."""
     import yaml
 
-    path = Path(config) if Path(config).is_absolute() else (workdir or Path.cwd()) / config
+    path = _in_workdir(config, workdir)
     if not path.is_file():
         raise InputError(script, where, f"accelerate's --config_file {config}: not found at {path}, and plan needs its "
                          "num_processes (TRL's batches per step): give the folder the command runs from with "
@@ -218,17 +222,25 @@ def _accelerate_config_processes(script: Path, where: str, config: str, workdir:
     return value
 
 
+def _in_workdir(name: str, workdir: Path | None) -> Path:
+    """A path the launch command names, as the command sees it: run from ``workdir`` (the current
+    directory when None)."""
+    return Path(name) if Path(name).is_absolute() else (workdir or Path.cwd()) / name
+
+
 def _source_text(path: Path) -> str:
     from rlexp.experiment.files import read_text
     from rlexp.training.launch_script import MAX_SCRIPT_BYTES
 
-    size = path.stat().st_size
-    if size > MAX_SCRIPT_BYTES:
-        raise InputError(path, None, f"{size} bytes: rlexp import reads files of at most {MAX_SCRIPT_BYTES} bytes")
-    return read_text(path)
+    return read_text(path, limit=MAX_SCRIPT_BYTES)
 
 
-def _read_built_config(script: Path, path: Path, source: str, launch: Any, env: dict[str, str],
+def _script_error(path: Path, exc: ReadError) -> InputError:
+    """A training script's :class:`~rlexp.training.python_script.ReadError`, naming the file and line."""
+    return InputError(path, f"line {exc.line}" if exc.line else None, exc.message)
+
+
+def _read_built_config(script: Path, path: Path, tree: ast.Module, launch: Any, env: dict[str, str],
                        ) -> tuple[dict[str, Any], dict[str, Any], list[str], list[str]]:
     """Follow the script's code to its one config call and its trainer call."""
     from rlexp.trainers.trl.keys import ESTIMATOR_KEY
@@ -246,10 +258,10 @@ def _read_built_config(script: Path, path: Path, source: str, launch: Any, env: 
         else:
             words.append(token)
     try:
-        found = py.read(source, words, env=env, configs=tuple(CONFIG_CLASSES), trainers=TRAINER_CLASSES, library="trl",
+        found = py.read(tree, words, env=env, configs=tuple(CONFIG_CLASSES), trainers=TRAINER_CLASSES, library="trl",
                         unknown_words=unknown_words)
     except py.ReadError as exc:
-        raise InputError(path, f"line {exc.line}" if exc.line else None, exc.message) from None
+        raise _script_error(path, exc) from None
     shown = path.name
     if not found.configs:
         raise InputError(path, None, f"{shown} builds no GRPOConfig, RLOOConfig or AsyncGRPOConfig that rlexp can "
